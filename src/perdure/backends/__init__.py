@@ -1,0 +1,1 @@
+"""Where replicas run: local processes (default), a fake scriptable backend, Ray."""

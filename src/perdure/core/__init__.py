@@ -1,0 +1,1 @@
+"""The pure core: spec, states, observations in, decisions out. No I/O, no clock, no threads."""

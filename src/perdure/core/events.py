@@ -1,0 +1,99 @@
+"""What the shell tells the core (observations) and what the core tells the shell (decisions).
+
+No side effects: plain frozen records. Backends produce observations; the controller's executor
+carries out decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An uncaught exception reported by a replica (error file or stderr traceback)."""
+
+    type: str  # e.g. "ValueError"
+    message: str  # e.g. "bad shape"
+    traceback: str = ""
+    source: str = "error_file"  # error_file | stderr
+
+    def summary(self) -> str:
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+
+# ---- observations ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplicaStarted:
+    """The backend has started the replica's process."""
+
+    launch_id: str
+    pid: int
+    time: float
+
+
+@dataclass(frozen=True)
+class ReplicaExited:
+    """A replica's process ended. `exit_code` follows the shell convention (128 + signal)."""
+
+    launch_id: str
+    exit_code: int
+    time: float
+    signal: int | None = None
+    oom: bool = False
+    error: ErrorInfo | None = None
+    peak_rss_mb: float | None = None
+
+
+@dataclass(frozen=True)
+class LaunchFailed:
+    """The backend could not start (or lost track of) a launch: an internal error."""
+
+    launch_id: str
+    message: str
+    time: float
+
+
+@dataclass(frozen=True)
+class ReplicaProgress:
+    """A replica reported training progress (step) through the runtime."""
+
+    launch_id: str
+    step: int
+    time: float
+
+
+Observation = ReplicaStarted | ReplicaExited | LaunchFailed | ReplicaProgress
+
+
+# ---- decisions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Start one replica process on a node."""
+
+    launch_id: str
+    job_id: str
+    replica: str
+    node: str
+    command: tuple[str, ...]
+    env: dict[str, str] = field(hash=False)
+    cwd: str
+    memory_mb: int | None
+    log_prefix: str  # <state>/logs/<job>/attempt-<n>/<replica>; the backend appends .out / .err
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop one replica: send `signal` to its process group now, SIGKILL after `grace` seconds."""
+
+    launch_id: str
+    signal: int
+    grace: float
+    reason: str
+
+
+Decision = Launch | Stop

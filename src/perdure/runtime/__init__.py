@@ -1,0 +1,33 @@
+"""perdure.runtime: what a training script imports.
+
+Never imports the control plane (controller, backends, store, api, cli). Names are loaded on
+first use so that `import perdure.runtime` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Checkpointer": "perdure.runtime.checkpoint",
+    "SavePolicy": "perdure.runtime.checkpoint",
+    "ElasticSampler": "perdure.runtime.data",
+    "ShardDataset": "perdure.runtime.data",
+    "CachedVolume": "perdure.runtime.data",
+    "seed_everything": "perdure.runtime.rng",
+    "rng_state": "perdure.runtime.rng",
+    "set_rng_state": "perdure.runtime.rng",
+    "record": "perdure.runtime.errors",
+    "init": "perdure.runtime.context",
+    "Context": "perdure.runtime.context",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'perdure.runtime' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
