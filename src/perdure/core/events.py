@@ -65,7 +65,20 @@ class ReplicaProgress:
     time: float
 
 
-Observation = ReplicaStarted | ReplicaExited | LaunchFailed | ReplicaProgress
+@dataclass(frozen=True)
+class Command:
+    """A user's command, delivered through the store: cancel, preempt, resume, node actions.
+
+    kind: cancel | preempt | resume | fail-node | drain-node | restore-node
+    """
+
+    kind: str
+    target: str  # job id or node name
+    time: float
+    hold: bool = False  # preempt: stay SUSPENDED until resumed
+
+
+Observation = ReplicaStarted | ReplicaExited | LaunchFailed | ReplicaProgress | Command
 
 
 # ---- decisions ------------------------------------------------------------------------------
@@ -96,4 +109,11 @@ class Stop:
     reason: str
 
 
-Decision = Launch | Stop
+@dataclass(frozen=True)
+class KillNode:
+    """Chaos: the node failed; every process on it dies at once."""
+
+    node: str
+
+
+Decision = Launch | Stop | KillNode

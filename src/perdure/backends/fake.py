@@ -1,0 +1,121 @@
+"""A scriptable backend without processes, for tests and the scale benchmark.
+
+Each launch gets a `FakeRun` from the script (how long it runs and how it ends); time is the
+injected clock's, so tests step time instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from perdure.backends.base import LaunchError, NodeInfo
+from perdure.core.events import (
+    ErrorInfo,
+    Launch,
+    LaunchFailed,
+    Observation,
+    ReplicaExited,
+    ReplicaStarted,
+    Stop,
+)
+
+
+@dataclass(frozen=True)
+class FakeRun:
+    """How a fake replica behaves: it runs `seconds` (None: until stopped) and then exits."""
+
+    seconds: float | None = None
+    exit_code: int = 0
+    signal: int | None = None
+    oom: bool = False
+    error: ErrorInfo | None = None
+    fail_launch: bool = False
+
+
+Script = Callable[[Launch], FakeRun]
+
+
+@dataclass
+class _Proc:
+    launch: Launch
+    run: FakeRun
+    started: float
+    ends: float | None
+    reported_start: bool = False
+
+
+class FakeBackend:
+    """Implements the Backend protocol in memory."""
+
+    def __init__(
+        self,
+        nodes: list[NodeInfo],
+        script: Script | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._nodes = nodes
+        self.script: Script = script or (lambda launch: FakeRun())
+        self.clock = clock
+        self.procs: dict[str, _Proc] = {}
+        self.launched: list[Launch] = []
+        self.stops: list[Stop] = []
+        self._exits: list[Observation] = []
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes)
+
+    def launch(self, launch: Launch) -> None:
+        run = self.script(launch)
+        if run.fail_launch:
+            raise LaunchError(f"fake launch failure for {launch.launch_id}")
+        now = self.clock()
+        ends = None if run.seconds is None else now + run.seconds
+        self.procs[launch.launch_id] = _Proc(launch, run, now, ends)
+        self.launched.append(launch)
+
+    def _exit(self, launch_id: str, code: int, sig: int | None, run: FakeRun | None) -> None:
+        self.procs.pop(launch_id, None)
+        self._exits.append(
+            ReplicaExited(
+                launch_id, code, self.clock(), signal=sig,
+                oom=bool(run and run.oom), error=run.error if run else None,
+            )
+        )
+
+    def stop(self, stop: Stop) -> None:
+        self.stops.append(stop)
+        if stop.launch_id in self.procs:
+            self._exit(stop.launch_id, 128 + stop.signal, stop.signal, None)
+
+    def kill(self, launch_id: str, sig: int = 9) -> None:
+        """Chaos for tests: the replica dies by `sig` now."""
+        if launch_id in self.procs:
+            self._exit(launch_id, 128 + sig, sig, None)
+
+    def kill_node(self, node: str) -> None:
+        for lid, p in list(self.procs.items()):
+            if p.launch.node == node:
+                self.kill(lid, 9)
+
+    def poll(self) -> list[Observation]:
+        out: list[Observation] = []
+        now = self.clock()
+        for lid, p in list(self.procs.items()):
+            if not p.reported_start:
+                p.reported_start = True
+                out.append(ReplicaStarted(lid, 1000 + len(self.launched), p.started))
+            if p.ends is not None and now >= p.ends:
+                self._exit(lid, p.run.exit_code, p.run.signal, p.run)
+        out.extend(self._exits)
+        self._exits = []
+        return out
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        now = self.clock()
+        return [LaunchFailed(lid, "unknown launch", now) for lid in launch_ids
+                if lid not in self.procs]
+
+    def close(self) -> None:
+        pass

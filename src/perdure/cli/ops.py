@@ -1,0 +1,114 @@
+"""Operating commands: cancel, preempt, resume, chaos, node maintenance."""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated
+
+import typer
+
+from perdure.cli.common import Ctx, die, load_cluster
+
+chaos_app = typer.Typer(help="Inject faults into running jobs and nodes.", no_args_is_help=True)
+node_app = typer.Typer(help="Node maintenance.", no_args_is_help=True)
+
+SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "SEGV": signal.SIGSEGV,
+           "ABRT": signal.SIGABRT, "INT": signal.SIGINT}
+
+
+def _job_command(c: typer.Context, kind: str, job_ref: str, hold: bool = False) -> str:
+    ctx: Ctx = c.obj
+    store = ctx.store()
+    job_id = ctx.resolve(store, job_ref)
+    store.command(kind, job_id, hold)
+    return job_id
+
+
+def cancel(c: typer.Context, job: str) -> None:
+    """Cancel a job: its replicas are stopped."""
+    typer.echo(f"cancel requested for {_job_command(c, 'cancel', job)}")
+
+
+def preempt(
+    c: typer.Context,
+    job: str,
+    hold: Annotated[bool, typer.Option(help="Stay SUSPENDED until `perdure resume`.")] = False,
+) -> None:
+    """Send a preemption notice: the job saves, suspends and is requeued."""
+    typer.echo(f"preemption requested for {_job_command(c, 'preempt', job, hold)}")
+
+
+def resume(c: typer.Context, job: str) -> None:
+    """Requeue a held, suspended job."""
+    typer.echo(f"resume requested for {_job_command(c, 'resume', job)}")
+
+
+@chaos_app.command("kill")
+def chaos_kill(
+    c: typer.Context,
+    job: str,
+    replica: str,
+    sig: Annotated[str, typer.Option("--signal", help="KILL, TERM, SEGV or ABRT")] = "KILL",
+) -> None:
+    """Send a signal to one replica's process, as a crash would."""
+    from perdure.backends.local import signal_replica
+
+    ctx: Ctx = c.obj
+    store = ctx.store()
+    j = store.job(ctx.resolve(store, job))
+    assert j is not None
+    r = next((x for x in j.replicas if x.name == replica), None)
+    if r is None:
+        die(f"job {j.id} has no replica {replica!r}; it has "
+            f"{', '.join(x.name for x in j.replicas)}")
+    if sig.upper() not in SIGNALS:
+        die(f"--signal {sig!r}: use one of {', '.join(SIGNALS)}")
+    if not r.alive or r.launch_id is None:
+        die(f"replica {replica} of {j.id} is not running (state {r.state.value})")
+    signal_replica(ctx.state_dir, r.launch_id, SIGNALS[sig.upper()])
+    typer.echo(f"sent SIG{sig.upper()} to {replica} of {j.id}")
+
+
+def _node_command(c: typer.Context, kind: str, node: str) -> None:
+    ctx: Ctx = c.obj
+    cluster = load_cluster(ctx, None)
+    names = [n.name for n in cluster.nodes]
+    if node not in names:
+        die(f"no node {node!r}; the cluster has {', '.join(names)}")
+    ctx.store().command(kind, node)
+    typer.echo(f"{kind} requested for node {node}")
+
+
+@chaos_app.command("fail-node")
+def fail_node(c: typer.Context, node: str) -> None:
+    """Fail a node: every replica on it dies; the node stays down until restored."""
+    _node_command(c, "fail-node", node)
+
+
+@node_app.command("drain")
+def drain(c: typer.Context, node: str) -> None:
+    """Maintenance: move replicas off the node (no restart counted); place nothing new on it."""
+    _node_command(c, "drain-node", node)
+
+
+@node_app.command("restore")
+def restore(c: typer.Context, node: str) -> None:
+    """Bring a failed or drained node back."""
+    _node_command(c, "restore-node", node)
+
+
+@node_app.command("ls")
+def node_ls(c: typer.Context) -> None:
+    """List nodes and their states."""
+    ctx: Ctx = c.obj
+    stored = ctx.store().nodes()
+    for n in load_cluster(ctx, None).nodes:
+        state = stored[n.name].state.value if n.name in stored else "READY"
+        typer.echo(f"{n.name:<12} {n.slots} slots  {state}")
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (cancel, preempt, resume):
+        app.command()(fn)
+    app.add_typer(chaos_app, name="chaos")
+    app.add_typer(node_app, name="node")

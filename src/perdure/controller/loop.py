@@ -1,0 +1,189 @@
+"""The controller: load -> observe -> decide -> commit -> apply, one tick at a time.
+
+Side effects live here and in the backend: the store is written once per tick, decisions are
+carried out after the commit, events are published after the commit. A controller killed at
+any moment is started again with `Controller.start()`, which reconciles with what the backend
+still runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from perdure.backends.base import Backend, LaunchError
+from perdure.core.decide import Outcome, Snapshot, decide
+from perdure.core.events import (
+    Command,
+    Decision,
+    KillNode,
+    Launch,
+    LaunchFailed,
+    Observation,
+    Stop,
+)
+from perdure.core.launchenv import LaunchSettings
+from perdure.core.model import Job, Node
+from perdure.core.spec import ClusterSpec
+from perdure.core.states import ReplicaState
+from perdure.store.sqlite import Store, StoredEvent
+
+Listener = Callable[[StoredEvent], None]
+
+
+class ControllerBusy(RuntimeError):
+    """Another controller already drives this state dir."""
+
+
+def free_ports() -> Iterator[int]:
+    """Ports the OS says are free now, never the same one twice in a row."""
+    recent: list[int] = []
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port in recent:
+            continue
+        recent = [*recent[-63:], port]
+        yield port
+
+
+class Controller:
+    """Drives every unfinished job of a state dir through a backend."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        store: Store,
+        backend: Backend,
+        cluster: ClusterSpec,
+        settings: LaunchSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        interval: float = 0.02,
+    ) -> None:
+        self.state_dir, self.store, self.backend = state_dir, store, backend
+        self.cluster, self.settings, self.clock, self.interval = cluster, settings, clock, interval
+        self.listeners: list[Listener] = []
+        self.ports = free_ports()
+        self.snapshot = Snapshot({}, {}, {q.name: q.quota for q in cluster.queues})
+        self.pending: list[Observation] = []
+        self.last_command = 0
+        self._lock_fd: int | None = None
+        self.tick_seconds: list[float] = []
+
+    # ---- start and reconcile ----------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Take the state dir's controller lock; raise ControllerBusy when it is held."""
+        path = self.state_dir / "controller.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ControllerBusy(f"another controller is running on {self.state_dir}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def start(self) -> None:
+        """Load unfinished jobs, merge node states, and re-attach to running replicas."""
+        self.acquire()
+        stored = self.store.nodes()
+        nodes = {
+            n.name: Node(n.name, n.slots, stored[n.name].state if n.name in stored else
+                         Node(n.name, n.slots).state)
+            for n in self.backend.nodes()
+        }
+        self.store.save_nodes(nodes.values())
+        jobs = {j.id: j for j in self.store.unfinished_jobs()}
+        self.snapshot = Snapshot(jobs, nodes, self.snapshot.quotas)
+        self.last_command = self.store.last_command_id()
+        alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
+        self.pending.extend(self.backend.adopt([r.launch_id for r in alive if r.launch_id]))
+        for job in jobs.values():  # a stop decided before a crash may never have been sent
+            for r in job.replicas:
+                if r.state is ReplicaState.STOPPING and r.launch_id:
+                    self.backend.stop(Stop(r.launch_id, 15, job.spec.restart.stop_grace_seconds,
+                                           "re-sent after controller restart"))
+
+    def close(self) -> None:
+        self.backend.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ---- the tick ------------------------------------------------------------------------
+
+    def _commands(self) -> list[Observation]:
+        out: list[Observation] = []
+        new_jobs: dict[str, Job] = {}
+        for cid, cmd in self.store.commands_after(self.last_command):
+            self.last_command = cid
+            if cmd.kind == "submit" and cmd.target not in self.snapshot.jobs:
+                job = self.store.job(cmd.target)
+                if job is None or job.state.terminal:
+                    continue
+                new_jobs[job.id] = job
+            out.append(cmd)
+        if new_jobs:
+            self.snapshot = Snapshot({**self.snapshot.jobs, **new_jobs}, self.snapshot.nodes,
+                                     self.snapshot.quotas)
+        return out
+
+    def tick(self) -> Outcome:
+        """One pass: gather observations, decide, commit, then act and publish."""
+        began = time.perf_counter()
+        observations = self.pending + self.backend.poll() + self._commands()
+        self.pending = []
+        outcome = decide(self.snapshot, observations, self.clock(), self.ports, self.settings)
+        changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
+        stored = self.store.commit_tick(
+            changed, outcome.events,
+            outcome.snapshot.nodes.values() if outcome.nodes_changed else None,
+            self.last_command,
+        )
+        jobs = {i: j for i, j in outcome.snapshot.jobs.items() if not j.state.terminal}
+        self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas)
+        for d in outcome.decisions:
+            self._apply(d)
+        for e in stored:
+            for listener in self.listeners:
+                listener(e)
+        self.tick_seconds.append(time.perf_counter() - began)
+        return outcome
+
+    def _apply(self, d: Decision) -> None:
+        if isinstance(d, Launch):
+            try:
+                self.backend.launch(d)
+            except LaunchError as exc:
+                self.pending.append(LaunchFailed(d.launch_id, str(exc), self.clock()))
+        elif isinstance(d, Stop):
+            self.backend.stop(d)
+        elif isinstance(d, KillNode):
+            self.backend.kill_node(d.node)
+
+    def idle(self) -> bool:
+        return not self.snapshot.jobs and not self.pending
+
+    def run(self, until: Callable[[], bool] | None = None, exit_when_idle: bool = False) -> None:
+        """Tick until `until()` is true (or, with exit_when_idle, no job is left)."""
+        while True:
+            self.tick()
+            if until is not None and until():
+                return
+            if exit_when_idle and self.idle():
+                return
+            time.sleep(self.interval)
+
+
+def submit_command(store: Store, kind: str, target: str, hold: bool = False) -> Command:
+    """Record a user's command for the controller (it reaches it through the store)."""
+    store.command(kind, target, hold)
+    return Command(kind, target, time.time(), hold)

@@ -1,0 +1,143 @@
+"""The scheduling half of a tick: place waiting replicas of running jobs, admit queued jobs.
+
+No side effects: works on the tick's copies and records launches and events.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from perdure.core.model import Job, JobError
+from perdure.core.policy import retry_budget
+from perdure.core.scheduler import Capacity, admission_order, can_ever_fit, shortfall_message
+from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+
+if TYPE_CHECKING:
+    from perdure.core.decide import _Tick
+
+
+def schedule(t: _Tick) -> None:
+    """Place first what running jobs lost, then admit by priority and age; check the timers."""
+    waiting = [j for j in t.jobs.values() if _needs_placement(j)]
+    queued = [j for j in t.jobs.values() if j.state is JobState.QUEUED]
+    due = [j for j in queued + waiting if _timer_due(t, j)]
+    if (t.active and (waiting or queued)) or due:
+        cap = Capacity(t.nodes, t.snap.quotas, t.jobs.values())
+        for job in admission_order(waiting):
+            _place_waiting(t, cap, job.id)
+        for job in admission_order(queued):
+            _admit(t, cap, job.id)
+    _settle_drains(t)
+
+
+def _needs_placement(job: Job) -> bool:
+    return (
+        job.state in (JobState.PENDING, JobState.RUNNING)
+        and job.after_stop is None
+        and any(r.state is ReplicaState.WAITING for r in job.replicas)
+    )
+
+
+def _timer_due(t: _Tick, job: Job) -> bool:
+    limit = job.spec.scheduling.placement_timeout_seconds
+    return job.waiting_since is not None and t.now - job.waiting_since >= limit
+
+
+def _wait(t: _Tick, job: Job, reason: str) -> None:
+    """Note why a job waits, with an event only when the reason changes."""
+    if job.wait_reason != reason:
+        job.wait_reason = reason
+        t.event(job, "waiting", reason)
+
+
+def _place_waiting(t: _Tick, cap: Capacity, job_id: str) -> None:
+    job = t.touch(job_id)
+    assert job is not None
+    todo = [r for r in job.replicas if r.state is ReplicaState.WAITING]
+    chosen = cap.place(todo, prefer={r.name: r.node for r in todo})
+    if chosen is None:
+        if job.waiting_since is None:
+            job.waiting_since = t.now
+        if _timer_due(t, job):
+            _capacity_timeout(t, job, cap.healthy_slots(), in_attempt=True)
+        else:
+            names = ", ".join(r.name for r in todo)
+            _wait(t, job, f"waiting for capacity to place {names}")
+        return
+    job.waiting_since, job.wait_reason = None, ""
+    for r in todo:
+        r.node = chosen[r.name]
+    for r in todo:
+        t.launch(job, r, chosen[r.name])
+    where = ", ".join(f"{r.name} on {r.node}" for r in todo)
+    t.event(job, "launch", f"launch {where} (attempt {job.attempt}, round {job.round})")
+
+
+def _admit(t: _Tick, cap: Capacity, job_id: str) -> None:
+    job = t.touch(job_id)
+    assert job is not None
+    if not can_ever_fit(job, t.nodes):
+        if job.waiting_since is None:
+            job.waiting_since = t.now
+        if _timer_due(t, job):
+            _capacity_timeout(t, job, cap.healthy_slots(), in_attempt=False)
+        else:
+            _wait(t, job, "waiting: " + shortfall_message(job, cap.healthy_slots()))
+        return
+    job.waiting_since = None
+    free_quota = cap.queue_free(job.spec.queue)
+    if free_quota is not None and free_quota < job.slots:
+        _wait(t, job, f"waiting for quota: queue {job.spec.queue} has {max(free_quota, 0)} "
+                      f"free slots of {t.snap.quotas[job.spec.queue]}, need {job.slots}")
+        return
+    chosen = cap.place(job.replicas)
+    if chosen is None:
+        _wait(t, job, f"waiting for capacity: need {job.slots} slots, "
+                      f"{max(cap.free_slots(), 0)} free of {cap.healthy_slots()}")
+        return
+    cap.take_quota(job.spec.queue, job.slots)
+    job.attempt += 1
+    job.round, job.master_port, job.wait_reason = 0, next(t.ports), ""
+    job.state = JobState.PENDING
+    for r in job.replicas:
+        r.node = chosen[r.name]
+    for r in job.replicas:
+        t.launch(job, r, chosen[r.name])
+    nodes = sorted({r.node or "" for r in job.replicas})
+    t.event(job, "state", f"PENDING: attempt {job.attempt} admitted; launching "
+                          f"{len(job.replicas)} replicas on {', '.join(nodes)}")
+
+
+def _capacity_timeout(t: _Tick, job: Job, healthy: int, *, in_attempt: bool) -> None:
+    """The bounded wait for capacity ran out: retry the job (at most 3 times), then fail."""
+    code = ErrorCode.INSUFFICIENT_CAPACITY
+    message = shortfall_message(job, healthy)
+    job.error = JobError(code, message)
+    spent = job.retries.get(code.value, 0)
+    job.waiting_since = t.now
+    if spent >= retry_budget(code, job.spec):
+        t.event(job, "decision", f"fail job: {message} (retries exhausted)")
+        if in_attempt:
+            t.end(job, JobState.FAILED)
+        else:
+            job.state = JobState.FAILED
+            t.event(job, "state", f"FAILED: {code.value}: {message}")
+        return
+    job.retries[code.value] = spent + 1
+    t.event(job, "decision", f"retry job: {message} (retry {spent + 1} of "
+                             f"{retry_budget(code, job.spec)})")
+    if in_attempt:
+        t.end(job, JobState.QUEUED)
+    else:
+        job.attempt += 1  # the attempt that could not be placed counts
+
+
+def _settle_drains(t: _Tick) -> None:
+    draining = [n for n in t.nodes.values() if n.state is NodeState.DRAINING]
+    for node in draining:
+        busy = any(
+            r.node == node.name and r.alive for j in t.jobs.values() for r in j.replicas
+        )
+        if not busy:
+            t.set_node(node.name, NodeState.DRAINED)
+            t.event(None, "node", f"node {node.name} drained: no replicas left on it")

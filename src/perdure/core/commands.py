@@ -1,0 +1,108 @@
+"""Users' commands (cancel, preempt, resume, node actions) as a dispatch table.
+
+No side effects: each handler changes the tick's copies and records decisions and events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from perdure.core.events import Command
+from perdure.core.states import JobState, NodeState, ReplicaState
+
+if TYPE_CHECKING:
+    from perdure.core.decide import _Tick
+
+
+def _submit(t: _Tick, c: Command) -> None:
+    job = t.touch(c.target)
+    if job is not None:
+        t.active = True
+        t.event(job, "state", f"QUEUED: submitted to queue {job.spec.queue} "
+                              f"({job.slots} slots, priority {job.priority})")
+
+
+def _cancel(t: _Tick, c: Command) -> None:
+    job = t.touch(c.target)
+    if job is None or job.state.terminal or job.state is JobState.CANCELLING:
+        return
+    if job.state in (JobState.QUEUED, JobState.SUSPENDED):
+        job.state = JobState.CANCELLED
+        t.event(job, "state", "CANCELLED: cancelled by the user")
+        t.active = True
+        return
+    job.state = JobState.CANCELLING
+    t.event(job, "state", "CANCELLING: stopping every replica")
+    t.end(job, JobState.CANCELLED)
+
+
+def _preempt(t: _Tick, c: Command) -> None:
+    job = t.touch(c.target)
+    if job is None:
+        return
+    job.hold = c.hold
+    if job.state is JobState.QUEUED and c.hold:
+        job.state = JobState.SUSPENDED
+        t.event(job, "state", "SUSPENDED: held before it started; `perdure resume` releases it")
+    elif job.state in (JobState.PENDING, JobState.RUNNING):
+        job.state = JobState.SUSPENDING
+        grace = job.spec.preemption.grace_seconds
+        t.event(job, "state", f"SUSPENDING: preemption notice sent, grace {grace:g}s"
+                              + (" (held until resumed)" if c.hold else ""))
+        t.end(job, JobState.SUSPENDED, notice="preemption")
+
+
+def _resume(t: _Tick, c: Command) -> None:
+    job = t.touch(c.target)
+    if job is None:
+        return
+    job.hold = False
+    if job.state is JobState.SUSPENDED:
+        job.state = JobState.QUEUED
+        t.active = True
+        t.event(job, "state", "QUEUED: resumed by the user")
+
+
+def _fail_node(t: _Tick, c: Command) -> None:
+    if t.set_node(c.target, NodeState.DOWN) is None:
+        return
+    t.event(None, "node", f"node {c.target} failed: its replicas are lost")
+    t.kill_node(c.target)
+
+
+def _drain_node(t: _Tick, c: Command) -> None:
+    if t.set_node(c.target, NodeState.DRAINING) is None:
+        return
+    t.event(None, "node", f"node {c.target} draining: maintenance notice to its replicas")
+    for job_id, job in list(t.jobs.items()):
+        on_node = [r for r in job.replicas if r.node == c.target and r.alive]
+        if not on_node or job.after_stop is not None:
+            continue
+        mine = t.touch(job_id)
+        assert mine is not None
+        job = mine
+        moving = [r for r in job.replicas if r.node == c.target and r.alive]
+        for r in moving:
+            r.avoid_node = c.target
+        names = ", ".join(r.name for r in moving)
+        t.event(job, "decision", f"move {names} off node {c.target} (maintenance, no restart)")
+        t.restart(job, moving, notice="maintenance", why=f"drain {c.target}")
+
+
+def _restore_node(t: _Tick, c: Command) -> None:
+    if t.set_node(c.target, NodeState.READY) is not None:
+        t.event(None, "node", f"node {c.target} restored: ready for replicas")
+
+
+COMMANDS: dict[str, Callable[[_Tick, Command], None]] = {
+    "submit": _submit,
+    "cancel": _cancel,
+    "preempt": _preempt,
+    "resume": _resume,
+    "fail-node": _fail_node,
+    "drain-node": _drain_node,
+    "restore-node": _restore_node,
+}
+
+__all__ = ["COMMANDS", "ReplicaState"]

@@ -1,0 +1,304 @@
+"""The control plane's step function: `decide(snapshot, observations, now)`.
+
+No side effects: it reads the snapshot, never mutates it, and returns the next snapshot, the
+decisions for the shell to carry out (launch, stop, kill node) and the events that explain them.
+Time comes in as `now`; rendezvous ports come from the `ports` iterator the shell supplies.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from perdure.core.events import (
+    Command,
+    Decision,
+    KillNode,
+    LaunchFailed,
+    Observation,
+    ReplicaExited,
+    ReplicaProgress,
+    ReplicaStarted,
+    Stop,
+)
+from perdure.core.launchenv import LaunchSettings, build_launch, job_of_launch, launch_id
+from perdure.core.model import Event, Job, JobError, Node, Replica
+from perdure.core.policy import Action, Failure, Verdict, classify, escalate
+from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+
+INTERNAL_MESSAGE = "Internal error occurred for the current attempt."
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    jobs: Mapping[str, Job]  # unfinished jobs (the shell drops terminal ones after commit)
+    nodes: Mapping[str, Node]
+    quotas: Mapping[str, int | None]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    snapshot: Snapshot
+    decisions: list[Decision]
+    events: list[Event]
+    changed_jobs: frozenset[str]
+    nodes_changed: bool
+
+
+def decide(
+    snap: Snapshot,
+    observations: Iterable[Observation],
+    now: float,
+    ports: Iterator[int],
+    settings: LaunchSettings,
+) -> Outcome:
+    """One tick: apply the observations (earliest first), then place and admit."""
+    tick = _Tick(snap, now, ports, settings)
+    for obs in sorted(observations, key=lambda o: o.time):
+        tick.observe(obs)
+    tick.schedule()
+    return tick.outcome()
+
+
+@dataclass
+class _Tick:
+    snap: Snapshot
+    now: float
+    ports: Iterator[int]
+    settings: LaunchSettings
+    jobs: dict[str, Job] = field(init=False)
+    nodes: dict[str, Node] = field(init=False)
+    decisions: list[Decision] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    changed: set[str] = field(default_factory=set)
+    nodes_changed: bool = False
+    active: bool = False  # something changed capacity or demand: run admission
+
+    def __post_init__(self) -> None:
+        self.jobs = dict(self.snap.jobs)
+        self.nodes = dict(self.snap.nodes)
+
+    # ---- bookkeeping -------------------------------------------------------------------
+
+    def touch(self, job_id: str) -> Job | None:
+        """The tick's own copy of a job, cloned on first touch."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        if job_id not in self.changed:
+            job = job.clone()
+            self.jobs[job_id] = job
+            self.changed.add(job_id)
+        job.updated = self.now
+        return job
+
+    def event(self, job: Job | None, kind: str, message: str) -> None:
+        self.events.append(Event(self.now, job.id if job else None, kind, message))
+
+    def set_node(self, name: str, state: NodeState) -> Node | None:
+        node = self.nodes.get(name)
+        if node is None:
+            return None
+        self.nodes[name] = Node(node.name, node.slots, state)
+        self.nodes_changed = self.active = True
+        return self.nodes[name]
+
+    def outcome(self) -> Outcome:
+        snap = Snapshot(self.jobs, self.nodes, self.snap.quotas)
+        return Outcome(snap, self.decisions, self.events, frozenset(self.changed),
+                       self.nodes_changed)
+
+    # ---- observations ------------------------------------------------------------------
+
+    def observe(self, obs: Observation) -> None:
+        if isinstance(obs, Command):
+            self.command(obs)
+            return
+        job = self.touch(job_of_launch(obs.launch_id))
+        r = job.replica_by_launch(obs.launch_id) if job else None
+        if job is None or r is None:
+            return  # a launch of a job or round that is gone: nothing to decide
+        if isinstance(obs, ReplicaStarted):
+            self.started(job, r)
+        elif isinstance(obs, ReplicaExited):
+            self.exited(job, r, obs)
+        elif isinstance(obs, LaunchFailed):
+            self.launch_failed(job, r, obs)
+        elif isinstance(obs, ReplicaProgress):
+            job.step = obs.step
+
+    def started(self, job: Job, r: Replica) -> None:
+        if r.state is ReplicaState.STARTING:
+            r.state = ReplicaState.RUNNING
+        up = all(x.state is ReplicaState.RUNNING for x in job.replicas)
+        if job.state is JobState.PENDING and up:
+            job.state = JobState.RUNNING
+            self.event(job, "running", f"RUNNING: all {len(job.replicas)} replicas started")
+
+    def exited(self, job: Job, r: Replica, obs: ReplicaExited) -> None:
+        if not r.alive:
+            return  # reported twice
+        self.active = True
+        was_stopping = r.state is ReplicaState.STOPPING
+        r.state, r.exit_code = ReplicaState.EXITED, obs.exit_code
+        node = self.nodes.get(r.node or "")
+        f = Failure(
+            replica=r.name, primary=r is job.primary, exit_code=obs.exit_code,
+            signal=obs.signal, oom=obs.oom, error=obs.error, notice=r.notice,
+            node_lost=r.node if node is not None and node.state is NodeState.DOWN else None,
+        )
+        r.notice = None
+        if was_stopping or job.after_stop is not None:
+            self.stopped(job, r, f)
+            return
+        verdict, reason = escalate(classify(f, job.spec), r.restarts, job.retries, job.spec)
+        self.apply(job, r, verdict, f"{r.name}: {reason}")
+
+    def stopped(self, job: Job, r: Replica, f: Failure) -> None:
+        """An exit the controller asked for (or one during a notice): no failure."""
+        why = classify(f, job.spec).reason if f.notice else "stopped"
+        self.event(job, "exit", f"{r.name} exited with status {f.exit_code} ({why})")
+        if r.relaunch and job.after_stop is None:
+            r.state = ReplicaState.WAITING
+        r.relaunch = False
+        self.maybe_finish(job)
+
+    def launch_failed(self, job: Job, r: Replica, obs: LaunchFailed) -> None:
+        if not r.alive:
+            return
+        self.active = True
+        r.state = ReplicaState.EXITED
+        self.event(job, "launch-failed", f"{r.name}: {obs.message}")
+        if job.after_stop is not None or r.relaunch:
+            r.relaunch = False
+            self.maybe_finish(job)
+            return
+        v = Verdict(Action.RETRY, ErrorCode.INTERNAL, INTERNAL_MESSAGE, "launch failed")
+        verdict, reason = escalate(v, r.restarts, job.retries, job.spec)
+        self.apply(job, r, verdict, f"{r.name}: {reason}")
+
+    # ---- verdicts ------------------------------------------------------------------------
+
+    def apply(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        if v.action is Action.SUCCEED:
+            job.error = None
+            self.event(job, "decision", f"succeed: {reason}")
+            self.end(job, JobState.SUCCEEDED)
+        elif v.action is Action.DONE:
+            self.event(job, "decision", f"done: {reason}")
+        elif v.action in (Action.RESTART, Action.MOVE):
+            if v.action is Action.RESTART:
+                r.restarts += 1
+            if v.code is not None and v.message:
+                job.error = JobError(v.code, v.message)
+            self.event(job, "decision", f"restart {reason}")
+            if r.node and self.nodes.get(r.node, Node(r.node, 0)).state is not NodeState.READY:
+                r.avoid_node = r.node
+            self.restart(job, [r], notice=None, why="restart")
+        elif v.action is Action.RETRY:
+            assert v.code is not None
+            job.retries[v.code.value] = job.retries.get(v.code.value, 0) + 1
+            job.error = JobError(v.code, v.message)
+            self.event(job, "decision", f"retry job: {reason}")
+            self.end(job, JobState.QUEUED)
+        elif v.action is Action.FAIL:
+            assert v.code is not None
+            job.error = JobError(v.code, v.message)
+            self.event(job, "decision", f"fail job: {reason}")
+            self.end(job, JobState.FAILED)
+
+    def restart(self, job: Job, moved: list[Replica], notice: str | None, why: str) -> None:
+        """Start `moved` again; in group scope every replica joins a new rendezvous round."""
+        job.state = JobState.PENDING
+        grace = job.spec.restart.stop_grace_seconds
+        if notice == "maintenance":
+            grace = job.spec.preemption.grace_seconds
+        names = {r.name for r in moved}
+        group = job.spec.restart.scope == "group"
+        if group:
+            job.round += 1
+            job.master_port = next(self.ports)
+        for x in job.replicas:
+            if x.name not in names and not group:
+                continue
+            if x.alive:
+                self.stop(job, x, grace, f"{why}: new round {job.round}", relaunch=True,
+                          notice=notice if x.name in names else None)
+            elif x.state is ReplicaState.EXITED:
+                x.state = ReplicaState.WAITING
+
+    def stop(self, job: Job, r: Replica, grace: float, reason: str, *, relaunch: bool = False,
+             notice: str | None = None) -> None:
+        if r.state is ReplicaState.STOPPING or r.launch_id is None:
+            r.relaunch = r.relaunch or relaunch
+            return
+        r.state, r.relaunch, r.notice = ReplicaState.STOPPING, relaunch, notice
+        self.decisions.append(Stop(r.launch_id, int(signal.SIGTERM), grace, reason))
+
+    def end(self, job: Job, final: JobState, notice: str | None = None) -> None:
+        """Stop every replica; the job becomes `final` once all are down."""
+        job.after_stop = final
+        grace = (job.spec.preemption.grace_seconds if notice
+                 else job.spec.restart.stop_grace_seconds)
+        for x in job.replicas:
+            if x.alive:
+                self.stop(job, x, grace, f"job ending ({final.value})", notice=notice)
+            elif x.state is ReplicaState.WAITING:
+                x.state = ReplicaState.EXITED
+            x.relaunch = False
+        self.maybe_finish(job)
+
+    def maybe_finish(self, job: Job) -> None:
+        if job.after_stop is None or job.alive_replicas():
+            return
+        final, job.after_stop = job.after_stop, None
+        job.waiting_since, job.master_port = None, None
+        if final is JobState.QUEUED or final is JobState.SUSPENDED:
+            self.reset(job)
+        if final is JobState.QUEUED:
+            job.state = JobState.QUEUED
+            self.event(job, "state", f"QUEUED: attempt {job.attempt} ended; retrying")
+        elif final is JobState.SUSPENDED:
+            job.state = JobState.SUSPENDED
+            self.event(job, "state", "SUSPENDED: every replica is down; capacity released")
+            if not job.hold:
+                job.state = JobState.QUEUED
+                self.event(job, "state", "QUEUED: requeued to resume from its checkpoint")
+        else:
+            job.state = final
+            tail = f": {job.error.code.value}: {job.error.message}" if job.error else ""
+            self.event(job, "state", f"{final.value}{tail}")
+        self.active = True
+
+    def reset(self, job: Job) -> None:
+        for x in job.replicas:
+            x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
+            x.relaunch, x.avoid_node, x.notice = False, None, None
+        job.round = 0
+
+    # ---- commands ------------------------------------------------------------------------
+
+    def command(self, c: Command) -> None:
+        from perdure.core.commands import COMMANDS
+
+        handler = COMMANDS.get(c.kind)
+        if handler is not None:
+            handler(self, c)
+
+    # ---- placement and admission ---------------------------------------------------------
+
+    def schedule(self) -> None:
+        from perdure.core.admission import schedule
+
+        schedule(self)
+
+    def launch(self, job: Job, r: Replica, node: str) -> None:
+        r.node, r.avoid_node = node, None
+        r.launches += 1
+        r.launch_id = launch_id(job, r)
+        r.state = ReplicaState.STARTING
+        self.decisions.append(build_launch(job, r, self.settings))
+
+    def kill_node(self, name: str) -> None:
+        self.decisions.append(KillNode(name))

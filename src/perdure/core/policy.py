@@ -1,0 +1,191 @@
+"""The failure policy: a rule table (first match wins; the spec's rules before the defaults).
+
+No side effects: `classify` turns a failure record into a verdict with its reason, and
+`escalate` applies the restart and retry budgets. The controller carries verdicts out.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from perdure.core.events import ErrorInfo
+from perdure.core.spec import JobSpec, RuleAction, RuleSpec
+from perdure.core.states import ErrorCode
+
+
+class Action(str, Enum):
+    SUCCEED = "succeed"  # the job succeeded; stop the rest
+    DONE = "done"  # this replica finished; nothing to do
+    SUSPEND = "suspend"  # exited under a preemption notice: no failure
+    MOVE = "move"  # exited under a maintenance notice: start it elsewhere, no failure
+    RESTART = "restart"  # restart the replica in place
+    RETRY = "retry"  # retry the job: a new attempt
+    FAIL = "fail"  # fail the job
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a replica ended: the record every rule matches against."""
+
+    replica: str
+    primary: bool
+    exit_code: int
+    signal: int | None = None
+    oom: bool = False
+    error: ErrorInfo | None = None
+    notice: str | None = None  # "preemption" | "maintenance" when one was sent
+    node_lost: str | None = None  # the node's name when the replica's node failed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: Action
+    code: ErrorCode | None
+    message: str  # the error message a user sees if this ends the job
+    reason: str  # why this verdict: which rule matched
+
+
+# Collective and rendezvous failures seen by survivors when a peer dies: a lost peer, not a bug.
+_PEER_TYPES = {"DistBackendError", "DistNetworkError", "DistStoreError"}
+_PEER_TEXT = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|gloo|NCCL|"
+    r"socket timeout|Socket Timeout|recvBytes|ProcessGroup",
+)
+
+
+def is_peer_error(error: ErrorInfo | None) -> bool:
+    """Whether an exception is a collective failing because another replica went away."""
+    if error is None:
+        return False
+    return error.type in _PEER_TYPES or (
+        error.type == "RuntimeError" and bool(_PEER_TEXT.search(error.message))
+    )
+
+
+def describe_exit(f: Failure) -> str:
+    """`Replica worker-1 exited with a non-zero status of 1` (+ the signal's name)."""
+    text = f"Replica {f.replica} exited with a non-zero status of {f.exit_code}"
+    if f.signal:
+        try:
+            text += f" ({_signal.Signals(f.signal).name})"
+        except ValueError:
+            text += f" (signal {f.signal})"
+    return text
+
+
+def _user_message(f: Failure) -> str:
+    if f.error is not None:
+        return f"{describe_exit(f)}. Termination reason: {f.error.summary().rstrip('.')}."
+    if f.node_lost:
+        return f"{describe_exit(f)}. Termination reason: node {f.node_lost} was lost."
+    return f"{describe_exit(f)}."
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    matches: Callable[[Failure, JobSpec], bool]
+    action: Action
+    code: ErrorCode | None
+
+
+def _transient(f: Failure, spec: JobSpec) -> bool:
+    codes = spec.restart.transient_exit_codes
+    return f.exit_code in codes or (f.signal is not None and f.signal in codes)
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    Rule("primary exited 0", lambda f, s: f.exit_code == 0 and f.primary, Action.SUCCEED, None),
+    Rule("replica exited 0", lambda f, s: f.exit_code == 0, Action.DONE, None),
+    Rule("preemption notice", lambda f, s: f.notice == "preemption", Action.SUSPEND, None),
+    Rule("maintenance notice", lambda f, s: f.notice == "maintenance", Action.MOVE, None),
+    Rule("node lost", lambda f, s: f.node_lost is not None, Action.RESTART, ErrorCode.USER_CODE),
+    Rule("out of memory", lambda f, s: f.oom, Action.FAIL, ErrorCode.OUT_OF_MEMORY),
+    Rule("transient exit code", _transient, Action.RETRY, ErrorCode.USER_CODE),
+    Rule("peer lost", lambda f, s: is_peer_error(f.error), Action.RESTART, ErrorCode.USER_CODE),
+    Rule("uncaught exception", lambda f, s: f.error is not None, Action.FAIL, ErrorCode.USER_CODE),
+    Rule("non-zero exit", lambda f, s: True, Action.RESTART, ErrorCode.USER_CODE),
+)
+
+_USER_ACTIONS = {
+    RuleAction.RESTART: Action.RESTART,
+    RuleAction.RETRY: Action.RETRY,
+    RuleAction.FAIL: Action.FAIL,
+    RuleAction.IGNORE: Action.DONE,
+}
+
+
+def _spec_rule(i: int, r: RuleSpec) -> Rule:
+    def matches(f: Failure, spec: JobSpec) -> bool:
+        if f.exit_code == 0:
+            return False
+        if r.exit_codes is not None and f.exit_code not in r.exit_codes:
+            return False
+        if r.signals is not None and f.signal not in r.signals:
+            return False
+        if r.exception is not None and (f.error is None or f.error.type != r.exception):
+            return False
+        return r.message_contains is None or (
+            f.error is not None and r.message_contains in f.error.message
+        )
+
+    return Rule(f"spec rule {i + 1}", matches, _USER_ACTIONS[r.action], ErrorCode.USER_CODE)
+
+
+def rules_for(spec: JobSpec) -> tuple[Rule, ...]:
+    """Success and notices first, then the spec's rules, then the defaults."""
+    user = tuple(_spec_rule(i, r) for i, r in enumerate(spec.restart.rules))
+    return DEFAULT_RULES[:4] + user + DEFAULT_RULES[4:]
+
+
+def classify(f: Failure, spec: JobSpec) -> Verdict:
+    """The first rule that matches the failure decides; the verdict names that rule."""
+    for rule in rules_for(spec):
+        if rule.matches(f, spec):
+            message = ""
+            if rule.code is ErrorCode.OUT_OF_MEMORY:
+                message = (
+                    f"Replica {f.replica} ran out of memory and exited with a non-zero "
+                    f"status of {f.exit_code}."
+                )
+            elif rule.code is not None:
+                message = _user_message(f)
+            return Verdict(rule.action, rule.code, message, rule.name)
+    raise AssertionError("the last default rule matches everything")  # pragma: no cover
+
+
+# Job retries by error code; USER_CODE and OUT_OF_MEMORY use the spec's max_job_retries.
+RETRY_BUDGETS = {ErrorCode.INTERNAL: 2, ErrorCode.INSUFFICIENT_CAPACITY: 3}
+
+
+def retry_budget(code: ErrorCode, spec: JobSpec) -> int:
+    return RETRY_BUDGETS.get(code, spec.restart.max_job_retries)
+
+
+def escalate(
+    v: Verdict, restarts: int, retries: dict[str, int], spec: JobSpec
+) -> tuple[Verdict, str]:
+    """Apply the budgets: a restart past max becomes a retry, a retry past max a failure.
+
+    Returns the verdict to carry out and its reason with the counts, e.g.
+    `restart worker-2: non-zero exit, restart 3 of 5`.
+    """
+    if v.action is Action.RESTART:
+        limit = spec.restart.max_replica_restarts
+        if restarts < limit:
+            return v, f"{v.reason}, restart {restarts + 1} of {limit}"
+        v = Verdict(Action.RETRY, v.code, v.message, f"{v.reason}, restarts exhausted ({limit})")
+    if v.action is Action.RETRY and v.code is not None:
+        limit = retry_budget(v.code, spec)
+        spent = retries.get(v.code.value, 0)
+        if spent < limit:
+            return v, f"{v.reason}, job retry {spent + 1} of {limit}"
+        return (
+            Verdict(Action.FAIL, v.code, v.message, v.reason),
+            f"{v.reason}, job retries exhausted ({limit})",
+        )
+    return v, v.reason

@@ -1,0 +1,248 @@
+"""The job spec and the cluster file: pydantic models and their validation.
+
+No side effects: parsing takes text, never reads files (the CLI reads them).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+class SpecError(ValueError):
+    """A spec or cluster file that cannot be used; the message names the field and the fix."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuleAction(str, Enum):
+    RESTART = "restart"  # restart the replica in place
+    RETRY = "retry"  # retry the job (new attempt)
+    FAIL = "fail"  # fail the job at once
+    IGNORE = "ignore"  # not a failure: the replica is done
+
+
+class RuleSpec(_Model):
+    """A user failure rule, matched before the defaults. Every given condition must hold."""
+
+    exit_codes: list[int] | None = None
+    signals: list[int] | None = None
+    exception: str | None = None  # exception type name, e.g. "TimeoutError"
+    message_contains: str | None = None
+    action: RuleAction
+
+    @model_validator(mode="after")
+    def _has_condition(self) -> RuleSpec:
+        if not (self.exit_codes or self.signals or self.exception or self.message_contains):
+            raise ValueError(
+                "a rule needs at least one of exit_codes, signals, exception, message_contains"
+            )
+        return self
+
+
+class RestartSpec(_Model):
+    max_replica_restarts: int = Field(5, ge=0)
+    max_job_retries: int = Field(3, ge=0)
+    transient_exit_codes: list[int] = Field(default_factory=lambda: [6, 134, 11, 139])
+    rules: list[RuleSpec] = Field(default_factory=list)
+    # group: a replica restart relaunches every replica with a new rendezvous (torchrun's
+    # behaviour, right for plain DDP scripts); replica: only the failed one (scripts whose
+    # survivors rebuild their process group themselves).
+    scope: Literal["group", "replica"] = "group"
+    stop_grace_seconds: float = Field(5.0, ge=0)
+
+
+class SchedulingSpec(_Model):
+    # How long a job that needs more than the healthy capacity waits before the attempt
+    # fails as INSUFFICIENT_CAPACITY (then retried, at most 3 times).
+    placement_timeout_seconds: float = Field(120.0, ge=0)
+
+
+class PoolSpec(_Model):
+    name: str
+    replicas: int = Field(1, ge=1, le=1024)
+    min_replicas: int | None = Field(None, ge=1)
+    command: list[str] = Field(min_length=1)
+    slots: int = Field(1, ge=1)
+    memory_mb: int | None = Field(None, ge=16)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v) or len(v) > 32:
+            raise ValueError("use lowercase letters, digits and '-', at most 32 characters")
+        return v
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            raise ValueError(
+                "command is an argv list, not a shell string: write "
+                f"{v.split()!r} instead of {v!r}"
+            )
+        if isinstance(v, list):
+            return [str(x) if isinstance(x, int | float) else x for x in v]
+        return v
+
+    @model_validator(mode="after")
+    def _min(self) -> PoolSpec:
+        if self.min_replicas is not None and self.min_replicas > self.replicas:
+            raise ValueError(
+                f"min_replicas ({self.min_replicas}) is larger than replicas ({self.replicas})"
+            )
+        return self
+
+
+class ElasticSpec(_Model):
+    mode: Literal["resize", "pause"] = "resize"
+
+
+class CheckpointSpec(_Model):
+    dir: str | None = None
+    every_steps: int | None = Field(None, ge=1)
+
+
+class PreemptionSpec(_Model):
+    grace_seconds: float = Field(30.0, ge=0)
+
+
+class JobSpec(_Model):
+    """A training job: pools of replicas, the failure policy and the runtime's settings."""
+
+    name: str
+    queue: str = "default"
+    priority: int = 0
+    pools: list[PoolSpec] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    restart: RestartSpec = Field(default_factory=RestartSpec)  # type: ignore[arg-type]
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)  # type: ignore[arg-type]
+    elastic: ElasticSpec = Field(default_factory=ElasticSpec)  # type: ignore[arg-type]
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)  # type: ignore[arg-type]
+    preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)  # type: ignore[arg-type]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v) or len(v) > 48:
+            raise ValueError("use lowercase letters, digits and '-', at most 48 characters")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_pools(self) -> JobSpec:
+        names = [p.name for p in self.pools]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"pool names must be unique; repeated: {sorted(dup)}")
+        return self
+
+    @property
+    def total_replicas(self) -> int:
+        return sum(p.replicas for p in self.pools)
+
+    @property
+    def total_slots(self) -> int:
+        return sum(p.replicas * p.slots for p in self.pools)
+
+
+class NodeSpec(_Model):
+    name: str
+    slots: int = Field(ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError("use lowercase letters, digits and '-'")
+        return v
+
+
+class QueueSpec(_Model):
+    name: str
+    quota: int | None = Field(None, ge=1)
+
+
+class ClusterSpec(_Model):
+    """Where replicas may run (virtual nodes, each a failure domain) and the queues' quotas."""
+
+    backend: Literal["local", "ray", "fake"] = "local"
+    address: str | None = None
+    nodes: list[NodeSpec] = Field(default_factory=list)
+    queues: list[QueueSpec] = Field(default_factory=lambda: [QueueSpec(name="default", quota=None)])
+
+    @model_validator(mode="after")
+    def _unique(self) -> ClusterSpec:
+        for what, names in (
+            ("node", [n.name for n in self.nodes]),
+            ("queue", [q.name for q in self.queues]),
+        ):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"{what} names must be unique; repeated: {dup}")
+        return self
+
+
+def default_cluster(cores: int) -> ClusterSpec:
+    """One node `local` with as many slots as cores, one queue `default` without a quota."""
+    return ClusterSpec(nodes=[NodeSpec(name="local", slots=max(1, cores))])
+
+
+def _format_errors(err: ValidationError, source: str, data: Any) -> str:
+    lines = [f"{source}: invalid spec"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field; check the spelling (see DESIGN.md's job spec for the fields)"
+        value = e.get("input")
+        shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {value!r})"
+        lines.append(f"  {loc}: {msg}{shown}")
+    return "\n".join(lines)
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping of fields at the top level")
+    return data
+
+
+def parse_job_spec(text: str, source: str = "spec") -> JobSpec:
+    """Parse and validate a job spec from YAML text; raise SpecError naming each bad field."""
+    data = _load_yaml(text, source)
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_format_errors(exc, source, data)) from None
+
+
+def parse_cluster(text: str, source: str = "cluster") -> ClusterSpec:
+    """Parse and validate a cluster file from YAML text; raise SpecError naming each bad field."""
+    data = _load_yaml(text, source)
+    try:
+        cluster = ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_format_errors(exc, source, data)) from None
+    if cluster.backend == "local" and not cluster.nodes:
+        raise SpecError(f"{source}: nodes: the local backend needs at least one node")
+    return cluster
+
+
+def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:
+    """Reject a job whose queue is unknown (a job larger than the cluster is the scheduler's)."""
+    queues = [q.name for q in cluster.queues]
+    if spec.queue not in queues:
+        raise SpecError(f"queue: unknown queue {spec.queue!r}; the cluster has {queues}")

@@ -1,0 +1,216 @@
+"""Job state and the event log in sqlite: one transaction per controller tick.
+
+Every process (controller, CLI commands) opens its own connection; WAL lets readers go on
+while the controller writes. Commands reach the controller through the `commands` table and are
+marked consumed in the same transaction as the tick that applied them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perdure.core.events import Command
+from perdure.core.model import Event, Job, Node
+from perdure.core.states import NodeState
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, queue TEXT NOT NULL, priority INTEGER NOT NULL,
+    state TEXT NOT NULL, attempt INTEGER NOT NULL, created REAL NOT NULL, updated REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, job_id TEXT,
+    kind TEXT NOT NULL, message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id, id);
+CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, slots INTEGER NOT NULL, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS commands (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, kind TEXT NOT NULL,
+    target TEXT NOT NULL, hold INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    id: int
+    time: float
+    job_id: str | None
+    kind: str
+    message: str
+
+
+class Store:
+    """The sqlite store of one state dir (`<state_dir>/perdure.db`)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None,
+                                  check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA busy_timeout=30000")
+        with self.transaction():
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    self.db.execute(statement)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # ---- jobs --------------------------------------------------------------------------
+
+    def _put_job(self, job: Job) -> None:
+        self.db.execute(
+            "INSERT INTO jobs(id, name, queue, priority, state, attempt, created, updated, data)"
+            " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET state=excluded.state,"
+            " attempt=excluded.attempt, updated=excluded.updated, data=excluded.data",
+            (job.id, job.name, job.spec.queue, job.priority, job.state.value, job.attempt,
+             job.created, job.updated, json.dumps(job.to_json())),
+        )
+
+    def submit(self, job: Job) -> None:
+        """Store a new job and tell the controller (one transaction)."""
+        with self.transaction():
+            self._put_job(job)
+            self._command("submit", job.id, False, job.created)
+
+    def job(self, job_id: str) -> Job | None:
+        row = self.db.execute("SELECT data FROM jobs WHERE id=?", (job_id,)).fetchone()
+        return Job.from_json(json.loads(row[0])) if row else None
+
+    def jobs(self, ids: Iterable[str]) -> list[Job]:
+        return [j for j in (self.job(i) for i in ids) if j is not None]
+
+    def unfinished_jobs(self) -> list[Job]:
+        rows = self.db.execute(
+            f"SELECT data FROM jobs WHERE state NOT IN {TERMINAL} ORDER BY created"
+        ).fetchall()
+        return [Job.from_json(json.loads(r[0])) for r in rows]
+
+    def job_rows(self) -> list[dict[str, Any]]:
+        cur = self.db.execute(
+            "SELECT id, name, queue, priority, state, attempt, created, updated FROM jobs"
+            " ORDER BY created"
+        )
+        cols = [c[0] for c in cur.description]
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    def resolve(self, ref: str) -> str | None:
+        """A job id from an id, an id prefix or a name (the newest job of that name)."""
+        row = self.db.execute("SELECT id FROM jobs WHERE id=?", (ref,)).fetchone()
+        if row:
+            return str(row[0])
+        rows = self.db.execute(
+            "SELECT id FROM jobs WHERE id LIKE ? OR name=? ORDER BY created DESC",
+            (ref.replace("%", "") + "%", ref),
+        ).fetchall()
+        return str(rows[0][0]) if rows else None
+
+    # ---- commands ----------------------------------------------------------------------
+
+    def _command(self, kind: str, target: str, hold: bool, at: float) -> None:
+        self.db.execute(
+            "INSERT INTO commands(time, kind, target, hold) VALUES (?,?,?,?)",
+            (at, kind, target, int(hold)),
+        )
+
+    def command(self, kind: str, target: str, hold: bool = False) -> None:
+        with self.transaction():
+            self._command(kind, target, hold, time.time())
+
+    def commands_after(self, last_id: int) -> list[tuple[int, Command]]:
+        rows = self.db.execute(
+            "SELECT id, time, kind, target, hold FROM commands WHERE id > ? ORDER BY id",
+            (last_id,),
+        ).fetchall()
+        return [(r[0], Command(kind=r[2], target=r[3], time=r[1], hold=bool(r[4]))) for r in rows]
+
+    def last_command_id(self) -> int:
+        row = self.db.execute("SELECT value FROM meta WHERE key='last_command'").fetchone()
+        return int(row[0]) if row else 0
+
+    # ---- nodes -------------------------------------------------------------------------
+
+    def nodes(self) -> dict[str, Node]:
+        rows = self.db.execute("SELECT name, slots, state FROM nodes").fetchall()
+        return {r[0]: Node(r[0], r[1], NodeState(r[2])) for r in rows}
+
+    def save_nodes(self, nodes: Iterable[Node]) -> None:
+        with self.transaction():
+            self._put_nodes(nodes)
+
+    def _put_nodes(self, nodes: Iterable[Node]) -> None:
+        self.db.execute("DELETE FROM nodes")
+        self.db.executemany(
+            "INSERT INTO nodes(name, slots, state) VALUES (?,?,?)",
+            [(n.name, n.slots, n.state.value) for n in nodes],
+        )
+
+    # ---- ticks and events --------------------------------------------------------------
+
+    def commit_tick(
+        self,
+        jobs: Iterable[Job],
+        events: Iterable[Event],
+        nodes: Iterable[Node] | None,
+        last_command: int | None,
+    ) -> list[StoredEvent]:
+        """Write a tick's job changes, events, node states and consumed commands at once."""
+        stored: list[StoredEvent] = []
+        with self.transaction():
+            for job in jobs:
+                self._put_job(job)
+            for e in events:
+                cur = self.db.execute(
+                    "INSERT INTO events(time, job_id, kind, message) VALUES (?,?,?,?)",
+                    (e.time, e.job_id, e.kind, e.message),
+                )
+                stored.append(StoredEvent(int(cur.lastrowid or 0), e.time, e.job_id, e.kind,
+                                          e.message))
+            if nodes is not None:
+                self._put_nodes(nodes)
+            if last_command is not None:
+                self.db.execute(
+                    "INSERT INTO meta(key, value) VALUES ('last_command', ?)"
+                    " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    (str(last_command),),
+                )
+        return stored
+
+    def events(self, job_id: str | None = None, after: int = 0) -> list[StoredEvent]:
+        if job_id is None:
+            rows = self.db.execute(
+                "SELECT id, time, job_id, kind, message FROM events WHERE id > ? ORDER BY id",
+                (after,),
+            ).fetchall()
+        else:
+            rows = self.db.execute(
+                "SELECT id, time, job_id, kind, message FROM events WHERE job_id=? AND id > ?"
+                " ORDER BY id",
+                (job_id, after),
+            ).fetchall()
+        return [StoredEvent(*r) for r in rows]

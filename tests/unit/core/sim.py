@@ -1,0 +1,91 @@
+"""A pure simulation harness: decide() + the fake backend + a fake clock (no processes)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from perdure.backends.base import NodeInfo
+from perdure.backends.fake import FakeBackend, FakeRun, Script
+from perdure.core.decide import Outcome, Snapshot, decide
+from perdure.core.events import Command, KillNode, Launch, LaunchFailed, Observation, Stop
+from perdure.core.launchenv import LaunchSettings
+from perdure.core.model import Event, Job, Node, make_replicas
+from perdure.core.spec import JobSpec, parse_job_spec
+from perdure.core.states import JobState
+
+SETTINGS = LaunchSettings(state_dir="/state", python="/usr/bin/python3")
+
+
+def spec(text: str = "", **fields: object) -> JobSpec:
+    base = {"name": "job", "pools": [{"name": "worker", "replicas": 1, "command": ["python", "t.py"]}]}
+    if text:
+        return parse_job_spec(text)
+    return JobSpec.model_validate({**base, **fields})
+
+
+@dataclass
+class Sim:
+    nodes: dict[str, int] = field(default_factory=lambda: {"local": 4})
+    quotas: dict[str, int | None] = field(default_factory=lambda: {"default": None})
+    script: Script = lambda launch: FakeRun()  # noqa: E731
+    now: float = 1000.0
+
+    def __post_init__(self) -> None:
+        self.backend = FakeBackend([NodeInfo(n, s) for n, s in self.nodes.items()],
+                                   self.script, clock=lambda: self.now)
+        self.snap = Snapshot({}, {n: Node(n, s) for n, s in self.nodes.items()}, self.quotas)
+        self.pending: list[Observation] = []
+        self.events: list[Event] = []
+        self.ports = itertools.count(30000)
+        self.ids = itertools.count(1)
+        self.finished: dict[str, Job] = {}
+
+    def submit(self, s: JobSpec) -> str:
+        job_id = f"{s.name}-{next(self.ids)}"
+        job = Job(job_id, s, "/work", self.now, replicas=make_replicas(s))
+        self.snap = Snapshot({**self.snap.jobs, job_id: job}, self.snap.nodes, self.snap.quotas)
+        self.pending.append(Command("submit", job_id, self.now))
+        return job_id
+
+    def command(self, kind: str, target: str, hold: bool = False) -> None:
+        self.pending.append(Command(kind, target, self.now, hold))
+
+    def job(self, job_id: str) -> Job:
+        return self.snap.jobs.get(job_id) or self.finished[job_id]
+
+    def step(self, dt: float = 0.1) -> Outcome:
+        self.now += dt
+        obs = self.pending + self.backend.poll()
+        self.pending = []
+        out = decide(self.snap, obs, self.now, self.ports, SETTINGS)
+        self.events.extend(out.events)
+        for d in out.decisions:
+            if isinstance(d, Launch):
+                try:
+                    self.backend.launch(d)
+                except Exception as exc:  # the controller's executor does the same
+                    self.pending.append(LaunchFailed(d.launch_id, str(exc), self.now))
+            elif isinstance(d, Stop):
+                self.backend.stop(d)
+            elif isinstance(d, KillNode):
+                self.backend.kill_node(d.node)
+        jobs = {}
+        for i, j in out.snapshot.jobs.items():
+            if j.state.terminal:
+                self.finished[i] = j
+            else:
+                jobs[i] = j
+        self.snap = Snapshot(jobs, out.snapshot.nodes, out.snapshot.quotas)
+        return out
+
+    def run_until(self, job_id: str, states: set[JobState], steps: int = 500,
+                  dt: float = 0.1) -> Job:
+        for _ in range(steps):
+            self.step(dt)
+            if self.job(job_id).state in states:
+                return self.job(job_id)
+        raise AssertionError(f"{job_id} never reached {states}: {self.job(job_id).state}")
+
+    def messages(self, job_id: str | None = None) -> list[str]:
+        return [e.message for e in self.events if job_id is None or e.job_id == job_id]
