@@ -61,6 +61,15 @@ def decide(
     return tick.outcome()
 
 
+def _status(f: Failure) -> str:
+    if f.signal:
+        try:
+            return f"{f.exit_code} ({signal.Signals(f.signal).name})"
+        except ValueError:
+            return f"{f.exit_code} (signal {f.signal})"
+    return str(f.exit_code)
+
+
 @dataclass
 class _Tick:
     snap: Snapshot
@@ -153,12 +162,12 @@ class _Tick:
             self.stopped(job, r, f)
             return
         verdict, reason = escalate(classify(f, job.spec), r.restarts, job.retries, job.spec)
-        self.apply(job, r, verdict, f"{r.name}: {reason}")
+        self.apply(job, r, verdict, f"{r.name} exited {_status(f)}: {reason}")
 
     def stopped(self, job: Job, r: Replica, f: Failure) -> None:
         """An exit the controller asked for (or one during a notice): no failure."""
         why = classify(f, job.spec).reason if f.notice else "stopped"
-        self.event(job, "exit", f"{r.name} exited with status {f.exit_code} ({why})")
+        self.event(job, "exit", f"{r.name} exited {_status(f)} ({why})")
         if r.relaunch and job.after_stop is None:
             r.state = ReplicaState.WAITING
         r.relaunch = False

@@ -1,0 +1,158 @@
+"""`perdure.init()`: a training script's one call to join its job.
+
+Reads the environment the controller set (torchrun's contract plus PERDURE_*), brings the
+process group up with bounded timeouts, installs the error-file hook and the preemption
+handler, and seeds every RNG. Works the same under `torchrun` or run by hand (world size 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from types import FrameType
+
+from perdure.runtime.errors import install_excepthook
+
+# The exit status that tells the controller "state saved, resume me" (EX_TEMPFAIL).
+EXIT_SUSPENDED = 75
+DEFAULT_COLLECTIVE_TIMEOUT = 120.0
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+@dataclass
+class Context:
+    """What a replica knows about itself and its job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    job_id: str
+    replica: str
+    attempt: int
+    restart_count: int
+    checkpoint_dir: str | None
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a preemption notice (SIGTERM) has arrived: finish the step and save."""
+        return self._stop.is_set()
+
+    @property
+    def is_primary(self) -> bool:
+        return self.rank == 0
+
+    def exit_suspended(self) -> None:
+        """Exit with the status that means "saved, resume me" (after the emergency save)."""
+        _shutdown_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_SUSPENDED)
+
+    def finish(self, code: int = 0) -> None:
+        """Leave cleanly: tear the process group down and exit with `code` at once.
+
+        `os._exit` right after `destroy_process_group()` avoids a gloo teardown that can hang
+        forever on interpreter exit (MACHINE-NOTES).
+        """
+        _shutdown_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _shutdown_process_group() -> None:
+    if "torch" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):  # a broken group must not stop the exit
+            dist.destroy_process_group()
+
+
+_context: Context | None = None
+
+
+def _install_preemption_handler(ctx: Context) -> None:
+    def on_notice(signum: int, frame: FrameType | None) -> None:
+        ctx._stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_notice)
+
+
+def _init_process_group(backend: str | None, timeout: float, world_size: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if world_size <= 1 or dist.is_initialized():
+        return
+    chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group(chosen, timeout=datetime.timedelta(seconds=timeout))
+
+
+def init(
+    *,
+    backend: str | None = None,
+    seed: int | None = None,
+    collective_timeout: float | None = None,
+    distributed: bool = True,
+) -> Context:
+    """Join the job: process group up (gloo on CPU, nccl on GPU), hooks installed, RNG seeded.
+
+    `seed` defaults to $PERDURE_SEED, else 0; every RNG is seeded with it on every rank.
+    `collective_timeout` (seconds; $PERDURE_COLLECTIVE_TIMEOUT, default 120) bounds how long a
+    collective waits for a peer that hangs. Calling init twice returns the same context.
+    """
+    global _context
+    if _context is not None:
+        return _context
+    install_excepthook()
+    ctx = Context(
+        rank=_env_int("RANK", 0),
+        world_size=_env_int("WORLD_SIZE", 1),
+        local_rank=_env_int("LOCAL_RANK", 0),
+        job_id=os.environ.get("PERDURE_JOB_ID", "local"),
+        replica=os.environ.get("PERDURE_REPLICA", "worker-0"),
+        attempt=_env_int("PERDURE_ATTEMPT", 1),
+        restart_count=_env_int("PERDURE_RESTART_COUNT", 0),
+        checkpoint_dir=os.environ.get("PERDURE_CHECKPOINT_DIR"),
+    )
+    _install_preemption_handler(ctx)
+    timeout = collective_timeout or float(
+        os.environ.get("PERDURE_COLLECTIVE_TIMEOUT", DEFAULT_COLLECTIVE_TIMEOUT)
+    )
+    if distributed:
+        _init_process_group(backend, timeout, ctx.world_size)
+    _seed(seed if seed is not None else _env_int("PERDURE_SEED", 0))
+    _context = ctx
+    return ctx
+
+
+def _seed(seed: int) -> None:
+    from perdure.runtime.rng import seed_everything
+
+    seed_everything(seed)
+
+
+def current() -> Context | None:
+    """The context `init()` made in this process, if any."""
+    return _context
+
+
+__all__ = ["EXIT_SUSPENDED", "Context", "current", "init"]
