@@ -1,0 +1,36 @@
+"""The 4-replica DDP example (gloo) survives a replica SIGKILL mid-run."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from conftest import Perdure
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
+
+
+def max_step(state: Path) -> int:
+    steps = [int(s) for log in state.glob("logs/*/attempt-1/worker-0.out")
+             for s in re.findall(r"^step (\d+)", log.read_text(), re.M)]
+    return max(steps, default=-1)
+
+
+def test_ddp_example_recovers_from_a_killed_replica(perdure: Perdure) -> None:
+    spec = perdure.write("job.yaml", (EXAMPLE / "job.yaml").read_text().replace(
+        '"400"', '"200"').replace("command: [python, train.py", f"command: [python, {EXAMPLE}/train.py"))
+    run = perdure.popen("run", str(spec), "--cluster", str(EXAMPLE / "cluster.yaml"))
+    deadline = time.time() + 90
+    while max_step(perdure.state) < 50 and time.time() < deadline:
+        time.sleep(0.2)
+    assert max_step(perdure.state) >= 50, "training never got going"
+    perdure.cli("chaos", "kill", "ddp-mlp", "worker-2")
+    out, _ = run.communicate(timeout=240)
+    assert run.returncode == 0, out
+    d = perdure.describe("ddp-mlp")
+    assert d["state"] == "SUCCEEDED"
+    assert [r["restarts"] for r in d["replicas"]] == [0, 0, 1, 0]
+    assert "restart worker-2 exited 137 (SIGKILL): non-zero exit, restart 1 of 5" in out
+    logs = perdure.cli("logs", "ddp-mlp", "--replica", "worker-2", "--stdout").stdout
+    assert "restart 1" in logs and "done" in logs
