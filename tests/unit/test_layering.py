@@ -28,14 +28,14 @@ def imports(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", sorted((SRC / "core").rglob("*.py")), ids=lambda p: p.name)
 def test_core_is_pure(path: Path) -> None:
     for name in imports(path):
-        assert not name.startswith(SHELL + ("perdure.runtime",)), f"{path.name} imports {name}"
+        assert not name.startswith((*SHELL, "perdure.runtime")), f"{path.name} imports {name}"
         assert name.split(".")[0] not in IO_MODULES, f"{path.name} imports {name} (I/O or clock)"
 
 
 @pytest.mark.parametrize("path", sorted((SRC / "runtime").rglob("*.py")), ids=lambda p: p.name)
 def test_runtime_never_imports_the_control_plane(path: Path) -> None:
     for name in imports(path):
-        assert not name.startswith(SHELL + ("perdure.core",)), f"{path.name} imports {name}"
+        assert not name.startswith((*SHELL, "perdure.core")), f"{path.name} imports {name}"
 
 
 def test_ray_only_when_selected() -> None:

@@ -6,6 +6,7 @@ injected clock's, so tests step time instead of sleeping.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ class FakeBackend:
         self.launched: list[Launch] = []
         self.stops: list[Stop] = []
         self._exits: list[Observation] = []
+        self._new: list[str] = []  # launched, start not reported yet
+        self._ends: list[tuple[float, str]] = []  # (end time, launch id) heap
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
@@ -74,6 +77,9 @@ class FakeBackend:
         ends = None if run.seconds is None else now + run.seconds
         self.procs[launch.launch_id] = _Proc(launch, run, now, ends)
         self.launched.append(launch)
+        self._new.append(launch.launch_id)
+        if ends is not None:
+            heapq.heappush(self._ends, (ends, launch.launch_id))
 
     def _exit(self, launch_id: str, code: int, sig: int | None, run: FakeRun | None) -> None:
         self.procs.pop(launch_id, None)
@@ -102,11 +108,16 @@ class FakeBackend:
     def poll(self) -> list[Observation]:
         out: list[Observation] = []
         now = self.clock()
-        for lid, p in list(self.procs.items()):
-            if not p.reported_start:
+        for lid in self._new:
+            p = self.procs.get(lid)
+            if p is not None:
                 p.reported_start = True
                 out.append(ReplicaStarted(lid, 1000 + len(self.launched), p.started))
-            if p.ends is not None and now >= p.ends:
+        self._new = []
+        while self._ends and self._ends[0][0] <= now:
+            _, lid = heapq.heappop(self._ends)
+            p = self.procs.get(lid)
+            if p is not None and p.ends is not None and p.reported_start:
                 self._exit(lid, p.run.exit_code, p.run.signal, p.run)
         out.extend(self._exits)
         self._exits = []

@@ -33,6 +33,7 @@ from perdure.core.states import ReplicaState
 from perdure.store.sqlite import Store, StoredEvent
 
 Listener = Callable[[StoredEvent], None]
+COMMANDS_PER_TICK = 64
 
 
 class ControllerBusy(RuntimeError):
@@ -94,6 +95,7 @@ class Controller:
     def start(self) -> None:
         """Load unfinished jobs, merge node states, and re-attach to running replicas."""
         self.acquire()
+        self.store.checkpoint_in_background()
         stored = self.store.nodes()
         nodes = {
             n.name: Node(n.name, n.slots, stored[n.name].state if n.name in stored else
@@ -123,7 +125,8 @@ class Controller:
     def _commands(self) -> list[Observation]:
         out: list[Observation] = []
         new_jobs: dict[str, Job] = {}
-        for cid, cmd in self.store.commands_after(self.last_command):
+        # At most COMMANDS_PER_TICK at once, so a burst of submissions cannot stall a tick.
+        for cid, cmd in self.store.commands_after(self.last_command, COMMANDS_PER_TICK):
             self.last_command = cid
             if cmd.kind == "submit" and cmd.target not in self.snapshot.jobs:
                 job = self.store.job(cmd.target)
@@ -132,8 +135,9 @@ class Controller:
                 new_jobs[job.id] = job
             out.append(cmd)
         if new_jobs:
+            # new jobs reach the index through their submit command (it touches them)
             self.snapshot = Snapshot({**self.snapshot.jobs, **new_jobs}, self.snapshot.nodes,
-                                     self.snapshot.quotas)
+                                     self.snapshot.quotas, self.snapshot.index)
         return out
 
     def tick(self) -> Outcome:
@@ -148,8 +152,12 @@ class Controller:
             outcome.snapshot.nodes.values() if outcome.nodes_changed else None,
             self.last_command,
         )
-        jobs = {i: j for i, j in outcome.snapshot.jobs.items() if not j.state.terminal}
-        self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas)
+        jobs = dict(outcome.snapshot.jobs)
+        for i in outcome.changed_jobs:
+            if jobs[i].state.terminal:
+                del jobs[i]
+        self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
+                                 outcome.snapshot.index)
         for d in outcome.decisions:
             self._apply(d)
         for e in stored:

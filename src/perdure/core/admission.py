@@ -18,24 +18,17 @@ if TYPE_CHECKING:
 
 def schedule(t: _Tick) -> None:
     """Place first what running jobs lost, then admit by priority and age; check the timers."""
-    waiting = [j for j in t.jobs.values() if _needs_placement(j)]
-    queued = [j for j in t.jobs.values() if j.state is JobState.QUEUED]
-    due = [j for j in queued + waiting if _timer_due(t, j)]
+    index = t.index()
+    waiting = [t.jobs[i] for i in index.placing]
+    queued = [t.jobs[i] for i in index.queued]
+    due = [j for j in queued + waiting if j.waiting_since is not None and _timer_due(t, j)]
     if (t.active and (waiting or queued)) or due:
         cap = Capacity(t.nodes, t.snap.quotas, t.jobs.values())
         for job in admission_order(waiting):
             _place_waiting(t, cap, job.id)
         for job in admission_order(queued):
-            _admit(t, cap, job.id)
+            _admit(t, cap, job)
     _settle_drains(t)
-
-
-def _needs_placement(job: Job) -> bool:
-    return (
-        job.state in (JobState.PENDING, JobState.RUNNING)
-        and job.after_stop is None
-        and any(r.state is ReplicaState.WAITING for r in job.replicas)
-    )
 
 
 def _timer_due(t: _Tick, job: Job) -> bool:
@@ -43,9 +36,14 @@ def _timer_due(t: _Tick, job: Job) -> bool:
     return job.waiting_since is not None and t.now - job.waiting_since >= limit
 
 
+def _kind(reason: str) -> str:
+    """The kind of a wait reason ("waiting for quota"): its details change every tick."""
+    return reason.split(":", 1)[0]
+
+
 def _wait(t: _Tick, job: Job, reason: str) -> None:
-    """Note why a job waits, with an event only when the reason changes."""
-    if job.wait_reason != reason:
+    """Note why a job waits, with an event only when the kind of reason changes."""
+    if _kind(job.wait_reason) != _kind(reason):
         job.wait_reason = reason
         t.event(job, "waiting", reason)
 
@@ -73,10 +71,14 @@ def _place_waiting(t: _Tick, cap: Capacity, job_id: str) -> None:
     t.event(job, "launch", f"launch {where} (attempt {job.attempt}, round {job.round})")
 
 
-def _admit(t: _Tick, cap: Capacity, job_id: str) -> None:
-    job = t.touch(job_id)
-    assert job is not None
-    if not can_ever_fit(job, t.nodes):
+def _admit(t: _Tick, cap: Capacity, seen: Job) -> None:
+    """Admit a queued job when quota and capacity allow; touch it only when something changes."""
+    if seen.wait_reason and seen.waiting_since is None and seen.slots > cap.free:
+        return  # still waiting, as it already says: nothing to change
+    if t.launch_budget <= 0:
+        return  # bounded work per tick: the rest is admitted in the next ticks
+    if not can_ever_fit(seen, cap):
+        job = _touch(t, seen)
         if job.waiting_since is None:
             job.waiting_since = t.now
         if _timer_due(t, job):
@@ -84,20 +86,22 @@ def _admit(t: _Tick, cap: Capacity, job_id: str) -> None:
         else:
             _wait(t, job, "waiting: " + shortfall_message(job, cap.healthy_slots()))
         return
-    job.waiting_since = None
-    free_quota = cap.queue_free(job.spec.queue)
-    if free_quota is not None and free_quota < job.slots:
-        _wait(t, job, f"waiting for quota: queue {job.spec.queue} has {max(free_quota, 0)} "
-                      f"free slots of {t.snap.quotas[job.spec.queue]}, need {job.slots}")
+    free_quota = cap.queue_free(seen.spec.queue)
+    if free_quota is not None and free_quota < seen.slots:
+        _note(t, seen, f"waiting for quota: queue {seen.spec.queue} has {max(free_quota, 0)} "
+                       f"free slots of {t.snap.quotas[seen.spec.queue]}, need {seen.slots}")
         return
-    chosen = cap.place(job.replicas)
+    chosen = cap.place(seen.replicas)
     if chosen is None:
-        _wait(t, job, f"waiting for capacity: need {job.slots} slots, "
-                      f"{max(cap.free_slots(), 0)} free of {cap.healthy_slots()}")
+        _note(t, seen, f"waiting for capacity: need {seen.slots} slots, "
+                       f"{max(cap.free_slots(), 0)} free of {cap.healthy_slots()}")
         return
+    job = _touch(t, seen)
+    t.launch_budget -= len(job.replicas)
     cap.take_quota(job.spec.queue, job.slots)
     job.attempt += 1
     job.round, job.master_port, job.wait_reason = 0, next(t.ports), ""
+    job.waiting_since = None
     job.state = JobState.PENDING
     for r in job.replicas:
         r.node = chosen[r.name]
@@ -106,6 +110,20 @@ def _admit(t: _Tick, cap: Capacity, job_id: str) -> None:
     nodes = sorted({r.node or "" for r in job.replicas})
     t.event(job, "state", f"PENDING: attempt {job.attempt} admitted; launching "
                           f"{len(job.replicas)} replicas on {', '.join(nodes)}")
+
+
+def _touch(t: _Tick, seen: Job) -> Job:
+    job = t.touch(seen.id)
+    assert job is not None
+    return job
+
+
+def _note(t: _Tick, seen: Job, reason: str) -> None:
+    """Record a new wait reason (cloning the job only when the reason changed)."""
+    if _kind(seen.wait_reason) != _kind(reason) or seen.waiting_since is not None:
+        job = _touch(t, seen)
+        job.waiting_since = None
+        _wait(t, job, reason)
 
 
 def _capacity_timeout(t: _Tick, job: Job, healthy: int, *, in_attempt: bool) -> None:

@@ -31,10 +31,47 @@ INTERNAL_MESSAGE = "Internal error occurred for the current attempt."
 
 
 @dataclass(frozen=True)
+class JobIndex:
+    """Which jobs the scheduler must look at: ids of queued jobs and of jobs with replicas to
+    place. Kept up to date tick by tick so a tick does not scan every job."""
+
+    queued: frozenset[str]
+    placing: frozenset[str]
+
+    @staticmethod
+    def of(jobs: Mapping[str, Job]) -> JobIndex:
+        return JobIndex(
+            frozenset(i for i, j in jobs.items() if j.state is JobState.QUEUED),
+            frozenset(i for i, j in jobs.items() if needs_placement(j)),
+        )
+
+    def updated(self, jobs: Mapping[str, Job], changed: Iterable[str]) -> JobIndex:
+        queued, placing = set(self.queued), set(self.placing)
+        for i in changed:
+            job = jobs.get(i)
+            (queued.add if job and job.state is JobState.QUEUED else queued.discard)(i)
+            (placing.add if job and needs_placement(job) else placing.discard)(i)
+        return JobIndex(frozenset(queued), frozenset(placing))
+
+
+def needs_placement(job: Job) -> bool:
+    """A started job with replicas waiting for a node (a restart, a move, a new round)."""
+    return (
+        job.state in (JobState.PENDING, JobState.RUNNING)
+        and job.after_stop is None
+        and any(r.state is ReplicaState.WAITING for r in job.replicas)
+    )
+
+
+@dataclass(frozen=True)
 class Snapshot:
     jobs: Mapping[str, Job]  # unfinished jobs (the shell drops terminal ones after commit)
     nodes: Mapping[str, Node]
     quotas: Mapping[str, int | None]
+    index: JobIndex | None = None  # None: computed from `jobs`
+
+    def job_index(self) -> JobIndex:
+        return self.index if self.index is not None else JobIndex.of(self.jobs)
 
 
 @dataclass(frozen=True)
@@ -83,6 +120,9 @@ class _Tick:
     changed: set[str] = field(default_factory=set)
     nodes_changed: bool = False
     active: bool = False  # something changed capacity or demand: run admission
+    # Admissions stop for this tick once this many replicas were launched (ticks stay short;
+    # every replica of one attempt still launches in the same tick).
+    launch_budget: int = 64
 
     def __post_init__(self) -> None:
         self.jobs = dict(self.snap.jobs)
@@ -113,8 +153,13 @@ class _Tick:
         self.nodes_changed = self.active = True
         return self.nodes[name]
 
+    def index(self) -> JobIndex:
+        return self.snap.job_index().updated(self.jobs, self.changed)
+
     def outcome(self) -> Outcome:
-        snap = Snapshot(self.jobs, self.nodes, self.snap.quotas)
+        for i in self.changed:  # cached slot usage may be stale after this tick's changes
+            self.jobs[i].__dict__.pop("usage", None)
+        snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index())
         return Outcome(snap, self.decisions, self.events, frozenset(self.changed),
                        self.nodes_changed)
 

@@ -6,11 +6,21 @@ No side effects. `decide` never mutates a Job it was given: it works on `clone()
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+
+_T = TypeVar("_T")
+
+
+def _shallow(obj: _T) -> _T:
+    """A field-for-field copy, much faster than dataclasses.replace on the tick's hot path."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    return new
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,7 @@ class Job:
     def priority(self) -> int:
         return self.spec.priority
 
-    @property
+    @functools.cached_property
     def slots(self) -> int:
         return self.spec.total_slots
 
@@ -88,11 +98,17 @@ class Job:
         return self.replicas[0]
 
     def clone(self) -> Job:
-        return dataclasses.replace(
-            self,
-            replicas=[dataclasses.replace(r) for r in self.replicas],
-            retries=dict(self.retries),
-        )
+        """A copy the tick may change; the spec (immutable) is shared."""
+        job = _shallow(self)
+        job.__dict__.pop("usage", None)
+        job.replicas = [_shallow(r) for r in self.replicas]
+        job.retries = dict(self.retries)
+        return job
+
+    @functools.cached_property
+    def order(self) -> tuple[int, float, str]:
+        """Admission order: higher priority first, then older first."""
+        return (-self.priority, self.created, self.id)
 
     def replica_by_launch(self, launch_id: str) -> Replica | None:
         for r in self.replicas:
@@ -103,28 +119,38 @@ class Job:
     def alive_replicas(self) -> list[Replica]:
         return [r for r in self.replicas if r.alive]
 
+    @functools.cached_property
+    def usage(self) -> dict[str, int]:
+        """used_slots(), cached while the job is unchanged (a tick drops it when it changes)."""
+        return self.used_slots()
+
     def used_slots(self) -> dict[str, int]:
         """Slots held on each node by replicas that may still have a process."""
         used: dict[str, int] = {}
+        if self.state is JobState.QUEUED or self.state is JobState.SUSPENDED:
+            return used  # nothing of a queued job runs
         for r in self.replicas:
-            if r.node is not None and (r.alive or (r.relaunch and self.state.holds_capacity)):
+            if r.node is not None and r.state in _ALIVE:
                 used[r.node] = used.get(r.node, 0) + r.slots
         return used
 
     def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["spec"] = self.spec.model_dump(mode="json")
+        """Everything but the spec (stored once, apart: it never changes)."""
+        d = {f: getattr(self, f) for f in _JOB_FIELDS}
         d["state"] = self.state.value
         d["after_stop"] = self.after_stop.value if self.after_stop else None
         d["error"] = self.error.to_json() if self.error else None
-        for r in d["replicas"]:
-            r["state"] = r["state"].value
+        d["retries"] = dict(self.retries)
+        d["replicas"] = [
+            {**{f: getattr(r, f) for f in _REPLICA_FIELDS}, "state": r.state.value}
+            for r in self.replicas
+        ]
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Job:
-        d = dict(d)
-        d["spec"] = JobSpec.model_validate(d["spec"])
+    def from_json(cls, d: dict[str, Any], spec: JobSpec) -> Job:
+        d = {k: v for k, v in d.items() if k in _JOB_FIELDS or k in _JSON_FIELDS}
+        d["spec"] = spec
         d["state"] = JobState(d["state"])
         d["after_stop"] = JobState(d["after_stop"]) if d.get("after_stop") else None
         err = d.get("error")
@@ -133,6 +159,14 @@ class Job:
             Replica(**{**r, "state": ReplicaState(r["state"])}) for r in d["replicas"]
         ]
         return cls(**d)
+
+
+_JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas")
+_JOB_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Job) if f.name not in ("spec", *_JSON_FIELDS)
+)
+_REPLICA_FIELDS = tuple(f.name for f in dataclasses.fields(Replica) if f.name != "state")
+_ALIVE = frozenset({ReplicaState.STARTING, ReplicaState.RUNNING, ReplicaState.STOPPING})
 
 
 @dataclass

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
+from perdure.core.states import JobState
 
 
 def admission_order(jobs: Iterable[Job]) -> list[Job]:
     """Higher priority first, then older first."""
-    return sorted(jobs, key=lambda j: (-j.priority, j.created, j.id))
+    return sorted(jobs, key=lambda j: j.order)
 
 
 class Capacity:
@@ -27,20 +28,23 @@ class Capacity:
         self.node_used: dict[str, int] = {n: 0 for n in nodes}
         self.queue_used: dict[str, int] = {q: 0 for q in quotas}
         for job in jobs:
+            if job.state is JobState.QUEUED:
+                continue
             if job.state.holds_capacity:
                 self.queue_used[job.spec.queue] = self.queue_used.get(job.spec.queue, 0) + job.slots
-            for node, slots in job.used_slots().items():
+            for node, slots in job.usage.items():
                 self.node_used[node] = self.node_used.get(node, 0) + slots
+        ready = [n for n in nodes.values() if n.state.schedulable]
+        self.ready = {n.name: n.slots for n in ready}
+        self.healthy = sum(self.ready.values())
+        self.largest = max(self.ready.values(), default=0)
+        self.free = sum(max(0, s - self.node_used.get(n, 0)) for n, s in self.ready.items())
 
     def healthy_slots(self) -> int:
-        return sum(n.slots for n in self.nodes.values() if n.state.schedulable)
+        return self.healthy
 
     def free_slots(self) -> int:
-        return sum(
-            n.slots - self.node_used.get(n.name, 0)
-            for n in self.nodes.values()
-            if n.state.schedulable
-        )
+        return self.free
 
     def queue_free(self, queue: str) -> int | None:
         quota = self.quotas.get(queue)
@@ -60,11 +64,9 @@ class Capacity:
         `prefer` maps a replica to the node it should stay on when that node is schedulable.
         A replica's `avoid_node` is never chosen.
         """
-        free = {
-            n.name: n.slots - self.node_used.get(n.name, 0)
-            for n in self.nodes.values()
-            if n.state.schedulable
-        }
+        if sum(r.slots for r in replicas) > self.free:
+            return None
+        free = {n: s - self.node_used.get(n, 0) for n, s in self.ready.items()}
         chosen: dict[str, str] = {}
         for r in sorted(replicas, key=lambda r: -r.slots):
             want = (prefer or {}).get(r.name)
@@ -79,11 +81,8 @@ class Capacity:
             chosen[r.name] = node
         for r in replicas:
             self.node_used[chosen[r.name]] = self.node_used.get(chosen[r.name], 0) + r.slots
+            self.free -= r.slots
         return chosen
-
-    def release(self, node: str | None, slots: int) -> None:
-        if node is not None:
-            self.node_used[node] = self.node_used.get(node, 0) - slots
 
 
 def shortfall_message(job: Job, healthy: int) -> str:
@@ -96,12 +95,14 @@ def shortfall_message(job: Job, healthy: int) -> str:
     )
 
 
-def can_ever_fit(job: Job, nodes: Mapping[str, Node]) -> bool:
+def can_ever_fit(job: Job, cap: Capacity) -> bool:
     """Whether the healthy nodes could hold the job if nothing else ran."""
-    ready = sorted((n.slots for n in nodes.values() if n.state.schedulable), reverse=True)
-    if sum(ready) < job.slots:
+    if job.slots > cap.healthy:
         return False
-    free = list(ready)
+    widest = max((r.slots for r in job.replicas), default=0)
+    if widest == 1 or widest * len(job.replicas) <= cap.largest:
+        return True  # fits without bin packing
+    free = sorted(cap.ready.values(), reverse=True)
     for r in sorted(job.replicas, key=lambda r: -r.slots):
         for i, f in enumerate(free):
             if f >= r.slots:

@@ -26,7 +26,9 @@ class Perdure:
     def state(self) -> Path:
         return self.root / "state"
 
-    def cli(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*PERDURE, "--state-dir", str(self.state), *args],
                               capture_output=True, text=True, timeout=timeout, check=check)
 
@@ -59,7 +61,9 @@ class Perdure:
     def describe(self, job: str) -> dict[str, Any]:
         return json.loads(self.cli("describe", job, "--json").stdout)
 
-    def wait(self, job: str, pred: Callable[[dict[str, Any]], bool], timeout: float = 60) -> dict[str, Any]:
+    def wait(
+        self, job: str, pred: Callable[[dict[str, Any]], bool], timeout: float = 60
+    ) -> dict[str, Any]:
         deadline = time.time() + timeout
         d: dict[str, Any] = {}
         while time.time() < deadline:
@@ -90,9 +94,9 @@ def _kill_leftovers(state: Path) -> None:
             env = proc.info["environ"] or {}
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if str(state) in cmd or str(state) in env.get("PERDURE_REPORT_DIR", ""):
-            if proc.pid != os.getpid():
-                proc.kill()
+        mine = str(state) in cmd or str(state) in env.get("PERDURE_REPORT_DIR", "")
+        if mine and proc.pid != os.getpid():
+            proc.kill()
 
 
 def alive_replica_processes(state: Path) -> list[int]:

@@ -18,8 +18,9 @@ def max_step(state: Path) -> int:
 
 
 def test_ddp_example_recovers_from_a_killed_replica(perdure: Perdure) -> None:
-    spec = perdure.write("job.yaml", (EXAMPLE / "job.yaml").read_text().replace(
-        '"400"', '"200"').replace("command: [python, train.py", f"command: [python, {EXAMPLE}/train.py"))
+    text = (EXAMPLE / "job.yaml").read_text().replace('"400"', '"200"')
+    text = text.replace("[python, train.py", f"[python, {EXAMPLE}/train.py")
+    spec = perdure.write("job.yaml", text)
     run = perdure.popen("run", str(spec), "--cluster", str(EXAMPLE / "cluster.yaml"))
     deadline = time.time() + 90
     while max_step(perdure.state) < 50 and time.time() < deadline:

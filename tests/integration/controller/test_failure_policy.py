@@ -42,7 +42,8 @@ def test_exit_134_retries_the_job(perdure: Perdure) -> None:
 
 
 def test_over_memory_limit_fails_out_of_memory(perdure: Perdure) -> None:
-    code = "import time; b = bytearray(400 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(5)"
+    code = ("import time; b = bytearray(400 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+            "time.sleep(5)")
     r = run(perdure, perdure.spec(command=["python", "-c", code], pool={"memory_mb": 128}))
     assert r.returncode == 1
     d = perdure.describe("job")

@@ -18,7 +18,8 @@ SETTINGS = LaunchSettings(state_dir="/state", python="/usr/bin/python3")
 
 
 def spec(text: str = "", **fields: object) -> JobSpec:
-    base = {"name": "job", "pools": [{"name": "worker", "replicas": 1, "command": ["python", "t.py"]}]}
+    pool = {"name": "worker", "replicas": 1, "command": ["python", "t.py"]}
+    base = {"name": "job", "pools": [pool]}
     if text:
         return parse_job_spec(text)
     return JobSpec.model_validate({**base, **fields})
@@ -28,7 +29,7 @@ def spec(text: str = "", **fields: object) -> JobSpec:
 class Sim:
     nodes: dict[str, int] = field(default_factory=lambda: {"local": 4})
     quotas: dict[str, int | None] = field(default_factory=lambda: {"default": None})
-    script: Script = lambda launch: FakeRun()  # noqa: E731
+    script: Script = lambda launch: FakeRun()
     now: float = 1000.0
 
     def __post_init__(self) -> None:
@@ -44,7 +45,8 @@ class Sim:
     def submit(self, s: JobSpec) -> str:
         job_id = f"{s.name}-{next(self.ids)}"
         job = Job(job_id, s, "/work", self.now, replicas=make_replicas(s))
-        self.snap = Snapshot({**self.snap.jobs, job_id: job}, self.snap.nodes, self.snap.quotas)
+        self.snap = Snapshot({**self.snap.jobs, job_id: job}, self.snap.nodes, self.snap.quotas,
+                             self.snap.index)
         self.pending.append(Command("submit", job_id, self.now))
         return job_id
 
@@ -76,7 +78,8 @@ class Sim:
                 self.finished[i] = j
             else:
                 jobs[i] = j
-        self.snap = Snapshot(jobs, out.snapshot.nodes, out.snapshot.quotas)
+        self.snap = Snapshot(jobs, out.snapshot.nodes, out.snapshot.quotas,
+                             out.snapshot.index)
         return out
 
     def run_until(self, job_id: str, states: set[JobState], steps: int = 500,

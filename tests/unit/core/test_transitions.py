@@ -17,7 +17,7 @@ def pools(replicas: int = 1, slots: int = 1, **extra: object) -> list[dict[str, 
 
 
 def test_launches_every_replica_in_one_tick_and_runs() -> None:
-    sim = Sim(script=lambda l: FakeRun())
+    sim = Sim(script=lambda launch: FakeRun())
     j = sim.submit(spec(pools=pools(4)))
     out = sim.step()
     launches = [d for d in out.decisions if isinstance(d, Launch)]
@@ -35,7 +35,7 @@ def test_launches_every_replica_in_one_tick_and_runs() -> None:
 
 def test_exit_one_twice_then_zero_succeeds_with_two_restarts() -> None:
     runs = iter([FakeRun(1, 1), FakeRun(1, 1), FakeRun(1, 0)])
-    sim = Sim(script=lambda l: next(runs))
+    sim = Sim(script=lambda launch: next(runs))
     j = sim.submit(spec())
     job = sim.run_until(j, {JobState.SUCCEEDED})
     assert job.replicas[0].restarts == 2 and job.attempt == 1
@@ -43,18 +43,18 @@ def test_exit_one_twice_then_zero_succeeds_with_two_restarts() -> None:
 
 
 def test_always_exit_3_fails_after_5_restarts_and_4_attempts() -> None:
-    sim = Sim(script=lambda l: FakeRun(0.5, 3))
+    sim = Sim(script=lambda launch: FakeRun(0.5, 3))
     j = sim.submit(spec())
     job = sim.run_until(j, {JobState.FAILED}, steps=2000)
     assert job.attempt == 4 and job.error is not None
     assert job.error.code is ErrorCode.USER_CODE
-    launches = Counter(l.env["PERDURE_ATTEMPT"] for l in sim.backend.launched)
+    launches = Counter(launch.env["PERDURE_ATTEMPT"] for launch in sim.backend.launched)
     assert launches == {"1": 6, "2": 6, "3": 6, "4": 6}
 
 
 def test_transient_exit_retries_the_job_not_the_replica() -> None:
     runs = iter([FakeRun(1, 134, signal=6), FakeRun(1, 0)])
-    sim = Sim(script=lambda l: next(runs))
+    sim = Sim(script=lambda launch: next(runs))
     j = sim.submit(spec())
     job = sim.run_until(j, {JobState.SUCCEEDED})
     assert job.attempt == 2 and job.replicas[0].restarts == 0
@@ -62,7 +62,7 @@ def test_transient_exit_retries_the_job_not_the_replica() -> None:
 
 
 def test_oom_fails_at_once() -> None:
-    sim = Sim(script=lambda l: FakeRun(1, 137, signal=9, oom=True))
+    sim = Sim(script=lambda launch: FakeRun(1, 137, signal=9, oom=True))
     j = sim.submit(spec(pools=pools(2)))
     job = sim.run_until(j, {JobState.FAILED})
     assert job.error is not None and job.error.code is ErrorCode.OUT_OF_MEMORY
@@ -70,8 +70,8 @@ def test_oom_fails_at_once() -> None:
 
 
 def test_exception_fails_at_once_with_termination_reason() -> None:
-    def script(l: Launch) -> FakeRun:
-        if l.replica == "worker-1":
+    def script(launch: Launch) -> FakeRun:
+        if launch.replica == "worker-1":
             return FakeRun(1, 1, error=ErrorInfo("ValueError", "bad shape"))
         return FakeRun()
 
@@ -84,7 +84,7 @@ def test_exception_fails_at_once_with_termination_reason() -> None:
 
 
 def test_primary_success_stops_the_others() -> None:
-    sim = Sim(script=lambda l: FakeRun(1, 0) if l.replica == "worker-0" else FakeRun())
+    sim = Sim(script=lambda launch: FakeRun(1, 0) if launch.replica == "worker-0" else FakeRun())
     j = sim.submit(spec(pools=pools(3)))
     job = sim.run_until(j, {JobState.SUCCEEDED})
     stopped = {s.launch_id.split(".")[2] for s in sim.backend.stops}
@@ -95,8 +95,8 @@ def test_primary_success_stops_the_others() -> None:
 def test_group_restart_relaunches_all_with_a_new_port_and_counts_one_restart() -> None:
     first = {"n": 0}
 
-    def script(l: Launch) -> FakeRun:
-        if l.replica == "worker-2" and first["n"] == 0:
+    def script(launch: Launch) -> FakeRun:
+        if launch.replica == "worker-2" and first["n"] == 0:
             first["n"] = 1
             return FakeRun(1, 1)
         return FakeRun()
@@ -109,15 +109,15 @@ def test_group_restart_relaunches_all_with_a_new_port_and_counts_one_restart() -
     job = sim.job(j)
     assert job.state is JobState.RUNNING and job.round == 1
     assert [r.restarts for r in job.replicas] == [0, 0, 1, 0]
-    ports = {l.env["MASTER_PORT"] for l in sim.backend.launched}
+    ports = {launch.env["MASTER_PORT"] for launch in sim.backend.launched}
     assert len(ports) == 2 and len(sim.backend.launched) == 8
 
 
 def test_replica_scope_restarts_only_the_failed_one() -> None:
     first = {"n": 0}
 
-    def script(l: Launch) -> FakeRun:
-        if l.replica == "worker-1" and first["n"] == 0:
+    def script(launch: Launch) -> FakeRun:
+        if launch.replica == "worker-1" and first["n"] == 0:
             first["n"] = 1
             return FakeRun(1, 1)
         return FakeRun()
@@ -132,7 +132,7 @@ def test_replica_scope_restarts_only_the_failed_one() -> None:
 
 def test_quota_queues_the_second_job_until_the_first_ends() -> None:
     sim = Sim(nodes={"a": 4, "b": 4}, quotas={"default": 4},
-              script=lambda l: FakeRun(2, 0))
+              script=lambda launch: FakeRun(2, 0))
     a = sim.submit(spec(name="a", pools=pools(3)))
     b = sim.submit(spec(name="b", pools=pools(3)))
     sim.step()
@@ -143,7 +143,7 @@ def test_quota_queues_the_second_job_until_the_first_ends() -> None:
 
 
 def test_priority_then_age_decides_admission() -> None:
-    sim = Sim(nodes={"a": 2}, script=lambda l: FakeRun(1, 0))
+    sim = Sim(nodes={"a": 2}, script=lambda launch: FakeRun(1, 0))
     blocker = sim.submit(spec(name="blocker", pools=pools(2)))
     sim.step()
     low = sim.submit(spec(name="low", pools=pools(2)))
@@ -202,7 +202,7 @@ def test_node_failure_restarts_elsewhere_and_counts() -> None:
 
 
 def test_launch_failure_is_internal_and_retried_three_times_in_all() -> None:
-    sim = Sim(script=lambda l: FakeRun(fail_launch=True))
+    sim = Sim(script=lambda launch: FakeRun(fail_launch=True))
     j = sim.submit(spec())
     job = sim.run_until(j, {JobState.FAILED})
     assert job.error is not None and job.error.code is ErrorCode.INTERNAL
@@ -238,7 +238,7 @@ def test_preempt_suspends_requeues_and_spends_nothing() -> None:
 
 
 def test_decide_never_mutates_its_input() -> None:
-    sim = Sim(script=lambda l: FakeRun(1, 1))
+    sim = Sim(script=lambda launch: FakeRun(1, 1))
     j = sim.submit(spec(pools=pools(2)))
     sim.run_until(j, {JobState.RUNNING})
     before = sim.snap.jobs[j].to_json()
