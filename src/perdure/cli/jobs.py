@@ -13,6 +13,7 @@ import typer
 
 from perdure.backends.factory import make_backend
 from perdure.cli.common import Ctx, die, load_cluster, load_spec, new_job, python
+from perdure.cli.reports import format_goodput, goodput
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
@@ -143,7 +144,8 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
     Console().print(table)
 
 
-def describe_json(store: Store, job: Job) -> dict[str, Any]:
+def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
+    events = store.events(job.id)
     return {
         "id": job.id,
         "name": job.name,
@@ -161,8 +163,8 @@ def describe_json(store: Store, job: Job) -> dict[str, Any]:
              "node": r.node}
             for r in job.replicas
         ],
-        "events": [{"time": e.time, "kind": e.kind, "message": e.message}
-                   for e in store.events(job.id)],
+        "goodput": goodput(state_dir, job, events).to_json(),
+        "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
     }
 
 
@@ -174,7 +176,7 @@ def describe(
     store = ctx.store()
     job = store.job(ctx.resolve(store, job_ref))
     assert job is not None
-    d = describe_json(store, job)
+    d = describe_json(store, job, ctx.state_dir)
     if as_json:
         typer.echo(json.dumps(d, indent=2))
         return
@@ -186,6 +188,8 @@ def describe(
     for r in d["replicas"]:
         typer.echo(f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node "
                    f"{r['node'] or '-':<8} restarts {r['restarts']}  exit {r['exit_code']}")
+    for line in format_goodput(goodput(ctx.state_dir, job, store.events(job.id))):
+        typer.echo(line)
     typer.echo("Events:")
     for e in store.events(job.id):
         typer.echo("  " + _fmt_event(e))

@@ -91,6 +91,12 @@ def drain(c: typer.Context, node: str) -> None:
     _node_command(c, "drain-node", node)
 
 
+@node_app.command("preempt")
+def preempt_node(c: typer.Context, node: str) -> None:
+    """Reclaim a node (spot): jobs on it get a notice, save, suspend and are requeued."""
+    _node_command(c, "preempt-node", node)
+
+
 @node_app.command("restore")
 def restore(c: typer.Context, node: str) -> None:
     """Bring a failed or drained node back."""

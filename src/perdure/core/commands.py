@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from perdure.core.events import Command
+from perdure.core.model import Job
 from perdure.core.states import JobState, NodeState, ReplicaState
 
 if TYPE_CHECKING:
@@ -41,6 +42,10 @@ def _preempt(t: _Tick, c: Command) -> None:
     job = t.touch(c.target)
     if job is None:
         return
+    _suspend(t, job, c, "preemption notice sent")
+
+
+def _suspend(t: _Tick, job: Job, c: Command, why: str) -> None:
     job.hold = c.hold
     if job.state is JobState.QUEUED and c.hold:
         job.state = JobState.SUSPENDED
@@ -48,7 +53,7 @@ def _preempt(t: _Tick, c: Command) -> None:
     elif job.state in (JobState.PENDING, JobState.RUNNING):
         job.state = JobState.SUSPENDING
         grace = job.spec.preemption.grace_seconds
-        t.event(job, "state", f"SUSPENDING: preemption notice sent, grace {grace:g}s"
+        t.event(job, "state", f"SUSPENDING: {why}, grace {grace:g}s"
                               + (" (held until resumed)" if c.hold else ""))
         t.end(job, JobState.SUSPENDED, notice="preemption")
 
@@ -90,6 +95,19 @@ def _drain_node(t: _Tick, c: Command) -> None:
         t.restart(job, moving, notice="maintenance", why=f"drain {c.target}")
 
 
+def _preempt_node(t: _Tick, c: Command) -> None:
+    """The node is being reclaimed: every job on it saves, suspends and is requeued."""
+    if t.set_node(c.target, NodeState.DOWN) is None:
+        return
+    t.event(None, "node", f"node {c.target} preempted: jobs on it suspend and are requeued")
+    for job_id, seen in list(t.jobs.items()):
+        if any(r.node == c.target and r.alive for r in seen.replicas):
+            job = t.touch(job_id)
+            assert job is not None
+            _suspend(t, job, Command("preempt", job_id, c.time),
+                     f"node {c.target} preempted; notice sent")
+
+
 def _restore_node(t: _Tick, c: Command) -> None:
     if t.set_node(c.target, NodeState.READY) is not None:
         t.event(None, "node", f"node {c.target} restored: ready for replicas")
@@ -101,6 +119,7 @@ COMMANDS: dict[str, Callable[[_Tick, Command], None]] = {
     "preempt": _preempt,
     "resume": _resume,
     "fail-node": _fail_node,
+    "preempt-node": _preempt_node,
     "drain-node": _drain_node,
     "restore-node": _restore_node,
 }

@@ -241,6 +241,11 @@ class _Tick:
             self.end(job, JobState.SUCCEEDED)
         elif v.action is Action.DONE:
             self.event(job, "decision", f"done: {reason}")
+        elif v.action is Action.SUSPEND:
+            self.event(job, "decision", f"suspend job: {reason}")
+            job.state = JobState.SUSPENDING
+            self.event(job, "state", "SUSPENDING: a replica saved and asked to be resumed")
+            self.end(job, JobState.SUSPENDED, notice="preemption")
         elif v.action in (Action.RESTART, Action.MOVE):
             if v.action is Action.RESTART:
                 r.restarts += 1

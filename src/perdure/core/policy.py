@@ -98,11 +98,15 @@ def _transient(f: Failure, spec: JobSpec) -> bool:
     return f.exit_code in codes or (f.signal is not None and f.signal in codes)
 
 
+# The status perdure.runtime exits with after an emergency save: "saved, resume me".
+EXIT_SUSPENDED = 75
+
 DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("primary exited 0", lambda f, s: f.exit_code == 0 and f.primary, Action.SUCCEED, None),
     Rule("replica exited 0", lambda f, s: f.exit_code == 0, Action.DONE, None),
     Rule("preemption notice", lambda f, s: f.notice == "preemption", Action.SUSPEND, None),
     Rule("maintenance notice", lambda f, s: f.notice == "maintenance", Action.MOVE, None),
+    Rule("suspend requested", lambda f, s: f.exit_code == EXIT_SUSPENDED, Action.SUSPEND, None),
     Rule("node lost", lambda f, s: f.node_lost is not None, Action.RESTART, ErrorCode.USER_CODE),
     Rule("out of memory", lambda f, s: f.oom, Action.FAIL, ErrorCode.OUT_OF_MEMORY),
     Rule("transient exit code", _transient, Action.RETRY, ErrorCode.USER_CODE),
@@ -139,7 +143,7 @@ def _spec_rule(i: int, r: RuleSpec) -> Rule:
 def rules_for(spec: JobSpec) -> tuple[Rule, ...]:
     """Success and notices first, then the spec's rules, then the defaults."""
     user = tuple(_spec_rule(i, r) for i, r in enumerate(spec.restart.rules))
-    return DEFAULT_RULES[:4] + user + DEFAULT_RULES[4:]
+    return DEFAULT_RULES[:5] + user + DEFAULT_RULES[5:]
 
 
 def classify(f: Failure, spec: JobSpec) -> Verdict:

@@ -24,6 +24,7 @@ ROWS = [
     (f(exit_code=0), Action.DONE, None),
     (f(exit_code=143, signal=15, notice="preemption"), Action.SUSPEND, None),
     (f(exit_code=143, signal=15, notice="maintenance"), Action.MOVE, None),
+    (f(exit_code=75), Action.SUSPEND, None),
     (f(exit_code=137, signal=9, oom=True), Action.FAIL, ErrorCode.OUT_OF_MEMORY),
     (f(exit_code=134, signal=6), Action.RETRY, ErrorCode.USER_CODE),
     (f(exit_code=139, signal=11), Action.RETRY, ErrorCode.USER_CODE),
@@ -103,3 +104,10 @@ def test_retry_budgets_by_code() -> None:
 )
 def test_peer_errors(error: ErrorInfo | None, peer: bool) -> None:
     assert is_peer_error(error) is peer
+
+
+def test_runtime_and_core_agree_on_the_suspended_status() -> None:
+    from perdure.core.policy import EXIT_SUSPENDED
+    from perdure.runtime.context import EXIT_SUSPENDED as RUNTIME_EXIT_SUSPENDED
+
+    assert EXIT_SUSPENDED == RUNTIME_EXIT_SUSPENDED

@@ -247,3 +247,29 @@ def test_decide_never_mutates_its_input() -> None:
     sim.step()
     assert snap.jobs[j].to_json() == before
     assert sim.job(j).replicas[0].state is not ReplicaState.RUNNING or sim.job(j).round > 0
+
+
+def test_node_preemption_suspends_and_requeues_elsewhere() -> None:
+    sim = Sim(nodes={"a": 2, "b": 2})
+    j = sim.submit(spec(pools=pools(2)))
+    job = sim.run_until(j, {JobState.RUNNING})
+    node = job.replicas[0].node
+    assert node is not None
+    sim.command("preempt-node", node)
+    sim.step()
+    assert sim.job(j).state is JobState.SUSPENDING
+    job = sim.run_until(j, {JobState.RUNNING})
+    assert job.attempt == 2 and all(r.node != node for r in job.replicas)
+    assert job.retries == {} and any("SUSPENDED" in m for m in sim.messages(j))
+
+
+def test_exit_75_without_notice_suspends_the_job() -> None:
+    runs = iter([FakeRun(1, 75), FakeRun()])
+    sim = Sim(script=lambda launch: next(runs, FakeRun()))
+    j = sim.submit(spec())
+    sim.run_until(j, {JobState.RUNNING})
+    for _ in range(30):
+        sim.step()
+    job = sim.job(j)
+    assert job.state is JobState.RUNNING and job.attempt == 2 and job.retries == {}
+    assert any(m.startswith("SUSPENDED") for m in sim.messages(j))
