@@ -270,7 +270,7 @@ class _Tick:
     def restart(self, job: Job, moved: list[Replica], notice: str | None, why: str) -> None:
         """Start `moved` again; in group scope every replica joins a new rendezvous round."""
         job.state = JobState.PENDING
-        grace = job.spec.restart.stop_grace_seconds
+        grace = job.spec.restart.round_grace_seconds
         if notice == "maintenance":
             grace = job.spec.preemption.grace_seconds
         names = {r.name for r in moved}

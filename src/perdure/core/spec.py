@@ -58,6 +58,9 @@ class RestartSpec(_Model):
     # survivors rebuild their process group themselves).
     scope: Literal["group", "replica"] = "group"
     stop_grace_seconds: float = Field(5.0, ge=0)
+    # Survivors of a failed peer are stopped for the new round with this grace: they cannot
+    # save a consistent checkpoint without the dead rank, and are often stuck in a collective.
+    round_grace_seconds: float = Field(1.0, ge=0)
 
 
 class SchedulingSpec(_Model):
