@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from perdure.core.hotswap import hot_swap
 from perdure.core.model import Job, JobError
 from perdure.core.policy import retry_budget
 from perdure.core.scheduler import Capacity, admission_order, can_ever_fit, shortfall_message
@@ -56,7 +57,9 @@ def _place_waiting(t: _Tick, cap: Capacity, job_id: str) -> None:
     if chosen is None:
         if job.waiting_since is None:
             job.waiting_since = t.now
-        if _timer_due(t, job):
+        if hot_swap(t, cap, job):
+            _wait(t, job, "waiting for hot-swap: a lower-priority job is giving its capacity")
+        elif _timer_due(t, job):
             _capacity_timeout(t, job, cap.healthy_slots(), in_attempt=True)
         else:
             names = ", ".join(r.name for r in todo)

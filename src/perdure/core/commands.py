@@ -42,10 +42,10 @@ def _preempt(t: _Tick, c: Command) -> None:
     job = t.touch(c.target)
     if job is None:
         return
-    _suspend(t, job, c, "preemption notice sent")
+    suspend(t, job, c, "preemption notice sent")
 
 
-def _suspend(t: _Tick, job: Job, c: Command, why: str) -> None:
+def suspend(t: _Tick, job: Job, c: Command, why: str) -> None:
     job.hold = c.hold
     if job.state is JobState.QUEUED and c.hold:
         job.state = JobState.SUSPENDED
@@ -104,7 +104,7 @@ def _preempt_node(t: _Tick, c: Command) -> None:
         if any(r.node == c.target and r.alive for r in seen.replicas):
             job = t.touch(job_id)
             assert job is not None
-            _suspend(t, job, Command("preempt", job_id, c.time),
+            suspend(t, job, Command("preempt", job_id, c.time),
                      f"node {c.target} preempted; notice sent")
 
 

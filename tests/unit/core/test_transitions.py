@@ -273,3 +273,39 @@ def test_exit_75_without_notice_suspends_the_job() -> None:
     job = sim.job(j)
     assert job.state is JobState.RUNNING and job.attempt == 2 and job.retries == {}
     assert any(m.startswith("SUSPENDED") for m in sim.messages(j))
+
+
+def test_hot_swap_preempts_the_lower_priority_job() -> None:
+    sim = Sim(nodes={"a": 2, "b": 2})
+    high = sim.submit(spec(name="high", priority=10, pools=pools(2)))
+    sim.run_until(high, {JobState.RUNNING})
+    low = sim.submit(spec(name="low", priority=1, pools=pools(2)))
+    sim.run_until(low, {JobState.RUNNING})
+    node = sim.job(high).replicas[0].node
+    assert node is not None and sim.job(low).replicas[0].node != node
+    sim.command("fail-node", node)
+    for _ in range(20):
+        sim.step()
+    assert sim.job(high).state is JobState.RUNNING
+    assert all(r.node != node for r in sim.job(high).replicas)
+    assert sim.job(low).state is JobState.QUEUED  # suspended, requeued, waiting for capacity
+    msgs = sim.messages(high)
+    assert any(f"hot-swap: preempting {low}" in m for m in msgs)
+    assert any(f"hot-swap: capacity goes to {high}" in m for m in sim.messages(low))
+    assert sim.job(low).retries == {} and all(s.grace == 30 for s in sim.backend.stops
+                                              if s.launch_id.startswith(low))
+
+
+def test_no_hot_swap_against_equal_or_higher_priority() -> None:
+    sim = Sim(nodes={"a": 2, "b": 2})
+    first = sim.submit(spec(name="first", priority=5, pools=pools(2),
+                            scheduling={"placement_timeout_seconds": 2}))
+    sim.run_until(first, {JobState.RUNNING})
+    other = sim.submit(spec(name="other", priority=5, pools=pools(2)))
+    sim.run_until(other, {JobState.RUNNING})
+    node = sim.job(first).replicas[0].node
+    assert node is not None
+    sim.command("fail-node", node)
+    sim.run_until(first, {JobState.QUEUED})  # capacity timeout: a job retry, no preemption
+    assert sim.job(other).state is JobState.RUNNING
+    assert sim.job(first).retries == {"INSUFFICIENT_CAPACITY": 1}

@@ -1,0 +1,62 @@
+"""Hot-swap: a running job that lost capacity takes it from a lower-priority job.
+
+No side effects: picks victims and suspends them through the tick (notice, grace, checkpoint,
+SUSPENDED, requeued); the waiting replicas are placed once the victims' replicas are down.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from perdure.core.events import Command
+from perdure.core.model import Job
+from perdure.core.scheduler import Capacity
+from perdure.core.states import JobState, ReplicaState
+
+if TYPE_CHECKING:
+    from perdure.core.decide import _Tick
+
+
+def _held_on_ready(job: Job, cap: Capacity) -> int:
+    return sum(s for node, s in job.usage.items() if node in cap.ready)
+
+
+def hot_swap(t: _Tick, cap: Capacity, job: Job) -> bool:
+    """Free capacity for `job`'s waiting replicas by preempting lower-priority jobs.
+
+    Returns True when enough capacity is (or will soon be) freed, so the job waits for it
+    instead of counting toward its capacity timeout.
+    """
+    from perdure.core.commands import suspend
+
+    need = sum(r.slots for r in job.replicas if r.state is ReplicaState.WAITING) - cap.free
+    if need <= 0:
+        return False  # free slots exist but do not fit (fragmented, avoided node): just wait
+    # Jobs already on their way out (suspending, cancelling, ending) free their slots soon.
+    leaving = sum(_held_on_ready(j, cap) for j in t.jobs.values()
+                  if j.id != job.id and j.after_stop is not None)
+    if leaving >= need:
+        return True
+    need -= leaving
+    candidates = sorted(
+        (j for j in t.jobs.values()
+         if j.priority < job.priority and j.after_stop is None
+         and j.state in (JobState.PENDING, JobState.RUNNING) and _held_on_ready(j, cap) > 0),
+        key=lambda j: (j.priority, -j.created),  # lowest priority, then youngest, first
+    )
+    victims: list[Job] = []
+    for j in candidates:
+        victims.append(j)
+        need -= _held_on_ready(j, cap)
+        if need <= 0:
+            break
+    if need > 0:
+        return False  # even preempting every lower-priority job would not be enough
+    for seen in victims:
+        victim = t.touch(seen.id)
+        assert victim is not None
+        why = f"hot-swap: capacity goes to {job.id} (priority {job.priority} > {victim.priority})"
+        t.event(job, "decision", f"hot-swap: preempting {victim.id} (priority "
+                                 f"{victim.priority}) to take its capacity")
+        suspend(t, victim, Command("preempt", victim.id, t.now), why)
+    return True
