@@ -9,6 +9,7 @@ still runs.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
 import time
@@ -24,6 +25,7 @@ from perdure.core.events import (
     Launch,
     LaunchFailed,
     Observation,
+    Rendezvous,
     Stop,
 )
 from perdure.core.launchenv import LaunchSettings
@@ -176,6 +178,8 @@ class Controller:
             self.backend.stop(d)
         elif isinstance(d, KillNode):
             self.backend.kill_node(d.node)
+        elif isinstance(d, Rendezvous):
+            publish_round(Path(self.settings.state_dir), d)
 
     def idle(self) -> bool:
         return not self.snapshot.jobs and not self.pending
@@ -189,6 +193,21 @@ class Controller:
             if exit_when_idle and self.idle():
                 return
             time.sleep(self.interval)
+
+
+def publish_round(state_dir: Path, d: Rendezvous) -> None:
+    """Write an elastic job's round for its replicas: `<state>/rdzv/<job>/round.json`."""
+    directory = state_dir / "rdzv" / d.job_id
+    directory.mkdir(parents=True, exist_ok=True)
+    body = {
+        "job_id": d.job_id, "attempt": d.attempt, "round": d.round, "reason": d.reason,
+        "time": d.time, "world_size": len(d.members),
+        "members": [{"replica": name, "rank": i, "node": node}
+                    for i, (name, node) in enumerate(d.members)],
+    }
+    tmp = directory / f".round.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(body))
+    os.replace(tmp, directory / "round.json")
 
 
 def submit_command(store: Store, kind: str, target: str, hold: bool = False) -> Command:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from perdure.core.elastic import may_wait_forever, publish
 from perdure.core.hotswap import hot_swap
 from perdure.core.model import Job, JobError
 from perdure.core.policy import retry_budget
@@ -57,7 +58,11 @@ def _place_waiting(t: _Tick, cap: Capacity, job_id: str) -> None:
     if chosen is None:
         if job.waiting_since is None:
             job.waiting_since = t.now
-        if hot_swap(t, cap, job):
+        if may_wait_forever(job):
+            job.waiting_since = None
+            _wait(t, job, "waiting for capacity to grow back: running on fewer replicas")
+            hot_swap(t, cap, job)
+        elif hot_swap(t, cap, job):
             _wait(t, job, "waiting for hot-swap: a lower-priority job is giving its capacity")
         elif _timer_due(t, job):
             _capacity_timeout(t, job, cap.healthy_slots(), in_attempt=True)
@@ -108,11 +113,13 @@ def _admit(t: _Tick, cap: Capacity, seen: Job) -> None:
     job.state = JobState.PENDING
     for r in job.replicas:
         r.node = chosen[r.name]
-    for r in job.replicas:
-        t.launch(job, r, chosen[r.name])
     nodes = sorted({r.node or "" for r in job.replicas})
     t.event(job, "state", f"PENDING: attempt {job.attempt} admitted; launching "
                           f"{len(job.replicas)} replicas on {', '.join(nodes)}")
+    if job.elastic:
+        publish(t, job, [r.name for r in job.replicas], "admitted")
+    for r in job.replicas:
+        t.launch(job, r, chosen[r.name])
 
 
 def _touch(t: _Tick, seen: Job) -> Job:

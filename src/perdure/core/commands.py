@@ -88,8 +88,6 @@ def _drain_node(t: _Tick, c: Command) -> None:
         assert mine is not None
         job = mine
         moving = [r for r in job.replicas if r.node == c.target and r.alive]
-        for r in moving:
-            r.avoid_node = c.target
         names = ", ".join(r.name for r in moving)
         t.event(job, "decision", f"move {names} off node {c.target} (maintenance, no restart)")
         t.restart(job, moving, notice="maintenance", why=f"drain {c.target}")

@@ -11,6 +11,7 @@ import signal
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from perdure.core import elastic
 from perdure.core.events import (
     Command,
     Decision,
@@ -185,6 +186,8 @@ class _Tick:
     def started(self, job: Job, r: Replica) -> None:
         if r.state is ReplicaState.STARTING:
             r.state = ReplicaState.RUNNING
+        if job.elastic and job.after_stop is None:
+            elastic.joined(self, job, r)
         up = all(x.state is ReplicaState.RUNNING for x in job.replicas)
         if job.state is JobState.PENDING and up:
             job.state = JobState.RUNNING
@@ -214,6 +217,8 @@ class _Tick:
         why = classify(f, job.spec).reason if f.notice else "stopped"
         self.event(job, "exit", f"{r.name} exited {_status(f)} ({why})")
         if r.relaunch and job.after_stop is None:
+            if job.elastic:
+                elastic.lose(self, job, r, f"{r.name} moved")
             r.state = ReplicaState.WAITING
         r.relaunch = False
         self.maybe_finish(job)
@@ -247,14 +252,16 @@ class _Tick:
             self.event(job, "state", "SUSPENDING: a replica saved and asked to be resumed")
             self.end(job, JobState.SUSPENDED, notice="preemption")
         elif v.action in (Action.RESTART, Action.MOVE):
-            if v.action is Action.RESTART:
+            membership = job.elastic and v.reason == "node lost"
+            if v.action is Action.RESTART and not membership:
                 r.restarts += 1
             if v.code is not None and v.message:
                 job.error = JobError(v.code, v.message)
             self.event(job, "decision", f"restart {reason}")
-            if r.node and self.nodes.get(r.node, Node(r.node, 0)).state is not NodeState.READY:
-                r.avoid_node = r.node
-            self.restart(job, [r], notice=None, why="restart")
+            if job.elastic:
+                elastic.lose(self, job, r, reason)
+            else:
+                self.restart(job, [r], notice=None, why="restart")
         elif v.action is Action.RETRY:
             assert v.code is not None
             job.retries[v.code.value] = job.retries.get(v.code.value, 0) + 1
@@ -274,7 +281,7 @@ class _Tick:
         if notice == "maintenance":
             grace = job.spec.preemption.grace_seconds
         names = {r.name for r in moved}
-        group = job.spec.restart.scope == "group"
+        group = job.spec.restart.scope == "group" and not job.elastic
         if group:
             job.round += 1
             job.master_port = next(self.ports)
@@ -333,8 +340,9 @@ class _Tick:
     def reset(self, job: Job) -> None:
         for x in job.replicas:
             x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
-            x.relaunch, x.avoid_node, x.notice = False, None, None
+            x.relaunch, x.notice = False, None
         job.round = 0
+        job.members = []
 
     # ---- commands ------------------------------------------------------------------------
 
@@ -353,7 +361,7 @@ class _Tick:
         schedule(self)
 
     def launch(self, job: Job, r: Replica, node: str) -> None:
-        r.node, r.avoid_node = node, None
+        r.node = node
         r.launches += 1
         r.launch_id = launch_id(job, r)
         r.state = ReplicaState.STARTING

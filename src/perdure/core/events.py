@@ -116,4 +116,19 @@ class KillNode:
     node: str
 
 
-Decision = Launch | Stop | KillNode
+@dataclass(frozen=True)
+class Rendezvous:
+    """Publish an elastic job's membership for a round: the replicas in rank order.
+
+    Replicas of elastic jobs rebuild their process group from it without restarting.
+    """
+
+    job_id: str
+    attempt: int
+    round: int
+    members: tuple[tuple[str, str], ...]  # (replica, node) in rank order
+    reason: str
+    time: float
+
+
+Decision = Launch | Stop | KillNode | Rendezvous

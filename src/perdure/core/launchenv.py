@@ -42,6 +42,11 @@ def launch_id(job: Job, r: Replica) -> str:
     return f"{job.id}.{job.attempt}.{r.name}.{r.launches}"
 
 
+def rendezvous_dir(job_id: str, s: LaunchSettings) -> str:
+    """Where an elastic job's rounds are published (round.json) and its stores live."""
+    return posixpath.join(s.state_dir, "rdzv", job_id)
+
+
 def job_of_launch(launch_id: str) -> str:
     return launch_id.split(".", 1)[0]
 
@@ -100,6 +105,12 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
     }
     if pool.min_replicas is not None:
         env["PERDURE_MIN_REPLICAS"] = str(pool.min_replicas)
+    if job.elastic:
+        env["PERDURE_RDZV_DIR"] = rendezvous_dir(job.id, s)
+        env["PERDURE_MIN_WORLD_SIZE"] = str(job.min_members)
+        if r.name in job.members:
+            env["RANK"] = str(job.members.index(r.name))
+            env["WORLD_SIZE"] = str(len(job.members))
     if job.spec.checkpoint.every_steps:
         env["PERDURE_CHECKPOINT_EVERY"] = str(job.spec.checkpoint.every_steps)
     prefix = posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}", r.name)

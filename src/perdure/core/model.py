@@ -48,7 +48,6 @@ class Replica:
     launch_id: str | None = None
     exit_code: int | None = None
     relaunch: bool = False  # STOPPING only to be started again (new round, move)
-    avoid_node: str | None = None  # a move: place anywhere but here
     notice: str | None = None  # "preemption" | "maintenance" while a notice is out
     last_reason: str = ""
 
@@ -80,6 +79,7 @@ class Job:
     hold: bool = False  # suspended until `perdure resume`
     updated: float = 0.0
     step: int | None = None  # latest training step reported by the runtime
+    members: list[str] = field(default_factory=list)  # elastic: this round's replicas, rank order
 
     @property
     def name(self) -> str:
@@ -94,6 +94,15 @@ class Job:
         return self.spec.total_slots
 
     @property
+    def elastic(self) -> bool:
+        """Whether the spec lets the job run on fewer replicas (some pool has min_replicas)."""
+        return any(p.min_replicas is not None for p in self.spec.pools)
+
+    @property
+    def min_members(self) -> int:
+        return sum(p.min_replicas or p.replicas for p in self.spec.pools)
+
+    @property
     def primary(self) -> Replica:
         return self.replicas[0]
 
@@ -103,6 +112,7 @@ class Job:
         job.__dict__.pop("usage", None)
         job.replicas = [_shallow(r) for r in self.replicas]
         job.retries = dict(self.retries)
+        job.members = list(self.members)
         return job
 
     @functools.cached_property
@@ -141,6 +151,7 @@ class Job:
         d["after_stop"] = self.after_stop.value if self.after_stop else None
         d["error"] = self.error.to_json() if self.error else None
         d["retries"] = dict(self.retries)
+        d["members"] = list(self.members)
         d["replicas"] = [
             {**{f: getattr(r, f) for f in _REPLICA_FIELDS}, "state": r.state.value}
             for r in self.replicas
@@ -161,7 +172,7 @@ class Job:
         return cls(**d)
 
 
-_JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas")
+_JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas", "members")
 _JOB_FIELDS = tuple(
     f.name for f in dataclasses.fields(Job) if f.name not in ("spec", *_JSON_FIELDS)
 )

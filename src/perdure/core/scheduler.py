@@ -61,8 +61,8 @@ class Capacity:
     ) -> dict[str, str] | None:
         """Nodes for every replica (all or none), best fit; takes the slots when it succeeds.
 
-        `prefer` maps a replica to the node it should stay on when that node is schedulable.
-        A replica's `avoid_node` is never chosen.
+        `prefer` maps a replica to the node it should stay on when that node is schedulable
+        (a failed or draining node is not: replicas move off it by themselves).
         """
         if sum(r.slots for r in replicas) > self.free:
             return None
@@ -70,10 +70,10 @@ class Capacity:
         chosen: dict[str, str] = {}
         for r in sorted(replicas, key=lambda r: -r.slots):
             want = (prefer or {}).get(r.name)
-            if want is not None and want != r.avoid_node and free.get(want, -1) >= r.slots:
+            if want is not None and free.get(want, -1) >= r.slots:
                 node = want
             else:
-                fits = [n for n, f in free.items() if f >= r.slots and n != r.avoid_node]
+                fits = [n for n, f in free.items() if f >= r.slots]
                 if not fits:
                     return None
                 node = min(fits, key=lambda n: (free[n], n))  # best fit keeps big holes free
