@@ -19,6 +19,9 @@ _EXPORTS = {
     "rng_state": "perdure.runtime.rng",
     "set_rng_state": "perdure.runtime.rng",
     "record": "perdure.runtime.errors",
+    "elastic": "perdure.runtime.elastic",
+    "Snapshotter": "perdure.runtime.elastic",
+    "goodput": "perdure.runtime.goodput",
     "init": "perdure.runtime.context",
     "Context": "perdure.runtime.context",
 }
@@ -30,4 +33,6 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'perdure.runtime' has no attribute {name!r}")
+    if module.rsplit(".", 1)[-1] == name:  # a submodule: `from perdure.runtime import elastic`
+        return importlib.import_module(module)
     return getattr(importlib.import_module(module), name)
