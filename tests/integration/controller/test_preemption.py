@@ -1,0 +1,109 @@
+"""Preemption notices on real processes: suspend, hold, resume; node preemption; hot-swap."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import Perdure
+
+# Runs until told to stop; on the notice it "saves" (a marker file) and exits suspended.
+SCRIPT = """
+import os, sys, time, perdure
+ctx = perdure.init(distributed=False)
+marker = os.path.join(os.environ["MARKS"], f"{ctx.replica}-{ctx.attempt}")
+deadline = time.time() + float(os.environ.get("RUN_FOR", "600"))
+while time.time() < deadline:
+    if ctx.should_stop:
+        open(marker, "w").write("saved")
+        ctx.exit_suspended()
+    time.sleep(0.05)
+ctx.finish(0)
+"""
+
+
+def write_script(p: Perdure) -> str:
+    path = p.root / "worker.py"
+    path.write_text(SCRIPT)
+    (p.root / "marks").mkdir(exist_ok=True)
+    return str(path)
+
+
+def test_preempt_hold_resume(perdure: Perdure) -> None:
+    script = write_script(perdure)
+    spec = perdure.spec("pre", 2, ["python", script],
+                        env={"MARKS": str(perdure.root / "marks"), "RUN_FOR": "6"},
+                        preemption={"grace_seconds": 10})
+    job = perdure.cli("submit", str(spec)).stdout.strip()
+    ctl = perdure.popen("controller")
+    try:
+        perdure.wait(job, lambda d: d["state"] == "RUNNING")
+        began = time.time()
+        perdure.cli("preempt", job, "--hold")
+        d = perdure.wait(job, lambda d: d["state"] == "SUSPENDED", timeout=30)
+        assert time.time() - began < 5  # the replicas saved and left at once
+        assert sorted(p.name for p in (perdure.root / "marks").iterdir()) == [
+            "worker-0-1", "worker-1-1"]
+        assert all(r["restarts"] == 0 for r in d["replicas"]) and d["retries"] == {}
+        time.sleep(1.0)
+        assert perdure.describe(job)["state"] == "SUSPENDED"  # held
+        perdure.cli("resume", job)
+        d = perdure.wait(job, lambda d: d["state"] == "SUCCEEDED", timeout=60)
+        assert d["attempt"] == 2
+        assert d["goodput"]["suspended_seconds"] >= 1.0
+    finally:
+        ctl.kill()
+        ctl.wait()
+
+
+def test_node_preemption_requeues_the_job_elsewhere(perdure: Perdure) -> None:
+    script = write_script(perdure)
+    cluster = perdure.cluster({"a": 2, "b": 2})
+    spec = perdure.spec("spot", 2, ["python", script], env={"MARKS": str(perdure.root / "marks")})
+    job = perdure.cli("submit", str(spec), "--cluster", str(cluster)).stdout.strip()
+    ctl = perdure.popen("controller", "--cluster", str(cluster))
+    try:
+        d = perdure.wait(job, lambda d: d["state"] == "RUNNING")
+        node = d["replicas"][0]["node"]
+        perdure.cli("node", "preempt", node)
+        d = perdure.wait(job, lambda d: d["state"] == "RUNNING" and d["attempt"] == 2,
+                         timeout=60)
+        assert all(r["node"] != node for r in d["replicas"])
+        assert d["retries"] == {} and all(r["restarts"] == 0 for r in d["replicas"])
+        assert any("SUSPENDED" in e["message"] for e in d["events"])
+        perdure.cli("cancel", job)
+        perdure.wait(job, lambda d: d["state"] == "CANCELLED", timeout=30)
+    finally:
+        ctl.kill()
+        ctl.wait()
+
+
+def test_hot_swap_takes_capacity_from_a_lower_priority_job(perdure: Perdure) -> None:
+    script = write_script(perdure)
+    cluster = perdure.cluster({"a": 2, "b": 2})
+    (perdure.root / "marks-low").mkdir()
+    high = perdure.cli("submit", str(perdure.spec("high", 2, ["python", script],
+                                                  env={"MARKS": str(perdure.root / "marks")},
+                                                  priority=10)),
+                       "--cluster", str(cluster)).stdout.strip()
+    ctl = perdure.popen("controller", "--cluster", str(cluster))
+    try:
+        d = perdure.wait(high, lambda d: d["state"] == "RUNNING")
+        env = {"MARKS": str(perdure.root / "marks-low")}
+        low = perdure.cli("submit", str(perdure.spec("low", 2, ["python", script], env=env,
+                                                     priority=1))).stdout.strip()
+        perdure.wait(low, lambda d: d["state"] == "RUNNING")
+        node = d["replicas"][0]["node"]
+        perdure.cli("chaos", "fail-node", node)
+        d = perdure.wait(high, lambda d: d["state"] == "RUNNING"
+                         and all(r["node"] not in (node, None) for r in d["replicas"]),
+                         timeout=60)
+        assert any(f"hot-swap: preempting {low}" in e["message"] for e in d["events"])
+        lo = perdure.wait(low, lambda d: d["state"] == "QUEUED", timeout=30)
+        assert any(f"capacity goes to {high}" in e["message"] for e in lo["events"])
+        assert (perdure.root / "marks-low" / "worker-0-1").exists()  # low saved, then left
+        assert not list((perdure.root / "marks").iterdir())  # high was never preempted
+        for j in (high, low):
+            perdure.cli("cancel", j)
+    finally:
+        ctl.kill()
+        ctl.wait()
