@@ -25,7 +25,8 @@ def schedule(t: _Tick) -> None:
     queued = [t.jobs[i] for i in index.queued]
     due = [j for j in queued + waiting if j.waiting_since is not None and _timer_due(t, j)]
     if (t.active and (waiting or queued)) or due:
-        cap = Capacity(t.nodes, t.snap.quotas, t.jobs.values())
+        holding = (j for i, j in t.jobs.items() if i not in index.queued)
+        cap = Capacity(t.nodes, t.snap.quotas, holding)
         for job in admission_order(waiting):
             _place_waiting(t, cap, job.id)
         for job in admission_order(queued):
@@ -129,8 +130,14 @@ def _touch(t: _Tick, seen: Job) -> Job:
 
 
 def _note(t: _Tick, seen: Job, reason: str) -> None:
-    """Record a new wait reason (cloning the job only when the reason changed)."""
+    """Record a new wait reason (cloning the job only when the reason changed).
+
+    At most `note_budget` jobs a tick: a burst of submissions is noted over a few ticks.
+    """
     if _kind(seen.wait_reason) != _kind(reason) or seen.waiting_since is not None:
+        if t.note_budget <= 0:
+            return
+        t.note_budget -= 1
         job = _touch(t, seen)
         job.waiting_since = None
         _wait(t, job, reason)

@@ -124,6 +124,7 @@ class _Tick:
     # Admissions stop for this tick once this many replicas were launched (ticks stay short;
     # every replica of one attempt still launches in the same tick).
     launch_budget: int = 64
+    note_budget: int = 32  # wait reasons recorded per tick
 
     def __post_init__(self) -> None:
         self.jobs = dict(self.snap.jobs)
