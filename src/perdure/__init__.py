@@ -1,15 +1,17 @@
 """perdure: PyTorch training that survives failure.
 
 Training scripts call `perdure.init()`; everything else they use lives in `perdure.runtime`.
+This module imports nothing at start-up: every replica's supervisor imports the package.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 __version__ = "0.1.0"
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from perdure.runtime.context import Context, init
 
 
