@@ -1,0 +1,369 @@
+"""Run replicas as processes on this machine, each under a supervisor process of its own.
+
+`LocalBackend` implements `perdure.backends.base.Backend`. `launch` writes the launch record and
+hands its directory to a warm spawner process (`zygote`), which forks a supervisor
+(`supervisor`) for it; nothing waits for a process to start. The supervisor starts the replica,
+enforces its memory limit and stop deadline, and records its exit in the launch directory.
+`poll` turns those records into observations with one stat per active launch, so a controller
+can call it every tick. Supervisors run in sessions of their own: a controller that is killed
+leaves its replicas running, and a new controller `adopt`s them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.local import layout, procs
+from perdure.backends.local.memory import MECHANISMS
+from perdure.backends.local.replicas import check_launch, kill_leftovers
+from perdure.backends.local.spawner import Spawner
+from perdure.core.events import (
+    ErrorInfo,
+    Launch,
+    LaunchFailed,
+    Observation,
+    ReplicaExited,
+    ReplicaStarted,
+    Stop,
+)
+
+# How often each supervisor is checked for having died without writing exit.json: rare, so a
+# poll costs one stat per launch (for exit.json) most of the time.
+LIVENESS_CHECK_SECONDS = 0.25
+# A launch whose supervisor has not claimed it by then is given up (LaunchFailed), so that a
+# stuck spawner cannot hold a replica in limbo; a supervisor that comes later starts nothing.
+START_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass
+class _Tracked:
+    """A launch this backend watches until its exit is reported."""
+
+    launch_id: str
+    node: str
+    dir: str
+    spawner: subprocess.Popen[bytes] | None = None  # the zygote asked to fork its supervisor
+    sent_at: float = 0.0  # time.monotonic() when the spawner was asked
+    supervisor: tuple[int, int] | None = None  # (pid, start ticks), from its claim
+    started: bool = False
+    status: dict[str, Any] = field(default_factory=dict)
+    next_check: float = 0.0
+    status_path: str = ""
+    exit_path: str = ""
+
+    def __post_init__(self) -> None:
+        self.status_path = os.path.join(self.dir, layout.STATUS)
+        self.exit_path = os.path.join(self.dir, layout.EXIT)
+
+
+class LocalBackend:
+    """Replicas as local processes, grouped into virtual nodes (each a failure domain).
+
+    State lives in `<state_dir>/launches/<launch_id>/` (see `layout`). `memory_mechanism` is
+    "auto" (cgroup v2, then v1, then RSS polling) or one of them by name. With `inherit_env`
+    a replica's environment is this process's environment overlaid with `Launch.env`; without
+    it, exactly `Launch.env` (plus the error-file variables).
+    """
+
+    def __init__(
+        self,
+        state_dir: Path | str,
+        nodes: list[NodeInfo],
+        *,
+        memory_mechanism: str = "auto",
+        inherit_env: bool = True,
+    ) -> None:
+        if not sys.platform.startswith("linux"):
+            raise RuntimeError(
+                f"the local backend runs replicas on Linux only (it relies on /proc, prctl and "
+                f"sigtimedwait); this is {sys.platform}. Run the controller on a Linux host."
+            )
+        if memory_mechanism not in MECHANISMS:
+            raise ValueError(
+                f"memory_mechanism={memory_mechanism!r} is unknown: use one of "
+                f"{', '.join(MECHANISMS)}"
+            )
+        # Strings, not Paths: launch() is on the controller's hot path.
+        self._launches = os.path.join(os.path.realpath(state_dir), layout.LAUNCHES)
+        os.makedirs(self._launches, exist_ok=True)
+        self._spawner = Spawner(self._launches)
+        self._nodes = list(nodes)
+        self._node_names = {node.name for node in nodes}
+        self._memory_mechanism = memory_mechanism
+        self._inherit_env = inherit_env
+        self._active: dict[str, _Tracked] = {}
+        # Who gives up launches in claim.json: this backend, not just this process.
+        self._identity = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns()}"
+
+    def nodes(self) -> list[NodeInfo]:
+        """The configured virtual nodes."""
+        return list(self._nodes)
+
+    # ---- launch -----------------------------------------------------------------------------
+
+    def launch(self, launch: Launch) -> None:
+        """Write the launch record and spawn its supervisor; LaunchError if it cannot start."""
+        check_launch(launch, self._node_names, self._inherit_env)
+        if launch.launch_id in self._active:
+            raise LaunchError(f"cannot launch {launch.launch_id!r}: that launch is already running")
+        directory = os.path.join(self._launches, launch.launch_id)
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            raise LaunchError(
+                f"launch id {launch.launch_id!r} was already used ({directory} exists); "
+                "every launch needs a new id"
+            ) from None
+        layout.write_json(
+            os.path.join(directory, layout.LAUNCH),
+            {
+                "launch_id": launch.launch_id,
+                "job_id": launch.job_id,
+                "replica": launch.replica,
+                "node": launch.node,
+                "command": list(launch.command),
+                "env": dict(launch.env),
+                "inherit_env": self._inherit_env,
+                "cwd": os.path.abspath(launch.cwd),  # the supervisor runs in the launch dir
+                "memory_mb": launch.memory_mb,
+                "memory_mechanism": self._memory_mechanism,
+                "stdout": os.path.abspath(launch.log_prefix + ".out"),
+                "stderr": os.path.abspath(launch.log_prefix + ".err"),
+                "created": time.time(),
+            },
+        )
+        spawner = self._spawner.send(directory)
+        self._active[launch.launch_id] = _Tracked(
+            launch.launch_id, launch.node, directory, spawner=spawner, sent_at=time.monotonic()
+        )
+
+    # ---- stop -------------------------------------------------------------------------------
+
+    def stop(self, stop: Stop) -> None:
+        """Send `stop.signal` now and SIGKILL after `stop.grace`; the supervisor carries it out
+        (even if this process dies). A no-op for a launch that already exited. Never blocks."""
+        tracked = self._active.get(stop.launch_id)
+        if tracked is not None:
+            self._request_stop(tracked, stop.signal, max(0.0, stop.grace), stop.reason)
+
+    def kill_node(self, node: str) -> None:
+        """Chaos: SIGKILL every replica on `node` now (their exits come through poll)."""
+        for tracked in list(self._active.values()):
+            if tracked.node == node:
+                self._request_stop(tracked, signal.SIGKILL, 0.0, f"node {node} killed")
+
+    def _request_stop(self, tracked: _Tracked, sig: int, grace: float, reason: str) -> None:
+        if os.path.exists(tracked.exit_path):
+            return
+        layout.write_json(
+            os.path.join(tracked.dir, layout.STOP),
+            {
+                "signal": int(sig),
+                "deadline": time.time() + grace,
+                "reason": reason,
+            },
+        )
+        # Before status.json the supervisor may not yet guard against SIGUSR1 (it would die of
+        # it); it reads stop.json itself right after writing status.json.
+        if os.path.exists(tracked.status_path):
+            self._signal_supervisor(tracked, signal.SIGUSR1)
+
+    def _signal_supervisor(self, tracked: _Tracked, sig: int) -> None:
+        if tracked.supervisor is None:
+            status = layout.read_json(tracked.status_path) or {}
+            if "supervisor_pid" not in status:
+                return
+            tracked.supervisor = (status["supervisor_pid"], status["supervisor_start_ticks"])
+        procs.send_signal(*tracked.supervisor, sig)  # verifies (pid, start time): no pid reuse
+
+    # ---- observe ----------------------------------------------------------------------------
+
+    def poll(self) -> list[Observation]:
+        """What happened since the last poll: replicas started, exited, or lost (non-blocking)."""
+        observations: list[Observation] = []
+        now = time.monotonic()
+        for tracked in list(self._active.values()):
+            self._observe(tracked, observations, now)
+        return observations
+
+    def _observe(self, tracked: _Tracked, out: list[Observation], now: float) -> None:
+        if not tracked.started and os.path.exists(tracked.status_path):
+            self._report_started(tracked, out)
+        if os.path.exists(tracked.exit_path):
+            self._report_exit(tracked, out)
+        elif now >= tracked.next_check and self._supervisor_gone(tracked, now):
+            # It may have written exit.json and exited between the two checks.
+            if os.path.exists(tracked.exit_path):
+                self._report_exit(tracked, out)
+            else:
+                self._report_lost(tracked, out)
+
+    def _report_started(self, tracked: _Tracked, out: list[Observation]) -> None:
+        status = layout.read_json(tracked.status_path)
+        if status is None:
+            return
+        tracked.started, tracked.status = True, status
+        if tracked.supervisor is None:
+            tracked.supervisor = (status["supervisor_pid"], status["supervisor_start_ticks"])
+        out.append(ReplicaStarted(tracked.launch_id, int(status["pid"]), status["started_at"]))
+
+    def _report_exit(self, tracked: _Tracked, out: list[Observation]) -> None:
+        record = layout.read_json(tracked.exit_path) or {}
+        self._active.pop(tracked.launch_id, None)
+        if "spawn_error" in record or "exit_code" not in record:
+            message = record.get("spawn_error", f"{tracked.exit_path} is unreadable")
+            out.append(LaunchFailed(tracked.launch_id, str(message), time.time()))
+            return
+        error = record.get("error")
+        out.append(
+            ReplicaExited(
+                launch_id=tracked.launch_id,
+                exit_code=int(record["exit_code"]),
+                time=float(record["time"]),
+                signal=record.get("signal"),
+                oom=bool(record.get("oom")),
+                error=_error_info(error),
+                peak_rss_mb=record.get("peak_rss_mb"),
+            )
+        )
+
+    def _supervisor_gone(self, tracked: _Tracked, now: float) -> bool:
+        """Whether the supervisor died, or never started and the launch was given up."""
+        tracked.next_check = now + LIVENESS_CHECK_SECONDS
+        if tracked.supervisor is None:
+            owner = layout.read_json(os.path.join(tracked.dir, layout.CLAIM)) or {}
+            if not owner:
+                spawner_alive = tracked.spawner is not None and tracked.spawner.poll() is None
+                if spawner_alive and now - tracked.sent_at < START_TIMEOUT_SECONDS:
+                    return False  # still on its way
+                owner = layout.claim(tracked.dir, self._abandon_record())
+            if "abandoned_by" in owner:
+                return True
+            tracked.supervisor = (owner["supervisor_pid"], owner["supervisor_start_ticks"])
+        return not procs.is_alive(*tracked.supervisor)
+
+    def _report_lost(self, tracked: _Tracked, out: list[Observation]) -> None:
+        self._active.pop(tracked.launch_id, None)
+        owner = layout.read_json(os.path.join(tracked.dir, layout.CLAIM)) or {}
+        out.append(LaunchFailed(tracked.launch_id, self._lost_message(tracked, owner), time.time()))
+        kill_leftovers(tracked.status or layout.read_json(tracked.status_path) or {})
+
+    def _abandon_record(self) -> dict[str, Any]:
+        return {"abandoned_by": self._identity, "pid": os.getpid(), "time": time.time()}
+
+    def _lost_message(self, tracked: _Tracked, owner: dict[str, Any]) -> str:
+        lid, early_log = tracked.launch_id, self._spawner.log_path
+        if owner.get("abandoned_by") not in (None, self._identity):
+            return (
+                f"launch {lid} was given up by another controller (pid {owner.get('pid')}) "
+                "before its supervisor started; nothing ran"
+            )
+        if "abandoned_by" in owner:
+            spawner_alive = tracked.spawner is not None and tracked.spawner.poll() is None
+            why = (
+                f"was not started within {START_TIMEOUT_SECONDS:.0f} s"
+                if spawner_alive
+                else "was not started: the spawner exited"
+            )
+            return f"the supervisor of launch {lid} {why}; nothing ran. See {early_log}"
+        log = os.path.join(tracked.dir, layout.SUPERVISOR_LOG)
+        where = f"{_last_line(log)}See {log}." if os.path.exists(log) else f"See {early_log}."
+        return (
+            f"the supervisor of launch {lid} died without recording the replica's exit (a "
+            f"replica it had started died with it). {where}"
+        )
+
+    # ---- restart ----------------------------------------------------------------------------
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        """Watch launches a previous controller started; never starts anything.
+
+        Reports ReplicaStarted for each adopted replica that had started (a controller that
+        died may not have recorded it), then ReplicaExited for those that ended meanwhile, and
+        LaunchFailed for unknown launches and those whose supervisor never ran or died.
+        """
+        out: list[Observation] = []
+        for launch_id in launch_ids:
+            if launch_id in self._active:
+                continue
+            directory = os.path.join(self._launches, launch_id)
+            spec = layout.read_json(os.path.join(directory, layout.LAUNCH))
+            if spec is None or "/" in launch_id or launch_id in ("", ".", ".."):
+                out.append(
+                    LaunchFailed(
+                        launch_id,
+                        f"launch {launch_id} is unknown: {directory} has no launch "
+                        "record (the controller stopped before writing it)",
+                        time.time(),
+                    )
+                )
+                continue
+            tracked = _Tracked(launch_id, str(spec.get("node", "")), directory)
+            if not os.path.exists(tracked.status_path) and not os.path.exists(tracked.exit_path):
+                # Its supervisor may be starting, or may never have been spawned: claim the
+                # launch as abandoned; a supervisor that comes later then starts nothing.
+                owner = layout.claim(directory, self._abandon_record())
+                if "abandoned_by" in owner:
+                    out.append(
+                        LaunchFailed(
+                            launch_id,
+                            f"launch {launch_id} never started: the controller stopped "
+                            "after writing its launch record but before its supervisor ran",
+                            time.time(),
+                        )
+                    )
+                    continue
+                tracked.supervisor = (owner["supervisor_pid"], owner["supervisor_start_ticks"])
+            self._active[launch_id] = tracked
+            self._observe(tracked, out, time.monotonic())
+        return out
+
+    def close(self) -> None:
+        """Stop watching; replicas keep running (a new backend can adopt them).
+
+        The spawner forks what it was already sent, then exits.
+        """
+        self._active.clear()
+        self._spawner.close()
+
+    def cleanup(self, keep_last: int = 100) -> int:
+        """Delete the directories of finished launches but the newest `keep_last`; the count."""
+        finished = [
+            entry
+            for entry in os.scandir(self._launches)
+            if entry.name not in self._active
+            and os.path.exists(os.path.join(entry.path, layout.EXIT))
+        ]
+        finished.sort(key=lambda entry: entry.stat().st_mtime, reverse=True)
+        for entry in finished[keep_last:]:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        return max(0, len(finished) - keep_last)
+
+
+def _error_info(error: object) -> ErrorInfo | None:
+    if not isinstance(error, dict):
+        return None
+    return ErrorInfo(
+        type=str(error.get("type", "")),
+        message=str(error.get("message", "")),
+        traceback=str(error.get("traceback", "")),
+        source=str(error.get("source", "error_file")),
+    )
+
+
+def _last_line(log: str) -> str:
+    try:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            lines = f.read().strip().splitlines()
+    except OSError:
+        return ""
+    return f"Its last words: {lines[-1][:500]}. " if lines else ""

@@ -1,0 +1,329 @@
+"""Hold a replica to its `memory_mb`: a cgroup of its own (v2 or v1), else RSS polling.
+
+`limit_for(launch_id, memory_mb, prefer)` picks the mechanism and prepares it; the supervisor
+then has the child join it before exec (`join`, async-signal-safe enough for a preexec hook),
+asks after the exit whether the kernel killed something for memory (`oom_killed`), kills what
+is left (`kill_all`) and removes the cgroup (`close`).
+
+- cgroup v2 (`memory.max`, `memory.events` oom_kill): users' machines; needs a delegated
+  subtree. Set `PERDURE_CGROUP_PARENT` to a writable cgroup directory to choose where.
+- cgroup v1 (`memory.limit_in_bytes`, `memory.oom_control` oom_kill): root on older hosts.
+- rss: the supervisor sums the RSS of the replica's process tree every 100 ms and SIGKILLs the
+  group when it is over the limit. Shared pages count once per process, so it errs on the side
+  of killing early.
+
+Each replica's cgroup is `<the supervisor's own cgroup>/perdure/<launch_id>`, so a limit the
+controller itself runs under still applies on top. Paths are plain strings: pathlib costs the
+supervisor start-up time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from perdure.backends.local import procs
+
+MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rss")
+CGROUP_PARENT_ENV = "PERDURE_CGROUP_PARENT"
+RSS_POLL_SECONDS = 0.1
+
+
+class MemoryLimitError(RuntimeError):
+    """The requested memory mechanism cannot be used on this machine."""
+
+
+class NoLimit:
+    """No memory limit: nothing to enforce (peak RSS is still sampled by the supervisor)."""
+
+    mechanism = "none"
+    path: str | None = None
+    poll_interval: float | None = None
+
+    def join(self) -> None:
+        """Called in the child before exec: join the limit."""
+
+    def over_limit(self, rss_bytes: int) -> bool:
+        return False
+
+    def oom_killed(self) -> bool:
+        return False
+
+    def peak_bytes(self) -> int | None:
+        return None
+
+    def kill_all(self) -> None:
+        """Kill whatever still runs under the limit (the process group is killed anyway)."""
+
+    def close(self) -> None:
+        """Release the limit's resources."""
+
+
+class RssLimit(NoLimit):
+    """Poll the process tree's RSS; the supervisor kills the group when it is over."""
+
+    mechanism = "rss"
+    poll_interval = RSS_POLL_SECONDS
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.tripped = False
+
+    def over_limit(self, rss_bytes: int) -> bool:
+        if rss_bytes > self.limit_bytes:
+            self.tripped = True
+        return self.tripped
+
+    def oom_killed(self) -> bool:
+        return self.tripped
+
+
+class _Cgroup(NoLimit):
+    """A cgroup of the replica's own; subclasses know the file names of one version."""
+
+    def __init__(self, path: str, owns_parent: bool = False) -> None:
+        self.path = path
+        self.dir = path
+        self.owns_parent = owns_parent  # `<own cgroup>/perdure`: removed once empty
+
+    def join(self) -> None:
+        # Runs between fork and exec: plain os calls only.
+        fd = os.open(os.path.join(self.dir, "cgroup.procs"), os.O_WRONLY)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+
+    def kill_all(self) -> None:
+        for pid in _read_ints(os.path.join(self.dir, "cgroup.procs")):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+
+    def close(self) -> None:
+        # Killed tasks leave the cgroup a moment after the signal: retry for up to 2 s.
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                os.rmdir(self.dir)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    return
+                self.kill_all()
+                time.sleep(0.02)
+        if self.owns_parent:
+            # Leave no empty `perdure` cgroup behind; it fails while other replicas use it.
+            try:
+                os.rmdir(os.path.dirname(self.dir))
+            except OSError:
+                return
+
+    def _counter(self, name: str, key: str) -> int:
+        for line in _read(os.path.join(self.dir, name)).splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == key:
+                return int(parts[1])
+        return 0
+
+    def _bytes(self, name: str) -> int | None:
+        try:
+            return int(_read(os.path.join(self.dir, name)).strip())
+        except ValueError:
+            return None
+
+
+class CgroupV1Limit(_Cgroup):
+    mechanism = "cgroup-v1"
+
+    def oom_killed(self) -> bool:
+        return self._counter("memory.oom_control", "oom_kill") > 0
+
+    def peak_bytes(self) -> int | None:
+        return self._bytes("memory.max_usage_in_bytes")
+
+
+class CgroupV2Limit(_Cgroup):
+    mechanism = "cgroup-v2"
+
+    def oom_killed(self) -> bool:
+        return self._counter("memory.events", "oom_kill") > 0
+
+    def peak_bytes(self) -> int | None:
+        return self._bytes("memory.peak")
+
+    def kill_all(self) -> None:
+        kill = os.path.join(self.dir, "cgroup.kill")  # Linux 5.14+: kills every task at once
+        if os.path.exists(kill):
+            try:
+                _write(kill, "1")
+                return
+            except OSError:
+                pass  # fall back to killing each task
+        super().kill_all()
+
+
+def limit_for(launch_id: str, memory_mb: int | None, prefer: str = "auto") -> NoLimit:
+    """Prepare the limit for one replica; raise MemoryLimitError if `prefer` is unavailable."""
+    if memory_mb is None:
+        return NoLimit()
+    if prefer not in MECHANISMS:
+        raise MemoryLimitError(
+            f"memory mechanism {prefer!r} is unknown: use one of {', '.join(MECHANISMS)}"
+        )
+    limit = memory_mb * 1024 * 1024
+    errors: list[str] = []
+    for version in ("cgroup-v2", "cgroup-v1"):
+        if prefer not in ("auto", version):
+            continue
+        try:
+            return _make_cgroup(version, launch_id, limit)
+        except OSError as err:
+            errors.append(f"{version}: {err}")
+    if prefer in ("auto", "rss"):
+        return RssLimit(limit)
+    raise MemoryLimitError(
+        f"memory mechanism {prefer!r} is not available here ({'; '.join(errors)}); "
+        "use memory_mechanism='auto' to fall back to RSS polling"
+    )
+
+
+def _make_cgroup(version: str, launch_id: str, limit: int) -> NoLimit:
+    owns_parent = not os.environ.get(CGROUP_PARENT_ENV)
+    for attempt in range(3):
+        path = os.path.join(_parent_dir(version), launch_id)
+        if os.path.exists(path):  # left by a supervisor that was killed: empty it, start over
+            _Cgroup(path).close()
+        try:
+            os.mkdir(path)
+            break
+        except FileNotFoundError:  # another replica's exit removed the empty parent just now
+            if attempt == 2:
+                raise
+    try:
+        if version == "cgroup-v1":
+            _write(os.path.join(path, "memory.limit_in_bytes"), str(limit))
+            # No swapping past the limit (the file exists only with swap accounting).
+            _try_write(os.path.join(path, "memory.memsw.limit_in_bytes"), str(limit))
+            return CgroupV1Limit(path, owns_parent)
+        _write(os.path.join(path, "memory.max"), str(limit))
+        _try_write(os.path.join(path, "memory.swap.max"), "0")
+        return CgroupV2Limit(path, owns_parent)
+    except OSError:
+        os.rmdir(path)
+        raise
+
+
+def _parent_dir(version: str) -> str:
+    """Where replica cgroups go: `$PERDURE_CGROUP_PARENT`, else `<own cgroup>/perdure`."""
+    override = os.environ.get(CGROUP_PARENT_ENV)
+    if override:
+        parent = override
+        is_v2 = os.path.exists(os.path.join(parent, "cgroup.controllers"))
+        if is_v2 != (version == "cgroup-v2"):
+            raise OSError(f"{CGROUP_PARENT_ENV}={override} is not a {version} directory")
+    else:
+        holder = own_cgroup_dir(version)
+        if version == "cgroup-v2":
+            _enable_v2_memory(holder)
+        elif not os.path.exists(os.path.join(holder, "memory.limit_in_bytes")):
+            raise OSError(f"{holder} is not a cgroup v1 memory directory")
+        parent = os.path.join(holder, "perdure")
+        os.makedirs(parent, exist_ok=True)
+    if version == "cgroup-v2":
+        _write_controller(os.path.join(parent, "cgroup.subtree_control"))
+    return parent
+
+
+def _enable_v2_memory(holder: str) -> None:
+    if "memory" not in _read(os.path.join(holder, "cgroup.controllers")).split():
+        raise OSError(f"the memory controller is not available in {holder}")
+    # Fails (EBUSY) when `holder` has processes of its own and is not the root cgroup.
+    _write_controller(os.path.join(holder, "cgroup.subtree_control"))
+
+
+def _write_controller(subtree_control: str) -> None:
+    if "memory" not in _read(subtree_control).split():
+        _write(subtree_control, "+memory")
+
+
+def own_cgroup_dir(version: str) -> str:
+    """This process's cgroup directory in the `version` hierarchy; OSError if there is none."""
+    mounts = _cgroup_mounts()
+    for line in _read("/proc/self/cgroup").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if version == "cgroup-v2" and controllers == "" and "cgroup2" in mounts:
+            mount_root, mount_point = mounts["cgroup2"]
+        elif version == "cgroup-v1" and "memory" in controllers.split(","):
+            if "memory" not in mounts:
+                break
+            mount_root, mount_point = mounts["memory"]
+        else:
+            continue
+        relative = os.path.relpath(path, mount_root) if path.startswith(mount_root) else "."
+        return os.path.realpath(os.path.join(mount_point, relative))
+    raise OSError(f"this process is in no {version} memory hierarchy")
+
+
+def _cgroup_mounts() -> dict[str, tuple[str, str]]:
+    """{"cgroup2" | "memory": (root inside the hierarchy, mount point)} from mountinfo."""
+    found: dict[str, tuple[str, str]] = {}
+    for line in _read("/proc/self/mountinfo").splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        root, point = _unescape(fields[3]), _unescape(fields[4])
+        if tail[0] == "cgroup2":
+            found.setdefault("cgroup2", (root, point))
+        elif tail[0] == "cgroup" and "memory" in tail[2].split(","):
+            found.setdefault("memory", (root, point))
+    return found
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes spaces, tabs, newlines and backslashes as octal.
+    return field.encode().decode("unicode_escape") if "\\" in field else field
+
+
+def _read(path: str) -> str:
+    """The file's text, "" when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _try_write(path: str, text: str) -> None:
+    try:
+        _write(path, text)
+    except OSError:
+        return
+
+
+def _read_ints(path: str) -> list[int]:
+    try:
+        return [int(word) for word in _read(path).split()]
+    except ValueError:
+        return []
+
+
+def remove_cgroup(path: str) -> None:
+    """Kill what is left in a replica's cgroup and remove it (after its supervisor died)."""
+    if os.path.isdir(path):
+        _Cgroup(path, owns_parent=os.path.basename(os.path.dirname(path)) == "perdure").close()
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """The summed RSS of `pid` and its descendants."""
+    return procs.rss_bytes(procs.tree(pid))

@@ -1,0 +1,236 @@
+"""Process helpers for the local backend: identity that survives pid reuse, signals, RSS.
+
+A process is identified by (pid, start ticks): the kernel's start time of the process in clock
+ticks since boot, read from /proc. A pid that was reused has a different start time, so a
+signal is never sent to a stranger. Linux only: /proc is read directly (the supervisor cannot
+afford psutil's import time), and prctl sets the parent-death signal and the subreaper.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class ProcStat:
+    """What /proc/<pid>/stat says about a process (a plain class: dataclasses import slowly)."""
+
+    __slots__ = ("pgid", "pid", "ppid", "sid", "start_ticks", "state")
+
+    def __init__(
+        self, pid: int, state: str, ppid: int, pgid: int, sid: int, start_ticks: int
+    ) -> None:
+        self.pid = pid
+        self.state = state  # R, S, D, Z (zombie), ...
+        self.ppid = ppid
+        self.pgid = pgid
+        self.sid = sid
+        self.start_ticks = start_ticks
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X", "x")
+
+
+def stat(pid: int) -> ProcStat | None:
+    """The process `pid`, or None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces and parentheses.
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return ProcStat(
+        pid=pid,
+        state=fields[0].decode(),
+        ppid=int(fields[1]),
+        pgid=int(fields[2]),
+        sid=int(fields[3]),
+        start_ticks=int(fields[19]),
+    )
+
+
+def is_alive(pid: int, start_ticks: int) -> bool:
+    """Whether the process that had `start_ticks` still runs (a zombie counts as gone)."""
+    info = stat(pid)
+    return info is not None and info.start_ticks == start_ticks and info.alive
+
+
+def create_time(start_ticks: int) -> float:
+    """The wall-clock time a process started, from its start ticks (as psutil reports it)."""
+    return _boot_time() + start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _boot_time() -> float:
+    with open("/proc/stat", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def send_signal(pid: int, start_ticks: int, sig: int) -> bool:
+    """Signal the process (pid, start_ticks); False when it is gone or the pid was reused.
+
+    With pidfds (Linux 5.3+) the check and the signal cannot race with pid reuse.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = -1
+    try:
+        if not is_alive(pid, start_ticks):
+            return False
+        if pidfd >= 0:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
+def kill_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when the group is empty."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a zombie-only group on some kernels
+        return False
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and all its live descendants (through /proc/<pid>/task/*/children)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(_children(current))
+    return found
+
+
+def _children(pid: int) -> Iterator[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                yield from (int(c) for c in f.read().split())
+        except OSError:
+            continue
+
+
+def rss_bytes(pids: list[int]) -> int:
+    """The summed resident set size of `pids` (shared pages count once per process)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def session_members(sid: int, min_start_ticks: int) -> list[ProcStat]:
+    """Live processes in session `sid` started no earlier than `min_start_ticks`.
+
+    Used to find what a replica left behind after its supervisor died: every replica runs in a
+    session of its own, and the start-time bound rules out a later session that reused the id.
+    """
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        info = stat(int(entry))
+        if info and info.sid == sid and info.alive and info.start_ticks >= min_start_ticks:
+            members.append(info)
+    return members
+
+
+_libc: list[ctypes.CDLL] = []
+
+
+def load_libc() -> None:
+    """Load libc for prctl now, so a forked child need not (call before forking)."""
+    if sys.platform.startswith("linux") and not _libc:
+        _libc.append(ctypes.CDLL(None, use_errno=True))
+
+
+def _prctl(option: int, value: int) -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    load_libc()
+    libc = _libc[0]
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}, {value}): {os.strerror(err)}")
+
+
+def set_parent_death_signal(sig: int) -> None:
+    """Have the kernel send `sig` to this process when its parent dies (Linux only)."""
+    _prctl(_PR_SET_PDEATHSIG, sig)
+
+
+def set_child_subreaper() -> None:
+    """Adopt this process's orphaned descendants, so they can be found and reaped (Linux)."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def spawn(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    fds: tuple[int, int, int],
+    in_child: Callable[[], None],
+) -> int:
+    """Start `argv` in a new session with stdin/stdout/stderr from `fds`; return its pid.
+
+    A small fork + exec (the supervisor cannot afford `subprocess`'s import time): `in_child`
+    runs in the child just before exec. The executable is looked up on `env`'s PATH. Raises
+    OSError, with the child's reason, when it could not exec.
+    """
+    read_end, write_end = os.pipe()  # close-on-exec: EOF tells the parent exec succeeded
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child; its failures come back through the pipe
+        try:
+            os.close(read_end)
+            os.setsid()
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            os.chdir(cwd)
+            # Python ignores these at start-up and ignored signals survive exec: restore them.
+            for name in ("SIGPIPE", "SIGXFSZ"):
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
+            in_child()
+            os.execvpe(argv[0], argv, env)
+        except BaseException as err:  # report any failure, then never return into the parent
+            os.write(write_end, f"{type(err).__name__}: {err}".encode(errors="replace"))
+        finally:
+            os._exit(127)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 4096):
+        chunks.append(chunk)
+    os.close(read_end)
+    if chunks:
+        os.waitpid(pid, 0)
+        raise OSError(b"".join(chunks).decode(errors="replace"))
+    return pid

@@ -1,0 +1,99 @@
+"""Act on a replica's processes from outside its supervisor: launch checks, chaos, cleanup.
+
+`check_launch` runs in `LocalBackend.launch` (no side effects); `signal_replica` is for other
+processes (`perdure chaos kill`); `kill_leftovers` sweeps up after a supervisor that died.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+from perdure.backends.base import LaunchError
+from perdure.backends.local import layout, procs
+from perdure.backends.local.memory import remove_cgroup
+from perdure.core.events import Launch
+
+
+def check_launch(launch: Launch, nodes: set[str], inherit_env: bool) -> None:
+    """Raise LaunchError, naming the problem, if `launch` cannot start as given."""
+    what = f"replica {launch.replica} (launch {launch.launch_id!r})"
+    lid = launch.launch_id
+    if not lid or lid in (".", "..") or "/" in lid or "\0" in lid or len(lid) > 200:
+        raise LaunchError(
+            f"cannot launch {what}: a launch id must be a non-empty file name "
+            "(no '/', at most 200 characters)"
+        )
+    if launch.node not in nodes:
+        raise LaunchError(
+            f"cannot launch {what} on node {launch.node!r}: the nodes are "
+            f"{', '.join(sorted(nodes))}"
+        )
+    if launch.memory_mb is not None and launch.memory_mb <= 0:
+        raise LaunchError(f"cannot launch {what}: memory_mb={launch.memory_mb} must be > 0")
+    if not os.path.isdir(launch.cwd):
+        raise LaunchError(
+            f"cannot launch {what}: its working directory {launch.cwd} does not exist"
+        )
+    if not launch.command:
+        raise LaunchError(f"cannot launch {what}: its command is empty")
+    _check_executable(what, launch, inherit_env)
+
+
+def _check_executable(what: str, launch: Launch, inherit_env: bool) -> None:
+    exe = launch.command[0]
+    if os.sep in exe:
+        path = os.path.join(launch.cwd, exe)  # an absolute `exe` replaces cwd
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return
+        problem = "does not exist" if not os.path.exists(path) else "is not executable"
+        raise LaunchError(
+            f"cannot launch {what}: the command's executable {path} {problem}; "
+            "check the pool's `command` and the job's workdir"
+        )
+    # The supervisor execs with the replica's environment, so look up its PATH.
+    path_var = launch.env.get("PATH", os.environ.get("PATH") if inherit_env else None)
+    search = os.pathsep.join(os.get_exec_path({} if path_var is None else {"PATH": path_var}))
+    if shutil.which(exe, path=search) is None:
+        raise LaunchError(
+            f"cannot launch {what}: the command's executable {exe!r} is not on its "
+            f"PATH ({search}); check the pool's `command` or give the full path"
+        )
+
+
+def signal_replica(state_dir: Path | str, launch_id: str, sig: int) -> int:
+    """Send `sig` to a replica's own process (not its supervisor); return its pid.
+
+    Usable from any process (`perdure chaos kill`). Raises ProcessLookupError when the replica
+    has not started, has exited, or its pid now belongs to another process.
+    """
+    directory = layout.launch_dir(os.path.realpath(state_dir), launch_id)
+    status_path = os.path.join(directory, layout.STATUS)
+    status = layout.read_json(status_path)
+    if status is None:
+        raise ProcessLookupError(
+            f"replica of launch {launch_id} has not started ({status_path} does not exist); "
+            "check the launch id with `perdure describe`"
+        )
+    pid = int(status["pid"])
+    if os.path.exists(os.path.join(directory, layout.EXIT)) or not procs.send_signal(
+        pid, int(status["start_ticks"]), sig
+    ):
+        raise ProcessLookupError(f"replica of launch {launch_id} (pid {pid}) has already exited")
+    return pid
+
+
+def kill_leftovers(status: dict[str, Any]) -> None:
+    """After a supervisor died: kill what its replica left (the replica died of PDEATHSIG).
+
+    Every replica leads a session of its own; its members started no earlier than it did.
+    """
+    if "pid" in status:
+        for member in procs.session_members(int(status["pid"]), int(status["start_ticks"])):
+            procs.send_signal(member.pid, member.start_ticks, signal.SIGKILL)
+    cgroup = status.get("cgroup")
+    if isinstance(cgroup, str):
+        remove_cgroup(cgroup)

@@ -1,0 +1,288 @@
+"""The per-replica supervisor: `python -m perdure.backends.local.supervisor <launch dir>`.
+
+One supervisor runs each replica. It outlives the controller (its own session), so the stop
+escalation, the memory limit and the exit record survive a controller crash:
+
+1. read `launch.json`, prepare the memory limit, append a header to the replica's logs;
+2. start the replica in a session of its own (its pid is its process group), stdout/stderr
+   appended to the logs, with PR_SET_PDEATHSIG(SIGKILL) so it dies if the supervisor does;
+3. write `status.json`; then wait, handling stop requests (SIGUSR1: read `stop.json`, signal
+   the group, SIGKILL it at the deadline), RSS polling, and SIGTERM/SIGINT/SIGHUP sent to the
+   supervisor itself (forwarded to the replica, SIGKILL after 10 s);
+4. when the replica exits, SIGKILL whatever it left in its group or cgroup, and write
+   `exit.json`: exit code, signal, out-of-memory, exit time, peak RSS and the error it
+   reported (error file, else the traceback at the end of its stderr).
+
+If the replica cannot be started, `exit.json` holds `spawn_error` instead. This runs on every
+replica start, so it imports no torch, no subprocess, no pathlib, no typing (start-up time).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from perdure.backends.local import layout, memory, procs
+from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+_HANDLED = {signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
+SELF_STOP_GRACE_SECONDS = 10.0
+STDERR_TAIL_BYTES = 64 * 1024
+
+
+class Supervisor:
+    """Runs one replica to its end and records how it ended (see the module docstring)."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        spec = layout.read_json(self._file(layout.LAUNCH))
+        if spec is None:
+            raise SystemExit(f"supervisor: {self._file(layout.LAUNCH)} is missing or unreadable")
+        self.spec: dict[str, Any] = spec
+        self.limit: memory.NoLimit = memory.NoLimit()
+        self.pid = 0
+        self.kill_at: float | None = None
+        self.applied_stop: tuple[int, float] | None = None
+        self.peak_rss = 0
+        self.next_sample = 0.0
+        self.err_offset = 0
+        self.started_at = 0.0
+        self.own_pid = os.getpid()
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    # ---- start ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start the replica, supervise it, write exit.json; the exit status of the supervisor."""
+        own = procs.stat(self.own_pid)
+        me = {
+            "supervisor_pid": self.own_pid,
+            "supervisor_start_ticks": own.start_ticks if own else 0,
+        }
+        if layout.claim(self.dir, me) != me:
+            print("supervisor: a restarted controller gave this launch up; not starting it")
+            return 0
+        procs.load_libc()
+        procs.set_child_subreaper()
+        try:
+            self.limit = memory.limit_for(
+                self.spec["launch_id"],
+                self.spec.get("memory_mb"),
+                self.spec.get("memory_mechanism", "auto"),
+            )
+            self._spawn()
+        except (OSError, ValueError, memory.MemoryLimitError) as err:
+            self.limit.close()
+            exe = self.spec["command"][0]
+            message = f"cannot start {exe!r}: {err}"
+            if "No such file" in str(err) and os.path.isfile(os.path.join(self.spec["cwd"], exe)):
+                message += " (the file exists: is the interpreter on its #! line missing?)"
+            layout.write_json(
+                self._file(layout.EXIT), {"spawn_error": message, "time": time.time()}
+            )
+            print(f"supervisor: {message}", file=sys.stderr)
+            return 1
+        self._write_status()
+        self._check_stop()  # a stop written before status.json was never signalled to us
+        self._wait()
+        return self._finish()
+
+    def _spawn(self) -> None:
+        stdout_path, stderr_path = self.spec["stdout"], self.spec["stderr"]
+        for path in (stdout_path, stderr_path):
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
+        zone = time.strftime("%z", time.localtime(now))
+        header = (
+            f"=== {self.spec['launch_id']} started {stamp}.{int(now % 1 * 1000):03d}{zone} ===\n"
+        )
+        out_fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        err_fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null_fd = os.open(os.devnull, os.O_RDONLY)
+        try:
+            os.write(out_fd, header.encode())
+            os.write(err_fd, header.encode())
+            # Restarts append to the same file: parse only what this launch wrote.
+            self.err_offset = os.lseek(err_fd, 0, os.SEEK_END)
+            self.started_at = time.time()
+            self.pid = procs.spawn(
+                list(self.spec["command"]),
+                self._child_env(),
+                self.spec["cwd"],
+                (null_fd, out_fd, err_fd),
+                self._in_child,
+            )
+        finally:
+            for fd in (out_fd, err_fd, null_fd):
+                os.close(fd)
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ) if self.spec.get("inherit_env", True) else {}
+        env.update(self.spec["env"])
+        error_file = self._file(layout.ERROR)
+        env["PERDURE_ERROR_FILE"] = error_file
+        env["TORCHELASTIC_ERROR_FILE"] = error_file  # torchelastic's own @record writes here
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def _in_child(self) -> None:
+        # Between fork and exec, in the replica: undo the supervisor's signal mask, die with
+        # the supervisor (checking it did not die before prctl), and join the memory limit.
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        procs.set_parent_death_signal(signal.SIGKILL)
+        if os.getppid() != self.own_pid:
+            os._exit(1)
+        self.limit.join()
+
+    def _write_status(self) -> None:
+        own = procs.stat(self.own_pid)
+        child = procs.stat(self.pid)
+        ticks = child.start_ticks if child else 0
+        layout.write_json(
+            self._file(layout.STATUS),
+            {
+                "supervisor_pid": self.own_pid,
+                "supervisor_start_ticks": own.start_ticks if own else 0,
+                "pid": self.pid,
+                "pgid": self.pid,
+                "start_ticks": ticks,
+                "create_time": procs.create_time(ticks) if child else self.started_at,
+                "started_at": self.started_at,
+                "memory_mechanism": self.limit.mechanism,
+                "cgroup": self.limit.path,
+            },
+        )
+
+    # ---- wait -------------------------------------------------------------------------------
+
+    def _wait(self) -> None:
+        """Return when the replica has exited (it stays a zombie, holding its pid and group)."""
+        while not self._child_exited():
+            now = time.time()
+            if self.kill_at is not None and now >= self.kill_at:
+                procs.kill_group(self.pid, signal.SIGKILL)
+                self.kill_at = None
+            if now >= self.next_sample:
+                self._sample_memory(now)
+            wake = self.next_sample if self.kill_at is None else min(self.next_sample, self.kill_at)
+            info = signal.sigtimedwait(_HANDLED, max(0.001, wake - time.time()))
+            if info is None:
+                continue
+            if info.si_signo == signal.SIGUSR1:
+                self._check_stop()
+            elif info.si_signo != signal.SIGCHLD:
+                self._stop(signal.SIGTERM, time.time() + SELF_STOP_GRACE_SECONDS)
+
+    def _child_exited(self) -> bool:
+        self._reap_orphans()
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        return os.waitid(os.P_PID, self.pid, flags) is not None
+
+    def _reap_orphans(self) -> None:
+        # As a subreaper we inherit the replica's orphaned descendants: reap them as they end.
+        while True:
+            try:
+                found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if found is None or found.si_pid == self.pid:
+                return
+            os.waitpid(found.si_pid, 0)
+
+    def _sample_memory(self, now: float) -> None:
+        rss = memory.tree_rss_bytes(self.pid)
+        self.peak_rss = max(self.peak_rss, rss)
+        if self.limit.over_limit(rss):
+            procs.kill_group(self.pid, signal.SIGKILL)
+        self.next_sample = now + (self.limit.poll_interval or IDLE_WAKE_SECONDS)
+        if os.path.exists(self._file(layout.STOP)):  # in case a SIGUSR1 was lost
+            self._check_stop()
+
+    def _check_stop(self) -> None:
+        request = layout.read_json(self._file(layout.STOP))
+        if request is None:
+            return
+        sig, deadline = int(request["signal"]), float(request["deadline"])
+        if (sig, deadline) != self.applied_stop:
+            self.applied_stop = (sig, deadline)
+            self._stop(sig, deadline)
+
+    def _stop(self, sig: int, deadline: float) -> None:
+        procs.kill_group(self.pid, sig)
+        if sig != signal.SIGKILL:
+            self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
+
+    # ---- finish -----------------------------------------------------------------------------
+
+    def _finish(self) -> int:
+        exit_time = time.time()
+        # The replica is a zombie, so its group id cannot be reused yet: kill what it left.
+        procs.kill_group(self.pid, signal.SIGKILL)
+        self.limit.kill_all()
+        _, status, usage = os.wait4(self.pid, 0)
+        self._reap_orphans()
+        code = os.waitstatus_to_exitcode(status)
+        sig = -code if code < 0 else None
+        exit_code = 128 + sig if sig is not None else code
+        # ru_maxrss is in KiB on Linux (bytes on macOS).
+        rss_unit = 1 if sys.platform == "darwin" else 1024
+        peak = max(self.peak_rss, usage.ru_maxrss * rss_unit)
+        cgroup_peak = self.limit.peak_bytes()
+        oom = self.limit.oom_killed()
+        self.limit.close()  # before exit.json: once the exit is seen, nothing is left behind
+        layout.write_json(
+            self._file(layout.EXIT),
+            {
+                "exit_code": exit_code,
+                "signal": sig,
+                "oom": oom,
+                "time": exit_time,
+                "peak_rss_mb": round(peak / 2**20, 1),
+                "cgroup_peak_mb": round(cgroup_peak / 2**20, 1) if cgroup_peak else None,
+                "memory_mechanism": self.limit.mechanism,
+                "stop_signal": self.applied_stop[0] if self.applied_stop else None,
+                "error": self._error() if exit_code != 0 else None,
+            },
+        )
+        return 0
+
+    def _error(self) -> dict[str, str] | None:
+        error = read_error_file(self._file(layout.ERROR))
+        if error is not None:
+            return error
+        tail = read_stderr_tail(self.spec["stderr"], self.err_offset, STDERR_TAIL_BYTES)
+        return parse_traceback(tail)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: `python -m perdure.backends.local.supervisor <launch dir>`."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m perdure.backends.local.supervisor <launch dir>", file=sys.stderr)
+        return 2
+    # Block the signals we handle before anything else, so none can kill us before the loop.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
+    directory = os.path.abspath(args[0])
+    # From here on, what the supervisor prints goes to its own log (the backend gave it a
+    # shared one, which it cannot open per launch without slowing launch() down).
+    log = os.open(
+        os.path.join(directory, layout.SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    )
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    return Supervisor(directory).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Read why a replica failed: its error file (perdure's or torchelastic's) or its stderr traceback.
+
+No side effects beyond reading the file it is given. Imports only the standard library, so the
+local backend's supervisor can use it without paying for torch. Every reader returns a plain
+dict `{"type", "message", "traceback", "source"}` (`source` is "error_file" or "stderr") or
+None when there is nothing to report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing and pathlib cost the supervisor start-up time; annotations only
+    from typing import Any
+
+    PathLike = str | os.PathLike[str]
+
+# Keep reports small enough for an event log: a torch DistBackendError message can carry a
+# whole C++ stack, and a traceback can be megabytes when a recursion limit is hit.
+MAX_MESSAGE_CHARS = 4096
+MAX_TRACEBACK_CHARS = 64 * 1024
+MAX_FILE_BYTES = 1024 * 1024
+
+_HEADER = "Traceback (most recent call last):"
+_GROUP_HEADER = "Exception Group Traceback (most recent call last):"
+# `pkg.mod.Name: message`, or a bare `KeyboardInterrupt`.
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*)|:)?$")
+# A `File "...", line N` frame; SyntaxErrors in the main script print one with no header.
+_FRAME_LINE = re.compile(r'^\s+File ".*", line \d+')
+_SYNTAX_TYPES = ("SyntaxError", "IndentationError", "TabError")
+# Lines that end an exception message: glog lines torch prints at exit, interpreter-shutdown
+# noise and `path:line: XWarning:` warnings.
+_NOISE = re.compile(r"^(\[rank\d+\]:)?\[?[WEIF]\d{4} |^Exception ignored in|^\S+:\d+: \w*Warning: ")
+
+
+def split_exception_line(line: str) -> tuple[str, str] | None:
+    """Split `pkg.ValueError: bad shape` into ("ValueError", "bad shape"); None if not one."""
+    match = _EXC_LINE.match(line.rstrip())
+    if match is None:
+        return None
+    return match.group(1).rsplit(".", 1)[-1], match.group(2) or ""
+
+
+def _error(type_: str, message: str, traceback: str, source: str) -> dict[str, str]:
+    return {
+        "type": type_[:200],
+        "message": _clip(message, MAX_MESSAGE_CHARS),
+        "traceback": _clip(traceback, MAX_TRACEBACK_CHARS, keep_end=True),
+        "source": source,
+    }
+
+
+def _clip(text: str, limit: int, keep_end: bool = False) -> str:
+    if len(text) <= limit:
+        return text
+    if keep_end:  # the end of a traceback names the failing frame: keep that part
+        return "…" + text[-(limit - 1) :]
+    return text[: limit - 1] + "…"
+
+
+# ---- error files ----------------------------------------------------------------------------
+
+
+def read_error_file(path: PathLike) -> dict[str, str] | None:
+    """Read the error file a replica wrote; None when it is missing, empty or unreadable.
+
+    Understands perdure's format (`{"type", "message", "traceback", ...}`) and torchelastic's
+    (`{"message": {"message": "ValueError: bad shape", "extraInfo": {"py_callstack": ...}}}`
+    or `{"message": "ValueError: bad shape"}`).
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES)
+        data = json.loads(raw.decode("utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+    return parse_error_payload(data)
+
+
+def parse_error_payload(data: Any) -> dict[str, str] | None:
+    """Turn an error file's decoded JSON into an error dict; None for an unknown shape."""
+    if not isinstance(data, dict):
+        return None
+    if isinstance(data.get("type"), str) and data["type"]:
+        return _error(
+            data["type"].rsplit(".", 1)[-1],
+            _as_text(data.get("message")),
+            _as_text(data.get("traceback")),
+            "error_file",
+        )
+    message = data.get("message")
+    if isinstance(message, dict):  # torchelastic's @record
+        extra = message.get("extraInfo")
+        callstack = _as_text(extra.get("py_callstack")) if isinstance(extra, dict) else ""
+        return _from_summary(_as_text(message.get("message")), callstack)
+    if isinstance(message, str) and message:  # torchelastic's newer / C++ shape
+        return _from_summary(message, "")
+    return None
+
+
+def _from_summary(summary: str, traceback: str) -> dict[str, str] | None:
+    if not summary and not traceback:
+        return None
+    first, _, rest = summary.partition("\n")
+    parts = split_exception_line(first)
+    if parts is None:
+        return _error("Error", summary, traceback, "error_file")
+    type_, message = parts
+    return _error(type_, message + ("\n" + rest if rest else ""), traceback, "error_file")
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+# ---- stderr tracebacks ----------------------------------------------------------------------
+
+
+def read_stderr_tail(path: PathLike, start: int = 0, limit: int = 64 * 1024) -> str:
+    """Read at most the last `limit` bytes of a log file, never before byte `start`."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, 2)
+            begin = max(start, end - limit)
+            f.seek(begin)
+            data = f.read(end - begin)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    if begin > start:  # cut mid-line: drop the partial first line
+        text = text.partition("\n")[2]
+    return text
+
+
+def parse_traceback(stderr_tail: str) -> dict[str, str] | None:
+    """Find the final uncaught exception in the end of a replica's stderr; None if there is none.
+
+    Takes the last traceback (for chained exceptions, the one raised last), keeps messages
+    that span lines, and understands exception groups and the header-less SyntaxError report.
+    """
+    lines = stderr_tail.splitlines()
+    header = _last_header(lines)
+    if header is not None:
+        index, group = header
+        body = [_strip_group(line) for line in lines[index + 1 :]] if group else lines[index + 1 :]
+        return _parse_body(lines[index], body)
+    return _parse_syntax_error(lines)
+
+
+def _last_header(lines: list[str]) -> tuple[int, bool] | None:
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index].rstrip()
+        if line == _HEADER:
+            return index, False
+        if line.endswith(_GROUP_HEADER) and line.lstrip(" +") == _GROUP_HEADER:
+            return index, True
+    return None
+
+
+def _strip_group(line: str) -> str:
+    # Exception groups print each line of the outer traceback as `  | <line>`.
+    return line[4:] if line.startswith("  | ") else line
+
+
+def _parse_body(header: str, body: list[str]) -> dict[str, str] | None:
+    for offset, line in enumerate(body):
+        if not line or line[0] in " \t":  # frames and source lines are indented
+            continue
+        parts = split_exception_line(line)
+        if parts is None:
+            return None
+        message_lines = _message_lines(parts[1], body[offset + 1 :])
+        frames = [header.strip(), *body[:offset], line, *message_lines[1:]]
+        return _error(parts[0], "\n".join(message_lines), "\n".join(frames), "stderr")
+    return None
+
+
+def _message_lines(first: str, rest: list[str]) -> list[str]:
+    """The exception message: its first line plus the lines that continue it (notes too)."""
+    lines = [first]
+    for line in rest:
+        if _NOISE.match(line) or line.startswith(("  +-", "    +-")):
+            break
+        lines.append(line)
+    while len(lines) > 1 and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
+def _parse_syntax_error(lines: list[str]) -> dict[str, str] | None:
+    for index in range(len(lines) - 1, -1, -1):
+        parts = split_exception_line(lines[index])
+        if parts is None or parts[0] not in _SYNTAX_TYPES:
+            continue
+        start = next(
+            (i for i in range(index - 1, max(index - 6, -1), -1) if _FRAME_LINE.match(lines[i])),
+            None,
+        )
+        if start is None:
+            continue
+        message = _message_lines(parts[1], lines[index + 1 :])
+        frames = [*lines[start:index], lines[index], *message[1:]]
+        return _error(parts[0], "\n".join(message), "\n".join(frames), "stderr")
+    return None

@@ -1,0 +1,134 @@
+"""Report a replica's uncaught exception to perdure: decorate `main` with `record`.
+
+perdure reads the error file the replica leaves at `$PERDURE_ERROR_FILE` to say why it failed
+(`Termination reason: ValueError: bad shape`). `perdure.init()` installs the same reporting as
+an excepthook; `record` is for scripts that want it without `init()`. Both write the file and
+then let the exception propagate as usual. Only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+from perdure.runtime.errorfile import parse_traceback, read_error_file, split_exception_line
+
+__all__ = [
+    "ERROR_FILE_ENV",
+    "install_excepthook",
+    "parse_traceback",
+    "read_error_file",
+    "record",
+    "split_exception_line",
+    "write_error_file",
+]
+
+ERROR_FILE_ENV = "PERDURE_ERROR_FILE"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# `record` and the excepthook can both see one exception: mark it so it is written once.
+_MARK = "_perdure_error_file_written"
+_hook_lock = threading.Lock()
+_hook_installed = False
+
+
+def record(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a script's entry point so an uncaught exception is written to the error file.
+
+    The exception is re-raised unchanged. `SystemExit` is not recorded: it is a deliberate exit.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except SystemExit:
+            raise
+        except BaseException as exc:
+            write_error_file(exc)
+            raise
+
+    return wrapper
+
+
+def install_excepthook() -> None:
+    """Write the error file for any uncaught exception, in the main thread or any other.
+
+    Chains to the hooks already installed (they still print the traceback). Idempotent.
+    """
+    global _hook_installed
+    with _hook_lock:
+        if _hook_installed:
+            return
+        _hook_installed = True
+        previous = sys.excepthook
+        previous_thread = threading.excepthook
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        if not issubclass(exc_type, SystemExit):
+            write_error_file(exc)
+        previous(exc_type, exc, tb)
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
+            write_error_file(args.exc_value)
+        previous_thread(args)
+
+    sys.excepthook = hook
+    threading.excepthook = thread_hook
+
+
+def write_error_file(exc: BaseException, path: str | Path | None = None) -> Path | None:
+    """Write `exc` to `path` (default `$PERDURE_ERROR_FILE`); return the path, None if unset.
+
+    Never raises: a failure to report must not hide the exception being reported, so it is
+    printed to stderr instead.
+    """
+    target = path if path is not None else os.environ.get(ERROR_FILE_ENV)
+    if not target or getattr(exc, _MARK, False):
+        return None
+    try:
+        payload = {
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            "time": time.time(),
+            "rank": _rank(),
+            "pid": os.getpid(),
+        }
+        _write_atomically(Path(target), json.dumps(payload))
+    except Exception as err:  # an exception whose __str__ fails, a full disk, ...
+        print(f"perdure: could not write the error file {target}: {err}", file=sys.stderr)
+        return None
+    with contextlib.suppress(AttributeError):  # no __dict__: at worst written twice
+        setattr(exc, _MARK, True)
+    return Path(target)
+
+
+def _rank() -> int | None:
+    value = os.environ.get("RANK", "")
+    return int(value) if value.isdigit() else None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # A reader never sees half a file: write a temporary file beside it, then rename.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
