@@ -13,6 +13,7 @@ _EXPORTS = {
     "Checkpointer": "perdure.runtime.checkpoint",
     "SavePolicy": "perdure.runtime.checkpoint",
     "ElasticSampler": "perdure.runtime.data",
+    "ElasticLoader": "perdure.runtime.data",
     "ShardDataset": "perdure.runtime.data",
     "CachedVolume": "perdure.runtime.data",
     "seed_everything": "perdure.runtime.rng",

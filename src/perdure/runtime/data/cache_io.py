@@ -1,0 +1,88 @@
+"""File-level helpers of the cache: inter-process locks that survive fork(), and copying.
+
+No policy here: CachedVolume decides what to lock and copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import shutil
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import BinaryIO, Protocol
+
+__all__ = ["copy_stream", "file_lock", "reset_after_fork"]
+
+_CHUNK = 1 << 20
+
+
+class _Resettable(Protocol):
+    def _init_runtime(self) -> None: ...
+
+
+# A flock belongs to an open file description, which a forked child (a DataLoader worker)
+# shares: if a prefetch thread held a lock at the fork, the child would keep it locked for its
+# whole life. So lock descriptors are tracked and closed in the child right after a fork, and
+# the volumes' thread locks and pools are rebuilt there (their threads do not exist).
+_fd_guard = threading.Lock()
+_lock_fds: set[int] = set()
+_volumes: weakref.WeakSet[_Resettable] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    _fd_guard.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _fd_guard.release()
+
+
+def _after_fork_in_child() -> None:
+    global _fd_guard
+    for fd in _lock_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)  # the parent's lock stays held by the parent's descriptor
+    _lock_fds.clear()
+    _fd_guard = threading.Lock()
+    for volume in list(_volumes):
+        volume._init_runtime()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
+
+
+@contextlib.contextmanager
+def file_lock(path: str) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created if missing), across processes and threads."""
+    with _fd_guard:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        _lock_fds.add(fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with _fd_guard:
+            _lock_fds.discard(fd)
+            os.close(fd)  # closing the last descriptor releases the lock
+
+
+def reset_after_fork(volume: _Resettable) -> None:
+    """Rebuild `volume`'s thread locks and pools in a forked child (its threads are gone)."""
+    _volumes.add(volume)
+
+
+def copy_stream(stream: BinaryIO, out: BinaryIO) -> None:
+    """Copy all of `stream` into `out`: in the kernel (sendfile) when both are real files."""
+    try:
+        source_fd = stream.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        shutil.copyfileobj(stream, out, _CHUNK)
+        return
+    while os.sendfile(out.fileno(), source_fd, None, 8 * _CHUNK) > 0:
+        pass

@@ -1,0 +1,337 @@
+"""ElasticLoader: a DataLoader whose state counts the batches the training loop received.
+
+A DataLoader with workers runs its sampler ahead of the training loop (prefetching), so the
+sampler's own position is not where the loop is. ElasticLoader counts the batches it hands
+out, so a state taken after the loop received k batches resumes at batch k+1, whatever the
+workers had prefetched. Over a map-style dataset it drives an `ElasticSampler`; over a
+`ShardDataset` it tracks each worker's stream from positions the workers send back with
+every batch.
+
+Randomness replays after a resume (see `perdure.runtime.data.seeding`): before each batch of a
+map-style dataset the CPU generators are seeded from (seed, epoch, the batch's global cursor,
+rank); before each shard from (seed, epoch, shard); each worker starts from
+(seed, epoch, rank, worker id). The DataLoader draws its base seed from a private generator,
+so iterating it never shifts the training loop's torch random stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import default_collate as _default_collate
+from torch.utils.data import default_convert as _default_convert
+
+from perdure.runtime.data.sampler import Batch, ElasticSampler
+from perdure.runtime.data.seeding import batch_seed, isolated_seed, worker_seed
+from perdure.runtime.data.shard_plan import Tagged, shared_capacity, write_shared
+from perdure.runtime.data.shards import ShardDataset
+from perdure.runtime.rng import seed_cpu_generators
+
+__all__ = ["ElasticLoader"]
+
+_FORBIDDEN = ("batch_sampler", "sampler", "shuffle")
+
+
+class _WorkerInit:
+    """worker_init_fn: seed the worker from (seed, epoch, rank, worker), then the user's."""
+
+    def __init__(self, seed: int, user_fn: Callable[[int], None] | None) -> None:
+        self.seed, self.user_fn = seed, user_fn
+        self.epoch, self.rank = 0, 0  # updated before each iter(), i.e. before workers start
+
+    def __call__(self, worker_id: int) -> None:
+        seed_cpu_generators(worker_seed(self.seed, self.epoch, self.rank, worker_id))
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+class _SeededDataset(Dataset[Any]):
+    """Wraps a map-style dataset: each batch is fetched under its own seed."""
+
+    def __init__(self, dataset: Dataset[Any], seed: int) -> None:
+        self.dataset, self.seed = dataset, seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        if not isinstance(indices, Batch):
+            return self._fetch(list(indices))
+        with isolated_seed(batch_seed(self.seed, indices.epoch, indices.cursor, indices.rank)):
+            return self._fetch(list(indices))
+
+    def _fetch(self, indices: list[int]) -> list[Any]:
+        inner = getattr(self.dataset, "__getitems__", None)
+        if inner is not None:
+            return list(inner(indices))
+        return [self.dataset[i] for i in indices]
+
+
+class _EmptyAwareCollate:
+    """Collate, except that an empty batch (end of epoch, more ranks than samples) is None."""
+
+    def __init__(self, collate: Callable[[Any], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, data: list[Any]) -> Any:
+        return None if len(data) == 0 else self.collate(data)
+
+
+class TaggedBatch:
+    """A ShardDataset batch with its stream's position after it; ElasticLoader unwraps it."""
+
+    def __init__(self, data: Any, stream: int, done: int, offset: int) -> None:
+        self.data, self.stream, self.done, self.offset = data, stream, done, offset
+
+    def pin_memory(self) -> TaggedBatch:
+        """Pin the batch (DataLoader's pin_memory thread calls this)."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        pinned = pin_memory(self.data)  # type: ignore[no-untyped-call]
+        return TaggedBatch(pinned, self.stream, self.done, self.offset)
+
+
+class _TagCollate:
+    """Collate the samples of a ShardDataset batch and keep the position of the last one."""
+
+    def __init__(self, collate: Callable[[Any], Any] | None, batched: bool) -> None:
+        self.batched = batched
+        self.collate = collate or (_default_collate if batched else _default_convert)
+
+    def __call__(self, data: Any) -> TaggedBatch:
+        last: Tagged = data[-1] if self.batched else data
+        payload = self.collate([t.item for t in data] if self.batched else data.item)
+        return TaggedBatch(payload, last.stream, last.done, last.offset)
+
+
+def _check_kwargs(kwargs: dict[str, Any], shards: bool) -> None:
+    for key in _FORBIDDEN + (() if shards else ("batch_size", "drop_last")):
+        if key in kwargs:
+            owner = "ShardDataset" if shards else "the ElasticSampler"
+            raise TypeError(f"ElasticLoader sets {key!r} itself from {owner}; do not pass it")
+    if kwargs.get("in_order", True) is False:
+        raise ValueError(
+            "ElasticLoader needs in_order=True: its state counts batches in the order the "
+            "sampler made them"
+        )
+
+
+def check_same_num_workers(num_workers: int) -> None:
+    """Raise on every rank if the ranks' DataLoaders differ in num_workers (a collective)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    counts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(counts, num_workers)
+    if len(set(counts)) > 1:
+        by_rank = ", ".join(f"rank {r}: {n}" for r, n in enumerate(counts))
+        raise ValueError(
+            f"every rank must use the same num_workers with a ShardDataset (shards are dealt "
+            f"over ranks x workers), got {by_rank}; pass one num_workers on all ranks"
+        )
+
+
+class ElasticLoader:
+    """Iterate a DataLoader whose `state_dict()` resumes at the next batch the loop would get.
+
+    Map-style: `ElasticLoader(dataset, sampler, num_workers=..., ...)`; batch size, drop_last,
+    seed and the world come from `sampler`. Shards: `ElasticLoader(shard_dataset,
+    batch_size=...)`. Other keyword arguments go to `torch.utils.data.DataLoader`
+    (`num_workers`, `prefetch_factor`, `persistent_workers`, `collate_fn`, `pin_memory`, ...).
+
+    A rank whose share of an epoch's last global step is empty (fewer samples left than ranks)
+    receives None for that step, so every rank runs the same number of steps.
+
+    `prefetch` (map-style): a callable given the sample indices of upcoming batches, e.g.
+    `CachedVolume.prefetch`; by default the dataset's own `prefetch` method, if it has one.
+    It is called with the next `prefetch_batches` batches beyond the one just handed out;
+    `prefetch_batches=0` turns it off.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        sampler: ElasticSampler | None = None,
+        *,
+        prefetch: Callable[[Sequence[int]], Any] | None = None,
+        prefetch_batches: int | None = None,
+        check_workers: bool = True,
+        **dataloader_kwargs: Any,
+    ) -> None:
+        shards = isinstance(dataset, ShardDataset)
+        _check_kwargs(dataloader_kwargs, shards)
+        self.num_workers = int(dataloader_kwargs.get("num_workers", 0))
+        user_collate = dataloader_kwargs.pop("collate_fn", None)
+        self._init = _WorkerInit(0, dataloader_kwargs.pop("worker_init_fn", None))
+        self._iteration = 0
+        self._dataset: ShardDataset[Any] | None = None
+        if isinstance(dataset, ShardDataset):
+            if sampler is not None:
+                raise TypeError("a ShardDataset deals its own shards; do not pass a sampler")
+            self._setup_shards(dataset, user_collate, dataloader_kwargs, check_workers)
+            return
+        if not isinstance(sampler, ElasticSampler):
+            raise TypeError(
+                f"ElasticLoader over a map-style dataset needs an ElasticSampler, got {sampler!r}"
+            )
+        self._prefetch = prefetch if prefetch is not None else _prefetch_of(dataset)
+        if prefetch_batches is None:  # reach past what the DataLoader itself has in flight
+            in_flight = int(dataloader_kwargs.get("prefetch_factor") or 2) * self.num_workers
+            prefetch_batches = max(4, 2 * in_flight)
+        self._prefetch_batches = prefetch_batches
+        self._setup_map(dataset, sampler, user_collate, dataloader_kwargs)
+
+    def _setup_map(
+        self,
+        dataset: Dataset[Any],
+        sampler: ElasticSampler,
+        user_collate: Callable[[Any], Any] | None,
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.sampler = sampler
+        self._init.seed = sampler.seed
+        self._epoch, self._cursor = sampler.epoch, sampler.cursor
+        self.dataloader = DataLoader(
+            _SeededDataset(dataset, sampler.seed),
+            batch_sampler=sampler,
+            collate_fn=_EmptyAwareCollate(user_collate or _default_collate),
+            worker_init_fn=self._init,
+            generator=kwargs.pop("generator", None) or _private_generator(sampler.seed),
+            **kwargs,
+        )
+
+    def _setup_shards(
+        self,
+        dataset: ShardDataset[Any],
+        user_collate: Callable[[Any], Any] | None,
+        kwargs: dict[str, Any],
+        check_workers: bool,
+    ) -> None:
+        if check_workers:
+            check_same_num_workers(self.num_workers)
+        self._dataset = dataset
+        self._init.seed = dataset.seed
+        dataset._num_workers = self.num_workers
+        dataset._tagging = True
+        if self.num_workers > 0:
+            size = shared_capacity(len(dataset.shards), self.num_workers)
+            dataset._shared = torch.zeros(size, dtype=torch.int64)
+            dataset._shared.share_memory_()  # type: ignore[no-untyped-call]
+        batched = kwargs.get("batch_size", 1) is not None
+        self.dataloader = DataLoader(
+            dataset,
+            collate_fn=_TagCollate(user_collate, batched),
+            worker_init_fn=self._init,
+            generator=kwargs.pop("generator", None) or _private_generator(dataset.seed),
+            **kwargs,
+        )
+
+    # -- position ---------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being (or about to be) iterated."""
+        return self._dataset.epoch if self._dataset is not None else self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its beginning; the current epoch again keeps its position."""
+        if self._dataset is not None:
+            self._dataset.set_epoch(epoch)
+        elif epoch != self._epoch:
+            self.sampler.set_epoch(epoch)
+            self._epoch, self._cursor = epoch, 0
+        self._iteration += 1  # an iterator of the old epoch stops counting
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the batches the loop received: the sampler's or the dataset's
+        state format, plain values only."""
+        if self._dataset is not None:
+            return self._dataset.state_dict()
+        state = self.sampler.state_dict()
+        state["epoch"], state["cursor"] = self._epoch, self._cursor
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from `state_dict()` output (on any world size; shards: see ShardDataset)."""
+        self._iteration += 1
+        if self._dataset is not None:
+            self._dataset.load_state_dict(state)
+            return
+        self.sampler.load_state_dict(state)
+        self._epoch, self._cursor = self.sampler.epoch, self.sampler.cursor
+
+    def __len__(self) -> int:
+        if self._dataset is not None:
+            raise TypeError("a ShardDataset's number of batches is not known in advance")
+        return self.sampler.steps_left(self._cursor)
+
+    # -- iteration --------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        self._iteration += 1
+        if self._dataset is not None:
+            return self._iter_shards(self._dataset, self._iteration)
+        return self._iter_map(self._iteration)
+
+    def _iter_map(self, token: int) -> Iterator[Any]:
+        sampler = self.sampler
+        sampler.set_position(self._epoch, self._cursor)  # drop what workers ran ahead for
+        rank, world_size = sampler.world()
+        start, epoch = self._cursor, self._epoch
+        self._init.epoch, self._init.rank = epoch, rank
+        steps = sampler.steps_left(start, world_size)
+        span = world_size * sampler.batch_size
+        self._request(range(min(steps, self._prefetch_batches)), start, span, rank, world_size)
+        for received, batch in enumerate(self.dataloader, start=1):
+            if token != self._iteration:
+                return
+            self._cursor = sampler.cursor_after(start, received, world_size)
+            ahead = received + self._prefetch_batches - 1
+            if ahead < steps:
+                self._request(range(ahead, ahead + 1), start, span, rank, world_size)
+            yield batch
+        if token == self._iteration and self._epoch == epoch:
+            self._cursor = sampler.num_samples
+
+    def _request(self, steps: range, start: int, span: int, rank: int, world_size: int) -> None:
+        if self._prefetch is None or self._prefetch_batches <= 0:
+            return
+        indices: list[int] = []
+        for step in steps:
+            indices += self.sampler.indices(start + step * span, rank, world_size)
+        if indices:
+            self._prefetch(indices)
+
+    def _iter_shards(self, dataset: ShardDataset[Any], token: int) -> Iterator[Any]:
+        plan = dataset.plan()
+        self._init.epoch, self._init.rank = plan.epoch, plan.rank
+        if dataset._shared is not None:
+            write_shared(dataset._shared, plan)  # before iter(): workers read it on reset
+        for tagged in self.dataloader:
+            if token != self._iteration:
+                return
+            stream = plan.streams[tagged.stream]
+            stream.done, stream.offset = tagged.done, tagged.offset
+            plan.next_stream = (tagged.stream + 1) % len(plan.streams)
+            yield tagged.data
+        if token == self._iteration:
+            for stream in plan.streams:
+                stream.finish()  # includes a last partial batch that drop_last dropped
+
+
+def _prefetch_of(dataset: Any) -> Callable[[Sequence[int]], Any] | None:
+    method = getattr(dataset, "prefetch", None)
+    return method if callable(method) else None
+
+
+def _private_generator(seed: int) -> torch.Generator:
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return generator
+

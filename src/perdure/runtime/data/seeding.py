@@ -1,0 +1,152 @@
+"""Seeds for data loading that replay after a resume, and the process's world (rank, size).
+
+Randomness in a data pipeline (augmentations in `__getitem__`, shuffles in a shard reader)
+replays after a resume only if each unit of work starts from a seed that does not depend on
+which worker happened to run it or on what that worker ran before. So perdure reseeds the
+global generators (Python, NumPy, torch CPU) before each unit of work:
+
+- map-style datasets under `ElasticLoader`: before each batch, from (seed, epoch, the batch's
+  global cursor, rank);
+- `ShardDataset`: before each shard, from (seed, epoch, shard index) — the same on any world
+  size and any number of workers;
+- each worker process at start-up, from (seed, epoch, rank, worker id) (`worker_seed`), for
+  randomness outside those units.
+
+In a worker process the global generators are simply reseeded. In the main process
+(`num_workers=0`) the training loop's own generator states are saved and restored around the
+data work, so data loading never shifts the training's random stream.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import get_worker_info
+
+from perdure.runtime.rng import derive_seed, seed_cpu_generators
+
+__all__ = [
+    "CpuRngSlot",
+    "batch_seed",
+    "in_worker",
+    "isolated_seed",
+    "resolve_world",
+    "shard_seed",
+    "worker_seed",
+]
+
+
+def worker_seed(seed: int, epoch: int, rank: int, worker: int) -> int:
+    """The seed a data worker process starts from: a pure function of its four inputs."""
+    return derive_seed(seed, 1, epoch, rank, worker)
+
+
+def batch_seed(seed: int, epoch: int, cursor: int, rank: int) -> int:
+    """The seed for one rank's batch of the global step that starts at `cursor`."""
+    return derive_seed(seed, 2, epoch, cursor, rank)
+
+
+def shard_seed(seed: int, epoch: int, shard: int) -> int:
+    """The seed for reading one shard in one epoch (independent of ranks and workers)."""
+    return derive_seed(seed, 3, epoch, shard)
+
+
+def in_worker() -> bool:
+    """True inside a DataLoader worker process."""
+    return get_worker_info() is not None
+
+
+_CpuState = tuple[Any, Any, torch.Tensor]
+
+
+def _capture() -> _CpuState:
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _restore(state: _CpuState) -> None:
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
+
+
+@contextmanager
+def isolated_seed(seed: int) -> Iterator[None]:
+    """Run the block with the CPU generators seeded; in the main process restore them after."""
+    if in_worker():
+        seed_cpu_generators(seed)
+        yield
+        return
+    saved = _capture()
+    try:
+        seed_cpu_generators(seed)
+        yield
+    finally:
+        _restore(saved)
+
+
+class CpuRngSlot:
+    """A private set of CPU generator states, swapped in around work done in the main process.
+
+    A shard reader is a generator that runs a little at a time, interleaved with the training
+    loop; the slot keeps the reader's random stream apart from the loop's. In a worker process
+    there is nothing to protect, so the slot only seeds once.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self._seed = seed
+        self._state: _CpuState | None = None
+        self._worker = in_worker()
+        if self._worker:
+            seed_cpu_generators(seed)
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` with this slot's generator states active."""
+        if self._worker:
+            return fn()
+        outer = _capture()
+        try:
+            if self._state is None:
+                seed_cpu_generators(self._seed)
+            else:
+                _restore(self._state)
+            return fn()
+        finally:
+            self._state = _capture()
+            _restore(outer)
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """This process's (rank, world size): explicit values, else torch.distributed, else RANK and
+    WORLD_SIZE from the environment, else (0, 1)."""
+    if rank is None or world_size is None:
+        if dist.is_available() and dist.is_initialized():
+            found_rank, found_size = dist.get_rank(), dist.get_world_size()
+        else:
+            found_rank = _env_int("RANK") or 0
+            found_size = _env_int("WORLD_SIZE") or 1
+        rank = found_rank if rank is None else rank
+        world_size = found_size if world_size is None else world_size
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(
+            f"rank must be in [0, world_size={world_size}), got {rank}; check RANK and WORLD_SIZE"
+        )
+    return rank, world_size

@@ -1,0 +1,100 @@
+"""Where a CachedVolume's files come from: a local (or mounted network) directory, or fsspec.
+
+A source names its files by relative POSIX paths ("train/000.tar") and opens them for
+reading. Implement the `Source` protocol to cache from anything else.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import BinaryIO, Protocol, runtime_checkable
+
+__all__ = ["FsspecSource", "LocalSource", "Source", "as_source", "check_name"]
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A read-only tree of files on (slow) storage."""
+
+    def describe(self) -> str:
+        """A stable identity (URL or absolute path); caches of different sources never mix."""
+        ...
+
+    def list_files(self) -> list[str]:
+        """Every file's relative POSIX path, sorted."""
+        ...
+
+    def open(self, name: str) -> tuple[BinaryIO, int]:
+        """Open `name` for reading; return the stream and its size in bytes."""
+        ...
+
+
+def check_name(name: str) -> str:
+    """Reject names that would escape the cache directory ('..', absolute paths)."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(
+            f"file name {name!r} must be a relative POSIX path inside the source, without "
+            "'.', '..' or empty parts"
+        )
+    return name
+
+
+class LocalSource:
+    """Files under a local or mounted directory (NFS, a FUSE bucket mount, ...)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        if not os.path.isdir(self.root):
+            raise FileNotFoundError(f"source directory {self.root} does not exist")
+
+    def describe(self) -> str:
+        return "file://" + self.root
+
+    def list_files(self) -> list[str]:
+        names: list[str] = []
+        for folder, _dirs, files in os.walk(self.root):
+            rel = os.path.relpath(folder, self.root)
+            for file in files:
+                path = file if rel == "." else f"{rel}/{file}"
+                names.append(path.replace(os.sep, "/"))
+        return sorted(names)
+
+    def open(self, name: str) -> tuple[BinaryIO, int]:
+        stream = open(os.path.join(self.root, check_name(name)), "rb")  # noqa: SIM115
+        return stream, os.fstat(stream.fileno()).st_size
+
+
+class FsspecSource:
+    """Files under an fsspec URL (s3://bucket/prefix, gs://..., memory://...)."""
+
+    def __init__(self, url: str, **storage_options: object) -> None:
+        import fsspec
+
+        self.url = url.rstrip("/")
+        self.fs, self.root = fsspec.core.url_to_fs(self.url, **storage_options)
+        self.root = self.root.rstrip("/")
+
+    def describe(self) -> str:
+        return self.url
+
+    def list_files(self) -> list[str]:
+        prefix = self.root + "/"
+        found = self.fs.find(self.root)
+        return sorted(p[len(prefix) :] if p.startswith(prefix) else p for p in found)
+
+    def open(self, name: str) -> tuple[BinaryIO, int]:
+        path = f"{self.root}/{check_name(name)}"
+        stream = self.fs.open(path, "rb")
+        size = getattr(stream, "size", None)
+        return stream, int(size if size is not None else self.fs.size(path))
+
+
+def as_source(source: str | os.PathLike[str] | Source) -> Source:
+    """A Source for a directory path, an fsspec URL ("scheme://...") or a Source itself."""
+    if isinstance(source, Source):
+        return source
+    text = os.fspath(source)
+    if "://" in text and not text.startswith("file://"):
+        return FsspecSource(text)
+    return LocalSource(text.removeprefix("file://"))
