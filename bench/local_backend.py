@@ -7,7 +7,8 @@ Every figure is printed next to its baseline measured here and now:
 - launch -> exit observed through poll() vs `subprocess.run([python, -c, pass])`;
 - poll() with N running replicas vs N bare os.stat calls (the floor of "one stat per launch");
 - stop(SIGTERM) -> exit observed vs os.kill + waitpid on a direct child;
-- a supervisor's RSS and PSS vs those of the replica it runs (a sleeping interpreter).
+- a supervisor's RSS and PSS vs those of the replica it runs (a sleeping interpreter);
+- launch -> torch imported in a `python SCRIPT` replica, warm standby vs cold start.
 """
 
 from __future__ import annotations
@@ -196,13 +197,79 @@ def stop_latency(bench: Bench, rounds: int) -> None:
     _row("stop(SIGTERM) -> exit seen", ours, base, "kill+waitpid")
 
 
+TORCH_SCRIPT = "import time\nimport torch\nprint(time.time(), flush=True)\n"
+
+
+def _first_line_after(backend: LocalBackend, root: Path, launch_id: str, begin: float) -> float:
+    """Launch `python first_line.py` as `launch_id`; seconds from launch() to its line."""
+    log = root / "logs" / f"{launch_id}.out"
+    backend.launch(
+        Launch(
+            launch_id,
+            "bench",
+            launch_id,
+            "a",
+            (PY, "first_line.py"),
+            {"OMP_NUM_THREADS": "1"},
+            str(root),
+            None,
+            str(root / "logs" / launch_id),
+        )
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        lines = log.read_text().splitlines() if log.exists() else []
+        if len(lines) > 1:
+            return float(lines[1]) - begin
+        time.sleep(0.002)
+    raise RuntimeError(f"{launch_id} printed nothing within 120 s; see {log}")
+
+
+def warm_start(root: Path, rounds: int) -> None:
+    """launch -> torch imported in the script: a warm standby (pool of 2) vs a cold start."""
+    (root / "first_line.py").write_text(TORCH_SCRIPT)
+    warm = LocalBackend(root / "warm-state", [NodeInfo("a", 100)], warm_pool=2)
+    cold = LocalBackend(root / "cold-state", [NodeInfo("a", 100)], warm_pool=0)
+    warm.prewarm()
+    ours, base = [], []
+    try:
+        for i in range(rounds):
+            # Each round starts on a quiet machine: the pool is full, the last replica gone.
+            while (warm.warm_pool_status() or {}).get("ready", 0) < 2:
+                time.sleep(0.05)
+            time.sleep(1.5)  # the exiting replicas of the last round release the CPU
+            base.append(_first_line_after(cold, root, f"c{i}", time.time()))
+            while (warm.warm_pool_status() or {}).get("ready", 0) < 2:
+                time.sleep(0.05)
+            time.sleep(1.5)
+            ours.append(_first_line_after(warm, root, f"w{i}", time.time()))
+            status_path = root / "warm-state" / "launches" / f"w{i}" / "status.json"
+            while not status_path.exists():  # the script may print before it is written
+                time.sleep(0.01)
+            status = json.loads(status_path.read_text())
+            if not status["warm"]:
+                raise RuntimeError(f"launch w{i} started cold with a full pool")
+    finally:
+        warm.close()
+        cold.close()
+    _row("launch -> torch imported (warm)", ours, base, "cold start")
+    speedup = statistics.median(base) / statistics.median(ours)
+    print(f"{'':<34} a warm start reaches the script's torch {speedup:.0f}x sooner")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--active", type=int, default=100)
+    parser.add_argument("--warm-rounds", type=int, default=5)
+    parser.add_argument("--only-warm", action="store_true", help="run the warm-start rows only")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="perdure-bench-") as tmp:
+        if args.warm_rounds:
+            warm_start(Path(tmp), args.warm_rounds)
+        if args.only_warm:
+            return
         bench = Bench(Path(tmp))
         launch_call(bench, args.rounds)
         launch_to_exit(bench, args.rounds)

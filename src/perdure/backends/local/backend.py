@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import layout, procs
+from perdure.backends.local import layout, procs, warm
 from perdure.backends.local.memory import MECHANISMS
+from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
 from perdure.backends.local.replicas import check_launch, kill_leftovers
 from perdure.backends.local.spawner import Spawner
 from perdure.core.events import (
@@ -72,6 +73,11 @@ class LocalBackend:
     "auto" (cgroup v2, then v1, then RSS polling) or one of them by name. With `inherit_env`
     a replica's environment is this process's environment overlaid with `Launch.env`; without
     it, exactly `Launch.env` (plus the error-file variables).
+
+    `warm_pool` standby replicas (default `$PERDURE_WARM_POOL`, else 2; 0 turns them off) are
+    kept with torch imported, from the first launch that can use one (or `prewarm()`) on: a
+    replica whose command is `python SCRIPT ...` or `python -m MODULE ...` then starts in one
+    in well under a second; others, and all when none is ready, start cold (see `warm`).
     """
 
     def __init__(
@@ -81,6 +87,7 @@ class LocalBackend:
         *,
         memory_mechanism: str = "auto",
         inherit_env: bool = True,
+        warm_pool: int | None = None,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise RuntimeError(
@@ -95,7 +102,7 @@ class LocalBackend:
         # Strings, not Paths: launch() is on the controller's hot path.
         self._launches = os.path.join(os.path.realpath(state_dir), layout.LAUNCHES)
         os.makedirs(self._launches, exist_ok=True)
-        self._spawner = Spawner(self._launches)
+        self._spawner = Spawner(self._launches, warm.pool_size(warm_pool))
         self._nodes = list(nodes)
         self._node_names = {node.name for node in nodes}
         self._memory_mechanism = memory_mechanism
@@ -145,6 +152,14 @@ class LocalBackend:
         self._active[launch.launch_id] = _Tracked(
             launch.launch_id, launch.node, directory, spawner=spawner, sent_at=time.monotonic()
         )
+
+    def prewarm(self) -> None:
+        """Start filling the warm standby pool now, before a launch needs it (never blocks)."""
+        self._spawner.prewarm()
+
+    def warm_pool_status(self) -> dict[str, Any] | None:
+        """The pool as the spawner last wrote it: size, ready, warming, used, disabled."""
+        return layout.read_json(os.path.join(self._launches, WARM_STATUS_FILE))
 
     # ---- stop -------------------------------------------------------------------------------
 

@@ -41,8 +41,8 @@ class NoLimit:
     path: str | None = None
     poll_interval: float | None = None
 
-    def join(self) -> None:
-        """Called in the child before exec: join the limit."""
+    def join(self, pid: int | None = None) -> None:
+        """Put `pid` (default: this process, a child before exec) under the limit."""
 
     def over_limit(self, rss_bytes: int) -> bool:
         return False
@@ -87,11 +87,11 @@ class _Cgroup(NoLimit):
         self.dir = path
         self.owns_parent = owns_parent  # `<own cgroup>/perdure`: removed once empty
 
-    def join(self) -> None:
+    def join(self, pid: int | None = None) -> None:
         # Runs between fork and exec: plain os calls only.
         fd = os.open(os.path.join(self.dir, "cgroup.procs"), os.O_WRONLY)
         try:
-            os.write(fd, str(os.getpid()).encode())
+            os.write(fd, str(os.getpid() if pid is None else pid).encode())
         finally:
             os.close(fd)
 
@@ -209,6 +209,9 @@ def _make_cgroup(version: str, launch_id: str, limit: int) -> NoLimit:
             _write(os.path.join(path, "memory.limit_in_bytes"), str(limit))
             # No swapping past the limit (the file exists only with swap accounting).
             _try_write(os.path.join(path, "memory.memsw.limit_in_bytes"), str(limit))
+            # A warm standby joins with torch already imported: bring its anonymous memory
+            # along, so it counts as it would in a cold start (v2 cannot move charges).
+            _try_write(os.path.join(path, "memory.move_charge_at_immigrate"), "1")
             return CgroupV1Limit(path, owns_parent)
         _write(os.path.join(path, "memory.max"), str(limit))
         _try_write(os.path.join(path, "memory.swap.max"), "0")

@@ -21,8 +21,9 @@ _ZYGOTE_CODE = "from perdure.backends.local.zygote import main; main()"
 class Spawner:
     """Starts the spawner process on first use and hands it launch directories."""
 
-    def __init__(self, launches_dir: str) -> None:
+    def __init__(self, launches_dir: str, warm_pool: int = 0) -> None:
         self.launches_dir = launches_dir
+        self.warm_pool = warm_pool
         # The spawner and its supervisors print here until a supervisor has opened its own
         # supervisor.log (an import error, say); one descriptor for all of them.
         self.log_path = os.path.join(launches_dir, layout.EARLY_LOG)
@@ -51,12 +52,16 @@ class Spawner:
                 ) from None
         raise AssertionError("unreachable")
 
+    def prewarm(self) -> None:
+        """Have the spawner (started now if need be) fill its pool of warm standbys."""
+        self.send("+warm")
+
     def _running(self) -> subprocess.Popen[bytes]:
         if self.process is not None and self.process.poll() is None:
             return self.process
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _ZYGOTE_CODE],
+                [sys.executable, "-c", _ZYGOTE_CODE, str(self.warm_pool)],
                 stdin=subprocess.PIPE,
                 stdout=self._log,
                 stderr=self._log,

@@ -13,8 +13,11 @@ escalation, the memory limit and the exit record survive a controller crash:
    `exit.json`: exit code, signal, out-of-memory, exit time, peak RSS and the error it
    reported (error file, else the traceback at the end of its stderr).
 
-If the replica cannot be started, `exit.json` holds `spawn_error` instead. This runs on every
-replica start, so it imports no torch, no subprocess, no pathlib, no typing (start-up time).
+A supervisor that was a warm standby (`warm`) starts the replica in the interpreter it holds,
+which has imported torch already, when the launch allows it (`"warm": true` in status.json),
+and cold otherwise. If the replica cannot be started, `exit.json` holds `spawn_error` instead.
+This runs on every replica start, so it imports no torch, no subprocess, no pathlib, no typing
+(start-up time).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-_HANDLED = {signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    from perdure.backends.local.warm import Standby
+
+HANDLED_SIGNALS = {signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
 SELF_STOP_GRACE_SECONDS = 10.0
 STDERR_TAIL_BYTES = 64 * 1024
@@ -40,8 +45,10 @@ STDERR_TAIL_BYTES = 64 * 1024
 class Supervisor:
     """Runs one replica to its end and records how it ended (see the module docstring)."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, standby: Standby | None = None) -> None:
         self.dir = directory
+        self.standby = standby
+        self.warm = False
         spec = layout.read_json(self._file(layout.LAUNCH))
         if spec is None:
             raise SystemExit(f"supervisor: {self._file(layout.LAUNCH)} is missing or unreadable")
@@ -70,6 +77,7 @@ class Supervisor:
         }
         if layout.claim(self.dir, me) != me:
             print("supervisor: a restarted controller gave this launch up; not starting it")
+            self._dismiss_standby()
             return 0
         procs.load_libc()
         procs.set_child_subreaper()
@@ -81,6 +89,7 @@ class Supervisor:
             )
             self._spawn()
         except (OSError, ValueError, memory.MemoryLimitError) as err:
+            self._dismiss_standby()
             self.limit.close()
             exe = self.spec["command"][0]
             message = f"cannot start {exe!r}: {err}"
@@ -115,25 +124,45 @@ class Supervisor:
             # Restarts append to the same file: parse only what this launch wrote.
             self.err_offset = os.lseek(err_fd, 0, os.SEEK_END)
             self.started_at = time.time()
-            self.pid = procs.spawn(
-                list(self.spec["command"]),
-                self._child_env(),
-                self.spec["cwd"],
-                (null_fd, out_fd, err_fd),
-                self._in_child,
-            )
+            env = child_env(self.spec, self.dir)
+            self.pid = self._start_warm(env)
+            if not self.pid:
+                self.pid = procs.spawn(
+                    list(self.spec["command"]),
+                    env,
+                    self.spec["cwd"],
+                    (null_fd, out_fd, err_fd),
+                    self._in_child,
+                )
         finally:
             for fd in (out_fd, err_fd, null_fd):
                 os.close(fd)
 
-    def _child_env(self) -> dict[str, str]:
-        env = dict(os.environ) if self.spec.get("inherit_env", True) else {}
-        env.update(self.spec["env"])
-        error_file = self._file(layout.ERROR)
-        env["PERDURE_ERROR_FILE"] = error_file
-        env["TORCHELASTIC_ERROR_FILE"] = error_file  # torchelastic's own @record writes here
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        return env
+    def _start_warm(self, env: dict[str, str]) -> int:
+        """Run the replica in the standby's warm interpreter; its pid, 0 to start cold."""
+        standby, self.standby = self.standby, None
+        if standby is None:
+            return 0
+        from perdure.backends.local import warm
+
+        command, cwd = list(self.spec["command"]), self.spec["cwd"]
+        if not warm.launch_fits(command, cwd, env, standby.env):
+            standby.dismiss()
+            return 0
+        try:
+            self.limit.join(standby.pid)  # before the script runs, as a cold child joins
+            standby.start_replica(command, env, self.spec)
+        except OSError as err:
+            print(f"supervisor: the warm start failed ({err}); starting cold", file=sys.stderr)
+            standby.dismiss()
+            return 0
+        self.warm = True
+        return standby.pid
+
+    def _dismiss_standby(self) -> None:
+        if self.standby is not None:
+            self.standby.dismiss()
+            self.standby = None
 
     def _in_child(self) -> None:
         # Between fork and exec, in the replica: undo the supervisor's signal mask, die with
@@ -160,6 +189,7 @@ class Supervisor:
                 "started_at": self.started_at,
                 "memory_mechanism": self.limit.mechanism,
                 "cgroup": self.limit.path,
+                "warm": self.warm,
             },
         )
 
@@ -175,7 +205,7 @@ class Supervisor:
             if now >= self.next_sample:
                 self._sample_memory(now)
             wake = self.next_sample if self.kill_at is None else min(self.next_sample, self.kill_at)
-            info = signal.sigtimedwait(_HANDLED, max(0.001, wake - time.time()))
+            info = signal.sigtimedwait(HANDLED_SIGNALS, max(0.001, wake - time.time()))
             if info is None:
                 continue
             if info.si_signo == signal.SIGUSR1:
@@ -264,15 +294,31 @@ class Supervisor:
         return parse_traceback(tail)
 
 
+def child_env(spec: dict[str, Any], directory: str) -> dict[str, str]:
+    """The replica's environment for the launch record `spec` in `directory` (no side effects)."""
+    env = dict(os.environ) if spec.get("inherit_env", True) else {}
+    env.update(spec["env"])
+    error_file = os.path.join(directory, layout.ERROR)
+    env["PERDURE_ERROR_FILE"] = error_file
+    env["TORCHELASTIC_ERROR_FILE"] = error_file  # torchelastic's own @record writes here
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: `python -m perdure.backends.local.supervisor <launch dir>`."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m perdure.backends.local.supervisor <launch dir>", file=sys.stderr)
         return 2
+    return serve(args[0])
+
+
+def serve(directory: str, standby: Standby | None = None) -> int:
+    """Supervise the launch in `directory`, in the warm `standby` if it fits; the exit status."""
     # Block the signals we handle before anything else, so none can kill us before the loop.
-    signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
-    directory = os.path.abspath(args[0])
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+    directory = os.path.abspath(directory)
     # From here on, what the supervisor prints goes to its own log (the backend gave it a
     # shared one, which it cannot open per launch without slowing launch() down).
     log = os.open(
@@ -281,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    return Supervisor(directory).run()
+    return Supervisor(directory, standby).run()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@ supervisor, so each fork is a supervisor ready to run within a millisecond or tw
 of its own. It reaps the supervisors it forked; it exits when its stdin closes (the backend
 closed or its controller died), and the supervisors it forked keep running.
 
-Run as `python -c "from perdure.backends.local.zygote import main; main()"`.
+It also keeps the pool of warm standby replicas (`pool`): a launch that can start warm goes
+to a ready standby instead of a fresh supervisor. The line `+warm` starts filling the pool
+before any launch needs it. Standbys not yet used exit with the spawner.
+
+Run as `python -c "from perdure.backends.local.zygote import main; main()" [POOL_SIZE]`.
 """
 
 from __future__ import annotations
@@ -17,18 +21,24 @@ import select
 import sys
 import traceback
 
-from perdure.backends.local import supervisor
+from perdure.backends.local import supervisor, warm
+from perdure.backends.local.pool import Pool
 
 REAP_SECONDS = 0.2
+PREWARM = b"+warm"
 
 
 def main() -> None:
     """Fork a supervisor for every launch directory read from stdin, until end of input."""
+    pool = Pool(warm.pool_size(sys.argv[1] if len(sys.argv) > 1 else None), os.getcwd())
     buffered = b""
     while True:
-        ready, _, _ = select.select([0], [], [], REAP_SECONDS)
+        ready, _, _ = select.select([0, *pool.fds()], [], [], REAP_SECONDS)
         _reap()
-        if not ready:
+        for fd in ready:
+            if fd != 0:
+                pool.handle(fd)
+        if 0 not in ready:
             continue
         chunk = os.read(0, 65536)
         if not chunk:
@@ -36,11 +46,14 @@ def main() -> None:
         buffered += chunk
         *lines, buffered = buffered.split(b"\n")
         for line in lines:
-            if line.strip():
-                _fork_supervisor(os.fsdecode(line.strip()))
+            line = line.strip()
+            if line == PREWARM:
+                pool.activate()
+            elif line and not pool.take(os.fsdecode(line)):
+                _fork_supervisor(os.fsdecode(line), pool)
 
 
-def _fork_supervisor(directory: str) -> None:
+def _fork_supervisor(directory: str, pool: Pool) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if os.fork() != 0:
@@ -48,6 +61,7 @@ def _fork_supervisor(directory: str) -> None:
     # The child: a supervisor in a session of its own, not reading the spawner's stdin.
     code = 1
     try:
+        pool.close_in_child()  # a standby must see the spawner's exit as end of input
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)

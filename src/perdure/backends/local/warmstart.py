@@ -1,0 +1,132 @@
+"""A warm standby interpreter: import torch now, run a replica's script later as if started cold.
+
+The supervisor that starts this process (see `warm`) runs it as
+`python -c "__import__('perdure.backends.local.warmstart')...main()"` in a session of its own,
+with its stdin a pipe from the supervisor and fd 3 a pipe back to it. It imports torch and
+numpy (no ops, no threads of its own), writes one byte to fd 3 to say it is ready, and reads
+its launch from stdin: a JSON object with the target (`["script", path]` or
+`["module", name]`), `args`, `env`, `cwd`, `stdout` and `stderr`. An empty stdin means it is
+not needed: it exits at once.
+
+With the launch it becomes the replica: the launch's env replaces os.environ (torch's thread
+count follows its OMP_NUM_THREADS), it changes to cwd, its stdin is /dev/null and its
+stdout/stderr are appended to the log files, then the script runs in `__main__` with the
+sys.argv and sys.path[0] that `python SCRIPT ARGS...` or `python -m MODULE ARGS...` would
+give it. An uncaught exception is passed to sys.excepthook with the traceback starting at the
+script (as a cold start prints it) and the exit status is 1; SystemExit and KeyboardInterrupt
+leave through the interpreter as they would in a cold start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Any
+
+READY_FD = 3
+
+
+def main() -> None:
+    """Import torch, say ready on fd 3, then run the launch read from stdin (none: exit)."""
+    _preload()
+    os.write(READY_FD, b"R")
+    os.close(READY_FD)
+    message = _read_all(0)
+    if not message:
+        return
+    launch: dict[str, Any] = json.loads(message)
+    _become(launch)
+    try:
+        _run(launch["target"], list(launch["args"]))
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # reported as the interpreter would
+        _report(exc)
+        sys.exit(1)
+
+
+def _preload() -> None:
+    # What a training script imports first and what costs seconds; missing ones are skipped.
+    for name in ("torch", "numpy"):
+        try:
+            __import__(name)
+        except ImportError:
+            continue
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _become(launch: dict[str, Any]) -> None:
+    """Take on the launch's environment, directory, files and thread count."""
+    os.environ.clear()  # os.environ's setters also update the C environment (putenv/unsetenv)
+    os.environ.update(launch["env"])
+    os.chdir(launch["cwd"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(launch["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    err = os.open(launch["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    torch = sys.modules.get("torch")
+    threads = launch["env"].get("OMP_NUM_THREADS", "")
+    # torch read OMP_NUM_THREADS when it was imported, from the standby's environment (which
+    # has none): apply the launch's value as a cold start would have read it.
+    if torch is not None and threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
+def _run(target: list[str], args: list[str]) -> None:
+    kind, name = target
+    if kind == "module":
+        import runpy
+
+        sys.argv = ["-m", *args]
+        sys.path[0] = os.getcwd()
+        # What `python -m` itself calls: the module runs in this __main__, argv[0] its file.
+        getattr(runpy, "_run_module_as_main")(name, True)  # noqa: B009 - private, not typed
+        return
+    path = os.path.abspath(name)
+    sys.argv = [name, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    main = sys.modules["__main__"]
+    from importlib.machinery import SourceFileLoader
+
+    main.__file__ = path
+    main.__cached__ = None  # type: ignore[attr-defined]
+    main.__loader__ = SourceFileLoader("__main__", path)
+    with open(path, "rb") as f:  # bytes: compile honours the file's coding cookie
+        source = f.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    exec(code, main.__dict__)
+
+
+def _report(exc: BaseException) -> None:
+    """Print `exc` through sys.excepthook from the script's first frame on, as Python would."""
+    tb = _script_frames(exc.__traceback__)
+    exc.with_traceback(tb)  # Python's excepthook prints the exception's own, not `tb`
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except BaseException as hook_error:  # Python's own fallback
+        print("Error in sys.excepthook:", file=sys.stderr)
+        sys.__excepthook__(type(hook_error), hook_error, hook_error.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        sys.__excepthook__(type(exc), exc, tb)
+    sys.stderr.flush()
+
+
+def _script_frames(tb: TracebackType | None) -> TracebackType | None:
+    # Drop this module's frames only: a cold `python -m` shows runpy's frames too.
+    ours = os.path.abspath(__file__)
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == ours:
+        tb = tb.tb_next
+    return tb
