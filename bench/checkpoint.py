@@ -1,0 +1,388 @@
+"""Checkpoint benchmark: 2 ranks on gloo, DDP model + Adam state of about 1 GiB of fp32.
+
+    flock /tmp/perdure-bench.lock .venv/bin/python bench/checkpoint.py [--gib 1.0] \
+        [--dir /tmp] [--reps 3]
+
+Every figure comes with a baseline measured in the same run, on the same directory (a disk
+directory by default; pass --dir /dev/shm to measure memory instead):
+- time training is blocked per save: torch.save of rank 0's state dict (DDP: rank 0 holds
+  it all), DCP save, stock DCP async_save (thread mode, own gloo group), perdure's async save
+  (thread and process persist), against the floor: a plain copy of the same bytes into
+  pre-touched memory;
+- perdure's persist throughput against write + fsync of the same bytes (both ranks at once),
+  and restore throughput (into a new model, as recovery does) against a read of the same
+  files (both cold: their pages are dropped first);
+- training step time while a background persist runs, against step time with none.
+Each baseline is measured right before the figure it is compared with, so that load from
+other processes on a shared machine hits both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from perdure.runtime.checkpoint import Checkpointer
+
+WORLD = 2
+MODES = ("thread", "process")
+
+
+def drop_cache(paths: list[Path]) -> None:
+    """Evict files from the page cache so the next read comes from the disk."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def files_under(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*") if p.is_file()]
+
+
+def build(gib: float) -> tuple[nn.Module, torch.optim.Optimizer, int]:
+    """A DDP MLP whose parameters + Adam state are about ``gib`` GiB of fp32."""
+    layers = 5
+    hidden = int(((gib * 2**30) / (12 * layers)) ** 0.5)
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(*[nn.Linear(hidden, hidden) for _ in range(layers)]))
+    optim = torch.optim.Adam(model.parameters(), lr=1e-4)
+    return model, optim, hidden
+
+
+def train_step(model: nn.Module, optim: torch.optim.Optimizer, hidden: int) -> float:
+    start = time.perf_counter()
+    loss = model(torch.randn(8, hidden)).pow(2).mean()
+    optim.zero_grad()
+    loss.backward()
+    optim.step()
+    return time.perf_counter() - start
+
+
+def state_tensors(model: nn.Module, optim: torch.optim.Optimizer) -> list[torch.Tensor]:
+    params = [p.detach() for p in model.parameters()]
+    return params + [t for s in optim.state.values() for t in s.values() if t.dim() > 0]
+
+
+T0 = time.perf_counter()
+
+
+def phase(name: str) -> None:
+    """Progress on stderr (rank 0), so a slow phase is visible while it runs."""
+    if os.environ.get("RANK") == "0":
+        print(f"[{time.perf_counter() - T0:7.1f}s] {name}", file=sys.stderr, flush=True)
+
+
+def timed(fn: Any) -> float:
+    dist.barrier()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure_floor(tensors: list[torch.Tensor], reps: int) -> float:
+    """Copy every state tensor into pre-touched buffers (both ranks at once); best of reps."""
+    buffers = [torch.empty_like(t).zero_() for t in tensors]
+
+    def copy() -> None:
+        for b, t in zip(buffers, tensors, strict=True):
+            b.copy_(t)
+
+    return min(timed(copy) for _ in range(reps))
+
+
+def measure_baselines(root: Path, model: nn.Module, optim: torch.optim.Optimizer,
+                      pg: Any, rank: int) -> dict[str, Any]:
+    """Blocked time of torch.save (rank 0), DCP save and stock DCP async_save."""
+    out: dict[str, Any] = {}
+    sd = model.module.state_dict()
+    osd = optim.state_dict()
+    path = root / "torch-save.pt"
+    out["torch_save_s"] = timed(lambda: rank == 0 and torch.save({"m": sd, "o": osd}, path))
+    dist.barrier()
+    if rank == 0:
+        path.unlink()
+    state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
+    phase("dcp save")
+    out["dcp_save_s"] = timed(lambda: dcp.save(state, checkpoint_id=str(root / "dcp"),
+                                               process_group=pg))
+    dist.barrier()
+    phase("dcp async_save")
+    async_blocked, async_total = [], []
+    for i in range(2):
+        target = root / f"dcp-async-{i}"
+        dist.barrier()
+        start = time.perf_counter()
+        future = dcp.async_save(state, checkpoint_id=str(target), process_group=pg)
+        async_blocked.append(time.perf_counter() - start)
+        future.result()
+        async_total.append(time.perf_counter() - start)
+    out["dcp_async_blocked_s"] = async_blocked
+    out["dcp_async_total_s"] = async_total
+    dist.barrier()
+    if rank == 0:
+        for name in ("dcp", "dcp-async-0", "dcp-async-1"):
+            shutil.rmtree(root / name, ignore_errors=True)
+    return out
+
+
+def read_cold(files: list[Path]) -> float:
+    """Seconds for this rank to read ``files`` after evicting them (both ranks at once)."""
+    dist.barrier()
+    drop_cache(files)
+    buf = bytearray(64 << 20)
+
+    def read() -> None:
+        for path in files:
+            with open(path, "rb", buffering=0) as f:
+                while f.readinto(buf):
+                    pass
+
+    return timed(read)
+
+
+def perdure_save(ckpt: Checkpointer, state: dict[str, Any], step: int, train: Any) -> Any:
+    """One save; ``train(inflight)`` runs while it persists. Returns the save's stats."""
+    dist.barrier()
+    state["step"] = step
+    ckpt.save(step, state)
+    train(ckpt._inflight)
+    ckpt.wait()
+    dist.barrier()  # rank 0's retention (after the commit) is done too
+    stats = ckpt.last_save
+    assert stats is not None
+    extra = " ".join(f"{k} {v:.2f}" for k, v in stats.extra.items())
+    phase(f"save {step}: blocked {stats.blocked_s:.3f}s, persist {stats.persist_s:.2f}s ({extra})")
+    return stats
+
+
+def no_training(inflight: Any) -> None:
+    return None
+
+
+def write_raw(path: Path, nbytes: int) -> float:
+    """write + fsync ``nbytes`` (both ranks at once); the file is removed afterwards."""
+    chunk = bytes(range(256)) * (1 << 18)  # 64 MiB
+
+    def write() -> None:
+        with open(path, "wb") as f:
+            left = nbytes
+            while left > 0:
+                left -= f.write(chunk[: min(left, len(chunk))])
+            f.flush()
+            os.fsync(f.fileno())
+
+    took = timed(write)
+    path.unlink()
+    return took
+
+
+def measure_perdure(root: Path, model: nn.Module, optim: torch.optim.Optimizer, hidden: int,
+                    persist: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Each figure next to its baseline, measured right before it (the machine is shared)."""
+    rank = dist.get_rank()
+    directory = root / f"perdure-{persist}"
+    ckpt = Checkpointer(directory, keep=1, persist=persist)
+    state: dict[str, Any] = {"model": model, "optim": optim}
+    out: dict[str, Any] = {"first": perdure_save(ckpt, state, 0, no_training).blocked_s}
+    step = 0
+    out["pairs_write"] = []  # (write + fsync s, persist s, blocked s, committed s), idle
+    for _ in range(args.reps):
+        nbytes = ckpt.last_save.bytes_written if ckpt.last_save else 0
+        raw = write_raw(root / f"raw-{rank}.bin", nbytes)
+        step += 1
+        stats = perdure_save(ckpt, state, step, no_training)
+        out["pairs_write"].append((raw, stats.persist_s, stats.blocked_s,
+                                   stats.extra.get("committed_s", 0.0)))
+    out["steps_idle_s"], out["steps_during_s"] = [], []
+
+    def train(inflight: Any) -> None:
+        for _ in range(args.steps):  # every rank runs the same number of DDP steps
+            overlapped = inflight is not None and not inflight.done
+            took = train_step(model, optim, hidden)
+            if overlapped:
+                out["steps_during_s"].append(took)
+
+    for _ in range(2):
+        out["steps_idle_s"] += [train_step(model, optim, hidden) for _ in range(args.steps)]
+        step += 1
+        perdure_save(ckpt, state, step, train)
+    files = files_under(directory)
+    out["on_disk"] = sum(p.stat().st_size for p in files)
+    ckpt.close()
+    out["pairs_read"] = []  # (raw cold read s, cold restore s)
+    for _ in range(2):
+        raw = read_cold(files)
+        # Restore as recovery does: into a new model and an optimizer without state.
+        fresh, fresh_optim, _ = build(args.gib)
+        target = {"model": fresh, "optim": fresh_optim, "step": -1}
+        dist.barrier()
+        drop_cache(files)
+        phase(f"perdure {persist}: restore")
+        took = timed(lambda t=target: Checkpointer(directory).restore_latest(t))
+        assert target["step"] == step
+        out["pairs_read"].append((raw, took))
+    dist.barrier()
+    return out
+
+
+def worker(args: argparse.Namespace) -> None:
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo", init_method=f"file://{args.store}", rank=rank,
+                            world_size=WORLD)
+    root = Path(args.root)
+    model, optim, hidden = build(args.gib)
+    train_step(model, optim, hidden)
+    tensors = state_tensors(model, optim)
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    result: dict[str, Any] = {"rank": rank, "state_bytes": total, "hidden": hidden}
+    phase("floor")
+    result["floor_s"] = measure_floor(tensors, args.reps)
+    pg = dist.new_group(backend="gloo")
+    phase("baselines")
+    result.update(measure_baselines(root, model, optim, pg, rank))
+    for persist in MODES:
+        phase(f"perdure {persist}")
+        result[persist] = measure_perdure(root, model, optim, hidden, persist, args)
+    gathered: list[Any] = [None] * WORLD
+    dist.all_gather_object(gathered, result)
+    if rank == 0:
+        Path(args.out).write_text(json.dumps(gathered))
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def med(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def report(ranks: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """The results as markdown tables, every figure against its baseline."""
+    total = ranks[0]["state_bytes"]
+    slowest = lambda get: max(get(r) for r in ranks)  # noqa: E731 - the slowest rank decides
+    floor = slowest(lambda r: r["floor_s"])
+    where = "tmpfs" if args.dir.startswith("/dev/shm") else "disk"
+    lines = [
+        f"State: {total / 2**30:.2f} GiB (DDP MLP {ranks[0]['hidden']} wide x5 + Adam), "
+        f"2 ranks, gloo, target {args.dir} ({where}); {args.reps} reps, medians.",
+        "",
+        "| time training is blocked per save | seconds | x memcpy floor |",
+        "| --- | ---: | ---: |",
+        f"| floor: memcpy of the whole state into pre-touched memory | {floor:.3f} | 1.00 |",
+    ]
+    rows = [
+        ("torch.save of rank 0's state dict", slowest(lambda r: r["torch_save_s"])),
+        ("DCP save", slowest(lambda r: r["dcp_save_s"])),
+        ("DCP async_save (stock), 1st", slowest(lambda r: r["dcp_async_blocked_s"][0])),
+        ("DCP async_save (stock), 2nd", slowest(lambda r: r["dcp_async_blocked_s"][1])),
+    ]
+    for mode in MODES:
+        rows.append((f"perdure async ({mode}), 1st save (plans, allocates)",
+                     slowest(lambda r, m=mode: r[m]["first"])))
+        rows.append((f"perdure async ({mode}), later saves", med([
+            slowest(lambda r, m=mode, i=i: r[m]["pairs_write"][i][2]) for i in range(args.reps)
+        ])))
+    lines += [f"| {name} | {s:.3f} | {s / floor:.2f} |" for name, s in rows]
+    lines += ["", "| throughput (2 ranks at once) | GB/s | baseline GB/s | fraction |",
+              "| --- | ---: | ---: | ---: |"]
+    for mode in MODES:
+        on_disk = ranks[0][mode]["on_disk"]
+        raw_bw, bw, cycle_bw = [], [], []
+        for i in range(args.reps):
+            raw_bw.append(on_disk / slowest(lambda r, m=mode, i=i: r[m]["pairs_write"][i][0]))
+            bw.append(on_disk / slowest(lambda r, m=mode, i=i: r[m]["pairs_write"][i][3]))
+            cycle_bw.append(on_disk / slowest(lambda r, m=mode, i=i: r[m]["pairs_write"][i][1]))
+        frac = med([b / a for a, b in zip(raw_bw, bw, strict=True)])
+        cycle = med([b / a for a, b in zip(raw_bw, cycle_bw, strict=True)])
+        lines.append(f"| perdure ({mode}) persist, until committed, vs write + fsync of the same "
+                     f"bytes | {med(bw) / 1e9:.3f} | {med(raw_bw) / 1e9:.3f} | {frac:.2f} |")
+        lines.append(f"| perdure ({mode}) persist + retention (deletes the previous checkpoint) "
+                     f"| {med(cycle_bw) / 1e9:.3f} | {med(raw_bw) / 1e9:.3f} | {cycle:.2f} |")
+        read_bw, restore_bw = [], []
+        for i in range(2):
+            read_bw.append(on_disk * WORLD / slowest(
+                lambda r, m=mode, i=i: r[m]["pairs_read"][i][0]))
+            restore_bw.append(on_disk * WORLD / slowest(
+                lambda r, m=mode, i=i: r[m]["pairs_read"][i][1]))
+        frac = med([b / a for a, b in zip(read_bw, restore_bw, strict=True)])
+        lines.append(f"| perdure restore (into a new model) vs cold read of the same files | "
+                     f"{med(restore_bw) / 1e9:.3f} | {med(read_bw) / 1e9:.3f} | {frac:.2f} |")
+    lines += ["", "| training step (DDP, 2 ranks) | median s | x no persist |",
+              "| --- | ---: | ---: |"]
+    for mode in MODES:
+        idle = med([s for r in ranks for s in r[mode]["steps_idle_s"]])
+        during = [s for r in ranks for s in r[mode]["steps_during_s"]]
+        lines.append(f"| no persist running (next to {mode}) | {idle:.3f} | 1.00 |")
+        if during:
+            lines.append(f"| while perdure ({mode}) persists ({len(during)} steps) | "
+                         f"{med(during):.3f} | {med(during) / idle:.2f} |")
+    return "\n".join(lines)
+
+
+def load_average() -> str:
+    """The 1-minute load average: the machine is shared, and this says how much."""
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def launch(args: argparse.Namespace) -> None:
+    before = load_average()
+    root = Path(tempfile.mkdtemp(prefix="perdure-bench-ckpt-", dir=args.dir))
+    out = root / "result.json"
+    procs = []
+    for rank in range(WORLD):
+        env = dict(os.environ, RANK=str(rank), OMP_NUM_THREADS="1")
+        cmd = [sys.executable, __file__, "--worker", "--root", str(root), "--store",
+               str(root / "store"), "--out", str(out), "--gib", str(args.gib),
+               "--reps", str(args.reps), "--steps", str(args.steps)]
+        procs.append(subprocess.Popen(cmd, env=env))
+    codes = [p.wait() for p in procs]
+    try:
+        if any(codes):
+            raise SystemExit(f"a rank failed: exit codes {codes}")
+        print(report(json.loads(out.read_text()), args))
+        print(f"\nLoad average (1 min) at the start / end: {before} / {load_average()}.")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gib", type=float, default=1.0)
+    parser.add_argument("--dir", default=tempfile.gettempdir())
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--store", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+    else:
+        launch(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+"""The Checkpointer: async, sharded, atomic checkpoints that restore onto any world size.
+
+    ckpt = Checkpointer("./checkpoints", keep=3)     # or an fsspec URL; async by default
+    ckpt.save(step, {"model": model, "optim": optim, "step": step})  # returns once staged
+    ckpt.wait()                                      # until committed; raises its error once
+    step = ckpt.restore_latest(state)                # in place; None when there is none
+
+Per save, training waits only while this rank's share of the state is copied into reusable
+host buffers; writing, the commit and retention run in a background thread (or a writer
+process with ``persist="process"``). One save is in flight at a time; the next one waits for
+it, or skips (``SavePolicy(on_busy="skip")``). Every rank calls ``save``/``restore_latest`` at
+the same point, as with any collective.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perdure.runtime.checkpoint import commit, values
+from perdure.runtime.checkpoint import state as st
+from perdure.runtime.checkpoint.comm import Comm
+from perdure.runtime.checkpoint.errors import CheckpointError, UnsupportedValueError
+from perdure.runtime.checkpoint.metadata import Path as KeyPath
+from perdure.runtime.checkpoint.metadata import decode_metadata
+from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
+from perdure.runtime.checkpoint.plan import Plan, make_plan, signature
+from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
+from perdure.runtime.checkpoint.procwriter import WriterProcess
+from perdure.runtime.checkpoint.restore import restore
+from perdure.runtime.checkpoint.staging import HostBuffers
+from perdure.runtime.checkpoint.storage import Storage, make_storage
+from perdure.runtime.checkpoint.tree import flatten
+
+log = logging.getLogger("perdure.checkpoint")
+ENV_STAGING = "PERDURE_STAGING_DIR"
+_PERSIST_MODES = ("thread", "process")
+
+
+@dataclass
+class _Prepared:
+    flat: dict[str, Any]
+    paths: dict[str, KeyPath]
+    signature: int
+
+
+@dataclass
+class _InFlight:
+    thread: threading.Thread | None
+    stats: SaveStats
+    error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.thread is None or not self.thread.is_alive()
+
+
+class Checkpointer:
+    """Save and restore training state at ``url`` (a path, file:// or any fsspec URL).
+
+    url: None reads $PERDURE_CHECKPOINT_DIR (set by perdure's controller).
+    keep: committed checkpoints to keep (None keeps all).
+    policy: when ``maybe_save`` saves, and whether a save that finds one in flight waits or
+        skips.
+    async_save: False makes every save blocking.
+    persist: "thread" (default) or "process": where the background writing runs; a process
+        keeps serialisation off the training process's GIL and is started right away.
+    staging_dir: a fast local directory to write shards to before uploading them to ``url``
+        (default for non-local URLs: $PERDURE_STAGING_DIR or the system temp dir; a local
+        ``url`` is written in place unless a staging_dir is given).
+    timeout_s: how long a checkpoint collective waits for the other ranks.
+    storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str] | None = None,
+        keep: int | None = 3,
+        *,
+        policy: SavePolicy | None = None,
+        async_save: bool = True,
+        persist: str = "thread",
+        staging_dir: str | os.PathLike[str] | None = None,
+        timeout_s: float = 1800.0,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if keep is not None and (not isinstance(keep, int) or keep < 1):
+            raise ValueError(f"keep is {keep!r}; it must be an int >= 1, or None to keep all.")
+        if persist not in _PERSIST_MODES:
+            raise ValueError(f"persist is {persist!r}; it must be one of {_PERSIST_MODES}.")
+        self.storage: Storage = make_storage(url, **dict(storage_options or {}))
+        self.keep = keep
+        self.policy = policy or SavePolicy()
+        self.async_save = async_save
+        self.persist = persist
+        self.staging_dir = _staging_dir(self.storage, staging_dir)
+        self.timeout_s = timeout_s
+        self.last_save: SaveStats | None = None
+        self.skipped_partial: list[str] = []
+        self._comm: Comm | None = None
+        self._plan: Plan | None = None
+        self._buffers: HostBuffers | None = None
+        # Started now so that its imports are done by the first save.
+        self._writer = WriterProcess() if persist == "process" else None
+        self._inflight: _InFlight | None = None
+        self._seq = 0
+        self._last_step: int | None = None
+        self._last_time = time.monotonic()
+
+    @property
+    def url(self) -> str:
+        """Where the checkpoints are."""
+        return self.storage.url
+
+    def _comm_(self) -> Comm:
+        # A new process group (an elastic resize, a restart in place) means new ranks: new
+        # checkpoint groups and a new plan.
+        if self._comm is None or self._comm.stale:
+            if self._comm is not None:
+                self._plan = None
+            self._comm = Comm(self.timeout_s)
+        return self._comm
+
+    # ---- saving ---------------------------------------------------------------------------
+
+    def save(self, step: int, state: Mapping[str, Any], *, blocking: bool | None = None) -> bool:
+        """Save ``state`` as ``step``; returns once it is staged (True), or False if skipped.
+
+        state: dict of name -> nn.Module, Optimizer, tensor, object with state_dict() and
+        load_state_dict(), or plain value. Raises the error of an earlier failed save, once.
+        blocking: True returns only when committed (default: not ``async_save``).
+        """
+        if not isinstance(step, int) or step < 0:
+            raise ValueError(f"step is {step!r}; it must be an int >= 0.")
+        entered = time.perf_counter()
+        comm = self._comm_()
+        prepared, problem = self._try_prepare(state, comm.rank)
+        changed = prepared is not None and (
+            self._plan is None or prepared.signature != self._plan.signature
+        )
+        busy = self._inflight is not None and not self._inflight.done
+        votes = comm.agree([int(problem is None), int(busy), int(changed)])
+        self._raise_if_unprepared(step, votes, problem)
+        if any(v[1] for v in votes) and self.policy.on_busy is OnBusy.SKIP:
+            log.info("skipped the save of step %d: the previous save is still persisting", step)
+            return False
+        waited = time.perf_counter()
+        self._finish_inflight()
+        assert prepared is not None
+        waited = time.perf_counter() - waited
+        if any(v[2] for v in votes):
+            self._replan(prepared, comm)
+        stats = SaveStats(step=step, extra={"waited_s": waited})
+        background = self.async_save if blocking is None else not blocking
+        self._launch(stats, prepared, comm, background, entered)
+        return True
+
+    def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
+        """Save if the policy says ``step`` is due (rank 0 decides timed saves for all ranks)."""
+        decision = self.policy.decide(step, time.monotonic(), self._last_step, self._last_time)
+        due = decision.save
+        comm = self._comm_()
+        if self.policy.uses_clock and comm.world > 1:
+            due = bool(comm.agree([int(due)])[0][0])
+        if not due:
+            return False
+        return self.save(step, state)
+
+    def _try_prepare(
+        self, state: Mapping[str, Any], rank: int
+    ) -> tuple[_Prepared | None, BaseException | None]:
+        try:
+            tree = st.tree_for_save(st.check_state(state), rank)
+            flat, paths = flatten(tree)
+            for fqn, value in flat.items():
+                if not isinstance(value, torch.Tensor):
+                    flat[fqn] = values.encode(value, fqn)
+                elif value.layout != torch.strided:
+                    raise UnsupportedValueError(
+                        f"state value {fqn!r} is a {value.layout} tensor; only dense (strided) "
+                        "tensors can be checkpointed. Convert it with .to_dense()."
+                    )
+            return _Prepared(flat, paths, signature(flat, paths)), None
+        except Exception as exc:
+            return None, exc
+
+    def _raise_if_unprepared(
+        self, step: int, votes: list[list[int]], problem: BaseException | None
+    ) -> None:
+        if problem is not None:
+            raise problem
+        failed = [rank for rank, v in enumerate(votes) if not v[0]]
+        if failed:
+            raise CheckpointError(
+                f"save of step {step} abandoned: rank(s) {failed} could not prepare their state "
+                "(their own error says why); no rank saved."
+            )
+
+    def _replan(self, prepared: _Prepared, comm: Comm) -> None:
+        if self._buffers is not None:
+            self._buffers.close()
+            self._buffers = None
+        self._plan = make_plan(
+            prepared.flat, prepared.paths, prepared.signature, commit.new_token(), comm
+        )
+        self._seq = 0  # with the plan's agreed token, names this plan's saves alike on all ranks
+        pin = torch.cuda.is_available() and self.persist == "thread"
+        self._buffers = HostBuffers(
+            self._plan.items, shared=self.persist == "process", pin=pin
+        )
+
+    def _launch(
+        self, stats: SaveStats, prepared: _Prepared, comm: Comm, background: bool, entered: float
+    ) -> None:
+        assert self._plan is not None and self._buffers is not None
+        step = stats.step
+        start = time.perf_counter()
+        staged = self._buffers.stage(prepared.flat, self._plan.items)
+        stats.extra["stage_s"] = time.perf_counter() - start
+        self._seq += 1
+        dir_name = (
+            commit.tmp_name(step, f"{self._plan.token}-{self._seq}")
+            if self.storage.atomic_rename
+            else commit.final_name(step)
+        )
+        job = SaveJob(step, dir_name, staged, self._buffers, self._plan.metadata,
+                      self._plan.paths, comm.world)
+        self._last_step, self._last_time = step, time.monotonic()
+        persister = self._persister(comm)
+        # What training waited for in save(), besides a previous save still in flight.
+        stats.blocked_s = time.perf_counter() - entered - stats.extra["waited_s"]
+        if not background:
+            self._inflight = _InFlight(None, stats)
+            self._run(persister, job, self._inflight)
+            self._finish_inflight()
+            return
+        inflight = _InFlight(None, stats)
+        inflight.thread = threading.Thread(
+            target=self._run, args=(persister, job, inflight), name="perdure-checkpoint-persist"
+        )
+        self._inflight = inflight
+        inflight.thread.start()
+
+    def _persister(self, comm: Comm) -> Persister:
+        if self.persist == "process" and self._writer is None:  # closed, then used again
+            self._writer = WriterProcess()
+        return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer)
+
+    @staticmethod
+    def _run(persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
+        try:
+            persister.run(job, inflight.stats)
+        except BaseException as exc:  # kept and raised at the next save() or wait()
+            inflight.error = exc
+
+    def wait(self) -> None:
+        """Block until the last save is committed; raise its error (once) if it failed."""
+        self._finish_inflight()
+
+    def _finish_inflight(self) -> None:
+        inflight = self._inflight
+        if inflight is None:
+            return
+        if inflight.thread is not None:
+            inflight.thread.join()
+        self._inflight = None
+        self.last_save = inflight.stats
+        if inflight.error is not None:
+            raise inflight.error
+
+    # ---- restoring ------------------------------------------------------------------------
+
+    def restore_latest(self, state: MutableMapping[str, Any]) -> int | None:
+        """Load the newest committed checkpoint into ``state`` in place; return its step.
+
+        Returns None when there is none. Partial checkpoints (crashed saves) are skipped, named
+        in the log and in ``skipped_partial``, and never loaded.
+        """
+        return self._restore(state, None)
+
+    def restore(self, state: MutableMapping[str, Any], step: int) -> int:
+        """Load the committed checkpoint of ``step`` into ``state`` in place; return ``step``."""
+        restored = self._restore(state, step)
+        assert restored is not None
+        return restored
+
+    def _restore(self, state: MutableMapping[str, Any], step: int | None) -> int | None:
+        self.wait()
+        comm = self._comm_()
+        st.check_state(state)
+        choice: Any = None
+        if comm.rank == 0:
+            try:
+                choice = self._choose(step)
+            except Exception as exc:  # every rank raises it, none waits for the others
+                choice = ("error", None, f"{type(exc).__name__}: {exc}", [])
+        name, found, doc, skipped = comm.broadcast_object(choice)
+        if name == "error":
+            raise CheckpointError(f"cannot list the checkpoints in {self.url}: {doc}")
+        self.skipped_partial = list(skipped)
+        for line in skipped:
+            log.warning("%s", line)
+        if name is None:
+            if step is None:
+                return None
+            raise CheckpointError(
+                f"there is no committed checkpoint of step {step} in {self.url}; committed "
+                f"steps: {doc}. Pick one of those, or use restore_latest()."
+            )
+        md, paths = decode_metadata(doc)
+        restore(state, self.storage, name, md, paths, comm)
+        self._last_step, self._last_time = found, time.monotonic()
+        return int(found)
+
+    def _choose(self, step: int | None) -> tuple[str | None, int | None, Any, list[str]]:
+        found = commit.scan(self.storage)
+        skipped = [p.describe() for p in found.partial]
+        if step is None:
+            chosen = found.latest
+        else:
+            chosen = next((c for c in found.complete if c.step == step), None)
+        if chosen is None:
+            return None, None, [c.step for c in found.complete], skipped
+        doc = json.loads(self.storage.read_bytes(f"{chosen.name}/{commit.METADATA_JSON}"))
+        return chosen.name, chosen.step, doc, skipped
+
+    def steps(self) -> list[int]:
+        """Steps of the committed checkpoints, oldest first."""
+        return [c.step for c in commit.scan(self.storage).complete]
+
+    # ---- lifetime -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Wait for the last save, then release the staging buffers and the writer process."""
+        try:
+            self.wait()
+        finally:
+            if self._buffers is not None:
+                self._buffers.close()
+                self._buffers = None
+            self._plan = None
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _staging_dir(storage: Storage, given: str | os.PathLike[str] | None) -> Path | None:
+    if given is not None:
+        return Path(given).expanduser().absolute()
+    if storage.local_path("") is not None:
+        return None
+    base = os.environ.get(ENV_STAGING) or tempfile.gettempdir()
+    return Path(base) / f"perdure-staging-{os.getuid()}"

@@ -1,0 +1,108 @@
+"""Read a tensor straight from a checkpoint file into the tensor that restores it.
+
+Each tensor item of a shard is one ``torch.save`` archive (an uncompressed zip) whose single
+storage record holds the tensor's bytes in row-major order, since perdure writes contiguous
+staged tensors that own exactly their storage. When the bytes a restore needs form one
+contiguous run of that record and of the destination, they are read with ``readinto`` into the
+destination's memory: no temporary tensor and no extra copy. Anything else takes DCP's path.
+
+No side effects besides reading the stream given.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+import zipfile
+from typing import IO, Any
+
+import torch
+
+_LOCAL = struct.Struct("<IHHHHHIIIHH")
+_LOCAL_SIG = 0x04034B50
+_STORAGE = re.compile(r"(^|/)data/\d+$")
+
+
+class _Window(io.RawIOBase):
+    """The bytes [start, start + length) of a seekable stream, as a stream of its own."""
+
+    def __init__(self, stream: IO[bytes], start: int, length: int) -> None:
+        self._stream, self._start, self._length, self._pos = stream, start, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]
+        self._pos = max(0, min(self._length, base + offset))
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._length - self._pos)
+        if want <= 0:
+            return 0
+        self._stream.seek(self._start + self._pos)
+        got = self._stream.readinto(view[:want])  # type: ignore[attr-defined]
+        self._pos += got or 0
+        return got or 0
+
+
+def payload_span(stream: IO[bytes], start: int, length: int) -> tuple[int, int] | None:
+    """(offset within the item, size) of the one storage record of the torch.save archive at
+    ``start``, or None when the item is not a single stored (uncompressed) storage."""
+    window = _Window(stream, start, length)
+    try:
+        with zipfile.ZipFile(io.BufferedReader(window, 1 << 16)) as archive:
+            records = [i for i in archive.infolist() if _STORAGE.search(i.filename)]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+    if len(records) != 1 or records[0].compress_type != zipfile.ZIP_STORED:
+        return None
+    record = records[0]
+    window.seek(record.header_offset)
+    head = window.read(_LOCAL.size)
+    if head is None or len(head) != _LOCAL.size:
+        return None
+    fields = _LOCAL.unpack(head)
+    if fields[0] != _LOCAL_SIG:
+        return None
+    data = record.header_offset + _LOCAL.size + fields[9] + fields[10]
+    return data, record.file_size
+
+
+def row_span(
+    chunk: torch.Size, offsets: torch.Size, lengths: torch.Size, elsize: int
+) -> tuple[int, int] | None:
+    """Byte (start, size) of the box ``offsets``+``lengths`` in a row-major ``chunk``, if the
+    box is one contiguous run (whole in every dimension but the first), else None."""
+    if len(chunk) == 0:
+        return (0, elsize)
+    if any(o != 0 or n != c for o, n, c in zip(offsets[1:], lengths[1:], chunk[1:], strict=True)):
+        return None
+    row = elsize
+    for c in chunk[1:]:
+        row *= c
+    return offsets[0] * row, lengths[0] * row
+
+
+def read_into(stream: IO[bytes], start: int, target: torch.Tensor) -> bool:
+    """Fill contiguous CPU ``target`` from ``stream`` at ``start``; False if it cannot."""
+    if target.device.type != "cpu" or not target.is_contiguous():
+        return False
+    view = target.reshape(-1).view(torch.uint8).numpy().data  # the tensor's own memory
+    stream.seek(start)
+    done = 0
+    while done < len(view):
+        got = stream.readinto(view[done:])  # type: ignore[attr-defined]
+        if not got:
+            raise EOFError(f"checkpoint file ended {len(view) - done} bytes early")
+        done += got
+    return True

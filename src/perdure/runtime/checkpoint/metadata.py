@@ -1,0 +1,105 @@
+"""DCP metadata as JSON, so that a restore reads it without unpickling.
+
+A perdure checkpoint carries DCP's own ``.metadata`` (a pickle, for stock
+``torch.distributed.checkpoint.load``) and the same facts as JSON inside the commit marker.
+perdure's restore only ever reads the JSON.
+
+A *path* is how a flattened key maps back to the nested state: a list of ``("d", key)``
+(a dict key, with its original type) and ``("l", index)`` (a list position) steps.
+
+No side effects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+
+from perdure.runtime.checkpoint.shared import dtype_from_name, dtype_name
+
+__all__ = ["dtype_from_name", "dtype_name"]
+
+PathStep = tuple[str, Any]
+Path = tuple[PathStep, ...]
+
+DCP_VERSION = "1.0.0"
+
+
+def encode_metadata(md: Metadata, paths: dict[str, Path]) -> dict[str, Any]:
+    """JSON-ready form of the tensor/bytes layout, storage locations and key paths."""
+    entries: dict[str, Any] = {}
+    for fqn, item in md.state_dict_metadata.items():
+        if isinstance(item, TensorStorageMetadata):
+            entries[fqn] = {
+                "kind": "tensor",
+                "dtype": dtype_name(item.properties.dtype),
+                "size": list(item.size),
+                "chunks": [[list(c.offsets), list(c.sizes)] for c in item.chunks],
+            }
+        else:
+            entries[fqn] = {"kind": "bytes"}
+    storage = []
+    for index, info in (md.storage_data or {}).items():
+        storage.append(
+            {
+                "fqn": index.fqn,
+                "offset": None if index.offset is None else list(index.offset),
+                "index": index.index,
+                "file": info.relative_path,
+                "start": info.offset,
+                "length": info.length,
+            }
+        )
+    return {
+        "entries": entries,
+        "storage": storage,
+        "paths": {fqn: [list(step) for step in path] for fqn, path in paths.items()},
+    }
+
+
+def decode_metadata(doc: dict[str, Any]) -> tuple[Metadata, dict[str, Path]]:
+    """Rebuild DCP ``Metadata`` and the key paths from ``encode_metadata``'s output."""
+    state: dict[str, TensorStorageMetadata | BytesStorageMetadata] = {}
+    for fqn, entry in doc["entries"].items():
+        if entry["kind"] == "tensor":
+            state[fqn] = TensorStorageMetadata(
+                properties=TensorProperties(dtype=dtype_from_name(entry["dtype"])),
+                size=torch.Size(entry["size"]),
+                chunks=[
+                    ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s))
+                    for o, s in entry["chunks"]
+                ],
+            )
+        elif entry["kind"] == "bytes":
+            state[fqn] = BytesStorageMetadata()
+        else:
+            raise ValueError(
+                f"checkpoint metadata entry {fqn!r} has unknown kind {entry['kind']!r}"
+            )
+    storage: dict[MetadataIndex, _StorageInfo] = {}
+    for s in doc["storage"]:
+        index = MetadataIndex(s["fqn"], s["offset"], s["index"])
+        storage[index] = _StorageInfo(str(s["file"]), int(s["start"]), int(s["length"]))
+    paths = {fqn: tuple((str(k), v) for k, v in p) for fqn, p in doc["paths"].items()}
+    md = Metadata(
+        state_dict_metadata=state,
+        planner_data={fqn: dcp_path(p) for fqn, p in paths.items()},
+        storage_data=storage,
+        version=DCP_VERSION,
+    )
+    return md, paths
+
+
+def dcp_path(path: Path) -> tuple[str | int, ...]:
+    """DCP's own form of a path (dict keys as str, list positions as int)."""
+    return tuple(str(key) if kind == "d" else int(key) for kind, key in path)

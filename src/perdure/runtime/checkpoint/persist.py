@@ -1,0 +1,224 @@
+"""Persist one staged save: write this rank's shard, then rank 0 commits when every rank's is
+durable and applies retention, and every rank learns the same outcome.
+
+Runs in the Checkpointer's background thread (or inline for a blocking save). Its collectives
+use the checkpoint's own gloo group, so they never interleave with the training's. Every rank
+always reaches the gather, even after a local failure, so an error on one rank fails the save
+on all ranks instead of leaving the others waiting.
+
+Side effects: file I/O through Storage, collectives on the checkpoint group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import pickle
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.storage import WriteResult
+
+from perdure.runtime.checkpoint import commit
+from perdure.runtime.checkpoint.comm import Comm
+from perdure.runtime.checkpoint.errors import CheckpointError
+from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
+from perdure.runtime.checkpoint.metadata import Path as KeyPath
+from perdure.runtime.checkpoint.procwriter import WriterProcess
+from perdure.runtime.checkpoint.staging import HostBuffers, StagedItem
+from perdure.runtime.checkpoint.storage import Storage
+from perdure.runtime.checkpoint.writer import shard_name, write_payloads
+
+log = logging.getLogger("perdure.checkpoint")
+
+
+@dataclass
+class SaveJob:
+    """Everything the background needs for one save; the staged items are its own copy."""
+
+    step: int
+    dir_name: str
+    staged: list[StagedItem]
+    buffers: HostBuffers
+    metadata: Metadata
+    paths: dict[str, KeyPath]
+    world: int
+
+
+@dataclass
+class SaveStats:
+    """What one save cost on this rank.
+
+    blocked_s: time save() held training (preparing, agreeing with the other ranks, the
+    staging copy), not counting a wait for the previous save (extra["waited_s"]).
+    persist_s: from the start of writing until every rank knew the save was committed.
+    extra: stage_s, write_s, gathered_s, waited_s; on rank 0 also commit_s (metadata, marker,
+    rename), committed_s (from the start until the checkpoint was published) and retain_s.
+    """
+
+    step: int
+    blocked_s: float = 0.0
+    persist_s: float = 0.0
+    bytes_written: int = 0
+    name: str | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Persister:
+    """Writes, gathers and commits saves for one Checkpointer."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        comm: Comm,
+        keep: int | None,
+        staging_dir: Path | None,
+        writer: WriterProcess | None,
+    ) -> None:
+        self.storage = storage
+        self.comm = comm
+        self.keep = keep
+        self.staging_dir = staging_dir
+        self.writer = writer
+
+    def run(self, job: SaveJob, stats: SaveStats) -> str:
+        """Persist ``job``; returns the committed directory name or raises CheckpointError."""
+        start = time.perf_counter()
+        if not self.storage.atomic_rename:
+            self._clear_in_place(job.dir_name, job.step)
+        mine = self._write_local(job)
+        stats.extra["write_s"] = time.perf_counter() - start
+        if mine[0] == "ok":
+            stats.bytes_written = sum(mine[2].values())
+        outcomes = self.comm.gather_object(mine)
+        stats.extra["gathered_s"] = time.perf_counter() - start
+        verdict: Any = None
+        if outcomes is not None:
+            verdict = self._decide(job, outcomes, stats, start)
+        verdict = self.comm.broadcast_object(verdict)
+        stats.persist_s = time.perf_counter() - start
+        if verdict[0] != "ok":
+            raise CheckpointError(f"save of step {job.step} to {self.storage.url} failed: "
+                                  f"{verdict[1]}")
+        stats.name = verdict[1]
+        return str(verdict[1])
+
+    def _retain(self, current: str, stats: SaveStats) -> None:
+        # After the commit, before the other ranks hear of it: none of them can start its next
+        # save (whose temporary directory retention would take for a leftover) before this
+        # ends. The new checkpoint counts as saved even if cleaning up fails.
+        start = time.perf_counter()
+        try:
+            removed = commit.retain(self.storage, self.keep, current)
+        except Exception:
+            log.exception("checkpoint retention in %s failed; will retry after the next save",
+                          self.storage.url)
+            return
+        stats.extra["retain_s"] = time.perf_counter() - start
+        if removed:
+            log.info("checkpoint retention removed %s", ", ".join(removed))
+
+    def _clear_in_place(self, name: str, step: int) -> None:
+        # Without rename a save writes into its final directory: drop whatever an earlier
+        # save of the same step left there (marker first), before any rank writes.
+        problem = None
+        if self.comm.rank == 0:
+            try:
+                if name in self.storage.list_names():
+                    self.storage.remove_tree(f"{name}/{commit.MARKER}")
+                    self.storage.remove_tree(name)
+            except Exception as exc:
+                problem = f"rank 0 could not clear {name}: {type(exc).__name__}: {exc}"
+        problem = self.comm.broadcast_object(problem)
+        if problem is not None:
+            raise CheckpointError(f"save of step {step} to {self.storage.url} failed: {problem}")
+
+    def _write_local(self, job: SaveJob) -> tuple[Any, ...]:
+        file = shard_name(self.comm.rank)
+        try:
+            target = self.storage.local_path(f"{job.dir_name}/{file}")
+            if self.staging_dir is None and target is not None:
+                self.storage.makedirs(job.dir_name)
+                results, size = self._write(job, target, file, fsync=True)
+            else:
+                if self.staging_dir is None:
+                    raise CheckpointError(f"{self.storage.url} is not local: set staging_dir")
+                local_dir = self.staging_dir / job.dir_name
+                local_dir.mkdir(parents=True, exist_ok=True)
+                try:
+                    results, size = self._write(job, local_dir / file, file, fsync=False)
+                    self.storage.makedirs(job.dir_name)
+                    self.storage.put_file(local_dir / file, f"{job.dir_name}/{file}")
+                finally:
+                    shutil.rmtree(local_dir, ignore_errors=True)
+            return ("ok", results, {file: size}, job.dir_name)
+        except Exception as exc:  # reported to every rank through the gather
+            log.exception("rank %d failed to write its shard of step %d", self.comm.rank, job.step)
+            return ("error", f"rank {self.comm.rank}: {type(exc).__name__}: {exc}")
+
+    def _write(
+        self, job: SaveJob, path: Path, file: str, *, fsync: bool
+    ) -> tuple[list[WriteResult], int]:
+        if self.writer is not None:
+            spans, size = self.writer.write(job.buffers, path, job.staged, fsync=fsync)
+        else:
+            payloads = [e.data if e.data is not None else e.tensor for e in job.staged]
+            spans, size = write_payloads(path, payloads, fsync=fsync)  # type: ignore[arg-type]
+        results = [
+            WriteResult(e.item.index, length, _StorageInfo(file, start, length))
+            for e, (start, length) in zip(job.staged, spans, strict=True)
+        ]
+        return results, size
+
+    def _decide(
+        self, job: SaveJob, outcomes: list[Any], stats: SaveStats, start: float
+    ) -> tuple[str, str]:
+        errors = [o[1] for o in outcomes if o[0] != "ok"]
+        dirs = {o[3] for o in outcomes if o[0] == "ok"}
+        if not errors and dirs != {job.dir_name}:
+            errors.append(f"the ranks wrote to different directories {sorted(dirs)}")
+        if errors:
+            with contextlib.suppress(Exception):  # leftovers are removed by a later retention
+                self.storage.remove_tree(job.dir_name)
+            return ("error", "; ".join(errors))
+        try:
+            name = self._commit(job, outcomes, stats)
+        except Exception as exc:
+            log.exception("rank 0 failed to commit step %d", job.step)
+            return ("error", f"rank 0 could not commit: {type(exc).__name__}: {exc}")
+        stats.extra["committed_s"] = time.perf_counter() - start
+        self._retain(name, stats)
+        return ("ok", name)
+
+    def _commit(self, job: SaveJob, outcomes: list[Any], stats: SaveStats) -> str:
+        start = time.perf_counter()
+        results = [wr for o in outcomes for wr in o[1]]
+        files: dict[str, int] = {}
+        for o in outcomes:
+            files.update(o[2])
+        md = dataclasses.replace(
+            job.metadata,
+            storage_data={wr.index: wr.storage_data for wr in results},
+            version=DCP_VERSION,
+        )
+        dcp_md = pickle.dumps(md)  # DCP's own format, for stock readers; perdure reads the JSON
+        doc = json.dumps(encode_metadata(md, job.paths)).encode()
+        self.storage.write_bytes(f"{job.dir_name}/{commit.DCP_METADATA}", dcp_md)
+        self.storage.write_bytes(f"{job.dir_name}/{commit.METADATA_JSON}", doc)
+        files[commit.DCP_METADATA] = len(dcp_md)
+        files[commit.METADATA_JSON] = len(doc)
+        for file, size in files.items():  # every rank's shard, where the marker will say
+            found = self.storage.size(f"{job.dir_name}/{file}")
+            if found != size:
+                raise CheckpointError(f"{job.dir_name}/{file} has {found} bytes, not {size}")
+        marker = commit.marker_doc(job.step, job.world, files)
+        name = commit.publish(self.storage, job.dir_name, job.step, marker)
+        stats.extra["commit_s"] = time.perf_counter() - start
+        return name

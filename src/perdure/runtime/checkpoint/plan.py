@@ -1,0 +1,75 @@
+"""Which rank writes what: DCP's planner, run once per state layout and then reused.
+
+Every rank sends its local plan to every other rank; each then runs DCP's deduplication (a
+tensor that several ranks hold, as DDP replicates parameters, is written by one of them,
+balanced by size) and builds the global metadata itself, so no second collective is needed.
+The plan is cached under a signature of the layout (keys, shapes, dtypes, shards): a later
+save with the same layout plans nothing.
+
+Side effects: one all-gather on the checkpoint group in ``make_plan``; the rest is pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
+from torch.distributed.checkpoint.default_planner import (
+    create_default_global_save_plan,
+    create_default_local_save_plan,
+)
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import WriteItem
+from torch.distributed.tensor import DTensor
+
+from perdure.runtime.checkpoint.comm import Comm
+from perdure.runtime.checkpoint.metadata import Path, dcp_path
+
+
+@dataclass(frozen=True)
+class Plan:
+    """This rank's write items and the checkpoint's global layout (without file locations)."""
+
+    signature: int
+    items: list[WriteItem]
+    metadata: Metadata
+    paths: dict[str, Path]
+    token: str
+
+
+def signature(flat: dict[str, Any], paths: dict[str, Path]) -> int:
+    """A 63-bit hash of the layout of ``flat``: equal layouts plan alike. No side effects."""
+    parts: list[Any] = []
+    for fqn, value in flat.items():
+        if isinstance(value, DTensor):
+            local = value.to_local()
+            parts.append((fqn, "d", str(value.dtype), tuple(value.shape), tuple(local.shape),
+                          str(value.placements), tuple(value.device_mesh.mesh.flatten().tolist())))
+        elif isinstance(value, torch.Tensor):
+            parts.append((fqn, "t", str(value.dtype), tuple(value.shape)))
+        else:
+            parts.append((fqn, "b"))
+        parts.append(repr(paths[fqn]))
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def make_plan(
+    flat: dict[str, Any], paths: dict[str, Path], sig: int, token: str, comm: Comm
+) -> Plan:
+    """Plan a save of ``flat`` with every other rank (collective on the checkpoint group)."""
+    local = create_default_local_save_plan(flat, comm.rank == 0)
+    gathered = comm.all_gather_object((local, paths, token))
+    all_paths: dict[str, Path] = {}
+    for _, rank_paths, _ in gathered:
+        all_paths.update(rank_paths)
+    deduped = dedup_save_plans([g[0] for g in gathered])
+    global_plans, md = create_default_global_save_plan(deduped)
+    md = dataclasses.replace(
+        md, planner_data={fqn: dcp_path(p) for fqn, p in all_paths.items()}
+    )
+    return Plan(sig, list(global_plans[comm.rank].items), md, all_paths, gathered[0][2])

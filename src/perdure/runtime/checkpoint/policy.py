@@ -1,0 +1,82 @@
+"""When to save: every N steps and/or every T seconds, and what to do when a save is in flight.
+
+A policy only decides; the Checkpointer acts. No side effects, no clock reads: time is passed in.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class OnBusy(enum.Enum):
+    """What a save does when the previous one is still persisting.
+
+    WAIT: block until the previous save is committed, then save (no save is lost).
+    SKIP: do not save this time (training is never blocked on storage), as Orbax's
+          snapshotter does; the next due save happens as usual.
+    """
+
+    WAIT = "wait"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class SaveDecision:
+    """The policy's answer for one step: save or not, and why (for logs and goodput)."""
+
+    save: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class SavePolicy:
+    """Save every ``every_steps`` steps and/or every ``every_seconds`` seconds.
+
+    With both set, a save happens when either is due. With neither set, ``decide`` never saves
+    (explicit ``Checkpointer.save`` calls still do). ``on_busy`` applies to every save.
+    """
+
+    every_steps: int | None = None
+    every_seconds: float | None = None
+    on_busy: OnBusy = OnBusy.WAIT
+
+    def __post_init__(self) -> None:
+        if self.every_steps is not None and (
+            not isinstance(self.every_steps, int) or self.every_steps < 1
+        ):
+            raise ValueError(
+                f"SavePolicy.every_steps is {self.every_steps!r}; it must be an int >= 1 or None."
+            )
+        if self.every_seconds is not None and not self.every_seconds > 0:
+            raise ValueError(
+                f"SavePolicy.every_seconds is {self.every_seconds!r}; it must be > 0 or None."
+            )
+        if not isinstance(self.on_busy, OnBusy):
+            try:
+                object.__setattr__(self, "on_busy", OnBusy(self.on_busy))
+            except ValueError:
+                raise ValueError(
+                    f"SavePolicy.on_busy is {self.on_busy!r}; it must be 'wait' or 'skip'."
+                ) from None
+
+    @property
+    def uses_clock(self) -> bool:
+        """True when decisions depend on time, so ranks must agree on them (rank 0 decides)."""
+        return self.every_seconds is not None
+
+    def decide(
+        self, step: int, now: float, last_step: int | None, last_time: float | None
+    ) -> SaveDecision:
+        """Decide whether ``step`` is due, given the last save's step and time (None: none yet)."""
+        if self.every_steps is not None and step % self.every_steps == 0 and step != last_step:
+            return SaveDecision(True, f"step {step} is a multiple of {self.every_steps}")
+        if self.every_seconds is not None:
+            if last_time is None:
+                return SaveDecision(False, "first timed save waits one interval")
+            elapsed = now - last_time
+            if elapsed >= self.every_seconds and step != last_step:
+                return SaveDecision(
+                    True, f"{elapsed:.1f}s since the last save >= {self.every_seconds}s"
+                )
+        return SaveDecision(False, "not due")

@@ -1,0 +1,214 @@
+"""Where checkpoints live: a local directory or any fsspec URL, behind one small interface.
+
+``LocalStorage`` writes with fsync and publishes a checkpoint by renaming its directory (atomic
+on POSIX). ``FsspecStorage`` serves every other fsspec filesystem (memory://, s3://, gcs://,
+chained URLs); object stores cannot rename a directory atomically, so there the commit marker
+alone decides whether a checkpoint is complete.
+
+Side effects: file system I/O only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import IO, Any
+
+ENV_DIR = "PERDURE_CHECKPOINT_DIR"
+
+
+class Storage(ABC):
+    """A directory of checkpoints; paths below are relative to its root, '/'-separated."""
+
+    url: str
+    atomic_rename: bool
+
+    @abstractmethod
+    def list_names(self) -> list[str]:
+        """Names of the root's immediate children ([] when the root does not exist yet)."""
+
+    @abstractmethod
+    def makedirs(self, rel: str) -> None:
+        """Create directory ``rel`` and its parents (no-op where directories are implicit)."""
+
+    @abstractmethod
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write ``data`` to ``rel`` durably: it survives a crash once this returns."""
+
+    @abstractmethod
+    def read_bytes(self, rel: str) -> bytes:
+        """Read the whole of ``rel``."""
+
+    @abstractmethod
+    def put_file(self, local: Path, rel: str) -> None:
+        """Copy a local file to ``rel`` durably (the upload of a tiered save)."""
+
+    @abstractmethod
+    def size(self, rel: str) -> int | None:
+        """Size of file ``rel`` in bytes, or None when it does not exist."""
+
+    @abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Rename directory ``src`` to ``dst`` atomically (only where ``atomic_rename``)."""
+
+    @abstractmethod
+    def remove_tree(self, rel: str) -> None:
+        """Delete ``rel`` and everything below it; a missing path is not an error."""
+
+    @abstractmethod
+    def sync_dir(self, rel: str) -> None:
+        """Make the entries of directory ``rel`` durable (fsync where that means something)."""
+
+    @abstractmethod
+    def open_read(self, rel: str) -> IO[bytes]:
+        """Open file ``rel`` for reading."""
+
+    @abstractmethod
+    def local_path(self, rel: str) -> Path | None:
+        """The local file system path of ``rel``, or None when storage is not local."""
+
+
+class LocalStorage(Storage):
+    """Checkpoints in a local (or NFS-mounted) directory."""
+
+    atomic_rename = True
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.url = str(self.root)
+
+    def _p(self, rel: str) -> Path:
+        return self.root / rel if rel else self.root
+
+    def list_names(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self.root))
+        except FileNotFoundError:
+            return []
+
+    def makedirs(self, rel: str) -> None:
+        self._p(rel).mkdir(parents=True, exist_ok=True)
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        with open(self._p(rel), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self._p(rel).read_bytes()
+
+    def put_file(self, local: Path, rel: str) -> None:
+        dst = self._p(rel)
+        with open(local, "rb") as src, open(dst, "wb") as out:
+            shutil.copyfileobj(src, out, 16 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+
+    def size(self, rel: str) -> int | None:
+        try:
+            return self._p(rel).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(self._p(src), self._p(dst))
+
+    def remove_tree(self, rel: str) -> None:
+        shutil.rmtree(self._p(rel), ignore_errors=True)
+
+    def sync_dir(self, rel: str) -> None:
+        fd = os.open(self._p(rel), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def open_read(self, rel: str) -> IO[bytes]:
+        return open(self._p(rel), "rb")
+
+    def local_path(self, rel: str) -> Path:
+        return self._p(rel)
+
+
+class FsspecStorage(Storage):
+    """Checkpoints on any fsspec filesystem; the commit marker alone decides completeness."""
+
+    atomic_rename = False
+
+    def __init__(self, url: str, **storage_options: Any) -> None:
+        from fsspec.core import url_to_fs
+
+        self.url = url
+        self.fs, root = url_to_fs(url, **storage_options)
+        self.root = root.rstrip("/")
+
+    def _p(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def list_names(self) -> list[str]:
+        try:
+            entries = self.fs.ls(self.root, detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+    def makedirs(self, rel: str) -> None:
+        self.fs.makedirs(self._p(rel), exist_ok=True)
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        self.fs.pipe_file(self._p(rel), data)
+
+    def read_bytes(self, rel: str) -> bytes:
+        data: bytes = self.fs.cat_file(self._p(rel))
+        return data
+
+    def put_file(self, local: Path, rel: str) -> None:
+        self.fs.put_file(str(local), self._p(rel))
+
+    def size(self, rel: str) -> int | None:
+        try:
+            return int(self.fs.size(self._p(rel)))
+        except FileNotFoundError:
+            return None
+
+    def rename(self, src: str, dst: str) -> None:
+        raise NotImplementedError(f"{self.url} has no atomic directory rename")
+
+    def remove_tree(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self._p(rel), recursive=True)
+
+    def sync_dir(self, rel: str) -> None:
+        return None  # an upload is durable when put returns; there is no directory to sync
+
+    def open_read(self, rel: str) -> IO[bytes]:
+        stream: IO[bytes] = self.fs.open(self._p(rel), "rb")
+        return stream
+
+    def local_path(self, rel: str) -> None:
+        return None
+
+
+def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> Storage:
+    """Storage for ``url``: a path or file:// URL is local, any other fsspec URL is remote.
+
+    ``url`` None reads the environment variable PERDURE_CHECKPOINT_DIR (set by perdure's
+    controller from the job spec's ``checkpoint.dir``).
+    """
+    if url is None:
+        url = os.environ.get(ENV_DIR)
+        if not url:
+            raise ValueError(
+                "Checkpointer url is None and PERDURE_CHECKPOINT_DIR is not set; pass a local "
+                "path or an fsspec URL (e.g. Checkpointer('./checkpoints'))."
+            )
+    text = os.fspath(url)
+    if text.startswith("file://") and "::" not in text:
+        return LocalStorage(text[len("file://") :])
+    if "://" not in text and "::" not in text:
+        return LocalStorage(text)
+    return FsspecStorage(text, **storage_options)

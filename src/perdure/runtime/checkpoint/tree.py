@@ -1,0 +1,83 @@
+"""Flatten nested state into DCP keys, and rebuild it, keeping each dict key's original type.
+
+The keys are exactly those ``torch.distributed.checkpoint`` gives the same nested dict
+('model.fc.weight', 'optim.param_groups.0.lr'), so a stock ``dcp.load`` finds them. Dicts are
+always walked; a list is walked only when it holds a tensor or a dict (as DCP does); anything
+else (tuples included) is a leaf. Unlike DCP, an empty dict is kept as a leaf, so that a value
+such as ``{"loader": {}}`` comes back instead of vanishing.
+
+No side effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from perdure.runtime.checkpoint.metadata import Path
+
+
+def flatten(tree: Mapping[Any, Any]) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Return (key -> leaf, key -> path) for a nested dict of tensors and plain values."""
+    flat: dict[str, Any] = {}
+    paths: dict[str, Path] = {}
+
+    def visit(path: Path, value: Any) -> None:
+        if isinstance(value, Mapping) and value:
+            for k, v in value.items():
+                visit((*path, ("d", k)), v)
+        elif isinstance(value, list) and not _is_leaf_list(value):
+            for i, v in enumerate(value):
+                visit((*path, ("l", i)), v)
+        else:
+            fqn = ".".join(str(key) for _, key in path)
+            if fqn in flat:
+                raise ValueError(
+                    f"state keys {paths[fqn]} and {path} both flatten to {fqn!r}; rename one."
+                )
+            flat[fqn] = value
+            paths[fqn] = path
+
+    for key, value in tree.items():
+        visit((("d", key),), value)
+    return flat, paths
+
+
+def _is_leaf_list(value: list[Any]) -> bool:
+    for entry in value:
+        if isinstance(entry, Mapping | torch.Tensor):
+            return False
+        if isinstance(entry, list) and not _is_leaf_list(entry):
+            return False
+    return True
+
+
+def unflatten(leaves: Mapping[str, Any], paths: Mapping[str, Path]) -> dict[Any, Any]:
+    """Rebuild the nested dict from leaves and their paths (lists grow to fit their indices)."""
+    root: dict[Any, Any] = {}
+    for fqn, value in leaves.items():
+        _set(root, paths[fqn], value)
+    return root
+
+
+def _set(root: dict[Any, Any], path: Path, value: Any) -> None:
+    node: Any = root
+    for depth, (kind, key) in enumerate(path):
+        last = depth == len(path) - 1
+        nxt: Any = value if last else ({} if path[depth + 1][0] == "d" else [])
+        if kind == "d":
+            if last:
+                node[key] = value
+            else:
+                node = node.setdefault(key, nxt)
+        else:
+            while len(node) <= key:
+                node.append(None)
+            if last:
+                node[key] = value
+            else:
+                if node[key] is None:
+                    node[key] = nxt
+                node = node[key]
