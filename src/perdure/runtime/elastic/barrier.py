@@ -1,0 +1,286 @@
+"""Form one process group per membership round, without waiting on a peer that is not there.
+
+A round's members meet in a FileStore of its own (`Round.store_name`, never reused across
+rounds) in two phases, each settled by one compare-and-set decision that every member reads:
+
+1. presence: each member registers; the first to see all of them decides `ok`; the first to
+   see a newer round decides `superseded`, or `timeout` at its deadline. After a loss in
+   resize mode a member may also decide, once a grace period is over, to go on with the
+   members present (`partial:<names>`), as long as they satisfy the minimum: a replacement
+   that is still importing torch then joins later, at a step boundary.
+2. liveness: every member confirms again, so a member that registered and then died (its
+   count is stale) cannot make the others wait for it in `init_process_group`.
+
+A round is formed again under the next generation `g<n>` of its store (after a false alarm,
+or to grow a partial group back to the full round); a member that finds a generation settled
+without it waits for the next one.
+
+Side effects: FileStore I/O, process-group creation and teardown, socket shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perdure.runtime.elastic.rendezvous import Round
+
+__all__ = ["Formed", "Partial", "destroy_group", "form_group", "meet"]
+
+# Seconds between store checks while members gather: fast at first (members that detected a
+# loss arrive within milliseconds of each other), then slower, so that survivors waiting for a
+# replacement do not take the CPU that its start-up (import torch) needs.
+_POLL_FIRST, _POLL_MAX = 0.005, 0.05
+
+
+class _Backoff:
+    def __init__(self) -> None:
+        self.delay = _POLL_FIRST
+
+    def sleep(self) -> None:
+        time.sleep(self.delay)
+        self.delay = min(_POLL_MAX, self.delay * 1.5)
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Go on without absent members after `after` (time.monotonic()) if `allowed(present)`."""
+
+    after: float
+    allowed: Callable[[tuple[str, ...]], bool]
+
+
+@dataclass(frozen=True)
+class Formed:
+    """How a barrier ended: "go" / "ok", "partial" (see `present`), "superseded", "timeout"."""
+
+    status: str
+    generation: int
+    waited_s: float
+    present: tuple[str, ...] = ()
+
+
+def _store(rdzv_dir: Path, rnd: Round) -> Any:
+    import torch.distributed as dist
+
+    # numWorkers=-1: never delete the file when clients go away; members that abandon or are
+    # replaced would otherwise delete it under the ones still using it.
+    return dist.FileStore(str(rdzv_dir / rnd.store_name), -1)  # type: ignore[attr-defined]
+
+
+def _text(value: Any) -> str:
+    return bytes(value).decode()
+
+
+def _generation(store: Any, broken: int | None) -> int:
+    """The generation to join: the current one, or the next after the one that broke."""
+    current = int(_text(store.compare_set("gen", "", "0")))
+    if broken is not None and current <= broken:
+        current = int(_text(store.compare_set("gen", str(broken), str(broken + 1))))
+    return current
+
+
+def _give_up(deadline: float, superseded: Callable[[], bool]) -> str | None:
+    if superseded():
+        return "superseded"
+    return "timeout" if time.monotonic() >= deadline else None
+
+
+def _present(store: Any, prefix: str, rnd: Round, replica: str, deadline: float,
+             superseded: Callable[[], bool], partial: Partial | None) -> str:
+    """Phase 1. Returns "ok", "partial:<names>", "superseded", "timeout" or "excluded"."""
+    key, count = f"{prefix}/present-decision", f"{prefix}/present"
+    if store.check([key]):  # settled before we came: we are not part of it
+        decision = _text(store.get(key))
+        return decision if decision in ("superseded", "timeout") else "excluded"
+    store.set(f"{prefix}/member/{replica}", str(os.getpid()))
+    store.add(count, 1)
+    backoff = _Backoff()
+    while True:
+        if store.check([key]):
+            decision = _text(store.get(key))
+            break
+        if int(store.add(count, 0)) >= rnd.world_size:
+            decision = _text(store.compare_set(key, "", "ok"))
+            break
+        give_up = _give_up(deadline, superseded)
+        if give_up is None and partial is not None and time.monotonic() >= partial.after:
+            here = tuple(r for r in rnd.replicas if store.check([f"{prefix}/member/{r}"]))
+            if partial.allowed(here):
+                give_up = "partial:" + ",".join(here)
+        if give_up is not None:
+            decision = _text(store.compare_set(key, "", give_up))
+            break
+        backoff.sleep()
+    if decision.startswith("partial:") and replica not in decision[8:].split(","):
+        return "excluded"  # registered just after the present members were read
+    return decision
+
+
+def _confirmed(store: Any, prefix: str, world: int, deadline: float,
+               superseded: Callable[[], bool]) -> str:
+    """Phase 2: every member confirms it is still here. Returns "ok", "superseded", "timeout"."""
+    key, count = f"{prefix}/confirmed-decision", f"{prefix}/confirmed"
+    store.add(count, 1)
+    backoff = _Backoff()
+    while True:
+        if store.check([key]):
+            return _text(store.get(key))
+        if int(store.add(count, 0)) >= world:
+            return _text(store.compare_set(key, "", "ok"))
+        give_up = _give_up(deadline, superseded)
+        if give_up is not None:
+            return _text(store.compare_set(key, "", give_up))
+        backoff.sleep()
+
+
+def _next_generation(store: Any, gen: int, deadline: float,
+                     superseded: Callable[[], bool]) -> int | str:
+    """Wait until the members move on to a newer generation; else "superseded" / "timeout"."""
+    backoff = _Backoff()
+    while True:
+        current = int(_text(store.get("gen")))
+        if current > gen:
+            return current
+        give_up = _give_up(deadline, superseded)
+        if give_up is not None:
+            return give_up
+        backoff.sleep()
+
+
+def meet(
+    rdzv_dir: Path,
+    rnd: Round,
+    replica: str,
+    *,
+    deadline: float,
+    superseded: Callable[[], bool],
+    broken_generation: int | None = None,
+    partial: Partial | None = None,
+    on_excluded: Callable[[], None] | None = None,
+) -> tuple[Formed, Any]:
+    """Both phases of `rnd`'s barrier as `replica`: status "ok" (every member is here and
+    alive), "partial", "superseded" or "timeout"; and the round's store (for "ok")."""
+    began = time.monotonic()
+    store = _store(rdzv_dir, rnd)
+    gen = _generation(store, broken_generation)
+    while True:
+        decision = _present(store, f"g{gen}", rnd, replica, deadline, superseded, partial)
+        if decision != "excluded":
+            break
+        if on_excluded is not None:
+            on_excluded()
+        nxt = _next_generation(store, gen, deadline, superseded)
+        if isinstance(nxt, str):
+            return Formed(nxt, gen, time.monotonic() - began), store
+        gen = nxt
+    if decision.startswith("partial:"):
+        present = tuple(decision[len("partial:"):].split(","))
+        return Formed("partial", gen, time.monotonic() - began, present), store
+    if decision == "ok":
+        decision = _confirmed(store, f"g{gen}", rnd.world_size, deadline, superseded)
+    return Formed(decision, gen, time.monotonic() - began), store
+
+
+def form_group(
+    rdzv_dir: Path,
+    rnd: Round,
+    replica: str,
+    *,
+    deadline: float,
+    superseded: Callable[[], bool],
+    broken_generation: int | None = None,
+    partial: Partial | None = None,
+    on_excluded: Callable[[], None] | None = None,
+    backend: str = "gloo",
+    timeout_s: float = 60.0,
+) -> Formed:
+    """Form `rnd`'s process group as `replica` (leaving any current group first).
+
+    "go": the default process group is up at `rnd.world_size`. "partial": the members in
+    `present` go on alone (form `rnd.only(present, generation)` next). "superseded": a newer
+    round came first; "timeout": `deadline` (time.monotonic()) passed first.
+    broken_generation: the generation of this round's store whose group broke or was left
+    partial (the next one is formed). on_excluded(): called when a generation was settled
+    without this replica, before it waits for the next one (to say it is ready).
+    """
+    destroy_group()
+    formed, store = meet(rdzv_dir, rnd, replica, deadline=deadline, superseded=superseded,
+                         broken_generation=broken_generation, partial=partial,
+                         on_excluded=on_excluded)
+    if formed.status != "ok":
+        return formed
+    rank = rnd.rank_of(replica)
+    assert rank is not None
+    _init(backend, store, f"g{formed.generation}", rank, rnd.world_size, timeout_s)
+    return Formed("go", formed.generation, formed.waited_s)
+
+
+def _init(backend: str, store: Any, prefix: str, rank: int, world: int, timeout_s: float) -> None:
+    import torch.distributed as dist
+
+    before = _socket_fds()
+    dist.init_process_group(
+        backend, store=dist.PrefixStore(f"{prefix}/pg", store),  # type: ignore[attr-defined]
+        rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    _group_sockets[:] = [(fd, link) for fd, link in _socket_fds().items()
+                         if before.get(fd) != link]
+
+
+# The connections the current group opened (fd, "socket:[inode]"), recorded around its
+# init_process_group. Leaving a group shuts them down: a peer blocked in a collective waiting
+# on this process (alive, but gone from the group) then fails at once instead of at the
+# collective timeout. Neither destroy_process_group() nor gloo's abort() closes them (torch
+# 2.13, measured: a ring neighbour of the dead rank waited the full timeout).
+_group_sockets: list[tuple[int, str]] = []
+
+
+def _socket_fds() -> dict[int, str]:
+    out: dict[int, str] = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:  # no procfs: peers see the loss at their collective timeout instead
+        return out
+    for name in names:
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/self/fd/{name}")
+            if link.startswith("socket:"):
+                out[int(name)] = link
+    return out
+
+
+def _shut_group_sockets() -> None:
+    for fd, link in _group_sockets:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}") != link:
+                continue  # closed by gloo; the number may belong to something else now
+            dup = socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM)  # a dup: ours to close
+            try:
+                # gloo's listener must stay: shutting it down aborts the process
+                if not dup.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                    dup.shutdown(socket.SHUT_RDWR)  # acts on the shared socket
+            finally:
+                dup.close()
+    _group_sockets.clear()
+
+
+def destroy_group() -> None:
+    """Leave the current default process group, if any (a broken one included).
+
+    Shuts its connections down first (see `_group_sockets`), then destroys it.
+    """
+    import torch.distributed as dist
+
+    _shut_group_sockets()
+    if dist.is_available() and dist.is_initialized():
+        # a broken group can fail to tear down; it is dropped either way
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()

@@ -1,0 +1,323 @@
+"""In-memory snapshots: each replica's state held in its own host memory and in a peer's.
+
+    snap = Snapshotter()                  # one per process, after elastic.Manager()
+    if step % 50 == 0:
+        snap.save(step, state)            # copies into host buffers, replicates in background
+    info = snap.load(state)               # every rank: newest step all ranks hold; None if none
+
+`save` blocks training only for the copy into reusable host buffers (a memcpy); sending that
+copy to the peer's holder (a replica on another node where there is one) and writing it to an
+optional node-local directory (e.g. /dev/shm, which outlives the worker process) run in a
+background thread, straight from the buffers (codec.py: a JSON header and raw tensor bytes).
+A save that finds the previous one still in flight is skipped. `load` is a collective: the
+ranks agree on the newest step every one of them can restore (own memory, node-local file, or
+a peer's memory), so a replica killed during a snapshot makes everyone fall back to the
+previous one. Persistent checkpoints (Checkpointer) remain the fallback when `load` returns
+None.
+
+Side effects: a holder thread and socket, a background thread per save, files in holder_dir.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perdure.runtime.elastic import codec
+from perdure.runtime.elastic import holder as hd
+from perdure.runtime.elastic.rendezvous import Member
+from perdure.runtime.elastic.state import Buffers, apply, capture, check_state
+
+if TYPE_CHECKING:
+    from perdure.runtime.elastic.manager import Manager
+
+__all__ = ["SnapshotInfo", "Snapshotter", "choose_peer"]
+
+log = logging.getLogger("perdure.elastic")
+ENV_SNAPSHOT_DIR = "PERDURE_SNAPSHOT_DIR"
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One snapshot: its step, whose it is, its size, and where it is held or came from."""
+
+    step: int
+    replica: str
+    time: float
+    nbytes: int
+    blocked_s: float = 0.0  # training time spent in save() (the copy)
+    peer: str | None = None  # the replica whose holder has a copy (None: not replicated)
+    source: str = "memory"  # for load(): "memory", "file" or "peer:<replica>"
+    seconds: float = 0.0  # for load(): time to agree, fetch and apply
+
+
+def choose_peer(members: Sequence[Member], me: str) -> str | None:
+    """The replica that holds `me`'s copy: the next one by rank on another node, else the next.
+
+    No side effects. None when `me` is alone or not a member.
+    """
+    names = [m.replica for m in members]
+    if me not in names or len(names) < 2:
+        return None
+    i = names.index(me)
+    ring = list(members[i + 1:]) + list(members[:i])
+    my_node = members[i].node
+    other = next((m for m in ring if m.node != my_node), None)
+    return (other or ring[0]).replica
+
+
+def _decode(payload: bytearray) -> dict[str, Any]:
+    tree = codec.decode(payload)
+    if not isinstance(tree, dict):
+        raise ValueError("snapshot payload is not a state tree")
+    return tree
+
+
+class Snapshotter:
+    """Keep this replica's state in host memory and in a peer's, every time `save` is called.
+
+    manager: the elastic Manager (default: the one this process made, if any) that says who the
+    peer is. keep: snapshots kept per replica (here, at the peer and in holder_dir); 2 lets
+    ranks agree on an older step when a replica died while replicating the newest.
+    holder_dir: a node-local directory (default $PERDURE_SNAPSHOT_DIR; none if unset) where
+    snapshots are also written (temp + rename) so they outlive the worker process; files are
+    per job and replica and are not removed at exit: point it at a per-job directory.
+    replicate: send each snapshot to the peer's holder (needs the job's rendezvous directory).
+    """
+
+    def __init__(
+        self,
+        manager: Manager | None = None,
+        *,
+        keep: int = 2,
+        holder_dir: str | os.PathLike[str] | None = None,
+        replicate: bool = True,
+    ) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep={keep!r} must be an int >= 1")
+        from perdure.runtime.elastic.manager import current_manager
+
+        self.manager = manager or current_manager()
+        self.keep = keep
+        self.replica = self.manager.replica if self.manager else os.environ.get(
+            "PERDURE_REPLICA", "worker-0")
+        chosen = holder_dir or os.environ.get(ENV_SNAPSHOT_DIR)
+        self.holder_dir = Path(chosen) / self.replica if chosen else None
+        self._registry = self._registry_dir() if replicate else None
+        self._holder: hd.Holder | None = None
+        if self._registry is not None:
+            self._holder = hd.Holder(keep=keep, host=_bind_host())
+            self._holder.register(self._registry, self.replica, _advertise_host())
+        self._own: dict[int, tuple[int, dict[str, Any]]] = {}  # step -> (slot, tree)
+        self._buffers = [Buffers() for _ in range(keep)]
+        self._slot = 0
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._latest: SnapshotInfo | None = None
+        self.skipped = 0
+
+    def _registry_dir(self) -> Path | None:
+        rdzv = self.manager.rdzv_dir if self.manager else None
+        if rdzv is None and os.environ.get("PERDURE_RDZV_DIR"):
+            rdzv = Path(os.environ["PERDURE_RDZV_DIR"])
+        return rdzv / "holders" if rdzv is not None else None
+
+    # ---- saving ---------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> bool:
+        """True while the last save is still being replicated."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def latest(self) -> SnapshotInfo | None:
+        """The newest snapshot whose copy and replication finished, or None."""
+        return self._latest
+
+    def save(self, step: int, state: Mapping[str, Any]) -> bool:
+        """Snapshot `state` as `step`: True if taken, False if skipped (one still in flight).
+
+        Blocks only for the copy into host buffers. Raises the error of an earlier failed
+        background save, once.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step={step!r} must be an int >= 0")
+        self._raise_error()
+        if self.in_flight:
+            self.skipped += 1
+            return False
+        check_state(state)
+        began = time.perf_counter()
+        slot = self._slot
+        self._slot = (self._slot + 1) % self.keep
+        # the slot's previous snapshot is overwritten now: forget it first
+        self._own = {s: (i, t) for s, (i, t) in self._own.items() if i != slot}
+        tree = capture(state, self._buffers[slot])
+        self._own[step] = (slot, tree)
+        info = SnapshotInfo(step, self.replica, time.time(), self._buffers[slot].nbytes,
+                            time.perf_counter() - began)
+        self._thread = threading.Thread(target=self._replicate, args=(tree, info),
+                                        name="perdure-snapshot", daemon=True)
+        self._thread.start()
+        return True
+
+    def _replicate(self, tree: dict[str, Any], info: SnapshotInfo) -> None:
+        try:
+            chunks = codec.encode(tree)  # views of the host buffers: nothing is copied
+            if self.holder_dir is not None:
+                self._write_file(info.step, chunks)
+            peer = self._send_to_peer(info.step, chunks)
+            self._latest = replace(info, peer=peer)
+        except BaseException as exc:  # kept and raised at the next save() or join()
+            self._error = exc
+
+    def _send_to_peer(self, step: int, chunks: list[memoryview]) -> str | None:
+        peer = self._peer()
+        if peer is None or self._registry is None:
+            return None
+        addr = next((a for a in hd.registered(self._registry) if a.replica == peer), None)
+        if addr is None:
+            log.warning("snapshot of step %d not replicated: %s has no holder", step, peer)
+            return None
+        try:
+            hd.put(addr, self.replica, step, chunks, {"time": time.time()})
+        except OSError as exc:  # the peer is gone: a membership change, not a save failure
+            log.warning("snapshot of step %d not replicated to %s: %s", step, peer, exc)
+            return None
+        return peer
+
+    def _peer(self) -> str | None:
+        if self._registry is None:
+            return None
+        members = self.manager.members if self.manager else ()
+        if members:
+            return choose_peer(members, self.replica)
+        others = sorted(a.replica for a in hd.registered(self._registry)
+                        if a.replica != self.replica)
+        return others[0] if others else None
+
+    def _write_file(self, step: int, chunks: list[memoryview]) -> None:
+        assert self.holder_dir is not None
+        self.holder_dir.mkdir(parents=True, exist_ok=True)
+        final = self.holder_dir / f"snap-{step:012d}.bin"
+        tmp = self.holder_dir / f".snap-{step:012d}.{os.getpid()}.tmp"
+        with tmp.open("wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(tmp, final)  # complete or absent, never partial
+        for old in sorted(self.holder_dir.glob("snap-*.bin"))[:-self.keep]:
+            old.unlink(missing_ok=True)
+
+    def join(self) -> None:
+        """Block until the last save is replicated; raise its error (once) if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    # ---- loading --------------------------------------------------------------------------
+
+    def available(self) -> dict[int, str]:
+        """Steps of this replica's snapshots that can be restored here, and from where."""
+        found: dict[int, str] = {}
+        if self._registry is not None:
+            for addr in hd.registered(self._registry):
+                if addr.replica == self.replica:
+                    continue
+                for step in hd.list_steps(addr, self.replica):
+                    found.setdefault(step, f"peer:{addr.replica}")
+        if self.holder_dir is not None:
+            for path in self.holder_dir.glob("snap-*.bin"):
+                found[int(path.stem.split("-")[1])] = "file"
+        for step in self._own:
+            found[step] = "memory"
+        return found
+
+    def load(self, state: MutableMapping[str, Any]) -> SnapshotInfo | None:
+        """Restore the newest snapshot step that every rank holds; None when there is none.
+
+        A collective when torch.distributed is initialised: call it on every rank at the same
+        point. Reads no persistent storage: own memory first, then a node-local file, then a
+        peer's memory.
+        """
+        began = time.perf_counter()
+        self.join_quietly()
+        check_state(state)
+        found = self.available()
+        step = _agree(sorted(found))
+        if step is None:
+            return None
+        source = found[step]
+        tree = self._read(step, source)
+        apply(state, tree)
+        return SnapshotInfo(step, self.replica, time.time(), 0, source=source,
+                            seconds=time.perf_counter() - began)
+
+    def join_quietly(self) -> None:
+        """Wait for an in-flight save; its error is logged, not raised (restore goes on)."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            log.warning("the last snapshot failed: %s", self._error)
+            self._error = None
+
+    def _read(self, step: int, source: str) -> dict[str, Any]:
+        if source == "memory":
+            return self._own[step][1]
+        if source == "file":
+            assert self.holder_dir is not None
+            path = self.holder_dir / f"snap-{step:012d}.bin"
+            buf = bytearray(path.stat().st_size)
+            with path.open("rb") as f:
+                f.readinto(buf)
+            return _decode(buf)
+        assert self._registry is not None
+        peer = source.split(":", 1)[1]
+        addr = next(a for a in hd.registered(self._registry) if a.replica == peer)
+        return _decode(hd.fetch(addr, self.replica, step))
+
+    def close(self) -> None:
+        """Wait for the last save, then stop serving peers' snapshots."""
+        self.join_quietly()
+        if self._holder is not None:
+            self._holder.close()
+            self._holder = None
+
+
+def _agree(mine: list[int]) -> int | None:
+    """The newest step in every rank's list (a collective when distributed), or None."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return mine[-1] if mine else None
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    common = set(everyone[0]).intersection(*map(set, everyone[1:]))
+    return max(common) if common else None
+
+
+def _bind_host() -> str:
+    return os.environ.get("PERDURE_SNAPSHOT_BIND", "127.0.0.1" if _loopback() else "0.0.0.0")
+
+
+def _advertise_host() -> str:
+    if _loopback():
+        return "127.0.0.1"
+    import socket
+
+    return os.environ.get("PERDURE_SNAPSHOT_HOST") or socket.gethostname()
+
+
+def _loopback() -> bool:
+    """Every replica on this machine (the local backend): keep holders off the network."""
+    return os.environ.get("MASTER_ADDR", "127.0.0.1") in ("127.0.0.1", "localhost", "::1")
