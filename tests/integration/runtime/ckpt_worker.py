@@ -90,7 +90,7 @@ def first_difference(a: Any, b: Any, where: str = "") -> str | None:
 def fsdp(model: nn.Module) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
-    for layer in model:
+    for layer in model.children():
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
     fully_shard(model)
@@ -138,7 +138,7 @@ def scenario_reshard(args: dict[str, Any]) -> dict[str, Any]:
     Each phase is a new gloo world over the same processes, so torch is imported once; one
     Checkpointer lives through all of them, as it does through an elastic resize.
     """
-    d, out = args["dir"], {}
+    d, out = args["dir"], dict[str, Any]()
     ckpt = Checkpointer(d, keep=None)
     if RANK < 2:
         join(f"{args['store']}-1", 2)
@@ -187,9 +187,10 @@ def scenario_ddp_train(args: dict[str, Any]) -> dict[str, Any]:
         if timed.maybe_save(step, {"step": step}):
             timed_saves.append(step)
     timed.close()
-    expected = {k: v.clone() for k, v in get_model_state_dict(model).items()}
-    tensors = list(expected.values()) + [
-        t for s in optim.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    expected: dict[str, Any] = dict(get_model_state_dict(model))
+    expected = {k: v.clone() for k, v in expected.items()}
+    tensors: list[torch.Tensor] = list(expected.values())
+    tensors += [t for s in optim.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
     state_bytes = sum(t.numel() * t.element_size() for t in tensors)
     fresh = DDP(mlp(1, hidden))
     fresh_optim = torch.optim.Adam(fresh.parameters(), lr=1e-2)

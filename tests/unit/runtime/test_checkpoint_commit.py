@@ -19,7 +19,7 @@ from perdure.runtime.checkpoint.storage import (
 
 def write_checkpoint(storage: Storage, step: int, *, marker: bool = True, tmp: bool = False) -> str:
     """A checkpoint directory with two shards, published unless told otherwise."""
-    name = commit.tmp_name(step, commit.new_token()) if tmp else commit.final_name(step)
+    name: str = commit.tmp_name(step, commit.new_token()) if tmp else commit.final_name(step)
     storage.makedirs(name)
     files = {"__0_0.distcp": b"0" * 10, "__1_0.distcp": b"1" * 20}
     for file, data in files.items():

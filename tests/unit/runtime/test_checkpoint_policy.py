@@ -29,9 +29,9 @@ def test_decide(
 
 
 def test_on_busy_accepts_strings_and_rejects_nonsense() -> None:
-    assert SavePolicy(on_busy="skip").on_busy is OnBusy.SKIP  # type: ignore[arg-type]
+    assert SavePolicy(on_busy="skip").on_busy is OnBusy.SKIP
     with pytest.raises(ValueError, match="on_busy is 'later'; it must be 'wait' or 'skip'"):
-        SavePolicy(on_busy="later")  # type: ignore[arg-type]
+        SavePolicy(on_busy="later")
     with pytest.raises(ValueError, match="every_steps is 0"):
         SavePolicy(every_steps=0)
     with pytest.raises(ValueError, match="every_seconds is -1"):
