@@ -301,7 +301,7 @@ class _Tick:
             r.relaunch = r.relaunch or relaunch
             return
         r.state, r.relaunch, r.notice = ReplicaState.STOPPING, relaunch, notice
-        self.decisions.append(Stop(r.launch_id, int(signal.SIGTERM), grace, reason))
+        self.decisions.append(Stop(r.launch_id, int(signal.SIGTERM), grace, reason, notice))
 
     def end(self, job: Job, final: JobState, notice: str | None = None) -> None:
         """Stop every replica; the job becomes `final` once all are down."""

@@ -101,12 +101,18 @@ class Launch:
 
 @dataclass(frozen=True)
 class Stop:
-    """Stop one replica: send `signal` to its process group now, SIGKILL after `grace` seconds."""
+    """Stop one replica: send `signal` to its process group now, SIGKILL after `grace` seconds.
+
+    `notice` ("preemption", "maintenance") tells a replica running perdure.runtime that this
+    is a notice to save and exit; without one it is a plain stop (a new round, a cancel) and
+    the runtime exits at once: survivors of a failed peer have nothing to save.
+    """
 
     launch_id: str
     signal: int
     grace: float
     reason: str
+    notice: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import signal
 import sys
@@ -88,9 +89,39 @@ def _shutdown_process_group() -> None:
 _context: Context | None = None
 
 
+def stop_is_notice(stop_file: str | None) -> bool:
+    """Whether the SIGTERM just received is a notice to save (preemption, maintenance).
+
+    Under perdure the backend writes the stop request to $PERDURE_STOP_FILE before signalling;
+    a request without a notice is a plain stop (a new rendezvous round after a peer failed, a
+    cancel). A SIGTERM from anywhere else (a scheduler, a person) counts as a notice.
+    """
+    if not stop_file:
+        return True
+    try:
+        with open(stop_file, encoding="utf-8") as f:
+            request = json.load(f)
+    except (OSError, ValueError):
+        return True
+    return not isinstance(request, dict) or request.get("notice") is not None
+
+
 def _install_preemption_handler(ctx: Context) -> None:
+    from perdure.runtime import goodput
+
+    stop_file = os.environ.get("PERDURE_STOP_FILE")
+
     def on_notice(signum: int, frame: FrameType | None) -> None:
-        ctx._stop.set()
+        if stop_is_notice(stop_file):
+            ctx._stop.set()
+            return
+        # A plain stop: nothing to save. Die of the signal as a process without this handler
+        # would, at once (the survivors of a lost peer are replaced by a new round).
+        with contextlib.suppress(Exception):  # may have interrupted a write to either
+            goodput.reporter().flush(block=False)
+            sys.stdout.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_notice)

@@ -74,8 +74,9 @@ class LocalBackend:
     a replica's environment is this process's environment overlaid with `Launch.env`; without
     it, exactly `Launch.env` (plus the error-file variables).
 
-    `warm_pool` standby replicas (default `$PERDURE_WARM_POOL`, else 2; 0 turns them off) are
-    kept with torch imported, from the first launch that can use one (or `prewarm()`) on: a
+    `warm_pool` standby replicas (default `$PERDURE_WARM_POOL`, else "auto": 2, grown to the
+    largest group of replicas launched together, up to 8; 0 turns them off) are kept with
+    torch imported, from the first launch that can use one (or `prewarm()`) on: a
     replica whose command is `python SCRIPT ...` or `python -m MODULE ...` then starts in one
     in well under a second; others, and all when none is ready, start cold (see `warm`).
     """
@@ -87,7 +88,7 @@ class LocalBackend:
         *,
         memory_mechanism: str = "auto",
         inherit_env: bool = True,
-        warm_pool: int | None = None,
+        warm_pool: int | str | None = None,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise RuntimeError(
@@ -168,7 +169,8 @@ class LocalBackend:
         (even if this process dies). A no-op for a launch that already exited. Never blocks."""
         tracked = self._active.get(stop.launch_id)
         if tracked is not None:
-            self._request_stop(tracked, stop.signal, max(0.0, stop.grace), stop.reason)
+            self._request_stop(tracked, stop.signal, max(0.0, stop.grace), stop.reason,
+                               stop.notice)
 
     def kill_node(self, node: str) -> None:
         """Chaos: SIGKILL every replica on `node` now (their exits come through poll)."""
@@ -176,15 +178,18 @@ class LocalBackend:
             if tracked.node == node:
                 self._request_stop(tracked, signal.SIGKILL, 0.0, f"node {node} killed")
 
-    def _request_stop(self, tracked: _Tracked, sig: int, grace: float, reason: str) -> None:
+    def _request_stop(self, tracked: _Tracked, sig: int, grace: float, reason: str,
+                      notice: str | None = None) -> None:
         if os.path.exists(tracked.exit_path):
             return
+        # Read by the supervisor, and by the replica's runtime ($PERDURE_STOP_FILE).
         layout.write_json(
             os.path.join(tracked.dir, layout.STOP),
             {
                 "signal": int(sig),
                 "deadline": time.time() + grace,
                 "reason": reason,
+                "notice": notice,
             },
         )
         # Before status.json the supervisor may not yet guard against SIGUSR1 (it would die of

@@ -301,6 +301,8 @@ def child_env(spec: dict[str, Any], directory: str) -> dict[str, str]:
     error_file = os.path.join(directory, layout.ERROR)
     env["PERDURE_ERROR_FILE"] = error_file
     env["TORCHELASTIC_ERROR_FILE"] = error_file  # torchelastic's own @record writes here
+    # Written before any stop signal: the runtime reads it to tell a notice from a plain stop.
+    env["PERDURE_STOP_FILE"] = os.path.join(directory, layout.STOP)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
