@@ -30,7 +30,7 @@ from perdure.core.events import (
     Stop,
 )
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.model import Job, Node
+from perdure.core.model import Event, Job, Node
 from perdure.core.spec import ClusterSpec
 from perdure.core.states import ReplicaState
 from perdure.store.sqlite import Store, StoredEvent
@@ -76,6 +76,7 @@ class Controller:
         self.ports = free_ports()
         self.snapshot = Snapshot({}, {}, {q.name: q.quota for q in cluster.queues})
         self.pending: list[Observation] = []
+        self._start_events: list[Event] = []  # written by the first tick
         self.last_command = 0
         self._lock_fd: int | None = None
         self.tick_seconds: list[float] = []
@@ -114,6 +115,14 @@ class Controller:
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
         self.pending.extend(self.backend.adopt([r.launch_id for r in alive if r.launch_id]))
+        now = self.clock()
+        for job in jobs.values():  # in the job's history: the replicas outlived a controller
+            running = [r.name for r in job.replicas if r.alive and r.launch_id]
+            if running:
+                self._start_events.append(Event(
+                    now, job.id, "controller",
+                    f"controller started (pid {os.getpid()}): re-attached to {len(running)} "
+                    f"replica{'s' if len(running) != 1 else ''} launched before it"))
         for job in jobs.values():  # a stop decided before a crash may never have been sent
             for r in job.replicas:
                 if r.state is ReplicaState.STOPPING and r.launch_id:
@@ -153,8 +162,9 @@ class Controller:
         self.pending = []
         outcome = decide(self.snapshot, observations, self.clock(), self.ports, self.settings)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
+        events, self._start_events = [*self._start_events, *outcome.events], []
         stored = self.store.commit_tick(
-            changed, outcome.events,
+            changed, events,
             outcome.snapshot.nodes.values() if outcome.nodes_changed else None,
             self.last_command,
         )

@@ -31,6 +31,7 @@ def test_controller_sigkill_mid_run_reconciles(perdure: Perdure) -> None:
     assert d["state"] == "SUCCEEDED", d
     assert sorted(launches.read_text().split()) == ["worker-0", "worker-1", "worker-2"]
     assert alive_replica_processes(perdure.state) == []
+    assert any("re-attached to 3 replicas" in e["message"] for e in d["events"]), d["events"]
 
 
 def test_controller_killed_at_many_moments(perdure: Perdure) -> None:
