@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 import traceback
 
 from perdure.backends.local import layout, supervisor, warm
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 STATUS_FILE = ".warm.json"
+# Launches that can start warm arriving within this many seconds of each other are one group.
+GROUP_GAP = 2.0
 # Standbys that die before they are ready, in a row, before the pool gives up (torch that
 # cannot be imported, say): it must not burn the CPU forever.
 MAX_FAILURES = 3
@@ -38,16 +41,24 @@ class _Slot:
 
 
 class Pool:
-    """Up to `size` standbys, started on first need and refilled as they are used."""
+    """Up to `size` standbys, started on first need and refilled as they are used.
 
-    def __init__(self, size: int, launches_dir: str) -> None:
-        self.size = size
+    With `size` "auto" the pool keeps at least `warm.DEFAULT_POOL` and grows to the largest
+    group of warm-eligible launches it has seen (up to `warm.AUTO_MAX`), so that a group
+    restart of a job finds every one of its replicas a standby.
+    """
+
+    def __init__(self, size: int | str, launches_dir: str) -> None:
+        self.auto = size == warm.AUTO
+        self.size = warm.DEFAULT_POOL if isinstance(size, str) else size
+        self._group = 0  # eligible launches in the current group
+        self._group_last = 0.0
         self.status_path = os.path.join(launches_dir, STATUS_FILE)
         self.env = warm.standby_env(dict(os.environ))
         self.active = False
         self.slots: dict[int, _Slot] = {}
         self.failures = 0
-        self.disabled = "" if size > 0 else f"the pool size is 0 (${warm.POOL_ENV})"
+        self.disabled = "" if self.size > 0 else f"the pool size is 0 (${warm.POOL_ENV})"
         self.used = 0
         self._write_status()
 
@@ -87,6 +98,7 @@ class Pool:
         """Hand `directory` to a ready standby if its launch can start warm; whether it did."""
         if not self.disabled and self._eligible(directory):
             self.active = True
+            self._grow()
             for fd, slot in list(self.slots.items()):
                 if slot.ready:
                     del self.slots[fd]
@@ -101,6 +113,13 @@ class Pool:
                     return True
             self.refill()
         return False
+
+    def _grow(self) -> None:
+        now = time.monotonic()
+        self._group = self._group + 1 if now - self._group_last <= GROUP_GAP else 1
+        self._group_last = now
+        if self.auto and self._group > self.size:
+            self.size = min(self._group, warm.AUTO_MAX)
 
     def _eligible(self, directory: str) -> bool:
         spec = layout.read_json(os.path.join(directory, layout.LAUNCH))
@@ -150,6 +169,7 @@ class Pool:
         ready = sum(slot.ready for slot in self.slots.values())
         status: dict[str, Any] = {
             "size": self.size,
+            "auto": self.auto,
             "active": self.active,
             "ready": ready,
             "warming": len(self.slots) - ready,

@@ -21,7 +21,7 @@ _ZYGOTE_CODE = "from perdure.backends.local.zygote import main; main()"
 class Spawner:
     """Starts the spawner process on first use and hands it launch directories."""
 
-    def __init__(self, launches_dir: str, warm_pool: int = 0) -> None:
+    def __init__(self, launches_dir: str, warm_pool: int | str = 0) -> None:
         self.launches_dir = launches_dir
         self.warm_pool = warm_pool
         # The spawner and its supervisors print here until a supervisor has opened its own

@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 
 POOL_ENV = "PERDURE_WARM_POOL"
 DEFAULT_POOL = 2
+# "auto" (the default): at least DEFAULT_POOL, grown to the largest group of launches seen
+# arriving together (a job's replicas, all restarted at once by a group restart), up to
+# AUTO_MAX; each standby holds an interpreter with torch imported (~300 MB).
+AUTO = "auto"
+AUTO_MAX = 8
 STANDBY_CODE = "__import__('perdure.backends.local.warmstart').backends.local.warmstart.main()"
 # Read when the interpreter, its site packages, the C libraries or torch start: a standby is
 # only good for a launch that agrees with it on all of these. OMP_NUM_THREADS is the
@@ -40,17 +45,20 @@ STARTUP_NAMES = ("HOME",)  # the user site-packages directory hangs off it
 APPLIED_AT_START = ("OMP_NUM_THREADS",)
 
 
-def pool_size(value: int | str | None) -> int:
-    """The pool size from an argument or `$PERDURE_WARM_POOL` (None: default 2); ValueError."""
-    raw = os.environ.get(POOL_ENV, str(DEFAULT_POOL)) if value is None else value
+def pool_size(value: int | str | None) -> int | str:
+    """The pool size from an argument or `$PERDURE_WARM_POOL` (default "auto"): an int >= 0
+    or "auto"; ValueError naming the value otherwise."""
+    raw = os.environ.get(POOL_ENV, AUTO) if value is None else value
+    if raw == AUTO:
+        return AUTO
     try:
         size = int(raw)
     except ValueError:
         size = -1
     if size < 0:
         raise ValueError(
-            f"warm pool size {raw!r} (argument or ${POOL_ENV}) must be an integer >= 0; "
-            "0 turns warm standby replicas off"
+            f"warm pool size {raw!r} (argument or ${POOL_ENV}) must be an integer >= 0 or "
+            f"{AUTO!r}; 0 turns warm standby replicas off"
         )
     return size
 
