@@ -25,7 +25,7 @@ from perdure.core.events import (
 )
 from perdure.core.launchenv import LaunchSettings, build_launch, job_of_launch, launch_id
 from perdure.core.model import Event, Job, JobError, Node, Replica
-from perdure.core.policy import Action, Failure, Verdict, classify, escalate
+from perdure.core.policy import Action, Failure, Verdict, classify, escalate, is_peer_error
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 
 INTERNAL_MESSAGE = "Internal error occurred for the current attempt."
@@ -208,9 +208,44 @@ class _Tick:
         )
         r.notice = None
         if was_stopping or job.after_stop is not None:
+            if self.caused_the_round(job, f, obs.time):
+                self.recharge(job, r, f)
+                return
             self.stopped(job, r, f)
             return
         verdict, reason = escalate(classify(f, job.spec), r.restarts, job.retries, job.spec)
+        self.apply(job, r, verdict, f"{r.name} exited {_status(f)}: {reason}")
+
+    def caused_the_round(self, job: Job, f: Failure, exit_time: float) -> bool:
+        """Whether `f`, an exit seen while this round's replicas stop, is what failed first.
+
+        Survivors of a dead peer fail on their next collective within milliseconds, so their
+        "peer lost" exit can be seen a tick before the dead replica's own. A replica that
+        exited before the restart was decided, of a failure of its own, is the cause.
+        """
+        return (job.blamed is not None and f.replica != job.blamed
+                and job.round_began is not None and exit_time < job.round_began
+                and job.after_stop is None and f.exit_code != 0 and f.notice is None
+                and not is_peer_error(f.error))
+
+    def recharge(self, job: Job, r: Replica, f: Failure) -> None:
+        """Charge this round to `r`, whose failure came first, instead of the collateral exit;
+        and decide on `r`'s failure (an OOM fails the job, a transient code retries it)."""
+        blamed = next(x for x in job.replicas if x.name == job.blamed)
+        blamed.restarts = max(0, blamed.restarts - 1)
+        job.blamed = job.round_began = None
+        verdict, reason = escalate(classify(f, job.spec), r.restarts, job.retries, job.spec)
+        self.event(job, "decision", f"{r.name} exited {_status(f)} before {blamed.name}'s "
+                                    f"lost-peer exit: {blamed.name}'s restart is not counted")
+        if verdict.action is Action.RESTART:
+            r.restarts += 1
+            if verdict.code is not None and verdict.message:
+                job.error = JobError(verdict.code, verdict.message)
+            self.event(job, "decision", f"restart {r.name} exited {_status(f)}: {reason} "
+                                        f"(the group restart already under way)")
+            self.stopped(job, r, f)
+            return
+        r.relaunch = False
         self.apply(job, r, verdict, f"{r.name} exited {_status(f)}: {reason}")
 
     def stopped(self, job: Job, r: Replica, f: Failure) -> None:
@@ -256,6 +291,8 @@ class _Tick:
             membership = job.elastic and v.reason == "node lost"
             if v.action is Action.RESTART and not membership:
                 r.restarts += 1
+            collateral = v.reason == "peer lost" and not job.elastic
+            job.blamed, job.round_began = (r.name, self.now) if collateral else (None, None)
             if v.code is not None and v.message:
                 job.error = JobError(v.code, v.message)
             self.event(job, "decision", f"restart {reason}")

@@ -80,6 +80,11 @@ class Job:
     updated: float = 0.0
     step: int | None = None  # latest training step reported by the runtime
     members: list[str] = field(default_factory=list)  # elastic: this round's replicas, rank order
+    # The replica charged for this round's group restart when its exit was a lost peer's
+    # collateral ("connection closed by peer"), and when that restart was decided: a replica
+    # whose own failure happened before then, reported later, takes the charge (see decide).
+    blamed: str | None = None
+    round_began: float | None = None
 
     @property
     def name(self) -> str:

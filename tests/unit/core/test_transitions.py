@@ -7,7 +7,7 @@ from collections import Counter
 from sim import SETTINGS, Sim, spec
 
 from perdure.backends.fake import FakeRun
-from perdure.core.events import ErrorInfo, Launch
+from perdure.core.events import ErrorInfo, Launch, ReplicaExited
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 
 
@@ -309,3 +309,51 @@ def test_no_hot_swap_against_equal_or_higher_priority() -> None:
     sim.run_until(first, {JobState.QUEUED})  # capacity timeout: a job retry, no preemption
     assert sim.job(other).state is JobState.RUNNING
     assert sim.job(first).retries == {"INSUFFICIENT_CAPACITY": 1}
+
+
+
+def test_a_failure_reported_after_its_peers_collateral_exit_takes_the_restart() -> None:
+    sim = Sim()
+    j = sim.submit(spec(pools=pools(4)))
+    sim.run_until(j, {JobState.RUNNING})
+    ids = {r.name: r.launch_id for r in sim.job(j).replicas}
+    died = sim.now - 0.02
+    for name in ("worker-0", "worker-2"):
+        sim.backend.procs.pop(str(ids[name]))
+    peer = ErrorInfo("RuntimeError", "[gloo] Connection closed by peer [127.0.0.1]:41234")
+    sim.pending.append(ReplicaExited(str(ids["worker-0"]), 1, died + 0.01, error=peer))
+    sim.step()
+    assert [r.restarts for r in sim.job(j).replicas] == [1, 0, 0, 0]
+    sim.pending.append(ReplicaExited(str(ids["worker-2"]), 137, died, signal=9))
+    job = sim.run_until(j, {JobState.RUNNING})
+    assert [r.restarts for r in job.replicas] == [0, 0, 1, 0]
+    assert job.round == 1  # still one group restart
+    assert any("worker-0's restart is not counted" in m for m in sim.messages(j))
+
+
+def test_an_oom_reported_after_its_peers_collateral_exit_fails_the_job() -> None:
+    sim = Sim()
+    j = sim.submit(spec(pools=pools(4)))
+    sim.run_until(j, {JobState.RUNNING})
+    ids = {r.name: r.launch_id for r in sim.job(j).replicas}
+    died = sim.now - 0.02
+    for name in ("worker-0", "worker-2"):
+        sim.backend.procs.pop(str(ids[name]))
+    peer = ErrorInfo("DistBackendError", "[gloo] Connection closed by peer")
+    sim.pending.append(ReplicaExited(str(ids["worker-0"]), 1, died + 0.01, error=peer))
+    sim.step()
+    sim.pending.append(ReplicaExited(str(ids["worker-2"]), 137, died, signal=9, oom=True))
+    job = sim.run_until(j, {JobState.FAILED})
+    assert job.error is not None and job.error.code is ErrorCode.OUT_OF_MEMORY
+
+
+def test_a_survivor_stopped_for_the_new_round_takes_no_charge() -> None:
+    sim = Sim()
+    j = sim.submit(spec(pools=pools(3)))
+    sim.run_until(j, {JobState.RUNNING})
+    ids = {r.name: r.launch_id for r in sim.job(j).replicas}
+    sim.backend.procs.pop(str(ids["worker-1"]))
+    peer = ErrorInfo("DistBackendError", "[gloo] Connection closed by peer")
+    sim.pending.append(ReplicaExited(str(ids["worker-1"]), 1, sim.now, error=peer))
+    job = sim.run_until(j, {JobState.RUNNING})  # the others exit 143 after the stop
+    assert [r.restarts for r in job.replicas] == [0, 1, 0]
