@@ -25,14 +25,15 @@ import socket
 import socketserver
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["Holder", "HolderAddress", "fetch", "list_steps", "put", "registered"]
+__all__ = ["Holder", "HolderAddress", "fetch", "fetch_with", "list_steps", "put", "registered"]
 
 log = logging.getLogger("perdure.elastic")
+T = TypeVar("T")
 _HEADER = struct.Struct(">Q")
 _MAX_HEADER = 1 << 20
 _CHUNK = 1 << 20
@@ -214,11 +215,35 @@ def list_steps(addr: HolderAddress, replica: str, timeout: float = 2.0) -> list[
     return [int(s) for s in reply.get("steps", [])] if reply.get("ok") else []
 
 
-def fetch(addr: HolderAddress, replica: str, step: int, timeout: float = 60.0) -> bytearray:
-    """`replica`'s snapshot of `step` from the holder at `addr` (raises OSError on failure)."""
+def fetch_with(addr: HolderAddress, replica: str, step: int,
+               read: Callable[[Callable[[memoryview], None], int], T],
+               timeout: float = 60.0) -> T:
+    """`read(read_into, size)` over `replica`'s snapshot of `step` from the holder at `addr`:
+    the payload is read where `read` puts it (raises OSError on failure)."""
     with _connect(addr, timeout) as sock:
         _send(sock, {"op": "get", "replica": replica, "step": step})
         reply = _recv_header(sock)
         if not reply.get("ok"):
             raise ConnectionError(f"holder {addr.replica} has no step {step} of {replica}")
-        return _recv_exact(sock, int(reply["size"]))
+
+        def read_into(view: memoryview) -> None:
+            view = view.cast("B")
+            got = 0
+            while got < view.nbytes:
+                k = sock.recv_into(view[got:], min(view.nbytes - got, _CHUNK))
+                if k == 0:
+                    raise ConnectionError(f"holder {addr.replica} closed the connection")
+                got += k
+
+        return read(read_into, int(reply["size"]))
+
+
+def fetch(addr: HolderAddress, replica: str, step: int, timeout: float = 60.0) -> bytearray:
+    """`replica`'s snapshot of `step` from the holder at `addr`, in one buffer."""
+
+    def whole(read_into: Callable[[memoryview], None], size: int) -> bytearray:
+        buf = bytearray(size)
+        read_into(memoryview(buf))
+        return buf
+
+    return fetch_with(addr, replica, step, whole, timeout)

@@ -12,7 +12,7 @@
 
 A lost peer makes the next collective fail within ~50 ms (gloo); `elastic_retry` catches it
 (`is_membership_error`), waits for a membership round that satisfies the minimum (pause mode:
-every replica), forms that round's group at its world size (`rendezvous.form_group`) and calls
+every replica), forms that round's group at its world size (`barrier.form_group`) and calls
 the function again, in the same process. Any other error propagates at once. Without a
 controller (no PERDURE_RDZV_DIR) the Manager is a thin wrapper over a static world.
 
@@ -258,7 +258,8 @@ class Manager:
         A collective: call it on every rank right after (re-)entering the loop. Members that
         were in the previous group have live state; the one with the highest int
         `state["step"]` (lowest rank on a tie) broadcasts it in place (modules and tensors
-        in place, optimizers and other stateful objects through their state dicts). Returns
+        in place, optimizers and other stateful objects through their state dicts; RankLocal
+        values stay per rank). Returns that step (-1 when the state has no int "step"), or
         None when no member has live state (a fresh start: restore from a Snapshotter or a
         checkpoint instead). When every member is live at the same step nothing is sent:
         replicas that trained in lockstep (DDP) already agree.
@@ -279,7 +280,7 @@ class Manager:
         best_step, neg_rank = max(live)
         if len(live) < len(everyone) or any(s != best_step for s, _ in live):
             broadcast(state, -neg_rank)
-        return best_step if best_step >= 0 else None
+        return int(best_step)
 
     # ---- the retry decorator ------------------------------------------------------------
 

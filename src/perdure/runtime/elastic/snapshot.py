@@ -29,10 +29,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from perdure.runtime.elastic import codec
 from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.rendezvous import Member
-from perdure.runtime.elastic.state import Buffers, apply, capture, check_state
+from perdure.runtime.elastic.state import Buffers, apply, capture, check_state, kind_of, unwrap
 
 if TYPE_CHECKING:
     from perdure.runtime.elastic.manager import Manager
@@ -72,11 +74,43 @@ def choose_peer(members: Sequence[Member], me: str) -> str | None:
     return (other or ring[0]).replica
 
 
-def _decode(payload: bytearray) -> dict[str, Any]:
-    tree = codec.decode(payload)
+def _tree(tree: Any) -> dict[str, Any]:
     if not isinstance(tree, dict):
         raise ValueError("snapshot payload is not a state tree")
     return tree
+
+
+def _targets(state: Mapping[str, Any]) -> codec.Target:
+    """Where a restore can write each tensor of the snapshot in place: the live tensor at the
+    same path (a parameter, a buffer, an optimizer's momentum) if it has the same dtype and
+    shape and is contiguous CPU memory."""
+    live: dict[codec.Path, torch.Tensor] = {}
+    for key, wrapped in state.items():
+        value = unwrap(wrapped)
+        kind = kind_of(wrapped)
+        tree = value.state_dict() if kind in ("module", "stateful") else value
+        live.update(codec.tensor_paths(tree, (key,)))
+
+    def target(path: codec.Path, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor | None:
+        t = live.get(path)
+        ok = (t is not None and t.dtype == dtype and tuple(t.shape) == shape
+              and t.device.type == "cpu" and t.is_contiguous())
+        return t if ok else None
+
+    return target
+
+
+def _file_reader(f: Any) -> codec.ReadInto:
+    def read_into(view: memoryview) -> None:
+        view = view.cast("B")
+        got = 0
+        while got < view.nbytes:
+            k = f.readinto(view[got:])
+            if not k:
+                raise ValueError(f"snapshot file {f.name} is truncated")
+            got += k
+
+    return read_into
 
 
 class Snapshotter:
@@ -86,8 +120,8 @@ class Snapshotter:
     peer is. keep: snapshots kept per replica (here, at the peer and in holder_dir); 2 lets
     ranks agree on an older step when a replica died while replicating the newest.
     holder_dir: a node-local directory (default $PERDURE_SNAPSHOT_DIR; none if unset) where
-    snapshots are also written (temp + rename) so they outlive the worker process; files are
-    per job and replica and are not removed at exit: point it at a per-job directory.
+    snapshots are also written, under <job id>/<replica>/ (temp + rename), so that they outlive
+    the worker process; they are not removed at exit (delete the job's directory when done).
     replicate: send each snapshot to the peer's holder (needs the job's rendezvous directory).
     """
 
@@ -108,7 +142,8 @@ class Snapshotter:
         self.replica = self.manager.replica if self.manager else os.environ.get(
             "PERDURE_REPLICA", "worker-0")
         chosen = holder_dir or os.environ.get(ENV_SNAPSHOT_DIR)
-        self.holder_dir = Path(chosen) / self.replica if chosen else None
+        job = os.environ.get("PERDURE_JOB_ID", "local")
+        self.holder_dir = Path(chosen) / job / self.replica if chosen else None
         self._registry = self._registry_dir() if replicate else None
         self._holder: hd.Holder | None = None
         if self._registry is not None:
@@ -258,7 +293,7 @@ class Snapshotter:
         if step is None:
             return None
         source = found[step]
-        tree = self._read(step, source)
+        tree = self._read(step, source, state)
         apply(state, tree)
         return SnapshotInfo(step, self.replica, time.time(), 0, source=source,
                             seconds=time.perf_counter() - began)
@@ -271,20 +306,22 @@ class Snapshotter:
             log.warning("the last snapshot failed: %s", self._error)
             self._error = None
 
-    def _read(self, step: int, source: str) -> dict[str, Any]:
+    def _read(self, step: int, source: str, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The snapshot's tree; from a file or a peer, tensors are read straight into the
+        matching tensors of `state` (its parameters: warm memory, nothing new to fault in)."""
         if source == "memory":
             return self._own[step][1]
+        into = _targets(state)
         if source == "file":
             assert self.holder_dir is not None
             path = self.holder_dir / f"snap-{step:012d}.bin"
-            buf = bytearray(path.stat().st_size)
-            with path.open("rb") as f:
-                f.readinto(buf)
-            return _decode(buf)
+            with path.open("rb", buffering=0) as f:
+                return _tree(codec.read(_file_reader(f), path.stat().st_size, into))
         assert self._registry is not None
         peer = source.split(":", 1)[1]
         addr = next(a for a in hd.registered(self._registry) if a.replica == peer)
-        return _decode(hd.fetch(addr, self.replica, step))
+        return _tree(hd.fetch_with(addr, self.replica, step,
+                                   lambda read_into, size: codec.read(read_into, size, into)))
 
     def close(self) -> None:
         """Wait for the last save, then stop serving peers' snapshots."""
