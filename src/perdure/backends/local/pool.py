@@ -4,9 +4,10 @@ Lives in the spawner process (`zygote`). The pool stays empty until a launch cou
 standby (its command is `python SCRIPT ...` or `python -m MODULE ...`) or the backend asks
 for it (`LocalBackend.prewarm`): a job of `python -c` replicas never pays for importing torch
 in the background. From then on it keeps `size` standbys, each forked here and warming on its
-own (a few seconds of CPU); a launch takes a ready one or, when none is ready, starts cold at
-once. Nothing here waits for a standby. Its state is written to `.warm.json` in the launches
-directory for tests, benchmarks and `LocalBackend.warm_pool_status`.
+own (a few seconds of CPU), replaced REFILL_QUIET seconds after the last launch; a launch
+takes a ready one or, when none is ready, starts cold at once. Nothing here waits for a
+standby. Its state is written to `.warm.json` in the launches directory for tests,
+benchmarks and `LocalBackend.warm_pool_status`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 STATUS_FILE = ".warm.json"
 # Launches that can start warm arriving within this many seconds of each other are one group.
 GROUP_GAP = 2.0
+# Standbys used up are replaced once no launch has come for this long: importing torch costs
+# seconds of CPU, which the replicas just started (rendezvous, restore) need more.
+REFILL_QUIET = 3.0
 # Standbys that die before they are ready, in a row, before the pool gives up (torch that
 # cannot be imported, say): it must not burn the CPU forever.
 MAX_FAILURES = 3
@@ -53,6 +57,7 @@ class Pool:
         self.size = warm.DEFAULT_POOL if isinstance(size, str) else size
         self._group = 0  # eligible launches in the current group
         self._group_last = 0.0
+        self._refill_at: float | None = None
         self.status_path = os.path.join(launches_dir, STATUS_FILE)
         self.env = warm.standby_env(dict(os.environ))
         self.active = False
@@ -67,8 +72,9 @@ class Pool:
         return list(self.slots)
 
     def activate(self) -> None:
-        """Start keeping `size` standbys (idempotent)."""
+        """Start keeping `size` standbys now (idempotent)."""
         self.active = True
+        self._refill_at = None
         self.refill()
 
     def handle(self, fd: int) -> None:
@@ -109,10 +115,20 @@ class Pool:
                     finally:
                         slot.link.close()
                     self.used += 1
-                    self.refill()
+                    self._refill_later()
                     return True
-            self.refill()
+            self._refill_later()
         return False
+
+    def _refill_later(self) -> None:
+        self._refill_at = time.monotonic() + REFILL_QUIET
+        self._write_status()
+
+    def due(self) -> None:
+        """Refill if the quiet period after the last launch is over (called every loop)."""
+        if self._refill_at is not None and time.monotonic() >= self._refill_at:
+            self._refill_at = None
+            self.refill()
 
     def _grow(self) -> None:
         now = time.monotonic()

@@ -2,8 +2,8 @@
 
 The supervisor that starts this process (see `warm`) runs it as
 `python -c "__import__('perdure.backends.local.warmstart')...main()"` in a session of its own,
-with its stdin a pipe from the supervisor and fd 3 a pipe back to it. It imports torch and
-numpy (no ops, no threads of its own), writes one byte to fd 3 to say it is ready, and reads
+with its stdin a pipe from the supervisor and fd 3 a pipe back to it. It imports PRELOAD (torch,
+numpy, ...; no ops, no threads of its own), writes one byte to fd 3 to say it is ready, and reads
 its launch from stdin: a JSON object with the target (`["script", path]` or
 `["module", name]`), `args`, `env`, `cwd`, `stdout` and `stderr`. An empty stdin means it is
 not needed: it exits at once.
@@ -50,9 +50,14 @@ def main() -> None:
         sys.exit(1)
 
 
+# What a training script imports, directly or on first use, that costs seconds: torch, and
+# torch._dynamo, which DistributedDataParallel's constructor imports (~4 s on a loaded 2-core
+# machine, the largest part of a warm restart before it was preloaded). Missing ones are skipped.
+PRELOAD = ("torch", "numpy", "torch._dynamo", "torch.distributed.checkpoint")
+
+
 def _preload() -> None:
-    # What a training script imports first and what costs seconds; missing ones are skipped.
-    for name in ("torch", "numpy"):
+    for name in PRELOAD:
         try:
             __import__(name)
         except ImportError:

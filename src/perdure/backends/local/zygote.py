@@ -35,6 +35,7 @@ def main() -> None:
     while True:
         ready, _, _ = select.select([0, *pool.fds()], [], [], REAP_SECONDS)
         _reap()
+        pool.due()
         for fd in ready:
             if fd != 0:
                 pool.handle(fd)
