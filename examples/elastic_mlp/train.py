@@ -54,7 +54,8 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=4096)
     p.add_argument("--snapshot-every", type=int, default=50)
     p.add_argument("--checkpoint-every", type=int, default=200)
-    p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
+    p.add_argument("--step-time", type=float, default=0.0,
+                   help="extra seconds of (simulated) compute per step")
     args = p.parse_args()
 
     ctx = perdure.init(seed=0, distributed=False)  # the Manager builds the process group
@@ -90,6 +91,8 @@ def main() -> None:
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
+                    if args.step_time:
+                        time.sleep(args.step_time)  # stands in for a bigger model's compute
                 state["step"] += 1
                 state["data"] = sampler.state_dict()
                 step = state["step"]
@@ -100,8 +103,6 @@ def main() -> None:
                     snap.save(step, state)  # host memory + a peer's, in the background
                 if ckpt is not None and step % args.checkpoint_every == 0:
                     ckpt.save(step, state)
-                if args.step_time:
-                    time.sleep(args.step_time)
                 if step >= args.steps:
                     return
                 manager.maybe_reconfigure()  # grow back here when replicas are ready

@@ -13,7 +13,7 @@ import typer
 
 from perdure.backends.factory import make_backend
 from perdure.cli.common import Ctx, die, load_cluster, load_spec, new_job, python
-from perdure.cli.reports import format_goodput, goodput
+from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
@@ -164,6 +164,8 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
             for r in job.replicas
         ],
         "goodput": goodput(state_dir, job, events).to_json(),
+        "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
+                    for c in elastic_changes(state_dir, job, events)],
         "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
     }
 
@@ -188,10 +190,13 @@ def describe(
     for r in d["replicas"]:
         typer.echo(f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node "
                    f"{r['node'] or '-':<8} restarts {r['restarts']}  exit {r['exit_code']}")
-    for line in format_goodput(goodput(ctx.state_dir, job, store.events(job.id))):
+    events = store.events(job.id)
+    g = goodput(ctx.state_dir, job, events)
+    for line in [*format_goodput(g), *format_elastic(elastic_changes(ctx.state_dir, job,
+                                                                     events), g)]:
         typer.echo(line)
     typer.echo("Events:")
-    for e in store.events(job.id):
+    for e in events:
         typer.echo("  " + _fmt_event(e))
 
 

@@ -1,9 +1,15 @@
-"""Read what replicas reported (progress.jsonl in their launch dirs) and account goodput."""
+"""Read what replicas reported (progress.jsonl in their launch dirs) and account goodput.
+
+The account follows one replica's launches: the primary's, or for an elastic job the replica
+that was relaunched least (a survivor: the job went on in it while others were replaced).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +17,11 @@ from perdure.backends.local import layout
 from perdure.core.goodput import Goodput, LaunchReport, account
 from perdure.core.model import Job
 from perdure.store.sqlite import StoredEvent
+
+ROUND = re.compile(r"^round (\d+): (.*)$")
+# Both sides of a hot-swap: (event kind, message prefix, what the time to RUNNING again is)
+HOT_SWAP = (("decision", "hot-swap:", "until RUNNING again"),
+            ("state", "SUSPENDING: hot-swap:", "preempted until RUNNING (not counted)"))
 
 STATE_KINDS = ("state", "running")
 
@@ -31,10 +42,10 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def primary_launches(state_dir: Path, job: Job) -> list[LaunchReport]:
+def replica_launches(state_dir: Path, job: Job, replica: str) -> list[LaunchReport]:
     out = []
     root = state_dir / layout.LAUNCHES
-    for d in sorted(root.glob(f"{job.id}.*.{job.primary.name}.*")):
+    for d in sorted(root.glob(f"{job.id}.*.{replica}.*")):
         status = layout.read_json(d / layout.STATUS) or {}
         exit_ = layout.read_json(d / layout.EXIT) or {}
         started = status.get("started_at")
@@ -45,9 +56,81 @@ def primary_launches(state_dir: Path, job: Job) -> list[LaunchReport]:
     return out
 
 
+def accounted_launches(state_dir: Path, job: Job) -> list[LaunchReport]:
+    """The primary's launches; for an elastic job, those of the replica launched least."""
+    if not job.elastic:
+        return replica_launches(state_dir, job, job.primary.name)
+    by_replica = [replica_launches(state_dir, job, r.name) for r in job.replicas]
+    return min(by_replica, key=lambda launches: len(launches) or len(job.replicas) + 1)
+
+
 def goodput(state_dir: Path, job: Job, events: list[StoredEvent]) -> Goodput:
     timeline = [(e.time, e.message.split(":", 1)[0]) for e in events if e.kind in STATE_KINDS]
-    return account(primary_launches(state_dir, job), timeline, time.time())
+    return account(accounted_launches(state_dir, job), timeline, time.time())
+
+
+@dataclass(frozen=True)
+class ElasticChange:
+    """A shrink, grow, pause or hot-swap of a job, why, and what it cost the job."""
+
+    time: float
+    what: str  # the event's message: its reason
+    cost_s: float | None  # the group's rebuild (rounds) or the wait to run again (hot-swap)
+    cost: str  # what cost_s measures, or why there is none
+
+
+def elastic_changes(state_dir: Path, job: Job, events: list[StoredEvent]) -> list[ElasticChange]:
+    """Membership rounds after the first and hot-swaps, each with its cost to the job.
+
+    A round's cost is the time the accounted replica spent rebuilding its group for it (from
+    the loss, or the decision to grow, to the next group); a round it never formed (a newer
+    one came first) costs nothing of its own. A hot-swap that preempted a lower-priority job
+    costs this job the time until it was RUNNING again.
+    """
+    rebuilt: dict[int, float] = {}
+    for launch in accounted_launches(state_dir, job):
+        for rec in launch.records:
+            if rec.get("kind") == "elastic":
+                n = int(rec["round"])
+                rebuilt[n] = rebuilt.get(n, 0.0) + float(rec["seconds"])
+    out = []
+    for i, e in enumerate(events):
+        m = ROUND.match(e.message) if e.kind == "elastic" else None
+        if m is not None and m.group(2).startswith("admitted"):
+            continue
+        if m is not None:
+            n = int(m.group(1))
+            seconds = rebuilt.get(n)
+            out.append(ElasticChange(e.time, e.message, seconds, "group rebuilt" if seconds
+                                     is not None else "no group of its own (superseded)"))
+        elif (measure := _hot_swap(e)) is not None:
+            back = next((x.time for x in events[i + 1:] if x.kind in STATE_KINDS
+                         and x.message.startswith("RUNNING")), None)
+            out.append(ElasticChange(e.time, e.message, None if back is None else back - e.time,
+                                     measure if back is not None else "not running again yet"))
+    return out
+
+
+def _hot_swap(e: StoredEvent) -> str | None:
+    return next((m for kind, prefix, m in HOT_SWAP
+                 if e.kind == kind and e.message.startswith(prefix)), None)
+
+
+def format_elastic(changes: list[ElasticChange], g: Goodput) -> list[str]:
+    if not changes:
+        return []
+    lines = [f"Elastic changes ({len(changes)}; {g.badput.get('elastic', 0.0):.1f}s of badput "
+             "rebuilding groups):"]
+    for c in changes:
+        cost = f"{c.cost_s:7.2f}s" if c.cost_s is not None else "      - "
+        lines.append(f"  {_clock(c.time)} {cost}  {c.what}  [{c.cost}]")
+    return lines
+
+
+def _clock(t: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
 
 
 def format_goodput(g: Goodput) -> list[str]:

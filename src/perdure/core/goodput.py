@@ -3,8 +3,9 @@
 No side effects: takes the primary replica's progress records (one list per launch, as the
 runtime wrote them) and the job's state timeline, returns the account. Categories follow
 Google's ml-goodput-measurement: startup, checkpoint save (blocking part), checkpoint restore,
-data loading (blocking), wasted progress from disruption, recovery; time queued and suspended
-are shown apart and do not count against goodput.
+data loading (blocking), wasted progress from disruption, elastic (rebuilding the group after
+a membership change, in a process that stays alive), recovery; time queued and suspended are
+shown apart and do not count against goodput.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Goodput:
 
 
 CATEGORIES = ("startup", "checkpoint_save", "checkpoint_restore", "data_loading",
-              "wasted_progress", "recovery")
+              "wasted_progress", "elastic", "recovery")
 
 
 def state_durations(timeline: Sequence[tuple[float, str]], now: float) -> dict[str, float]:
@@ -119,6 +120,8 @@ def account(launches: Sequence[LaunchReport], timeline: Sequence[tuple[float, st
                 bad["checkpoint_save"] += float(rec["seconds"])
             elif kind == "data_wait":
                 bad["data_loading"] += float(rec["seconds"])
+            elif kind == "elastic":
+                bad["elastic"] += float(rec["seconds"])
         bad["checkpoint_restore"] += restore_here
         until = first_step_at if first_step_at is not None else (launch.ended or now)
         bad["startup"] += max(0.0, until - launch.launched - restore_here)

@@ -111,8 +111,13 @@ def test_hot_swap_takes_capacity_from_a_lower_priority_job(perdure: Perdure) -> 
                          and all(r["node"] not in (node, None) for r in d["replicas"]),
                          timeout=60)
         assert any(f"hot-swap: preempting {low}" in e["message"] for e in d["events"])
+        # describe: the hot-swap as an elastic change, costing high the time to run again
+        [swap] = [c for c in perdure.describe(high)["elastic"] if "hot-swap" in c["what"]]
+        assert swap["cost"] == "until RUNNING again" and 0 < swap["cost_seconds"] < 60
         lo = perdure.wait(low, lambda d: d["state"] == "QUEUED", timeout=30)
         assert any(f"capacity goes to {high}" in e["message"] for e in lo["events"])
+        [preempted] = [c for c in lo["elastic"] if "hot-swap" in c["what"]]
+        assert preempted["what"].startswith(f"SUSPENDING: hot-swap: capacity goes to {high}")
         assert (perdure.root / "marks-low" / "worker-0-1").exists()  # low saved, then left
         assert not list((perdure.root / "marks").glob("*-1"))  # high was never preempted
         for j in (high, low):

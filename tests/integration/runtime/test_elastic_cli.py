@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "elastic_mlp"
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
 
@@ -62,6 +64,15 @@ def test_a_lost_node_shrinks_the_job_and_its_return_grows_it_back(tmp_path: Path
     assert d["state"] == "SUCCEEDED", out
     assert [r["restarts"] for r in d["replicas"]] == [0, 0, 0, 0], out  # not failures
     assert "shrink 3 -> 2" in out and "grow 3 -> 4" in out, out
+    # describe lists each change with its reason and what it cost: the survivors' rebuilds
+    changes = {c["what"].split(": ", 1)[1].split(":")[0]: c for c in d["elastic"]}
+    assert {"shrink 3 -> 2", "grow 3 -> 4"} <= set(changes), d["elastic"]
+    costs = [c["cost_seconds"] for c in d["elastic"] if c["cost"] == "group rebuilt"]
+    assert costs and all(0 < s < 30 for s in costs), d["elastic"]
+    assert d["goodput"]["badput_seconds"]["elastic"] == pytest.approx(sum(costs))
+    text = subprocess.run([*cli, "describe", "elastic-mlp"], check=True, capture_output=True,
+                          text=True).stdout
+    assert "Elastic changes" in text and "[group rebuilt]" in text, text
     for survivor in ("worker-2", "worker-3"):  # one process throughout: 4 -> 2 -> 4
         log = next(state.glob(f"logs/*/attempt-1/{survivor}.out")).read_text()
         seen = [w for _, w in worlds(state, survivor)]

@@ -56,3 +56,17 @@ def test_suspended_time_is_apart() -> None:
     g = account([], timeline, now=60.0)
     assert g.suspended == 40.0 and g.queued == 1.0 and g.running == 19.0
     assert g.badput["recovery"] == 19.0 and g.goodput == 0.0
+
+
+def test_elastic_rebuilds_are_their_own_badput() -> None:
+    # a survivor: trains, loses a peer, rebuilds its group in 0.5 s, trains on in the same process
+    timeline = [(0.0, "RUNNING"), (20.0, "SUCCEEDED")]
+    launch = LaunchReport(0.0, 20.0, [
+        steps(8.0, 0, 49, 7.0),
+        {"kind": "elastic", "t": 8.6, "round": 1, "world_size": 3, "seconds": 0.5},
+        steps(20.0, 50, 149, 11.0),
+    ])
+    g = account([launch], timeline, now=20.0)
+    assert g.badput["elastic"] == 0.5 and g.badput["wasted_progress"] == 0.0
+    assert g.badput["startup"] == pytest.approx(1.0)
+    assert g.badput["recovery"] == pytest.approx(20.0 - 18.0 - 0.5 - 1.0)
