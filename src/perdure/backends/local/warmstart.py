@@ -33,6 +33,7 @@ READY_FD = 3
 
 def main() -> None:
     """Import torch, say ready on fd 3, then run the launch read from stdin (none: exit)."""
+    niced = _lower_priority()
     _preload()
     os.write(READY_FD, b"R")
     os.close(READY_FD)
@@ -40,6 +41,8 @@ def main() -> None:
     if not message:
         return
     launch: dict[str, Any] = json.loads(message)
+    if niced is not None:
+        _restore_priority(niced)
     _become(launch)
     try:
         _run(launch["target"], list(launch["args"]))
@@ -54,6 +57,31 @@ def main() -> None:
 # torch._dynamo, which DistributedDataParallel's constructor imports (~4 s on a loaded 2-core
 # machine, the largest part of a warm restart before it was preloaded). Missing ones are skipped.
 PRELOAD = ("torch", "numpy", "torch._dynamo", "torch.distributed.checkpoint")
+
+
+def _lower_priority() -> int | None:
+    """Warm at the lowest CPU priority (importing torch takes seconds of CPU that running
+    replicas need more) when the priority can be put back before the replica runs: as root or
+    with RLIMIT_NICE allowing it. Returns the priority to put back, or None (left as it is)."""
+    import resource
+
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    soft = resource.getrlimit(resource.RLIMIT_NICE)[0]
+    allowed = soft == resource.RLIM_INFINITY or 20 - soft <= current
+    if not (os.geteuid() == 0 or allowed):
+        return None
+    os.setpriority(os.PRIO_PROCESS, 0, 19)
+    return current
+
+
+def _restore_priority(value: int) -> None:
+    # Linux keeps a priority per thread: put it back on every thread, including those torch
+    # started while it was imported at the lowest.
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(tid), value)
+        except (PermissionError, ProcessLookupError):
+            continue
 
 
 def _preload() -> None:
