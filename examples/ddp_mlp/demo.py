@@ -1,47 +1,142 @@
-"""The demo: a 4-replica DDP job, one replica killed mid-run, the job recovers and succeeds.
+"""The demo: a 4-replica DDP job survives a kill, a preemption and a controller crash, and ends
+with exactly the weights of an uninterrupted run.
 
-`make demo` runs this. It drives perdure the way a person would, through the CLI: `perdure
-run` in the foreground, then `perdure chaos kill` from the side once training is under way.
+`make demo` runs this. It drives perdure the way a person would, through the CLI:
+
+1. `perdure run job.yaml`: the uninterrupted run, for reference;
+2. `perdure run job.yaml` again, and from the side, while it trains:
+   `perdure chaos kill ddp-mlp worker-2` (a replica crashes: every replica restarts from the
+   last checkpoint), `perdure preempt ddp-mlp` (the job saves, is suspended and requeued, and
+   resumes in a new attempt), then SIGKILL of the `perdure run` process itself (the
+   controller crashes; the replicas keep training) and `perdure controller` to take over;
+3. both runs' final-weight SHA-256 and the samples each trained on, side by side.
+
+Exits 0 iff the faulty run succeeded with the same weights and every sample once per epoch.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
+JOB = "ddp-mlp"
+_HEADER = re.compile(r"^=== \S+ started .* ===$", re.M)
+_RESUMED = re.compile(r"resumed from (?:step (\d+)|scratch)")
+_STEP = re.compile(r"^step (\d+) ", re.M)
 
 
-def wait_for_step(state: Path, step: int, timeout: float = 120) -> None:
+def say(text: str) -> None:
+    print(f"\n\033[1m{text}\033[0m", flush=True)
+
+
+def cli(state: Path, *args: str, quiet: bool = False) -> subprocess.CompletedProcess[str]:
+    if not quiet:
+        say(f"$ perdure {' '.join(args)}")
+    out = subprocess.run([*PERDURE, "--state-dir", str(state), *args], text=True,
+                         capture_output=quiet, check=False)
+    if out.returncode != 0 and quiet:
+        sys.stdout.write(out.stdout + out.stderr)
+    return out
+
+
+def launches(state: Path) -> list[tuple[int | None, int]]:
+    """(resumed step, last step printed) of every launch of worker-0 so far, oldest first."""
+    out: list[tuple[int | None, int]] = []
+    for log in sorted(state.glob("logs/*/attempt-*/worker-0.out"),
+                      key=lambda p: int(p.parent.name.split("-")[1])):
+        for segment in _HEADER.split(log.read_text())[1:]:
+            m = _RESUMED.search(segment)
+            steps = [int(s) for s in _STEP.findall(segment)]
+            if m:
+                out.append((int(m.group(1)) if m.group(1) else None, max(steps, default=-1)))
+    return out
+
+
+def wait_training(state: Path, launch: int, steps: int, timeout: float = 180) -> int:
+    """Wait until launch number `launch` (0-based) has trained `steps` past its resume."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        for log in state.glob("logs/*/attempt-1/worker-0.out"):
-            steps = [int(m) for m in re.findall(r"^step (\d+)", log.read_text(), re.M)]
-            if steps and max(steps) >= step:
-                return
+        seen = launches(state)
+        if len(seen) > launch:
+            resumed, last = seen[launch]
+            if last >= (resumed or 0) + steps:
+                return last
         time.sleep(0.2)
-    raise SystemExit(f"training did not reach step {step} in {timeout:.0f}s")
+    raise SystemExit(f"launch {launch + 1} did not train {steps} steps in {timeout:.0f}s")
+
+
+def result(state: Path) -> dict[str, Any]:
+    found = list(state.glob("checkpoints/*/result.json"))
+    if not found:
+        raise SystemExit(f"no result.json under {state}/checkpoints: the run did not finish")
+    doc: dict[str, Any] = json.loads(found[0].read_text())
+    return doc
+
+
+def exactly_once(doc: dict[str, Any]) -> bool:
+    """Every sample id appears once per epoch, and all epochs hold the same ids."""
+    counts = Counter((e, i) for e, i in doc["consumed"])
+    per_epoch = [sorted(i for (e, i) in counts if e == epoch) for epoch in range(doc["epochs"])]
+    return max(counts.values()) == 1 and all(ids == per_epoch[0] for ids in per_epoch)
+
+
+def clean_run(root: Path) -> dict[str, Any]:
+    state = root / "clean"
+    say(f"1. the uninterrupted run, for reference: perdure run {HERE / 'job.yaml'}")
+    began = time.time()
+    out = cli(state, "run", str(HERE / "job.yaml"), "--cluster", str(HERE / "cluster.yaml"),
+              quiet=True)
+    if out.returncode != 0:
+        raise SystemExit("the uninterrupted run failed")
+    doc = result(state)
+    print(f"   SUCCEEDED in {time.time() - began:.0f}s; final weights sha256 {doc['sha256']}")
+    return doc
+
+
+def faulty_run(root: Path) -> dict[str, Any]:
+    state = root / "faulty"
+    say("2. the same job, with faults injected while it trains")
+    say(f"$ perdure run {HERE / 'job.yaml'} --cluster {HERE / 'cluster.yaml'} &")
+    run = subprocess.Popen([*PERDURE, "--state-dir", str(state), "run", str(HERE / "job.yaml"),
+                            "--cluster", str(HERE / "cluster.yaml")])
+    wait_training(state, 0, 40)
+    cli(state, "chaos", "kill", JOB, "worker-2")  # a crash: all restart from the checkpoint
+    wait_training(state, 1, 20)
+    cli(state, "preempt", JOB)  # save, SUSPENDED, requeued, resumed in attempt 2
+    wait_training(state, 2, 20)
+    say(f"$ kill -KILL {run.pid}   # the controller (`perdure run`) crashes; replicas train on")
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    time.sleep(2.0)
+    cli(state, "controller", "--exit-when-idle", "--cluster", str(HERE / "cluster.yaml"))
+    cli(state, "describe", JOB)
+    return result(state)
 
 
 def main() -> int:
-    state = Path(tempfile.mkdtemp(prefix="perdure-demo-")) / "state"
-    base = [*PERDURE, "--state-dir", str(state)]
-    print(f"$ perdure run {HERE / 'job.yaml'} --cluster {HERE / 'cluster.yaml'}", flush=True)
-    run = subprocess.Popen([*base, "run", str(HERE / "job.yaml"),
-                            "--cluster", str(HERE / "cluster.yaml")])
-    wait_for_step(state, 100)
-    print("\n$ perdure chaos kill ddp-mlp worker-2   # a replica crashes mid-run", flush=True)
-    subprocess.run([*base, "chaos", "kill", "ddp-mlp", "worker-2"], check=True)
-    code = run.wait(timeout=300)
-    print("\n$ perdure describe ddp-mlp", flush=True)
-    subprocess.run([*base, "describe", "ddp-mlp"], check=True)
-    print(f"\nstate, logs and events are under {state}")
-    return code
+    root = Path(tempfile.mkdtemp(prefix="perdure-demo-"))
+    clean = clean_run(root)
+    faulty = faulty_run(root)
+    same = faulty["sha256"] == clean["sha256"]
+    once = exactly_once(faulty) and sorted(faulty["consumed"]) == sorted(clean["consumed"])
+    say("3. the result")
+    print(f"   uninterrupted run: final weights sha256 {clean['sha256']}")
+    print(f"   faulty run:        final weights sha256 {faulty['sha256']}")
+    print(f"   {'IDENTICAL' if same else 'DIFFERENT'} weights; every sample trained on "
+          f"{'exactly once per epoch' if once else 'NOT exactly once per epoch'} "
+          f"({len(faulty['consumed'])} (epoch, sample) pairs over {faulty['epochs']} epochs)")
+    print(f"\nstate, logs, checkpoints and events are under {root}")
+    return 0 if same and once else 1
 
 
 if __name__ == "__main__":
