@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from sim import SETTINGS, Sim, spec
 
@@ -312,19 +313,26 @@ def test_no_hot_swap_against_equal_or_higher_priority() -> None:
 
 
 
-def test_a_failure_reported_after_its_peers_collateral_exit_takes_the_restart() -> None:
+def peer_exit_seen_first(**culprit: Any) -> tuple[Sim, str]:
+    """A 4-replica job whose worker-2 dies (`culprit`: its exit) while worker-0's "connection
+    closed by peer" exit, which came just after, is seen one tick before worker-2's."""
     sim = Sim()
     j = sim.submit(spec(pools=pools(4)))
     sim.run_until(j, {JobState.RUNNING})
-    ids = {r.name: r.launch_id for r in sim.job(j).replicas}
+    ids = {r.name: str(r.launch_id) for r in sim.job(j).replicas}
     died = sim.now - 0.02
-    for name in ("worker-0", "worker-2"):
-        sim.backend.procs.pop(str(ids[name]))
+    for name in ("worker-0", "worker-2"):  # their exits are reported by hand
+        sim.backend.procs.pop(ids[name])
     peer = ErrorInfo("RuntimeError", "[gloo] Connection closed by peer [127.0.0.1]:41234")
-    sim.pending.append(ReplicaExited(str(ids["worker-0"]), 1, died + 0.01, error=peer))
+    sim.pending.append(ReplicaExited(ids["worker-0"], 1, died + 0.01, error=peer))
     sim.step()
     assert [r.restarts for r in sim.job(j).replicas] == [1, 0, 0, 0]
-    sim.pending.append(ReplicaExited(str(ids["worker-2"]), 137, died, signal=9))
+    sim.pending.append(ReplicaExited(ids["worker-2"], 137, died, signal=9, **culprit))
+    return sim, j
+
+
+def test_a_failure_reported_after_its_peers_collateral_exit_takes_the_restart() -> None:
+    sim, j = peer_exit_seen_first()
     job = sim.run_until(j, {JobState.RUNNING})
     assert [r.restarts for r in job.replicas] == [0, 0, 1, 0]
     assert job.round == 1  # still one group restart
@@ -332,17 +340,7 @@ def test_a_failure_reported_after_its_peers_collateral_exit_takes_the_restart() 
 
 
 def test_an_oom_reported_after_its_peers_collateral_exit_fails_the_job() -> None:
-    sim = Sim()
-    j = sim.submit(spec(pools=pools(4)))
-    sim.run_until(j, {JobState.RUNNING})
-    ids = {r.name: r.launch_id for r in sim.job(j).replicas}
-    died = sim.now - 0.02
-    for name in ("worker-0", "worker-2"):
-        sim.backend.procs.pop(str(ids[name]))
-    peer = ErrorInfo("DistBackendError", "[gloo] Connection closed by peer")
-    sim.pending.append(ReplicaExited(str(ids["worker-0"]), 1, died + 0.01, error=peer))
-    sim.step()
-    sim.pending.append(ReplicaExited(str(ids["worker-2"]), 137, died, signal=9, oom=True))
+    sim, j = peer_exit_seen_first(oom=True)
     job = sim.run_until(j, {JobState.FAILED})
     assert job.error is not None and job.error.code is ErrorCode.OUT_OF_MEMORY
 
