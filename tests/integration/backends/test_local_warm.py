@@ -249,3 +249,43 @@ def test_ddp_runs_in_warm_starts(warm_backend: LocalBackend, root: Path) -> None
         lines.append(output(root, the_launch)[0])
     # Gradients are averaged across ranks: both see the same (inputs 1 and 2: mean 1.5 * 2 * 4).
     assert lines == [f"rank {r} of 2 sum 1.0 grad 12.0000" for r in range(2)]
+
+
+def test_a_group_launched_before_any_standby_is_ready_starts_warm(root: Path) -> None:
+    """The first launches wait for the template (one torch import), then all start warm."""
+    backend = LocalBackend(root / "group-state", NODES)  # warm pool "auto", not prewarmed
+    try:
+        launches = [launch(root, [sys.executable, "sub/probe.py"], {"CODE": "0"})
+                    for _ in range(4)]
+        for the_launch in launches:
+            backend.launch(the_launch)
+        seen = collect(backend, {x.launch_id for x in launches}, timeout=120)
+        for the_launch in launches:
+            exited = only(seen, ReplicaExited, the_launch.launch_id)
+            assert isinstance(exited, ReplicaExited) and exited.exit_code == 0, exited
+            status = root / "group-state" / "launches" / the_launch.launch_id / "status.json"
+            assert json.loads(status.read_text())["warm"]
+        pool = backend.warm_pool_status() or {}
+        assert (pool["template"], pool["size"], pool["held"]) == ("ready", 4, 0), pool
+    finally:
+        backend.close()
+        kill_everything(root / "group-state")
+
+
+def test_without_the_template_standbys_import_torch_themselves(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERDURE_WARM_FORK", "0")
+    backend = LocalBackend(root / "exec-state", NODES, warm_pool=1)
+    try:
+        backend.prewarm()
+        wait_ready(backend, 1, timeout=120)
+        the_launch = launch(root, [sys.executable, "sub/probe.py"])
+        exited, warm = run(backend, root, the_launch, "exec-state")
+        assert warm and exited.exit_code == 3
+        assert (backend.warm_pool_status() or {})["template"] == "off"
+        seen = json.loads(output(root, the_launch)[0])
+        assert seen["nice"] == ["0"] and seen["threads"] == 1
+    finally:
+        backend.close()
+        kill_everything(root / "exec-state")

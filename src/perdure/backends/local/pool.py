@@ -19,6 +19,8 @@ import time
 import traceback
 
 from perdure.backends.local import layout, supervisor, warm
+from perdure.backends.local.template import Template
+from perdure.backends.local.template import enabled as template_enabled
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,6 +32,9 @@ GROUP_GAP = 2.0
 # Standbys used up are replaced once no launch has come for this long: importing torch costs
 # seconds of CPU, which the replicas just started (rendezvous, restore) need more.
 REFILL_QUIET = 3.0
+# While the template warms, launches that can start warm wait for it this long at the most
+# (a cold start would import torch on its own, next to the template and to each other).
+HOLD_SECONDS = 30.0
 # Standbys that die before they are ready, in a row, before the pool gives up (torch that
 # cannot be imported, say): it must not burn the CPU forever.
 MAX_FAILURES = 3
@@ -58,6 +63,9 @@ class Pool:
         self._group = 0  # eligible launches in the current group
         self._group_last = 0.0
         self._refill_at: float | None = None
+        self.template: Template | None = None
+        self.template_failed = False
+        self.held: list[tuple[str, float]] = []  # (launch directory, start it cold after)
         self.status_path = os.path.join(launches_dir, STATUS_FILE)
         self.env = warm.standby_env(dict(os.environ))
         self.active = False
@@ -68,24 +76,41 @@ class Pool:
         self._write_status()
 
     def fds(self) -> list[int]:
-        """The standbys' sockets, to select on (readable: ready, or gone)."""
-        return list(self.slots)
+        """The standbys' sockets and the template's, to select on (readable: ready, or gone)."""
+        return [*self.slots, *([self.template.fileno()] if self.template else [])]
 
     def activate(self) -> None:
         """Start keeping `size` standbys now (idempotent)."""
         self.active = True
         self._refill_at = None
+        self._start_template()
         self.refill()
 
-    def handle(self, fd: int) -> None:
-        """A standby's socket is readable: it is ready, or it exited."""
-        slot = self.slots[fd]
+    def _start_template(self) -> None:
+        if self.template is None and not self.template_failed and not self.disabled \
+                and template_enabled():
+            self.template = Template.start(self.close_in_child)
+            self._write_status()
+
+    def _warming(self) -> bool:
+        """Whether the template is still importing (standbys come once it is ready)."""
+        return self.template is not None and not self.template.ready
+
+    def handle(self, fd: int) -> list[str]:
+        """A socket is readable: a standby or the template is ready, or it exited. Returns
+        launch directories to start cold (held ones, when the template is gone)."""
+        if self.template is not None and fd == self.template.fileno():
+            return self._template_event()
+        slot = self.slots.get(fd)
+        if slot is None:
+            return []  # dropped earlier in this round (its template exited)
         try:
             data = slot.link.recv(16)
         except OSError:
             data = b""
         if data:
             slot.ready, self.failures = True, 0
+            self._serve_held()
         else:
             del self.slots[fd]
             slot.link.close()
@@ -99,36 +124,92 @@ class Pool:
                     print(f"warm pool: turned off: {self.disabled}", file=sys.stderr)
             self.refill()
         self._write_status()
+        return self._release_held() if self.disabled else []
 
+    def _template_event(self) -> list[str]:
+        assert self.template is not None
+        if self.template.handle():
+            self.refill()  # standbys now, and for the held launches
+            self._write_status()
+            return []
+        print("warm pool: the template exited; standbys start interpreters of their own",
+              file=sys.stderr)
+        self.template.close()
+        self.template, self.template_failed = None, True
+        # Slots asked of it that never came are lost with it: forget them.
+        for fd, slot in list(self.slots.items()):
+            if not slot.ready and slot.pid == 0:
+                slot.link.close()
+                del self.slots[fd]
+        self.refill()
+        return self._release_held()
+
+    def _serve_held(self) -> None:
+        while self.held and self._hand(self.held[0][0]):
+            self.held.pop(0)
+        self._write_status()
+
+    def held_directories(self) -> list[str]:
+        """The held launches, to start cold: the spawner is exiting."""
+        return self._release_held()
+
+    def _release_held(self) -> list[str]:
+        """Every held launch, to start cold now."""
+        out = [d for d, _ in self.held]
+        self.held = []
+        self._write_status()
+        return out
     def take(self, directory: str) -> bool:
-        """Hand `directory` to a ready standby if its launch can start warm; whether it did."""
+        """Hand `directory` to a ready standby if its launch can start warm, or hold it until
+        one is (template warming or forking one); whether it took it."""
         if not self.disabled and self._eligible(directory):
             self.active = True
             self._grow()
-            for fd, slot in list(self.slots.items()):
-                if slot.ready:
-                    del self.slots[fd]
-                    try:
-                        slot.link.sendall(os.fsencode(directory) + b"\n")
-                    except OSError:
-                        continue  # it died just now: try the next one
-                    finally:
-                        slot.link.close()
-                    self.used += 1
-                    self._refill_later()
-                    return True
+            self._start_template()
+            if self._hand(directory):
+                self._refill_later()
+                return True
+            if self.template is not None:  # a standby within milliseconds of it being ready
+                self.held.append((directory, time.monotonic() + HOLD_SECONDS))
+                if self.template.ready:
+                    self._fork()
+                self._write_status()
+                return True
             self._refill_later()
+        return False
+
+    def _hand(self, directory: str) -> bool:
+        for fd, slot in list(self.slots.items()):
+            if slot.ready:
+                del self.slots[fd]
+                try:
+                    slot.link.sendall(os.fsencode(directory) + b"\n")
+                except OSError:
+                    continue  # it died just now: try the next one
+                finally:
+                    slot.link.close()
+                self.used += 1
+                return True
         return False
 
     def _refill_later(self) -> None:
         self._refill_at = time.monotonic() + REFILL_QUIET
         self._write_status()
 
-    def due(self) -> None:
-        """Refill if the quiet period after the last launch is over (called every loop)."""
-        if self._refill_at is not None and time.monotonic() >= self._refill_at:
+    def due(self) -> list[str]:
+        """Refill if the quiet period after the last launch is over (called every loop);
+        returns held launches that waited too long, to start cold."""
+        now = time.monotonic()
+        if self._refill_at is not None and now >= self._refill_at:
             self._refill_at = None
             self.refill()
+        late = [d for d, until in self.held if now >= until]
+        if late:
+            print(f"warm pool: the template is not ready after {HOLD_SECONDS:.0f}s; "
+                  f"starting {len(late)} replicas cold", file=sys.stderr)
+            self.held = [(d, until) for d, until in self.held if now < until]
+            self._write_status()
+        return late
 
     def _grow(self) -> None:
         now = time.monotonic()
@@ -146,12 +227,23 @@ class Pool:
 
     def refill(self) -> None:
         """Fork standbys until there are `size` (ready or warming); never waits for one."""
+        if self._warming():
+            return  # one import at a time: the template's
         while self.active and not self.disabled and len(self.slots) < self.size:
             self._fork()
         self._write_status()
 
     def _fork(self) -> None:
         ours, theirs = socket.socketpair()
+        if self.template is not None and self.template.ready:
+            try:
+                self.template.fork_standby(theirs)
+            except OSError:
+                ours.close()  # the template is gone: its socket says so next
+            else:
+                self.slots[ours.fileno()] = _Slot(ours, 0)  # pid 0: forked by the template
+            theirs.close()
+            return
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -180,12 +272,18 @@ class Pool:
         for slot in self.slots.values():
             slot.link.close()
         self.slots.clear()
+        if self.template is not None:
+            self.template.close()
+            self.template = None
 
     def _write_status(self) -> None:
         ready = sum(slot.ready for slot in self.slots.values())
         status: dict[str, Any] = {
             "size": self.size,
             "auto": self.auto,
+            "template": ("ready" if self.template.ready else "warming") if self.template
+            else ("failed" if self.template_failed else "off"),
+            "held": len(self.held),
             "active": self.active,
             "ready": ready,
             "warming": len(self.slots) - ready,

@@ -145,6 +145,45 @@ class Standby:
         os.close(ready_w)
         return cls(pid, command_w, ready_r, env)
 
+    @classmethod
+    def fork(cls, close: list[int]) -> Standby:
+        """Fork the interpreter from this process, which has torch imported (a standby
+        supervisor forked from the template): ready at once. `close`: descriptors the replica
+        must not hold (the link to the spawner)."""
+        from perdure.backends.local import supervisor, warmstart
+
+        command_r, command_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        parent = os.getpid()
+        procs.load_libc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 127
+            try:
+                os.setsid()
+                os.dup2(command_r, 0)
+                os.dup2(ready_w, warmstart.READY_FD)
+                for fd in {command_r, command_w, ready_r, ready_w, *close} - {0, 1, 2, 3}:
+                    os.close(fd)
+                for sig in (*supervisor.HANDLED_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ):
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own
+                signal.pthread_sigmask(signal.SIG_SETMASK, set())
+                procs.set_parent_death_signal(signal.SIGKILL)
+                if os.getppid() == parent:
+                    code = warmstart.run_forked()
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(command_r)
+        os.close(ready_w)
+        return cls(pid, command_w, ready_r, standby_env(dict(os.environ)))
+
     def wait_ready(self, dismissed: socket.socket) -> bool:
         """Block until the interpreter is ready (True), or it died or `dismissed` closed."""
         ready, _, _ = select.select([self.ready_fd, dismissed.fileno()], [], [])
@@ -206,17 +245,18 @@ def launch_fits(
     return found[0] == "module" or os.path.isfile(os.path.join(cwd, found[1]))
 
 
-def run_standby(link: socket.socket) -> int:
+def run_standby(link: socket.socket, forked: bool = False) -> int:
     """The standby supervisor: warm a child, say ready, then serve the launch it is given.
 
-    Runs in a child the spawner forked; `link` is its end of a socket pair: it writes b"R"
-    when ready and reads one launch directory (end of input: not needed, exit).
+    Runs in a child the spawner forked (or, `forked`, the template: then its child is forked
+    from it, torch already imported); `link` is its end of a socket pair: it writes b"R" when
+    ready and reads one launch directory (end of input: not needed, exit).
     """
     from perdure.backends.local import supervisor
 
     os.setsid()
     signal.pthread_sigmask(signal.SIG_BLOCK, supervisor.HANDLED_SIGNALS)
-    standby = Standby.start()
+    standby = Standby.fork([link.fileno()]) if forked else Standby.start()
     if not standby.wait_ready(link):
         print(f"warm standby {standby.pid}: its interpreter exited before it was ready")
         standby.dismiss()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 TYPE_CHECKING = False
@@ -33,8 +34,8 @@ READY_FD = 3
 
 def main() -> None:
     """Import torch, say ready on fd 3, then run the launch read from stdin (none: exit)."""
-    niced = _lower_priority()
-    _preload()
+    niced = lower_priority()
+    preload()
     os.write(READY_FD, b"R")
     os.close(READY_FD)
     message = _read_all(0)
@@ -42,7 +43,7 @@ def main() -> None:
         return
     launch: dict[str, Any] = json.loads(message)
     if niced is not None:
-        _restore_priority(niced)
+        restore_priority(niced)
     _become(launch)
     try:
         _run(launch["target"], list(launch["args"]))
@@ -59,7 +60,63 @@ def main() -> None:
 PRELOAD = ("torch", "numpy", "torch._dynamo", "torch.distributed.checkpoint")
 
 
-def _lower_priority() -> int | None:
+def run_forked() -> int:
+    """`main` in a child forked from a process that has PRELOAD imported (see `template`):
+    say ready, run the launch, and return the exit status the interpreter would exit with,
+    having done what it does at exit (join threads, atexit functions, flush)."""
+    main = sys.modules["__main__"]  # the spawner's: give the script a __main__ of its own
+    fresh = type(main)("__main__")
+    fresh.__dict__.update({k: v for k, v in main.__dict__.items() if k.startswith("__")})
+    sys.modules["__main__"] = fresh
+    os.write(READY_FD, b"R")
+    os.close(READY_FD)
+    message = _read_all(0)
+    if not message:
+        return 0
+    launch: dict[str, Any] = json.loads(message)
+    _become(launch)
+    code = 0
+    try:
+        _run(launch["target"], list(launch["args"]))
+    except SystemExit as stop:
+        code = _status(stop)
+    except KeyboardInterrupt:
+        _at_exit()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # die of it, as the interpreter does
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 130
+    except BaseException as exc:  # reported as the interpreter would
+        _report(exc)
+        code = 1
+    _at_exit()
+    return code
+
+
+def _status(stop: SystemExit) -> int:
+    if stop.code is None:
+        return 0
+    if isinstance(stop.code, int):
+        return stop.code & 0xFF
+    print(stop.code, file=sys.stderr)
+    return 1
+
+
+def _at_exit() -> None:
+    import atexit
+    import threading
+
+    try:
+        getattr(threading, "_shutdown")()  # noqa: B009 - what the interpreter calls at exit
+    finally:
+        getattr(atexit, "_run_exitfuncs")()  # noqa: B009
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                continue
+
+
+def lower_priority() -> int | None:
     """Warm at the lowest CPU priority (importing torch takes seconds of CPU that running
     replicas need more) when the priority can be put back before the replica runs: as root or
     with RLIMIT_NICE allowing it. Returns the priority to put back, or None (left as it is)."""
@@ -74,7 +131,7 @@ def _lower_priority() -> int | None:
     return current
 
 
-def _restore_priority(value: int) -> None:
+def restore_priority(value: int) -> None:
     # Linux keeps a priority per thread: put it back on every thread, including those torch
     # started while it was imported at the lowest.
     for tid in os.listdir("/proc/self/task"):
@@ -84,7 +141,7 @@ def _restore_priority(value: int) -> None:
             continue
 
 
-def _preload() -> None:
+def preload() -> None:
     for name in PRELOAD:
         try:
             __import__(name)

@@ -35,14 +35,18 @@ def main() -> None:
     while True:
         ready, _, _ = select.select([0, *pool.fds()], [], [], REAP_SECONDS)
         _reap()
-        pool.due()
+        cold = pool.due()
         for fd in ready:
             if fd != 0:
-                pool.handle(fd)
+                cold += pool.handle(fd)
+        for directory in cold:  # held for a standby that did not come in time
+            _fork_supervisor(directory, pool)
         if 0 not in ready:
             continue
         chunk = os.read(0, 65536)
         if not chunk:
+            for directory in pool.held_directories():  # start what it was sent, then exit
+                _fork_supervisor(directory, pool)
             return
         buffered += chunk
         *lines, buffered = buffered.split(b"\n")

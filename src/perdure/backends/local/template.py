@@ -1,0 +1,146 @@
+"""The template: one interpreter that imports torch once; warm standbys are forked from it.
+
+Importing torch (and torch._dynamo, which DDP's constructor imports) costs seconds of CPU. A
+pool whose standbys each start an interpreter pays that once per standby, and the first
+replicas of a job, started before any standby is ready, pay it once each, all at the same time.
+The template pays it once: the spawner forks it when the pool is first needed; it imports
+`warmstart.PRELOAD`, says ready, then forks a standby supervisor for every socket the spawner
+sends it (SCM_RIGHTS). Such a standby is ready within milliseconds: its supervisor forks the
+replica's interpreter from itself, torch already imported (`warm.Standby.fork`), instead of
+starting one that imports it again.
+
+A process forked after `import torch` is what a DataLoader worker is; the template runs no
+torch op and never touches CUDA, so what it forks can. `PERDURE_WARM_FORK=0` turns the template
+off: standbys then start interpreters of their own.
+
+Side effects: forks processes; the template dies with the spawner (parent-death signal).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Callable
+
+from perdure.backends.local import procs, warmstart
+
+FORK_ENV = "PERDURE_WARM_FORK"
+
+
+def enabled() -> bool:
+    """Whether standbys are forked from a template ($PERDURE_WARM_FORK, default on)."""
+    return os.environ.get(FORK_ENV, "1") != "0"
+
+
+class Template:
+    """The spawner's handle on its template process."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self.sock = sock
+        self.pid = pid
+        self.ready = False
+
+    @classmethod
+    def start(cls, close_in_child: Callable[[], None]) -> Template:
+        """Fork the template; it warms in the background and writes b"R" when ready."""
+        ours, theirs = socket.socketpair()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child: the template
+            code = 1
+            try:
+                close_in_child()
+                ours.close()
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)  # not the spawner's launch pipe
+                os.close(null)
+                code = serve(theirs)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        theirs.close()
+        return cls(ours, pid)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def handle(self) -> bool:
+        """Its socket is readable: True if it said ready, False if it is gone."""
+        try:
+            data = self.sock.recv(16)
+        except OSError:
+            data = b""
+        if data:
+            self.ready = True
+        return bool(data)
+
+    def fork_standby(self, link: socket.socket) -> None:
+        """Have the template fork a standby supervisor serving `link` (OSError: it is gone)."""
+        socket.send_fds(self.sock, [b"F"], [link.fileno()])
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def serve(sock: socket.socket) -> int:
+    """The template's life: warm, say ready, fork a standby per socket received, until EOF."""
+    procs.load_libc()
+    procs.set_parent_death_signal(signal.SIGKILL)
+    priority = warmstart.lower_priority()
+    warmstart.preload()
+    sock.sendall(b"R")
+    while True:
+        readable, _, _ = select.select([sock], [], [], 0.5)
+        _reap()
+        if not readable:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 16, 8)
+        except OSError:
+            return 0
+        if not message:
+            return 0  # the spawner is gone
+        for fd in fds:
+            _fork_standby(fd, sock, priority)
+
+
+def _fork_standby(fd: int, sock: socket.socket, priority: int | None) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: a standby supervisor
+        code = 1
+        try:
+            sock.close()
+            if priority is not None:  # a supervisor must answer stops promptly
+                warmstart.restore_priority(priority)
+            from perdure.backends.local import warm
+
+            code = warm.run_standby(socket.socket(fileno=fd), forked=True)
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(fd)
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
