@@ -267,6 +267,7 @@ def test_a_group_launched_before_any_standby_is_ready_starts_warm(root: Path) ->
             assert json.loads(status.read_text())["warm"]
         pool = backend.warm_pool_status() or {}
         assert (pool["template"], pool["size"], pool["held"]) == ("ready", 4, 0), pool
+        wait_ready(backend, 4, timeout=30)  # and the used standbys are replaced (forks)
     finally:
         backend.close()
         kill_everything(root / "group-state")

@@ -145,8 +145,12 @@ class Pool:
         return self._release_held()
 
     def _serve_held(self) -> None:
+        served = False
         while self.held and self._hand(self.held[0][0]):
             self.held.pop(0)
+            served = True
+        if served:
+            self._refill_later()
         self._write_status()
 
     def held_directories(self) -> list[str]:
