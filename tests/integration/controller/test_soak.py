@@ -10,7 +10,7 @@ every relaunch from a checkpoint.
 
 PERDURE_SOAK_FAULTS sets the number of faults (default 50), PERDURE_SOAK_KINDS a comma-separated
 subset of the kinds below (default all), PERDURE_SOAK_EPOCHS the run's length (default 250),
-PERDURE_TEST_SEED the schedule. Takes 25-35 minutes on
+PERDURE_TEST_SEED the schedule. Takes ~12 minutes on
 2 cores.
 """
 

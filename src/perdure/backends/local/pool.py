@@ -16,9 +16,8 @@ import os
 import socket
 import sys
 import time
-import traceback
 
-from perdure.backends.local import layout, supervisor, warm
+from perdure.backends.local import layout, procs, supervisor, warm
 from perdure.backends.local.template import Template
 from perdure.backends.local.template import enabled as template_enabled
 
@@ -248,26 +247,14 @@ class Pool:
                 self.slots[ours.fileno()] = _Slot(ours, 0)  # pid 0: forked by the template
             theirs.close()
             return
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child, a standby supervisor
-            code = 1
-            try:
-                self.close_in_child()
-                ours.close()
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)  # not the spawner's launch pipe
-                os.close(null)
-                code = warm.run_standby(theirs)
-            except SystemExit as stop:
-                code = stop.code if isinstance(stop.code, int) else 1
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+
+        def standby() -> int:  # a standby supervisor that starts its own interpreter
+            self.close_in_child()
+            ours.close()
+            procs.stdin_from_devnull()  # not the spawner's launch pipe
+            return warm.run_standby(theirs)
+
+        pid = procs.fork_child(standby)
         theirs.close()
         self.slots[ours.fileno()] = _Slot(ours, pid)
 

@@ -167,6 +167,48 @@ def session_members(sid: int, min_start_ticks: int) -> list[ProcStat]:
 _libc: list[ctypes.CDLL] = []
 
 
+def fork_child(body: Callable[[], int]) -> int:
+    """Fork; the child runs `body` and exits with its status, never returning (SystemExit is
+    honoured, any other exception printed, status 1). Returns the child's pid to the parent."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    code = 1  # pragma: no cover - the child
+    try:
+        code = body()
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def reap_children() -> None:
+    """Reap every child that has exited, without waiting."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def stdin_from_devnull() -> None:
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+
+
 def load_libc() -> None:
     """Load libc for prctl now, so a forked child need not (call before forking)."""
     if sys.platform.startswith("linux") and not _libc:

@@ -22,8 +22,6 @@ import os
 import select
 import signal
 import socket
-import sys
-import traceback
 from collections.abc import Callable
 
 from perdure.backends.local import procs, warmstart
@@ -48,24 +46,14 @@ class Template:
     def start(cls, close_in_child: Callable[[], None]) -> Template:
         """Fork the template; it warms in the background and writes b"R" when ready."""
         ours, theirs = socket.socketpair()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child: the template
-            code = 1
-            try:
-                close_in_child()
-                ours.close()
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)  # not the spawner's launch pipe
-                os.close(null)
-                code = serve(theirs)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+
+        def template() -> int:
+            close_in_child()
+            ours.close()
+            procs.stdin_from_devnull()  # not the spawner's launch pipe
+            return serve(theirs)
+
+        pid = procs.fork_child(template)
         theirs.close()
         return cls(ours, pid)
 
@@ -99,7 +87,7 @@ def serve(sock: socket.socket) -> int:
     sock.sendall(b"R")
     while True:
         readable, _, _ = select.select([sock], [], [], 0.5)
-        _reap()
+        procs.reap_children()
         if not readable:
             continue
         try:
@@ -113,34 +101,13 @@ def serve(sock: socket.socket) -> int:
 
 
 def _fork_standby(fd: int, sock: socket.socket, priority: int | None) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child: a standby supervisor
-        code = 1
-        try:
-            sock.close()
-            if priority is not None:  # a supervisor must answer stops promptly
-                warmstart.restore_priority(priority)
-            from perdure.backends.local import warm
+    def standby() -> int:  # a standby supervisor whose replica is forked from it
+        sock.close()
+        if priority is not None:  # a supervisor must answer stops promptly
+            warmstart.restore_priority(priority)
+        from perdure.backends.local import warm
 
-            code = warm.run_standby(socket.socket(fileno=fd), forked=True)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+        return warm.run_standby(socket.socket(fileno=fd), forked=True)
+
+    procs.fork_child(standby)
     os.close(fd)
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return

@@ -19,9 +19,8 @@ from __future__ import annotations
 import os
 import select
 import sys
-import traceback
 
-from perdure.backends.local import supervisor, warm
+from perdure.backends.local import procs, supervisor, warm
 from perdure.backends.local.pool import Pool
 
 REAP_SECONDS = 0.2
@@ -34,7 +33,7 @@ def main() -> None:
     buffered = b""
     while True:
         ready, _, _ = select.select([0, *pool.fds()], [], [], REAP_SECONDS)
-        _reap()
+        procs.reap_children()
         cold = pool.due()
         for fd in ready:
             if fd != 0:
@@ -59,39 +58,14 @@ def main() -> None:
 
 
 def _fork_supervisor(directory: str, pool: Pool) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if os.fork() != 0:
-        return
-    # The child: a supervisor in a session of its own, not reading the spawner's stdin.
-    code = 1
-    try:
+    def supervise() -> int:
+        # A supervisor in a session of its own, not reading the spawner's stdin.
         pool.close_in_child()  # a standby must see the spawner's exit as end of input
         os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        code = supervisor.main([directory])
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-        if stop.code is not None and not isinstance(stop.code, int):
-            print(stop.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        procs.stdin_from_devnull()
+        return supervisor.main([directory])
 
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    procs.fork_child(supervise)
 
 
 if __name__ == "__main__":
