@@ -51,8 +51,13 @@ def replica_launches(state_dir: Path, job: Job, replica: str) -> list[LaunchRepo
         started = status.get("started_at")
         if started is None:
             continue
-        out.append(LaunchReport(float(started), exit_.get("time"),
-                                _records(d / "progress.jsonl")))
+        # From when the controller launched it (launch.json), so that startup also counts
+        # a launch held for a warm standby before its supervisor started.
+        try:
+            launched = min(float(started), (d / layout.LAUNCH).stat().st_mtime)
+        except OSError:
+            launched = float(started)
+        out.append(LaunchReport(launched, exit_.get("time"), _records(d / "progress.jsonl")))
     return out
 
 
