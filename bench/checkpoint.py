@@ -36,6 +36,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 import torch.distributed as dist
+from pagecache import drop_cache
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
@@ -47,17 +48,6 @@ from perdure.runtime.checkpoint import Checkpointer
 WORLD = 2
 MODES = ("thread", "process")
 READ_PAIRS = 3
-
-
-def drop_cache(paths: list[Path]) -> None:
-    """Evict files from the page cache so the next read comes from the disk."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def files_under(directory: Path) -> list[Path]:

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from pagecache import drop_cache
+
 from perdure.runtime import CachedVolume, ElasticSampler
 from perdure.runtime.data import ElasticLoader, LocalSource
 
@@ -43,16 +45,6 @@ def read_all(path: str) -> int:
         while chunk := f.read(1 << 20):
             total += len(chunk)
     return total
-
-
-def drop_page_cache(paths: list[str]) -> None:
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def second_epoch(work: Path, count: int, size: int, rounds: int) -> None:
@@ -74,7 +66,7 @@ def second_epoch(work: Path, count: int, size: int, rounds: int) -> None:
         for _ in range(rounds):
             for kind, out in (("raw", raw), ("cached", cached)):
                 if mode == "cold":
-                    drop_page_cache(raw_paths + cached_paths)
+                    drop_cache(raw_paths + cached_paths)
                 start = time.perf_counter()
                 if kind == "raw":
                     for path in raw_paths:

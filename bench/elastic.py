@@ -205,7 +205,7 @@ def restore_worker(args: dict[str, Any]) -> None:
 
 
 def drop_cache(root: Path) -> None:
-    from checkpoint import drop_cache as evict  # bench/checkpoint.py
+    from pagecache import drop_cache as evict
 
     evict([p for p in root.rglob("*") if p.is_file()])
 

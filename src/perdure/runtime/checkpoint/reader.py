@@ -30,10 +30,14 @@ class _StorageFS(FileSystemBase):
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
 
+    @staticmethod
+    def _read_only(what: str) -> ValueError:
+        return ValueError(f"the restore reader only reads checkpoints; asked to {what}")
+
     @contextmanager
     def create_stream(self, path: Any, mode: str) -> Generator[io.IOBase, None, None]:
         if "r" not in mode:
-            raise ValueError(f"the restore reader only reads; asked for mode {mode!r}")
+            raise self._read_only(f"open {path} with mode {mode!r}")
         with self.storage.open_read(str(path)) as stream:
             yield stream  # type: ignore[misc]
 
@@ -41,13 +45,13 @@ class _StorageFS(FileSystemBase):
         return f"{path}/{suffix}"
 
     def rename(self, path: Any, new_path: Any) -> None:
-        raise NotImplementedError
+        raise self._read_only(f"rename {path} to {new_path}")
 
     def init_path(self, path: Any) -> str:
         return str(path)
 
     def mkdir(self, path: Any) -> None:
-        raise NotImplementedError
+        raise self._read_only(f"create the directory {path}")
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
@@ -57,7 +61,7 @@ class _StorageFS(FileSystemBase):
         return self.storage.size(str(path)) is not None
 
     def rm_file(self, path: Any) -> None:
-        raise NotImplementedError
+        raise self._read_only(f"delete {path}")
 
 
 class SafeReader(FileSystemReader):

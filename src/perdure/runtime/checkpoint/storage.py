@@ -52,7 +52,7 @@ class Storage(ABC):
 
     @abstractmethod
     def rename(self, src: str, dst: str) -> None:
-        """Rename directory ``src`` to ``dst`` atomically (only where ``atomic_rename``)."""
+        """Rename directory ``src`` to ``dst``; atomic only where ``atomic_rename``."""
 
     @abstractmethod
     def remove_tree(self, rel: str) -> None:
@@ -176,7 +176,10 @@ class FsspecStorage(Storage):
             return None
 
     def rename(self, src: str, dst: str) -> None:
-        raise NotImplementedError(f"{self.url} has no atomic directory rename")
+        """Move ``src`` to ``dst`` (copy, then delete, on object stores): not atomic, which is
+        why the commit protocol never renames here (``atomic_rename`` is False: saves are
+        written in place and the commit marker alone decides completeness)."""
+        self.fs.mv(self._p(src), self._p(dst), recursive=True)
 
     def remove_tree(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
