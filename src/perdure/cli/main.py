@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from perdure.cli import jobs, ops
+from perdure.cli import export, jobs, ops
 from perdure.cli.common import Ctx, load_spec
 
 app = typer.Typer(
@@ -41,6 +41,7 @@ def validate(spec: Path) -> None:
 
 jobs.register(app)
 ops.register(app)
+export.register(app)
 
 
 def main() -> None:
