@@ -26,6 +26,7 @@ IMAGE = re.compile(
 )
 MAX_IMAGE_NAME = 255
 INT32 = (-(2**31), 2**31 - 1)
+_POD_SUFFIX = 5  # the Job controller appends -<5 random characters> to each pod's name
 
 
 def check_image(image: str) -> None:
@@ -42,13 +43,16 @@ def _check_name(value: str, what: str, pattern: re.Pattern[str], allowed: str) -
         raise ExportError(f"{what} {value!r}: use {allowed}, at most {MAX_LABEL} characters")
 
 
-def check_hostnames(spec: JobSpec) -> None:
-    """Each pod's hostname <job>-<pool>-0-<index> must be a DNS label: MASTER_ADDR needs it."""
+def check_pod_names(spec: JobSpec) -> None:
+    """JobSet admits a set whose names are DNS-1035 labels: the JobSet's starts with a letter,
+    and its longest pod name, <job>-<pool>-0-<index>-<5 random>, has at most 63 characters."""
+    if not spec.name[0].isalpha():
+        raise ExportError(f"name {spec.name!r}: a JobSet's name must start with a letter")
     for i, pool in enumerate(spec.pools):
-        host = f"{spec.name}-{pool.name}-0-{pool.replicas - 1}"
-        if len(host) > MAX_LABEL:
+        pod = f"{spec.name}-{pool.name}-0-{pool.replicas - 1}-{'x' * _POD_SUFFIX}"
+        if len(pod) > MAX_LABEL:
             raise ExportError(
-                f"name, pools.{i}.name: the pod hostname {host!r} has {len(host)} characters; "
+                f"name, pools.{i}.name: the pod name {pod!r} would have {len(pod)} characters; "
                 f"Kubernetes allows {MAX_LABEL}: shorten the job's or the pool's name"
             )
 
@@ -71,7 +75,7 @@ def check_options(
     if not INT32[0] <= spec.priority <= INT32[1]:
         raise ExportError(f"priority: {spec.priority} does not fit a WorkloadPriorityClass "
                           f"(a 32-bit value, {INT32[0]}..{INT32[1]})")
-    check_hostnames(spec)
+    check_pod_names(spec)
 
 
 def priority_class_name(priority: int) -> str:

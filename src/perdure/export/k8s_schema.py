@@ -78,7 +78,7 @@ def crd_schema(text: str, source: str) -> dict[str, Any]:
             if version.get("name") == JOBSET_VERSION and isinstance(schema, dict):
                 return schema
         raise ExportError(f"--crd {source}: the JobSet CRD has no {JOBSET_VERSION} version with "
-                          "an openAPIV3Schema; use the CRD of JobSet v0.5 or later")
+                          "an openAPIV3Schema; use the CRD of JobSet v0.10 or later")
     raise ExportError(f"--crd {source}: no CustomResourceDefinition of group {JOBSET_GROUP}; "
                       "pass JobSet's CRD (jobset.x-k8s.io_jobsets.yaml)")
 

@@ -171,10 +171,16 @@ def test_good_images_pass(image: str) -> None:
 
 
 def test_spec_values_kubernetes_cannot_take_are_errors() -> None:
-    long = parse_job_spec("name: " + "a" * 40 + "\npools: [{name: " + "w" * 20
+    fits = parse_job_spec("name: " + "a" * 35 + "\npools: [{name: " + "w" * 15
                           + ", replicas: 10, command: [python]}]\n")
-    with pytest.raises(ExportError, match=r"pools.0.name: the pod hostname .* has 65 characters"):
+    assert export_k8s(fits, K8sOptions("x")).jobset  # 35+1+15+4+6 = 61
+    long = parse_job_spec("name: " + "a" * 40 + "\npools: [{name: " + "w" * 15
+                          + ", replicas: 10, command: [python]}]\n")
+    with pytest.raises(ExportError, match=r"pools.0.name: the pod name .* would have 66 char"):
         export_k8s(long, K8sOptions("x"))
+    digit = parse_job_spec("name: 7b\npools: [{name: w, command: [python]}]\n")
+    with pytest.raises(ExportError, match="name '7b': a JobSet's name must start with a letter"):
+        export_k8s(digit, K8sOptions("x"))
     queue = parse_job_spec("name: x\nqueue: Big Queue\npools: [{name: w, command: [python]}]\n")
     with pytest.raises(ExportError, match=r"queue 'Big Queue'.*pass --queue"):
         export_k8s(queue, K8sOptions("x"))
