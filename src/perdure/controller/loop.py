@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perdure.backends.base import Backend, LaunchError
-from perdure.core.decide import Outcome, Snapshot, decide
+from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
     Command,
     Decision,
@@ -33,6 +33,7 @@ from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Event, Job, Node
 from perdure.core.spec import ClusterSpec
 from perdure.core.states import ReplicaState
+from perdure.core.tick import Snapshot
 from perdure.store.sqlite import Store, StoredEvent
 
 Listener = Callable[[StoredEvent], None]

@@ -9,17 +9,13 @@ published with a Rendezvous decision; membership changes spend no restarts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from perdure.core.events import Rendezvous
 from perdure.core.model import Job, Replica
 from perdure.core.states import JobState, ReplicaState
-
-if TYPE_CHECKING:
-    from perdure.core.decide import _Tick
+from perdure.core.tick import Tick
 
 
-def publish(t: _Tick, job: Job, members: list[str], reason: str) -> None:
+def publish(t: Tick, job: Job, members: list[str], reason: str) -> None:
     """Start round `job.round + 1` (or round 0 of an attempt) with `members` in rank order."""
     by_name = {r.name: r for r in job.replicas}
     rank = {r.name: r.rank for r in job.replicas}
@@ -33,7 +29,7 @@ def publish(t: _Tick, job: Job, members: list[str], reason: str) -> None:
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
 
 
-def lose(t: _Tick, job: Job, r: Replica, why: str) -> None:
+def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     """`r` left the group: shrink (resize, enough left) or pause for its replacement."""
     r.state, r.relaunch = ReplicaState.WAITING, False
     survivors = [x.name for x in job.replicas
@@ -47,7 +43,7 @@ def lose(t: _Tick, job: Job, r: Replica, why: str) -> None:
                                       f"waiting for {r.name}")
 
 
-def joined(t: _Tick, job: Job, r: Replica) -> None:
+def joined(t: Tick, job: Job, r: Replica) -> None:
     """A replica of an elastic job is up: grow the group if it was not a member."""
     if r.name in job.members:
         return
