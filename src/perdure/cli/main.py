@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +12,7 @@ import typer
 
 from perdure.cli import jobs, ops
 from perdure.cli.common import Ctx, load_spec
+from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
 
 app = typer.Typer(
     help="Run PyTorch training jobs that survive failure.",
@@ -45,7 +48,23 @@ ops.register(app)
 
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    app()
+    try:
+        app()
+    except (StoreError, UnreadableJob) as exc:
+        _fail(str(exc))
+    except sqlite3.Error as exc:  # the state dir broke under a command: full, I/O error
+        where = Ctx.current.state_dir / "perdure.db" if Ctx.current else Path("perdure.db")
+        _fail(describe_error(where, exc))
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        _fail(f"{exc.filename}: {exc.strerror or exc}")
+
+
+def _fail(message: str) -> None:
+    """One line on stderr and exit 2: the state dir, a file or the disk is the problem."""
+    print(f"perdure: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 if __name__ == "__main__":

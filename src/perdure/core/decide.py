@@ -178,6 +178,11 @@ class _Decider(Tick):
             r.relaunch = False
             self.maybe_finish(job)
             return
+        if obs.user_error:  # the spec's error: no retry can fix it
+            message = f"Replica {r.name} could not start: {obs.message}"
+            self.apply(job, r, Verdict(Action.FAIL, ErrorCode.USER_CODE, message,
+                                       "launch failed"), f"{r.name}: the spec cannot start")
+            return
         v = Verdict(Action.RETRY, ErrorCode.INTERNAL, INTERNAL_MESSAGE, "launch failed")
         verdict, reason = escalate(v, r.restarts, job.retries, job.spec)
         self.apply(job, r, verdict, f"{r.name}: {reason}")
