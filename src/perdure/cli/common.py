@@ -14,7 +14,8 @@ from typing import ClassVar, NoReturn
 import typer
 
 from perdure.core.launchenv import workdir
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job, Node, make_replicas
+from perdure.core.scheduler import Capacity, can_ever_fit
 from perdure.core.spec import (
     ClusterSpec,
     JobSpec,
@@ -121,8 +122,23 @@ def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec) -> Job:
     job = Job(id=job_id, spec=spec, spec_dir=str(spec_path.resolve().parent), created=now,
               replicas=make_replicas(spec), updated=now)
     if cluster.backend == "local":
+        check_fixed_capacity(job, cluster, str(spec_path))
         check_local_launch(job, str(spec_path))
     return job
+
+
+def check_fixed_capacity(job: Job, cluster: ClusterSpec, source: str) -> None:
+    """A job the local backend's nodes could never hold, even empty, is refused now: waiting
+    for capacity is for capacity that is busy or down, not for capacity that does not exist."""
+    cap = Capacity({n.name: Node(n.name, n.slots) for n in cluster.nodes}, {}, [])
+    if can_ever_fit(job, cap):
+        return
+    nodes = ", ".join(f"{n.name} ({n.slots})" for n in cluster.nodes)
+    widest = max(p.slots for p in job.spec.pools)
+    die(f"{source}: pools: the job needs {job.slots} slots ({job.spec.total_replicas} replicas, "
+        f"up to {widest} slots each) and the cluster's nodes have {cap.healthy} in all: "
+        f"{nodes}. Declare more slots in a cluster file (nodes: [{{name: local, slots: "
+        f"{max(job.slots, widest)}}}]) and pass it with --cluster")
 
 
 def check_local_launch(job: Job, source: str) -> None:

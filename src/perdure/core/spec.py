@@ -323,3 +323,10 @@ def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:
     queues = [q.name for q in cluster.queues]
     if spec.queue not in queues:
         raise SpecError(f"queue: unknown queue {spec.queue!r}; the cluster has {queues}")
+    quota = next(q.quota for q in cluster.queues if q.name == spec.queue)
+    if quota is not None and spec.total_slots > quota:
+        raise SpecError(
+            f"pools: the job needs {spec.total_slots} slots but queue {spec.queue!r} has a "
+            f"quota of {quota}: it could never start; use fewer replicas or slots, or raise "
+            "the quota in the cluster file"
+        )
