@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli import jobs, ops
-from perdure.cli.common import Ctx, load_spec
+from perdure.cli.common import Ctx, load_cluster, load_spec, new_job
 from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
 
 app = typer.Typer(
@@ -35,9 +35,11 @@ def _root(
 
 
 @app.command()
-def validate(spec: Path) -> None:
+def validate(click_ctx: typer.Context, spec: Path) -> None:
     """Check a job spec; exit non-zero naming each bad field."""
     s = load_spec(spec)
+    ctx: Ctx = click_ctx.obj
+    new_job(s, spec, load_cluster(ctx, None))  # the checks submit makes, e.g. the command
     typer.echo(f"{spec}: valid: job {s.name}, {s.total_replicas} replicas, "
                f"{s.total_slots} slots, queue {s.queue}")
 
