@@ -158,5 +158,5 @@ def test_hostile_spec_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     spec.write_bytes(b"name: s\xff\xfe\n")
     one_line_error(perdure(capsys, tmp_path, "validate", str(spec)), "not UTF-8")
     spec.write_text("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefg", "bcdefgh")))
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefg", "bcdefgh", strict=True)))
     one_line_error(perdure(capsys, tmp_path, "validate", str(spec)), "aliases expand")
