@@ -157,6 +157,7 @@ def test_hostile_spec_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     spec = tmp_path / "s.yaml"
     spec.write_bytes(b"name: s\xff\xfe\n")
     one_line_error(perdure(capsys, tmp_path, "validate", str(spec)), "not UTF-8")
+    pairs = zip("abcdefg", "bcdefgh", strict=True)
     spec.write_text("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefg", "bcdefgh", strict=True)))
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in pairs))
     one_line_error(perdure(capsys, tmp_path, "validate", str(spec)), "aliases expand")
