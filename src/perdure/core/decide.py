@@ -97,7 +97,7 @@ class _Decider(Tick):
         if r.state is ReplicaState.STARTING:
             r.state = ReplicaState.RUNNING
         if job.elastic and job.after_stop is None:
-            elastic.joined(self, job, r)
+            elastic.joined(self, job)
         up = all(x.state is ReplicaState.RUNNING for x in job.replicas)
         if job.state is JobState.PENDING and up:
             job.state = JobState.RUNNING
@@ -122,8 +122,14 @@ class _Decider(Tick):
                 return
             self.stopped(job, r, f)
             return
-        verdict, reason = escalate(classify(f, job.spec), r.restarts, job.retries, job.spec)
+        verdict = classify(f, job.spec)
+        if job.elastic and verdict.reason == "node lost":  # membership: no restart spent
+            reason = "node lost, a membership change (no restart counted)"
+        else:
+            verdict, reason = escalate(verdict, r.restarts, job.retries, job.spec)
         self.apply(job, r, verdict, f"{r.name} exited {_status(f)}: {reason}")
+        if job.elastic and job.after_stop is None:
+            elastic.joined(self, job)  # it may have been the last of a group still starting
 
     def caused_the_round(self, job: Job, f: Failure, exit_time: float) -> bool:
         """Whether `f`, an exit seen while this round's replicas stop, is what failed first.
