@@ -9,7 +9,12 @@ from perdure.core.events import Launch, Observation, Stop
 
 
 class LaunchError(RuntimeError):
-    """The backend could not start a replica (an internal error, not the user's)."""
+    """The backend could not start a replica: an internal error, or with `user_error` one in
+    the spec that no retry fixes (a missing working directory, a command not found)."""
+
+    def __init__(self, message: str, *, user_error: bool = False) -> None:
+        super().__init__(message)
+        self.user_error = user_error
 
 
 @dataclass(frozen=True)

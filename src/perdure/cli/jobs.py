@@ -5,19 +5,30 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from perdure.backends.base import Backend
 from perdure.backends.factory import make_backend
-from perdure.cli.common import Ctx, die, load_cluster, load_spec, new_job, python
+from perdure.cli.common import (
+    Ctx,
+    die,
+    load_cluster,
+    load_spec,
+    new_job,
+    python,
+    remember_cluster,
+)
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
-from perdure.store.sqlite import Store, StoredEvent
+from perdure.core.spec import ClusterSpec
+from perdure.store.sqlite import Store, StoredEvent, make_state_dir
 
 ClusterOpt = Annotated[
     Path | None, typer.Option("--cluster", help="Cluster file: nodes and queue quotas.")
@@ -30,9 +41,16 @@ def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
     return f"{stamp} {who}[{e.kind}] {e.message}"
 
 
-def _controller(ctx: Ctx, store: Store, cluster_path: Path | None) -> Controller:
-    cluster = load_cluster(ctx, cluster_path, remember=True)
-    backend = make_backend(cluster, ctx.state_dir)
+def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
+    """The cluster's backend, or exit naming what is wrong (before anything is stored)."""
+    make_state_dir(ctx.state_dir)  # owner-only before the backend writes into it
+    try:
+        return make_backend(cluster, ctx.state_dir)
+    except (ValueError, RuntimeError, ImportError, OSError) as exc:
+        die(f"{source or 'cluster'}: {exc}")
+
+
+def _controller(ctx: Ctx, store: Store, cluster: ClusterSpec, backend: Backend) -> Controller:
     settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python())
     return Controller(ctx.state_dir, store, backend, cluster, settings)
 
@@ -53,12 +71,16 @@ def controller(
 ) -> None:
     """Drive every unfinished job in the state dir (reconciles after a crash)."""
     ctx: Ctx = c.obj
+    cl = load_cluster(ctx, cluster)
     store = ctx.store()
-    ctl = _controller(ctx, store, cluster)
+    backend = _backend(ctx, cl, cluster)
+    remember_cluster(ctx, cluster)
+    ctl = _controller(ctx, store, cl, backend)
     ctl.listeners.append(lambda e: typer.echo(_fmt_event(e, with_job=True)))
     try:
         ctl.start()
     except ControllerBusy as exc:
+        ctl.close()
         die(str(exc))
     try:
         ctl.run(exit_when_idle=exit_when_idle)
@@ -73,55 +95,122 @@ def _final_state(store: Store, job_id: str) -> str:
     return job.state.value if job else "UNKNOWN"
 
 
-def _follow(store: Store, job_id: str) -> str:
-    """Print a job's events as they land (another controller drives it)."""
-    last = 0
-    while True:
-        for e in store.events(job_id, after=last):
+class _Interrupts:
+    """Ctrl-C, SIGTERM and SIGHUP (a CI timeout, `docker stop`, a closed terminal) while
+    `run` drives or follows a job: the first cancels the job and waits for its replicas to
+    stop; a second leaves the job running for `perdure controller`."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, store: Store, job_id: str) -> None:
+        self.store, self.job_id, self.count, self.sent = store, job_id, 0, False
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupts:
+        for sig in self.SIGNALS:
+            self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        name = signal.Signals(signum).name
+        if self.count > 1:
+            raise KeyboardInterrupt
+        typer.echo(f"{name}: cancelling job {self.job_id}: its replicas are stopped, then "
+                   f"this exits ({name} or Ctrl-C again leaves the job running)")
+
+    def poll(self) -> None:
+        """Send the cancel asked for (outside the handler: it may have cut a transaction)."""
+        if self.count and not self.sent:
+            self.sent = True
+            self.store.command("cancel", self.job_id)
+
+
+def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts) -> str:
+    """Print a job's events as another controller drives it; when that controller exits,
+    take over its lock and drive the job here."""
+    last, next_try = 0, 0.0
+    try:
+        while True:
+            stop.poll()
+            for e in store.events(job.id, after=last):
+                typer.echo(_fmt_event(e))
+                last = e.id
+            current = store.job(job.id)
+            if current is None or current.state.terminal:
+                break
+            if time.monotonic() >= next_try:
+                next_try = time.monotonic() + 0.5
+                if _take_over(ctl):
+                    ctl.listeners.append(_printer(job.id, after=last))
+                    return _drive(ctl, store, job, stop)
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        typer.echo("stopped following; the job goes on under the other controller")
+    ctl.close()
+    return _final_state(store, job.id)
+
+
+def _printer(job_id: str, after: int) -> Callable[[StoredEvent], None]:
+    """A listener printing the job's (and the cluster's) events after event `after`."""
+    def listener(e: StoredEvent) -> None:
+        if e.job_id in (job_id, None) and e.id > after:
             typer.echo(_fmt_event(e))
-            last = e.id
-        job = store.job(job_id)
-        if job is None or job.state.terminal:
-            return _final_state(store, job_id)
-        time.sleep(0.1)
+    return listener
+
+
+def _take_over(ctl: Controller) -> bool:
+    """Start `ctl` if the state dir's controller lock is free now."""
+    try:
+        ctl.start()
+    except ControllerBusy:
+        return False
+    typer.echo("the other controller has exited: this one drives the job now")
+    return True
 
 
 def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
-    """Submit a job and drive it in the foreground until it ends; exit 0 iff it succeeded."""
+    """Submit a job and drive it in the foreground until it ends; exit 0 iff it succeeded.
+
+    Ctrl-C, SIGTERM or SIGHUP cancel the job (its replicas are stopped); a second one leaves
+    it running for `perdure controller`."""
     ctx: Ctx = c.obj
     cl = load_cluster(ctx, cluster)
     job = new_job(load_spec(spec), spec, cl)
     store = ctx.store()
+    backend = _backend(ctx, cl, cluster)  # checked before anything is stored
+    remember_cluster(ctx, cluster)
+    ctl = _controller(ctx, store, cl, backend)
     store.submit(job)
     typer.echo(f"job {job.id} submitted (state dir {ctx.state_dir})")
-    ctl = _controller(ctx, store, cluster)
-    ctl.listeners.append(lambda e: typer.echo(_fmt_event(e)) if e.job_id in (job.id, None)
-                         else None)
-    try:
-        ctl.start()
-    except ControllerBusy:
-        typer.echo("another controller drives this state dir; following the job")
-        state = _follow(store, job.id)
-    else:
-        state = _drive(ctl, store, job)
+    with _Interrupts(store, job.id) as stop:
+        try:
+            ctl.start()
+        except ControllerBusy:
+            typer.echo("another controller drives this state dir; following the job")
+            state = _follow(store, job, ctl, stop)
+        else:
+            ctl.listeners.append(_printer(job.id, after=0))
+            state = _drive(ctl, store, job, stop)
     typer.echo(f"job {job.id} {state}")
     raise typer.Exit(0 if state == "SUCCEEDED" else 1)
 
 
-def _drive(ctl: Controller, store: Store, job: Job) -> str:
-    """Run the controller until the job ends; Ctrl-C cancels the job (twice: leave at once)."""
-    def interrupted(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        typer.echo("interrupted: cancelling the job (Ctrl-C again leaves it running)")
-        store.command("cancel", job.id)
+def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts) -> str:
+    """Run the controller until the job ends (or a second interrupt leaves it running)."""
+    def done() -> bool:
+        stop.poll()
+        return job.id not in ctl.snapshot.jobs
 
-    previous = signal.signal(signal.SIGINT, interrupted)
     try:
-        ctl.run(until=lambda: job.id not in ctl.snapshot.jobs)
+        ctl.run(until=done)
     except KeyboardInterrupt:
         typer.echo("left the job running; `perdure controller` picks it up")
     finally:
-        signal.signal(signal.SIGINT, previous)
         ctl.close()
     return _final_state(store, job.id)
 
@@ -129,7 +218,7 @@ def _drive(ctl: Controller, store: Store, job: Job) -> str:
 def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List jobs."""
     ctx: Ctx = c.obj
-    rows = ctx.store().job_rows()
+    rows = ctx.reader().job_rows()
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -175,7 +264,7 @@ def describe(
 ) -> None:
     """Show a job: state, error, replicas and every event with its reason."""
     ctx: Ctx = c.obj
-    store = ctx.store()
+    store = ctx.reader()
     job = store.job(ctx.resolve(store, job_ref))
     assert job is not None
     d = describe_json(store, job, ctx.state_dir)
@@ -210,7 +299,7 @@ def logs(
 ) -> None:
     """Print a replica's log (stderr by default; stdout with --stdout)."""
     ctx: Ctx = c.obj
-    store = ctx.store()
+    store = ctx.reader()
     job = store.job(ctx.resolve(store, job_ref))
     assert job is not None
     name = replica or job.primary.name

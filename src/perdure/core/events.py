@@ -49,11 +49,13 @@ class ReplicaExited:
 
 @dataclass(frozen=True)
 class LaunchFailed:
-    """The backend could not start (or lost track of) a launch: an internal error."""
+    """The backend could not start (or lost track of) a launch: an internal error, or with
+    `user_error` the spec's (the job fails at once, naming the problem)."""
 
     launch_id: str
     message: str
     time: float
+    user_error: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,29 +6,24 @@ SUSPENDED, requeued); the waiting replicas are placed once the victims' replicas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from perdure.core.commands import suspend
 from perdure.core.events import Command
 from perdure.core.model import Job
 from perdure.core.scheduler import Capacity
 from perdure.core.states import JobState, ReplicaState
-
-if TYPE_CHECKING:
-    from perdure.core.decide import _Tick
+from perdure.core.tick import Tick
 
 
 def _held_on_ready(job: Job, cap: Capacity) -> int:
     return sum(s for node, s in job.usage.items() if node in cap.ready)
 
 
-def hot_swap(t: _Tick, cap: Capacity, job: Job) -> bool:
+def hot_swap(t: Tick, cap: Capacity, job: Job) -> bool:
     """Free capacity for `job`'s waiting replicas by preempting lower-priority jobs.
 
     Returns True when enough capacity is (or will soon be) freed, so the job waits for it
     instead of counting toward its capacity timeout.
     """
-    from perdure.core.commands import suspend
-
     need = sum(r.slots for r in job.replicas if r.state is ReplicaState.WAITING) - cap.free
     if need <= 0:
         return False  # free slots exist but do not fit (fragmented, avoided node): just wait

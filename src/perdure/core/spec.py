@@ -5,14 +5,24 @@ No side effects: parsing takes text, never reads files (the CLI reads them).
 
 from __future__ import annotations
 
+import math
 import re
 from enum import Enum
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from perdure.core import yamlload
+
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+# Bounds no real job comes near; they keep one job's cost to the controller bounded (a tick,
+# the stored row) and every number within what sqlite and JSON hold exactly.
+INT_LIMIT = 2**31 - 1
+FLOAT_LIMIT = 1e9  # seconds: 31 years
+MAX_POOLS = 64
+MAX_REPLICAS = 1024  # per job, all pools together
+MAX_NODES = 1024
 
 
 class SpecError(ValueError):
@@ -20,7 +30,50 @@ class SpecError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Every spec model: unknown fields refused; every value, in any field, checked by
+    `_bounded` (finite, in range, no NUL byte, valid Unicode)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded(cls, v: Any) -> Any:
+        _check_value(v)
+        return v
+
+
+def _check_value(v: Any) -> None:
+    """Raise ValueError for a value no field may hold; recurse into lists and dicts."""
+    if isinstance(v, bool) or v is None or isinstance(v, BaseModel | Enum):
+        return
+    if isinstance(v, int) and abs(v) > INT_LIMIT:
+        raise ValueError(f"must be between {-INT_LIMIT} and {INT_LIMIT}")
+    if isinstance(v, float) and (not math.isfinite(v) or abs(v) > FLOAT_LIMIT):
+        raise ValueError(f"must be a finite number between {-FLOAT_LIMIT:g} and {FLOAT_LIMIT:g}")
+    if isinstance(v, str):
+        if "\0" in v:
+            raise ValueError("contains a NUL byte, which no argument, path or name may hold")
+        if not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("is not valid Unicode (a lone surrogate)") from None
+    elif isinstance(v, list | tuple):
+        for x in v:
+            _check_value(x)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            _check_value(k)
+            _check_value(x)
+
+
+def _check_env(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if not key or "=" in key:
+            raise ValueError(
+                f"environment variable name {key!r} is empty or holds '='; write NAME: value"
+            )
+    return env
 
 
 class RuleAction(str, Enum):
@@ -78,6 +131,8 @@ class PoolSpec(_Model):
     memory_mb: int | None = Field(None, ge=16)
     env: dict[str, str] = Field(default_factory=dict)
 
+    _env = field_validator("env")(_check_env)
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -125,7 +180,7 @@ class JobSpec(_Model):
     name: str
     queue: str = "default"
     priority: int = 0
-    pools: list[PoolSpec] = Field(min_length=1)
+    pools: list[PoolSpec] = Field(min_length=1, max_length=MAX_POOLS)
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
     restart: RestartSpec = Field(default_factory=RestartSpec)  # type: ignore[arg-type]
@@ -147,7 +202,12 @@ class JobSpec(_Model):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"pool names must be unique; repeated: {sorted(dup)}")
+        if self.total_replicas > MAX_REPLICAS:
+            raise ValueError(f"{self.total_replicas} replicas in all pools is more than the "
+                             f"{MAX_REPLICAS} a job may have")
         return self
+
+    _env = field_validator("env")(_check_env)
 
     @property
     def total_replicas(self) -> int:
@@ -180,7 +240,7 @@ class ClusterSpec(_Model):
 
     backend: Literal["local", "ray", "fake"] = "local"
     address: str | None = None
-    nodes: list[NodeSpec] = Field(default_factory=list)
+    nodes: list[NodeSpec] = Field(default_factory=list, max_length=MAX_NODES)
     queues: list[QueueSpec] = Field(default_factory=lambda: [QueueSpec(name="default", quota=None)])
 
     @model_validator(mode="after")
@@ -200,30 +260,44 @@ def default_cluster(cores: int) -> ClusterSpec:
     return ClusterSpec(nodes=[NodeSpec(name="local", slots=max(1, cores))])
 
 
+MAX_ERRORS = 20  # lines of errors shown; a hostile file may have thousands
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """A value as it appears in an error, cut short: errors never echo a whole document."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _format_errors(err: ValidationError, source: str, data: Any) -> str:
     lines = [f"{source}: invalid spec"]
-    for e in err.errors():
+    errors = err.errors()
+    for e in errors[:MAX_ERRORS]:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field; check the spelling (see DESIGN.md's job spec for the fields)"
         value = e.get("input")
-        shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {value!r})"
-        lines.append(f"  {loc}: {msg}{shown}")
+        shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {_short(value)})"
+        lines.append(f"  {_short(loc, 200)[1:-1] if len(loc) > 200 else loc}: {msg}{shown}")
+    if len(errors) > MAX_ERRORS:
+        lines.append(f"  ... and {len(errors) - MAX_ERRORS} more errors")
     return "\n".join(lines)
 
 
-def _load_yaml(text: str, source: str) -> Any:
+def _load_yaml(text: str | bytes, source: str) -> Any:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        if isinstance(text, bytes):
+            text = yamlload.decode(text)
+        data = yamlload.load(text)
+    except yamlload.YamlError as exc:
         raise SpecError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{source}: expected a mapping of fields at the top level")
     return data
 
 
-def parse_job_spec(text: str, source: str = "spec") -> JobSpec:
+def parse_job_spec(text: str | bytes, source: str = "spec") -> JobSpec:
     """Parse and validate a job spec from YAML text; raise SpecError naming each bad field."""
     data = _load_yaml(text, source)
     try:
@@ -232,7 +306,7 @@ def parse_job_spec(text: str, source: str = "spec") -> JobSpec:
         raise SpecError(_format_errors(exc, source, data)) from None
 
 
-def parse_cluster(text: str, source: str = "cluster") -> ClusterSpec:
+def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
     """Parse and validate a cluster file from YAML text; raise SpecError naming each bad field."""
     data = _load_yaml(text, source)
     try:
@@ -249,3 +323,10 @@ def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:
     queues = [q.name for q in cluster.queues]
     if spec.queue not in queues:
         raise SpecError(f"queue: unknown queue {spec.queue!r}; the cluster has {queues}")
+    quota = next(q.quota for q in cluster.queues if q.name == spec.queue)
+    if quota is not None and spec.total_slots > quota:
+        raise SpecError(
+            f"pools: the job needs {spec.total_slots} slots but queue {spec.queue!r} has a "
+            f"quota of {quota}: it could never start; use fewer replicas or slots, or raise "
+            "the quota in the cluster file"
+        )
