@@ -18,6 +18,7 @@ import sys
 import time
 
 from perdure.backends.local import layout, procs, supervisor, warm
+from perdure.backends.local.standby import launch_fits, standby_env
 from perdure.backends.local.template import Template
 from perdure.backends.local.template import enabled as template_enabled
 
@@ -66,7 +67,7 @@ class Pool:
         self.template_failed = False
         self.held: list[tuple[str, float]] = []  # (launch directory, start it cold after)
         self.status_path = os.path.join(launches_dir, STATUS_FILE)
-        self.env = warm.standby_env(dict(os.environ))
+        self.env = standby_env(dict(os.environ))
         self.active = False
         self.slots: dict[int, _Slot] = {}
         self.failures = 0
@@ -226,7 +227,7 @@ class Pool:
         if spec is None:
             return False  # the supervisor will report it
         child = supervisor.child_env(spec, directory)
-        return warm.launch_fits(list(spec["command"]), str(spec["cwd"]), child, self.env)
+        return launch_fits(list(spec["command"]), str(spec["cwd"]), child, self.env)
 
     def refill(self) -> None:
         """Fork standbys until there are `size` (ready or warming); never waits for one."""

@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterator
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+# What a supervisor handles itself (blocked, then waited for); a standby's child resets them.
+SUPERVISOR_SIGNALS = {signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT,
+                      signal.SIGHUP}
 
 
 class ProcStat:

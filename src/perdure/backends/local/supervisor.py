@@ -28,15 +28,14 @@ import sys
 import time
 
 from perdure.backends.local import layout, memory, procs
+from perdure.backends.local.standby import Standby, launch_fits
 from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from perdure.backends.local.warm import Standby
-
-HANDLED_SIGNALS = {signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+HANDLED_SIGNALS = procs.SUPERVISOR_SIGNALS
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
 SELF_STOP_GRACE_SECONDS = 10.0
 STDERR_TAIL_BYTES = 64 * 1024
@@ -143,10 +142,8 @@ class Supervisor:
         standby, self.standby = self.standby, None
         if standby is None:
             return 0
-        from perdure.backends.local import warm
-
         command, cwd = list(self.spec["command"]), self.spec["cwd"]
-        if not warm.launch_fits(command, cwd, env, standby.env):
+        if not launch_fits(command, cwd, env, standby.env):
             standby.dismiss()
             return 0
         try:
