@@ -12,6 +12,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 
 _PR_SET_PDEATHSIG = 1
@@ -136,6 +137,23 @@ def _children(pid: int) -> Iterator[int]:
                 yield from (int(c) for c in f.read().split())
         except OSError:
             continue
+
+
+def kill_descendants(pid: int, timeout: float = 2.0) -> None:
+    """SIGKILL every live descendant of `pid` (this process, a child subreaper) until none is
+    left; what ends stays a zombie for the caller to reap. Bounded by `timeout` (a fork bomb,
+    say, or a process stuck in the kernel)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in tree(pid)[1:] if (info := stat(p)) is not None and info.alive]
+        if not alive:
+            return
+        for victim in alive:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+        time.sleep(0.005)  # let them die; an orphan of theirs comes back to us meanwhile
 
 
 def rss_bytes(pids: list[int]) -> int:
