@@ -102,7 +102,8 @@ class LocalBackend:
             )
         # Strings, not Paths: launch() is on the controller's hot path.
         self._launches = os.path.join(os.path.realpath(state_dir), layout.LAUNCHES)
-        os.makedirs(self._launches, exist_ok=True)
+        layout.private_dirs(self._launches)
+        os.chmod(self._launches, 0o700)  # one made by an older perdure was 0755
         self._spawner = Spawner(self._launches, warm.pool_size(warm_pool))
         self._nodes = list(nodes)
         self._node_names = {node.name for node in nodes}
@@ -125,7 +126,7 @@ class LocalBackend:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: that launch is already running")
         directory = os.path.join(self._launches, launch.launch_id)
         try:
-            os.mkdir(directory)
+            os.mkdir(directory, 0o700)
         except FileExistsError:
             raise LaunchError(
                 f"launch id {launch.launch_id!r} was already used ({directory} exists); "

@@ -27,7 +27,9 @@ class Spawner:
         # The spawner and its supervisors print here until a supervisor has opened its own
         # supervisor.log (an import error, say); one descriptor for all of them.
         self.log_path = os.path.join(launches_dir, layout.EARLY_LOG)
-        self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC)
+        self._log = os.open(
+            self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+        )
         self.process: subprocess.Popen[bytes] | None = None
 
     def send(self, directory: str) -> subprocess.Popen[bytes]:

@@ -109,7 +109,7 @@ class Supervisor:
     def _spawn(self) -> None:
         stdout_path, stderr_path = self.spec["stdout"], self.spec["stderr"]
         for path in (stdout_path, stderr_path):
-            os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+            layout.private_dirs(os.path.dirname(path) or ".")
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
         zone = time.strftime("%z", time.localtime(now))
