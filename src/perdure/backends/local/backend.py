@@ -79,6 +79,8 @@ class LocalBackend:
     torch imported, from the first launch that can use one (or `prewarm()`) on: a
     replica whose command is `python SCRIPT ...` or `python -m MODULE ...` then starts in one
     in well under a second; others, and all when none is ready, start cold (see `warm`).
+    After `warm_idle` seconds (default `$PERDURE_WARM_IDLE_SECONDS`, else 600) without such a
+    launch the pool lets its template and standbys go, until the next one.
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class LocalBackend:
         memory_mechanism: str = "auto",
         inherit_env: bool = True,
         warm_pool: int | str | None = None,
+        warm_idle: float | None = None,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise RuntimeError(
@@ -104,7 +107,9 @@ class LocalBackend:
         self._launches = os.path.join(os.path.realpath(state_dir), layout.LAUNCHES)
         layout.private_dirs(self._launches)
         os.chmod(self._launches, 0o700)  # one made by an older perdure was 0755
-        self._spawner = Spawner(self._launches, warm.pool_size(warm_pool))
+        self._spawner = Spawner(
+            self._launches, warm.pool_size(warm_pool), warm.idle_seconds(warm_idle)
+        )
         self._nodes = list(nodes)
         self._node_names = {node.name for node in nodes}
         self._memory_mechanism = memory_mechanism

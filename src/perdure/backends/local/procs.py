@@ -224,6 +224,15 @@ def reap_children() -> None:
             return
 
 
+def kill_child(pid: int) -> None:
+    """SIGKILL a child of this process that has not been reaped (so its pid is still its own);
+    the caller's reaper reaps it."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+
+
 def stdin_from_devnull() -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

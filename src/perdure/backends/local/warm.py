@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 POOL_ENV = "PERDURE_WARM_POOL"
 DEFAULT_POOL = 2
+# After this long without a launch that could start warm, the pool lets its template and
+# standbys go (hundreds of MB each); the next such launch starts filling it again.
+IDLE_ENV = "PERDURE_WARM_IDLE_SECONDS"
+DEFAULT_IDLE_SECONDS = 600.0
 # "auto" (the default): at least DEFAULT_POOL, grown to the largest group of launches seen
 # arriving together (a job's replicas, all restarted at once by a group restart), up to
 # AUTO_MAX; each standby holds an interpreter with torch imported (~300 MB).
@@ -51,6 +55,22 @@ def pool_size(value: int | str | None) -> int | str:
             f"{AUTO!r}; 0 turns warm standby replicas off"
         )
     return size
+
+
+def idle_seconds(value: float | str | None) -> float:
+    """How long the pool stays filled without a launch, from an argument or
+    `$PERDURE_WARM_IDLE_SECONDS` (default 600): a number > 0; ValueError naming it otherwise."""
+    raw = os.environ.get(IDLE_ENV, DEFAULT_IDLE_SECONDS) if value is None else value
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ValueError(
+            f"warm pool idle time {raw!r} (argument or ${IDLE_ENV}) must be a number of "
+            "seconds > 0: the pool empties after that long without a launch"
+        )
+    return seconds
 
 
 def run_standby(link: socket.socket, forked: bool = False) -> int:
