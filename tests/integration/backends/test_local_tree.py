@@ -150,3 +150,21 @@ def test_a_plain_sigkill_without_memory_mb_is_not_out_of_memory(
     backend.close()
     assert isinstance(exited, ReplicaExited)
     assert (exited.exit_code, exited.oom) == (137, False)
+
+
+def test_without_memory_mb_a_v2_cgroup_has_no_limit_but_counts_oom_kills(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cgroup v2 bookkeeping on a stand-in directory (this host has no v2 memory
+    controller): no memory.max is written, memory.events is still read."""
+    parent = tmp_path / "delegated"
+    parent.mkdir()
+    (parent / "cgroup.controllers").write_text("cpu memory pids\n")
+    (parent / "cgroup.subtree_control").write_text("")
+    monkeypatch.setenv(memory.CGROUP_PARENT_ENV, str(parent))
+    tracked = memory.limit_for("launch-1", None, "auto")
+    assert tracked.mechanism == "cgroup-v2" and tracked.path == str(parent / "launch-1")
+    assert not (parent / "launch-1" / "memory.max").exists()
+    assert not tracked.oom_killed()
+    (parent / "launch-1" / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 1\noom_kill 1\n")
+    assert tracked.oom_killed()
+    assert memory.limit_for("launch-2", None, "rss").mechanism == "none"  # the sweep only

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 import socket
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,3 +158,46 @@ def test_the_holder_binds_to_the_jobs_interface_never_all(
     monkeypatch.setenv("PERDURE_SNAPSHOT_BIND", "0.0.0.0")
     with pytest.raises(ValueError, match=r"PERDURE_SNAPSHOT_BIND=0\.0\.0\.0"):
         Snapshotter()
+
+
+PROBE = """
+import json, os, socket, struct, sys
+from pathlib import Path
+from perdure.runtime.elastic import Snapshotter
+snap = Snapshotter()
+doc = json.loads((Path(os.environ["PERDURE_RDZV_DIR"]) / "holders" / "worker-0.json").read_text())
+for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+    local, state = line.split()[1], line.split()[3]
+    host, _, port = local.partition(":")
+    if int(port, 16) == doc["port"] and state == "0A":
+        print(json.dumps({"bound": socket.inet_ntoa(struct.pack("<I", int(host, 16))),
+                          "advertised": doc["host"]}))
+snap.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                    reason="needs root and iproute2")
+def test_on_a_network_the_holder_binds_to_the_interface_toward_master_addr(
+        tmp_path: Path) -> None:
+    """A host of its own (a network namespace with an interface of 10.N.M.2/24, both ends of
+    its veth pair inside) whose MASTER_ADDR is 10.N.M.1: the holder listens on 10.N.M.2."""
+    ns = f"phold{os.getpid()}{secrets.token_hex(2)}"
+    net = f"10.{secrets.randbelow(200) + 20}.{secrets.randbelow(250)}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for cmd in (["ip", "link", "set", "lo", "up"],
+                    ["ip", "link", "add", "va", "type", "veth", "peer", "name", "vb"],
+                    ["ip", "addr", "add", f"{net}.2/24", "dev", "va"],
+                    ["ip", "link", "set", "vb", "up"],
+                    ["ip", "link", "set", "va", "up"]):
+            subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True)
+        env = {**os.environ, "MASTER_ADDR": f"{net}.1", "PERDURE_RDZV_DIR": str(tmp_path),
+               "PERDURE_REPLICA": "worker-0", "PERDURE_JOB_SECRET": SECRET}
+        env.pop("PERDURE_SNAPSHOT_BIND", None)
+        out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PROBE],
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == {"bound": f"{net}.2", "advertised": f"{net}.2"}
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
