@@ -134,6 +134,10 @@ def test_files_outlive_the_process_and_keep_the_newest(tmp_path: Path) -> None:
     assert first.holder_dir is not None and first.holder_dir.is_relative_to(tmp_path)
     files = sorted(p.name for p in first.holder_dir.iterdir())
     assert files == ["snap-000000000002.bin", "snap-000000000003.bin"]
+    # weights, maybe in a /dev/shm every local user can list: the user's only
+    assert all(p.stat().st_mode & 0o077 == 0 for p in first.holder_dir.iterdir())
+    assert first.holder_dir.stat().st_mode & 0o077 == 0
+    assert first.holder_dir.parent.stat().st_mode & 0o077 == 0
     weights = state["model"].weight.detach().clone()
     first.close()
 

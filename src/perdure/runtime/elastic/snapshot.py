@@ -20,6 +20,7 @@ Side effects: a holder thread and socket, a background thread per save, files in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -254,10 +255,10 @@ class Snapshotter:
 
     def _write_file(self, step: int, chunks: list[memoryview]) -> None:
         assert self.holder_dir is not None
-        self.holder_dir.mkdir(parents=True, exist_ok=True)
+        _private_dirs(self.holder_dir)  # weights: the user's only, even in a shared /dev/shm
         final = self.holder_dir / f"snap-{step:012d}.bin"
         tmp = self.holder_dir / f".snap-{step:012d}.{os.getpid()}.tmp"
-        with tmp.open("wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
         os.replace(tmp, final)  # complete or absent, never partial
@@ -345,6 +346,15 @@ class Snapshotter:
         if self._holder is not None:
             self._holder.close()
             self._holder = None
+
+
+def _private_dirs(path: Path) -> None:
+    """Create `path` and its missing parents, each 0700."""
+    if path.is_dir():
+        return
+    _private_dirs(path.parent)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
 
 
 def _agree(mine: list[int]) -> int | None:
