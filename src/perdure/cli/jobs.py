@@ -15,7 +15,7 @@ from perdure.backends.factory import make_backend
 from perdure.cli.common import Ctx, die, load_cluster, load_spec, new_job, python
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
 from perdure.controller.loop import Controller, ControllerBusy
-from perdure.controller.secrets import job_secret, state_secret
+from perdure.controller.secrets import SecretError, job_secret, state_secret
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
 from perdure.store.sqlite import Store, StoredEvent
@@ -34,7 +34,10 @@ def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
 def _controller(ctx: Ctx, store: Store, cluster_path: Path | None) -> Controller:
     cluster = load_cluster(ctx, cluster_path, remember=True)
     backend = make_backend(cluster, ctx.state_dir)
-    secret = state_secret(ctx.state_dir)
+    try:
+        secret = state_secret(ctx.state_dir)
+    except SecretError as exc:
+        die(str(exc))
     settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python(),
                               job_secret=lambda job_id: job_secret(secret, job_id))
     return Controller(ctx.state_dir, store, backend, cluster, settings)

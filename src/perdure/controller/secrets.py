@@ -18,7 +18,7 @@ import secrets
 import time
 from pathlib import Path
 
-__all__ = ["ENV_JOB_SECRET", "SECRET_FILE", "job_secret", "state_secret"]
+__all__ = ["ENV_JOB_SECRET", "SECRET_FILE", "SecretError", "job_secret", "state_secret"]
 
 ENV_JOB_SECRET = "PERDURE_JOB_SECRET"
 SECRET_FILE = "secret"
@@ -35,17 +35,21 @@ def state_secret(state_dir: Path) -> bytes:
     Two processes creating it at once agree: O_EXCL lets one write it, the other reads it.
     """
     path = state_dir / SECRET_FILE
-    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return _read(path)
-    value = secrets.token_bytes(_SIZE)
-    try:
-        os.write(fd, value)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return _read(path)
+        value = secrets.token_bytes(_SIZE)
+        try:
+            os.write(fd, value)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise SecretError(f"{path}: cannot be created or read: {exc.strerror or exc}; "
+                          "check the state dir's permissions and free space") from exc
     return value
 
 

@@ -43,6 +43,12 @@ def test_a_damaged_secret_file_is_named(tmp_path: Path) -> None:
         state_secret(tmp_path)
 
 
+def test_a_state_dir_that_cannot_hold_it_is_named(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(SecretError, match=r"file/state/secret: cannot be created or read"):
+        state_secret(tmp_path / "file" / "state")
+
+
 def test_job_secret_is_hmac_of_the_job_id() -> None:
     key = bytes(range(32))
     expected = hmac.new(key, b"job-abc", hashlib.sha256).hexdigest()
