@@ -178,10 +178,12 @@ snap.close()
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                     reason="needs root and iproute2")
-def test_on_a_network_the_holder_binds_to_the_interface_toward_master_addr(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("toward", ["master", "relay"])
+def test_on_a_network_the_holder_binds_to_the_interface_the_job_uses(
+        toward: str, tmp_path: Path) -> None:
     """A host of its own (a network namespace with an interface of 10.N.M.2/24, both ends of
-    its veth pair inside) whose MASTER_ADDR is 10.N.M.1: the holder listens on 10.N.M.2."""
+    its veth pair inside) whose MASTER_ADDR is 10.N.M.1 (or loopback, with the controller's
+    relay at 10.N.M.1): the holder listens on 10.N.M.2."""
     ns = f"phold{os.getpid()}{secrets.token_hex(2)}"
     net = f"10.{secrets.randbelow(200) + 20}.{secrets.randbelow(250)}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -195,6 +197,8 @@ def test_on_a_network_the_holder_binds_to_the_interface_toward_master_addr(
         env = {**os.environ, "MASTER_ADDR": f"{net}.1", "PERDURE_RDZV_DIR": str(tmp_path),
                "PERDURE_REPLICA": "worker-0", "PERDURE_JOB_SECRET": SECRET}
         env.pop("PERDURE_SNAPSHOT_BIND", None)
+        if toward == "relay":  # an elastic job on a cluster: MASTER_ADDR says nothing
+            env.update(MASTER_ADDR="127.0.0.1", PERDURE_CONTROL_ADDR=f"{net}.1:7000")
         out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PROBE],
                              env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr

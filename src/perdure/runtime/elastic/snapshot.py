@@ -370,13 +370,18 @@ def _agree(mine: list[int]) -> int | None:
 
 
 def _bind_host() -> str:
-    """The holder's address: `$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR
-    (loopback on one machine); never a wildcard (ValueError)."""
+    """The holder's address: `$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR,
+    else (a loopback MASTER_ADDR) toward the controller's relay (`$PERDURE_CONTROL_ADDR`, on a
+    cluster), else loopback; never a wildcard (ValueError)."""
     chosen = os.environ.get("PERDURE_SNAPSHOT_BIND")
     if chosen is not None:
         wire.check_bind(chosen, "PERDURE_SNAPSHOT_BIND")
         return chosen
-    return hd.interface_for(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    bound = hd.interface_for(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    control = os.environ.get("PERDURE_CONTROL_ADDR", "").rpartition(":")[0].strip("[]")
+    if bound in ("127.0.0.1", "::1") and control:
+        return hd.interface_for(control)
+    return bound
 
 
 def _advertise_host(bound: str) -> str:
