@@ -175,7 +175,8 @@ class Holder:
         self._server = _Server((host, 0), self)
         self.port = int(self._server.server_address[1])
         self.host = host
-        self._thread = threading.Thread(target=self._server.serve_forever,
+        # close() waits for the loop's next poll: keep a replica's exit quick
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         name="perdure-snapshot-holder", daemon=True)
         self._thread.start()
 
