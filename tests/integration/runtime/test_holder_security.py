@@ -6,6 +6,7 @@ socket, without the job's secret. Real sockets, holders in this process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -205,3 +206,16 @@ def test_on_a_network_the_holder_binds_to_the_interface_the_job_uses(
         assert json.loads(out.stdout) == {"bound": f"{net}.2", "advertised": f"{net}.2"}
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_a_hostile_header_is_dropped_quietly(holder: hd.Holder,
+                                             capfd: pytest.CaptureFixture[str]) -> None:
+    for header in (b"[" * 60000, b'{"op": "put", ' + b'"x": ' * 10000 + b"1}", b"\xff" * 100):
+        with socket.create_connection(("127.0.0.1", holder.port), timeout=2.0) as sock:
+            sock.sendall(FRAME.pack(len(header)) + header)
+            with contextlib.suppress(OSError):
+                sock.recv(1 << 16)
+    time.sleep(0.2)
+    assert "Traceback" not in capfd.readouterr().err
+    hd.put(address(holder), "worker-0", 1, [b"x"], {}, secret=SECRET)  # still serving
+    assert holder.steps("worker-0") == [1]

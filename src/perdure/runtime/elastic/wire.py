@@ -74,7 +74,10 @@ def recv_header(sock: socket.socket) -> dict[str, Any]:
     (n,) = _FRAME.unpack(recv_exact(sock, _FRAME.size))
     if n > MAX_HEADER:
         raise ConnectionError(f"header of {n} bytes is over the {MAX_HEADER}-byte limit")
-    doc = json.loads(recv_exact(sock, n))
+    try:
+        doc = json.loads(recv_exact(sock, n))
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past the limit
+        raise ConnectionError("header is not valid JSON") from None
     if not isinstance(doc, dict):
         raise ConnectionError("header is not a JSON object")
     return doc
