@@ -281,7 +281,8 @@ class LocalBackend:
         self._active.pop(tracked.launch_id, None)
         owner = layout.read_json(os.path.join(tracked.dir, layout.CLAIM)) or {}
         out.append(LaunchFailed(tracked.launch_id, self._lost_message(tracked, owner), time.time()))
-        kill_leftovers(tracked.status or layout.read_json(tracked.status_path) or {})
+        status = tracked.status or layout.read_json(tracked.status_path) or {}
+        kill_leftovers(status, tracked.dir)
 
     def _abandon_record(self) -> dict[str, Any]:
         return {"abandoned_by": self._identity, "pid": os.getpid(), "time": time.time()}

@@ -185,6 +185,26 @@ def session_members(sid: int, min_start_ticks: int) -> list[ProcStat]:
     return members
 
 
+def environ_members(entry: bytes, min_start_ticks: int) -> list[ProcStat]:
+    """Live processes (of this user) whose environment holds `entry` (b"NAME=value"), started
+    no earlier than `min_start_ticks`: a replica's descendants that left its session and were
+    reparented away, found by the variable its supervisor gave it (unless they cleared it)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if entry not in f.read().split(b"\0"):
+                    continue
+        except OSError:  # gone, or another user's
+            continue
+        info = stat(int(name))
+        if info and info.alive and info.start_ticks >= min_start_ticks:
+            found.append(info)
+    return found
+
+
 _libc: list[ctypes.CDLL] = []
 
 
