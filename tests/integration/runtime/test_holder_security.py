@@ -15,6 +15,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,4 +219,20 @@ def test_a_hostile_header_is_dropped_quietly(holder: hd.Holder,
     time.sleep(0.2)
     assert "Traceback" not in capfd.readouterr().err
     hd.put(address(holder), "worker-0", 1, [b"x"], {}, secret=SECRET)  # still serving
+    assert holder.steps("worker-0") == [1]
+
+
+def test_a_flood_of_idle_connections_ties_up_a_bounded_number_of_threads(
+        holder: hd.Holder) -> None:
+    flood = [socket.create_connection(("127.0.0.1", holder.port)) for _ in
+             range(hd.MAX_CONNECTIONS + 20)]
+    try:
+        time.sleep(0.3)
+        threads = [t for t in threading.enumerate() if t.is_alive()]
+        assert len(threads) < hd.MAX_CONNECTIONS + 10  # not one per connection
+    finally:
+        for sock in flood:
+            sock.close()
+    time.sleep(0.3)  # their handlers see the end of input and give their slots back
+    hd.put(address(holder), "worker-0", 1, [b"x"], {}, secret=SECRET)
     assert holder.steps("worker-0") == [1]

@@ -138,6 +138,7 @@ def _step(request: dict[str, Any]) -> int:
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # a burst of peers (all ranks restoring) waits for no SYN retry
 
     def __init__(self, address: tuple[str, int], holder: Holder) -> None:
         self.holder = holder
