@@ -25,6 +25,7 @@ from perdure.cli.common import (
 )
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
 from perdure.controller.loop import Controller, ControllerBusy
+from perdure.controller.secrets import SecretError, job_secret, state_secret
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
 from perdure.core.spec import ClusterSpec
@@ -51,7 +52,12 @@ def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
 
 
 def _controller(ctx: Ctx, store: Store, cluster: ClusterSpec, backend: Backend) -> Controller:
-    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python())
+    try:
+        secret = state_secret(ctx.state_dir)
+    except SecretError as exc:
+        die(str(exc))
+    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python(),
+                              job_secret=lambda job_id: job_secret(secret, job_id))
     return Controller(ctx.state_dir, store, backend, cluster, settings)
 
 

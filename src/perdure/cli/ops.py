@@ -121,6 +121,10 @@ def node_ls(c: typer.Context) -> None:
     for n in load_cluster(ctx, None).nodes:
         state = stored[n.name].state.value if n.name in stored else "READY"
         typer.echo(f"{n.name:<12} {n.slots} slots  {state}")
+    from perdure.backends.local import warm_pool_summary
+
+    if line := warm_pool_summary(ctx.state_dir):
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,6 +6,7 @@ No side effects: paths are joined as strings, nothing is read.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perdure.core.events import Launch
@@ -20,6 +21,9 @@ class LaunchSettings:
     state_dir: str
     python: str  # the interpreter perdure runs under; replaces a leading `python`
     master_addr: str = "127.0.0.1"
+    # job id -> the job's secret (controller/secrets.py); None: launches carry no secret, so
+    # replicas open no authenticated listener (snapshots are then not replicated)
+    job_secret: Callable[[str], str] | None = None
 
 
 def _resolve(base: str, path: str) -> str:
@@ -154,6 +158,8 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
     env["PERDURE_NODE"] = r.node or ""
     env["PERDURE_LAUNCH_ID"] = lid
     env["PERDURE_REPORT_DIR"] = posixpath.join(s.state_dir, "launches", lid)
+    if s.job_secret is not None:
+        env["PERDURE_JOB_SECRET"] = s.job_secret(job.id)
     if job.elastic:
         env["PERDURE_RDZV_DIR"] = rendezvous_dir(job.id, s)
         env["PERDURE_MIN_WORLD_SIZE"] = str(job.min_members)

@@ -84,6 +84,7 @@ class Cluster:
             PERDURE_ATTEMPT="1",
             PERDURE_ROUND=str(self.round),
             PERDURE_REPLICA=replica,
+            PERDURE_JOB_SECRET="5e" * 32,
             PERDURE_NODE=self.nodes[replica],
             PERDURE_RDZV_DIR=str(self.rdzv),
             PERDURE_ELASTIC_MODE=self.mode,

@@ -79,6 +79,8 @@ class LocalBackend:
     torch imported, from the first launch that can use one (or `prewarm()`) on: a
     replica whose command is `python SCRIPT ...` or `python -m MODULE ...` then starts in one
     in well under a second; others, and all when none is ready, start cold (see `warm`).
+    After `warm_idle` seconds (default `$PERDURE_WARM_IDLE_SECONDS`, else 600) without such a
+    launch the pool lets its template and standbys go, until the next one.
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class LocalBackend:
         memory_mechanism: str = "auto",
         inherit_env: bool = True,
         warm_pool: int | str | None = None,
+        warm_idle: float | None = None,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise RuntimeError(
@@ -102,8 +105,11 @@ class LocalBackend:
             )
         # Strings, not Paths: launch() is on the controller's hot path.
         self._launches = os.path.join(os.path.realpath(state_dir), layout.LAUNCHES)
-        os.makedirs(self._launches, exist_ok=True)
-        self._spawner = Spawner(self._launches, warm.pool_size(warm_pool))
+        layout.private_dirs(self._launches)
+        os.chmod(self._launches, 0o700)  # one made by an older perdure was 0755
+        self._spawner = Spawner(
+            self._launches, warm.pool_size(warm_pool), warm.idle_seconds(warm_idle)
+        )
         self._nodes = list(nodes)
         self._node_names = {node.name for node in nodes}
         self._memory_mechanism = memory_mechanism
@@ -125,7 +131,7 @@ class LocalBackend:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: that launch is already running")
         directory = os.path.join(self._launches, launch.launch_id)
         try:
-            os.mkdir(directory)
+            os.mkdir(directory, 0o700)
         except FileExistsError:
             raise LaunchError(
                 f"launch id {launch.launch_id!r} was already used ({directory} exists); "
@@ -275,7 +281,8 @@ class LocalBackend:
         self._active.pop(tracked.launch_id, None)
         owner = layout.read_json(os.path.join(tracked.dir, layout.CLAIM)) or {}
         out.append(LaunchFailed(tracked.launch_id, self._lost_message(tracked, owner), time.time()))
-        kill_leftovers(tracked.status or layout.read_json(tracked.status_path) or {})
+        status = tracked.status or layout.read_json(tracked.status_path) or {}
+        kill_leftovers(status, tracked.dir)
 
     def _abandon_record(self) -> dict[str, Any]:
         return {"abandoned_by": self._identity, "pid": os.getpid(), "time": time.time()}

@@ -89,13 +89,20 @@ def signal_replica(state_dir: Path | str, launch_id: str, sig: int) -> int:
     return pid
 
 
-def kill_leftovers(status: dict[str, Any]) -> None:
+def kill_leftovers(status: dict[str, Any], directory: str) -> None:
     """After a supervisor died: kill what its replica left (the replica died of PDEATHSIG).
 
     Every replica leads a session of its own; its members started no earlier than it did.
+    Its cgroup, if it had one, holds the rest; else descendants that left the session are
+    found by the error-file variable its supervisor gave it (`supervisor.child_env`).
     """
     if "pid" in status:
-        for member in procs.session_members(int(status["pid"]), int(status["start_ticks"])):
+        since = int(status["start_ticks"])
+        leftovers = procs.session_members(int(status["pid"]), since)
+        if not isinstance(status.get("cgroup"), str):
+            marker = f"PERDURE_ERROR_FILE={os.path.join(directory, layout.ERROR)}"
+            leftovers += procs.environ_members(os.fsencode(marker), since)
+        for member in leftovers:
             procs.send_signal(member.pid, member.start_ticks, signal.SIGKILL)
     cgroup = status.get("cgroup")
     if isinstance(cgroup, str):

@@ -20,6 +20,7 @@ Side effects: a holder thread and socket, a background thread per save, files in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from perdure.runtime.elastic import codec
+from perdure.runtime.elastic import codec, wire
 from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.rendezvous import Member
 from perdure.runtime.elastic.state import Buffers, apply, capture, check_state, kind_of, unwrap
@@ -145,10 +146,17 @@ class Snapshotter:
         job = os.environ.get("PERDURE_JOB_ID", "local")
         self.holder_dir = Path(chosen) / job / self.replica if chosen else None
         self._registry = self._registry_dir() if replicate else None
+        self._secret = os.environ.get(hd.ENV_SECRET, "")
+        if self._registry is not None and not self._secret:
+            log.warning("snapshots are not replicated to a peer: $%s is not set (perdure "
+                        "sets it for every replica it launches)", hd.ENV_SECRET)
+            self._registry = None
         self._holder: hd.Holder | None = None
         if self._registry is not None:
-            self._holder = hd.Holder(keep=keep, host=_bind_host())
-            self._holder.register(self._registry, self.replica, _advertise_host())
+            host = _bind_host()
+            self._holder = hd.Holder(keep=keep, host=host, secret=self._secret,
+                                     allowed=self._is_job_replica)
+            self._holder.register(self._registry, self.replica, _advertise_host(host))
         self._own: dict[int, tuple[int, dict[str, Any]]] = {}  # step -> (slot, tree)
         self._buffers = [Buffers() for _ in range(keep)]
         self._slot = 0
@@ -156,6 +164,14 @@ class Snapshotter:
         self._error: BaseException | None = None
         self._latest: SnapshotInfo | None = None
         self.skipped = 0
+
+    def _is_job_replica(self, name: str) -> bool:
+        """Whether `name` is one of this job's replicas: a member of the current round, or
+        registered in the job's holder registry (only these are stored)."""
+        if self.manager is not None and any(m.replica == name for m in self.manager.members):
+            return True
+        return self._registry is not None and any(
+            a.replica == name for a in hd.registered(self._registry))
 
     def _registry_dir(self) -> Path | None:
         rdzv = self.manager.rdzv_dir if self.manager else None
@@ -221,7 +237,7 @@ class Snapshotter:
             log.warning("snapshot of step %d not replicated: %s has no holder", step, peer)
             return None
         try:
-            hd.put(addr, self.replica, step, chunks, {"time": time.time()})
+            hd.put(addr, self.replica, step, chunks, {"time": time.time()}, secret=self._secret)
         except OSError as exc:  # the peer is gone: a membership change, not a save failure
             log.warning("snapshot of step %d not replicated to %s: %s", step, peer, exc)
             return None
@@ -239,10 +255,10 @@ class Snapshotter:
 
     def _write_file(self, step: int, chunks: list[memoryview]) -> None:
         assert self.holder_dir is not None
-        self.holder_dir.mkdir(parents=True, exist_ok=True)
+        _private_dirs(self.holder_dir)  # weights: the user's only, even in a shared /dev/shm
         final = self.holder_dir / f"snap-{step:012d}.bin"
         tmp = self.holder_dir / f".snap-{step:012d}.{os.getpid()}.tmp"
-        with tmp.open("wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
         os.replace(tmp, final)  # complete or absent, never partial
@@ -269,7 +285,7 @@ class Snapshotter:
             for addr in hd.registered(self._registry):
                 if addr.replica == self.replica:
                     continue
-                for step in hd.list_steps(addr, self.replica):
+                for step in hd.list_steps(addr, self.replica, secret=self._secret):
                     found.setdefault(step, f"peer:{addr.replica}")
         if self.holder_dir is not None:
             for path in self.holder_dir.glob("snap-*.bin"):
@@ -321,7 +337,8 @@ class Snapshotter:
         peer = source.split(":", 1)[1]
         addr = next(a for a in hd.registered(self._registry) if a.replica == peer)
         return _tree(hd.fetch_with(addr, self.replica, step,
-                                   lambda read_into, size: codec.read(read_into, size, into)))
+                                   lambda read_into, size: codec.read(read_into, size, into),
+                                   secret=self._secret))
 
     def close(self) -> None:
         """Wait for the last save, then stop serving peers' snapshots."""
@@ -329,6 +346,15 @@ class Snapshotter:
         if self._holder is not None:
             self._holder.close()
             self._holder = None
+
+
+def _private_dirs(path: Path) -> None:
+    """Create `path` and its missing parents, each 0700."""
+    if path.is_dir():
+        return
+    _private_dirs(path.parent)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
 
 
 def _agree(mine: list[int]) -> int | None:
@@ -344,17 +370,20 @@ def _agree(mine: list[int]) -> int | None:
 
 
 def _bind_host() -> str:
-    return os.environ.get("PERDURE_SNAPSHOT_BIND", "127.0.0.1" if _loopback() else "0.0.0.0")
+    """The holder's address: `$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR,
+    else (a loopback MASTER_ADDR) toward the controller's relay (`$PERDURE_CONTROL_ADDR`, on a
+    cluster), else loopback; never a wildcard (ValueError)."""
+    chosen = os.environ.get("PERDURE_SNAPSHOT_BIND")
+    if chosen is not None:
+        wire.check_bind(chosen, "PERDURE_SNAPSHOT_BIND")
+        return chosen
+    bound = hd.interface_for(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    control = os.environ.get("PERDURE_CONTROL_ADDR", "").rpartition(":")[0].strip("[]")
+    if bound in ("127.0.0.1", "::1") and control:
+        return hd.interface_for(control)
+    return bound
 
 
-def _advertise_host() -> str:
-    if _loopback():
-        return "127.0.0.1"
-    import socket
-
-    return os.environ.get("PERDURE_SNAPSHOT_HOST") or socket.gethostname()
-
-
-def _loopback() -> bool:
-    """Every replica on this machine (the local backend): keep holders off the network."""
-    return os.environ.get("MASTER_ADDR", "127.0.0.1") in ("127.0.0.1", "localhost", "::1")
+def _advertise_host(bound: str) -> str:
+    """The address peers reach the holder at: `$PERDURE_SNAPSHOT_HOST`, else the bound one."""
+    return os.environ.get("PERDURE_SNAPSHOT_HOST") or bound
