@@ -81,15 +81,21 @@ def load_cluster(ctx: Ctx, path: Path | None, *, remember: bool = False) -> Clus
     return cluster
 
 
-def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec) -> Job:
-    try:
-        check_job_fits(spec, cluster)
-    except SpecError as exc:
-        die(f"{spec_path}: {exc}")
+def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec) -> Job:
+    """A new job of `spec` (relative paths resolve against spec_dir); SpecError when the
+    cluster cannot take it."""
+    check_job_fits(spec, cluster)
     job_id = f"{spec.name}-{secrets.token_hex(3)}"
     now = time.time()
-    return Job(id=job_id, spec=spec, spec_dir=str(spec_path.resolve().parent), created=now,
+    return Job(id=job_id, spec=spec, spec_dir=spec_dir, created=now,
                replicas=make_replicas(spec), updated=now)
+
+
+def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec) -> Job:
+    try:
+        return make_job(spec, str(spec_path.resolve().parent), cluster)
+    except SpecError as exc:
+        die(f"{spec_path}: {exc}")
 
 
 def python() -> str:

@@ -30,7 +30,8 @@ def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
     return f"{stamp} {who}[{e.kind}] {e.message}"
 
 
-def _controller(ctx: Ctx, store: Store, cluster_path: Path | None) -> Controller:
+def make_controller(ctx: Ctx, store: Store, cluster_path: Path | None) -> Controller:
+    """The controller `perdure controller`, `run` and `serve` drive."""
     cluster = load_cluster(ctx, cluster_path, remember=True)
     backend = make_backend(cluster, ctx.state_dir)
     settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python())
@@ -54,7 +55,7 @@ def controller(
     """Drive every unfinished job in the state dir (reconciles after a crash)."""
     ctx: Ctx = c.obj
     store = ctx.store()
-    ctl = _controller(ctx, store, cluster)
+    ctl = make_controller(ctx, store, cluster)
     ctl.listeners.append(lambda e: typer.echo(_fmt_event(e, with_job=True)))
     try:
         ctl.start()
@@ -94,7 +95,7 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
     store = ctx.store()
     store.submit(job)
     typer.echo(f"job {job.id} submitted (state dir {ctx.state_dir})")
-    ctl = _controller(ctx, store, cluster)
+    ctl = make_controller(ctx, store, cluster)
     ctl.listeners.append(lambda e: typer.echo(_fmt_event(e)) if e.job_id in (job.id, None)
                          else None)
     try:

@@ -10,6 +10,7 @@ import typer
 
 from perdure.cli import jobs, ops
 from perdure.cli.common import Ctx, load_spec
+from perdure.serve.command import serve
 
 app = typer.Typer(
     help="Run PyTorch training jobs that survive failure.",
@@ -41,6 +42,7 @@ def validate(spec: Path) -> None:
 
 jobs.register(app)
 ops.register(app)
+app.command()(serve)
 
 
 def main() -> None:
