@@ -121,6 +121,9 @@ def nodes(store: Store, cluster: ClusterSpec) -> list[dict[str, Any]]:
 # (event kind, message prefix) -> timeline mark; the first match wins
 MARKS: tuple[tuple[str, str, str], ...] = (
     ("launch", "", "launch"),
+    ("state", "PENDING: attempt", "launch"),
+    ("decision", "succeed", "exit"),
+    ("decision", "done", "exit"),
     ("decision", "restart", "restart"),
     ("decision", "retry job", "retry"),
     ("decision", "hot-swap", "hot-swap"),
