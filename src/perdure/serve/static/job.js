@@ -88,12 +88,12 @@ function drawHead(d, title, stateEl, actions, errorBox, stats, refresh) {
   errorBox.hidden = !d.error;
   if (d.error) errorBox.replaceChildren(h("strong", {}, d.error.code), " ", d.error.message);
   const retries = Object.values(d.retries || {}).reduce((a, b) => a + b, 0);
-  const item = (k, v) => [h("dt", {}, k), h("dd", {}, v)];
+  const item = (k, v) => h("div", {}, h("dt", {}, k), h("dd", {}, v));
   stats.replaceChildren(...[
     item("Queue", d.queue), item("Priority", d.priority), item("Attempt", d.attempt),
     item("Step", d.step ?? "–"), item("Goodput", percent(d.goodput.goodput)),
     item("Job retries", retries), item("Age", duration(Date.now() / 1000 - d.created)),
-  ].flat());
+  ]);
 }
 
 function drawReplicas(body, reps) {
