@@ -85,7 +85,8 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
             "replicas_running": sum(r.get("state") == "RUNNING" for r in reps),
             "step": d.get("step"),
             "error": d.get("error"),
-            "goodput": cache.get(store, jid, updated, JobState(state).terminal),
+            "goodput": cache.get(store, jid, updated, JobState(state).terminal)
+            if attempt > 0 else None,  # never launched: nothing to account
         })
     return {"total": total, "offset": offset, "limit": limit, "counts": counts, "jobs": jobs}
 

@@ -107,3 +107,63 @@ def test_dashboard_login_job_live_log_and_cancel(server: Server, page: Any) -> N
 def _last_tick(text: str) -> int:
     ticks = [int(line.split()[1]) for line in text.splitlines() if line.startswith("tick ")]
     return max(ticks) if ticks else 0
+
+
+def big_state(tmp: Path) -> str:
+    """1,000 jobs in a store and a 10 MB log for the newest (served without a controller)."""
+    from perdure.cli.common import make_job
+    from perdure.core.spec import default_cluster, parse_job_spec
+    from perdure.core.states import JobState, ReplicaState
+    from perdure.store.sqlite import Store
+
+    store = Store(tmp / "state" / "perdure.db")
+    jobs = []
+    for i in range(1000):
+        job = make_job(parse_job_spec(spec(f"bulk-{i % 7}-{i}", replicas=2)), str(tmp),
+                       default_cluster(2))
+        job.created += i * 1e-3
+        job.state = [JobState.SUCCEEDED, JobState.FAILED, JobState.QUEUED][i % 3]
+        jobs.append(job)
+    big = jobs[-1]
+    big.state, big.attempt = JobState.RUNNING, 1
+    big.replicas[0].state, big.replicas[0].node = ReplicaState.RUNNING, "a"
+    with store.transaction():
+        for job in jobs:
+            store._put_job(job, new=True)
+    log = tmp / "state" / "logs" / big.id / "attempt-1" / "worker-0.err"
+    log.parent.mkdir(parents=True)
+    with log.open("w") as f:
+        for i in range(110_000):
+            f.write(f"step {i:06d} loss {1 / (i + 1):.6f} " + "." * 60 + "\n")
+    store.close()
+    return big.id
+
+
+def test_a_thousand_jobs_and_a_ten_megabyte_log(tmp_path: Path, page: Any) -> None:
+    from serve_harness import start_server, stop_server
+
+    pg, expect = page, playwright.expect
+    big = big_state(tmp_path)
+    other = start_server(tmp_path, "--no-controller")
+    try:
+        pg.goto(other.url + "/login")
+        pg.fill("#token", other.token)
+        pg.click("button[type=submit]")
+        expect(pg.locator(".pager")).to_contain_text("1–50 of 1,000")
+        assert pg.locator("tbody tr").count() == 50
+        shot(pg, "5-thousand-jobs")
+        pg.click(".pager button:has-text('Older')")
+        expect(pg.locator(".pager")).to_contain_text("51–100 of 1,000")
+        pg.goto(f"{other.url}/#/jobs/{big}")
+        log = pg.locator("pre.log")
+        expect(log).to_contain_text("step 109999")
+        shown = len(log.inner_text())
+        assert shown < 70_000  # the tail, not 10 MB
+        pg.click("button:has-text('Load earlier')")
+        expect(log).not_to_have_text("", timeout=5_000)
+        pg.wait_for_function("document.querySelector('pre.log').textContent.length > "
+                             f"{shown + 60_000}")
+        shot(pg, "6-big-log")
+        assert pg.problems == [] or all("401" in p for p in pg.problems)
+    finally:
+        stop_server(other)

@@ -19,6 +19,11 @@ function ticks(t0, t1, n) {
 }
 
 export function drawTimeline(container, tl) {
+  if (!tl.states.length) {
+    container.replaceChildren(h("p", { class: "muted" },
+      "Nothing yet: no controller has picked this job up."));
+    return;
+  }
   const width = Math.max(520, Math.floor(container.clientWidth || 900));
   const gutter = 104;
   const right = 12;

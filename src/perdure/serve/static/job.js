@@ -28,7 +28,8 @@ export function renderJob(root, id) {
       card("Goodput", goodput),
       card("Replicas", h("table", { class: "grid replicas" }, h("thead", {}, h("tr", {},
         ["Replica", "Rank", "Node", "State", "Restarts", "Exit"].map((c) =>
-          h("th", { scope: "col" }, c)))), replicas))),
+          h("th", { scope: "col", class: ["Rank", "Restarts", "Exit"].includes(c) ? "num"
+            : null }, c)))), replicas))),
     elastic,
     card("Log", logs.el),
     card("Events", events));

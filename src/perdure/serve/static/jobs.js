@@ -6,6 +6,7 @@ const STATES = ["RUNNING", "PENDING", "QUEUED", "SUSPENDING", "SUSPENDED", "CANC
   "SUCCEEDED", "FAILED", "CANCELLED"];
 const PAGE = 50;
 const REFRESH_MS = 2000;
+const NUMERIC = ["Priority", "Replicas", "Attempt", "Age"];
 
 export function renderJobs(root, params) {
   const state = params.get("state") || "";
@@ -18,8 +19,11 @@ export function renderJobs(root, params) {
   const pager = h("div", { class: "pager" });
   const table = h("table", { class: "grid jobs" },
     h("thead", {}, h("tr", {}, ["Job", "State", "Queue", "Priority", "Replicas", "Attempt",
-      "Goodput", "Age"].map((c) => h("th", { scope: "col" }, c)))), body);
-  root.append(h("div", { class: "page-head" }, h("h1", {}, "Jobs"), search), filters,
+      "Goodput", "Age"].map((c) => h("th", { scope: "col",
+      class: NUMERIC.includes(c) ? "num" : null }, c)))), body);
+  const topPager = h("div", { class: "pager" });
+  root.append(h("div", { class: "page-head" }, h("h1", {}, "Jobs"), search),
+    h("div", { class: "toolbar" }, filters, topPager),
     h("div", { class: "card flush" }, table), pager);
 
   const go = (next) => {
@@ -45,6 +49,7 @@ export function renderJobs(root, params) {
       drawFilters(filters, page.counts, state, go);
       drawRows(body, page.jobs);
       drawPager(pager, page, go);
+      drawPager(topPager, page, go);
     } catch (err) {
       if (stopped) return;
       clear(body).append(h("tr", {}, h("td", { colspan: 8, class: "muted" },

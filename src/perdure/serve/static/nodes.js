@@ -7,7 +7,7 @@ export function renderNodes(root) {
   root.append(h("div", { class: "page-head" }, h("h1", {}, "Nodes")),
     h("div", { class: "card flush" }, h("table", { class: "grid nodes" },
       h("thead", {}, h("tr", {}, ["Node", "Health", "Slots used", "Free", ""].map(
-        (c) => h("th", { scope: "col" }, c)))), body)));
+        (c) => h("th", { scope: "col", class: c === "Free" ? "num" : null }, c)))), body)));
   let timer = null;
   let stopped = false;
   async function load() {
