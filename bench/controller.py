@@ -132,10 +132,10 @@ def perdure_respawn(n: int, tmp: Path) -> tuple[list[float], list[float]]:
 
 
 def ms(xs: list[float]) -> str:
-    return f"median {statistics.median(xs) * 1e3:7.1f} ms  p90 {_pct(xs, 90) * 1e3:7.1f} ms"
+    return f"median {statistics.median(xs) * 1e3:7.1f} ms  p90 {pct(xs, 90) * 1e3:7.1f} ms"
 
 
-def _pct(xs: list[float], p: float) -> float:
+def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(len(s) * p / 100))]
 
@@ -221,10 +221,10 @@ def bench_scale(n_jobs: int, replicas: int) -> None:
         states[r["state"]] = states.get(r["state"], 0) + 1
     print(f"\n## core scale: {n_jobs} jobs x {replicas} replicas, fake backend, sqlite store")
     print(f"ticks {ticks}, wall {wall:.1f} s, launches {len(backend.launched)}, final {states}")
-    print(f"tick p50 {_pct(t, 50) * 1e3:.2f} ms  p99 {_pct(t, 99) * 1e3:.2f} ms  "
+    print(f"tick p50 {pct(t, 50) * 1e3:.2f} ms  p99 {pct(t, 99) * 1e3:.2f} ms  "
           f"max {max(t) * 1e3:.2f} ms  (goal p99 < 20 ms)")
     print(f"baseline: naive tick writing all {n_jobs} jobs: {naive * 1e3:.1f} ms; "
-          f"p99/naive {_pct(t, 99) / naive:.3f}x")
+          f"p99/naive {pct(t, 99) / naive:.3f}x")
     print(f"peak RSS of the process {peak_mb:.0f} MB")
 
 

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from controller import _pct, scale_load  # noqa: E402
+from controller import pct, scale_load
 
-from perdure.controller.loop import Controller  # noqa: E402
-from perdure.serve.auth import Auth  # noqa: E402
-from perdure.serve.context import ServeContext  # noqa: E402
-from perdure.serve.server import Layout, Service, bind  # noqa: E402
+from perdure.controller.loop import Controller
+from perdure.serve.auth import Auth
+from perdure.serve.context import ServeContext
+from perdure.serve.server import Layout, Service, bind
 
 TOKEN = "bench-token-" + "x" * 32
 TICK = 0.25  # fake seconds per tick, as bench/controller.py
@@ -120,7 +120,7 @@ def load_loop(url: str, rps: float, ids_file: str) -> None:
 
 
 def ms(xs: list[float], p: float) -> float:
-    return _pct(xs, p) * 1e3
+    return pct(xs, p) * 1e3
 
 
 def report(n_jobs: int, replicas: int, rps: float, alone: list[float],
@@ -130,7 +130,7 @@ def report(n_jobs: int, replicas: int, rps: float, alone: list[float],
     print(f"controller alone (baseline): {len(alone)} ticks, tick p50 {ms(alone, 50):.2f} ms, "
           f"p99 {ms(alone, 99):.2f} ms")
     for layout, (ticks, lat) in runs.items():
-        ratio = _pct(ticks, 99) / _pct(alone, 99)
+        ratio = pct(ticks, 99) / pct(alone, 99)
         print(f"\n### {layout.value}: tick p50 {ms(ticks, 50):.2f} ms, p99 {ms(ticks, 99):.2f} ms"
               f" = {ratio:.2f}x the controller alone (goal <= 1.2x)")
         floor = lat["floor"]

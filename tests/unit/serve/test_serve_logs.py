@@ -23,11 +23,12 @@ def test_tail_of_a_large_log_is_one_bounded_read_from_a_line(tmp_path: Path) -> 
 
 def test_text_never_ends_inside_a_utf8_character(tmp_path: Path) -> None:
     log = tmp_path / "w.out"
-    log.write_bytes("αβγ".encode())  # 2 bytes each
+    greek = "\u03b1\u03b2\u03b3"  # 2 bytes each
+    log.write_bytes(greek.encode())
     c = read_chunk(log, 0, 3)
-    assert c.text == "α" and c.next_offset == 2
+    assert c.text == greek[0] and c.next_offset == 2
     rest = read_chunk(log, c.next_offset)
-    assert rest.text == "βγ" and rest.next_offset == 6
+    assert rest.text == greek[1:] and rest.next_offset == 6
     log.write_bytes("a€".encode()[:-1])  # a writer is half-way through '€'
     c = read_chunk(log, 0)
     assert c.text == "a" and c.next_offset == 1 and c.size == 3
