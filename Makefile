@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test soak lint bench venv clean
+.PHONY: demo test soak lint bench venv clean test-serve-fuzz
 
 venv: $(STAMP)
 
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,serve]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,6 +23,9 @@ test: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak
+
+test-serve-fuzz: $(STAMP)
+	$(BIN)/python -m pytest -q -m serve_fuzz tests/e2e/serve
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

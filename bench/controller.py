@@ -132,10 +132,10 @@ def perdure_respawn(n: int, tmp: Path) -> tuple[list[float], list[float]]:
 
 
 def ms(xs: list[float]) -> str:
-    return f"median {statistics.median(xs) * 1e3:7.1f} ms  p90 {_pct(xs, 90) * 1e3:7.1f} ms"
+    return f"median {statistics.median(xs) * 1e3:7.1f} ms  p90 {pct(xs, 90) * 1e3:7.1f} ms"
 
 
-def _pct(xs: list[float], p: float) -> float:
+def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(len(s) * p / 100))]
 
@@ -165,9 +165,11 @@ def scale_script(rng: random.Random) -> FakeRun:
     return FakeRun(seconds=None)  # runs until its primary is done
 
 
-def bench_scale(n_jobs: int, replicas: int) -> None:
+def scale_load(state: Path, n_jobs: int, replicas: int,
+               now: list[float]) -> tuple[Controller, Store, FakeBackend]:
+    """The scale load: n_jobs x replicas queued for a started controller on the fake backend
+    (100 nodes x 20 slots: ~200 jobs at once; restarts, retries), its clock `now[0]`."""
     rng = random.Random(0)
-    now = [1000.0]
     primary_ends: dict[str, float] = {}
 
     def script(launch: Launch) -> FakeRun:
@@ -176,27 +178,32 @@ def bench_scale(n_jobs: int, replicas: int) -> None:
             return FakeRun(seconds=run, exit_code=0)
         return scale_script(rng)
 
-    nodes = [NodeInfo(f"n{i}", 20) for i in range(100)]  # 2,000 slots: ~200 jobs at once
+    nodes = [NodeInfo(f"n{i}", 20) for i in range(100)]
+    store = Store(state / "perdure.db")
+    backend = FakeBackend(nodes, script, clock=lambda: now[0])
+    cluster = ClusterSpec(backend="fake", nodes=[NodeSpec(name=n.name, slots=n.slots)
+                                                 for n in nodes],
+                          queues=[QueueSpec(name="default", quota=None)])
+    ctl = Controller(state, store, backend, cluster,
+                     LaunchSettings(str(state), sys.executable), clock=lambda: now[0])
+    ctl.start()
+    spec = JobSpec.model_validate({
+        "name": "scale", "pools": [{"name": "worker", "replicas": replicas,
+                                    "command": ["python", "t.py"]}]})
+    with store.transaction():
+        for i in range(n_jobs):
+            job = Job(f"scale-{i}", spec, str(state), now[0] + i * 1e-6,
+                      replicas=make_replicas(spec))
+            store._put_job(job, new=True)
+            store._command("submit", job.id, False, job.created)
+    return ctl, store, backend
+
+
+def bench_scale(n_jobs: int, replicas: int) -> None:
+    now = [1000.0]
     with tempfile.TemporaryDirectory() as d:
-        state = Path(d)
-        store = Store(state / "perdure.db")
-        backend = FakeBackend(nodes, script, clock=lambda: now[0])
-        cluster = ClusterSpec(backend="fake", nodes=[NodeSpec(name=n.name, slots=n.slots)
-                                                     for n in nodes],
-                              queues=[QueueSpec(name="default", quota=None)])
-        ctl = Controller(state, store, backend, cluster,
-                         LaunchSettings(str(state), sys.executable), clock=lambda: now[0])
-        ctl.start()
-        spec = JobSpec.model_validate({
-            "name": "scale", "pools": [{"name": "worker", "replicas": replicas,
-                                        "command": ["python", "t.py"]}]})
         began = time.perf_counter()
-        with store.transaction():
-            for i in range(n_jobs):
-                job = Job(f"scale-{i}", spec, d, now[0] + i * 1e-6,
-                          replicas=make_replicas(spec))
-                store._put_job(job, new=True)
-                store._command("submit", job.id, False, job.created)
+        ctl, store, backend = scale_load(Path(d), n_jobs, replicas, now)
         ticks = 0
         while True:
             ctl.tick()
@@ -214,10 +221,10 @@ def bench_scale(n_jobs: int, replicas: int) -> None:
         states[r["state"]] = states.get(r["state"], 0) + 1
     print(f"\n## core scale: {n_jobs} jobs x {replicas} replicas, fake backend, sqlite store")
     print(f"ticks {ticks}, wall {wall:.1f} s, launches {len(backend.launched)}, final {states}")
-    print(f"tick p50 {_pct(t, 50) * 1e3:.2f} ms  p99 {_pct(t, 99) * 1e3:.2f} ms  "
+    print(f"tick p50 {pct(t, 50) * 1e3:.2f} ms  p99 {pct(t, 99) * 1e3:.2f} ms  "
           f"max {max(t) * 1e3:.2f} ms  (goal p99 < 20 ms)")
     print(f"baseline: naive tick writing all {n_jobs} jobs: {naive * 1e3:.1f} ms; "
-          f"p99/naive {_pct(t, 99) / naive:.3f}x")
+          f"p99/naive {pct(t, 99) / naive:.3f}x")
     print(f"peak RSS of the process {peak_mb:.0f} MB")
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "perdure"
-SHELL = ("perdure.controller", "perdure.backends", "perdure.store", "perdure.api", "perdure.cli")
+SHELL = ("perdure.controller", "perdure.backends", "perdure.store", "perdure.api", "perdure.cli",
+         "perdure.serve")
 IO_MODULES = ("subprocess", "sqlite3", "threading", "socket", "time", "os")
 
 

@@ -110,24 +110,22 @@ def remember_cluster(ctx: Ctx, path: Path | None) -> None:
     tmp.replace(copy)
 
 
-def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec) -> Job:
-    """The job to submit, once the spec is known to fit the cluster and (local backend) its
-    working directory and commands exist; exit naming the field otherwise."""
-    try:
-        check_job_fits(spec, cluster)
-    except SpecError as exc:
-        die(f"{spec_path}: {exc}")
+def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec) -> Job:
+    """A new job of `spec` (relative paths resolve against spec_dir), once it is known to fit
+    the cluster and (local backend) its working directory and commands exist; SpecError
+    naming the field otherwise."""
+    check_job_fits(spec, cluster)
     job_id = f"{spec.name}-{secrets.token_hex(3)}"
     now = time.time()
-    job = Job(id=job_id, spec=spec, spec_dir=str(spec_path.resolve().parent), created=now,
+    job = Job(id=job_id, spec=spec, spec_dir=spec_dir, created=now,
               replicas=make_replicas(spec), updated=now)
     if cluster.backend == "local":
-        check_fixed_capacity(job, cluster, str(spec_path))
-        check_local_launch(job, str(spec_path))
+        check_fixed_capacity(job, cluster)
+        check_local_launch(job)
     return job
 
 
-def check_fixed_capacity(job: Job, cluster: ClusterSpec, source: str) -> None:
+def check_fixed_capacity(job: Job, cluster: ClusterSpec) -> None:
     """A job the local backend's nodes could never hold, even empty, is refused now: waiting
     for capacity is for capacity that is busy or down, not for capacity that does not exist."""
     cap = Capacity({n.name: Node(n.name, n.slots) for n in cluster.nodes}, {}, [])
@@ -135,20 +133,21 @@ def check_fixed_capacity(job: Job, cluster: ClusterSpec, source: str) -> None:
         return
     nodes = ", ".join(f"{n.name} ({n.slots})" for n in cluster.nodes)
     widest = max(p.slots for p in job.spec.pools)
-    die(f"{source}: pools: the job needs {job.slots} slots ({job.spec.total_replicas} replicas, "
+    raise SpecError(
+        f"pools: the job needs {job.slots} slots ({job.spec.total_replicas} replicas, "
         f"up to {widest} slots each) and the cluster's nodes have {cap.healthy} in all: "
         f"{nodes}. Declare more slots in a cluster file (nodes: [{{name: local, slots: "
         f"{max(job.slots, widest)}}}]) and pass it with --cluster")
 
 
-def check_local_launch(job: Job, source: str) -> None:
+def check_local_launch(job: Job) -> None:
     """What the local backend would refuse at launch, said now: the working directory and
     each pool's executable (looked up as the replica will: relative to the working directory,
     or on the PATH its environment gets)."""
     cwd = workdir(job)
     where = "workdir" if job.spec.workdir else "the spec's directory"
     if not os.path.isdir(cwd):
-        die(f"{source}: {where}: {cwd} is not a directory; create it or fix `workdir`")
+        raise SpecError(f"{where}: {cwd} is not a directory; create it or fix `workdir`")
     for i, pool in enumerate(job.spec.pools):
         exe = pool.command[0]
         field = f"pools.{i}.command"
@@ -158,12 +157,19 @@ def check_local_launch(job: Job, source: str) -> None:
             path = os.path.join(cwd, exe)
             if not (os.path.isfile(path) and os.access(path, os.X_OK)):
                 problem = "does not exist" if not os.path.exists(path) else "is not executable"
-                die(f"{source}: {field}: {path} {problem} (relative paths start at {where})")
+                raise SpecError(f"{field}: {path} {problem} (relative paths start at {where})")
             continue
         path_var = {**os.environ, **job.spec.env, **pool.env}.get("PATH", os.defpath)
         if shutil.which(exe, path=path_var) is None:
-            die(f"{source}: {field}: {exe!r} is not on the replica's PATH ({path_var}); "
-                "give the full path or fix PATH in `env`")
+            raise SpecError(f"{field}: {exe!r} is not on the replica's PATH ({path_var}); "
+                            "give the full path or fix PATH in `env`")
+
+
+def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec) -> Job:
+    try:
+        return make_job(spec, str(spec_path.resolve().parent), cluster)
+    except SpecError as exc:
+        die(f"{spec_path}: {exc}")
 
 
 def python() -> str:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from perdure.cli.common import die, load_spec, read_text
+from perdure.cli.common import die, load_spec, read_bytes
 from perdure.export.gaps import ExportError
 from perdure.export.k8s import K8sOptions, export_k8s, to_yaml
 from perdure.export.k8s_schema import validate_export
@@ -41,7 +41,7 @@ def k8s(
         die("--image is required: the container image with the training code, "
             "e.g. --image ghcr.io/acme/train:1.0")
     s = load_spec(spec)
-    crd_text = read_text(crd, "CRD file") if crd is not None else None
+    crd_text = _crd_text(crd) if crd is not None else None
     try:
         result = export_k8s(s, K8sOptions(image, queue, priority_class, namespace))
         notes = validate_export(result.documents, crd_text, str(crd))
@@ -67,3 +67,10 @@ def k8s(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(export_app, name="export")
+
+
+def _crd_text(path: Path) -> str:
+    try:
+        return read_bytes(path, "CRD file").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        die(f"CRD file {path}: not UTF-8 text (byte {exc.start}); pass the CRD's YAML or JSON")

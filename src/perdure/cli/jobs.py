@@ -51,7 +51,12 @@ def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
         die(f"{source or 'cluster'}: {exc}")
 
 
-def _controller(ctx: Ctx, store: Store, cluster: ClusterSpec, backend: Backend) -> Controller:
+def make_controller(ctx: Ctx, store: Store, cluster: ClusterSpec,
+                    source: Path | None) -> Controller:
+    """The controller `perdure controller`, `run` and `serve` drive: its backend is built (or
+    the command exits naming what is wrong) before the cluster file is remembered."""
+    backend = _backend(ctx, cluster, source)
+    remember_cluster(ctx, source)
     try:
         secret = state_secret(ctx.state_dir)
     except SecretError as exc:
@@ -79,9 +84,7 @@ def controller(
     ctx: Ctx = c.obj
     cl = load_cluster(ctx, cluster)
     store = ctx.store()
-    backend = _backend(ctx, cl, cluster)
-    remember_cluster(ctx, cluster)
-    ctl = _controller(ctx, store, cl, backend)
+    ctl = make_controller(ctx, store, cl, cluster)
     ctl.listeners.append(lambda e: typer.echo(_fmt_event(e, with_job=True)))
     try:
         ctl.start()
@@ -188,9 +191,7 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
     cl = load_cluster(ctx, cluster)
     job = new_job(load_spec(spec), spec, cl)
     store = ctx.store()
-    backend = _backend(ctx, cl, cluster)  # checked before anything is stored
-    remember_cluster(ctx, cluster)
-    ctl = _controller(ctx, store, cl, backend)
+    ctl = make_controller(ctx, store, cl, cluster)  # checked before anything is stored
     store.submit(job)
     typer.echo(f"job {job.id} submitted (state dir {ctx.state_dir})")
     with _Interrupts(store, job.id) as stop:

@@ -12,6 +12,7 @@ import typer
 
 from perdure.cli import export, jobs, ops
 from perdure.cli.common import Ctx, load_cluster, load_spec, new_job
+from perdure.serve.command import serve
 from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
 
 app = typer.Typer(
@@ -47,6 +48,7 @@ def validate(click_ctx: typer.Context, spec: Path) -> None:
 jobs.register(app)
 ops.register(app)
 export.register(app)
+app.command()(serve)
 
 
 def main() -> None:

@@ -19,6 +19,11 @@ def test_state_durations() -> None:
     assert d == {"QUEUED": 6, "PENDING": 1, "RUNNING": 11, "SUSPENDED": 2}
 
 
+def test_a_job_the_controller_has_not_seen_yet_has_no_goodput() -> None:
+    assert state_durations([], now=20) == {}
+    assert account([], [], now=20).goodput is None
+
+
 def test_uninterrupted_run() -> None:
     timeline = [(0.0, "QUEUED"), (2.0, "PENDING"), (3.0, "RUNNING"), (30.0, "SUCCEEDED")]
     launch = LaunchReport(2.0, 30.0, [

@@ -1,0 +1,49 @@
+"""What every request handler of `perdure serve` shares: paths, the cluster, stores, caches."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perdure.core.spec import ClusterSpec
+from perdure.serve.auth import Auth
+from perdure.serve.metrics import Metrics
+from perdure.serve.views import GoodputCache
+from perdure.store.sqlite import Store
+
+
+class Stores:
+    """One sqlite connection per thread (request threads, the event loop), opened on first use.
+
+    The controller keeps its own; WAL lets these read while it writes.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+
+    def get(self) -> Store:
+        store: Store | None = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = Store(self.path)
+        return store
+
+
+@dataclass
+class ServeContext:
+    state_dir: Path
+    cluster: ClusterSpec
+    auth: Auth
+    workdir: Path  # where jobs submitted through the API resolve relative paths
+    stores: Stores = field(init=False)
+    goodput: GoodputCache = field(init=False)
+    metrics: Metrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stores = Stores(self.state_dir / "perdure.db")
+        self.goodput = GoodputCache(self.state_dir)
+        self.metrics = Metrics(self.stores.get, self.goodput)
+
+    def store(self) -> Store:
+        return self.stores.get()

@@ -1,0 +1,78 @@
+"""The API's response shapes, for /openapi.json and for clients; handlers return plain dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class JobSummary(BaseModel):
+    id: str
+    name: str
+    queue: str
+    priority: int
+    state: str
+    attempt: int
+    created: float
+    updated: float
+    replicas: int
+    replicas_running: int
+    step: int | None
+    error: dict[str, str] | None
+    goodput: float | None
+
+
+class JobPage(BaseModel):
+    total: int
+    offset: int
+    limit: int
+    counts: dict[str, int]
+    jobs: list[JobSummary]
+
+
+class EventOut(BaseModel):
+    id: int
+    time: float
+    kind: str
+    message: str
+
+
+class LogChunkOut(BaseModel):
+    replica: str
+    attempt: int
+    stream: str
+    offset: int
+    next_offset: int
+    size: int
+    text: str
+    exists: bool
+
+
+class NodeOut(BaseModel):
+    name: str
+    state: str
+    slots: int
+    used: int
+    free: int
+
+
+class Accepted(BaseModel):
+    command: str
+    target: str
+    state: str | None = None
+
+
+class Submitted(BaseModel):
+    id: str
+    state: str
+
+
+class Problem(BaseModel):
+    detail: Any
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "No valid token or session"},
+    404: {"model": Problem, "description": "No such job, replica, attempt or node"},
+}

@@ -1,0 +1,173 @@
+"""Run the HTTP API and the controller in one process.
+
+The controller ticks in a thread of its own while uvicorn serves from the main thread
+(`Layout.CONTROLLER_THREAD`, the default); the other arrangement (`API_THREAD`) is kept for
+bench/serve.py, which measures both (docs/benchmarks.md). Either way a signal stops both: the
+API first, then the controller, whose replicas keep running for the next controller to adopt.
+A controller that raises stops the API too: a dashboard must never show a dead controller's
+jobs as if they were moving.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from perdure.backends.base import Backend
+from perdure.controller.loop import Controller
+from perdure.core.events import Launch, Observation, ReplicaExited, Stop
+from perdure.serve.app import create_app
+from perdure.serve.context import ServeContext
+
+GRACEFUL_SHUTDOWN_SECONDS = 1  # open event and log streams are cut after this
+
+
+class Layout(enum.Enum):
+    CONTROLLER_THREAD = "controller-thread"  # uvicorn in the main thread
+    API_THREAD = "api-thread"  # the controller in the main thread
+
+
+class MeasuredBackend:
+    """A backend whose polls feed the failure-detection histogram (exit -> observed)."""
+
+    def __init__(self, inner: Backend, observe: Callable[[float], None],
+                 clock: Callable[[], float]) -> None:
+        self.inner, self.observe, self.clock = inner, observe, clock
+
+    def poll(self) -> list[Observation]:
+        observations = self.inner.poll()
+        now = self.clock()
+        for o in observations:
+            if isinstance(o, ReplicaExited):
+                self.observe(max(0.0, now - o.time))
+        return observations
+
+    def nodes(self) -> Any:
+        return self.inner.nodes()
+
+    def launch(self, launch: Launch) -> None:
+        self.inner.launch(launch)
+
+    def stop(self, stop: Stop) -> None:
+        self.inner.stop(stop)
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        return self.inner.adopt(launch_ids)
+
+    def kill_node(self, node: str) -> None:
+        self.inner.kill_node(node)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the protocol, as it grows
+        return getattr(self.inner, name)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: the OS picks one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
+    # without it every keep-alive response waited ~40 ms for a delayed ACK (bench/serve.py).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class Service:
+    """`perdure serve`: the API on a socket, and the controller when there is one."""
+
+    def __init__(self, ctx: ServeContext, sock: socket.socket, controller: Controller | None,
+                 layout: Layout = Layout.CONTROLLER_THREAD,
+                 until: Callable[[], bool] | None = None) -> None:
+        self.ctx, self.sock, self.controller, self.layout = ctx, sock, controller, layout
+        self.until = until  # stop once this is true (benchmarks); checked after each tick
+        self.stopping = threading.Event()
+        self.failure: BaseException | None = None
+        self.tick_seconds: deque[float] = deque(maxlen=200_000)  # recent ticks, for benches
+        config = uvicorn.Config(
+            create_app(ctx), log_level="warning", access_log=False, server_header=False,
+            proxy_headers=False, lifespan="off",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
+        self.server = uvicorn.Server(config)
+        if controller is not None:
+            controller.backend = MeasuredBackend(controller.backend, ctx.metrics.detection.observe,
+                                                 controller.clock)
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+    def run(self) -> int:
+        """Serve until a signal (or `until`); the exit status: 0, or 1 if the controller broke."""
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            if self.controller is None:
+                self.server.run(sockets=[self.sock])
+            elif self.layout is Layout.CONTROLLER_THREAD:
+                worker = threading.Thread(target=self._drive, name="perdure-controller")
+                worker.start()
+                self.server.run(sockets=[self.sock])
+                self.stopping.set()
+                worker.join()
+            else:
+                api = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       name="perdure-api")
+                api.start()
+                self._drive()
+                api.join()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            if self.controller is not None:
+                self.controller.close()
+        return 1 if self.failure is not None else 0
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.server.should_exit = True
+
+    def _after_tick(self) -> bool:
+        ctl = self.controller
+        assert ctl is not None
+        for seconds in ctl.tick_seconds:
+            self.ctx.metrics.tick.observe(seconds)
+            self.tick_seconds.append(seconds)
+        ctl.tick_seconds.clear()  # a server runs for weeks: the list must not grow
+        if self.until is not None and self.until():
+            self.stop()
+        return self.stopping.is_set()
+
+    def _drive(self) -> None:
+        ctl = self.controller
+        assert ctl is not None
+        try:
+            while not self.server.started and not self.stopping.is_set():
+                time.sleep(0.01)  # tick once the API is up, so both start together
+            if not self.stopping.is_set():
+                ctl.run(until=self._after_tick)
+        except BaseException as exc:
+            self.failure = exc
+            traceback.print_exc()
+            print(f"perdure serve: the controller stopped ({type(exc).__name__}: {exc}); "
+                  "stopping the API too. Start `perdure serve` again: it re-attaches to the "
+                  "running replicas.", file=sys.stderr, flush=True)
+        finally:
+            self.stop()

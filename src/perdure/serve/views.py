@@ -1,0 +1,178 @@
+"""What the API shows, computed by the code the CLI uses; reads only (the store, logs, reports).
+
+This is the one module of serve/ that calls into the CLI's reading code (`describe_json`,
+goodput, the log location): when those move, only the calls here change.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perdure.cli.jobs import describe_json
+from perdure.cli.reports import accounted_launches, goodput
+from perdure.core.model import Job, Node
+from perdure.core.spec import ClusterSpec
+from perdure.core.states import JobState, ReplicaState
+from perdure.store.sqlite import Store, StoredEvent
+
+LIVE_GOODPUT_SECONDS = 5.0  # how long a running job's goodput is reused by the jobs list
+MAX_MARKS = 2000  # timeline marks per job; more are counted, not drawn
+
+
+def describe(store: Store, state_dir: Path, job: Job) -> dict[str, Any]:
+    """Exactly what `perdure describe --json` prints."""
+    return describe_json(store, job, state_dir)
+
+
+def log_file(state_dir: Path, job: Job, replica: str, attempt: int, stream: str) -> Path:
+    """The file `perdure logs` reads for a replica's attempt (stream: 'stderr' | 'stdout')."""
+    suffix = "err" if stream == "stderr" else "out"
+    return state_dir / "logs" / job.id / f"attempt-{attempt}" / f"{replica}.{suffix}"
+
+
+@dataclass
+class GoodputCache:
+    """Goodput per job for the jobs list: an ended job's never changes; a live one's is
+    reused for a few seconds (it reads every launch's progress file)."""
+
+    state_dir: Path
+    entries: dict[str, tuple[float, float, float | None]] = field(default_factory=dict)
+
+    def get(self, store: Store, job_id: str, updated: float, terminal: bool) -> float | None:
+        now = time.monotonic()
+        hit = self.entries.get(job_id)
+        if hit is not None and hit[0] == updated and (terminal or
+                                                      now - hit[1] < LIVE_GOODPUT_SECONDS):
+            return hit[2]
+        job = store.job(job_id)
+        if job is None:
+            return None
+        value = goodput(self.state_dir, job, store.events(job_id)).goodput
+        self.entries[job_id] = (updated, now, value)
+        return value
+
+
+def job_page(store: Store, cache: GoodputCache, states: list[str], search: str | None,
+             limit: int, offset: int) -> dict[str, Any]:
+    """One page of jobs, newest first, with the count in every state."""
+    where, args = ["1=1"], []
+    if states:
+        where.append(f"state IN ({','.join('?' * len(states))})")
+        args.extend(states)
+    if search:
+        where.append("(name LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')")
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        args.extend([pattern, pattern])
+    cond = " AND ".join(where)
+    total = store.db.execute(f"SELECT count(*) FROM jobs WHERE {cond}", args).fetchone()[0]
+    rows = store.db.execute(
+        "SELECT id, name, queue, priority, state, attempt, created, updated, data FROM jobs"
+        f" WHERE {cond} ORDER BY created DESC, id LIMIT ? OFFSET ?", [*args, limit, offset],
+    ).fetchall()
+    counts = dict(store.db.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
+    jobs = []
+    for jid, name, queue, prio, state, attempt, created, updated, data in rows:
+        d = json.loads(data)
+        reps = d.get("replicas", [])
+        jobs.append({
+            "id": jid, "name": name, "queue": queue, "priority": prio, "state": state,
+            "attempt": attempt, "created": created, "updated": updated,
+            "replicas": len(reps),
+            "replicas_running": sum(r.get("state") == "RUNNING" for r in reps),
+            "step": d.get("step"),
+            "error": d.get("error"),
+            "goodput": cache.get(store, jid, updated, JobState(state).terminal)
+            if attempt > 0 else None,  # never launched: nothing to account
+        })
+    return {"total": total, "offset": offset, "limit": limit, "counts": counts, "jobs": jobs}
+
+
+def used_slots(store: Store) -> dict[str, int]:
+    """Slots held on each node, from the stored replicas of jobs that hold capacity
+    (Job.used_slots over the stored JSON: parsing every job's spec would cost 100x)."""
+    holding = [s.value for s in JobState if s.holds_capacity]
+    rows = store.db.execute(
+        f"SELECT data FROM jobs WHERE state IN ({','.join('?' * len(holding))})", holding
+    ).fetchall()
+    used: dict[str, int] = {}
+    for (data,) in rows:
+        for r in json.loads(data).get("replicas", []):
+            if r.get("node") and ReplicaState(r["state"]).alive:
+                used[r["node"]] = used.get(r["node"], 0) + int(r.get("slots", 1))
+    return used
+
+
+def nodes(store: Store, cluster: ClusterSpec) -> list[dict[str, Any]]:
+    """The cluster's nodes with their health and slots used / free."""
+    stored = store.nodes()  # what the controller found at start; before that, the file's
+    known = list(stored.values()) or [Node(n.name, n.slots) for n in cluster.nodes]
+    used = used_slots(store)
+    out = []
+    for n in known:
+        u = used.get(n.name, 0)
+        out.append({"name": n.name, "state": n.state.value, "slots": n.slots, "used": u,
+                    "free": max(0, n.slots - u) if n.state.schedulable else 0})
+    return out
+
+
+# (event kind, message prefix) -> timeline mark; the first match wins
+MARKS: tuple[tuple[str, str, str], ...] = (
+    ("launch", "", "launch"),
+    ("state", "PENDING: attempt", "launch"),
+    ("decision", "succeed", "exit"),
+    ("decision", "done", "exit"),
+    ("decision", "restart", "restart"),
+    ("decision", "retry job", "retry"),
+    ("decision", "hot-swap", "hot-swap"),
+    ("decision", "move ", "move"),
+    ("decision", "suspend job", "suspend"),
+    ("decision", "fail job", "failure"),
+    ("state", "SUSPENDING", "suspend"),
+    ("elastic", "", "elastic"),
+    ("exit", "", "exit"),
+    ("launch-failed", "", "failure"),
+)
+STATE_KINDS = ("state", "running")
+ATTEMPT_ENDS = ("QUEUED", "SUSPENDED", "SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def _mark(e: StoredEvent) -> str | None:
+    return next((m for kind, prefix, m in MARKS
+                 if e.kind == kind and e.message.startswith(prefix)), None)
+
+
+def timeline(state_dir: Path, job: Job, events: list[StoredEvent]) -> dict[str, Any]:
+    """The job's states over time, its attempts, and marks for launches, restarts,
+    suspensions, elastic changes, hot-swaps and checkpoints (from the accounted replica's
+    progress records, as goodput reads them)."""
+    states = [{"time": e.time, "state": e.message.split(":", 1)[0]}
+              for e in events if e.kind in STATE_KINDS]
+    attempts: list[dict[str, Any]] = []
+    marks: list[dict[str, Any]] = []
+    for e in events:
+        if e.kind == "state" and e.message.startswith("PENDING: attempt "):
+            if attempts and attempts[-1]["end"] is None:
+                attempts[-1]["end"] = e.time
+            attempts.append({"attempt": len(attempts) + 1, "start": e.time, "end": None})
+        elif e.kind == "state" and attempts and e.message.startswith(ATTEMPT_ENDS):
+            attempts[-1]["end"] = attempts[-1]["end"] or e.time
+        kind = _mark(e)
+        if kind is not None:
+            marks.append({"time": e.time, "kind": kind, "label": e.message})
+    for launch in accounted_launches(state_dir, job):
+        for rec in launch.records:
+            if rec.get("kind") in ("checkpoint_save", "restore") and "t" in rec:
+                what = "checkpoint" if rec["kind"] == "checkpoint_save" else "restore"
+                marks.append({"time": float(rec["t"]), "kind": what,
+                              "label": f"{what} step {rec.get('step')} "
+                                       f"({float(rec.get('seconds', 0)):.2f}s)"})
+    marks.sort(key=lambda m: m["time"])
+    now = time.time()
+    end = states[-1]["time"] if job.state.terminal and states else now
+    return {"start": job.created, "end": end, "now": now, "states": states,
+            "attempts": attempts, "marks": marks[-MAX_MARKS:],
+            "marks_left_out": max(0, len(marks) - MAX_MARKS)}
