@@ -14,7 +14,7 @@ the same point, as with any collective.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
 import os
 import tempfile
@@ -31,13 +31,12 @@ from perdure.runtime.checkpoint import commit, values
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, UnsupportedValueError
+from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
-from perdure.runtime.checkpoint.metadata import decode_metadata
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
 from perdure.runtime.checkpoint.plan import Plan, make_plan, signature
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.procwriter import WriterProcess
-from perdure.runtime.checkpoint.restore import restore
 from perdure.runtime.checkpoint.staging import HostBuffers
 from perdure.runtime.checkpoint.storage import Storage, make_storage
 from perdure.runtime.checkpoint.tree import flatten
@@ -107,6 +106,7 @@ class Checkpointer:
         self.timeout_s = timeout_s
         self.last_save: SaveStats | None = None
         self.skipped_partial: list[str] = []
+        self.restore_failures: list[str] = []
         self._comm: Comm | None = None
         self._plan: Plan | None = None
         self._buffers: HostBuffers | None = None
@@ -149,7 +149,8 @@ class Checkpointer:
             self._plan is None or prepared.signature != self._plan.signature
         )
         busy = self._inflight is not None and not self._inflight.done
-        votes = comm.agree([int(problem is None), int(busy), int(changed)])
+        votes = comm.agree([int(problem is None), int(busy), int(changed), url_key(self.url)])
+        self._check_same_url(comm, votes)
         self._raise_if_unprepared(step, votes, problem)
         if any(v[1] for v in votes) and self.policy.on_busy is OnBusy.SKIP:
             log.info("skipped the save of step %d: the previous save is still persisting", step)
@@ -284,7 +285,10 @@ class Checkpointer:
         """Load the newest committed checkpoint into ``state`` in place; return its step.
 
         Returns None when there is none. Partial checkpoints (crashed saves) are skipped, named
-        in the log and in ``skipped_partial``, and never loaded.
+        in the log and in ``skipped_partial``, and never loaded. A committed checkpoint that
+        fails to load for any reason (a checksum that differs, a read error, a state that does
+        not fit) is named with the reason in the log and in ``restore_failures``, and the one
+        before it is tried; the error is raised only when none loads.
         """
         return self._restore(state, None)
 
@@ -298,41 +302,30 @@ class Checkpointer:
         self.wait()
         comm = self._comm_()
         st.check_state(state)
-        choice: Any = None
-        if comm.rank == 0:
-            try:
-                choice = self._choose(step)
-            except Exception as exc:  # every rank raises it, none waits for the others
-                choice = ("error", None, f"{type(exc).__name__}: {exc}", [])
-        name, found, doc, skipped = comm.broadcast_object(choice)
-        if name == "error":
-            raise CheckpointError(f"cannot list the checkpoints in {self.url}: {doc}")
-        self.skipped_partial = list(skipped)
-        for line in skipped:
-            log.warning("%s", line)
-        if name is None:
-            if step is None:
-                return None
-            raise CheckpointError(
-                f"there is no committed checkpoint of step {step} in {self.url}; committed "
-                f"steps: {doc}. Pick one of those, or use restore_latest()."
-            )
-        md, paths = decode_metadata(doc)
-        restore(state, self.storage, name, md, paths, comm)
-        self._last_step, self._last_time = found, time.monotonic()
-        return int(found)
+        self._check_same_url(comm, comm.agree([url_key(self.url)]))
+        outcome = restore_newest(state, self.storage, comm, step)
+        self.skipped_partial = outcome.skipped
+        self.restore_failures = outcome.failed
+        if outcome.step is None:
+            return None
+        self._last_step, self._last_time = outcome.step, time.monotonic()
+        return outcome.step
 
-    def _choose(self, step: int | None) -> tuple[str | None, int | None, Any, list[str]]:
-        found = commit.scan(self.storage)
-        skipped = [p.describe() for p in found.partial]
-        if step is None:
-            chosen = found.latest
-        else:
-            chosen = next((c for c in found.complete if c.step == step), None)
-        if chosen is None:
-            return None, None, [c.step for c in found.complete], skipped
-        doc = json.loads(self.storage.read_bytes(f"{chosen.name}/{commit.METADATA_JSON}"))
-        return chosen.name, chosen.step, doc, skipped
+    def _check_same_url(self, comm: Comm, votes: list[list[int]]) -> None:
+        """Raise on every rank when the ranks were given different checkpoint URLs (the last
+        value of each rank's votes is its url_key), showing each URL."""
+        if len({v[-1] for v in votes}) <= 1:
+            return
+        urls = comm.all_gather_object(self.url, control=True)
+        by_url: dict[str, list[int]] = {}
+        for rank, url in enumerate(urls):
+            by_url.setdefault(url, []).append(rank)
+        shown = "; ".join(f"rank(s) {ranks}: {url}" for url, ranks in by_url.items())
+        raise CheckpointError(
+            f"the ranks were given different checkpoint URLs ({shown}); every rank must pass "
+            "the same url to Checkpointer (a directory or bucket they all reach), not a "
+            "per-process path."
+        )
 
     def steps(self) -> list[int]:
         """Steps of the committed checkpoints, oldest first."""
@@ -358,6 +351,11 @@ class Checkpointer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def url_key(url: str) -> int:
+    """A 56-bit hash of a checkpoint URL, for the ranks to compare cheaply. No side effects."""
+    return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=7).digest(), "little")
 
 
 def _staging_dir(storage: Storage, given: str | os.PathLike[str] | None) -> Path | None:

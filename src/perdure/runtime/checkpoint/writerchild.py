@@ -6,7 +6,8 @@ only torch (no DCP) to start fast, and dies with its parent (PDEATHSIG, and EOF 
 
 Protocol: 8-byte length + JSON frames. ``map`` (followed by one byte carrying the memfd)
 installs the buffer and its slot table; ``write`` lists payloads in order (a slot number, or
-base64 bytes); the reply carries each payload's (offset, length) or the error.
+base64 bytes) and the checksum algorithm; the reply carries each payload's (offset, length,
+checksum) and the file's checksum, or the error.
 
 Side effects: writes files.
 """
@@ -85,8 +86,9 @@ def _write(doc: dict[str, Any], slots: list[torch.Tensor]) -> dict[str, Any]:
         slots[item["slot"]] if "slot" in item else base64.b64decode(item["bytes"])
         for item in doc["items"]
     ]
-    spans, size = write_payloads(Path(doc["path"]), payloads, fsync=doc["fsync"])
-    return {"ok": True, "size": size, "spans": spans}
+    written = write_payloads(Path(doc["path"]), payloads, fsync=doc["fsync"],
+                             algorithm=doc["checksum"])
+    return {"ok": True, "size": written.size, "spans": written.spans, "crc": written.crc}
 
 
 def serve(sock: socket.socket) -> None:
