@@ -6,7 +6,8 @@
     step = ckpt.restore_latest(state)                # in place; None when there is none
 
 Per save, training waits only while this rank's share of the state is copied into reusable
-host buffers; writing, the commit and retention run in a background thread (or a writer
+host buffers (what only an optimizer changes is copied in the background, before that
+optimizer's next step); writing, the commit and retention run in a background thread (or a writer
 process with ``persist="process"``). One save is in flight at a time; the next one waits for
 it, or skips (``SavePolicy(on_busy="skip")``). Every rank calls ``save``/``restore_latest`` at
 the same point, as with any collective.
@@ -37,13 +38,14 @@ from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
 from perdure.runtime.checkpoint.plan import Plan, make_plan, signature
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.procwriter import WriterProcess
-from perdure.runtime.checkpoint.staging import HostBuffers
+from perdure.runtime.checkpoint.staging import HostBuffers, StepGate, optimizer_storages
 from perdure.runtime.checkpoint.storage import Storage, make_storage
 from perdure.runtime.checkpoint.tree import flatten
 
 log = logging.getLogger("perdure.checkpoint")
 ENV_STAGING = "PERDURE_STAGING_DIR"
 _PERSIST_MODES = ("thread", "process")
+_STAGE_MODES = ("deferred", "sync")
 
 
 @dataclass
@@ -51,6 +53,8 @@ class _Prepared:
     flat: dict[str, Any]
     paths: dict[str, KeyPath]
     signature: int
+    optimizers: list[torch.optim.Optimizer]
+    defer: frozenset[int]  # storages only the optimizers change: staged in the background
 
 
 @dataclass
@@ -58,6 +62,7 @@ class _InFlight:
     thread: threading.Thread | None
     stats: SaveStats
     error: BaseException | None = None
+    gate: StepGate | None = None
 
     @property
     def done(self) -> bool:
@@ -77,6 +82,11 @@ class Checkpointer:
     staging_dir: a fast local directory to write shards to before uploading them to ``url``
         (default for non-local URLs: $PERDURE_STAGING_DIR or the system temp dir; a local
         ``url`` is written in place unless a staging_dir is given).
+    stage: "deferred" (default): tensors only an optimizer in the state changes are copied in
+        the background while the next step's forward and backward run, and that optimizer's
+        next ``step()`` waits for the copy; "sync": everything is copied before ``save``
+        returns. A deferred tensor changed in place by anything but its optimizer before its
+        copy fails that save with an error that says so (never a mixed checkpoint).
     timeout_s: how long a checkpoint collective waits for the other ranks.
     storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
     """
@@ -90,6 +100,7 @@ class Checkpointer:
         async_save: bool = True,
         persist: str = "thread",
         staging_dir: str | os.PathLike[str] | None = None,
+        stage: str = "deferred",
         timeout_s: float = 1800.0,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -97,6 +108,9 @@ class Checkpointer:
             raise ValueError(f"keep is {keep!r}; it must be an int >= 1, or None to keep all.")
         if persist not in _PERSIST_MODES:
             raise ValueError(f"persist is {persist!r}; it must be one of {_PERSIST_MODES}.")
+        if stage not in _STAGE_MODES:
+            raise ValueError(f"stage is {stage!r}; it must be one of {_STAGE_MODES}.")
+        self.stage = stage
         self.storage: Storage = make_storage(url, **dict(storage_options or {}))
         self.keep = keep
         self.policy = policy or SavePolicy()
@@ -191,7 +205,9 @@ class Checkpointer:
                         f"state value {fqn!r} is a {value.layout} tensor; only dense (strided) "
                         "tensors can be checkpointed. Convert it with .to_dense()."
                     )
-            return _Prepared(flat, paths, signature(flat, paths)), None
+            optimizers, defer = (optimizer_storages(state) if self.stage == "deferred"
+                                 else ([], frozenset()))
+            return _Prepared(flat, paths, signature(flat, paths), optimizers, defer), None
         except Exception as exc:
             return None, exc
 
@@ -226,7 +242,7 @@ class Checkpointer:
         assert self._plan is not None and self._buffers is not None
         step = stats.step
         start = time.perf_counter()
-        staged = self._buffers.stage(prepared.flat, self._plan.items)
+        staged, pending = self._buffers.stage(prepared.flat, self._plan.items, prepared.defer)
         stats.extra["stage_s"] = time.perf_counter() - start
         self._seq += 1
         dir_name = (
@@ -235,7 +251,7 @@ class Checkpointer:
             else commit.final_name(step)
         )
         job = SaveJob(step, dir_name, staged, self._buffers, self._plan.metadata,
-                      self._plan.paths, comm.world)
+                      self._plan.paths, comm.world, pending, background)
         self._last_step, self._last_time = step, time.monotonic()
         persister = self._persister(comm)
         # What training waited for in save(), besides a previous save still in flight.
@@ -249,6 +265,8 @@ class Checkpointer:
         inflight.thread = threading.Thread(
             target=self._run, args=(persister, job, inflight), name="perdure-checkpoint-persist"
         )
+        if pending:  # opened by the thread once the pending copies are done
+            job.gate = inflight.gate = StepGate(prepared.optimizers)
         self._inflight = inflight
         inflight.thread.start()
 
@@ -274,6 +292,10 @@ class Checkpointer:
             return
         if inflight.thread is not None:
             inflight.thread.join()
+        if inflight.gate is not None:
+            inflight.gate.remove()
+            inflight.stats.extra["step_wait_s"] = inflight.gate.waited_s
+            inflight.stats.blocked_s += inflight.gate.waited_s
         self._inflight = None
         self.last_save = inflight.stats
         if inflight.error is not None:

@@ -31,8 +31,15 @@ from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError
 from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
+from perdure.runtime.checkpoint.priority import lower_this_thread
 from perdure.runtime.checkpoint.procwriter import WriterProcess
-from perdure.runtime.checkpoint.staging import HostBuffers, StagedItem
+from perdure.runtime.checkpoint.staging import (
+    HostBuffers,
+    Pending,
+    StagedItem,
+    StepGate,
+    copy_pending,
+)
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.writer import shard_name, write_payloads
 
@@ -50,6 +57,9 @@ class SaveJob:
     metadata: Metadata
     paths: dict[str, KeyPath]
     world: int
+    pending: list[Pending] = field(default_factory=list)  # copies staging left to us
+    background: bool = False  # runs in its own thread: may lower that thread's priority
+    gate: StepGate | None = None  # opened once the pending copies are done
 
 
 @dataclass
@@ -59,8 +69,11 @@ class SaveStats:
     blocked_s: time save() held training (preparing, agreeing with the other ranks, the
     staging copy), not counting a wait for the previous save (extra["waited_s"]).
     persist_s: from the start of writing until every rank knew the save was committed.
-    extra: stage_s, write_s, gathered_s, waited_s; on rank 0 also commit_s (metadata, marker,
-    rename), committed_s (from the start until the checkpoint was published) and retain_s.
+    With deferred staging, blocked_s includes the optimizer's wait for the background copies
+    (extra["step_wait_s"]), once the save is finished.
+    extra: stage_s, deferred_s (the background copies), write_s, gathered_s, waited_s,
+    step_wait_s; on rank 0 also commit_s (metadata, marker, rename), committed_s (from the
+    start until the checkpoint was published) and retain_s.
     """
 
     step: int
@@ -103,9 +116,12 @@ class Persister:
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
         start = time.perf_counter()
+        problem = self._stage_pending(job, stats)
+        if job.background:
+            lower_this_thread()  # from here on, take only what training leaves idle
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
-        mine = self._write_local(job)
+        mine = self._write_local(job) if problem is None else Shard(problem)
         stats.extra["write_s"] = time.perf_counter() - start
         if mine.error is None:
             stats.bytes_written = sum(mine.sizes.values())
@@ -121,6 +137,20 @@ class Persister:
                                   f"{verdict[1]}")
         stats.name = verdict[1]
         return str(verdict[1])
+
+    def _stage_pending(self, job: SaveJob, stats: SaveStats) -> str | None:
+        """Make the copies staging deferred, then let the optimizers step; why not, or None."""
+        start = time.perf_counter()
+        try:
+            copy_pending(job.pending)
+            return None
+        except Exception as exc:
+            log.error("rank %d: %s", self.comm.rank, exc)
+            return f"rank {self.comm.rank}: {exc}"
+        finally:
+            if job.gate is not None:
+                job.gate.open()
+            stats.extra["deferred_s"] = time.perf_counter() - start
 
     def _retain(self, current: str, stats: SaveStats) -> None:
         # After the commit, before the other ranks hear of it: none of them can start its next

@@ -104,12 +104,14 @@ class SafeReader(FileSystemReader):
         by_file: dict[str, list[ReadItem]] = {}
         for item in plan.items:
             by_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(item)
-        if len(by_file) <= 1:
-            for file, items in by_file.items():
+        files = list(by_file.items())
+        if len(files) <= 1:
+            for file, items in files:
                 self._read_file(file, items, planner)
-        else:
-            with ThreadPoolExecutor(min(len(by_file), _READERS), "perdure-restore") as pool:
-                jobs = [pool.submit(self._read_file, f, i, planner) for f, i in by_file.items()]
+        else:  # this thread reads the first file: one thread fewer to start
+            with ThreadPoolExecutor(min(len(files) - 1, _READERS), "perdure-restore") as pool:
+                jobs = [pool.submit(self._read_file, f, i, planner) for f, i in files[1:]]
+                self._read_file(*files[0], planner)
                 for job in jobs:
                     job.result()
         done: Future[None] = Future()

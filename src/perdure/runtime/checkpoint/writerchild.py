@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from perdure.runtime.checkpoint.priority import lower_this_thread
 from perdure.runtime.checkpoint.shared import Slot, dtype_from_name, view_slot
 from perdure.runtime.checkpoint.writer import write_payloads
 
@@ -110,6 +111,7 @@ def main() -> None:
     """Entry point: ``python -m perdure.runtime.checkpoint.writerchild <socket fd> <ppid>``."""
     fd, parent = int(sys.argv[1]), int(sys.argv[2])
     _die_with_parent(parent)
+    lower_this_thread()  # it writes with what training leaves idle
     torch.set_num_threads(1)
     serve(socket.socket(fileno=fd))
 
