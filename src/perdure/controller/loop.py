@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perdure.backends.base import Backend, LaunchError
+from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, Snapshot, decide
 from perdure.core.events import (
     Command,
@@ -80,6 +81,7 @@ class Controller:
         self.last_command = 0
         self._lock_fd: int | None = None
         self.tick_seconds: list[float] = []
+        self.watch = WatchShell(state_dir, backend, clock)
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -130,6 +132,7 @@ class Controller:
                                            "re-sent after controller restart"))
 
     def close(self) -> None:
+        self.watch.close()
         self.backend.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -160,7 +163,9 @@ class Controller:
         began = time.perf_counter()
         observations = self.pending + self.backend.poll() + self._commands()
         self.pending = []
-        outcome = decide(self.snapshot, observations, self.clock(), self.ports, self.settings)
+        now = self.clock()
+        observations += self.watch.step(self.snapshot.jobs, observations, now)
+        outcome = decide(self.snapshot, observations, now, self.ports, self.settings)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
         events, self._start_events = [*self._start_events, *outcome.events], []
         stored = self.store.commit_tick(
