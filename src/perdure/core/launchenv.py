@@ -47,6 +47,25 @@ def rendezvous_dir(job_id: str, s: LaunchSettings) -> str:
     return posixpath.join(s.state_dir, "rdzv", job_id)
 
 
+def interval_path(job_id: str, s: LaunchSettings) -> str:
+    """Where the controller publishes a job's checkpoint interval (`checkpoint.every: auto`)."""
+    return posixpath.join(s.state_dir, "intervals", f"{job_id}.json")
+
+
+def interval_env(job: Job, s: LaunchSettings) -> dict[str, str]:
+    """The spec's checkpoint interval for the runtime's `Checkpointer.maybe_save`."""
+    ck = job.spec.checkpoint
+    if ck.every == "auto":
+        return {"PERDURE_CHECKPOINT_INTERVAL_FILE": interval_path(job.id, s)}
+    env = {}
+    if ck.every_steps:
+        env["PERDURE_CHECKPOINT_EVERY"] = str(ck.every_steps)
+    if ck.every_seconds:
+        seconds = min(ck.every_seconds, ck.max_interval_seconds)
+        env["PERDURE_CHECKPOINT_EVERY_SECONDS"] = f"{seconds:g}"
+    return env
+
+
 def job_of_launch(launch_id: str) -> str:
     return launch_id.split(".", 1)[0]
 
@@ -111,8 +130,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
         if r.name in job.members:
             env["RANK"] = str(job.members.index(r.name))
             env["WORLD_SIZE"] = str(len(job.members))
-    if job.spec.checkpoint.every_steps:
-        env["PERDURE_CHECKPOINT_EVERY"] = str(job.spec.checkpoint.every_steps)
+    env.update(interval_env(job, s))
     prefix = posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}", r.name)
     return Launch(
         launch_id=lid,
