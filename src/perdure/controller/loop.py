@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perdure.backends.base import Backend, LaunchError
+from perdure.controller.intervals import IntervalShell
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, Snapshot, decide
 from perdure.core.events import (
@@ -82,6 +83,7 @@ class Controller:
         self._lock_fd: int | None = None
         self.tick_seconds: list[float] = []
         self.watch = WatchShell(state_dir, backend, clock)
+        self.intervals = IntervalShell(settings.state_dir)
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -165,6 +167,7 @@ class Controller:
         self.pending = []
         now = self.clock()
         observations += self.watch.step(self.snapshot.jobs, observations, now)
+        self._start_events += self.intervals.step(self.snapshot.jobs, observations, now)
         outcome = decide(self.snapshot, observations, now, self.ports, self.settings)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
         events, self._start_events = [*self._start_events, *outcome.events], []

@@ -185,6 +185,8 @@ class _Tick:
             self.launch_failed(job, r, obs)
         elif isinstance(obs, ReplicaProgress):
             job.step = obs.step
+            if obs.save_seconds is not None:
+                job.last_checkpoint = obs.time
         elif isinstance(obs, Hung):
             self.hung(job, r, obs)
 
