@@ -24,6 +24,7 @@ from perdure.cli.common import (
     remember_cluster,
 )
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
+from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.controller.secrets import SecretError, job_secret, state_secret
 from perdure.core.launchenv import LaunchSettings
@@ -63,7 +64,11 @@ def make_controller(ctx: Ctx, store: Store, cluster: ClusterSpec,
         die(str(exc))
     settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python(),
                               job_secret=lambda job_id: job_secret(secret, job_id))
-    return Controller(ctx.state_dir, store, backend, cluster, settings)
+    try:
+        return Controller(ctx.state_dir, store, backend, cluster, settings)
+    except ValueError as exc:  # a bad setting in the environment ($PERDURE_MTBF_PRIOR_SECONDS)
+        backend.close()
+        die(str(exc))
 
 
 def submit(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
@@ -262,6 +267,7 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
         "goodput": goodput(state_dir, job, events).to_json(),
         "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
                     for c in elastic_changes(state_dir, job, events)],
+        "watchdog": watchdog_json(events),
         "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
     }
 
@@ -289,7 +295,8 @@ def describe(
     events = store.events(job.id)
     g = goodput(ctx.state_dir, job, events)
     for line in [*format_goodput(g), *format_elastic(elastic_changes(ctx.state_dir, job,
-                                                                     events), g)]:
+                                                                     events), g),
+                 *format_watchdog(d["watchdog"])]:
         typer.echo(line)
     typer.echo("Events:")
     for e in events:

@@ -52,6 +52,23 @@ def rendezvous_dir(job_id: str, s: LaunchSettings) -> str:
     return posixpath.join(s.state_dir, "rdzv", job_id)
 
 
+def interval_path(job_id: str, s: LaunchSettings) -> str:
+    """Where the controller publishes a job's checkpoint interval (`checkpoint.every: auto`)."""
+    return posixpath.join(s.state_dir, "intervals", f"{job_id}.json")
+
+
+def interval_env(job: Job, s: LaunchSettings) -> dict[str, str]:
+    """The spec's checkpoint interval for the runtime's `Checkpointer.maybe_save`."""
+    ck = job.spec.checkpoint
+    if ck.every == "auto":
+        return {"PERDURE_CHECKPOINT_INTERVAL_FILE": interval_path(job.id, s)}
+    env = {}  # every_steps: contract_env, which every backend and the export share
+    if ck.every_seconds:
+        seconds = min(ck.every_seconds, ck.max_interval_seconds)
+        env["PERDURE_CHECKPOINT_EVERY_SECONDS"] = f"{seconds:g}"
+    return env
+
+
 def job_of_launch(launch_id: str) -> str:
     return launch_id.split(".", 1)[0]
 
@@ -166,6 +183,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
         if r.name in job.members:
             env["RANK"] = str(job.members.index(r.name))
             env["WORLD_SIZE"] = str(len(job.members))
+    env.update(interval_env(job, s))
     prefix = posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}", r.name)
     return Launch(
         launch_id=lid,

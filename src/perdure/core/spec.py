@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from perdure.core import yamlload
+from perdure.core.watchspec import IntervalFields, WatchdogSpec
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
@@ -165,7 +166,7 @@ class ElasticSpec(_Model):
     mode: Literal["resize", "pause"] = "resize"
 
 
-class CheckpointSpec(_Model):
+class CheckpointSpec(_Model, IntervalFields):
     dir: str | None = None
     every_steps: int | None = Field(None, ge=1)
 
@@ -188,6 +189,7 @@ class JobSpec(_Model):
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)  # type: ignore[arg-type]
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)  # type: ignore[arg-type]
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)  # type: ignore[arg-type]
+    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)  # type: ignore[arg-type]
 
     @field_validator("name")
     @classmethod

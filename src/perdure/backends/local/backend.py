@@ -25,8 +25,10 @@ from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local import layout, procs, warm
 from perdure.backends.local.memory import MECHANISMS
 from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
+from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.replicas import check_launch, kill_leftovers
 from perdure.backends.local.spawner import Spawner
+from perdure.backends.stacks import StackDump, dump_pid
 from perdure.core.events import (
     ErrorInfo,
     Launch,
@@ -115,6 +117,7 @@ class LocalBackend:
         self._memory_mechanism = memory_mechanism
         self._inherit_env = inherit_env
         self._active: dict[str, _Tracked] = {}
+        self._progress = ProgressReader()
         # Who gives up launches in claim.json: this backend, not just this process.
         self._identity = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns()}"
 
@@ -225,8 +228,12 @@ class LocalBackend:
         if not tracked.started and os.path.exists(tracked.status_path):
             self._report_started(tracked, out)
         if os.path.exists(tracked.exit_path):
+            self._progress.forget(tracked.launch_id)
             self._report_exit(tracked, out)
-        elif now >= tracked.next_check and self._supervisor_gone(tracked, now):
+            return
+        if tracked.started and (p := self._progress.read(tracked.launch_id, tracked.dir, now)):
+            out.append(p)
+        if now >= tracked.next_check and self._supervisor_gone(tracked, now):
             # It may have written exit.json and exited between the two checks.
             if os.path.exists(tracked.exit_path):
                 self._report_exit(tracked, out)
@@ -308,6 +315,14 @@ class LocalBackend:
             f"the supervisor of launch {lid} died without recording the replica's exit (a "
             f"replica it had started died with it). {where}"
         )
+
+    def dump_stacks(self, launch_id: str, timeout: float = 10.0) -> StackDump:
+        """Every Python thread's stack of a running replica, by py-spy (see backends.stacks)."""
+        tracked = self._active.get(launch_id)
+        status = tracked.status if tracked is not None and tracked.status else None
+        if status is None or "pid" not in status:
+            return StackDump(error=f"launch {launch_id} is not running here")
+        return dump_pid(int(status["pid"]), timeout)
 
     # ---- restart ----------------------------------------------------------------------------
 
