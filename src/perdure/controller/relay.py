@@ -125,7 +125,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
         relay = self.server.relay
-        if not relay.admit():
+        if not relay.admit(sock):
             with contextlib.suppress(OSError):
                 send_frame(sock, {"ok": False, "error": "too many connections"})
             return
@@ -141,7 +141,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except (OSError, FrameError, ValueError) as exc:  # gone, idle, or not our protocol
             log.debug("relay: connection from %s closed: %s", self.client_address, exc)
         finally:
-            relay.leave()
+            relay.leave(sock)
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -171,11 +171,12 @@ class Relay:
         self._names: dict[str, frozenset[str]] = {}
         self._unknown: dict[str, float] = {}  # job -> when it was last looked up in vain
         self._lock = threading.Lock()
-        self._connections = 0
+        self._connections: set[socket.socket] = set()
+        self._closed = False
         self.files: RelayFiles = RelayFiles(state_dir)
         self.stores: Stores = Stores(state_dir)
-        self._thread = threading.Thread(target=server.serve_forever, name="perdure-relay",
-                                        daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,),
+                                        name="perdure-relay", daemon=True)
         self._thread.start()
 
     @classmethod
@@ -222,22 +223,29 @@ class Relay:
         return env
 
     def close(self) -> None:
+        """Stop listening and drop every connection (replicas retry until a relay is back)."""
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            self._closed = True
+            open_now = list(self._connections)
+        for sock in open_now:  # their handler threads then end
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         self.stores.close()
 
     # ---- connections ----------------------------------------------------------------------
 
-    def admit(self) -> bool:
+    def admit(self, sock: socket.socket) -> bool:
         with self._lock:
-            if self._connections >= MAX_CONNECTIONS:
+            if self._closed or len(self._connections) >= MAX_CONNECTIONS:
                 return False
-            self._connections += 1
+            self._connections.add(sock)
             return True
 
-    def leave(self) -> None:
+    def leave(self, sock: socket.socket) -> None:
         with self._lock:
-            self._connections -= 1
+            self._connections.discard(sock)
 
     def names_of(self, job: str) -> frozenset[str] | None:
         names = self._names.get(job)

@@ -26,11 +26,12 @@ TRANSPORTS = ("file", "net")
 class LaunchTransport:
     """The transport of a backend's launches; the relay is started on first use."""
 
-    def __init__(self, state_dir: Path | str, kind: str = "file") -> None:
+    def __init__(self, state_dir: Path | str, kind: str = "file", host: str = "127.0.0.1") -> None:
         if kind not in TRANSPORTS:
             raise ValueError(f"transport={kind!r} is unknown: use one of {', '.join(TRANSPORTS)}")
         self.kind = kind
         self.state_dir = Path(state_dir)
+        self.host = host  # the address the relay binds and replicas are given
         self.relay: Relay | None = None
 
     def ensure(self) -> None:
@@ -39,7 +40,7 @@ class LaunchTransport:
         if self.relay is None and self.kind == "net":
             from perdure.controller.relay import Relay
 
-            self.relay = Relay.start(self.state_dir, "127.0.0.1")
+            self.relay = Relay.start(self.state_dir, self.host)
 
     def env(self, launch: Launch) -> dict[str, str]:
         """The environment `launch` runs with under this transport."""

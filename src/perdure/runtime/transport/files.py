@@ -140,6 +140,8 @@ class FileTransport:
     def round_store(self, name: str) -> Any:
         import torch.distributed as dist
 
+        # torch's FileStore retries opening forever (holding the GIL) in a missing directory
+        self._rdzv().mkdir(parents=True, exist_ok=True)
         # numWorkers=-1: never delete the file when clients go away; members that abandon or
         # are replaced would otherwise delete it under the ones still using it.
         return dist.FileStore(str(self._rdzv() / name), -1)  # type: ignore[attr-defined]
