@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test soak lint bench venv clean
+.PHONY: demo test soak test-transport lint bench venv clean
 
 venv: $(STAMP)
 
@@ -23,6 +23,9 @@ test: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak
+
+test-transport: $(STAMP)
+	$(BIN)/python -m pytest -q -m transport_long
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

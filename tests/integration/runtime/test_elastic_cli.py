@@ -38,7 +38,8 @@ def wait_for(what: str, pred: object, run: subprocess.Popen[str], timeout: float
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.parametrize("transport", ["file", "net"])
+@pytest.mark.parametrize("transport", [
+    "file", pytest.param("net", marks=pytest.mark.transport_long)])  # 40 s: make test-transport
 def test_a_lost_node_shrinks_the_job_and_its_return_grows_it_back(tmp_path: Path,
                                                                    transport: str) -> None:
     """Under `transport: net` every runtime contract (rounds, barriers and the store, ready
