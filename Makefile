@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test soak lint bench venv clean test-serve-fuzz
+.PHONY: demo test soak lint bench venv clean test-serve-fuzz test-transport
 
 venv: $(STAMP)
 
@@ -26,6 +26,9 @@ soak: $(STAMP)
 
 test-serve-fuzz: $(STAMP)
 	$(BIN)/python -m pytest -q -m serve_fuzz tests/e2e/serve
+
+test-transport: $(STAMP)
+	$(BIN)/python -m pytest -q -m transport_long
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

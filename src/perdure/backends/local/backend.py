@@ -28,6 +28,7 @@ from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.replicas import check_launch, kill_leftovers
 from perdure.backends.local.spawner import Spawner
+from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.stacks import StackDump, dump_pid
 from perdure.core.events import (
     ErrorInfo,
@@ -83,6 +84,8 @@ class LocalBackend:
     in well under a second; others, and all when none is ready, start cold (see `warm`).
     After `warm_idle` seconds (default `$PERDURE_WARM_IDLE_SECONDS`, else 600) without such a
     launch the pool lets its template and standbys go, until the next one.
+
+    `transport`: how replicas reach the controller, "file" or "net" (see `transport`).
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class LocalBackend:
         inherit_env: bool = True,
         warm_pool: int | str | None = None,
         warm_idle: float | None = None,
+        transport: str = "file",
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise RuntimeError(
@@ -120,6 +124,7 @@ class LocalBackend:
         self._progress = ProgressReader()
         # Who gives up launches in claim.json: this backend, not just this process.
         self._identity = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns()}"
+        self._transport = LaunchTransport(state_dir, transport)
 
     def nodes(self) -> list[NodeInfo]:
         """The configured virtual nodes."""
@@ -148,7 +153,7 @@ class LocalBackend:
                 "replica": launch.replica,
                 "node": launch.node,
                 "command": list(launch.command),
-                "env": dict(launch.env),
+                "env": self._transport.env(launch),
                 "inherit_env": self._inherit_env,
                 "cwd": os.path.abspath(launch.cwd),  # the supervisor runs in the launch dir
                 "memory_mb": launch.memory_mb,
@@ -220,6 +225,7 @@ class LocalBackend:
         """What happened since the last poll: replicas started, exited, or lost (non-blocking)."""
         observations: list[Observation] = []
         now = time.monotonic()
+        self._transport.ensure()
         for tracked in list(self._active.values()):
             self._observe(tracked, observations, now)
         return observations
@@ -334,6 +340,7 @@ class LocalBackend:
         LaunchFailed for unknown launches and those whose supervisor never ran or died.
         """
         out: list[Observation] = []
+        self._transport.ensure()
         for launch_id in launch_ids:
             if launch_id in self._active:
                 continue
@@ -376,6 +383,7 @@ class LocalBackend:
         """
         self._active.clear()
         self._spawner.close()
+        self._transport.close()
 
     def cleanup(self, keep_last: int = 100) -> int:
         """Delete the directories of finished launches but the newest `keep_last`; the count."""
