@@ -12,6 +12,7 @@ from typing import NoReturn
 
 import typer
 
+from perdure.backends.base import Inspector
 from perdure.core.model import Job, make_replicas
 from perdure.core.spec import (
     ClusterSpec,
@@ -81,9 +82,22 @@ def load_cluster(ctx: Ctx, path: Path | None, *, remember: bool = False) -> Clus
     return cluster
 
 
-def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec) -> Job:
+def inspector(ctx: Ctx) -> Inspector:
+    """Logs, signals and launch records of the backend this state dir's controller uses."""
+    from perdure.backends.factory import make_inspector
+
+    return make_inspector(load_cluster(ctx, None), ctx.state_dir)
+
+
+def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec,
+            state_dir: Path | None = None) -> Job:
+    from perdure.backends.ray.checks import check_shared_checkpoint
+
     try:
         check_job_fits(spec, cluster)
+        if state_dir is not None:
+            check_shared_checkpoint(spec, str(spec_path.resolve().parent),
+                                    os.path.realpath(state_dir), cluster)
     except SpecError as exc:
         die(f"{spec_path}: {exc}")
     job_id = f"{spec.name}-{secrets.token_hex(3)}"

@@ -11,8 +11,9 @@ from typing import Annotated, Any
 
 import typer
 
+from perdure.backends.base import BackendBusy, BackendUnavailable, Stream
 from perdure.backends.factory import make_backend
-from perdure.cli.common import Ctx, die, load_cluster, load_spec, new_job, python
+from perdure.cli.common import Ctx, die, inspector, load_cluster, load_spec, new_job, python
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.core.launchenv import LaunchSettings
@@ -32,15 +33,20 @@ def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
 
 def _controller(ctx: Ctx, store: Store, cluster_path: Path | None) -> Controller:
     cluster = load_cluster(ctx, cluster_path, remember=True)
-    backend = make_backend(cluster, ctx.state_dir)
-    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python())
+    try:
+        backend = make_backend(cluster, ctx.state_dir)
+    except (BackendBusy, BackendUnavailable) as exc:
+        die(str(exc))
+    # On Ray, `python` stays `python`: the node's interpreter (its actor resolves it there).
+    interpreter = "python" if cluster.backend == "ray" else python()
+    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=interpreter)
     return Controller(ctx.state_dir, store, backend, cluster, settings)
 
 
 def submit(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
     """Queue a job; print its id. A running controller picks it up."""
     ctx: Ctx = c.obj
-    job = new_job(load_spec(spec), spec, load_cluster(ctx, cluster))
+    job = new_job(load_spec(spec), spec, load_cluster(ctx, cluster), ctx.state_dir)
     store = ctx.store()
     store.submit(job)
     typer.echo(job.id)
@@ -90,7 +96,7 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
     """Submit a job and drive it in the foreground until it ends; exit 0 iff it succeeded."""
     ctx: Ctx = c.obj
     cl = load_cluster(ctx, cluster)
-    job = new_job(load_spec(spec), spec, cl)
+    job = new_job(load_spec(spec), spec, cl, ctx.state_dir)
     store = ctx.store()
     store.submit(job)
     typer.echo(f"job {job.id} submitted (state dir {ctx.state_dir})")
@@ -146,6 +152,7 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
 
 def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
     events = store.events(job.id)
+    reader = inspector(Ctx(state_dir))
     return {
         "id": job.id,
         "name": job.name,
@@ -163,9 +170,9 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
              "node": r.node}
             for r in job.replicas
         ],
-        "goodput": goodput(state_dir, job, events).to_json(),
+        "goodput": goodput(reader, job, events).to_json(),
         "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
-                    for c in elastic_changes(state_dir, job, events)],
+                    for c in elastic_changes(reader, job, events)],
         "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
     }
 
@@ -191,9 +198,9 @@ def describe(
         typer.echo(f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node "
                    f"{r['node'] or '-':<8} restarts {r['restarts']}  exit {r['exit_code']}")
     events = store.events(job.id)
-    g = goodput(ctx.state_dir, job, events)
-    for line in [*format_goodput(g), *format_elastic(elastic_changes(ctx.state_dir, job,
-                                                                     events), g)]:
+    reader = inspector(ctx)
+    g = goodput(reader, job, events)
+    for line in [*format_goodput(g), *format_elastic(elastic_changes(reader, job, events), g)]:
         typer.echo(line)
     typer.echo("Events:")
     for e in events:
@@ -218,21 +225,28 @@ def logs(
         die(f"job {job.id} has no replica {name!r}; it has "
             f"{', '.join(r.name for r in job.replicas)}")
     n = attempt if attempt is not None else max(job.attempt, 1)
-    path = ctx.state_dir / "logs" / job.id / f"attempt-{n}" / f"{name}.{'err' if stderr else 'out'}"
-    if not path.exists():
-        die(f"no log at {path} (attempts so far: {job.attempt})")
-    with path.open("rb") as f:
-        while True:
-            chunk = f.read(65536)
-            if chunk:
-                typer.echo(chunk.decode(errors="replace"), nl=False)
-                continue
-            if not follow:
-                return
-            j = store.job(job.id)
-            if j is None or j.state.terminal:
-                return
-            time.sleep(0.2)
+    reader = inspector(ctx)
+    stream: Stream = "err" if stderr else "out"
+    offset = 0
+    while True:
+        chunk = reader.read_log(job.id, n, name, stream, offset)
+        if chunk is None and offset == 0 and not follow:
+            die(f"replica {name} of {job.id} has no std{stream} log for attempt {n} "
+                f"(attempts so far: {job.attempt})")
+        if chunk:
+            typer.echo(chunk.decode(errors="replace"), nl=False)
+            offset += len(chunk)
+            continue
+        if not follow:
+            return
+        j = store.job(job.id)
+        if j is None or j.state.terminal:
+            # A last read: what the replica wrote between the last read and its end.
+            tail = reader.read_log(job.id, n, name, stream, offset)
+            if tail:
+                typer.echo(tail.decode(errors="replace"), nl=False)
+            return
+        time.sleep(0.2)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from perdure.cli.common import Ctx, die, load_cluster
+from perdure.cli.common import Ctx, die, inspector, load_cluster
 
 chaos_app = typer.Typer(help="Inject faults into running jobs and nodes.", no_args_is_help=True)
 node_app = typer.Typer(help="Node maintenance.", no_args_is_help=True)
@@ -51,8 +51,6 @@ def chaos_kill(
     sig: Annotated[str, typer.Option("--signal", help="KILL, TERM, SEGV or ABRT")] = "KILL",
 ) -> None:
     """Send a signal to one replica's process, as a crash would."""
-    from perdure.backends.local import signal_replica
-
     ctx: Ctx = c.obj
     store = ctx.store()
     j = store.job(ctx.resolve(store, job))
@@ -65,7 +63,10 @@ def chaos_kill(
         die(f"--signal {sig!r}: use one of {', '.join(SIGNALS)}")
     if not r.alive or r.launch_id is None:
         die(f"replica {replica} of {j.id} is not running (state {r.state.value})")
-    signal_replica(ctx.state_dir, r.launch_id, SIGNALS[sig.upper()])
+    try:
+        inspector(ctx).signal(r.launch_id, SIGNALS[sig.upper()])
+    except ProcessLookupError as exc:
+        die(f"replica {replica} of {j.id}: {exc}")
     typer.echo(f"sent SIG{sig.upper()} to {replica} of {j.id}")
 
 

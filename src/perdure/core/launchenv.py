@@ -68,6 +68,13 @@ def _local_layout(job: Job, r: Replica) -> dict[str, str]:
     }
 
 
+def master_node(job: Job) -> str:
+    """The node of rank 0 (a backend with real hosts sets MASTER_ADDR to its address)."""
+    first = job.members[0] if job.elastic and job.members else None
+    rank0 = next((x for x in job.replicas if (x.name == first if first else x.rank == 0)), None)
+    return (rank0.node or "") if rank0 is not None else ""
+
+
 def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
     """The Launch decision for replica `r` of `job` as placed now."""
     pool = next(p for p in job.spec.pools if p.name == r.pool)
@@ -87,6 +94,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
         "ROLE_WORLD_SIZE": str(len(pool_peers)),
         "MASTER_ADDR": s.master_addr,
         "MASTER_PORT": str(job.master_port or 0),
+        "PERDURE_MASTER_NODE": master_node(job),
         "TORCHELASTIC_RUN_ID": f"{job.id}-{job.attempt}",
         "TORCHELASTIC_RESTART_COUNT": str(job.round),
         "TORCHELASTIC_MAX_RESTARTS": str(job.spec.restart.max_replica_restarts),

@@ -1,0 +1,108 @@
+"""One real Ray cluster of namespace hosts (head, a, b) for every Ray test of a session.
+
+The controller runs in the root namespace (perdure's CLI, as a user runs it) and reaches the
+head over the bridge. Hosts are killed and started again by the tests (`ray_hosts.kill("b")`,
+`ray_hosts.start("b")`); each test leaves the cluster as it found it (both hosts up).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def _controller_conftest() -> Any:
+    """tests/integration/controller/conftest.py, under a name of its own (not `conftest`)."""
+    spec = importlib.util.spec_from_file_location(
+        "perdure_controller_conftest", HERE.parent / "controller" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_cc = _controller_conftest()
+Perdure, _kill_leftovers = _cc.Perdure, _cc._kill_leftovers
+
+from hosts import Hosts, HostsUnavailable, make_hosts  # noqa: E402
+
+SLOTS = {"a": 2, "b": 2}
+
+
+@pytest.fixture(scope="session")
+def ray_hosts() -> Iterator[Hosts]:
+    try:
+        hosts = make_hosts(SLOTS)
+    except HostsUnavailable as exc:
+        pytest.skip(f"no Ray hosts: {exc}")
+    try:
+        yield hosts
+    finally:
+        hosts.close()
+
+
+class RayPerdure(Perdure):
+    """perdure's CLI against the Ray cluster of `hosts`, in a namespace of its own per test."""
+
+    hosts: Hosts
+    namespace: str
+
+    def ray_cluster(self, nodes: dict[str, int] | None = None, **ray: Any) -> Path:
+        data: dict[str, Any] = {
+            "backend": "ray",
+            "ray": {"address": self.hosts.head_address, "namespace": self.namespace,
+                    "shared_dirs": [str(self.root)], **ray},
+            "queues": [{"name": "default"}],
+        }
+        if nodes is not None:
+            data["nodes"] = [{"name": n, "slots": s} for n, s in nodes.items()]
+        return self.write("ray.yaml", data)
+
+    def cli(self, *args: str, check: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.base(), *args], capture_output=True, text=True,
+                              timeout=timeout, check=check, env=self.hosts.env())
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([*self.base(), *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=self.hosts.env())
+
+    def base(self) -> list[str]:
+        return [sys.executable, "-m", "perdure.cli.main", "--state-dir", str(self.state)]
+
+
+@pytest.fixture
+def ray_perdure(tmp_path: Path, ray_hosts: Hosts, request: pytest.FixtureRequest
+                ) -> Iterator[RayPerdure]:
+    p = RayPerdure(tmp_path)
+    p.hosts = ray_hosts
+    p.namespace = f"t{abs(hash(request.node.nodeid)) % 10**8}-{time.time_ns() % 10**6}"
+    yield p
+    _kill_leftovers(p.state)
+    for name in SLOTS:  # a test that killed a host leaves it up again for the next
+        if not any("raylet" in _cmdline(pid) for pid in ray_hosts.hosts[name].pids()):
+            ray_hosts.kill(name)
+            ray_hosts.start(name)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def describe(p: Perdure, job: str) -> dict[str, Any]:
+    return json.loads(p.cli("describe", job, "--json").stdout)
