@@ -39,6 +39,26 @@ def test_ddp_example_on_ray_matches_the_local_backend(ray_perdure: RayPerdure) -
     assert result(p, "onray")["sha256"] == result(p, "onlocal")["sha256"]
     d = describe(p, "onray")
     assert sorted(x["node"] for x in d["replicas"]) == ["a", "a", "b", "b"]
-    # worker-3 ran on node b: its lines came from that host, to the controller's machine
-    out = p.cli("logs", "onray", "--replica", "worker-3", "--attempt", "1", "--stdout").stdout
-    assert "done: final weights sha256" in out, out
+    assert d["goodput"]["goodput"] is not None  # progress reports came back from the nodes
+
+
+WHERE = ("import os, psutil, socket; "
+         "mine = sorted(a.address for n in psutil.net_if_addrs().values() for a in n "
+         "if a.family == socket.AF_INET and a.address != '127.0.0.1'); "
+         "print('rank', os.environ['RANK'], 'addresses', *mine); "
+         "print('master', os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'])")
+
+
+def test_logs_of_a_replica_on_node_b_and_master_on_rank_0s_node(ray_perdure: RayPerdure
+                                                                ) -> None:
+    p = ray_perdure
+    spec = p.spec("where", replicas=4, command=["python", "-c", WHERE])
+    r = p.cli("run", str(spec), "--cluster", str(p.ray_cluster({"a": 2, "b": 2})), check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = describe(p, "where")
+    assert [x["node"] for x in d["replicas"]] == ["a", "a", "b", "b"]
+    out = p.cli("logs", "where", "--replica", "worker-3", "--attempt", "1", "--stdout").stdout
+    a, b = p.hosts.hosts["a"].address, p.hosts.hosts["b"].address
+    assert f"rank 3 addresses {b}" in out, out  # printed on host b, read on the controller's
+    master = [line.split() for line in out.splitlines() if line.startswith("master")]
+    assert master and master[0][1] == a and int(master[0][2]) > 0, out  # rank 0's host

@@ -73,11 +73,15 @@ class RayBackend:
         rc.connect(self.spec)
         self._lock = rc.take_lock(self.spec, f"state dir {self.state_dir}")
         self._live = rc.perdure_nodes()
-        self._down: set[str] = set()
+        self._down: dict[str, str] = {}  # lost node -> the Ray node id it had
         self._next_nodes = 0.0
         self._active: dict[str, _Tracked] = {}
         self._ports: dict[tuple[str, str], str] = {}  # (job, controller's port) -> node's port
         self._agents: dict[str, Any] = {}
+        self._pending: list[Observation] = []  # nodes of the cluster file that are not up
+        for node in self._configured:
+            if node.name not in self._live:
+                self._lose_node(node.name, self._pending)
         for name in self._live:
             self._agent(name)  # start them now: the first launch on a node does not wait
 
@@ -148,7 +152,7 @@ class RayBackend:
     # ---- observe ----------------------------------------------------------------------------
 
     def poll(self) -> list[Observation]:
-        out: list[Observation] = []
+        out, self._pending = self._pending, []
         now = time.monotonic()
         if now >= self._next_nodes:
             self._next_nodes = now + NODES_SECONDS
@@ -227,9 +231,10 @@ class RayBackend:
             return
         for name in set(self._live) - set(live):
             self._lose_node(name, out)
-        for name in set(live) - set(self._live):
-            if name in self._down:
-                self._down.discard(name)
+        for name, node in live.items():
+            # Back only as a new Ray node: the GCS lists a dead one as alive for a while.
+            if name in self._down and node.node_id != self._down[name]:
+                del self._down[name]
                 self._agents.pop(name, None)
                 out.append(Command("restore-node", name, time.time()))
         self._live = {n: v for n, v in live.items() if n not in self._down}
@@ -238,8 +243,8 @@ class RayBackend:
         """A node is gone: fail it (before its replicas' exits, so they are not charged)."""
         if name in self._down:
             return
-        self._down.add(name)
-        self._live.pop(name, None)
+        gone = self._live.pop(name, None)
+        self._down[name] = gone.node_id if gone is not None else ""
         self._agents.pop(name, None)
         out.append(Command("fail-node", name, time.time()))
         for tracked in self._active.values():
