@@ -115,3 +115,16 @@ def _cmdline(pid: int) -> str:
 
 def describe(p: Perdure, job: str) -> dict[str, Any]:
     return json.loads(p.cli("describe", job, "--json").stdout)
+
+
+LIST_ACTORS = ("import json, ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
+               "print(json.dumps([a['name'] for a in ray.util.list_named_actors(True) "
+               "if a['namespace'] == sys.argv[2]]))")
+
+
+def named_actors(p: RayPerdure) -> list[str]:
+    """The live named actors of the test's namespace (launches not yet released, agents)."""
+    r = subprocess.run([sys.executable, "-c", LIST_ACTORS, p.hosts.head_address, p.namespace],
+                       capture_output=True, text=True, timeout=60, env=p.hosts.env(), check=True)
+    names: list[str] = json.loads(r.stdout.strip().splitlines()[-1])
+    return names

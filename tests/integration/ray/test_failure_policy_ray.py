@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import RayPerdure
 
 _path = Path(__file__).resolve().parents[1] / "controller" / "test_failure_policy.py"
