@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -60,6 +61,16 @@ class RayPerdure(Perdure):
 
     hosts: Hosts
     namespace: str
+    cluster_file: Path | None = None
+
+    def cluster(self, nodes: dict[str, int], quota: int | None = None) -> Path:
+        """The local tests' cluster files, on Ray (same nodes, slots at most the hosts')."""
+        path = self.ray_cluster(nodes)
+        if quota is not None:
+            data = yaml.safe_load(path.read_text())
+            data["queues"] = [{"name": "default", "quota": quota}]
+            path.write_text(yaml.safe_dump(data))
+        return path
 
     def ray_cluster(self, nodes: dict[str, int] | None = None, **ray: Any) -> Path:
         """ray.yaml for this test's namespace (nodes discovered from Ray when None)."""
@@ -71,7 +82,8 @@ class RayPerdure(Perdure):
         }
         if nodes is not None:
             data["nodes"] = [{"name": n, "slots": s} for n, s in nodes.items()]
-        return self.write("ray.yaml", data)
+        self.cluster_file = self.write("ray.yaml", data)
+        return self.cluster_file
 
     def cli(self, *args: str, check: bool = True,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -85,7 +97,7 @@ class RayPerdure(Perdure):
     def _on_ray(self, args: tuple[str, ...]) -> list[str]:
         """`run`, `submit` and `controller` without --cluster get this test's Ray cluster."""
         if args and args[0] in ("run", "submit", "controller") and "--cluster" not in args:
-            return [*args, "--cluster", str(self.ray_cluster())]
+            return [*args, "--cluster", str(self.cluster_file or self.ray_cluster())]
         return list(args)
 
     def base(self) -> list[str]:
@@ -100,6 +112,7 @@ def ray_perdure(tmp_path: Path, ray_hosts: Hosts, request: pytest.FixtureRequest
     p.namespace = f"t{abs(hash(request.node.nodeid)) % 10**8}-{time.time_ns() % 10**6}"
     yield p
     _kill_leftovers(p.state)
+    kill_actors(p)
     for name in SLOTS:  # a test that killed a host leaves it up again for the next
         if not any("raylet" in _cmdline(pid) for pid in ray_hosts.hosts[name].pids()):
             ray_hosts.kill(name)
@@ -120,6 +133,17 @@ def describe(p: Perdure, job: str) -> dict[str, Any]:
 LIST_ACTORS = ("import json, ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
                "print(json.dumps([a['name'] for a in ray.util.list_named_actors(True) "
                "if a['namespace'] == sys.argv[2]]))")
+
+
+KILL_ACTORS = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
+               "[ray.kill(ray.get_actor(a['name'], namespace=sys.argv[2])) "
+               "for a in ray.util.list_named_actors(True) if a['namespace'] == sys.argv[2]]")
+
+
+def kill_actors(p: RayPerdure) -> None:
+    """A test leaves no replica behind: kill its namespace's actors (their replicas die too)."""
+    subprocess.run([sys.executable, "-c", KILL_ACTORS, p.hosts.head_address, p.namespace],
+                   capture_output=True, timeout=60, env=p.hosts.env(), check=False)
 
 
 def named_actors(p: RayPerdure) -> list[str]:

@@ -227,8 +227,12 @@ class RayBackend:
     def _check_nodes(self, out: list[Observation]) -> None:
         try:
             live = rc.perdure_nodes()
-        except RayError:
+            draining = rc.draining_nodes()
+        except (RayError, ConnectionError, TimeoutError):
             return
+        for name, node in list(self._live.items()):
+            if node.node_id in draining:
+                self._drained(name, node.node_id, draining[node.node_id], out)
         for name in set(self._live) - set(live):
             self._lose_node(name, out)
         for name, node in live.items():
@@ -238,6 +242,16 @@ class RayBackend:
                 self._agents.pop(name, None)
                 out.append(Command("restore-node", name, time.time()))
         self._live = {n: v for n, v in live.items() if n not in self._down}
+
+    def _drained(self, name: str, node_id: str, deadline_ms: int,
+                 out: list[Observation]) -> None:
+        """Ray drains a node: with a deadline (preemption) its jobs save, suspend and are
+        requeued; without one (maintenance) its replicas move, keeping their identity. Either
+        way it is back only as a new Ray node."""
+        self._down[name] = node_id
+        self._live.pop(name, None)
+        kind = "preempt-node" if deadline_ms else "drain-node"
+        out.append(Command(kind, name, time.time()))
 
     def _lose_node(self, name: str, out: list[Observation]) -> None:
         """A node is gone: fail it (before its replicas' exits, so they are not charged)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.exceptions import RayError
 
 from perdure.backends.base import BackendBusy, BackendUnavailable, NodeInfo
 from perdure.backends.ray.actors import LaunchActor, NodeAgent
@@ -61,12 +62,23 @@ def take_lock(spec: RaySpec, owner: str) -> Any:
             ray.get(lock.holder.remote(), timeout=30)
             return lock
         except ValueError:  # the name is taken: another controller, or a dead one's lock
-            if time.monotonic() >= deadline:
+            holder = _live_holder(spec.namespace)
+            if holder is not None or time.monotonic() >= deadline:
                 raise BackendBusy(
-                    f"another controller drives Ray namespace {spec.namespace!r} on "
-                    f"{spec.address} ({owner}); stop it, or use another `ray: namespace`"
-                ) from None
+                    f"another controller (pid {holder.get('pid') if holder else '?'} on its "
+                    f"machine) drives Ray namespace {spec.namespace!r} at {spec.address}; stop "
+                    f"it, or give this one ({owner}) another `ray: namespace`") from None
             time.sleep(0.5)
+
+
+def _live_holder(namespace: str) -> dict[str, Any] | None:
+    """What the lock's holder says, if it answers (a dead controller's lock does not)."""
+    try:
+        lock = ray.get_actor(LOCK_NAME, namespace=namespace)
+        holder: Any = ray.get(lock.holder.remote(), timeout=3)
+        return {"pid": holder["pid"]}
+    except (ValueError, RayError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -132,3 +144,17 @@ def agent(node: str, namespace: str) -> Any:
 def _remote(cls: type) -> Any:
     """The Ray actor class of `cls`, made once per process (each is exported to the GCS)."""
     return ray.remote(cls)
+
+
+def draining_nodes() -> dict[str, int]:
+    """Ray node ids being drained (a preemption or maintenance signal) -> deadline in ms
+    (0: none)."""
+    return {str(k): int(v) for k, v in _gcs().get_draining_nodes(timeout=5).items()}
+
+
+@functools.cache
+def _gcs() -> Any:
+    # Ray's own client of its GCS (what Ray Serve reads draining nodes with): not public API.
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    return GcsClient(address=ray.get_runtime_context().gcs_address)
