@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-ray soak lint bench venv clean
+.PHONY: demo test test-ray soak test-transport lint bench venv clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,9 @@ test-ray: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak
+
+test-transport: $(STAMP)
+	$(BIN)/python -m pytest -q -m transport_long
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

@@ -13,7 +13,7 @@ def make_backend(cluster: ClusterSpec, state_dir: Path) -> Backend:
     if cluster.backend == "local":
         from perdure.backends.local import LocalBackend
 
-        return LocalBackend(state_dir, nodes)
+        return LocalBackend(state_dir, nodes, transport=cluster.transport)
     if cluster.backend == "fake":
         from perdure.backends.fake import FakeBackend
 

@@ -193,6 +193,9 @@ class ClusterSpec(_Model):
     ray: RaySpec | None = None  # backend ray only; nodes may then be omitted (discovered)
     nodes: list[NodeSpec] = Field(default_factory=list)
     queues: list[QueueSpec] = Field(default_factory=lambda: [QueueSpec(name="default", quota=None)])
+    # How replicas reach the controller: files in the state dir (one host), or the network
+    # through the controller's relay (hosts without the state dir; always so on ray).
+    transport: Literal["file", "net"] = "file"
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterSpec:

@@ -27,6 +27,7 @@ from perdure.backends.local.memory import MECHANISMS
 from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
 from perdure.backends.local.replicas import check_launch, kill_leftovers
 from perdure.backends.local.spawner import Spawner
+from perdure.backends.local.transport import LaunchTransport
 from perdure.core.events import (
     ErrorInfo,
     Launch,
@@ -79,6 +80,8 @@ class LocalBackend:
     torch imported, from the first launch that can use one (or `prewarm()`) on: a
     replica whose command is `python SCRIPT ...` or `python -m MODULE ...` then starts in one
     in well under a second; others, and all when none is ready, start cold (see `warm`).
+
+    `transport`: how replicas reach the controller, "file" or "net" (see `transport`).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class LocalBackend:
         memory_mechanism: str = "auto",
         inherit_env: bool = True,
         warm_pool: int | str | None = None,
+        transport: str = "file",
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise RuntimeError(
@@ -111,6 +115,7 @@ class LocalBackend:
         self._active: dict[str, _Tracked] = {}
         # Who gives up launches in claim.json: this backend, not just this process.
         self._identity = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns()}"
+        self._transport = LaunchTransport(state_dir, transport)
 
     def nodes(self) -> list[NodeInfo]:
         """The configured virtual nodes."""
@@ -139,7 +144,7 @@ class LocalBackend:
                 "replica": launch.replica,
                 "node": launch.node,
                 "command": list(launch.command),
-                "env": dict(launch.env),
+                "env": self._transport.env(launch),
                 "inherit_env": self._inherit_env,
                 "cwd": os.path.abspath(launch.cwd),  # the supervisor runs in the launch dir
                 "memory_mb": launch.memory_mb,
@@ -211,6 +216,7 @@ class LocalBackend:
         """What happened since the last poll: replicas started, exited, or lost (non-blocking)."""
         observations: list[Observation] = []
         now = time.monotonic()
+        self._transport.ensure()
         for tracked in list(self._active.values()):
             self._observe(tracked, observations, now)
         return observations
@@ -312,6 +318,7 @@ class LocalBackend:
         LaunchFailed for unknown launches and those whose supervisor never ran or died.
         """
         out: list[Observation] = []
+        self._transport.ensure()
         for launch_id in launch_ids:
             if launch_id in self._active:
                 continue
@@ -354,6 +361,7 @@ class LocalBackend:
         """
         self._active.clear()
         self._spawner.close()
+        self._transport.close()
 
     def cleanup(self, keep_last: int = 100) -> int:
         """Delete the directories of finished launches but the newest `keep_last`; the count."""
