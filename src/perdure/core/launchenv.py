@@ -149,6 +149,13 @@ def contract_env(spec: JobSpec, pool: PoolSpec, f: ReplicaFacts) -> dict[str, st
     return env
 
 
+def master_node(job: Job) -> str:
+    """The node of rank 0 (a backend with real hosts sets MASTER_ADDR to its address)."""
+    first = job.members[0] if job.elastic and job.members else None
+    rank0 = next((x for x in job.replicas if (x.name == first if first else x.rank == 0)), None)
+    return (rank0.node or "") if rank0 is not None else ""
+
+
 def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
     """The Launch decision for replica `r` of `job` as placed now."""
     pool = next(p for p in job.spec.pools if p.name == r.pool)
@@ -177,6 +184,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
     env["PERDURE_REPORT_DIR"] = posixpath.join(s.state_dir, "launches", lid)
     if s.job_secret is not None:
         env["PERDURE_JOB_SECRET"] = s.job_secret(job.id)
+    env["PERDURE_MASTER_NODE"] = master_node(job)
     if job.elastic:
         env["PERDURE_RDZV_DIR"] = rendezvous_dir(job.id, s)
         env["PERDURE_MIN_WORLD_SIZE"] = str(job.min_members)
