@@ -79,6 +79,20 @@ def make_state_dir(path: Path) -> None:
         path.mkdir(mode=0o700)
 
 
+def _create_private(path: Path) -> None:
+    """Create the database file owner-only, if it is not there yet.
+
+    Never opens (and so never closes) an existing database file: closing any descriptor of a
+    file drops every POSIX lock this process holds on it, those of its open sqlite connections
+    included, and another process's sqlite could then delete the WAL under them ("disk I/O
+    error" in a `perdure serve` after a `perdure describe` of the same state dir).
+    """
+    if path.exists():
+        return
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def describe_error(path: Path, exc: BaseException) -> str:
     """`<path>: <cause>`, with what to check for the causes sqlite names tersely."""
     text = str(exc) or type(exc).__name__
@@ -121,7 +135,7 @@ class Store:
         try:
             if create:
                 make_state_dir(path.parent)
-                os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+                _create_private(path)
             self.db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30,
                                       isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
