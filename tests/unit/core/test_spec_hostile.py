@@ -76,6 +76,14 @@ def test_deep_nesting_non_utf8_duplicates_and_recursion() -> None:
     refused("name: a\npriority: " + "9" * 5000 + "\n", "cannot be read")
 
 
+@pytest.mark.parametrize("text", ["name: a\x00b\n", "\x00", "name: a\x07\n", b"name: \x00"])
+def test_unprintable_characters_in_the_document_are_named(text: str | bytes) -> None:
+    with pytest.raises(SpecError, match="not valid YAML: unacceptable character"):
+        parse_job_spec(text)
+    with pytest.raises(SpecError, match="unacceptable character"):
+        parse_cluster(text if isinstance(text, str) else text.decode())
+
+
 def test_merge_keys_may_be_overridden() -> None:
     spec = parse_job_spec("name: a\npools: [{<<: {name: w, command: [x]}, name: v}]\n")
     assert spec.pools[0].name == "v"
