@@ -13,6 +13,7 @@ from typing import ClassVar, NoReturn
 
 import typer
 
+from perdure.backends.base import Inspector
 from perdure.core.launchenv import workdir
 from perdure.core.model import Job, Node, make_replicas
 from perdure.core.scheduler import Capacity, can_ever_fit
@@ -165,8 +166,21 @@ def check_local_launch(job: Job) -> None:
                             "give the full path or fix PATH in `env`")
 
 
-def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec) -> Job:
+def inspector(ctx: Ctx) -> Inspector:
+    """Logs, signals and launch records of the backend this state dir's controller uses."""
+    from perdure.backends.factory import make_inspector
+
+    return make_inspector(load_cluster(ctx, None), ctx.state_dir)
+
+
+def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec,
+            state_dir: Path | None = None) -> Job:
+    from perdure.backends.ray.checks import check_shared_checkpoint
+
     try:
+        if state_dir is not None:
+            check_shared_checkpoint(spec, str(spec_path.resolve().parent),
+                                    os.path.realpath(state_dir), cluster)
         return make_job(spec, str(spec_path.resolve().parent), cluster)
     except SpecError as exc:
         die(f"{spec_path}: {exc}")

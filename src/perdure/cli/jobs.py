@@ -12,11 +12,12 @@ from typing import Annotated, Any
 
 import typer
 
-from perdure.backends.base import Backend
+from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Stream
 from perdure.backends.factory import make_backend
 from perdure.cli.common import (
     Ctx,
     die,
+    inspector,
     load_cluster,
     load_spec,
     new_job,
@@ -24,6 +25,7 @@ from perdure.cli.common import (
     remember_cluster,
 )
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
+from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.controller.secrets import SecretError, job_secret, state_secret
 from perdure.core.launchenv import LaunchSettings
@@ -47,6 +49,8 @@ def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
     make_state_dir(ctx.state_dir)  # owner-only before the backend writes into it
     try:
         return make_backend(cluster, ctx.state_dir)
+    except (BackendBusy, BackendUnavailable) as exc:
+        die(str(exc))
     except (ValueError, RuntimeError, ImportError, OSError) as exc:
         die(f"{source or 'cluster'}: {exc}")
 
@@ -61,15 +65,21 @@ def make_controller(ctx: Ctx, store: Store, cluster: ClusterSpec,
         secret = state_secret(ctx.state_dir)
     except SecretError as exc:
         die(str(exc))
-    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python(),
+    # On Ray, `python` stays `python`: the node's interpreter (its actor resolves it there).
+    interpreter = "python" if cluster.backend == "ray" else python()
+    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=interpreter,
                               job_secret=lambda job_id: job_secret(secret, job_id))
-    return Controller(ctx.state_dir, store, backend, cluster, settings)
+    try:
+        return Controller(ctx.state_dir, store, backend, cluster, settings)
+    except ValueError as exc:  # a bad setting in the environment ($PERDURE_MTBF_PRIOR_SECONDS)
+        backend.close()
+        die(str(exc))
 
 
 def submit(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
     """Queue a job; print its id. A running controller picks it up."""
     ctx: Ctx = c.obj
-    job = new_job(load_spec(spec), spec, load_cluster(ctx, cluster))
+    job = new_job(load_spec(spec), spec, load_cluster(ctx, cluster), ctx.state_dir)
     store = ctx.store()
     store.submit(job)
     typer.echo(job.id)
@@ -189,7 +199,7 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
     it running for `perdure controller`."""
     ctx: Ctx = c.obj
     cl = load_cluster(ctx, cluster)
-    job = new_job(load_spec(spec), spec, cl)
+    job = new_job(load_spec(spec), spec, cl, ctx.state_dir)
     store = ctx.store()
     ctl = make_controller(ctx, store, cl, cluster)  # checked before anything is stored
     store.submit(job)
@@ -242,6 +252,7 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
 
 def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
     events = store.events(job.id)
+    reader = inspector(Ctx(state_dir))
     return {
         "id": job.id,
         "name": job.name,
@@ -259,9 +270,10 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
              "node": r.node}
             for r in job.replicas
         ],
-        "goodput": goodput(state_dir, job, events).to_json(),
+        "goodput": goodput(reader, job, events).to_json(),
         "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
-                    for c in elastic_changes(state_dir, job, events)],
+                    for c in elastic_changes(reader, job, events)],
+        "watchdog": watchdog_json(events),
         "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
     }
 
@@ -287,9 +299,10 @@ def describe(
         typer.echo(f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node "
                    f"{r['node'] or '-':<8} restarts {r['restarts']}  exit {r['exit_code']}")
     events = store.events(job.id)
-    g = goodput(ctx.state_dir, job, events)
-    for line in [*format_goodput(g), *format_elastic(elastic_changes(ctx.state_dir, job,
-                                                                     events), g)]:
+    reader = inspector(ctx)
+    g = goodput(reader, job, events)
+    for line in [*format_goodput(g), *format_elastic(elastic_changes(reader, job, events), g),
+                 *format_watchdog(d["watchdog"])]:
         typer.echo(line)
     typer.echo("Events:")
     for e in events:
@@ -314,21 +327,28 @@ def logs(
         die(f"job {job.id} has no replica {name!r}; it has "
             f"{', '.join(r.name for r in job.replicas)}")
     n = attempt if attempt is not None else max(job.attempt, 1)
-    path = ctx.state_dir / "logs" / job.id / f"attempt-{n}" / f"{name}.{'err' if stderr else 'out'}"
-    if not path.exists():
-        die(f"no log at {path} (attempts so far: {job.attempt})")
-    with path.open("rb") as f:
-        while True:
-            chunk = f.read(65536)
-            if chunk:
-                typer.echo(chunk.decode(errors="replace"), nl=False)
-                continue
-            if not follow:
-                return
-            j = store.job(job.id)
-            if j is None or j.state.terminal:
-                return
-            time.sleep(0.2)
+    reader = inspector(ctx)
+    stream: Stream = "err" if stderr else "out"
+    offset = 0
+    while True:
+        chunk = reader.read_log(job.id, n, name, stream, offset)
+        if chunk is None and offset == 0 and not follow:
+            die(f"replica {name} of {job.id} has no std{stream} log for attempt {n} "
+                f"(attempts so far: {job.attempt})")
+        if chunk:
+            typer.echo(chunk.decode(errors="replace"), nl=False)
+            offset += len(chunk)
+            continue
+        if not follow:
+            return
+        j = store.job(job.id)
+        if j is None or j.state.terminal:
+            # A last read: what the replica wrote between the last read and its end.
+            tail = reader.read_log(job.id, n, name, stream, offset)
+            if tail:
+                typer.echo(tail.decode(errors="replace"), nl=False)
+            return
+        time.sleep(0.2)
 
 
 def register(app: typer.Typer) -> None:

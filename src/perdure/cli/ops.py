@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from perdure.cli.common import Ctx, die, load_cluster
+from perdure.cli.common import Ctx, die, inspector, load_cluster
 
 chaos_app = typer.Typer(help="Inject faults into running jobs and nodes.", no_args_is_help=True)
 node_app = typer.Typer(help="Node maintenance.", no_args_is_help=True)
@@ -57,8 +57,6 @@ def chaos_kill(
     sig: Annotated[str, typer.Option("--signal", help="KILL, TERM, SEGV or ABRT")] = "KILL",
 ) -> None:
     """Send a signal to one replica's process, as a crash would."""
-    from perdure.backends.local import signal_replica
-
     ctx: Ctx = c.obj
     store = ctx.reader()
     j = store.job(ctx.resolve(store, job))
@@ -72,7 +70,7 @@ def chaos_kill(
     if not r.alive or r.launch_id is None:
         die(f"replica {replica} of {j.id} is not running (state {r.state.value})")
     try:
-        signal_replica(ctx.state_dir, r.launch_id, SIGNALS[sig.upper()])
+        inspector(ctx).signal(r.launch_id, SIGNALS[sig.upper()])
     except ProcessLookupError:
         die(f"replica {replica} of {j.id} has no process any more (it exited; a running "
             "controller records why)")

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perdure.backends.base import Backend, LaunchError
+from perdure.controller.intervals import IntervalShell
+from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
     Command,
@@ -84,6 +86,8 @@ class Controller:
         # Stops, node kills and rounds the OS refused (disk full, EMFILE): tried again next tick.
         self._deferred: list[Decision] = []
         self._refused: set[Decision] = set()  # reported once, not every tick it is retried
+        self.watch = WatchShell(state_dir, backend, clock)
+        self.intervals = IntervalShell(settings.state_dir)
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -145,6 +149,7 @@ class Controller:
                 self.backend.stop(Stop(lid, 15, 5.0, "its job cannot be read back"))
 
     def close(self) -> None:
+        self.watch.close()
         self.backend.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -179,7 +184,10 @@ class Controller:
         began = time.perf_counter()
         observations = self.pending + self.backend.poll() + self._commands()
         self.pending = []
-        outcome = decide(self.snapshot, observations, self.clock(), self.ports, self.settings)
+        now = self.clock()
+        observations += self.watch.step(self.snapshot.jobs, observations, now)
+        self._start_events += self.intervals.step(self.snapshot.jobs, observations, now)
+        outcome = decide(self.snapshot, observations, now, self.ports, self.settings)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
         events, self._start_events = [*self._start_events, *outcome.events], []
         stored = self.store.commit_tick(

@@ -16,6 +16,7 @@ from perdure.core.commands import COMMANDS
 from perdure.core.events import (
     Command,
     Decision,
+    Hung,
     LaunchFailed,
     Observation,
     ReplicaExited,
@@ -27,6 +28,7 @@ from perdure.core.model import Event, Job, JobError, Replica
 from perdure.core.policy import Action, Failure, Verdict, classify, escalate, is_peer_error
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 from perdure.core.tick import Snapshot, Tick
+from perdure.core.watchdog import hang_verdict
 
 INTERNAL_MESSAGE = "Internal error occurred for the current attempt."
 
@@ -92,6 +94,19 @@ class _Decider(Tick):
             self.launch_failed(job, r, obs)
         elif isinstance(obs, ReplicaProgress):
             job.step = obs.step
+            if obs.save_seconds is not None:
+                job.last_checkpoint = obs.time
+        elif isinstance(obs, Hung):
+            self.hung(job, r, obs)
+
+    def hung(self, job: Job, r: Replica, obs: Hung) -> None:
+        """The watchdog's verdict: restart the group by the failure policy, charged to `r`."""
+        if job.after_stop is not None or r.state is not ReplicaState.RUNNING:
+            return  # the job moved on while the stacks were captured
+        self.active = True
+        self.event(job, "watchdog", obs.report)
+        verdict, reason = escalate(hang_verdict(obs.message), r.restarts, job.retries, job.spec)
+        self.apply(job, r, verdict, f"{r.name} hung: {reason}")
 
     def started(self, job: Job, r: Replica) -> None:
         if r.state is ReplicaState.STARTING:

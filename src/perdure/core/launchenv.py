@@ -52,6 +52,23 @@ def rendezvous_dir(job_id: str, s: LaunchSettings) -> str:
     return posixpath.join(s.state_dir, "rdzv", job_id)
 
 
+def interval_path(job_id: str, s: LaunchSettings) -> str:
+    """Where the controller publishes a job's checkpoint interval (`checkpoint.every: auto`)."""
+    return posixpath.join(s.state_dir, "intervals", f"{job_id}.json")
+
+
+def interval_env(job: Job, s: LaunchSettings) -> dict[str, str]:
+    """The spec's checkpoint interval for the runtime's `Checkpointer.maybe_save`."""
+    ck = job.spec.checkpoint
+    if ck.every == "auto":
+        return {"PERDURE_CHECKPOINT_INTERVAL_FILE": interval_path(job.id, s)}
+    env = {}  # every_steps: contract_env, which every backend and the export share
+    if ck.every_seconds:
+        seconds = min(ck.every_seconds, ck.max_interval_seconds)
+        env["PERDURE_CHECKPOINT_EVERY_SECONDS"] = f"{seconds:g}"
+    return env
+
+
 def job_of_launch(launch_id: str) -> str:
     return launch_id.split(".", 1)[0]
 
@@ -132,6 +149,13 @@ def contract_env(spec: JobSpec, pool: PoolSpec, f: ReplicaFacts) -> dict[str, st
     return env
 
 
+def master_node(job: Job) -> str:
+    """The node of rank 0 (a backend with real hosts sets MASTER_ADDR to its address)."""
+    first = job.members[0] if job.elastic and job.members else None
+    rank0 = next((x for x in job.replicas if (x.name == first if first else x.rank == 0)), None)
+    return (rank0.node or "") if rank0 is not None else ""
+
+
 def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
     """The Launch decision for replica `r` of `job` as placed now."""
     pool = next(p for p in job.spec.pools if p.name == r.pool)
@@ -160,12 +184,14 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
     env["PERDURE_REPORT_DIR"] = posixpath.join(s.state_dir, "launches", lid)
     if s.job_secret is not None:
         env["PERDURE_JOB_SECRET"] = s.job_secret(job.id)
+    env["PERDURE_MASTER_NODE"] = master_node(job)
     if job.elastic:
         env["PERDURE_RDZV_DIR"] = rendezvous_dir(job.id, s)
         env["PERDURE_MIN_WORLD_SIZE"] = str(job.min_members)
         if r.name in job.members:
             env["RANK"] = str(job.members.index(r.name))
             env["WORLD_SIZE"] = str(len(job.members))
+    env.update(interval_env(job, s))
     prefix = posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}", r.name)
     return Launch(
         launch_id=lid,

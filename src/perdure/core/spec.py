@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from perdure.core import yamlload
+from perdure.core.watchspec import IntervalFields, WatchdogSpec
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
@@ -165,7 +166,7 @@ class ElasticSpec(_Model):
     mode: Literal["resize", "pause"] = "resize"
 
 
-class CheckpointSpec(_Model):
+class CheckpointSpec(_Model, IntervalFields):
     dir: str | None = None
     every_steps: int | None = Field(None, ge=1)
 
@@ -188,6 +189,7 @@ class JobSpec(_Model):
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)  # type: ignore[arg-type]
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)  # type: ignore[arg-type]
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)  # type: ignore[arg-type]
+    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)  # type: ignore[arg-type]
 
     @field_validator("name")
     @classmethod
@@ -235,13 +237,27 @@ class QueueSpec(_Model):
     quota: int | None = Field(None, ge=1)
 
 
+class RaySpec(_Model):
+    """`ray:` of a cluster file: which Ray cluster, and what every node of it mounts."""
+
+    address: str = "auto"  # "HEAD_HOST:6379", or "auto" (RAY_ADDRESS, else the local head)
+    namespace: str = "perdure"  # one controller drives one namespace at a time
+    # Paths mounted at the same place on every node (a shared filesystem, declared as such):
+    # a checkpoint dir under one of them is reachable by every replica.
+    shared_dirs: list[str] = Field(default_factory=list)
+
+
 class ClusterSpec(_Model):
     """Where replicas may run (virtual nodes, each a failure domain) and the queues' quotas."""
 
     backend: Literal["local", "ray", "fake"] = "local"
     address: str | None = None
+    ray: RaySpec | None = None  # backend ray only; nodes may then be omitted (discovered)
     nodes: list[NodeSpec] = Field(default_factory=list, max_length=MAX_NODES)
     queues: list[QueueSpec] = Field(default_factory=lambda: [QueueSpec(name="default", quota=None)])
+    # How replicas reach the controller: files in the state dir (one host), or the network
+    # through the controller's relay (hosts without the state dir; always so on ray).
+    transport: Literal["file", "net"] = "file"
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterSpec:
@@ -315,6 +331,9 @@ def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
         raise SpecError(_format_errors(exc, source, data)) from None
     if cluster.backend == "local" and not cluster.nodes:
         raise SpecError(f"{source}: nodes: the local backend needs at least one node")
+    if cluster.ray is not None and cluster.backend != "ray":
+        raise SpecError(f"{source}: ray: only for `backend: ray` (this cluster's backend is "
+                        f"{cluster.backend!r}); remove the ray section or set backend: ray")
     return cluster
 
 

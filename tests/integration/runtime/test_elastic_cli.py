@@ -38,14 +38,21 @@ def wait_for(what: str, pred: object, run: subprocess.Popen[str], timeout: float
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_lost_node_shrinks_the_job_and_its_return_grows_it_back(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", [
+    "file", pytest.param("net", marks=pytest.mark.transport_long)])  # 40 s: make test-transport
+def test_a_lost_node_shrinks_the_job_and_its_return_grows_it_back(tmp_path: Path,
+                                                                   transport: str) -> None:
+    """Under `transport: net` every runtime contract (rounds, barriers and the store, ready
+    and finished markers, holders, progress) goes through the controller's relay."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text((EXAMPLE / "cluster.yaml").read_text() + f"transport: {transport}\n")
     spec = tmp_path / "job.yaml"
     spec.write_text((EXAMPLE / "job.yaml").read_text()
                     .replace("[python, train.py", f"[python, {EXAMPLE / 'train.py'}")
                     .replace('"800"', '"500"').replace('"0.02"', '"0.05"'))
     state = tmp_path / "state"
     cli = [*PERDURE, "--state-dir", str(state)]
-    run = subprocess.Popen([*cli, "run", str(spec), "--cluster", str(EXAMPLE / "cluster.yaml")],
+    run = subprocess.Popen([*cli, "run", str(spec), "--cluster", str(cluster)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for("step 50", lambda: any(s >= 50 for s, _ in worlds(state, "worker-2")), run,

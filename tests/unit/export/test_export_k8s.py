@@ -36,8 +36,10 @@ def load(path: Path | str) -> JobSpec:
 
 
 def spec_of(text: str) -> JobSpec:
-    return parse_job_spec("name: x\npools: [{name: w, replicas: 2, command: [python, t.py]}]\n"
-                          "checkpoint: {dir: 's3://b/x'}\n" + text)
+    """A small spec with `text`'s top-level keys (a `pools:` in it replaces the default)."""
+    pools = "" if text.startswith("pools:") else \
+        "pools: [{name: w, replicas: 2, command: [python, t.py]}]\n"
+    return parse_job_spec("name: x\n" + pools + "checkpoint: {dir: 's3://b/x'}\n" + text)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)

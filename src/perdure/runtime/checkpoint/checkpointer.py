@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from perdure.runtime.checkpoint import commit, values
+from perdure.runtime import goodput
+from perdure.runtime.checkpoint import commit, schedule, values
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, UnsupportedValueError
@@ -75,7 +76,8 @@ class Checkpointer:
     url: None reads $PERDURE_CHECKPOINT_DIR (set by perdure's controller).
     keep: committed checkpoints to keep (None keeps all).
     policy: when ``maybe_save`` saves, and whether a save that finds one in flight waits or
-        skips.
+        skips; None follows the spec's ``checkpoint`` settings (every_steps, every_seconds,
+        every: auto), as the controller passes them (see ``schedule``).
     async_save: False makes every save blocking.
     persist: "thread" (default) or "process": where the background writing runs; a process
         keeps serialisation off the training process's GIL and is started right away.
@@ -113,7 +115,8 @@ class Checkpointer:
         self.stage = stage
         self.storage: Storage = make_storage(url, **dict(storage_options or {}))
         self.keep = keep
-        self.policy = policy or SavePolicy()
+        self.policy, interval_file = (policy, None) if policy else schedule.policy_from_env()
+        self._schedule = schedule.SaveSchedule(interval_file)
         self.async_save = async_save
         self.persist = persist
         self.staging_dir = _staging_dir(self.storage, staging_dir)
@@ -181,15 +184,26 @@ class Checkpointer:
         return True
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
-        """Save if the policy says ``step`` is due (rank 0 decides timed saves for all ranks)."""
-        decision = self.policy.decide(step, time.monotonic(), self._last_step, self._last_time)
-        due = decision.save
-        comm = self._comm_()
-        if self.policy.uses_clock and comm.world > 1:
-            due = bool(comm.agree([int(due)])[0][0])
+        """Save if the policy says ``step`` is due (rank 0 decides timed saves for all ranks).
+
+        On a preemption notice to any rank, every rank saves the same step, waits for the
+        commit and exits suspended: a script that calls this every step needs nothing else.
+        """
+        now = time.monotonic()
+        self.policy = self._schedule.refresh(self.policy, now)
+        decision = self.policy.decide(step, now, self._last_step, self._last_time)
+        due, notice = self._schedule.decide(self.policy, decision.save, self._comm_())
+        if notice:
+            if step != self._last_step:
+                self.save(step, state, blocking=True)
+            self.wait()
+            schedule.exit_suspended()
         if not due:
             return False
-        return self.save(step, state)
+        saved = self.save(step, state)
+        if saved and self._inflight is not None:  # the blocking cost `every: auto` is chosen by
+            goodput.checkpoint_saved(step, self._inflight.stats.blocked_s)
+        return saved
 
     def _try_prepare(
         self, state: Mapping[str, Any], rank: int

@@ -23,8 +23,6 @@ Side effects: a listening socket and its threads; registry files.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import socket
@@ -32,14 +30,13 @@ import socketserver
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from perdure.runtime.elastic import wire
 from perdure.runtime.elastic.wire import ENV_SECRET, interface_for
 
 __all__ = ["ENV_SECRET", "Holder", "HolderAddress", "fetch", "fetch_with", "interface_for",
-           "list_steps", "put", "registered"]
+           "list_steps", "put"]
 
 log = logging.getLogger("perdure.elastic")
 T = TypeVar("T")
@@ -213,29 +210,9 @@ class Holder:
         with self._lock:
             return sum(len(h.payload) for held in self._held.values() for h in held)
 
-    def register(self, registry: Path, replica: str, advertise: str) -> None:
-        """Publish this holder's address as `replica`'s (temp + rename)."""
-        registry.mkdir(parents=True, exist_ok=True)
-        path = registry / f"{replica}.json"
-        tmp = registry / f".{replica}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"replica": replica, "host": advertise, "port": self.port,
-                                   "pid": os.getpid()}))
-        os.replace(tmp, path)
-
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-
-
-def registered(registry: Path) -> list[HolderAddress]:
-    """Every holder address in `registry` (stale ones included: their connections fail)."""
-    out = []
-    for path in sorted(registry.glob("*.json")):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            doc = json.loads(path.read_text())
-            out.append(HolderAddress(str(doc["replica"]), str(doc["host"]), int(doc["port"]),
-                                     int(doc.get("pid", 0))))
-    return out
 
 
 def _open(addr: HolderAddress, secret: str, timeout: float) -> wire.Connected:

@@ -36,6 +36,8 @@ from perdure.runtime.elastic import codec, wire
 from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.rendezvous import Member
 from perdure.runtime.elastic.state import Buffers, apply, capture, check_state, kind_of, unwrap
+from perdure.runtime.transport import Transport
+from perdure.runtime.transport import current as current_transport
 
 if TYPE_CHECKING:
     from perdure.runtime.elastic.manager import Manager
@@ -123,7 +125,8 @@ class Snapshotter:
     holder_dir: a node-local directory (default $PERDURE_SNAPSHOT_DIR; none if unset) where
     snapshots are also written, under <job id>/<replica>/ (temp + rename), so that they outlive
     the worker process; they are not removed at exit (delete the job's directory when done).
-    replicate: send each snapshot to the peer's holder (needs the job's rendezvous directory).
+    replicate: send each snapshot to the peer's holder (needs the job's rendezvous; holders
+    are found through the job's transport).
     """
 
     def __init__(
@@ -145,18 +148,20 @@ class Snapshotter:
         chosen = holder_dir or os.environ.get(ENV_SNAPSHOT_DIR)
         job = os.environ.get("PERDURE_JOB_ID", "local")
         self.holder_dir = Path(chosen) / job / self.replica if chosen else None
-        self._registry = self._registry_dir() if replicate else None
+        self._transport = self._registry_transport() if replicate else None
         self._secret = os.environ.get(hd.ENV_SECRET, "")
-        if self._registry is not None and not self._secret:
+        if self._transport is not None and not self._secret:
             log.warning("snapshots are not replicated to a peer: $%s is not set (perdure "
                         "sets it for every replica it launches)", hd.ENV_SECRET)
-            self._registry = None
+            self._transport = None
         self._holder: hd.Holder | None = None
-        if self._registry is not None:
+        if self._transport is not None:
             host = _bind_host()
             self._holder = hd.Holder(keep=keep, host=host, secret=self._secret,
                                      allowed=self._is_job_replica)
-            self._holder.register(self._registry, self.replica, _advertise_host(host))
+            self._transport.register_holder({"replica": self.replica,
+                                             "host": _advertise_host(host),
+                                             "port": self._holder.port, "pid": os.getpid()})
         self._own: dict[int, tuple[int, dict[str, Any]]] = {}  # step -> (slot, tree)
         self._buffers = [Buffers() for _ in range(keep)]
         self._slot = 0
@@ -170,14 +175,23 @@ class Snapshotter:
         registered in the job's holder registry (only these are stored)."""
         if self.manager is not None and any(m.replica == name for m in self.manager.members):
             return True
-        return self._registry is not None and any(
-            a.replica == name for a in hd.registered(self._registry))
+        return any(a.replica == name for a in self._registered())
 
-    def _registry_dir(self) -> Path | None:
-        rdzv = self.manager.rdzv_dir if self.manager else None
-        if rdzv is None and os.environ.get("PERDURE_RDZV_DIR"):
-            rdzv = Path(os.environ["PERDURE_RDZV_DIR"])
-        return rdzv / "holders" if rdzv is not None else None
+    def _registry_transport(self) -> Transport | None:
+        """Where holders are registered and found: the job's rendezvous, if it has one."""
+        t = self.manager.transport if self.manager else current_transport()
+        return t if t.elastic else None
+
+    def _registered(self) -> list[hd.HolderAddress]:
+        """Every holder address registered (stale ones included: their connections fail)."""
+        if self._transport is None:
+            return []
+        out = []
+        for doc in self._transport.holders():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                out.append(hd.HolderAddress(str(doc["replica"]), str(doc["host"]),
+                                            int(doc["port"]), int(doc.get("pid", 0))))
+        return out
 
     # ---- saving ---------------------------------------------------------------------------
 
@@ -230,9 +244,9 @@ class Snapshotter:
 
     def _send_to_peer(self, step: int, chunks: list[memoryview]) -> str | None:
         peer = self._peer()
-        if peer is None or self._registry is None:
+        if peer is None or self._transport is None:
             return None
-        addr = next((a for a in hd.registered(self._registry) if a.replica == peer), None)
+        addr = next((a for a in self._registered() if a.replica == peer), None)
         if addr is None:
             log.warning("snapshot of step %d not replicated: %s has no holder", step, peer)
             return None
@@ -244,12 +258,12 @@ class Snapshotter:
         return peer
 
     def _peer(self) -> str | None:
-        if self._registry is None:
+        if self._transport is None:
             return None
         members = self.manager.members if self.manager else ()
         if members:
             return choose_peer(members, self.replica)
-        others = sorted(a.replica for a in hd.registered(self._registry)
+        others = sorted(a.replica for a in self._registered()
                         if a.replica != self.replica)
         return others[0] if others else None
 
@@ -281,8 +295,8 @@ class Snapshotter:
     def available(self) -> dict[int, str]:
         """Steps of this replica's snapshots that can be restored here, and from where."""
         found: dict[int, str] = {}
-        if self._registry is not None:
-            for addr in hd.registered(self._registry):
+        if self._transport is not None:
+            for addr in self._registered():
                 if addr.replica == self.replica:
                     continue
                 for step in hd.list_steps(addr, self.replica, secret=self._secret):
@@ -333,9 +347,8 @@ class Snapshotter:
             path = self.holder_dir / f"snap-{step:012d}.bin"
             with path.open("rb", buffering=0) as f:
                 return _tree(codec.read(_file_reader(f), path.stat().st_size, into))
-        assert self._registry is not None
         peer = source.split(":", 1)[1]
-        addr = next(a for a in hd.registered(self._registry) if a.replica == peer)
+        addr = next(a for a in self._registered() if a.replica == peer)
         return _tree(hd.fetch_with(addr, self.replica, step,
                                    lambda read_into, size: codec.read(read_into, size, into),
                                    secret=self._secret))
