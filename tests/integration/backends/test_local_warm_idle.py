@@ -13,6 +13,7 @@ import pytest
 from test_local_support import NODES, kill_everything, wait_gone
 
 from perdure.backends.local import LocalBackend, procs, warm, warm_pool_summary
+from perdure.store.sqlite import Store
 
 
 def wait_status(backend: LocalBackend, what: str, ok: Callable[[dict[str, Any]], object],
@@ -42,6 +43,7 @@ def test_an_idle_pool_empties_and_node_ls_says_so(tmp_path: Path) -> None:
             wait_gone(pid, timeout=10.0)
         line = warm_pool_summary(state)
         assert line is not None and "warm pool: empty since" in line and "no launch for 2 s" in line
+        Store(state / "perdure.db")  # what a controller on this state dir has made
         shown = subprocess.run(
             [sys.executable, "-m", "perdure.cli.main", "--state-dir", str(state), "node", "ls"],
             capture_output=True, text=True, check=True)
