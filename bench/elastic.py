@@ -160,6 +160,7 @@ def restore_worker(args: dict[str, Any]) -> None:
     from perdure.runtime.elastic import codec, holder
     from perdure.runtime.elastic.snapshot import _targets
     from perdure.runtime.elastic.state import apply
+    from perdure.runtime.transport import current as current_transport
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -180,8 +181,8 @@ def restore_worker(args: dict[str, Any]) -> None:
     out["own memory"] = time.perf_counter() - t
     dist.barrier()
     peer = snap.latest.peer if snap.latest else None
-    registry = Path(os.environ["PERDURE_RDZV_DIR"]) / "holders"
-    addr = next(a for a in holder.registered(registry) if a.replica == peer)
+    doc = next(d for d in current_transport().holders() if d["replica"] == peer)
+    addr = holder.HolderAddress(str(doc["replica"]), str(doc["host"]), int(doc["port"]))
     t = time.perf_counter()
     into = _targets(state)  # what a replacement does: straight into its parameters
     apply(state, holder.fetch_with(addr, snap.replica, 3,

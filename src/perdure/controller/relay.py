@@ -38,6 +38,7 @@ from typing import Any
 
 from perdure.controller.relaykv import Stores
 from perdure.controller.relayops import OPS, Peer, RelayFiles
+from perdure.controller.secrets import job_secret, state_secret
 from perdure.core.events import Launch
 from perdure.runtime.transport.base import (
     ENV_CONTROL_ADDR,
@@ -65,35 +66,8 @@ class RelayError(RuntimeError):
 
 def _default_secret(state_dir: Path) -> Callable[[str], str]:
     """job id -> its secret, from the state dir's secret (perdure.controller.secrets)."""
-    import importlib
-
-    try:
-        mod = importlib.import_module("perdure.controller.secrets")
-    except ModuleNotFoundError:  # before harden-procs' module is merged: INTERFACES.md's rule
-        return _interim_secret(state_dir)
-    state = mod.state_secret(state_dir)
-    return lambda job: str(mod.job_secret(state, job))
-
-
-def _interim_secret(state_dir: Path) -> Callable[[str], str]:
-    """INTERFACES.md's per-job secret: HMAC(<state>/secret, job id). Delete when
-    perdure.controller.secrets is merged (it owns this)."""
-    import hashlib
-    import hmac
-
-    path = state_dir / "secret"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(32))
-    except FileExistsError:
-        pass
-    for _ in range(100):  # its creator may not have written it yet
-        state = path.read_bytes()
-        if len(state) == 32:
-            break
-        time.sleep(0.01)
-    return lambda job: hmac.new(state, job.encode(), hashlib.sha256).hexdigest()
+    state = state_secret(state_dir)
+    return lambda job: job_secret(state, job)
 
 
 def _default_replicas(state_dir: Path) -> Callable[[str], Collection[str] | None]:
