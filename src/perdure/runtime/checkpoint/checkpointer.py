@@ -86,7 +86,9 @@ class Checkpointer:
         the background while the next step's forward and backward run, and that optimizer's
         next ``step()`` waits for the copy; "sync": everything is copied before ``save``
         returns. A deferred tensor changed in place by anything but its optimizer before its
-        copy fails that save with an error that says so (never a mixed checkpoint).
+        copy fails that save with an error that says so (never a mixed checkpoint); changes
+        made through ``.data`` escape that check, so code that writes parameters that way
+        between save() and optimizer.step() should use "sync".
     timeout_s: how long a checkpoint collective waits for the other ranks.
     storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
     """
