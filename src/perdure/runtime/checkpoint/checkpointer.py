@@ -270,7 +270,14 @@ class Checkpointer:
         if pending:  # opened by the thread once the pending copies are done
             job.gate = inflight.gate = StepGate(prepared.optimizers)
         self._inflight = inflight
-        inflight.thread.start()
+        try:
+            inflight.thread.start()
+        except BaseException:  # no thread will open the gate: never leave a step held
+            if inflight.gate is not None:
+                inflight.gate.open()
+                inflight.gate.remove()
+            self._inflight = None
+            raise
 
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again
