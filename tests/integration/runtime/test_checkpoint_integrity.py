@@ -199,3 +199,25 @@ def test_without_crc32c_checkpoints_use_zlib_crc32_and_are_still_verified(
     assert step == 1
     assert_weights(state, at_1)
     assert "its crc32 is" in ckpt.restore_failures[0]
+
+
+def test_a_checkpoint_saved_before_checksums_still_restores_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, at_2 = two_saves(tmp_path)
+    directory = tmp_path / "step-00000002"
+    doc = json.loads((directory / "perdure.json").read_bytes())
+    del doc["checksum"]
+    for entry in doc["storage"]:
+        del entry["crc"]
+    (directory / "perdure.json").write_text(json.dumps(doc))
+    marker = json.loads((directory / "COMMITTED").read_bytes())
+    del marker["checksum"], marker["checksums"]
+    marker["files"]["perdure.json"] = (directory / "perdure.json").stat().st_size
+    (directory / "COMMITTED").write_text(json.dumps(marker))
+
+    with caplog.at_level(logging.WARNING, "perdure.checkpoint"):
+        _, step, state = restore_fresh(tmp_path)
+    assert step == 2
+    assert_weights(state, at_2)
+    assert "step-00000002 was saved before perdure recorded checksums" in caplog.text

@@ -88,7 +88,9 @@ class Checkpointer:
         the background while the next step's forward and backward run, and that optimizer's
         next ``step()`` waits for the copy; "sync": everything is copied before ``save``
         returns. A deferred tensor changed in place by anything but its optimizer before its
-        copy fails that save with an error that says so (never a mixed checkpoint).
+        copy fails that save with an error that says so (never a mixed checkpoint); changes
+        made through ``.data`` escape that check, so code that writes parameters that way
+        between save() and optimizer.step() should use "sync".
     timeout_s: how long a checkpoint collective waits for the other ranks.
     storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
     """
@@ -282,7 +284,14 @@ class Checkpointer:
         if pending:  # opened by the thread once the pending copies are done
             job.gate = inflight.gate = StepGate(prepared.optimizers)
         self._inflight = inflight
-        inflight.thread.start()
+        try:
+            inflight.thread.start()
+        except BaseException:  # no thread will open the gate: never leave a step held
+            if inflight.gate is not None:
+                inflight.gate.open()
+                inflight.gate.remove()
+            self._inflight = None
+            raise
 
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again

@@ -119,7 +119,11 @@ def _attempt(
     error: BaseException | None = None
     try:
         md, paths = decode_metadata(doc)
-        restore(state, storage, name, md, paths, comm, decode_checksums(doc))
+        sums = decode_checksums(doc)
+        if sums is None:
+            log.warning("checkpoint %s was saved before perdure recorded checksums: it is "
+                        "restored unverified", name)
+        restore(state, storage, name, md, paths, comm, sums)
     except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
         error = exc
     reasons = comm.all_gather_object(None if error is None else _reason(error))
