@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from perdure.backends.factory import make_backend
-from perdure.cli.common import Ctx, die, load_cluster, load_spec, new_job, python
+from perdure.cli.common import Ctx, die, load_cluster, load_spec, new_job, node_dir, python
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.core.launchenv import LaunchSettings
@@ -33,7 +33,8 @@ def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
 def _controller(ctx: Ctx, store: Store, cluster_path: Path | None) -> Controller:
     cluster = load_cluster(ctx, cluster_path, remember=True)
     backend = make_backend(cluster, ctx.state_dir)
-    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python())
+    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python(),
+                              node_dir=node_dir(ctx.state_dir))
     return Controller(ctx.state_dir, store, backend, cluster, settings)
 
 

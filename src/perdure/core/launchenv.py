@@ -19,6 +19,9 @@ class LaunchSettings:
     state_dir: str
     python: str  # the interpreter perdure runs under; replaces a leading `python`
     master_addr: str = "127.0.0.1"
+    # A fast node-local directory (tmpfs) under which each job gets $PERDURE_NODE_DIR: what a
+    # replica keeps there outlives its process (a group restart) but not the job.
+    node_dir: str | None = None
 
 
 def _resolve(base: str, path: str) -> str:
@@ -45,6 +48,11 @@ def launch_id(job: Job, r: Replica) -> str:
 def rendezvous_dir(job_id: str, s: LaunchSettings) -> str:
     """Where an elastic job's rounds are published (round.json) and its stores live."""
     return posixpath.join(s.state_dir, "rdzv", job_id)
+
+
+def node_dir(job_id: str, s: LaunchSettings) -> str | None:
+    """The job's node-local directory ($PERDURE_NODE_DIR), if the control plane gives one."""
+    return posixpath.join(s.node_dir, job_id) if s.node_dir else None
 
 
 def job_of_launch(launch_id: str) -> str:
@@ -111,6 +119,9 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
         if r.name in job.members:
             env["RANK"] = str(job.members.index(r.name))
             env["WORLD_SIZE"] = str(len(job.members))
+    local = node_dir(job.id, s)
+    if local is not None:
+        env["PERDURE_NODE_DIR"] = local
     if job.spec.checkpoint.every_steps:
         env["PERDURE_CHECKPOINT_EVERY"] = str(job.spec.checkpoint.every_steps)
     prefix = posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}", r.name)
