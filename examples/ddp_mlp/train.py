@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=os.environ.get("PERDURE_CHECKPOINT_DIR"))
     p.add_argument("--checkpoint-every", type=int, default=int(env_every or 20))
     p.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
-    p.add_argument("--snapshot-every", type=int, default=5,
+    p.add_argument("--snapshot-every", type=int, default=10,
                    help="snapshot to node-local tmpfs every N steps under perdure (0: never)")
     p.add_argument("--out", default=None, help="where result.json goes (default: ckpt dir)")
     p.add_argument("--no-ledger", action="store_true",

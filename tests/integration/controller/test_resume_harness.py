@@ -47,6 +47,7 @@ class Settings:
     batch: int = 16
     replicas: int = 4
     every: int = 10  # checkpoint.every_steps
+    snapshot_every: int = 3  # node-local snapshots, newer than the checkpoint most of the time
     step_time: float = 0.02
 
     @property
@@ -127,7 +128,7 @@ def write_spec(p: Perdure, name: str, s: Settings, **extra: Any) -> Path:
     """A spec for the example with these settings; `extra` overrides top-level fields."""
     command = ["python", str(EXAMPLE / "train.py"), "--epochs", str(s.epochs), "--samples",
                str(s.samples), "--batch", str(s.batch), "--step-time", str(s.step_time),
-               "--log-every", "1"]
+               "--log-every", "1", "--snapshot-every", str(s.snapshot_every)]
     spec: dict[str, Any] = {
         "name": name,
         "pools": [{"name": "worker", "replicas": s.replicas, "command": command,
