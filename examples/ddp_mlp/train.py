@@ -8,7 +8,11 @@ What makes a resumed run end with the same weights as an uninterrupted one:
   `checkpoint.every_steps`) it saves, asynchronously, the model, the optimizer, the step, the
   data position (ElasticLoader: a global cursor into an order that is a pure function of seed
   and epoch), each rank's RNG state (dropout) and each rank's log of consumed samples;
-- at start it restores the newest committed checkpoint, if any, and carries on from there;
+- every `--snapshot-every` steps it also snapshots the same state into the job's node-local
+  tmpfs directory (perdure.runtime.resume: a memcpy, written in the background), which
+  outlives the process; at start it restores the newest of that snapshot (when every rank
+  holds it) and the newest committed checkpoint, and carries on from there: a fault loses at
+  most the snapshot interval, and restoring from tmpfs is cheaper than from storage;
 - on a preemption notice (SIGTERM) the ranks agree on the step to stop at (StopVote: an
   all-reduce overlapped with the next step, so it costs no time per step), save it
   synchronously and exit with the "suspended" status, so the job is requeued and resumes.
@@ -40,6 +44,7 @@ from perdure.runtime import (
     ElasticSampler,
     StopVote,
     goodput,
+    resume,
     rng_state,
     set_rng_state,
 )
@@ -64,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=os.environ.get("PERDURE_CHECKPOINT_DIR"))
     p.add_argument("--checkpoint-every", type=int, default=int(env_every or 20))
     p.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
+    p.add_argument("--snapshot-every", type=int, default=10,
+                   help="snapshot to node-local tmpfs every N steps under perdure (0: never)")
     p.add_argument("--out", default=None, help="where result.json goes (default: ckpt dir)")
     p.add_argument("--no-ledger", action="store_true",
                    help="keep no log of consumed samples (its size grows with the run's "
@@ -120,13 +127,21 @@ class Ledger:
 
 
 class Timeline:
-    """One JSON line per finished step, appended in one write each (for bench/recovery.py)."""
+    """One JSON line per finished step (rank 0) and per start-up phase (every rank), appended
+    in one write each: what bench/recovery.py measures recovery, and profiles it, from."""
 
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def step(self, step: int, seconds: float) -> None:
-        line = {"pid": os.getpid(), "step": step, "t": time.time(), "s": seconds}
+        self._write({"pid": os.getpid(), "step": step, "t": time.time(), "s": seconds})
+
+    def mark(self, phase: str) -> None:
+        """This process reached `phase` of its start (script, init, model, restore) now."""
+        self._write({"pid": os.getpid(), "rank": os.environ.get("RANK", "0"), "mark": phase,
+                     "t": time.time()})
+
+    def _write(self, line: dict[str, Any]) -> None:
         os.write(self.fd, (json.dumps(line) + "\n").encode())
 
 
@@ -156,7 +171,8 @@ def settle_ddp_buckets(ddp: nn.Module, example: torch.Tensor) -> None:
 class Run:
     """The training loop with its checkpointed state."""
 
-    def __init__(self, args: argparse.Namespace, ctx: perdure.Context) -> None:
+    def __init__(self, args: argparse.Namespace, ctx: perdure.Context,
+                 timeline: Timeline | None = None) -> None:
         self.args, self.ctx = args, ctx
         data = Samples(args.samples, seed=1)
         self.sampler = ElasticSampler(len(data), args.batch, seed=args.seed)
@@ -178,10 +194,15 @@ class Run:
             policy = SavePolicy(every_steps=args.checkpoint_every)
             self.ckpt = Checkpointer(args.checkpoint_dir, keep=args.keep, policy=policy)
         self.saved_step: int | None = None
+        # A node-local snapshot every few steps: what a group restart resumes from when it is
+        # newer than the last checkpoint (None outside perdure, or with --snapshot-every 0).
+        self.snap = resume.node_snapshotter() if args.snapshot_every > 0 else None
         # The ranks agree on the step to stop at in the background: no collective on the
         # step's critical path (a notice stops every rank one step after the first saw it).
         self.vote = StopVote()
-        self.timeline = Timeline(args.timeline) if args.timeline and ctx.is_primary else None
+        self.timeline = timeline if ctx.is_primary else None
+        if timeline is not None:
+            timeline.mark("model")
 
     def state(self) -> dict[str, Any]:
         state = {"model": self.model, "optim": self.optim, "data": self.loader,
@@ -191,24 +212,20 @@ class Run:
         return state
 
     def restore(self) -> None:
-        """Continue from the newest committed checkpoint, if there is one."""
-        if self.ckpt is None:
-            return
-        began = time.perf_counter()
+        """Continue from the newest snapshot or committed checkpoint, if there is one."""
         state = self.state()
-        step = self.ckpt.restore_latest(state)
-        if step is not None:
+        restored = resume.restore_newest(state, self.ckpt, self.snap)
+        if restored.step is not None:
             self.step = int(state["step"])
             set_rng_state(state["rng"].value)
-            self.saved_step = step
-        seconds = time.perf_counter() - began
-        goodput.checkpoint_restored(step, seconds)
-        for line in self.ckpt.skipped_partial:
+            # a snapshot's step has no checkpoint yet: a notice right now must still save one
+            self.saved_step = restored.step if restored.from_checkpoint else None
+        goodput.checkpoint_restored(restored.step, restored.seconds)
+        for line in restored.skipped_partial:
             print(line, flush=True)
-        where = f"step {step}" if step is not None else "scratch (no checkpoint)"
         print(f"{self.ctx.replica} rank {self.ctx.rank}/{self.ctx.world_size} attempt "
-              f"{self.ctx.attempt} restart {self.ctx.restart_count}: resumed from {where} "
-              f"in {seconds:.2f}s", flush=True)
+              f"{self.ctx.attempt} restart {self.ctx.restart_count}: resumed from "
+              f"{restored.describe()} in {restored.seconds:.2f}s", flush=True)
 
     def save(self, *, blocking: bool) -> None:
         if self.ckpt is None or self.saved_step == self.step:
@@ -260,6 +277,15 @@ class Run:
                 self.suspend()
             if self.ckpt is not None and self.step % self.args.checkpoint_every == 0:
                 self.save(blocking=False)
+            if self.snap is not None and self.step % self.args.snapshot_every == 0:
+                self.snapshot()
+
+    def snapshot(self) -> None:
+        """Copy the state into host buffers; the background writes it to tmpfs."""
+        assert self.snap is not None
+        began = time.perf_counter()
+        if self.snap.save(self.step, self.state()):
+            goodput.checkpoint_saved(self.step, time.perf_counter() - began)
 
     def suspend(self) -> None:
         """The preemption notice: save this step synchronously, then ask to be resumed."""
@@ -275,6 +301,8 @@ class Run:
         self.vote.close()
         if self.ckpt is not None:
             self.ckpt.wait()
+        if self.snap is not None:
+            self.snap.close()
         mine = self.ledger.consumed()
         parts: list[Any] = [mine]
         if self.ctx.world_size > 1:
@@ -304,9 +332,16 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
 def main() -> None:
     args = parse_args()
     imported = time.time()
+    timeline = Timeline(args.timeline) if args.timeline else None
+    if timeline is not None:
+        timeline.mark("script")
     ctx = perdure.init(seed=args.seed)
-    run = Run(args, ctx)
+    if timeline is not None:
+        timeline.mark("init")
+    run = Run(args, ctx, timeline)
     run.restore()
+    if timeline is not None:
+        timeline.mark("restore")
     print(f"ready: process group, model and restore took {time.time() - imported:.1f}s",
           flush=True)
     run.train()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -188,3 +190,23 @@ def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec,
 
 def python() -> str:
     return sys.executable
+
+
+def node_dir(state_dir: Path, shm: Path = Path("/dev/shm")) -> str | None:
+    """The node-local tmpfs directory for the jobs of `state_dir` (each gets a subdirectory,
+    removed when the job ends), made private to this user; None where there is no tmpfs or
+    the name is taken by something this user does not own (nothing is then kept there)."""
+    if not shm.is_dir():
+        return None
+    tag = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+    path = shm / f"perdure-{os.getuid()}-{tag}"
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None
+    return str(path)

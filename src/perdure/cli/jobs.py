@@ -21,6 +21,7 @@ from perdure.cli.common import (
     load_cluster,
     load_spec,
     new_job,
+    node_dir,
     python,
     remember_cluster,
 )
@@ -68,7 +69,8 @@ def make_controller(ctx: Ctx, store: Store, cluster: ClusterSpec,
     # On Ray, `python` stays `python`: the node's interpreter (its actor resolves it there).
     interpreter = "python" if cluster.backend == "ray" else python()
     settings = LaunchSettings(state_dir=str(ctx.state_dir), python=interpreter,
-                              job_secret=lambda job_id: job_secret(secret, job_id))
+                              job_secret=lambda job_id: job_secret(secret, job_id),
+                              node_dir=node_dir(ctx.state_dir))
     try:
         return Controller(ctx.state_dir, store, backend, cluster, settings)
     except ValueError as exc:  # a bad setting in the environment ($PERDURE_MTBF_PRIOR_SECONDS)

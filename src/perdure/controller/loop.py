@@ -12,6 +12,7 @@ import fcntl
 import gc
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from perdure.core.events import (
     Rendezvous,
     Stop,
 )
-from perdure.core.launchenv import LaunchSettings, job_of_launch
+from perdure.core.launchenv import LaunchSettings, job_of_launch, node_dir
 from perdure.core.model import Event, Job, Node
 from perdure.core.spec import ClusterSpec
 from perdure.core.states import ReplicaState
@@ -199,6 +200,7 @@ class Controller:
         for i in outcome.changed_jobs:
             if jobs[i].state.terminal:
                 del jobs[i]
+                self._forget_node_dir(i)
         self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
                                  outcome.snapshot.index)
         deferred, self._deferred = self._deferred, []
@@ -209,6 +211,12 @@ class Controller:
                 listener(e)
         self.tick_seconds.append(time.perf_counter() - began)
         return outcome
+
+    def _forget_node_dir(self, job_id: str) -> None:
+        """Remove what an ended job kept on this node ($PERDURE_NODE_DIR: snapshots in tmpfs)."""
+        local = node_dir(job_id, self.settings)
+        if local is not None:
+            shutil.rmtree(local, ignore_errors=True)
 
     def _apply(self, d: Decision) -> None:
         """Carry out a decision. A launch that fails is an observation for the next tick (an

@@ -24,6 +24,9 @@ class LaunchSettings:
     # job id -> the job's secret (controller/secrets.py); None: launches carry no secret, so
     # replicas open no authenticated listener (snapshots are then not replicated)
     job_secret: Callable[[str], str] | None = None
+    # A fast node-local directory (tmpfs) under which each job gets $PERDURE_NODE_DIR: what a
+    # replica keeps there outlives its process (a group restart) but not the job.
+    node_dir: str | None = None
 
 
 def _resolve(base: str, path: str) -> str:
@@ -67,6 +70,9 @@ def interval_env(job: Job, s: LaunchSettings) -> dict[str, str]:
         seconds = min(ck.every_seconds, ck.max_interval_seconds)
         env["PERDURE_CHECKPOINT_EVERY_SECONDS"] = f"{seconds:g}"
     return env
+def node_dir(job_id: str, s: LaunchSettings) -> str | None:
+    """The job's node-local directory ($PERDURE_NODE_DIR), if the control plane gives one."""
+    return posixpath.join(s.node_dir, job_id) if s.node_dir else None
 
 
 def job_of_launch(launch_id: str) -> str:
@@ -191,7 +197,9 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
         if r.name in job.members:
             env["RANK"] = str(job.members.index(r.name))
             env["WORLD_SIZE"] = str(len(job.members))
-    env.update(interval_env(job, s))
+    local = node_dir(job.id, s)
+    if local is not None:
+        env["PERDURE_NODE_DIR"] = local
     prefix = posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}", r.name)
     return Launch(
         launch_id=lid,

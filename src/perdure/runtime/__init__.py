@@ -26,6 +26,7 @@ _EXPORTS = {
     "init": "perdure.runtime.context",
     "Context": "perdure.runtime.context",
     "StopVote": "perdure.runtime.vote",
+    "resume": "perdure.runtime.resume",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -144,6 +144,9 @@ def _init_process_group(backend: str | None, timeout: float, world_size: int) ->
 
     if world_size <= 1 or dist.is_initialized():
         return
+    from perdure.runtime import envstore
+
+    envstore.install()  # connect as soon as rank 0 listens, not after torch's backoff
     chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     dist.init_process_group(chosen, timeout=datetime.timedelta(seconds=timeout))
 

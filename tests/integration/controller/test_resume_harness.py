@@ -47,6 +47,7 @@ class Settings:
     batch: int = 16
     replicas: int = 4
     every: int = 10  # checkpoint.every_steps
+    snapshot_every: int = 3  # node-local snapshots, newer than the checkpoint most of the time
     step_time: float = 0.02
 
     @property
@@ -69,6 +70,7 @@ class Launch:
     suspended: bool
     done: bool
     skipped_partial: tuple[str, ...]
+    from_snapshot: bool = False  # it resumed from a node-local snapshot, not a checkpoint
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ def parse_launches(text: str, attempt: int) -> list[Launch]:
             suspended="exiting suspended" in segment,
             done="done: final weights sha256" in segment,
             skipped_partial=tuple(re.findall(r"skipped partial checkpoint (\S+):", segment)),
+            from_snapshot=m is not None and m.group(3) is not None
+            and segment[m.end():].startswith(" (snapshot"),
         ))
     return out
 
@@ -127,7 +131,7 @@ def write_spec(p: Perdure, name: str, s: Settings, **extra: Any) -> Path:
     """A spec for the example with these settings; `extra` overrides top-level fields."""
     command = ["python", str(EXAMPLE / "train.py"), "--epochs", str(s.epochs), "--samples",
                str(s.samples), "--batch", str(s.batch), "--step-time", str(s.step_time),
-               "--log-every", "1"]
+               "--log-every", "1", "--snapshot-every", str(s.snapshot_every)]
     spec: dict[str, Any] = {
         "name": name,
         "pools": [{"name": "worker", "replicas": s.replicas, "command": command,
@@ -349,8 +353,11 @@ def test_parse_launches_reads_resumes_steps_and_partials() -> None:
         "worker-0 rank 0/4 attempt 1 restart 1: resumed from step 10 in 0.10s\n"
         "step 11 epoch 0 loss 1.0\nnotice received: saved step 11; exiting suspended\n"
         "=== j.1.worker-0.3 started 2026-11-30T05:23:41.000+0000 ===\n"
+        "=== j.1.worker-0.4 started 2026-11-30T05:23:51.000+0000 ===\n"
+        "worker-0 rank 0/4 attempt 1 restart 2: resumed from step 12 (snapshot (file)) in 0.02s\n"
     )
-    a, b, c = parse_launches(text, 1)
+    a, b, c, d = parse_launches(text, 1)
+    assert (d.resumed, d.from_snapshot, b.from_snapshot) == (12, True, False)
     assert (a.resumed, a.started, a.last_step, a.suspended) == (None, True, 2, False)
     assert (b.resumed, b.last_step, b.suspended) == (10, 11, True)
     assert b.skipped_partial == ("step-00000020.tmp-ab12-3",)

@@ -81,6 +81,9 @@ def test_faulty_run_ends_bit_identical_to_a_clean_run(perdure: Perdure) -> None:
     assert all(x.resumed is not None and x.resumed >= SETTINGS.every for x in launches[1:]), \
         launches
     assert any(x.skipped_partial for x in launches), launches
+    # at least one relaunch resumed from a node-local snapshot newer than the checkpoint
+    # (snapshots every 3 steps, checkpoints every 10): that path is bit-identical too
+    assert any(x.from_snapshot for x in launches), launches
     # the preemption spent no retry and no restart: one suspension, one new attempt
     assert d["attempt"] == 2 and d["retries"] == {}
     assert [x.attempt for x in launches if x.suspended] == [1]

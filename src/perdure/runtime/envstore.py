@@ -1,0 +1,86 @@
+"""torch's env:// rendezvous without its connect backoff: wait for the store, then connect.
+
+`init_process_group` with the default env:// method has rank 0 host a TCPStore at
+MASTER_ADDR:MASTER_PORT and every other rank connect to it. A rank that tries before rank 0
+listens is refused and torch's client backs off before trying again: measured on torch 2.13,
+4 ranks forked at once, a rank 0 that starts 50 ms after the others leaves them connected
+0.65 s later, 0.2 s late costs 0.5 s more. In a group restart the replicas start within
+tenths of a second of each other in any order, so this backoff was the largest part of
+bringing the new group up (docs/benchmarks.md, Recovery).
+
+`install()` wraps the registered env:// handler: a rank that does not host the store (rank
+!= 0, or every rank when TORCHELASTIC_USE_AGENT_STORE=True) first polls the port every
+POLL_SECONDS (a refused connect to a local address costs microseconds), then lets torch
+connect, at once. Nothing else changes: same store, same errors. perdure.init installs it;
+so does a warm standby interpreter before it runs a script, so unmodified DDP scripts gain
+too.
+
+Side effects: replaces torch's "env" rendezvous handler in this process (idempotent).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+POLL_SECONDS = 0.005
+# At most this long is spent polling; then torch's own client (with its backoff and its
+# timeout) takes over, so a store that never comes fails as it would without us.
+MAX_POLL_SECONDS = 60.0
+_MARK = "_perdure_waits_for_store"
+
+
+def install() -> bool:
+    """Wrap torch's env:// handler (once per process); False if torch has none to wrap."""
+    module = importlib.import_module("torch.distributed.rendezvous")
+    handlers = getattr(module, "_rendezvous_handlers", None)  # torch's registry, by scheme
+    if not isinstance(handlers, dict) or not callable(handlers.get("env")):
+        return False
+    current: Callable[..., Any] = handlers["env"]
+    if getattr(current, _MARK, False):
+        return True
+
+    def env_handler(url: str, **kwargs: Any) -> Any:
+        wait_for_store(url, kwargs.get("timeout"))
+        return current(url, **kwargs)
+
+    setattr(env_handler, _MARK, True)
+    handlers["env"] = env_handler
+    return True
+
+
+def wait_for_store(url: str, timeout: datetime.timedelta | None = None) -> bool:
+    """Block until MASTER_ADDR:MASTER_PORT accepts a connection, if this rank is a store
+    client; whether it does (False also when there is nothing to wait for)."""
+    address = store_address(url, dict(os.environ))
+    if address is None:
+        return False
+    limit = MAX_POLL_SECONDS if timeout is None else min(MAX_POLL_SECONDS,
+                                                         timeout.total_seconds())
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            socket.create_connection(address, timeout=1.0).close()
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_SECONDS)
+
+
+def store_address(url: str, env: dict[str, str]) -> tuple[str, int] | None:
+    """Where this rank connects as a store client; None when it hosts the store or the
+    environment does not say (torch reports that itself). No side effects."""
+    query = parse_qs(urlparse(url).query)
+    rank = (query.get("rank") or [env.get("RANK", "")])[0]
+    agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT", "")
+    if (rank == "0" and not agent) or not addr or not port.isdigit() or int(port) == 0:
+        return None
+    return addr, int(port)
