@@ -197,6 +197,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
         if r.name in job.members:
             env["RANK"] = str(job.members.index(r.name))
             env["WORLD_SIZE"] = str(len(job.members))
+    env.update(interval_env(job, s))
     local = node_dir(job.id, s)
     if local is not None:
         env["PERDURE_NODE_DIR"] = local
