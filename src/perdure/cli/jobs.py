@@ -64,7 +64,7 @@ def controller(
     ctl.listeners.append(lambda e: typer.echo(_fmt_event(e, with_job=True)))
     try:
         ctl.start()
-    except ControllerBusy as exc:
+    except (ControllerBusy, BackendBusy, BackendUnavailable) as exc:
         die(str(exc))
     try:
         ctl.run(exit_when_idle=exit_when_idle)
@@ -108,6 +108,9 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
     except ControllerBusy:
         typer.echo("another controller drives this state dir; following the job")
         state = _follow(store, job.id)
+    except (BackendBusy, BackendUnavailable) as exc:
+        ctl.close()
+        die(f"{exc} (job {job.id} stays queued for a controller that can drive it)")
     else:
         state = _drive(ctl, store, job)
     typer.echo(f"job {job.id} {state}")
