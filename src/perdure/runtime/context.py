@@ -93,7 +93,7 @@ def _drain_reports() -> None:
     from perdure.runtime import goodput
 
     with contextlib.suppress(Exception):
-        goodput.drain()
+        goodput.drain(2.0)  # bounded: a suspend must end within its grace period
 
 
 _context: Context | None = None

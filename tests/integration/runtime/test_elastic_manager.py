@@ -1,5 +1,6 @@
 """elastic_retry in this process, on a real gloo group of one: what is retried, what is not,
-planned changes at a step boundary, waiting for the minimum, and the static fallback."""
+planned changes at a step boundary, waiting for the minimum, and the static fallback; over
+files and over the controller's relay (whose store the group is formed in)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
+from transport_pair import JOB, transport_of
 
 from perdure.runtime.elastic import (
     ElasticConfigWarning,
@@ -36,14 +38,25 @@ def publish(rdzv: Path, round_no: int, members: list[str], reason: str = "admitt
 
 
 @pytest.fixture
-def manager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Manager]:
+def rdzv(tmp_path: Path) -> Path:
+    """The job's rendezvous directory in the controller's state dir (tmp_path)."""
+    path = tmp_path / "rdzv" / JOB
+    path.mkdir(parents=True)
+    return path
+
+
+@pytest.fixture(params=["file", "net"])
+def manager(request: pytest.FixtureRequest, tmp_path: Path, rdzv: Path,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[Manager]:
+    """worker-0's Manager, reaching the rendezvous through files or the controller's relay."""
     monkeypatch.setenv("PERDURE_ATTEMPT", "1")
     for name in ("PERDURE_ELASTIC_MODE", "PERDURE_MIN_WORLD_SIZE", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    publish(tmp_path, 0, ["worker-0"])
-    m = Manager(rdzv_dir=tmp_path, replica="worker-0")
-    yield m
-    m.close()
+    publish(rdzv, 0, ["worker-0"])
+    with transport_of(request.param, tmp_path) as t:
+        m = Manager(transport=t, replica="worker-0")
+        yield m
+        m.close()
     assert not dist.is_initialized()
 
 
@@ -60,7 +73,7 @@ def test_a_bug_propagates_at_once(manager: Manager) -> None:
     assert calls == [0]
 
 
-def test_a_lost_peer_rebuilds_the_group_and_reenters(manager: Manager) -> None:
+def test_a_lost_peer_rebuilds_the_group_and_reenters(manager: Manager, rdzv: Path) -> None:
     events: list[ElasticEvent] = []
     rebuilt: list[bool] = []
 
@@ -79,7 +92,8 @@ def test_a_lost_peer_rebuilds_the_group_and_reenters(manager: Manager) -> None:
     assert (event.kind, event.round, event.world_size, event.retry) == ("lost", 0, 1, 1)
     assert "Connection reset by peer" in (event.error or "")
     # nobody else left and no newer round came: the same round was formed again
-    assert (manager.rdzv_dir / "store-1-0").exists()  # type: ignore[operator]
+    store = "store-1-0" if manager.transport.kind == "file" else "kv/store-1-0.jsonl"
+    assert (rdzv / store).exists()
 
 
 def test_the_retry_limit_ends_in_a_membership_error(manager: Manager) -> None:
@@ -96,7 +110,7 @@ def test_the_retry_limit_ends_in_a_membership_error(manager: Manager) -> None:
     assert len(calls) == 3 and isinstance(err.value.__cause__, RuntimeError)
 
 
-def test_a_newer_round_is_taken_at_a_step_boundary(manager: Manager, tmp_path: Path) -> None:
+def test_a_newer_round_is_taken_at_a_step_boundary(manager: Manager, rdzv: Path) -> None:
     events: list[ElasticEvent] = []
     seen: list[tuple[int, bool]] = []
 
@@ -105,7 +119,7 @@ def test_a_newer_round_is_taken_at_a_step_boundary(manager: Manager, tmp_path: P
     def train() -> None:
         seen.append((manager.round, manager.should_reconfigure()))
         if manager.round == 0:
-            publish(tmp_path, 1, ["worker-0"], "grow 1 -> 1: test")
+            publish(rdzv, 1, ["worker-0"], "grow 1 -> 1: test")
             manager.maybe_reconfigure()
             raise AssertionError("maybe_reconfigure did not raise")
 
@@ -128,12 +142,12 @@ def test_waiting_for_the_minimum_ends_in_a_timeout_error(manager: Manager) -> No
 
 
 def test_a_replica_still_joining_when_the_others_finish_exits_0(manager: Manager,
-                                                                tmp_path: Path) -> None:
+                                                                rdzv: Path) -> None:
     @manager.elastic_retry(minimum_replicas=2, poll_interval=0.01, timeout=30)
     def train() -> None:
         raise AssertionError("there is no group of 2 to join")
 
-    threading.Timer(0.3, mark_finished, args=(tmp_path, 1, "worker-1", 0)).start()
+    threading.Timer(0.3, mark_finished, args=(rdzv, 1, "worker-1", 0)).start()
     began = time.monotonic()
     with pytest.raises(SystemExit) as done:
         train()
@@ -152,18 +166,18 @@ def test_an_argument_that_disagrees_with_the_spec_is_warned_about(
 
 
 def test_nodes_fill_up_when_a_replica_on_another_node_is_ready(manager: Manager,
-                                                              tmp_path: Path) -> None:
+                                                              rdzv: Path) -> None:
     manager.start(timeout=5)
     assert (manager.rank, manager.world_size, manager.active_ranks) == (0, 1, [0])
     assert manager.active_nodes == ["a"] and manager.inactive_nodes == []
-    body = json.loads((tmp_path / "round.json").read_text())
+    body = json.loads((rdzv / "round.json").read_text())
     body.update(round=1, reason="grow 1 -> 2: worker-1 is up", world_size=2)
     body["members"].append({"replica": "worker-1", "rank": 1, "node": "b"})
-    (tmp_path / "round.json").write_text(json.dumps(body))
+    (rdzv / "round.json").write_text(json.dumps(body))
     assert manager.all_nodes == ["a", "b"] and manager.inactive_nodes == ["b"]
     assert manager.available_inactive_nodes == []  # worker-1 is not up yet
     assert not manager.should_reconfigure()
-    mark_ready(tmp_path, 1, "worker-1", 1)
+    mark_ready(rdzv, 1, "worker-1", 1)
     assert manager.available_inactive_nodes == ["b"]
     assert manager.should_reconfigure()
 

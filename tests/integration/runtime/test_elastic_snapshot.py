@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from transport_pair import JOB, net_env, start_relay
 
 from perdure.runtime.elastic import Snapshotter
 from perdure.runtime.elastic import holder as hd
@@ -136,28 +137,45 @@ def test_files_outlive_the_process_and_keep_the_newest(tmp_path: Path) -> None:
     again.close()
 
 
-def test_a_replacement_restores_from_its_peers_memory(tmp_path: Path,
+@pytest.mark.parametrize("transport", ["file", "net"])
+def test_a_replacement_restores_from_its_peers_memory(tmp_path: Path, transport: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PERDURE_RDZV_DIR", str(tmp_path))
-    monkeypatch.setenv("PERDURE_REPLICA", "worker-1")
-    peer = Snapshotter()
-    monkeypatch.setenv("PERDURE_REPLICA", "worker-0")
-    mine = Snapshotter()
-    state = make_state()
-    train(state, 5)
-    mine.save(5, state)
-    mine.join()
-    assert mine.latest is not None and mine.latest.peer == "worker-1"
-    weights = state["model"].weight.detach().clone()
-    mine.close()  # worker-0 dies: its memory is gone
+    """Holders are found through the job's transport: files, or the controller's relay."""
+    relay = start_relay(tmp_path) if transport == "net" else None
 
-    replacement = Snapshotter()  # worker-0 again, a new process: nothing of its own
-    fresh = make_state()
-    info = replacement.load(fresh)
-    assert info is not None and (info.step, info.source) == (5, "peer:worker-1")
-    assert torch.equal(fresh["model"].weight, weights) and fresh["step"] == 5
-    replacement.close()
-    peer.close()
+    def become(replica: str) -> None:
+        if relay is None:
+            monkeypatch.setenv("PERDURE_RDZV_DIR", str(tmp_path))
+            monkeypatch.setenv("PERDURE_REPLICA", replica)
+            return
+        for key, value in net_env(relay.address, replica).items():
+            monkeypatch.setenv(key, value)
+
+    try:
+        become("worker-1")
+        peer = Snapshotter()
+        become("worker-0")
+        mine = Snapshotter()
+        state = make_state()
+        train(state, 5)
+        mine.save(5, state)
+        mine.join()
+        assert mine.latest is not None and mine.latest.peer == "worker-1"
+        weights = state["model"].weight.detach().clone()
+        mine.close()  # worker-0 dies: its memory is gone
+
+        replacement = Snapshotter()  # worker-0 again, a new process: nothing of its own
+        fresh = make_state()
+        info = replacement.load(fresh)
+        assert info is not None and (info.step, info.source) == (5, "peer:worker-1")
+        assert torch.equal(fresh["model"].weight, weights) and fresh["step"] == 5
+        replacement.close()
+        peer.close()
+    finally:
+        if relay is not None:
+            relay.close()
+    if relay is not None:  # registered by the relay, in the layout the file transport uses
+        assert (tmp_path / "rdzv" / JOB / "holders" / "worker-1.json").exists()
 
 
 def test_a_failed_background_save_is_raised_once(tmp_path: Path) -> None:

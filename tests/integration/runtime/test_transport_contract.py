@@ -5,6 +5,10 @@ controller's relay writes them for it (net)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +154,40 @@ def test_a_replica_rides_out_a_relay_restart(tmp_path: Path) -> None:
     path = tmp_path / "launches" / launch_id() / "progress.jsonl"
     kinds = [json.loads(line)["kind"] for line in path.read_text().splitlines()]
     assert kinds == ["start", "restore", "steps", "checkpoint_save"]
+
+
+STOP_SCRIPT = """
+import sys, time
+import perdure
+ctx = perdure.init(distributed=False)
+print("ready", flush=True)
+deadline = time.time() + 30
+while time.time() < deadline:
+    if ctx.should_stop:
+        print("notice", flush=True)
+        ctx.exit_suspended()
+    time.sleep(0.01)
+sys.exit(3)
+"""
+
+
+def test_a_plain_stop_reaches_a_replica_over_the_relay(tmp_path: Path) -> None:
+    """The SIGTERM handler asks the relay (there is no stop file on the replica's host): a
+    stop without a notice ends it at once; without the relay's answer it would count as a
+    notice and save (exit 75)."""
+    relay = start_relay(tmp_path)
+    try:
+        env = {**net_env(relay.address), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        proc = subprocess.Popen([sys.executable, "-c", STOP_SCRIPT], env=env,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        stop = tmp_path / "launches" / launch_id() / "stop.json"
+        stop.parent.mkdir(parents=True, exist_ok=True)
+        layout.write_json(stop, {"signal": 15, "deadline": 0, "reason": "new round 2",
+                                 "notice": None})
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == -signal.SIGTERM
+        assert "notice" not in proc.stdout.read()
+    finally:
+        relay.close()

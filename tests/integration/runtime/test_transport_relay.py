@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ from transport_pair import JOB, SECRET, launch_id, net_env, start_relay
 
 from perdure.controller import relay as relay_module
 from perdure.controller.relay import RELAY_FILE, Relay, RelayError
+from perdure.runtime.elastic.barrier import Formed, meet
+from perdure.runtime.elastic.rendezvous import Member, Round
 from perdure.runtime.transport import NetTransport, TransportError, from_env
 from perdure.runtime.transport.client import Refused
 from perdure.runtime.transport.wire import mac, recv_frame, send_frame
@@ -171,3 +174,31 @@ def test_stores_come_back_after_a_restart_and_count_a_retried_add_once(tmp_path:
     with pytest.raises(TransportError):  # down: a store operation fails at its deadline
         t.client.call("kv.get", {"store": "store-1-0", "key": "k"},
                       deadline=time.monotonic() + 0.2)
+
+
+def test_a_barrier_waits_through_a_controller_restart(tmp_path: Path) -> None:
+    """worker-0 enters a round's barrier, the relay goes away and comes back (a controller
+    restart), worker-1 arrives: both meet, in the store the relay read back."""
+    rnd = Round(JOB, 1, 0, "test", 0.0, (Member("worker-0", 0, "a"), Member("worker-1", 1, "b")))
+    r = start_relay(tmp_path)
+    first = net(r, replica="worker-0")
+    out: dict[str, Formed] = {}
+    waiting = threading.Thread(target=lambda: out.update(w0=meet(
+        first, rnd, "worker-0", deadline=time.monotonic() + 30, superseded=lambda: False)[0]))
+    waiting.start()
+    kv = tmp_path / "rdzv" / JOB / "kv" / f"{rnd.store_name}.jsonl"
+    deadline = time.monotonic() + 10
+    while "g0/member/worker-0" not in (kv.read_text() if kv.exists() else ""):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    r.close()
+    time.sleep(0.5)  # worker-0 keeps waiting, its requests retried
+    r = start_relay(tmp_path)
+    try:
+        second = net(r, replica="worker-1")
+        formed, _ = meet(second, rnd, "worker-1", deadline=time.monotonic() + 30,
+                         superseded=lambda: False)
+        waiting.join(30)
+    finally:
+        r.close()
+    assert formed.status == "ok" and out["w0"].status == "ok"
