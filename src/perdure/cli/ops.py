@@ -70,10 +70,15 @@ def chaos_kill(
     typer.echo(f"sent SIG{sig.upper()} to {replica} of {j.id}")
 
 
+def _node_slots(ctx: Ctx) -> dict[str, int]:
+    """The cluster file's nodes; on Ray without `nodes`, those the controller discovered."""
+    listed = {n.name: n.slots for n in load_cluster(ctx, None).nodes}
+    return listed or {name: n.slots for name, n in sorted(ctx.store().nodes().items())}
+
+
 def _node_command(c: typer.Context, kind: str, node: str) -> None:
     ctx: Ctx = c.obj
-    cluster = load_cluster(ctx, None)
-    names = [n.name for n in cluster.nodes]
+    names = list(_node_slots(ctx))
     if node not in names:
         die(f"no node {node!r}; the cluster has {', '.join(names)}")
     ctx.store().command(kind, node)
@@ -109,9 +114,9 @@ def node_ls(c: typer.Context) -> None:
     """List nodes and their states."""
     ctx: Ctx = c.obj
     stored = ctx.store().nodes()
-    for n in load_cluster(ctx, None).nodes:
-        state = stored[n.name].state.value if n.name in stored else "READY"
-        typer.echo(f"{n.name:<12} {n.slots} slots  {state}")
+    for name, slots in _node_slots(ctx).items():
+        state = stored[name].state.value if name in stored else "READY"
+        typer.echo(f"{name:<12} {slots} slots  {state}")
 
 
 def register(app: typer.Typer) -> None:

@@ -56,6 +56,9 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
         d = wait_state(p, "after", ("SUCCEEDED", "FAILED"), timeout=120)
         assert d["state"] == "SUCCEEDED", d["events"]
         assert "b" in [x["node"] for x in d["replicas"]]
+        listed = p.cli("node", "ls").stdout.split()  # the nodes the controller discovered
+        assert listed[:4] == ["a", "4", "slots", "READY"] and listed[4:8] == [
+            "b", "2", "slots", "READY"], listed
     finally:
         controller.send_signal(signal.SIGINT)
         out = controller.communicate(timeout=60)[0]
