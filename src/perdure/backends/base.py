@@ -70,6 +70,10 @@ class Inspector(Protocol):
         """The launches of one replica of a job that started, oldest first."""
         ...
 
+    def pool_summary(self) -> str | None:
+        """One line on the backend's warm standby pool for `perdure node ls`; None if none."""
+        ...
+
 
 class Backend(Protocol):
     def nodes(self) -> list[NodeInfo]:

@@ -100,7 +100,7 @@ def controller(
     ctl.listeners.append(lambda e: typer.echo(_fmt_event(e, with_job=True)))
     try:
         ctl.start()
-    except ControllerBusy as exc:
+    except (ControllerBusy, BackendBusy, BackendUnavailable) as exc:
         ctl.close()
         die(str(exc))
     try:
@@ -212,6 +212,9 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
         except ControllerBusy:
             typer.echo("another controller drives this state dir; following the job")
             state = _follow(store, job, ctl, stop)
+        except (BackendBusy, BackendUnavailable) as exc:
+            ctl.close()
+            die(f"{exc} (job {job.id} stays queued for a controller that can drive it)")
         else:
             ctl.listeners.append(_printer(job.id, after=0))
             state = _drive(ctl, store, job, stop)

@@ -77,10 +77,15 @@ def chaos_kill(
     typer.echo(f"sent SIG{sig.upper()} to {replica} of {j.id}")
 
 
+def _node_slots(ctx: Ctx) -> dict[str, int]:
+    """The cluster file's nodes; on Ray without `nodes`, those the controller discovered."""
+    listed = {n.name: n.slots for n in load_cluster(ctx, None).nodes}
+    return listed or {name: n.slots for name, n in sorted(ctx.reader().nodes().items())}
+
+
 def _node_command(c: typer.Context, kind: str, node: str) -> None:
     ctx: Ctx = c.obj
-    cluster = load_cluster(ctx, None)
-    names = [n.name for n in cluster.nodes]
+    names = list(_node_slots(ctx))
     if node not in names:
         die(f"no node {node!r}; the cluster has {', '.join(names)}")
     ctx.reader().command(kind, node)
@@ -116,12 +121,10 @@ def node_ls(c: typer.Context) -> None:
     """List nodes and their states."""
     ctx: Ctx = c.obj
     stored = ctx.reader().nodes()
-    for n in load_cluster(ctx, None).nodes:
-        state = stored[n.name].state.value if n.name in stored else "READY"
-        typer.echo(f"{n.name:<12} {n.slots} slots  {state}")
-    from perdure.backends.local import warm_pool_summary
-
-    if line := warm_pool_summary(ctx.state_dir):
+    for name, slots in _node_slots(ctx).items():
+        state = stored[name].state.value if name in stored else "READY"
+        typer.echo(f"{name:<12} {slots} slots  {state}")
+    if line := inspector(ctx).pool_summary():
         typer.echo(line)
 
 

@@ -152,3 +152,34 @@ def named_actors(p: RayPerdure) -> list[str]:
                        capture_output=True, text=True, timeout=60, env=p.hosts.env(), check=True)
     names: list[str] = json.loads(r.stdout.strip().splitlines()[-1])
     return names
+
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
+EPOCHS = 4  # of the ddp_mlp runs whose final weights are compared with the local backend's
+
+
+def ddp_spec(p: Perdure, name: str, step_time: float = 0.0, replicas: int = 4) -> Path:
+    """examples/ddp_mlp as `name`, checkpointing every 10 steps under the test's root."""
+    spec = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    spec["name"] = name
+    spec["pools"][0]["replicas"] = replicas
+    spec["pools"][0]["command"] = ["python", str(EXAMPLE / "train.py"), "--epochs",
+                                   str(EPOCHS), "--step-time", str(step_time), "--log-every", "5"]
+    spec["checkpoint"] = {"every_steps": 10, "dir": str(p.root / f"ckpt-{name}")}
+    return p.write(f"{name}.yaml", spec)
+
+
+def final_sha(p: Perdure, name: str) -> str:
+    return str(json.loads((p.root / f"ckpt-{name}" / "result.json").read_text())["sha256"])
+
+
+@pytest.fixture(scope="session")
+def local_sha(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The final weights of an uninterrupted ddp_mlp run on the local backend (once)."""
+    p = Perdure(tmp_path_factory.mktemp("local-reference"))
+    local = p.write("local.yaml", {"backend": "local", "nodes": [{"name": "a", "slots": 4}]})
+    r = p.cli("run", str(ddp_spec(p, "clean")), "--cluster", str(local), check=False,
+              timeout=180)
+    _kill_leftovers(p.state)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return final_sha(p, "clean")

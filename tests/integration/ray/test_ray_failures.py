@@ -2,42 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import RayPerdure, describe, named_actors
+from conftest import RayPerdure, ddp_spec, describe, final_sha, named_actors
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
 STEP = re.compile(r"^step (\d+) ", re.M)
-
-
-def ddp(p: RayPerdure, name: str, epochs: int, step_time: float) -> Path:
-    spec = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    spec["name"] = name
-    spec["pools"][0]["command"] = ["python", str(EXAMPLE / "train.py"), "--epochs", str(epochs),
-                                   "--step-time", str(step_time), "--log-every", "5"]
-    spec["checkpoint"] = {"every_steps": 10, "dir": str(p.root / f"ckpt-{name}")}
-    return p.write(f"{name}.yaml", spec)
-
-
-def reference_hash(p: RayPerdure, epochs: int) -> str:
-    """The final weights of an uninterrupted run on the local backend (its pace is irrelevant)."""
-    local = p.write("local.yaml", {"backend": "local", "nodes": [{"name": "a", "slots": 4}]})
-    r = p.cli("run", str(ddp(p, "clean", epochs, 0.0)), "--cluster", str(local), check=False,
-              timeout=180)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return sha(p, "clean")
-
-
-def sha(p: RayPerdure, name: str) -> str:
-    return str(json.loads((p.root / f"ckpt-{name}" / "result.json").read_text())["sha256"])
 
 
 def wait_step(p: RayPerdure, job: str, at_least: int, timeout: float = 90) -> int:
@@ -57,12 +31,12 @@ def wait_state(p: RayPerdure, job: str, states: tuple[str, ...], timeout: float)
 
 
 @pytest.mark.timeout(420)
-def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure) -> None:
+def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure,
+                                                         local_sha: str) -> None:
     p = ray_perdure
-    clean = reference_hash(p, 6)
     controller = p.popen("controller")  # nodes discovered from Ray: a (4 slots), b (2)
     try:
-        p.cli("submit", str(ddp(p, "moved", 6, 0.1)))
+        p.cli("submit", str(ddp_spec(p, "moved", step_time=0.1)))
         d = p.wait("moved", lambda d: d["state"] == "RUNNING", timeout=90)
         on_b = sorted(x["name"] for x in d["replicas"] if x["node"] == "b")
         assert on_b == ["worker-0", "worker-1"], d["replicas"]
@@ -71,7 +45,7 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
         assert p.hosts.kill("b") > 0
         d = wait_state(p, "moved", ("SUCCEEDED", "FAILED"), timeout=240)
         assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-15:])
-        assert sha(p, "moved") == clean
+        assert final_sha(p, "moved") == local_sha
         assert all(x["node"] == "a" for x in d["replicas"]), d["replicas"]
         lost = next(e for e in d["events"] if "node lost" in e["message"]
                     or "its replicas are lost" in e["message"])
@@ -82,6 +56,9 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
         d = wait_state(p, "after", ("SUCCEEDED", "FAILED"), timeout=120)
         assert d["state"] == "SUCCEEDED", d["events"]
         assert "b" in [x["node"] for x in d["replicas"]]
+        listed = p.cli("node", "ls").stdout.split()  # the nodes the controller discovered
+        assert listed[:4] == ["a", "4", "slots", "READY"] and listed[4:8] == [
+            "b", "2", "slots", "READY"], listed
     finally:
         controller.send_signal(signal.SIGINT)
         out = controller.communicate(timeout=60)[0]
@@ -90,12 +67,12 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
 
 @pytest.mark.ray_long
 @pytest.mark.timeout(420)
-def test_controller_sigkill_reattaches_without_duplicates(ray_perdure: RayPerdure) -> None:
+def test_controller_sigkill_reattaches_without_duplicates(ray_perdure: RayPerdure,
+                                                         local_sha: str) -> None:
     p = ray_perdure
-    clean = reference_hash(p, 4)
     cluster = str(p.ray_cluster({"a": 2, "b": 2}))
     controller = p.popen("controller", "--cluster", cluster)
-    p.cli("submit", str(ddp(p, "kept", 4, 0.1)), "--cluster", cluster)
+    p.cli("submit", str(ddp_spec(p, "kept", step_time=0.1)), "--cluster", cluster)
     wait_step(p, "kept", 10)
     controller.kill()  # SIGKILL: the replicas keep running in their actors
     controller.wait()
@@ -108,7 +85,7 @@ def test_controller_sigkill_reattaches_without_duplicates(ray_perdure: RayPerdur
     assert "re-attached to 4 replicas" in out, out
     assert [x["restarts"] for x in d["replicas"]] == [0, 0, 0, 0]
     assert len(list((p.state / "launches").glob("kept-*"))) == 4  # no duplicate launch
-    assert sha(p, "kept") == clean
+    assert final_sha(p, "kept") == local_sha
     assert not [n for n in named_actors(p) if n.startswith("launch:")]  # no orphans
 
 

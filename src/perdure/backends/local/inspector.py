@@ -47,6 +47,12 @@ class LocalInspector:
     def __init__(self, state_dir: Path | str) -> None:
         self.state_dir = Path(os.path.realpath(state_dir))
 
+    def pool_summary(self) -> str | None:
+        """The warm pool's state (its template and standbys go after an idle period)."""
+        from perdure.backends.local.pool import summary
+
+        return summary(self.state_dir)
+
     def read_log(self, job_id: str, attempt: int, replica: str, stream: Stream,
                  offset: int) -> bytes | None:
         try:

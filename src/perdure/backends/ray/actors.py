@@ -86,7 +86,8 @@ class LaunchActor:
         if command[0] in ("python", "python3"):
             command[0] = sys.executable  # the interpreter of this node, not the controller's
         env = dict(record["env"])
-        env["PERDURE_REPORT_DIR"] = self.dir  # progress.jsonl here; the controller pulls it
+        if "PERDURE_TRANSPORT" not in env:  # without the relay, reports stay here to be pulled
+            env["PERDURE_REPORT_DIR"] = self.dir
         env.update({k: v for k, v in network_env().items() if k not in env})
         spec = {
             **record,

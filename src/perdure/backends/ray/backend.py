@@ -27,6 +27,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local import layout
 from perdure.backends.local.backend import _error_info
+from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
 from perdure.backends.ray.mirror import Mirror
 from perdure.core.events import (
@@ -39,6 +40,7 @@ from perdure.core.events import (
     Stop,
 )
 from perdure.core.spec import ClusterSpec, RaySpec
+from perdure.runtime.errorfile import read_error_file
 
 WAIT_SECONDS = 30.0  # how long one outstanding start/exit call waits on the node
 PULL_SECONDS = 0.5  # how often logs and progress are copied while a launch runs
@@ -70,15 +72,27 @@ class RayBackend:
         self.state_dir = os.path.realpath(state_dir)
         os.makedirs(os.path.join(self.state_dir, layout.LAUNCHES), exist_ok=True)
         self._configured = [NodeInfo(n.name, n.slots) for n in cluster.nodes]
-        rc.connect(self.spec)
-        self._lock = rc.take_lock(self.spec, f"state dir {self.state_dir}")
-        self._live = rc.perdure_nodes()
+        self._lock: Any = None
+        self._transport: LaunchTransport | None = None
+        self._live: dict[str, rc.RayNode] = {}
         self._down: dict[str, str] = {}  # lost node -> the Ray node id it had
         self._next_nodes = 0.0
         self._active: dict[str, _Tracked] = {}
         self._ports: dict[tuple[str, str], str] = {}  # (job, controller's port) -> node's port
         self._agents: dict[str, Any] = {}
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
+
+    def _attach(self) -> None:
+        """Connect, take the namespace, start the relay: on first use, once the controller
+        holds its state dir (a `perdure run` that only follows a job never gets here)."""
+        if self._transport is not None:
+            return
+        rc.connect(self.spec)
+        self._lock = rc.take_lock(self.spec, f"state dir {self.state_dir}")
+        # Replicas on every host reach the relay at the address this machine reaches Ray at.
+        self._transport = LaunchTransport(self.state_dir, "net", host=rc.own_address())
+        self._transport.ensure()
+        self._live = rc.perdure_nodes()
         for node in self._configured:
             if node.name not in self._live:
                 self._lose_node(node.name, self._pending)
@@ -86,6 +100,7 @@ class RayBackend:
             self._agent(name)  # start them now: the first launch on a node does not wait
 
     def nodes(self) -> list[NodeInfo]:
+        self._attach()
         return rc.node_infos(self._configured, self._live)
 
     def _agent(self, node: str) -> Any:
@@ -96,12 +111,14 @@ class RayBackend:
     # ---- launch -----------------------------------------------------------------------------
 
     def launch(self, launch: Launch) -> None:
+        self._attach()
+        assert self._transport is not None
         if launch.node not in self._live:
             raise LaunchError(f"cannot launch {launch.replica} on node {launch.node!r}: no "
                               f"live Ray node advertises {rc.RESOURCE_PREFIX}{launch.node}")
         if launch.launch_id in self._active:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
-        env = dict(launch.env)
+        env = self._transport.env(launch)  # the relay: rounds, reports, errors, notices
         master = self._live.get(env.get("PERDURE_MASTER_NODE", ""))
         if master is not None:
             env["MASTER_ADDR"] = master.address
@@ -141,8 +158,12 @@ class RayBackend:
     def stop(self, stop: Stop) -> None:
         tracked = self._active.get(stop.launch_id)
         if tracked is not None:
-            tracked.actor.stop.remote(stop.signal, max(0.0, stop.grace), stop.reason,
-                                      stop.notice)
+            grace = max(0.0, stop.grace)
+            # The relay answers the replica's "is this a notice?" from this record.
+            tracked.mirror.write_record(layout.STOP, {
+                "signal": int(stop.signal), "deadline": time.time() + grace,
+                "reason": stop.reason, "notice": stop.notice})
+            tracked.actor.stop.remote(stop.signal, grace, stop.reason, stop.notice)
 
     def kill_node(self, node: str) -> None:
         for tracked in self._active.values():
@@ -152,6 +173,7 @@ class RayBackend:
     # ---- observe ----------------------------------------------------------------------------
 
     def poll(self) -> list[Observation]:
+        self._attach()
         out, self._pending = self._pending, []
         now = time.monotonic()
         if now >= self._next_nodes:
@@ -198,10 +220,13 @@ class RayBackend:
             out.append(LaunchFailed(tracked.launch_id, str(record.get("spawn_error")),
                                     float(record.get("time", time.time()))))
             return
+        error = record.get("error")
+        if int(record["exit_code"]) != 0:  # what the replica sent the relay beats its stderr
+            error = read_error_file(os.path.join(tracked.mirror.dir, layout.ERROR)) or error
         out.append(ReplicaExited(
             launch_id=tracked.launch_id, exit_code=int(record["exit_code"]),
             time=float(record["time"]), signal=record.get("signal"),
-            oom=bool(record.get("oom")), error=_error_info(record.get("error")),
+            oom=bool(record.get("oom")), error=_error_info(error),
             peak_rss_mb=record.get("peak_rss_mb")))
 
     def _actor_died(self, tracked: _Tracked, err: RayActorError, out: list[Observation]) -> None:
@@ -308,6 +333,7 @@ class RayBackend:
     # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        self._attach()
         out: list[Observation] = []
         for launch_id in launch_ids:
             if launch_id in self._active:

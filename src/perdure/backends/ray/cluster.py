@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,15 @@ def _live_holder(namespace: str) -> dict[str, Any] | None:
         return {"pid": holder["pid"]}
     except (ValueError, RayError):
         return None
+
+
+def own_address() -> str:
+    """This machine's address on the way to the Ray cluster's GCS (where replicas on other
+    hosts can reach it); not the machine's default address, which Ray's own guess would be."""
+    host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, int(port)))  # UDP: picks the route, sends nothing
+        return str(s.getsockname()[0])
 
 
 @dataclass(frozen=True)

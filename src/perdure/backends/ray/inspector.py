@@ -14,6 +14,9 @@ from perdure.core.spec import ClusterSpec, RaySpec
 
 
 class RayInspector(LocalInspector):
+    def pool_summary(self) -> str | None:
+        return None  # no warm pool on Ray nodes (yet): launches start cold
+
     def __init__(self, state_dir: Path | str, cluster: ClusterSpec) -> None:
         super().__init__(state_dir)
         self.spec = cluster.ray or RaySpec()
