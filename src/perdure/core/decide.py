@@ -138,8 +138,9 @@ class _Decider(Tick):
             self.stopped(job, r, f)
             return
         verdict = classify(f, job.spec)
-        if job.elastic and verdict.reason == "node lost":  # membership: no restart spent
-            reason = "node lost, a membership change (no restart counted)"
+        if verdict.reason == "node lost":  # the node's fault, not the replica's: nothing spent
+            reason = ("node lost, a membership change (no restart counted)" if job.elastic
+                      else "node lost, restarted elsewhere (no restart counted)")
         else:
             verdict, reason = escalate(verdict, r.restarts, job.retries, job.spec)
         self.apply(job, r, verdict, f"{r.name} exited {_status(f)}: {reason}")
@@ -168,7 +169,8 @@ class _Decider(Tick):
         self.event(job, "decision", f"{r.name} exited {_status(f)} before {blamed.name}'s "
                                     f"lost-peer exit: {blamed.name}'s restart is not counted")
         if verdict.action is Action.RESTART:
-            r.restarts += 1
+            if verdict.reason != "node lost":
+                r.restarts += 1
             if verdict.code is not None and verdict.message:
                 job.error = JobError(verdict.code, verdict.message)
             self.event(job, "decision", f"restart {r.name} exited {_status(f)}: {reason} "
@@ -223,8 +225,7 @@ class _Decider(Tick):
             self.event(job, "state", "SUSPENDING: a replica saved and asked to be resumed")
             self.end(job, JobState.SUSPENDED, notice="preemption")
         elif v.action in (Action.RESTART, Action.MOVE):
-            membership = job.elastic and v.reason == "node lost"
-            if v.action is Action.RESTART and not membership:
+            if v.action is Action.RESTART and v.reason != "node lost":
                 r.restarts += 1
             collateral = v.reason == "peer lost" and not job.elastic
             job.blamed, job.round_began = (r.name, self.now) if collateral else (None, None)

@@ -184,7 +184,7 @@ def test_drain_moves_the_replica_keeps_identity_counts_no_restart() -> None:
     assert sim.snap.nodes[node].state is NodeState.DRAINED
 
 
-def test_node_failure_restarts_elsewhere_and_counts() -> None:
+def test_node_failure_restarts_elsewhere_and_spends_no_restart() -> None:
     sim = Sim(nodes={"a": 2, "b": 2})
     j = sim.submit(spec(pools=pools(2)))
     job = sim.run_until(j, {JobState.RUNNING})
@@ -197,8 +197,10 @@ def test_node_failure_restarts_elsewhere_and_counts() -> None:
     other = "b" if node == "a" else "a"
     assert job.state is JobState.RUNNING
     assert all(r.node == other for r in job.replicas)
-    # one group restart: the first exit is the root cause, the second joins its round
-    assert sum(r.restarts for r in job.replicas) == 1
+    # one group restart, and a lost node spends no replica's restart budget
+    assert sum(r.restarts for r in job.replicas) == 0
+    assert any("node lost, restarted elsewhere (no restart counted)" in m
+               for m in sim.messages(j))
     assert sim.snap.nodes[node].state is NodeState.DOWN
 
 
