@@ -63,7 +63,7 @@ def test_node_failure_restarts_replicas_elsewhere(perdure: Perdure) -> None:
         perdure.cli("chaos", "fail-node", node)
         d = perdure.wait(job, lambda d: d["state"] == "RUNNING"
                          and d["replicas"][0]["node"] not in (node, None), timeout=60)
-        assert d["replicas"][0]["restarts"] == 1
+        assert d["replicas"][0]["restarts"] == 0  # a lost node spends no restart
         assert any(f"node {node} was lost" in e["message"] or "node lost" in e["message"]
                    for e in d["events"])
         perdure.cli("cancel", job)
