@@ -84,6 +84,7 @@ class Controller:
         # Stops, node kills and rounds the OS refused (disk full, EMFILE): tried again next tick.
         self._deferred: list[Decision] = []
         self._refused: set[Decision] = set()  # reported once, not every tick it is retried
+        self._poll_failing = False
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -177,7 +178,7 @@ class Controller:
     def tick(self) -> Outcome:
         """One pass: gather observations, decide, commit, then act and publish."""
         began = time.perf_counter()
-        observations = self.pending + self.backend.poll() + self._commands()
+        observations = self.pending + self._poll() + self._commands()
         self.pending = []
         outcome = decide(self.snapshot, observations, self.clock(), self.ports, self.settings)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
@@ -201,6 +202,20 @@ class Controller:
                 listener(e)
         self.tick_seconds.append(time.perf_counter() - began)
         return outcome
+
+    def _poll(self) -> list[Observation]:
+        """The backend's news; a poll the OS refuses (EMFILE) is tried again next tick."""
+        try:
+            observations = self.backend.poll()
+        except OSError as exc:
+            if not self._poll_failing:
+                self._start_events.append(Event(self.clock(), None, "internal",
+                                                f"could not poll the backend: {exc}; "
+                                                "trying again each tick"))
+            self._poll_failing = True
+            return []
+        self._poll_failing = False
+        return observations
 
     def _apply(self, d: Decision) -> None:
         """Carry out a decision. A launch that fails is an observation for the next tick (an
