@@ -87,8 +87,10 @@ def test_job_references_never_guess(capsys: pytest.CaptureFixture[str], tmp_path
 def test_resume_a_failed_job_and_kill_an_exited_replica(capsys: pytest.CaptureFixture[str],
                                                         tmp_path: Path) -> None:
     store_job(tmp_path, "done-000001", JobState.FAILED)
-    one_line_error(perdure(capsys, tmp_path, "resume", "done-000001"), "FAILED",
-                   "only a suspended job")
+    for command, word in (("resume", "resumed"), ("cancel", "cancelled"),
+                          ("preempt", "preempted")):
+        one_line_error(perdure(capsys, tmp_path, command, "done-000001"), "is FAILED",
+                       f"cannot be {word}")
     job = store_job(tmp_path, "gone-000001", JobState.RUNNING)
     job.replicas[0].state, job.replicas[0].launch_id = ReplicaState.RUNNING, "gone-000001.1.w-0"
     Store(tmp_path / "perdure.db").commit_tick([job], [], None, None)
