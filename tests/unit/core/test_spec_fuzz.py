@@ -27,7 +27,7 @@ FAST = settings(max_examples=100, deadline=None, database=None, derandomize=True
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SOAK = settings(max_examples=3000, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-BOUND_SECONDS = 2.0
+BOUND_SECONDS = 2.0  # CPU seconds: wall time on a loaded machine says little
 
 names = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?\Z")
 words = st.text(st.characters(codec="utf-8"), max_size=12)
@@ -106,7 +106,7 @@ def hostile_yaml(deepest: int) -> st.SearchStrategy[str | bytes]:
 
 
 def accepts_or_names_a_field(parse: Callable[[str | bytes, str], Any], text: str | bytes) -> Any:
-    began = time.perf_counter()
+    began = time.process_time()
     try:
         result = parse(text, "f.yaml")
     except SpecError as exc:
@@ -118,7 +118,7 @@ def accepts_or_names_a_field(parse: Callable[[str | bytes, str], Any], text: str
                                           for line in lines[1:]), message
         assert len(message) < 5000, len(message)
         result = None
-    assert time.perf_counter() - began < BOUND_SECONDS
+    assert time.process_time() - began < BOUND_SECONDS
     return result
 
 

@@ -17,10 +17,10 @@ LOL = "\n".join(
 
 
 def refused(text: str | bytes, *needles: str) -> str:
-    began = time.perf_counter()
+    began = time.process_time()
     with pytest.raises(SpecError) as err:
         parse_job_spec(text, "job.yaml")
-    assert time.perf_counter() - began < 2.0
+    assert time.process_time() - began < 2.0
     message = str(err.value)
     assert message.startswith("job.yaml: ")
     for n in needles:
