@@ -191,3 +191,8 @@ def test_describe_a_job_that_cannot_be_read_back(capsys: pytest.CaptureFixture[s
                  ["logs", "odd-000001"]):
         one_line_error(perdure(capsys, tmp_path, *args), "odd-000001 cannot be read back")
     assert perdure(capsys, tmp_path, "ls")[0] == 0
+
+
+def test_an_endless_spec_file_is_cut_short(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    one_line_error(perdure(capsys, tmp_path, "validate", "/dev/zero"), "larger than")
