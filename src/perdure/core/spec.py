@@ -23,6 +23,7 @@ FLOAT_LIMIT = 1e9  # seconds: 31 years
 MAX_POOLS = 64
 MAX_REPLICAS = 1024  # per job, all pools together
 MAX_NODES = 1024
+MAX_STRING = 32 * 1024  # characters in one value; exec refuses an argument over 128 KiB
 
 
 class SpecError(ValueError):
@@ -51,6 +52,9 @@ def _check_value(v: Any) -> None:
     if isinstance(v, float) and (not math.isfinite(v) or abs(v) > FLOAT_LIMIT):
         raise ValueError(f"must be a finite number between {-FLOAT_LIMIT:g} and {FLOAT_LIMIT:g}")
     if isinstance(v, str):
+        if len(v) > MAX_STRING:
+            raise ValueError(f"{len(v)} characters is more than the {MAX_STRING} a value may "
+                             "have (the kernel refuses longer arguments and variables)")
         if "\0" in v:
             raise ValueError("contains a NUL byte, which no argument, path or name may hold")
         if not v.isascii():

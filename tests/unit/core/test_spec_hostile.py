@@ -88,7 +88,8 @@ def test_merge_keys_may_be_overridden() -> None:
      ('env: {"": c}\n' + POOL, "env"),
      ('pools: [{name: w, command: [x], env: {"K=V": c}}]', "pools.0.env"),
      ('env: {A: "v\\0"}\n' + POOL, "env"),
-     ('workdir: "/tmp\\0x"\n' + POOL, "workdir")],
+     ('workdir: "/tmp\\0x"\n' + POOL, "workdir"),
+     ("env: {A: " + "é" * 40_000 + "}\n" + POOL, "env")],
 )
 def test_arguments_and_environment_that_exec_would_refuse(text: str, field: str) -> None:
     refused(f"name: a\n{text}\n", field)
