@@ -82,6 +82,8 @@ def controller(
     except ControllerBusy as exc:
         ctl.close()
         die(str(exc))
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: leave cleanly, say so
+        signal.signal(sig, signal.default_int_handler)
     try:
         ctl.run(exit_when_idle=exit_when_idle)
     except KeyboardInterrupt:
