@@ -4,6 +4,8 @@ nothing stored or created on the way. Runs `perdure`'s entry point in this proce
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
 import sys
 from pathlib import Path
 
@@ -85,8 +87,10 @@ def test_job_references_never_guess(capsys: pytest.CaptureFixture[str], tmp_path
 def test_resume_a_failed_job_and_kill_an_exited_replica(capsys: pytest.CaptureFixture[str],
                                                         tmp_path: Path) -> None:
     store_job(tmp_path, "done-000001", JobState.FAILED)
-    one_line_error(perdure(capsys, tmp_path, "resume", "done-000001"), "FAILED",
-                   "only a suspended job")
+    for command, word in (("resume", "resumed"), ("cancel", "cancelled"),
+                          ("preempt", "preempted")):
+        one_line_error(perdure(capsys, tmp_path, command, "done-000001"), "is FAILED",
+                       f"cannot be {word}")
     job = store_job(tmp_path, "gone-000001", JobState.RUNNING)
     job.replicas[0].state, job.replicas[0].launch_id = ReplicaState.RUNNING, "gone-000001.1.w-0"
     Store(tmp_path / "perdure.db").commit_tick([job], [], None, None)
@@ -161,3 +165,34 @@ def test_hostile_spec_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     spec.write_text("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
         f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in pairs))
     one_line_error(perdure(capsys, tmp_path, "validate", str(spec)), "aliases expand")
+
+
+def test_a_full_disk_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\npools: [{name: w, command: [python, -c, pass]}]\n")
+    state = tmp_path / "state"
+    assert perdure(capsys, state, "submit", str(spec))[0] == 0
+
+    def small_files() -> None:  # writes past 8 KiB fail with EFBIG, as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+    r = subprocess.run([sys.executable, "-m", "perdure.cli.main", "--state-dir", str(state),
+                        "submit", str(spec)], capture_output=True, text=True, timeout=60,
+                       preexec_fn=small_files)
+    one_line_error((r.returncode, r.stdout, r.stderr), str(state / "perdure.db"),
+                   "disk I/O error")
+
+
+def test_describe_a_job_that_cannot_be_read_back(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    store_job(tmp_path, "odd-000001")
+    Store(tmp_path / "perdure.db").db.execute("UPDATE jobs SET spec='{}'")
+    for args in (["describe", "odd-000001"], ["describe", "odd", "--json"],
+                 ["logs", "odd-000001"]):
+        one_line_error(perdure(capsys, tmp_path, *args), "odd-000001 cannot be read back")
+    assert perdure(capsys, tmp_path, "ls")[0] == 0
+
+
+def test_an_endless_spec_file_is_cut_short(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    one_line_error(perdure(capsys, tmp_path, "validate", "/dev/zero"), "larger than")

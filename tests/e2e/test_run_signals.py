@@ -85,3 +85,28 @@ def test_a_second_run_takes_over_when_the_first_exits(tmp_path: Path) -> None:
     assert "following the job" in out2, out2
     assert "this one drives the job now" in out2, out2
     assert second.returncode == 0 and out2.splitlines()[-1].endswith("SUCCEEDED"), out2
+
+
+def test_sigterm_stops_a_controller_cleanly_leaving_replicas_to_the_next(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    state = tmp_path / "state"
+    env = {**os.environ, "PERDURE_WARM_POOL": "0"}
+    job = subprocess.run([*PERDURE, "--state-dir", str(state), "submit",
+                          str(sleeper(tmp_path, "bg", 600, marker))], env=env, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    ctl = subprocess.Popen([*PERDURE, "--state-dir", str(state), "controller"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: replicas_with(marker), 60)
+        ctl.send_signal(signal.SIGTERM)
+        out, _ = ctl.communicate(timeout=30)
+        assert "controller stopped; replicas keep running" in out, out
+        assert replicas_with(marker)  # left running for the next controller to adopt
+    finally:
+        ctl.kill()
+        subprocess.run([*PERDURE, "--state-dir", str(state), "cancel", job], env=env,
+                       capture_output=True)
+        subprocess.run([*PERDURE, "--state-dir", str(state), "controller",
+                        "--exit-when-idle"], env=env, capture_output=True, timeout=60)
+        for p in replicas_with(marker):
+            p.kill()

@@ -16,6 +16,7 @@ from typing import ClassVar, NoReturn
 import typer
 
 from perdure.backends.base import Inspector
+from perdure.core import yamlload
 from perdure.core.launchenv import workdir
 from perdure.core.model import Job, Node, make_replicas
 from perdure.core.scheduler import Capacity, can_ever_fit
@@ -71,8 +72,14 @@ class Ctx:
 
 
 def read_bytes(path: Path, what: str) -> bytes:
+    """The file's bytes, at most what a spec may hold (`/dev/zero` is not a spec)."""
+    limit = 4 * yamlload.MAX_TEXT  # bytes: up to 4 per character in UTF-8
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            die(f"{what} {path}: larger than the {limit} bytes a spec or cluster file may have")
+        return data
     except FileNotFoundError:
         die(f"{what} {path}: no such file")
     except OSError as exc:

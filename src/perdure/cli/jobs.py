@@ -103,6 +103,8 @@ def controller(
     except (ControllerBusy, BackendBusy, BackendUnavailable) as exc:
         ctl.close()
         die(str(exc))
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # like Ctrl-C: leave cleanly, say so
+        signal.signal(sig, signal.default_int_handler)
     try:
         ctl.run(exit_when_idle=exit_when_idle)
     except KeyboardInterrupt:

@@ -20,6 +20,11 @@ def _job_command(c: typer.Context, kind: str, job_ref: str, hold: bool = False) 
     ctx: Ctx = c.obj
     store = ctx.reader()
     job_id = ctx.resolve(store, job_ref)
+    job = store.job(job_id)
+    if job is not None and job.state.terminal:  # it would say "requested" and do nothing
+        what = {"cancel": "cancelled", "preempt": "preempted", "resume": "resumed"}[kind]
+        die(f"job {job_id} is {job.state.value}: a finished job cannot be {what}; submit the "
+            "spec again to run it anew")
     store.command(kind, job_id, hold)
     return job_id
 
@@ -40,12 +45,6 @@ def preempt(
 
 def resume(c: typer.Context, job: str) -> None:
     """Requeue a held, suspended job."""
-    ctx: Ctx = c.obj
-    store = ctx.reader()
-    j = store.job(ctx.resolve(store, job))
-    if j is not None and j.state.terminal:  # only a suspended (or suspending) job resumes
-        die(f"job {j.id} is {j.state.value}: only a suspended job can be resumed; submit the "
-            "spec again to run it anew")
     typer.echo(f"resume requested for {_job_command(c, 'resume', job)}")
 
 

@@ -89,6 +89,7 @@ class Controller:
         self._refused: set[Decision] = set()  # reported once, not every tick it is retried
         self.watch = WatchShell(state_dir, backend, clock)
         self.intervals = IntervalShell(settings.state_dir)
+        self._poll_failing = False
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -183,7 +184,7 @@ class Controller:
     def tick(self) -> Outcome:
         """One pass: gather observations, decide, commit, then act and publish."""
         began = time.perf_counter()
-        observations = self.pending + self.backend.poll() + self._commands()
+        observations = self.pending + self._poll() + self._commands()
         self.pending = []
         now = self.clock()
         observations += self.watch.step(self.snapshot.jobs, observations, now)
@@ -217,6 +218,20 @@ class Controller:
         local = node_dir(job_id, self.settings)
         if local is not None:
             shutil.rmtree(local, ignore_errors=True)
+
+    def _poll(self) -> list[Observation]:
+        """The backend's news; a poll the OS refuses (EMFILE) is tried again next tick."""
+        try:
+            observations = self.backend.poll()
+        except OSError as exc:
+            if not self._poll_failing:
+                self._start_events.append(Event(self.clock(), None, "internal",
+                                                f"could not poll the backend: {exc}; "
+                                                "trying again each tick"))
+            self._poll_failing = True
+            return []
+        self._poll_failing = False
+        return observations
 
     def _apply(self, d: Decision) -> None:
         """Carry out a decision. A launch that fails is an observation for the next tick (an

@@ -70,8 +70,7 @@ def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
     job.waiting_since, job.wait_reason = None, ""
     for r in todo:
         r.node = chosen[r.name]
-    for r in todo:
-        t.launch(job, r, chosen[r.name])
+    t.launch(job, {r.name: chosen[r.name] for r in todo})
     where = ", ".join(f"{r.name} on {r.node}" for r in todo)
     t.event(job, "launch", f"launch {where} (attempt {job.attempt}, round {job.round})")
 
@@ -115,8 +114,7 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
                           f"{len(job.replicas)} replicas on {', '.join(nodes)}")
     if job.elastic:
         publish(t, job, [r.name for r in job.replicas], "admitted")
-    for r in job.replicas:
-        t.launch(job, r, chosen[r.name])
+    t.launch(job, {r.name: chosen[r.name] for r in job.replicas})
 
 
 def _touch(t: Tick, seen: Job) -> Job:

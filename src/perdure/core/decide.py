@@ -53,6 +53,7 @@ def decide(
     tick = _Decider(snap, now, ports, settings)
     for obs in sorted(observations, key=lambda o: o.time):
         tick.observe(obs)
+    tick.settle()
     tick.schedule()
     return tick.outcome()
 
@@ -67,7 +68,35 @@ def _status(f: Failure) -> str:
 
 
 class _Decider(Tick):
-    """A tick that observes, applies the failure policy and schedules."""
+    """A tick that observes, applies the failure policy and schedules.
+
+    Work per observation is constant: what looks at a whole job (is every replica up, does
+    an elastic group grow) runs once per job in `settle`, after the tick's observations, so
+    a tick stays linear in a job's replicas however many report at once.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._by_launch: dict[str, dict[str, Replica]] = {}
+        self._unsettled: dict[str, Job] = {}
+
+    def _replica(self, job: Job, lid: str) -> Replica | None:
+        index = self._by_launch.get(job.id)
+        if index is None:  # the tick's own copy: launch ids do not change before `schedule`
+            index = {r.launch_id: r for r in job.replicas if r.launch_id}
+            self._by_launch[job.id] = index
+        return index.get(lid)
+
+    def settle(self) -> None:
+        """Once per job whose replicas started or exited: grow an elastic group, mark a job
+        whose replicas are all up RUNNING."""
+        for job in self._unsettled.values():
+            if job.elastic and job.after_stop is None:
+                elastic.joined(self, job)
+            if job.state is JobState.PENDING and all(
+                    x.state is ReplicaState.RUNNING for x in job.replicas):
+                job.state = JobState.RUNNING
+                self.event(job, "running", f"RUNNING: all {len(job.replicas)} replicas started")
 
     def outcome(self) -> Outcome:
         for i in self.changed:  # cached slot usage may be stale after this tick's changes
@@ -83,7 +112,7 @@ class _Decider(Tick):
             self.command(obs)
             return
         job = self.touch(job_of_launch(obs.launch_id))
-        r = job.replica_by_launch(obs.launch_id) if job else None
+        r = self._replica(job, obs.launch_id) if job else None
         if job is None or r is None:
             return  # a launch of a job or round that is gone: nothing to decide
         if isinstance(obs, ReplicaStarted):
@@ -111,12 +140,7 @@ class _Decider(Tick):
     def started(self, job: Job, r: Replica) -> None:
         if r.state is ReplicaState.STARTING:
             r.state = ReplicaState.RUNNING
-        if job.elastic and job.after_stop is None:
-            elastic.joined(self, job)
-        up = all(x.state is ReplicaState.RUNNING for x in job.replicas)
-        if job.state is JobState.PENDING and up:
-            job.state = JobState.RUNNING
-            self.event(job, "running", f"RUNNING: all {len(job.replicas)} replicas started")
+        self._unsettled[job.id] = job
 
     def exited(self, job: Job, r: Replica, obs: ReplicaExited) -> None:
         if not r.alive:
@@ -144,8 +168,7 @@ class _Decider(Tick):
         else:
             verdict, reason = escalate(verdict, r.restarts, job.retries, job.spec)
         self.apply(job, r, verdict, f"{r.name} exited {_status(f)}: {reason}")
-        if job.elastic and job.after_stop is None:
-            elastic.joined(self, job)  # it may have been the last of a group still starting
+        self._unsettled[job.id] = job  # it may have been the last of a group still starting
 
     def caused_the_round(self, job: Job, f: Failure, exit_time: float) -> bool:
         """Whether `f`, an exit seen while this round's replicas stop, is what failed first.

@@ -37,16 +37,18 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     """
     r.state, r.relaunch = ReplicaState.WAITING, False
     node_down = _down(t, r.node)
+    members = set(job.members)
     together = [x for x in job.replicas if node_down and x is not r and x.node == r.node
-                and x.name in job.members]
-    if r.name not in job.members or (
+                and x.name in members]
+    if r.name not in members or (
         job.spec.elastic.mode == "pause" and any(not x.alive for x in together)
     ):
         return  # left with its node in an earlier round
     lost = [r, *(x for x in together if x.alive)]
+    gone = {x.name for x in lost}
     survivors = [x.name for x in job.replicas
-                 if x.name in job.members and x.alive and x.state is not ReplicaState.STOPPING
-                 and x not in lost]
+                 if x.name in members and x.alive and x.state is not ReplicaState.STOPPING
+                 and x.name not in gone]
     before = len(job.members)
     if len(lost) > 1:
         why = f"{why}; with it on node {r.node}: {', '.join(x.name for x in lost[1:])}"
@@ -72,8 +74,9 @@ def joined(t: Tick, job: Job) -> None:
            and x.name not in job.members and not _down(t, x.node)]
     if not new:
         return
-    grown = [x.name for x in job.replicas if x.name in job.members or x.name in new]
-    grown = [n for n in grown if next(x for x in job.replicas if x.name == n).alive]
+    members, joining = set(job.members), set(new)
+    grown = [x.name for x in job.replicas
+             if x.alive and (x.name in members or x.name in joining)]
     publish(t, job, grown, f"grow {len(job.members)} -> {len(grown)}: {', '.join(new)} "
                            f"{'is' if len(new) == 1 else 'are'} up")
 

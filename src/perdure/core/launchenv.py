@@ -6,7 +6,7 @@ No side effects: paths are joined as strings, nothing is read.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from perdure.core.events import Launch
@@ -79,21 +79,41 @@ def job_of_launch(launch_id: str) -> str:
     return launch_id.split(".", 1)[0]
 
 
-def _local_layout(job: Job, r: Replica) -> dict[str, str]:
-    """LOCAL_RANK and GROUP_RANK from the replicas' nodes (a node is a torchrun 'group')."""
-    nodes: list[str] = []
-    for x in job.replicas:
-        if x.node is not None and x.node not in nodes:
-            nodes.append(x.node)
-    same = [x for x in job.replicas if x.node == r.node]
-    local_rank = next((i for i, x in enumerate(same) if x.name == r.name), 0)
-    group_rank = nodes.index(r.node) if r.node in nodes else 0
-    return {
-        "LOCAL_RANK": str(local_rank),
-        "LOCAL_WORLD_SIZE": str(len(same)),
-        "GROUP_RANK": str(group_rank),
-        "GROUP_WORLD_SIZE": str(max(1, len(nodes))),
-    }
+@dataclass(frozen=True)
+class Layout:
+    """Where a job's replicas are, computed once for all replicas launched together (a tick
+    launching 1,024 replicas stays linear in them)."""
+
+    local: Mapping[str, tuple[int, int]]  # replica -> (LOCAL_RANK, LOCAL_WORLD_SIZE)
+    group: Mapping[str, int]  # replica -> GROUP_RANK (a node is a torchrun "group")
+    groups: int
+    pool_sizes: Mapping[str, int]
+    member_rank: Mapping[str, int]  # elastic: this round's rank of each member
+
+    @staticmethod
+    def of(job: Job) -> Layout:
+        by_node: dict[str, list[str]] = {}
+        for x in job.replicas:
+            if x.node is not None:
+                by_node.setdefault(x.node, []).append(x.name)
+        local: dict[str, tuple[int, int]] = {}
+        for names in by_node.values():
+            local.update((name, (i, len(names))) for i, name in enumerate(names))
+        order = {node: i for i, node in enumerate(by_node)}
+        pools: dict[str, int] = {}
+        for x in job.replicas:
+            pools[x.pool] = pools.get(x.pool, 0) + 1
+        return Layout(local, {x.name: order.get(x.node or "", 0) for x in job.replicas},
+                      max(1, len(by_node)), pools, {n: i for i, n in enumerate(job.members)})
+
+    def env(self, r: Replica) -> dict[str, str]:
+        local_rank, local_size = self.local.get(r.name, (0, 0))
+        return {
+            "LOCAL_RANK": str(local_rank),
+            "LOCAL_WORLD_SIZE": str(local_size),
+            "GROUP_RANK": str(self.group.get(r.name, 0)),
+            "GROUP_WORLD_SIZE": str(self.groups),
+        }
 
 
 @dataclass(frozen=True)
@@ -162,8 +182,10 @@ def master_node(job: Job) -> str:
     return (rank0.node or "") if rank0 is not None else ""
 
 
-def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
-    """The Launch decision for replica `r` of `job` as placed now."""
+def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None = None) -> Launch:
+    """The Launch decision for replica `r` of `job` as placed now (`layout`: Layout.of(job),
+    given when several replicas are launched at once)."""
+    layout = layout or Layout.of(job)
     pool = next(p for p in job.spec.pools if p.name == r.pool)
     command = list(pool.command)
     if command[0] in ("python", "python3"):
@@ -182,7 +204,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
         restart_count=str(r.restarts),
         job_id=job.id,
         checkpoint_dir=checkpoint_dir(job, s),
-        layout=_local_layout(job, r),
+        layout=layout.env(r),
     )
     env = contract_env(job.spec, pool, facts)
     env["PERDURE_NODE"] = r.node or ""
@@ -194,8 +216,8 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
     if job.elastic:
         env["PERDURE_RDZV_DIR"] = rendezvous_dir(job.id, s)
         env["PERDURE_MIN_WORLD_SIZE"] = str(job.min_members)
-        if r.name in job.members:
-            env["RANK"] = str(job.members.index(r.name))
+        if r.name in layout.member_rank:
+            env["RANK"] = str(layout.member_rank[r.name])
             env["WORLD_SIZE"] = str(len(job.members))
     env.update(interval_env(job, s))
     local = node_dir(job.id, s)

@@ -24,6 +24,7 @@ FLOAT_LIMIT = 1e9  # seconds: 31 years
 MAX_POOLS = 64
 MAX_REPLICAS = 1024  # per job, all pools together
 MAX_NODES = 1024
+MAX_STRING = 32 * 1024  # characters in one value; exec refuses an argument over 128 KiB
 
 
 class SpecError(ValueError):
@@ -52,6 +53,9 @@ def _check_value(v: Any) -> None:
     if isinstance(v, float) and (not math.isfinite(v) or abs(v) > FLOAT_LIMIT):
         raise ValueError(f"must be a finite number between {-FLOAT_LIMIT:g} and {FLOAT_LIMIT:g}")
     if isinstance(v, str):
+        if len(v) > MAX_STRING:
+            raise ValueError(f"{len(v)} characters is more than the {MAX_STRING} a value may "
+                             "have (the kernel refuses longer arguments and variables)")
         if "\0" in v:
             raise ValueError("contains a NUL byte, which no argument, path or name may hold")
         if not v.isascii():
@@ -285,17 +289,26 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+_PLAIN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _loc_part(part: object) -> str:
+    """A field name or index as written; an odd key (empty, a newline, huge) quoted, cut."""
+    text = str(part)
+    return text if _PLAIN.match(text) else _short(text, 40)
+
+
 def _format_errors(err: ValidationError, source: str, data: Any) -> str:
     lines = [f"{source}: invalid spec"]
     errors = err.errors()
     for e in errors[:MAX_ERRORS]:
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        loc = ".".join(_loc_part(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field; check the spelling (see DESIGN.md's job spec for the fields)"
         value = e.get("input")
         shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {_short(value)})"
-        lines.append(f"  {_short(loc, 200)[1:-1] if len(loc) > 200 else loc}: {msg}{shown}")
+        lines.append(f"  {loc}: {msg}{shown}")
     if len(errors) > MAX_ERRORS:
         lines.append(f"  ... and {len(errors) - MAX_ERRORS} more errors")
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from perdure.core.events import Decision, KillNode, Stop
-from perdure.core.launchenv import LaunchSettings, build_launch, launch_id
+from perdure.core.launchenv import LaunchSettings, Layout, build_launch, launch_id
 from perdure.core.model import Event, Job, Node, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 
@@ -186,12 +186,18 @@ class Tick:
         job.round = 0
         job.members = []
 
-    def launch(self, job: Job, r: Replica, node: str) -> None:
-        r.node = node
-        r.launches += 1
-        r.launch_id = launch_id(job, r)
-        r.state = ReplicaState.STARTING
-        self.decisions.append(build_launch(job, r, self.settings))
+    def launch(self, job: Job, placed: Mapping[str, str]) -> None:
+        """Launch the replicas named in `placed` on their nodes (the layout is computed once
+        for all of them: a tick's cost stays linear in a job's replicas)."""
+        replicas = [r for r in job.replicas if r.name in placed]
+        for r in replicas:
+            r.node = placed[r.name]
+        layout = Layout.of(job)
+        for r in replicas:
+            r.launches += 1
+            r.launch_id = launch_id(job, r)
+            r.state = ReplicaState.STARTING
+            self.decisions.append(build_launch(job, r, self.settings, layout))
 
     def kill_node(self, name: str) -> None:
         self.decisions.append(KillNode(name))

@@ -95,7 +95,8 @@ def _create_private(path: Path) -> None:
 
 def describe_error(path: Path, exc: BaseException) -> str:
     """`<path>: <cause>`, with what to check for the causes sqlite names tersely."""
-    text = str(exc) or type(exc).__name__
+    text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(
+        exc).__name__
     hints = {
         "unable to open database file": "missing, or not readable and writable by this user",
         "readonly database": "read-only: perdure needs to write it",

@@ -14,7 +14,7 @@ from pathlib import Path
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
 from perdure.controller.loop import Controller
-from perdure.core.events import Launch, Stop
+from perdure.core.events import Launch, Observation, Stop
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job, make_replicas
 from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec
@@ -24,9 +24,17 @@ from perdure.store.sqlite import Store
 class FaultyBackend(FakeBackend):
     """The fake backend, with launches and stops that fail as the OS would."""
 
-    def __init__(self, launch_errors: list[Exception], stop_errors: int = 0) -> None:
+    def __init__(self, launch_errors: list[Exception], stop_errors: int = 0,
+                 poll_errors: int = 0) -> None:
         super().__init__([NodeInfo("local", 4)], lambda launch: FakeRun(seconds=0.05))
         self.launch_errors, self.stop_errors = launch_errors, stop_errors
+        self.poll_errors = poll_errors
+
+    def poll(self) -> list[Observation]:
+        if self.poll_errors:
+            self.poll_errors -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return super().poll()
 
     def launch(self, launch: Launch) -> None:
         if self.launch_errors:
@@ -88,8 +96,8 @@ def test_a_launch_the_spec_makes_impossible_fails_at_once(tmp_path: Path) -> Non
     assert "/nope does not exist" in done.error.message
 
 
-def test_a_stop_the_os_refuses_is_tried_again(tmp_path: Path) -> None:
-    backend = FaultyBackend([], stop_errors=2)
+def test_a_stop_or_poll_the_os_refuses_is_tried_again(tmp_path: Path) -> None:
+    backend = FaultyBackend([], stop_errors=2, poll_errors=3)
     backend.script = lambda launch: FakeRun()  # runs until stopped
     ctl, store = controller(tmp_path, backend)
     ctl.start()
@@ -101,6 +109,8 @@ def test_a_stop_the_os_refuses_is_tried_again(tmp_path: Path) -> None:
     assert done.state.value == "CANCELLED"
     messages = [e.message for e in store.events(job.id)]
     assert sum("Too many open files" in m for m in messages) == 1  # said once, not per tick
+    polls = [e.message for e in store.events() if e.job_id is None]
+    assert sum("could not poll the backend" in m for m in polls) == 1
 
 
 def corrupt(store: Store, job_id: str) -> None:

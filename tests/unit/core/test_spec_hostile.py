@@ -17,10 +17,10 @@ LOL = "\n".join(
 
 
 def refused(text: str | bytes, *needles: str) -> str:
-    began = time.perf_counter()
+    began = time.process_time()
     with pytest.raises(SpecError) as err:
         parse_job_spec(text, "job.yaml")
-    assert time.perf_counter() - began < 2.0
+    assert time.process_time() - began < 2.0
     message = str(err.value)
     assert message.startswith("job.yaml: ")
     for n in needles:
@@ -96,7 +96,8 @@ def test_merge_keys_may_be_overridden() -> None:
      ('env: {"": c}\n' + POOL, "env"),
      ('pools: [{name: w, command: [x], env: {"K=V": c}}]', "pools.0.env"),
      ('env: {A: "v\\0"}\n' + POOL, "env"),
-     ('workdir: "/tmp\\0x"\n' + POOL, "workdir")],
+     ('workdir: "/tmp\\0x"\n' + POOL, "workdir"),
+     ("env: {A: " + "é" * 40_000 + "}\n" + POOL, "env")],
 )
 def test_arguments_and_environment_that_exec_would_refuse(text: str, field: str) -> None:
     refused(f"name: a\n{text}\n", field)
