@@ -15,9 +15,11 @@ from pathlib import Path
 
 from perdure.backends.stacks import DumpsStacks, StackDump
 from perdure.core import stacks as st
-from perdure.core.events import Hung, Observation, ReplicaProgress
+from perdure.core.events import Command, Hung, Observation, ReplicaProgress
 from perdure.core.launchenv import job_of_launch
-from perdure.core.model import Job
+from perdure.core.model import Event, Job, Node
+from perdure.core.states import NodeState
+from perdure.core.straggler import Straggler, Stragglers
 from perdure.core.watchdog import Suspect, Watchdog, verdict
 
 STACK_TIMEOUT_SECONDS = 10.0
@@ -35,25 +37,55 @@ class WatchShell:
                  clock: Callable[[], float] = time.time) -> None:
         self.state_dir, self.backend, self.clock = state_dir, backend, clock
         self.core = Watchdog()
+        self.stragglers = Stragglers()
         self._pool: ThreadPoolExecutor | None = None
         self._inflight: list[Future[Hung]] = []
 
-    def step(self, jobs: Mapping[str, Job], observations: list[Observation],
-             now: float) -> list[Observation]:
+    def step(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
+             observations: list[Observation], now: float
+             ) -> tuple[list[Observation], list[Event]]:
         """Note this tick's progress; start captures for newly stalled jobs; return the
-        verdicts of finished captures."""
+        verdicts of finished captures (and drains of stragglers' nodes), and straggler events."""
         for obs in observations:
             if isinstance(obs, ReplicaProgress):
                 job = jobs.get(job_of_launch(obs.launch_id))
                 if job is not None:
                     self.core.progress(job, obs)
+                    self.stragglers.progress(job, obs)
+        drains, events = self._stragglers(jobs, nodes, now)
         done = [f for f in self._inflight if f.done()]
         self._inflight = [f for f in self._inflight if not f.done()]
         for suspect in self.core.check(jobs, now):
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="perdure-stacks")
             self._inflight.append(self._pool.submit(self.capture, suspect))
-        return [f.result() for f in done]
+        return [*(f.result() for f in done), *drains], events
+
+    def _stragglers(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
+                    now: float) -> tuple[list[Observation], list[Event]]:
+        """An event per straggler; with `stragglers: drain`, its node drained (the existing
+        path: a maintenance notice, the replicas save and move keeping their identity) when
+        another node can take work."""
+        drains: list[Observation] = []
+        events = []
+        for s in self.stragglers.check(jobs):
+            events.append(Event(now, s.job_id, "straggler", s.message() + self._drain(
+                jobs[s.job_id], s, nodes, drains, now)))
+        return drains, events
+
+    @staticmethod
+    def _drain(job: Job, s: Straggler, nodes: Mapping[str, Node], drains: list[Observation],
+               now: float) -> str:
+        if job.spec.watchdog.stragglers != "drain":
+            return ""
+        node = nodes.get(s.node)
+        if node is None or node.state is not NodeState.READY:
+            return f"; node {s.node} is not ready: nothing to drain"
+        if not any(n.state is NodeState.READY for n in nodes.values() if n.name != s.node):
+            return f"; not drained: no other node is ready to take {s.replica}"
+        drains.append(Command("drain-node", s.node, now))
+        return (f"; draining node {s.node}: {s.replica} moves at its next checkpoint "
+                f"(`perdure node restore {s.node}` takes the node back)")
 
     def capture(self, suspect: Suspect) -> Hung:
         """Every rank's stacks into its stacks file; the verdict naming the laggard."""
