@@ -147,7 +147,7 @@ def main() -> None:
     fixed = {s: goodput(functools.partial(Fixed, s), work, cost, a.restart, sequences)
              for s in sweep}
     best = max(fixed, key=lambda s: fixed[s])
-    young = (2 * cost * a.mtbf) ** 0.5
+    young = iv.young_daly(cost, a.mtbf, 14400.0)
     print(f"auto's final interval {tau:.1f}s (Young/Daly with the true MTBF: {young:.1f}s)")
     print(f"{'policy':<34}{'interval':>10}{'goodput':>10}{'vs best fixed':>15}")
     rows = [("auto (learned online from the prior)", tau, g_auto),
