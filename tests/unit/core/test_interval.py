@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from sim import Sim, spec
 
 from perdure.core import interval as iv
