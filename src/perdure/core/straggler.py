@@ -10,8 +10,11 @@ recovered and fallen behind anew).
 What a step time measures is the runtime's `goodput.step` body on that replica. Replicas that
 do not wait for each other every step (independent workers, local SGD, asynchronous updates)
 show their own speed there. In synchronous data-parallel training every rank waits for the
-slowest inside its all-reduce, so all ranks report the same step time and this rule names no
-one: a rank that holds the others up for long is what the hang check (core/watchdog.py) names.
+slowest inside its all-reduce, so all ranks report the same step time; there the shell samples
+the ranks' stacks now and then (`sampled`), and the second rule applies: among at least
+SAMPLES_NEEDED samples in which some rank waited in a collective and some did not, a replica
+that was outside any collective in more than OUTSIDE_SHARE of them while every other replica
+was outside in at most 1 - OUTSIDE_SHARE is the straggler: the others keep waiting for it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from perdure.core.watchdog import running_launches
 
 WINDOW_STEPS = 50
 RATIO = 1.5
+SAMPLES_NEEDED = 10
+OUTSIDE_SHARE = 0.75
 
 
 @dataclass
@@ -54,8 +59,11 @@ class Straggler:
     launch_id: str
     seconds: float  # its mean step time over the window
     others: float  # the median of the other replicas' means
+    why: str = ""  # the stack-sampling rule's finding, when that rule named it
 
     def message(self) -> str:
+        if self.why:
+            return f"straggler: {self.replica} on node {self.node} {self.why}"
         return (f"straggler: {self.replica} on node {self.node} takes {self.seconds:.3f}s per "
                 f"step over its last {WINDOW_STEPS} steps, {self.seconds / self.others:.1f}x the "
                 f"others' median {self.others:.3f}s (rule: > {RATIO}x over {WINDOW_STEPS} steps)")
@@ -65,7 +73,10 @@ class Straggler:
 class _Round:
     launches: frozenset[str]
     times: dict[str, _Times] = field(default_factory=dict)
-    reported: set[str] = field(default_factory=set)
+    reported: set[str] = field(default_factory=set)  # by the step-time rule
+    sampled_out: set[str] = field(default_factory=set)  # by the stack-sample rule (once)
+    telling: int = 0  # stack samples with ranks both inside and outside a collective
+    outside: dict[str, int] = field(default_factory=dict)  # launch id -> such samples outside
 
 
 class Stragglers:
@@ -82,6 +93,18 @@ class Stragglers:
         if obs.step_seconds is not None:
             rnd.times.setdefault(obs.launch_id, _Times()).add(obs.steps, obs.step_seconds)
 
+    def sampled(self, job: Job, inside: Mapping[str, bool]) -> None:
+        """One stack sample of a round: launch id -> whether that rank was in a collective."""
+        launches = running_launches(job)
+        if launches is None or set(inside) != launches or len(set(inside.values())) < 2:
+            return
+        rnd = self.jobs.get(job.id)
+        if rnd is None or rnd.launches != launches:
+            rnd = self.jobs[job.id] = _Round(launches)
+        rnd.telling += 1
+        for lid, waiting in inside.items():
+            rnd.outside[lid] = rnd.outside.get(lid, 0) + (not waiting)
+
     def check(self, jobs: Mapping[str, Job]) -> list[Straggler]:
         out = []
         for job_id in list(self.jobs):
@@ -95,6 +118,26 @@ class Stragglers:
         return out
 
     def _round(self, job: Job, rnd: _Round) -> list[Straggler]:
+        return self._by_times(job, rnd) or self._by_samples(job, rnd)
+
+    def _by_samples(self, job: Job, rnd: _Round) -> list[Straggler]:
+        if rnd.telling < SAMPLES_NEEDED:
+            return []
+        share = {lid: rnd.outside.get(lid, 0) / rnd.telling for lid in rnd.launches}
+        out = []
+        for r in job.replicas:
+            lid = r.launch_id or ""
+            others = [v for x, v in share.items() if x != lid]
+            if (share[lid] > OUTSIDE_SHARE and max(others) <= 1 - OUTSIDE_SHARE
+                    and lid not in rnd.sampled_out):
+                rnd.sampled_out.add(lid)
+                why = (f"was outside any collective in {rnd.outside.get(lid, 0)} of "
+                       f"{rnd.telling} stack samples while the others waited in one (rule: "
+                       f"> {OUTSIDE_SHARE:.0%} of at least {SAMPLES_NEEDED} samples)")
+                out.append(Straggler(job.id, r.name, r.node or "?", lid, 0.0, 0.0, why))
+        return out
+
+    def _by_times(self, job: Job, rnd: _Round) -> list[Straggler]:
         if len(rnd.launches) < 2 or any(
                 rnd.times.get(lid, _Times()).steps < WINDOW_STEPS for lid in rnd.launches):
             return []

@@ -159,3 +159,21 @@ def test_synchronous_ranks_with_equal_step_times_name_no_straggler() -> None:
         for i in range(2):
             s.progress(job, progress(job, i, 0, 0.0, steps=10, seconds=0.3))
     assert s.check({job.id: job}) == []
+
+
+def test_stack_samples_name_the_rank_the_others_wait_for_once() -> None:
+    from perdure.core.straggler import SAMPLES_NEEDED, Stragglers
+
+    job, s = running_job(replicas=2), Stragglers()
+    a, b = (r.launch_id or "" for r in job.replicas)
+    for _ in range(SAMPLES_NEEDED - 1):
+        s.sampled(job, {a: True, b: False})
+        s.sampled(job, {a: False, b: False})  # both busy: tells nothing
+    assert s.check({job.id: job}) == []
+    s.sampled(job, {a: True, b: False})
+    for _ in range(3):  # equal step times must not make it "recover" and be named again
+        for i in range(2):
+            s.progress(job, progress(job, i, 0, 0.0, steps=50, seconds=0.2))
+    [found] = s.check({job.id: job})
+    assert found.replica == "worker-1" and "outside any collective in 10 of 10" in found.message()
+    assert s.check({job.id: job}) == []
