@@ -63,3 +63,21 @@ def test_among_equally_low_jobs_the_one_losing_least_work_is_preempted() -> None
     assert sorted(sim.job(j).state.value for j in low[1:]) == ["QUEUED", "RUNNING"]
     message = next(m for m in sim.messages(high) if m.startswith("hot-swap: preempting"))
     assert "of 3 jobs at priority 1 it loses least work: 0 slot-seconds" in message, message
+
+
+def test_a_hang_restarts_the_group_charged_to_the_laggard_then_retries_as_hang() -> None:
+    from perdure.core.events import Hung
+
+    sim = Sim(nodes={"a": 4})
+    pools = [{"name": "worker", "replicas": 2, "command": ["python", "t.py"]}]
+    j = sim.submit(spec(name="hung", pools=pools, restart={"max_replica_restarts": 1}))
+    for expected in ("restart worker-1 hung: hang, restart 1 of 1",
+                     "retry job: worker-1 hung: hang, restarts exhausted (1), job retry 1 of"):
+        sim.run_until(j, {JobState.RUNNING})
+        lid = sim.job(j).replicas[1].launch_id or ""
+        sim.pending.append(Hung(lid, sim.now, "Replica worker-1 hung: ...", "HANG: worker-1"))
+        sim.step()
+        assert any(m.startswith(expected) for m in sim.messages(j)), sim.messages(j)
+    job = sim.job(j)
+    assert job.error is not None and job.error.code.value == "HANG"
+    assert job.retries == {"HANG": 1}
