@@ -128,8 +128,10 @@ class WatchShell:
         for job in jobs.values():
             launches = running_launches(job)
             if (launches is None or len(launches) < 2 or job.id in self._samples
-                    or job.spec.watchdog.stragglers == "off"
-                    or now < self._next_sample.get(job.id, 0.0)):
+                    or job.spec.watchdog.stragglers == "off"):
+                continue
+            # the first sample one period after the job is first seen running
+            if now < self._next_sample.setdefault(job.id, now + self.sample_every):
                 continue
             self._next_sample[job.id] = now + self.sample_every
             self._samples[job.id] = self._submit(self.sample, sorted(launches))
