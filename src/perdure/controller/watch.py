@@ -125,6 +125,8 @@ class WatchShell:
                                                                   self.sample_every):
             return
         self._last_sweep = now
+        for gone in [i for i in self._next_sample if i not in jobs]:
+            del self._next_sample[gone]
         for job in jobs.values():
             launches = running_launches(job)
             if (launches is None or len(launches) < 2 or job.id in self._samples
