@@ -30,8 +30,10 @@ class StackDump:
 
 @runtime_checkable
 class DumpsStacks(Protocol):
-    def dump_stacks(self, launch_id: str, timeout: float) -> StackDump:
-        """Every Python thread's stack of a running replica (never raises)."""
+    def dump_stacks(self, launch_id: str, timeout: float, nonblocking: bool = False
+                    ) -> StackDump:
+        """Every Python thread's stack of a running replica (never raises). `nonblocking`
+        reads without pausing it (for periodic samples; a frame may then be torn)."""
         ...
 
 
@@ -41,13 +43,14 @@ def pyspy() -> str | None:
     return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
 
 
-def dump_pid(pid: int, timeout: float = 10.0) -> StackDump:
+def dump_pid(pid: int, timeout: float = 10.0, nonblocking: bool = False) -> StackDump:
     """py-spy's dump of `pid`, all threads; the reason instead where it cannot attach."""
     exe = pyspy()
     if exe is None:
         return StackDump(error="py-spy is not installed (pip install 'perdure[watchdog]')")
     try:
-        out = subprocess.run([exe, "dump", "--pid", str(pid), "--json"], capture_output=True,
+        argv = [exe, "dump", "--pid", str(pid), "--json", *(["--nonblocking"] * nonblocking)]
+        out = subprocess.run(argv, capture_output=True,
                              text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return StackDump(error=f"py-spy did not attach to pid {pid} within {timeout:g}s")

@@ -187,7 +187,9 @@ class Controller:
         observations = self.pending + self._poll() + self._commands()
         self.pending = []
         now = self.clock()
-        observations += self.watch.step(self.snapshot.jobs, observations, now)
+        found, noted = self.watch.step(self.snapshot.jobs, self.snapshot.nodes, observations, now)
+        observations += found
+        self._start_events += noted
         self._start_events += self.intervals.step(self.snapshot.jobs, observations, now)
         outcome = decide(self.snapshot, observations, now, self.ports, self.settings)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]

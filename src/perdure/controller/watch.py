@@ -8,19 +8,39 @@ tick never waits for them, and writes `<state>/logs/<job>/attempt-N/<replica>.st
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from perdure.backends.stacks import DumpsStacks, StackDump
 from perdure.core import stacks as st
-from perdure.core.events import Hung, Observation, ReplicaProgress
+from perdure.core.events import Command, Hung, Observation, ReplicaProgress
 from perdure.core.launchenv import job_of_launch
-from perdure.core.model import Job
-from perdure.core.watchdog import Suspect, Watchdog, verdict
+from perdure.core.model import Event, Job, Node
+from perdure.core.states import NodeState
+from perdure.core.straggler import Straggler, Stragglers
+from perdure.core.watchdog import Suspect, Watchdog, running_launches, verdict
 
+T = TypeVar("T")
 STACK_TIMEOUT_SECONDS = 10.0
+ENV_SAMPLE = "PERDURE_STRAGGLER_SAMPLE_SECONDS"
+SWEEP_SECONDS = 1.0
+
+
+def sample_seconds() -> float:
+    """How often each running multi-replica job's stacks are sampled for the straggler rule
+    (${ENV_SAMPLE}, default 30 s; 0 turns sampling off)."""
+    value = os.environ.get(ENV_SAMPLE, "")
+    try:
+        seconds = float(value) if value else 30.0
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise ValueError(f"{ENV_SAMPLE}={value!r}: use a number of seconds >= 0 (0: off)")
+    return seconds
 
 
 def stacks_path(state_dir: Path, job_id: str, attempt: int, replica: str) -> Path:
@@ -35,25 +55,101 @@ class WatchShell:
                  clock: Callable[[], float] = time.time) -> None:
         self.state_dir, self.backend, self.clock = state_dir, backend, clock
         self.core = Watchdog()
+        self.stragglers = Stragglers()
         self._pool: ThreadPoolExecutor | None = None
         self._inflight: list[Future[Hung]] = []
+        self.sample_every = sample_seconds()
+        self._samples: dict[str, Future[dict[str, bool]]] = {}
+        self._next_sample: dict[str, float] = {}
+        self._last_sweep = 0.0
 
-    def step(self, jobs: Mapping[str, Job], observations: list[Observation],
-             now: float) -> list[Observation]:
+    def step(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
+             observations: list[Observation], now: float
+             ) -> tuple[list[Observation], list[Event]]:
         """Note this tick's progress; start captures for newly stalled jobs; return the
-        verdicts of finished captures."""
+        verdicts of finished captures (and drains of stragglers' nodes), and straggler events."""
         for obs in observations:
             if isinstance(obs, ReplicaProgress):
                 job = jobs.get(job_of_launch(obs.launch_id))
                 if job is not None:
                     self.core.progress(job, obs)
+                    self.stragglers.progress(job, obs)
+        self._sample(jobs, now)
+        drains, events = self._stragglers(jobs, nodes, now)
         done = [f for f in self._inflight if f.done()]
         self._inflight = [f for f in self._inflight if not f.done()]
         for suspect in self.core.check(jobs, now):
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="perdure-stacks")
-            self._inflight.append(self._pool.submit(self.capture, suspect))
-        return [f.result() for f in done]
+            self._inflight.append(self._submit(self.capture, suspect))
+        return [*(f.result() for f in done), *drains], events
+
+    def _stragglers(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
+                    now: float) -> tuple[list[Observation], list[Event]]:
+        """An event per straggler; with `stragglers: drain`, its node drained (the existing
+        path: a maintenance notice, the replicas save and move keeping their identity) when
+        another node can take work."""
+        drains: list[Observation] = []
+        events = []
+        for s in self.stragglers.check(jobs):
+            events.append(Event(now, s.job_id, "straggler", s.message() + self._drain(
+                jobs[s.job_id], s, nodes, drains, now)))
+        return drains, events
+
+    @staticmethod
+    def _drain(job: Job, s: Straggler, nodes: Mapping[str, Node], drains: list[Observation],
+               now: float) -> str:
+        if job.spec.watchdog.stragglers != "drain":
+            return ""
+        node = nodes.get(s.node)
+        if node is None or node.state is not NodeState.READY:
+            return f"; node {s.node} is not ready: nothing to drain"
+        if not any(n.state is NodeState.READY for n in nodes.values() if n.name != s.node):
+            return f"; not drained: no other node is ready to take {s.replica}"
+        drains.append(Command("drain-node", s.node, now))
+        return (f"; draining node {s.node}: {s.replica} moves at its next checkpoint "
+                f"(`perdure node restore {s.node}` takes the node back)")
+
+    def _submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="perdure-stacks")
+        return self._pool.submit(fn, *args)
+
+    def _sample(self, jobs: Mapping[str, Job], now: float) -> None:
+        """Hand finished stack samples to the straggler rule; start due ones (every
+        `sample_every` seconds per running job of two or more replicas)."""
+        for job_id, f in list(self._samples.items()):
+            if f.done():
+                del self._samples[job_id]
+                if job_id in jobs:
+                    self.stragglers.sampled(jobs[job_id], f.result())
+        if not self.sample_every or now - self._last_sweep < min(SWEEP_SECONDS,
+                                                                  self.sample_every):
+            return
+        self._last_sweep = now
+        for gone in [i for i in self._next_sample if i not in jobs]:
+            del self._next_sample[gone]
+        for job in jobs.values():
+            launches = running_launches(job)
+            if (launches is None or len(launches) < 2 or job.id in self._samples
+                    or job.spec.watchdog.stragglers == "off"):
+                continue
+            # the first sample one period after the job is first seen running
+            if now < self._next_sample.setdefault(job.id, now + self.sample_every):
+                continue
+            self._next_sample[job.id] = now + self.sample_every
+            self._samples[job.id] = self._submit(self.sample, sorted(launches))
+
+    def sample(self, launches: list[str]) -> dict[str, bool]:
+        """Launch id -> whether that rank waits in a collective now ({} if one is unreadable)."""
+        out = {}
+        for lid in launches:
+            dump = self._dump(lid, nonblocking=True)
+            if dump.error is not None:
+                return {}
+            summary = st.summarize(dump.threads)
+            if not summary.attached:
+                return {}
+            out[lid] = summary.in_collective
+        return out
 
     def capture(self, suspect: Suspect) -> Hung:
         """Every rank's stacks into its stacks file; the verdict naming the laggard."""
@@ -74,11 +170,11 @@ class WatchShell:
                   f"Where each rank was: {where}. Stacks: {folder}/<replica>.stacks")
         return Hung(v.laggard.launch_id, self.clock(), v.message, report)
 
-    def _dump(self, launch_id: str) -> StackDump:
+    def _dump(self, launch_id: str, nonblocking: bool = False) -> StackDump:
         if not isinstance(self.backend, DumpsStacks):
             return StackDump(error=f"the {type(self.backend).__name__} cannot capture stacks")
         try:
-            return self.backend.dump_stacks(launch_id, STACK_TIMEOUT_SECONDS)
+            return self.backend.dump_stacks(launch_id, STACK_TIMEOUT_SECONDS, nonblocking)
         except Exception as exc:  # a capture must never take the controller down
             return StackDump(error=f"capturing stacks failed: {exc}")
 

@@ -2,7 +2,9 @@
 
 No side effects: measurements in, an interval out; the shell publishes it to the replicas.
 
-    interval = sqrt(2 x C x MTBF), clamped to [C, max_interval_seconds]
+    interval = sqrt(2 x C x MTBF) x (1 + sqrt(C / 2 MTBF) / 3 + C / 18 MTBF) - C
+               (Daly's higher-order form of Young's; MTBF when C >= 2 MTBF),
+               clamped to [C, max_interval_seconds]
 
 - C: the blocking cost of one save (what training waits for), the median of the last saves the
   runtime reported; DEFAULT_COST_SECONDS until the first is measured.
@@ -46,7 +48,7 @@ class Interval:
     def explain(self) -> str:
         c = (f"C {self.cost:.2f}s (median of {self.cost_measured} saves)" if self.cost_measured
              else f"C {self.cost:.2f}s (default: no save measured yet)")
-        return (f"every {self.seconds:.1f}s = sqrt(2 x C x MTBF): {c}, MTBF {self.mtbf:.0f}s "
+        return (f"every {self.seconds:.1f}s = Young/Daly(C, MTBF): {c}, MTBF {self.mtbf:.0f}s "
                 f"(job: {self.job_failures} failures in {self.job_seconds:.0f}s running; "
                 f"cluster: {self.cluster_failures} in {self.cluster_seconds:.0f}s; prior "
                 f"{self.prior:.0f}s)")
@@ -59,8 +61,14 @@ class Interval:
 
 
 def young_daly(cost: float, mtbf: float, ceiling: float) -> float:
-    """sqrt(2 C M), never below the save's own cost nor above `ceiling`."""
-    return min(ceiling, max(cost, math.sqrt(2.0 * cost * mtbf)))
+    """Daly's higher-order optimum (Young's sqrt(2 C M) with its correction terms, which
+    matter once a save is no longer small against the MTBF), never below the save's own cost
+    nor above `ceiling`."""
+    if cost >= 2.0 * mtbf:
+        return min(ceiling, max(cost, mtbf))
+    r = cost / (2.0 * mtbf)
+    t = math.sqrt(2.0 * cost * mtbf) * (1.0 + math.sqrt(r) / 3.0 + r / 9.0) - cost
+    return min(ceiling, max(cost, t))
 
 
 def mtbf(job_failures: int, job_seconds: float, cluster_failures: int,

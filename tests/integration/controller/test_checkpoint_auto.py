@@ -32,8 +32,8 @@ def test_auto_interval_is_measured_published_and_followed(
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     d = perdure.describe("auto")
     published = [e["message"] for e in d["events"] if e["kind"] == "checkpoint"]
-    assert published[0].startswith("checkpoint interval every 2.0s = sqrt(2 x C x MTBF): "
-                                   "C 1.00s (default: no save measured yet), MTBF 2s"), published
+    assert re.match(r"checkpoint interval every 1\.\ds = Young/Daly\(C, MTBF\): C 1\.00s "
+                    r"\(default: no save measured yet\), MTBF 2s", published[0]), published
     assert any("median of" in m for m in published), published  # C measured from real saves
     ci = d["watchdog"]["checkpoint_interval"]
     assert ci["changes"] == len(published) >= 2 and "median of" in ci["chosen"]

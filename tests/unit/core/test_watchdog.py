@@ -122,3 +122,58 @@ def test_bad_watchdog_and_interval_fields_are_named() -> None:
     spec = parse_job_spec(base + "checkpoint: {every: auto}\nwatchdog: {hang_seconds: 30}")
     assert spec.checkpoint.every == "auto" and spec.checkpoint.max_interval_seconds == 14400
     assert spec.watchdog.hang_seconds == 30.0 and spec.watchdog.stragglers == "report"
+
+
+def test_a_straggler_is_named_once_the_window_is_full_and_again_only_after_recovering() -> None:
+    from perdure.core.straggler import WINDOW_STEPS, Stragglers
+
+    job, s = running_job(replicas=3), Stragglers()
+    for r in job.replicas:
+        r.node = f"n{r.index}"
+
+    def report(i: int, seconds: float, steps: int = 10) -> None:
+        s.progress(job, progress(job, i, 0, 0.0, steps=steps, seconds=seconds))
+
+    for _ in range(WINDOW_STEPS // 10 - 1):
+        for i, sec in enumerate((0.1, 0.1, 0.2)):
+            report(i, sec)
+    assert s.check({job.id: job}) == []  # the window is not full yet
+    for i, sec in enumerate((0.1, 0.12, 0.2)):
+        report(i, sec)
+    [found] = s.check({job.id: job})
+    assert (found.replica, found.node) == ("worker-2", "n2") and found.others > 0.1
+    assert s.check({job.id: job}) == []  # once
+    for _ in range(WINDOW_STEPS // 10):
+        report(2, 0.1)
+    assert s.check({job.id: job}) == []  # recovered
+    for _ in range(WINDOW_STEPS // 10):
+        report(2, 0.3)
+    assert [x.replica for x in s.check({job.id: job})] == ["worker-2"]
+
+
+def test_synchronous_ranks_with_equal_step_times_name_no_straggler() -> None:
+    from perdure.core.straggler import Stragglers
+
+    job, s = running_job(replicas=2), Stragglers()
+    for _ in range(10):
+        for i in range(2):
+            s.progress(job, progress(job, i, 0, 0.0, steps=10, seconds=0.3))
+    assert s.check({job.id: job}) == []
+
+
+def test_stack_samples_name_the_rank_the_others_wait_for_once() -> None:
+    from perdure.core.straggler import SAMPLES_NEEDED, Stragglers
+
+    job, s = running_job(replicas=2), Stragglers()
+    a, b = (r.launch_id or "" for r in job.replicas)
+    for _ in range(SAMPLES_NEEDED - 1):
+        s.sampled(job, {a: True, b: False})
+        s.sampled(job, {a: False, b: False})  # both busy: tells nothing
+    assert s.check({job.id: job}) == []
+    s.sampled(job, {a: True, b: False})
+    for _ in range(3):  # equal step times must not make it "recover" and be named again
+        for i in range(2):
+            s.progress(job, progress(job, i, 0, 0.0, steps=50, seconds=0.2))
+    [found] = s.check({job.id: job})
+    assert found.replica == "worker-1" and "outside any collective in 10 of 10" in found.message()
+    assert s.check({job.id: job}) == []

@@ -322,13 +322,14 @@ class LocalBackend:
             f"replica it had started died with it). {where}"
         )
 
-    def dump_stacks(self, launch_id: str, timeout: float = 10.0) -> StackDump:
+    def dump_stacks(self, launch_id: str, timeout: float = 10.0, nonblocking: bool = False
+                    ) -> StackDump:
         """Every Python thread's stack of a running replica, by py-spy (see backends.stacks)."""
         tracked = self._active.get(launch_id)
         status = tracked.status if tracked is not None and tracked.status else None
         if status is None or "pid" not in status:
             return StackDump(error=f"launch {launch_id} is not running here")
-        return dump_pid(int(status["pid"]), timeout)
+        return dump_pid(int(status["pid"]), timeout, nonblocking)
 
     # ---- restart ----------------------------------------------------------------------------
 
