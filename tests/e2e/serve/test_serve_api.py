@@ -83,6 +83,10 @@ def test_submit_runs_to_success_with_logs_and_events(server: Server) -> None:
                       headers={"accept": "text/event-stream"}) as s:
             body = "".join(s.iter_text())
         assert body.count("event: event") == len(events) and "event: end" in body
+        resumed = {"accept": "text/event-stream", "last-event-id": str(events[1]["id"])}
+        with c.stream("GET", f"/api/v1/jobs/{job}/events", headers=resumed) as s:
+            body = "".join(s.iter_text())
+        assert body.count("event: event") == len(events) - 2  # a reconnect resumes
         timeline = c.get(f"/api/v1/jobs/{job}/timeline").json()
         assert [a["attempt"] for a in timeline["attempts"]] == [1]
         assert {m["kind"] for m in timeline["marks"]} >= {"launch", "exit"}
