@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test soak lint bench venv clean test-serve-fuzz
+.PHONY: demo test test-ray soak lint bench venv clean test-serve-fuzz test-transport
 
 venv: $(STAMP)
 
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,serve]'
+	$(BIN)/pip install -q -e '.[test,serve,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,11 +21,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+test-ray: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'ray_long' tests/integration/ray
+
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak
 
 test-serve-fuzz: $(STAMP)
 	$(BIN)/python -m pytest -q -m serve_fuzz tests/e2e/serve
+
+test-transport: $(STAMP)
+	$(BIN)/python -m pytest -q -m transport_long
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

@@ -49,6 +49,7 @@ HERE = Path(__file__).resolve()
 WORLD = 4
 NODES = {"worker-0": "a", "worker-1": "a", "worker-2": "b", "worker-3": "b"}
 JOB = "bench-elastic"
+JOB_SECRET = "be" * 32  # what perdure would hand the job (PERDURE_JOB_SECRET)
 
 
 # ---- the training process -------------------------------------------------------------------
@@ -184,7 +185,8 @@ def restore_worker(args: dict[str, Any]) -> None:
     t = time.perf_counter()
     into = _targets(state)  # what a replacement does: straight into its parameters
     apply(state, holder.fetch_with(addr, snap.replica, 3,
-                                   lambda read_into, size: codec.read(read_into, size, into)))
+                                   lambda read_into, size: codec.read(read_into, size, into),
+                                   secret=os.environ["PERDURE_JOB_SECRET"]))
     out["peer memory"] = time.perf_counter() - t
     dist.barrier()
     t = time.perf_counter()
@@ -254,7 +256,7 @@ def launch(kind: str, args: dict[str, Any], env: dict[str, str], logs: Path,
 def standby() -> subprocess.Popen[bytes]:
     """A warm standby interpreter as perdure's local backend keeps (torch imported): given a
     launch on stdin it runs this script's worker without a cold start."""
-    from perdure.backends.local.warm import STANDBY_CODE
+    from perdure.backends.local.standby import STANDBY_CODE
 
     ready_r, ready_w = os.pipe()
     proc = subprocess.Popen([sys.executable, "-c", STANDBY_CODE], stdin=subprocess.PIPE,
@@ -312,6 +314,7 @@ def perdure_env(rdzv: Path, replica: str, round_no: int, members: list[str],
     member = replica in members
     return {"PERDURE_JOB_ID": JOB, "PERDURE_ATTEMPT": "1", "PERDURE_ROUND": str(round_no),
             "PERDURE_REPLICA": replica, "PERDURE_NODE": NODES[replica],
+            "PERDURE_JOB_SECRET": JOB_SECRET,
             "PERDURE_RDZV_DIR": str(rdzv), "PERDURE_ELASTIC_MODE": mode,
             "PERDURE_MIN_WORLD_SIZE": "2",
             "RANK": str(members.index(replica) if member else int(replica[-1])),
@@ -475,6 +478,7 @@ def run_restore(base: dict[str, Any], tmp: Path) -> dict[str, Any]:
     procs = [launch("restore", args, {**static_env(r, port),
                                       "PERDURE_RDZV_DIR": str(tmp / "rdzv"),
                                       "PERDURE_REPLICA": f"worker-{r}",
+                                      "PERDURE_JOB_SECRET": JOB_SECRET,
                                       "PERDURE_NODE": NODES[f"worker-{r}"]}, tmp, f"rank{r}")
              for r in range(WORLD)]
     try:

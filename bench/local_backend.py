@@ -8,7 +8,9 @@ Every figure is printed next to its baseline measured here and now:
 - poll() with N running replicas vs N bare os.stat calls (the floor of "one stat per launch");
 - stop(SIGTERM) -> exit observed vs os.kill + waitpid on a direct child;
 - a supervisor's RSS and PSS vs those of the replica it runs (a sleeping interpreter);
-- launch -> torch imported in a `python SCRIPT` replica, warm standby vs cold start.
+- launch -> torch imported in a `python SCRIPT` replica, warm standby vs cold start;
+- launch -> exit seen with a cgroup of the replica's own (`--only-tree`; the default, what
+  kills its whole tree) vs without one (memory_mechanism="rss": the subreaper sweep only).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ SLEEP = "import time; time.sleep(120)"
 
 
 class Bench:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, mechanism: str = "auto") -> None:
         self.root = root
-        self.backend = LocalBackend(root / "state", [NodeInfo("a", 1000)])
+        self.backend = LocalBackend(root / "state", [NodeInfo("a", 1000)],
+                                    memory_mechanism=mechanism, warm_pool=0)
         self.count = 0
 
     def launch(self, code: str) -> str:
@@ -257,15 +260,34 @@ def warm_start(root: Path, rounds: int) -> None:
     print(f"{'':<34} a warm start reaches the script's torch {speedup:.0f}x sooner")
 
 
+def tree_cost(root: Path, rounds: int) -> None:
+    """What a replica's own cgroup costs a launch: launch -> exit seen, alternating."""
+    with_cgroup, without = Bench(root / "cgroup"), Bench(root / "sweep", "rss")
+    ours, base = [], []
+    for _ in range(rounds):
+        for bench, out in ((without, base), (with_cgroup, ours)):
+            begin = time.perf_counter()
+            launch_id = bench.launch("pass")
+            out.append(bench.wait({launch_id}, ReplicaExited)[launch_id] - begin)
+    status = json.loads(next((root / "cgroup").glob("state/launches/*/status.json")).read_text())
+    _row(f"launch -> exit, tree: {status['tree']}", ours, base, "no cgroup (sweep)")
+    for bench in (with_cgroup, without):
+        bench.backend.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--active", type=int, default=100)
     parser.add_argument("--warm-rounds", type=int, default=5)
     parser.add_argument("--only-warm", action="store_true", help="run the warm-start rows only")
+    parser.add_argument("--only-tree", action="store_true", help="run the cgroup row only")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="perdure-bench-") as tmp:
+        if args.only_tree:
+            tree_cost(Path(tmp), args.rounds)
+            return
         if args.warm_rounds:
             warm_start(Path(tmp), args.warm_rounds)
         if args.only_warm:

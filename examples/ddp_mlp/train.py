@@ -9,7 +9,8 @@ What makes a resumed run end with the same weights as an uninterrupted one:
   data position (ElasticLoader: a global cursor into an order that is a pure function of seed
   and epoch), each rank's RNG state (dropout) and each rank's log of consumed samples;
 - at start it restores the newest committed checkpoint, if any, and carries on from there;
-- on a preemption notice (SIGTERM) the ranks agree on the step to stop at, save it
+- on a preemption notice (SIGTERM) the ranks agree on the step to stop at (StopVote: an
+  all-reduce overlapped with the next step, so it costs no time per step), save it
   synchronously and exit with the "suspended" status, so the job is requeued and resumes.
 
 At the end rank 0 writes `result.json` into `--out` (default: the checkpoint directory): the
@@ -34,7 +35,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import Dataset
 
 import perdure
-from perdure.runtime import Checkpointer, ElasticSampler, goodput, rng_state, set_rng_state
+from perdure.runtime import (
+    Checkpointer,
+    ElasticSampler,
+    StopVote,
+    goodput,
+    rng_state,
+    set_rng_state,
+)
 from perdure.runtime.checkpoint import RankLocal, SavePolicy
 from perdure.runtime.data import ElasticLoader
 from perdure.runtime.rng import derive_seed, seed_everything
@@ -145,14 +153,6 @@ def settle_ddp_buckets(ddp: nn.Module, example: torch.Tensor) -> None:
     ddp.zero_grad(set_to_none=True)
 
 
-def agree_to_stop(ctx: perdure.Context) -> bool:
-    """True on every rank once any rank has the notice, so all stop at the same step."""
-    flag = torch.tensor([int(ctx.should_stop)])
-    if ctx.world_size > 1:
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
-
-
 class Run:
     """The training loop with its checkpointed state."""
 
@@ -178,6 +178,9 @@ class Run:
             policy = SavePolicy(every_steps=args.checkpoint_every)
             self.ckpt = Checkpointer(args.checkpoint_dir, keep=args.keep, policy=policy)
         self.saved_step: int | None = None
+        # The ranks agree on the step to stop at in the background: no collective on the
+        # step's critical path (a notice stops every rank one step after the first saw it).
+        self.vote = StopVote()
         self.timeline = Timeline(args.timeline) if args.timeline and ctx.is_primary else None
 
     def state(self) -> dict[str, Any]:
@@ -248,7 +251,7 @@ class Run:
             with goodput.step(self.step + 1):
                 loss = self.train_step(next(stream))
                 self.step += 1
-                stop = agree_to_stop(self.ctx)
+                stop = self.vote.poll(self.ctx.should_stop)
             if self.timeline is not None:
                 self.timeline.step(self.step, time.perf_counter() - began)
             if self.step % self.args.log_every == 0 or self.step == self.total:
@@ -269,6 +272,7 @@ class Run:
 
     def finish(self) -> None:
         """Write the final hash and the consumed samples of every rank (rank 0), then exit 0."""
+        self.vote.close()
         if self.ckpt is not None:
             self.ckpt.wait()
         mine = self.ledger.consumed()

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from perdure.store.sqlite import Store
+
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
 
 
@@ -32,8 +34,9 @@ def test_validate_names_the_field(tmp_path: Path) -> None:
 def test_missing_files_and_unknown_jobs_say_what_to_do(tmp_path: Path) -> None:
     r = cli(tmp_path, "validate", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "no such file" in r.stderr
-    r = cli(tmp_path, "describe", "ghost")
-    assert r.returncode == 2 and "perdure ls" in r.stderr
+    r = cli(tmp_path, "describe", "ghost")  # a state dir that does not exist: not created
+    assert r.returncode == 2 and "no perdure state dir" in r.stderr
+    assert not (tmp_path / "state").exists()
     bad_cluster = tmp_path / "c.yaml"
     bad_cluster.write_text("nodes: [{name: a, slots: 0}]")
     spec = tmp_path / "s.yaml"
@@ -77,6 +80,9 @@ def test_submit_ls_describe_logs_cancel(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [["chaos", "kill", "x", "worker-0"], ["cancel", "x"]])
 def test_commands_on_unknown_jobs_fail_cleanly(tmp_path: Path, args: list[str]) -> None:
+    r = cli(tmp_path, *args)
+    assert r.returncode == 2 and "no perdure state dir" in r.stderr
+    Store(tmp_path / "state" / "perdure.db").close()
     r = cli(tmp_path, *args)
     assert r.returncode == 2 and "no job 'x'" in r.stderr
 

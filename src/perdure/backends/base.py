@@ -1,26 +1,80 @@
-"""The backend protocol: a small surface the controller drives (launch / stop / poll / nodes)."""
+"""The backend protocol: a small surface the controller drives (launch / stop / poll / nodes),
+and the inspector, what other processes (the CLI, serve) read and send: logs, signals, the
+launch records. Neither imports a backend: `perdure.backends.factory` picks one.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 from perdure.core.events import Launch, Observation, Stop
 
 
 class LaunchError(RuntimeError):
-    """The backend could not start a replica (an internal error, not the user's)."""
+    """The backend could not start a replica: an internal error, or with `user_error` one in
+    the spec that no retry fixes (a missing working directory, a command not found)."""
+
+    def __init__(self, message: str, *, user_error: bool = False) -> None:
+        super().__init__(message)
+        self.user_error = user_error
+
+
+class BackendBusy(RuntimeError):
+    """Another controller already drives what this backend would drive (a Ray namespace)."""
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot reach what it runs on (a Ray cluster that does not answer)."""
 
 
 @dataclass(frozen=True)
 class NodeInfo:
     name: str
     slots: int
+    address: str | None = None  # where the node is reached (a Ray node's IP); None: here
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """One launch of a replica as the backend recorded it (for goodput and reports)."""
+
+    launch_id: str
+    launched: float  # when the controller launched it (time.time())
+    started: float | None  # when its process started; None: it never did
+    exited: float | None  # when its process ended; None: still running (or unknown)
+    progress: list[dict[str, Any]] = field(default_factory=list)  # the runtime's reports
+
+
+Stream = Literal["out", "err"]
+
+
+class Inspector(Protocol):
+    """What a process other than the controller reads from and sends to replicas.
+
+    Cheap to make (starts nothing); works while the controller runs and while it is down.
+    """
+
+    def read_log(self, job_id: str, attempt: int, replica: str, stream: Stream,
+                 offset: int) -> bytes | None:
+        """The bytes of a replica's log of one attempt from `offset` on (b"" at its end);
+        None when that log does not exist."""
+        ...
+
+    def signal(self, launch_id: str, sig: int) -> int:
+        """Send `sig` to a launch's replica process (not its supervisor); its pid. Raises
+        ProcessLookupError, with a message for the user, when it has not started or has ended."""
+        ...
+
+    def launch_records(self, job_id: str, replica: str) -> list[LaunchRecord]:
+        """The launches of one replica of a job that started, oldest first."""
+        ...
 
 
 class Backend(Protocol):
     def nodes(self) -> list[NodeInfo]:
-        """The nodes replicas may be placed on (health is the controller's business)."""
+        """The nodes replicas may be placed on. A backend that sees nodes come and go (Ray)
+        reports it through `poll` as fail-node / restore-node commands."""
         ...
 
     def launch(self, launch: Launch) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perdure.backends.base import Backend, NodeInfo
+from perdure.backends.base import Backend, Inspector, NodeInfo
 from perdure.core.spec import ClusterSpec
 
 
@@ -13,11 +13,24 @@ def make_backend(cluster: ClusterSpec, state_dir: Path) -> Backend:
     if cluster.backend == "local":
         from perdure.backends.local import LocalBackend
 
-        return LocalBackend(state_dir, nodes)
+        return LocalBackend(state_dir, nodes, transport=cluster.transport)
     if cluster.backend == "fake":
         from perdure.backends.fake import FakeBackend
 
         return FakeBackend(nodes)
-    raise ValueError(
-        f"backend: {cluster.backend!r} is not available yet; use 'local' (or 'fake' for tests)"
-    )
+    if cluster.backend == "ray":
+        from perdure.backends.ray import RayBackend
+
+        return RayBackend(state_dir, cluster)
+    raise ValueError(f"backend: {cluster.backend!r} is unknown; use 'local', 'ray' or 'fake'")
+
+
+def make_inspector(cluster: ClusterSpec, state_dir: Path) -> Inspector:
+    """What the CLI reads and signals through; starts nothing (Ray connects on first signal)."""
+    if cluster.backend == "ray":
+        from perdure.backends.ray.inspector import RayInspector
+
+        return RayInspector(state_dir, cluster)
+    from perdure.backends.local.inspector import LocalInspector
+
+    return LocalInspector(state_dir)

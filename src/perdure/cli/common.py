@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
 import typer
 
-from perdure.core.model import Job, make_replicas
+from perdure.backends.base import Inspector
+from perdure.core.launchenv import workdir
+from perdure.core.model import Job, Node, make_replicas
+from perdure.core.scheduler import Capacity, can_ever_fit
 from perdure.core.spec import (
     ClusterSpec,
     JobSpec,
@@ -22,7 +26,7 @@ from perdure.core.spec import (
     parse_cluster,
     parse_job_spec,
 )
-from perdure.store.sqlite import Store
+from perdure.store.sqlite import JobRefError, Store, StoreError, make_state_dir
 
 CLUSTER_COPY = "cluster.yaml"
 
@@ -35,20 +39,38 @@ def die(message: str, code: int = 2) -> NoReturn:
 @dataclass
 class Ctx:
     state_dir: Path
+    current: ClassVar[Ctx | None] = None  # the command's, for errors raised outside it
+
+    def __post_init__(self) -> None:
+        Ctx.current = self
 
     def store(self) -> Store:
-        return Store(self.state_dir / "perdure.db")
+        """The state dir's store, created (owner-only) when missing."""
+        return self._open(create=True)
+
+    def reader(self) -> Store:
+        """The store for a read-only command: a missing state dir is an error, not created."""
+        return self._open(create=False)
+
+    def _open(self, create: bool) -> Store:
+        try:
+            return Store(self.state_dir / "perdure.db", create=create)
+        except StoreError as exc:
+            die(str(exc))
 
     def resolve(self, store: Store, ref: str) -> str:
-        job_id = store.resolve(ref)
+        try:
+            job_id = store.resolve(ref)
+        except JobRefError as exc:
+            die(f"{exc}; `perdure ls` lists the jobs")
         if job_id is None:
             die(f"no job {ref!r} in {self.state_dir}; `perdure ls` lists the jobs")
         return job_id
 
 
-def read_text(path: Path, what: str) -> str:
+def read_bytes(path: Path, what: str) -> bytes:
     try:
-        return path.read_text()
+        return path.read_bytes()
     except FileNotFoundError:
         die(f"{what} {path}: no such file")
     except OSError as exc:
@@ -57,42 +79,108 @@ def read_text(path: Path, what: str) -> str:
 
 def load_spec(path: Path) -> JobSpec:
     try:
-        return parse_job_spec(read_text(path, "spec"), str(path))
+        return parse_job_spec(read_bytes(path, "spec"), str(path))
     except SpecError as exc:
         die(str(exc))
 
 
-def load_cluster(ctx: Ctx, path: Path | None, *, remember: bool = False) -> ClusterSpec:
+def load_cluster(ctx: Ctx, path: Path | None) -> ClusterSpec:
     """The cluster file given, else the one the state dir remembers, else the default."""
     copy = ctx.state_dir / CLUSTER_COPY
     source = path if path is not None else (copy if copy.exists() else None)
     if source is None:
         return default_cluster(os.cpu_count() or 1)
-    text = read_text(source, "cluster file")
     try:
-        cluster = parse_cluster(text, str(source))
+        return parse_cluster(read_bytes(source, "cluster file"), str(source))
     except SpecError as exc:
         die(str(exc))
-    if remember and path is not None:
-        ctx.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = copy.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(copy)
-    return cluster
+
+
+def remember_cluster(ctx: Ctx, path: Path | None) -> None:
+    """Keep a copy of the cluster file given for later commands (call once it is known to
+    work: a file that does not must not break every later command)."""
+    if path is None:
+        return
+    text = read_bytes(path, "cluster file")
+    make_state_dir(ctx.state_dir)
+    copy = ctx.state_dir / CLUSTER_COPY
+    tmp = copy.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(text)
+    tmp.replace(copy)
 
 
 def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec) -> Job:
-    """A new job of `spec` (relative paths resolve against spec_dir); SpecError when the
-    cluster cannot take it."""
+    """A new job of `spec` (relative paths resolve against spec_dir), once it is known to fit
+    the cluster and (local backend) its working directory and commands exist; SpecError
+    naming the field otherwise."""
     check_job_fits(spec, cluster)
     job_id = f"{spec.name}-{secrets.token_hex(3)}"
     now = time.time()
-    return Job(id=job_id, spec=spec, spec_dir=spec_dir, created=now,
-               replicas=make_replicas(spec), updated=now)
+    job = Job(id=job_id, spec=spec, spec_dir=spec_dir, created=now,
+              replicas=make_replicas(spec), updated=now)
+    if cluster.backend == "local":
+        check_fixed_capacity(job, cluster)
+        check_local_launch(job)
+    return job
 
 
-def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec) -> Job:
+def check_fixed_capacity(job: Job, cluster: ClusterSpec) -> None:
+    """A job the local backend's nodes could never hold, even empty, is refused now: waiting
+    for capacity is for capacity that is busy or down, not for capacity that does not exist."""
+    cap = Capacity({n.name: Node(n.name, n.slots) for n in cluster.nodes}, {}, [])
+    if can_ever_fit(job, cap):
+        return
+    nodes = ", ".join(f"{n.name} ({n.slots})" for n in cluster.nodes)
+    widest = max(p.slots for p in job.spec.pools)
+    raise SpecError(
+        f"pools: the job needs {job.slots} slots ({job.spec.total_replicas} replicas, "
+        f"up to {widest} slots each) and the cluster's nodes have {cap.healthy} in all: "
+        f"{nodes}. Declare more slots in a cluster file (nodes: [{{name: local, slots: "
+        f"{max(job.slots, widest)}}}]) and pass it with --cluster")
+
+
+def check_local_launch(job: Job) -> None:
+    """What the local backend would refuse at launch, said now: the working directory and
+    each pool's executable (looked up as the replica will: relative to the working directory,
+    or on the PATH its environment gets)."""
+    cwd = workdir(job)
+    where = "workdir" if job.spec.workdir else "the spec's directory"
+    if not os.path.isdir(cwd):
+        raise SpecError(f"{where}: {cwd} is not a directory; create it or fix `workdir`")
+    for i, pool in enumerate(job.spec.pools):
+        exe = pool.command[0]
+        field = f"pools.{i}.command"
+        if exe in ("python", "python3"):
+            continue  # replaced by the interpreter perdure runs under
+        if os.sep in exe:
+            path = os.path.join(cwd, exe)
+            if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+                problem = "does not exist" if not os.path.exists(path) else "is not executable"
+                raise SpecError(f"{field}: {path} {problem} (relative paths start at {where})")
+            continue
+        path_var = {**os.environ, **job.spec.env, **pool.env}.get("PATH", os.defpath)
+        if shutil.which(exe, path=path_var) is None:
+            raise SpecError(f"{field}: {exe!r} is not on the replica's PATH ({path_var}); "
+                            "give the full path or fix PATH in `env`")
+
+
+def inspector(ctx: Ctx) -> Inspector:
+    """Logs, signals and launch records of the backend this state dir's controller uses."""
+    from perdure.backends.factory import make_inspector
+
+    return make_inspector(load_cluster(ctx, None), ctx.state_dir)
+
+
+def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec,
+            state_dir: Path | None = None) -> Job:
+    from perdure.backends.ray.checks import check_shared_checkpoint
+
     try:
+        if state_dir is not None:
+            check_shared_checkpoint(spec, str(spec_path.resolve().parent),
+                                    os.path.realpath(state_dir), cluster)
         return make_job(spec, str(spec_path.resolve().parent), cluster)
     except SpecError as exc:
         die(f"{spec_path}: {exc}")

@@ -5,19 +5,33 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Stream
 from perdure.backends.factory import make_backend
-from perdure.cli.common import Ctx, die, load_cluster, load_spec, new_job, python
+from perdure.cli.common import (
+    Ctx,
+    die,
+    inspector,
+    load_cluster,
+    load_spec,
+    new_job,
+    python,
+    remember_cluster,
+)
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
+from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
+from perdure.controller.secrets import SecretError, job_secret, state_secret
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
-from perdure.store.sqlite import Store, StoredEvent
+from perdure.core.spec import ClusterSpec
+from perdure.store.sqlite import Store, StoredEvent, make_state_dir
 
 ClusterOpt = Annotated[
     Path | None, typer.Option("--cluster", help="Cluster file: nodes and queue quotas.")
@@ -30,18 +44,42 @@ def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
     return f"{stamp} {who}[{e.kind}] {e.message}"
 
 
-def make_controller(ctx: Ctx, store: Store, cluster_path: Path | None) -> Controller:
-    """The controller `perdure controller`, `run` and `serve` drive."""
-    cluster = load_cluster(ctx, cluster_path, remember=True)
-    backend = make_backend(cluster, ctx.state_dir)
-    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=python())
-    return Controller(ctx.state_dir, store, backend, cluster, settings)
+def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
+    """The cluster's backend, or exit naming what is wrong (before anything is stored)."""
+    make_state_dir(ctx.state_dir)  # owner-only before the backend writes into it
+    try:
+        return make_backend(cluster, ctx.state_dir)
+    except (BackendBusy, BackendUnavailable) as exc:
+        die(str(exc))
+    except (ValueError, RuntimeError, ImportError, OSError) as exc:
+        die(f"{source or 'cluster'}: {exc}")
+
+
+def make_controller(ctx: Ctx, store: Store, cluster: ClusterSpec,
+                    source: Path | None) -> Controller:
+    """The controller `perdure controller`, `run` and `serve` drive: its backend is built (or
+    the command exits naming what is wrong) before the cluster file is remembered."""
+    backend = _backend(ctx, cluster, source)
+    remember_cluster(ctx, source)
+    try:
+        secret = state_secret(ctx.state_dir)
+    except SecretError as exc:
+        die(str(exc))
+    # On Ray, `python` stays `python`: the node's interpreter (its actor resolves it there).
+    interpreter = "python" if cluster.backend == "ray" else python()
+    settings = LaunchSettings(state_dir=str(ctx.state_dir), python=interpreter,
+                              job_secret=lambda job_id: job_secret(secret, job_id))
+    try:
+        return Controller(ctx.state_dir, store, backend, cluster, settings)
+    except ValueError as exc:  # a bad setting in the environment ($PERDURE_MTBF_PRIOR_SECONDS)
+        backend.close()
+        die(str(exc))
 
 
 def submit(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
     """Queue a job; print its id. A running controller picks it up."""
     ctx: Ctx = c.obj
-    job = new_job(load_spec(spec), spec, load_cluster(ctx, cluster))
+    job = new_job(load_spec(spec), spec, load_cluster(ctx, cluster), ctx.state_dir)
     store = ctx.store()
     store.submit(job)
     typer.echo(job.id)
@@ -54,12 +92,14 @@ def controller(
 ) -> None:
     """Drive every unfinished job in the state dir (reconciles after a crash)."""
     ctx: Ctx = c.obj
+    cl = load_cluster(ctx, cluster)
     store = ctx.store()
-    ctl = make_controller(ctx, store, cluster)
+    ctl = make_controller(ctx, store, cl, cluster)
     ctl.listeners.append(lambda e: typer.echo(_fmt_event(e, with_job=True)))
     try:
         ctl.start()
     except ControllerBusy as exc:
+        ctl.close()
         die(str(exc))
     try:
         ctl.run(exit_when_idle=exit_when_idle)
@@ -74,55 +114,120 @@ def _final_state(store: Store, job_id: str) -> str:
     return job.state.value if job else "UNKNOWN"
 
 
-def _follow(store: Store, job_id: str) -> str:
-    """Print a job's events as they land (another controller drives it)."""
-    last = 0
-    while True:
-        for e in store.events(job_id, after=last):
+class _Interrupts:
+    """Ctrl-C, SIGTERM and SIGHUP (a CI timeout, `docker stop`, a closed terminal) while
+    `run` drives or follows a job: the first cancels the job and waits for its replicas to
+    stop; a second leaves the job running for `perdure controller`."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self, store: Store, job_id: str) -> None:
+        self.store, self.job_id, self.count, self.sent = store, job_id, 0, False
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupts:
+        for sig in self.SIGNALS:
+            self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        name = signal.Signals(signum).name
+        if self.count > 1:
+            raise KeyboardInterrupt
+        typer.echo(f"{name}: cancelling job {self.job_id}: its replicas are stopped, then "
+                   f"this exits ({name} or Ctrl-C again leaves the job running)")
+
+    def poll(self) -> None:
+        """Send the cancel asked for (outside the handler: it may have cut a transaction)."""
+        if self.count and not self.sent:
+            self.sent = True
+            self.store.command("cancel", self.job_id)
+
+
+def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts) -> str:
+    """Print a job's events as another controller drives it; when that controller exits,
+    take over its lock and drive the job here."""
+    last, next_try = 0, 0.0
+    try:
+        while True:
+            stop.poll()
+            for e in store.events(job.id, after=last):
+                typer.echo(_fmt_event(e))
+                last = e.id
+            current = store.job(job.id)
+            if current is None or current.state.terminal:
+                break
+            if time.monotonic() >= next_try:
+                next_try = time.monotonic() + 0.5
+                if _take_over(ctl):
+                    ctl.listeners.append(_printer(job.id, after=last))
+                    return _drive(ctl, store, job, stop)
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        typer.echo("stopped following; the job goes on under the other controller")
+    ctl.close()
+    return _final_state(store, job.id)
+
+
+def _printer(job_id: str, after: int) -> Callable[[StoredEvent], None]:
+    """A listener printing the job's (and the cluster's) events after event `after`."""
+    def listener(e: StoredEvent) -> None:
+        if e.job_id in (job_id, None) and e.id > after:
             typer.echo(_fmt_event(e))
-            last = e.id
-        job = store.job(job_id)
-        if job is None or job.state.terminal:
-            return _final_state(store, job_id)
-        time.sleep(0.1)
+    return listener
 
 
-def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
-    """Submit a job and drive it in the foreground until it ends; exit 0 iff it succeeded."""
-    ctx: Ctx = c.obj
-    cl = load_cluster(ctx, cluster)
-    job = new_job(load_spec(spec), spec, cl)
-    store = ctx.store()
-    store.submit(job)
-    typer.echo(f"job {job.id} submitted (state dir {ctx.state_dir})")
-    ctl = make_controller(ctx, store, cluster)
-    ctl.listeners.append(lambda e: typer.echo(_fmt_event(e)) if e.job_id in (job.id, None)
-                         else None)
+def _take_over(ctl: Controller) -> bool:
+    """Start `ctl` if the state dir's controller lock is free now."""
     try:
         ctl.start()
     except ControllerBusy:
-        typer.echo("another controller drives this state dir; following the job")
-        state = _follow(store, job.id)
-    else:
-        state = _drive(ctl, store, job)
+        return False
+    typer.echo("the other controller has exited: this one drives the job now")
+    return True
+
+
+def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
+    """Submit a job and drive it in the foreground until it ends; exit 0 iff it succeeded.
+
+    Ctrl-C, SIGTERM or SIGHUP cancel the job (its replicas are stopped); a second one leaves
+    it running for `perdure controller`."""
+    ctx: Ctx = c.obj
+    cl = load_cluster(ctx, cluster)
+    job = new_job(load_spec(spec), spec, cl, ctx.state_dir)
+    store = ctx.store()
+    ctl = make_controller(ctx, store, cl, cluster)  # checked before anything is stored
+    store.submit(job)
+    typer.echo(f"job {job.id} submitted (state dir {ctx.state_dir})")
+    with _Interrupts(store, job.id) as stop:
+        try:
+            ctl.start()
+        except ControllerBusy:
+            typer.echo("another controller drives this state dir; following the job")
+            state = _follow(store, job, ctl, stop)
+        else:
+            ctl.listeners.append(_printer(job.id, after=0))
+            state = _drive(ctl, store, job, stop)
     typer.echo(f"job {job.id} {state}")
     raise typer.Exit(0 if state == "SUCCEEDED" else 1)
 
 
-def _drive(ctl: Controller, store: Store, job: Job) -> str:
-    """Run the controller until the job ends; Ctrl-C cancels the job (twice: leave at once)."""
-    def interrupted(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        typer.echo("interrupted: cancelling the job (Ctrl-C again leaves it running)")
-        store.command("cancel", job.id)
+def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts) -> str:
+    """Run the controller until the job ends (or a second interrupt leaves it running)."""
+    def done() -> bool:
+        stop.poll()
+        return job.id not in ctl.snapshot.jobs
 
-    previous = signal.signal(signal.SIGINT, interrupted)
     try:
-        ctl.run(until=lambda: job.id not in ctl.snapshot.jobs)
+        ctl.run(until=done)
     except KeyboardInterrupt:
         typer.echo("left the job running; `perdure controller` picks it up")
     finally:
-        signal.signal(signal.SIGINT, previous)
         ctl.close()
     return _final_state(store, job.id)
 
@@ -130,7 +235,7 @@ def _drive(ctl: Controller, store: Store, job: Job) -> str:
 def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """List jobs."""
     ctx: Ctx = c.obj
-    rows = ctx.store().job_rows()
+    rows = ctx.reader().job_rows()
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -147,6 +252,7 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
 
 def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
     events = store.events(job.id)
+    reader = inspector(Ctx(state_dir))
     return {
         "id": job.id,
         "name": job.name,
@@ -164,9 +270,10 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
              "node": r.node}
             for r in job.replicas
         ],
-        "goodput": goodput(state_dir, job, events).to_json(),
+        "goodput": goodput(reader, job, events).to_json(),
         "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
-                    for c in elastic_changes(state_dir, job, events)],
+                    for c in elastic_changes(reader, job, events)],
+        "watchdog": watchdog_json(events),
         "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
     }
 
@@ -176,7 +283,7 @@ def describe(
 ) -> None:
     """Show a job: state, error, replicas and every event with its reason."""
     ctx: Ctx = c.obj
-    store = ctx.store()
+    store = ctx.reader()
     job = store.job(ctx.resolve(store, job_ref))
     assert job is not None
     d = describe_json(store, job, ctx.state_dir)
@@ -192,9 +299,10 @@ def describe(
         typer.echo(f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node "
                    f"{r['node'] or '-':<8} restarts {r['restarts']}  exit {r['exit_code']}")
     events = store.events(job.id)
-    g = goodput(ctx.state_dir, job, events)
-    for line in [*format_goodput(g), *format_elastic(elastic_changes(ctx.state_dir, job,
-                                                                     events), g)]:
+    reader = inspector(ctx)
+    g = goodput(reader, job, events)
+    for line in [*format_goodput(g), *format_elastic(elastic_changes(reader, job, events), g),
+                 *format_watchdog(d["watchdog"])]:
         typer.echo(line)
     typer.echo("Events:")
     for e in events:
@@ -211,7 +319,7 @@ def logs(
 ) -> None:
     """Print a replica's log (stderr by default; stdout with --stdout)."""
     ctx: Ctx = c.obj
-    store = ctx.store()
+    store = ctx.reader()
     job = store.job(ctx.resolve(store, job_ref))
     assert job is not None
     name = replica or job.primary.name
@@ -219,21 +327,28 @@ def logs(
         die(f"job {job.id} has no replica {name!r}; it has "
             f"{', '.join(r.name for r in job.replicas)}")
     n = attempt if attempt is not None else max(job.attempt, 1)
-    path = ctx.state_dir / "logs" / job.id / f"attempt-{n}" / f"{name}.{'err' if stderr else 'out'}"
-    if not path.exists():
-        die(f"no log at {path} (attempts so far: {job.attempt})")
-    with path.open("rb") as f:
-        while True:
-            chunk = f.read(65536)
-            if chunk:
-                typer.echo(chunk.decode(errors="replace"), nl=False)
-                continue
-            if not follow:
-                return
-            j = store.job(job.id)
-            if j is None or j.state.terminal:
-                return
-            time.sleep(0.2)
+    reader = inspector(ctx)
+    stream: Stream = "err" if stderr else "out"
+    offset = 0
+    while True:
+        chunk = reader.read_log(job.id, n, name, stream, offset)
+        if chunk is None and offset == 0 and not follow:
+            die(f"replica {name} of {job.id} has no std{stream} log for attempt {n} "
+                f"(attempts so far: {job.attempt})")
+        if chunk:
+            typer.echo(chunk.decode(errors="replace"), nl=False)
+            offset += len(chunk)
+            continue
+        if not follow:
+            return
+        j = store.job(job.id)
+        if j is None or j.state.terminal:
+            # A last read: what the replica wrote between the last read and its end.
+            tail = reader.read_log(job.id, n, name, stream, offset)
+            if tail:
+                typer.echo(tail.decode(errors="replace"), nl=False)
+            return
+        time.sleep(0.2)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from perdure.cli import jobs, ops
-from perdure.cli.common import Ctx, load_spec
+from perdure.cli import export, jobs, ops
+from perdure.cli.common import Ctx, load_cluster, load_spec, new_job
 from perdure.serve.command import serve
+from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
 
 app = typer.Typer(
     help="Run PyTorch training jobs that survive failure.",
@@ -33,21 +36,40 @@ def _root(
 
 
 @app.command()
-def validate(spec: Path) -> None:
+def validate(click_ctx: typer.Context, spec: Path) -> None:
     """Check a job spec; exit non-zero naming each bad field."""
     s = load_spec(spec)
+    ctx: Ctx = click_ctx.obj
+    new_job(s, spec, load_cluster(ctx, None))  # the checks submit makes, e.g. the command
     typer.echo(f"{spec}: valid: job {s.name}, {s.total_replicas} replicas, "
                f"{s.total_slots} slots, queue {s.queue}")
 
 
 jobs.register(app)
 ops.register(app)
+export.register(app)
 app.command()(serve)
 
 
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    app()
+    try:
+        app()
+    except (StoreError, UnreadableJob) as exc:
+        _fail(str(exc))
+    except sqlite3.Error as exc:  # the state dir broke under a command: full, I/O error
+        where = Ctx.current.state_dir / "perdure.db" if Ctx.current else Path("perdure.db")
+        _fail(describe_error(where, exc))
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        _fail(f"{exc.filename}: {exc.strerror or exc}")
+
+
+def _fail(message: str) -> None:
+    """One line on stderr and exit 2: the state dir, a file or the disk is the problem."""
+    print(f"perdure: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 if __name__ == "__main__":

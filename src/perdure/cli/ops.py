@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from perdure.cli.common import Ctx, die, load_cluster
+from perdure.cli.common import Ctx, die, inspector, load_cluster
 
 chaos_app = typer.Typer(help="Inject faults into running jobs and nodes.", no_args_is_help=True)
 node_app = typer.Typer(help="Node maintenance.", no_args_is_help=True)
@@ -18,7 +18,7 @@ SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "SEGV": signal.SIGSEG
 
 def _job_command(c: typer.Context, kind: str, job_ref: str, hold: bool = False) -> str:
     ctx: Ctx = c.obj
-    store = ctx.store()
+    store = ctx.reader()
     job_id = ctx.resolve(store, job_ref)
     store.command(kind, job_id, hold)
     return job_id
@@ -40,6 +40,12 @@ def preempt(
 
 def resume(c: typer.Context, job: str) -> None:
     """Requeue a held, suspended job."""
+    ctx: Ctx = c.obj
+    store = ctx.reader()
+    j = store.job(ctx.resolve(store, job))
+    if j is not None and j.state.terminal:  # only a suspended (or suspending) job resumes
+        die(f"job {j.id} is {j.state.value}: only a suspended job can be resumed; submit the "
+            "spec again to run it anew")
     typer.echo(f"resume requested for {_job_command(c, 'resume', job)}")
 
 
@@ -51,10 +57,8 @@ def chaos_kill(
     sig: Annotated[str, typer.Option("--signal", help="KILL, TERM, SEGV or ABRT")] = "KILL",
 ) -> None:
     """Send a signal to one replica's process, as a crash would."""
-    from perdure.backends.local import signal_replica
-
     ctx: Ctx = c.obj
-    store = ctx.store()
+    store = ctx.reader()
     j = store.job(ctx.resolve(store, job))
     assert j is not None
     r = next((x for x in j.replicas if x.name == replica), None)
@@ -65,7 +69,11 @@ def chaos_kill(
         die(f"--signal {sig!r}: use one of {', '.join(SIGNALS)}")
     if not r.alive or r.launch_id is None:
         die(f"replica {replica} of {j.id} is not running (state {r.state.value})")
-    signal_replica(ctx.state_dir, r.launch_id, SIGNALS[sig.upper()])
+    try:
+        inspector(ctx).signal(r.launch_id, SIGNALS[sig.upper()])
+    except ProcessLookupError:
+        die(f"replica {replica} of {j.id} has no process any more (it exited; a running "
+            "controller records why)")
     typer.echo(f"sent SIG{sig.upper()} to {replica} of {j.id}")
 
 
@@ -75,7 +83,7 @@ def _node_command(c: typer.Context, kind: str, node: str) -> None:
     names = [n.name for n in cluster.nodes]
     if node not in names:
         die(f"no node {node!r}; the cluster has {', '.join(names)}")
-    ctx.store().command(kind, node)
+    ctx.reader().command(kind, node)
     typer.echo(f"{kind} requested for node {node}")
 
 
@@ -107,10 +115,14 @@ def restore(c: typer.Context, node: str) -> None:
 def node_ls(c: typer.Context) -> None:
     """List nodes and their states."""
     ctx: Ctx = c.obj
-    stored = ctx.store().nodes()
+    stored = ctx.reader().nodes()
     for n in load_cluster(ctx, None).nodes:
         state = stored[n.name].state.value if n.name in stored else "READY"
         typer.echo(f"{n.name:<12} {n.slots} slots  {state}")
+    from perdure.backends.local import warm_pool_summary
+
+    if line := warm_pool_summary(ctx.state_dir):
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,4 @@
-"""Read what replicas reported (progress.jsonl in their launch dirs) and account goodput.
+"""Read what replicas reported (the backend's launch records) and account goodput.
 
 The account follows one replica's launches: the primary's, or for an elastic job the replica
 that was relaunched least (a survivor: the job went on in it while others were replaced).
@@ -6,14 +6,11 @@ that was relaunched least (a survivor: the job went on in it while others were r
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from perdure.backends.local import layout
+from perdure.backends.base import Inspector
 from perdure.core.goodput import Goodput, LaunchReport, account
 from perdure.core.model import Job
 from perdure.store.sqlite import StoredEvent
@@ -26,52 +23,22 @@ HOT_SWAP = (("decision", "hot-swap:", "until RUNNING again"),
 STATE_KINDS = ("state", "running")
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    try:
-        text = path.read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill: the rest still counts
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+def replica_launches(inspector: Inspector, job: Job, replica: str) -> list[LaunchReport]:
+    return [LaunchReport(r.launched, r.exited, r.progress)
+            for r in inspector.launch_records(job.id, replica)]
 
 
-def replica_launches(state_dir: Path, job: Job, replica: str) -> list[LaunchReport]:
-    out = []
-    root = state_dir / layout.LAUNCHES
-    for d in sorted(root.glob(f"{job.id}.*.{replica}.*")):
-        status = layout.read_json(d / layout.STATUS) or {}
-        exit_ = layout.read_json(d / layout.EXIT) or {}
-        started = status.get("started_at")
-        if started is None:
-            continue
-        # From when the controller launched it (launch.json), so that startup also counts
-        # a launch held for a warm standby before its supervisor started.
-        try:
-            launched = min(float(started), (d / layout.LAUNCH).stat().st_mtime)
-        except OSError:
-            launched = float(started)
-        out.append(LaunchReport(launched, exit_.get("time"), _records(d / "progress.jsonl")))
-    return out
-
-
-def accounted_launches(state_dir: Path, job: Job) -> list[LaunchReport]:
+def accounted_launches(inspector: Inspector, job: Job) -> list[LaunchReport]:
     """The primary's launches; for an elastic job, those of the replica launched least."""
     if not job.elastic:
-        return replica_launches(state_dir, job, job.primary.name)
-    by_replica = [replica_launches(state_dir, job, r.name) for r in job.replicas]
+        return replica_launches(inspector, job, job.primary.name)
+    by_replica = [replica_launches(inspector, job, r.name) for r in job.replicas]
     return min(by_replica, key=lambda launches: len(launches) or len(job.replicas) + 1)
 
 
-def goodput(state_dir: Path, job: Job, events: list[StoredEvent]) -> Goodput:
+def goodput(inspector: Inspector, job: Job, events: list[StoredEvent]) -> Goodput:
     timeline = [(e.time, e.message.split(":", 1)[0]) for e in events if e.kind in STATE_KINDS]
-    return account(accounted_launches(state_dir, job), timeline, time.time())
+    return account(accounted_launches(inspector, job), timeline, time.time())
 
 
 @dataclass(frozen=True)
@@ -84,7 +51,8 @@ class ElasticChange:
     cost: str  # what cost_s measures, or why there is none
 
 
-def elastic_changes(state_dir: Path, job: Job, events: list[StoredEvent]) -> list[ElasticChange]:
+def elastic_changes(inspector: Inspector, job: Job,
+                    events: list[StoredEvent]) -> list[ElasticChange]:
     """Membership rounds after the first and hot-swaps, each with its cost to the job.
 
     A round's cost is the time the accounted replica spent rebuilding its group for it (from
@@ -93,7 +61,7 @@ def elastic_changes(state_dir: Path, job: Job, events: list[StoredEvent]) -> lis
     costs this job the time until it was RUNNING again.
     """
     rebuilt: dict[int, float] = {}
-    for launch in accounted_launches(state_dir, job):
+    for launch in accounted_launches(inspector, job):
         for rec in launch.records:
             if rec.get("kind") == "elastic":
                 n = int(rec["round"])

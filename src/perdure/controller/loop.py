@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perdure.backends.base import Backend, LaunchError
-from perdure.core.decide import Outcome, Snapshot, decide
+from perdure.controller.intervals import IntervalShell
+from perdure.controller.watch import WatchShell
+from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
     Command,
     Decision,
@@ -29,11 +31,12 @@ from perdure.core.events import (
     Rendezvous,
     Stop,
 )
-from perdure.core.launchenv import LaunchSettings
+from perdure.core.launchenv import LaunchSettings, job_of_launch
 from perdure.core.model import Event, Job, Node
 from perdure.core.spec import ClusterSpec
 from perdure.core.states import ReplicaState
-from perdure.store.sqlite import Store, StoredEvent
+from perdure.core.tick import Snapshot
+from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 
 Listener = Callable[[StoredEvent], None]
 COMMANDS_PER_TICK = 8
@@ -80,13 +83,18 @@ class Controller:
         self.last_command = 0
         self._lock_fd: int | None = None
         self.tick_seconds: list[float] = []
+        # Stops, node kills and rounds the OS refused (disk full, EMFILE): tried again next tick.
+        self._deferred: list[Decision] = []
+        self._refused: set[Decision] = set()  # reported once, not every tick it is retried
+        self.watch = WatchShell(state_dir, backend, clock)
+        self.intervals = IntervalShell(settings.state_dir)
 
     # ---- start and reconcile ----------------------------------------------------------
 
     def acquire(self) -> None:
         """Take the state dir's controller lock; raise ControllerBusy when it is held."""
         path = self.state_dir / "controller.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -110,7 +118,10 @@ class Controller:
             for n in self.backend.nodes()
         }
         self.store.save_nodes(nodes.values())
-        jobs = {j.id: j for j in self.store.unfinished_jobs()}
+        readable, unreadable = self.store.unfinished()
+        jobs = {j.id: j for j in readable}
+        for err in unreadable:
+            self._fail_unreadable(err)
         self.snapshot = Snapshot(jobs, nodes, self.snapshot.quotas)
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
@@ -129,7 +140,16 @@ class Controller:
                     self.backend.stop(Stop(r.launch_id, 15, job.spec.restart.stop_grace_seconds,
                                            "re-sent after controller restart"))
 
+    def _fail_unreadable(self, err: UnreadableJob) -> None:
+        """A stored job that cannot be read back fails on its own; the others go on."""
+        running = self.store.fail_unreadable(err, self.clock())
+        if running:  # stop what may still run of it: its record is gone
+            self.pending.extend(self.backend.adopt(running))
+            for lid in running:
+                self.backend.stop(Stop(lid, 15, 5.0, "its job cannot be read back"))
+
     def close(self) -> None:
+        self.watch.close()
         self.backend.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -144,7 +164,11 @@ class Controller:
         for cid, cmd in self.store.commands_after(self.last_command, COMMANDS_PER_TICK):
             self.last_command = cid
             if cmd.kind == "submit" and cmd.target not in self.snapshot.jobs:
-                job = self.store.job(cmd.target)
+                try:
+                    job = self.store.job(cmd.target)
+                except UnreadableJob as err:
+                    self._fail_unreadable(err)
+                    continue
                 if job is None or job.state.terminal:
                     continue
                 new_jobs[job.id] = job
@@ -160,7 +184,10 @@ class Controller:
         began = time.perf_counter()
         observations = self.pending + self.backend.poll() + self._commands()
         self.pending = []
-        outcome = decide(self.snapshot, observations, self.clock(), self.ports, self.settings)
+        now = self.clock()
+        observations += self.watch.step(self.snapshot.jobs, observations, now)
+        self._start_events += self.intervals.step(self.snapshot.jobs, observations, now)
+        outcome = decide(self.snapshot, observations, now, self.ports, self.settings)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
         events, self._start_events = [*self._start_events, *outcome.events], []
         stored = self.store.commit_tick(
@@ -174,7 +201,8 @@ class Controller:
                 del jobs[i]
         self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
                                  outcome.snapshot.index)
-        for d in outcome.decisions:
+        deferred, self._deferred = self._deferred, []
+        for d in [*deferred, *outcome.decisions]:
             self._apply(d)
         for e in stored:
             for listener in self.listeners:
@@ -183,12 +211,35 @@ class Controller:
         return outcome
 
     def _apply(self, d: Decision) -> None:
+        """Carry out a decision. A launch that fails is an observation for the next tick (an
+        OSError too: disk full, too many open files); other decisions the OS refuses are
+        tried again next tick. The controller goes on either way."""
         if isinstance(d, Launch):
             try:
                 self.backend.launch(d)
             except LaunchError as exc:
-                self.pending.append(LaunchFailed(d.launch_id, str(exc), self.clock()))
-        elif isinstance(d, Stop):
+                self.pending.append(LaunchFailed(d.launch_id, str(exc), self.clock(),
+                                                 user_error=exc.user_error))
+            except OSError as exc:
+                self.pending.append(LaunchFailed(
+                    d.launch_id, f"the backend could not launch it: {exc}", self.clock()))
+            return
+        try:
+            self._act(d)
+        except OSError as exc:
+            self._deferred.append(d)
+            if d not in self._refused:
+                self._refused.add(d)
+                job_id = job_of_launch(d.launch_id) if isinstance(d, Stop) else getattr(
+                    d, "job_id", None)
+                self._start_events.append(Event(
+                    self.clock(), job_id, "internal",
+                    f"could not carry out {type(d).__name__}: {exc}; trying again each tick"))
+        else:
+            self._refused.discard(d)
+
+    def _act(self, d: Decision) -> None:
+        if isinstance(d, Stop):
             self.backend.stop(d)
         elif isinstance(d, KillNode):
             self.backend.kill_node(d.node)

@@ -5,20 +5,16 @@ No side effects: works on the tick's copies and records launches and events.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from perdure.core.elastic import may_wait_forever, publish
 from perdure.core.hotswap import hot_swap
 from perdure.core.model import Job, JobError
 from perdure.core.policy import retry_budget
 from perdure.core.scheduler import Capacity, admission_order, can_ever_fit, shortfall_message
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
-
-if TYPE_CHECKING:
-    from perdure.core.decide import _Tick
+from perdure.core.tick import Tick
 
 
-def schedule(t: _Tick) -> None:
+def schedule(t: Tick) -> None:
     """Place first what running jobs lost, then admit by priority and age; check the timers."""
     index = t.index()
     waiting = [t.jobs[i] for i in index.placing]
@@ -34,7 +30,7 @@ def schedule(t: _Tick) -> None:
     _settle_drains(t)
 
 
-def _timer_due(t: _Tick, job: Job) -> bool:
+def _timer_due(t: Tick, job: Job) -> bool:
     limit = job.spec.scheduling.placement_timeout_seconds
     return job.waiting_since is not None and t.now - job.waiting_since >= limit
 
@@ -44,14 +40,14 @@ def _kind(reason: str) -> str:
     return reason.split(":", 1)[0]
 
 
-def _wait(t: _Tick, job: Job, reason: str) -> None:
+def _wait(t: Tick, job: Job, reason: str) -> None:
     """Note why a job waits, with an event only when the kind of reason changes."""
     if _kind(job.wait_reason) != _kind(reason):
         job.wait_reason = reason
         t.event(job, "waiting", reason)
 
 
-def _place_waiting(t: _Tick, cap: Capacity, job_id: str) -> None:
+def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
     job = t.touch(job_id)
     assert job is not None
     todo = [r for r in job.replicas if r.state is ReplicaState.WAITING]
@@ -80,7 +76,7 @@ def _place_waiting(t: _Tick, cap: Capacity, job_id: str) -> None:
     t.event(job, "launch", f"launch {where} (attempt {job.attempt}, round {job.round})")
 
 
-def _admit(t: _Tick, cap: Capacity, seen: Job) -> None:
+def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
     """Admit a queued job when quota and capacity allow; touch it only when something changes."""
     if seen.wait_reason and seen.waiting_since is None and seen.slots > cap.free:
         return  # still waiting, as it already says: nothing to change
@@ -123,13 +119,13 @@ def _admit(t: _Tick, cap: Capacity, seen: Job) -> None:
         t.launch(job, r, chosen[r.name])
 
 
-def _touch(t: _Tick, seen: Job) -> Job:
+def _touch(t: Tick, seen: Job) -> Job:
     job = t.touch(seen.id)
     assert job is not None
     return job
 
 
-def _note(t: _Tick, seen: Job, reason: str) -> None:
+def _note(t: Tick, seen: Job, reason: str) -> None:
     """Record a new wait reason (cloning the job only when the reason changed).
 
     At most `note_budget` jobs a tick: a burst of submissions is noted over a few ticks.
@@ -143,7 +139,7 @@ def _note(t: _Tick, seen: Job, reason: str) -> None:
         _wait(t, job, reason)
 
 
-def _capacity_timeout(t: _Tick, job: Job, healthy: int, *, in_attempt: bool) -> None:
+def _capacity_timeout(t: Tick, job: Job, healthy: int, *, in_attempt: bool) -> None:
     """The bounded wait for capacity ran out: retry the job (at most 3 times), then fail."""
     code = ErrorCode.INSUFFICIENT_CAPACITY
     message = shortfall_message(job, healthy)
@@ -167,7 +163,7 @@ def _capacity_timeout(t: _Tick, job: Job, healthy: int, *, in_attempt: bool) -> 
         job.attempt += 1  # the attempt that could not be placed counts
 
 
-def _settle_drains(t: _Tick) -> None:
+def _settle_drains(t: Tick) -> None:
     draining = [n for n in t.nodes.values() if n.state is NodeState.DRAINING]
     for node in draining:
         busy = any(

@@ -6,17 +6,14 @@ No side effects: each handler changes the tick's copies and records decisions an
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from perdure.core.events import Command
 from perdure.core.model import Job
 from perdure.core.states import JobState, NodeState, ReplicaState
-
-if TYPE_CHECKING:
-    from perdure.core.decide import _Tick
+from perdure.core.tick import Tick
 
 
-def _submit(t: _Tick, c: Command) -> None:
+def _submit(t: Tick, c: Command) -> None:
     job = t.touch(c.target)
     if job is not None:
         t.active = True
@@ -24,7 +21,7 @@ def _submit(t: _Tick, c: Command) -> None:
                               f"({job.slots} slots, priority {job.priority})")
 
 
-def _cancel(t: _Tick, c: Command) -> None:
+def _cancel(t: Tick, c: Command) -> None:
     job = t.touch(c.target)
     if job is None or job.state.terminal or job.state is JobState.CANCELLING:
         return
@@ -38,14 +35,14 @@ def _cancel(t: _Tick, c: Command) -> None:
     t.end(job, JobState.CANCELLED)
 
 
-def _preempt(t: _Tick, c: Command) -> None:
+def _preempt(t: Tick, c: Command) -> None:
     job = t.touch(c.target)
     if job is None:
         return
     suspend(t, job, c, "preemption notice sent")
 
 
-def suspend(t: _Tick, job: Job, c: Command, why: str) -> None:
+def suspend(t: Tick, job: Job, c: Command, why: str) -> None:
     job.hold = c.hold
     if job.state is JobState.QUEUED and c.hold:
         job.state = JobState.SUSPENDED
@@ -58,7 +55,7 @@ def suspend(t: _Tick, job: Job, c: Command, why: str) -> None:
         t.end(job, JobState.SUSPENDED, notice="preemption")
 
 
-def _resume(t: _Tick, c: Command) -> None:
+def _resume(t: Tick, c: Command) -> None:
     job = t.touch(c.target)
     if job is None:
         return
@@ -69,14 +66,14 @@ def _resume(t: _Tick, c: Command) -> None:
         t.event(job, "state", "QUEUED: resumed by the user")
 
 
-def _fail_node(t: _Tick, c: Command) -> None:
+def _fail_node(t: Tick, c: Command) -> None:
     if t.set_node(c.target, NodeState.DOWN) is None:
         return
     t.event(None, "node", f"node {c.target} failed: its replicas are lost")
     t.kill_node(c.target)
 
 
-def _drain_node(t: _Tick, c: Command) -> None:
+def _drain_node(t: Tick, c: Command) -> None:
     if t.set_node(c.target, NodeState.DRAINING) is None:
         return
     t.event(None, "node", f"node {c.target} draining: maintenance notice to its replicas")
@@ -93,7 +90,7 @@ def _drain_node(t: _Tick, c: Command) -> None:
         t.restart(job, moving, notice="maintenance", why=f"drain {c.target}")
 
 
-def _preempt_node(t: _Tick, c: Command) -> None:
+def _preempt_node(t: Tick, c: Command) -> None:
     """The node is being reclaimed: every job on it saves, suspends and is requeued."""
     if t.set_node(c.target, NodeState.DOWN) is None:
         return
@@ -106,12 +103,12 @@ def _preempt_node(t: _Tick, c: Command) -> None:
                      f"node {c.target} preempted; notice sent")
 
 
-def _restore_node(t: _Tick, c: Command) -> None:
+def _restore_node(t: Tick, c: Command) -> None:
     if t.set_node(c.target, NodeState.READY) is not None:
         t.event(None, "node", f"node {c.target} restored: ready for replicas")
 
 
-COMMANDS: dict[str, Callable[[_Tick, Command], None]] = {
+COMMANDS: dict[str, Callable[[Tick, Command], None]] = {
     "submit": _submit,
     "cancel": _cancel,
     "preempt": _preempt,

@@ -9,17 +9,13 @@ published with a Rendezvous decision; membership changes spend no restarts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from perdure.core.events import Rendezvous
 from perdure.core.model import Job, Replica
-from perdure.core.states import JobState, ReplicaState
-
-if TYPE_CHECKING:
-    from perdure.core.decide import _Tick
+from perdure.core.states import JobState, NodeState, ReplicaState
+from perdure.core.tick import Tick
 
 
-def publish(t: _Tick, job: Job, members: list[str], reason: str) -> None:
+def publish(t: Tick, job: Job, members: list[str], reason: str) -> None:
     """Start round `job.round + 1` (or round 0 of an attempt) with `members` in rank order."""
     by_name = {r.name: r for r in job.replicas}
     rank = {r.name: r.rank for r in job.replicas}
@@ -33,27 +29,53 @@ def publish(t: _Tick, job: Job, members: list[str], reason: str) -> None:
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
 
 
-def lose(t: _Tick, job: Job, r: Replica, why: str) -> None:
-    """`r` left the group: shrink (resize, enough left) or pause for its replacement."""
+def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
+    """`r` left the group: shrink (resize, enough left) or pause for its replacement.
+
+    Replicas lost together are one change: when `r`'s node is down, the job's other members
+    on it leave in the same round (their own exits, which follow, change nothing more).
+    """
     r.state, r.relaunch = ReplicaState.WAITING, False
+    node_down = _down(t, r.node)
+    together = [x for x in job.replicas if node_down and x is not r and x.node == r.node
+                and x.name in job.members]
+    if r.name not in job.members or (
+        job.spec.elastic.mode == "pause" and any(not x.alive for x in together)
+    ):
+        return  # left with its node in an earlier round
+    lost = [r, *(x for x in together if x.alive)]
     survivors = [x.name for x in job.replicas
-                 if x.name in job.members and x.alive and x.state is not ReplicaState.STOPPING]
+                 if x.name in job.members and x.alive and x.state is not ReplicaState.STOPPING
+                 and x not in lost]
     before = len(job.members)
+    if len(lost) > 1:
+        why = f"{why}; with it on node {r.node}: {', '.join(x.name for x in lost[1:])}"
     if job.spec.elastic.mode == "resize" and len(survivors) >= job.min_members:
         publish(t, job, survivors, f"shrink {before} -> {len(survivors)}: {why}")
         return
     job.state = JobState.PENDING
     publish(t, job, list(job.members), f"pause at world size {before}: {why}; "
-                                      f"waiting for {r.name}")
+                                      f"waiting for {', '.join(x.name for x in lost)}")
 
 
-def joined(t: _Tick, job: Job, r: Replica) -> None:
-    """A replica of an elastic job is up: grow the group if it was not a member."""
-    if r.name in job.members:
+def _down(t: Tick, node: str | None) -> bool:
+    n = t.nodes.get(node or "")
+    return n is not None and n.state is NodeState.DOWN
+
+
+def joined(t: Tick, job: Job) -> None:
+    """Grow the group by the replicas that are up and not members, once every replica
+    launched is up: replacements started together join in one round."""
+    if any(x.state is ReplicaState.STARTING for x in job.replicas):
         return
-    grown = [x.name for x in job.replicas
-             if x.state is ReplicaState.RUNNING and (x.name in job.members or x is r)]
-    publish(t, job, grown, f"grow {len(job.members)} -> {len(grown)}: {r.name} is up")
+    new = [x.name for x in job.replicas if x.state is ReplicaState.RUNNING
+           and x.name not in job.members and not _down(t, x.node)]
+    if not new:
+        return
+    grown = [x.name for x in job.replicas if x.name in job.members or x.name in new]
+    grown = [n for n in grown if next(x for x in job.replicas if x.name == n).alive]
+    publish(t, job, grown, f"grow {len(job.members)} -> {len(grown)}: {', '.join(new)} "
+                           f"{'is' if len(new) == 1 else 'are'} up")
 
 
 def may_wait_forever(job: Job) -> bool:

@@ -49,20 +49,43 @@ class ReplicaExited:
 
 @dataclass(frozen=True)
 class LaunchFailed:
-    """The backend could not start (or lost track of) a launch: an internal error."""
+    """The backend could not start (or lost track of) a launch: an internal error, or with
+    `user_error` the spec's (the job fails at once, naming the problem)."""
 
     launch_id: str
     message: str
     time: float
+    user_error: bool = False
 
 
 @dataclass(frozen=True)
 class ReplicaProgress:
-    """A replica reported training progress (step) through the runtime."""
+    """A replica reported training progress (step) through the runtime.
+
+    `time` is when the controller saw it. `steps` steps finished since the last report, taking
+    `step_seconds` each on average; `save_seconds`: the longest blocking part of a checkpoint
+    save among them (None: no save).
+    """
 
     launch_id: str
     step: int
     time: float
+    steps: int = 0
+    step_seconds: float | None = None
+    save_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Hung:
+    """The watchdog found a job stalled and captured its stacks; `launch_id` is the laggard's.
+
+    `message` is the HANG error; `report` says where every rank was and where the stacks are.
+    """
+
+    launch_id: str
+    time: float
+    message: str
+    report: str
 
 
 @dataclass(frozen=True)
@@ -78,7 +101,8 @@ class Command:
     hold: bool = False  # preempt: stay SUSPENDED until resumed
 
 
-Observation = ReplicaStarted | ReplicaExited | LaunchFailed | ReplicaProgress | Command
+Observation = (ReplicaStarted | ReplicaExited | LaunchFailed | ReplicaProgress | Hung
+               | Command)
 
 
 # ---- decisions ------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ CATEGORIES = ("startup", "checkpoint_save", "checkpoint_restore", "data_loading"
 def state_durations(timeline: Sequence[tuple[float, str]], now: float) -> dict[str, float]:
     """Seconds spent in each job state, from (time, state) transitions in order."""
     out: dict[str, float] = {}
-    if not timeline:  # submitted, not yet seen by the controller
+    if not timeline:  # a job no controller has touched yet
         return out
     for (t, state), nxt in zip(timeline, [*timeline[1:], (now, "")], strict=True):
         out[state] = out.get(state, 0.0) + max(0.0, nxt[0] - t)

@@ -6,29 +6,41 @@ SUSPENDED, requeued); the waiting replicas are placed once the victims' replicas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from perdure.core.commands import suspend
 from perdure.core.events import Command
 from perdure.core.model import Job
 from perdure.core.scheduler import Capacity
 from perdure.core.states import JobState, ReplicaState
-
-if TYPE_CHECKING:
-    from perdure.core.decide import _Tick
+from perdure.core.tick import Tick
 
 
 def _held_on_ready(job: Job, cap: Capacity) -> int:
     return sum(s for node, s in job.usage.items() if node in cap.ready)
 
 
-def hot_swap(t: _Tick, cap: Capacity, job: Job) -> bool:
+def lost_work(job: Job, now: float) -> float:
+    """Slot-seconds a preemption would throw away: time since its last checkpoint x slots
+    (since it was created when it never reported one)."""
+    since = job.last_checkpoint if job.last_checkpoint is not None else job.created
+    return max(0.0, now - since) * job.slots
+
+
+def _least(victim: Job, t: Tick) -> str:
+    """Why this victim among jobs of its priority: it loses least work (when there was a choice)."""
+    peers = [j for j in t.jobs.values() if j.priority == victim.priority and j.id != victim.id
+             and j.after_stop is None and j.state in (JobState.PENDING, JobState.RUNNING)]
+    if not peers:
+        return ""
+    return (f"; of {len(peers) + 1} jobs at priority {victim.priority} it loses least work: "
+            f"{lost_work(victim, t.now):.0f} slot-seconds since its last checkpoint")
+
+
+def hot_swap(t: Tick, cap: Capacity, job: Job) -> bool:
     """Free capacity for `job`'s waiting replicas by preempting lower-priority jobs.
 
     Returns True when enough capacity is (or will soon be) freed, so the job waits for it
     instead of counting toward its capacity timeout.
     """
-    from perdure.core.commands import suspend
-
     need = sum(r.slots for r in job.replicas if r.state is ReplicaState.WAITING) - cap.free
     if need <= 0:
         return False  # free slots exist but do not fit (fragmented, avoided node): just wait
@@ -42,7 +54,8 @@ def hot_swap(t: _Tick, cap: Capacity, job: Job) -> bool:
         (j for j in t.jobs.values()
          if j.priority < job.priority and j.after_stop is None
          and j.state in (JobState.PENDING, JobState.RUNNING) and _held_on_ready(j, cap) > 0),
-        key=lambda j: (j.priority, -j.created),  # lowest priority, then youngest, first
+        # lowest priority first; among equals the one that loses least work, then youngest
+        key=lambda j: (j.priority, lost_work(j, t.now), -j.created),
     )
     victims: list[Job] = []
     for j in candidates:
@@ -57,6 +70,6 @@ def hot_swap(t: _Tick, cap: Capacity, job: Job) -> bool:
         assert victim is not None
         why = f"hot-swap: capacity goes to {job.id} (priority {job.priority} > {victim.priority})"
         t.event(job, "decision", f"hot-swap: preempting {victim.id} (priority "
-                                 f"{victim.priority}) to take its capacity")
+                                 f"{victim.priority}) to take its capacity{_least(seen, t)}")
         suspend(t, victim, Command("preempt", victim.id, t.now), why)
     return True

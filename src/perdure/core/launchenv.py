@@ -6,10 +6,12 @@ No side effects: paths are joined as strings, nothing is read.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perdure.core.events import Launch
 from perdure.core.model import Job, Replica
+from perdure.core.spec import JobSpec, PoolSpec
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,9 @@ class LaunchSettings:
     state_dir: str
     python: str  # the interpreter perdure runs under; replaces a leading `python`
     master_addr: str = "127.0.0.1"
+    # job id -> the job's secret (controller/secrets.py); None: launches carry no secret, so
+    # replicas open no authenticated listener (snapshots are then not replicated)
+    job_secret: Callable[[str], str] | None = None
 
 
 def _resolve(base: str, path: str) -> str:
@@ -47,6 +52,23 @@ def rendezvous_dir(job_id: str, s: LaunchSettings) -> str:
     return posixpath.join(s.state_dir, "rdzv", job_id)
 
 
+def interval_path(job_id: str, s: LaunchSettings) -> str:
+    """Where the controller publishes a job's checkpoint interval (`checkpoint.every: auto`)."""
+    return posixpath.join(s.state_dir, "intervals", f"{job_id}.json")
+
+
+def interval_env(job: Job, s: LaunchSettings) -> dict[str, str]:
+    """The spec's checkpoint interval for the runtime's `Checkpointer.maybe_save`."""
+    ck = job.spec.checkpoint
+    if ck.every == "auto":
+        return {"PERDURE_CHECKPOINT_INTERVAL_FILE": interval_path(job.id, s)}
+    env = {}  # every_steps: contract_env, which every backend and the export share
+    if ck.every_seconds:
+        seconds = min(ck.every_seconds, ck.max_interval_seconds)
+        env["PERDURE_CHECKPOINT_EVERY_SECONDS"] = f"{seconds:g}"
+    return env
+
+
 def job_of_launch(launch_id: str) -> str:
     return launch_id.split(".", 1)[0]
 
@@ -68,51 +90,108 @@ def _local_layout(job: Job, r: Replica) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class ReplicaFacts:
+    """One replica's place in its job, as its backend can state it.
+
+    Values are literals on the local backend; an exporter may pass references that its
+    platform expands when the process starts (Kubernetes' `$(VAR)`).
+    """
+
+    rank: str
+    world_size: str
+    role_rank: str
+    master_addr: str
+    master_port: str
+    run_id: str
+    attempt: str
+    round: str
+    replica: str
+    restart_count: str
+    job_id: str
+    checkpoint_dir: str
+    layout: dict[str, str]  # LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE
+
+
+def contract_env(spec: JobSpec, pool: PoolSpec, f: ReplicaFacts) -> dict[str, str]:
+    """torchrun's environment contract plus perdure's, as every backend hands it to a replica.
+
+    The spec's and the pool's env come first, so the contract's own names always win.
+    """
+    env = {
+        "OMP_NUM_THREADS": "1",
+        **spec.env,
+        **pool.env,
+        "RANK": f.rank,
+        "WORLD_SIZE": f.world_size,
+        "ROLE_NAME": pool.name,
+        "ROLE_RANK": f.role_rank,
+        "ROLE_WORLD_SIZE": str(pool.replicas),
+        "MASTER_ADDR": f.master_addr,
+        "MASTER_PORT": f.master_port,
+        "TORCHELASTIC_RUN_ID": f.run_id,
+        "TORCHELASTIC_RESTART_COUNT": f.round,
+        "TORCHELASTIC_MAX_RESTARTS": str(spec.restart.max_replica_restarts),
+        "PERDURE_JOB_ID": f.job_id,
+        "PERDURE_JOB_NAME": spec.name,
+        "PERDURE_ATTEMPT": f.attempt,
+        "PERDURE_ROUND": f.round,
+        "PERDURE_REPLICA": f.replica,
+        "PERDURE_RESTART_COUNT": f.restart_count,
+        "PERDURE_CHECKPOINT_DIR": f.checkpoint_dir,
+        "PERDURE_ELASTIC_MODE": spec.elastic.mode,
+        **f.layout,
+    }
+    if pool.min_replicas is not None:
+        env["PERDURE_MIN_REPLICAS"] = str(pool.min_replicas)
+    if spec.checkpoint.every_steps:
+        env["PERDURE_CHECKPOINT_EVERY"] = str(spec.checkpoint.every_steps)
+    return env
+
+
+def master_node(job: Job) -> str:
+    """The node of rank 0 (a backend with real hosts sets MASTER_ADDR to its address)."""
+    first = job.members[0] if job.elastic and job.members else None
+    rank0 = next((x for x in job.replicas if (x.name == first if first else x.rank == 0)), None)
+    return (rank0.node or "") if rank0 is not None else ""
+
+
 def build_launch(job: Job, r: Replica, s: LaunchSettings) -> Launch:
     """The Launch decision for replica `r` of `job` as placed now."""
     pool = next(p for p in job.spec.pools if p.name == r.pool)
     command = list(pool.command)
     if command[0] in ("python", "python3"):
         command[0] = s.python
-    pool_peers = [x for x in job.replicas if x.pool == r.pool]
     lid = launch_id(job, r)
-    env = {
-        "OMP_NUM_THREADS": "1",
-        **job.spec.env,
-        **pool.env,
-        "RANK": str(r.rank),
-        "WORLD_SIZE": str(len(job.replicas)),
-        "ROLE_NAME": r.pool,
-        "ROLE_RANK": str(r.index),
-        "ROLE_WORLD_SIZE": str(len(pool_peers)),
-        "MASTER_ADDR": s.master_addr,
-        "MASTER_PORT": str(job.master_port or 0),
-        "TORCHELASTIC_RUN_ID": f"{job.id}-{job.attempt}",
-        "TORCHELASTIC_RESTART_COUNT": str(job.round),
-        "TORCHELASTIC_MAX_RESTARTS": str(job.spec.restart.max_replica_restarts),
-        "PERDURE_JOB_ID": job.id,
-        "PERDURE_JOB_NAME": job.name,
-        "PERDURE_ATTEMPT": str(job.attempt),
-        "PERDURE_ROUND": str(job.round),
-        "PERDURE_REPLICA": r.name,
-        "PERDURE_NODE": r.node or "",
-        "PERDURE_LAUNCH_ID": lid,
-        "PERDURE_RESTART_COUNT": str(r.restarts),
-        "PERDURE_CHECKPOINT_DIR": checkpoint_dir(job, s),
-        "PERDURE_REPORT_DIR": posixpath.join(s.state_dir, "launches", lid),
-        "PERDURE_ELASTIC_MODE": job.spec.elastic.mode,
-        **_local_layout(job, r),
-    }
-    if pool.min_replicas is not None:
-        env["PERDURE_MIN_REPLICAS"] = str(pool.min_replicas)
+    facts = ReplicaFacts(
+        rank=str(r.rank),
+        world_size=str(len(job.replicas)),
+        role_rank=str(r.index),
+        master_addr=s.master_addr,
+        master_port=str(job.master_port or 0),
+        run_id=f"{job.id}-{job.attempt}",
+        attempt=str(job.attempt),
+        round=str(job.round),
+        replica=r.name,
+        restart_count=str(r.restarts),
+        job_id=job.id,
+        checkpoint_dir=checkpoint_dir(job, s),
+        layout=_local_layout(job, r),
+    )
+    env = contract_env(job.spec, pool, facts)
+    env["PERDURE_NODE"] = r.node or ""
+    env["PERDURE_LAUNCH_ID"] = lid
+    env["PERDURE_REPORT_DIR"] = posixpath.join(s.state_dir, "launches", lid)
+    if s.job_secret is not None:
+        env["PERDURE_JOB_SECRET"] = s.job_secret(job.id)
+    env["PERDURE_MASTER_NODE"] = master_node(job)
     if job.elastic:
         env["PERDURE_RDZV_DIR"] = rendezvous_dir(job.id, s)
         env["PERDURE_MIN_WORLD_SIZE"] = str(job.min_members)
         if r.name in job.members:
             env["RANK"] = str(job.members.index(r.name))
             env["WORLD_SIZE"] = str(len(job.members))
-    if job.spec.checkpoint.every_steps:
-        env["PERDURE_CHECKPOINT_EVERY"] = str(job.spec.checkpoint.every_steps)
+    env.update(interval_env(job, s))
     prefix = posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}", r.name)
     return Launch(
         launch_id=lid,

@@ -5,14 +5,25 @@ No side effects: parsing takes text, never reads files (the CLI reads them).
 
 from __future__ import annotations
 
+import math
 import re
 from enum import Enum
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from perdure.core import yamlload
+from perdure.core.watchspec import IntervalFields, WatchdogSpec
+
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+# Bounds no real job comes near; they keep one job's cost to the controller bounded (a tick,
+# the stored row) and every number within what sqlite and JSON hold exactly.
+INT_LIMIT = 2**31 - 1
+FLOAT_LIMIT = 1e9  # seconds: 31 years
+MAX_POOLS = 64
+MAX_REPLICAS = 1024  # per job, all pools together
+MAX_NODES = 1024
 
 
 class SpecError(ValueError):
@@ -20,7 +31,50 @@ class SpecError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Every spec model: unknown fields refused; every value, in any field, checked by
+    `_bounded` (finite, in range, no NUL byte, valid Unicode)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded(cls, v: Any) -> Any:
+        _check_value(v)
+        return v
+
+
+def _check_value(v: Any) -> None:
+    """Raise ValueError for a value no field may hold; recurse into lists and dicts."""
+    if isinstance(v, bool) or v is None or isinstance(v, BaseModel | Enum):
+        return
+    if isinstance(v, int) and abs(v) > INT_LIMIT:
+        raise ValueError(f"must be between {-INT_LIMIT} and {INT_LIMIT}")
+    if isinstance(v, float) and (not math.isfinite(v) or abs(v) > FLOAT_LIMIT):
+        raise ValueError(f"must be a finite number between {-FLOAT_LIMIT:g} and {FLOAT_LIMIT:g}")
+    if isinstance(v, str):
+        if "\0" in v:
+            raise ValueError("contains a NUL byte, which no argument, path or name may hold")
+        if not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("is not valid Unicode (a lone surrogate)") from None
+    elif isinstance(v, list | tuple):
+        for x in v:
+            _check_value(x)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            _check_value(k)
+            _check_value(x)
+
+
+def _check_env(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if not key or "=" in key:
+            raise ValueError(
+                f"environment variable name {key!r} is empty or holds '='; write NAME: value"
+            )
+    return env
 
 
 class RuleAction(str, Enum):
@@ -78,6 +132,8 @@ class PoolSpec(_Model):
     memory_mb: int | None = Field(None, ge=16)
     env: dict[str, str] = Field(default_factory=dict)
 
+    _env = field_validator("env")(_check_env)
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -110,7 +166,7 @@ class ElasticSpec(_Model):
     mode: Literal["resize", "pause"] = "resize"
 
 
-class CheckpointSpec(_Model):
+class CheckpointSpec(_Model, IntervalFields):
     dir: str | None = None
     every_steps: int | None = Field(None, ge=1)
 
@@ -125,7 +181,7 @@ class JobSpec(_Model):
     name: str
     queue: str = "default"
     priority: int = 0
-    pools: list[PoolSpec] = Field(min_length=1)
+    pools: list[PoolSpec] = Field(min_length=1, max_length=MAX_POOLS)
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
     restart: RestartSpec = Field(default_factory=RestartSpec)  # type: ignore[arg-type]
@@ -133,6 +189,7 @@ class JobSpec(_Model):
     elastic: ElasticSpec = Field(default_factory=ElasticSpec)  # type: ignore[arg-type]
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)  # type: ignore[arg-type]
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)  # type: ignore[arg-type]
+    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)  # type: ignore[arg-type]
 
     @field_validator("name")
     @classmethod
@@ -147,7 +204,12 @@ class JobSpec(_Model):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"pool names must be unique; repeated: {sorted(dup)}")
+        if self.total_replicas > MAX_REPLICAS:
+            raise ValueError(f"{self.total_replicas} replicas in all pools is more than the "
+                             f"{MAX_REPLICAS} a job may have")
         return self
+
+    _env = field_validator("env")(_check_env)
 
     @property
     def total_replicas(self) -> int:
@@ -175,13 +237,27 @@ class QueueSpec(_Model):
     quota: int | None = Field(None, ge=1)
 
 
+class RaySpec(_Model):
+    """`ray:` of a cluster file: which Ray cluster, and what every node of it mounts."""
+
+    address: str = "auto"  # "HEAD_HOST:6379", or "auto" (RAY_ADDRESS, else the local head)
+    namespace: str = "perdure"  # one controller drives one namespace at a time
+    # Paths mounted at the same place on every node (a shared filesystem, declared as such):
+    # a checkpoint dir under one of them is reachable by every replica.
+    shared_dirs: list[str] = Field(default_factory=list)
+
+
 class ClusterSpec(_Model):
     """Where replicas may run (virtual nodes, each a failure domain) and the queues' quotas."""
 
     backend: Literal["local", "ray", "fake"] = "local"
     address: str | None = None
-    nodes: list[NodeSpec] = Field(default_factory=list)
+    ray: RaySpec | None = None  # backend ray only; nodes may then be omitted (discovered)
+    nodes: list[NodeSpec] = Field(default_factory=list, max_length=MAX_NODES)
     queues: list[QueueSpec] = Field(default_factory=lambda: [QueueSpec(name="default", quota=None)])
+    # How replicas reach the controller: files in the state dir (one host), or the network
+    # through the controller's relay (hosts without the state dir; always so on ray).
+    transport: Literal["file", "net"] = "file"
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterSpec:
@@ -200,30 +276,44 @@ def default_cluster(cores: int) -> ClusterSpec:
     return ClusterSpec(nodes=[NodeSpec(name="local", slots=max(1, cores))])
 
 
+MAX_ERRORS = 20  # lines of errors shown; a hostile file may have thousands
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """A value as it appears in an error, cut short: errors never echo a whole document."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _format_errors(err: ValidationError, source: str, data: Any) -> str:
     lines = [f"{source}: invalid spec"]
-    for e in err.errors():
+    errors = err.errors()
+    for e in errors[:MAX_ERRORS]:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field; check the spelling (see DESIGN.md's job spec for the fields)"
         value = e.get("input")
-        shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {value!r})"
-        lines.append(f"  {loc}: {msg}{shown}")
+        shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {_short(value)})"
+        lines.append(f"  {_short(loc, 200)[1:-1] if len(loc) > 200 else loc}: {msg}{shown}")
+    if len(errors) > MAX_ERRORS:
+        lines.append(f"  ... and {len(errors) - MAX_ERRORS} more errors")
     return "\n".join(lines)
 
 
-def _load_yaml(text: str, source: str) -> Any:
+def _load_yaml(text: str | bytes, source: str) -> Any:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        if isinstance(text, bytes):
+            text = yamlload.decode(text)
+        data = yamlload.load(text)
+    except yamlload.YamlError as exc:
         raise SpecError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{source}: expected a mapping of fields at the top level")
     return data
 
 
-def parse_job_spec(text: str, source: str = "spec") -> JobSpec:
+def parse_job_spec(text: str | bytes, source: str = "spec") -> JobSpec:
     """Parse and validate a job spec from YAML text; raise SpecError naming each bad field."""
     data = _load_yaml(text, source)
     try:
@@ -232,7 +322,7 @@ def parse_job_spec(text: str, source: str = "spec") -> JobSpec:
         raise SpecError(_format_errors(exc, source, data)) from None
 
 
-def parse_cluster(text: str, source: str = "cluster") -> ClusterSpec:
+def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
     """Parse and validate a cluster file from YAML text; raise SpecError naming each bad field."""
     data = _load_yaml(text, source)
     try:
@@ -241,6 +331,9 @@ def parse_cluster(text: str, source: str = "cluster") -> ClusterSpec:
         raise SpecError(_format_errors(exc, source, data)) from None
     if cluster.backend == "local" and not cluster.nodes:
         raise SpecError(f"{source}: nodes: the local backend needs at least one node")
+    if cluster.ray is not None and cluster.backend != "ray":
+        raise SpecError(f"{source}: ray: only for `backend: ray` (this cluster's backend is "
+                        f"{cluster.backend!r}); remove the ray section or set backend: ray")
     return cluster
 
 
@@ -249,3 +342,10 @@ def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:
     queues = [q.name for q in cluster.queues]
     if spec.queue not in queues:
         raise SpecError(f"queue: unknown queue {spec.queue!r}; the cluster has {queues}")
+    quota = next(q.quota for q in cluster.queues if q.name == spec.queue)
+    if quota is not None and spec.total_slots > quota:
+        raise SpecError(
+            f"pools: the job needs {spec.total_slots} slots but queue {spec.queue!r} has a "
+            f"quota of {quota}: it could never start; use fewer replicas or slots, or raise "
+            "the quota in the cluster file"
+        )

@@ -83,3 +83,4 @@ class ErrorCode(str, Enum):
     INSUFFICIENT_CAPACITY = "INSUFFICIENT_CAPACITY"
     INTERNAL = "INTERNAL"
     CANCELLED = "CANCELLED"
+    HANG = "HANG"  # no rank advanced for watchdog.hang_seconds (core/watchdog.py)

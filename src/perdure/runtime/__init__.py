@@ -25,6 +25,7 @@ _EXPORTS = {
     "goodput": "perdure.runtime.goodput",
     "init": "perdure.runtime.context",
     "Context": "perdure.runtime.context",
+    "StopVote": "perdure.runtime.vote",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import signal
 import sys
@@ -17,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from types import FrameType
 
+from perdure.runtime import transport
 from perdure.runtime.errors import install_excepthook
 
 # The exit status that tells the controller "state saved, resume me" (EX_TEMPFAIL).
@@ -60,6 +60,7 @@ class Context:
     def exit_suspended(self) -> None:
         """Exit with the status that means "saved, resume me" (after the emergency save)."""
         _shutdown_process_group()
+        _drain_reports()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_SUSPENDED)
@@ -71,6 +72,7 @@ class Context:
         forever on interpreter exit (MACHINE-NOTES).
         """
         _shutdown_process_group()
+        _drain_reports()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -86,33 +88,42 @@ def _shutdown_process_group() -> None:
             dist.destroy_process_group()
 
 
+def _drain_reports() -> None:
+    """os._exit skips atexit: deliver pending progress records first (bounded)."""
+    from perdure.runtime import goodput
+
+    with contextlib.suppress(Exception):
+        goodput.drain()
+
+
 _context: Context | None = None
 
 
-def stop_is_notice(stop_file: str | None) -> bool:
+def stop_is_notice(stop_file: str | None = None) -> bool:
     """Whether the SIGTERM just received is a notice to save (preemption, maintenance).
 
-    Under perdure the backend writes the stop request to $PERDURE_STOP_FILE before signalling;
-    a request without a notice is a plain stop (a new rendezvous round after a peer failed, a
-    cancel). A SIGTERM from anywhere else (a scheduler, a person) counts as a notice.
+    Under perdure the backend records the stop request before signalling (the file
+    `stop_file`, default: what this process's transport says, from $PERDURE_STOP_FILE or the
+    controller's relay); a request without a notice is a plain stop (a new rendezvous round
+    after a peer failed, a cancel). A SIGTERM from anywhere else (a scheduler, a person), or
+    with no request readable, counts as a notice.
     """
-    if not stop_file:
-        return True
-    try:
-        with open(stop_file, encoding="utf-8") as f:
-            request = json.load(f)
-    except (OSError, ValueError):
-        return True
-    return not isinstance(request, dict) or request.get("notice") is not None
+    t = transport.FileTransport(stop_file=stop_file) if stop_file else transport.current()
+    return _is_notice(t)
+
+
+def _is_notice(t: transport.Transport) -> bool:
+    request = t.stop_request()
+    return request is None or request.get("notice") is not None
 
 
 def _install_preemption_handler(ctx: Context) -> None:
     from perdure.runtime import goodput
 
-    stop_file = os.environ.get("PERDURE_STOP_FILE")
+    carrier = transport.current()  # made now: a signal handler must not take its lock
 
     def on_notice(signum: int, frame: FrameType | None) -> None:
-        if stop_is_notice(stop_file):
+        if _is_notice(carrier):
             ctx._stop.set()
             return
         # A plain stop: nothing to save. Die of the signal as a process without this handler

@@ -1,6 +1,7 @@
 """Report a replica's uncaught exception to perdure: decorate `main` with `record`.
 
-perdure reads the error file the replica leaves at `$PERDURE_ERROR_FILE` to say why it failed
+perdure reads the error record the replica leaves (at `$PERDURE_ERROR_FILE` on one host, through
+the controller's relay on many: the replica's transport carries it) to say why it failed
 (`Termination reason: ValueError: bad shape`). `perdure.init()` installs the same reporting as
 an excepthook; `record` is for scripts that want it without `init()`. Both write the file and
 then let the exception propagate as usual. Only the standard library is imported here.
@@ -21,7 +22,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from perdure.runtime import transport
 from perdure.runtime.errorfile import parse_traceback, read_error_file, split_exception_line
+from perdure.runtime.transport.files import write_atomically
 
 __all__ = [
     "ERROR_FILE_ENV",
@@ -91,14 +94,15 @@ def install_excepthook() -> None:
 
 
 def write_error_file(exc: BaseException, path: str | Path | None = None) -> Path | None:
-    """Write `exc` to `path` (default `$PERDURE_ERROR_FILE`); return the path, None if unset.
+    """Write `exc` to `path` (default: through this process's transport, to
+    `$PERDURE_ERROR_FILE` or the controller's relay); return where it went, None if nowhere.
 
     Never raises: a failure to report must not hide the exception being reported, so it is
     printed to stderr instead.
     """
-    target = path if path is not None else os.environ.get(ERROR_FILE_ENV)
-    if not target or getattr(exc, _MARK, False):
+    if getattr(exc, _MARK, False):
         return None
+    target: str | Path | None = path
     try:
         payload = {
             "type": type(exc).__name__,
@@ -108,9 +112,15 @@ def write_error_file(exc: BaseException, path: str | Path | None = None) -> Path
             "rank": _rank(),
             "pid": os.getpid(),
         }
-        _write_atomically(Path(target), json.dumps(payload))
+        if path is not None:
+            write_atomically(Path(path), json.dumps(payload))
+        else:
+            target = transport.current().write_error(payload)
     except Exception as err:  # an exception whose __str__ fails, a full disk, ...
-        print(f"perdure: could not write the error file {target}: {err}", file=sys.stderr)
+        print(f"perdure: could not write the error file {target or ''}: {err}",
+              file=sys.stderr)
+        return None
+    if target is None:
         return None
     with contextlib.suppress(AttributeError):  # no __dict__: at worst written twice
         setattr(exc, _MARK, True)
@@ -121,14 +131,3 @@ def _rank() -> int | None:
     value = os.environ.get("RANK", "")
     return int(value) if value.isdigit() else None
 
-
-def _write_atomically(path: Path, text: str) -> None:
-    # A reader never sees half a file: write a temporary file beside it, then rename.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -1,7 +1,8 @@
 """Goodput reporting: what a replica did with its time, for `perdure describe`.
 
-A replica appends JSON lines to `$PERDURE_REPORT_DIR/progress.jsonl` (nothing is written when
-the variable is unset, e.g. outside perdure): completed steps with their duration, the
+A replica appends JSON lines to its launch's progress record through its transport
+(`$PERDURE_REPORT_DIR/progress.jsonl` on one host; the controller's relay, which appends to the
+same file, on many; nothing is written outside perdure): completed steps with their duration, the
 blocking part of checkpoint saves, restores, time waiting for data. Step lines are buffered
 and appended at most every FLUSH_EVERY seconds (and at exit), so reporting costs microseconds
 per step; checkpoint and restore records are appended at once. A replica SIGKILLed loses at
@@ -26,14 +27,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from perdure.runtime.transport import FileTransport, Transport
+from perdure.runtime.transport import current as current_transport
+
 FLUSH_EVERY = 0.25
+DRAIN_SECONDS = 5.0  # at exit: how long records still on their way to the relay may take
 
 
 class Reporter:
-    """Buffers progress records and appends them to one file."""
+    """Buffers progress records and appends them through a transport.
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
+    sink: the transport, or the path of a progress.jsonl file (its directory is the report
+    dir), or None to report nothing.
+    """
+
+    def __init__(self, sink: Transport | Path | None) -> None:
+        if isinstance(sink, Path):
+            sink = FileTransport(report_dir=sink.parent)
+        self.sink = sink if sink is not None and sink.reports else None
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
@@ -41,13 +52,13 @@ class Reporter:
         self._first_step: int | None = None
         self._last_step: int | None = None
         self._steps_t0 = 0.0
-        if path is not None:
+        if self.sink is not None:
             self.emit("start", pid=os.getpid())
-            atexit.register(self.flush)
+            atexit.register(self.drain)
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Append a record now (with the steps before it): these are rare and matter most."""
-        if self.path is None:
+        if self.sink is None:
             return
         with self._lock:
             self._fold_steps()
@@ -56,7 +67,7 @@ class Reporter:
 
     def step(self, step: int, seconds: float) -> None:
         """A training step finished after `seconds` of work."""
-        if self.path is None:
+        if self.sink is None:
             return
         with self._lock:
             if self._first_step is None:
@@ -83,7 +94,7 @@ class Reporter:
     def flush(self, block: bool = True) -> None:
         """Append what is pending. `block=False` (from a signal handler, which may interrupt
         this very thread inside the lock) gives up rather than wait for the lock."""
-        if self.path is None:
+        if self.sink is None:
             return
         if not self._lock.acquire(blocking=block):
             return
@@ -93,26 +104,23 @@ class Reporter:
             self._last_flush = time.monotonic()
         finally:
             self._lock.release()
-        if lines:  # one append: a reader never sees half a line from a live process
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            try:
-                os.write(fd, ("\n".join(lines) + "\n").encode())
-            finally:
-                os.close(fd)
+        if lines:
+            self.sink.append_progress(lines)
+
+    def drain(self, timeout: float = DRAIN_SECONDS) -> bool:
+        """Flush, then wait up to `timeout` s until the records are delivered (at exit)."""
+        self.flush()
+        return self.sink is None or self.sink.flush_progress(timeout)
 
 
 _reporter: Reporter | None = None
 
 
 def reporter() -> Reporter:
-    """This process's reporter (writes only under perdure, where PERDURE_REPORT_DIR is set)."""
+    """This process's reporter (writes only under perdure, through the process's transport)."""
     global _reporter
     if _reporter is None:
-        d = os.environ.get("PERDURE_REPORT_DIR")
-        path = None
-        if d and Path(d).is_dir():
-            path = Path(d) / "progress.jsonl"
-        _reporter = Reporter(path)
+        _reporter = Reporter(current_transport())
     return _reporter
 
 
@@ -139,3 +147,8 @@ def data_waited(seconds: float) -> None:
 
 def flush() -> None:
     reporter().flush()
+
+
+def drain(timeout: float = DRAIN_SECONDS) -> bool:
+    """Flush and wait (up to `timeout` s) until the records reached the controller."""
+    return _reporter is None or _reporter.drain(timeout)

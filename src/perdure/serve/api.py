@@ -78,7 +78,7 @@ def get_job(request: Request, job_id: str) -> dict[str, Any]:
 def get_timeline(request: Request, job_id: str) -> dict[str, Any]:
     ctx = _ctx(request)
     job = _job(ctx, job_id)
-    return views.timeline(ctx.state_dir, job, ctx.store().events(job.id))
+    return views.timeline(ctx.reader, job, ctx.store().events(job.id))
 
 
 @router.get(

@@ -60,7 +60,8 @@ def serve(
         sock = bind(host, port)
     except OSError as exc:
         die(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port")
-    controller = None if no_controller else make_controller(ctx, ctx.store(), cluster)
+    controller = None if no_controller else make_controller(
+        ctx, ctx.store(), load_cluster(ctx, cluster), cluster)
     if controller is not None:
         try:
             controller.start()

@@ -6,6 +6,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perdure.backends.base import Inspector
+from perdure.backends.factory import make_inspector
 from perdure.core.spec import ClusterSpec
 from perdure.serve.auth import Auth
 from perdure.serve.metrics import Metrics
@@ -37,12 +39,14 @@ class ServeContext:
     auth: Auth
     workdir: Path  # where jobs submitted through the API resolve relative paths
     stores: Stores = field(init=False)
+    reader: Inspector = field(init=False)  # the backend's launch records, logs and reports
     goodput: GoodputCache = field(init=False)
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:
         self.stores = Stores(self.state_dir / "perdure.db")
-        self.goodput = GoodputCache(self.state_dir)
+        self.reader = make_inspector(self.cluster, self.state_dir)
+        self.goodput = GoodputCache(self.reader)
         self.metrics = Metrics(self.stores.get, self.goodput)
 
     def store(self) -> Store:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perdure.backends.base import Inspector
 from perdure.cli.jobs import describe_json
 from perdure.cli.reports import accounted_launches, goodput
 from perdure.core.model import Job, Node
@@ -39,7 +40,7 @@ class GoodputCache:
     """Goodput per job for the jobs list: an ended job's never changes; a live one's is
     reused for a few seconds (it reads every launch's progress file)."""
 
-    state_dir: Path
+    reader: Inspector
     entries: dict[str, tuple[float, float, float | None]] = field(default_factory=dict)
 
     def get(self, store: Store, job_id: str, updated: float, terminal: bool) -> float | None:
@@ -51,7 +52,7 @@ class GoodputCache:
         job = store.job(job_id)
         if job is None:
             return None
-        value = goodput(self.state_dir, job, store.events(job_id)).goodput
+        value = goodput(self.reader, job, store.events(job_id)).goodput
         self.entries[job_id] = (updated, now, value)
         return value
 
@@ -145,7 +146,7 @@ def _mark(e: StoredEvent) -> str | None:
                  if e.kind == kind and e.message.startswith(prefix)), None)
 
 
-def timeline(state_dir: Path, job: Job, events: list[StoredEvent]) -> dict[str, Any]:
+def timeline(reader: Inspector, job: Job, events: list[StoredEvent]) -> dict[str, Any]:
     """The job's states over time, its attempts, and marks for launches, restarts,
     suspensions, elastic changes, hot-swaps and checkpoints (from the accounted replica's
     progress records, as goodput reads them)."""
@@ -163,7 +164,7 @@ def timeline(state_dir: Path, job: Job, events: list[StoredEvent]) -> dict[str, 
         kind = _mark(e)
         if kind is not None:
             marks.append({"time": e.time, "kind": kind, "label": e.message})
-    for launch in accounted_launches(state_dir, job):
+    for launch in accounted_launches(reader, job):
         for rec in launch.records:
             if rec.get("kind") in ("checkpoint_save", "restore") and "t" in rec:
                 what = "checkpoint" if rec["kind"] == "checkpoint_save" else "restore"

@@ -8,11 +8,12 @@ marked consumed in the same transaction as the tick that applied them.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from perdure.core.events import Command
 from perdure.core.model import Event, Job, Node
 from perdure.core.spec import JobSpec
-from perdure.core.states import NodeState
+from perdure.core.states import ErrorCode, JobState, NodeState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -47,8 +48,64 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
-def _job(row: tuple[str, str]) -> Job:
-    return Job.from_json(json.loads(row[0]), JobSpec.model_validate_json(row[1]))
+class StoreError(RuntimeError):
+    """The state dir's database cannot be used; the message names the path and the cause."""
+
+
+class UnreadableJob(ValueError):
+    """A stored job that cannot be read back (written by a bug or another version)."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"stored job {job_id} cannot be read back: {reason}")
+        self.job_id, self.reason = job_id, reason
+
+
+class JobRefError(LookupError):
+    """A job reference that is empty or names more than one job; the message lists them."""
+
+
+def _job(job_id: str, row: tuple[str, str]) -> Job:
+    try:
+        return Job.from_json(json.loads(row[0]), JobSpec.model_validate_json(row[1]))
+    except (ValueError, KeyError, TypeError) as exc:
+        first = str(exc).splitlines()[0][:300]
+        raise UnreadableJob(job_id, f"{type(exc).__name__}: {first}") from None
+
+
+def make_state_dir(path: Path) -> None:
+    """Create a state dir readable by its owner only: specs' env values may hold secrets."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file owner-only, if it is not there yet.
+
+    Never opens (and so never closes) an existing database file: closing any descriptor of a
+    file drops every POSIX lock this process holds on it, those of its open sqlite connections
+    included, and another process's sqlite could then delete the WAL under them ("disk I/O
+    error" in a `perdure serve` after a `perdure describe` of the same state dir).
+    """
+    if path.exists():
+        return
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def describe_error(path: Path, exc: BaseException) -> str:
+    """`<path>: <cause>`, with what to check for the causes sqlite names tersely."""
+    text = str(exc) or type(exc).__name__
+    hints = {
+        "unable to open database file": "missing, or not readable and writable by this user",
+        "readonly database": "read-only: perdure needs to write it",
+        "disk I/O error": "the disk failed or is full",
+        "database or disk is full": "the disk is full",
+        "file is not a database": "not a perdure database (corrupt, or another file)",
+        "database disk image is malformed": "the database is corrupt",
+    }
+    hint = next((h for k, h in hints.items() if k in text), "")
+    return f"{path}: {text}" + (f" ({hint})" if hint else "")
 
 
 @dataclass(frozen=True)
@@ -63,19 +120,36 @@ class StoredEvent:
 class Store:
     """The sqlite store of one state dir (`<state_dir>/perdure.db`)."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, create: bool = True) -> None:
+        """Open (with `create`, create) the database; StoreError naming the path and cause.
+
+        Without `create` (read-only commands) a missing state dir stays missing.
+        """
         self.path = path
-        self.db = sqlite3.connect(str(path), timeout=30, isolation_level=None,
-                                  check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA busy_timeout=30000")
         self._stop_checkpoints = threading.Event()
-        with self.transaction():
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    self.db.execute(statement)
+        if not create and not path.is_file():
+            raise StoreError(
+                f"{path.parent}: no perdure state dir here (no {path.name}); check --state-dir "
+                "or $PERDURE_STATE_DIR"
+            )
+        try:
+            if create:
+                make_state_dir(path.parent)
+                _create_private(path)
+            self.db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30,
+                                      isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA busy_timeout=30000")
+            if create:
+                with self.transaction():
+                    for statement in SCHEMA.split(";"):
+                        if statement.strip():
+                            self.db.execute(statement)
+            else:
+                self.db.execute("SELECT count(*) FROM jobs").fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(describe_error(path, exc)) from None
 
     def close(self) -> None:
         self._stop_checkpoints.set()
@@ -132,17 +206,51 @@ class Store:
             self._command("submit", job.id, False, job.created)
 
     def job(self, job_id: str) -> Job | None:
+        """The job, None if there is none; UnreadableJob if it cannot be read back."""
         row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?", (job_id,)).fetchone()
-        return _job(row) if row else None
+        return _job(job_id, row) if row else None
 
     def jobs(self, ids: Iterable[str]) -> list[Job]:
         return [j for j in (self.job(i) for i in ids) if j is not None]
 
-    def unfinished_jobs(self) -> list[Job]:
+    def unfinished(self) -> tuple[list[Job], list[UnreadableJob]]:
+        """Unfinished jobs, and those of them that cannot be read back."""
         rows = self.db.execute(
-            f"SELECT data, spec FROM jobs WHERE state NOT IN {TERMINAL} ORDER BY created"
+            f"SELECT id, data, spec FROM jobs WHERE state NOT IN {TERMINAL} ORDER BY created"
         ).fetchall()
-        return [_job(r) for r in rows]
+        good: list[Job] = []
+        bad: list[UnreadableJob] = []
+        for r in rows:
+            try:
+                good.append(_job(r[0], (r[1], r[2])))
+            except UnreadableJob as exc:
+                bad.append(exc)
+        return good, bad
+
+    def unfinished_jobs(self) -> list[Job]:
+        return self.unfinished()[0]
+
+    def fail_unreadable(self, err: UnreadableJob, now: float) -> list[str]:
+        """Fail a job that cannot be read back, on its own; return the launch ids of its
+        replicas that may still run (the controller stops them)."""
+        row = self.db.execute("SELECT data FROM jobs WHERE id=?", (err.job_id,)).fetchone()
+        try:
+            data = json.loads(row[0]) if row else {}
+            running = [r["launch_id"] for r in data.get("replicas", [])
+                       if r.get("launch_id") and r.get("state") in ("STARTING", "RUNNING",
+                                                                     "STOPPING")]
+        except (ValueError, TypeError, AttributeError):
+            data, running = {}, []
+        message = f"{err}; the job was failed (the other jobs go on)"
+        data = {**(data if isinstance(data, dict) else {}), "state": JobState.FAILED.value,
+                "after_stop": None,
+                "error": {"code": ErrorCode.INTERNAL.value, "message": message}}
+        with self.transaction():
+            self.db.execute("UPDATE jobs SET state=?, updated=?, data=? WHERE id=?",
+                            (JobState.FAILED.value, now, json.dumps(data), err.job_id))
+            self.db.execute("INSERT INTO events(time, job_id, kind, message) VALUES (?,?,?,?)",
+                            (now, err.job_id, "state", f"FAILED: INTERNAL: {message}"))
+        return [str(x) for x in running]
 
     def job_rows(self) -> list[dict[str, Any]]:
         cur = self.db.execute(
@@ -153,14 +261,24 @@ class Store:
         return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
     def resolve(self, ref: str) -> str | None:
-        """A job id from an id, an id prefix or a name (the newest job of that name)."""
-        row = self.db.execute("SELECT id FROM jobs WHERE id=?", (ref,)).fetchone()
+        """A job id from an id, a name (the newest job of that name) or an id prefix that
+        names one job; None if nothing matches. JobRefError for an empty or ambiguous ref."""
+        if not ref.strip():
+            raise JobRefError("an empty job reference: give a job id, a prefix of one, or a name")
+        row = self.db.execute(
+            "SELECT id FROM jobs WHERE id=? OR name=? ORDER BY id=? DESC, created DESC LIMIT 1",
+            (ref, ref, ref),
+        ).fetchone()
         if row:
             return str(row[0])
-        rows = self.db.execute(
-            "SELECT id FROM jobs WHERE id LIKE ? OR name=? ORDER BY created DESC",
-            (ref.replace("%", "") + "%", ref),
+        rows = self.db.execute(  # a literal prefix: no LIKE wildcards to escape
+            "SELECT id FROM jobs WHERE substr(id, 1, ?) = ? ORDER BY created DESC LIMIT 11",
+            (len(ref), ref),
         ).fetchall()
+        if len(rows) > 1:
+            shown = ", ".join(str(r[0]) for r in rows[:10]) + (", ..." if len(rows) > 10 else "")
+            raise JobRefError(f"{ref!r} is the start of several job ids ({shown}); give more "
+                              "of the id")
         return str(rows[0][0]) if rows else None
 
     # ---- commands ----------------------------------------------------------------------

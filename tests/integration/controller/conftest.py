@@ -94,9 +94,16 @@ def _kill_leftovers(state: Path) -> None:
             env = proc.info["environ"] or {}
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        mine = str(state) in cmd or str(state) in env.get("PERDURE_REPORT_DIR", "")
+        mine = str(state) in cmd or _launched_from(env, state)
         if mine and proc.pid != os.getpid():
             proc.kill()
+
+
+def _launched_from(env: dict[str, str], state: Path) -> bool:
+    """A replica of this state dir, under either transport (net has no PERDURE_REPORT_DIR;
+    the supervisor's stop file is in the launch dir under both)."""
+    return any(env.get(k, "").startswith(str(state))
+               for k in ("PERDURE_REPORT_DIR", "PERDURE_STOP_FILE"))
 
 
 def alive_replica_processes(state: Path) -> list[int]:
@@ -109,6 +116,6 @@ def alive_replica_processes(state: Path) -> list[int]:
             env = proc.info["environ"] or {}
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if env.get("PERDURE_REPORT_DIR", "").startswith(str(state)) and proc.status() != "zombie":
+        if _launched_from(env, state) and proc.status() != "zombie":
             out.append(proc.pid)
     return out

@@ -83,16 +83,13 @@ def test_primary_exit_0_stops_the_others(perdure: Perdure) -> None:
     assert d["replicas"][1]["exit_code"] == 143  # stopped by SIGTERM
 
 
-def test_job_larger_than_cluster_fails_insufficient_capacity(perdure: Perdure) -> None:
+def test_job_larger_than_a_fixed_cluster_is_refused_at_submit(perdure: Perdure) -> None:
+    """The local backend's capacity is fixed: no waiting out placement timeouts for slots
+    that do not exist (missing-for-now capacity is tests/unit/core's INSUFFICIENT_CAPACITY)."""
     cluster = perdure.cluster({"a": 2, "b": 2})
-    spec = perdure.spec(replicas=3, pool={"slots": 2},
-                        scheduling={"placement_timeout_seconds": 0.3})
+    spec = perdure.spec(replicas=3, pool={"slots": 2})
     r = run(perdure, spec, "--cluster", str(cluster))
-    assert r.returncode == 1
-    d = perdure.describe("job")
-    assert d["error"] == {
-        "code": "INSUFFICIENT_CAPACITY",
-        "message": "Resources are insufficient in pool worker: need 6 slots, 4 healthy. "
-                   "Try fewer replicas or slots.",
-    }
-    assert d["retries"] == {"INSUFFICIENT_CAPACITY": 3}
+    assert r.returncode == 2
+    assert "needs 6 slots" in r.stderr and "a (2), b (2)" in r.stderr
+    assert "--cluster" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (perdure.state / "perdure.db").exists()  # nothing was submitted

@@ -16,7 +16,8 @@ def test_second_job_waits_in_queue_until_the_first_ends(perdure: Perdure) -> Non
     short = ["python", "-c", "import time; time.sleep(2)"]
     first = perdure.cli("submit", str(perdure.spec("first", 3, short)), "--cluster",
                         str(cluster)).stdout.strip()
-    second = perdure.cli("submit", str(perdure.spec("second", 3, short))).stdout.strip()
+    second = perdure.cli("submit", str(perdure.spec("second", 3, short)), "--cluster",
+                         str(cluster)).stdout.strip()
     ctl = perdure.cli("controller", "--exit-when-idle", "--cluster", str(cluster), timeout=120)
     assert ctl.returncode == 0
     a, b = perdure.describe(first), perdure.describe(second)

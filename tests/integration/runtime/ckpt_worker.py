@@ -205,6 +205,34 @@ def scenario_ddp_train(args: dict[str, Any]) -> dict[str, Any]:
             "blocked_s": ckpt.last_save.blocked_s if ckpt.last_save else None}
 
 
+def scenario_integrity(args: dict[str, Any]) -> dict[str, Any]:
+    """1. Each rank passes its own directory (an easy mistake): the first save says so.
+    2. Save steps 1 and 2 with a per-rank value; rank 0 corrupts rank 1's value in step 2 (only
+    rank 1 reads it); every rank must fall back to step 1 together."""
+    try:
+        Checkpointer(f"{args['dir']}-rank-{RANK}").save(1, {"w": torch.ones(4)}, blocking=True)
+        url_error = None
+    except Exception as exc:
+        url_error = f"{type(exc).__name__}: {exc}"
+    model = mlp(0)
+    ckpt = Checkpointer(args["dir"], keep=None)
+    for step in (1, 2):
+        state = {"model": model, "step": step, "mine": RankLocal("x" * 4000 + f"{RANK}/{step}")}
+        ckpt.save(step, state, blocking=True)
+    dist.barrier()
+    if RANK == 0:
+        path = Path(args["dir"]) / "step-00000002" / "__1_0.distcp"
+        data = bytearray(path.read_bytes())
+        at = data.index(b"x" * 100) + 50
+        data[at : at + 10] = b"y" * 10
+        path.write_bytes(bytes(data))
+    dist.barrier()
+    back: dict[str, Any] = {"model": mlp(1), "step": -1, "mine": RankLocal(None)}
+    restored = Checkpointer(args["dir"]).restore_latest(back)
+    return {"url_error": url_error, "restored": restored, "step": back["step"],
+            "mine": back["mine"].value[-3:]}
+
+
 def main() -> None:
     scenario, args = sys.argv[1], json.loads(sys.argv[2])
     if WORLD > 1 and scenario not in PHASED:

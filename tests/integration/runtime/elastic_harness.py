@@ -2,6 +2,8 @@
 
 The rounds are written with the controller's own `publish_round`, so the runtime reads exactly
 what the real controller writes; the test decides when (deterministic and fast, no ticks).
+With `transport="net"` the replicas reach it only through a real relay on the state dir (as
+replicas on other hosts do): rounds, markers, the barrier's store, snapshot holders.
 Replicas are forked from a server that imported torch once (elastic_forkserver.py).
 """
 
@@ -20,9 +22,11 @@ from typing import Any
 from elastic_forkserver import ForkServer, Replica
 
 from perdure.controller.loop import publish_round
+from perdure.controller.relay import Relay
 from perdure.core.events import Rendezvous
 
 JOB = "job-elastic"
+SECRET = "5e" * 32
 _server: ForkServer | None = None
 
 
@@ -50,6 +54,8 @@ class Cluster:
     master_port: int = 0
     procs: dict[str, Replica] = field(default_factory=dict)
     exited: dict[str, list[int]] = field(default_factory=dict)
+    transport: str = "file"
+    relay: Relay | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -77,6 +83,8 @@ class Cluster:
                         RANK=str(static), WORLD_SIZE=str(len(self.nodes)),
                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.master_port))
         member = replica in self.members
+        if self.transport == "net":
+            return self._net_env(replica, member, static)
         return dict(
             os.environ,
             OMP_NUM_THREADS="1",
@@ -84,10 +92,28 @@ class Cluster:
             PERDURE_ATTEMPT="1",
             PERDURE_ROUND=str(self.round),
             PERDURE_REPLICA=replica,
+            PERDURE_JOB_SECRET="5e" * 32,
             PERDURE_NODE=self.nodes[replica],
             PERDURE_RDZV_DIR=str(self.rdzv),
             PERDURE_ELASTIC_MODE=self.mode,
             PERDURE_MIN_WORLD_SIZE=str(self.min_world),
+            RANK=str(self.members.index(replica) if member else static),
+            WORLD_SIZE=str(len(self.members) if member else len(self.nodes)),
+        )
+
+    def _net_env(self, replica: str, member: bool, static: int) -> dict[str, str]:
+        if self.relay is None:
+            self.relay = Relay.start(self.state_dir, "127.0.0.1", secret_of=lambda job: SECRET,
+                                     replicas_of=lambda job: tuple(self.nodes))
+        n = len(self.exited.get(replica, [])) + (replica in self.procs)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PERDURE_")}
+        return dict(
+            env, OMP_NUM_THREADS="1", PERDURE_JOB_ID=JOB, PERDURE_ATTEMPT="1",
+            PERDURE_ROUND=str(self.round), PERDURE_REPLICA=replica,
+            PERDURE_NODE=self.nodes[replica], PERDURE_ELASTIC_MODE=self.mode,
+            PERDURE_MIN_WORLD_SIZE=str(self.min_world), PERDURE_LAUNCH_ID=f"{JOB}.1.{replica}.{n}",
+            PERDURE_TRANSPORT="net", PERDURE_CONTROL_ADDR=self.relay.address,
+            PERDURE_JOB_SECRET=SECRET, PERDURE_RDZV="1",
             RANK=str(self.members.index(replica) if member else static),
             WORLD_SIZE=str(len(self.members) if member else len(self.nodes)),
         )
@@ -173,6 +199,9 @@ class Cluster:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(30)
+        if self.relay is not None:
+            self.relay.close()
+            self.relay = None
 
     def tails(self) -> str:
         return "\n".join(f"--- {p.name}:\n{p.read_text()[-3000:]}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from elastic_checks import consumed_per_epoch, lineage, replay
 from elastic_harness import Cluster
 
@@ -21,8 +22,12 @@ ARGS = {"steps": STEPS, "samples": SAMPLES, "batch": BATCH, "step_time": 0.02,
         "die_during_snapshot": ["worker-1", 30]}
 
 
-def test_pause_restores_from_peer_memory_after_a_kill_during_a_snapshot(tmp_path: Path) -> None:
-    c = Cluster(tmp_path, NODES, mode="pause", min_world=2, args=ARGS)
+@pytest.mark.parametrize("transport", ["file", "net"])
+def test_pause_restores_from_peer_memory_after_a_kill_during_a_snapshot(tmp_path: Path,
+                                                                         transport: str) -> None:
+    """Over net, survivors re-form the group in the relay's store (no replica holds it) and
+    the replacement finds its peer's holder through the relay."""
+    c = Cluster(tmp_path, NODES, mode="pause", min_world=2, args=ARGS, transport=transport)
     try:
         c.start()
         c.wait_for("worker-1 to die", lambda: c.procs["worker-1"].poll() is not None)
@@ -33,6 +38,10 @@ def test_pause_restores_from_peer_memory_after_a_kill_during_a_snapshot(tmp_path
     finally:
         c.stop()
     assert codes == dict.fromkeys(NODES, 0), c.tails()
+    if transport == "net":  # the replicas opened no file of the state dir: the relay wrote them
+        rdzv = c.state_dir / "rdzv" / "job-elastic"
+        assert list((rdzv / "kv").glob("store-*.jsonl")) and not list(rdzv.glob("store-*"))
+        assert (rdzv / "holders" / "worker-2.json").exists()
 
     dying = c.records("dying")
     assert len(dying) == 1 and dying[0]["step"] == 30 and dying[0]["in_flight"]

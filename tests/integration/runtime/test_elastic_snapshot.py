@@ -17,10 +17,17 @@ from torch import nn
 from perdure.runtime.elastic import Snapshotter
 from perdure.runtime.elastic import holder as hd
 
+SECRET = "0f" * 32
+
+
+@pytest.fixture(autouse=True)
+def job_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERDURE_JOB_SECRET", SECRET)  # what perdure gives every replica
+
 
 @pytest.fixture
 def holder() -> Any:
-    h = hd.Holder(keep=2)
+    h = hd.Holder(keep=2, secret=SECRET, allowed=lambda name: True)
     yield h
     h.close()
 
@@ -32,12 +39,13 @@ def address(h: hd.Holder, replica: str = "worker-1") -> hd.HolderAddress:
 def test_holder_keeps_the_newest_snapshots_per_replica(holder: hd.Holder) -> None:
     at = address(holder)
     for step in (10, 20, 30):
-        hd.put(at, "worker-0", step, [b"payload-", str(step).encode()], {"time": 1.0})
-    hd.put(at, "worker-3", 5, [b"other"], {})
-    assert hd.list_steps(at, "worker-0") == [20, 30]
-    assert bytes(hd.fetch(at, "worker-0", 30)) == b"payload-30"
+        hd.put(at, "worker-0", step, [b"payload-", str(step).encode()], {"time": 1.0},
+               secret=SECRET)
+    hd.put(at, "worker-3", 5, [b"other"], {}, secret=SECRET)
+    assert hd.list_steps(at, "worker-0", secret=SECRET) == [20, 30]
+    assert bytes(hd.fetch(at, "worker-0", 30, secret=SECRET)) == b"payload-30"
     with pytest.raises(ConnectionError, match="no step 10"):
-        hd.fetch(at, "worker-0", 10)
+        hd.fetch(at, "worker-0", 10, secret=SECRET)
     assert holder.nbytes == len(b"payload-20") + len(b"payload-30") + len(b"other")
 
 
@@ -47,14 +55,15 @@ def test_a_transfer_cut_short_is_never_stored(holder: hd.Holder) -> None:
                              "meta": {}}).encode()
         sock.sendall(struct.pack(">Q", len(header)) + header + b"x" * 10)
     # the sender died after 10 of 1000 bytes
-    assert hd.list_steps(address(holder), "worker-0") == []
+    assert hd.list_steps(address(holder), "worker-0", secret=SECRET) == []
 
 
 def test_an_unreachable_holder_lists_nothing() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nobody listens there
-    assert hd.list_steps(hd.HolderAddress("gone", "127.0.0.1", port), "worker-0") == []
+    assert hd.list_steps(hd.HolderAddress("gone", "127.0.0.1", port), "worker-0",
+                         secret=SECRET) == []
 
 
 def make_state(extra: int = 0) -> dict[str, Any]:
@@ -125,6 +134,10 @@ def test_files_outlive_the_process_and_keep_the_newest(tmp_path: Path) -> None:
     assert first.holder_dir is not None and first.holder_dir.is_relative_to(tmp_path)
     files = sorted(p.name for p in first.holder_dir.iterdir())
     assert files == ["snap-000000000002.bin", "snap-000000000003.bin"]
+    # weights, maybe in a /dev/shm every local user can list: the user's only
+    assert all(p.stat().st_mode & 0o077 == 0 for p in first.holder_dir.iterdir())
+    assert first.holder_dir.stat().st_mode & 0o077 == 0
+    assert first.holder_dir.parent.stat().st_mode & 0o077 == 0
     weights = state["model"].weight.detach().clone()
     first.close()
 

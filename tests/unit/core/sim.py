@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 
 from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun, Script
-from perdure.core.decide import Outcome, Snapshot, decide
+from perdure.core.decide import Outcome, decide
 from perdure.core.events import Command, KillNode, Launch, LaunchFailed, Observation, Stop
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Event, Job, Node, make_replicas
 from perdure.core.spec import JobSpec, parse_job_spec
 from perdure.core.states import JobState
+from perdure.core.tick import Snapshot
 
 SETTINGS = LaunchSettings(state_dir="/state", python="/usr/bin/python3")
 

@@ -47,9 +47,14 @@ def test_resize_shrinks_on_node_loss_and_grows_back() -> None:
     run_steps(sim)
     job = sim.job(j)
     assert len(job.members) == 4 and job.state is JobState.RUNNING
-    assert sim.rounds[-1].reason.startswith("grow 2 -> 3") or sim.rounds[-1].reason.startswith(
-        "grow 3 -> 4")
+    # Replicas lost together are one change, and so are their replacements.
+    sizes = [r.reason.split(":")[0] for r in sim.rounds]
+    assert sizes == ["admitted", "shrink 4 -> 2", "grow 2 -> 4"], sizes
     assert [r.round for r in sim.rounds] == sorted(r.round for r in sim.rounds)
+    # The words match the accounting: a node loss spends no restart.
+    decisions = [m for m in sim.messages(j) if m.startswith("restart") and "node lost" in m]
+    assert len(decisions) == 2 and all("no restart counted" in m for m in decisions)
+    assert not any("restart 1 of" in m for m in sim.messages(j))
 
 
 def test_resize_crash_counts_a_restart_but_does_not_stop_survivors() -> None:
@@ -81,7 +86,8 @@ def test_pause_waits_for_the_replacement_at_the_same_world_size() -> None:
     sim.step()
     sim.step()
     assert sim.job(j).state is JobState.PENDING
-    assert sim.rounds[-1].reason.startswith("pause at world size 4")
+    pauses = [r.reason for r in sim.rounds if r.reason.startswith("pause")]
+    assert len(pauses) == 1 and pauses[0].startswith("pause at world size 4"), pauses
     sim.command("restore-node", str(node))
     job = sim.run_until(j, {JobState.RUNNING})
     assert len(job.members) == 4 and all(len(r.members) == 4 for r in sim.rounds)

@@ -25,8 +25,11 @@ from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local import layout, procs, warm
 from perdure.backends.local.memory import MECHANISMS
 from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
+from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.replicas import check_launch, kill_leftovers
 from perdure.backends.local.spawner import Spawner
+from perdure.backends.local.transport import LaunchTransport
+from perdure.backends.stacks import StackDump, dump_pid
 from perdure.core.events import (
     ErrorInfo,
     Launch,
@@ -79,6 +82,10 @@ class LocalBackend:
     torch imported, from the first launch that can use one (or `prewarm()`) on: a
     replica whose command is `python SCRIPT ...` or `python -m MODULE ...` then starts in one
     in well under a second; others, and all when none is ready, start cold (see `warm`).
+    After `warm_idle` seconds (default `$PERDURE_WARM_IDLE_SECONDS`, else 600) without such a
+    launch the pool lets its template and standbys go, until the next one.
+
+    `transport`: how replicas reach the controller, "file" or "net" (see `transport`).
     """
 
     def __init__(
@@ -89,6 +96,8 @@ class LocalBackend:
         memory_mechanism: str = "auto",
         inherit_env: bool = True,
         warm_pool: int | str | None = None,
+        warm_idle: float | None = None,
+        transport: str = "file",
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise RuntimeError(
@@ -102,15 +111,20 @@ class LocalBackend:
             )
         # Strings, not Paths: launch() is on the controller's hot path.
         self._launches = os.path.join(os.path.realpath(state_dir), layout.LAUNCHES)
-        os.makedirs(self._launches, exist_ok=True)
-        self._spawner = Spawner(self._launches, warm.pool_size(warm_pool))
+        layout.private_dirs(self._launches)
+        os.chmod(self._launches, 0o700)  # one made by an older perdure was 0755
+        self._spawner = Spawner(
+            self._launches, warm.pool_size(warm_pool), warm.idle_seconds(warm_idle)
+        )
         self._nodes = list(nodes)
         self._node_names = {node.name for node in nodes}
         self._memory_mechanism = memory_mechanism
         self._inherit_env = inherit_env
         self._active: dict[str, _Tracked] = {}
+        self._progress = ProgressReader()
         # Who gives up launches in claim.json: this backend, not just this process.
         self._identity = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns()}"
+        self._transport = LaunchTransport(state_dir, transport)
 
     def nodes(self) -> list[NodeInfo]:
         """The configured virtual nodes."""
@@ -125,7 +139,7 @@ class LocalBackend:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: that launch is already running")
         directory = os.path.join(self._launches, launch.launch_id)
         try:
-            os.mkdir(directory)
+            os.mkdir(directory, 0o700)
         except FileExistsError:
             raise LaunchError(
                 f"launch id {launch.launch_id!r} was already used ({directory} exists); "
@@ -139,7 +153,7 @@ class LocalBackend:
                 "replica": launch.replica,
                 "node": launch.node,
                 "command": list(launch.command),
-                "env": dict(launch.env),
+                "env": self._transport.env(launch),
                 "inherit_env": self._inherit_env,
                 "cwd": os.path.abspath(launch.cwd),  # the supervisor runs in the launch dir
                 "memory_mb": launch.memory_mb,
@@ -211,6 +225,7 @@ class LocalBackend:
         """What happened since the last poll: replicas started, exited, or lost (non-blocking)."""
         observations: list[Observation] = []
         now = time.monotonic()
+        self._transport.ensure()
         for tracked in list(self._active.values()):
             self._observe(tracked, observations, now)
         return observations
@@ -219,8 +234,12 @@ class LocalBackend:
         if not tracked.started and os.path.exists(tracked.status_path):
             self._report_started(tracked, out)
         if os.path.exists(tracked.exit_path):
+            self._progress.forget(tracked.launch_id)
             self._report_exit(tracked, out)
-        elif now >= tracked.next_check and self._supervisor_gone(tracked, now):
+            return
+        if tracked.started and (p := self._progress.read(tracked.launch_id, tracked.dir, now)):
+            out.append(p)
+        if now >= tracked.next_check and self._supervisor_gone(tracked, now):
             # It may have written exit.json and exited between the two checks.
             if os.path.exists(tracked.exit_path):
                 self._report_exit(tracked, out)
@@ -275,7 +294,8 @@ class LocalBackend:
         self._active.pop(tracked.launch_id, None)
         owner = layout.read_json(os.path.join(tracked.dir, layout.CLAIM)) or {}
         out.append(LaunchFailed(tracked.launch_id, self._lost_message(tracked, owner), time.time()))
-        kill_leftovers(tracked.status or layout.read_json(tracked.status_path) or {})
+        status = tracked.status or layout.read_json(tracked.status_path) or {}
+        kill_leftovers(status, tracked.dir)
 
     def _abandon_record(self) -> dict[str, Any]:
         return {"abandoned_by": self._identity, "pid": os.getpid(), "time": time.time()}
@@ -302,6 +322,14 @@ class LocalBackend:
             f"replica it had started died with it). {where}"
         )
 
+    def dump_stacks(self, launch_id: str, timeout: float = 10.0) -> StackDump:
+        """Every Python thread's stack of a running replica, by py-spy (see backends.stacks)."""
+        tracked = self._active.get(launch_id)
+        status = tracked.status if tracked is not None and tracked.status else None
+        if status is None or "pid" not in status:
+            return StackDump(error=f"launch {launch_id} is not running here")
+        return dump_pid(int(status["pid"]), timeout)
+
     # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
@@ -312,6 +340,7 @@ class LocalBackend:
         LaunchFailed for unknown launches and those whose supervisor never ran or died.
         """
         out: list[Observation] = []
+        self._transport.ensure()
         for launch_id in launch_ids:
             if launch_id in self._active:
                 continue
@@ -354,6 +383,7 @@ class LocalBackend:
         """
         self._active.clear()
         self._spawner.close()
+        self._transport.close()
 
     def cleanup(self, keep_last: int = 100) -> int:
         """Delete the directories of finished launches but the newest `keep_last`; the count."""

@@ -14,6 +14,9 @@ directory, then rename), so a reader sees a whole record or none:
 - `supervisor.log`: the supervisor's own stdout and stderr (before it opens it, what it
   prints goes to `launches/.supervisors.log`, shared by all).
 
+Every file here is created 0600 and every directory 0700 (`private_dirs`): a launch record
+holds the job's `env`, which may hold API keys and holds the job's secret.
+
 Paths are strings or os.PathLike; only `json` and `os` are imported: the supervisor imports
 this on every replica start.
 """
@@ -45,12 +48,31 @@ def launch_dir(state_dir: PathLike, launch_id: str) -> str:
     return os.path.join(state_dir, LAUNCHES, launch_id)
 
 
+def private_dirs(path: PathLike) -> None:
+    """Create directory `path` and any missing parent, each 0700 (os.makedirs gives the mode
+    to the last one only)."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return
+    private_dirs(os.path.dirname(path))
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return
+
+
+def _create(path: str) -> Any:
+    """Open `path` for writing, created 0600 (or truncated)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
 def write_json(path: PathLike, data: dict[str, Any]) -> None:
     """Write `data` to `path` atomically (temporary file + rename; no fsync: the records must
     survive a killed process, not a power cut)."""
     directory, name = os.path.split(os.fspath(path))
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with _create(tmp) as f:
         f.write(json.dumps(data))
     os.replace(tmp, path)
 
@@ -72,7 +94,7 @@ def claim(directory: PathLike, data: dict[str, Any]) -> dict[str, Any]:
     """
     path = os.path.join(directory, CLAIM)
     tmp = os.path.join(directory, f".{CLAIM}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with _create(tmp) as f:
         f.write(json.dumps(data))
     try:
         os.link(tmp, path)

@@ -1,6 +1,12 @@
 """Hold a replica to its `memory_mb`: a cgroup of its own (v2 or v1), else RSS polling.
 
-`limit_for(launch_id, memory_mb, prefer)` picks the mechanism and prepares it; the supervisor
+Every replica gets a cgroup of its own whenever one can be made, with or without a limit:
+its whole process tree (`setsid` and double-forked descendants included) is killed at the
+end, and the kernel's OOM kills in it are counted (a host OOM kill is reported as out of
+memory, not as a plain SIGKILL). Where no cgroup can be made (or `rss` is chosen), the
+supervisor, a child subreaper, sweeps the replica's descendants instead.
+
+`limit_for(launch_id, memory_mb, prefer, group)` picks the mechanism and prepares it; the supervisor
 then has the child join it before exec (`join`, async-signal-safe enough for a preexec hook),
 asks after the exit whether the kernel killed something for memory (`oom_killed`), kills what
 is left (`kill_all`) and removes the cgroup (`close`).
@@ -12,9 +18,10 @@ is left (`kill_all`) and removes the cgroup (`close`).
   group when it is over the limit. Shared pages count once per process, so it errs on the side
   of killing early.
 
-Each replica's cgroup is `<the supervisor's own cgroup>/perdure/<launch_id>`, so a limit the
-controller itself runs under still applies on top. Paths are plain strings: pathlib costs the
-supervisor start-up time.
+Each replica's cgroup is `<the supervisor's own cgroup>/<group>/<launch_id>`, so a limit the
+controller itself runs under still applies on top; `group` (`group_name`) is one per state
+dir, so two state dirs never share a replica cgroup's name. Paths are plain strings: pathlib
+costs the supervisor start-up time.
 """
 
 from __future__ import annotations
@@ -22,11 +29,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+import zlib
 
 from perdure.backends.local import procs
 
 MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rss")
 CGROUP_PARENT_ENV = "PERDURE_CGROUP_PARENT"
+GROUP_PREFIX = "perdure-"
 RSS_POLL_SECONDS = 0.1
 
 
@@ -85,7 +94,7 @@ class _Cgroup(NoLimit):
     def __init__(self, path: str, owns_parent: bool = False) -> None:
         self.path = path
         self.dir = path
-        self.owns_parent = owns_parent  # `<own cgroup>/perdure`: removed once empty
+        self.owns_parent = owns_parent  # `<own cgroup>/<group>`: removed once empty
 
     def join(self, pid: int | None = None) -> None:
         # Runs between fork and exec: plain os calls only.
@@ -117,7 +126,7 @@ class _Cgroup(NoLimit):
                 self.kill_all()
                 time.sleep(0.02)
         if self.owns_parent:
-            # Leave no empty `perdure` cgroup behind; it fails while other replicas use it.
+            # Leave no empty group cgroup behind; it fails while other replicas use it.
             try:
                 os.rmdir(os.path.dirname(self.dir))
             except OSError:
@@ -167,21 +176,31 @@ class CgroupV2Limit(_Cgroup):
         super().kill_all()
 
 
-def limit_for(launch_id: str, memory_mb: int | None, prefer: str = "auto") -> NoLimit:
-    """Prepare the limit for one replica; raise MemoryLimitError if `prefer` is unavailable."""
-    if memory_mb is None:
-        return NoLimit()
+def group_name(launches_dir: str) -> str:
+    """The cgroup holding one state dir's replica cgroups (no side effects)."""
+    return f"{GROUP_PREFIX}{zlib.crc32(os.fsencode(launches_dir)):08x}"
+
+
+def limit_for(
+    launch_id: str, memory_mb: int | None, prefer: str = "auto", group: str = "perdure"
+) -> NoLimit:
+    """Prepare the limit for one replica; raise MemoryLimitError if `prefer` is unavailable.
+
+    Without `memory_mb`: a cgroup without a limit where one can be made (see the module
+    docstring), else NoLimit."""
     if prefer not in MECHANISMS:
         raise MemoryLimitError(
             f"memory mechanism {prefer!r} is unknown: use one of {', '.join(MECHANISMS)}"
         )
+    if memory_mb is None:
+        return _tracking(launch_id, prefer, group)
     limit = memory_mb * 1024 * 1024
     errors: list[str] = []
     for version in ("cgroup-v2", "cgroup-v1"):
         if prefer not in ("auto", version):
             continue
         try:
-            return _make_cgroup(version, launch_id, limit)
+            return _make_cgroup(version, launch_id, limit, group)
         except OSError as err:
             errors.append(f"{version}: {err}")
     if prefer in ("auto", "rss"):
@@ -192,10 +211,21 @@ def limit_for(launch_id: str, memory_mb: int | None, prefer: str = "auto") -> No
     )
 
 
-def _make_cgroup(version: str, launch_id: str, limit: int) -> NoLimit:
+def _tracking(launch_id: str, prefer: str, group: str) -> NoLimit:
+    if prefer != "rss":
+        for version in ("cgroup-v2", "cgroup-v1"):
+            if prefer in ("auto", version):
+                try:
+                    return _make_cgroup(version, launch_id, None, group)
+                except OSError:
+                    continue
+    return NoLimit()
+
+
+def _make_cgroup(version: str, launch_id: str, limit: int | None, group: str) -> NoLimit:
     owns_parent = not os.environ.get(CGROUP_PARENT_ENV)
     for attempt in range(3):
-        path = os.path.join(_parent_dir(version), launch_id)
+        path = os.path.join(_parent_dir(version, group), launch_id)
         if os.path.exists(path):  # left by a supervisor that was killed: empty it, start over
             _Cgroup(path).close()
         try:
@@ -206,23 +236,25 @@ def _make_cgroup(version: str, launch_id: str, limit: int) -> NoLimit:
                 raise
     try:
         if version == "cgroup-v1":
-            _write(os.path.join(path, "memory.limit_in_bytes"), str(limit))
-            # No swapping past the limit (the file exists only with swap accounting).
-            _try_write(os.path.join(path, "memory.memsw.limit_in_bytes"), str(limit))
+            if limit is not None:
+                _write(os.path.join(path, "memory.limit_in_bytes"), str(limit))
+                # No swapping past the limit (the file exists only with swap accounting).
+                _try_write(os.path.join(path, "memory.memsw.limit_in_bytes"), str(limit))
             # A warm standby joins with torch already imported: bring its anonymous memory
             # along, so it counts as it would in a cold start (v2 cannot move charges).
             _try_write(os.path.join(path, "memory.move_charge_at_immigrate"), "1")
             return CgroupV1Limit(path, owns_parent)
-        _write(os.path.join(path, "memory.max"), str(limit))
-        _try_write(os.path.join(path, "memory.swap.max"), "0")
+        if limit is not None:
+            _write(os.path.join(path, "memory.max"), str(limit))
+            _try_write(os.path.join(path, "memory.swap.max"), "0")
         return CgroupV2Limit(path, owns_parent)
     except OSError:
         os.rmdir(path)
         raise
 
 
-def _parent_dir(version: str) -> str:
-    """Where replica cgroups go: `$PERDURE_CGROUP_PARENT`, else `<own cgroup>/perdure`."""
+def _parent_dir(version: str, group: str) -> str:
+    """Where replica cgroups go: `$PERDURE_CGROUP_PARENT`, else `<own cgroup>/<group>`."""
     override = os.environ.get(CGROUP_PARENT_ENV)
     if override:
         parent = override
@@ -235,7 +267,7 @@ def _parent_dir(version: str) -> str:
             _enable_v2_memory(holder)
         elif not os.path.exists(os.path.join(holder, "memory.limit_in_bytes")):
             raise OSError(f"{holder} is not a cgroup v1 memory directory")
-        parent = os.path.join(holder, "perdure")
+        parent = os.path.join(holder, group)
         os.makedirs(parent, exist_ok=True)
     if version == "cgroup-v2":
         _write_controller(os.path.join(parent, "cgroup.subtree_control"))
@@ -324,7 +356,8 @@ def _read_ints(path: str) -> list[int]:
 def remove_cgroup(path: str) -> None:
     """Kill what is left in a replica's cgroup and remove it (after its supervisor died)."""
     if os.path.isdir(path):
-        _Cgroup(path, owns_parent=os.path.basename(os.path.dirname(path)) == "perdure").close()
+        group = os.path.basename(os.path.dirname(path))
+        _Cgroup(path, owns_parent=group == "perdure" or group.startswith(GROUP_PREFIX)).close()
 
 
 def tree_rss_bytes(pid: int) -> int:

@@ -6,8 +6,10 @@ for it (`LocalBackend.prewarm`): a job of `python -c` replicas never pays for im
 in the background. From then on it keeps `size` standbys, each forked here and warming on its
 own (a few seconds of CPU), replaced REFILL_QUIET seconds after the last launch; a launch
 takes a ready one or, when none is ready, starts cold at once. Nothing here waits for a
-standby. Its state is written to `.warm.json` in the launches directory for tests,
-benchmarks and `LocalBackend.warm_pool_status`.
+standby. After `idle` seconds without a launch that could start warm, it shrinks to zero (the
+template and every standby exit) until the next such launch. Its state is written to
+`.warm.json` in the launches directory for tests, benchmarks, `perdure node ls` (`summary`)
+and `LocalBackend.warm_pool_status`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import time
 
 from perdure.backends.local import layout, procs, supervisor, warm
+from perdure.backends.local.standby import launch_fits, standby_env
 from perdure.backends.local.template import Template
 from perdure.backends.local.template import enabled as template_enabled
 
@@ -39,6 +42,29 @@ HOLD_SECONDS = 30.0
 MAX_FAILURES = 3
 
 
+def summary(state_dir: str | os.PathLike[str]) -> str | None:
+    """One line on the warm pool of the state dir's local backend, for `perdure node ls`;
+    None when it never had one."""
+    status = layout.read_json(os.path.join(state_dir, layout.LAUNCHES, STATUS_FILE))
+    if status is None:
+        return None
+    pid = status.get("spawner_pid")
+    if not isinstance(pid, int) or procs.stat(pid) is None:
+        return "warm pool: none (no controller is running)"
+    idle = f"{float(status.get('idle_seconds') or warm.DEFAULT_IDLE_SECONDS):.0f} s"
+    if status.get("disabled"):
+        return f"warm pool: off ({status['disabled']})"
+    if status.get("shrunk_at"):
+        since = time.strftime("%H:%M:%S", time.localtime(float(status["shrunk_at"])))
+        return (f"warm pool: empty since {since} (no launch for {idle}); refills at the next "
+                "launch that can start warm")
+    if not status.get("active"):
+        return f"warm pool: empty until a launch can start warm (empties after {idle} idle)"
+    return (f"warm pool: {status.get('ready', 0)} ready, {status.get('warming', 0)} warming of "
+            f"{status.get('size')}, template {status.get('template')}; empties after {idle} "
+            "without a launch")
+
+
 class _Slot:
     __slots__ = ("link", "pid", "ready")
 
@@ -56,7 +82,8 @@ class Pool:
     restart of a job finds every one of its replicas a standby.
     """
 
-    def __init__(self, size: int | str, launches_dir: str) -> None:
+    def __init__(self, size: int | str, launches_dir: str,
+                 idle: float = warm.DEFAULT_IDLE_SECONDS) -> None:
         self.auto = size == warm.AUTO
         self.size = warm.DEFAULT_POOL if isinstance(size, str) else size
         self._group = 0  # eligible launches in the current group
@@ -66,12 +93,15 @@ class Pool:
         self.template_failed = False
         self.held: list[tuple[str, float]] = []  # (launch directory, start it cold after)
         self.status_path = os.path.join(launches_dir, STATUS_FILE)
-        self.env = warm.standby_env(dict(os.environ))
+        self.env = standby_env(dict(os.environ))
         self.active = False
         self.slots: dict[int, _Slot] = {}
         self.failures = 0
         self.disabled = "" if self.size > 0 else f"the pool size is 0 (${warm.POOL_ENV})"
         self.used = 0
+        self.idle = idle
+        self._last_use = time.monotonic()
+        self.shrunk_at: float | None = None  # wall clock, for `perdure node ls`
         self._write_status()
 
     def fds(self) -> list[int]:
@@ -81,6 +111,7 @@ class Pool:
     def activate(self) -> None:
         """Start keeping `size` standbys now (idempotent)."""
         self.active = True
+        self._used_now()
         self._refill_at = None
         self._start_template()
         self.refill()
@@ -167,6 +198,7 @@ class Pool:
         one is (template warming or forking one); whether it took it."""
         if not self.disabled and self._eligible(directory):
             self.active = True
+            self._used_now()
             self._grow()
             self._start_template()
             if self._hand(directory):
@@ -199,10 +231,32 @@ class Pool:
         self._refill_at = time.monotonic() + REFILL_QUIET
         self._write_status()
 
+    def _used_now(self) -> None:
+        self._last_use = time.monotonic()
+        self.shrunk_at = None
+
+    def shrink(self) -> None:
+        """Let the template and every standby go (they exit); refilled at the next launch."""
+        for slot in self.slots.values():
+            slot.link.close()  # a standby supervisor at end of input dismisses its child
+        self.slots.clear()
+        if self.template is not None:
+            self.template.close()
+            procs.kill_child(self.template.pid)  # it may be importing torch still
+            self.template = None
+        self.active, self._refill_at = False, None
+        self.shrunk_at = time.time()
+        print(f"warm pool: no launch for {self.idle:.0f}s; emptied", file=sys.stderr)
+        self._write_status()
+
     def due(self) -> list[str]:
-        """Refill if the quiet period after the last launch is over (called every loop);
-        returns held launches that waited too long, to start cold."""
+        """Refill if the quiet period after the last launch is over, empty the pool after
+        `idle` seconds without one (called every loop); returns held launches that waited too
+        long, to start cold."""
         now = time.monotonic()
+        busy = self.slots or self.template is not None
+        if busy and not self.held and now - self._last_use >= self.idle:
+            self.shrink()
         if self._refill_at is not None and now >= self._refill_at:
             self._refill_at = None
             self.refill()
@@ -226,7 +280,7 @@ class Pool:
         if spec is None:
             return False  # the supervisor will report it
         child = supervisor.child_env(spec, directory)
-        return warm.launch_fits(list(spec["command"]), str(spec["cwd"]), child, self.env)
+        return launch_fits(list(spec["command"]), str(spec["cwd"]), child, self.env)
 
     def refill(self) -> None:
         """Fork standbys until there are `size` (ready or warming); never waits for one."""
@@ -280,6 +334,8 @@ class Pool:
             "warming": len(self.slots) - ready,
             "used": self.used,
             "disabled": self.disabled or None,
+            "idle_seconds": self.idle,
+            "shrunk_at": self.shrunk_at,
             "spawner_pid": os.getpid(),
         }
         try:

@@ -12,10 +12,14 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+# What a supervisor handles itself (blocked, then waited for); a standby's child resets them.
+SUPERVISOR_SIGNALS = {signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT,
+                      signal.SIGHUP}
 
 
 class ProcStat:
@@ -135,6 +139,23 @@ def _children(pid: int) -> Iterator[int]:
             continue
 
 
+def kill_descendants(pid: int, timeout: float = 2.0) -> None:
+    """SIGKILL every live descendant of `pid` (this process, a child subreaper) until none is
+    left; what ends stays a zombie for the caller to reap. Bounded by `timeout` (a fork bomb,
+    say, or a process stuck in the kernel)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in tree(pid)[1:] if (info := stat(p)) is not None and info.alive]
+        if not alive:
+            return
+        for victim in alive:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+        time.sleep(0.005)  # let them die; an orphan of theirs comes back to us meanwhile
+
+
 def rss_bytes(pids: list[int]) -> int:
     """The summed resident set size of `pids` (shared pages count once per process)."""
     page = os.sysconf("SC_PAGE_SIZE")
@@ -162,6 +183,26 @@ def session_members(sid: int, min_start_ticks: int) -> list[ProcStat]:
         if info and info.sid == sid and info.alive and info.start_ticks >= min_start_ticks:
             members.append(info)
     return members
+
+
+def environ_members(entry: bytes, min_start_ticks: int) -> list[ProcStat]:
+    """Live processes (of this user) whose environment holds `entry` (b"NAME=value"), started
+    no earlier than `min_start_ticks`: a replica's descendants that left its session and were
+    reparented away, found by the variable its supervisor gave it (unless they cleared it)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if entry not in f.read().split(b"\0"):
+                    continue
+        except OSError:  # gone, or another user's
+            continue
+        info = stat(int(name))
+        if info and info.alive and info.start_ticks >= min_start_ticks:
+            found.append(info)
+    return found
 
 
 _libc: list[ctypes.CDLL] = []
@@ -201,6 +242,15 @@ def reap_children() -> None:
             return
         if pid == 0:
             return
+
+
+def kill_child(pid: int) -> None:
+    """SIGKILL a child of this process that has not been reaped (so its pid is still its own);
+    the caller's reaper reaps it."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
 
 
 def stdin_from_devnull() -> None:

@@ -36,7 +36,8 @@ def check_launch(launch: Launch, nodes: set[str], inherit_env: bool) -> None:
         raise LaunchError(f"cannot launch {what}: memory_mb={launch.memory_mb} must be > 0")
     if not os.path.isdir(launch.cwd):
         raise LaunchError(
-            f"cannot launch {what}: its working directory {launch.cwd} does not exist"
+            f"cannot launch {what}: its working directory {launch.cwd} does not exist",
+            user_error=True,
         )
     if not launch.command:
         raise LaunchError(f"cannot launch {what}: its command is empty")
@@ -52,7 +53,8 @@ def _check_executable(what: str, launch: Launch, inherit_env: bool) -> None:
         problem = "does not exist" if not os.path.exists(path) else "is not executable"
         raise LaunchError(
             f"cannot launch {what}: the command's executable {path} {problem}; "
-            "check the pool's `command` and the job's workdir"
+            "check the pool's `command` and the job's workdir",
+            user_error=True,
         )
     # The supervisor execs with the replica's environment, so look up its PATH.
     path_var = launch.env.get("PATH", os.environ.get("PATH") if inherit_env else None)
@@ -60,7 +62,8 @@ def _check_executable(what: str, launch: Launch, inherit_env: bool) -> None:
     if shutil.which(exe, path=search) is None:
         raise LaunchError(
             f"cannot launch {what}: the command's executable {exe!r} is not on its "
-            f"PATH ({search}); check the pool's `command` or give the full path"
+            f"PATH ({search}); check the pool's `command` or give the full path",
+            user_error=True,
         )
 
 
@@ -86,13 +89,20 @@ def signal_replica(state_dir: Path | str, launch_id: str, sig: int) -> int:
     return pid
 
 
-def kill_leftovers(status: dict[str, Any]) -> None:
+def kill_leftovers(status: dict[str, Any], directory: str) -> None:
     """After a supervisor died: kill what its replica left (the replica died of PDEATHSIG).
 
     Every replica leads a session of its own; its members started no earlier than it did.
+    Its cgroup, if it had one, holds the rest; else descendants that left the session are
+    found by the error-file variable its supervisor gave it (`supervisor.child_env`).
     """
     if "pid" in status:
-        for member in procs.session_members(int(status["pid"]), int(status["start_ticks"])):
+        since = int(status["start_ticks"])
+        leftovers = procs.session_members(int(status["pid"]), since)
+        if not isinstance(status.get("cgroup"), str):
+            marker = f"PERDURE_ERROR_FILE={os.path.join(directory, layout.ERROR)}"
+            leftovers += procs.environ_members(os.fsencode(marker), since)
+        for member in leftovers:
             procs.send_signal(member.pid, member.start_ticks, signal.SIGKILL)
     cgroup = status.get("cgroup")
     if isinstance(cgroup, str):

@@ -21,13 +21,17 @@ _ZYGOTE_CODE = "from perdure.backends.local.zygote import main; main()"
 class Spawner:
     """Starts the spawner process on first use and hands it launch directories."""
 
-    def __init__(self, launches_dir: str, warm_pool: int | str = 0) -> None:
+    def __init__(self, launches_dir: str, warm_pool: int | str = 0,
+                 warm_idle: float = 600.0) -> None:
         self.launches_dir = launches_dir
         self.warm_pool = warm_pool
+        self.warm_idle = warm_idle
         # The spawner and its supervisors print here until a supervisor has opened its own
         # supervisor.log (an import error, say); one descriptor for all of them.
         self.log_path = os.path.join(launches_dir, layout.EARLY_LOG)
-        self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC)
+        self._log = os.open(
+            self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+        )
         self.process: subprocess.Popen[bytes] | None = None
 
     def send(self, directory: str) -> subprocess.Popen[bytes]:
@@ -61,7 +65,7 @@ class Spawner:
             return self.process
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _ZYGOTE_CODE, str(self.warm_pool)],
+                [sys.executable, "-c", _ZYGOTE_CODE, str(self.warm_pool), repr(self.warm_idle)],
                 stdin=subprocess.PIPE,
                 stdout=self._log,
                 stderr=self._log,

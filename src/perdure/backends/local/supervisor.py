@@ -9,7 +9,8 @@ escalation, the memory limit and the exit record survive a controller crash:
 3. write `status.json`; then wait, handling stop requests (SIGUSR1: read `stop.json`, signal
    the group, SIGKILL it at the deadline), RSS polling, and SIGTERM/SIGINT/SIGHUP sent to the
    supervisor itself (forwarded to the replica, SIGKILL after 10 s);
-4. when the replica exits, SIGKILL whatever it left in its group or cgroup, and write
+4. when the replica exits, SIGKILL whatever it left in its group, its cgroup (every replica
+   gets one where one can be made, see `memory`) or below the supervisor, and write
    `exit.json`: exit code, signal, out-of-memory, exit time, peak RSS and the error it
    reported (error file, else the traceback at the end of its stderr).
 
@@ -28,15 +29,14 @@ import sys
 import time
 
 from perdure.backends.local import layout, memory, procs
+from perdure.backends.local.standby import Standby, launch_fits
 from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from perdure.backends.local.warm import Standby
-
-HANDLED_SIGNALS = {signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+HANDLED_SIGNALS = procs.SUPERVISOR_SIGNALS
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
 SELF_STOP_GRACE_SECONDS = 10.0
 STDERR_TAIL_BYTES = 64 * 1024
@@ -86,6 +86,7 @@ class Supervisor:
                 self.spec["launch_id"],
                 self.spec.get("memory_mb"),
                 self.spec.get("memory_mechanism", "auto"),
+                memory.group_name(os.path.dirname(self.dir)),
             )
             self._spawn()
         except (OSError, ValueError, memory.MemoryLimitError) as err:
@@ -108,15 +109,16 @@ class Supervisor:
     def _spawn(self) -> None:
         stdout_path, stderr_path = self.spec["stdout"], self.spec["stderr"]
         for path in (stdout_path, stderr_path):
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            layout.private_dirs(os.path.dirname(path) or ".")
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
         zone = time.strftime("%z", time.localtime(now))
         header = (
             f"=== {self.spec['launch_id']} started {stamp}.{int(now % 1 * 1000):03d}{zone} ===\n"
         )
-        out_fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        err_fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # Private: what a replica prints may include its environment (API keys).
+        out_fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        err_fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         null_fd = os.open(os.devnull, os.O_RDONLY)
         try:
             os.write(out_fd, header.encode())
@@ -143,10 +145,8 @@ class Supervisor:
         standby, self.standby = self.standby, None
         if standby is None:
             return 0
-        from perdure.backends.local import warm
-
         command, cwd = list(self.spec["command"]), self.spec["cwd"]
-        if not warm.launch_fits(command, cwd, env, standby.env):
+        if not launch_fits(command, cwd, env, standby.env):
             standby.dismiss()
             return 0
         try:
@@ -188,7 +188,10 @@ class Supervisor:
                 "create_time": procs.create_time(ticks) if child else self.started_at,
                 "started_at": self.started_at,
                 "memory_mechanism": self.limit.mechanism,
+                "memory_mb": self.spec.get("memory_mb"),
                 "cgroup": self.limit.path,
+                # how the replica's whole process tree is found and killed at the end
+                "tree": self.limit.mechanism if self.limit.path else "subreaper",
                 "warm": self.warm,
             },
         )
@@ -256,9 +259,12 @@ class Supervisor:
 
     def _finish(self) -> int:
         exit_time = time.time()
-        # The replica is a zombie, so its group id cannot be reused yet: kill what it left.
+        # The replica is a zombie, so its group id cannot be reused yet: kill what it left,
+        # in its group, its cgroup, and (a subreaper: orphans come back to us) anywhere below
+        # us, such as a `setsid` daemon.
         procs.kill_group(self.pid, signal.SIGKILL)
         self.limit.kill_all()
+        procs.kill_descendants(self.own_pid)
         _, status, usage = os.wait4(self.pid, 0)
         self._reap_orphans()
         code = os.waitstatus_to_exitcode(status)
@@ -324,7 +330,9 @@ def serve(directory: str, standby: Standby | None = None) -> int:
     # From here on, what the supervisor prints goes to its own log (the backend gave it a
     # shared one, which it cannot open per launch without slowing launch() down).
     log = os.open(
-        os.path.join(directory, layout.SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        os.path.join(directory, layout.SUPERVISOR_LOG),
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+        0o600,
     )
     os.dup2(log, 1)
     os.dup2(log, 2)

@@ -162,8 +162,8 @@ def _become(launch: dict[str, Any]) -> None:
     os.environ.update(launch["env"])
     os.chdir(launch["cwd"])
     null = os.open(os.devnull, os.O_RDONLY)
-    out = os.open(launch["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    err = os.open(launch["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    out = os.open(launch["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    err = os.open(launch["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     for fd, target in ((null, 0), (out, 1), (err, 2)):
         os.dup2(fd, target)
         os.close(fd)

@@ -11,7 +11,8 @@ It also keeps the pool of warm standby replicas (`pool`): a launch that can star
 to a ready standby instead of a fresh supervisor. The line `+warm` starts filling the pool
 before any launch needs it. Standbys not yet used exit with the spawner.
 
-Run as `python -c "from perdure.backends.local.zygote import main; main()" [POOL_SIZE]`.
+Run as `python -c "from perdure.backends.local.zygote import main; main()" [POOL_SIZE
+[IDLE_SECONDS]]`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ PREWARM = b"+warm"
 
 def main() -> None:
     """Fork a supervisor for every launch directory read from stdin, until end of input."""
-    pool = Pool(warm.pool_size(sys.argv[1] if len(sys.argv) > 1 else None), os.getcwd())
+    args = sys.argv[1:]
+    pool = Pool(warm.pool_size(args[0] if args else None), os.getcwd(),
+                warm.idle_seconds(args[1] if len(args) > 1 else None))
     buffered = b""
     while True:
         ready, _, _ = select.select([0, *pool.fds()], [], [], REAP_SECONDS)

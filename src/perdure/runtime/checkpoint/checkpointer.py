@@ -6,7 +6,8 @@
     step = ckpt.restore_latest(state)                # in place; None when there is none
 
 Per save, training waits only while this rank's share of the state is copied into reusable
-host buffers; writing, the commit and retention run in a background thread (or a writer
+host buffers (what only an optimizer changes is copied in the background, before that
+optimizer's next step); writing, the commit and retention run in a background thread (or a writer
 process with ``persist="process"``). One save is in flight at a time; the next one waits for
 it, or skips (``SavePolicy(on_busy="skip")``). Every rank calls ``save``/``restore_latest`` at
 the same point, as with any collective.
@@ -14,7 +15,7 @@ the same point, as with any collective.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
 import os
 import tempfile
@@ -27,24 +28,25 @@ from typing import Any
 
 import torch
 
-from perdure.runtime.checkpoint import commit, values
+from perdure.runtime import goodput
+from perdure.runtime.checkpoint import commit, schedule, values
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, UnsupportedValueError
+from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
-from perdure.runtime.checkpoint.metadata import decode_metadata
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
 from perdure.runtime.checkpoint.plan import Plan, make_plan, signature
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.procwriter import WriterProcess
-from perdure.runtime.checkpoint.restore import restore
-from perdure.runtime.checkpoint.staging import HostBuffers
+from perdure.runtime.checkpoint.staging import HostBuffers, StepGate, optimizer_storages
 from perdure.runtime.checkpoint.storage import Storage, make_storage
 from perdure.runtime.checkpoint.tree import flatten
 
 log = logging.getLogger("perdure.checkpoint")
 ENV_STAGING = "PERDURE_STAGING_DIR"
 _PERSIST_MODES = ("thread", "process")
+_STAGE_MODES = ("deferred", "sync")
 
 
 @dataclass
@@ -52,6 +54,8 @@ class _Prepared:
     flat: dict[str, Any]
     paths: dict[str, KeyPath]
     signature: int
+    optimizers: list[torch.optim.Optimizer]
+    defer: frozenset[int]  # storages only the optimizers change: staged in the background
 
 
 @dataclass
@@ -59,6 +63,7 @@ class _InFlight:
     thread: threading.Thread | None
     stats: SaveStats
     error: BaseException | None = None
+    gate: StepGate | None = None
 
     @property
     def done(self) -> bool:
@@ -71,13 +76,19 @@ class Checkpointer:
     url: None reads $PERDURE_CHECKPOINT_DIR (set by perdure's controller).
     keep: committed checkpoints to keep (None keeps all).
     policy: when ``maybe_save`` saves, and whether a save that finds one in flight waits or
-        skips.
+        skips; None follows the spec's ``checkpoint`` settings (every_steps, every_seconds,
+        every: auto), as the controller passes them (see ``schedule``).
     async_save: False makes every save blocking.
     persist: "thread" (default) or "process": where the background writing runs; a process
         keeps serialisation off the training process's GIL and is started right away.
     staging_dir: a fast local directory to write shards to before uploading them to ``url``
         (default for non-local URLs: $PERDURE_STAGING_DIR or the system temp dir; a local
         ``url`` is written in place unless a staging_dir is given).
+    stage: "deferred" (default): tensors only an optimizer in the state changes are copied in
+        the background while the next step's forward and backward run, and that optimizer's
+        next ``step()`` waits for the copy; "sync": everything is copied before ``save``
+        returns. A deferred tensor changed in place by anything but its optimizer before its
+        copy fails that save with an error that says so (never a mixed checkpoint).
     timeout_s: how long a checkpoint collective waits for the other ranks.
     storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
     """
@@ -91,6 +102,7 @@ class Checkpointer:
         async_save: bool = True,
         persist: str = "thread",
         staging_dir: str | os.PathLike[str] | None = None,
+        stage: str = "deferred",
         timeout_s: float = 1800.0,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -98,15 +110,20 @@ class Checkpointer:
             raise ValueError(f"keep is {keep!r}; it must be an int >= 1, or None to keep all.")
         if persist not in _PERSIST_MODES:
             raise ValueError(f"persist is {persist!r}; it must be one of {_PERSIST_MODES}.")
+        if stage not in _STAGE_MODES:
+            raise ValueError(f"stage is {stage!r}; it must be one of {_STAGE_MODES}.")
+        self.stage = stage
         self.storage: Storage = make_storage(url, **dict(storage_options or {}))
         self.keep = keep
-        self.policy = policy or SavePolicy()
+        self.policy, interval_file = (policy, None) if policy else schedule.policy_from_env()
+        self._schedule = schedule.SaveSchedule(interval_file)
         self.async_save = async_save
         self.persist = persist
         self.staging_dir = _staging_dir(self.storage, staging_dir)
         self.timeout_s = timeout_s
         self.last_save: SaveStats | None = None
         self.skipped_partial: list[str] = []
+        self.restore_failures: list[str] = []
         self._comm: Comm | None = None
         self._plan: Plan | None = None
         self._buffers: HostBuffers | None = None
@@ -149,7 +166,8 @@ class Checkpointer:
             self._plan is None or prepared.signature != self._plan.signature
         )
         busy = self._inflight is not None and not self._inflight.done
-        votes = comm.agree([int(problem is None), int(busy), int(changed)])
+        votes = comm.agree([int(problem is None), int(busy), int(changed), url_key(self.url)])
+        self._check_same_url(comm, votes)
         self._raise_if_unprepared(step, votes, problem)
         if any(v[1] for v in votes) and self.policy.on_busy is OnBusy.SKIP:
             log.info("skipped the save of step %d: the previous save is still persisting", step)
@@ -166,15 +184,26 @@ class Checkpointer:
         return True
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
-        """Save if the policy says ``step`` is due (rank 0 decides timed saves for all ranks)."""
-        decision = self.policy.decide(step, time.monotonic(), self._last_step, self._last_time)
-        due = decision.save
-        comm = self._comm_()
-        if self.policy.uses_clock and comm.world > 1:
-            due = bool(comm.agree([int(due)])[0][0])
+        """Save if the policy says ``step`` is due (rank 0 decides timed saves for all ranks).
+
+        On a preemption notice to any rank, every rank saves the same step, waits for the
+        commit and exits suspended: a script that calls this every step needs nothing else.
+        """
+        now = time.monotonic()
+        self.policy = self._schedule.refresh(self.policy, now)
+        decision = self.policy.decide(step, now, self._last_step, self._last_time)
+        due, notice = self._schedule.decide(self.policy, decision.save, self._comm_())
+        if notice:
+            if step != self._last_step:
+                self.save(step, state, blocking=True)
+            self.wait()
+            schedule.exit_suspended()
         if not due:
             return False
-        return self.save(step, state)
+        saved = self.save(step, state)
+        if saved and self._inflight is not None:  # the blocking cost `every: auto` is chosen by
+            goodput.checkpoint_saved(step, self._inflight.stats.blocked_s)
+        return saved
 
     def _try_prepare(
         self, state: Mapping[str, Any], rank: int
@@ -190,7 +219,9 @@ class Checkpointer:
                         f"state value {fqn!r} is a {value.layout} tensor; only dense (strided) "
                         "tensors can be checkpointed. Convert it with .to_dense()."
                     )
-            return _Prepared(flat, paths, signature(flat, paths)), None
+            optimizers, defer = (optimizer_storages(state) if self.stage == "deferred"
+                                 else ([], frozenset()))
+            return _Prepared(flat, paths, signature(flat, paths), optimizers, defer), None
         except Exception as exc:
             return None, exc
 
@@ -225,7 +256,7 @@ class Checkpointer:
         assert self._plan is not None and self._buffers is not None
         step = stats.step
         start = time.perf_counter()
-        staged = self._buffers.stage(prepared.flat, self._plan.items)
+        staged, pending = self._buffers.stage(prepared.flat, self._plan.items, prepared.defer)
         stats.extra["stage_s"] = time.perf_counter() - start
         self._seq += 1
         dir_name = (
@@ -234,7 +265,7 @@ class Checkpointer:
             else commit.final_name(step)
         )
         job = SaveJob(step, dir_name, staged, self._buffers, self._plan.metadata,
-                      self._plan.paths, comm.world)
+                      self._plan.paths, comm.world, pending, background)
         self._last_step, self._last_time = step, time.monotonic()
         persister = self._persister(comm)
         # What training waited for in save(), besides a previous save still in flight.
@@ -248,6 +279,8 @@ class Checkpointer:
         inflight.thread = threading.Thread(
             target=self._run, args=(persister, job, inflight), name="perdure-checkpoint-persist"
         )
+        if pending:  # opened by the thread once the pending copies are done
+            job.gate = inflight.gate = StepGate(prepared.optimizers)
         self._inflight = inflight
         inflight.thread.start()
 
@@ -273,6 +306,10 @@ class Checkpointer:
             return
         if inflight.thread is not None:
             inflight.thread.join()
+        if inflight.gate is not None:
+            inflight.gate.remove()
+            inflight.stats.extra["step_wait_s"] = inflight.gate.waited_s
+            inflight.stats.blocked_s += inflight.gate.waited_s
         self._inflight = None
         self.last_save = inflight.stats
         if inflight.error is not None:
@@ -284,7 +321,10 @@ class Checkpointer:
         """Load the newest committed checkpoint into ``state`` in place; return its step.
 
         Returns None when there is none. Partial checkpoints (crashed saves) are skipped, named
-        in the log and in ``skipped_partial``, and never loaded.
+        in the log and in ``skipped_partial``, and never loaded. A committed checkpoint that
+        fails to load for any reason (a checksum that differs, a read error, a state that does
+        not fit) is named with the reason in the log and in ``restore_failures``, and the one
+        before it is tried; the error is raised only when none loads.
         """
         return self._restore(state, None)
 
@@ -298,41 +338,30 @@ class Checkpointer:
         self.wait()
         comm = self._comm_()
         st.check_state(state)
-        choice: Any = None
-        if comm.rank == 0:
-            try:
-                choice = self._choose(step)
-            except Exception as exc:  # every rank raises it, none waits for the others
-                choice = ("error", None, f"{type(exc).__name__}: {exc}", [])
-        name, found, doc, skipped = comm.broadcast_object(choice)
-        if name == "error":
-            raise CheckpointError(f"cannot list the checkpoints in {self.url}: {doc}")
-        self.skipped_partial = list(skipped)
-        for line in skipped:
-            log.warning("%s", line)
-        if name is None:
-            if step is None:
-                return None
-            raise CheckpointError(
-                f"there is no committed checkpoint of step {step} in {self.url}; committed "
-                f"steps: {doc}. Pick one of those, or use restore_latest()."
-            )
-        md, paths = decode_metadata(doc)
-        restore(state, self.storage, name, md, paths, comm)
-        self._last_step, self._last_time = found, time.monotonic()
-        return int(found)
+        self._check_same_url(comm, comm.agree([url_key(self.url)]))
+        outcome = restore_newest(state, self.storage, comm, step)
+        self.skipped_partial = outcome.skipped
+        self.restore_failures = outcome.failed
+        if outcome.step is None:
+            return None
+        self._last_step, self._last_time = outcome.step, time.monotonic()
+        return outcome.step
 
-    def _choose(self, step: int | None) -> tuple[str | None, int | None, Any, list[str]]:
-        found = commit.scan(self.storage)
-        skipped = [p.describe() for p in found.partial]
-        if step is None:
-            chosen = found.latest
-        else:
-            chosen = next((c for c in found.complete if c.step == step), None)
-        if chosen is None:
-            return None, None, [c.step for c in found.complete], skipped
-        doc = json.loads(self.storage.read_bytes(f"{chosen.name}/{commit.METADATA_JSON}"))
-        return chosen.name, chosen.step, doc, skipped
+    def _check_same_url(self, comm: Comm, votes: list[list[int]]) -> None:
+        """Raise on every rank when the ranks were given different checkpoint URLs (the last
+        value of each rank's votes is its url_key), showing each URL."""
+        if len({v[-1] for v in votes}) <= 1:
+            return
+        urls = comm.all_gather_object(self.url, control=True)
+        by_url: dict[str, list[int]] = {}
+        for rank, url in enumerate(urls):
+            by_url.setdefault(url, []).append(rank)
+        shown = "; ".join(f"rank(s) {ranks}: {url}" for url, ranks in by_url.items())
+        raise CheckpointError(
+            f"the ranks were given different checkpoint URLs ({shown}); every rank must pass "
+            "the same url to Checkpointer (a directory or bucket they all reach), not a "
+            "per-process path."
+        )
 
     def steps(self) -> list[int]:
         """Steps of the committed checkpoints, oldest first."""
@@ -358,6 +387,11 @@ class Checkpointer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def url_key(url: str) -> int:
+    """A 56-bit hash of a checkpoint URL, for the ranks to compare cheaply. No side effects."""
+    return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=7).digest(), "little")
 
 
 def _staging_dir(storage: Storage, given: str | os.PathLike[str] | None) -> Path | None:

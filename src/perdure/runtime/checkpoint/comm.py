@@ -57,13 +57,14 @@ class Comm:
         dist.all_gather(out, mine, group=self._ctrl)
         return [[int(v) for v in t.tolist()] for t in out]
 
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj`` on the data group (objects travel between this job's ranks)."""
+    def all_gather_object(self, obj: Any, *, control: bool = False) -> list[Any]:
+        """Every rank's ``obj`` on the data group, or the control group (``control``: from the
+        training thread while a save may use the data group)."""
         if self.world == 1:
             return [obj]
         self._ensure_groups()
         out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj, group=self._data)
+        dist.all_gather_object(out, obj, group=self._ctrl if control else self._data)
         return out
 
     def gather_object(self, obj: Any) -> list[Any] | None:

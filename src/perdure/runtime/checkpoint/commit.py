@@ -7,7 +7,7 @@ Layout under the checkpoint URL::
         .metadata                  DCP's metadata (pickle; read by stock dcp.load only)
         perdure.json               the same metadata as JSON (read by perdure's restore)
         COMMITTED                  the commit marker, written last (JSON: step, world size,
-                                   time, every file and its size)
+                                   time, every file with its size and checksum)
     step-00000200.tmp-<token>/     a save in progress, or the leftover of a crashed one
 
 The strategy is Orbax's: write to a temporary place, write the marker last (after every shard
@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from perdure.runtime.checkpoint import checksum
 from perdure.runtime.checkpoint.storage import Storage
 
 MARKER = "COMMITTED"
@@ -93,15 +94,43 @@ class Scan:
         return self.complete[-1] if self.complete else None
 
 
-def marker_doc(step: int, world_size: int, files: dict[str, int]) -> dict[str, Any]:
-    """The commit marker's content. No side effects."""
-    return {
+def marker_doc(
+    step: int,
+    world_size: int,
+    files: dict[str, int],
+    crcs: tuple[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    """The commit marker's content: every file's size and (algorithm, checksum per file).
+    No side effects."""
+    doc: dict[str, Any] = {
         "format": FORMAT,
         "step": step,
         "world_size": world_size,
         "saved_at": time.time(),
         "files": dict(sorted(files.items())),
     }
+    if crcs is not None:
+        doc["checksum"] = crcs[0]
+        doc["checksums"] = {f: checksum.text(c) for f, c in sorted(crcs[1].items())}
+    return doc
+
+
+def verify_file(marker: dict[str, Any], file: str, data: bytes) -> str | None:
+    """Why ``data`` is not the ``file`` the commit marker recorded, or None when it is (or the
+    marker predates checksums). No side effects."""
+    algorithm = marker.get("checksum")
+    if algorithm is None:
+        return None
+    if not checksum.supported(algorithm):
+        return f"{file}: cannot verify its {algorithm} checksum here (install crc32c)"
+    expected = checksum.parse(marker.get("checksums", {}).get(file))
+    found = checksum.update(algorithm, 0, data)
+    if expected is None:
+        return f"{file}: the commit marker records no checksum for it"
+    if found != expected:
+        return (f"{file} is corrupt: its {algorithm} is {checksum.text(found)}, the commit "
+                f"marker recorded {checksum.text(expected)}")
+    return None
 
 
 def scan(storage: Storage, verify: bool = True) -> Scan:

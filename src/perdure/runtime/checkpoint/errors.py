@@ -13,3 +13,7 @@ class CheckpointMismatchError(CheckpointError):
 
 class UnsupportedValueError(CheckpointError, TypeError):
     """A state value cannot be stored without pickling arbitrary objects."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """A checkpoint's bytes are not what its commit recorded (a checksum or a size differs)."""

@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
+from perdure.runtime.checkpoint import checksum
 from perdure.runtime.checkpoint.shared import dtype_from_name, dtype_name
 
 __all__ = ["dtype_from_name", "dtype_name"]
@@ -35,8 +36,15 @@ Path = tuple[PathStep, ...]
 DCP_VERSION = "1.0.0"
 
 
-def encode_metadata(md: Metadata, paths: dict[str, Path]) -> dict[str, Any]:
-    """JSON-ready form of the tensor/bytes layout, storage locations and key paths."""
+Checksums = tuple[str, dict[MetadataIndex, int]]
+"""The algorithm and each stored item's checksum (of its bytes in the shard file)."""
+
+
+def encode_metadata(
+    md: Metadata, paths: dict[str, Path], checksums: Checksums | None = None
+) -> dict[str, Any]:
+    """JSON-ready form of the tensor/bytes layout, storage locations, key paths and, when
+    given, each item's checksum."""
     entries: dict[str, Any] = {}
     for fqn, item in md.state_dict_metadata.items():
         if isinstance(item, TensorStorageMetadata):
@@ -48,23 +56,43 @@ def encode_metadata(md: Metadata, paths: dict[str, Path]) -> dict[str, Any]:
             }
         else:
             entries[fqn] = {"kind": "bytes"}
+    crcs = checksums[1] if checksums is not None else {}
     storage = []
     for index, info in (md.storage_data or {}).items():
-        storage.append(
-            {
-                "fqn": index.fqn,
-                "offset": None if index.offset is None else list(index.offset),
-                "index": index.index,
-                "file": info.relative_path,
-                "start": info.offset,
-                "length": info.length,
-            }
-        )
-    return {
+        entry = {
+            "fqn": index.fqn,
+            "offset": None if index.offset is None else list(index.offset),
+            "index": index.index,
+            "file": info.relative_path,
+            "start": info.offset,
+            "length": info.length,
+        }
+        if index in crcs:
+            entry["crc"] = checksum.text(crcs[index])
+        storage.append(entry)
+    doc = {
         "entries": entries,
         "storage": storage,
         "paths": {fqn: [list(step) for step in path] for fqn, path in paths.items()},
     }
+    if checksums is not None:
+        doc["checksum"] = checksums[0]
+    return doc
+
+
+def decode_checksums(doc: dict[str, Any]) -> Checksums | None:
+    """The item checksums ``encode_metadata`` recorded; None for a checkpoint without them
+    (saved before perdure recorded checksums)."""
+    algorithm = doc.get("checksum")
+    if algorithm is None:
+        return None
+    crcs: dict[MetadataIndex, int] = {}
+    for s in doc["storage"]:
+        crc = checksum.parse(s.get("crc"))
+        if crc is None:
+            raise ValueError(f"storage entry {s.get('fqn')!r} has no valid checksum")
+        crcs[MetadataIndex(s["fqn"], s["offset"], s["index"])] = crc
+    return str(algorithm), crcs
 
 
 def decode_metadata(doc: dict[str, Any]) -> tuple[Metadata, dict[str, Path]]:

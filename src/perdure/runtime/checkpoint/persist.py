@@ -26,13 +26,20 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.storage import WriteResult
 
-from perdure.runtime.checkpoint import commit
+from perdure.runtime.checkpoint import checksum, commit
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError
 from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
+from perdure.runtime.checkpoint.priority import lower_this_thread
 from perdure.runtime.checkpoint.procwriter import WriterProcess
-from perdure.runtime.checkpoint.staging import HostBuffers, StagedItem
+from perdure.runtime.checkpoint.staging import (
+    HostBuffers,
+    Pending,
+    StagedItem,
+    StepGate,
+    copy_pending,
+)
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.writer import shard_name, write_payloads
 
@@ -50,6 +57,9 @@ class SaveJob:
     metadata: Metadata
     paths: dict[str, KeyPath]
     world: int
+    pending: list[Pending] = field(default_factory=list)  # copies staging left to us
+    background: bool = False  # runs in its own thread: may lower that thread's priority
+    gate: StepGate | None = None  # opened once the pending copies are done
 
 
 @dataclass
@@ -59,8 +69,11 @@ class SaveStats:
     blocked_s: time save() held training (preparing, agreeing with the other ranks, the
     staging copy), not counting a wait for the previous save (extra["waited_s"]).
     persist_s: from the start of writing until every rank knew the save was committed.
-    extra: stage_s, write_s, gathered_s, waited_s; on rank 0 also commit_s (metadata, marker,
-    rename), committed_s (from the start until the checkpoint was published) and retain_s.
+    With deferred staging, blocked_s includes the optimizer's wait for the background copies
+    (extra["step_wait_s"]), once the save is finished.
+    extra: stage_s, deferred_s (the background copies), write_s, gathered_s, waited_s,
+    step_wait_s; on rank 0 also commit_s (metadata, marker, rename), committed_s (from the
+    start until the checkpoint was published) and retain_s.
     """
 
     step: int
@@ -69,6 +82,18 @@ class SaveStats:
     bytes_written: int = 0
     name: str | None = None
     extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Shard:
+    """One rank's outcome of writing its shard, as rank 0 gathers it (error: why it failed)."""
+
+    error: str | None
+    results: list[WriteResult] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)
+    crcs: dict[str, int] = field(default_factory=dict)  # file -> checksum of the whole file
+    item_crcs: list[int] = field(default_factory=list)  # one per result
+    dir_name: str = ""
 
 
 class Persister:
@@ -91,12 +116,15 @@ class Persister:
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
         start = time.perf_counter()
+        problem = self._stage_pending(job, stats)
+        if job.background:
+            lower_this_thread()  # from here on, take only what training leaves idle
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
-        mine = self._write_local(job)
+        mine = self._write_local(job) if problem is None else Shard(problem)
         stats.extra["write_s"] = time.perf_counter() - start
-        if mine[0] == "ok":
-            stats.bytes_written = sum(mine[2].values())
+        if mine.error is None:
+            stats.bytes_written = sum(mine.sizes.values())
         outcomes = self.comm.gather_object(mine)
         stats.extra["gathered_s"] = time.perf_counter() - start
         verdict: Any = None
@@ -109,6 +137,20 @@ class Persister:
                                   f"{verdict[1]}")
         stats.name = verdict[1]
         return str(verdict[1])
+
+    def _stage_pending(self, job: SaveJob, stats: SaveStats) -> str | None:
+        """Make the copies staging deferred, then let the optimizers step; why not, or None."""
+        start = time.perf_counter()
+        try:
+            copy_pending(job.pending)
+            return None
+        except Exception as exc:
+            log.error("rank %d: %s", self.comm.rank, exc)
+            return f"rank {self.comm.rank}: {exc}"
+        finally:
+            if job.gate is not None:
+                job.gate.open()
+            stats.extra["deferred_s"] = time.perf_counter() - start
 
     def _retain(self, current: str, stats: SaveStats) -> None:
         # After the commit, before the other ranks hear of it: none of them can start its next
@@ -140,48 +182,50 @@ class Persister:
         if problem is not None:
             raise CheckpointError(f"save of step {step} to {self.storage.url} failed: {problem}")
 
-    def _write_local(self, job: SaveJob) -> tuple[Any, ...]:
+    def _write_local(self, job: SaveJob) -> Shard:
         file = shard_name(self.comm.rank)
         try:
             target = self.storage.local_path(f"{job.dir_name}/{file}")
             if self.staging_dir is None and target is not None:
                 self.storage.makedirs(job.dir_name)
-                results, size = self._write(job, target, file, fsync=True)
+                shard = self._write(job, target, file, fsync=True)
             else:
                 if self.staging_dir is None:
                     raise CheckpointError(f"{self.storage.url} is not local: set staging_dir")
                 local_dir = self.staging_dir / job.dir_name
                 local_dir.mkdir(parents=True, exist_ok=True)
                 try:
-                    results, size = self._write(job, local_dir / file, file, fsync=False)
+                    shard = self._write(job, local_dir / file, file, fsync=False)
                     self.storage.makedirs(job.dir_name)
                     self.storage.put_file(local_dir / file, f"{job.dir_name}/{file}")
                 finally:
                     shutil.rmtree(local_dir, ignore_errors=True)
-            return ("ok", results, {file: size}, job.dir_name)
+            return shard
         except Exception as exc:  # reported to every rank through the gather
             log.exception("rank %d failed to write its shard of step %d", self.comm.rank, job.step)
-            return ("error", f"rank {self.comm.rank}: {type(exc).__name__}: {exc}")
+            return Shard(f"rank {self.comm.rank}: {type(exc).__name__}: {exc}")
 
-    def _write(
-        self, job: SaveJob, path: Path, file: str, *, fsync: bool
-    ) -> tuple[list[WriteResult], int]:
+    def _write(self, job: SaveJob, path: Path, file: str, *, fsync: bool) -> Shard:
+        algorithm = checksum.ALGORITHM
         if self.writer is not None:
-            spans, size = self.writer.write(job.buffers, path, job.staged, fsync=fsync)
+            written = self.writer.write(job.buffers, path, job.staged, fsync=fsync,
+                                        algorithm=algorithm)
         else:
             payloads = [e.data if e.data is not None else e.tensor for e in job.staged]
-            spans, size = write_payloads(path, payloads, fsync=fsync)  # type: ignore[arg-type]
+            written = write_payloads(path, payloads, fsync=fsync,  # type: ignore[arg-type]
+                                     algorithm=algorithm)
         results = [
             WriteResult(e.item.index, length, _StorageInfo(file, start, length))
-            for e, (start, length) in zip(job.staged, spans, strict=True)
+            for e, (start, length, _) in zip(job.staged, written.spans, strict=True)
         ]
-        return results, size
+        return Shard(None, results, {file: written.size}, {file: written.crc},
+                     [crc for _, _, crc in written.spans], job.dir_name)
 
     def _decide(
-        self, job: SaveJob, outcomes: list[Any], stats: SaveStats, start: float
+        self, job: SaveJob, outcomes: list[Shard], stats: SaveStats, start: float
     ) -> tuple[str, str]:
-        errors = [o[1] for o in outcomes if o[0] != "ok"]
-        dirs = {o[3] for o in outcomes if o[0] == "ok"}
+        errors = [o.error for o in outcomes if o.error is not None]
+        dirs = {o.dir_name for o in outcomes if o.error is None}
         if not errors and dirs != {job.dir_name}:
             errors.append(f"the ranks wrote to different directories {sorted(dirs)}")
         if errors:
@@ -197,28 +241,35 @@ class Persister:
         self._retain(name, stats)
         return ("ok", name)
 
-    def _commit(self, job: SaveJob, outcomes: list[Any], stats: SaveStats) -> str:
+    def _commit(self, job: SaveJob, outcomes: list[Shard], stats: SaveStats) -> str:
         start = time.perf_counter()
-        results = [wr for o in outcomes for wr in o[1]]
         files: dict[str, int] = {}
+        crcs: dict[str, int] = {}
+        item_crcs: dict[Any, int] = {}
+        results: list[WriteResult] = []
         for o in outcomes:
-            files.update(o[2])
+            files.update(o.sizes)
+            crcs.update(o.crcs)
+            results += o.results
+            item_crcs.update((wr.index, crc) for wr, crc in zip(o.results, o.item_crcs,
+                                                                  strict=True))
         md = dataclasses.replace(
             job.metadata,
             storage_data={wr.index: wr.storage_data for wr in results},
             version=DCP_VERSION,
         )
         dcp_md = pickle.dumps(md)  # DCP's own format, for stock readers; perdure reads the JSON
-        doc = json.dumps(encode_metadata(md, job.paths)).encode()
-        self.storage.write_bytes(f"{job.dir_name}/{commit.DCP_METADATA}", dcp_md)
-        self.storage.write_bytes(f"{job.dir_name}/{commit.METADATA_JSON}", doc)
-        files[commit.DCP_METADATA] = len(dcp_md)
-        files[commit.METADATA_JSON] = len(doc)
+        algorithm = checksum.ALGORITHM
+        doc = json.dumps(encode_metadata(md, job.paths, (algorithm, item_crcs))).encode()
+        for name, data in ((commit.DCP_METADATA, dcp_md), (commit.METADATA_JSON, doc)):
+            self.storage.write_bytes(f"{job.dir_name}/{name}", data)
+            files[name] = len(data)
+            crcs[name] = checksum.update(algorithm, 0, data)
         for file, size in files.items():  # every rank's shard, where the marker will say
             found = self.storage.size(f"{job.dir_name}/{file}")
             if found != size:
                 raise CheckpointError(f"{job.dir_name}/{file} has {found} bytes, not {size}")
-        marker = commit.marker_doc(job.step, job.world, files)
+        marker = commit.marker_doc(job.step, job.world, files, (algorithm, crcs))
         name = commit.publish(self.storage, job.dir_name, job.step, marker)
         stats.extra["commit_s"] = time.perf_counter() - start
         return name

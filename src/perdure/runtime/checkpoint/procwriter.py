@@ -20,6 +20,7 @@ from typing import Any
 from perdure.runtime.checkpoint.errors import CheckpointError
 from perdure.runtime.checkpoint.shared import dtype_name
 from perdure.runtime.checkpoint.staging import HostBuffers, StagedItem
+from perdure.runtime.checkpoint.writer import Written
 from perdure.runtime.checkpoint.writerchild import recv_frame, send_frame
 
 _CHILD = "perdure.runtime.checkpoint.writerchild"
@@ -41,9 +42,15 @@ class WriterProcess:
         self._lock = threading.Lock()
 
     def write(
-        self, buffers: HostBuffers, path: Path, staged: list[StagedItem], *, fsync: bool
-    ) -> tuple[list[tuple[int, int]], int]:
-        """Have the child write ``staged`` (tensors in ``buffers``); returns spans and size."""
+        self,
+        buffers: HostBuffers,
+        path: Path,
+        staged: list[StagedItem],
+        *,
+        fsync: bool,
+        algorithm: str,
+    ) -> Written:
+        """Have the child write ``staged`` (tensors in ``buffers``), checksummed."""
         with self._lock:
             if self._mapped != buffers.generation:
                 self._map(buffers)
@@ -53,7 +60,7 @@ class WriterProcess:
                 for e in staged
             ]
             send_frame(self._sock, {"op": "write", "path": str(path), "fsync": fsync,
-                                    "items": items})
+                                    "checksum": algorithm, "items": items})
             reply = recv_frame(self._sock)
         if reply is None:
             raise CheckpointError(
@@ -62,7 +69,8 @@ class WriterProcess:
             )
         if not reply["ok"]:
             raise CheckpointError(f"the checkpoint writer process failed: {reply['error']}")
-        return [(int(a), int(b)) for a, b in reply["spans"]], int(reply["size"])
+        spans = [(int(a), int(b), int(c)) for a, b, c in reply["spans"]]
+        return Written(spans, int(reply["size"]), int(reply["crc"]))
 
     def _map(self, buffers: HostBuffers) -> None:
         if buffers.fd is None:

@@ -15,14 +15,16 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
+from perdure.runtime.checkpoint import fastread
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointMismatchError
-from perdure.runtime.checkpoint.metadata import Path, dtype_name
-from perdure.runtime.checkpoint.reader import SafeLoadPlanner, SafeReader
+from perdure.runtime.checkpoint.metadata import Checksums, Path, dtype_name
+from perdure.runtime.checkpoint.reader import SafeLoadPlanner, SafeReader, describe
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.tree import flatten, unflatten
 
@@ -37,9 +39,11 @@ def restore(
     md: Metadata,
     paths: dict[str, Path],
     comm: Comm,
+    checksums: Checksums | None = None,
 ) -> None:
-    """Load checkpoint ``name`` into ``state`` (raises CheckpointMismatchError on a mismatch)."""
-    by_key, problem = _match(state, name, md, paths, comm.rank)
+    """Load checkpoint ``name`` into ``state`` (raises CheckpointMismatchError on a mismatch,
+    CheckpointCorruptError when bytes differ from their ``checksums``, on every rank)."""
+    targets, by_key, problem = _match(state, name, md, paths, comm.rank)
     failed = [rank for rank, ok in enumerate(comm.agree([int(problem is None)])) if not ok[0]]
     if problem is not None:
         raise problem
@@ -50,19 +54,27 @@ def restore(
         )
     assert by_key is not None
     load: dict[str, Any] = {}
+    live = {id(t) for t in targets.values()}
+    fresh = []  # new tensors (an optimizer without state yet): their pages are untouched
     for fqns in by_key.values():
-        for fqn in fqns:
-            load[fqn] = fqns[fqn]
+        for fqn, target in fqns.items():
+            load[fqn] = target
+            if isinstance(target, torch.Tensor) and id(target) not in live:
+                fresh.append(target)
+    fastread.prefault(fresh)  # meanwhile, DCP plans with the other ranks
     planner = SafeLoadPlanner()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-        dcp_load(
-            load,
-            storage_reader=SafeReader(storage, name, md),
-            planner=planner,
-            process_group=comm.data_group,
-            no_dist=not comm.distributed,
-        )
+        try:
+            dcp_load(
+                load,
+                storage_reader=SafeReader(storage, name, md, checksums),
+                planner=planner,
+                process_group=comm.data_group,
+                no_dist=not comm.distributed,
+            )
+        except CheckpointException as exc:  # DCP's, with every rank's traceback in its text
+            raise _plain(exc) from None
     for key, fqns in by_key.items():
         skey = st.stored_key(key, state[key], comm.rank)
         leaves = {fqn: planner.loaded[fqn] if target is None else target
@@ -71,18 +83,30 @@ def restore(
         st.apply(state, key, nested[skey])
 
 
+def _plain(exc: CheckpointException) -> CheckpointError:
+    """The first rank's failure as one line (DCP's text is tracebacks and may advise
+    weights_only=False, which a restore must never suggest)."""
+    if not exc.failures:
+        return CheckpointError(f"the load failed: {describe(exc)}")
+    rank, (error, _) = min(exc.failures.items(), key=lambda kv: kv[0])
+    if isinstance(error, CheckpointError):
+        return type(error)(f"{error} (rank {rank})")
+    return CheckpointError(f"rank {rank} failed to load: {describe(error)}")
+
+
 def _match(
     state: MutableMapping[str, Any], name: str, md: Metadata, paths: dict[str, Path], rank: int
-) -> tuple[dict[str, dict[str, Any]] | None, BaseException | None]:
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]] | None, BaseException | None]:
+    """The state's own tensors, and where each checkpoint key loads (or why it cannot)."""
     try:
         entries = {
             fqn: {"kind": "tensor" if isinstance(e, TensorStorageMetadata) else "bytes"}
             for fqn, e in md.state_dict_metadata.items()
         }
         targets, _ = flatten(st.tree_for_restore(state, rank, entries))
-        return plan_load(state, rank, name, targets, md, paths), None
+        return targets, plan_load(state, rank, name, targets, md, paths), None
     except Exception as exc:
-        return None, exc
+        return {}, None, exc
 
 
 def plan_load(

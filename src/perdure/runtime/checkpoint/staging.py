@@ -1,9 +1,16 @@
-"""Reusable host buffers: the only copy training waits for.
+"""Reusable host buffers: the only copy training waits for, and only part of it.
 
 Buffers are allocated once per save plan (and pre-touched, since first-touch page faults make
 a copy into fresh memory ~17x slower) and reused by every later save with the same layout.
 A rank stages only the items its plan assigns to it: with DDP, replicated tensors are split
 between ranks, so each rank copies about 1/world of the state.
+
+Tensors that only an optimizer changes (its parameters and state, on the CPU) need not be
+copied before ``save`` returns: nothing changes them before that optimizer's next ``step()``.
+Their copies are left to the background, and a StepGate holds the next ``step()`` until they
+are done, so the forward and backward passes of the next step overlap the copy (copy-on-write
+at the one place the tensors are written). Each source's version counter, read at ``save``
+and again after its copy, catches any other in-place change: that save fails, loudly.
 
 ``shared=True`` puts the buffers in one memfd that a writer process maps too (process mode);
 the file has no name, so a crash leaks nothing.
@@ -17,6 +24,8 @@ import io
 import itertools
 import mmap
 import os
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +34,22 @@ from torch.distributed.checkpoint.metadata import MetadataIndex
 from torch.distributed.checkpoint.planner import WriteItem, WriteItemType
 from torch.distributed.checkpoint.utils import find_state_dict_object
 
+from perdure.runtime.checkpoint.errors import CheckpointError
 from perdure.runtime.checkpoint.shared import Slot, view_slot
 
 _ALIGN = 64
 _GENERATIONS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A copy into the buffers left for the background: only the optimizer changes its source,
+    and not before the copy is done (StepGate), which the source's version counter checks."""
+
+    fqn: str
+    src: torch.Tensor
+    dst: torch.Tensor
+    version: int
 
 
 @dataclass
@@ -75,9 +96,14 @@ class HostBuffers:
             self.tensors[index] = view_slot(self._map, slot)
             self.tensors[index].zero_()  # pre-touch the pages
 
-    def stage(self, flat: dict[str, Any], items: list[WriteItem]) -> list[StagedItem]:
-        """Copy this rank's items from the live (flattened) state into the buffers."""
+    def stage(
+        self, flat: dict[str, Any], items: list[WriteItem], defer: frozenset[int] = frozenset()
+    ) -> tuple[list[StagedItem], list[Pending]]:
+        """Copy this rank's items from the live (flattened) state into the buffers, except CPU
+        tensors whose storage is in ``defer`` (data pointers of what only an optimizer
+        changes): those are returned as pending copies for the background."""
         staged: list[StagedItem] = []
+        pending: list[Pending] = []
         device_copy = False
         for item in items:
             if item.type == WriteItemType.BYTE_IO:
@@ -85,14 +111,19 @@ class HostBuffers:
                 torch.save(flat[item.index.fqn], out)
                 staged.append(StagedItem(item, data=out.getvalue()))
                 continue
-            src = find_state_dict_object(flat, item.index)
+            src = find_state_dict_object(flat, item.index).detach()  # shares the version counter
             dst = self.tensors[item.index]
-            device_copy = device_copy or src.device.type != "cpu"
-            dst.copy_(src.detach(), non_blocking=src.device.type != "cpu")
+            if type(src) is torch.Tensor and src.device.type == "cpu" and (
+                src.untyped_storage().data_ptr() in defer
+            ):
+                pending.append(Pending(item.index.fqn, src, dst, src._version))
+            else:
+                device_copy = device_copy or src.device.type != "cpu"
+                dst.copy_(src, non_blocking=src.device.type != "cpu")
             staged.append(StagedItem(item, tensor=dst))
         if device_copy and torch.cuda.is_available():
             torch.cuda.synchronize()
-        return staged
+        return staged, pending
 
     def close(self) -> None:
         """Release the memory (tensors handed out before must not be used afterwards)."""
@@ -103,6 +134,70 @@ class HostBuffers:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def copy_pending(pending: list[Pending]) -> None:
+    """Make the pending copies; raise if a source changed before its copy was done (the
+    staged bytes would mix two steps)."""
+    for p in pending:
+        p.dst.copy_(p.src)
+        if p.src._version != p.version:
+            raise CheckpointError(
+                f"state tensor {p.fqn!r} was changed in place between save() and the "
+                "optimizer's next step, while it was being staged; this save is abandoned. "
+                "Change optimizer-owned tensors only in optimizer.step(), or pass "
+                "Checkpointer(stage='sync')."
+            )
+
+
+class StepGate:
+    """Holds each optimizer's next ``step()`` until the pending copies are done: the only
+    wait training has for what a save defers (recorded in ``waited_s``)."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self._open = threading.Event()
+        self.waited_s = 0.0
+        self._handles = [o.register_step_pre_hook(self._hold) for o in optimizers]
+
+    def _hold(self, *args: object) -> None:
+        if not self._open.is_set():
+            start = time.perf_counter()
+            self._open.wait()
+            self.waited_s += time.perf_counter() - start
+
+    def open(self) -> None:
+        """Let the optimizers step (called by the background, also when staging failed)."""
+        self._open.set()
+
+    def remove(self) -> None:
+        """Unregister the hooks (training thread only: never while a step runs its hooks)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def optimizer_storages(state: Any) -> tuple[list[torch.optim.Optimizer], frozenset[int]]:
+    """The optimizers of a state and the data pointers of every tensor they change (their
+    parameters and their state). No side effects."""
+    optimizers = [v for v in (getattr(w, "value", w) for w in state.values())
+                  if isinstance(v, torch.optim.Optimizer)]
+    ptrs: set[int] = set()
+    for optim in optimizers:
+        for group in optim.param_groups:
+            ptrs.update(_storage(p) for p in group["params"])
+        for per_param in optim.state.values():
+            ptrs.update(_storage(v) for v in per_param.values() if isinstance(v, torch.Tensor))
+    ptrs.discard(0)
+    return optimizers, frozenset(ptrs)
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    """The data pointer of a plain CPU tensor's storage; 0 for anything else (a DTensor's
+    shards, device tensors), which is then copied before save() returns."""
+    if not (isinstance(tensor, torch.Tensor) and type(tensor.data) is torch.Tensor
+            and tensor.device.type == "cpu"):
+        return 0
+    return int(tensor.untyped_storage().data_ptr())
 
 
 def _numel(shape: tuple[int, ...]) -> int:

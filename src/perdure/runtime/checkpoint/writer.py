@@ -4,7 +4,8 @@ This is what DCP's ``FileSystemWriter`` writes with ``single_file_per_rank=True`
 reads it; it writes from the staged buffers, whose storages hold exactly their own bytes.
 Tensors are saved without the zip CRC-32 (torch's own ``compute_crc32=False`` format, which
 ``torch.load`` reads; it never checks the CRC): computing it costs ~0.3 s of CPU per GiB, taken
-from training. Imports only torch, so that the writer process can use it without loading DCP.
+from training. Every payload's checksum is computed as it is written (restore verifies it).
+Imports only torch, so that the writer process can use it without loading DCP.
 
 Side effects: writes and fsyncs one file.
 """
@@ -14,10 +15,15 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import torch
+
+from perdure.runtime.checkpoint import checksum
+
+_SLICE = 4 << 20  # hashed, then written, while in cache
 
 
 def shard_name(rank: int) -> str:
@@ -41,24 +47,57 @@ def save_tensor(tensor: torch.Tensor, stream: IO[bytes]) -> None:
     writer.write_end_of_file()
 
 
-def write_payloads(
-    path: Path, payloads: list[torch.Tensor | bytes], *, fsync: bool
-) -> tuple[list[tuple[int, int]], int]:
-    """Write tensors (``torch.save``d) and serialised values in order to ``path``.
+class _HashingStream:
+    """A write-only file that checksums what passes through it, in slices small enough to be
+    hashed while still in cache, so that the checksum costs no second pass over memory."""
 
-    Returns each payload's (offset, length) in the file, and the file's size.
-    """
-    spans: list[tuple[int, int]] = []
+    def __init__(self, stream: IO[bytes], algorithm: str) -> None:
+        self._stream = stream
+        self.algorithm = algorithm
+        self.crc = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), _SLICE):
+            part = view[start : start + _SLICE]
+            self.crc = checksum.update(self.algorithm, self.crc, part)
+            self._stream.write(part)
+        return len(view)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``write_payloads`` wrote: each payload's (offset, length, checksum), the file's
+    size and the whole file's checksum."""
+
+    spans: list[tuple[int, int, int]]
+    size: int
+    crc: int
+
+
+def write_payloads(
+    path: Path, payloads: list[torch.Tensor | bytes], *, fsync: bool, algorithm: str
+) -> Written:
+    """Write tensors (``torch.save``d) and serialised values in order to ``path``, checksumming
+    each payload's bytes as they are written (``algorithm``: see checksum.py)."""
+    spans: list[tuple[int, int, int]] = []
+    whole = 0
     with open(path, "wb") as stream:
         for payload in payloads:
             start = stream.tell()
+            hashing = _HashingStream(stream, algorithm)
             if isinstance(payload, bytes):
-                stream.write(payload)
+                hashing.write(payload)
             else:
-                save_tensor(payload, stream)
-            spans.append((start, stream.tell() - start))
+                save_tensor(payload, hashing)  # type: ignore[arg-type]
+            length = stream.tell() - start
+            spans.append((start, length, hashing.crc))
+            whole = checksum.combine(algorithm, whole, hashing.crc, length)
         stream.flush()
         if fsync:
             os.fsync(stream.fileno())
         size = stream.tell()
-    return spans, size
+    return Written(spans, size, whole)

@@ -6,7 +6,8 @@ only torch (no DCP) to start fast, and dies with its parent (PDEATHSIG, and EOF 
 
 Protocol: 8-byte length + JSON frames. ``map`` (followed by one byte carrying the memfd)
 installs the buffer and its slot table; ``write`` lists payloads in order (a slot number, or
-base64 bytes); the reply carries each payload's (offset, length) or the error.
+base64 bytes) and the checksum algorithm; the reply carries each payload's (offset, length,
+checksum) and the file's checksum, or the error.
 
 Side effects: writes files.
 """
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 
+from perdure.runtime.checkpoint.priority import lower_this_thread
 from perdure.runtime.checkpoint.shared import Slot, dtype_from_name, view_slot
 from perdure.runtime.checkpoint.writer import write_payloads
 
@@ -85,8 +87,9 @@ def _write(doc: dict[str, Any], slots: list[torch.Tensor]) -> dict[str, Any]:
         slots[item["slot"]] if "slot" in item else base64.b64decode(item["bytes"])
         for item in doc["items"]
     ]
-    spans, size = write_payloads(Path(doc["path"]), payloads, fsync=doc["fsync"])
-    return {"ok": True, "size": size, "spans": spans}
+    written = write_payloads(Path(doc["path"]), payloads, fsync=doc["fsync"],
+                             algorithm=doc["checksum"])
+    return {"ok": True, "size": written.size, "spans": written.spans, "crc": written.crc}
 
 
 def serve(sock: socket.socket) -> None:
@@ -108,6 +111,7 @@ def main() -> None:
     """Entry point: ``python -m perdure.runtime.checkpoint.writerchild <socket fd> <ppid>``."""
     fd, parent = int(sys.argv[1]), int(sys.argv[2])
     _die_with_parent(parent)
+    lower_this_thread()  # it writes with what training leaves idle
     torch.set_num_threads(1)
     serve(socket.socket(fileno=fd))
 

@@ -1,7 +1,8 @@
 """Form one process group per membership round, without waiting on a peer that is not there.
 
-A round's members meet in a FileStore of its own (`Round.store_name`, never reused across
-rounds) in two phases, each settled by one compare-and-set decision that every member reads:
+A round's members meet in a store of its own (`Round.store_name`, never reused across rounds;
+a FileStore in the rendezvous directory, or the relay's store under the net transport) in two
+phases, each settled by one compare-and-set decision that every member reads:
 
 1. presence: each member registers; the first to see all of them decides `ok`; the first to
    see a newer round decides `superseded`, or `timeout` at its deadline. After a loss in
@@ -15,7 +16,7 @@ A round is formed again under the next generation `g<n>` of its store (after a f
 or to grow a partial group back to the full round); a member that finds a generation settled
 without it waits for the next one.
 
-Side effects: FileStore I/O, process-group creation and teardown, socket shutdown.
+Side effects: store I/O, process-group creation and teardown, socket shutdown.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from perdure.runtime import transport
 from perdure.runtime.elastic.rendezvous import Round
+from perdure.runtime.transport import Where
 
 __all__ = ["Formed", "Partial", "destroy_group", "form_group", "meet"]
 
@@ -65,14 +67,6 @@ class Formed:
     generation: int
     waited_s: float
     present: tuple[str, ...] = ()
-
-
-def _store(rdzv_dir: Path, rnd: Round) -> Any:
-    import torch.distributed as dist
-
-    # numWorkers=-1: never delete the file when clients go away; members that abandon or are
-    # replaced would otherwise delete it under the ones still using it.
-    return dist.FileStore(str(rdzv_dir / rnd.store_name), -1)  # type: ignore[attr-defined]
 
 
 def _text(value: Any) -> str:
@@ -156,7 +150,7 @@ def _next_generation(store: Any, gen: int, deadline: float,
 
 
 def meet(
-    rdzv_dir: Path,
+    where: Where,
     rnd: Round,
     replica: str,
     *,
@@ -169,7 +163,7 @@ def meet(
     """Both phases of `rnd`'s barrier as `replica`: status "ok" (every member is here and
     alive), "partial", "superseded" or "timeout"; and the round's store (for "ok")."""
     began = time.monotonic()
-    store = _store(rdzv_dir, rnd)
+    store = transport.of(where).round_store(rnd.store_name)
     gen = _generation(store, broken_generation)
     while True:
         decision = _present(store, f"g{gen}", rnd, replica, deadline, superseded, partial)
@@ -190,7 +184,7 @@ def meet(
 
 
 def form_group(
-    rdzv_dir: Path,
+    where: Where,
     rnd: Round,
     replica: str,
     *,
@@ -212,7 +206,7 @@ def form_group(
     without this replica, before it waits for the next one (to say it is ready).
     """
     destroy_group()
-    formed, store = meet(rdzv_dir, rnd, replica, deadline=deadline, superseded=superseded,
+    formed, store = meet(where, rnd, replica, deadline=deadline, superseded=superseded,
                          broken_generation=broken_generation, partial=partial,
                          on_excluded=on_excluded)
     if formed.status != "ok":

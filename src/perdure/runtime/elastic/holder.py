@@ -7,36 +7,41 @@ host memory; a replacement asks the holders for its own snapshots and fetches on
 restores without reading persistent storage. A transfer cut short (the sender died mid-send) is
 discarded, never stored.
 
-Wire format, both ways: 8-byte big-endian header length, a JSON header, then `size` payload
-bytes. Requests: `put` {replica, step, size, meta} + payload; `list` {replica} -> {steps};
-`get` {replica, step} -> {size, meta} + payload. Payloads are opaque bytes here (codec.py's
-format: a JSON header and raw tensor bytes, no pickle).
+Only the job's own replicas are served (wire.py: every request and reply carries an HMAC of
+the job's secret, `$PERDURE_JOB_SECRET`, over a fresh nonce of the other side, compared in
+constant time), so a stranger can neither store, list nor read a snapshot, and a process that
+took a dead holder's port is not believed. A `put` names one of the job's replicas (`allowed`)
+and a size under `max_bytes`, checked before anything is allocated. The holder binds to the
+interface the job uses (`interface_for(MASTER_ADDR)`), never to every interface.
+
+Requests: `put` {replica, step, size, meta} -> {ready}, payload -> {ok}; `list` {replica} ->
+{steps}; `get` {replica, step} -> {size, meta} + payload. Payloads are opaque bytes here
+(codec.py's format: a JSON header and raw tensor bytes, no pickle).
 
 Side effects: a listening socket and its threads; registry files.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import socket
 import socketserver
-import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["Holder", "HolderAddress", "fetch", "fetch_with", "list_steps", "put", "registered"]
+from perdure.runtime.elastic import wire
+from perdure.runtime.elastic.wire import ENV_SECRET, interface_for
+
+__all__ = ["ENV_SECRET", "Holder", "HolderAddress", "fetch", "fetch_with", "interface_for",
+           "list_steps", "put"]
 
 log = logging.getLogger("perdure.elastic")
 T = TypeVar("T")
-_HEADER = struct.Struct(">Q")
-_MAX_HEADER = 1 << 20
-_CHUNK = 1 << 20
+ENV_MAX_BYTES = "PERDURE_SNAPSHOT_MAX_BYTES"
+MAX_CONNECTIONS = 64  # at once; more are closed at once (a flood ties up no threads)
 
 
 @dataclass(frozen=True)
@@ -56,33 +61,14 @@ class _Held:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    out = bytearray(n)  # filled in place: a snapshot is received without an extra copy
-    view = memoryview(out)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], min(n - got, _CHUNK))
-        if k == 0:
-            raise ConnectionError(f"peer closed the connection after {got} of {n} bytes")
-        got += k
-    return out
-
-
-def _send(sock: socket.socket, header: dict[str, Any], payload: bytes | bytearray = b"") -> None:
-    body = json.dumps(header).encode()
-    sock.sendall(_HEADER.pack(len(body)) + body)
-    if payload:
-        sock.sendall(payload)
-
-
-def _recv_header(sock: socket.socket) -> dict[str, Any]:
-    (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
-    if n > _MAX_HEADER:
-        raise ConnectionError(f"header of {n} bytes is over the {_MAX_HEADER}-byte limit")
-    doc = json.loads(_recv_exact(sock, n))
-    if not isinstance(doc, dict):
-        raise ConnectionError("header is not a JSON object")
-    return doc
+def default_max_bytes() -> int:
+    """The largest snapshot a holder takes: `$PERDURE_SNAPSHOT_MAX_BYTES`, else half of RAM."""
+    raw = os.environ.get(ENV_MAX_BYTES)
+    if raw:
+        if not raw.isdigit() or int(raw) <= 0:
+            raise ValueError(f"{ENV_MAX_BYTES}={raw!r} must be a positive number of bytes")
+        return int(raw)
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -90,52 +76,118 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         sock: socket.socket = self.request
+        holder = self.server.holder
         try:
-            header = _recv_header(sock)
-            op = header.get("op")
+            conn = wire.Accepted(sock, holder.secret)
+            request = conn.request()
+            if request is None:
+                return  # not the job's: told so, nothing read past the header
+            op = request.get("op")
             if op == "put":
-                payload = _recv_exact(sock, int(header["size"]))
-                self.server.holder.store(str(header["replica"]), int(header["step"]), payload,
-                                         dict(header.get("meta") or {}))
-                _send(sock, {"ok": True})
+                self._put(conn, request)
             elif op == "list":
-                _send(sock, {"ok": True, "steps": self.server.holder.steps(str(header["replica"]))})
+                conn.reply({"ok": True, "steps": holder.steps(_name(request))})
             elif op == "get":
-                held = self.server.holder.get(str(header["replica"]), int(header["step"]))
+                name, step = _name(request), _step(request)
+                held = holder.get(name, step)
                 if held is None:
-                    _send(sock, {"ok": False, "error": "no such snapshot"})
+                    conn.reply({"ok": False, "error": f"no step {step} of {name}"})
                 else:
-                    _send(sock, {"ok": True, "size": len(held.payload), "meta": held.meta},
-                          held.payload)
+                    conn.reply({"ok": True, "size": len(held.payload), "meta": held.meta},
+                               held.payload)
             else:
-                _send(sock, {"ok": False, "error": f"unknown op {op!r}"})
-        except (ConnectionError, OSError, ValueError, KeyError) as exc:
-            # a sender that died mid-transfer: nothing was stored
+                conn.reply({"ok": False, "error": f"unknown op {op!r}"})
+        except (ConnectionError, OSError, ValueError, KeyError, TypeError) as exc:
+            # a sender that died mid-transfer, or a malformed request: nothing was stored
             log.debug("snapshot holder: dropped a request: %s", exc)
+        finally:
+            self.server.slots.release()
+
+    def _put(self, conn: wire.Accepted, request: dict[str, Any]) -> None:
+        holder = self.server.holder
+        replica, step, size = _name(request), _step(request), request.get("size")
+        problem = holder.refuse(replica, size)
+        if problem:
+            conn.reply({"ok": False, "error": problem})
+            return
+        assert isinstance(size, int)
+        conn.reply({"ok": True, "ready": True})
+        payload = conn.receive(size)  # allocated only now: authenticated and under the cap
+        meta = request.get("meta")
+        holder.store(replica, step, payload, dict(meta) if isinstance(meta, dict) else {})
+        conn.reply({"ok": True})
+
+
+def _name(request: dict[str, Any]) -> str:
+    name = request.get("replica")
+    if not isinstance(name, str):
+        raise ValueError(f"replica {name!r} is not a name")
+    return name
+
+
+def _step(request: dict[str, Any]) -> int:
+    step = request.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step {step!r} is not an int >= 0")
+    return step
 
 
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # a burst of peers (all ranks restoring) waits for no SYN retry
 
     def __init__(self, address: tuple[str, int], holder: Holder) -> None:
         self.holder = holder
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)  # too many at once: this one waits for nothing
+            return
+        super().process_request(request, client_address)
 
 
 class Holder:
-    """This replica's store of its peers' snapshots, served over TCP from a daemon thread."""
+    """This replica's store of its peers' snapshots, served over TCP from a daemon thread.
 
-    def __init__(self, keep: int = 2, host: str = "127.0.0.1") -> None:
+    secret: the job's secret (every peer proves it knows it). allowed: whether a name is one
+    of the job's replicas (only theirs are stored). max_bytes: the largest snapshot taken
+    (default `default_max_bytes()`). host: the address to bind (never a wildcard).
+    """
+
+    def __init__(self, keep: int = 2, host: str = "127.0.0.1", *, secret: str,
+                 allowed: Callable[[str], bool], max_bytes: int | None = None) -> None:
+        if not secret:
+            raise ValueError(f"a snapshot holder needs the job's secret (${ENV_SECRET})")
+        wire.check_bind(host, "host")
         self.keep = keep
+        self.secret = secret
+        self.allowed = allowed
+        self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
         self._held: dict[str, list[_Held]] = {}
         self._lock = threading.Lock()
         self._server = _Server((host, 0), self)
         self.port = int(self._server.server_address[1])
         self.host = host
-        self._thread = threading.Thread(target=self._server.serve_forever,
+        # close() waits for the loop's next poll: keep a replica's exit quick
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         name="perdure-snapshot-holder", daemon=True)
         self._thread.start()
+
+    def refuse(self, replica: str, size: object) -> str:
+        """Why a put of `size` bytes for `replica` is refused; "" when it is taken."""
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            return f"size {size!r} is not an int >= 0"
+        if size > self.max_bytes:
+            return (f"a snapshot of {size} bytes is over the holder's limit of "
+                    f"{self.max_bytes} (${ENV_MAX_BYTES})")
+        if not self.allowed(replica):
+            return f"{replica!r} is not a replica of this job"
+        return ""
 
     def store(self, replica: str, step: int, payload: bytes | bytearray,
               meta: dict[str, Any]) -> None:
@@ -158,87 +210,55 @@ class Holder:
         with self._lock:
             return sum(len(h.payload) for held in self._held.values() for h in held)
 
-    def register(self, registry: Path, replica: str, advertise: str) -> None:
-        """Publish this holder's address as `replica`'s (temp + rename)."""
-        registry.mkdir(parents=True, exist_ok=True)
-        path = registry / f"{replica}.json"
-        tmp = registry / f".{replica}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"replica": replica, "host": advertise, "port": self.port,
-                                   "pid": os.getpid()}))
-        os.replace(tmp, path)
-
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
 
 
-def registered(registry: Path) -> list[HolderAddress]:
-    """Every holder address in `registry` (stale ones included: their connections fail)."""
-    out = []
-    for path in sorted(registry.glob("*.json")):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            doc = json.loads(path.read_text())
-            out.append(HolderAddress(str(doc["replica"]), str(doc["host"]), int(doc["port"]),
-                                     int(doc.get("pid", 0))))
-    return out
-
-
-def _connect(addr: HolderAddress, timeout: float) -> socket.socket:
-    sock = socket.create_connection((addr.host, addr.port), timeout=timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
+def _open(addr: HolderAddress, secret: str, timeout: float) -> wire.Connected:
+    return wire.Connected(addr.host, addr.port, secret, timeout, f"holder {addr.replica}")
 
 
 def put(addr: HolderAddress, replica: str, step: int, chunks: Sequence[bytes | memoryview],
-        meta: dict[str, Any], timeout: float = 30.0) -> None:
+        meta: dict[str, Any], *, secret: str, timeout: float = 30.0) -> None:
     """Send `replica`'s snapshot of `step` (the concatenation of `chunks`) to the holder at
     `addr`; raise OSError on failure. The chunks are sent as they are, not joined first."""
     size = sum(memoryview(c).nbytes for c in chunks)
-    with _connect(addr, timeout) as sock:
-        _send(sock, {"op": "put", "replica": replica, "step": step, "size": size,
-                     "meta": meta})
+    with _open(addr, secret, timeout) as conn:
+        conn.ask({"op": "put", "replica": replica, "step": step, "size": size, "meta": meta})
         for chunk in chunks:
-            sock.sendall(chunk)
-        reply = _recv_header(sock)
-    if not reply.get("ok"):
-        raise ConnectionError(f"holder {addr.replica} refused the snapshot: {reply}")
+            conn.sock.sendall(chunk)
+        conn.answer()
 
 
-def list_steps(addr: HolderAddress, replica: str, timeout: float = 2.0) -> list[int]:
-    """Steps of `replica`'s snapshots the holder at `addr` has; [] when it cannot be reached."""
+def list_steps(addr: HolderAddress, replica: str, *, secret: str,
+               timeout: float = 2.0) -> list[int]:
+    """Steps of `replica`'s snapshots the holder at `addr` has; [] when it cannot be reached
+    or does not prove the job's secret."""
     try:
-        with _connect(addr, timeout) as sock:
-            _send(sock, {"op": "list", "replica": replica})
-            reply = _recv_header(sock)
+        with _open(addr, secret, timeout) as conn:
+            reply = conn.ask({"op": "list", "replica": replica})
     except (OSError, ValueError):  # gone, or its port now belongs to something else
         return []
-    return [int(s) for s in reply.get("steps", [])] if reply.get("ok") else []
+    steps = reply.get("steps")
+    return [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
 
 
 def fetch_with(addr: HolderAddress, replica: str, step: int,
-               read: Callable[[Callable[[memoryview], None], int], T],
+               read: Callable[[Callable[[memoryview], None], int], T], *, secret: str,
                timeout: float = 60.0) -> T:
     """`read(read_into, size)` over `replica`'s snapshot of `step` from the holder at `addr`:
     the payload is read where `read` puts it (raises OSError on failure)."""
-    with _connect(addr, timeout) as sock:
-        _send(sock, {"op": "get", "replica": replica, "step": step})
-        reply = _recv_header(sock)
-        if not reply.get("ok"):
-            raise ConnectionError(f"holder {addr.replica} has no step {step} of {replica}")
-
-        def read_into(view: memoryview) -> None:
-            view = view.cast("B")
-            got = 0
-            while got < view.nbytes:
-                k = sock.recv_into(view[got:], min(view.nbytes - got, _CHUNK))
-                if k == 0:
-                    raise ConnectionError(f"holder {addr.replica} closed the connection")
-                got += k
-
-        return read(read_into, int(reply["size"]))
+    with _open(addr, secret, timeout) as conn:
+        reply = conn.ask({"op": "get", "replica": replica, "step": step})
+        size = reply.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ConnectionError(f"holder {addr.replica} sent a bad size {size!r}")
+        return read(conn.read_into, size)
 
 
-def fetch(addr: HolderAddress, replica: str, step: int, timeout: float = 60.0) -> bytearray:
+def fetch(addr: HolderAddress, replica: str, step: int, *, secret: str,
+          timeout: float = 60.0) -> bytearray:
     """`replica`'s snapshot of `step` from the holder at `addr`, in one buffer."""
 
     def whole(read_into: Callable[[memoryview], None], size: int) -> bytearray:
@@ -246,4 +266,4 @@ def fetch(addr: HolderAddress, replica: str, step: int, timeout: float = 60.0) -
         read_into(memoryview(buf))
         return buf
 
-    return fetch_with(addr, replica, step, whole, timeout)
+    return fetch_with(addr, replica, step, whole, secret=secret, timeout=timeout)

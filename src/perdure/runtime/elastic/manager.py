@@ -1,6 +1,6 @@
 """The elastic Manager: keep the process alive across membership changes and rebuild its group.
 
-    manager = elastic.Manager()                       # reads PERDURE_RDZV_DIR, PERDURE_REPLICA
+    manager = elastic.Manager()                       # the job's transport, PERDURE_REPLICA
 
     @manager.elastic_retry()                          # mode and minimum from the job spec
     def train() -> None:
@@ -14,9 +14,10 @@ A lost peer makes the next collective fail within ~50 ms (gloo); `elastic_retry`
 (`is_membership_error`), waits for a membership round that satisfies the minimum (pause mode:
 every replica), forms that round's group at its world size (`barrier.form_group`) and calls
 the function again, in the same process. Any other error propagates at once. Without a
-controller (no PERDURE_RDZV_DIR) the Manager is a thin wrapper over a static world.
+controller (no rendezvous: PERDURE_RDZV_DIR, or PERDURE_RDZV under the net transport) the
+Manager is a thin wrapper over a static world.
 
-Side effects: process-group creation, reads of the rendezvous directory, ready markers.
+Side effects: process-group creation, rounds and markers through the transport.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from perdure.runtime.elastic.retry import (
     RetryLimit,
     resolve_settings,
 )
+from perdure.runtime.transport import FileTransport, Transport
+from perdure.runtime.transport import current as current_transport
 
 __all__ = ["Manager", "current_manager"]
 
@@ -82,6 +85,8 @@ class Manager:
     """One per process: this replica's view of the job's membership, and its process group.
 
     rdzv_dir, replica: default to $PERDURE_RDZV_DIR and $PERDURE_REPLICA (set by perdure).
+    transport: where rounds and markers travel (default: this process's, from its environment;
+    given a rdzv_dir, the files there).
     backend: the process-group backend (gloo on CPU; gloo + nccl with CUDA).
     collective_timeout: seconds a collective waits for a hung peer before it fails
     ($PERDURE_COLLECTIVE_TIMEOUT, default 60); a dead peer is seen at once.
@@ -100,10 +105,14 @@ class Manager:
         replica: str | None = None,
         backend: str | None = None,
         collective_timeout: float | None = None,
+        transport: Transport | None = None,
     ) -> None:
         global _current
-        chosen = rdzv_dir if rdzv_dir is not None else os.environ.get("PERDURE_RDZV_DIR")
-        self.rdzv_dir: Path | None = Path(chosen) if chosen else None
+        if transport is None:
+            transport = FileTransport(rdzv_dir=rdzv_dir) if rdzv_dir else current_transport()
+        self.transport = transport
+        rdzv = transport.rdzv_dir if isinstance(transport, FileTransport) else None
+        self.rdzv_dir: Path | None = rdzv  # None under the net transport: see `elastic`
         static_rank, static_world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
         self.replica = replica or os.environ.get("PERDURE_REPLICA") or f"rank-{static_rank}"
         self.node = os.environ.get("PERDURE_NODE") or "local"
@@ -117,8 +126,8 @@ class Manager:
         self._static = Round.static(self.replica, static_rank, static_world, self.node)
         self._static_formed = False
         self._membership = Membership(
-            self.rdzv_dir, self.replica, self.attempt, static_world, self.backend,
-            self.collective_timeout, self.join_grace) if self.rdzv_dir else None
+            transport, self.replica, self.attempt, static_world, self.backend,
+            self.collective_timeout, self.join_grace) if transport.elastic else None
         self._entered = False  # the training function ran in some group of this process
         self._live = False  # ... before the current group: this process has trained state
         self._calls = 0
@@ -129,8 +138,8 @@ class Manager:
 
     @property
     def elastic(self) -> bool:
-        """True under a controller that publishes membership rounds (PERDURE_RDZV_DIR set)."""
-        return self.rdzv_dir is not None
+        """True under a controller that publishes membership rounds for this job."""
+        return self.transport.elastic
 
     @property
     def current_round(self) -> Round:
@@ -354,7 +363,7 @@ class Manager:
         if not self.elastic:
             raise MembershipError(
                 f"{self.replica}: a peer was lost ({type(exc).__name__}: {exc}); this process "
-                "runs without a controller (no PERDURE_RDZV_DIR), so its group cannot be "
+                "runs without a controller (no rendezvous), so its group cannot be "
                 "rebuilt. Run the job with an elastic spec (min_replicas) under perdure.",
                 round=self.round,
             ) from exc

@@ -6,7 +6,7 @@ or the controller has not reacted yet), forms its group with `barrier.form_group
 resize mode goes on with the members present after a grace period (a replacement still
 importing torch joins at a step boundary). A newer round published meanwhile wins.
 
-Side effects: reads the rendezvous directory, writes ready markers, forms process groups.
+Side effects: reads rounds and writes markers through the transport, forms process groups.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from pathlib import Path
 
 from perdure.runtime.elastic import barrier as bar
 from perdure.runtime.elastic import rendezvous as rz
 from perdure.runtime.elastic.rendezvous import Round
 from perdure.runtime.elastic.retry import ElasticSettings
+from perdure.runtime.transport import Transport
 
 __all__ = ["GroupFinished", "Membership"]
 
@@ -33,16 +33,16 @@ class GroupFinished(Exception):
 class Membership:
     """The rounds seen and the round this process's group was formed for."""
 
-    def __init__(self, rdzv_dir: Path, replica: str, attempt: int, full_size: int,
+    def __init__(self, transport: Transport, replica: str, attempt: int, full_size: int,
                  backend: str, collective_timeout: float, join_grace: float) -> None:
-        self.rdzv_dir, self.replica, self.attempt = rdzv_dir, replica, attempt
+        self.transport, self.replica, self.attempt = transport, replica, attempt
         self.backend, self.collective_timeout = backend, collective_timeout
         self.join_grace = join_grace
         self.full_size = full_size  # pause mode waits for this many
         self.round: Round | None = None
         self.generation = 0
         self.nodes: dict[str, None] = {}
-        self._watcher = rz.RoundWatcher(rdzv_dir)
+        self._watcher = rz.RoundWatcher(transport)
 
     def latest(self) -> Round | None:
         """The newest round published (one stat() when nothing changed)."""
@@ -62,7 +62,7 @@ class Membership:
     def joiners_ready(self, rnd: Round) -> bool:
         """Every member of `rnd` that is not in our group said it is up and joining `rnd`."""
         current = set(self.round.replicas) if self.round else set()
-        return all((rz.ready_round(self.rdzv_dir, rnd.attempt, m.replica) or -1) >= rnd.round
+        return all((rz.ready_round(self.transport, rnd.attempt, m.replica) or -1) >= rnd.round
                    for m in rnd.members if m.replica not in current)
 
     def wants_change(self) -> bool:
@@ -73,7 +73,7 @@ class Membership:
     def mark_finished(self) -> None:
         """The training loop returned in this member: replicas still joining can stop."""
         if self.attempt >= 0:
-            rz.mark_finished(self.rdzv_dir, self.attempt, self.replica,
+            rz.mark_finished(self.transport, self.attempt, self.replica,
                              self.round.round if self.round else -1)
 
     def acceptable(self, rnd: Round, settings: ElasticSettings) -> bool:
@@ -94,7 +94,7 @@ class Membership:
         while True:
             rnd = self._await_round(settings, min_round, deadline, poll, timeout)
             if self.round is None:  # a new replica: tell the members it is up
-                rz.mark_ready(self.rdzv_dir, rnd.attempt, self.replica, rnd.round)
+                rz.mark_ready(self.transport, rnd.attempt, self.replica, rnd.round)
             formed = self._form(rnd, settings, deadline, self._broken_generation(rnd, broken),
                                 self._partial_policy(rnd, settings) if partial_ok else None)
             if formed.status == "partial":
@@ -115,16 +115,16 @@ class Membership:
     def _form(self, rnd: Round, settings: ElasticSettings, deadline: float,
               broken: int | None, partial: bar.Partial | None) -> bar.Formed:
         return bar.form_group(
-            self.rdzv_dir, rnd, self.replica, deadline=deadline,
+            self.transport, rnd, self.replica, deadline=deadline,
             superseded=functools.partial(self._superseded, rnd, settings),
             broken_generation=broken, partial=partial,
-            on_excluded=functools.partial(rz.mark_ready, self.rdzv_dir, rnd.attempt,
+            on_excluded=functools.partial(rz.mark_ready, self.transport, rnd.attempt,
                                           self.replica, rnd.round),
             backend=self.backend, timeout_s=self.collective_timeout,
         )
 
     def _check_finished(self) -> None:
-        if self.attempt >= 0 and rz.finished(self.rdzv_dir, self.attempt):
+        if self.attempt >= 0 and rz.finished(self.transport, self.attempt):
             raise GroupFinished(
                 f"{self.replica}: the other members finished training while this replica was "
                 "waiting to join; there is nothing left for it to do")
@@ -148,8 +148,8 @@ class Membership:
         return (
             f"{self.replica}: no membership round with at least {need} replicas including "
             f"{self.replica} was published within {timeout:g}s ({settings.mode} mode, from the "
-            f"{settings.source}); latest: {seen} in {self.rdzv_dir}. Raise timeout=, lower "
-            "minimum_replicas, or see `perdure describe` for why replicas are missing."
+            f"{settings.source}); latest: {seen} in {self.transport.where()}. Raise timeout=, "
+            "lower minimum_replicas, or see `perdure describe` for why replicas are missing."
         )
 
     def _broken_generation(self, rnd: Round, broken: int | None) -> int | None:
@@ -169,7 +169,7 @@ class Membership:
         return bar.Partial(time.monotonic() + self.join_grace, allowed)
 
     def _superseded(self, rnd: Round, settings: ElasticSettings) -> bool:
-        if self.attempt >= 0 and rz.finished(self.rdzv_dir, self.attempt):
+        if self.attempt >= 0 and rz.finished(self.transport, self.attempt):
             return True  # nobody will come: join() raises GroupFinished
         latest = self.latest()
         # a partial round is not superseded by its full version: that is a planned change

@@ -1,22 +1,24 @@
-"""Membership rounds from the controller: reading round.json, and replicas' ready markers.
+"""Membership rounds from the controller, and replicas' ready and finished markers.
 
-The controller writes `$PERDURE_RDZV_DIR/round.json` atomically on every membership change
-(`publish_round` in perdure.controller.loop): the round number, why, and the members in rank
-order with their nodes. Rounds only go up within an attempt. A replica that starts after the
-round that includes it was published (a replacement) writes a ready marker, so the members
-grow the group only once it is really there (barrier.py forms the groups).
+The controller publishes a round on every membership change (`publish_round` in
+perdure.controller.loop writes round.json; replicas read it through their transport: the file,
+or the controller's relay): the round number, why, and the members in rank order with their
+nodes. Rounds only go up within an attempt. A replica that starts after the round that
+includes it was published (a replacement) writes a ready marker, so the members grow the group
+only once it is really there (barrier.py forms the groups).
 
-Side effects: reads round.json, reads and writes ready markers.
+Side effects: reads rounds, reads and writes markers, through the transport given.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import time
+from collections.abc import Hashable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from perdure.runtime import transport
+from perdure.runtime.transport import Where
+from perdure.runtime.transport.files import ROUND_FILE
 
 __all__ = [
     "ROUND_FILE",
@@ -30,8 +32,6 @@ __all__ = [
     "ready_round",
 ]
 
-ROUND_FILE = "round.json"
-_BARRIER_POLL = 0.01  # seconds between store checks while members gather (local file reads)
 
 
 @dataclass(frozen=True)
@@ -123,40 +123,29 @@ class Round:
         return cls("local", 0, 0, "static world", 0.0, members)
 
 
-def read_round(rdzv_dir: Path) -> Round | None:
-    """The round published in `rdzv_dir`, or None when none has been published yet."""
-    path = rdzv_dir / ROUND_FILE
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); it is written by perdure") from None
-    return Round.from_json(doc, str(path))
+def read_round(where: Where) -> Round | None:
+    """The round published in `where` (a rendezvous directory or a transport), or None when
+    none has been published yet."""
+    t = transport.of(where)
+    _, doc = t.round_doc(None)
+    return None if doc is None else Round.from_json(doc, f"{ROUND_FILE} in {t.where()}")
 
 
 class RoundWatcher:
-    """The latest round, re-read only when round.json changed (one stat() per call)."""
+    """The latest round, re-read only when it changed (one stat() per call on files)."""
 
-    def __init__(self, rdzv_dir: Path) -> None:
-        self.rdzv_dir = rdzv_dir
-        self._path = rdzv_dir / ROUND_FILE
-        self._stamp: tuple[int, int, int] | None = None
+    def __init__(self, where: Where) -> None:
+        self.transport = transport.of(where)
+        self._stamp: Hashable | None = None
         self._round: Round | None = None
 
     def latest(self) -> Round | None:
-        try:
-            st = os.stat(self._path)
-        except FileNotFoundError:
-            return self._round
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)  # os.replace gives a new inode
-        if stamp != self._stamp:
-            rnd = read_round(self.rdzv_dir)
+        stamp, doc = self.transport.round_doc(self._stamp)
+        if doc is not None:
+            rnd = Round.from_json(doc, f"{ROUND_FILE} in {self.transport.where()}")
             self._stamp = stamp
             # rounds only go up within an attempt; never step back to an older read
-            if rnd is not None and (self._round is None or _newer(rnd, self._round)):
+            if self._round is None or _newer(rnd, self._round):
                 self._round = rnd
         return self._round
 
@@ -165,46 +154,24 @@ def _newer(a: Round, b: Round) -> bool:
     return (a.attempt, a.round) > (b.attempt, b.round)
 
 
-# ---- the end of training: a replica still joining has nothing left to do ------------------
+# ---- the end of training, and replacements saying "I am up and joining round N" ----------
 
 
-def _finished_path(rdzv_dir: Path, attempt: int) -> Path:
-    return rdzv_dir / "finished" / f"{attempt}.json"
-
-
-def mark_finished(rdzv_dir: Path, attempt: int, replica: str, round_no: int) -> None:
+def mark_finished(where: Where, attempt: int, replica: str, round_no: int) -> None:
     """Say that the training loop of `attempt` returned (written by every member that ends)."""
-    path = _finished_path(rdzv_dir, attempt)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{replica}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"replica": replica, "round": round_no, "time": time.time()}))
-    os.replace(tmp, path)
+    transport.of(where).mark_finished(attempt, replica, round_no)
 
 
-def finished(rdzv_dir: Path, attempt: int) -> bool:
+def finished(where: Where, attempt: int) -> bool:
     """Whether the training loop of `attempt` has already returned in some member."""
-    return _finished_path(rdzv_dir, attempt).exists()
+    return transport.of(where).finished(attempt)
 
 
-# ---- ready markers: a replacement says "I am up and waiting to join round N" ---------------
-
-
-def _ready_path(rdzv_dir: Path, attempt: int, replica: str) -> Path:
-    return rdzv_dir / "ready" / f"{attempt}-{replica}.json"
-
-
-def mark_ready(rdzv_dir: Path, attempt: int, replica: str, round_no: int) -> None:
+def mark_ready(where: Where, attempt: int, replica: str, round_no: int) -> None:
     """Tell the members of `round_no` that this (new) replica is up and joining it."""
-    path = _ready_path(rdzv_dir, attempt, replica)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"round": round_no, "pid": os.getpid(), "time": time.time()}))
-    os.replace(tmp, path)
+    transport.of(where).mark_ready(attempt, replica, round_no)
 
 
-def ready_round(rdzv_dir: Path, attempt: int, replica: str) -> int | None:
+def ready_round(where: Where, attempt: int, replica: str) -> int | None:
     """The newest round `replica` said it is joining, or None."""
-    try:
-        return int(json.loads(_ready_path(rdzv_dir, attempt, replica).read_text())["round"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return None
+    return transport.of(where).ready_round(attempt, replica)

@@ -20,6 +20,7 @@ Side effects: a holder thread and socket, a background thread per save, files in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -31,10 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from perdure.runtime.elastic import codec
+from perdure.runtime.elastic import codec, wire
 from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.rendezvous import Member
 from perdure.runtime.elastic.state import Buffers, apply, capture, check_state, kind_of, unwrap
+from perdure.runtime.transport import Transport
+from perdure.runtime.transport import current as current_transport
 
 if TYPE_CHECKING:
     from perdure.runtime.elastic.manager import Manager
@@ -122,7 +125,8 @@ class Snapshotter:
     holder_dir: a node-local directory (default $PERDURE_SNAPSHOT_DIR; none if unset) where
     snapshots are also written, under <job id>/<replica>/ (temp + rename), so that they outlive
     the worker process; they are not removed at exit (delete the job's directory when done).
-    replicate: send each snapshot to the peer's holder (needs the job's rendezvous directory).
+    replicate: send each snapshot to the peer's holder (needs the job's rendezvous; holders
+    are found through the job's transport).
     """
 
     def __init__(
@@ -144,11 +148,20 @@ class Snapshotter:
         chosen = holder_dir or os.environ.get(ENV_SNAPSHOT_DIR)
         job = os.environ.get("PERDURE_JOB_ID", "local")
         self.holder_dir = Path(chosen) / job / self.replica if chosen else None
-        self._registry = self._registry_dir() if replicate else None
+        self._transport = self._registry_transport() if replicate else None
+        self._secret = os.environ.get(hd.ENV_SECRET, "")
+        if self._transport is not None and not self._secret:
+            log.warning("snapshots are not replicated to a peer: $%s is not set (perdure "
+                        "sets it for every replica it launches)", hd.ENV_SECRET)
+            self._transport = None
         self._holder: hd.Holder | None = None
-        if self._registry is not None:
-            self._holder = hd.Holder(keep=keep, host=_bind_host())
-            self._holder.register(self._registry, self.replica, _advertise_host())
+        if self._transport is not None:
+            host = _bind_host()
+            self._holder = hd.Holder(keep=keep, host=host, secret=self._secret,
+                                     allowed=self._is_job_replica)
+            self._transport.register_holder({"replica": self.replica,
+                                             "host": _advertise_host(host),
+                                             "port": self._holder.port, "pid": os.getpid()})
         self._own: dict[int, tuple[int, dict[str, Any]]] = {}  # step -> (slot, tree)
         self._buffers = [Buffers() for _ in range(keep)]
         self._slot = 0
@@ -157,11 +170,28 @@ class Snapshotter:
         self._latest: SnapshotInfo | None = None
         self.skipped = 0
 
-    def _registry_dir(self) -> Path | None:
-        rdzv = self.manager.rdzv_dir if self.manager else None
-        if rdzv is None and os.environ.get("PERDURE_RDZV_DIR"):
-            rdzv = Path(os.environ["PERDURE_RDZV_DIR"])
-        return rdzv / "holders" if rdzv is not None else None
+    def _is_job_replica(self, name: str) -> bool:
+        """Whether `name` is one of this job's replicas: a member of the current round, or
+        registered in the job's holder registry (only these are stored)."""
+        if self.manager is not None and any(m.replica == name for m in self.manager.members):
+            return True
+        return any(a.replica == name for a in self._registered())
+
+    def _registry_transport(self) -> Transport | None:
+        """Where holders are registered and found: the job's rendezvous, if it has one."""
+        t = self.manager.transport if self.manager else current_transport()
+        return t if t.elastic else None
+
+    def _registered(self) -> list[hd.HolderAddress]:
+        """Every holder address registered (stale ones included: their connections fail)."""
+        if self._transport is None:
+            return []
+        out = []
+        for doc in self._transport.holders():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                out.append(hd.HolderAddress(str(doc["replica"]), str(doc["host"]),
+                                            int(doc["port"]), int(doc.get("pid", 0))))
+        return out
 
     # ---- saving ---------------------------------------------------------------------------
 
@@ -214,35 +244,35 @@ class Snapshotter:
 
     def _send_to_peer(self, step: int, chunks: list[memoryview]) -> str | None:
         peer = self._peer()
-        if peer is None or self._registry is None:
+        if peer is None or self._transport is None:
             return None
-        addr = next((a for a in hd.registered(self._registry) if a.replica == peer), None)
+        addr = next((a for a in self._registered() if a.replica == peer), None)
         if addr is None:
             log.warning("snapshot of step %d not replicated: %s has no holder", step, peer)
             return None
         try:
-            hd.put(addr, self.replica, step, chunks, {"time": time.time()})
+            hd.put(addr, self.replica, step, chunks, {"time": time.time()}, secret=self._secret)
         except OSError as exc:  # the peer is gone: a membership change, not a save failure
             log.warning("snapshot of step %d not replicated to %s: %s", step, peer, exc)
             return None
         return peer
 
     def _peer(self) -> str | None:
-        if self._registry is None:
+        if self._transport is None:
             return None
         members = self.manager.members if self.manager else ()
         if members:
             return choose_peer(members, self.replica)
-        others = sorted(a.replica for a in hd.registered(self._registry)
+        others = sorted(a.replica for a in self._registered()
                         if a.replica != self.replica)
         return others[0] if others else None
 
     def _write_file(self, step: int, chunks: list[memoryview]) -> None:
         assert self.holder_dir is not None
-        self.holder_dir.mkdir(parents=True, exist_ok=True)
+        _private_dirs(self.holder_dir)  # weights: the user's only, even in a shared /dev/shm
         final = self.holder_dir / f"snap-{step:012d}.bin"
         tmp = self.holder_dir / f".snap-{step:012d}.{os.getpid()}.tmp"
-        with tmp.open("wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
         os.replace(tmp, final)  # complete or absent, never partial
@@ -265,11 +295,11 @@ class Snapshotter:
     def available(self) -> dict[int, str]:
         """Steps of this replica's snapshots that can be restored here, and from where."""
         found: dict[int, str] = {}
-        if self._registry is not None:
-            for addr in hd.registered(self._registry):
+        if self._transport is not None:
+            for addr in self._registered():
                 if addr.replica == self.replica:
                     continue
-                for step in hd.list_steps(addr, self.replica):
+                for step in hd.list_steps(addr, self.replica, secret=self._secret):
                     found.setdefault(step, f"peer:{addr.replica}")
         if self.holder_dir is not None:
             for path in self.holder_dir.glob("snap-*.bin"):
@@ -317,11 +347,11 @@ class Snapshotter:
             path = self.holder_dir / f"snap-{step:012d}.bin"
             with path.open("rb", buffering=0) as f:
                 return _tree(codec.read(_file_reader(f), path.stat().st_size, into))
-        assert self._registry is not None
         peer = source.split(":", 1)[1]
-        addr = next(a for a in hd.registered(self._registry) if a.replica == peer)
+        addr = next(a for a in self._registered() if a.replica == peer)
         return _tree(hd.fetch_with(addr, self.replica, step,
-                                   lambda read_into, size: codec.read(read_into, size, into)))
+                                   lambda read_into, size: codec.read(read_into, size, into),
+                                   secret=self._secret))
 
     def close(self) -> None:
         """Wait for the last save, then stop serving peers' snapshots."""
@@ -329,6 +359,15 @@ class Snapshotter:
         if self._holder is not None:
             self._holder.close()
             self._holder = None
+
+
+def _private_dirs(path: Path) -> None:
+    """Create `path` and its missing parents, each 0700."""
+    if path.is_dir():
+        return
+    _private_dirs(path.parent)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
 
 
 def _agree(mine: list[int]) -> int | None:
@@ -344,17 +383,20 @@ def _agree(mine: list[int]) -> int | None:
 
 
 def _bind_host() -> str:
-    return os.environ.get("PERDURE_SNAPSHOT_BIND", "127.0.0.1" if _loopback() else "0.0.0.0")
+    """The holder's address: `$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR,
+    else (a loopback MASTER_ADDR) toward the controller's relay (`$PERDURE_CONTROL_ADDR`, on a
+    cluster), else loopback; never a wildcard (ValueError)."""
+    chosen = os.environ.get("PERDURE_SNAPSHOT_BIND")
+    if chosen is not None:
+        wire.check_bind(chosen, "PERDURE_SNAPSHOT_BIND")
+        return chosen
+    bound = hd.interface_for(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    control = os.environ.get("PERDURE_CONTROL_ADDR", "").rpartition(":")[0].strip("[]")
+    if bound in ("127.0.0.1", "::1") and control:
+        return hd.interface_for(control)
+    return bound
 
 
-def _advertise_host() -> str:
-    if _loopback():
-        return "127.0.0.1"
-    import socket
-
-    return os.environ.get("PERDURE_SNAPSHOT_HOST") or socket.gethostname()
-
-
-def _loopback() -> bool:
-    """Every replica on this machine (the local backend): keep holders off the network."""
-    return os.environ.get("MASTER_ADDR", "127.0.0.1") in ("127.0.0.1", "localhost", "::1")
+def _advertise_host(bound: str) -> str:
+    """The address peers reach the holder at: `$PERDURE_SNAPSHOT_HOST`, else the bound one."""
+    return os.environ.get("PERDURE_SNAPSHOT_HOST") or bound

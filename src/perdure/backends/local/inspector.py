@@ -1,0 +1,90 @@
+"""The local backend's inspector: logs, signals and launch records read from the state dir.
+
+`perdure logs`, `perdure chaos kill` and the goodput reports use it through
+`perdure.backends.base.Inspector`; it starts nothing, so any process can make one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from perdure.backends.base import LaunchRecord, Stream
+from perdure.backends.local import layout
+from perdure.backends.local.replicas import signal_replica
+
+PROGRESS = "progress.jsonl"
+READ_CHUNK = 1 << 20
+
+
+def log_path(state_dir: Path, job_id: str, attempt: int, replica: str, stream: Stream) -> Path:
+    """Where a replica's log of one attempt is kept (every launch of it appends there)."""
+    return state_dir / "logs" / job_id / f"attempt-{attempt}" / f"{replica}.{stream}"
+
+
+def progress_records(path: Path) -> list[dict[str, Any]]:
+    """The runtime's progress reports of a launch, one JSON object a line."""
+    out: list[dict[str, Any]] = []
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill: the rest still counts
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+class LocalInspector:
+    """Reads the files the local backend (and the Ray backend's mirror) keep in a state dir."""
+
+    def __init__(self, state_dir: Path | str) -> None:
+        self.state_dir = Path(os.path.realpath(state_dir))
+
+    def read_log(self, job_id: str, attempt: int, replica: str, stream: Stream,
+                 offset: int) -> bytes | None:
+        try:
+            with log_path(self.state_dir, job_id, attempt, replica, stream).open("rb") as f:
+                f.seek(offset)
+                return f.read(READ_CHUNK)
+        except FileNotFoundError:
+            return None
+
+    def signal(self, launch_id: str, sig: int) -> int:
+        return signal_replica(self.state_dir, launch_id, sig)
+
+    def launch_records(self, job_id: str, replica: str) -> list[LaunchRecord]:
+        out = []
+        root = self.state_dir / layout.LAUNCHES
+        for d in sorted(root.glob(f"{job_id}.*.{replica}.*"), key=_launch_order):
+            status = layout.read_json(d / layout.STATUS) or {}
+            exit_ = layout.read_json(d / layout.EXIT) or {}
+            started = status.get("started_at")
+            if started is None:
+                continue
+            # From when the controller launched it (launch.json), so that startup also counts
+            # a launch held for a warm standby before its supervisor started.
+            try:
+                launched = min(float(started), (d / layout.LAUNCH).stat().st_mtime)
+            except OSError:
+                launched = float(started)
+            exited = exit_.get("time")
+            out.append(LaunchRecord(d.name, launched, float(started),
+                                    None if exited is None else float(exited),
+                                    progress_records(d / PROGRESS)))
+        return out
+
+
+def _launch_order(d: Path) -> tuple[int, int, str]:
+    """job.attempt.replica.launches: by attempt, then launch count (numbers, not text)."""
+    parts = d.name.split(".")
+    try:
+        return int(parts[1]), int(parts[-1]), d.name
+    except (IndexError, ValueError):
+        return 0, 0, d.name

@@ -1,0 +1,81 @@
+"""Progress of local replicas: what their runtime appended to `progress.jsonl` since last read.
+
+The runtime (perdure.runtime.goodput) appends whole JSON lines to the launch directory's
+`progress.jsonl`. Each launch is read from where the last read stopped, at most every
+CHECK_SECONDS, with one stat when nothing is new, and summarised as one ReplicaProgress.
+
+Side effects: reads files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from perdure.core.events import ReplicaProgress
+
+FILE = "progress.jsonl"
+CHECK_SECONDS = 0.5
+
+
+class ProgressReader:
+    """Remembers how far each launch's progress file was read."""
+
+    def __init__(self) -> None:
+        self._offsets: dict[str, int] = {}
+        self._steps: dict[str, int] = {}
+        self._next: dict[str, float] = {}
+
+    def read(self, launch_id: str, directory: str, now: float) -> ReplicaProgress | None:
+        """New progress of one launch since the last read (None: nothing new, or too soon)."""
+        if now < self._next.get(launch_id, 0.0):
+            return None
+        self._next[launch_id] = now + CHECK_SECONDS
+        path = os.path.join(directory, FILE)
+        offset = self._offsets.get(launch_id, 0)
+        try:
+            if os.stat(path).st_size <= offset:
+                return None
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            return None
+        whole = chunk[: chunk.rfind(b"\n") + 1]  # a line being appended is read next time
+        self._offsets[launch_id] = offset + len(whole)
+        return self._summarize(launch_id, whole)
+
+    def _summarize(self, launch_id: str, data: bytes) -> ReplicaProgress | None:
+        steps, seconds, save = 0, 0.0, None
+        step = self._steps.get(launch_id)
+        for line in data.splitlines():
+            rec = _record(line)
+            kind = rec.get("kind")
+            if kind == "steps":
+                steps += int(rec.get("count", 0))
+                seconds += float(rec.get("seconds", 0.0))
+                step = int(rec["last"])
+            elif kind == "checkpoint_save":
+                save = max(save or 0.0, float(rec.get("seconds", 0.0)))
+                step = int(rec.get("step", step or 0))
+            elif kind == "restore" and rec.get("step") is not None:
+                step = int(rec["step"])
+        if step is None:
+            return None  # nothing that says where training is (start, data waits)
+        self._steps[launch_id] = step
+        return ReplicaProgress(launch_id, step, time.time(), steps,
+                               seconds / steps if steps else None, save)
+
+    def forget(self, launch_id: str) -> None:
+        for d in (self._offsets, self._steps, self._next):
+            d.pop(launch_id, None)
+
+
+def _record(line: bytes) -> dict[str, Any]:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return {}
+    return rec if isinstance(rec, dict) else {}

@@ -1,0 +1,53 @@
+"""Which transport the local backend's replicas use to reach the controller, and its relay.
+
+"file" (the default): the state dir's files, as every replica here can read them. "net": the
+controller's relay on 127.0.0.1, exactly as replicas on other hosts reach it, so that the
+whole runtime contract is exercised over the network on one machine (`transport: net` in the
+cluster file).
+
+Side effects: starts and stops the relay (a listening socket in this process).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from perdure.core.events import Launch
+
+if TYPE_CHECKING:
+    from perdure.controller.relay import Relay
+
+__all__ = ["LaunchTransport"]
+
+TRANSPORTS = ("file", "net")
+
+
+class LaunchTransport:
+    """The transport of a backend's launches; the relay is started on first use."""
+
+    def __init__(self, state_dir: Path | str, kind: str = "file", host: str = "127.0.0.1") -> None:
+        if kind not in TRANSPORTS:
+            raise ValueError(f"transport={kind!r} is unknown: use one of {', '.join(TRANSPORTS)}")
+        self.kind = kind
+        self.state_dir = Path(state_dir)
+        self.host = host  # the address the relay binds and replicas are given
+        self.relay: Relay | None = None
+
+    def ensure(self) -> None:
+        """Start the relay (net) if it is not running. Call it once the controller holds the
+        state dir's lock (adopt, launch, poll): a second controller must not take its port."""
+        if self.relay is None and self.kind == "net":
+            from perdure.controller.relay import Relay
+
+            self.relay = Relay.start(self.state_dir, self.host)
+
+    def env(self, launch: Launch) -> dict[str, str]:
+        """The environment `launch` runs with under this transport."""
+        self.ensure()
+        return self.relay.launch_env(launch) if self.relay is not None else dict(launch.env)
+
+    def close(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
+            self.relay = None

@@ -1,0 +1,333 @@
+"""Run replicas on a Ray cluster: a detached, named actor per launch on its perdure node.
+
+`RayBackend` implements `perdure.backends.base.Backend`. Each launch is a `LaunchActor`
+(`actors`) that runs the local backend's supervisor on the Ray node advertising
+`perdure_node_<node>`; the backend keeps one outstanding call per launch (its start, then its
+exit) and collects the finished ones with `ray.wait(timeout=0)`, so `poll` never blocks. The
+launch's logs and progress reports are pulled into the controller's state dir (`mirror`).
+
+Nodes: a Ray node that is gone makes its perdure node fail (a `fail-node` command: its
+replicas are lost with it, no restart charged); a Ray node that comes back advertising the
+same resource restores it. A controller that restarts finds the launches' actors by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+
+from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.local import layout
+from perdure.backends.local.backend import _error_info
+from perdure.backends.ray import cluster as rc
+from perdure.backends.ray.mirror import Mirror
+from perdure.core.events import (
+    Command,
+    Launch,
+    LaunchFailed,
+    Observation,
+    ReplicaExited,
+    ReplicaStarted,
+    Stop,
+)
+from perdure.core.spec import ClusterSpec, RaySpec
+
+WAIT_SECONDS = 30.0  # how long one outstanding start/exit call waits on the node
+PULL_SECONDS = 0.5  # how often logs and progress are copied while a launch runs
+NODES_SECONDS = 0.5  # how often the GCS is asked which nodes are alive
+PROBE_SECONDS = 3.0  # an agent that does not answer within this is on a lost node
+OOM_WORDS = ("OutOfMemory", "out of memory", "memory monitor")
+
+
+@dataclass
+class _Tracked:
+    launch_id: str
+    node: str
+    actor: Any
+    mirror: Mirror
+    started: bool = False
+    waiting: Any = None  # the outstanding started()/exit_record() call
+    pulling: Any = None
+    next_pull: float = 0.0
+    lost: bool = False  # its node was reported lost: report its exit as a kill
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class RayBackend:
+    """Replicas as detached actors on Ray nodes (see the module docstring)."""
+
+    def __init__(self, state_dir: Path | str, cluster: ClusterSpec) -> None:
+        self.spec: RaySpec = cluster.ray or RaySpec()
+        self.ns = self.spec.namespace
+        self.state_dir = os.path.realpath(state_dir)
+        os.makedirs(os.path.join(self.state_dir, layout.LAUNCHES), exist_ok=True)
+        self._configured = [NodeInfo(n.name, n.slots) for n in cluster.nodes]
+        rc.connect(self.spec)
+        self._lock = rc.take_lock(self.spec, f"state dir {self.state_dir}")
+        self._live = rc.perdure_nodes()
+        self._down: dict[str, str] = {}  # lost node -> the Ray node id it had
+        self._next_nodes = 0.0
+        self._active: dict[str, _Tracked] = {}
+        self._ports: dict[tuple[str, str], str] = {}  # (job, controller's port) -> node's port
+        self._agents: dict[str, Any] = {}
+        self._pending: list[Observation] = []  # nodes of the cluster file that are not up
+        for node in self._configured:
+            if node.name not in self._live:
+                self._lose_node(node.name, self._pending)
+        for name in self._live:
+            self._agent(name)  # start them now: the first launch on a node does not wait
+
+    def nodes(self) -> list[NodeInfo]:
+        return rc.node_infos(self._configured, self._live)
+
+    def _agent(self, node: str) -> Any:
+        if node not in self._agents:
+            self._agents[node] = rc.agent(node, self.ns)
+        return self._agents[node]
+
+    # ---- launch -----------------------------------------------------------------------------
+
+    def launch(self, launch: Launch) -> None:
+        if launch.node not in self._live:
+            raise LaunchError(f"cannot launch {launch.replica} on node {launch.node!r}: no "
+                              f"live Ray node advertises {rc.RESOURCE_PREFIX}{launch.node}")
+        if launch.launch_id in self._active:
+            raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
+        env = dict(launch.env)
+        master = self._live.get(env.get("PERDURE_MASTER_NODE", ""))
+        if master is not None:
+            env["MASTER_ADDR"] = master.address
+            env["MASTER_PORT"] = self._master_port(launch.job_id, master.name,
+                                                   env.get("MASTER_PORT", "0"))
+        record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
+                  "replica": launch.replica, "node": launch.node,
+                  "command": list(launch.command), "env": env, "cwd": launch.cwd,
+                  "memory_mb": launch.memory_mb}
+        mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
+        if mirror.read_record(layout.LAUNCH) is not None:
+            raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
+                              "launch needs a new id")
+        mirror.write_record(layout.LAUNCH, {**record, "log_prefix": launch.log_prefix,
+                                            "created": time.time()})
+        try:
+            actor = rc.launch_actor(launch.node, launch.launch_id, self.ns, record)
+        except (ValueError, RayError) as err:
+            raise LaunchError(f"cannot start the actor of {launch.launch_id}: {err}") from None
+        tracked = _Tracked(launch.launch_id, launch.node, actor, mirror)
+        tracked.waiting = actor.started.remote(WAIT_SECONDS)
+        self._active[launch.launch_id] = tracked
+
+    def _master_port(self, job_id: str, node: str, asked: str) -> str:
+        """A port free on rank 0's node, the same for every launch given the same port."""
+        key = (job_id, asked)
+        if key not in self._ports:
+            try:
+                self._ports[key] = str(ray.get(self._agent(node).free_port.remote(),
+                                               timeout=PROBE_SECONDS * 10))
+            except RayError as err:
+                raise LaunchError(f"node {node} did not give a port: {err}") from None
+        return self._ports[key]
+
+    # ---- stop -------------------------------------------------------------------------------
+
+    def stop(self, stop: Stop) -> None:
+        tracked = self._active.get(stop.launch_id)
+        if tracked is not None:
+            tracked.actor.stop.remote(stop.signal, max(0.0, stop.grace), stop.reason,
+                                      stop.notice)
+
+    def kill_node(self, node: str) -> None:
+        for tracked in self._active.values():
+            if tracked.node == node:
+                tracked.actor.stop.remote(int(signal.SIGKILL), 0.0, f"node {node} killed", None)
+
+    # ---- observe ----------------------------------------------------------------------------
+
+    def poll(self) -> list[Observation]:
+        out, self._pending = self._pending, []
+        now = time.monotonic()
+        if now >= self._next_nodes:
+            self._next_nodes = now + NODES_SECONDS
+            self._check_nodes(out)
+        waiting = {t.waiting: t for t in self._active.values() if t.waiting is not None}
+        if waiting:
+            ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+            for ref in ready:
+                self._answered(waiting[ref], ref, out)
+        self._pull_all(now)
+        return out
+
+    def _answered(self, tracked: _Tracked, ref: Any, out: list[Observation]) -> None:
+        tracked.waiting = None
+        try:
+            value = ray.get(ref, timeout=0)
+        except RayActorError as err:
+            self._actor_died(tracked, err, out)
+            return
+        except RayError as err:
+            self._report_failed(tracked, f"launch {tracked.launch_id}: {err}", out)
+            return
+        if not tracked.started:
+            if value is not None:
+                tracked.started = True
+                tracked.mirror.write_record(layout.STATUS, value)
+                out.append(ReplicaStarted(tracked.launch_id, int(value["pid"]),
+                                          float(value["started_at"])))
+            tracked.waiting = tracked.actor.exit_record.remote(WAIT_SECONDS)
+            return
+        if value is None:
+            tracked.waiting = tracked.actor.exit_record.remote(WAIT_SECONDS)
+            return
+        self._report_exit(tracked, value, out)
+
+    def _report_exit(self, tracked: _Tracked, record: dict[str, Any],
+                     out: list[Observation]) -> None:
+        self._final_pull(tracked)
+        tracked.mirror.write_record(layout.EXIT, record)
+        self._active.pop(tracked.launch_id, None)
+        tracked.actor.release.remote()
+        if "exit_code" not in record:
+            out.append(LaunchFailed(tracked.launch_id, str(record.get("spawn_error")),
+                                    float(record.get("time", time.time()))))
+            return
+        out.append(ReplicaExited(
+            launch_id=tracked.launch_id, exit_code=int(record["exit_code"]),
+            time=float(record["time"]), signal=record.get("signal"),
+            oom=bool(record.get("oom")), error=_error_info(record.get("error")),
+            peak_rss_mb=record.get("peak_rss_mb")))
+
+    def _actor_died(self, tracked: _Tracked, err: RayActorError, out: list[Observation]) -> None:
+        """The launch's actor is gone: its node died, Ray's memory monitor killed it, or
+        someone killed it. Its replica died with it (PDEATHSIG)."""
+        text = str(err)
+        oom = any(w in text for w in OOM_WORDS)
+        if not oom and not tracked.lost and not self._agent_answers(tracked.node):
+            self._lose_node(tracked.node, out)
+        self._active.pop(tracked.launch_id, None)
+        why = "its node was lost" if tracked.lost else text.splitlines()[0][:300]
+        tracked.mirror.write_record(layout.EXIT, {"exit_code": 137, "signal": 9, "oom": oom,
+                                                  "time": time.time(), "lost": why})
+        out.append(ReplicaExited(launch_id=tracked.launch_id, exit_code=128 + signal.SIGKILL,
+                                 time=time.time(), signal=int(signal.SIGKILL), oom=oom))
+
+    def _report_failed(self, tracked: _Tracked, message: str, out: list[Observation]) -> None:
+        self._active.pop(tracked.launch_id, None)
+        out.append(LaunchFailed(tracked.launch_id, message, time.time()))
+
+    # ---- nodes ------------------------------------------------------------------------------
+
+    def _check_nodes(self, out: list[Observation]) -> None:
+        try:
+            live = rc.perdure_nodes()
+            draining = rc.draining_nodes()
+        except (RayError, ConnectionError, TimeoutError):
+            return
+        for name, node in list(self._live.items()):
+            if node.node_id in draining:
+                self._drained(name, node.node_id, draining[node.node_id], out)
+        for name in set(self._live) - set(live):
+            self._lose_node(name, out)
+        for name, node in live.items():
+            # Back only as a new Ray node: the GCS lists a dead one as alive for a while.
+            if name in self._down and node.node_id != self._down[name]:
+                del self._down[name]
+                self._agents.pop(name, None)
+                out.append(Command("restore-node", name, time.time()))
+        self._live = {n: v for n, v in live.items() if n not in self._down}
+
+    def _drained(self, name: str, node_id: str, deadline_ms: int,
+                 out: list[Observation]) -> None:
+        """Ray drains a node: with a deadline (preemption) its jobs save, suspend and are
+        requeued; without one (maintenance) its replicas move, keeping their identity. Either
+        way it is back only as a new Ray node."""
+        self._down[name] = node_id
+        self._live.pop(name, None)
+        kind = "preempt-node" if deadline_ms else "drain-node"
+        out.append(Command(kind, name, time.time()))
+
+    def _lose_node(self, name: str, out: list[Observation]) -> None:
+        """A node is gone: fail it (before its replicas' exits, so they are not charged)."""
+        if name in self._down:
+            return
+        gone = self._live.pop(name, None)
+        self._down[name] = gone.node_id if gone is not None else ""
+        self._agents.pop(name, None)
+        out.append(Command("fail-node", name, time.time()))
+        for tracked in self._active.values():
+            if tracked.node == name:
+                tracked.lost = True
+
+    def _agent_answers(self, node: str) -> bool:
+        if node in self._down:
+            return False
+        try:
+            ray.get(self._agent(node).info.remote(), timeout=PROBE_SECONDS)
+            return True
+        except (RayError, GetTimeoutError):
+            return False
+
+    # ---- logs and progress ------------------------------------------------------------------
+
+    def _pull_all(self, now: float) -> None:
+        for tracked in self._active.values():
+            if tracked.pulling is not None:
+                ready, _ = ray.wait([tracked.pulling], timeout=0)
+                if not ready:
+                    continue
+                # An actor that is gone has its exit reported through `waiting`.
+                with contextlib.suppress(RayError):
+                    tracked.mirror.append(ray.get(ready[0]))
+                tracked.pulling = None
+            if tracked.started and now >= tracked.next_pull:
+                tracked.next_pull = now + PULL_SECONDS
+                tracked.pulling = tracked.actor.pull.remote(dict(tracked.mirror.offsets))
+
+    def _final_pull(self, tracked: _Tracked) -> None:
+        """Copy everything the launch wrote before its actor is released."""
+        if tracked.pulling is not None:
+            with contextlib.suppress(RayError):
+                tracked.mirror.append(ray.get(tracked.pulling, timeout=10))
+            tracked.pulling = None
+        for _ in range(64):
+            try:
+                chunk = ray.get(tracked.actor.pull.remote(dict(tracked.mirror.offsets)),
+                                timeout=10)
+            except RayError:
+                return
+            if not tracked.mirror.append(chunk):
+                return
+
+    # ---- restart ----------------------------------------------------------------------------
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        out: list[Observation] = []
+        for launch_id in launch_ids:
+            if launch_id in self._active:
+                continue
+            mirror_dir = os.path.join(self.state_dir, layout.LAUNCHES, launch_id)
+            record = layout.read_json(os.path.join(mirror_dir, layout.LAUNCH))
+            actor = rc.find_launch(launch_id, self.ns) if record is not None else None
+            if record is None or actor is None:
+                out.append(LaunchFailed(launch_id, f"launch {launch_id} has no actor in Ray "
+                                        f"namespace {self.ns!r}: it never started, or its "
+                                        "node was lost while no controller watched",
+                                        time.time()))
+                continue
+            tracked = _Tracked(launch_id, str(record["node"]), actor,
+                               Mirror(self.state_dir, launch_id, str(record["log_prefix"])))
+            tracked.waiting = actor.started.remote(WAIT_SECONDS)
+            self._active[launch_id] = tracked
+        return out
+
+    def close(self) -> None:
+        self._active.clear()
+        with contextlib.suppress(RayError):
+            ray.kill(self._lock)

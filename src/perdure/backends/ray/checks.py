@@ -1,0 +1,39 @@
+"""What a job needs to run on Ray that the local backend does not ask for (pure: no ray).
+
+No shared filesystem is assumed: a replica on another host sees neither the controller's
+state dir nor its files, so the checkpoint dir must be a URL every node reaches (fsspec:
+s3://, gs://, ...) or lie under a path the cluster file declares mounted on every node
+(`ray: shared_dirs`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from perdure.core.spec import ClusterSpec, JobSpec, SpecError
+
+
+def check_shared_checkpoint(spec: JobSpec, spec_dir: str, state_dir: str,
+                            cluster: ClusterSpec) -> None:
+    """Raise SpecError when a Ray job's checkpoints would land on one machine only."""
+    if cluster.backend != "ray":
+        return
+    raw = spec.checkpoint.dir
+    if raw and "://" in raw and not raw.startswith("file://"):
+        return
+    if raw:
+        path = raw.removeprefix("file://")
+        path = path if posixpath.isabs(path) else posixpath.join(spec_dir, path)
+    else:
+        path = posixpath.join(state_dir, "checkpoints")
+    path = posixpath.normpath(path)
+    shared = [posixpath.normpath(d) for d in (cluster.ray.shared_dirs if cluster.ray else [])]
+    if any(path == d or path.startswith(d.rstrip("/") + "/") for d in shared):
+        return
+    where = f"checkpoint.dir {raw!r}" if raw else "the default checkpoint dir"
+    raise SpecError(
+        f"checkpoint.dir: {where} is {path}, a path on the controller's machine only; on Ray "
+        "the replicas run on other hosts and could not read it. Use a URL every node reaches "
+        "(s3://..., gs://...) or a path under one of the cluster file's `ray: shared_dirs` "
+        f"(now {shared or 'none'}): a filesystem mounted at the same place on every node"
+    )

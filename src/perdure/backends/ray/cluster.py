@@ -1,0 +1,160 @@
+"""The controller's view of the Ray cluster: connecting, the namespace lock, the nodes.
+
+A perdure node is the Ray node that advertises the custom resource `perdure_node_<name>`
+(its amount is the node's slots). Nodes are read from the GCS (`ray.nodes()`), which notices
+a dead raylet only after its heartbeats time out (~15 s here); the backend learns of a lost
+node sooner from its actors' calls failing, and asks the node's agent to be sure.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import RayError
+
+from perdure.backends.base import BackendBusy, BackendUnavailable, NodeInfo
+from perdure.backends.ray.actors import LaunchActor, NodeAgent
+from perdure.core.spec import RaySpec
+
+RESOURCE_PREFIX = "perdure_node_"
+# A launch or agent asks for this much of its node's resource: it pins the actor to the node
+# without taking a slot (the controller accounts for slots itself).
+PIN = 0.001
+LOCK_NAME = "controller-lock"
+LOCK_WAIT_SECONDS = 30.0  # a killed controller's lock goes with its driver, within seconds
+ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a stop
+
+
+class NamespaceLock:
+    """Held (alive) by exactly one controller: it is owned by that controller's driver, so it
+    dies with it and a restarted controller can take it."""
+
+    def holder(self) -> dict[str, Any]:
+        return {"pid": os.getpid()}
+
+
+def connect(spec: RaySpec) -> None:
+    """ray.init against the cluster file's address, once per process."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=spec.address, namespace=spec.namespace, log_to_driver=False,
+                 logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise BackendUnavailable(
+            f"ray: address {spec.address!r}: cannot connect to the Ray cluster ({err}); start "
+            "it with `ray start --head` or fix the cluster file's `ray: address`") from None
+
+
+def take_lock(spec: RaySpec, owner: str) -> Any:
+    """The namespace's controller lock; BackendBusy when another live controller holds it."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            lock = _remote(NamespaceLock).options(
+                name=LOCK_NAME, namespace=spec.namespace, num_cpus=0, max_restarts=0).remote()
+            ray.get(lock.holder.remote(), timeout=30)
+            return lock
+        except ValueError:  # the name is taken: another controller, or a dead one's lock
+            holder = _live_holder(spec.namespace)
+            if holder is not None or time.monotonic() >= deadline:
+                raise BackendBusy(
+                    f"another controller (pid {holder.get('pid') if holder else '?'} on its "
+                    f"machine) drives Ray namespace {spec.namespace!r} at {spec.address}; stop "
+                    f"it, or give this one ({owner}) another `ray: namespace`") from None
+            time.sleep(0.5)
+
+
+def _live_holder(namespace: str) -> dict[str, Any] | None:
+    """What the lock's holder says, if it answers (a dead controller's lock does not)."""
+    try:
+        lock = ray.get_actor(LOCK_NAME, namespace=namespace)
+        holder: Any = ray.get(lock.holder.remote(), timeout=3)
+        return {"pid": holder["pid"]}
+    except (ValueError, RayError):
+        return None
+
+
+@dataclass(frozen=True)
+class RayNode:
+    """A live Ray node that is a perdure node."""
+
+    name: str
+    slots: int
+    address: str
+    node_id: str
+
+
+def perdure_nodes() -> dict[str, RayNode]:
+    """The perdure nodes the Ray cluster has now, by name (alive Ray nodes only)."""
+    out: dict[str, RayNode] = {}
+    for n in ray.nodes():  # type: ignore[no-untyped-call]
+        if not n.get("Alive"):
+            continue
+        for key, amount in (n.get("Resources") or {}).items():
+            if key.startswith(RESOURCE_PREFIX) and amount >= 1:
+                name = key[len(RESOURCE_PREFIX):]
+                out[name] = RayNode(name, int(amount), str(n["NodeManagerAddress"]),
+                                    str(n["NodeID"]))
+    return out
+
+
+def node_infos(configured: list[NodeInfo], live: dict[str, RayNode]) -> list[NodeInfo]:
+    """The configured nodes (with their address when up), else the discovered ones."""
+    if configured:
+        return [NodeInfo(n.name, n.slots, live[n.name].address if n.name in live else None)
+                for n in configured]
+    return [NodeInfo(n.name, n.slots, n.address) for n in sorted(live.values(),
+                                                                  key=lambda n: n.name)]
+
+
+def launch_actor(node: str, launch_id: str, namespace: str, record: dict[str, Any]) -> Any:
+    """Create the detached actor of a launch on `node` (never waits for it to start)."""
+    return _remote(LaunchActor).options(
+        name=f"launch:{launch_id}", namespace=namespace, lifetime="detached",
+        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=0,
+        max_concurrency=ACTOR_CONCURRENCY,
+    ).remote(record)
+
+
+def find_launch(launch_id: str, namespace: str) -> Any | None:
+    """The live actor of a launch, or None."""
+    try:
+        return ray.get_actor(f"launch:{launch_id}", namespace=namespace)
+    except ValueError:
+        return None
+
+
+def agent(node: str, namespace: str) -> Any:
+    """The node's agent, created on first use; it lives as long as its Ray node."""
+    return _remote(NodeAgent).options(
+        name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
+        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=0,
+        max_concurrency=ACTOR_CONCURRENCY,
+    ).remote()
+
+
+@functools.cache
+def _remote(cls: type) -> Any:
+    """The Ray actor class of `cls`, made once per process (each is exported to the GCS)."""
+    return ray.remote(cls)
+
+
+def draining_nodes() -> dict[str, int]:
+    """Ray node ids being drained (a preemption or maintenance signal) -> deadline in ms
+    (0: none)."""
+    return {str(k): int(v) for k, v in _gcs().get_draining_nodes(timeout=5).items()}
+
+
+@functools.cache
+def _gcs() -> Any:
+    # Ray's own client of its GCS (what Ray Serve reads draining nodes with): not public API.
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    return GcsClient(address=ray.get_runtime_context().gcs_address)

@@ -1,0 +1,41 @@
+"""The Ray backend's inspector: the controller's mirror for logs and records, Ray for signals.
+
+Logs and launch records are read where the Ray backend copies them (the state dir, as the
+local backend keeps them); a signal goes to the launch's actor on its node, which sends it to
+the replica's process there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perdure.backends.local.inspector import LocalInspector
+from perdure.core.spec import ClusterSpec, RaySpec
+
+
+class RayInspector(LocalInspector):
+    def __init__(self, state_dir: Path | str, cluster: ClusterSpec) -> None:
+        super().__init__(state_dir)
+        self.spec = cluster.ray or RaySpec()
+
+    def signal(self, launch_id: str, sig: int) -> int:
+        import ray
+        from ray.exceptions import RayError
+
+        from perdure.backends.ray import cluster
+
+        cluster.connect(self.spec)
+        actor = cluster.find_launch(launch_id, self.spec.namespace)
+        if actor is None:
+            raise ProcessLookupError(f"launch {launch_id} has no actor in Ray namespace "
+                                     f"{self.spec.namespace!r}: its replica has ended")
+        try:
+            return int(ray.get(actor.signal.remote(sig), timeout=30))
+        except RayError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, ProcessLookupError):
+                raise cause from None
+            if "ProcessLookupError" in str(err):
+                raise ProcessLookupError(str(err).strip().splitlines()[-1]) from None
+            raise ProcessLookupError(f"launch {launch_id}: its actor did not answer ({err})"
+                                     ) from None

@@ -1,0 +1,53 @@
+"""The controller's copy of what a launch on a Ray node wrote: logs, progress, its records.
+
+Kept where the local backend keeps them (`<state>/logs/<job>/attempt-<n>/<replica>.out|err`,
+`<state>/launches/<id>/{launch,status,exit}.json` and `progress.jsonl`), so `perdure logs`,
+`describe` and the goodput account read a Ray job exactly as a local one, from the
+controller's machine. How far each stream was copied is recorded (`mirror.json`) so a
+restarted controller goes on where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from perdure.backends.local import layout
+
+OFFSETS = "mirror.json"
+
+
+class Mirror:
+    """The copy of one launch's streams in the controller's state dir."""
+
+    def __init__(self, state_dir: str, launch_id: str, log_prefix: str) -> None:
+        self.dir = os.path.join(state_dir, layout.LAUNCHES, launch_id)
+        os.makedirs(self.dir, exist_ok=True)
+        self.paths = {"out": log_prefix + ".out", "err": log_prefix + ".err",
+                      "progress": os.path.join(self.dir, "progress.jsonl")}
+        self.offsets: dict[str, int] = {k: 0 for k in self.paths}
+        saved = layout.read_json(os.path.join(self.dir, OFFSETS))
+        if saved:
+            self.offsets.update({k: int(v) for k, v in saved.items() if k in self.paths})
+
+    def write_record(self, name: str, record: dict[str, Any]) -> None:
+        layout.write_json(os.path.join(self.dir, name), record)
+
+    def read_record(self, name: str) -> dict[str, Any] | None:
+        return layout.read_json(os.path.join(self.dir, name))
+
+    def append(self, chunks: dict[str, bytes]) -> bool:
+        """Append what a pull brought; whether there was anything."""
+        grew = False
+        for stream, data in chunks.items():
+            if not data or stream not in self.paths:
+                continue
+            path = self.paths[stream]
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "ab") as f:
+                f.write(data)
+            self.offsets[stream] += len(data)
+            grew = True
+        if grew:
+            layout.write_json(os.path.join(self.dir, OFFSETS), dict(self.offsets))
+        return grew

@@ -1,0 +1,62 @@
+"""Capturing a replica's Python stacks, every thread: what backends that can do it offer.
+
+py-spy (`py-spy dump --json`) reads any CPython process's stacks from outside (ptrace), so
+replicas that never import perdure are covered too. Where it cannot attach (py-spy missing, no
+ptrace permission: not root and `kernel.yama.ptrace_scope` > 0 or no CAP_SYS_PTRACE, a
+non-CPython process, a process gone) the dump carries the reason instead of stacks.
+
+Side effects: runs py-spy as a subprocess (bounded by a timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class StackDump:
+    """A process's threads as py-spy reports them, or why there are none (`error`)."""
+
+    threads: list[dict[str, Any]] = field(default_factory=list)
+    tool: str = "py-spy"
+    error: str | None = None
+
+
+@runtime_checkable
+class DumpsStacks(Protocol):
+    def dump_stacks(self, launch_id: str, timeout: float) -> StackDump:
+        """Every Python thread's stack of a running replica (never raises)."""
+        ...
+
+
+def pyspy() -> str | None:
+    """The py-spy binary: beside this interpreter (a venv), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+
+
+def dump_pid(pid: int, timeout: float = 10.0) -> StackDump:
+    """py-spy's dump of `pid`, all threads; the reason instead where it cannot attach."""
+    exe = pyspy()
+    if exe is None:
+        return StackDump(error="py-spy is not installed (pip install 'perdure[watchdog]')")
+    try:
+        out = subprocess.run([exe, "dump", "--pid", str(pid), "--json"], capture_output=True,
+                             text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return StackDump(error=f"py-spy did not attach to pid {pid} within {timeout:g}s")
+    if out.returncode != 0:
+        first = next((ln for ln in out.stderr.splitlines() if ln.strip()), "no output")
+        return StackDump(error=f"py-spy could not read pid {pid}: {first.strip()}")
+    try:
+        data = json.loads(out.stdout)
+    except ValueError:
+        return StackDump(error=f"py-spy printed no JSON for pid {pid}")
+    threads = [t for t in data if isinstance(t, dict)] if isinstance(data, list) else []
+    return StackDump(threads=threads)

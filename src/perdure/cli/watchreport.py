@@ -1,0 +1,47 @@
+"""`perdure describe`'s watchdog part: hang verdicts (where each rank was), stragglers, and the
+checkpoint interval chosen for `every: auto` with its inputs and when it last changed.
+
+Reads the job's events only (the controller records each verdict and interval as an event).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from perdure.store.sqlite import StoredEvent
+
+INTERVAL_PREFIX = "checkpoint interval "
+
+
+def watchdog_json(events: list[StoredEvent]) -> dict[str, Any]:
+    hangs = [{"time": e.time, "report": e.message} for e in events if e.kind == "watchdog"]
+    stragglers = [{"time": e.time, "report": e.message} for e in events
+                  if e.kind == "straggler"]
+    intervals = [e for e in events
+                 if e.kind == "checkpoint" and e.message.startswith(INTERVAL_PREFIX)]
+    last = intervals[-1] if intervals else None
+    return {
+        "hangs": hangs,
+        "stragglers": stragglers,
+        "checkpoint_interval": None if last is None else {
+            "chosen": last.message.removeprefix(INTERVAL_PREFIX), "since": last.time,
+            "changes": len(intervals)},
+    }
+
+
+def format_watchdog(d: dict[str, Any]) -> list[str]:
+    lines = []
+    ci = d.get("checkpoint_interval")
+    if ci:
+        lines.append(f"Checkpoint interval (every: auto; {ci['changes']} published, last at "
+                     f"{_clock(ci['since'])}): {ci['chosen']}")
+    for h in d.get("hangs", []):
+        lines.append(f"Hang at {_clock(h['time'])}: {h['report']}")
+    for s in d.get("stragglers", []):
+        lines.append(f"Straggler at {_clock(s['time'])}: {s['report']}")
+    return lines
+
+
+def _clock(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%H:%M:%S")

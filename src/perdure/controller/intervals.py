@@ -1,0 +1,129 @@
+"""`checkpoint.every: auto` in the controller: measure, choose (core.interval), publish.
+
+Side effects: writes `<state>/intervals/<job>.json`, which the replicas' `maybe_save` follows
+($PERDURE_CHECKPOINT_INTERVAL_FILE). `publish_interval` is the one place that carries an
+interval to the replicas, as `publish_round` carries an elastic round: a network transport
+replaces that function's body, not its callers.
+
+The record (save costs, failures, running time) lives in this controller's memory; after a
+controller restart a job's failures are read back from its record (restarts and retries), its
+running time starts from zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from perdure.core import interval as iv
+from perdure.core.events import Observation, ReplicaProgress
+from perdure.core.launchenv import LaunchSettings, interval_path, job_of_launch
+from perdure.core.model import Event, Job
+from perdure.core.states import JobState
+
+ACCOUNT_SECONDS = 1.0
+ENV_PRIOR = "PERDURE_MTBF_PRIOR_SECONDS"
+
+
+def prior_mtbf() -> float:
+    """The MTBF a job is assumed to have before any failure is seen ($PERDURE_MTBF_PRIOR_SECONDS,
+    default one failure a day)."""
+    value = os.environ.get(ENV_PRIOR)
+    if not value:
+        return iv.PRIOR_MTBF_SECONDS
+    try:
+        prior = float(value)
+    except ValueError:
+        prior = -1.0
+    if not prior > 0:
+        raise ValueError(f"{ENV_PRIOR}={value!r}: use a number of seconds > 0, or unset it for "
+                         f"the default ({iv.PRIOR_MTBF_SECONDS:.0f})")
+    return prior
+
+
+def publish_interval(state_dir: str, job_id: str, chosen: iv.Interval, now: float) -> None:
+    """Hand a job's checkpoint interval to its replicas (atomically: a reader sees all or none)."""
+    path = interval_path(job_id, LaunchSettings(state_dir=state_dir, python=""))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    Path(tmp).write_text(json.dumps({**chosen.to_json(), "time": now}))
+    os.replace(tmp, path)
+
+
+class _Seen:
+    """A job's failures as its record shows them: retries plus restarts of every attempt."""
+
+    def __init__(self) -> None:
+        self.attempt = 0
+        self.carried = 0  # restarts of attempts before the current one
+        self.restarts = 0
+
+    def failures(self, job: Job) -> int:
+        if job.attempt != self.attempt:
+            self.carried += self.restarts
+            self.attempt, self.restarts = job.attempt, 0
+        self.restarts = max(self.restarts, sum(r.restarts for r in job.replicas))
+        return self.carried + self.restarts + sum(job.retries.values())
+
+
+class IntervalShell:
+    """Per tick: note save costs; every ACCOUNT_SECONDS: running time, failures, publish."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.records: dict[str, iv.JobRecord] = {}
+        self.seen: dict[str, _Seen] = {}
+        self.prior = prior_mtbf()
+        self.cluster = iv.Cluster(prior=self.prior)
+        self._gone = iv.Cluster()  # what jobs that left this controller's view had seen
+        self._last: float | None = None
+
+    def step(self, jobs: Mapping[str, Job], observations: list[Observation],
+             now: float) -> list[Event]:
+        for obs in observations:
+            if isinstance(obs, ReplicaProgress) and obs.save_seconds is not None:
+                job_id = job_of_launch(obs.launch_id)
+                if job_id in jobs:
+                    iv.note_cost(self.records.setdefault(job_id, iv.JobRecord()),
+                                 obs.save_seconds)
+        if self._last is not None and now - self._last < ACCOUNT_SECONDS:
+            return []
+        dt, self._last = (now - self._last if self._last is not None else 0.0), now
+        self._account(jobs, dt)
+        return self._publish(jobs, now)
+
+    def _account(self, jobs: Mapping[str, Job], dt: float) -> None:
+        for job_id in [i for i in self.records if i not in jobs]:
+            rec = self.records.pop(job_id)
+            self.seen.pop(job_id, None)
+            self._gone.failures += rec.failures
+            self._gone.seconds += rec.seconds
+        for job in jobs.values():
+            if job.state is not JobState.RUNNING and job.id not in self.records:
+                continue
+            rec = self.records.setdefault(job.id, iv.JobRecord())
+            rec.failures = self.seen.setdefault(job.id, _Seen()).failures(job)
+            if job.state is JobState.RUNNING:
+                rec.seconds += dt
+        self.cluster = iv.Cluster(
+            self._gone.failures + sum(r.failures for r in self.records.values()),
+            self._gone.seconds + sum(r.seconds for r in self.records.values()), self.prior)
+
+    def _publish(self, jobs: Mapping[str, Job], now: float) -> list[Event]:
+        events = []
+        for job in jobs.values():
+            ck = job.spec.checkpoint
+            if ck.every != "auto" or job.state not in (JobState.PENDING, JobState.RUNNING):
+                continue
+            rec = self.records.setdefault(job.id, iv.JobRecord())
+            chosen = iv.choose(rec, self.cluster, ck.max_interval_seconds)
+            if not iv.changed(rec.published, chosen):
+                continue
+            was = f" (was {rec.published.seconds:.1f}s)" if rec.published else ""
+            rec.published = chosen
+            publish_interval(self.state_dir, job.id, chosen, now)
+            events.append(Event(now, job.id, "checkpoint",
+                                f"checkpoint interval {chosen.explain()}{was}"))
+        return events

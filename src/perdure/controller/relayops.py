@@ -1,0 +1,165 @@
+"""What the relay does for each request of an authenticated replica (a table of operations).
+
+Every operation acts for the peer that authenticated (its job, replica and launch): markers
+and holder records are written under that job's rendezvous directory, progress, errors and
+the stop request are those of that launch, and stores are that job's. The files are written
+with the file transport itself, so their layout is the one the controller and CLI read.
+
+Side effects: files in the state dir, through FileTransport; the stores in relaykv.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perdure.runtime.transport.files import FileTransport, write_atomically
+
+if TYPE_CHECKING:
+    from perdure.controller.relay import Relay
+
+__all__ = ["OPS", "Peer", "RelayFiles"]
+
+LAUNCHES = "launches"  # <state>/launches/<launch id>/ (perdure.backends.local.layout)
+STOP, ERROR = "stop.json", "error.json"
+_ACKED = ".progress-acked"  # the last progress batch appended: (client token, sequence)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who is asking: proven in the handshake."""
+
+    job: str
+    replica: str
+    launch: str
+
+
+class RelayFiles:
+    """The file transports of jobs (rendezvous) and launches (progress, error, stop)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self._acked: dict[str, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def rdzv(self, peer: Peer) -> FileTransport:
+        return FileTransport(rdzv_dir=self.state_dir / "rdzv" / peer.job)
+
+    def launch_dir(self, peer: Peer) -> Path:
+        d = self.state_dir / LAUNCHES / peer.launch
+        d.mkdir(parents=True, exist_ok=True)  # a backend that keeps no launch dir here (Ray)
+        return d
+
+    def launch(self, peer: Peer) -> FileTransport:
+        d = self.launch_dir(peer)
+        return FileTransport(report_dir=d, stop_file=str(d / STOP), error_file=str(d / ERROR))
+
+    def append_progress(self, peer: Peer, client: str, seq: int, lines: list[str]) -> None:
+        """Append a batch once, even when the replica re-sends it (its answer was lost)."""
+        d = self.launch_dir(peer)
+        with self._lock:  # one launch's batches arrive one at a time; this keeps them whole
+            acked = self._acked.get(peer.launch) or _read_acked(d / _ACKED)
+            if acked == (client, seq) or (acked[0] == client and acked[1] >= seq):
+                return
+            FileTransport(report_dir=d).append_progress(lines)
+            self._acked[peer.launch] = (client, seq)
+            write_atomically(d / _ACKED, json.dumps([client, seq]))
+
+
+def _read_acked(path: Path) -> tuple[str, int]:
+    try:
+        client, seq = json.loads(path.read_text())
+        return str(client), int(seq)
+    except (OSError, ValueError, TypeError):
+        return "", 0
+
+
+def _lines(value: Any) -> list[str]:
+    """Progress lines as sent: each a JSON object on one line (anything else is dropped)."""
+    if not isinstance(value, list):
+        raise TypeError("progress lines must be a list of strings")
+    out = []
+    for line in value:
+        if isinstance(line, str) and "\n" not in line and line.startswith("{"):
+            out.append(line)
+    return out
+
+
+def _holder(relay: Relay, peer: Peer, req: dict[str, Any]) -> None:
+    rec = req["record"]
+    if not isinstance(rec, dict) or rec.get("replica") != peer.replica:
+        raise ValueError(f"{peer.replica} may register only its own holder")
+    record = {"replica": peer.replica, "host": str(rec["host"])[:255], "port": int(rec["port"]),
+              "pid": int(rec.get("pid", 0))}
+    relay.files.rdzv(peer).register_holder(record)
+
+
+def _error(relay: Relay, peer: Peer, req: dict[str, Any]) -> str | None:
+    record = req["record"]
+    if not isinstance(record, dict):
+        raise TypeError("an error record must be a JSON object")
+    return relay.files.launch(peer).write_error(record)
+
+
+def _kv(name: str) -> Callable[[Relay, Peer, dict[str, Any]], Any]:
+    """A store operation on the peer's job's store `req["store"]`."""
+
+    def op(relay: Relay, peer: Peer, req: dict[str, Any]) -> Any:
+        kv = relay.stores.get(peer.job, str(req["store"]))
+        if name == "set":
+            return kv.set(str(req["key"]), str(req["value"]))
+        if name == "get":
+            return kv.get(str(req["key"]))
+        if name == "add":
+            return kv.add(str(req["key"]), int(req["amount"]), str(req["c"]), int(req["i"]))
+        if name == "cas":
+            return kv.cas(str(req["key"]), str(req["expected"]), str(req["desired"]))
+        if name == "append":
+            return kv.append(str(req["key"]), str(req["value"]))
+        if name == "delete":
+            return kv.delete(str(req["key"]))
+        if name == "check":
+            return kv.check([str(k) for k in req["keys"]])
+        if name == "wait":
+            return kv.wait([str(k) for k in req["keys"]], float(req["hold"]))
+        return kv.num_keys()
+
+    return op
+
+
+def _since(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else None
+
+
+OPS: dict[str, Callable[[Relay, Peer, dict[str, Any]], Any]] = {
+    "round": lambda relay, peer, req: dict(zip(
+        ("stamp", "doc"), relay.files.rdzv(peer).round_doc(_since(req.get("since"))),
+        strict=True)),
+    "ready": lambda relay, peer, req: relay.files.rdzv(peer).mark_ready(
+        int(req["attempt"]), peer.replica, int(req["round"])),
+    "ready_round": lambda relay, peer, req: relay.files.rdzv(peer).ready_round(
+        int(req["attempt"]), _replica(relay, peer, req["replica"])),
+    "finished": lambda relay, peer, req: relay.files.rdzv(peer).mark_finished(
+        int(req["attempt"]), peer.replica, int(req["round"])),
+    "is_finished": lambda relay, peer, req: relay.files.rdzv(peer).finished(int(req["attempt"])),
+    "holder": _holder,
+    "holders": lambda relay, peer, req: relay.files.rdzv(peer).holders(),
+    "stop": lambda relay, peer, req: relay.files.launch(peer).stop_request(),
+    "error": _error,
+    "progress": lambda relay, peer, req: relay.files.append_progress(
+        peer, str(req["c"]), int(req["seq"]), _lines(req["lines"])),
+    **{f"kv.{name}": _kv(name) for name in (
+        "set", "get", "add", "cas", "append", "delete", "check", "wait", "num_keys")},
+}
+
+
+def _replica(relay: Relay, peer: Peer, name: Any) -> str:
+    """`name` if it is a replica of the peer's job (markers of others are read, not written)."""
+    names = relay.names_of(peer.job) or ()
+    if name not in names:
+        raise ValueError(f"{str(name)[:64]!r} is not a replica of job {peer.job}")
+    return str(name)

@@ -1,0 +1,70 @@
+"""The state dir's secret and the per-job secrets derived from it.
+
+`<state dir>/secret` holds 32 random bytes, created once with mode 0600. A job's secret is
+HMAC-SHA256(state secret, job id), hex: every replica of the job gets it in its launch
+environment as `PERDURE_JOB_SECRET`, and every listener a job opens (snapshot holder,
+controller relay, rendezvous store) admits only peers that prove they know it. A job's secret
+never reveals the state secret or another job's secret.
+
+Side effects: `state_secret` creates the file when it is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from pathlib import Path
+
+__all__ = ["ENV_JOB_SECRET", "SECRET_FILE", "SecretError", "job_secret", "state_secret"]
+
+ENV_JOB_SECRET = "PERDURE_JOB_SECRET"
+SECRET_FILE = "secret"
+_SIZE = 32
+
+
+class SecretError(RuntimeError):
+    """The state dir's secret file exists but cannot be used."""
+
+
+def state_secret(state_dir: Path) -> bytes:
+    """The state dir's secret: read `<state_dir>/secret`, or create it (0600) if missing.
+
+    Two processes creating it at once agree: O_EXCL lets one write it, the other reads it.
+    """
+    path = state_dir / SECRET_FILE
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return _read(path)
+        value = secrets.token_bytes(_SIZE)
+        try:
+            os.write(fd, value)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise SecretError(f"{path}: cannot be created or read: {exc.strerror or exc}; "
+                          "check the state dir's permissions and free space") from exc
+    return value
+
+
+def _read(path: Path) -> bytes:
+    for _ in range(100):  # its creator may not have written it yet (O_EXCL, then write)
+        value = path.read_bytes()
+        if len(value) == _SIZE:
+            return value
+        if value:
+            break
+        time.sleep(0.01)
+    raise SecretError(f"{path}: expected {_SIZE} bytes, found {len(value)}; delete it to make "
+                      "a new one (running jobs then lose their peers' trust: restart them)")
+
+
+def job_secret(state_secret: bytes, job_id: str) -> str:
+    """The secret of job `job_id` (hex): what its replicas and listeners share. No side effects."""
+    return hmac.new(state_secret, job_id.encode(), hashlib.sha256).hexdigest()

@@ -1,0 +1,197 @@
+"""The context a tick works in, shared by decide and its helpers (admission, commands,
+elastic, hot-swap): the snapshot it starts from and the tick's own copies and moves.
+
+No side effects: it records decisions and events for the shell to carry out.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from perdure.core.events import Decision, KillNode, Stop
+from perdure.core.launchenv import LaunchSettings, build_launch, launch_id
+from perdure.core.model import Event, Job, Node, Replica
+from perdure.core.states import JobState, NodeState, ReplicaState
+
+
+@dataclass(frozen=True)
+class JobIndex:
+    """Which jobs the scheduler must look at: ids of queued jobs and of jobs with replicas to
+    place. Kept up to date tick by tick so a tick does not scan every job."""
+
+    queued: frozenset[str]
+    placing: frozenset[str]
+
+    @staticmethod
+    def of(jobs: Mapping[str, Job]) -> JobIndex:
+        return JobIndex(
+            frozenset(i for i, j in jobs.items() if j.state is JobState.QUEUED),
+            frozenset(i for i, j in jobs.items() if needs_placement(j)),
+        )
+
+    def updated(self, jobs: Mapping[str, Job], changed: Iterable[str]) -> JobIndex:
+        queued, placing = set(self.queued), set(self.placing)
+        for i in changed:
+            job = jobs.get(i)
+            (queued.add if job and job.state is JobState.QUEUED else queued.discard)(i)
+            (placing.add if job and needs_placement(job) else placing.discard)(i)
+        return JobIndex(frozenset(queued), frozenset(placing))
+
+
+def needs_placement(job: Job) -> bool:
+    """A started job with replicas waiting for a node (a restart, a move, a new round)."""
+    return (
+        job.state in (JobState.PENDING, JobState.RUNNING)
+        and job.after_stop is None
+        and any(r.state is ReplicaState.WAITING for r in job.replicas)
+    )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    jobs: Mapping[str, Job]  # unfinished jobs (the shell drops terminal ones after commit)
+    nodes: Mapping[str, Node]
+    quotas: Mapping[str, int | None]
+    index: JobIndex | None = None  # None: computed from `jobs`
+
+    def job_index(self) -> JobIndex:
+        return self.index if self.index is not None else JobIndex.of(self.jobs)
+
+
+@dataclass
+class Tick:
+    """The context of one tick: its copies of the jobs and nodes, the decisions and events
+    so far, and the moves every part of a tick shares (stop, end, restart, launch).
+
+    `decide` runs a tick; admission, commands, elastic and hot-swap act through this.
+    """
+
+    snap: Snapshot
+    now: float
+    ports: Iterator[int]
+    settings: LaunchSettings
+    jobs: dict[str, Job] = field(init=False)
+    nodes: dict[str, Node] = field(init=False)
+    decisions: list[Decision] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    changed: set[str] = field(default_factory=set)
+    nodes_changed: bool = False
+    active: bool = False  # something changed capacity or demand: run admission
+    # Admissions stop for this tick once this many replicas were launched (ticks stay short;
+    # every replica of one attempt still launches in the same tick).
+    launch_budget: int = 64
+    note_budget: int = 32  # wait reasons recorded per tick
+
+    def __post_init__(self) -> None:
+        self.jobs = dict(self.snap.jobs)
+        self.nodes = dict(self.snap.nodes)
+
+    # ---- bookkeeping -------------------------------------------------------------------
+
+    def touch(self, job_id: str) -> Job | None:
+        """The tick's own copy of a job, cloned on first touch."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        if job_id not in self.changed:
+            job = job.clone()
+            self.jobs[job_id] = job
+            self.changed.add(job_id)
+        job.updated = self.now
+        return job
+
+    def event(self, job: Job | None, kind: str, message: str) -> None:
+        self.events.append(Event(self.now, job.id if job else None, kind, message))
+
+    def set_node(self, name: str, state: NodeState) -> Node | None:
+        node = self.nodes.get(name)
+        if node is None:
+            return None
+        self.nodes[name] = Node(node.name, node.slots, state)
+        self.nodes_changed = self.active = True
+        return self.nodes[name]
+
+    def index(self) -> JobIndex:
+        return self.snap.job_index().updated(self.jobs, self.changed)
+
+    def restart(self, job: Job, moved: list[Replica], notice: str | None, why: str) -> None:
+        """Start `moved` again; in group scope every replica joins a new rendezvous round."""
+        job.state = JobState.PENDING
+        grace = job.spec.restart.round_grace_seconds
+        if notice == "maintenance":
+            grace = job.spec.preemption.grace_seconds
+        names = {r.name for r in moved}
+        group = job.spec.restart.scope == "group" and not job.elastic
+        if group:
+            job.round += 1
+            job.master_port = next(self.ports)
+        for x in job.replicas:
+            if x.name not in names and not group:
+                continue
+            if x.alive:
+                self.stop(job, x, grace, f"{why}: new round {job.round}", relaunch=True,
+                          notice=notice if x.name in names else None)
+            elif x.state is ReplicaState.EXITED:
+                x.state = ReplicaState.WAITING
+
+    def stop(self, job: Job, r: Replica, grace: float, reason: str, *, relaunch: bool = False,
+             notice: str | None = None) -> None:
+        if r.state is ReplicaState.STOPPING or r.launch_id is None:
+            r.relaunch = r.relaunch or relaunch
+            return
+        r.state, r.relaunch, r.notice = ReplicaState.STOPPING, relaunch, notice
+        self.decisions.append(Stop(r.launch_id, int(signal.SIGTERM), grace, reason, notice))
+
+    def end(self, job: Job, final: JobState, notice: str | None = None) -> None:
+        """Stop every replica; the job becomes `final` once all are down."""
+        job.after_stop = final
+        grace = (job.spec.preemption.grace_seconds if notice
+                 else job.spec.restart.stop_grace_seconds)
+        for x in job.replicas:
+            if x.alive:
+                self.stop(job, x, grace, f"job ending ({final.value})", notice=notice)
+            elif x.state is ReplicaState.WAITING:
+                x.state = ReplicaState.EXITED
+            x.relaunch = False
+        self.maybe_finish(job)
+
+    def maybe_finish(self, job: Job) -> None:
+        if job.after_stop is None or job.alive_replicas():
+            return
+        final, job.after_stop = job.after_stop, None
+        job.waiting_since, job.master_port = None, None
+        if final is JobState.QUEUED or final is JobState.SUSPENDED:
+            self.reset(job)
+        if final is JobState.QUEUED:
+            job.state = JobState.QUEUED
+            self.event(job, "state", f"QUEUED: attempt {job.attempt} ended; retrying")
+        elif final is JobState.SUSPENDED:
+            job.state = JobState.SUSPENDED
+            self.event(job, "state", "SUSPENDED: every replica is down; capacity released")
+            if not job.hold:
+                job.state = JobState.QUEUED
+                self.event(job, "state", "QUEUED: requeued to resume from its checkpoint")
+        else:
+            job.state = final
+            tail = f": {job.error.code.value}: {job.error.message}" if job.error else ""
+            self.event(job, "state", f"{final.value}{tail}")
+        self.active = True
+
+    def reset(self, job: Job) -> None:
+        for x in job.replicas:
+            x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
+            x.relaunch, x.notice = False, None
+        job.round = 0
+        job.members = []
+
+    def launch(self, job: Job, r: Replica, node: str) -> None:
+        r.node = node
+        r.launches += 1
+        r.launch_id = launch_id(job, r)
+        r.state = ReplicaState.STARTING
+        self.decisions.append(build_launch(job, r, self.settings))
+
+    def kill_node(self, name: str) -> None:
+        self.decisions.append(KillNode(name))

@@ -1,0 +1,54 @@
+"""The spec's `watchdog` section: when a job counts as hung, what to do about stragglers.
+
+No side effects: a pydantic model, validated with the rest of the job spec.
+
+    watchdog:
+      hang_seconds: auto     # or a number; auto = max(120, 20 x the job's p99 step time)
+      stragglers: report     # report | drain | off
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class WatchdogSpec(BaseModel):
+    """Hung-job and straggler detection from the ranks' progress reports."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hang_seconds: Literal["auto"] | float = "auto"
+    stragglers: Literal["report", "drain", "off"] = "report"
+
+    @field_validator("hang_seconds", mode="before")
+    @classmethod
+    def _hang(cls, v: object) -> object:
+        if v == "auto":
+            return v
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or v != v:
+            raise ValueError("use auto or a number of seconds > 0")
+        return float(v)
+
+
+class IntervalFields(BaseModel):
+    """The interval fields of the spec's `checkpoint` section (CheckpointSpec inherits them).
+
+    `every: auto` has the controller choose the interval from data (Young/Daly, see
+    core/interval.py); `every_seconds` fixes it in time; `max_interval_seconds` bounds both.
+    """
+
+    every: Literal["auto"] | None = None
+    every_seconds: float | None = Field(None, gt=0)
+    # The service guidance: at least one checkpoint every 4 hours.
+    max_interval_seconds: float = Field(14400.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> IntervalFields:
+        given = [n for n in ("every", "every_steps", "every_seconds")
+                 if getattr(self, n, None) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of every: auto, every_steps, every_seconds; got "
+                             f"{' and '.join(given)}")
+        return self

@@ -1,0 +1,123 @@
+"""What `Checkpointer.maybe_save` does besides its policy: save at once on a preemption notice
+(then exit suspended), and follow the interval the controller publishes for `every: auto`.
+
+A script that calls `ckpt.maybe_save(step, state)` every step needs no preemption code: when a
+notice (SIGTERM under perdure.init()) reaches any rank, every rank saves the same step, waits
+for the commit and exits with the "suspended" status. The notice may reach the ranks at
+different steps, so they agree on it:
+- with a timed policy (`every_seconds`, `every: auto`) the ranks already agree on every call
+  (rank 0's clock decides): the notice rides along in the same collective, for free;
+- otherwise every NOTICE_CHECK_EVERY-th call (default 8, $PERDURE_NOTICE_CHECK_EVERY) runs one
+  all-gather of one integer per rank; the calls between cost nothing. A notice is acted on
+  within that many steps: keep them well inside `preemption.grace_seconds`.
+
+Side effects: reads the published interval file; the collectives above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+from perdure.runtime.checkpoint.comm import Comm
+from perdure.runtime.checkpoint.policy import SavePolicy
+
+ENV_STEPS = "PERDURE_CHECKPOINT_EVERY"  # checkpoint.every_steps
+ENV_SECONDS = "PERDURE_CHECKPOINT_EVERY_SECONDS"  # checkpoint.every_seconds
+ENV_INTERVAL_FILE = "PERDURE_CHECKPOINT_INTERVAL_FILE"  # checkpoint.every: auto
+ENV_NOTICE_EVERY = "PERDURE_NOTICE_CHECK_EVERY"
+REFRESH_SECONDS = 2.0
+# Until the controller has published an interval (it measures a save first): save this often.
+FIRST_INTERVAL_SECONDS = 60.0
+
+
+def _number(name: str) -> float | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not a number") from None
+
+
+def notice_check_every() -> int:
+    n = _number(ENV_NOTICE_EVERY)
+    if n is not None and (n < 1 or n != int(n)):
+        raise ValueError(f"{ENV_NOTICE_EVERY}={n:g}: use a whole number of calls >= 1")
+    return int(n or 8)
+
+
+def published_interval(path: str) -> float | None:
+    """The interval the controller published (`seconds` of its JSON), None if there is none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return float(data["seconds"]) if float(data["seconds"]) > 0 else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def policy_from_env() -> tuple[SavePolicy, str | None]:
+    """The spec's `checkpoint` settings as the controller passes them in the environment, and
+    the interval file to follow (every: auto); outside perdure: a policy that never saves."""
+    auto = os.environ.get(ENV_INTERVAL_FILE) or None
+    if auto is not None:
+        return SavePolicy(every_seconds=published_interval(auto) or FIRST_INTERVAL_SECONDS), auto
+    steps, seconds = _number(ENV_STEPS), _number(ENV_SECONDS)
+    return SavePolicy(every_steps=int(steps) if steps else None, every_seconds=seconds), None
+
+
+def notice_pending() -> bool:
+    """Whether this process has a preemption notice (perdure.init()'s SIGTERM handler)."""
+    context = sys.modules.get("perdure.runtime.context")
+    ctx = context.current() if context is not None else None
+    return bool(ctx is not None and ctx.should_stop)
+
+
+class SaveSchedule:
+    """Per Checkpointer: the agreement on notices and the auto interval's refresh."""
+
+    def __init__(self, interval_file: str | None) -> None:
+        self.interval_file = interval_file
+        self.calls = 0
+        self.check_every = notice_check_every()
+        self._next_read = 0.0
+
+    def refresh(self, policy: SavePolicy, now: float) -> SavePolicy:
+        """`policy` with the newest published interval (auto only; read every few seconds)."""
+        if self.interval_file is None or now < self._next_read:
+            return policy
+        self._next_read = now + REFRESH_SECONDS
+        seconds = published_interval(self.interval_file)
+        if seconds is None or seconds == policy.every_seconds:
+            return policy
+        return dataclasses.replace(policy, every_seconds=seconds)
+
+    def decide(self, policy: SavePolicy, due: bool, comm: Comm) -> tuple[bool, bool]:
+        """(save now by the policy, a notice reached some rank): the same on every rank."""
+        notice = notice_pending()
+        if comm.world == 1:
+            return due, notice
+        self.calls += 1
+        if policy.uses_clock:  # rank 0's clock decides; the notice rides along
+            votes = comm.agree([int(due), int(notice)])
+            return bool(votes[0][0]), any(v[1] for v in votes)
+        if self.calls % self.check_every == 0:
+            return due, any(v[0] for v in comm.agree([int(notice)]))
+        return due, False
+
+
+def exit_suspended() -> None:
+    """Leave with the "saved, resume me" status, as `Context.exit_suspended` does."""
+    from perdure.runtime import goodput
+    from perdure.runtime.context import EXIT_SUSPENDED, current
+
+    goodput.flush()
+    ctx = current()
+    if ctx is not None:
+        ctx.exit_suspended()
+    sys.stdout.flush()
+    os._exit(EXIT_SUSPENDED)

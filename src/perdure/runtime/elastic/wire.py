@@ -1,0 +1,194 @@
+"""The snapshot holder's wire: framed JSON headers, mutual authentication, where to bind.
+
+A frame is an 8-byte big-endian length, then a JSON object; payload bytes may follow. The
+server speaks first with a fresh nonce; the client's request carries its own nonce and
+`auth` = HMAC-SHA256(job secret, "request" + server nonce + the canonical request); every
+reply carries `auth` over the client's nonce the same way. Each side checks with
+`hmac.compare_digest` before it trusts anything: a stranger's request is refused before its
+payload is read, and a server without the secret is not believed. Headers are capped at
+`MAX_HEADER` bytes before they are read. Payloads are not encrypted or MACed: the holder keeps
+strangers out; it is no defence against an attacker on the wire (run jobs on a private
+network).
+
+Side effects: socket I/O only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import os
+import socket
+import struct
+from types import TracebackType
+from typing import Any
+
+ENV_SECRET = "PERDURE_JOB_SECRET"
+MAX_HEADER = 64 << 10
+HANDSHAKE_SECONDS = 10.0  # a connection that does not speak within this is dropped
+_FRAME = struct.Struct(">Q")
+_CHUNK = 1 << 20
+_NONCE = 16
+
+
+def mac(secret: str, label: bytes, nonce: bytes, doc: dict[str, Any]) -> str:
+    """HMAC of `doc` (canonical JSON, without `auth`) under `secret`, bound to `nonce`."""
+    body = json.dumps({k: v for k, v in doc.items() if k != "auth"}, sort_keys=True,
+                      separators=(",", ":")).encode()
+    return hmac.new(secret.encode(), label + b"\n" + nonce + body, hashlib.sha256).hexdigest()
+
+
+def verified(secret: str, label: bytes, nonce: bytes, doc: dict[str, Any]) -> bool:
+    claimed = doc.get("auth")
+    return isinstance(claimed, str) and hmac.compare_digest(
+        claimed.encode(), mac(secret, label, nonce, doc).encode())
+
+
+def send(sock: socket.socket, header: dict[str, Any], payload: bytes | bytearray = b"") -> None:
+    body = json.dumps(header).encode()
+    sock.sendall(_FRAME.pack(len(body)) + body)
+    if payload:
+        sock.sendall(payload)
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytearray:
+    out = bytearray(n)  # filled in place: a snapshot is received without an extra copy
+    read_into(sock, memoryview(out))
+    return out
+
+
+def read_into(sock: socket.socket, view: memoryview) -> None:
+    view = view.cast("B")
+    got = 0
+    while got < view.nbytes:
+        k = sock.recv_into(view[got:], min(view.nbytes - got, _CHUNK))
+        if k == 0:
+            raise ConnectionError(f"peer closed the connection after {got} of {view.nbytes} "
+                                  "bytes")
+        got += k
+
+
+def recv_header(sock: socket.socket) -> dict[str, Any]:
+    (n,) = _FRAME.unpack(recv_exact(sock, _FRAME.size))
+    if n > MAX_HEADER:
+        raise ConnectionError(f"header of {n} bytes is over the {MAX_HEADER}-byte limit")
+    try:
+        doc = json.loads(recv_exact(sock, n))
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past the limit
+        raise ConnectionError("header is not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise ConnectionError("header is not a JSON object")
+    return doc
+
+
+def _nonce(doc: dict[str, Any]) -> bytes:
+    raw = doc.get("nonce")
+    try:
+        value = bytes.fromhex(raw) if isinstance(raw, str) else b""
+    except ValueError:
+        value = b""
+    if len(value) != _NONCE:
+        raise ConnectionError("the peer sent no valid nonce: not a perdure snapshot holder")
+    return value
+
+
+class Accepted:
+    """The server's side of one connection: challenge, then authenticated request and replies."""
+
+    def __init__(self, sock: socket.socket, secret: str) -> None:
+        self.sock, self.secret = sock, secret
+        self.nonce = os.urandom(_NONCE)
+        self.peer_nonce = b""
+        sock.settimeout(HANDSHAKE_SECONDS)
+        send(sock, {"v": 2, "nonce": self.nonce.hex()})
+
+    def request(self) -> dict[str, Any] | None:
+        """The client's request if it proves the secret; None (after saying why) otherwise."""
+        doc = recv_header(self.sock)
+        if not verified(self.secret, b"request", self.nonce, doc):
+            send(self.sock, {"ok": False, "error": "not authenticated: this holder serves only "
+                             "its own job's replicas ($PERDURE_JOB_SECRET)"})
+            return None
+        self.peer_nonce = _nonce(doc)
+        self.sock.settimeout(60.0)
+        return doc
+
+    def reply(self, doc: dict[str, Any], payload: bytes | bytearray = b"") -> None:
+        send(self.sock, {**doc, "auth": mac(self.secret, b"reply", self.peer_nonce, doc)},
+             payload)
+
+    def receive(self, size: int) -> bytearray:
+        return recv_exact(self.sock, size)
+
+
+class Connected:
+    """The client's side of one connection to `who` at host:port (raises OSError on failure)."""
+
+    def __init__(self, host: str, port: int, secret: str, timeout: float, who: str) -> None:
+        self.secret, self.who = secret, who
+        self.nonce = os.urandom(_NONCE)
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.server_nonce = _nonce(recv_header(self.sock))
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def __enter__(self) -> Connected:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.sock.close()
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send the signed request; the verified reply (ConnectionError if refused)."""
+        doc = {**request, "nonce": self.nonce.hex()}
+        send(self.sock, {**doc, "auth": mac(self.secret, b"request", self.server_nonce, doc)})
+        return self.answer()
+
+    def answer(self) -> dict[str, Any]:
+        reply = recv_header(self.sock)
+        if not verified(self.secret, b"reply", self.nonce, reply):
+            why = reply.get("error") or "its reply does not prove the job's secret"
+            raise ConnectionError(f"{self.who} refused the request or is not authenticated: "
+                                  f"{str(why)[:200]}")
+        if not reply.get("ok"):
+            why = str(reply.get("error"))[:200]
+            raise ConnectionError(f"{self.who} refused the request: {why}")
+        return reply
+
+    def read_into(self, view: memoryview) -> None:
+        read_into(self.sock, view)
+
+
+def interface_for(master_addr: str) -> str:
+    """The address of this host's interface toward `master_addr`: where a job's listeners
+    bind. Loopback for a loopback master; else the source address the kernel would use to
+    reach it (a UDP connect: no packet is sent). OSError when there is no route."""
+    if master_addr in ("", "localhost"):
+        return "127.0.0.1"
+    try:
+        ip = ipaddress.ip_address(master_addr)
+    except ValueError:  # a host name
+        ip = ipaddress.ip_address(socket.getaddrinfo(master_addr, None)[0][4][0])
+    if ip.is_loopback:
+        return "::1" if ip.version == 6 else "127.0.0.1"
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((str(ip), 9))
+        return str(probe.getsockname()[0])
+
+
+def check_bind(host: str, what: str) -> None:
+    """ValueError if `host` is a wildcard address (every interface)."""
+    try:
+        wildcard = ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        wildcard = host == ""
+    if wildcard:
+        raise ValueError(f"{what}={host or repr(host)} would accept peers on every interface; "
+                         "name the address of the one interface the job uses")

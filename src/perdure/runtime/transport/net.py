@@ -1,0 +1,184 @@
+"""The network transport: the runtime's contracts as requests to the controller's relay.
+
+For replicas on hosts that see neither the controller's state dir nor its files (a Ray
+cluster; the local backend with `transport: net`). The relay writes what it receives into the
+state dir in the file transport's layout, so the controller reads the same records either way.
+Reads that run on the training path (the round, at every step boundary) give the last answer
+when the relay is away instead of stalling; writes that must arrive (markers, the error
+record) are retried with backoff; progress records are queued and sent by a daemon thread.
+
+Side effects: TCP connections to the relay; a daemon thread for progress records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from perdure.runtime.transport.base import (
+    ENV_CONTROL_ADDR,
+    ENV_JOB_SECRET,
+    ENV_RDZV,
+    HolderRecord,
+    TransportError,
+)
+from perdure.runtime.transport.client import Refused, RelayClient
+from perdure.runtime.transport.files import FileTransport
+from perdure.runtime.transport.sender import ProgressSender
+from perdure.runtime.transport.wire import parse_addr
+
+__all__ = ["NetTransport"]
+
+log = logging.getLogger("perdure.transport")
+WRITE_SECONDS = 60.0  # markers and holder records: a controller restart fits in this
+ERROR_SECONDS = 10.0  # the error record: the replica is exiting
+STOP_SECONDS = 2.0  # the stop notice is read in a signal handler
+POLL_SECONDS = 1.0  # reads polled in loops (finished, holders)
+
+
+def _stamp(value: Any) -> Hashable | None:
+    return tuple(value) if isinstance(value, list) else value
+
+
+class NetTransport:
+    """A client of the relay at PERDURE_CONTROL_ADDR (see the module docstring).
+
+    local: the files this replica's own host gives it (the supervisor's stop and error files),
+    used only when the relay cannot be reached.
+    """
+
+    kind = "net"
+
+    def __init__(self, client: RelayClient, *, elastic: bool,
+                 local: FileTransport | None = None) -> None:
+        self.client = client
+        self._elastic = elastic
+        self.local = local or FileTransport()
+        self._sender = ProgressSender(self._send_progress)
+        self._stores: dict[str, Any] = {}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> NetTransport:
+        missing = [k for k in (ENV_CONTROL_ADDR, ENV_JOB_SECRET, "PERDURE_JOB_ID",
+                               "PERDURE_REPLICA", "PERDURE_LAUNCH_ID") if not env.get(k)]
+        if missing:
+            raise ValueError(
+                f"PERDURE_TRANSPORT=net needs {', '.join(missing)} in the environment; perdure "
+                "sets them for the replicas it launches (run this script under perdure)")
+        host, port = parse_addr(env[ENV_CONTROL_ADDR])
+        client = RelayClient(host, port, job=env["PERDURE_JOB_ID"],
+                             replica=env["PERDURE_REPLICA"], launch=env["PERDURE_LAUNCH_ID"],
+                             secret=env[ENV_JOB_SECRET])
+        local = FileTransport(stop_file=env.get("PERDURE_STOP_FILE"),
+                              error_file=env.get("PERDURE_ERROR_FILE"))
+        return cls(client, elastic=env.get(ENV_RDZV) == "1", local=local)
+
+    @property
+    def elastic(self) -> bool:
+        return self._elastic
+
+    @property
+    def reports(self) -> bool:
+        return True
+
+    def where(self) -> str:
+        return f"the controller's relay at {self.client.host}:{self.client.port}"
+
+    def _call(self, op: str, seconds: float, **args: Any) -> Any:
+        return self.client.call(op, args, deadline=time.monotonic() + seconds)
+
+    # ---- membership rounds and markers ---------------------------------------------------
+
+    def round_doc(self, since: Hashable | None) -> tuple[Hashable | None, Any]:
+        try:
+            reply = self._call("round", POLL_SECONDS, since=since)
+        except Refused:
+            raise
+        except TransportError:  # the relay is away: nothing new can have been published
+            return since, None
+        stamp = _stamp(reply.get("stamp"))
+        return stamp, reply.get("doc")
+
+    def mark_ready(self, attempt: int, replica: str, round_no: int) -> None:
+        self._call("ready", WRITE_SECONDS, attempt=attempt, round=round_no, pid=os.getpid())
+
+    def ready_round(self, attempt: int, replica: str) -> int | None:
+        try:
+            value = self._call("ready_round", POLL_SECONDS, attempt=attempt, replica=replica)
+        except Refused:
+            raise
+        except TransportError:
+            return None
+        return None if value is None else int(value)
+
+    def mark_finished(self, attempt: int, replica: str, round_no: int) -> None:
+        self._call("finished", WRITE_SECONDS, attempt=attempt, round=round_no)
+
+    def finished(self, attempt: int) -> bool:
+        try:
+            return bool(self._call("is_finished", POLL_SECONDS, attempt=attempt))
+        except Refused:
+            raise
+        except TransportError:
+            return False
+
+    def round_store(self, name: str) -> Any:
+        from perdure.runtime.transport.netstore import RelayStore
+
+        # Kept here for the life of the process: torch holds only the C++ half of a Python
+        # store, and a group using it after the Python object is gone fails "Not implemented".
+        store = self._stores.get(name)
+        if store is None:
+            store = self._stores[name] = RelayStore(self.client, name)
+        return store
+
+    # ---- snapshot holders ----------------------------------------------------------------
+
+    def register_holder(self, record: HolderRecord) -> None:
+        self._call("holder", WRITE_SECONDS, record=dict(record))
+
+    def holders(self) -> list[HolderRecord]:
+        try:
+            value = self._call("holders", POLL_SECONDS)
+        except Refused:
+            raise
+        except TransportError as exc:
+            log.warning("snapshot holders unknown for now: %s", exc)
+            return []
+        return [h for h in value if isinstance(h, dict)]
+
+    # ---- notices, errors, progress -------------------------------------------------------
+
+    def stop_request(self) -> dict[str, Any] | None:
+        try:
+            value = self._call("stop", STOP_SECONDS)
+        except TransportError:
+            return self.local.stop_request()
+        return value if isinstance(value, dict) else None
+
+    def write_error(self, payload: dict[str, Any]) -> str | None:
+        from perdure.runtime.errorfile import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS
+
+        payload = {**payload,  # as the reader clips them: the end of a traceback matters most
+                   "message": str(payload.get("message", ""))[:MAX_MESSAGE_CHARS],
+                   "traceback": str(payload.get("traceback", ""))[-MAX_TRACEBACK_CHARS:]}
+        try:
+            return str(self._call("error", ERROR_SECONDS, record=payload))
+        except TransportError as exc:
+            where = self.local.write_error(payload)
+            log.warning("error record not delivered to the controller (%s)%s", exc,
+                        f"; written to {where}" if where else "")
+            return where
+
+    def _send_progress(self, seq: int, lines: list[str]) -> None:
+        self._call("progress", 30.0, seq=seq, lines=lines)
+
+    def append_progress(self, lines: list[str]) -> None:
+        if lines:
+            self._sender.add(lines)
+
+    def flush_progress(self, timeout: float) -> bool:
+        return self._sender.flush(timeout)

@@ -1,0 +1,78 @@
+"""The relay's wire: length-prefixed JSON frames and the per-job authentication handshake.
+
+Shared by the replica's client (net.py) and the controller's relay, so both sides speak one
+format. A frame is a 4-byte big-endian length and that many bytes of JSON; a length over
+MAX_FRAME is refused before anything is allocated. A connection starts with a challenge: the
+relay sends a fresh nonce, the client answers with its job, replica and launch and
+HMAC-SHA256(job secret, nonce and those names); the relay compares with hmac.compare_digest.
+Every later request on the connection speaks for that replica only.
+
+Side effects: socket reads and writes only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import socket
+import struct
+from typing import Any
+
+__all__ = ["MAX_FRAME", "FrameError", "mac", "parse_addr", "recv_frame", "send_frame"]
+
+MAX_FRAME = 1 << 20  # bytes; progress batches are split to fit, error records are clipped
+PROTOCOL = "perdure-relay/1"
+_LEN = struct.Struct(">I")
+
+
+class FrameError(ConnectionError):
+    """The peer sent something that is not a frame of this protocol (or too big)."""
+
+
+def mac(secret: str, nonce: str, job: str, replica: str, launch: str) -> str:
+    """The handshake's proof that the client knows the job's secret. No side effects."""
+    msg = "\0".join((PROTOCOL, nonce, job, replica, launch)).encode()
+    return hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError(f"connection closed after {got} of {n} bytes")
+        got += k
+    return bytes(buf)
+
+
+def send_frame(sock: socket.socket, doc: dict[str, Any]) -> None:
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME:  # a caller's bug, not the network's: never retried
+        raise ValueError(f"a frame of {len(body)} bytes is over the {MAX_FRAME}-byte limit")
+    sock.sendall(_LEN.pack(len(body)) + body)
+
+
+def recv_frame(sock: socket.socket, limit: int = MAX_FRAME) -> dict[str, Any]:
+    """One frame as a JSON object; FrameError when it is over `limit` or not an object."""
+    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+    if n > limit:  # checked before the body is read or allocated
+        raise FrameError(f"a frame of {n} bytes is over the {limit}-byte limit")
+    try:
+        doc = json.loads(_recv_exact(sock, n))
+    except ValueError as exc:
+        raise FrameError(f"a frame is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise FrameError("a frame is not a JSON object")
+    return doc
+
+
+def parse_addr(addr: str, what: str = "PERDURE_CONTROL_ADDR") -> tuple[str, int]:
+    """`host:port` (or `[v6]:port`) as a tuple; ValueError naming `what` when malformed."""
+    host, sep, port = addr.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{what}={addr!r} is not host:port (e.g. 10.0.0.1:7001)")
+    return host, int(port)

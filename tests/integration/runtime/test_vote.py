@@ -1,0 +1,83 @@
+"""StopVote on real gloo ranks: every rank stops at the same step, one step after the first
+rank saw the notice, with other collectives running between the votes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from perdure.runtime import StopVote
+
+WORLD = 3
+
+
+def _rank_main(rank: int, store: str, out: str, notice: dict[int, int]) -> None:
+    code = 0
+    try:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        file_store = dist.FileStore(store, WORLD)  # type: ignore[attr-defined,unused-ignore]
+        dist.init_process_group("gloo", store=file_store, rank=rank, world_size=WORLD)
+        vote, stopped, sums = StopVote(), None, []
+        for step in range(1, 40):
+            grad = torch.full((1000,), float(rank + step))
+            dist.all_reduce(grad)  # the step's own collective (DDP's gradients)
+            sums.append(float(grad[0]))
+            if vote.poll(step >= notice.get(rank, 10**9)):
+                stopped = step
+                break
+        vote.close()
+        Path(out, f"{rank}.json").write_text(json.dumps({"stopped": stopped, "sums": sums}))
+    except BaseException:
+        Path(out, f"{rank}.error").write_text(traceback.format_exc())
+        code = 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        os._exit(code)
+
+
+def _run(tmp_path: Path, notice: dict[int, int]) -> list[dict[str, Any]]:
+    out = tmp_path / uuid.uuid4().hex
+    out.mkdir()
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_rank_main, args=(r, str(out / "store"), str(out), notice))
+             for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+        if p.is_alive():
+            p.kill()
+    errors = [f.read_text() for f in sorted(out.glob("*.error"))]
+    assert not errors, errors[0]
+    return [json.loads((out / f"{r}.json").read_text()) for r in range(WORLD)]
+
+
+@pytest.mark.parametrize("notice", [{1: 7}, {0: 12, 2: 5}, {2: 1}])
+def test_all_ranks_stop_one_step_after_the_first_notice(tmp_path: Path,
+                                                         notice: dict[int, int]) -> None:
+    results = _run(tmp_path, notice)
+    first = min(notice.values())
+    assert [r["stopped"] for r in results] == [first + 1] * WORLD
+    # The votes in flight never mixed with the step's own all-reduce.
+    expected = [float(sum(r + s for r in range(WORLD))) for s in range(1, first + 2)]
+    assert all(r["sums"] == expected for r in results)
+
+
+def test_no_notice_never_stops(tmp_path: Path) -> None:
+    assert [r["stopped"] for r in _run(tmp_path, {})] == [None] * WORLD
+
+
+def test_without_a_process_group_the_flag_is_the_answer() -> None:
+    vote = StopVote()
+    assert vote.poll(False) is False
+    assert vote.poll(True) is True

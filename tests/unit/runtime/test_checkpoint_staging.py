@@ -1,0 +1,118 @@
+"""Deferred staging: optimizer-owned tensors are copied in the background, the optimizer's next
+step waits for the copy, and any other in-place change before the copy fails the save."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from perdure.runtime.checkpoint import Checkpointer, CheckpointError
+from perdure.runtime.checkpoint.comm import Comm
+from perdure.runtime.checkpoint.plan import make_plan, signature
+from perdure.runtime.checkpoint.staging import (
+    HostBuffers,
+    StepGate,
+    copy_pending,
+    optimizer_storages,
+)
+from perdure.runtime.checkpoint.state import tree_for_save
+from perdure.runtime.checkpoint.tree import flatten
+
+
+def trained() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 2))
+    optim = torch.optim.Adam(model.parameters(), lr=0.1)
+    step(model, optim)
+    return model, optim
+
+
+def step(model: nn.Module, optim: torch.optim.Optimizer) -> None:
+    loss = model(torch.randn(4, 8)).pow(2).mean()
+    optim.zero_grad()
+    loss.backward()
+    optim.step()
+
+
+def staged(state: dict[str, Any]) -> tuple[HostBuffers, Any, Any]:
+    flat, paths = flatten(tree_for_save(state, 0))
+    plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
+    buffers = HostBuffers(plan.items, shared=False, pin=False)
+    _, defer = optimizer_storages(state)
+    items, pending = buffers.stage(flat, plan.items, defer)
+    return buffers, items, pending
+
+
+def test_only_optimizer_owned_tensors_are_deferred() -> None:
+    model, optim = trained()
+    _, _, pending = staged({"model": model, "optim": optim})
+    deferred = {p.fqn for p in pending}
+    params = {f"model.{n}" for n, _ in model.named_parameters()}
+    assert params <= deferred  # parameters and Adam's moments wait for the optimizer
+    assert any(f.startswith("optim.state.") and f.endswith("exp_avg") for f in deferred)
+    assert not any("running_mean" in f for f in deferred)  # forward changes buffers: copied now
+
+
+def test_a_change_outside_the_optimizer_before_the_copy_fails_loudly() -> None:
+    model, optim = trained()
+    _, _, pending = staged({"model": model, "optim": optim})
+    with torch.no_grad():
+        model[0].weight.mul_(2.0)  # e.g. a manual weight change between save() and step()
+    with pytest.raises(CheckpointError, match=r"'model\.0\.weight' was changed in place between "
+                       r"save\(\) and the optimizer's next step"):
+        copy_pending(pending)
+
+
+def test_the_optimizer_step_waits_for_the_gate() -> None:
+    model, optim = trained()
+    gate = StepGate([optim])
+    stepped = threading.Event()
+
+    def train() -> None:
+        step(model, optim)
+        stepped.set()
+
+    worker = threading.Thread(target=train)
+    worker.start()
+    assert not stepped.wait(0.3)  # held at optimizer.step()
+    gate.open()
+    assert stepped.wait(10)
+    worker.join()
+    gate.remove()
+    assert gate.waited_s > 0.2
+    step(model, optim)  # removed: steps freely
+
+
+def test_a_save_then_training_right_away_stores_the_step_it_was_given(tmp_path: Path) -> None:
+    model, optim = trained()
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(1, {"model": model, "optim": optim})
+    gate = ckpt._inflight.gate if ckpt._inflight is not None else None
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    for _ in range(3):
+        step(model, optim)  # the first waits at the gate until the copies are made
+    ckpt.wait()
+    assert gate is not None and ckpt.last_save is not None
+    assert "step_wait_s" in ckpt.last_save.extra
+    fresh, fresh_optim = trained()
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.zero_()
+    assert Checkpointer(tmp_path).restore_latest({"model": fresh, "optim": fresh_optim}) == 1
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, expected[key]), key
+
+
+def test_sync_staging_defers_nothing(tmp_path: Path) -> None:
+    model, optim = trained()
+    ckpt = Checkpointer(tmp_path, stage="sync")
+    ckpt.save(1, {"model": model, "optim": optim})
+    assert ckpt._inflight is None or ckpt._inflight.gate is None
+    ckpt.close()
+    with pytest.raises(ValueError, match="stage is 'lazy'; it must be one of"):
+        Checkpointer(tmp_path, stage="lazy")
