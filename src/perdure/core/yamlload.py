@@ -116,7 +116,10 @@ def load(text: str) -> Any:
     """The YAML document in `text` as plain data; YamlError saying what is wrong and where."""
     if len(text) > MAX_TEXT:
         raise YamlError(f"{len(text)} characters is more than the {MAX_TEXT} allowed")
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # its reader refuses control characters (a NUL) at once
+    except yaml.YAMLError as exc:
+        raise YamlError(str(exc)) from None
     try:
         node = loader.get_single_node()
         if node is None:

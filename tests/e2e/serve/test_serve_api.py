@@ -171,6 +171,8 @@ def test_bad_specs_are_422_naming_the_field(server: Server) -> None:
         r = post("name: [unclosed")
         assert r.status_code == 422 and "not valid YAML" in r.text
         assert post(b"\xff\xfe").status_code == 422
+        r = post(b"\x00")  # found by the fuzz test: a 500 before
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body"]
         assert post("x" * 300_000).status_code == 413
         for r in (post("name: x\nbogus: 1\npools: [{name: w, command: [python]}]"),):
             assert r.status_code == 422 and ["body", "bogus"] in [e["loc"] for e in
