@@ -142,7 +142,7 @@ def _spec_problem(exc: SpecError) -> dict[str, Any]:
             loc = [int(p) if p.isdigit() else p for p in m.group(1).split(".")]
             detail.append({"loc": ["body", *loc], "msg": m.group(2), "type": "spec"})
     if not detail:
-        field, _, msg = text.partition(": ")
+        field, _, msg = text.removeprefix("spec: ").partition(": ")  # "spec": the source
         where: list[Any] = ["body", field] if field.isidentifier() else ["body"]
         detail.append({"loc": where, "msg": msg if len(where) > 1 else text, "type": "spec"})
     return {"detail": detail, "message": text}

@@ -66,6 +66,7 @@ def serve(
         try:
             controller.start()
         except ControllerBusy as exc:
+            controller.close()  # the backend it made (spawner, warm pool) goes with it
             die(f"{exc}; `perdure serve --no-controller` serves its state dir beside it")
     spec = controller.cluster if controller is not None else load_cluster(ctx, cluster)
     service = Service(ServeContext(ctx.state_dir, spec, Auth(token), Path.cwd()), sock,

@@ -28,7 +28,7 @@ HEADERS = [
 ]
 # Reachable without a credential: the login form and what it needs to render.
 PUBLIC = {("GET", "/login"), ("POST", "/login"), ("GET", "/static/style.css"),
-          ("GET", "/static/login.js"), ("GET", "/static/icon.svg"), ("GET", "/favicon.ico")}
+          ("GET", "/static/icon.svg"), ("GET", "/favicon.ico")}
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 UNAUTHORIZED = ("authentication required: send `Authorization: Bearer <token>` (the token is "
                 "in <state dir>/api-token) or log in at /login")

@@ -24,9 +24,12 @@ TICKER = ("import sys, time\nfor i in range(600):\n    print(f'tick {i}', file=s
           "flush=True)\n    time.sleep(0.1)\n")
 
 
-def spec(name: str, code: str = TICKER, replicas: int = 1, **extra: Any) -> str:
+def spec(name: str, code: str = TICKER, replicas: int = 1, command: Path | None = None,
+         **extra: Any) -> str:
+    """A job spec (JSON) running `code` (or the script `command`) in each replica."""
+    argv = ["python", str(command)] if command else ["python", "-c", code]
     body = {"name": name, "pools": [{"name": "worker", "replicas": replicas,
-                                     "command": ["python", "-c", code]}], **extra}
+                                     "command": argv}], **extra}
     return json.dumps(body)
 
 

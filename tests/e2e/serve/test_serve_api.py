@@ -83,6 +83,10 @@ def test_submit_runs_to_success_with_logs_and_events(server: Server) -> None:
                       headers={"accept": "text/event-stream"}) as s:
             body = "".join(s.iter_text())
         assert body.count("event: event") == len(events) and "event: end" in body
+        resumed = {"accept": "text/event-stream", "last-event-id": str(events[1]["id"])}
+        with c.stream("GET", f"/api/v1/jobs/{job}/events", headers=resumed) as s:
+            body = "".join(s.iter_text())
+        assert body.count("event: event") == len(events) - 2  # a reconnect resumes
         timeline = c.get(f"/api/v1/jobs/{job}/timeline").json()
         assert [a["attempt"] for a in timeline["attempts"]] == [1]
         assert {m["kind"] for m in timeline["marks"]} >= {"launch", "exit"}
@@ -167,6 +171,8 @@ def test_bad_specs_are_422_naming_the_field(server: Server) -> None:
         r = post("name: [unclosed")
         assert r.status_code == 422 and "not valid YAML" in r.text
         assert post(b"\xff\xfe").status_code == 422
+        r = post(b"\x00")  # found by the fuzz test: a 500 before
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body"]
         assert post("x" * 300_000).status_code == 413
         for r in (post("name: x\nbogus: 1\npools: [{name: w, command: [python]}]"),):
             assert r.status_code == 422 and ["body", "bogus"] in [e["loc"] for e in

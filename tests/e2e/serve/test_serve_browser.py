@@ -15,11 +15,8 @@ from serve_harness import Server, spec
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts" / "serve"
-# A name and a log line that would run script if the page ever parsed them as HTML.
-HOSTILE = "<img src=x onerror=window.pwned=1>"
-TICKER = ("import sys, time\nprint('" + HOSTILE + "', file=sys.stderr, flush=True)\n"
-          "for i in range(900):\n    print(f'tick {i}', file=sys.stderr, flush=True)\n"
-          "    time.sleep(0.1)\n")
+DEMO = Path(__file__).with_name("demo_train.py")
+HOSTILE = "<img src=x onerror=window.pwned=1>"  # demo_train.py prints it: never run it
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
@@ -50,7 +47,7 @@ def test_dashboard_login_job_live_log_and_cancel(server: Server, page: Any) -> N
     pg = page
     expect = playwright.expect
     with server.client() as c:
-        job = server.submit(c, spec("browser-demo", TICKER, replicas=2))
+        job = server.submit(c, spec("browser-demo", replicas=2, command=DEMO))
         server.submit(c, spec("quick-one", "print('done')"))
         server.wait_state(c, job, {"RUNNING"})
 
@@ -73,15 +70,20 @@ def test_dashboard_login_job_live_log_and_cancel(server: Server, page: Any) -> N
     expect(pg.locator(".page-head .badge")).to_have_text("RUNNING")
     expect(pg.locator("svg.timeline rect.seg").first).to_be_visible()
     expect(pg.locator("svg.timeline .mk-launch").first).to_be_attached()
+    expect(pg.locator("svg.timeline .mk-checkpoint").first).to_be_attached(timeout=10_000)
+    expect(pg.locator("svg.timeline .mk-restart").first).to_be_attached(timeout=10_000)
     log = pg.locator("pre.log")
     expect(log).to_contain_text("tick")
     first = _last_tick(log.inner_text())
     expect(log).to_contain_text(f"tick {first + 5}", timeout=10_000)  # arrives live
+    pg.select_option("select[aria-label=replica]", "worker-1")
     expect(log).to_contain_text(HOSTILE)  # shown as text ...
     assert pg.evaluate("window.pwned === undefined")  # ... never run
     assert pg.locator("pre.log img").count() == 0
     expect(pg.locator(".events li").first).to_be_visible()
     shot(pg, "2-job-running")
+    pg.screenshot(path=str(ARTIFACTS / "job-page-top.png"),  # the README's picture
+                  clip={"x": 0, "y": 0, "width": 1360, "height": 860})
 
     pg.once("dialog", lambda d: d.accept())
     began = time.monotonic()

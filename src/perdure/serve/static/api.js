@@ -54,7 +54,9 @@ export function stream(path, handlers) {
     es.addEventListener(name, (ev) => fn(JSON.parse(ev.data), ev));
   }
   es.addEventListener("end", () => es.close());
-  es.onerror = () => setConn(es.readyState !== EventSource.CLOSED);
+  // CONNECTING after an error: the connection dropped and the browser retries. CLOSED: the
+  // server refused the stream (a 404), which says nothing about the connection.
+  es.onerror = () => { if (es.readyState === EventSource.CONNECTING) setConn(false); };
   es.onopen = () => setConn(true);
   return es;
 }

@@ -87,12 +87,17 @@ function drawHead(d, title, stateEl, actions, errorBox, stats, refresh) {
     act("Cancel", "cancel", live && d.state !== "CANCELLING",
       `Cancel ${d.id}? Its replicas are stopped.`, "danger"));
   errorBox.hidden = !d.error;
-  if (d.error) errorBox.replaceChildren(h("strong", {}, d.error.code), " ", d.error.message);
+  // A failed job's error, or the last failure a running job recovered from (softer).
+  errorBox.className = d.state === "FAILED" ? "error-box" : "error-box recovered";
+  if (d.error) {
+    errorBox.replaceChildren(d.state === "FAILED" ? "" : "Last failure (recovered): ",
+      h("strong", {}, d.error.code), " ", d.error.message);
+  }
   const retries = Object.values(d.retries || {}).reduce((a, b) => a + b, 0);
   const item = (k, v) => h("div", {}, h("dt", {}, k), h("dd", {}, v));
   stats.replaceChildren(...[
     item("Queue", d.queue), item("Priority", d.priority), item("Attempt", d.attempt),
-    item("Step", d.step ?? "–"), item("Goodput", percent(d.goodput.goodput)),
+    item("Step", d.step ?? d.goodput.last_step ?? "–"), item("Goodput", percent(d.goodput.goodput)),
     item("Job retries", retries), item("Age", duration(Date.now() / 1000 - d.created)),
   ]);
 }
