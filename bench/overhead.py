@@ -152,7 +152,8 @@ def _torchrun(script: list[str], env: dict[str, str], log: Path) -> None:
 
 def _mean_step(timeline: Path, warmup: int, key: str = "step") -> float:
     recs = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
-    ts = [r["t"] for r in sorted(recs, key=lambda r: r[key]) if r[key] > warmup]
+    steps = [r for r in recs if key in r]  # the example also marks its start-up phases
+    ts = [r["t"] for r in sorted(steps, key=lambda r: r[key]) if r[key] > warmup]
     return (ts[-1] - ts[0]) / (len(ts) - 1)
 
 
