@@ -189,5 +189,7 @@ class NodeAgent:
     def free_port(self) -> int:
         """A port nothing listens on now on this node (the OS picks it: no clash)."""
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # Never listens: asks the OS for a port free on every interface, as rank 0's
+            # TCPStore (torch binds it on every interface) will need it.
             s.bind(("", 0))
             return int(s.getsockname()[1])
