@@ -4,7 +4,6 @@ rank saw the notice, with other collectives running between the votes."""
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import traceback
 import uuid
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from forked_ranks import run_ranks
 
 from perdure.runtime import StopVote
 
@@ -48,18 +48,7 @@ def _rank_main(rank: int, store: str, out: str, notice: dict[int, int]) -> None:
 def _run(tmp_path: Path, notice: dict[int, int]) -> list[dict[str, Any]]:
     out = tmp_path / uuid.uuid4().hex
     out.mkdir()
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_rank_main, args=(r, str(out / "store"), str(out), notice))
-             for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=60)
-        if p.is_alive():
-            p.kill()
-    errors = [f.read_text() for f in sorted(out.glob("*.error"))]
-    assert not errors, errors[0]
-    return [json.loads((out / f"{r}.json").read_text()) for r in range(WORLD)]
+    return run_ranks(out, WORLD, _rank_main, str(out / "store"), str(out), notice, timeout=60)
 
 
 @pytest.mark.parametrize("notice", [{1: 7}, {0: 12, 2: 5}, {2: 1}])
