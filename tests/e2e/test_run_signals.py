@@ -69,11 +69,11 @@ def test_sigterm_and_sighup_cancel_the_job_like_ctrl_c(tmp_path: Path, sig: int)
 
 def test_a_second_run_takes_over_when_the_first_exits(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    first = start_run(state, sleeper(tmp_path, "first", 1, uuid.uuid4().hex))
+    # The first job outlives the second `perdure run`'s start-up, even on a loaded machine.
+    first = start_run(state, sleeper(tmp_path, "first", 4, uuid.uuid4().hex))
     try:
         wait_for(lambda: (state / "controller.lock").exists(), 60)
-        time.sleep(0.5)
-        second = start_run(state, sleeper(tmp_path, "second", 5, uuid.uuid4().hex))
+        second = start_run(state, sleeper(tmp_path, "second", 12, uuid.uuid4().hex))
         try:
             out2, _ = second.communicate(timeout=90)
         finally:

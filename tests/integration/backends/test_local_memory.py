@@ -80,6 +80,8 @@ def test_kill_9_under_a_limit_is_not_out_of_memory(mechanism: str, tmp_path: Pat
     launch = make_launch(tmp_path, code, memory_mb=256)
     backend.launch(launch)
     wait_for_file(ready)
+    # the replica can be ready before its supervisor has recorded its pid
+    wait_for_file(tmp_path / "state" / "launches" / launch.launch_id / "status.json")
     signal_replica(tmp_path / "state", launch.launch_id, signal.SIGKILL)
     exited = only(collect(backend, {launch.launch_id}), ReplicaExited, launch.launch_id)
     assert isinstance(exited, ReplicaExited)

@@ -69,7 +69,9 @@ def test_hung_rank_is_named_its_stacks_kept_and_the_job_resumes_bit_identical(
         perdure.state / "logs" / d["id"] / "attempt-1" / "worker-0.stacks").read_text()
     # resumed from its checkpoint (step 20), not from scratch, and bit-identical
     log = (perdure.state / "logs" / d["id"] / "attempt-1" / "worker-0.out").read_text()
-    assert "resumed from step 20" in log, log[-2000:]
+    # from the step-20 checkpoint, or a newer node-local snapshot (taken before the hang)
+    resumed = re.search(r"resumed from step (\d+)", log)
+    assert resumed is not None and 20 <= int(resumed.group(1)) < 25, log[-2000:]
     result = read_result(perdure.root / "ckpt-hung" / "result.json")
     assert result.sha256 == clean.sha256
     assert result.consumed == clean.consumed
