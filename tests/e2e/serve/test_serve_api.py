@@ -75,8 +75,10 @@ def test_submit_runs_to_success_with_logs_and_events(server: Server) -> None:
                      params={"stream": "stdout", "offset": 3, "limit": 5}).json()
         assert part["offset"] == 3 and part["next_offset"] == 8
         events = c.get(f"/api/v1/jobs/{job}/events").json()
-        assert [e["message"].split(":")[0] for e in events if e["kind"] in ("state", "running")
-                ] == ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED"]
+        states = [e["message"].split(":")[0] for e in events if e["kind"] in ("state", "running")]
+        # a replica that ends before the controller's first look at it is never seen RUNNING
+        assert states in (["QUEUED", "PENDING", "RUNNING", "SUCCEEDED"],
+                          ["QUEUED", "PENDING", "SUCCEEDED"]), states
         later = c.get(f"/api/v1/jobs/{job}/events", params={"after": events[1]["id"]}).json()
         assert later == events[2:]
         with c.stream("GET", f"/api/v1/jobs/{job}/events",
