@@ -70,7 +70,24 @@ def _fail_node(t: Tick, c: Command) -> None:
     if t.set_node(c.target, NodeState.DOWN) is None:
         return
     t.event(None, "node", f"node {c.target} failed: its replicas are lost")
+    for job_id, seen in list(t.jobs.items()):
+        if seen.blamed is not None and any(
+                r.node == c.target and r.state is ReplicaState.STOPPING for r in seen.replicas):
+            job = t.touch(job_id)
+            assert job is not None
+            _forgive_lost_peer(t, job, c.target)
     t.kill_node(c.target)
+
+
+def _forgive_lost_peer(t: Tick, job: Job, node: str) -> None:
+    """A host's death is seen seconds after its peers' lost-peer exits (which take
+    milliseconds): a group restart charged to such an exit, while replicas on the node were
+    still being stopped for it, was the node's doing, and a lost node spends no restart."""
+    blamed = next(x for x in job.replicas if x.name == job.blamed)
+    blamed.restarts = max(0, blamed.restarts - 1)
+    job.blamed = job.round_began = None
+    t.event(job, "decision", f"node {node} was lost: {blamed.name}'s lost-peer exit came "
+                             f"from it, so {blamed.name}'s restart is not counted")
 
 
 def _drain_node(t: Tick, c: Command) -> None:
