@@ -122,10 +122,12 @@ class Hosts:
         _ip(*inside, "route", "add", "default", "via", self.gateway)
         return host
 
-    def start(self, *names: str, timeout: float = 90) -> None:
-        """`ray start` on hosts, at once (again after a kill: a new Ray node, same resources)."""
+    def start(self, *names: str, timeout: float = 90, env: dict[str, str] | None = None) -> None:
+        """`ray start` on hosts, at once (again after a kill: a new Ray node, same resources);
+        `env` adds to the Ray processes' environment (Ray's own settings, say)."""
         procs = {name: subprocess.Popen(self._start_command(name), stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, env=self.env())
+                                        stderr=subprocess.STDOUT, text=True,
+                                        env={**self.env(), **(env or {})})
                  for name in names}
         failed = []
         for name, proc in procs.items():

@@ -66,6 +66,19 @@ def network_env() -> dict[str, str]:
     return {}
 
 
+def pull_launch(directory: str, offsets: dict[str, int]) -> dict[str, bytes]:
+    """New bytes of a launch's logs and progress reports since `offsets` (per stream)."""
+    out = {}
+    for stream, name in FILES.items():
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                f.seek(offsets.get(stream, 0))
+                out[stream] = f.read(PULL_LIMIT)
+        except FileNotFoundError:
+            out[stream] = b""
+    return out
+
+
 def _in_supervisor() -> None:
     # The supervisor dies with this actor: a killed actor (node death, ray.kill, the memory
     # monitor) takes its replica with it, whose own PDEATHSIG follows the supervisor.
@@ -164,15 +177,7 @@ class LaunchActor:
 
     def pull(self, offsets: dict[str, int]) -> dict[str, bytes]:
         """New bytes of the logs and progress reports since `offsets` (per stream)."""
-        out = {}
-        for stream, name in FILES.items():
-            try:
-                with open(os.path.join(self.dir, name), "rb") as f:
-                    f.seek(offsets.get(stream, 0))
-                    out[stream] = f.read(PULL_LIMIT)
-            except FileNotFoundError:
-                out[stream] = b""
-        return out
+        return pull_launch(self.dir, offsets)
 
     def release(self) -> None:
         """The controller has everything: end this actor (the launch dir stays on the node)."""
@@ -185,6 +190,13 @@ class NodeAgent:
     def info(self) -> dict[str, Any]:
         return {"address": node_address(), "python": sys.executable,
                 "node_id": ray.get_runtime_context().get_node_id(), "dir": node_dir()}
+
+    def pull(self, launch_id: str, offsets: dict[str, int]) -> dict[str, bytes]:
+        """A launch's streams, as `LaunchActor.pull`, once its actor is gone (killed by
+        Ray's memory monitor, say): what the replica printed last is still on this node."""
+        if os.sep in launch_id or launch_id in ("", ".", ".."):
+            raise ValueError(f"not a launch id: {launch_id!r}")
+        return pull_launch(os.path.join(node_dir(), layout.LAUNCHES, launch_id), offsets)
 
     def free_port(self) -> int:
         """A port nothing listens on now on this node (the OS picks it: no clash)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import GetTimeoutError, OutOfMemoryError, RayActorError, RayError
 
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local import layout
@@ -46,6 +46,9 @@ WAIT_SECONDS = 30.0  # how long one outstanding start/exit call waits on the nod
 PULL_SECONDS = 0.5  # how often logs and progress are copied while a launch runs
 NODES_SECONDS = 0.5  # how often the GCS is asked which nodes are alive
 PROBE_SECONDS = 3.0  # an agent that does not answer within this is on a lost node
+# A launch's actor died on a live node: its agent, which the same cause may have killed (Ray's
+# memory monitor picks several workers), has this long to be back and hand over the logs.
+AGENT_PULL_SECONDS = 10.0
 OOM_WORDS = ("OutOfMemory", "out of memory", "memory monitor")
 
 
@@ -191,7 +194,7 @@ class RayBackend:
         tracked.waiting = None
         try:
             value = ray.get(ref, timeout=0)
-        except RayActorError as err:
+        except (RayActorError, OutOfMemoryError) as err:  # Ray's memory monitor: the latter
             self._actor_died(tracked, err, out)
             return
         except RayError as err:
@@ -229,7 +232,7 @@ class RayBackend:
             oom=bool(record.get("oom")), error=_error_info(error),
             peak_rss_mb=record.get("peak_rss_mb")))
 
-    def _actor_died(self, tracked: _Tracked, err: RayActorError, out: list[Observation]) -> None:
+    def _actor_died(self, tracked: _Tracked, err: RayError, out: list[Observation]) -> None:
         """The launch's actor is gone: its node died, Ray's memory monitor killed it, or
         someone killed it. Its replica died with it (PDEATHSIG)."""
         text = str(err)
@@ -237,6 +240,8 @@ class RayBackend:
         if not oom and not tracked.lost and not self._agent_answers(tracked.node):
             self._lose_node(tracked.node, out)
         self._active.pop(tracked.launch_id, None)
+        if not tracked.lost:
+            self._pull_from_agent(tracked)
         why = "its node was lost" if tracked.lost else text.splitlines()[0][:300]
         tracked.mirror.write_record(layout.EXIT, {"exit_code": 137, "signal": 9, "oom": oom,
                                                   "time": time.time(), "lost": why})
@@ -325,6 +330,21 @@ class RayBackend:
             try:
                 chunk = ray.get(tracked.actor.pull.remote(dict(tracked.mirror.offsets)),
                                 timeout=10)
+            except RayError:
+                return
+            if not tracked.mirror.append(chunk):
+                return
+
+    def _pull_from_agent(self, tracked: _Tracked) -> None:
+        """What a launch whose actor died wrote last, from its node's agent (its files stay on
+        the node); nothing when the agent does not answer either."""
+        tracked.pulling = None
+        agent = self._agent(tracked.node)
+        for _ in range(64):
+            try:
+                chunk = ray.get(agent.pull.remote(tracked.launch_id,
+                                                  dict(tracked.mirror.offsets)),
+                                timeout=AGENT_PULL_SECONDS)
             except RayError:
                 return
             if not tracked.mirror.append(chunk):

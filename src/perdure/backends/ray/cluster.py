@@ -142,10 +142,11 @@ def find_launch(launch_id: str, namespace: str) -> Any | None:
 
 
 def agent(node: str, namespace: str) -> Any:
-    """The node's agent, created on first use; it lives as long as its Ray node."""
+    """The node's agent, created on first use; it lives as long as its Ray node (Ray starts
+    it again when it dies there: Ray's memory monitor may pick it)."""
     return _remote(NodeAgent).options(
         name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
-        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=0,
+        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1, max_task_retries=-1,
         max_concurrency=ACTOR_CONCURRENCY,
     ).remote()
 
