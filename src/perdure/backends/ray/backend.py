@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, OutOfMemoryError, RayActorError, RayError
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    OutOfMemoryError,
+    RayActorError,
+    RayError,
+)
 
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local import layout
@@ -49,6 +55,7 @@ PROBE_SECONDS = 3.0  # an agent that does not answer within this is on a lost no
 # A launch's actor died on a live node: its agent, which the same cause may have killed (Ray's
 # memory monitor picks several workers), has this long to be back and hand over the logs.
 AGENT_PULL_SECONDS = 10.0
+DEAD_MASTER_PORT = 29500  # torch's default: what a launch whose rank 0's node is gone gets
 OOM_WORDS = ("OutOfMemory", "out of memory", "memory monitor")
 
 
@@ -153,7 +160,14 @@ class RayBackend:
                 self._ports[key] = str(ray.get(self._agent(node).free_port.remote(),
                                                timeout=PROBE_SECONDS * 10))
             except RayError as err:
-                raise LaunchError(f"node {node} did not give a port: {err}") from None
+                if self._agent_answers(node):
+                    raise LaunchError(f"node {node} did not give a port: {err}") from None
+                # Rank 0's node is gone and not yet seen so (a replica that exits at once,
+                # as a survivor of that node's death does, is launched again before the
+                # GCS marks the node dead): lose it now. This launch goes on with a port
+                # nobody listens on; the node's loss restarts the group, charging no one.
+                self._lose_node(node, self._pending)
+                return asked if asked != "0" else str(DEAD_MASTER_PORT)
         return self._ports[key]
 
     # ---- stop -------------------------------------------------------------------------------
@@ -340,11 +354,17 @@ class RayBackend:
         the node); nothing when the agent does not answer either."""
         tracked.pulling = None
         agent = self._agent(tracked.node)
+        deadline = time.monotonic() + AGENT_PULL_SECONDS
         for _ in range(64):
             try:
                 chunk = ray.get(agent.pull.remote(tracked.launch_id,
                                                   dict(tracked.mirror.offsets)),
-                                timeout=AGENT_PULL_SECONDS)
+                                timeout=max(0.1, deadline - time.monotonic()))
+            except ActorUnavailableError:  # being started again: Ray restarts agents
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.2)
+                continue
             except RayError:
                 return
             if not tracked.mirror.append(chunk):

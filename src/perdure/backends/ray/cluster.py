@@ -146,7 +146,7 @@ def agent(node: str, namespace: str) -> Any:
     it again when it dies there: Ray's memory monitor may pick it)."""
     return _remote(NodeAgent).options(
         name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
-        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1, max_task_retries=-1,
+        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1,
         max_concurrency=ACTOR_CONCURRENCY,
     ).remote()
 
