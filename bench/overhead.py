@@ -21,6 +21,7 @@ Variants, each adding one feature to the one before:
 - vote-each-step: the same, voting at every step (`StopVote()`);
 - vote-blocking: the same agreement as a blocking all-reduce per step (what the example did);
 - ckpt: an async perdure Checkpointer save every `--every` steps (model, optimizer, loader);
+- example-no-ckpt: examples/ddp_mlp/train.py without a checkpoint directory (no saves);
 - example: examples/ddp_mlp/train.py as users copy it (ledger and RNG in the checkpoint).
 Runs are interleaved (variant order shuffled per repetition, seeded) so drift in the machine's
 load spreads over all of them; the spread over repetitions is printed. Rank 0 also reports its
@@ -61,6 +62,7 @@ VARIANTS: dict[str, list[str]] = {
     "vote-blocking": ["init", "loader", "goodput", "vote-blocking"],
     "ckpt": ["init", "loader", "goodput", "vote", "ckpt"],
 }
+EXAMPLES = ("example-no-ckpt", "example")
 
 
 # ---- the worker (runs under torchrun) -----------------------------------------------------
@@ -215,11 +217,14 @@ def run_variant(name: str, root: Path, args: argparse.Namespace) -> dict[str, fl
     timeline = d / "timeline.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(d / "reports")}
     (d / "reports").mkdir()
-    if name == "example":
+    if name in EXAMPLES:
         epochs = -(-args.steps * BATCH * REPLICAS // SAMPLES)
         script = [str(EXAMPLE / "train.py"), "--epochs", str(epochs), "--samples",
-                  str(SAMPLES), "--log-every", "1000000", "--checkpoint-dir", str(d / "ckpt"),
-                  "--checkpoint-every", str(args.every), "--timeline", str(timeline)]
+                  str(SAMPLES), "--log-every", "1000000", "--out", str(d), "--timeline",
+                  str(timeline)]
+        if name == "example":
+            script += ["--checkpoint-dir", str(d / "ckpt"), "--checkpoint-every",
+                       str(args.every)]
         _torchrun(script, env, d / "log")
         # The example's timeline stamps wall time: same figure (time between step ends).
         return _per_step(timeline, args.warmup)
@@ -284,10 +289,10 @@ def report(names: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
     """Each variant's medians, its ratios to the bare run of the same repetition, and where
     rank 0's CPU went."""
     # Ratios per repetition (variants of one repetition ran close in time), then their median.
-    print(f"\n{'':<14} {'wall: ms/step, x bare':^32} {'rank 0 CPU':^32} {'main thread CPU':^32}")
-    print(f"{'variant':<14}" + f" {'ms':>7} {'x bare':>7} {'spread':>16}" * 3)
+    print(f"\n{'':<16} {'wall: ms/step, x bare':^32} {'rank 0 CPU':^32} {'main thread CPU':^32}")
+    print(f"{'variant':<16}" + f" {'ms':>7} {'x bare':>7} {'spread':>16}" * 3)
     for name in names:
-        row = f"{name:<14}"
+        row = f"{name:<16}"
         for key in ("t", "cpu", "main"):
             series = [r[key] for r in runs[name]]
             ratios = [r[key] / b[key] for r, b in zip(runs[name], runs["bare"], strict=True)]
@@ -296,14 +301,14 @@ def report(names: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
         print(row)
     regions = ("data", "compute", "vote", "save")
     print(f"\nrank 0's CPU per step, ms (median): main thread by region, and other threads "
-          f"(gloo, checkpoint writer)\n{'variant':<14}" + "".join(f" {r:>8}" for r in regions)
+          f"(gloo, checkpoint writer)\n{'variant':<16}" + "".join(f" {r:>8}" for r in regions)
           + f" {'other':>8}")
     for name in names:
         got = runs[name]
         cells = [f"{statistics.median(r[k] for r in got) * 1000:8.3f}" if k in got[0]
                  else f"{'-':>8}" for k in regions]
         other = statistics.median(r["cpu"] - r["main"] for r in got) * 1000
-        print(f"{name:<14} {' '.join(cells)} {other:8.3f}")
+        print(f"{name:<16} {' '.join(cells)} {other:8.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -321,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
         q.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=30, help="steps not counted")
-    p.add_argument("--variants", default=",".join([*VARIANTS, "example"]))
+    p.add_argument("--variants", default=",".join([*VARIANTS, *EXAMPLES]))
     args = p.parse_args(argv)
     if args.mode == "worker":
         worker(args)
@@ -342,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in order:
             got = run_variant(name, root, args)
             runs[name].append(got)
-            print(f"  rep {rep + 1} {name:<14} {got['t'] * 1000:7.2f} ms/step, CPU "
+            print(f"  rep {rep + 1} {name:<16} {got['t'] * 1000:7.2f} ms/step, CPU "
                   f"{got['cpu'] * 1000:6.2f} ms, main thread {got['main'] * 1000:6.2f} ms "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     report(names, runs)
