@@ -3,7 +3,6 @@ feature switched on, then examples/ddp_mlp itself; every figure a ratio to the b
 measured in the same run.
 
     flock /tmp/perdure-heavy.lock .venv/bin/python bench/overhead.py [--steps 400] [--reps 3]
-    .venv/bin/python bench/overhead.py loader [--batches 2000] [--reps 7]
 
 Every variant runs under `torchrun --standalone --nproc-per-node 4` (OMP_NUM_THREADS=1), the
 model and data of examples/ddp_mlp (MLP with dropout, AdamW, batch 16 per rank). Rank 0
@@ -27,11 +26,7 @@ Runs are interleaved (variant order shuffled per repetition, seeded) so drift in
 load spreads over all of them; the spread over repetitions is printed. Rank 0 also reports its
 main thread's CPU per step by region (data, compute, vote, save; thread_time) and the CPU of
 its other threads (gloo's, the checkpoint writer's).
-
-`loader`: the data path alone, in one process (rank 0 of 4, no process group, no workers):
-microseconds per batch of DataLoader + DistributedSampler against ElasticLoader +
-ElasticSampler over the same dataset, and of ElasticLoader with its per-batch seeding off (the
-floor of its bookkeeping), each run `--reps` times in turn; median and spread.
+The data path alone (per batch, and in instructions): bench/loader.py.
 """
 
 from __future__ import annotations
@@ -235,56 +230,6 @@ def run_variant(name: str, root: Path, args: argparse.Namespace) -> dict[str, fl
     return _per_step(timeline, args.warmup)
 
 
-def loader_bench(args: argparse.Namespace) -> None:
-    """Microseconds per batch of each data path, run in turn `--reps` times (see docstring)."""
-    import contextlib
-
-    import torch
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    import perdure.runtime.data.loader as elastic_loader
-    from perdure.runtime import ElasticLoader, ElasticSampler
-
-    sys.path.insert(0, str(EXAMPLE))
-    import train as ex
-
-    torch.set_num_threads(1)
-    data = ex.Samples(SAMPLES, seed=1)
-    seeded = elastic_loader.isolated_seed
-
-    def per_batch(name: str) -> float:
-        loader: Any
-        if name == "torch":
-            loader = DataLoader(data, batch_size=BATCH,
-                                sampler=DistributedSampler(data, REPLICAS, 0, seed=0))
-        else:
-            loader = ElasticLoader(data, ElasticSampler(len(data), BATCH, seed=0, rank=0,
-                                                        world_size=REPLICAS))
-        elastic_loader.isolated_seed = (  # type: ignore[assignment]
-            seeded if name == "elastic" else lambda seed: contextlib.nullcontext())
-        got, epoch, began = 0, 0, time.thread_time()
-        while got < args.batches:
-            (loader if name != "torch" else loader.sampler).set_epoch(epoch)
-            for _ in loader:
-                got += 1
-            epoch += 1
-        return (time.thread_time() - began) / got
-
-    names = ["torch", "elastic", "elastic-unseeded"]
-    print(f"$ {' '.join(sys.argv)}  (cores {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
-    per = {n: [] for n in names}
-    for _ in range(args.reps):
-        for name in names:
-            per[name].append(per_batch(name))
-    elastic_loader.isolated_seed = seeded  # type: ignore[assignment]
-    print(f"{'loader':<18} {'us/batch':>9} {'spread':>17} {'x torch':>8}")
-    for name in names:
-        us = [t * 1e6 for t in per[name]]
-        ratios = [t / b for t, b in zip(per[name], per["torch"], strict=True)]
-        print(f"{name:<18} {statistics.median(us):9.1f} {min(us):7.1f} .. {max(us):6.1f} "
-              f"{statistics.median(ratios):8.2f}")
-
-
 def report(names: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
     """Each variant's medians, its ratios to the bare run of the same repetition, and where
     rank 0's CPU went."""
@@ -318,9 +263,6 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--features", default="")
     w.add_argument("--timeline", required=True)
     w.add_argument("--ckpt", required=True)
-    lo = sub.add_parser("loader", help="the data path alone: microseconds per batch")
-    lo.add_argument("--batches", type=int, default=2000)
-    lo.add_argument("--reps", type=int, default=7)
     for q in (p, w):
         q.add_argument("--steps", type=int, default=400)
         q.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
@@ -330,9 +272,6 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.mode == "worker":
         worker(args)
-        return
-    if args.mode == "loader":
-        loader_bench(args)
         return
     names = args.variants.split(",")
     if names[0] != "bare":
