@@ -22,14 +22,17 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
     if request.param == "fallback":
         monkeypatch.setattr(cpu_states, "_raw", cpu_states._Raw())
         monkeypatch.setattr(cpu_states, "_raw_view", lambda generator: None)
+        monkeypatch.setattr(cpu_states, "_py_raw", cpu_states._PythonRaw())
+        monkeypatch.setattr(cpu_states, "_python_view", lambda: None)
     else:
         assert cpu_states._raw.current() is not None, "this NumPy should take the fast path"
+        assert cpu_states._py_raw.current() is not None, "this CPython should too"
     yield request.param
 
 
 def _legacy_state() -> tuple[Any, ...]:
     name, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)  # type: ignore[misc]
-    return name, key.tolist(), pos, has_gauss, gauss
+    return random.getstate(), name, key.tolist(), pos, has_gauss, gauss
 
 
 def _draws() -> tuple[Any, ...]:
@@ -52,6 +55,7 @@ def _loop_states() -> list[Callable[[], None]]:
     def block_end() -> None:
         seed_cpu_generators(7)
         np.random.randint(0, 2**31, size=623)  # pos 623: the next draw regenerates the key
+        random.getrandbits(32 * 623)  # and Python's index 623
 
     return [plain, cached, block_end]
 
@@ -66,11 +70,14 @@ def test_restore_puts_back_the_exact_state(path: str, setup: Callable[[], None],
     seed_cpu_generators(99)
     if work == "uniform":
         np.random.rand(5)
+        random.random()
     elif work in ("one_gauss", "two_gauss"):
         for _ in range(1 if work == "one_gauss" else 2):
             np.random.standard_normal()
+            random.gauss(0.0, 1.0)
     elif work == "reseed":
         np.random.seed(3)
+        random.seed(3)
     cpu_states.restore(saved)
     assert _legacy_state() == before
     setup()
