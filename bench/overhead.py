@@ -2,23 +2,31 @@
 feature switched on, then examples/ddp_mlp itself; every figure a ratio to the bare loop
 measured in the same run.
 
-    flock /tmp/perdure-bench.lock .venv/bin/python bench/overhead.py [--steps 400] [--reps 3]
+    flock /tmp/perdure-heavy.lock .venv/bin/python bench/overhead.py [--steps 400] [--reps 3]
 
 Every variant runs under `torchrun --standalone --nproc-per-node 4` (OMP_NUM_THREADS=1), the
 model and data of examples/ddp_mlp (MLP with dropout, AdamW, batch 16 per rank). Rank 0
 stamps the end of every step; the figure is the mean iteration time over the steps after the
-first `--warmup` (everything the loop does counts: data, update, reports, agreement, saves).
+first `--warmup` (everything the loop does counts: data, update, reports, agreement, saves),
+and rank 0's CPU time per step over the same steps (process_time: every thread of the
+process), which a shared machine's scheduling disturbs far less than the wall clock.
 Variants, each adding one feature to the one before:
 - bare: dist.init_process_group + DistributedSampler/DataLoader (the plain torchrun loop);
 - init: perdure.init() instead of init_process_group;
 - loader: ElasticSampler + ElasticLoader instead of DistributedSampler;
 - goodput: each step inside goodput.step (reports to a file, as under perdure);
-- vote: the preemption agreement, `perdure.runtime.StopVote` (overlapped all-reduce);
+- vote: the preemption agreement as the example makes it, `StopVote(within=0.5)` (an
+  overlapped all-reduce every N steps, N steps ~ 0.5 s);
+- vote-each-step: the same, voting at every step (`StopVote()`);
 - vote-blocking: the same agreement as a blocking all-reduce per step (what the example did);
 - ckpt: an async perdure Checkpointer save every `--every` steps (model, optimizer, loader);
+- example-no-ckpt: examples/ddp_mlp/train.py without a checkpoint directory (no saves);
 - example: examples/ddp_mlp/train.py as users copy it (ledger and RNG in the checkpoint).
-Runs are interleaved (variant order rotated per repetition) so drift in the machine's load
-spreads over all of them; the spread over repetitions is printed.
+Runs are interleaved (variant order shuffled per repetition, seeded) so drift in the machine's
+load spreads over all of them; the spread over repetitions is printed. Rank 0 also reports its
+main thread's CPU per step by region (data, compute, vote, save; thread_time) and the CPU of
+its other threads (gloo's, the checkpoint writer's).
+The data path alone (per batch, and in instructions): bench/loader.py.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -44,37 +53,53 @@ VARIANTS: dict[str, list[str]] = {
     "loader": ["init", "loader"],
     "goodput": ["init", "loader", "goodput"],
     "vote": ["init", "loader", "goodput", "vote"],
+    "vote-each-step": ["init", "loader", "goodput", "vote-each-step"],
     "vote-blocking": ["init", "loader", "goodput", "vote-blocking"],
     "ckpt": ["init", "loader", "goodput", "vote", "ckpt"],
 }
+EXAMPLES = ("example-no-ckpt", "example")
 
 
 # ---- the worker (runs under torchrun) -----------------------------------------------------
 
-def _stamp(fd: int | None, step: int) -> None:
+class _Regions:
+    """Main-thread CPU seconds spent in each part of the step, summed (time.thread_time)."""
+
+    def __init__(self) -> None:
+        self.spent = {"data": 0.0, "compute": 0.0, "vote": 0.0, "save": 0.0}
+        self._at = time.thread_time()
+
+    def mark(self, region: str) -> None:
+        """The CPU time since the previous mark went to `region`."""
+        now = time.thread_time()
+        self.spent[region] += now - self._at
+        self._at = now
+
+
+def _stamp(fd: int | None, step: int, regions: _Regions | None = None) -> None:
     if fd is not None:
-        os.write(fd, (json.dumps({"step": step, "t": time.perf_counter()}) + "\n").encode())
+        line: dict[str, Any] = {"step": step, "t": time.perf_counter(),
+                                "cpu": time.process_time(), "main": time.thread_time()}
+        if regions is not None:
+            line["regions"] = regions.spent
+        os.write(fd, (json.dumps(line) + "\n").encode())
 
 
-def worker(args: argparse.Namespace) -> None:
-    """One variant of the loop; rank 0 appends a line per finished step to --timeline."""
+def _setup(args: argparse.Namespace, on: set[str]) -> dict[str, Any]:
+    """Process group, model, optimizer, loader, vote and checkpointer of the variant."""
     import torch
     import torch.distributed as dist
-    from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     sys.path.insert(0, str(EXAMPLE))
     import train as ex
 
-    on = set(args.features.split(",")) if args.features else set()
     if "init" in on:
         import perdure
 
-        ctx = perdure.init(seed=0)
-        rank = ctx.rank
+        perdure.init(seed=0)
     else:
         dist.init_process_group("gloo")
-        rank = dist.get_rank()
         torch.manual_seed(0)
     data = ex.Samples(SAMPLES, seed=1)
     model = ex.build_model(64)
@@ -89,24 +114,37 @@ def worker(args: argparse.Namespace) -> None:
         from torch.utils.data import DataLoader, DistributedSampler
 
         loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, seed=0))
-    from perdure.runtime import StopVote, goodput
+    from perdure.runtime import Checkpointer, StopVote
 
-    vote = StopVote() if "vote" in on else None
-    ckpt: Any = None
-    if "ckpt" in on:
-        from perdure.runtime import Checkpointer
+    vote = StopVote(within=0.5) if "vote" in on else \
+        StopVote() if "vote-each-step" in on else None
+    ckpt = Checkpointer(args.ckpt, keep=2) if "ckpt" in on else None
+    return {"model": model, "ddp": ddp, "opt": opt, "loader": loader, "vote": vote,
+            "ckpt": ckpt}
 
-        ckpt = Checkpointer(args.ckpt, keep=2)
+
+def worker(args: argparse.Namespace) -> None:
+    """One variant of the loop; rank 0 appends a line per finished step to --timeline."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from perdure.runtime import goodput
+
+    on = set(args.features.split(",")) if args.features else set()
+    v = _setup(args, on)
+    ddp, opt, loader, vote, ckpt = v["ddp"], v["opt"], v["loader"], v["vote"], v["ckpt"]
     fd = os.open(args.timeline, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) \
-        if rank == 0 else None
-    step, epoch = 0, 0
+        if dist.get_rank() == 0 else None
+    step, epoch, regions = 0, 0, _Regions()
     while step < args.steps:
-        if "loader" in on:
-            loader.set_epoch(epoch)
-        else:
-            loader.sampler.set_epoch(epoch)
-        for batch in loader:
-            if step >= args.steps:
+        (loader if "loader" in on else loader.sampler).set_epoch(epoch)
+        batches = iter(loader)
+        while step < args.steps:
+            regions.mark("compute")
+            batch = next(batches, None)
+            regions.mark("data")
+            if batch is None:
                 break
             with goodput.step(step + 1) if "goodput" in on else _null():
                 _, x, y = batch
@@ -115,18 +153,24 @@ def worker(args: argparse.Namespace) -> None:
                 loss.backward()  # type: ignore[no-untyped-call]
                 opt.step()
                 step += 1
-                if vote is not None and vote.poll(False):
-                    break
+                regions.mark("compute")
+                if vote is not None:
+                    vote.poll(False)
                 if "vote-blocking" in on:
                     flag = torch.tensor([0])
                     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
                     bool(flag.item())
+                regions.mark("vote")
             if ckpt is not None and step % args.every == 0:
-                ckpt.save(step, {"model": model, "optim": opt, "data": loader, "step": step})
-            _stamp(fd, step)
+                ckpt.save(step, {"model": v["model"], "optim": opt, "data": loader,
+                                 "step": step})
+            regions.mark("save")
+            _stamp(fd, step, regions)
         epoch += 1
     if ckpt is not None:
         ckpt.wait()
+    if vote is not None:
+        vote.close()
     dist.barrier()
     dist.destroy_process_group()
     os._exit(0)
@@ -150,31 +194,66 @@ def _torchrun(script: list[str], env: dict[str, str], log: Path) -> None:
                        timeout=600)
 
 
-def _mean_step(timeline: Path, warmup: int, key: str = "step") -> float:
+def _per_step(timeline: Path, warmup: int) -> dict[str, float]:
+    """Seconds per step over the steps after `warmup`: wall, rank 0's process CPU, its main
+    thread's CPU, and (bench variants) the main thread's CPU by region."""
     recs = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
-    steps = [r for r in recs if key in r]  # the example also marks its start-up phases
-    ts = [r["t"] for r in sorted(steps, key=lambda r: r[key]) if r[key] > warmup]
-    return (ts[-1] - ts[0]) / (len(ts) - 1)
+    steps = [r for r in recs if "step" in r]  # the example also marks its start-up phases
+    kept = [r for r in sorted(steps, key=lambda r: r["step"]) if r["step"] > warmup]
+    first, last, n = kept[0], kept[-1], len(kept) - 1
+    out = {key: (last[key] - first[key]) / n for key in ("t", "cpu", "main")}
+    for region, spent in last.get("regions", {}).items():
+        out[region] = (spent - first["regions"][region]) / n
+    return out
 
 
-def run_variant(name: str, root: Path, args: argparse.Namespace) -> float:
+def run_variant(name: str, root: Path, args: argparse.Namespace) -> dict[str, float]:
     d = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
     timeline = d / "timeline.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(d / "reports")}
     (d / "reports").mkdir()
-    if name == "example":
+    if name in EXAMPLES:
         epochs = -(-args.steps * BATCH * REPLICAS // SAMPLES)
         script = [str(EXAMPLE / "train.py"), "--epochs", str(epochs), "--samples",
-                  str(SAMPLES), "--log-every", "1000000", "--checkpoint-dir", str(d / "ckpt"),
-                  "--checkpoint-every", str(args.every), "--timeline", str(timeline)]
+                  str(SAMPLES), "--log-every", "1000000", "--out", str(d), "--timeline",
+                  str(timeline)]
+        if name == "example":
+            script += ["--checkpoint-dir", str(d / "ckpt"), "--checkpoint-every",
+                       str(args.every)]
         _torchrun(script, env, d / "log")
         # The example's timeline stamps wall time: same figure (time between step ends).
-        return _mean_step(timeline, args.warmup)
+        return _per_step(timeline, args.warmup)
     script = [str(Path(__file__)), "worker", "--features", ",".join(VARIANTS[name]),
               "--steps", str(args.steps), "--timeline", str(timeline), "--ckpt",
               str(d / "ckpt"), "--every", str(args.every)]
     _torchrun(script, env, d / "log")
-    return _mean_step(timeline, args.warmup)
+    return _per_step(timeline, args.warmup)
+
+
+def report(names: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
+    """Each variant's medians, its ratios to the bare run of the same repetition, and where
+    rank 0's CPU went."""
+    # Ratios per repetition (variants of one repetition ran close in time), then their median.
+    print(f"\n{'':<16} {'wall: ms/step, x bare':^32} {'rank 0 CPU':^32} {'main thread CPU':^32}")
+    print(f"{'variant':<16}" + f" {'ms':>7} {'x bare':>7} {'spread':>16}" * 3)
+    for name in names:
+        row = f"{name:<16}"
+        for key in ("t", "cpu", "main"):
+            series = [r[key] for r in runs[name]]
+            ratios = [r[key] / b[key] for r, b in zip(runs[name], runs["bare"], strict=True)]
+            row += (f" {statistics.median(series) * 1000:7.2f} {statistics.median(ratios):7.3f}"
+                    f" {min(ratios):7.3f} .. {max(ratios):5.3f}")
+        print(row)
+    regions = ("data", "compute", "vote", "save")
+    print(f"\nrank 0's CPU per step, ms (median): main thread by region, and other threads "
+          f"(gloo, checkpoint writer)\n{'variant':<16}" + "".join(f" {r:>8}" for r in regions)
+          + f" {'other':>8}")
+    for name in names:
+        got = runs[name]
+        cells = [f"{statistics.median(r[k] for r in got) * 1000:8.3f}" if k in got[0]
+                 else f"{'-':>8}" for k in regions]
+        other = statistics.median(r["cpu"] - r["main"] for r in got) * 1000
+        print(f"{name:<16} {' '.join(cells)} {other:8.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -189,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         q.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=30, help="steps not counted")
-    p.add_argument("--variants", default=",".join([*VARIANTS, "example"]))
+    p.add_argument("--variants", default=",".join([*VARIANTS, *EXAMPLES]))
     args = p.parse_args(argv)
     if args.mode == "worker":
         worker(args)
@@ -200,19 +279,17 @@ def main(argv: list[str] | None = None) -> None:
     print(f"$ {' '.join(sys.argv)}  (cores {os.cpu_count()}, load {os.getloadavg()[0]:.1f})",
           flush=True)
     root = Path(tempfile.mkdtemp(prefix="perdure-bench-overhead-"))
-    times: dict[str, list[float]] = {n: [] for n in names}
+    runs: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for rep in range(args.reps):
-        order = names[rep % len(names):] + names[: rep % len(names)]
+        order = list(names)
+        random.Random(rep).shuffle(order)  # no variant always follows the same one
         for name in order:
-            times[name].append(run_variant(name, root, args))
-            print(f"  rep {rep + 1} {name:<14} {times[name][-1] * 1000:7.2f} ms/step "
+            got = run_variant(name, root, args)
+            runs[name].append(got)
+            print(f"  rep {rep + 1} {name:<16} {got['t'] * 1000:7.2f} ms/step, CPU "
+                  f"{got['cpu'] * 1000:6.2f} ms, main thread {got['main'] * 1000:6.2f} ms "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
-    # Ratios per repetition (variants of one repetition ran close in time), then their median.
-    print(f"\n{'variant':<14} {'ms/step':>8} {'x bare':>7} {'spread of x bare':>18}")
-    for name in names:
-        ratios = [t / b for t, b in zip(times[name], times["bare"], strict=True)]
-        print(f"{name:<14} {statistics.median(times[name]) * 1000:8.2f} "
-              f"{statistics.median(ratios):7.3f} {min(ratios):8.3f} .. {max(ratios):.3f}")
+    report(names, runs)
     print(f"runs under {root}")
 
 

@@ -14,8 +14,9 @@ What makes a resumed run end with the same weights as an uninterrupted one:
   holds it) and the newest committed checkpoint, and carries on from there: a fault loses at
   most the snapshot interval, and restoring from tmpfs is cheaper than from storage;
 - on a preemption notice (SIGTERM) the ranks agree on the step to stop at (StopVote: an
-  all-reduce overlapped with the next step, so it costs no time per step), save it
-  synchronously and exit with the "suspended" status, so the job is requeued and resumes.
+  all-reduce overlapped with the next step, every N steps where N steps take ~0.5 s, so it
+  costs no time per step), save it synchronously and exit with the "suspended" status, so the
+  job is requeued and resumes.
 
 At the end rank 0 writes `result.json` into `--out` (default: the checkpoint directory): the
 SHA-256 of the final weights and every (epoch, sample id) the run trained on, gathered from
@@ -134,7 +135,8 @@ class Timeline:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def step(self, step: int, seconds: float) -> None:
-        self._write({"pid": os.getpid(), "step": step, "t": time.time(), "s": seconds})
+        self._write({"pid": os.getpid(), "step": step, "t": time.time(), "s": seconds,
+                     "cpu": time.process_time(), "main": time.thread_time()})
 
     def mark(self, phase: str) -> None:
         """This process reached `phase` of its start (script, init, model, restore) now."""
@@ -197,9 +199,10 @@ class Run:
         # A node-local snapshot every few steps: what a group restart resumes from when it is
         # newer than the last checkpoint (None outside perdure, or with --snapshot-every 0).
         self.snap = resume.node_snapshotter() if args.snapshot_every > 0 else None
-        # The ranks agree on the step to stop at in the background: no collective on the
-        # step's critical path (a notice stops every rank one step after the first saw it).
-        self.vote = StopVote()
+        # The ranks agree on the step to stop at in the background, every N steps where N
+        # steps take ~0.5 s: no collective on the step's critical path, and a notice stops
+        # every rank at most ~0.5 s (plus a step) after the first saw it.
+        self.vote = StopVote(within=0.5)
         self.timeline = timeline if ctx.is_primary else None
         if timeline is not None:
             timeline.mark("model")

@@ -1,31 +1,53 @@
 """StopVote: every rank agrees on the step to stop at, without a blocking collective per step.
 
-    vote = StopVote()
+    vote = StopVote(within=0.5)
     for step in ...:
         train_step()
         if vote.poll(ctx.should_stop):     # True on every rank at the same step
             save_and_exit_suspended()
 
-Each `poll` starts a one-element all-reduce (MAX) of this rank's flag in the background and
-returns the result of the one started at the previous `poll`, which the step in between has
-long finished: the wait is free, where a blocking all-reduce per step costs a round trip on
-the step's critical path. The price is one step: a notice seen at step t stops every rank at
-step t + 1. All ranks must call `poll` the same number of times (once per step), as they do
-any collective. Without a process group (or with one rank) the flag is the answer.
+A vote is a one-element all-reduce (MAX) of the ranks' flags, started in the background at one
+`poll` and read at the next, which the step in between has long finished: the wait is free,
+where a blocking all-reduce per step costs a round trip on the step's critical path. A flag
+passed to any `poll` counts until the next vote.
+
+How often the ranks vote:
+- `within=None` (the default): every step. A notice seen at step t stops every rank at step
+  t + 1.
+- `within=S` seconds: every N steps, where N steps take about S seconds (N >= 1, measured from
+  the time between votes; each vote also carries every rank's proposal and the smallest wins,
+  so all ranks agree on the next vote's step). A notice seen at step t stops every rank by step
+  t + N, i.e. at most about S seconds plus one step later; a vote costs 1/N as much per step.
+  Preemption notices leave tens of seconds, so S = 0.5 loses nothing that matters, while a
+  10 ms step would otherwise carry a collective of its own.
+
+All ranks must call `poll` the same number of times (once per step), as they do any
+collective. Without a process group (or with one rank) the flag is the answer, at once.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+MAX_EVERY = 1000  # steps between votes at most, however fast the steps
 
 
 class StopVote:
     """A background OR over ranks of a per-step flag; the answer arrives one call later."""
 
-    def __init__(self, group: Any = None) -> None:
+    def __init__(self, group: Any = None, *, within: float | None = None) -> None:
+        if within is not None and not within >= 0:
+            raise ValueError(f"within is {within!r}; pass seconds >= 0, or None to vote "
+                             "every step")
         self._group = group
+        self._within = within
         self._work: Any = None
-        self._flag: Any = None
+        self._votes: Any = None
+        self._seen = False
+        self._polls = 0  # polls so far
+        self._next = 0  # the poll that starts the next vote
+        self._last: tuple[int, float] | None = None  # (poll, time) of the last vote started
 
     def _distributed(self) -> bool:
         import torch.distributed as dist
@@ -37,20 +59,37 @@ class StopVote:
         """Vote `flag` for this step; True (on every rank alike) once any rank voted True."""
         if not self._distributed():
             return flag
+        self._seen = self._seen or flag
+        poll, self._polls = self._polls, self._polls + 1
+        if self._work is not None:  # started at the previous poll
+            self._work.wait()
+            self._work = None
+            agreed, neg_every = (int(v) for v in self._votes.tolist())
+            if agreed:
+                return True
+            self._next = poll - 1 + max(1, -neg_every)
+        if poll >= self._next:
+            self._start(poll)
+        return False
+
+    def _start(self, poll: int) -> None:
         import torch
         import torch.distributed as dist
 
-        agreed = False
-        if self._work is not None:
-            self._work.wait()
-            agreed = bool(self._flag.item())
-        if agreed:
-            self._work = None
-            return True
-        self._flag = torch.tensor([int(flag)], dtype=torch.int32)
-        self._work = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=self._group,
+        self._votes = torch.tensor([int(self._seen), -self._propose(poll)], dtype=torch.int64)
+        self._work = dist.all_reduce(self._votes, op=dist.ReduceOp.MAX, group=self._group,
                                      async_op=True)
-        return False
+
+    def _propose(self, poll: int) -> int:
+        """Steps until the next vote, by this rank's clock (the smallest proposal wins)."""
+        if self._within is None:
+            return 1
+        now, last = time.monotonic(), self._last
+        self._last = (poll, now)
+        if last is None or now <= last[1]:
+            return 1  # nothing measured yet: vote again at the next step
+        step_s = (now - last[1]) / (poll - last[0])
+        return max(1, min(MAX_EVERY, int(self._within / step_s)))
 
     def close(self) -> None:
         """Wait for the vote in flight (before tearing the process group down)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import traceback
 import uuid
 from pathlib import Path
@@ -20,14 +21,16 @@ from perdure.runtime import StopVote
 WORLD = 3
 
 
-def _rank_main(rank: int, store: str, out: str, notice: dict[int, int]) -> None:
+def _rank_main(rank: int, store: str, out: str, notice: dict[int, int],
+               within: float | None = None, step_s: float = 0.0) -> None:
     code = 0
     try:
         os.environ["OMP_NUM_THREADS"] = "1"
         file_store = dist.FileStore(store, WORLD)  # type: ignore[attr-defined,unused-ignore]
         dist.init_process_group("gloo", store=file_store, rank=rank, world_size=WORLD)
-        vote, stopped, sums = StopVote(), None, []
+        vote, stopped, sums = StopVote(within=within), None, []
         for step in range(1, 40):
+            time.sleep(step_s)
             grad = torch.full((1000,), float(rank + step))
             dist.all_reduce(grad)  # the step's own collective (DDP's gradients)
             sums.append(float(grad[0]))
@@ -45,10 +48,12 @@ def _rank_main(rank: int, store: str, out: str, notice: dict[int, int]) -> None:
         os._exit(code)
 
 
-def _run(tmp_path: Path, notice: dict[int, int]) -> list[dict[str, Any]]:
+def _run(tmp_path: Path, notice: dict[int, int], within: float | None = None,
+         step_s: float = 0.0) -> list[dict[str, Any]]:
     out = tmp_path / uuid.uuid4().hex
     out.mkdir()
-    return run_ranks(out, WORLD, _rank_main, str(out / "store"), str(out), notice, timeout=60)
+    return run_ranks(out, WORLD, _rank_main, str(out / "store"), str(out), notice, within,
+                     step_s, timeout=60)
 
 
 @pytest.mark.parametrize("notice", [{1: 7}, {0: 12, 2: 5}, {2: 1}])
@@ -62,11 +67,25 @@ def test_all_ranks_stop_one_step_after_the_first_notice(tmp_path: Path,
     assert all(r["sums"] == expected for r in results)
 
 
+def test_voting_every_few_steps_stops_all_ranks_alike_within_the_bound(tmp_path: Path) -> None:
+    # Steps of >= 10 ms and within=0.1 s: votes at most every 10 steps, so a notice at step 7
+    # stops every rank at the same step, no later than step 17.
+    results = _run(tmp_path, {1: 7}, within=0.1, step_s=0.01)
+    stopped = {r["stopped"] for r in results}
+    assert len(stopped) == 1, results
+    assert 7 < stopped.pop() <= 17
+
+
 def test_no_notice_never_stops(tmp_path: Path) -> None:
     assert [r["stopped"] for r in _run(tmp_path, {})] == [None] * WORLD
 
 
 def test_without_a_process_group_the_flag_is_the_answer() -> None:
-    vote = StopVote()
-    assert vote.poll(False) is False
-    assert vote.poll(True) is True
+    for vote in (StopVote(), StopVote(within=1.0)):
+        assert vote.poll(False) is False
+        assert vote.poll(True) is True
+
+
+def test_a_negative_bound_is_refused() -> None:
+    with pytest.raises(ValueError, match="within is -1"):
+        StopVote(within=-1)

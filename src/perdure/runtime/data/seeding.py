@@ -20,16 +20,14 @@ data work, so data loading never shifts the training's random stream.
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
+from perdure.runtime.data.cpu_states import CpuState, capture, restore
 from perdure.runtime.rng import derive_seed, seed_cpu_generators
 
 __all__ = [
@@ -63,19 +61,6 @@ def in_worker() -> bool:
     return get_worker_info() is not None
 
 
-_CpuState = tuple[Any, Any, torch.Tensor]
-
-
-def _capture() -> _CpuState:
-    return random.getstate(), np.random.get_state(), torch.get_rng_state()
-
-
-def _restore(state: _CpuState) -> None:
-    random.setstate(state[0])
-    np.random.set_state(state[1])
-    torch.set_rng_state(state[2])
-
-
 @contextmanager
 def isolated_seed(seed: int) -> Iterator[None]:
     """Run the block with the CPU generators seeded; in the main process restore them after."""
@@ -83,12 +68,12 @@ def isolated_seed(seed: int) -> Iterator[None]:
         seed_cpu_generators(seed)
         yield
         return
-    saved = _capture()
+    saved = capture()
     try:
         seed_cpu_generators(seed)
         yield
     finally:
-        _restore(saved)
+        restore(saved)
 
 
 class CpuRngSlot:
@@ -101,7 +86,7 @@ class CpuRngSlot:
 
     def __init__(self, seed: int) -> None:
         self._seed = seed
-        self._state: _CpuState | None = None
+        self._state: CpuState | None = None
         self._worker = in_worker()
         if self._worker:
             seed_cpu_generators(seed)
@@ -110,16 +95,16 @@ class CpuRngSlot:
         """Run `fn` with this slot's generator states active."""
         if self._worker:
             return fn()
-        outer = _capture()
+        outer = capture()
         try:
             if self._state is None:
                 seed_cpu_generators(self._seed)
             else:
-                _restore(self._state)
+                restore(self._state)
             return fn()
         finally:
-            self._state = _capture()
-            _restore(outer)
+            self._state = capture()
+            restore(outer)
 
 
 def _env_int(name: str) -> int | None:

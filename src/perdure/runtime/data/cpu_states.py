@@ -1,0 +1,201 @@
+"""Swap the CPU generators' states (Python, NumPy, torch) around data work, in microseconds.
+
+The main-process loader swaps the training loop's generator states out, and a batch's seeded
+states in, once per batch. `np.random.get_state()` / `set_state()` copy MT19937's 624 key words
+one by one (about 35 us each), and `random.getstate()` / `setstate()` build and parse a tuple
+of 625 ints (~100k instructions a batch); here both Mersenne Twisters are saved and restored as
+the raw bytes of their state with one memcpy each.
+
+Python's `random`: the C part of `random._inst` (CPython's RandomObject: int index, then
+uint32 state[624], right after the object header), plus its `gauss_next` attribute.
+
+NumPy's global generator: its MT19937 state (key and pos), at the bit generator's ctypes state
+address; its one other piece of state, the legacy cached Gaussian, is read and cleared through
+NumPy's own `standard_normal()`:
+
+- reading: draw one `standard_normal()`. If the MT bytes did not move, it returned the cached
+  Gaussian (which the state then held); if they moved, nothing was cached. Either way the
+  generator is left in an unspecified state, so `capture` is always followed by a seed or a
+  `restore` (as `isolated_seed` and `CpuRngSlot` do);
+- restoring a state without a cached Gaussian: clear the cache (one or two `standard_normal()`
+  draws, until one leaves the MT bytes alone), then memcpy the bytes back. A state that held a
+  cached Gaussian goes through `np.random.set_state` (the rare case: a loop drawing single
+  Gaussians from NumPy's global generator).
+
+Both raw layouts are checked against `getstate()` / `get_state()` on first use; where one does
+not match (another Python or NumPy, another bit generator) its swaps take the `getstate` /
+`setstate` path, which is exact and only slower.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import struct
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+__all__ = ["CpuState", "capture", "restore"]
+
+_KEY_WORDS = 624
+_RAW_BYTES = _KEY_WORDS * 4 + 4  # uint32 key[624], then int pos
+_PY_HEADER = 16  # CPython's PyObject_HEAD on 64-bit builds: refcount, type
+_PY_BYTES = 4 + _KEY_WORDS * 4  # RandomObject: int index, then uint32 state[624]
+
+
+class _PythonState(NamedTuple):
+    raw: bytes | None  # RandomObject's index and state (None: `legacy` holds getstate())
+    gauss_next: float | None
+    legacy: Any = None
+
+
+class _NumpyState(NamedTuple):
+    raw: bytes | None  # MT19937 key and pos as they lie in memory (None: the slow path's tuple)
+    has_gauss: int
+    gauss: float
+    legacy: Any = None  # np.random.get_state()'s tuple, on the slow path
+
+
+class CpuState(NamedTuple):
+    """The three CPU generators' states, as `capture()` took them."""
+
+    python: _PythonState
+    numpy: _NumpyState
+    torch: torch.Tensor
+
+
+class _Raw:
+    """A writable view of NumPy's global MT19937 state, or None where its layout is unknown."""
+
+    def __init__(self) -> None:
+        self.generator: Any = None
+        self.view: memoryview | None = None
+
+    def current(self) -> memoryview | None:
+        generator = getattr(np.random.mtrand._rand, "_bit_generator", None)
+        if generator is not self.generator:  # first use, or the global generator was replaced
+            self.generator, self.view = generator, _raw_view(generator)
+        return self.view
+
+
+def _raw_view(generator: Any) -> memoryview | None:
+    """The MT19937 state's bytes in place, if they read back as `get_state()` says."""
+    try:
+        address = generator.ctypes.state_address
+        view = memoryview((ctypes.c_char * _RAW_BYTES).from_address(address)).cast("B")
+        legacy: Any = np.random.get_state(legacy=True)
+        raw = bytes(view)
+        words = np.frombuffer(raw[: _KEY_WORDS * 4], dtype=np.uint32)
+        pos = int.from_bytes(raw[_KEY_WORDS * 4 :], "little", signed=True)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    ok = (type(generator).__name__ == "MT19937" and legacy[0] == "MT19937"
+          and np.array_equal(words, legacy[1]) and pos == legacy[2])
+    return view if ok else None
+
+
+_raw = _Raw()
+
+
+def _python_view() -> memoryview | None:
+    """The C state of `random._inst` in place, if it reads back as `getstate()` says."""
+    inst = random._inst  # type: ignore[attr-defined]
+    base = type(inst).__mro__[-2]  # _random.Random, under random.Random
+    if sys.implementation.name != "cpython" or base.__basicsize__ < _PY_HEADER + _PY_BYTES:
+        return None
+    view = memoryview((ctypes.c_char * _PY_BYTES).from_address(id(inst) + _PY_HEADER)).cast("B")
+    raw = bytes(view)
+    index, words = struct.unpack("<i", raw[:4])[0], struct.unpack(f"<{_KEY_WORDS}I", raw[4:])
+    try:
+        legacy = random.getstate()[1]
+    except NotImplementedError:  # a generator without a state (SystemRandom)
+        return None
+    return view if words == legacy[:_KEY_WORDS] and index == legacy[_KEY_WORDS] else None
+
+
+class _PythonRaw:
+    """`random._inst`'s state bytes, found and checked once (None where the layout differs)."""
+
+    def __init__(self) -> None:
+        self.inst: Any = None
+        self.view: memoryview | None = None
+
+    def current(self) -> memoryview | None:
+        inst = random._inst  # type: ignore[attr-defined]
+        if inst is not self.inst:
+            self.inst, self.view = inst, _python_view()
+        return self.view
+
+
+_py_raw = _PythonRaw()
+
+
+def _capture_python() -> _PythonState:
+    view = _py_raw.current()
+    if view is None:
+        return _PythonState(None, None, random.getstate())
+    return _PythonState(bytes(view), _py_raw.inst.gauss_next)
+
+
+def _restore_python(state: _PythonState) -> None:
+    view = _py_raw.current()
+    if state.raw is None or view is None:
+        random.setstate(state.legacy if state.raw is None else _python_legacy(state))
+        return
+    view[:] = state.raw  # a buffer copy under the GIL, as random's own methods run
+    _py_raw.inst.gauss_next = state.gauss_next
+
+
+def _python_legacy(state: _PythonState) -> tuple[int, tuple[int, ...], float | None]:
+    assert state.raw is not None
+    index = struct.unpack("<i", state.raw[:4])[0]
+    words = struct.unpack(f"<{_KEY_WORDS}I", state.raw[4:])
+    return random.Random.VERSION, (*words, index), state.gauss_next
+
+
+def _capture_numpy() -> _NumpyState:
+    view = _raw.current()
+    if view is None:
+        return _NumpyState(None, 0, 0.0, np.random.get_state(legacy=True))
+    with _raw.generator.lock:  # the lock NumPy's own draws take
+        raw = bytes(view)
+    probe = float(np.random.standard_normal())
+    if bytes(view) == raw:  # served from the cache without drawing: the state held it
+        return _NumpyState(raw, 1, probe)
+    return _NumpyState(raw, 0, 0.0)
+
+
+def _restore_numpy(state: _NumpyState) -> None:
+    view = _raw.current()
+    if state.raw is None or view is None or state.has_gauss:
+        np.random.set_state(state.legacy if state.raw is None else _legacy(state))
+        return
+    before = bytes(view)
+    np.random.standard_normal()
+    if bytes(view) != before:  # it drew a pair and cached the second: take that one too
+        np.random.standard_normal()
+    with _raw.generator.lock:
+        view[:] = state.raw
+
+
+def _legacy(state: _NumpyState) -> tuple[str, np.ndarray[Any, Any], int, int, float]:
+    assert state.raw is not None
+    words = np.frombuffer(state.raw[: _KEY_WORDS * 4], dtype=np.uint32).copy()
+    pos = int.from_bytes(state.raw[_KEY_WORDS * 4 :], "little", signed=True)
+    return "MT19937", words, pos, state.has_gauss, state.gauss
+
+
+def capture() -> CpuState:
+    """The CPU generators' states; leaves NumPy's in an unspecified state (seed or restore it
+    next)."""
+    return CpuState(_capture_python(), _capture_numpy(), torch.get_rng_state())
+
+
+def restore(state: CpuState) -> None:
+    """Put back what `capture()` returned: the next draws repeat exactly."""
+    _restore_python(state.python)
+    _restore_numpy(state.numpy)
+    torch.set_rng_state(state.torch)
