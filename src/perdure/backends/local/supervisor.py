@@ -81,6 +81,7 @@ class Supervisor:
             return 0
         procs.load_libc()
         procs.set_child_subreaper()
+        self._watch_owner()
         try:
             self.limit = memory.limit_for(
                 self.spec["launch_id"],
@@ -158,6 +159,25 @@ class Supervisor:
             return 0
         self.warm = True
         return standby.pid
+
+    def _watch_owner(self) -> None:
+        """Die with the launch's `owner` process (a Ray launch actor) when it is not our parent
+        (a node agent's spawner forked us), as PDEATHSIG would have us: kill the replica's
+        group and cgroup, then ourselves (the replica's PDEATHSIG takes what is left)."""
+        owner = self.spec.get("owner")
+        if not owner:
+            return
+        import threading  # only here: the local backend's supervisors never need it
+
+        def watch() -> None:
+            procs.wait_gone(int(owner["pid"]), int(owner["start_ticks"]))
+            if self.pid:
+                procs.kill_group(self.pid, signal.SIGKILL)
+            self.limit.kill_all()
+            os.kill(self.own_pid, signal.SIGKILL)
+
+        # Started with the handled signals blocked (`serve`): they still reach the main loop.
+        threading.Thread(target=watch, name="owner", daemon=True).start()
 
     def _dismiss_standby(self) -> None:
         if self.standby is not None:
