@@ -358,5 +358,6 @@ class RayBackend:
 
     def close(self) -> None:
         self._active.clear()
-        with contextlib.suppress(RayError):
-            ray.kill(self._lock)
+        if self._lock is not None:  # None: another controller holds the namespace
+            with contextlib.suppress(RayError):
+                ray.kill(self._lock)
