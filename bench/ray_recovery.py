@@ -111,19 +111,21 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def _pss_mb(pid: int) -> float:
+def _memory_mb(pid: int) -> tuple[float, float]:
+    """(proportional, private) set size of a process in MB."""
     try:
         text = Path(f"/proc/{pid}/smaps_rollup").read_text()
     except OSError:
-        return 0.0
-    return sum(int(line.split()[1]) for line in text.splitlines()
-               if line.startswith("Pss:")) / 1024
+        return 0.0, 0.0
+    kb = {line.split()[0]: int(line.split()[1]) for line in text.splitlines()[1:]}
+    return kb.get("Pss:", 0) / 1024, (kb.get("Private_Clean:", 0)
+                                      + kb.get("Private_Dirty:", 0)) / 1024
 
 
 def _pool_memory(hosts: Hosts, state: Path) -> str:
-    """What host a's spawner, template and idle standbys hold (proportional set size: pages
-    shared with the template counted once): every process forked from the spawner that is not
-    a running replica or its supervisor."""
+    """What host a's spawner, template and idle standbys hold (proportional and private set
+    sizes): every process forked from the spawner that is not a running replica or its
+    supervisor."""
     running: set[int] = set()
     for d in (state / layout.LAUNCHES).glob("recovery-*"):
         status = layout.read_json(d / layout.STATUS)
@@ -131,8 +133,10 @@ def _pool_memory(hosts: Hosts, state: Path) -> str:
             running |= {int(status["pid"]), int(status["supervisor_pid"])}
     pool = [pid for pid in hosts.hosts["a"].pids()
             if pid not in running and b"local.zygote" in _cmdline(pid)]
+    sizes = [_memory_mb(pid) for pid in pool]
     return (f"host a: spawner + template + idle standbys: {len(pool)} processes, "
-            f"PSS {sum(_pss_mb(pid) for pid in pool):.0f} MB")
+            f"PSS {sum(s[0] for s in sizes):.0f} MB, private {sum(s[1] for s in sizes):.0f} MB "
+            "(pages shared with the replicas forked from the template count in PSS pro rata)")
 
 
 def _wait_first_step(timeline: Path, ctl: subprocess.Popen[bytes], timeout: float = 180) -> None:
