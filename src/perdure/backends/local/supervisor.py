@@ -17,6 +17,8 @@ escalation, the memory limit and the exit record survive a controller crash:
 A supervisor that was a warm standby (`warm`) starts the replica in the interpreter it holds,
 which has imported torch already, when the launch allows it (`"warm": true` in status.json),
 and cold otherwise. If the replica cannot be started, `exit.json` holds `spawn_error` instead.
+A launch that names an `owner` process (on Ray, the launch actor, which is not the parent of
+a supervisor its node agent's spawner forked) takes the supervisor and replica down with it.
 This runs on every replica start, so it imports no torch, no subprocess, no pathlib, no typing
 (start-up time).
 """
