@@ -8,8 +8,9 @@ kept run directory:
 For each SIGKILL it reads, all on one clock (time.time() on one machine):
 - the killed launch's exit.json (the supervisor saw the exit), the controller's first
   "restart" decision after it (events table of the store), the survivors' exit.json
-  (stopped and exited), the new launches' launch.json `created` (the controller launched them)
-  and status.json `started_at` (the supervisor handed them to a standby or forked them);
+  (stopped and exited), the new launches' launch.json `created` (the controller launched them),
+  on Ray status.json `actor_created` (their launch actors ran on the nodes), and `started_at`
+  (the supervisor handed them to a standby or forked them);
 - the replicas' own marks in the timeline (examples/ddp_mlp/train.py --timeline): `script`
   (main() entered), `init` (perdure.init: process group up), `model` (model, DDP and
   settle_ddp_buckets built), `restore` (checkpoint restored); and rank 0's first step.
@@ -33,6 +34,7 @@ PHASES = (
     ("decided", "controller decided the group restart"),
     ("survivors_exited", "survivors stopped and exited"),
     ("launched", "controller launched the 4 replacements (last)"),
+    ("actor", "Ray only: their launch actors ran on the nodes (last)"),
     ("started", "supervisors started them in standbys (last)"),
     ("script", "training script's main() entered (last)"),
     ("init", "perdure.init: process group up (last)"),
@@ -87,6 +89,8 @@ def phases_of(kill: float, until: float, launches: list[dict[str, Any]], decisio
         # the survivors of this round: exits after the kill, before the last relaunch
         "survivors_exited": last([t for t, sig in exits if sig != 9 and t <= relaunched]),
         "launched": last([float(x["launch"]["created"]) for x in fresh]),
+        "actor": last([float(x["status"]["actor_created"]) for x in fresh
+                       if x["status"].get("actor_created")]),
         "started": last([float(x["status"]["started_at"]) for x in fresh
                          if x["status"].get("started_at")]),
     }
@@ -111,6 +115,8 @@ def report(rows: list[dict[str, float | None]]) -> list[str]:
     before = 0.0
     for name, text in PHASES:
         seen = [r[name] for r in rows if r.get(name) is not None]
+        if not seen and name == "actor":
+            continue  # a local run has no launch actors
         if not seen:
             lines.append(f"{text:<58} {'-':>9}")
             continue

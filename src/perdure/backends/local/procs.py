@@ -67,6 +67,32 @@ def is_alive(pid: int, start_ticks: int) -> bool:
     return info is not None and info.start_ticks == start_ticks and info.alive
 
 
+def wait_gone(pid: int, start_ticks: int, timeout: float | None = None) -> bool:
+    """Block until the process that had `start_ticks` is gone (True) or `timeout` s pass
+    (False). Not only for children: a pidfd wakes us the moment it exits (polled where there
+    is none)."""
+    import select
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = -1
+    try:
+        while is_alive(pid, start_ticks):  # checked with the pidfd open: no pid reuse race
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            if fd >= 0:
+                select.select([fd], [], [], left)
+            else:
+                time.sleep(0.05 if left is None else min(0.05, left))
+        return True
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def create_time(start_ticks: int) -> float:
     """The wall-clock time a process started, from its start ticks (as psutil reports it)."""
     return _boot_time() + start_ticks / os.sysconf("SC_CLK_TCK")

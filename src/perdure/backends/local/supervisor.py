@@ -17,6 +17,8 @@ escalation, the memory limit and the exit record survive a controller crash:
 A supervisor that was a warm standby (`warm`) starts the replica in the interpreter it holds,
 which has imported torch already, when the launch allows it (`"warm": true` in status.json),
 and cold otherwise. If the replica cannot be started, `exit.json` holds `spawn_error` instead.
+A launch that names an `owner` process (on Ray, the launch actor, which is not the parent of
+a supervisor its node agent's spawner forked) takes the supervisor and replica down with it.
 This runs on every replica start, so it imports no torch, no subprocess, no pathlib, no typing
 (start-up time).
 """
@@ -81,6 +83,7 @@ class Supervisor:
             return 0
         procs.load_libc()
         procs.set_child_subreaper()
+        self._watch_owner()
         try:
             self.limit = memory.limit_for(
                 self.spec["launch_id"],
@@ -158,6 +161,25 @@ class Supervisor:
             return 0
         self.warm = True
         return standby.pid
+
+    def _watch_owner(self) -> None:
+        """Die with the launch's `owner` process (a Ray launch actor) when it is not our parent
+        (a node agent's spawner forked us), as PDEATHSIG would have us: kill the replica's
+        group and cgroup, then ourselves (the replica's PDEATHSIG takes what is left)."""
+        owner = self.spec.get("owner")
+        if not owner:
+            return
+        import threading  # only here: the local backend's supervisors never need it
+
+        def watch() -> None:
+            procs.wait_gone(int(owner["pid"]), int(owner["start_ticks"]))
+            if self.pid:
+                procs.kill_group(self.pid, signal.SIGKILL)
+            self.limit.kill_all()
+            os.kill(self.own_pid, signal.SIGKILL)
+
+        # Started with the handled signals blocked (`serve`): they still reach the main loop.
+        threading.Thread(target=watch, name="owner", daemon=True).start()
 
     def _dismiss_standby(self) -> None:
         if self.standby is not None:

@@ -4,11 +4,14 @@
 in a launch directory on its own node, so a replica on Ray has exactly the local backend's
 semantics: exit code and signal, the error file (written and read on that node), OOM over
 `memory_mb`, stop with grace then SIGKILL of the whole process group, the stop notice file.
-It outlives the controller (detached) and the supervisor dies with it (PDEATHSIG). It keeps
+It outlives the controller (detached) and the supervisor dies with it. It keeps
 the launch's logs and progress reports on its node; the controller pulls them (`pull`).
 
 `NodeAgent` (named `agent:<node>`) answers what a node knows: its address and interpreter,
-and a port that is free there.
+and a port that is free there. It also owns the node's spawner (the local backend's, with its
+pool of warm standbys): a launch actor hands its launch to it, so a replica that can start warm
+runs in an interpreter that has imported torch already; the supervisor that runs it is then
+not the actor's child, and watches the actor's process instead of relying on PDEATHSIG.
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ from typing import Any
 
 import ray
 
-from perdure.backends.local import layout
+from perdure.backends.local import layout, procs
 from perdure.backends.local.replicas import kill_leftovers, signal_replica
 
+AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
+# The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
+# while its template imports torch), else this actor starts it cold.
+CLAIM_SECONDS = 40.0
 PULL_LIMIT = 1 << 20  # bytes of one stream per pull: a pull is one small message
 FILES = {"out": "stdout.log", "err": "stderr.log", "progress": "progress.jsonl"}
 
@@ -45,7 +52,9 @@ def node_dir() -> str:
         base = worker._global_node.get_session_dir_path()  # type: ignore[attr-defined,union-attr]
     except Exception:
         base = tempfile.gettempdir()
-    path = os.path.join(base, "perdure")
+    # One per namespace: each controller's agent has a spawner and warm pool of its own.
+    namespace = ray.get_runtime_context().namespace.replace(os.sep, "_")
+    path = os.path.join(base, "perdure", namespace)
     os.makedirs(os.path.join(path, layout.LAUNCHES), exist_ok=True)
     return path
 
@@ -80,18 +89,33 @@ def pull_launch(directory: str, offsets: dict[str, int]) -> dict[str, bytes]:
 
 
 def _in_supervisor() -> None:
-    # The supervisor dies with this actor: a killed actor (node death, ray.kill, the memory
-    # monitor) takes its replica with it, whose own PDEATHSIG follows the supervisor.
+    # A supervisor this actor starts itself dies with it (see `_owner`).
     from perdure.backends.local import procs
 
     procs.load_libc()
     procs.set_parent_death_signal(signal.SIGKILL)
 
 
+def _owner() -> dict[str, int]:
+    """This actor's process, which the launch's supervisor dies with: a killed actor (node
+    death, ray.kill, the memory monitor) takes its replica with it. The supervisor watches it
+    (`Supervisor._watch_owner`), as a supervisor the node agent's spawner forked is not its
+    child; one started here also has PDEATHSIG."""
+    own = procs.stat(os.getpid())
+    return {"pid": os.getpid(), "start_ticks": own.start_ticks if own else 0}
+
+
 class LaunchActor:
-    """Runs one replica under the local supervisor on this node (see the module docstring)."""
+    """Runs one replica under the local supervisor on this node (see the module docstring).
+
+    The supervisor comes from the node agent's spawner, which hands an eligible launch to a
+    warm standby (torch imported) when one is ready; when the agent does not take the launch
+    within AGENT_SECONDS, or its spawner has not started it by CLAIM_SECONDS, this actor starts
+    the supervisor cold itself. Whichever supervisor claims the launch first runs it.
+    """
 
     def __init__(self, record: dict[str, Any]) -> None:
+        self.created = time.time()
         self.launch_id = str(record["launch_id"])
         self.dir = os.path.join(node_dir(), layout.LAUNCHES, self.launch_id)
         os.makedirs(self.dir, exist_ok=True)
@@ -110,9 +134,36 @@ class LaunchActor:
             "memory_mechanism": record.get("memory_mechanism", "auto"),
             "stdout": os.path.join(self.dir, FILES["out"]),
             "stderr": os.path.join(self.dir, FILES["err"]),
-            "created": time.time(),
+            "created": self.created,
+            "owner": _owner(),
         }
         layout.write_json(os.path.join(self.dir, layout.LAUNCH), spec)
+        self.supervisor: subprocess.Popen[bytes] | None = None
+        self.via = "cold"
+        self._exited = threading.Event()
+        spawner = self._to_agent(str(record["node"]), record.get("warm") or ["auto", 600.0])
+        if spawner is None:
+            self._start_cold()
+        else:
+            self.via = "agent"
+        threading.Thread(target=self._watch, args=(spawner,), daemon=True).start()
+
+    def _to_agent(self, node: str, warm: list[Any]) -> dict[str, int] | None:
+        """Hand the launch to the node agent's spawner; its process, or None (start cold).
+        An agent that is gone (a node that came back) is made again here."""
+        from perdure.backends.ray import cluster
+
+        try:
+            agent = cluster.agent(node, ray.get_runtime_context().namespace, *warm)
+            spawner: dict[str, int] = ray.get(agent.spawn.remote(self.dir),
+                                              timeout=AGENT_SECONDS)
+            return spawner
+        except Exception as err:  # a dead agent, a spawner that failed: start cold
+            print(f"launch {self.launch_id}: the node agent did not take it ({err}); "
+                  "starting cold", file=sys.stderr)
+            return None
+
+    def _start_cold(self) -> None:
         log = open(os.path.join(self.dir, layout.SUPERVISOR_LOG), "ab")  # noqa: SIM115
         self.supervisor = subprocess.Popen(
             [sys.executable, "-m", "perdure.backends.local.supervisor", self.dir],
@@ -120,11 +171,25 @@ class LaunchActor:
             close_fds=True,
         )
         log.close()
-        self._exited = threading.Event()
-        threading.Thread(target=self._reap, daemon=True).start()
 
-    def _reap(self) -> None:
-        self.supervisor.wait()
+    def _watch(self, spawner: dict[str, int] | None) -> None:
+        """Set `_exited` when the supervisor that claimed the launch is gone."""
+        deadline = time.monotonic() + CLAIM_SECONDS
+        while (claim := self._read(layout.CLAIM)) is None:
+            if self.supervisor is not None and self.supervisor.poll() is not None:
+                break  # ours exited before claiming (a broken install)
+            if self.supervisor is None and (time.monotonic() >= deadline or not (
+                    spawner and procs.is_alive(spawner["pid"], spawner["start_ticks"]))):
+                print(f"launch {self.launch_id}: the node agent's spawner did not start it; "
+                      "starting cold", file=sys.stderr)
+                self._start_cold()
+            time.sleep(0.01)
+        if claim is not None and claim.get("supervisor_pid"):
+            pid = int(claim["supervisor_pid"])
+            if self.supervisor is not None and pid == self.supervisor.pid:
+                self.supervisor.wait()
+            else:
+                procs.wait_gone(pid, int(claim["supervisor_start_ticks"]))
         self._exited.set()
 
     def _read(self, name: str) -> dict[str, Any] | None:
@@ -139,8 +204,8 @@ class LaunchActor:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status = self._read(layout.STATUS)
-            if status is not None:
-                return status
+            if status is not None:  # and how it came to start, for the recovery phases
+                return {**status, "actor_created": self.created, "via": self.via}
             if self._exited.is_set():
                 return None
             time.sleep(0.02)
@@ -152,10 +217,10 @@ class LaunchActor:
             record = self._read(layout.EXIT)
             if record is not None:
                 return record
-            code = self.supervisor.returncode
+            code = "" if self.supervisor is None else f" ({self.supervisor.returncode})"
             kill_leftovers(self._read(layout.STATUS) or {}, self.dir)
-            return {"spawn_error": f"the supervisor of launch {self.launch_id} exited "
-                                   f"({code}) without recording the replica's exit; see "
+            return {"spawn_error": f"the supervisor of launch {self.launch_id} exited"
+                                   f"{code} without recording the replica's exit; see "
                                    f"{os.path.join(self.dir, layout.SUPERVISOR_LOG)} on "
                                    f"{node_address()}",
                     "time": time.time()}
@@ -168,8 +233,10 @@ class LaunchActor:
         layout.write_json(os.path.join(self.dir, layout.STOP), {
             "signal": int(sig), "deadline": time.time() + grace, "reason": reason,
             "notice": notice})
-        if os.path.exists(os.path.join(self.dir, layout.STATUS)):
-            self.supervisor.send_signal(signal.SIGUSR1)
+        status = self._read(layout.STATUS)
+        if status is not None:  # else the supervisor reads stop.json once it has started it
+            procs.send_signal(int(status["supervisor_pid"]),
+                              int(status["supervisor_start_ticks"]), signal.SIGUSR1)
 
     def signal(self, sig: int) -> int:
         """Signal the replica's own process (chaos); its pid; ProcessLookupError if gone."""
@@ -185,7 +252,35 @@ class LaunchActor:
 
 
 class NodeAgent:
-    """What a perdure node knows about itself, for the controller."""
+    """What a perdure node knows about itself, for the controller; and the node's spawner with
+    its pool of warm standbys (the local backend's: `spawner`, `zygote`, `pool`), which the
+    launch actors of this node hand their launches to. The spawner exits with this agent."""
+
+    def __init__(self, warm_pool: int | str = "auto", warm_idle: float = 600.0) -> None:
+        from perdure.backends.local.spawner import Spawner
+
+        self.launches = os.path.join(node_dir(), layout.LAUNCHES)
+        self._spawner = Spawner(self.launches, warm_pool, warm_idle)
+        self._lock = threading.Lock()  # calls run in threads of their own
+
+    def spawn(self, directory: str) -> dict[str, int]:
+        """Have the spawner start the launch in `directory` (warm if it can); the spawner's
+        process. Never waits for the launch to start."""
+        with self._lock:
+            pid = self._spawner.send(directory).pid
+        own = procs.stat(pid)
+        return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
+
+    def prewarm(self) -> None:
+        """Start filling the warm pool now, before a launch needs it."""
+        with self._lock:
+            self._spawner.prewarm()
+
+    def warm_status(self) -> dict[str, Any] | None:
+        """The pool as the spawner last wrote it (`pool.Pool._write_status`), or None."""
+        from perdure.backends.local.pool import STATUS_FILE
+
+        return layout.read_json(os.path.join(self.launches, STATUS_FILE))
 
     def info(self) -> dict[str, Any]:
         return {"address": node_address(), "python": sys.executable,

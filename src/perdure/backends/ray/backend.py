@@ -31,7 +31,7 @@ from ray.exceptions import (
 )
 
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import layout
+from perdure.backends.local import layout, warm
 from perdure.backends.local.backend import _error_info
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
@@ -90,6 +90,8 @@ class RayBackend:
         self._active: dict[str, _Tracked] = {}
         self._ports: dict[tuple[str, str], str] = {}  # (job, controller's port) -> node's port
         self._agents: dict[str, Any] = {}
+        # Each node agent's pool of warm standbys, as the local backend's (ValueError: bad env)
+        self._warm = (warm.pool_size(None), warm.idle_seconds(None))
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
 
     def _attach(self) -> None:
@@ -115,7 +117,7 @@ class RayBackend:
 
     def _agent(self, node: str) -> Any:
         if node not in self._agents:
-            self._agents[node] = rc.agent(node, self.ns)
+            self._agents[node] = rc.agent(node, self.ns, *self._warm)
         return self._agents[node]
 
     # ---- launch -----------------------------------------------------------------------------
@@ -128,6 +130,7 @@ class RayBackend:
                               f"live Ray node advertises {rc.RESOURCE_PREFIX}{launch.node}")
         if launch.launch_id in self._active:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
+        self._agent(launch.node)  # a node back as a new Ray node gets its agent (and pool)
         env = self._transport.env(launch)  # the relay: rounds, reports, errors, notices
         master = self._live.get(env.get("PERDURE_MASTER_NODE", ""))
         if master is not None:
@@ -137,7 +140,7 @@ class RayBackend:
         record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
                   "replica": launch.replica, "node": launch.node,
                   "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                  "memory_mb": launch.memory_mb}
+                  "memory_mb": launch.memory_mb, "warm": list(self._warm)}
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
         if mirror.read_record(layout.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
@@ -395,5 +398,6 @@ class RayBackend:
 
     def close(self) -> None:
         self._active.clear()
-        with contextlib.suppress(RayError):
-            ray.kill(self._lock)
+        if self._lock is not None:  # None: another controller holds the namespace
+            with contextlib.suppress(RayError):
+                ray.kill(self._lock)

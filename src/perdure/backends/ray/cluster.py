@@ -141,14 +141,16 @@ def find_launch(launch_id: str, namespace: str) -> Any | None:
         return None
 
 
-def agent(node: str, namespace: str) -> Any:
-    """The node's agent, created on first use; it lives as long as its Ray node (Ray starts
-    it again when it dies there: Ray's memory monitor may pick it)."""
+def agent(node: str, namespace: str, warm_pool: int | str = "auto",
+          warm_idle: float = 600.0) -> Any:
+    """The node's agent, created on first use (with its warm pool's size and idle time; one
+    that exists keeps its own); it lives as long as its Ray node (Ray starts it again when it
+    dies there: Ray's memory monitor may pick it)."""
     return _remote(NodeAgent).options(
         name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
         resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1,
         max_concurrency=ACTOR_CONCURRENCY,
-    ).remote()
+    ).remote(warm_pool, warm_idle)
 
 
 @functools.cache
