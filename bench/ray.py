@@ -29,7 +29,12 @@ dies (every process in its namespace SIGKILLed). Figures, each also as a ratio t
 - recovery: a kill -> the first step finished by a process started after it (median, spread);
 - goodput: bench/recovery.py's definition, printed with the figures;
 - node loss: host b's death -> every rank of the replacement group started (its first line of
-  training code ran), and -> the next step done; for perdure also the event that names the loss.
+  training code ran), and -> the next step done; for perdure also its first event after the
+  death and its first event that acts on node b being gone (its detection of the loss);
+- where a recovery's time goes: from the kill until every rank of the new group passed each
+  start-up mark of its training code (median over the kills).
+Each system's timeline and schedule stay under the printed folder, with its controller's or
+driver's log (Ray's own logs go with the hosts).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -85,7 +91,9 @@ class HostLoss:
     first_started: float | None = None  # the first process of the replacement group
     all_started: float | None = None  # every rank of the replacement group
     next_step: float | None = None  # the first step done by a process started after the kill
-    detected: float | None = None  # perdure: the event that names the loss
+    reacted: float | None = None  # perdure: its first event after the kill
+    reacted_by: str = ""
+    detected: float | None = None  # perdure: its first event that acts on node b's loss
     detected_by: str = ""
 
 
@@ -370,9 +378,14 @@ def phases(o: recovery.Outcome) -> list[tuple[str, float]]:
 
 
 def note_detection(loss: HostLoss, events: list[dict[str, Any]]) -> None:
-    """perdure's own account: the first event after the kill that names a lost node/replica."""
-    for event in events:
-        if event["time"] > loss.killed_at and "lost" in event["message"].lower():
+    """perdure's own account of the loss: its first event after the kill (often a survivor's
+    lost-peer exit: gloo notices a dead peer in milliseconds), and its first event that acts on
+    node b being gone ("node lost" on a replica's exit, or a launch that node b failed)."""
+    after = [e for e in events if e["time"] > loss.killed_at]
+    if after:
+        loss.reacted, loss.reacted_by = after[0]["time"] - loss.killed_at, after[0]["message"]
+    for event in after:
+        if re.search(r"node lost|node b\b", event["message"]):
             loss.detected, loss.detected_by = event["time"] - loss.killed_at, event["message"]
             return
 
@@ -425,18 +438,21 @@ def report_host_loss(results: list[Result]) -> None:
     base = results[0].host
     print("\nhost b killed (every process in its namespace): seconds after the kill until")
     print(f"{'system':<10} {'ranks on b':>10} {'1st started':>11} {'all 4 started':>13} "
-          f"{'x RayTrain':>10} {'next step':>9} {'x RayTrain':>10}  perdure: loss named")
+          f"{'x RayTrain':>10} {'next step':>9} {'x RayTrain':>10}")
     for res in results:
         h = res.host
         if h is None:
             print(f"{res.outcome.name:<10} (no host loss: the run stopped before it)")
             continue
-        named = f"{fmt(h.detected)} s: {h.detected_by[:80]}" if h.detected is not None else ""
         print(f"{res.outcome.name:<10} {','.join(map(str, h.on_b)) or '-':>10} "
               f"{fmt(h.first_started):>11} {fmt(h.all_started):>13} "
               f"{fmt(_ratio(h.all_started, base and base.all_started)):>10} "
-              f"{fmt(h.next_step):>9} {fmt(_ratio(h.next_step, base and base.next_step)):>10}"
-              f"  {named}")
+              f"{fmt(h.next_step):>9} {fmt(_ratio(h.next_step, base and base.next_step)):>10}")
+        if h.reacted is not None:
+            print(f"  {res.outcome.name}: first event {h.reacted:.2f} s ({h.reacted_by[:90]})")
+        if h.detected is not None:
+            print(f"  {res.outcome.name}: node b's loss acted on {h.detected:.2f} s "
+                  f"({h.detected_by[:90]})")
 
 
 def report_goals(results: list[Result], base_rec: float | None) -> None:
