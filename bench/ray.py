@@ -54,6 +54,7 @@ import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -340,6 +341,7 @@ def run_system(name: str, start: Any, root: Path, args: argparse.Namespace) -> R
         finally:
             stop()
     finally:
+        keep_ray_logs(hosts, root / "ray-logs")
         hosts.close()
     # recoveries may end after the window (the last kill's, until the host dies); goodput
     # counts only the window's steps (window_goodput)
@@ -351,6 +353,15 @@ def run_system(name: str, start: Any, root: Path, args: argparse.Namespace) -> R
         "started": o.started, "duration": o.duration, "kills": o.kills, "skipped": o.skipped,
         "host": vars(result.host) if result.host else None}))
     return result
+
+
+def keep_ray_logs(hosts: Hosts, into: Path) -> None:
+    """Each host's Ray logs (Ray Train's controller log is the head's logs/train): the hosts'
+    folders go with them."""
+    for host in hosts.hosts.values():
+        with contextlib.suppress(OSError, shutil.Error):
+            shutil.copytree(host.temp_dir / "session_latest" / "logs", into / host.name,
+                            symlinks=False, ignore_dangling_symlinks=True, dirs_exist_ok=True)
 
 
 def window_goodput(o: recovery.Outcome) -> float:
