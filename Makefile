@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-ray soak lint bench venv clean test-serve-fuzz test-transport
+.PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport
 
 venv: $(STAMP)
 
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 test-ray: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'ray_long' tests/integration/ray
+
+bench-ray: $(STAMP)
+	$(BIN)/pip install -q -e '.[bench-ray]'
+	flock /tmp/perdure-heavy.lock $(BIN)/python bench/ray.py
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak

@@ -27,6 +27,9 @@ RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_PORT = 6379
 NETNS_ETC = Path("/etc/netns")
 OBJECT_STORE_BYTES = 100 * 2**20  # perdure moves no data through Ray's object store
+# Every host's interface has this name inside its namespace, as on a uniform cluster: a program
+# that must be told its interface (gloo in Ray Train: GLOO_SOCKET_IFNAME) gets one setting.
+IFNAME = "eth0"
 
 
 class HostsUnavailable(RuntimeError):
@@ -116,8 +119,9 @@ class Hosts:
         _ip("link", "set", outer, "up")
         _ip("link", "set", inner, "netns", netns)
         inside = ["netns", "exec", netns, "ip"]
-        _ip(*inside, "addr", "add", f"{host.address}/{self.subnet.prefixlen}", "dev", inner)
-        _ip(*inside, "link", "set", inner, "up")
+        _ip(*inside, "link", "set", inner, "name", IFNAME)
+        _ip(*inside, "addr", "add", f"{host.address}/{self.subnet.prefixlen}", "dev", IFNAME)
+        _ip(*inside, "link", "set", IFNAME, "up")
         _ip(*inside, "link", "set", "lo", "up")
         _ip(*inside, "route", "add", "default", "via", self.gateway)
         return host
@@ -198,8 +202,10 @@ def check_possible() -> None:
                                "'perdure[ray]')")
 
 
-def make_hosts(slots: dict[str, int], *, head_cpus: int = 1) -> Hosts:
-    """A bridge, a head host and one host per perdure node (`perdure_node_<name>`: slots).
+def make_hosts(slots: dict[str, int], *, head_cpus: int = 1,
+               cpus: dict[str, int] | None = None) -> Hosts:
+    """A bridge, a head host and one host per perdure node (`perdure_node_<name>`: slots), each
+    with as many Ray CPUs as slots unless `cpus` says otherwise.
 
     On any failure the partial set-up is torn down before the error propagates.
     """
@@ -217,7 +223,7 @@ def make_hosts(slots: dict[str, int], *, head_cpus: int = 1) -> Hosts:
         hosts.add_host("head", 0, {}, head_cpus)
         for i, (name, n) in enumerate(slots.items(), start=1):
             # CPUs beyond the slots: Ray's own actors (num_cpus=0) need none, replicas none.
-            hosts.add_host(name, i, {f"perdure_node_{name}": float(n)}, n)
+            hosts.add_host(name, i, {f"perdure_node_{name}": float(n)}, (cpus or {}).get(name, n))
         hosts.start("head")
         hosts.start(*slots)
     except BaseException:
