@@ -61,7 +61,8 @@ def test_ray_memory_monitor_kill_fails_the_job_out_of_memory(ray_perdure: RayPer
         # Everything it printed until the monitor killed it, the last lines (after the last
         # pull) read through the node's agent, the launch's actor being gone.
         logs = p.cli("logs", "grow", "--stdout").stdout
-        on_node = next(p.hosts.temp_root.glob("m*/session_*/perdure/launches/grow-*/stdout.log"))
+        on_node = next(p.hosts.temp_root.glob(
+            "m*/session_*/perdure/*/launches/grow-*/stdout.log"))
         assert "allocated" in logs and logs == on_node.read_text(), (logs, on_node.read_text())
     finally:
         p.hosts.kill("m")
