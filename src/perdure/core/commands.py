@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from perdure.core.events import Command
+from perdure.core.launchenv import master_node
 from perdure.core.model import Job
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Tick
@@ -71,12 +72,27 @@ def _fail_node(t: Tick, c: Command) -> None:
         return
     t.event(None, "node", f"node {c.target} failed: its replicas are lost")
     for job_id, seen in list(t.jobs.items()):
-        if seen.blamed is not None and any(
-                r.node == c.target and r.state is ReplicaState.STOPPING for r in seen.replicas):
+        # Its replicas still being stopped: a round began before the node was seen lost.
+        if any(r.node == c.target and r.state is ReplicaState.STOPPING for r in seen.replicas):
             job = t.touch(job_id)
             assert job is not None
-            _forgive_lost_peer(t, job, c.target)
+            if job.blamed is not None:
+                _forgive_lost_peer(t, job, c.target)
+            if _launched_towards(job, c.target):
+                t.event(job, "decision", f"restart: node {c.target}, rank 0's, was lost while "
+                                         "replicas of this round were launched towards it: a "
+                                         "new round (no restart counted)")
+                t.restart(job, [], notice=None, why=f"node {c.target} lost")
     t.kill_node(c.target)
+
+
+def _launched_towards(job: Job, node: str) -> bool:
+    """Whether replicas of this group round were launched while rank 0 was on `node`, now
+    lost: their MASTER_ADDR is that node's, where rank 0 will never be again."""
+    return (not job.elastic and job.spec.restart.scope == "group" and job.after_stop is None
+            and master_node(job) == node
+            and any(r.node != node and r.state in (ReplicaState.STARTING, ReplicaState.RUNNING)
+                    for r in job.replicas))
 
 
 def _forgive_lost_peer(t: Tick, job: Job, node: str) -> None:

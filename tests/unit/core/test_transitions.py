@@ -362,25 +362,34 @@ def test_a_survivor_stopped_for_the_new_round_takes_no_charge() -> None:
 def test_a_lost_peer_exit_seen_before_its_node_is_lost_spends_no_restart() -> None:
     """A host dies: its peers' gloo exits come in milliseconds, the node's loss seconds later
     (a Ray node's health check), while its replicas still have not answered the stop."""
-    sim = Sim(nodes={"a": 2, "b": 2})
+    sim = Sim(nodes={"a": 2, "b": 2, "c": 2})
     j = sim.submit(spec(pools=pools(4)))
     job = sim.run_until(j, {JobState.RUNNING})
     ids = {r.name: str(r.launch_id) for r in job.replicas}
-    on_b = [r.name for r in job.replicas if r.node == "b"]
-    survivor = next(r.name for r in job.replicas if r.node == "a")
-    for name in [*on_b, survivor]:  # a dead host answers nothing; the survivor is reported
+    lost = str(job.replicas[0].node)  # rank 0's host dies
+    on_lost = [r.name for r in job.replicas if r.node == lost]
+    survivor = next(r.name for r in job.replicas if r.node != lost)
+    for name in [*on_lost, survivor]:  # a dead host answers nothing; the survivor is reported
         sim.backend.procs.pop(ids[name])
     peer = ErrorInfo("RuntimeError", "[gloo] Connection closed by peer [10.0.0.3]:41234")
     sim.pending.append(ReplicaExited(ids[survivor], 1, sim.now, error=peer))
     sim.step()
     assert sum(r.restarts for r in sim.job(j).replicas) == 1
-    sim.step()  # the other survivor exits on its stop; the lost ones do not
-    sim.command("fail-node", "b")
-    sim.pending.extend(ReplicaExited(ids[n], 137, sim.now, signal=9) for n in on_b)
-    for _ in range(5):
-        sim.step()
-    assert [r.restarts for r in sim.job(j).replicas] == [0, 0, 0, 0]
+    sim.step()  # the other survivor exits on its stop and both are launched again, towards
+    # rank 0 on the lost node; the lost ones do not answer
+    assert {r.state for r in sim.job(j).replicas if r.node != lost} <= {
+        ReplicaState.STARTING, ReplicaState.RUNNING}
+    sim.command("fail-node", lost)
+    sim.pending.extend(ReplicaExited(ids[n], 137, sim.now, signal=9) for n in on_lost)
+    launches = [d for _ in range(5) for d in sim.step().decisions if isinstance(d, Launch)]
+    job = sim.job(j)
+    assert [r.restarts for r in job.replicas] == [0, 0, 0, 0]
     assert any(f"{survivor}'s restart is not counted" in m for m in sim.messages(j))
+    # The node's loss makes a new round, in which every replica is told rank 0's new node.
+    assert job.round == 2 and all(r.node != lost for r in job.replicas)
+    last = {d.replica: d for d in launches}
+    assert sorted(last) == [r.name for r in job.replicas]
+    assert {d.env["PERDURE_MASTER_NODE"] for d in last.values()} == {str(job.replicas[0].node)}
 
 
 def test_a_node_lost_long_after_a_group_restart_gives_nothing_back() -> None:
