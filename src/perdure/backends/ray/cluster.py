@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import RayActorError, RayError
 
 from perdure.backends.base import BackendBusy, BackendUnavailable, NodeInfo
 from perdure.backends.ray.actors import LaunchActor, NodeAgent
@@ -28,6 +28,7 @@ RESOURCE_PREFIX = "perdure_node_"
 # without taking a slot (the controller accounts for slots itself).
 PIN = 0.001
 LOCK_NAME = "controller-lock"
+HEAD_RESOURCE = "node:__internal_head__"  # what Ray's head node advertises (and only it)
 LOCK_WAIT_SECONDS = 30.0  # a killed controller's lock goes with its driver, within seconds
 ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a stop
 
@@ -58,10 +59,20 @@ def take_lock(spec: RaySpec, owner: str) -> Any:
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
         try:
+            # On the head node: a worker host's death must not take the lock with it (a
+            # second controller could then take over from a live one).
             lock = _remote(NamespaceLock).options(
-                name=LOCK_NAME, namespace=spec.namespace, num_cpus=0, max_restarts=0).remote()
+                name=LOCK_NAME, namespace=spec.namespace, num_cpus=0, max_restarts=0,
+                resources={HEAD_RESOURCE: PIN}).remote()
             ray.get(lock.holder.remote(), timeout=30)
             return lock
+        except RayActorError:  # it died starting (its worker was killed): take it again
+            if time.monotonic() >= deadline:
+                raise BackendUnavailable(
+                    f"ray: the controller lock of namespace {spec.namespace!r} at "
+                    f"{spec.address} died each time it started; see the head's Ray logs"
+                ) from None
+            time.sleep(0.5)
         except ValueError:  # the name is taken: another controller, or a dead one's lock
             holder = _live_holder(spec.namespace)
             if holder is not None or time.monotonic() >= deadline:
