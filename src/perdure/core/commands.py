@@ -99,9 +99,7 @@ def _forgive_lost_peer(t: Tick, job: Job, node: str) -> None:
     """A host's death is seen seconds after its peers' lost-peer exits (which take
     milliseconds): a group restart charged to such an exit, while replicas on the node were
     still being stopped for it, was the node's doing, and a lost node spends no restart."""
-    blamed = next(x for x in job.replicas if x.name == job.blamed)
-    blamed.restarts = max(0, blamed.restarts - 1)
-    job.blamed = job.round_began = None
+    blamed = t.unblame(job)
     t.event(job, "decision", f"node {node} was lost: {blamed.name}'s lost-peer exit came "
                              f"from it, so {blamed.name}'s restart is not counted")
 

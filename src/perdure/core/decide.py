@@ -185,9 +185,7 @@ class _Decider(Tick):
     def recharge(self, job: Job, r: Replica, f: Failure) -> None:
         """Charge this round to `r`, whose failure came first, instead of the collateral exit;
         and decide on `r`'s failure (an OOM fails the job, a transient code retries it)."""
-        blamed = next(x for x in job.replicas if x.name == job.blamed)
-        blamed.restarts = max(0, blamed.restarts - 1)
-        job.blamed = job.round_began = None
+        blamed = self.unblame(job)
         verdict, reason = escalate(classify(f, job.spec), r.restarts, job.retries, job.spec)
         self.event(job, "decision", f"{r.name} exited {_status(f)} before {blamed.name}'s "
                                     f"lost-peer exit: {blamed.name}'s restart is not counted")

@@ -136,6 +136,14 @@ class Tick:
             elif x.state is ReplicaState.EXITED:
                 x.state = ReplicaState.WAITING
 
+    def unblame(self, job: Job) -> Replica:
+        """Give back the restart this round charged to `job.blamed` (its lost-peer exit was
+        collateral); the blamed replica."""
+        blamed = next(x for x in job.replicas if x.name == job.blamed)
+        blamed.restarts = max(0, blamed.restarts - 1)
+        job.blamed = job.round_began = None
+        return blamed
+
     def stop(self, job: Job, r: Replica, grace: float, reason: str, *, relaunch: bool = False,
              notice: str | None = None) -> None:
         if r.state is ReplicaState.STOPPING or r.launch_id is None:

@@ -90,8 +90,6 @@ def pull_launch(directory: str, offsets: dict[str, int]) -> dict[str, bytes]:
 
 def _in_supervisor() -> None:
     # A supervisor this actor starts itself dies with it (see `_owner`).
-    from perdure.backends.local import procs
-
     procs.load_libc()
     procs.set_parent_death_signal(signal.SIGKILL)
 
@@ -101,8 +99,13 @@ def _owner() -> dict[str, int]:
     death, ray.kill, the memory monitor) takes its replica with it. The supervisor watches it
     (`Supervisor._watch_owner`), as a supervisor the node agent's spawner forked is not its
     child; one started here also has PDEATHSIG."""
-    own = procs.stat(os.getpid())
-    return {"pid": os.getpid(), "start_ticks": own.start_ticks if own else 0}
+    return _identity(os.getpid())
+
+
+def _identity(pid: int) -> dict[str, int]:
+    """A process as pid and start time (a pid alone may be reused)."""
+    own = procs.stat(pid)
+    return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
 
 
 class LaunchActor:
@@ -268,8 +271,7 @@ class NodeAgent:
         process. Never waits for the launch to start."""
         with self._lock:
             pid = self._spawner.send(directory).pid
-        own = procs.stat(pid)
-        return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
+        return _identity(pid)
 
     def prewarm(self) -> None:
         """Start filling the warm pool now, before a launch needs it."""
@@ -291,7 +293,7 @@ class NodeAgent:
         Ray's memory monitor, say): what the replica printed last is still on this node."""
         if os.sep in launch_id or launch_id in ("", ".", ".."):
             raise ValueError(f"not a launch id: {launch_id!r}")
-        return pull_launch(os.path.join(node_dir(), layout.LAUNCHES, launch_id), offsets)
+        return pull_launch(os.path.join(self.launches, launch_id), offsets)
 
     def free_port(self) -> int:
         """A port nothing listens on now on this node (the OS picks it: no clash)."""

@@ -17,6 +17,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,7 +252,7 @@ class RayBackend:
 
     def _actor_died(self, tracked: _Tracked, err: RayError, out: list[Observation]) -> None:
         """The launch's actor is gone: its node died, Ray's memory monitor killed it, or
-        someone killed it. Its replica died with it (PDEATHSIG)."""
+        someone killed it. Its replica died with it (its supervisor watches the actor)."""
         text = str(err)
         oom = any(w in text for w in OOM_WORDS)
         if not oom and not tracked.lost and not self._agent_answers(tracked.node):
@@ -343,33 +344,34 @@ class RayBackend:
             with contextlib.suppress(RayError):
                 tracked.mirror.append(ray.get(tracked.pulling, timeout=10))
             tracked.pulling = None
-        for _ in range(64):
-            try:
-                chunk = ray.get(tracked.actor.pull.remote(dict(tracked.mirror.offsets)),
-                                timeout=10)
-            except RayError:
-                return
-            if not tracked.mirror.append(chunk):
-                return
+        self._drain(tracked, tracked.actor.pull.remote, 10.0)
 
     def _pull_from_agent(self, tracked: _Tracked) -> None:
         """What a launch whose actor died wrote last, from its node's agent (its files stay on
         the node); nothing when the agent does not answer either."""
         tracked.pulling = None
         agent = self._agent(tracked.node)
-        deadline = time.monotonic() + AGENT_PULL_SECONDS
+        self._drain(tracked, lambda offsets: agent.pull.remote(tracked.launch_id, offsets),
+                    AGENT_PULL_SECONDS)
+
+    @staticmethod
+    def _drain(tracked: _Tracked, pull: Callable[[dict[str, int]], Any],
+               seconds: float) -> None:
+        """Append what `pull` brings until nothing is new, each pull given `seconds` (an
+        actor being started again, as Ray restarts agents, is waited for)."""
         for _ in range(64):
-            try:
-                chunk = ray.get(agent.pull.remote(tracked.launch_id,
-                                                  dict(tracked.mirror.offsets)),
-                                timeout=max(0.1, deadline - time.monotonic()))
-            except ActorUnavailableError:  # being started again: Ray restarts agents
-                if time.monotonic() >= deadline:
+            deadline = time.monotonic() + seconds
+            while True:
+                try:
+                    chunk = ray.get(pull(dict(tracked.mirror.offsets)),
+                                    timeout=max(0.1, deadline - time.monotonic()))
+                    break
+                except ActorUnavailableError:
+                    if time.monotonic() >= deadline:
+                        return
+                    time.sleep(0.2)
+                except RayError:
                     return
-                time.sleep(0.2)
-                continue
-            except RayError:
-                return
             if not tracked.mirror.append(chunk):
                 return
 
