@@ -5,71 +5,25 @@ No side effects: parsing takes text, never reads files (the CLI reads them).
 
 from __future__ import annotations
 
-import math
 import re
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from perdure.core import yamlload
+from perdure.core.specbase import SpecModel
 from perdure.core.watchspec import IntervalFields, WatchdogSpec
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
-# Bounds no real job comes near; they keep one job's cost to the controller bounded (a tick,
-# the stored row) and every number within what sqlite and JSON hold exactly.
-INT_LIMIT = 2**31 - 1
-FLOAT_LIMIT = 1e9  # seconds: 31 years
 MAX_POOLS = 64
 MAX_REPLICAS = 1024  # per job, all pools together
 MAX_NODES = 1024
-MAX_STRING = 32 * 1024  # characters in one value; exec refuses an argument over 128 KiB
 
 
 class SpecError(ValueError):
     """A spec or cluster file that cannot be used; the message names the field and the fix."""
-
-
-class _Model(BaseModel):
-    """Every spec model: unknown fields refused; every value, in any field, checked by
-    `_bounded` (finite, in range, no NUL byte, valid Unicode)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _bounded(cls, v: Any) -> Any:
-        _check_value(v)
-        return v
-
-
-def _check_value(v: Any) -> None:
-    """Raise ValueError for a value no field may hold; recurse into lists and dicts."""
-    if isinstance(v, bool) or v is None or isinstance(v, BaseModel | Enum):
-        return
-    if isinstance(v, int) and abs(v) > INT_LIMIT:
-        raise ValueError(f"must be between {-INT_LIMIT} and {INT_LIMIT}")
-    if isinstance(v, float) and (not math.isfinite(v) or abs(v) > FLOAT_LIMIT):
-        raise ValueError(f"must be a finite number between {-FLOAT_LIMIT:g} and {FLOAT_LIMIT:g}")
-    if isinstance(v, str):
-        if len(v) > MAX_STRING:
-            raise ValueError(f"{len(v)} characters is more than the {MAX_STRING} a value may "
-                             "have (the kernel refuses longer arguments and variables)")
-        if "\0" in v:
-            raise ValueError("contains a NUL byte, which no argument, path or name may hold")
-        if not v.isascii():
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError("is not valid Unicode (a lone surrogate)") from None
-    elif isinstance(v, list | tuple):
-        for x in v:
-            _check_value(x)
-    elif isinstance(v, dict):
-        for k, x in v.items():
-            _check_value(k)
-            _check_value(x)
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
@@ -88,7 +42,7 @@ class RuleAction(str, Enum):
     IGNORE = "ignore"  # not a failure: the replica is done
 
 
-class RuleSpec(_Model):
+class RuleSpec(SpecModel):
     """A user failure rule, matched before the defaults. Every given condition must hold."""
 
     exit_codes: list[int] | None = None
@@ -106,7 +60,7 @@ class RuleSpec(_Model):
         return self
 
 
-class RestartSpec(_Model):
+class RestartSpec(SpecModel):
     max_replica_restarts: int = Field(5, ge=0)
     max_job_retries: int = Field(3, ge=0)
     transient_exit_codes: list[int] = Field(default_factory=lambda: [6, 134, 11, 139])
@@ -121,13 +75,13 @@ class RestartSpec(_Model):
     round_grace_seconds: float = Field(1.0, ge=0)
 
 
-class SchedulingSpec(_Model):
+class SchedulingSpec(SpecModel):
     # How long a job that needs more than the healthy capacity waits before the attempt
     # fails as INSUFFICIENT_CAPACITY (then retried, at most 3 times).
     placement_timeout_seconds: float = Field(120.0, ge=0)
 
 
-class PoolSpec(_Model):
+class PoolSpec(SpecModel):
     name: str
     replicas: int = Field(1, ge=1, le=1024)
     min_replicas: int | None = Field(None, ge=1)
@@ -166,20 +120,20 @@ class PoolSpec(_Model):
         return self
 
 
-class ElasticSpec(_Model):
+class ElasticSpec(SpecModel):
     mode: Literal["resize", "pause"] = "resize"
 
 
-class CheckpointSpec(_Model, IntervalFields):
+class CheckpointSpec(IntervalFields):
     dir: str | None = None
     every_steps: int | None = Field(None, ge=1)
 
 
-class PreemptionSpec(_Model):
+class PreemptionSpec(SpecModel):
     grace_seconds: float = Field(30.0, ge=0)
 
 
-class JobSpec(_Model):
+class JobSpec(SpecModel):
     """A training job: pools of replicas, the failure policy and the runtime's settings."""
 
     name: str
@@ -224,7 +178,7 @@ class JobSpec(_Model):
         return sum(p.replicas * p.slots for p in self.pools)
 
 
-class NodeSpec(_Model):
+class NodeSpec(SpecModel):
     name: str
     slots: int = Field(ge=1)
 
@@ -236,12 +190,12 @@ class NodeSpec(_Model):
         return v
 
 
-class QueueSpec(_Model):
+class QueueSpec(SpecModel):
     name: str
     quota: int | None = Field(None, ge=1)
 
 
-class RaySpec(_Model):
+class RaySpec(SpecModel):
     """`ray:` of a cluster file: which Ray cluster, and what every node of it mounts."""
 
     address: str = "auto"  # "HEAD_HOST:6379", or "auto" (RAY_ADDRESS, else the local head)
@@ -251,7 +205,7 @@ class RaySpec(_Model):
     shared_dirs: list[str] = Field(default_factory=list)
 
 
-class ClusterSpec(_Model):
+class ClusterSpec(SpecModel):
     """Where replicas may run (virtual nodes, each a failure domain) and the queues' quotas."""
 
     backend: Literal["local", "ray", "fake"] = "local"
