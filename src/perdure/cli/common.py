@@ -71,14 +71,15 @@ class Ctx:
         return job_id
 
 
-def read_bytes(path: Path, what: str) -> bytes:
-    """The file's bytes, at most what a spec may hold (`/dev/zero` is not a spec)."""
-    limit = 4 * yamlload.MAX_TEXT  # bytes: up to 4 per character in UTF-8
+def read_bytes(path: Path, what: str, limits: yamlload.Limits = yamlload.SPEC) -> bytes:
+    """The file's bytes, at most what a spec (or `limits`) may hold (`/dev/zero` is not a
+    spec)."""
+    limit = 4 * limits.text  # bytes: up to 4 per character in UTF-8
     try:
         with path.open("rb") as f:
             data = f.read(limit + 1)
         if len(data) > limit:
-            die(f"{what} {path}: larger than the {limit} bytes a spec or cluster file may have")
+            die(f"{what} {path}: larger than the {limit} bytes such a file may have")
         return data
     except FileNotFoundError:
         die(f"{what} {path}: no such file")

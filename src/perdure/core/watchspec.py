@@ -30,7 +30,7 @@ class WatchdogSpec(SpecModel):
         # Checked here, not by the base's bounds: a union's errors would name each member.
         if (isinstance(v, bool) or not isinstance(v, int | float)
                 or not 0 < v <= FLOAT_LIMIT):
-            raise ValueError(f"use auto or a finite number of seconds > 0 and at most "
+            raise ValueError(f"use auto or a number of seconds > 0, finite and at most "
                              f"{FLOAT_LIMIT:g}")
         return float(v)
 
