@@ -106,6 +106,19 @@ def load_cluster(ctx: Ctx, path: Path | None) -> ClusterSpec:
         die(str(exc))
 
 
+def describe_cluster(cluster: ClusterSpec) -> str:
+    """One line: the backend, its nodes and slots, the queues and their quotas."""
+    nodes = ", ".join(f"{n.name} ({plural(n.slots, 'slot')})" for n in cluster.nodes)
+    queues = ", ".join(q.name + (f" (quota {q.quota})" if q.quota is not None else "")
+                       for q in cluster.queues)
+    where = f"nodes {nodes}" if nodes else "nodes discovered from the cluster"
+    return f"backend {cluster.backend}, {where}; queues {queues}"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def remember_cluster(ctx: Ctx, path: Path | None) -> None:
     """Keep a copy of the cluster file given for later commands (call once it is known to
     work: a file that does not must not break every later command)."""

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from perdure.core import yamlload
-from perdure.core.specbase import SpecModel
+from perdure.core.specbase import REFERENCE, SpecModel, did_you_mean
 from perdure.core.watchspec import IntervalFields, WatchdogSpec
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -252,19 +252,21 @@ def _loc_part(part: object) -> str:
     return text if _PLAIN.match(text) else _short(text, 40)
 
 
-def _format_errors(err: ValidationError, source: str, data: Any) -> str:
+def _format_errors(err: ValidationError, source: str, model: type[SpecModel]) -> str:
     lines = [f"{source}: invalid spec"]
     errors = err.errors()
     for e in errors[:MAX_ERRORS]:
         loc = ".".join(_loc_part(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown field; check the spelling (see DESIGN.md's job spec for the fields)"
+            msg = did_you_mean(model, e["loc"])
         value = e.get("input")
         shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {_short(value)})"
         lines.append(f"  {loc}: {msg}{shown}")
     if len(errors) > MAX_ERRORS:
         lines.append(f"  ... and {len(errors) - MAX_ERRORS} more errors")
+    if any(e["type"] == "extra_forbidden" for e in errors):
+        lines.append(f"  ({REFERENCE})")
     return "\n".join(lines)
 
 
@@ -286,7 +288,7 @@ def parse_job_spec(text: str | bytes, source: str = "spec") -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_format_errors(exc, source, data)) from None
+        raise SpecError(_format_errors(exc, source, JobSpec)) from None
 
 
 def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
@@ -295,7 +297,7 @@ def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
     try:
         cluster = ClusterSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_format_errors(exc, source, data)) from None
+        raise SpecError(_format_errors(exc, source, ClusterSpec)) from None
     if cluster.backend == "local" and not cluster.nodes:
         raise SpecError(f"{source}: nodes: the local backend needs at least one node")
     if cluster.ray is not None and cluster.backend != "ray":

@@ -7,7 +7,10 @@ No side effects. It lives apart from spec.py so that the sections defined in oth
 
 from __future__ import annotations
 
+import difflib
 import math
+import typing
+from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
@@ -59,3 +62,42 @@ def check_value(v: Any) -> None:
         for k, x in v.items():
             check_value(k)
             check_value(x)
+
+
+def model_in(annotation: Any) -> type[BaseModel] | None:
+    """The spec model inside `annotation` (`list[PoolSpec] | None` -> PoolSpec), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def fields_at(model: type[BaseModel], loc: Sequence[object]) -> list[str]:
+    """The field names of the model found at `loc` (a pydantic error's location, list
+    indices included) under `model`; [] where `loc` leads to no model."""
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(str(part))
+        inner = model_in(info.annotation) if info is not None else None
+        if inner is None:
+            return []
+        model = inner
+    return list(model.model_fields)
+
+
+def did_you_mean(model: type[BaseModel], loc: Sequence[object]) -> str:
+    """The message for an unknown field at `loc`: the closest known name, and where every
+    field is listed."""
+    known = fields_at(model, loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown field; did you mean `{close[0]}`?"
+    return f"unknown field; the fields here are {', '.join(known)}" if known else \
+        "unknown field"
+
+
+REFERENCE = "every field, its type and default: the README's \"Spec reference\" (README.md)"
