@@ -12,6 +12,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from perdure.core import yamlload
+from perdure.core.specbase import FLOAT_LIMIT as FLOAT_LIMIT
+from perdure.core.specbase import INT_LIMIT as INT_LIMIT
+from perdure.core.specbase import MAX_STRING as MAX_STRING
 from perdure.core.specbase import REFERENCE, SpecModel, did_you_mean
 from perdure.core.watchspec import IntervalFields, WatchdogSpec
 
@@ -24,6 +27,9 @@ MAX_NODES = 1024
 
 class SpecError(ValueError):
     """A spec or cluster file that cannot be used; the message names the field and the fix."""
+
+
+_Model = SpecModel  # every model below: unknown fields refused, every value bounded
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
@@ -42,7 +48,7 @@ class RuleAction(str, Enum):
     IGNORE = "ignore"  # not a failure: the replica is done
 
 
-class RuleSpec(SpecModel):
+class RuleSpec(_Model):
     """A user failure rule, matched before the defaults. Every given condition must hold."""
 
     exit_codes: list[int] | None = None
@@ -60,7 +66,7 @@ class RuleSpec(SpecModel):
         return self
 
 
-class RestartSpec(SpecModel):
+class RestartSpec(_Model):
     max_replica_restarts: int = Field(5, ge=0)
     max_job_retries: int = Field(3, ge=0)
     transient_exit_codes: list[int] = Field(default_factory=lambda: [6, 134, 11, 139])
@@ -75,13 +81,13 @@ class RestartSpec(SpecModel):
     round_grace_seconds: float = Field(1.0, ge=0)
 
 
-class SchedulingSpec(SpecModel):
+class SchedulingSpec(_Model):
     # How long a job that needs more than the healthy capacity waits before the attempt
     # fails as INSUFFICIENT_CAPACITY (then retried, at most 3 times).
     placement_timeout_seconds: float = Field(120.0, ge=0)
 
 
-class PoolSpec(SpecModel):
+class PoolSpec(_Model):
     name: str
     replicas: int = Field(1, ge=1, le=1024)
     min_replicas: int | None = Field(None, ge=1)
@@ -120,7 +126,7 @@ class PoolSpec(SpecModel):
         return self
 
 
-class ElasticSpec(SpecModel):
+class ElasticSpec(_Model):
     mode: Literal["resize", "pause"] = "resize"
 
 
@@ -129,11 +135,11 @@ class CheckpointSpec(IntervalFields):
     every_steps: int | None = Field(None, ge=1)
 
 
-class PreemptionSpec(SpecModel):
+class PreemptionSpec(_Model):
     grace_seconds: float = Field(30.0, ge=0)
 
 
-class JobSpec(SpecModel):
+class JobSpec(_Model):
     """A training job: pools of replicas, the failure policy and the runtime's settings."""
 
     name: str
@@ -178,7 +184,7 @@ class JobSpec(SpecModel):
         return sum(p.replicas * p.slots for p in self.pools)
 
 
-class NodeSpec(SpecModel):
+class NodeSpec(_Model):
     name: str
     slots: int = Field(ge=1)
 
@@ -190,12 +196,12 @@ class NodeSpec(SpecModel):
         return v
 
 
-class QueueSpec(SpecModel):
+class QueueSpec(_Model):
     name: str
     quota: int | None = Field(None, ge=1)
 
 
-class RaySpec(SpecModel):
+class RaySpec(_Model):
     """`ray:` of a cluster file: which Ray cluster, and what every node of it mounts."""
 
     address: str = "auto"  # "HEAD_HOST:6379", or "auto" (RAY_ADDRESS, else the local head)
@@ -205,7 +211,7 @@ class RaySpec(SpecModel):
     shared_dirs: list[str] = Field(default_factory=list)
 
 
-class ClusterSpec(SpecModel):
+class ClusterSpec(_Model):
     """Where replicas may run (virtual nodes, each a failure domain) and the queues' quotas."""
 
     backend: Literal["local", "ray", "fake"] = "local"
