@@ -39,6 +39,7 @@ class Failure:
     error: ErrorInfo | None = None
     notice: str | None = None  # "preemption" | "maintenance" when one was sent
     node_lost: str | None = None  # the node's name when the replica's node failed
+    local_rank: int | None = None  # which process of a multi-process replica failed first
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,9 @@ def is_peer_error(error: ErrorInfo | None) -> bool:
 def describe_exit(f: Failure) -> str:
     """`Replica worker-1 exited with a non-zero status of 1` (+ the signal's name)."""
     text = f"Replica {f.replica} exited with a non-zero status of {f.exit_code}"
+    if f.local_rank is not None:
+        text = (f"Replica {f.replica} (local rank {f.local_rank}) exited with a non-zero status "
+                f"of {f.exit_code}")
     if f.signal:
         try:
             text += f" ({_signal.Signals(f.signal).name})"
