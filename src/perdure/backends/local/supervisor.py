@@ -38,6 +38,7 @@ import time
 
 from perdure.backends.local import layout, memory, procs
 from perdure.backends.local.standby import Standby, launch_fits
+from perdure.runtime.abort import parse_abort
 from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
 from perdure.runtime.ranks import local_rank_env, procs_of, rank_file
 
@@ -362,7 +363,7 @@ class Supervisor:
         if error is not None:
             return error
         tail = read_stderr_tail(self.spec["stderr"], self.err_offset, STDERR_TAIL_BYTES)
-        return parse_traceback(tail)
+        return parse_traceback(tail) or parse_abort(tail)
 
 
 def _ticks(pid: int) -> int:
