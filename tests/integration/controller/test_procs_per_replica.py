@@ -61,6 +61,13 @@ def test_each_local_rank_gets_torchruns_env_and_its_replicas_gpus(
             "CUDA_VISIBLE_DEVICES": ["0,1", "2,3"][replica],
             "PERDURE_REPLICA": f"worker-{replica}",
         }, rank
+    # describe, its JSON (the API's too) and node ls show the GPUs
+    text = perdure.cli("describe", "job").stdout
+    assert "procs 2  gpus 2 (0,1)" in text and "procs 2  gpus 2 (2,3)" in text, text
+    replicas = perdure.describe("job")["replicas"]
+    assert [(x["gpus"], x["devices"], x["procs"]) for x in replicas] == [
+        (2, [0, 1], 2), (2, [2, 3], 2)]
+    assert "a            4 slots  4 GPUs  READY" in perdure.cli("node", "ls").stdout
 
 
 def test_a_job_that_can_never_get_its_gpus_is_refused_at_submit(

@@ -273,8 +273,8 @@ class Supervisor:
             elif self.failed is None and not (
                     info.si_code == os.CLD_EXITED and info.si_status == 0):
                 self.failed, self.failed_at = (rank, info.si_status), time.time()
-                if self.procs > 1:  # the replica failed: its other ranks stop now
-                    self._stop(signal.SIGTERM, time.time() + RANK_STOP_GRACE_SECONDS)
+                if self.procs > 1:
+                    self._stop_other_ranks(rank)
         return running == 0
 
     def _reap_orphans(self) -> None:
@@ -305,6 +305,17 @@ class Supervisor:
         if (sig, deadline) != self.applied_stop:
             self.applied_stop = (sig, deadline)
             self._stop(sig, deadline)
+
+    def _stop_other_ranks(self, failed: int) -> None:
+        """The replica failed with its local rank `failed`: stop the others now. A plain stop,
+        recorded first as the backend records one (the runtime would take a bare SIGTERM
+        for a preemption notice and try to save without the dead rank)."""
+        deadline = time.time() + RANK_STOP_GRACE_SECONDS
+        if not os.path.exists(self._file(layout.STOP)):
+            layout.write_json(self._file(layout.STOP), {
+                "signal": int(signal.SIGTERM), "deadline": deadline,
+                "reason": f"local rank {failed} of the replica failed", "notice": None})
+        self._stop(signal.SIGTERM, deadline)
 
     def _kill_groups(self, sig: int) -> None:
         for pid in self.pids:
