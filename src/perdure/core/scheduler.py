@@ -47,6 +47,10 @@ class Capacity:
         self.largest = max(self.ready.values(), default=0)
         self.free = sum(max(0, s - self.node_used.get(n, 0)) for n, s in self.ready.items())
 
+    def free_gpus(self) -> int:
+        """GPUs free on schedulable nodes (in all: a replica needs them on one node)."""
+        return sum(len(self._free_gpus(n)) for n in self.ready)
+
     def healthy_slots(self) -> int:
         return self.healthy
 

@@ -185,3 +185,21 @@ def test_other_errors_are_not_nccl() -> None:
     assert nccl_kind(ErrorInfo("RuntimeError", "Connection closed by peer [gloo]")) is None
     assert classify(Failure("w", False, 1, error=ErrorInfo("ValueError", "x")),
                     spec()).action is Action.FAIL
+
+
+def test_hot_swap_takes_the_gpus_a_lower_priority_job_holds() -> None:
+    """Slots are free on the surviving node, its GPUs are not: the GPUs decide the swap."""
+    sim = gpu_sim({"a": (8, 2), "b": (8, 2)})
+    high = sim.submit(spec(name="high", priority=10, pools=gpu_pool(1, 2)))
+    sim.run_until(high, {JobState.RUNNING})
+    low = sim.submit(spec(name="low", priority=1, pools=gpu_pool(1, 2)))
+    sim.run_until(low, {JobState.RUNNING})
+    node = sim.job(high).replicas[0].node
+    assert node is not None and sim.job(low).replicas[0].node != node
+    sim.command("fail-node", node)
+    for _ in range(20):
+        sim.step()
+    assert any(f"hot-swap: preempting {low}" in m for m in sim.messages(high))
+    assert sim.job(high).state is JobState.RUNNING
+    assert sim.job(high).replicas[0].node != node
+    assert sim.job(low).state is JobState.QUEUED
