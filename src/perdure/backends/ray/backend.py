@@ -48,6 +48,7 @@ from perdure.core.events import (
 )
 from perdure.core.spec import ClusterSpec, RaySpec
 from perdure.runtime.errorfile import read_error_file
+from perdure.runtime.ranks import rank_file
 
 WAIT_SECONDS = 30.0  # how long one outstanding start/exit call waits on the node
 PULL_SECONDS = 0.5  # how often logs and progress are copied while a launch runs
@@ -244,7 +245,8 @@ class RayBackend:
             return
         error = record.get("error")
         if int(record["exit_code"]) != 0:  # what the replica sent the relay beats its stderr
-            error = read_error_file(os.path.join(tracked.mirror.dir, layout.ERROR)) or error
+            name = rank_file(layout.ERROR, int(record.get("local_rank") or 0))
+            error = read_error_file(os.path.join(tracked.mirror.dir, name)) or error
         out.append(ReplicaExited(
             launch_id=tracked.launch_id, exit_code=int(record["exit_code"]),
             time=float(record["time"]), signal=record.get("signal"),
