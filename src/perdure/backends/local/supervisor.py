@@ -315,6 +315,7 @@ class Supervisor:
             layout.write_json(self._file(layout.STOP), {
                 "signal": int(signal.SIGTERM), "deadline": deadline,
                 "reason": f"local rank {failed} of the replica failed", "notice": None})
+            self.applied_stop = (int(signal.SIGTERM), deadline)  # ours: not applied twice
         self._stop(signal.SIGTERM, deadline)
 
     def _kill_groups(self, sig: int) -> None:
