@@ -1,7 +1,9 @@
-"""Capacity: quota per queue and slots per node, admission order, placement.
+"""Capacity: quota per queue, slots and GPUs per node, admission order, placement.
 
 No side effects: a `Capacity` is built for one tick from the snapshot and updated as the tick
-places replicas.
+places replicas. GPUs are counted like slots, and a placed replica is also given which of its
+node's GPUs it holds (`Replica.devices`, lowest free indices first), disjoint from every other
+replica's on that node.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ def admission_order(jobs: Iterable[Job]) -> list[Job]:
 
 
 class Capacity:
-    """Free slots on each schedulable node and in each queue, for one tick."""
+    """Free slots and GPUs on each schedulable node and free slots in each queue, for one tick."""
 
     def __init__(
         self, nodes: Mapping[str, Node], quotas: Mapping[str, int | None], jobs: Iterable[Job]
@@ -27,6 +29,7 @@ class Capacity:
         self.quotas = quotas
         self.node_used: dict[str, int] = {n: 0 for n in nodes}
         self.queue_used: dict[str, int] = {q: 0 for q in quotas}
+        self.gpus_used: dict[str, set[int]] = {}
         for job in jobs:
             if job.state is JobState.QUEUED:
                 continue
@@ -34,11 +37,19 @@ class Capacity:
                 self.queue_used[job.spec.queue] = self.queue_used.get(job.spec.queue, 0) + job.slots
             for node, slots in job.usage.items():
                 self.node_used[node] = self.node_used.get(node, 0) + slots
+            for node, held in job.gpu_usage.items():
+                self.gpus_used.setdefault(node, set()).update(held)
         ready = [n for n in nodes.values() if n.state.schedulable]
         self.ready = {n.name: n.slots for n in ready}
+        self.ready_gpus = {n.name: n.gpus for n in ready}
         self.healthy = sum(self.ready.values())
+        self.healthy_gpus = sum(self.ready_gpus.values())
         self.largest = max(self.ready.values(), default=0)
         self.free = sum(max(0, s - self.node_used.get(n, 0)) for n, s in self.ready.items())
+
+    def free_gpus(self) -> int:
+        """GPUs free on schedulable nodes (in all: a replica needs them on one node)."""
+        return sum(len(self._free_gpus(n)) for n in self.ready)
 
     def healthy_slots(self) -> int:
         return self.healthy
@@ -56,10 +67,15 @@ class Capacity:
     def release_quota(self, queue: str, slots: int) -> None:
         self.queue_used[queue] = self.queue_used.get(queue, 0) - slots
 
+    def _free_gpus(self, node: str) -> list[int]:
+        used = self.gpus_used.get(node, set())
+        return [i for i in range(self.ready_gpus.get(node, 0)) if i not in used]
+
     def place(
         self, replicas: list[Replica], prefer: Mapping[str, str | None] | None = None
     ) -> dict[str, str] | None:
-        """Nodes for every replica (all or none), best fit; takes the slots when it succeeds.
+        """Nodes for every replica (all or none), best fit; takes the slots and GPUs when it
+        succeeds, and sets each GPU replica's `devices` (a new list: clones share the old).
 
         `prefer` maps a replica to the node it should stay on when that node is schedulable
         (a failed or draining node is not: replicas move off it by themselves).
@@ -67,47 +83,63 @@ class Capacity:
         if sum(r.slots for r in replicas) > self.free:
             return None
         free = {n: s - self.node_used.get(n, 0) for n, s in self.ready.items()}
+        gpus = {n: self._free_gpus(n) for n in self.ready}
         chosen: dict[str, str] = {}
-        for r in sorted(replicas, key=lambda r: -r.slots):
+        devices: dict[str, list[int]] = {}
+        for r in sorted(replicas, key=lambda r: (-r.gpus, -r.slots)):
             want = (prefer or {}).get(r.name)
-            if want is not None and free.get(want, -1) >= r.slots:
+            if want is not None and free.get(want, -1) >= r.slots and (
+                    len(gpus.get(want, ())) >= r.gpus):
                 node = want
             else:
-                fits = [n for n, f in free.items() if f >= r.slots]
+                fits = [n for n, f in free.items() if f >= r.slots and len(gpus[n]) >= r.gpus]
                 if not fits:
                     return None
-                node = min(fits, key=lambda n: (free[n], n))  # best fit keeps big holes free
+                # best fit keeps big holes free: fewest free GPUs first for a GPU replica, and
+                # GPU nodes last for a CPU one (their GPUs are worth nothing without slots)
+                node = min(fits, key=lambda n: (
+                    len(gpus[n]) if r.gpus else len(gpus[n]) > 0, free[n], n))
             free[node] -= r.slots
+            devices[r.name], gpus[node] = gpus[node][:r.gpus], gpus[node][r.gpus:]
             chosen[r.name] = node
         for r in replicas:
-            self.node_used[chosen[r.name]] = self.node_used.get(chosen[r.name], 0) + r.slots
+            node = chosen[r.name]
+            self.node_used[node] = self.node_used.get(node, 0) + r.slots
             self.free -= r.slots
+            r.devices = devices[r.name]
+            self.gpus_used.setdefault(node, set()).update(r.devices)
         return chosen
 
 
-def shortfall_message(job: Job, healthy: int) -> str:
+def _noun(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def shortfall_message(job: Job, healthy: int, healthy_gpus: int = 0) -> str:
     """The INSUFFICIENT_CAPACITY message: what the job needs against what is healthy."""
     pools = ", ".join(p.name for p in job.spec.pools)
     noun = "pool" if len(job.spec.pools) == 1 else "pools"
-    return (
-        f"Resources are insufficient in {noun} {pools}: need {job.slots} slots, "
-        f"{healthy} healthy. Try fewer replicas or slots."
-    )
+    need = f"need {job.slots} slots, {healthy} healthy"
+    fix = "Try fewer replicas or slots."
+    if job.spec.total_gpus:
+        need += f"; {_noun(job.spec.total_gpus, 'GPU')}, {healthy_gpus} healthy"
+        fix = "Try fewer replicas, slots or GPUs."
+    return f"Resources are insufficient in {noun} {pools}: {need}. {fix}"
 
 
 def can_ever_fit(job: Job, cap: Capacity) -> bool:
     """Whether the healthy nodes could hold the job if nothing else ran."""
-    if job.slots > cap.healthy:
+    if job.slots > cap.healthy or job.spec.total_gpus > cap.healthy_gpus:
         return False
     widest = max((r.slots for r in job.replicas), default=0)
-    if widest == 1 or widest * len(job.replicas) <= cap.largest:
+    if not job.spec.total_gpus and (widest == 1 or widest * len(job.replicas) <= cap.largest):
         return True  # fits without bin packing
-    free = sorted(cap.ready.values(), reverse=True)
-    for r in sorted(job.replicas, key=lambda r: -r.slots):
-        for i, f in enumerate(free):
-            if f >= r.slots:
-                free[i] -= r.slots
-                break
-        else:
+    free = {n: [s, cap.ready_gpus.get(n, 0)] for n, s in cap.ready.items()}
+    for r in sorted(job.replicas, key=lambda r: (-r.gpus, -r.slots)):
+        fits = [n for n, (s, g) in free.items() if s >= r.slots and g >= r.gpus]
+        if not fits:
             return False
+        node = min(fits, key=lambda n: (free[n][1] if r.gpus else free[n][1] > 0, free[n][0], n))
+        free[node][0] -= r.slots
+        free[node][1] -= r.gpus
     return True
