@@ -176,9 +176,9 @@ munge_up() {
 # client in the controller's own namespace; elsewhere srun sleeps 60 + pid%10 s instead.
 ON_SH='for f in hosts nsswitch.conf resolv.conf; do mount --bind "/etc/netns/$NS_/$f" "/etc/$f"; done
 hostname "$HOST_"; exec "$@"'
-on() {
+on() {  # replaces this shell: a signal to it reaches CMD (the tests stop a controller so)
   local h=$1; shift
-  NS_=$(ns "$h") HOST_=$h nsenter --net="/run/netns/$(ns "$h")" \
+  exec env NS_="$(ns "$h")" HOST_="$h" nsenter --net="/run/netns/$(ns "$h")" \
     unshare --mount --uts --propagation private sh -c "$ON_SH" sh "$@"
 }
 

@@ -309,9 +309,12 @@ class SlurmBackend:
                 self._report(agent, frame, out)
 
     def _report(self, agent: Agent, frame: dict[str, object], out: list[Observation]) -> None:
-        if frame.get("notice"):
-            alloc = next((a for a in self._allocs if a.slurm_id == agent.alloc), None)
-            if alloc is not None:
+        alloc = next((a for a in self._allocs if a.slurm_id == agent.alloc), None)
+        if frame.get("notice") and alloc is not None and not alloc.noticed:
+            # SIGTERM: a preemption's notice (the allocation runs on, for GraceTime), or
+            # a scancel (it is CANCELLED already): Slurm's state tells which
+            self._refresh(out)
+            if alloc in self._allocs and alloc.running:
                 self._notice(alloc, str(frame["notice"]), out)
         items = frame.get("launches")
         for lid, item in (items.items() if isinstance(items, dict) else []):

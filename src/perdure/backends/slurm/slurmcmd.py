@@ -29,7 +29,7 @@ trap 'note preempt' TERM
 while :; do sleep 1 & wait $!; done
 """
 NOTICES = ("perdure:timelimit", "perdure:preempt")
-RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING"})
+RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING"})  # not COMPLETING: it ends
 
 
 class SlurmError(RuntimeError):
