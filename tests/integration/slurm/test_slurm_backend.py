@@ -96,7 +96,7 @@ def test_queue_wait_shows_slurm_reason(slurm_perdure: SlurmPerdure) -> None:
     """A node held by someone else's job: the allocation waits in Slurm's queue (Resources),
     the job's replicas wait unstarted, and it runs once the node is free."""
     p = slurm_perdure
-    blocker = p.slurm.run("sbatch", "--parsable", "-w", "a", "-c", "2", "--wrap",
+    blocker = p.slurm.run("sbatch", "--parsable", "-w", "a", "-c", "2", "-o", "/dev/null", "--wrap",
                           "sleep 600").strip()
     spec = p.spec("waiting", replicas=1, command=["python", "-c", "print('ran')"])
     controller = p.popen("controller", "--cluster", str(p.slurm_cluster({"a": 2})))

@@ -245,6 +245,15 @@ class SlurmBackend:
                 self._ended(alloc, state, out)
         if changed:
             self._save()
+            for alloc in self._allocs:
+                self._log(f"{alloc.job_id} attempt {alloc.attempt}: {alloc.describe()} "
+                          f"on {','.join(alloc.nodes)}")
+
+    def _log(self, line: str) -> None:
+        """One line of what Slurm did to the allocations (<state>/slurm/slurm.log)."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        with open(os.path.join(self.dir, "slurm.log"), "a") as f:
+            f.write(f"{stamp} {line}\n")
 
     def _start_agents(self, alloc: al.Alloc) -> None:
         assert self.hub is not None
@@ -265,6 +274,7 @@ class SlurmBackend:
         out of time -> the job suspends; cancelled from outside -> the job is cancelled."""
         alloc.ending = True
         self._allocs.remove(alloc)
+        self._log(f"{alloc.job_id} attempt {alloc.attempt}: {alloc.describe()}: ended")
         if any(t.alloc is alloc for t in self._active.values()):
             if state in ("PREEMPTED", "TIMEOUT", "REQUEUED", "NODE_FAIL") or alloc.noticed:
                 self._notice(alloc, state, out)
@@ -362,6 +372,7 @@ class SlurmBackend:
                 alloc.nodes.remove(node)  # a replacement there gets a new allocation
         if node in self._down:
             return
+        self._log(why)
         self._down[node] = time.monotonic()
         self._seen_down.discard(node)
         out.append(Command("fail-node", node, time.time()))

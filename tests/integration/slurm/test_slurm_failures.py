@@ -1,0 +1,109 @@
+"""Hosts that die, preemptions and time limits under a running job on Slurm: it ends
+bit-identical to an uninterrupted run on the local backend."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+from conftest import SlurmPerdure, ddp_spec, final_sha
+
+STEP = re.compile(r"^step (\d+) ", re.M)
+THREE = {"a": 2, "b": 2, "c": 2}  # a job of 4 on a and b; c is free for a replacement
+
+
+def wait_step(p: SlurmPerdure, job: str, at_least: int, timeout: float = 120) -> int:
+    """Wait until job `job` has logged step `at_least` (as copied to the login node)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        steps = [int(s) for log in p.state.glob(f"logs/{job}-*/attempt-*/worker-*.out")
+                 for s in STEP.findall(log.read_text())]
+        if max(steps, default=-1) >= at_least:
+            return max(steps)
+        time.sleep(0.2)
+    raise AssertionError(f"training never reached step {at_least}")
+
+
+def done(p: SlurmPerdure, job: str, timeout: float) -> dict[str, Any]:
+    return p.wait(job, lambda d: d["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
+                  timeout=timeout)
+
+
+def stop(controller: subprocess.Popen[str]) -> str:
+    controller.send_signal(signal.SIGINT)
+    return controller.communicate(timeout=60)[0]
+
+
+@pytest.mark.slurm_long
+@pytest.mark.timeout(600)
+def test_host_b_dies_the_job_goes_on_with_a_replacement_and_ends_bit_identical(
+        slurm_perdure: SlurmPerdure, local_sha: str) -> None:
+    p = slurm_perdure
+    controller = p.popen("controller", "--cluster", str(p.slurm_cluster(THREE)))
+    try:
+        p.cli("submit", str(ddp_spec(p, "moved", step_time=0.2)))
+        d = p.wait("moved", lambda d: d["state"] == "RUNNING", timeout=120)
+        assert sorted(x["node"] for x in d["replicas"]) == ["a", "a", "b", "b"], d["replicas"]
+        wait_step(p, "moved", 15)
+        killed_at = time.time()
+        p.slurm.kill("b")
+        d = done(p, "moved", timeout=300)
+        assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-15:])
+        assert final_sha(p, "moved") == local_sha
+        assert sorted(x["node"] for x in d["replicas"]) == ["a", "a", "c", "c"], d["replicas"]
+        lost = next(e for e in d["events"] if "node b failed" in e["message"]
+                    or "node b was lost" in e["message"])
+        assert lost["time"] - killed_at < 5, "the host's death took too long to notice"
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+    finally:
+        stop(controller)
+
+
+@pytest.mark.slurm_long
+@pytest.mark.timeout(600)
+def test_preempted_by_the_urgent_partition_suspends_and_resumes_bit_identical(
+        slurm_perdure: SlurmPerdure, local_sha: str) -> None:
+    p = slurm_perdure
+    controller = p.popen("controller", "--cluster", str(p.slurm_cluster(THREE)))
+    try:
+        p.cli("submit", str(ddp_spec(p, "bumped", step_time=0.2, grace=20)))
+        p.wait("bumped", lambda d: d["state"] == "RUNNING", timeout=120)
+        wait_step(p, "bumped", 15)
+        # someone's higher-priority job needs a, b and c: Slurm preempts ours (GraceTime)
+        p.slurm.run("sbatch", "-p", "urgent", "-N", "3", "-c", "2", "-o", "/dev/null",
+                    "--wrap", "sleep 15")
+        d = p.wait("bumped", lambda d: d["state"] in ("SUSPENDED", "QUEUED", "FAILED")
+                   or d["attempt"] > 1, timeout=120)
+        d = done(p, "bumped", timeout=300)
+        assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-20:])
+        messages = [e["message"] for e in d["events"]]
+        assert any(m.startswith("SUSPENDED") for m in messages), messages
+        assert final_sha(p, "bumped") == local_sha
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+    finally:
+        stop(controller)
+
+
+@pytest.mark.slurm_long
+@pytest.mark.timeout(600)
+def test_time_limit_warning_saves_suspends_and_resumes_in_a_new_allocation(
+        slurm_perdure: SlurmPerdure, local_sha: str) -> None:
+    p = slurm_perdure
+    # a 1-minute allocation, warned 20 + 10 s before its end (Slurm may warn up to a minute
+    # early): the job saves, suspends, and goes on in a new allocation
+    controller = p.popen("controller", "--cluster",
+                         str(p.slurm_cluster(THREE, time_limit="1")))
+    try:
+        p.cli("submit", str(ddp_spec(p, "timed", step_time=0.6, grace=20)))
+        d = done(p, "timed", timeout=500)
+        assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-20:])
+        messages = [e["message"] for e in d["events"]]
+        assert any(m.startswith("SUSPENDED") for m in messages), messages
+        assert final_sha(p, "timed") == local_sha
+    finally:
+        stop(controller)
