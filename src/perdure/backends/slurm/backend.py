@@ -454,12 +454,20 @@ class SlurmBackend:
                 continue
             if alloc.idle_since is None:
                 alloc.idle_since = now
-            elif now - alloc.idle_since >= RELEASE_SECONDS:
+            # at once when nothing will come back to it: it is being preempted or timed out,
+            # or a later attempt of its job has begun
+            if alloc.noticed or self._superseded(alloc) or (
+                    now - alloc.idle_since >= RELEASE_SECONDS):
                 alloc.ending = True
                 self._allocs.remove(alloc)
                 with contextlib.suppress(slurmcmd.SlurmError):
                     slurmcmd.cancel(alloc.slurm_id)
                 self._save()
+
+    def _superseded(self, alloc: al.Alloc) -> bool:
+        return any(t.launch.job_id == alloc.job_id
+                   and t.launch.env.get("PERDURE_ATTEMPT") != alloc.attempt
+                   for t in self._active.values())
 
     # ---- restart ----------------------------------------------------------------------------
 
