@@ -11,9 +11,10 @@ import pytest
 from conftest import SlurmPerdure
 
 SPREAD = {"a": 2, "b": 2}
-HELLO = ("import os, socket, sys; print('hello from', socket.gethostname(), os.environ['RANK']);"
-         " print('to stderr', file=sys.stderr); sys.exit(int(os.environ['RANK']) == 3 and "
-         "os.environ['PERDURE_RESTART_COUNT'] == '0' and 3)")
+HELLO = ("import os, socket, sys, time; print('hello from', socket.gethostname(), "
+         "os.environ['RANK']); print('to stderr', file=sys.stderr); sys.stdout.flush(); "
+         "first = os.environ['RANK'] == '3' and os.environ['PERDURE_RESTART_COUNT'] == '0'; "
+         "time.sleep(0 if first else 5); sys.exit(3 if first else 0)")
 
 
 def slurm_jobs(p: SlurmPerdure) -> list[list[str]]:
