@@ -107,3 +107,34 @@ def test_time_limit_warning_saves_suspends_and_resumes_in_a_new_allocation(
         assert final_sha(p, "timed") == local_sha
     finally:
         stop(controller)
+
+
+COUNT = ("import os, time; print('start', os.environ['PERDURE_RESTART_COUNT'], flush=True); "
+         "[print(i, flush=True) or time.sleep(1) for i in range(25)]")
+
+
+@pytest.mark.slurm_long
+@pytest.mark.timeout(300)
+def test_a_killed_controller_reattaches_to_its_allocation_and_steps(
+        slurm_perdure: SlurmPerdure) -> None:
+    p = slurm_perdure
+    cluster = str(p.slurm_cluster({"a": 1, "b": 1}))
+    first = p.popen("controller", "--cluster", cluster)
+    p.cli("submit", str(p.spec("again", replicas=2, command=["python", "-c", COUNT])))
+    p.wait("again", lambda d: d["state"] == "RUNNING", timeout=90)
+    time.sleep(3)
+    first.kill()  # the wrapper execs: this is the controller itself
+    first.wait(timeout=30)
+    second = p.popen("controller", "--cluster", cluster)
+    try:
+        d = done(p, "again", timeout=120)
+        assert d["state"] == "SUCCEEDED", d["events"]
+        assert any("re-attached to 2 replicas" in e["message"] for e in d["events"]), d
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+        for log in p.state.glob("logs/again-*/attempt-1/worker-*.out"):
+            lines = log.read_text().splitlines()[1:]  # after perdure's header
+            assert lines == ["start 0", *map(str, range(25))], lines  # whole, once
+        jobs = p.slurm.run("squeue", "-h", "-t", "all", "-o", "%j %T").split("\n")
+        assert sum("again" in j for j in jobs) == 1, jobs  # the same allocation throughout
+    finally:
+        stop(second)
