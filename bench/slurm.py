@@ -157,7 +157,8 @@ def run_perdure(cluster: SlurmCluster, root: Path, args: argparse.Namespace
                                stdout=log, stderr=subprocess.STDOUT, env=cluster.env)
     out = recovery.Outcome("perdure on Slurm", args.window)
     try:
-        subprocess.run([*base, "submit", str(root / "job.yaml")], check=True,
+        subprocess.run([*base, "submit", str(root / "job.yaml"), "--cluster",
+                        str(root / "slurm.yaml")], check=True,
                        capture_output=True, env=cluster.env)
         wait_first_step(timeline)
         run_window(out, args.interval,

@@ -54,9 +54,10 @@ def test_cancel_while_running_stops_every_replica_and_gives_the_allocation_back(
     spec = p.spec("sleepy", replicas=2, command=["python", "-c",
                                                  "import time; print('up', flush=True); "
                                                  "time.sleep(600)"])
-    controller = p.popen("controller", "--cluster", str(p.slurm_cluster(SPREAD)))
+    cluster = str(p.slurm_cluster(SPREAD))
+    controller = p.popen("controller", "--cluster", cluster)
     try:
-        p.cli("submit", str(spec))
+        p.cli("submit", str(spec), "--cluster", cluster)
         p.wait("sleepy", lambda d: d["state"] == "RUNNING", timeout=90)
         started = time.time()
         p.cli("cancel", "sleepy")
@@ -77,9 +78,10 @@ def test_scancel_from_outside_is_a_cancel(slurm_perdure: SlurmPerdure) -> None:
     p = slurm_perdure
     spec = p.spec("outside", replicas=2, command=["python", "-c",
                                                   "import time; time.sleep(600)"])
-    controller = p.popen("controller", "--cluster", str(p.slurm_cluster(SPREAD)))
+    cluster = str(p.slurm_cluster(SPREAD))
+    controller = p.popen("controller", "--cluster", cluster)
     try:
-        p.cli("submit", str(spec))
+        p.cli("submit", str(spec), "--cluster", cluster)
         p.wait("outside", lambda d: d["state"] == "RUNNING", timeout=90)
         (slurm_id,) = [j[0] for j in slurm_jobs(p) if j[2] == "RUNNING"]
         p.slurm.run("scancel", slurm_id)
@@ -100,9 +102,10 @@ def test_queue_wait_shows_slurm_reason(slurm_perdure: SlurmPerdure) -> None:
     blocker = p.slurm.run("sbatch", "--parsable", "-w", "a", "-c", "2", "-o", "/dev/null", "--wrap",
                           "sleep 600").strip()
     spec = p.spec("waiting", replicas=1, command=["python", "-c", "print('ran')"])
-    controller = p.popen("controller", "--cluster", str(p.slurm_cluster({"a": 2})))
+    cluster = str(p.slurm_cluster({"a": 2}))
+    controller = p.popen("controller", "--cluster", cluster)
     try:
-        p.cli("submit", str(spec))
+        p.cli("submit", str(spec), "--cluster", cluster)
         deadline = time.time() + 60
         allocs: list[dict[str, str]] = []
         while time.time() < deadline:

@@ -44,9 +44,10 @@ def stop(controller: subprocess.Popen[str]) -> str:
 def test_host_b_dies_the_job_goes_on_with_a_replacement_and_ends_bit_identical(
         slurm_perdure: SlurmPerdure, local_sha: str) -> None:
     p = slurm_perdure
-    controller = p.popen("controller", "--cluster", str(p.slurm_cluster(THREE)))
+    cluster = str(p.slurm_cluster(THREE))
+    controller = p.popen("controller", "--cluster", cluster)
     try:
-        p.cli("submit", str(ddp_spec(p, "moved", step_time=0.2)))
+        p.cli("submit", str(ddp_spec(p, "moved", step_time=0.2)), "--cluster", cluster)
         d = p.wait("moved", lambda d: d["state"] == "RUNNING", timeout=120)
         assert sorted(x["node"] for x in d["replicas"]) == ["a", "a", "b", "b"], d["replicas"]
         wait_step(p, "moved", 15)
@@ -69,9 +70,11 @@ def test_host_b_dies_the_job_goes_on_with_a_replacement_and_ends_bit_identical(
 def test_preempted_by_the_urgent_partition_suspends_and_resumes_bit_identical(
         slurm_perdure: SlurmPerdure, local_sha: str) -> None:
     p = slurm_perdure
-    controller = p.popen("controller", "--cluster", str(p.slurm_cluster(THREE)))
+    cluster = str(p.slurm_cluster(THREE))
+    controller = p.popen("controller", "--cluster", cluster)
     try:
-        p.cli("submit", str(ddp_spec(p, "bumped", step_time=0.2, grace=20)))
+        p.cli("submit", str(ddp_spec(p, "bumped", step_time=0.2, grace=20)), "--cluster",
+              cluster)
         p.wait("bumped", lambda d: d["state"] == "RUNNING", timeout=120)
         wait_step(p, "bumped", 15)
         # someone's higher-priority job needs a, b and c: Slurm preempts ours (GraceTime)
@@ -96,10 +99,11 @@ def test_time_limit_warning_saves_suspends_and_resumes_in_a_new_allocation(
     p = slurm_perdure
     # a 1-minute allocation, warned 20 + 10 s before its end (Slurm may warn up to a minute
     # early): the job saves, suspends, and goes on in a new allocation
-    controller = p.popen("controller", "--cluster",
-                         str(p.slurm_cluster(THREE, time_limit="1")))
+    cluster = str(p.slurm_cluster(THREE, time_limit="1"))
+    controller = p.popen("controller", "--cluster", cluster)
     try:
-        p.cli("submit", str(ddp_spec(p, "timed", step_time=0.6, grace=20)))
+        p.cli("submit", str(ddp_spec(p, "timed", step_time=0.6, grace=20)), "--cluster",
+              cluster)
         d = done(p, "timed", timeout=500)
         assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-20:])
         messages = [e["message"] for e in d["events"]]
@@ -120,7 +124,8 @@ def test_a_killed_controller_reattaches_to_its_allocation_and_steps(
     p = slurm_perdure
     cluster = str(p.slurm_cluster({"a": 1, "b": 1}))
     first = p.popen("controller", "--cluster", cluster)
-    p.cli("submit", str(p.spec("again", replicas=2, command=["python", "-c", COUNT])))
+    p.cli("submit", str(p.spec("again", replicas=2, command=["python", "-c", COUNT])),
+          "--cluster", cluster)
     p.wait("again", lambda d: d["state"] == "RUNNING", timeout=90)
     time.sleep(3)
     first.kill()  # the wrapper execs: this is the controller itself
