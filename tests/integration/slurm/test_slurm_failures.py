@@ -143,3 +143,37 @@ def test_a_killed_controller_reattaches_to_its_allocation_and_steps(
         assert sum("again" in j for j in jobs) == 1, jobs  # the same allocation throughout
     finally:
         stop(second)
+
+
+SLOW_SAVE = ("import os, signal, sys, time\n"
+             "def save(*_):\n"
+             "    print('notice', flush=True); time.sleep(14); print('saved', flush=True)\n"
+             "    sys.exit(0)\n"
+             "signal.signal(signal.SIGTERM, save)\n"
+             "print('attempt', os.environ['PERDURE_ATTEMPT'], flush=True)\n"
+             "time.sleep(600 if os.environ['PERDURE_ATTEMPT'] == '1' else 1)\n")
+
+
+@pytest.mark.slurm_long
+@pytest.mark.timeout(300)
+def test_a_preempted_replica_gets_the_jobs_grace_to_save_not_the_supervisors_default(
+        slurm_perdure: SlurmPerdure) -> None:
+    """Slurm's SIGTERM reaches the supervisor too: its own stop must not cut a 14 s save
+    short at its 10 s default when the job's grace is 20 s."""
+    p = slurm_perdure
+    cluster = str(p.slurm_cluster({"a": 2}))
+    controller = p.popen("controller", "--cluster", cluster)
+    try:
+        p.cli("submit", str(p.spec("slow", replicas=2, command=["python", "-c", SLOW_SAVE],
+                                   preemption={"grace_seconds": 20})), "--cluster", cluster)
+        p.wait("slow", lambda d: d["state"] == "RUNNING", timeout=90)
+        time.sleep(1)
+        p.slurm.run("sbatch", "-p", "urgent", "-N", "3", "-c", "2", "-o", "/dev/null",
+                    "--wrap", "sleep 5")
+        d = done(p, "slow", timeout=200)
+        assert d["state"] == "SUCCEEDED", d["events"]
+        assert any(e["message"].startswith("SUSPENDED") for e in d["events"]), d["events"]
+        log = next(p.state.glob("logs/slow-*/attempt-1/worker-0.out")).read_text()
+        assert "saved" in log, log
+    finally:
+        stop(controller)

@@ -165,7 +165,10 @@ class NodeAgent:
             "inherit_env": True, "memory_mechanism": record.get("memory_mechanism", "auto"),
             "stdout": os.path.join(directory, "stdout.log"),
             "stderr": os.path.join(directory, "stderr.log"),
-            "created": time.time(), "owner": self.identity})
+            "created": time.time(), "owner": self.identity,
+            # Slurm signals every process of the step at once on a preemption: the supervisor
+            # then gives the replica the job's grace period to save, not its own default
+            "self_stop_grace": float(env.get("PERDURE_GRACE_SECONDS", "10"))})
         with self.lock:
             self.launches[lid] = _Launch(directory, {})
         self.spawner.send(directory)
