@@ -57,7 +57,7 @@ def test_host_b_dies_the_job_goes_on_with_a_replacement_and_ends_bit_identical(
         assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-15:])
         assert final_sha(p, "moved") == local_sha
         assert sorted(x["node"] for x in d["replicas"]) == ["a", "a", "c", "c"], d["replicas"]
-        lost = next(e for e in d["events"] if "node b failed" in e["message"]
+        lost = next(e for e in d["events"] if "node lost" in e["message"]
                     or "node b was lost" in e["message"])
         assert lost["time"] - killed_at < 5, "the host's death took too long to notice"
         assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
@@ -175,5 +175,34 @@ def test_a_preempted_replica_gets_the_jobs_grace_to_save_not_the_supervisors_def
         assert any(e["message"].startswith("SUSPENDED") for e in d["events"]), d["events"]
         log = next(p.state.glob("logs/slow-*/attempt-1/worker-0.out")).read_text()
         assert "saved" in log, log
+    finally:
+        stop(controller)
+
+
+@pytest.mark.slurm_long
+@pytest.mark.timeout(300)
+def test_an_elastic_job_shrinks_when_its_host_dies(slurm_perdure: SlurmPerdure) -> None:
+    p = slurm_perdure
+    cluster = str(p.slurm_cluster({"a": 1, "b": 1}))
+    controller = p.popen("controller", "--cluster", cluster)
+    try:
+        spec = p.spec("shrinks", replicas=2, command=["python", "-c", "import time; "
+                                                       "time.sleep(600)"],
+                      pool={"min_replicas": 1}, elastic={"mode": "resize"})
+        p.cli("submit", str(spec), "--cluster", cluster)
+        d = p.wait("shrinks", lambda d: d["state"] == "RUNNING", timeout=90)
+        on_a = next(x["name"] for x in d["replicas"] if x["node"] == "a")
+        killed = time.time()
+        p.slurm.kill("b")
+        d = p.wait("shrinks", lambda d: bool(d["elastic"]), timeout=30)
+        assert "shrink 2 -> 1" in d["elastic"][0]["what"], d["elastic"]
+        assert d["elastic"][0]["time"] - killed < 5, "the host's death took too long to notice"
+        time.sleep(3)
+        d = p.describe("shrinks")
+        assert d["state"] == "RUNNING", d["events"]
+        survivor = next(x for x in d["replicas"] if x["name"] == on_a)
+        assert survivor["state"] == "RUNNING" and survivor["restarts"] == 0, d["replicas"]
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+        p.cli("cancel", "shrinks")
     finally:
         stop(controller)
