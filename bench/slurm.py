@@ -85,8 +85,10 @@ def run_window(out: recovery.Outcome, interval: float, kill: Callable[[int], boo
     n = 1
     while (due := t0 + n * interval) < t0 + out.duration:
         time.sleep(max(0.0, due - time.time()))
-        (out.kills.append(time.time()) if kill(n % recovery.REPLICAS)
-         else setattr(out, "skipped", out.skipped + 1))
+        if kill(n % recovery.REPLICAS):
+            out.kills.append(time.time())
+        else:  # that rank was not running (still recovering)
+            out.skipped += 1
         n += 1
     time.sleep(max(0.0, t0 + out.duration - time.time()))
 
