@@ -58,6 +58,10 @@ class SlurmCluster:
                     "GRACE_TIME": str(grace_time),
                     "SLURM_CONF": str(self.base / "etc" / "slurm.conf")}
         self.head_address = f"{net}.10"
+        # what perdure runs here (the controller, and the steps srun gives its environment)
+        # keeps its node-local files under the base dir, removed with the cluster
+        (self.base / "tmp").mkdir()
+        self.env["TMPDIR"] = str(self.base / "tmp")
 
     def sh(self, *args: str, check: bool = True, timeout: float = 120
            ) -> subprocess.CompletedProcess[str]:
