@@ -80,6 +80,25 @@ def rank_pid(rank: int, match: Callable[[dict[str, str]], bool]) -> int | None:
     return None
 
 
+def replica_pid(nodes: Path, rank: int) -> int | None:
+    """The process of perdure's replica worker-<rank> now: its newest launch on any node
+    (a warm-started replica's /proc environ is its standby's, so it is found by its record)."""
+    found = []
+    for status in nodes.glob(f"*/launches/*.worker-{rank}.*/status.json"):
+        if not (status.parent / "exit.json").exists():
+            _, attempt, _, n = status.parent.name.rsplit(".", 3)
+            found.append((int(attempt), int(n), status))
+    if not found:
+        return None
+    return int(json.loads(max(found)[2].read_text())["pid"])
+
+
+def in_window(out: recovery.Outcome, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps done inside the window (the figures' time base)."""
+    end = out.started + out.duration
+    return [r for r in records if out.started <= r["t"] - r["s"] and r["t"] <= end]
+
+
 def run_window(out: recovery.Outcome, interval: float, kill: Callable[[int], bool]) -> None:
     t0 = out.started = time.time()
     n = 1
@@ -134,7 +153,8 @@ def run_requeue(cluster: SlurmCluster, root: Path, args: argparse.Namespace
         loss = host_loss(cluster, timeline)
     finally:
         cluster.run("scancel", job)
-    out.records, out.marks = recovery.read_timeline(timeline)
+    records, out.marks = recovery.read_timeline(timeline)
+    out.records = in_window(out, records)
     return out, loss
 
 
@@ -163,22 +183,22 @@ def run_perdure(cluster: SlurmCluster, root: Path, args: argparse.Namespace
                         str(root / "slurm.yaml")], check=True,
                        capture_output=True, env=cluster.env)
         wait_first_step(timeline)
-        run_window(out, args.interval,
-                   lambda r: _kill(rank_pid(r, lambda env: "PERDURE_JOB_ID" in env)))
+        nodes = Path(cluster.env["TMPDIR"]) / "perdure-slurm"
+        run_window(out, args.interval, lambda r: _kill(replica_pid(nodes, r)))
         loss = host_loss(cluster, timeline)
         events = json.loads(subprocess.run([*base, "describe", "bench", "--json"], check=True,
                                            capture_output=True, text=True,
                                            env=cluster.env).stdout)["events"]
         acted = [e["time"] for e in events if e["time"] >= loss["killed"]
-                 and "node b" in e["message"]]
+                 and ("node lost" in e["message"] or "node b" in e["message"])]
         loss["acted"] = min(acted) - loss["killed"] if acted else None
-        out.describe_goodput = None
     finally:
         ctl.send_signal(signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             ctl.wait(timeout=60)
         cluster.run("scancel", "--me")
-    out.records, out.marks = recovery.read_timeline(timeline)
+    records, out.marks = recovery.read_timeline(timeline)
+    out.records = in_window(out, records)
     return out, loss
 
 
