@@ -4,8 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport \
-	spec-reference test-gpu
+.PHONY: demo test test-ray bench-ray test-slurm bench-slurm soak lint bench venv clean \
+	test-serve-fuzz test-transport spec-reference test-gpu
 
 venv: $(STAMP)
 
@@ -33,6 +33,13 @@ test-ray: $(STAMP)
 bench-ray: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench-ray]'
 	flock /tmp/perdure-heavy.lock $(BIN)/python bench/ray.py
+
+# A real Slurm cluster of namespace hosts (root; apt-get install slurm-wlm munge): the long runs.
+test-slurm: $(STAMP)
+	flock /tmp/perdure-heavy.lock $(BIN)/python -m pytest -q -m 'slurm_long' tests/integration/slurm
+
+bench-slurm: $(STAMP)
+	flock /tmp/perdure-heavy.lock $(BIN)/python bench/slurm.py
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak

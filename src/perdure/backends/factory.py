@@ -23,7 +23,12 @@ def make_backend(cluster: ClusterSpec, state_dir: Path) -> Backend:
         from perdure.backends.ray import RayBackend
 
         return RayBackend(state_dir, cluster)
-    raise ValueError(f"backend: {cluster.backend!r} is unknown; use 'local', 'ray' or 'fake'")
+    if cluster.backend == "slurm":
+        from perdure.backends.slurm import SlurmBackend
+
+        return SlurmBackend(state_dir, cluster)
+    raise ValueError(f"backend: {cluster.backend!r} is unknown; use 'local', 'ray', 'slurm' "
+                     "or 'fake'")
 
 
 def make_inspector(cluster: ClusterSpec, state_dir: Path) -> Inspector:
@@ -32,6 +37,10 @@ def make_inspector(cluster: ClusterSpec, state_dir: Path) -> Inspector:
         from perdure.backends.ray.inspector import RayInspector
 
         return RayInspector(state_dir, cluster)
+    if cluster.backend == "slurm":
+        from perdure.backends.slurm.inspector import SlurmInspector
+
+        return SlurmInspector(state_dir)
     from perdure.backends.local.inspector import LocalInspector
 
     return LocalInspector(state_dir)

@@ -217,6 +217,8 @@ def contract_env(spec: JobSpec, pool: PoolSpec, f: ReplicaFacts) -> dict[str, st
         "PERDURE_RESTART_COUNT": f.restart_count,
         "PERDURE_CHECKPOINT_DIR": f.checkpoint_dir,
         "PERDURE_ELASTIC_MODE": spec.elastic.mode,
+        # a batch scheduler's warning before the time limit must leave this long (Slurm)
+        "PERDURE_GRACE_SECONDS": f"{spec.preemption.grace_seconds:g}",
         **f.layout,
     }
     if pool.min_replicas is not None:

@@ -254,12 +254,37 @@ class RaySpec(_Model):
     shared_dirs: list[str] = Field(default_factory=list)
 
 
+class SlurmSpec(_Model):
+    """`slurm:` of a cluster file: what each attempt's allocation (`sbatch`) asks Slurm for,
+    and what every node mounts."""
+
+    partition: str | None = "main"  # None: the cluster's default partition
+    account: str | None = None
+    qos: str | None = None
+    time_limit: str = "24:00:00"  # of one allocation (sbatch --time)
+    sbatch_args: list[str] = Field(default_factory=list)  # appended to every sbatch, as given
+    shared_dirs: list[str] = Field(default_factory=list)  # as `ray: shared_dirs`
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time_limit(cls, v: str) -> str:
+        if not SLURM_TIME_RE.match(v):
+            raise ValueError("use Slurm's time format: MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or "
+                             "UNLIMITED")
+        return v
+
+
+# sbatch --time: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S", or UNLIMITED
+SLURM_TIME_RE = re.compile(r"^(\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
+
+
 class ClusterSpec(_Model):
     """Where replicas may run (virtual nodes, each a failure domain) and the queues' quotas."""
 
-    backend: Literal["local", "ray", "fake"] = "local"
+    backend: Literal["local", "ray", "slurm", "fake"] = "local"
     address: str | None = None
     ray: RaySpec | None = None  # backend ray only; nodes may then be omitted (discovered)
+    slurm: SlurmSpec | None = None  # backend slurm only; nodes may be omitted (from sinfo)
     nodes: list[NodeSpec] = Field(default_factory=list, max_length=MAX_NODES)
     queues: list[QueueSpec] = Field(default_factory=lambda: [QueueSpec(name="default", quota=None)])
     # How replicas reach the controller: files in the state dir (one host), or the network
@@ -352,6 +377,10 @@ def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
     if cluster.ray is not None and cluster.backend != "ray":
         raise SpecError(f"{source}: ray: only for `backend: ray` (this cluster's backend is "
                         f"{cluster.backend!r}); remove the ray section or set backend: ray")
+    if cluster.slurm is not None and cluster.backend != "slurm":
+        raise SpecError(f"{source}: slurm: only for `backend: slurm` (this cluster's backend "
+                        f"is {cluster.backend!r}); remove the slurm section or set "
+                        "backend: slurm")
     return cluster
 
 

@@ -258,7 +258,10 @@ class Supervisor:
             if info.si_signo == signal.SIGUSR1:
                 self._check_stop()
             elif info.si_signo != signal.SIGCHLD:
-                self._stop(signal.SIGTERM, time.time() + SELF_STOP_GRACE_SECONDS)
+                # a launch may say how long (a Slurm preemption signals the supervisor and the
+                # replica at once; the replica's save gets the job's grace period)
+                grace = float(self.spec.get("self_stop_grace", SELF_STOP_GRACE_SECONDS))
+                self._stop(signal.SIGTERM, time.time() + grace)
 
     def _child_exited(self) -> bool:
         """Whether the replica is done: every rank exited, or one failed (the others are then

@@ -29,14 +29,14 @@ from typing import Any
 import ray
 
 from perdure.backends.local import layout, procs
+from perdure.backends.local.nodeenv import interface_env
+from perdure.backends.local.pulls import FILES, pull_launch
 from perdure.backends.local.replicas import kill_leftovers, signal_replica
 
 AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
 # The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
 # while its template imports torch), else this actor starts it cold.
 CLAIM_SECONDS = 40.0
-PULL_LIMIT = 1 << 20  # bytes of one stream per pull: a pull is one small message
-FILES = {"out": "stdout.log", "err": "stderr.log", "progress": "progress.jsonl"}
 
 
 def node_address() -> str:
@@ -60,32 +60,9 @@ def node_dir() -> str:
 
 
 def network_env() -> dict[str, str]:
-    """Make gloo and NCCL talk over the interface Ray reaches this node on.
-
-    Left alone they bind to the address the host name resolves to, often 127.0.0.1: peers on
-    other hosts could not connect. The user's own settings win.
-    """
-    import psutil
-
-    address = node_address()
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == address for a in addrs):
-            return {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name,
-                    "TP_SOCKET_IFNAME": name}
-    return {}
-
-
-def pull_launch(directory: str, offsets: dict[str, int]) -> dict[str, bytes]:
-    """New bytes of a launch's logs and progress reports since `offsets` (per stream)."""
-    out = {}
-    for stream, name in FILES.items():
-        try:
-            with open(os.path.join(directory, name), "rb") as f:
-                f.seek(offsets.get(stream, 0))
-                out[stream] = f.read(PULL_LIMIT)
-        except FileNotFoundError:
-            out[stream] = b""
-    return out
+    """Make gloo and NCCL talk over the interface Ray reaches this node on (the user's own
+    settings win)."""
+    return interface_env(node_address())
 
 
 def _in_supervisor() -> None:

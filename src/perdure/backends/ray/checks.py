@@ -16,7 +16,7 @@ from perdure.core.spec import ClusterSpec, JobSpec, SpecError
 def check_shared_checkpoint(spec: JobSpec, spec_dir: str, state_dir: str,
                             cluster: ClusterSpec) -> None:
     """Raise SpecError when a Ray job's checkpoints would land on one machine only."""
-    if cluster.backend != "ray":
+    if cluster.backend not in ("ray", "slurm"):
         return
     raw = spec.checkpoint.dir
     if raw and "://" in raw and not raw.startswith("file://"):
@@ -27,13 +27,15 @@ def check_shared_checkpoint(spec: JobSpec, spec_dir: str, state_dir: str,
     else:
         path = posixpath.join(state_dir, "checkpoints")
     path = posixpath.normpath(path)
-    shared = [posixpath.normpath(d) for d in (cluster.ray.shared_dirs if cluster.ray else [])]
+    section = cluster.ray if cluster.backend == "ray" else cluster.slurm
+    shared = [posixpath.normpath(d) for d in (section.shared_dirs if section else [])]
     if any(path == d or path.startswith(d.rstrip("/") + "/") for d in shared):
         return
     where = f"checkpoint.dir {raw!r}" if raw else "the default checkpoint dir"
     raise SpecError(
-        f"checkpoint.dir: {where} is {path}, a path on the controller's machine only; on Ray "
-        "the replicas run on other hosts and could not read it. Use a URL every node reaches "
-        "(s3://..., gs://...) or a path under one of the cluster file's `ray: shared_dirs` "
+        f"checkpoint.dir: {where} is {path}, a path on the controller's machine only; on "
+        f"{cluster.backend} the replicas run on other hosts and could not read it. Use a URL "
+        "every node reaches (s3://..., gs://...) or a path under one of the cluster file's "
+        f"`{cluster.backend}: shared_dirs` "
         f"(now {shared or 'none'}): a filesystem mounted at the same place on every node"
     )

@@ -1,0 +1,29 @@
+"""What a launch on another host wrote, read in pieces for the controller's copy (`Mirror`).
+
+A node-side helper of the cluster backends (Ray's launch actors and node agents, Slurm's node
+agents): the launch directory's logs and progress reports from given offsets, one bounded
+chunk per stream, so that a pull is one small message.
+
+Side effects: reads files only.
+"""
+
+from __future__ import annotations
+
+import os
+
+PULL_LIMIT = 1 << 20  # bytes of one stream per pull: a pull is one small message
+FILES = {"out": "stdout.log", "err": "stderr.log", "progress": "progress.jsonl"}
+
+
+def pull_launch(directory: str, offsets: dict[str, int],
+                limit: int = PULL_LIMIT) -> dict[str, bytes]:
+    """New bytes of a launch's logs and progress reports since `offsets` (per stream)."""
+    out = {}
+    for stream, name in FILES.items():
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                f.seek(offsets.get(stream, 0))
+                out[stream] = f.read(limit)
+        except FileNotFoundError:
+            out[stream] = b""
+    return out

@@ -1,0 +1,276 @@
+"""The node agent: one job step per node of an allocation, owning that node's replicas.
+
+`python -m perdure.backends.slurm.agent HUB NODE` runs as a step of the holder job
+(`srun --overlap --jobid ...`). It owns the local backend's spawner with its pool of warm
+standbys, so a replica runs under the local supervisor with exactly the local backend's
+semantics (exit code and signal, error file, OOM over `memory_mb`, stop with grace then
+SIGKILL of the tree), and a restart starts warm. Launch directories live on this node
+(`$TMPDIR/perdure-slurm/<job>-<node>/launches/<launch id>`): nothing is shared.
+
+It connects to the controller's hub (perdure.backends.slurm.hub) with the secret in
+$PERDURE_SLURM_SECRET and pushes a report every PUSH_SECONDS, which is also its heartbeat:
+each launch's status and exit once, and the new bytes of its logs and progress. A launch's
+exit is pushed only in a report that brings none of its bytes, so the controller has the
+whole log when it sees the end. A lost connection is tried again until the allocation ends.
+SIGTERM (Slurm's preemption notice, with the partition's GraceTime) is reported, not obeyed.
+
+Side effects: processes (the spawner, supervisors, replicas), the launch directories, a TCP
+connection to the hub.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from perdure.backends.local import layout, procs
+from perdure.backends.local.nodeenv import interface_env, node_command
+from perdure.backends.local.pulls import pull_launch
+from perdure.backends.local.replicas import kill_leftovers
+from perdure.backends.local.spawner import Spawner
+from perdure.backends.slurm.step import node_dir
+from perdure.runtime.transport.wire import FrameError, mac, parse_addr, recv_frame, send_frame
+
+PUSH_SECONDS = 0.2
+CHUNK = 128 << 10  # bytes of one stream per report (a report stays well under a frame)
+BUDGET = 512 << 10  # bytes of all streams in one report
+CLAIM_SECONDS = 60.0  # a launch unclaimed this long never started
+SECRET_ENV = "PERDURE_SLURM_SECRET"
+ROLE = "agent"
+
+
+class _Launch:
+    def __init__(self, directory: str, offsets: dict[str, int]) -> None:
+        self.dir = directory
+        self.offsets = dict(offsets)
+        self.sent_status = False
+        self.sent_exit = False
+        self.since = time.monotonic()
+
+
+class NodeAgent:
+    """See the module docstring."""
+
+    def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float) -> None:
+        self.hub = parse_addr(hub, "hub")
+        self.node = node
+        self.alloc = os.environ.get("SLURM_JOB_ID", "")
+        self.secret = os.environ.pop(SECRET_ENV, "")
+        self.launches_dir = os.path.join(node_dir(node), layout.LAUNCHES)
+        os.makedirs(self.launches_dir, exist_ok=True)
+        self.spawner = Spawner(self.launches_dir, int(warm_pool) if warm_pool.isdigit()
+                               else warm_pool, warm_idle)
+        self.launches: dict[str, _Launch] = {}
+        self.lock = threading.Lock()
+        self.notice: str | None = None
+        self.address = ""
+        self.identity = {"pid": os.getpid(), "start_ticks": _ticks(os.getpid())}
+
+    # ---- connection -------------------------------------------------------------------------
+
+    def connect(self) -> socket.socket:
+        sock = socket.create_connection(self.hub, timeout=5)
+        nonce = str(recv_frame(sock, limit=4096)["nonce"])
+        self.address = sock.getsockname()[0]
+        send_frame(sock, {"alloc": self.alloc, "node": self.node, "address": self.address,
+                          "mac": mac(self.secret, nonce, self.alloc, self.node, ROLE)})
+        answer = recv_frame(sock, limit=4096)
+        if not answer.get("ok"):
+            raise ConnectionError(f"the hub refused this agent: {answer.get('error')}")
+        sock.settimeout(None)
+        return sock
+
+    def serve(self) -> None:
+        """Connect, report and obey until the allocation ends (this process is killed)."""
+        self.spawner.prewarm()
+        while True:
+            try:
+                sock = self.connect()
+            except (OSError, FrameError, KeyError):
+                time.sleep(0.5)
+                continue
+            lock = threading.Lock()
+            reader = threading.Thread(target=self._read, args=(sock, lock), daemon=True)
+            reader.start()
+            try:
+                while reader.is_alive():
+                    report = self._report()
+                    with lock:
+                        send_frame(sock, report)
+                    self._sent(report)
+                    time.sleep(PUSH_SECONDS)
+            except OSError:
+                pass
+            sock.close()
+            with self.lock:  # the next controller says what it already has (sync)
+                for launch in self.launches.values():
+                    launch.sent_status = launch.sent_exit = False
+
+    def _read(self, sock: socket.socket, lock: threading.Lock) -> None:
+        try:
+            while True:
+                frame = recv_frame(sock)
+                answer = self._obey(frame)
+                if answer is not None and "rid" in frame:
+                    with lock:
+                        send_frame(sock, {**answer, "rid": frame["rid"]})
+        except (OSError, FrameError):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    # ---- what the controller asks -------------------------------------------------------------
+
+    def _obey(self, frame: dict[str, Any]) -> dict[str, Any] | None:
+        op = frame.get("op")
+        if op == "launch":
+            self._launch(frame["record"])
+        elif op == "track":  # after a controller restart: what it has of each launch
+            with self.lock:
+                for lid, offsets in dict(frame["launches"]).items():
+                    directory = os.path.join(self.launches_dir, str(lid))
+                    if os.path.isdir(directory):
+                        self.launches[str(lid)] = _Launch(directory, offsets)
+            return {"known": [lid for lid in frame["launches"] if lid in self.launches]}
+        elif op == "stop":
+            self._stop(str(frame["launch_id"]), int(frame["signal"]), float(frame["grace"]),
+                       str(frame.get("reason", "")), frame.get("notice"))
+        elif op == "forget":
+            with self.lock:
+                self.launches.pop(str(frame["launch_id"]), None)
+        elif op == "port":
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("", 0))  # free on every interface, as rank 0's TCPStore binds
+                return {"port": int(s.getsockname()[1])}
+        return None
+
+    def _launch(self, record: dict[str, Any]) -> None:
+        lid = str(record["launch_id"])
+        if os.sep in lid or lid in ("", ".", ".."):
+            return
+        directory = os.path.join(self.launches_dir, lid)
+        if os.path.exists(os.path.join(directory, layout.LAUNCH)):
+            return  # sent again after a reconnect: it runs already
+        os.makedirs(directory, exist_ok=True)
+        env = dict(record["env"])
+        env.update({k: v for k, v in interface_env(self.address).items() if k not in env})
+        layout.write_json(os.path.join(directory, layout.LAUNCH), {
+            **record, "command": node_command(list(record["command"])), "env": env,
+            "inherit_env": True, "memory_mechanism": record.get("memory_mechanism", "auto"),
+            "stdout": os.path.join(directory, "stdout.log"),
+            "stderr": os.path.join(directory, "stderr.log"),
+            "created": time.time(), "owner": self.identity,
+            # Slurm signals every process of the step at once on a preemption: the supervisor
+            # then gives the replica the job's grace period to save, not its own default
+            "self_stop_grace": float(env.get("PERDURE_GRACE_SECONDS", "10"))})
+        with self.lock:
+            self.launches[lid] = _Launch(directory, {})
+        self.spawner.send(directory)
+
+    def _stop(self, lid: str, sig: int, grace: float, reason: str, notice: Any) -> None:
+        directory = os.path.join(self.launches_dir, lid)
+        if not os.path.isdir(directory) or os.path.exists(os.path.join(directory, layout.EXIT)):
+            return
+        layout.write_json(os.path.join(directory, layout.STOP), {
+            "signal": sig, "deadline": time.time() + grace, "reason": reason, "notice": notice})
+        status = layout.read_json(os.path.join(directory, layout.STATUS))
+        if status is not None:  # else the supervisor reads stop.json once it has started
+            procs.send_signal(int(status["supervisor_pid"]),
+                              int(status["supervisor_start_ticks"]), signal.SIGUSR1)
+
+    # ---- reports ----------------------------------------------------------------------------
+
+    def _report(self) -> dict[str, Any]:
+        budget = BUDGET
+        items: dict[str, Any] = {}
+        with self.lock:
+            launches = list(self.launches.items())
+        for lid, launch in launches:
+            item: dict[str, Any] = {}
+            if not launch.sent_status:
+                status = layout.read_json(os.path.join(launch.dir, layout.STATUS))
+                if status is not None:
+                    item["status"] = status
+            if budget <= 0:  # the rest next time; its exit waits for its bytes
+                if item:
+                    items[lid] = item
+                continue
+            chunks = pull_launch(launch.dir, launch.offsets, min(CHUNK, budget))
+            chunks = {k: v for k, v in chunks.items() if v}
+            budget -= sum(len(v) for v in chunks.values())
+            if chunks:
+                item["chunks"] = {k: base64.b64encode(v).decode() for k, v in chunks.items()}
+                item["offsets"] = dict(launch.offsets)
+            elif not launch.sent_exit:
+                ended = self._ended(launch)
+                if ended is not None:
+                    item["exit"] = ended
+            if item:
+                items[lid] = item
+        report: dict[str, Any] = {"t": "report", "launches": items}
+        if self.notice is not None:
+            report["notice"] = self.notice
+        return report
+
+    def _ended(self, launch: _Launch) -> dict[str, Any] | None:
+        record = layout.read_json(os.path.join(launch.dir, layout.EXIT))
+        if record is not None:
+            return record
+        claim = layout.read_json(os.path.join(launch.dir, layout.CLAIM))
+        if claim is None:
+            if time.monotonic() - launch.since < CLAIM_SECONDS:
+                return None
+            return {"spawn_error": f"no supervisor started launch {launch.dir} on node "
+                                   f"{self.node} within {CLAIM_SECONDS:g}s", "time": time.time()}
+        pid = int(claim.get("supervisor_pid") or 0)
+        if pid and procs.is_alive(pid, int(claim.get("supervisor_start_ticks") or 0)):
+            return None
+        record = layout.read_json(os.path.join(launch.dir, layout.EXIT))  # raced its write
+        if record is not None:
+            return record
+        kill_leftovers(layout.read_json(os.path.join(launch.dir, layout.STATUS)) or {},
+                       launch.dir)
+        return {"spawn_error": f"the supervisor of {os.path.basename(launch.dir)} exited "
+                               "without recording the replica's exit; see "
+                               f"{os.path.join(launch.dir, layout.SUPERVISOR_LOG)} on node "
+                               f"{self.node}", "time": time.time()}
+
+    def _sent(self, report: dict[str, Any]) -> None:
+        with self.lock:
+            for lid, item in report["launches"].items():
+                launch = self.launches.get(lid)
+                if launch is None:
+                    continue
+                launch.sent_status = launch.sent_status or "status" in item
+                launch.sent_exit = launch.sent_exit or "exit" in item
+                for stream, data in item.get("chunks", {}).items():
+                    launch.offsets[stream] = (launch.offsets.get(stream, 0)
+                                              + len(base64.b64decode(data)))
+
+
+def _ticks(pid: int) -> int:
+    own = procs.stat(pid)
+    return own.start_ticks if own else 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 4:
+        sys.exit("usage: python -m perdure.backends.slurm.agent HUB NODE WARM_POOL WARM_IDLE")
+    agent = NodeAgent(args[0], args[1], args[2], float(args[3]))
+
+    def on_term(signum: int, frame: Any) -> None:
+        agent.notice = "preempt"  # Slurm's preemption notice; the controller decides
+
+    signal.signal(signal.SIGTERM, on_term)
+    agent.serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The Slurm backend's allocations: one holder job per attempt (and one per further node).
+
+An `Alloc` is a holder job (`slurmcmd.HOLDER`) submitted with `--no-kill`, so that one node's
+failure does not end it on the others. Its name says whose it is:
+`perdure.<state dir tag>.<job id>.<attempt>`, so a restarted controller finds its allocations
+in squeue by name. Steps start in it with `srun --overlap --jobid`: the node agents and the
+replicas' steps (`srun` runs on this login node, in a session of its own, so a controller
+that dies leaves them running).
+
+Side effects: sbatch, scancel and srun processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from perdure.backends.slurm import slurmcmd
+from perdure.core.spec import SlurmSpec
+
+SECRET_ENV = "PERDURE_SLURM_SECRET"
+
+
+def name_prefix(state_dir: str) -> str:
+    """The job-name prefix of this state dir's allocations. No side effects."""
+    return f"perdure.{hashlib.sha256(state_dir.encode()).hexdigest()[:8]}."
+
+
+def parse_name(prefix: str, name: str) -> tuple[str, str] | None:
+    """(job id, attempt) of an allocation's job name, None when not one of ours."""
+    if not name.startswith(prefix):
+        return None
+    job_id, _, attempt = name[len(prefix):].rpartition(".")
+    return (job_id, attempt) if job_id and attempt.isdigit() else None
+
+
+@dataclass
+class Alloc:
+    """One holder job: what it was asked for and what Slurm says of it."""
+
+    job_id: str
+    attempt: str
+    nodes: list[str]
+    slurm_id: str = ""  # "" until submitted
+    state: str = "UNSUBMITTED"
+    reason: str = ""
+    ran: bool = False  # it has been RUNNING
+    ending: bool = False  # cancelled by perdure, or ended: takes no more launches
+    noticed: bool = False  # its preemption or time-limit notice was passed on
+    agents: dict[str, float] = field(default_factory=dict)  # node -> when its step started
+    idle_since: float | None = None
+    cpus: int = 1
+
+    @property
+    def running(self) -> bool:
+        return self.state in slurmcmd.RUNNING_STATES
+
+    def describe(self) -> str:
+        why = f" ({self.reason})" if self.reason and self.reason != "None" else ""
+        return f"Slurm job {self.slurm_id or '(unsubmitted)'} {self.state}{why}"
+
+
+def slurm_env(secret: str | None = None) -> dict[str, str]:
+    """This process's environment for srun and sbatch, without the SLURM_* variables of any
+    job the controller itself may run in (they would retarget srun), SLURM_CONF kept."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+    if secret is not None:
+        env[SECRET_ENV] = secret
+    return env
+
+
+def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, warning: int) -> None:
+    alloc.slurm_id = slurmcmd.submit(spec, f"{prefix}{alloc.job_id}.{alloc.attempt}",
+                                     alloc.nodes, alloc.cpus, warning)
+    alloc.state = "PENDING"
+
+
+def step(alloc: Alloc, node: str, name: str, argv: list[str], log: str,
+         secret: str | None = None) -> subprocess.Popen[bytes]:
+    """Start a step of `alloc` on `node` running `argv` (never waits for it)."""
+    out = open(log, "ab")  # noqa: SIM115 - the child keeps it
+    try:
+        return subprocess.Popen(
+            ["srun", "--overlap", f"--jobid={alloc.slurm_id}", f"--nodelist={node}",
+             "--nodes=1", "--ntasks=1", f"--job-name={name}", "--kill-on-bad-exit=0",
+             "--quiet", *argv],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=slurm_env(secret),
+            start_new_session=True, close_fds=True)
+    finally:
+        out.close()
+
+
+def start_agent(alloc: Alloc, node: str, hub: str, secret: str, warm: tuple[object, float],
+                logs: str) -> subprocess.Popen[bytes]:
+    alloc.agents[node] = time.monotonic()
+    argv = [sys.executable, "-m", "perdure.backends.slurm.agent", hub, node, str(warm[0]),
+            f"{warm[1]:g}"]
+    return step(alloc, node, "perdure-agent", argv,
+                os.path.join(logs, f"agent-{alloc.slurm_id}-{node}.log"), secret)
+
+
+def start_watcher(alloc: Alloc, node: str, launch_id: str, logs: str
+                  ) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "perdure.backends.slurm.step", node, launch_id]
+    return step(alloc, node, launch_id, argv, os.path.join(logs, "steps.log"))

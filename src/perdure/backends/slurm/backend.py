@@ -1,0 +1,394 @@
+"""Run replicas on a Slurm cluster: an allocation per attempt, a node agent per node.
+
+`SlurmBackend` implements `perdure.backends.base.Backend`. The first launches of an attempt
+submit a holder job over their nodes (`allocs`); while Slurm queues it the launches wait
+(Slurm's state and reason are in `<state>/slurm/allocs.json` and the controller's log). Once
+it runs, a node agent starts as a step on each node (`agent`) and connects to this
+controller's hub (`hub`); each launch is handed to its node's agent, which runs it under the
+local backend's supervisor through its spawner and warm pool, and a step named after the
+launch (`step`) shows the replica to Slurm. A restart is a new launch in the allocation the
+attempt holds: no new queue wait. A launch on a node the allocation lacks (a replacement)
+gets a further allocation of that node.
+
+Agents push their launches' status, exit, logs and progress (kept where the local backend
+keeps them: `perdure logs` reads them on this login node) and a heartbeat. An agent that goes
+silent for HEARTBEAT_SECONDS, or whose connection ends while its allocation still runs, is
+a lost node (a `fail-node`: its replicas are lost with it, no restart charged); the node is
+restored once Slurm has seen it down and back. The holder's notices (the time limit's
+warning, a preemption's SIGTERM) and an agent's SIGTERM become a `preempt` of the job; an
+allocation that ends otherwise (scancel from outside) a `cancel`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+
+from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.local import layout, warm
+from perdure.backends.local.transport import LaunchTransport
+from perdure.backends.ray.mirror import Mirror
+from perdure.backends.slurm import allocs as al
+from perdure.backends.slurm import slurmcmd
+from perdure.backends.slurm.hub import Agent, Hub, load_secret
+from perdure.backends.slurm.links import AgentLinks
+from perdure.backends.slurm.reports import Tracked
+from perdure.core.events import (
+    Command,
+    Launch,
+    LaunchFailed,
+    Observation,
+    ReplicaExited,
+    Stop,
+)
+from perdure.core.spec import ClusterSpec, SlurmSpec
+
+SQUEUE_SECONDS = 0.5  # how often the allocations' states are read
+SINFO_SECONDS = 2.0  # how often lost nodes are looked at (to restore them)
+RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back (scancel)
+PORT_SECONDS = 5.0
+WARNING_MARGIN = 10  # seconds added to the grace for the time limit's warning
+ADDRESS_ENV = "PERDURE_SLURM_ADDRESS"  # the address agents reach this controller at
+
+
+class SlurmBackend(AgentLinks):
+    """Replicas as job steps of per-attempt Slurm allocations (see the module docstring)."""
+
+    def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
+        self.spec: SlurmSpec = cluster.slurm or SlurmSpec()
+        self.state_dir = os.path.realpath(state_dir)
+        self.dir = os.path.join(self.state_dir, "slurm")
+        layout.private_dirs(self.dir)
+        os.makedirs(os.path.join(self.state_dir, layout.LAUNCHES), exist_ok=True)
+        self.prefix = al.name_prefix(self.state_dir)
+        self._configured = [NodeInfo(n.name, n.slots) for n in cluster.nodes]
+        self._warm = (warm.pool_size(None), warm.idle_seconds(None))
+        self.hub: Hub | None = None
+        self._transport: LaunchTransport | None = None
+        self._allocs: list[al.Alloc] = []
+        self._active: dict[str, Tracked] = {}
+        self._agents: dict[tuple[str, str], Agent] = {}
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._down: dict[str, float] = {}  # lost node -> when
+        self._seen_down: set[str] = set()  # lost nodes Slurm has shown down since
+        self._addresses: dict[str, str] = {}
+        self._ports: dict[tuple[str, str], str] = {}
+        self._pending: list[Observation] = []
+        self._next_squeue = self._next_sinfo = 0.0
+
+    # ---- attach -----------------------------------------------------------------------------
+
+    def _attach(self) -> None:
+        """Start the hub and relay, find this state dir's allocations (a restarted
+        controller's), on first use once the controller holds the state dir."""
+        if self.hub is not None:
+            return
+        host = os.environ.get(ADDRESS_ENV) or slurmcmd.own_address()
+        self._transport = LaunchTransport(self.state_dir, "net", host=host)
+        self._transport.ensure()
+        self.hub = Hub(self.dir, host, load_secret(self.dir))
+        for info in slurmcmd.jobs(self.prefix).values():
+            ids = al.parse_name(self.prefix, info.name)
+            if ids is None or not (info.running or info.state == "PENDING"):
+                continue
+            alloc = al.Alloc(ids[0], ids[1], slurmcmd.expand(info.nodes), slurm_id=info.job_id,
+                             state=info.state, reason=info.reason, ran=info.running)
+            # its agents run on: they connect to the hub again at the recorded address
+            alloc.agents = {n: time.monotonic() for n in alloc.nodes} if alloc.ran else {}
+            self._allocs.append(alloc)
+
+    def nodes(self) -> list[NodeInfo]:
+        self._attach()
+        found = {n.name: n for n in slurmcmd.nodes(self.spec.partition)}
+        self._addresses.update({n.name: n.address for n in found.values()})
+        if self._configured:
+            return [NodeInfo(n.name, n.slots, self._addresses.get(n.name))
+                    for n in self._configured]
+        return [NodeInfo(n.name, n.cpus, n.address) for n in sorted(found.values(),
+                                                                     key=lambda n: n.name)]
+
+    # ---- launch and stop --------------------------------------------------------------------
+
+    def launch(self, launch: Launch) -> None:
+        self._attach()
+        assert self._transport is not None
+        if launch.launch_id in self._active:
+            raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
+        mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
+        if mirror.read_record(layout.LAUNCH) is not None:
+            raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
+                              "launch needs a new id")
+        env = self._transport.env(launch)  # the relay: rounds, reports, errors, notices
+        launch = Launch(launch.launch_id, launch.job_id, launch.replica, launch.node,
+                        launch.command, env, launch.cwd, launch.memory_mb, launch.log_prefix)
+        alloc = self._alloc_for(launch)
+        mirror.write_record(layout.LAUNCH, {
+            "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
+            "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})
+        self._active[launch.launch_id] = Tracked(launch, alloc, mirror)
+
+    def _alloc_for(self, launch: Launch) -> al.Alloc:
+        """The allocation this launch runs in: its attempt's that holds its node, else the
+        attempt's not yet submitted one (the node joins it), else a new one."""
+        attempt = launch.env.get("PERDURE_ATTEMPT", "0")
+        mine = [a for a in self._allocs if a.job_id == launch.job_id
+                and a.attempt == attempt and not a.ending]
+        for alloc in mine:
+            if launch.node in alloc.nodes:
+                return alloc
+        for alloc in mine:
+            if not alloc.slurm_id:
+                alloc.nodes.append(launch.node)
+                return alloc
+        alloc = al.Alloc(launch.job_id, attempt, [launch.node])
+        self._allocs.append(alloc)
+        return alloc
+
+    def stop(self, stop: Stop) -> None:
+        tracked = self._active.get(stop.launch_id)
+        if tracked is None:
+            return
+        if not tracked.dispatched:  # still waiting for its allocation: it never ran
+            self._active.pop(stop.launch_id)
+            self._pending.append(ReplicaExited(stop.launch_id, 128 + int(stop.signal),
+                                               time.time(), signal=int(stop.signal)))
+            return
+        grace = max(0.0, stop.grace)
+        # The relay answers the replica's "is this a notice?" from this record.
+        tracked.mirror.write_record(layout.STOP, {
+            "signal": int(stop.signal), "deadline": time.time() + grace,
+            "reason": stop.reason, "notice": stop.notice})
+        agent = self._agent_of(tracked)
+        if agent is not None:
+            agent.send({"op": "stop", "launch_id": stop.launch_id, "signal": int(stop.signal),
+                        "grace": grace, "reason": stop.reason, "notice": stop.notice})
+
+    def kill_node(self, node: str) -> None:
+        for tracked in list(self._active.values()):
+            if tracked.launch.node == node:
+                self.stop(Stop(tracked.launch.launch_id, signal.SIGKILL, 0.0,
+                               f"node {node} killed"))
+
+    def _agent_of(self, tracked: Tracked) -> Agent | None:
+        return self._agents.get((tracked.alloc.slurm_id, tracked.launch.node))
+
+    # ---- observe ----------------------------------------------------------------------------
+
+    def poll(self) -> list[Observation]:
+        self._attach()
+        out, self._pending = self._pending, []
+        now = time.monotonic()
+        self._submit(out)
+        if now >= self._next_squeue:
+            self._next_squeue = now + SQUEUE_SECONDS
+            self._refresh(out)
+        self._drain(out)
+        self._heartbeats(now, out)
+        if self._down and now >= self._next_sinfo:
+            self._next_sinfo = now + SINFO_SECONDS
+            self._restore(now, out)
+        self._dispatch(out)
+        self._release(now)
+        self._procs = [p for p in self._procs if p.poll() is None]
+        return out
+
+    def _submit(self, out: list[Observation]) -> None:
+        for alloc in self._allocs:
+            if alloc.slurm_id or alloc.ending:
+                continue
+            launches = [t for t in self._active.values() if t.alloc is alloc]
+            if not launches:
+                alloc.ending = True
+                continue
+            per_node = [sum(t.launch.node == n for t in launches) for n in alloc.nodes]
+            alloc.cpus = max(per_node)
+            grace = float(launches[0].launch.env.get("PERDURE_GRACE_SECONDS", "30"))
+            try:
+                al.submit(alloc, self.spec, self.prefix, int(grace) + WARNING_MARGIN)
+            except slurmcmd.SlurmError as err:
+                alloc.ending = True
+                for t in launches:
+                    self._active.pop(t.launch.launch_id, None)
+                    out.append(LaunchFailed(t.launch.launch_id, f"sbatch: {err}", time.time()))
+        self._allocs = [a for a in self._allocs if a.slurm_id or not a.ending]
+        self._save()
+
+    def _save(self) -> None:
+        layout.write_json(os.path.join(self.dir, "allocs.json"), {"allocations": [
+            {"slurm_id": a.slurm_id, "job_id": a.job_id, "attempt": a.attempt,
+             "nodes": a.nodes, "state": a.state, "reason": a.reason} for a in self._allocs]})
+
+    def _refresh(self, out: list[Observation]) -> None:
+        """Read the allocations' states from squeue and act on what changed."""
+        try:
+            infos = slurmcmd.jobs(self.prefix)
+        except slurmcmd.SlurmError:
+            return  # slurmctld busy or restarting: next time
+        changed = False
+        for alloc in [a for a in self._allocs if a.slurm_id]:
+            info = infos.get(alloc.slurm_id)
+            state = info.state if info is not None else "GONE"
+            changed |= (state, info.reason if info else "") != (alloc.state, alloc.reason)
+            alloc.state, alloc.reason = state, info.reason if info is not None else ""
+            if info is not None and info.running:
+                if not alloc.ran:
+                    alloc.ran = True
+                    self._start_agents(alloc)
+                if info.comment in slurmcmd.NOTICES:
+                    self._notice(alloc, info.comment, out)
+            elif state != "PENDING":
+                self._ended(alloc, state, out)
+        if changed:
+            self._save()
+            for alloc in self._allocs:
+                self._log(f"{alloc.job_id} attempt {alloc.attempt}: {alloc.describe()} "
+                          f"on {','.join(alloc.nodes)}")
+
+    def _log(self, line: str) -> None:
+        """One line of what Slurm did to the allocations (<state>/slurm/slurm.log)."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        with open(os.path.join(self.dir, "slurm.log"), "a") as f:
+            f.write(f"{stamp} {line}\n")
+
+    def _start_agents(self, alloc: al.Alloc) -> None:
+        assert self.hub is not None
+        for node in alloc.nodes:
+            if node not in alloc.agents:
+                self._procs.append(al.start_agent(alloc, node, self.hub.address,
+                                                  self.hub.secret, self._warm, self.dir))
+
+    def _notice(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
+        """A preemption or time-limit notice for `alloc`: the job saves and suspends."""
+        if alloc.noticed:
+            return
+        alloc.noticed = True
+        out.append(Command("preempt", alloc.job_id, time.time()))
+
+    def _ended(self, alloc: al.Alloc, state: str, out: list[Observation]) -> None:
+        """The allocation ended, not by perdure (which drops one it cancels): preempted or
+        out of time -> the job suspends; cancelled from outside -> the job is cancelled."""
+        alloc.ending = True
+        self._allocs.remove(alloc)
+        self._log(f"{alloc.job_id} attempt {alloc.attempt}: {alloc.describe()}: ended")
+        if any(t.alloc is alloc for t in self._active.values()):
+            if state in ("PREEMPTED", "TIMEOUT", "REQUEUED", "NODE_FAIL") or alloc.noticed:
+                self._notice(alloc, state, out)
+            else:
+                out.append(Command("cancel", alloc.job_id, time.time()))
+        for tracked in [t for t in self._active.values() if t.alloc is alloc]:
+            self._gone(tracked, f"its allocation ended ({alloc.describe()})", out)
+
+    # ---- dispatch and release ---------------------------------------------------------------
+
+    def _dispatch(self, out: list[Observation]) -> None:
+        for tracked in list(self._active.values()):
+            if tracked.dispatched or not tracked.alloc.running:
+                continue
+            agent = self._agent_of(tracked)
+            if agent is None:
+                continue
+            env = dict(tracked.launch.env)
+            master = env.get("PERDURE_MASTER_NODE", "")
+            if master and master not in self._down:
+                master_agent = self._master_agent(tracked.launch.job_id, master)
+                if master_agent is None:
+                    continue  # rank 0's node agent is not up yet
+                env["MASTER_ADDR"] = master_agent.address
+                env["MASTER_PORT"] = self._master_port(tracked.launch.job_id, master_agent,
+                                                       env.get("MASTER_PORT", "0"))
+            launch = tracked.launch
+            record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
+                      "replica": launch.replica, "node": launch.node,
+                      "command": list(launch.command), "env": env, "cwd": launch.cwd,
+                      "memory_mb": launch.memory_mb}
+            if not agent.send({"op": "launch", "record": record}):
+                continue  # its connection just ended: the node's loss follows
+            tracked.dispatched = True
+            tracked.mirror.write_record(layout.LAUNCH, {
+                **record, "log_prefix": launch.log_prefix, "created": time.time(),
+                "slurm_job": tracked.alloc.slurm_id})
+            self._procs.append(al.start_watcher(tracked.alloc, launch.node, launch.launch_id,
+                                                self.dir))
+
+    def _master_agent(self, job_id: str, node: str) -> Agent | None:
+        for (slurm_id, name), agent in self._agents.items():
+            if name == node and any(a.slurm_id == slurm_id and a.job_id == job_id
+                                    for a in self._allocs):
+                return agent
+        return None
+
+    def _master_port(self, job_id: str, agent: Agent, asked: str) -> str:
+        """A port free on rank 0's node, the same for every launch given the same port."""
+        key = (job_id, asked)
+        if key not in self._ports:
+            assert self.hub is not None
+            answer = self.hub.request(agent, {"op": "port"}, PORT_SECONDS)
+            if answer is None:
+                return asked  # its node is going: the group restarts anyway
+            self._ports[key] = str(answer["port"])
+        return self._ports[key]
+
+    def _release(self, now: float) -> None:
+        """Give back allocations that hold no launch (after RELEASE_SECONDS: a restart's new
+        launches come within milliseconds of the old ones' exits)."""
+        for alloc in list(self._allocs):
+            if not alloc.slurm_id or any(t.alloc is alloc for t in self._active.values()):
+                alloc.idle_since = None
+                continue
+            if alloc.idle_since is None:
+                alloc.idle_since = now
+            # at once when nothing will come back to it: it is being preempted or timed out,
+            # or a later attempt of its job has begun
+            if alloc.noticed or self._superseded(alloc) or (
+                    now - alloc.idle_since >= RELEASE_SECONDS):
+                alloc.ending = True
+                self._allocs.remove(alloc)
+                with contextlib.suppress(slurmcmd.SlurmError):
+                    slurmcmd.cancel(alloc.slurm_id)
+                self._save()
+
+    def _superseded(self, alloc: al.Alloc) -> bool:
+        return any(t.launch.job_id == alloc.job_id
+                   and t.launch.env.get("PERDURE_ATTEMPT") != alloc.attempt
+                   for t in self._active.values())
+
+    # ---- restart ----------------------------------------------------------------------------
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        self._attach()
+        out: list[Observation] = []
+        for lid in launch_ids:
+            if lid in self._active:
+                continue
+            record = layout.read_json(os.path.join(self.state_dir, layout.LAUNCHES, lid,
+                                                   layout.LAUNCH))
+            alloc = next((a for a in self._allocs if record is not None
+                          and a.slurm_id == record.get("slurm_job")), None)
+            if record is None or alloc is None or record.get("node") not in alloc.nodes:
+                out.append(LaunchFailed(lid, f"launch {lid}: its Slurm allocation is gone "
+                                        "(it ended while no controller watched)", time.time()))
+                continue
+            launch = Launch(lid, str(record["job_id"]), str(record["replica"]),
+                            str(record["node"]), tuple(record["command"]), dict(record["env"]),
+                            str(record["cwd"]), record.get("memory_mb"),
+                            str(record["log_prefix"]))
+            self._active[lid] = Tracked(launch, alloc, Mirror(self.state_dir, lid,
+                                                               launch.log_prefix),
+                                         dispatched=True)
+        return out
+
+    def close(self) -> None:
+        """Stop watching: allocations with launches, their agents and replicas run on (a
+        restart re-attaches); allocations that hold none are given back now."""
+        for alloc in self._allocs:
+            if alloc.slurm_id and not any(t.alloc is alloc for t in self._active.values()):
+                with contextlib.suppress(slurmcmd.SlurmError):
+                    slurmcmd.cancel(alloc.slurm_id)
+        if self.hub is not None:
+            self.hub.close()
+        if self._transport is not None:
+            self._transport.close()
+

@@ -1,0 +1,159 @@
+"""The Slurm backend's links to its node agents: their reports, heartbeats and losses.
+
+`AgentLinks` is the half of `SlurmBackend` that reads what the hub received: an agent's hello
+(it is told what the controller already has of its launches), its reports (applied by
+`reports`), its end. An agent gone while its allocation still runs, or silent for
+HEARTBEAT_SECONDS, is a lost node: a `fail-node` before its replicas' exits, so that none is
+charged. A lost node is restored once Slurm has shown it down and usable again.
+
+Side effects: through the backend: the mirror files, messages to agents, squeue and sinfo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import time
+
+from perdure.backends.slurm import allocs as al
+from perdure.backends.slurm import reports, slurmcmd
+from perdure.backends.slurm.hub import Agent, Hub
+from perdure.backends.slurm.reports import Tracked
+from perdure.core.events import Command, LaunchFailed, Observation
+from perdure.core.spec import SlurmSpec
+
+HEARTBEAT_SECONDS = 3.0  # an agent silent this long is on a lost node
+AGENT_START_SECONDS = 60.0  # an agent step that has not connected by then: its node is lost
+RESTORE_SECONDS = 60.0  # a lost node Slurm never showed down is restored after this
+
+
+class AgentLinks:
+    """See the module docstring; `SlurmBackend` holds the state and the Slurm side."""
+
+    spec: SlurmSpec
+    hub: Hub | None
+    _allocs: list[al.Alloc]
+    _active: dict[str, Tracked]
+    _agents: dict[tuple[str, str], Agent]
+    _down: dict[str, float]
+    _seen_down: set[str]
+    _addresses: dict[str, str]
+
+    def _refresh(self, out: list[Observation]) -> None:
+        raise NotImplementedError
+
+    def _notice(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
+        raise NotImplementedError
+
+    def _log(self, line: str) -> None:
+        raise NotImplementedError
+
+    def _gone(self, tracked: Tracked, why: str, out: list[Observation]) -> None:
+        """A launch whose agent is gone with its node or allocation: killed with it."""
+        self._active.pop(tracked.launch.launch_id, None)
+        if not tracked.dispatched:
+            out.append(LaunchFailed(tracked.launch.launch_id, why, time.time()))
+            return
+        out.append(reports.lost(tracked, why))
+
+    def _drain(self, out: list[Observation]) -> None:
+        assert self.hub is not None
+        while True:
+            try:
+                agent, frame = self.hub.events.get_nowait()
+            except queue.Empty:
+                return
+            key = (agent.alloc, agent.node)
+            if frame is None:
+                if self._agents.get(key) is agent:
+                    del self._agents[key]
+                    self._agent_lost(agent, "its agent's connection ended", out)
+            elif frame.get("t") == "hello":
+                old = self._agents.get(key)
+                if old is not None and old is not agent:
+                    with contextlib.suppress(OSError):
+                        old.sock.close()
+                self._agents[key] = agent
+                self._addresses[agent.node] = agent.address
+                agent.send({"op": "track", "launches": {
+                    t.launch.launch_id: dict(t.mirror.offsets) for t in self._active.values()
+                    if t.dispatched and (t.alloc.slurm_id, t.launch.node) == key}})
+            elif frame.get("t") == "report":
+                self._report(agent, frame, out)
+
+    def _report(self, agent: Agent, frame: dict[str, object], out: list[Observation]) -> None:
+        alloc = next((a for a in self._allocs if a.slurm_id == agent.alloc), None)
+        if frame.get("notice") and alloc is not None and not alloc.noticed:
+            # SIGTERM: a preemption's notice (the allocation runs on, for GraceTime), or
+            # a scancel (it is CANCELLED already): Slurm's state tells which
+            self._refresh(out)
+            if alloc in self._allocs and alloc.running:
+                self._notice(alloc, str(frame["notice"]), out)
+        items = frame.get("launches")
+        for lid, item in (items.items() if isinstance(items, dict) else []):
+            tracked = self._active.get(lid)
+            if tracked is None or (tracked.alloc.slurm_id, tracked.launch.node) != (
+                    agent.alloc, agent.node):
+                agent.send({"op": "forget", "launch_id": lid})
+                continue
+            if not reports.in_step(tracked, item):
+                # a report from before a resync: ask for what the copy lacks
+                agent.send({"op": "track", "launches": {lid: dict(tracked.mirror.offsets)}})
+                continue
+            if reports.apply(tracked, item, out):
+                self._active.pop(lid, None)
+                agent.send({"op": "forget", "launch_id": lid})
+
+    def _agent_lost(self, agent: Agent, why: str, out: list[Observation]) -> None:
+        """An agent is gone. Its allocation still running: its node is lost. Ended: the
+        allocation's end explains it (read now, so it is not mistaken for a node's death)."""
+        alloc = next((a for a in self._allocs if a.slurm_id == agent.alloc), None)
+        if alloc is None or alloc.ending:
+            return
+        self._refresh(out)
+        if alloc in self._allocs and alloc.running:
+            self._lose_node(agent.node, f"node {agent.node}: {why}", out)
+
+    def _heartbeats(self, now: float, out: list[Observation]) -> None:
+        for key, agent in list(self._agents.items()):
+            if now - agent.last_seen > HEARTBEAT_SECONDS:
+                del self._agents[key]
+                with contextlib.suppress(OSError):
+                    agent.sock.close()
+                self._agent_lost(agent, f"no heartbeat for {HEARTBEAT_SECONDS:g}s", out)
+        for alloc in self._allocs:
+            for node, since in list(alloc.agents.items()):
+                if ((alloc.slurm_id, node) not in self._agents and node in alloc.nodes
+                        and now - since > AGENT_START_SECONDS and alloc.running):
+                    alloc.agents[node] = now  # once per wait
+                    self._lose_node(node, f"node {node}: its agent never connected", out)
+
+    def _lose_node(self, node: str, why: str, out: list[Observation]) -> None:
+        """A node is gone: fail it (before its replicas' exits, so they are not charged)."""
+        for alloc in self._allocs:
+            if node in alloc.nodes:
+                alloc.nodes.remove(node)  # a replacement there gets a new allocation
+        if node in self._down:
+            return
+        self._log(why)
+        self._down[node] = time.monotonic()
+        self._seen_down.discard(node)
+        out.append(Command("fail-node", node, time.time()))
+        for tracked in [t for t in self._active.values() if t.launch.node == node]:
+            self._gone(tracked, why, out)
+
+    def _restore(self, now: float, out: list[Observation]) -> None:
+        """A lost node is back once Slurm has shown it down and usable again."""
+        try:
+            found = {n.name: n for n in slurmcmd.nodes(self.spec.partition)}
+        except slurmcmd.SlurmError:
+            return
+        for node, since in list(self._down.items()):
+            info = found.get(node)
+            if info is None:
+                continue
+            if not info.usable:
+                self._seen_down.add(node)
+            elif node in self._seen_down or now - since > RESTORE_SECONDS:
+                del self._down[node]
+                out.append(Command("restore-node", node, time.time()))

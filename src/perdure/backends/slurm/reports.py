@@ -1,0 +1,87 @@
+"""What a node agent's report says of one launch, applied to the controller's copy of it.
+
+A report item may carry the launch's new log and progress bytes (with the offsets they start
+at), its status record once it started, and its exit record once it ended (only in an item
+that brings no bytes: the copy is whole by then). Each becomes what the local backend would
+have written in the state dir, and the observation the core expects.
+
+Side effects: writes the launch's mirror (logs, records) in the state dir.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from perdure.backends.local import layout
+from perdure.backends.local.backend import _error_info
+from perdure.backends.ray.mirror import Mirror
+from perdure.backends.slurm.allocs import Alloc
+from perdure.core.events import Launch, LaunchFailed, Observation, ReplicaExited, ReplicaStarted
+from perdure.runtime.errorfile import read_error_file
+
+
+@dataclass
+class Tracked:
+    """A launch the backend watches: where it runs, and the controller's copy of it."""
+
+    launch: Launch
+    alloc: Alloc
+    mirror: Mirror
+    dispatched: bool = False
+    started: bool = False
+
+
+def in_step(tracked: Tracked, item: dict[str, Any]) -> bool:
+    """Whether the item's bytes start where the copy ends (else it predates a resync)."""
+    offsets = item.get("offsets")
+    if not isinstance(offsets, dict):
+        return True
+    return all(tracked.mirror.offsets.get(k, 0) == v for k, v in offsets.items())
+
+
+def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation]) -> bool:
+    """Copy the item into the launch's mirror and observe it; whether the launch ended."""
+    chunks = item.get("chunks")
+    if isinstance(chunks, dict):
+        tracked.mirror.append({k: base64.b64decode(v) for k, v in chunks.items()})
+    status = item.get("status")
+    if isinstance(status, dict) and not tracked.started:
+        tracked.started = True
+        tracked.mirror.write_record(layout.STATUS, status)
+        out.append(ReplicaStarted(tracked.launch.launch_id, int(status["pid"]),
+                                  float(status["started_at"])))
+    record = item.get("exit")
+    if not isinstance(record, dict):
+        return False
+    tracked.mirror.write_record(layout.EXIT, record)
+    out.append(exit_observation(tracked, record))
+    return True
+
+
+def exit_observation(tracked: Tracked, record: dict[str, Any]) -> Observation:
+    """A launch's exit record as the core's observation (the local backend's reading)."""
+    lid = tracked.launch.launch_id
+    if "exit_code" not in record:
+        return LaunchFailed(lid, str(record.get("spawn_error")),
+                            float(record.get("time", time.time())))
+    code = int(record["exit_code"])
+    error = record.get("error")
+    if code != 0:  # what the replica sent the relay beats its stderr
+        error = read_error_file(os.path.join(tracked.mirror.dir, layout.ERROR)) or error
+    return ReplicaExited(
+        launch_id=lid, exit_code=code, time=float(record["time"]),
+        signal=record.get("signal"), oom=bool(record.get("oom")), error=_error_info(error),
+        peak_rss_mb=record.get("peak_rss_mb"))
+
+
+def lost(tracked: Tracked, why: str) -> Observation:
+    """A dispatched launch whose node or allocation is gone: killed with it."""
+    tracked.mirror.write_record(layout.EXIT, {"exit_code": 137, "signal": 9,
+                                              "time": time.time(), "lost": why})
+    return ReplicaExited(tracked.launch.launch_id, 128 + signal.SIGKILL, time.time(),
+                         signal=int(signal.SIGKILL))

@@ -1,0 +1,167 @@
+"""Slurm's commands as perdure uses them: submit a holder job, read jobs and nodes, cancel.
+
+The Slurm commands are the interface (no Python binding): every call is a subprocess with a
+deadline, and its output is parsed by the pure functions below (tested on real output).
+A command that fails raises SlurmError with Slurm's own message.
+
+Side effects: runs sbatch, squeue, sinfo, scontrol, scancel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+
+from perdure.core.spec import SlurmSpec
+
+TIMEOUT = 30.0  # seconds one command may take (slurmctld answers in milliseconds)
+SEP = "\x1f"  # field separator of our squeue/sinfo formats (never in a name or a reason)
+# The holder job's script: it holds the allocation, and turns Slurm's signals into a notice
+# the controller reads from the job's comment (squeue %k): USR1 is the time limit's warning
+# (--signal=B:USR1@N), TERM a preemption's (with the partition's GraceTime).
+HOLDER = """#!/bin/sh
+note() { scontrol update JobId="$SLURM_JOB_ID" Comment="perdure:$1" >/dev/null 2>&1; }
+trap 'note timelimit' USR1
+trap 'note preempt' TERM
+while :; do sleep 1 & wait $!; done
+"""
+NOTICES = ("perdure:timelimit", "perdure:preempt")
+RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING"})  # not COMPLETING: it ends
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or is missing: Slurm's message."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One Slurm job as squeue shows it."""
+
+    job_id: str
+    name: str
+    state: str  # PENDING, RUNNING, CANCELLED, PREEMPTED, TIMEOUT, NODE_FAIL, ...
+    reason: str  # why it is pending (Priority, Resources, BeginTime, ...); "None" otherwise
+    nodes: str  # the node list, compressed (a,b or n[1-4]); "" while pending
+    comment: str
+
+    @property
+    def running(self) -> bool:
+        return self.state in RUNNING_STATES
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    cpus: int
+    state: str  # idle, mix, alloc, down*, drain, ... (sinfo %t)
+    address: str
+
+    @property
+    def usable(self) -> bool:
+        """Up and responding: Slurm would place a job on it."""
+        return self.state in ("idle", "mix", "alloc", "comp")
+
+
+def run(args: list[str], timeout: float = TIMEOUT, stdin: str | None = None) -> str:
+    """Run one Slurm command; its stdout. SlurmError with Slurm's message on failure."""
+    if shutil.which(args[0]) is None:
+        raise SlurmError(f"{args[0]}: not found on PATH; install Slurm's client commands "
+                         "(Debian: apt-get install slurm-client) on this login node")
+    try:
+        done = subprocess.run(args, input=stdin, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{' '.join(args[:2])}: no answer within {timeout:g}s; is "
+                         "slurmctld up (`scontrol ping`)?") from None
+    if done.returncode != 0:
+        raise SlurmError(f"{' '.join(args[:2])}: {done.stderr.strip() or done.stdout.strip()}"
+                         f" (exit {done.returncode})")
+    return done.stdout
+
+
+def sbatch_args(spec: SlurmSpec, name: str, nodes: list[str], cpus: int,
+                warning: int) -> list[str]:
+    """sbatch's arguments for a holder job over `nodes` (`cpus` per node), with the time
+    limit's warning `warning` seconds before it. No side effects."""
+    args = ["sbatch", "--parsable", f"--job-name={name}", f"--time={spec.time_limit}",
+            f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1",
+            f"--cpus-per-task={cpus}", "--no-kill", "--output=/dev/null", "--chdir=/",
+            f"--signal=B:USR1@{warning}"]
+    if spec.partition:
+        args.append(f"--partition={spec.partition}")
+    if spec.account:
+        args.append(f"--account={spec.account}")
+    if spec.qos:
+        args.append(f"--qos={spec.qos}")
+    return [*args, *spec.sbatch_args]
+
+
+def submit(spec: SlurmSpec, name: str, nodes: list[str], cpus: int, warning: int) -> str:
+    """Submit a holder job; its Slurm job id."""
+    out = run(sbatch_args(spec, name, nodes, cpus, warning), stdin=HOLDER)
+    return out.strip().split(";")[0]
+
+
+JOB_FORMAT = SEP.join(["%i", "%j", "%T", "%r", "%N", "%k"])
+
+
+def parse_jobs(text: str) -> dict[str, JobInfo]:
+    """squeue -o JOB_FORMAT's lines, by job id. No side effects."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split(SEP)
+        if len(parts) == 6:
+            comment = "" if parts[5] == "(null)" else parts[5]
+            out[parts[0]] = JobInfo(parts[0], parts[1], parts[2], parts[3], parts[4], comment)
+    return out
+
+
+def jobs(prefix: str) -> dict[str, JobInfo]:
+    """This user's jobs (in any state squeue still knows) whose name starts with `prefix`."""
+    text = run(["squeue", "--me", "-h", "-t", "all", "-o", JOB_FORMAT])
+    return {k: v for k, v in parse_jobs(text).items() if v.name.startswith(prefix)}
+
+
+def parse_nodes(text: str) -> list[SlurmNode]:
+    """sinfo -N -o '%N|%c|%t|%o' lines (one per node and partition), each node once."""
+    seen: dict[str, SlurmNode] = {}
+    for line in text.splitlines():
+        parts = line.split(SEP)
+        if len(parts) == 4 and parts[0] not in seen:
+            seen[parts[0]] = SlurmNode(parts[0], int(parts[1] or 0), parts[2], parts[3])
+    return list(seen.values())
+
+
+def nodes(partition: str | None) -> list[SlurmNode]:
+    args = ["sinfo", "-h", "-N", "-o", SEP.join(["%N", "%c", "%t", "%o"])]
+    if partition:
+        args.append(f"--partition={partition}")
+    return parse_nodes(run(args))
+
+
+def cancel(job_id: str) -> None:
+    run(["scancel", job_id])
+
+
+def own_address() -> str:
+    """This machine's address on the way to slurmctld (where agents on the nodes reach it)."""
+    host = "127.0.0.1"
+    with contextlib.suppress(SlurmError):
+        for line in run(["scontrol", "show", "config"]).splitlines():
+            if line.startswith("SlurmctldHost["):
+                value = line.split("=", 1)[1].strip()  # head(10.0.0.1) or head
+                host = value.split("(")[1].rstrip(")") if "(" in value else value
+                break
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((socket.gethostbyname(host), 6817))  # UDP: picks the route, sends nothing
+        return str(s.getsockname()[0])
+
+
+def expand(nodelist: str) -> list[str]:
+    """a,b[1-2] -> [a, b1, b2] (scontrol show hostnames)."""
+    if not nodelist or nodelist in ("(null)", "None assigned"):
+        return []
+    return run(["scontrol", "show", "hostnames", nodelist]).split()

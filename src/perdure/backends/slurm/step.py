@@ -1,0 +1,49 @@
+"""A replica's job step: `srun ... python -m perdure.backends.slurm.step NODE LAUNCH_ID`.
+
+The node agent runs the replica (under its spawner, warm when it can); this step is how Slurm
+sees it: a step named after the launch that lives as long as the replica and ends with its
+exit code, so `squeue -s` and `sacct` show replicas, and a restarted controller finds the
+launches still running by their steps' names. Imports only what a supervisor imports.
+
+Side effects: none but waiting (reads the launch's records on this node).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+from perdure.backends.local import layout, procs
+
+START_SECONDS = 120.0  # the agent writes the launch (and a supervisor claims it) within this
+
+
+def node_dir(node: str) -> str:
+    """This allocation's directory for perdure on this node (node-local: nothing shared)."""
+    job = os.environ.get("SLURM_JOB_ID", "nojob")
+    return os.path.join(tempfile.gettempdir(), "perdure-slurm", f"{job}-{node}")
+
+
+def wait(directory: str) -> int:
+    """The replica's exit code once it has ended (1 when it never started)."""
+    deadline = time.monotonic() + START_SECONDS
+    while (claim := layout.read_json(os.path.join(directory, layout.CLAIM))) is None:
+        if time.monotonic() >= deadline:
+            return 1
+        time.sleep(0.1)
+    pid = int(claim.get("supervisor_pid") or 0)
+    if pid:
+        procs.wait_gone(pid, int(claim.get("supervisor_start_ticks") or 0))
+    record = layout.read_json(os.path.join(directory, layout.EXIT)) or {}
+    return int(record.get("exit_code", 1)) & 0xFF
+
+
+def main() -> None:
+    node, launch_id = sys.argv[1], sys.argv[2]
+    sys.exit(wait(os.path.join(node_dir(node), layout.LAUNCHES, launch_id)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""One real Slurm cluster of namespace hosts (head, a, b, c) for every Slurm test of a session.
+
+perdure runs on head, the login node, as a user runs it there (`cluster.on_head`); the test
+reads the state dir directly. Each test cancels what it left in Slurm (its allocations, and
+with them every step and replica) and leaves the hosts up. `make test-slurm` runs these under
+the heavy-run lock (flock /tmp/perdure-heavy.lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from cluster import NODES, SlurmCluster, SlurmUnavailable  # noqa: E402
+
+
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_cc = _load("perdure_controller_conftest", HERE.parent / "controller" / "conftest.py")
+Perdure = _cc.Perdure
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
+EPOCHS = 4  # as the Ray tests' runs whose final weights are compared with the local backend's
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    try:
+        cluster = SlurmCluster()
+        cluster.up()
+    except (SlurmUnavailable, OSError) as exc:
+        pytest.skip(f"no Slurm cluster: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+class SlurmPerdure(Perdure):
+    """perdure's CLI on the login node of `slurm`."""
+
+    slurm: SlurmCluster
+
+    def slurm_cluster(self, nodes: dict[str, int] | None = None, **slurm: Any) -> Path:
+        data: dict[str, Any] = {"backend": "slurm",
+                                "slurm": {"partition": "main", "shared_dirs": [str(self.root)],
+                                          **slurm}}
+        if nodes is not None:
+            data["nodes"] = [{"name": n, "slots": s} for n, s in nodes.items()]
+        return self.write("slurm.yaml", data)
+
+    def base(self) -> list[str]:
+        return self.slurm.on_head(sys.executable, "-m", "perdure.cli.main", "--state-dir",
+                                  str(self.state))
+
+    def cli(self, *args: str, check: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.base(), *args], capture_output=True, text=True,
+                              timeout=timeout, check=check, env=self.slurm.env)
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([*self.base(), *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=self.slurm.env)
+
+
+@pytest.fixture
+def slurm_perdure(tmp_path: Path, slurm_cluster: SlurmCluster) -> Iterator[SlurmPerdure]:
+    p = SlurmPerdure(tmp_path)
+    p.slurm = slurm_cluster
+    yield p
+    _cc._kill_leftovers(p.state)  # the controller (its command line names the state dir)
+    clean(slurm_cluster)
+
+
+def clean(cluster: SlurmCluster) -> None:
+    """Cancel every allocation (their steps and replicas die with them); hosts up and idle."""
+    with contextlib.suppress(subprocess.SubprocessError):
+        cluster.run("scancel", "--me")
+    status = cluster.sh("status", check=False).stdout
+    for node in NODES:  # a test that killed a host leaves it up again for the next
+        if "alive" not in _line(status, f"slurmd-{node} "):
+            cluster.kill(node)
+            cluster.start(node)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not cluster.run("squeue", "-h", "--me").strip():
+            break
+        time.sleep(0.3)
+    cluster.wait_idle()
+
+
+def _line(text: str, start: str) -> str:
+    return next((line for line in text.splitlines() if line.startswith(start)), "")
+
+
+def ddp_spec(p: Perdure, name: str, step_time: float = 0.0, replicas: int = 4,
+             grace: float = 30) -> Path:
+    """examples/ddp_mlp as `name`, checkpointing every 10 steps under the test's root."""
+    import yaml
+
+    spec = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    spec["name"] = name
+    spec["pools"][0]["replicas"] = replicas
+    spec["pools"][0]["command"] = ["python", str(EXAMPLE / "train.py"), "--epochs",
+                                   str(EPOCHS), "--step-time", str(step_time), "--log-every", "5"]
+    spec["checkpoint"] = {"every_steps": 10, "dir": str(p.root / f"ckpt-{name}")}
+    spec["env"] = {"OMP_NUM_THREADS": "1"}
+    spec["preemption"] = {"grace_seconds": grace}
+    return p.write(f"{name}.yaml", spec)
+
+
+def final_sha(p: Perdure, name: str) -> str:
+    import json
+
+    return str(json.loads((p.root / f"ckpt-{name}" / "result.json").read_text())["sha256"])
+
+
+@pytest.fixture(scope="session")
+def local_sha(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The final weights of an uninterrupted ddp_mlp run on the local backend (once)."""
+    p = Perdure(tmp_path_factory.mktemp("local-reference"))
+    local = p.write("local.yaml", {"backend": "local", "nodes": [{"name": "a", "slots": 4}]})
+    r = p.cli("run", str(ddp_spec(p, "clean")), "--cluster", str(local), check=False,
+              timeout=180)
+    _cc._kill_leftovers(p.state)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return final_sha(p, "clean")

@@ -1,0 +1,125 @@
+"""A job on a real Slurm cluster, driven from its login node as a user does."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from conftest import SlurmPerdure
+
+SPREAD = {"a": 2, "b": 2}
+HELLO = ("import os, socket, sys, time; print('hello from', socket.gethostname(), "
+         "os.environ['RANK']); print('to stderr', file=sys.stderr); sys.stdout.flush(); "
+         "first = os.environ['RANK'] == '3' and os.environ['PERDURE_RESTART_COUNT'] == '0'; "
+         "time.sleep(0 if first else 5); sys.exit(3 if first else 0)")
+
+
+def slurm_jobs(p: SlurmPerdure) -> list[list[str]]:
+    out = p.slurm.run("squeue", "-h", "-t", "all", "-o", "%i %j %T %N")
+    return [line.split() for line in out.splitlines()]
+
+
+@pytest.mark.timeout(240)
+def test_spread_over_a_and_b_logs_from_b_restart_in_the_same_allocation(
+        slurm_perdure: SlurmPerdure) -> None:
+    p = slurm_perdure
+    spec = p.spec("hello", replicas=4, command=["python", "-c", HELLO],
+                  restart={"scope": "replica"})
+    r = p.cli("run", str(spec), "--cluster", str(p.slurm_cluster(SPREAD)), timeout=180)
+    assert "SUCCEEDED" in r.stdout, r.stdout + r.stderr
+    d = p.describe("hello")
+    assert sorted(x["node"] for x in d["replicas"]) == ["a", "a", "b", "b"], d["replicas"]
+    # worker-3 exited 3 once and was restarted in place, in the allocation its attempt holds
+    w3 = next(x for x in d["replicas"] if x["name"] == "worker-3")
+    assert w3["restarts"] == 1, d["events"]
+    jobs = slurm_jobs(p)
+    assert len(jobs) == 1 and jobs[0][1].endswith("hello-" + d["id"].split("-")[-1] + ".1"), jobs
+    assert jobs[0][2] in ("CANCELLED", "COMPLETING"), jobs  # given back once the job ended
+    # logs of replicas that ran on b, read on the login node (the agent pushed them)
+    on_b = [x["name"] for x in d["replicas"] if x["node"] == "b"]
+    for name in on_b:
+        out = p.cli("logs", "hello", "--replica", name, "--stdout").stdout
+        assert "hello from b" in out, out
+    err = p.cli("logs", "hello", "--replica", "worker-3").stdout
+    assert "to stderr" in err, err
+
+
+@pytest.mark.timeout(240)
+def test_cancel_while_running_stops_every_replica_and_gives_the_allocation_back(
+        slurm_perdure: SlurmPerdure) -> None:
+    p = slurm_perdure
+    spec = p.spec("sleepy", replicas=2, command=["python", "-c",
+                                                 "import time; print('up', flush=True); "
+                                                 "time.sleep(600)"])
+    cluster = str(p.slurm_cluster(SPREAD))
+    controller = p.popen("controller", "--cluster", cluster)
+    try:
+        p.cli("submit", str(spec), "--cluster", cluster)
+        p.wait("sleepy", lambda d: d["state"] == "RUNNING", timeout=90)
+        started = time.time()
+        p.cli("cancel", "sleepy")
+        d = p.wait("sleepy", lambda d: d["state"] == "CANCELLED", timeout=60)
+        assert time.time() - started < 30, d["events"]
+        deadline = time.time() + 30
+        while time.time() < deadline and any(j[2] in ("RUNNING", "PENDING")
+                                              for j in slurm_jobs(p)):
+            time.sleep(0.3)
+        assert not any(j[2] in ("RUNNING", "PENDING") for j in slurm_jobs(p)), slurm_jobs(p)
+    finally:
+        controller.send_signal(signal.SIGINT)
+        controller.communicate(timeout=60)
+
+
+@pytest.mark.timeout(240)
+def test_scancel_from_outside_is_a_cancel(slurm_perdure: SlurmPerdure) -> None:
+    p = slurm_perdure
+    spec = p.spec("outside", replicas=2, command=["python", "-c",
+                                                  "import time; time.sleep(600)"])
+    cluster = str(p.slurm_cluster(SPREAD))
+    controller = p.popen("controller", "--cluster", cluster)
+    try:
+        p.cli("submit", str(spec), "--cluster", cluster)
+        p.wait("outside", lambda d: d["state"] == "RUNNING", timeout=90)
+        (slurm_id,) = [j[0] for j in slurm_jobs(p) if j[2] == "RUNNING"]
+        p.slurm.run("scancel", slurm_id)
+        d = p.wait("outside", lambda d: d["state"] in ("CANCELLED", "FAILED"), timeout=60)
+        assert d["state"] == "CANCELLED", d["events"]
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+        assert not any("failed: its replicas are lost" in e["message"]
+                       for e in d["events"]), d["events"]
+    finally:
+        controller.send_signal(signal.SIGINT)
+        controller.communicate(timeout=60)
+
+
+def test_queue_wait_shows_slurm_reason(slurm_perdure: SlurmPerdure) -> None:
+    """A node held by someone else's job: the allocation waits in Slurm's queue (Resources),
+    the job's replicas wait unstarted, and it runs once the node is free."""
+    p = slurm_perdure
+    blocker = p.slurm.run("sbatch", "--parsable", "-w", "a", "-c", "2", "-o", "/dev/null", "--wrap",
+                          "sleep 600").strip()
+    spec = p.spec("waiting", replicas=1, command=["python", "-c", "print('ran')"])
+    cluster = str(p.slurm_cluster({"a": 2}))
+    controller = p.popen("controller", "--cluster", cluster)
+    try:
+        p.cli("submit", str(spec), "--cluster", cluster)
+        deadline = time.time() + 60
+        allocs: list[dict[str, str]] = []
+        while time.time() < deadline:
+            path = p.state / "slurm" / "allocs.json"
+            allocs = json.loads(path.read_text())["allocations"] if path.exists() else []
+            if allocs and allocs[0]["state"] == "PENDING" and allocs[0]["reason"] not in (
+                    "", "None"):
+                break
+            time.sleep(0.3)
+        assert allocs and allocs[0]["reason"] == "Resources", allocs
+        assert p.describe("waiting")["state"] == "PENDING"
+        p.slurm.run("scancel", blocker)
+        d = p.wait("waiting", lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=90)
+        assert d["state"] == "SUCCEEDED", d["events"]
+    finally:
+        controller.send_signal(signal.SIGINT)
+        controller.communicate(timeout=60)
