@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -22,8 +22,8 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 INT_LIMIT = 2**31 - 1
 FLOAT_LIMIT = 1e9  # seconds: 31 years
 MAX_POOLS = 64
-MAX_REPLICAS = 1024  # per job, all pools together
-MAX_NODES = 1024
+MAX_REPLICAS = 16384  # per job, all pools together (bench/controller.py --scale)
+MAX_NODES = 16384
 MAX_STRING = 32 * 1024  # characters in one value; exec refuses an argument over 128 KiB
 
 
@@ -129,7 +129,7 @@ class SchedulingSpec(_Model):
 
 class PoolSpec(_Model):
     name: str
-    replicas: int = Field(1, ge=1, le=1024)
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     min_replicas: int | None = Field(None, ge=1)
     command: list[str] = Field(min_length=1)
     slots: int = Field(1, ge=1)
@@ -362,3 +362,16 @@ def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:
             f"quota of {quota}: it could never start; use fewer replicas or slots, or raise "
             "the quota in the cluster file"
         )
+
+
+SpecModel = _Model  # the validated base for files of other modules (sim's failure files)
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def parse_model(model: type[_M], text: str | bytes, source: str) -> _M:
+    """Parse YAML text into `model` with the spec's bounded reader and error messages."""
+    data = _load_yaml(text, source)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_format_errors(exc, source, data)) from None
