@@ -6,6 +6,7 @@ places replicas.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
@@ -67,22 +68,55 @@ class Capacity:
         if sum(r.slots for r in replicas) > self.free:
             return None
         free = {n: s - self.node_used.get(n, 0) for n, s in self.ready.items()}
+        fit = _BestFit(free)
         chosen: dict[str, str] = {}
         for r in sorted(replicas, key=lambda r: -r.slots):
             want = (prefer or {}).get(r.name)
             if want is not None and free.get(want, -1) >= r.slots:
                 node = want
             else:
-                fits = [n for n, f in free.items() if f >= r.slots]
-                if not fits:
+                best = fit.best(r.slots)  # best fit keeps big holes free
+                if best is None:
                     return None
-                node = min(fits, key=lambda n: (free[n], n))  # best fit keeps big holes free
+                node = best
             free[node] -= r.slots
+            fit.moved(node)
             chosen[r.name] = node
         for r in replicas:
             self.node_used[chosen[r.name]] = self.node_used.get(chosen[r.name], 0) + r.slots
             self.free -= r.slots
         return chosen
+
+
+class _BestFit:
+    """The node with the least free slots that still fits, ties by name: min over
+    (free, name), found in O(distinct free amounts + log nodes) instead of a scan of every
+    node per replica (a job of 16,384 replicas on 2,048 nodes)."""
+
+    def __init__(self, free: dict[str, int]) -> None:
+        self.free = free
+        self.buckets: dict[int, list[str]] = {}
+        for n, f in free.items():
+            if f > 0:
+                self.buckets.setdefault(f, []).append(n)
+        for heap in self.buckets.values():
+            heapq.heapify(heap)
+
+    def best(self, slots: int) -> str | None:
+        for amount in sorted(a for a in self.buckets if a >= slots):
+            heap = self.buckets[amount]
+            while heap and self.free[heap[0]] != amount:
+                heapq.heappop(heap)  # moved to another amount since it was pushed
+            if heap:
+                return heap[0]
+            del self.buckets[amount]
+        return None
+
+    def moved(self, node: str) -> None:
+        """`node`'s free slots changed (the caller updated `free`)."""
+        f = self.free[node]
+        if f > 0:
+            heapq.heappush(self.buckets.setdefault(f, []), node)
 
 
 def shortfall_message(job: Job, healthy: int) -> str:

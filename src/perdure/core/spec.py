@@ -135,6 +135,9 @@ class PoolSpec(_Model):
     slots: int = Field(1, ge=1)
     memory_mb: int | None = Field(None, ge=16)
     env: dict[str, str] = Field(default_factory=dict)
+    # Whole free nodes the attempt holds, warm, for replicas of a lost node: they are replaced
+    # at once instead of waiting for capacity or shrinking (and another spare is sought).
+    spares: int = Field(0, ge=0, le=MAX_NODES)
 
     _env = field_validator("env")(_check_env)
 
@@ -222,6 +225,10 @@ class JobSpec(_Model):
     @property
     def total_slots(self) -> int:
         return sum(p.replicas * p.slots for p in self.pools)
+
+    @property
+    def total_spares(self) -> int:
+        return sum(p.spares for p in self.pools)
 
 
 class NodeSpec(_Model):

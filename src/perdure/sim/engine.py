@@ -100,7 +100,7 @@ class Engine:
         self.launches: list[LaunchReport] = []
         self.primary: tuple[str, float, list[dict[str, Any]]] | None = None
         self.hosted: set[str] = set()  # nodes whose warm pool this job has started
-        self.spares = policy.spares
+        self.spare_since: dict[str, float] = {}  # spare nodes the job holds, since when
         self.node_lost = False  # since the last start
         self.job_id = ""
         self.jobs = itertools.count(1)
@@ -141,12 +141,16 @@ class Engine:
                 self.counts.restarts += 1
             elif e.kind == "decision" and e.message.startswith("retry job"):
                 self.counts.retries += 1
+        warm_spares = {n for n, t in self.spare_since.items()
+                       if self.now - t >= self.calib.launch_cold_seconds}
         jobs = {i: j for i, j in out.snapshot.jobs.items() if not j.state.terminal}
+        held = jobs[self.job_id].spares if self.job_id in jobs else {}
+        self.spare_since = {n: self.spare_since.get(n, self.now) for n in held}
         ended = [j for i, j in out.snapshot.jobs.items() if j.state.terminal]
         self.snap = Snapshot(jobs, out.snapshot.nodes, out.snapshot.quotas, out.snapshot.index)
         for d in out.decisions:
             if isinstance(d, Launch):
-                self.launch(d)
+                self.launch(d, d.node in warm_spares)
             elif isinstance(d, Stop):
                 self.at(self.now + min(self.calib.stop_seconds, d.grace), self.exited,
                         d.launch_id, 128 + 15, 15)
@@ -241,12 +245,10 @@ class Engine:
 
     # ---- replicas ------------------------------------------------------------------------
 
-    def launch(self, d: Launch) -> None:
-        warm = self.policy.warm and d.node in self.hosted
-        if not warm and self.spares > 0:  # a warm spare takes it; another is sought
-            warm = True
-            self.spares -= 1
-            self.at(self.now + self.calib.launch_cold_seconds, self.spare_ready)
+    def launch(self, d: Launch, spare: bool) -> None:
+        """Warm on a node whose standbys this job started, or on a spare held long enough
+        for its standbys to be up; cold elsewhere."""
+        warm = self.policy.warm and (d.node in self.hosted or spare)
         self.hosted.add(d.node)
         self.procs[d.launch_id] = Proc(d)
         cost = self.calib.launch_warm_seconds if warm else self.calib.launch_cold_seconds
@@ -255,9 +257,6 @@ class Engine:
         if d.replica == job.primary.name:
             self.close_primary(self.now)
             self.primary = (d.launch_id, self.now, [])
-
-    def spare_ready(self) -> None:
-        self.spares = min(self.policy.spares, self.spares + 1)
 
     def close_primary(self, t: float) -> None:
         if self.primary is not None:

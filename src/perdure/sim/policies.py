@@ -21,7 +21,7 @@ class Policy:
     interval: float | Literal["spec", "auto"]
     hangs: Literal["nccl", "watchdog"]  # what ends a hang: NCCL's timeout, perdure's watchdog
     warm: bool = False  # restarts on a node that ran the job start from a warm standby
-    spares: int = 0  # free nodes kept warm for replacements (0: replacements start cold)
+    spares: int = 0  # the spec's `spares`: whole nodes held warm for a lost node's replicas
     snapshots: bool = False  # node-local and peer in-memory snapshots
 
     def apply(self, spec: JobSpec) -> JobSpec:
@@ -33,7 +33,8 @@ class Policy:
         elif isinstance(self.interval, float):
             ckpt = ckpt.model_copy(update={"every": None, "every_seconds": self.interval,
                                            "every_steps": None})
-        return spec.model_copy(update={"checkpoint": ckpt})
+        pools = [p.model_copy(update={"spares": self.spares}) for p in spec.pools]
+        return spec.model_copy(update={"checkpoint": ckpt, "pools": pools})
 
 
 POLICIES = {
@@ -49,7 +50,7 @@ POLICIES = {
         Policy("perdure-best",
                "auto interval (Young/Daly), node-local and peer snapshots, warm standbys, "
                "warm spare nodes, the watchdog",
-               interval="auto", hangs="watchdog", warm=True, spares=8, snapshots=True),
+               interval="auto", hangs="watchdog", warm=True, spares=2, snapshots=True),
     )
 }
 
