@@ -4,16 +4,22 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport
+.PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport \
+	spec-reference
 
 venv: $(STAMP)
 
+# Each step says what it is and how long it took: a first build takes minutes of pip -q.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,serve,ray]'
-	touch $(STAMP)
+	@echo "Building $(VENV) (once; later runs reuse it): torch 2.13.0 for CPU, then perdure"
+	@scripts/timed "1/4 a Python virtual environment in $(VENV)" \
+	    sh -c 'test -x $(BIN)/python || $(PY) -m venv $(VENV)'
+	@scripts/timed "2/4 an up-to-date pip" $(BIN)/pip install -q --upgrade pip
+	@scripts/timed "3/4 torch 2.13.0, the CPU wheel (the longest step)" $(BIN)/pip install -q torch==2.13.0
+	@scripts/timed "4/4 perdure and its extras: test, serve, ray" \
+	    $(BIN)/pip install -q -e '.[test,serve,ray]'
+	@touch $(STAMP)
+	@echo "$(VENV) is ready"
 
 demo: $(STAMP)
 	$(BIN)/python examples/ddp_mlp/demo.py
@@ -36,6 +42,10 @@ test-serve-fuzz: $(STAMP)
 
 test-transport: $(STAMP)
 	$(BIN)/python -m pytest -q -m transport_long
+
+# The README's spec reference, from the pydantic models (a test fails when it is stale).
+spec-reference: $(STAMP)
+	$(BIN)/python -m perdure.cli.specref README.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

@@ -27,9 +27,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 HERE = Path(__file__).resolve().parent
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
 JOB = "ddp-mlp"
+STEP_TIME = 0.06  # seconds added to each step: 160 steps take ~10 s, time for every fault
 _HEADER = re.compile(r"^=== \S+ started .* ===$", re.M)
 _RESUMED = re.compile(r"resumed from (?:step (\d+)|scratch)")
 _STEP = re.compile(r"^step (\d+) ", re.M)
@@ -90,11 +93,23 @@ def exactly_once(doc: dict[str, Any]) -> bool:
     return max(counts.values()) == 1 and all(ids == per_epoch[0] for ids in per_epoch)
 
 
+def demo_spec(root: Path) -> Path:
+    """job.yaml with slower steps (--step-time), so that each fault lands while the job still
+    trains even on a loaded 2-core machine, where a CLI command takes a second or two."""
+    spec = yaml.safe_load((HERE / "job.yaml").read_text())
+    command = spec["pools"][0]["command"]
+    command[command.index("--step-time") + 1] = str(STEP_TIME)
+    spec["workdir"] = str(HERE)  # train.py stays where it is
+    path = root / "job.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
 def clean_run(root: Path) -> dict[str, Any]:
     state = root / "clean"
-    say(f"1. the uninterrupted run, for reference: perdure run {HERE / 'job.yaml'}")
+    say(f"1. the uninterrupted run, for reference: perdure run {root / 'job.yaml'}")
     began = time.time()
-    out = cli(state, "run", str(HERE / "job.yaml"), "--cluster", str(HERE / "cluster.yaml"),
+    out = cli(state, "run", str(root / "job.yaml"), "--cluster", str(HERE / "cluster.yaml"),
               quiet=True)
     if out.returncode != 0:
         raise SystemExit("the uninterrupted run failed")
@@ -106,8 +121,8 @@ def clean_run(root: Path) -> dict[str, Any]:
 def faulty_run(root: Path) -> dict[str, Any]:
     state = root / "faulty"
     say("2. the same job, with faults injected while it trains")
-    say(f"$ perdure run {HERE / 'job.yaml'} --cluster {HERE / 'cluster.yaml'} &")
-    run = subprocess.Popen([*PERDURE, "--state-dir", str(state), "run", str(HERE / "job.yaml"),
+    say(f"$ perdure run {root / 'job.yaml'} --cluster {HERE / 'cluster.yaml'} &")
+    run = subprocess.Popen([*PERDURE, "--state-dir", str(state), "run", str(root / "job.yaml"),
                             "--cluster", str(HERE / "cluster.yaml")])
     wait_training(state, 0, 40)
     cli(state, "chaos", "kill", JOB, "worker-2")  # a crash: all restart from the checkpoint
@@ -125,6 +140,7 @@ def faulty_run(root: Path) -> dict[str, Any]:
 
 def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="perdure-demo-"))
+    demo_spec(root)
     clean = clean_run(root)
     faulty = faulty_run(root)
     same = faulty["sha256"] == clean["sha256"]

@@ -71,14 +71,15 @@ class Ctx:
         return job_id
 
 
-def read_bytes(path: Path, what: str) -> bytes:
-    """The file's bytes, at most what a spec may hold (`/dev/zero` is not a spec)."""
-    limit = 4 * yamlload.MAX_TEXT  # bytes: up to 4 per character in UTF-8
+def read_bytes(path: Path, what: str, limits: yamlload.Limits = yamlload.SPEC) -> bytes:
+    """The file's bytes, at most what a spec (or `limits`) may hold (`/dev/zero` is not a
+    spec)."""
+    limit = 4 * limits.text  # bytes: up to 4 per character in UTF-8
     try:
         with path.open("rb") as f:
             data = f.read(limit + 1)
         if len(data) > limit:
-            die(f"{what} {path}: larger than the {limit} bytes a spec or cluster file may have")
+            die(f"{what} {path}: larger than the {limit} bytes such a file may have")
         return data
     except FileNotFoundError:
         die(f"{what} {path}: no such file")
@@ -103,6 +104,19 @@ def load_cluster(ctx: Ctx, path: Path | None) -> ClusterSpec:
         return parse_cluster(read_bytes(source, "cluster file"), str(source))
     except SpecError as exc:
         die(str(exc))
+
+
+def describe_cluster(cluster: ClusterSpec) -> str:
+    """One line: the backend, its nodes and slots, the queues and their quotas."""
+    nodes = ", ".join(f"{n.name} ({plural(n.slots, 'slot')})" for n in cluster.nodes)
+    queues = ", ".join(q.name + (f" (quota {q.quota})" if q.quota is not None else "")
+                       for q in cluster.queues)
+    where = f"nodes {nodes}" if nodes else "nodes discovered from the cluster"
+    return f"backend {cluster.backend}, {where}; queues {queues}"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def remember_cluster(ctx: Ctx, path: Path | None) -> None:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli.common import die, load_spec, read_bytes
+from perdure.core import yamlload
 from perdure.export.gaps import ExportError
 from perdure.export.k8s import K8sOptions, export_k8s, to_yaml
 from perdure.export.k8s_schema import validate_export
@@ -71,6 +72,6 @@ def register(app: typer.Typer) -> None:
 
 def _crd_text(path: Path) -> str:
     try:
-        return read_bytes(path, "CRD file").decode("utf-8")
+        return read_bytes(path, "CRD file", yamlload.CRD).decode("utf-8")
     except UnicodeDecodeError as exc:
         die(f"CRD file {path}: not UTF-8 text (byte {exc.start}); pass the CRD's YAML or JSON")

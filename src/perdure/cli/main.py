@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli import export, jobs, ops, sim
-from perdure.cli.common import Ctx, load_cluster, load_spec, new_job
+from perdure.cli.common import Ctx, describe_cluster, load_cluster, load_spec, new_job
 from perdure.serve.command import serve
 from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
 
@@ -36,13 +36,21 @@ def _root(
 
 
 @app.command()
-def validate(click_ctx: typer.Context, spec: Path) -> None:
-    """Check a job spec; exit non-zero naming each bad field."""
+def validate(
+    click_ctx: typer.Context,
+    spec: Path,
+    cluster: Annotated[Path | None, typer.Option(
+        "--cluster", help="Also check this cluster file, and that the job fits it (default: "
+        "the state dir's, else one node with a slot per core).")] = None,
+) -> None:
+    """Check a job spec (and a cluster file) as submit does; exit 2 naming each bad field."""
     s = load_spec(spec)
     ctx: Ctx = click_ctx.obj
-    new_job(s, spec, load_cluster(ctx, None))  # the checks submit makes, e.g. the command
+    c = load_cluster(ctx, cluster)
+    new_job(s, spec, c, ctx.state_dir)  # the checks submit makes: fit, commands, checkpoints
     typer.echo(f"{spec}: valid: job {s.name}, {s.total_replicas} replicas, "
                f"{s.total_slots} slots, queue {s.queue}")
+    typer.echo(f"{cluster or 'cluster'}: {describe_cluster(c)}; the job fits")
 
 
 jobs.register(app)

@@ -5,71 +5,31 @@ No side effects: parsing takes text, never reads files (the CLI reads them).
 
 from __future__ import annotations
 
-import math
 import re
 from enum import Enum
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from perdure.core import yamlload
+from perdure.core.specbase import FLOAT_LIMIT as FLOAT_LIMIT
+from perdure.core.specbase import INT_LIMIT as INT_LIMIT
+from perdure.core.specbase import MAX_STRING as MAX_STRING
+from perdure.core.specbase import REFERENCE, SpecModel, did_you_mean
 from perdure.core.watchspec import IntervalFields, WatchdogSpec
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
-# Bounds no real job comes near; they keep one job's cost to the controller bounded (a tick,
-# the stored row) and every number within what sqlite and JSON hold exactly.
-INT_LIMIT = 2**31 - 1
-FLOAT_LIMIT = 1e9  # seconds: 31 years
 MAX_POOLS = 64
-MAX_REPLICAS = 16384  # per job, all pools together (bench/controller.py --scale)
+MAX_REPLICAS = 16384  # per job, all pools together (bench/controller.py --only big)
 MAX_NODES = 16384
-MAX_STRING = 32 * 1024  # characters in one value; exec refuses an argument over 128 KiB
 
 
 class SpecError(ValueError):
     """A spec or cluster file that cannot be used; the message names the field and the fix."""
 
 
-class _Model(BaseModel):
-    """Every spec model: unknown fields refused; every value, in any field, checked by
-    `_bounded` (finite, in range, no NUL byte, valid Unicode)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _bounded(cls, v: Any) -> Any:
-        _check_value(v)
-        return v
-
-
-def _check_value(v: Any) -> None:
-    """Raise ValueError for a value no field may hold; recurse into lists and dicts."""
-    if isinstance(v, bool) or v is None or isinstance(v, BaseModel | Enum):
-        return
-    if isinstance(v, int) and abs(v) > INT_LIMIT:
-        raise ValueError(f"must be between {-INT_LIMIT} and {INT_LIMIT}")
-    if isinstance(v, float) and (not math.isfinite(v) or abs(v) > FLOAT_LIMIT):
-        raise ValueError(f"must be a finite number between {-FLOAT_LIMIT:g} and {FLOAT_LIMIT:g}")
-    if isinstance(v, str):
-        if len(v) > MAX_STRING:
-            raise ValueError(f"{len(v)} characters is more than the {MAX_STRING} a value may "
-                             "have (the kernel refuses longer arguments and variables)")
-        if "\0" in v:
-            raise ValueError("contains a NUL byte, which no argument, path or name may hold")
-        if not v.isascii():
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError("is not valid Unicode (a lone surrogate)") from None
-    elif isinstance(v, list | tuple):
-        for x in v:
-            _check_value(x)
-    elif isinstance(v, dict):
-        for k, x in v.items():
-            _check_value(k)
-            _check_value(x)
+_Model = SpecModel  # every model below: unknown fields refused, every value bounded
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
@@ -173,7 +133,7 @@ class ElasticSpec(_Model):
     mode: Literal["resize", "pause"] = "resize"
 
 
-class CheckpointSpec(_Model, IntervalFields):
+class CheckpointSpec(IntervalFields):
     dir: str | None = None
     every_steps: int | None = Field(None, ge=1)
 
@@ -305,19 +265,21 @@ def _loc_part(part: object) -> str:
     return text if _PLAIN.match(text) else _short(text, 40)
 
 
-def _format_errors(err: ValidationError, source: str, data: Any) -> str:
+def _format_errors(err: ValidationError, source: str, model: type[SpecModel]) -> str:
     lines = [f"{source}: invalid spec"]
     errors = err.errors()
     for e in errors[:MAX_ERRORS]:
         loc = ".".join(_loc_part(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown field; check the spelling (see DESIGN.md's job spec for the fields)"
+            msg = did_you_mean(model, e["loc"])
         value = e.get("input")
         shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {_short(value)})"
         lines.append(f"  {loc}: {msg}{shown}")
     if len(errors) > MAX_ERRORS:
         lines.append(f"  ... and {len(errors) - MAX_ERRORS} more errors")
+    if any(e["type"] == "extra_forbidden" for e in errors):
+        lines.append(f"  ({REFERENCE})")
     return "\n".join(lines)
 
 
@@ -339,7 +301,7 @@ def parse_job_spec(text: str | bytes, source: str = "spec") -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_format_errors(exc, source, data)) from None
+        raise SpecError(_format_errors(exc, source, JobSpec)) from None
 
 
 def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
@@ -348,7 +310,7 @@ def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
     try:
         cluster = ClusterSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_format_errors(exc, source, data)) from None
+        raise SpecError(_format_errors(exc, source, ClusterSpec)) from None
     if cluster.backend == "local" and not cluster.nodes:
         raise SpecError(f"{source}: nodes: the local backend needs at least one node")
     if cluster.ray is not None and cluster.backend != "ray":
@@ -371,8 +333,7 @@ def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:
         )
 
 
-SpecModel = _Model  # the validated base for files of other modules (sim's failure files)
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M", bound=SpecModel)
 
 
 def parse_model(model: type[_M], text: str | bytes, source: str) -> _M:

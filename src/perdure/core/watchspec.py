@@ -1,6 +1,6 @@
 """The spec's `watchdog` section: when a job counts as hung, what to do about stragglers.
 
-No side effects: a pydantic model, validated with the rest of the job spec.
+No side effects: pydantic models on the common validated base (specbase.SpecModel).
 
     watchdog:
       hang_seconds: auto     # or a number; auto = max(120, 20 x the job's p99 step time)
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from perdure.core.specbase import FLOAT_LIMIT, SpecModel
 
 
-class WatchdogSpec(BaseModel):
+class WatchdogSpec(SpecModel):
     """Hung-job and straggler detection from the ranks' progress reports."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     hang_seconds: Literal["auto"] | float = "auto"
     stragglers: Literal["report", "drain", "off"] = "report"
@@ -27,12 +27,15 @@ class WatchdogSpec(BaseModel):
     def _hang(cls, v: object) -> object:
         if v == "auto":
             return v
-        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or v != v:
-            raise ValueError("use auto or a number of seconds > 0")
+        # Checked here, not by the base's bounds: a union's errors would name each member.
+        if (isinstance(v, bool) or not isinstance(v, int | float)
+                or not 0 < v <= FLOAT_LIMIT):
+            raise ValueError(f"use auto or a number of seconds > 0, finite and at most "
+                             f"{FLOAT_LIMIT:g}")
         return float(v)
 
 
-class IntervalFields(BaseModel):
+class IntervalFields(SpecModel):
     """The interval fields of the spec's `checkpoint` section (CheckpointSpec inherits them).
 
     `every: auto` has the controller choose the interval from data (Young/Daly, see

@@ -1,22 +1,40 @@
-"""Load a spec's YAML text with bounds a hostile file cannot get around.
+"""Load YAML text with bounds a hostile file cannot get around.
 
 No side effects: takes bytes or text, never reads files. What it refuses, with the line where
-it can: text that is not UTF-8, more than MAX_TEXT characters, nesting deeper than MAX_DEPTH,
-aliases that expand to more than MAX_EXPANDED (an "alias bomb" is a few hundred bytes that
-expand to gigabytes), recursive aliases, and duplicate keys (YAML's silent last-wins).
+it can: text that is not UTF-8, more than `Limits.text` characters, nesting deeper than
+`Limits.depth`, aliases that expand to more than `Limits.expanded` (an "alias bomb" is a few
+hundred bytes that expand to gigabytes), recursive aliases, and duplicate keys (YAML's silent
+last-wins). Specs and cluster files get SPEC's limits; a JobSet CRD (`export k8s --crd`,
+~800 kB of generated schema) gets CRD's.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-MAX_TEXT = 128 * 1024  # characters; real specs and cluster files are a few KB
-MAX_DEPTH = 32  # nesting levels; a spec needs 5
-# Size after expanding every alias: one per node plus each scalar's length. Bounds the work of
-# validation and the size of the stored spec whatever the aliases multiply.
-MAX_EXPANDED = 256 * 1024
+
+@dataclass(frozen=True)
+class Limits:
+    text: int  # characters
+    depth: int  # nesting levels
+    # Size after expanding every alias: one per node plus each scalar's length. Bounds the
+    # work of whatever walks the result (validation, the stored spec, a schema's closure)
+    # whatever the aliases multiply.
+    expanded: int
+
+
+# Real specs and cluster files are a few KB and nest 5 levels.
+SPEC = Limits(text=128 * 1024, depth=32, expanded=256 * 1024)
+# JobSet's CRD (v0.10) is ~800 K characters, nests ~40 levels and has no aliases (~1 M nodes
+# and characters): room for a few times its size, still refused in well under a second.
+CRD = Limits(text=4 * 1024 * 1024, depth=96, expanded=8 * 1024 * 1024)
+MAX_TEXT, MAX_DEPTH, MAX_EXPANDED = SPEC.text, SPEC.depth, SPEC.expanded
+
+# libyaml when PyYAML has it (a CRD parses ~8x faster); the checks are the same either way.
+_CParser: Any = getattr(yaml, "CSafeLoader", None)
 
 
 class YamlError(ValueError):
@@ -35,29 +53,15 @@ def decode(data: bytes) -> str:
         ) from None
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with a depth limit and duplicate keys refused."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.depth = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        self.depth += 1
-        try:
-            if self.depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-                raise YamlError(f"nested deeper than {MAX_DEPTH} levels (line {mark.line + 1})")
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
+class _NoDuplicates:
+    """A loader mixin refusing a key repeated in one mapping."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *base` may be overridden by the mapping's own keys
-            key = self.construct_object(key_node, deep=True)
+            key = self.construct_object(key_node, deep=True)  # type: ignore[attr-defined]
             if isinstance(key, list | dict):
                 continue  # unhashable: the constructor names it
             if key in seen:
@@ -66,7 +70,37 @@ class _Loader(yaml.SafeLoader):
                     "each key may appear once in a mapping"
                 )
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc,no-any-return]
+
+
+class _PyLoader(_NoDuplicates, yaml.SafeLoader):
+    pass
+
+
+_Loader: Any = type("_CLoader", (_NoDuplicates, _CParser), {}) if _CParser else _PyLoader
+
+
+def _check_depth(text: str, limit: int) -> None:
+    """Refuse nesting deeper than `limit` from the parser's events, before any node is built
+    (libyaml's composer recurses in C, where a deep file would overflow the stack)."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_CParser or yaml.SafeLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > limit:
+                    raise _too_deep(limit, event.start_mark)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:
+        if "nesting depth" in str(exc.problem):  # libyaml's own bound (1,000), met first
+            raise _too_deep(limit, exc.problem_mark) from None
+        raise
+
+
+def _too_deep(limit: int, mark: Any) -> YamlError:
+    where = f" (line {mark.line + 1})" if mark is not None else ""
+    return YamlError(f"nested deeper than {limit} levels{where}")
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -74,7 +108,7 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-def _expanded_size(root: yaml.Node) -> int:
+def _expanded_size(root: yaml.Node, limit: int) -> int:
     """Nodes plus scalar characters with every alias expanded; stops early past the limit.
 
     Aliases share node objects, so sizes are memoized by identity: linear in the file.
@@ -90,7 +124,7 @@ def _expanded_size(root: yaml.Node) -> int:
         children = _children(node)
         if done:
             open_nodes.discard(key)
-            sizes[key] = min(MAX_EXPANDED + 1, 1 + sum(sizes[id(c)] for c in children))
+            sizes[key] = min(limit + 1, 1 + sum(sizes[id(c)] for c in children))
             continue
         if key in open_nodes:
             raise YamlError(f"a recursive alias (line {node.start_mark.line + 1}): "
@@ -112,25 +146,34 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def load(text: str) -> Any:
+def load(text: str, limits: Limits = SPEC) -> Any:
     """The YAML document in `text` as plain data; YamlError saying what is wrong and where."""
-    if len(text) > MAX_TEXT:
-        raise YamlError(f"{len(text)} characters is more than the {MAX_TEXT} allowed")
+    docs = _load(text, limits, single=True)
+    return docs[0] if docs else None
+
+
+def load_all(text: str, limits: Limits = SPEC) -> list[Any]:
+    """Every YAML document in `text` (a `---` stream); the limits hold for the whole text."""
+    return _load(text, limits, single=False)
+
+
+def _load(text: str, limits: Limits, single: bool) -> list[Any]:
+    if len(text) > limits.text:
+        raise YamlError(f"{len(text)} characters is more than the {limits.text} allowed")
+    loader = None
     try:
-        loader = _Loader(text)  # its reader refuses unprintable characters (NUL) right here
-    except yaml.YAMLError as exc:
-        raise YamlError(str(exc)) from None
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        size = _expanded_size(node)
-        if size > MAX_EXPANDED:
-            raise YamlError(
-                f"its aliases expand to more than {MAX_EXPANDED} nodes and characters; "
-                "write the values out or use fewer aliases"
-            )
-        return loader.construct_document(node)
+        _check_depth(text, limits.depth)  # the reader refuses unprintable characters (NUL)
+        loader = _Loader(text)
+        nodes = [loader.get_single_node()] if single else _nodes(loader)
+        total = 0
+        for node in nodes:
+            total += _expanded_size(node, limits.expanded - total) if node is not None else 0
+            if total > limits.expanded:
+                raise YamlError(
+                    f"its aliases expand to more than {limits.expanded} nodes and characters; "
+                    "write the values out or use fewer aliases"
+                )
+        return [None if n is None else loader.construct_document(n) for n in nodes]
     except yaml.YAMLError as exc:
         raise YamlError(str(exc)) from None
     except (ValueError, OverflowError, TypeError) as exc:  # e.g. an int of 5,000 digits
@@ -138,4 +181,12 @@ def load(text: str) -> Any:
             raise
         raise YamlError(f"a value cannot be read: {exc}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _nodes(loader: Any) -> list[yaml.Node]:
+    out = []
+    while loader.check_node():
+        out.append(loader.get_node())
+    return out

@@ -18,6 +18,7 @@ import yaml
 from perdure.core.launchenv import ReplicaFacts, contract_env
 from perdure.core.spec import JobSpec, PoolSpec
 from perdure.export.gaps import ExportError, Gap
+from perdure.export.k8s_env import check_env
 from perdure.export.k8s_names import check_options, priority_class_name
 from perdure.export.k8s_policy import map_failure_policy
 
@@ -85,7 +86,7 @@ def _facts(spec: JobSpec, pool: PoolSpec, offset: int, ckpt: str) -> ReplicaFact
         replica=f"{pool.name}-{index}",
         restart_count=restarts,
         job_id=spec.name,
-        checkpoint_dir=ckpt,
+        checkpoint_dir=literal(ckpt),  # a path or URL, never a reference to expand
         # One replica per pod, and each pod its own torchrun "group" (node).
         layout={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": rank,
                 "GROUP_WORLD_SIZE": world},
@@ -98,14 +99,24 @@ def _env(spec: JobSpec, pool: PoolSpec, offset: int, ckpt: str) -> list[dict[str
     ]
     if offset:
         env.append({"name": RANK_OFFSET, "value": str(offset)})
-    user = {**spec.env, **pool.env}
+    user = {**spec.env, **pool.env}  # check_env refused any name the contract sets
     for name, value in contract_env(spec, pool, _facts(spec, pool, offset, ckpt)).items():
         if offset and name in ("RANK", "GROUP_RANK"):
             continue  # the rank script sets them
-        if name in user and user[name] == value:
-            value = literal(value)  # the user's text stays as written
+        if name in user:
+            value = literal(user[name])  # the user's text stays as written
         env.append({"name": name, "value": value})
     return env
+
+
+def perdure_names(spec: JobSpec) -> set[str]:
+    """Every variable the export sets in a pod, whatever the user's env holds."""
+    bare = spec.model_copy(update={"env": {}})
+    names = {POD_INDEX, RESTARTS, RANK_OFFSET}
+    for pool in spec.pools:
+        facts = _facts(spec, pool, 0, "")
+        names |= set(contract_env(bare, pool.model_copy(update={"env": {}}), facts))
+    return names
 
 
 def _resources(pool: PoolSpec) -> dict[str, Any]:
@@ -187,6 +198,7 @@ def _priority(spec: JobSpec, opts: K8sOptions) -> tuple[str | None, list[dict[st
 def export_k8s(spec: JobSpec, opts: K8sOptions) -> Export:
     """The JobSet (and WorkloadPriorityClass) for `spec`, and what they cannot express."""
     check_options(spec, opts.image, opts.queue, opts.priority_class, opts.namespace)
+    check_env(spec, perdure_names(spec))
     policy = map_failure_policy(spec)
     ckpt, gaps = checkpoint_dir(spec)
     priority, extra = _priority(spec, opts)

@@ -15,8 +15,7 @@ import importlib.util
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
-
+from perdure.core import yamlload
 from perdure.export.gaps import ExportError
 from perdure.export.k8s_model import check_document, path_of
 
@@ -24,7 +23,6 @@ from perdure.export.k8s_model import check_document, path_of
 K8S_VERSION = "1.33"
 JOBSET_GROUP, JOBSET_VERSION = "jobset.x-k8s.io", "v1alpha2"
 INSTALL = "pip install 'perdure[k8s]'"
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # JobSet's CRD is ~800 kB of YAML
 
 
 def schemas_available() -> bool:
@@ -66,9 +64,10 @@ def check_job_templates(jobset: dict[str, Any]) -> str:
 def crd_schema(text: str, source: str) -> dict[str, Any]:
     """The JobSet v1alpha2 openAPIV3Schema in a CRD file (which may hold other documents)."""
     try:
-        docs = [d for d in yaml.load_all(text, Loader=_LOADER) if isinstance(d, dict)]
-    except yaml.YAMLError as exc:
-        raise ExportError(f"--crd {source}: not valid YAML: {exc}".splitlines()[0]) from None
+        docs = [d for d in yamlload.load_all(text, yamlload.CRD) if isinstance(d, dict)]
+    except yamlload.YamlError as exc:
+        first = str(exc).splitlines()[0]
+        raise ExportError(f"--crd {source}: not valid YAML: {first}") from None
     for doc in docs:
         spec = doc.get("spec") or {}
         if doc.get("kind") != "CustomResourceDefinition" or spec.get("group") != JOBSET_GROUP:

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.serve.views import GoodputCache
-from perdure.store.sqlite import TERMINAL, Store
+from perdure.store.sqlite import TERMINAL, Store, UnreadableJob
 
 RECENT_SECONDS = 3600.0
 TICK_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -59,22 +59,34 @@ class StoreCollector(Collector):
         ratio = GaugeMetricFamily("perdure_job_goodput_ratio", "Productive time over running "
                                   "time.", labels=["job"])
         by_state = dict.fromkeys((s.value for s in ReplicaState), 0)
-        for job_id, state, updated, data in rows:
-            d = json.loads(data)
-            terminal = JobState(state).terminal
-            if not terminal:
-                for r in d.get("replicas", []):
-                    by_state[r["state"]] = by_state.get(r["state"], 0) + 1
-            retries.add_metric([job_id], sum(d.get("retries", {}).values()))
-            value = self.cache.get(store, job_id, updated, terminal)
+        for row in rows:
+            try:
+                states, spent, value = self._job(store, row)
+            except (UnreadableJob, ValueError, TypeError, KeyError, AttributeError):
+                # One job that cannot be read back (written by a bug or another version) must
+                # not fail every scrape: its series are left out, the controller fails it.
+                continue
+            for name in states:
+                by_state[name] = by_state.get(name, 0) + 1
+            retries.add_metric([row[0]], spent)
             if value is not None:
-                ratio.add_metric([job_id], value)
+                ratio.add_metric([row[0]], value)
         for s, n in by_state.items():
             replicas.add_metric([s], n)
         yield replicas
         yield self._restarts(store, [r[0] for r in rows])
         yield retries
         yield ratio
+
+    def _job(self, store: Store, row: tuple[str, str, float, str]
+             ) -> tuple[list[str], int, float | None]:
+        """One job's replica states (unfinished jobs only), retries spent and goodput."""
+        job_id, state, updated, data = row
+        d = json.loads(data)
+        terminal = JobState(state).terminal
+        states = [] if terminal else [str(r["state"]) for r in d.get("replicas", [])]
+        spent = sum(int(n) for n in d.get("retries", {}).values())
+        return states, spent, self.cache.get(store, job_id, updated, terminal)
 
     @staticmethod
     def _restarts(store: Store, job_ids: list[str]) -> Metric:

@@ -18,7 +18,7 @@ from perdure.cli.reports import accounted_launches, goodput
 from perdure.core.model import Job, Node
 from perdure.core.spec import ClusterSpec
 from perdure.core.states import JobState, ReplicaState
-from perdure.store.sqlite import Store, StoredEvent
+from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 
 LIVE_GOODPUT_SECONDS = 5.0  # how long a running job's goodput is reused by the jobs list
 MAX_MARKS = 2000  # timeline marks per job; more are counted, not drawn
@@ -49,7 +49,10 @@ class GoodputCache:
         if hit is not None and hit[0] == updated and (terminal or
                                                       now - hit[1] < LIVE_GOODPUT_SECONDS):
             return hit[2]
-        job = store.job(job_id)
+        try:
+            job = store.job(job_id)
+        except UnreadableJob:  # the controller fails it; the pages around it still answer
+            return None
         if job is None:
             return None
         value = goodput(self.reader, job, store.events(job_id)).goodput

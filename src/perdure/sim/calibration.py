@@ -12,7 +12,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from perdure.core.spec import SpecError, SpecModel, parse_model
+from perdure.core.spec import SpecError, parse_model
+from perdure.core.specbase import SpecModel
 
 BUILTIN = ("h100-405b",)
 

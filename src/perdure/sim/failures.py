@@ -28,7 +28,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from perdure.core.spec import SpecError, SpecModel, parse_model
+from perdure.core.spec import SpecError, parse_model
+from perdure.core.specbase import SpecModel
 
 BUILTIN = ("llama3",)
 

@@ -187,12 +187,18 @@ class Store:
 
     def _put_job(self, job: Job, *, new: bool = False) -> None:
         if new:
+            spec = job.spec.model_dump_json()
+            try:  # a spec that would not read back (JSON writes an infinity as null) stays out
+                JobSpec.model_validate_json(spec)
+            except ValueError as exc:
+                first = " ".join(str(exc).splitlines()[:3])[:300]
+                raise StoreError(f"job {job.id} was not stored: its spec would not read back "
+                                 f"({first}); this is a bug of perdure's validation") from None
             self.db.execute(
                 "INSERT INTO jobs(id, name, queue, priority, state, attempt, created, updated,"
                 " spec, data) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (job.id, job.name, job.spec.queue, job.priority, job.state.value, job.attempt,
-                 job.created, job.updated, job.spec.model_dump_json(),
-                 json.dumps(job.to_json())),
+                 job.created, job.updated, spec, json.dumps(job.to_json())),
             )
             return
         self.db.execute(

@@ -123,3 +123,37 @@ def test_cluster_files_get_the_same_treatment() -> None:
         with pytest.raises(SpecError) as err:
             parse_cluster(text, "c.yaml")
         assert needle in str(err.value)
+
+
+@pytest.mark.parametrize("number", [".inf", "-.inf", ".nan", "1.0e+300", "0", "-5"])
+def test_watchdog_hang_seconds_is_finite_and_bounded(number: str) -> None:
+    refused(f"name: a\n{POOL}watchdog: {{hang_seconds: {number}}}\n",
+            "watchdog.hang_seconds", "finite")
+
+
+def test_every_spec_model_inherits_the_validated_base() -> None:
+    from pydantic import BaseModel
+
+    from perdure.core.spec import ClusterSpec, JobSpec
+    from perdure.core.specbase import SpecModel
+
+    seen: set[type] = set()
+    todo: list[type] = [JobSpec, ClusterSpec]
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        assert issubclass(model, SpecModel), f"{model.__name__} skips the spec's validation"
+        for field in model.model_fields.values():
+            for arg in _types(field.annotation):
+                if isinstance(arg, type) and issubclass(arg, BaseModel):
+                    todo.append(arg)
+    assert len(seen) >= 10
+
+
+def _types(annotation: object) -> list[object]:
+    import typing
+
+    args = typing.get_args(annotation)
+    return [annotation] if not args else [t for a in args for t in _types(a)]
