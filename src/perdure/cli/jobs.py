@@ -277,6 +277,7 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
              "node": r.node}
             for r in job.replicas
         ],
+        "spares": dict(job.spares),
         "goodput": goodput(reader, job, events).to_json(),
         "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
                     for c in elastic_changes(reader, job, events)],
@@ -305,6 +306,9 @@ def describe(
     for r in d["replicas"]:
         typer.echo(f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node "
                    f"{r['node'] or '-':<8} restarts {r['restarts']}  exit {r['exit_code']}")
+    if job.spec.total_spares:
+        held = ", ".join(d["spares"]) or "none free yet"
+        typer.echo(f"Spare nodes: {held} ({len(d['spares'])} of {job.spec.total_spares})")
     events = store.events(job.id)
     reader = inspector(ctx)
     g = goodput(reader, job, events)
