@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
 .PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport \
-	spec-reference
+	spec-reference test-gpu
 
 venv: $(STAMP)
 
@@ -39,6 +39,11 @@ soak: $(STAMP)
 
 test-serve-fuzz: $(STAMP)
 	$(BIN)/python -m pytest -q -m serve_fuzz tests/e2e/serve
+
+# The CUDA paths (RNG, pinned staging, NCCL failures, GPU placement on a real host). They skip
+# without CUDA; the venv's torch must be a CUDA build: PY=... or pip install torch (CUDA) first.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -m gpu tests/unit/runtime/test_rng.py tests/integration/gpu
 
 test-transport: $(STAMP)
 	$(BIN)/python -m pytest -q -m transport_long

@@ -43,7 +43,7 @@ def simulate(calib: calibration.Calibration, kills: int, duration: float, kill_e
     draws = [Draw(kill_every * (k + 1), crash, (k + 1) % 4 // 2) for k in range(kills)]
     policy = Policy("bench", "the example's settings", interval=every_steps * calib.step_seconds,
                     hangs="watchdog", warm=True, snapshots=True)
-    result = Engine(spec, {"a": 2, "b": 2}, draws, calib, policy, duration).run()
+    result = Engine(spec, {"a": (2, 0), "b": (2, 0)}, draws, calib, policy, duration).run()
     return result.goodput.goodput
 
 

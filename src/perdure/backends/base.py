@@ -33,6 +33,10 @@ class NodeInfo:
     name: str
     slots: int
     address: str | None = None  # where the node is reached (a Ray node's IP); None: here
+    # GPUs: None (configured, not declared) is resolved by the backend; what nodes() returns
+    # is a count. gpu_ids: what CUDA_VISIBLE_DEVICES calls them ("0".."gpus-1" when empty).
+    gpus: int | None = 0
+    gpu_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

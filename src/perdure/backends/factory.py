@@ -9,11 +9,12 @@ from perdure.core.spec import ClusterSpec
 
 
 def make_backend(cluster: ClusterSpec, state_dir: Path) -> Backend:
-    nodes = [NodeInfo(n.name, n.slots) for n in cluster.nodes]
+    nodes = [NodeInfo(n.name, n.slots, gpus=n.gpus or 0) for n in cluster.nodes]
     if cluster.backend == "local":
         from perdure.backends.local import LocalBackend
+        from perdure.backends.local.gpus import local_nodes
 
-        return LocalBackend(state_dir, nodes, transport=cluster.transport)
+        return LocalBackend(state_dir, local_nodes(cluster.nodes), transport=cluster.transport)
     if cluster.backend == "fake":
         from perdure.backends.fake import FakeBackend
 

@@ -15,7 +15,7 @@ from typing import ClassVar, NoReturn
 
 import typer
 
-from perdure.backends.base import Inspector
+from perdure.backends.base import Inspector, NodeInfo
 from perdure.core import yamlload
 from perdure.core.launchenv import workdir
 from perdure.core.model import Job, Node, make_replicas
@@ -152,9 +152,14 @@ def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec) -> Job:
 def check_fixed_capacity(job: Job, cluster: ClusterSpec) -> None:
     """A job the local backend's nodes could never hold, even empty, is refused now: waiting
     for capacity is for capacity that is busy or down, not for capacity that does not exist."""
-    cap = Capacity({n.name: Node(n.name, n.slots) for n in cluster.nodes}, {}, [])
+    from perdure.backends.local.gpus import local_nodes
+
+    infos = local_nodes(cluster.nodes)
+    cap = Capacity({n.name: Node(n.name, n.slots, gpus=n.gpus or 0) for n in infos}, {}, [])
     if can_ever_fit(job, cap):
         return
+    if job.spec.total_gpus:
+        _refuse_gpus(job, cap, infos)
     nodes = ", ".join(f"{n.name} ({n.slots})" for n in cluster.nodes)
     widest = max(p.slots for p in job.spec.pools)
     raise SpecError(
@@ -162,6 +167,22 @@ def check_fixed_capacity(job: Job, cluster: ClusterSpec) -> None:
         f"up to {widest} slots each) and the cluster's nodes have {cap.healthy} in all: "
         f"{nodes}. Declare more slots in a cluster file (nodes: [{{name: local, slots: "
         f"{max(job.slots, widest)}}}]) and pass it with --cluster")
+
+
+def _refuse_gpus(job: Job, cap: Capacity, infos: list[NodeInfo]) -> None:
+    """SpecError for a GPU job the nodes could never hold, when GPUs are why."""
+    widest = max(p.gpus for p in job.spec.pools)
+    most = max((n.gpus or 0 for n in infos), default=0)
+    if job.spec.total_gpus <= cap.healthy_gpus and widest <= most:
+        return  # GPUs would do: slots (or packing both) are the problem
+    nodes = ", ".join(f"{n.name} ({n.gpus or 0})" for n in infos)
+    raise SpecError(
+        f"pools: the job needs {job.spec.total_gpus} GPUs ({job.spec.total_replicas} replicas, "
+        f"up to {widest} GPUs each, all of a replica's on one node) and the cluster's nodes "
+        f"have {cap.healthy_gpus} in all, at most {most} on one: {nodes}. Ask for fewer GPUs "
+        "per replica, or declare the nodes' GPUs in a cluster file (nodes: [{name: a, slots: "
+        f"16, gpus: 8}}]; without `gpus` a node has this host's: CUDA_VISIBLE_DEVICES, else "
+        "`nvidia-smi -L`)")
 
 
 def check_local_launch(job: Job) -> None:

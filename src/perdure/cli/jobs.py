@@ -274,7 +274,8 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
         "replicas": [
             {"name": r.name, "pool": r.pool, "index": r.index, "rank": r.rank,
              "state": r.state.value, "restarts": r.restarts, "exit_code": r.exit_code,
-             "node": r.node}
+             "node": r.node, "gpus": r.gpus, "devices": list(r.devices) if r.gpus else [],
+             "procs": _procs(job, r.pool)}
             for r in job.replicas
         ],
         "spares": dict(job.spares),
@@ -284,6 +285,21 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
         "watchdog": watchdog_json(events),
         "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
     }
+
+
+def _procs(job: Job, pool: str) -> int:
+    return next(p.procs_per_replica for p in job.spec.pools if p.name == pool)
+
+
+def _replica_line(r: dict[str, Any]) -> str:
+    """One replica in `describe`: where it runs, its processes and GPUs (those it holds on its
+    node, by index) when it has more than one or any."""
+    extra = f"  procs {r['procs']}" if r["procs"] > 1 else ""
+    if r["gpus"]:
+        held = ",".join(str(i) for i in r["devices"]) if r["devices"] else "-"
+        extra += f"  gpus {r['gpus']} ({held})"
+    return (f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node {r['node'] or '-':<8} "
+            f"restarts {r['restarts']}  exit {r['exit_code']}{extra}")
 
 
 def describe(
@@ -304,8 +320,7 @@ def describe(
         typer.echo(f"Error: {d['error']['code']}: {d['error']['message']}")
     typer.echo("Replicas:")
     for r in d["replicas"]:
-        typer.echo(f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node "
-                   f"{r['node'] or '-':<8} restarts {r['restarts']}  exit {r['exit_code']}")
+        typer.echo(_replica_line(r))
     if job.spec.total_spares:
         held = ", ".join(d["spares"]) or "none free yet"
         typer.echo(f"Spare nodes: {held} ({len(d['spares'])} of {job.spec.total_spares})")

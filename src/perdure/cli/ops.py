@@ -120,9 +120,13 @@ def node_ls(c: typer.Context) -> None:
     """List nodes and their states."""
     ctx: Ctx = c.obj
     stored = ctx.reader().nodes()
+    declared = {n.name: n.gpus for n in load_cluster(ctx, None).nodes}
     for name, slots in _node_slots(ctx).items():
         state = stored[name].state.value if name in stored else "READY"
-        typer.echo(f"{name:<12} {slots} slots  {state}")
+        # the controller records what it found; before it ran, what the file declares
+        gpus = stored[name].gpus if name in stored else declared.get(name)
+        shown = "" if not gpus else f"{gpus} GPU{'s' if gpus != 1 else ''}  "
+        typer.echo(f"{name:<12} {slots} slots  {shown}{state}")
     if line := inspector(ctx).pool_summary():
         typer.echo(line)
 

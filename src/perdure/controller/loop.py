@@ -116,7 +116,7 @@ class Controller:
         stored = self.store.nodes()
         nodes = {
             n.name: Node(n.name, n.slots, stored[n.name].state if n.name in stored else
-                         Node(n.name, n.slots).state)
+                         Node(n.name, n.slots).state, n.gpus or 0, n.gpu_ids)
             for n in self.backend.nodes()
         }
         self.store.save_nodes(nodes.values())

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perdure.runtime.ranks import rank_file
 from perdure.runtime.transport.files import FileTransport
 
 if TYPE_CHECKING:
@@ -115,6 +116,10 @@ def _error(relay: Relay, peer: Peer, req: dict[str, Any]) -> str | None:
     record = req["record"]
     if not isinstance(record, dict):
         raise TypeError("an error record must be a JSON object")
+    rank = record.get("local_rank")
+    if isinstance(rank, int) and 0 < rank < 1024:  # a replica's other processes: their own
+        d = relay.files.launch_dir(peer)
+        return FileTransport(error_file=str(d / rank_file(ERROR, rank))).write_error(record)
     return relay.files.launch(peer).write_error(record)
 
 

@@ -68,7 +68,7 @@ def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
         elif hot_swap(t, cap, job):
             _wait(t, job, "waiting for hot-swap: a lower-priority job is giving its capacity")
         elif _timer_due(t, job):
-            _capacity_timeout(t, job, cap.healthy_slots(), in_attempt=True)
+            _capacity_timeout(t, job, cap, in_attempt=True)
         else:
             names = ", ".join(r.name for r in todo)
             _wait(t, job, f"waiting for capacity to place {names}")
@@ -92,9 +92,10 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         if job.waiting_since is None:
             job.waiting_since = t.now
         if _timer_due(t, job):
-            _capacity_timeout(t, job, cap.healthy_slots(), in_attempt=False)
+            _capacity_timeout(t, job, cap, in_attempt=False)
         else:
-            _wait(t, job, "waiting: " + shortfall_message(job, cap.healthy_slots()))
+            _wait(t, job, "waiting: " + shortfall_message(job, cap.healthy_slots(),
+                                                          cap.healthy_gpus))
         return
     free_quota = cap.queue_free(seen.spec.queue)
     if free_quota is not None and free_quota < seen.slots:
@@ -103,8 +104,9 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         return
     chosen = cap.place(seen.replicas)
     if chosen is None:
-        _note(t, seen, f"waiting for capacity: need {seen.slots} slots, "
-                       f"{max(cap.free_slots(), 0)} free of {cap.healthy_slots()}")
+        gpus = f" and {seen.spec.total_gpus} GPUs" if seen.spec.total_gpus else ""
+        _note(t, seen, f"waiting for capacity: need {seen.slots} slots{gpus}, "
+                       f"{max(cap.free_slots(), 0)} slots free of {cap.healthy_slots()}")
         return
     job = _touch(t, seen)
     t.launch_budget -= len(job.replicas)
@@ -143,10 +145,10 @@ def _note(t: Tick, seen: Job, reason: str) -> None:
         _wait(t, job, reason)
 
 
-def _capacity_timeout(t: Tick, job: Job, healthy: int, *, in_attempt: bool) -> None:
+def _capacity_timeout(t: Tick, job: Job, cap: Capacity, *, in_attempt: bool) -> None:
     """The bounded wait for capacity ran out: retry the job (at most 3 times), then fail."""
     code = ErrorCode.INSUFFICIENT_CAPACITY
-    message = shortfall_message(job, healthy)
+    message = shortfall_message(job, cap.healthy_slots(), cap.healthy_gpus)
     job.error = JobError(code, message)
     spent = job.retries.get(code.value, 0)
     job.waiting_since = t.now

@@ -59,12 +59,13 @@ def decide(
 
 
 def _status(f: Failure) -> str:
+    where = f" in local rank {f.local_rank}" if f.local_rank is not None else ""
     if f.signal:
         try:
-            return f"{f.exit_code} ({signal.Signals(f.signal).name})"
+            return f"{f.exit_code} ({signal.Signals(f.signal).name}){where}"
         except ValueError:
-            return f"{f.exit_code} (signal {f.signal})"
-    return str(f.exit_code)
+            return f"{f.exit_code} (signal {f.signal}){where}"
+    return f"{f.exit_code}{where}"
 
 
 class _Decider(Tick):
@@ -101,6 +102,7 @@ class _Decider(Tick):
     def outcome(self) -> Outcome:
         for i in self.changed:  # cached slot usage may be stale after this tick's changes
             self.jobs[i].__dict__.pop("usage", None)
+            self.jobs[i].__dict__.pop("gpu_usage", None)
         snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index())
         return Outcome(snap, self.decisions, self.events, frozenset(self.changed),
                        self.nodes_changed)
@@ -153,6 +155,7 @@ class _Decider(Tick):
             replica=r.name, primary=r is job.primary, exit_code=obs.exit_code,
             signal=obs.signal, oom=obs.oom, error=obs.error, notice=r.notice,
             node_lost=r.node if node is not None and node.state is NodeState.DOWN else None,
+            local_rank=obs.local_rank,
         )
         r.notice = None
         if was_stopping or job.after_stop is not None:

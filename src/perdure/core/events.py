@@ -45,6 +45,7 @@ class ReplicaExited:
     oom: bool = False
     error: ErrorInfo | None = None
     peak_rss_mb: float | None = None
+    local_rank: int | None = None  # the process that failed first, of a multi-process replica
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class Launch:
     cwd: str
     memory_mb: int | None
     log_prefix: str  # <state>/logs/<job>/attempt-<n>/<replica>; the backend appends .out / .err
+    gpus: int = 0  # GPUs the replica holds (env CUDA_VISIBLE_DEVICES names them, where known)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,10 @@ def _held_on_ready(job: Job, cap: Capacity) -> int:
     return sum(s for node, s in job.usage.items() if node in cap.ready)
 
 
+def _gpus_on_ready(job: Job, cap: Capacity) -> int:
+    return sum(len(held) for node, held in job.gpu_usage.items() if node in cap.ready)
+
+
 def lost_work(job: Job, now: float) -> float:
     """Slot-seconds a preemption would throw away: time since its last checkpoint x slots
     (since it was created when it never reported one)."""
@@ -41,19 +45,22 @@ def hot_swap(t: Tick, cap: Capacity, job: Job) -> bool:
     Returns True when enough capacity is (or will soon be) freed, so the job waits for it
     instead of counting toward its capacity timeout.
     """
-    need = sum(r.slots for r in job.replicas if r.state is ReplicaState.WAITING) - cap.free
-    if need <= 0:
+    waiting = [r for r in job.replicas if r.state is ReplicaState.WAITING]
+    need = sum(r.slots for r in waiting) - cap.free
+    need_gpus = sum(r.gpus for r in waiting) - cap.free_gpus()
+    if need <= 0 and need_gpus <= 0:
         return False  # free slots exist but do not fit (fragmented, avoided node): just wait
     # Jobs already on their way out (suspending, cancelling, ending) free their slots soon.
-    leaving = sum(_held_on_ready(j, cap) for j in t.jobs.values()
-                  if j.id != job.id and j.after_stop is not None)
-    if leaving >= need:
+    leaving = [j for j in t.jobs.values() if j.id != job.id and j.after_stop is not None]
+    need -= sum(_held_on_ready(j, cap) for j in leaving)
+    need_gpus -= sum(_gpus_on_ready(j, cap) for j in leaving)
+    if need <= 0 and need_gpus <= 0:
         return True
-    need -= leaving
     candidates = sorted(
         (j for j in t.jobs.values()
          if j.priority < job.priority and j.after_stop is None
-         and j.state in (JobState.PENDING, JobState.RUNNING) and _held_on_ready(j, cap) > 0),
+         and j.state in (JobState.PENDING, JobState.RUNNING)
+         and (_held_on_ready(j, cap) > 0 if need > 0 else _gpus_on_ready(j, cap) > 0)),
         # lowest priority first; among equals the one that loses least work, then youngest
         key=lambda j: (j.priority, lost_work(j, t.now), -j.created),
     )
@@ -61,9 +68,10 @@ def hot_swap(t: Tick, cap: Capacity, job: Job) -> bool:
     for j in candidates:
         victims.append(j)
         need -= _held_on_ready(j, cap)
-        if need <= 0:
+        need_gpus -= _gpus_on_ready(j, cap)
+        if need <= 0 and need_gpus <= 0:
             break
-    if need > 0:
+    if need > 0 or need_gpus > 0:
         return False  # even preempting every lower-priority job would not be enough
     for seen in victims:
         victim = t.touch(seen.id)

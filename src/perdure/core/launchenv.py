@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from perdure.core.events import Launch
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job, Node, Replica
 from perdure.core.spec import JobSpec, PoolSpec
 
 
@@ -27,6 +27,11 @@ class LaunchSettings:
     # A fast node-local directory (tmpfs) under which each job gets $PERDURE_NODE_DIR: what a
     # replica keeps there outlives its process (a group restart) but not the job.
     node_dir: str | None = None
+
+
+# Read by the supervisor and the runtime (perdure.runtime.ranks), which core cannot import.
+PROCS_ENV = "PERDURE_PROCS_PER_REPLICA"
+GPUS_ENV = "PERDURE_GPUS"
 
 
 def _resolve(base: str, path: str) -> str:
@@ -82,29 +87,54 @@ def job_of_launch(launch_id: str) -> str:
 @dataclass(frozen=True)
 class Layout:
     """Where a job's replicas are, computed once for all replicas launched together (a tick
-    launching 1,024 replicas stays linear in them)."""
+    launching 1,024 replicas stays linear in them).
+
+    torchrun's "group" (node) is the virtual node for a job of one-process CPU replicas, as
+    before; a job with GPUs or with several processes per replica makes each replica its own
+    group (GROUP_RANK = the replica's rank), which is what `torch.cuda.set_device(LOCAL_RANK)`
+    needs when each replica sees only its own GPUs.
+    """
 
     local: Mapping[str, tuple[int, int]]  # replica -> (LOCAL_RANK, LOCAL_WORLD_SIZE)
-    group: Mapping[str, int]  # replica -> GROUP_RANK (a node is a torchrun "group")
+    group: Mapping[str, int]  # replica -> GROUP_RANK
     groups: int
     pool_sizes: Mapping[str, int]
     member_rank: Mapping[str, int]  # elastic: this round's rank of each member
+    first_rank: Mapping[str, tuple[int, int]]  # replica -> (first RANK, first ROLE_RANK)
+    world: int  # WORLD_SIZE: every process of every replica
+    devices: Mapping[str, str]  # replica -> CUDA_VISIBLE_DEVICES (absent: leave it alone)
 
     @staticmethod
-    def of(job: Job) -> Layout:
-        by_node: dict[str, list[str]] = {}
-        for x in job.replicas:
-            if x.node is not None:
-                by_node.setdefault(x.node, []).append(x.name)
+    def of(job: Job, nodes: Mapping[str, Node] | None = None) -> Layout:
+        pools = {p.name: p for p in job.spec.pools}
+        per_replica = any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools)
         local: dict[str, tuple[int, int]] = {}
-        for names in by_node.values():
-            local.update((name, (i, len(names))) for i, name in enumerate(names))
-        order = {node: i for i, node in enumerate(by_node)}
-        pools: dict[str, int] = {}
-        for x in job.replicas:
-            pools[x.pool] = pools.get(x.pool, 0) + 1
-        return Layout(local, {x.name: order.get(x.node or "", 0) for x in job.replicas},
-                      max(1, len(by_node)), pools, {n: i for i, n in enumerate(job.members)})
+        group: dict[str, int] = {}
+        if per_replica:
+            for x in job.replicas:
+                local[x.name] = (0, pools[x.pool].procs_per_replica)
+                group[x.name] = x.rank
+            groups = len(job.replicas)
+        else:
+            by_node: dict[str, list[str]] = {}
+            for x in job.replicas:
+                if x.node is not None:
+                    by_node.setdefault(x.node, []).append(x.name)
+            for names in by_node.values():
+                local.update((name, (i, len(names))) for i, name in enumerate(names))
+            order = {node: i for i, node in enumerate(by_node)}
+            group = {x.name: order.get(x.node or "", 0) for x in job.replicas}
+            groups = max(1, len(by_node))
+        sizes: dict[str, int] = {}
+        first: dict[str, tuple[int, int]] = {}
+        world = 0
+        for x in job.replicas:  # rank order
+            procs = pools[x.pool].procs_per_replica
+            first[x.name] = (world, sizes.get(x.pool, 0) * procs)
+            sizes[x.pool] = sizes.get(x.pool, 0) + 1
+            world += procs
+        return Layout(local, group, groups, sizes, {n: i for i, n in enumerate(job.members)},
+                      first, world, gpu_env(job, nodes or {}))
 
     def env(self, r: Replica) -> dict[str, str]:
         local_rank, local_size = self.local.get(r.name, (0, 0))
@@ -114,6 +144,27 @@ class Layout:
             "GROUP_RANK": str(self.group.get(r.name, 0)),
             "GROUP_WORLD_SIZE": str(self.groups),
         }
+
+
+def gpu_env(job: Job, nodes: Mapping[str, Node]) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each placed replica: its own GPUs, in its node's names for them;
+    "" (none) for a replica without GPUs on a node that has some, unless the spec sets it."""
+    out: dict[str, str] = {}
+    for x in job.replicas:
+        node = nodes.get(x.node or "")
+        if node is None:
+            continue
+        names = node.gpu_ids or tuple(str(i) for i in range(node.gpus))
+        if x.gpus:
+            out[x.name] = ",".join(names[i] if i < len(names) else str(i) for i in x.devices)
+        elif node.gpus and not any("CUDA_VISIBLE_DEVICES" in e for e in _user_envs(job, x)):
+            out[x.name] = ""
+    return out
+
+
+def _user_envs(job: Job, r: Replica) -> tuple[Mapping[str, str], ...]:
+    pool = next(p for p in job.spec.pools if p.name == r.pool)
+    return job.spec.env, pool.env
 
 
 @dataclass(frozen=True)
@@ -152,7 +203,7 @@ def contract_env(spec: JobSpec, pool: PoolSpec, f: ReplicaFacts) -> dict[str, st
         "WORLD_SIZE": f.world_size,
         "ROLE_NAME": pool.name,
         "ROLE_RANK": f.role_rank,
-        "ROLE_WORLD_SIZE": str(pool.replicas),
+        "ROLE_WORLD_SIZE": str(pool.procs),
         "MASTER_ADDR": f.master_addr,
         "MASTER_PORT": f.master_port,
         "TORCHELASTIC_RUN_ID": f.run_id,
@@ -170,6 +221,10 @@ def contract_env(spec: JobSpec, pool: PoolSpec, f: ReplicaFacts) -> dict[str, st
     }
     if pool.min_replicas is not None:
         env["PERDURE_MIN_REPLICAS"] = str(pool.min_replicas)
+    if pool.procs_per_replica > 1:
+        env[PROCS_ENV] = str(pool.procs_per_replica)
+    if pool.gpus:
+        env[GPUS_ENV] = str(pool.gpus)
     if spec.checkpoint.every_steps:
         env["PERDURE_CHECKPOINT_EVERY"] = str(spec.checkpoint.every_steps)
     return env
@@ -191,10 +246,11 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
     if command[0] in ("python", "python3"):
         command[0] = s.python
     lid = launch_id(job, r)
+    first_rank, first_role_rank = layout.first_rank[r.name]
     facts = ReplicaFacts(
-        rank=str(r.rank),
-        world_size=str(len(job.replicas)),
-        role_rank=str(r.index),
+        rank=str(first_rank),  # of its local rank 0; the supervisor adds LOCAL_RANK
+        world_size=str(layout.world),
+        role_rank=str(first_role_rank),
         master_addr=s.master_addr,
         master_port=str(job.master_port or 0),
         run_id=f"{job.id}-{job.attempt}",
@@ -220,6 +276,8 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
             env["RANK"] = str(layout.member_rank[r.name])
             env["WORLD_SIZE"] = str(len(job.members))
     env.update(interval_env(job, s))
+    if r.name in layout.devices:
+        env["CUDA_VISIBLE_DEVICES"] = layout.devices[r.name]
     local = node_dir(job.id, s)
     if local is not None:
         env["PERDURE_NODE_DIR"] = local
@@ -234,4 +292,5 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
         cwd=workdir(job),
         memory_mb=pool.memory_mb,
         log_prefix=prefix,
+        gpus=r.gpus,
     )

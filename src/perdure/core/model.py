@@ -43,6 +43,8 @@ class Replica:
     slots: int
     state: ReplicaState = ReplicaState.WAITING
     node: str | None = None
+    gpus: int = 0  # GPUs it needs, on one node
+    devices: list[int] = field(default_factory=list)  # its node's GPUs (indices) while placed
     restarts: int = 0  # in the current attempt
     launches: int = 0  # all launches so far: makes launch ids unique
     launch_id: str | None = None
@@ -121,6 +123,7 @@ class Job:
         """A copy the tick may change; the spec (immutable) is shared."""
         job = _shallow(self)
         job.__dict__.pop("usage", None)
+        job.__dict__.pop("gpu_usage", None)
         job.replicas = [_shallow(r) for r in self.replicas]
         job.retries = dict(self.retries)
         job.members = list(self.members)
@@ -146,6 +149,21 @@ class Job:
         """used_slots(), cached while the job is unchanged (a tick drops it when it changes)."""
         return self.used_slots()
 
+    @functools.cached_property
+    def gpu_usage(self) -> dict[str, list[int]]:
+        """used_gpus(), cached like `usage`."""
+        return self.used_gpus()
+
+    def used_gpus(self) -> dict[str, list[int]]:
+        """GPU indices held on each node by replicas that may still have a process."""
+        used: dict[str, list[int]] = {}
+        if self.state is JobState.QUEUED or self.state is JobState.SUSPENDED:
+            return used
+        for r in self.replicas:
+            if r.node is not None and r.devices and r.state in _ALIVE:
+                used.setdefault(r.node, []).extend(r.devices)
+        return used
+
     def used_slots(self) -> dict[str, int]:
         """Slots held on each node by replicas that may still have a process."""
         used: dict[str, int] = {}
@@ -168,7 +186,8 @@ class Job:
         d["members"] = list(self.members)
         d["spares"] = dict(self.spares)
         d["replicas"] = [
-            {**{f: getattr(r, f) for f in _REPLICA_FIELDS}, "state": r.state.value}
+            {**{f: getattr(r, f) for f in _REPLICA_FIELDS}, "state": r.state.value,
+             "devices": list(r.devices)}
             for r in self.replicas
         ]
         return d
@@ -200,9 +219,14 @@ class Node:
     name: str
     slots: int
     state: NodeState = NodeState.READY
+    gpus: int = 0
+    # What CUDA_VISIBLE_DEVICES calls each of the node's GPUs (index i -> gpu_ids[i]); empty:
+    # "0".."gpus-1", or (Ray) whatever the node's own scheduler hands out.
+    gpu_ids: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "slots": self.slots, "state": self.state.value}
+        return {"name": self.name, "slots": self.slots, "state": self.state.value,
+                "gpus": self.gpus}
 
 
 def make_replicas(spec: JobSpec) -> list[Replica]:
@@ -212,7 +236,7 @@ def make_replicas(spec: JobSpec) -> list[Replica]:
         for i in range(pool.replicas):
             out.append(
                 Replica(name=f"{pool.name}-{i}", pool=pool.name, index=i, rank=len(out),
-                        slots=pool.slots)
+                        slots=pool.slots, gpus=pool.gpus)
             )
     return out
 

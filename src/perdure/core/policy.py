@@ -39,6 +39,7 @@ class Failure:
     error: ErrorInfo | None = None
     notice: str | None = None  # "preemption" | "maintenance" when one was sent
     node_lost: str | None = None  # the node's name when the replica's node failed
+    local_rank: int | None = None  # which process of a multi-process replica failed first
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,37 @@ _PEER_TEXT = re.compile(
 )
 
 
+# NCCL's failures by kind (torch's texts and NCCL's result names), first match wins. A
+# collective timeout or a communication failure is a peer that hung or died; a CUDA or
+# internal error is the GPU's or the driver's; invalid usage is the script's own bug.
+NCCL_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("NCCL invalid usage", re.compile(r"ncclInvalidUsage|ncclInvalidArgument|invalid usage")),
+    ("NCCL collective timeout", re.compile(
+        r"Watchdog caught collective operation timeout|collective operation timeout|"
+        r"ran for \d+ milliseconds before timing out|NCCL.{0,40}timed? ?out", re.IGNORECASE)),
+    ("NCCL CUDA error", re.compile(r"ncclUnhandledCudaError|unhandled cuda error", re.I)),
+    ("NCCL communication error", re.compile(
+        r"ncclSystemError|ncclRemoteError|unhandled system error|remote process exited|"
+        r"NCCL communicator was aborted|NCCL error", re.I)),
+    ("NCCL internal error", re.compile(r"ncclInternalError|internal check failed", re.I)),
+)
+
+
+def nccl_kind(error: ErrorInfo | None) -> str | None:
+    """Which NCCL failure an error is (a NCCL_KINDS name), or None when it is not NCCL's."""
+    if error is None:
+        return None
+    text = f"{error.type}: {error.message}"
+    if "nccl" not in text.lower() and "Watchdog" not in text:
+        return None
+    return next((kind for kind, pattern in NCCL_KINDS if pattern.search(text)), None)
+
+
+def _nccl_rule(kind: str) -> Rule:
+    action = Action.FAIL if kind == "NCCL invalid usage" else Action.RESTART
+    return Rule(kind, lambda f, s: nccl_kind(f.error) == kind, action, ErrorCode.USER_CODE)
+
+
 def is_peer_error(error: ErrorInfo | None) -> bool:
     """Whether an exception is a collective failing because another replica went away."""
     if error is None:
@@ -69,6 +101,9 @@ def is_peer_error(error: ErrorInfo | None) -> bool:
 def describe_exit(f: Failure) -> str:
     """`Replica worker-1 exited with a non-zero status of 1` (+ the signal's name)."""
     text = f"Replica {f.replica} exited with a non-zero status of {f.exit_code}"
+    if f.local_rank is not None:
+        text = (f"Replica {f.replica} (local rank {f.local_rank}) exited with a non-zero status "
+                f"of {f.exit_code}")
     if f.signal:
         try:
             text += f" ({_signal.Signals(f.signal).name})"
@@ -78,6 +113,9 @@ def describe_exit(f: Failure) -> str:
 
 
 def _user_message(f: Failure) -> str:
+    kind = nccl_kind(f.error)
+    if f.error is not None and kind is not None:
+        return f"{describe_exit(f)}. Termination reason: {kind}: {f.error.summary().rstrip('.')}."
     if f.error is not None:
         return f"{describe_exit(f)}. Termination reason: {f.error.summary().rstrip('.')}."
     if f.node_lost:
@@ -109,6 +147,8 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("suspend requested", lambda f, s: f.exit_code == EXIT_SUSPENDED, Action.SUSPEND, None),
     Rule("node lost", lambda f, s: f.node_lost is not None, Action.RESTART, ErrorCode.USER_CODE),
     Rule("out of memory", lambda f, s: f.oom, Action.FAIL, ErrorCode.OUT_OF_MEMORY),
+    # before the exit code: NCCL's watchdog aborts (SIGABRT), which is no crash of the script
+    *(_nccl_rule(kind) for kind, _ in NCCL_KINDS),
     Rule("transient exit code", _transient, Action.RETRY, ErrorCode.USER_CODE),
     Rule("peer lost", lambda f, s: is_peer_error(f.error), Action.RESTART, ErrorCode.USER_CODE),
     Rule("uncaught exception", lambda f, s: f.error is not None, Action.FAIL, ErrorCode.USER_CODE),

@@ -1,7 +1,9 @@
-"""Capacity: quota per queue and slots per node, admission order, placement.
+"""Capacity: quota per queue, slots and GPUs per node, admission order, placement.
 
 No side effects: a `Capacity` is built for one tick from the snapshot and updated as the tick
-places replicas.
+places replicas. GPUs are counted like slots, and a placed replica is also given which of its
+node's GPUs it holds (`Replica.devices`, lowest free indices first), disjoint from every other
+replica's on that node.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def admission_order(jobs: Iterable[Job]) -> list[Job]:
 
 
 class Capacity:
-    """Free slots on each schedulable node and in each queue, for one tick."""
+    """Free slots and GPUs on each schedulable node and free slots in each queue, for one tick."""
 
     def __init__(
         self, nodes: Mapping[str, Node], quotas: Mapping[str, int | None], jobs: Iterable[Job]
@@ -28,6 +30,7 @@ class Capacity:
         self.quotas = quotas
         self.node_used: dict[str, int] = {n: 0 for n in nodes}
         self.queue_used: dict[str, int] = {q: 0 for q in quotas}
+        self.gpus_used: dict[str, set[int]] = {}
         for job in jobs:
             if job.state is JobState.QUEUED:
                 continue
@@ -35,11 +38,19 @@ class Capacity:
                 self.queue_used[job.spec.queue] = self.queue_used.get(job.spec.queue, 0) + job.slots
             for node, slots in job.usage.items():
                 self.node_used[node] = self.node_used.get(node, 0) + slots
+            for node, held in job.gpu_usage.items():
+                self.gpus_used.setdefault(node, set()).update(held)
         ready = [n for n in nodes.values() if n.state.schedulable]
         self.ready = {n.name: n.slots for n in ready}
+        self.ready_gpus = {n.name: n.gpus for n in ready}
         self.healthy = sum(self.ready.values())
+        self.healthy_gpus = sum(self.ready_gpus.values())
         self.largest = max(self.ready.values(), default=0)
         self.free = sum(max(0, s - self.node_used.get(n, 0)) for n, s in self.ready.items())
+
+    def free_gpus(self) -> int:
+        """GPUs free on schedulable nodes (in all: a replica needs them on one node)."""
+        return sum(len(self._free_gpus(n)) for n in self.ready)
 
     def healthy_slots(self) -> int:
         return self.healthy
@@ -57,10 +68,15 @@ class Capacity:
     def release_quota(self, queue: str, slots: int) -> None:
         self.queue_used[queue] = self.queue_used.get(queue, 0) - slots
 
+    def _free_gpus(self, node: str) -> list[int]:
+        used = self.gpus_used.get(node, set())
+        return [i for i in range(self.ready_gpus.get(node, 0)) if i not in used]
+
     def place(
         self, replicas: list[Replica], prefer: Mapping[str, str | None] | None = None
     ) -> dict[str, str] | None:
-        """Nodes for every replica (all or none), best fit; takes the slots when it succeeds.
+        """Nodes for every replica (all or none), best fit; takes the slots and GPUs when it
+        succeeds, and sets each GPU replica's `devices` (a new list: clones share the old).
 
         `prefer` maps a replica to the node it should stay on when that node is schedulable
         (a failed or draining node is not: replicas move off it by themselves).
@@ -68,80 +84,106 @@ class Capacity:
         if sum(r.slots for r in replicas) > self.free:
             return None
         free = {n: s - self.node_used.get(n, 0) for n, s in self.ready.items()}
-        fit = _BestFit(free)
+        gpus = {n: self._free_gpus(n) for n in self.ready}
+        fit = _BestFit(free, gpus)
         chosen: dict[str, str] = {}
-        for r in sorted(replicas, key=lambda r: -r.slots):
+        devices: dict[str, list[int]] = {}
+        for r in sorted(replicas, key=lambda r: (-r.gpus, -r.slots)):
             want = (prefer or {}).get(r.name)
-            if want is not None and free.get(want, -1) >= r.slots:
+            if want is not None and free.get(want, -1) >= r.slots and (
+                    len(gpus.get(want, ())) >= r.gpus):
                 node = want
             else:
-                best = fit.best(r.slots)  # best fit keeps big holes free
+                # best fit keeps big holes free: fewest free GPUs first for a GPU replica, and
+                # GPU nodes last for a CPU one (their GPUs are worth nothing without slots)
+                best = fit.best(r.slots, r.gpus)
                 if best is None:
                     return None
                 node = best
             free[node] -= r.slots
+            devices[r.name], gpus[node] = gpus[node][:r.gpus], gpus[node][r.gpus:]
             fit.moved(node)
             chosen[r.name] = node
         for r in replicas:
-            self.node_used[chosen[r.name]] = self.node_used.get(chosen[r.name], 0) + r.slots
+            node = chosen[r.name]
+            self.node_used[node] = self.node_used.get(node, 0) + r.slots
             self.free -= r.slots
+            r.devices = devices[r.name]
+            self.gpus_used.setdefault(node, set()).update(r.devices)
         return chosen
 
 
 class _BestFit:
-    """The node with the least free slots that still fits, ties by name: min over
-    (free, name), found in O(distinct free amounts + log nodes) instead of a scan of every
-    node per replica (a job of 16,384 replicas on 2,048 nodes)."""
+    """The node a replica fits best: min over (free GPUs if it wants GPUs, else whether the
+    node has free GPUs; free slots; name) among nodes with room, found through buckets of
+    equal (free GPUs, free slots) instead of a scan of every node per replica (a job of
+    16,384 replicas on 2,048 nodes)."""
 
-    def __init__(self, free: dict[str, int]) -> None:
-        self.free = free
-        self.buckets: dict[int, list[str]] = {}
+    def __init__(self, free: dict[str, int], gpus: Mapping[str, list[int]]) -> None:
+        self.free, self.gpus = free, gpus
+        self.buckets: dict[tuple[int, int], list[str]] = {}
         for n, f in free.items():
             if f > 0:
-                self.buckets.setdefault(f, []).append(n)
+                self.buckets.setdefault((len(gpus[n]), f), []).append(n)
         for heap in self.buckets.values():
             heapq.heapify(heap)
 
-    def best(self, slots: int) -> str | None:
-        for amount in sorted(a for a in self.buckets if a >= slots):
-            heap = self.buckets[amount]
-            while heap and self.free[heap[0]] != amount:
-                heapq.heappop(heap)  # moved to another amount since it was pushed
-            if heap:
-                return heap[0]
-            del self.buckets[amount]
-        return None
+    def _top(self, key: tuple[int, int]) -> str | None:
+        heap = self.buckets[key]
+        while heap and (len(self.gpus[heap[0]]), self.free[heap[0]]) != key:
+            heapq.heappop(heap)  # moved to another bucket since it was pushed
+        return heap[0] if heap else None
+
+    def best(self, slots: int, gpus: int) -> str | None:
+        def order(key: tuple[int, int]) -> tuple[int, int]:
+            g, f = key
+            return (g if gpus else int(g > 0), f)
+
+        groups: dict[tuple[int, int], list[str]] = {}
+        for key in [k for k in self.buckets if k[1] >= slots and k[0] >= gpus]:
+            top = self._top(key)
+            if top is None:
+                del self.buckets[key]
+            else:
+                groups.setdefault(order(key), []).append(top)
+        return min(groups[min(groups)]) if groups else None
 
     def moved(self, node: str) -> None:
-        """`node`'s free slots changed (the caller updated `free`)."""
+        """`node`'s free slots or GPUs changed (the caller updated them)."""
         f = self.free[node]
         if f > 0:
-            heapq.heappush(self.buckets.setdefault(f, []), node)
+            heapq.heappush(self.buckets.setdefault((len(self.gpus[node]), f), []), node)
 
 
-def shortfall_message(job: Job, healthy: int) -> str:
+def _noun(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def shortfall_message(job: Job, healthy: int, healthy_gpus: int = 0) -> str:
     """The INSUFFICIENT_CAPACITY message: what the job needs against what is healthy."""
     pools = ", ".join(p.name for p in job.spec.pools)
     noun = "pool" if len(job.spec.pools) == 1 else "pools"
-    return (
-        f"Resources are insufficient in {noun} {pools}: need {job.slots} slots, "
-        f"{healthy} healthy. Try fewer replicas or slots."
-    )
+    need = f"need {job.slots} slots, {healthy} healthy"
+    fix = "Try fewer replicas or slots."
+    if job.spec.total_gpus:
+        need += f"; {_noun(job.spec.total_gpus, 'GPU')}, {healthy_gpus} healthy"
+        fix = "Try fewer replicas, slots or GPUs."
+    return f"Resources are insufficient in {noun} {pools}: {need}. {fix}"
 
 
 def can_ever_fit(job: Job, cap: Capacity) -> bool:
     """Whether the healthy nodes could hold the job if nothing else ran."""
-    if job.slots > cap.healthy:
+    if job.slots > cap.healthy or job.spec.total_gpus > cap.healthy_gpus:
         return False
     widest = max((r.slots for r in job.replicas), default=0)
-    if widest == 1 or widest * len(job.replicas) <= cap.largest:
+    if not job.spec.total_gpus and (widest == 1 or widest * len(job.replicas) <= cap.largest):
         return True  # fits without bin packing
-    free = sorted(cap.ready.values(), reverse=True)
-    for r in sorted(job.replicas, key=lambda r: -r.slots):
-        for i, f in enumerate(free):
-            if f >= r.slots:
-                free[i] -= r.slots
-                break
-        else:
+    free = {n: [s, cap.ready_gpus.get(n, 0)] for n, s in cap.ready.items()}
+    for r in sorted(job.replicas, key=lambda r: (-r.gpus, -r.slots)):
+        fits = [n for n, (s, g) in free.items() if s >= r.slots and g >= r.gpus]
+        if not fits:
             return False
+        node = min(fits, key=lambda n: (free[n][1] if r.gpus else free[n][1] > 0, free[n][0], n))
+        free[node][0] -= r.slots
+        free[node][1] -= r.gpus
     return True

@@ -23,6 +23,8 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 MAX_POOLS = 64
 MAX_REPLICAS = 16384  # per job, all pools together (bench/controller.py --only big)
 MAX_NODES = 16384
+MAX_GPUS = 1024  # per replica or node: more than any machine has
+MAX_PROCS = 1024  # local ranks per replica
 
 
 class SpecError(ValueError):
@@ -93,6 +95,13 @@ class PoolSpec(_Model):
     min_replicas: int | None = Field(None, ge=1)
     command: list[str] = Field(min_length=1)
     slots: int = Field(1, ge=1)
+    gpus: int = Field(0, ge=0, le=MAX_GPUS, description=(
+        "GPUs per replica, all on the replica's node; the replica's processes see exactly "
+        "these in CUDA_VISIBLE_DEVICES (0: none, and a GPU node's devices are hidden)"))
+    procs_per_replica: int = Field(1, ge=1, le=MAX_PROCS, description=(
+        "processes (local ranks) per replica, as torchrun's --nproc-per-node: each gets "
+        "LOCAL_RANK 0..N-1 and RANK = first rank of its replica + LOCAL_RANK; one that fails "
+        "fails its replica"))
     memory_mb: int | None = Field(None, ge=16)
     env: dict[str, str] = Field(default_factory=dict)
     # Whole free nodes the attempt holds, warm, for replicas of a lost node: they are replaced
@@ -126,7 +135,24 @@ class PoolSpec(_Model):
             raise ValueError(
                 f"min_replicas ({self.min_replicas}) is larger than replicas ({self.replicas})"
             )
+        if self.gpus and self.gpus % self.procs_per_replica:
+            raise ValueError(
+                f"gpus ({self.gpus}) is not a multiple of procs_per_replica "
+                f"({self.procs_per_replica}): each local rank gets gpus / procs_per_replica "
+                "GPUs of its own; use a multiple, or 0 GPUs"
+            )
+        if self.procs_per_replica > 1 and self.min_replicas is not None:
+            raise ValueError(
+                "min_replicas (elastic) and procs_per_replica > 1 cannot be combined yet: an "
+                "elastic round changes whole replicas; use procs_per_replica: 1 (one replica "
+                "per rank) for an elastic pool"
+            )
         return self
+
+    @property
+    def procs(self) -> int:
+        """Processes (ranks) of the whole pool."""
+        return self.replicas * self.procs_per_replica
 
 
 class ElasticSpec(_Model):
@@ -174,6 +200,10 @@ class JobSpec(_Model):
         if self.total_replicas > MAX_REPLICAS:
             raise ValueError(f"{self.total_replicas} replicas in all pools is more than the "
                              f"{MAX_REPLICAS} a job may have")
+        if self.total_procs > MAX_REPLICAS * 8:
+            raise ValueError(f"{self.total_procs} processes in all pools (replicas x "
+                             f"procs_per_replica) is more than the {MAX_REPLICAS * 8} a job "
+                             "may have")
         return self
 
     _env = field_validator("env")(_check_env)
@@ -190,10 +220,23 @@ class JobSpec(_Model):
     def total_spares(self) -> int:
         return sum(p.spares for p in self.pools)
 
+    @property
+    def total_gpus(self) -> int:
+        return sum(p.replicas * p.gpus for p in self.pools)
+
+    @property
+    def total_procs(self) -> int:
+        """Ranks of the job (WORLD_SIZE): every replica's processes."""
+        return sum(p.procs for p in self.pools)
+
 
 class NodeSpec(_Model):
     name: str
     slots: int = Field(ge=1)
+    gpus: int | None = Field(None, ge=0, le=MAX_GPUS, description=(
+        "GPUs of the node, given to replicas as slots are; omitted: the local backend "
+        "counts them (CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`, else 0), Ray "
+        "reads its node's GPU resource"))
 
     @field_validator("name")
     @classmethod
@@ -244,7 +287,7 @@ class ClusterSpec(_Model):
 
 def default_cluster(cores: int) -> ClusterSpec:
     """One node `local` with as many slots as cores, one queue `default` without a quota."""
-    return ClusterSpec(nodes=[NodeSpec(name="local", slots=max(1, cores))])
+    return ClusterSpec(nodes=[NodeSpec(name="local", slots=max(1, cores), gpus=None)])
 
 
 MAX_ERRORS = 20  # lines of errors shown; a hostile file may have thousands

@@ -6,6 +6,7 @@ No side effects: it records decisions and events for the shell to carry out.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -109,7 +110,7 @@ class Tick:
         node = self.nodes.get(name)
         if node is None:
             return None
-        self.nodes[name] = Node(node.name, node.slots, state)
+        self.nodes[name] = dataclasses.replace(node, state=state)
         self.nodes_changed = self.active = True
         return self.nodes[name]
 
@@ -201,7 +202,7 @@ class Tick:
         replicas = [r for r in job.replicas if r.name in placed]
         for r in replicas:
             r.node = placed[r.name]
-        layout = Layout.of(job)
+        layout = Layout.of(job, self.nodes)
         for r in replicas:
             r.launches += 1
             r.launch_id = launch_id(job, r)

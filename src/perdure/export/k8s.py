@@ -39,6 +39,14 @@ POD_CHECKPOINTS = "/var/tmp/perdure/checkpoints"
 # A pool after the first numbers its ranks from an offset: Kubernetes cannot add in an env
 # value, so a POSIX shell in the image does it, then runs the command.
 _RANK_SCRIPT = f'RANK=$(({RANK_OFFSET} + {POD_INDEX})); export RANK GROUP_RANK="$RANK"; exec "$@"'
+# procs_per_replica > 1: the pod (one replica, one torchrun "node") runs its local ranks under
+# torchrun, which sets each one's LOCAL_RANK, RANK (GROUP_RANK x nproc + LOCAL_RANK) and
+# WORLD_SIZE; one that fails ends the pod (no torchrun restarts: the JobSet's policy decides).
+_TORCHRUN = ('exec python -m torch.distributed.run --nnodes="$GROUP_WORLD_SIZE" '
+             '--nproc-per-node="$LOCAL_WORLD_SIZE" --node-rank="$GROUP_RANK" '
+             '--master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" --max-restarts=0 '
+             '--no-python "$@"')
+GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ def master_addr(spec: JobSpec) -> str:
 def _facts(spec: JobSpec, pool: PoolSpec, offset: int, ckpt: str) -> ReplicaFacts:
     index, restarts = f"$({POD_INDEX})", f"$({RESTARTS})"
     rank = index if offset == 0 else ""  # after the first pool: set by the rank script
-    world = str(spec.total_replicas)
+    world = str(spec.total_procs)
     return ReplicaFacts(
         rank=rank,
         world_size=world,
@@ -88,8 +96,8 @@ def _facts(spec: JobSpec, pool: PoolSpec, offset: int, ckpt: str) -> ReplicaFact
         job_id=spec.name,
         checkpoint_dir=literal(ckpt),  # a path or URL, never a reference to expand
         # One replica per pod, and each pod its own torchrun "group" (node).
-        layout={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": rank,
-                "GROUP_WORLD_SIZE": world},
+        layout={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": str(pool.procs_per_replica),
+                "GROUP_RANK": rank, "GROUP_WORLD_SIZE": str(spec.total_replicas)},
     )
 
 
@@ -123,15 +131,23 @@ def _resources(pool: PoolSpec) -> dict[str, Any]:
     """A slot is one CPU (requested, not capped); memory_mb is both request and limit."""
     requests: dict[str, str] = {"cpu": str(pool.slots)}
     out: dict[str, Any] = {"requests": requests}
+    limits: dict[str, str] = {}
     if pool.memory_mb is not None:
         requests["memory"] = f"{pool.memory_mb}Mi"
-        out["limits"] = {"memory": f"{pool.memory_mb}Mi"}
+        limits["memory"] = f"{pool.memory_mb}Mi"
+    if pool.gpus:  # an extended resource: the limit is what the device plugin allots
+        limits[GPU_RESOURCE] = str(pool.gpus)
+    if limits:
+        out["limits"] = limits
     return out
 
 
 def _container(spec: JobSpec, pool: PoolSpec, offset: int, ckpt: str, image: str) -> dict[str, Any]:
     argv = [literal(a) for a in pool.command]
-    command = ["/bin/sh", "-c", literal(_RANK_SCRIPT), pool.name, *argv] if offset else argv
+    script = _RANK_SCRIPT if offset else ""
+    if pool.procs_per_replica > 1:
+        script = script.replace('exec "$@"', _TORCHRUN) if script else _TORCHRUN
+    command = ["/bin/sh", "-c", literal(script), pool.name, *argv] if script else argv
     container: dict[str, Any] = {
         "name": pool.name,
         "image": image,
@@ -199,6 +215,11 @@ def export_k8s(spec: JobSpec, opts: K8sOptions) -> Export:
     """The JobSet (and WorkloadPriorityClass) for `spec`, and what they cannot express."""
     check_options(spec, opts.image, opts.queue, opts.priority_class, opts.namespace)
     check_env(spec, perdure_names(spec))
+    procs = sorted({p.procs_per_replica for p in spec.pools})
+    if len(procs) > 1:
+        raise ExportError(f"pools: procs_per_replica differs between pools ({procs}); torchrun "
+                          "numbers ranks as GROUP_RANK x nproc + LOCAL_RANK, so every pod "
+                          "must run as many: give every pool the same procs_per_replica")
     policy = map_failure_policy(spec)
     ckpt, gaps = checkpoint_dir(spec)
     priority, extra = _priority(spec, opts)

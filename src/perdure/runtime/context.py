@@ -15,6 +15,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 from perdure.runtime import transport
 from perdure.runtime.errors import install_excepthook
@@ -147,8 +148,23 @@ def _init_process_group(backend: str | None, timeout: float, world_size: int) ->
     from perdure.runtime import envstore
 
     envstore.install()  # connect as soon as rank 0 listens, not after torch's backoff
+    if torch.cuda.is_available():
+        _select_device(torch)
     chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     dist.init_process_group(chosen, timeout=datetime.timedelta(seconds=timeout))
+
+
+def _select_device(torch: Any) -> None:
+    """Make this rank's GPU the current device, as torchrun scripts do with LOCAL_RANK: of the
+    devices it sees (its replica's), local rank k of n takes the k-th share
+    (`perdure.runtime.ranks.device_index`). A script that chose a device already keeps it."""
+    from perdure.runtime.ranks import device_index
+
+    if torch.cuda.is_initialized() and torch.cuda.current_device() != 0:
+        return
+    index = device_index(_env_int("LOCAL_RANK", 0), _env_int("LOCAL_WORLD_SIZE", 1),
+                         torch.cuda.device_count())
+    torch.cuda.set_device(index)
 
 
 def init(

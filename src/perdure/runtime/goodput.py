@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from perdure.runtime.ranks import PROCS_ENV
 from perdure.runtime.transport import FileTransport, Transport
 from perdure.runtime.transport import current as current_transport
 
@@ -120,7 +121,10 @@ def reporter() -> Reporter:
     """This process's reporter (writes only under perdure, through the process's transport)."""
     global _reporter
     if _reporter is None:
-        _reporter = Reporter(current_transport())
+        # One timeline per replica: of a replica's several processes (procs_per_replica),
+        # local rank 0 reports for all; they step together, and N copies would count N times.
+        speaks = os.environ.get("LOCAL_RANK", "0") == "0" or os.environ.get(PROCS_ENV) is None
+        _reporter = Reporter(current_transport() if speaks else None)
     return _reporter
 
 

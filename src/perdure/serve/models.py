@@ -55,6 +55,8 @@ class NodeOut(BaseModel):
     slots: int
     used: int
     free: int
+    gpus: int = 0  # the node's GPUs (0: none)
+    gpus_used: int = 0  # held by running replicas
 
 
 class Accepted(BaseModel):

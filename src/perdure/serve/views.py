@@ -95,9 +95,10 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
     return {"total": total, "offset": offset, "limit": limit, "counts": counts, "jobs": jobs}
 
 
-def used_slots(store: Store) -> dict[str, int]:
-    """Slots held on each node, from the stored replicas of jobs that hold capacity
-    (Job.used_slots over the stored JSON: parsing every job's spec would cost 100x)."""
+def used_slots(store: Store, what: str = "slots") -> dict[str, int]:
+    """Slots (or GPUs: `what="gpus"`) held on each node, from the stored replicas of jobs
+    that hold capacity (Job.used_slots over the stored JSON: parsing every job's spec would
+    cost 100x)."""
     holding = [s.value for s in JobState if s.holds_capacity]
     rows = store.db.execute(
         f"SELECT data FROM jobs WHERE state IN ({','.join('?' * len(holding))})", holding
@@ -106,20 +107,23 @@ def used_slots(store: Store) -> dict[str, int]:
     for (data,) in rows:
         for r in json.loads(data).get("replicas", []):
             if r.get("node") and ReplicaState(r["state"]).alive:
-                used[r["node"]] = used.get(r["node"], 0) + int(r.get("slots", 1))
+                held = len(r.get("devices") or ()) if what == "gpus" else int(r.get("slots", 1))
+                used[r["node"]] = used.get(r["node"], 0) + held
     return used
 
 
 def nodes(store: Store, cluster: ClusterSpec) -> list[dict[str, Any]]:
     """The cluster's nodes with their health and slots used / free."""
     stored = store.nodes()  # what the controller found at start; before that, the file's
-    known = list(stored.values()) or [Node(n.name, n.slots) for n in cluster.nodes]
-    used = used_slots(store)
+    known = list(stored.values()) or [Node(n.name, n.slots, gpus=n.gpus or 0)
+                                      for n in cluster.nodes]
+    used, gpus = used_slots(store), used_slots(store, "gpus")
     out = []
     for n in known:
         u = used.get(n.name, 0)
         out.append({"name": n.name, "state": n.state.value, "slots": n.slots, "used": u,
-                    "free": max(0, n.slots - u) if n.state.schedulable else 0})
+                    "free": max(0, n.slots - u) if n.state.schedulable else 0,
+                    "gpus": n.gpus, "gpus_used": gpus.get(n.name, 0)})
     return out
 
 

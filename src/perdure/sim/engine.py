@@ -78,13 +78,14 @@ class Result:
 class Engine:
     """One policy, one job, one failure draw, on a simulated clock."""
 
-    def __init__(self, spec: JobSpec, nodes: dict[str, int], draws: list[Draw],
+    def __init__(self, spec: JobSpec, nodes: dict[str, tuple[int, int]], draws: list[Draw],
                  calib: Calibration, policy: Policy, seconds: float,
                  switch_nodes: int = 16) -> None:
         self.spec, self.policy, self.calib = policy.apply(spec), policy, calib
         self.horizon, self.draws, self.switch_nodes = seconds, draws, switch_nodes
         self.node_order = list(nodes)
-        self.snap = Snapshot({}, {n: Node(n, s) for n, s in nodes.items()}, {"default": None})
+        self.snap = Snapshot({}, {n: Node(n, s, gpus=g) for n, (s, g) in nodes.items()},
+                             {"default": None})
         self.now = 0.0
         self.heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self.seq = itertools.count()

@@ -21,13 +21,13 @@ HOURS = 3600.0
 
 def gpus_of(spec: JobSpec) -> int:
     """GPUs the job uses: the spec's `gpus` per replica where it has them, else its slots."""
-    return sum(p.replicas * (getattr(p, "gpus", 0) or p.slots) for p in spec.pools)
+    return sum(p.replicas * (p.gpus or p.slots) for p in spec.pools)
 
 
 def simulate(spec: JobSpec, cluster: ClusterSpec, failures: FailureFile, calib: Calibration,
              policies: list[Policy], days: float, seed: int) -> list[Result]:
     """Every policy against the same failure draw (same seed: the same faults, in order)."""
-    nodes = {n.name: n.slots for n in cluster.nodes}
+    nodes = {n.name: (n.slots, n.gpus or 0) for n in cluster.nodes}
     draws = failure_files.draws(failures, gpus_of(spec), len(nodes), days * 86400, seed)
     return [Engine(spec, nodes, draws, calib, p, days * 86400, failures.switch_nodes).run()
             for p in policies]

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_job ON events(job_id, id);
 CREATE TABLE IF NOT EXISTS nodes (
-    name TEXT PRIMARY KEY, slots INTEGER NOT NULL, state TEXT NOT NULL
+    name TEXT PRIMARY KEY, slots INTEGER NOT NULL, state TEXT NOT NULL,
+    gpus INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS commands (
     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, kind TEXT NOT NULL,
@@ -147,10 +148,17 @@ class Store:
                     for statement in SCHEMA.split(";"):
                         if statement.strip():
                             self.db.execute(statement)
+                    self._add_columns()
             else:
                 self.db.execute("SELECT count(*) FROM jobs").fetchone()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(describe_error(path, exc)) from None
+
+    def _add_columns(self) -> None:
+        """Columns added since a state dir was made (its tables exist without them)."""
+        nodes = {r[1] for r in self.db.execute("PRAGMA table_info(nodes)")}
+        if "gpus" not in nodes:
+            self.db.execute("ALTER TABLE nodes ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         self._stop_checkpoints.set()
@@ -314,8 +322,11 @@ class Store:
     # ---- nodes -------------------------------------------------------------------------
 
     def nodes(self) -> dict[str, Node]:
-        rows = self.db.execute("SELECT name, slots, state FROM nodes").fetchall()
-        return {r[0]: Node(r[0], r[1], NodeState(r[2])) for r in rows}
+        try:
+            rows = self.db.execute("SELECT name, slots, state, gpus FROM nodes").fetchall()
+        except sqlite3.OperationalError:  # read-only, made before GPUs: none were declared
+            rows = [(*r, 0) for r in self.db.execute("SELECT name, slots, state FROM nodes")]
+        return {r[0]: Node(r[0], r[1], NodeState(r[2]), r[3]) for r in rows}
 
     def save_nodes(self, nodes: Iterable[Node]) -> None:
         with self.transaction():
@@ -324,8 +335,8 @@ class Store:
     def _put_nodes(self, nodes: Iterable[Node]) -> None:
         self.db.execute("DELETE FROM nodes")
         self.db.executemany(
-            "INSERT INTO nodes(name, slots, state) VALUES (?,?,?)",
-            [(n.name, n.slots, n.state.value) for n in nodes],
+            "INSERT INTO nodes(name, slots, state, gpus) VALUES (?,?,?,?)",
+            [(n.name, n.slots, n.state.value, n.gpus) for n in nodes],
         )
 
     # ---- ticks and events --------------------------------------------------------------

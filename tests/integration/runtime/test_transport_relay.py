@@ -202,3 +202,16 @@ def test_a_barrier_waits_through_a_controller_restart(tmp_path: Path) -> None:
     finally:
         r.close()
     assert formed.status == "ok" and out["w0"].status == "ok"
+
+
+def test_each_local_rank_sends_its_own_error_record(relay: Relay, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica of several processes: rank 1's error does not overwrite rank 0's."""
+    monkeypatch.setenv("PERDURE_PROCS_PER_REPLICA", "2")
+    for rank in (0, 1):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        net(relay).write_error({"type": "ValueError", "message": f"rank {rank}"})
+    d = tmp_path / "launches" / launch_id()
+    first = json.loads((d / "error.json").read_text())
+    second = json.loads((d / "error.1.json").read_text())
+    assert (first["message"], second["message"]) == ("rank 0", "rank 1")

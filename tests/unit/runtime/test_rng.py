@@ -101,6 +101,7 @@ def test_derive_seed_is_stable_and_sensitive_to_every_part() -> None:
     assert 0 <= derive_seed(-5, 2**70) < 2**64
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_generators_round_trip() -> None:
     seed_everything(3)

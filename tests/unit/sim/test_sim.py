@@ -17,7 +17,7 @@ CAL = Calibration(step_seconds=1.0, launch_cold_seconds=60, launch_warm_seconds=
                   restore_peer_seconds=3, snapshot_blocking_seconds=0.1,
                   snapshot_every_steps=10, nccl_timeout_seconds=600,
                   manual_restart_seconds=3600)
-NODES = {f"n{i}": 8 for i in range(6)}
+NODES = {f"n{i}": (8, 0) for i in range(6)}
 
 
 def spec(**restart: int) -> JobSpec:

@@ -272,6 +272,7 @@ class LocalBackend:
                 oom=bool(record.get("oom")),
                 error=_error_info(error),
                 peak_rss_mb=record.get("peak_rss_mb"),
+                local_rank=record.get("local_rank"),
             )
         )
 

@@ -16,6 +16,7 @@ from perdure.backends.base import LaunchError
 from perdure.backends.local import layout, procs
 from perdure.backends.local.memory import remove_cgroup
 from perdure.core.events import Launch
+from perdure.runtime.ranks import rank_file
 
 
 def check_launch(launch: Launch, nodes: set[str], inherit_env: bool) -> None:
@@ -96,12 +97,15 @@ def kill_leftovers(status: dict[str, Any], directory: str) -> None:
     Its cgroup, if it had one, holds the rest; else descendants that left the session are
     found by the error-file variable its supervisor gave it (`supervisor.child_env`).
     """
-    if "pid" in status:
-        since = int(status["start_ticks"])
-        leftovers = procs.session_members(int(status["pid"]), since)
+    ranks = status.get("ranks") or (
+        [{"pid": status["pid"], "start_ticks": status["start_ticks"]}] if "pid" in status else [])
+    for rank, proc in enumerate(ranks):  # each local rank leads a session of its own
+        since = int(proc["start_ticks"])
+        leftovers = procs.session_members(int(proc["pid"]), since)
         if not isinstance(status.get("cgroup"), str):
-            marker = f"PERDURE_ERROR_FILE={os.path.join(directory, layout.ERROR)}"
-            leftovers += procs.environ_members(os.fsencode(marker), since)
+            error_file = os.path.join(directory, rank_file(layout.ERROR, rank))
+            leftovers += procs.environ_members(os.fsencode(f"PERDURE_ERROR_FILE={error_file}"),
+                                               since)
         for member in leftovers:
             procs.send_signal(member.pid, member.start_ticks, signal.SIGKILL)
     cgroup = status.get("cgroup")

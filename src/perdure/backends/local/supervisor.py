@@ -14,6 +14,12 @@ escalation, the memory limit and the exit record survive a controller crash:
    `exit.json`: exit code, signal, out-of-memory, exit time, peak RSS and the error it
    reported (error file, else the traceback at the end of its stderr).
 
+A replica of `procs_per_replica` N > 1 is N processes (local ranks, each in a session of its
+own, with its own error file `error.K.json`; see `perdure.runtime.ranks`): the supervisor owns
+them all, and the first to fail fails the replica (torchrun's agent does the same): the others
+are stopped (SIGTERM, SIGKILL after RANK_STOP_GRACE_SECONDS) and `exit.json` reports that
+first failure's status, error and `local_rank`. The replica succeeds when every rank exits 0.
+
 A supervisor that was a warm standby (`warm`) starts the replica in the interpreter it holds,
 which has imported torch already, when the launch allows it (`"warm": true` in status.json),
 and cold otherwise. If the replica cannot be started, `exit.json` holds `spawn_error` instead.
@@ -32,7 +38,9 @@ import time
 
 from perdure.backends.local import layout, memory, procs
 from perdure.backends.local.standby import Standby, launch_fits
+from perdure.runtime.abort import parse_abort
 from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
+from perdure.runtime.ranks import local_rank_env, procs_of, rank_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,6 +50,7 @@ HANDLED_SIGNALS = procs.SUPERVISOR_SIGNALS
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
 SELF_STOP_GRACE_SECONDS = 10.0
 STDERR_TAIL_BYTES = 64 * 1024
+RANK_STOP_GRACE_SECONDS = 5.0  # the other local ranks of a replica one of whose ranks failed
 
 
 class Supervisor:
@@ -56,7 +65,11 @@ class Supervisor:
             raise SystemExit(f"supervisor: {self._file(layout.LAUNCH)} is missing or unreadable")
         self.spec: dict[str, Any] = spec
         self.limit: memory.NoLimit = memory.NoLimit()
-        self.pid = 0
+        self.pid = 0  # local rank 0's process
+        self.pids: list[int] = []  # every local rank's process, by local rank
+        self.procs = procs_of(self.spec["env"])
+        self.failed: tuple[int, int] | None = None  # (local rank, its wait status) first failed
+        self.failed_at: float | None = None  # when: the others' stop must not count
         self.kill_at: float | None = None
         self.applied_stop: tuple[int, float] | None = None
         self.peak_rss = 0
@@ -130,15 +143,23 @@ class Supervisor:
             self.err_offset = os.lseek(err_fd, 0, os.SEEK_END)
             self.started_at = time.time()
             env = child_env(self.spec, self.dir)
-            self.pid = self._start_warm(env)
-            if not self.pid:
-                self.pid = procs.spawn(
+            self.pid = self._start_warm(env) if self.procs == 1 else 0
+            self.pids = [self.pid] if self.pid else []
+            self._dismiss_standby()  # a multi-process replica starts cold
+            for rank in range(len(self.pids), self.procs):
+                self.pids.append(procs.spawn(
                     list(self.spec["command"]),
-                    env,
+                    child_env(self.spec, self.dir, rank),
                     self.spec["cwd"],
                     (null_fd, out_fd, err_fd),
                     self._in_child,
-                )
+                ))
+            self.pid = self.pids[0]
+        except OSError:
+            for pid in self.pids:  # a rank that could not start: the others go too
+                procs.kill_group(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            raise
         finally:
             for fd in (out_fd, err_fd, null_fd):
                 os.close(fd)
@@ -173,8 +194,7 @@ class Supervisor:
 
         def watch() -> None:
             procs.wait_gone(int(owner["pid"]), int(owner["start_ticks"]))
-            if self.pid:
-                procs.kill_group(self.pid, signal.SIGKILL)
+            self._kill_groups(signal.SIGKILL)
             self.limit.kill_all()
             os.kill(self.own_pid, signal.SIGKILL)
 
@@ -215,6 +235,8 @@ class Supervisor:
                 # how the replica's whole process tree is found and killed at the end
                 "tree": self.limit.mechanism if self.limit.path else "subreaper",
                 "warm": self.warm,
+                # every local rank's process (one entry for a one-process replica)
+                "ranks": [{"pid": pid, "start_ticks": _ticks(pid)} for pid in self.pids],
             },
         )
 
@@ -225,7 +247,7 @@ class Supervisor:
         while not self._child_exited():
             now = time.time()
             if self.kill_at is not None and now >= self.kill_at:
-                procs.kill_group(self.pid, signal.SIGKILL)
+                self._kill_groups(signal.SIGKILL)
                 self.kill_at = None
             if now >= self.next_sample:
                 self._sample_memory(now)
@@ -239,9 +261,21 @@ class Supervisor:
                 self._stop(signal.SIGTERM, time.time() + SELF_STOP_GRACE_SECONDS)
 
     def _child_exited(self) -> bool:
+        """Whether the replica is done: every rank exited, or one failed (the others are then
+        stopped, and the replica is done once they are gone too)."""
         self._reap_orphans()
         flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
-        return os.waitid(os.P_PID, self.pid, flags) is not None
+        running = 0
+        for rank, pid in enumerate(self.pids):
+            info = os.waitid(os.P_PID, pid, flags)
+            if info is None:
+                running += 1
+            elif self.failed is None and not (
+                    info.si_code == os.CLD_EXITED and info.si_status == 0):
+                self.failed, self.failed_at = (rank, info.si_status), time.time()
+                if self.procs > 1:
+                    self._stop_other_ranks(rank)
+        return running == 0
 
     def _reap_orphans(self) -> None:
         # As a subreaper we inherit the replica's orphaned descendants: reap them as they end.
@@ -250,15 +284,15 @@ class Supervisor:
                 found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return
-            if found is None or found.si_pid == self.pid:
+            if found is None or found.si_pid in self.pids:
                 return
             os.waitpid(found.si_pid, 0)
 
     def _sample_memory(self, now: float) -> None:
-        rss = memory.tree_rss_bytes(self.pid)
+        rss = sum(memory.tree_rss_bytes(pid) for pid in self.pids)
         self.peak_rss = max(self.peak_rss, rss)
         if self.limit.over_limit(rss):
-            procs.kill_group(self.pid, signal.SIGKILL)
+            self._kill_groups(signal.SIGKILL)
         self.next_sample = now + (self.limit.poll_interval or IDLE_WAKE_SECONDS)
         if os.path.exists(self._file(layout.STOP)):  # in case a SIGUSR1 was lost
             self._check_stop()
@@ -272,29 +306,50 @@ class Supervisor:
             self.applied_stop = (sig, deadline)
             self._stop(sig, deadline)
 
+    def _stop_other_ranks(self, failed: int) -> None:
+        """The replica failed with its local rank `failed`: stop the others now. A plain stop,
+        recorded first as the backend records one (the runtime would take a bare SIGTERM
+        for a preemption notice and try to save without the dead rank)."""
+        deadline = time.time() + RANK_STOP_GRACE_SECONDS
+        if not os.path.exists(self._file(layout.STOP)):
+            layout.write_json(self._file(layout.STOP), {
+                "signal": int(signal.SIGTERM), "deadline": deadline,
+                "reason": f"local rank {failed} of the replica failed", "notice": None})
+            self.applied_stop = (int(signal.SIGTERM), deadline)  # ours: not applied twice
+        self._stop(signal.SIGTERM, deadline)
+
+    def _kill_groups(self, sig: int) -> None:
+        for pid in self.pids:
+            procs.kill_group(pid, sig)
+
     def _stop(self, sig: int, deadline: float) -> None:
-        procs.kill_group(self.pid, sig)
+        self._kill_groups(sig)
         if sig != signal.SIGKILL:
             self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
 
     # ---- finish -----------------------------------------------------------------------------
 
     def _finish(self) -> int:
-        exit_time = time.time()
+        exit_time = self.failed_at or time.time()
         # The replica is a zombie, so its group id cannot be reused yet: kill what it left,
         # in its group, its cgroup, and (a subreaper: orphans come back to us) anywhere below
         # us, such as a `setsid` daemon.
-        procs.kill_group(self.pid, signal.SIGKILL)
+        self._kill_groups(signal.SIGKILL)
         self.limit.kill_all()
         procs.kill_descendants(self.own_pid)
-        _, status, usage = os.wait4(self.pid, 0)
+        statuses, maxrss = [], 0
+        for pid in self.pids:
+            _, status, usage = os.wait4(pid, 0)
+            statuses.append(status)
+            maxrss = max(maxrss, usage.ru_maxrss)
         self._reap_orphans()
-        code = os.waitstatus_to_exitcode(status)
+        rank = self.failed[0] if self.failed else 0
+        code = os.waitstatus_to_exitcode(statuses[rank])
         sig = -code if code < 0 else None
         exit_code = 128 + sig if sig is not None else code
         # ru_maxrss is in KiB on Linux (bytes on macOS).
         rss_unit = 1 if sys.platform == "darwin" else 1024
-        peak = max(self.peak_rss, usage.ru_maxrss * rss_unit)
+        peak = max(self.peak_rss, maxrss * rss_unit)
         cgroup_peak = self.limit.peak_bytes()
         oom = self.limit.oom_killed()
         self.limit.close()  # before exit.json: once the exit is seen, nothing is left behind
@@ -309,24 +364,31 @@ class Supervisor:
                 "cgroup_peak_mb": round(cgroup_peak / 2**20, 1) if cgroup_peak else None,
                 "memory_mechanism": self.limit.mechanism,
                 "stop_signal": self.applied_stop[0] if self.applied_stop else None,
-                "error": self._error() if exit_code != 0 else None,
+                "error": self._error(rank) if exit_code != 0 else None,
+                "local_rank": rank if self.procs > 1 and exit_code != 0 else None,
             },
         )
         return 0
 
-    def _error(self) -> dict[str, str] | None:
-        error = read_error_file(self._file(layout.ERROR))
+    def _error(self, rank: int) -> dict[str, str] | None:
+        error = read_error_file(self._file(rank_file(layout.ERROR, rank)))
         if error is not None:
             return error
         tail = read_stderr_tail(self.spec["stderr"], self.err_offset, STDERR_TAIL_BYTES)
-        return parse_traceback(tail)
+        return parse_traceback(tail) or parse_abort(tail)
 
 
-def child_env(spec: dict[str, Any], directory: str) -> dict[str, str]:
-    """The replica's environment for the launch record `spec` in `directory` (no side effects)."""
+def _ticks(pid: int) -> int:
+    child = procs.stat(pid)
+    return child.start_ticks if child else 0
+
+
+def child_env(spec: dict[str, Any], directory: str, local_rank: int = 0) -> dict[str, str]:
+    """The environment of local rank `local_rank` of the replica of the launch record `spec`
+    in `directory` (no side effects)."""
     env = dict(os.environ) if spec.get("inherit_env", True) else {}
-    env.update(spec["env"])
-    error_file = os.path.join(directory, layout.ERROR)
+    env.update(local_rank_env(spec["env"], local_rank))
+    error_file = os.path.join(directory, rank_file(layout.ERROR, local_rank))
     env["PERDURE_ERROR_FILE"] = error_file
     env["TORCHELASTIC_ERROR_FILE"] = error_file  # torchelastic's own @record writes here
     # Written before any stop signal: the runtime reads it to tell a notice from a plain stop.

@@ -126,6 +126,10 @@ class LaunchActor:
         if command[0] in ("python", "python3"):
             command[0] = sys.executable  # the interpreter of this node, not the controller's
         env = dict(record["env"])
+        if record.get("gpus") and "CUDA_VISIBLE_DEVICES" in os.environ:
+            # Ray chose this actor's GPUs (num_gpus) and set them here: they win over the
+            # controller's guess, which does not know which of the node's GPUs Ray gave.
+            env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         if "PERDURE_TRANSPORT" not in env:  # without the relay, reports stay here to be pulled
             env["PERDURE_REPORT_DIR"] = self.dir
         env.update({k: v for k, v in network_env().items() if k not in env})

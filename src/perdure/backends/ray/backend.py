@@ -48,6 +48,7 @@ from perdure.core.events import (
 )
 from perdure.core.spec import ClusterSpec, RaySpec
 from perdure.runtime.errorfile import read_error_file
+from perdure.runtime.ranks import rank_file
 
 WAIT_SECONDS = 30.0  # how long one outstanding start/exit call waits on the node
 PULL_SECONDS = 0.5  # how often logs and progress are copied while a launch runs
@@ -82,7 +83,7 @@ class RayBackend:
         self.ns = self.spec.namespace
         self.state_dir = os.path.realpath(state_dir)
         os.makedirs(os.path.join(self.state_dir, layout.LAUNCHES), exist_ok=True)
-        self._configured = [NodeInfo(n.name, n.slots) for n in cluster.nodes]
+        self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
         self._lock: Any = None
         self._transport: LaunchTransport | None = None
         self._live: dict[str, rc.RayNode] = {}
@@ -141,7 +142,8 @@ class RayBackend:
         record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
                   "replica": launch.replica, "node": launch.node,
                   "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                  "memory_mb": launch.memory_mb, "warm": list(self._warm)}
+                  "memory_mb": launch.memory_mb, "warm": list(self._warm),
+                  "gpus": launch.gpus}
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
         if mirror.read_record(layout.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
@@ -243,12 +245,13 @@ class RayBackend:
             return
         error = record.get("error")
         if int(record["exit_code"]) != 0:  # what the replica sent the relay beats its stderr
-            error = read_error_file(os.path.join(tracked.mirror.dir, layout.ERROR)) or error
+            name = rank_file(layout.ERROR, int(record.get("local_rank") or 0))
+            error = read_error_file(os.path.join(tracked.mirror.dir, name)) or error
         out.append(ReplicaExited(
             launch_id=tracked.launch_id, exit_code=int(record["exit_code"]),
             time=float(record["time"]), signal=record.get("signal"),
             oom=bool(record.get("oom")), error=_error_info(error),
-            peak_rss_mb=record.get("peak_rss_mb")))
+            peak_rss_mb=record.get("peak_rss_mb"), local_rank=record.get("local_rank")))
 
     def _actor_died(self, tracked: _Tracked, err: RayError, out: list[Observation]) -> None:
         """The launch's actor is gone: its node died, Ray's memory monitor killed it, or

@@ -110,6 +110,7 @@ class RayNode:
     slots: int
     address: str
     node_id: str
+    gpus: int = 0  # the Ray node's GPU resource
 
 
 def perdure_nodes() -> dict[str, RayNode]:
@@ -122,26 +123,33 @@ def perdure_nodes() -> dict[str, RayNode]:
             if key.startswith(RESOURCE_PREFIX) and amount >= 1:
                 name = key[len(RESOURCE_PREFIX):]
                 out[name] = RayNode(name, int(amount), str(n["NodeManagerAddress"]),
-                                    str(n["NodeID"]))
+                                    str(n["NodeID"]), int(n["Resources"].get("GPU", 0)))
     return out
 
 
 def node_infos(configured: list[NodeInfo], live: dict[str, RayNode]) -> list[NodeInfo]:
     """The configured nodes (with their address when up), else the discovered ones."""
-    if configured:
-        return [NodeInfo(n.name, n.slots, live[n.name].address if n.name in live else None)
+    if configured:  # a node's GPUs: as declared, else as its Ray node has them
+        return [NodeInfo(n.name, n.slots, live[n.name].address if n.name in live else None,
+                         n.gpus if n.gpus is not None else
+                         live[n.name].gpus if n.name in live else 0)
                 for n in configured]
-    return [NodeInfo(n.name, n.slots, n.address) for n in sorted(live.values(),
-                                                                  key=lambda n: n.name)]
+    return [NodeInfo(n.name, n.slots, n.address, n.gpus) for n in sorted(live.values(),
+                                                                          key=lambda n: n.name)]
 
 
 def launch_actor(node: str, launch_id: str, namespace: str, record: dict[str, Any]) -> Any:
     """Create the detached actor of a launch on `node` (never waits for it to start)."""
-    return _remote(LaunchActor).options(
-        name=f"launch:{launch_id}", namespace=namespace, lifetime="detached",
-        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=0,
-        max_concurrency=ACTOR_CONCURRENCY,
-    ).remote(record)
+    return _remote(LaunchActor).options(**launch_options(node, launch_id, namespace,
+                                                         int(record.get("gpus", 0)))).remote(record)
+
+
+def launch_options(node: str, launch_id: str, namespace: str, gpus: int) -> dict[str, Any]:
+    """The options of a launch's actor: pinned to its perdure node, holding the replica's GPUs
+    (`num_gpus`: Ray then sets the actor's CUDA_VISIBLE_DEVICES, which the replica inherits)."""
+    return {"name": f"launch:{launch_id}", "namespace": namespace, "lifetime": "detached",
+            "resources": {RESOURCE_PREFIX + node: PIN}, "num_cpus": 0, "num_gpus": gpus,
+            "max_restarts": 0, "max_concurrency": ACTOR_CONCURRENCY}
 
 
 def find_launch(launch_id: str, namespace: str) -> Any | None:

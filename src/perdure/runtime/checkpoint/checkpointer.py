@@ -247,7 +247,7 @@ class Checkpointer:
             prepared.flat, prepared.paths, prepared.signature, commit.new_token(), comm
         )
         self._seq = 0  # with the plan's agreed token, names this plan's saves alike on all ranks
-        pin = torch.cuda.is_available() and self.persist == "thread"
+        pin = torch.cuda.is_available()  # device-to-host copies need page-locked memory
         self._buffers = HostBuffers(
             self._plan.items, shared=self.persist == "process", pin=pin
         )

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import logging
 import pickle
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,7 +198,11 @@ class Persister:
                     self.storage.makedirs(job.dir_name)
                     self.storage.put_file(local_dir / file, f"{job.dir_name}/{file}")
                 finally:
-                    shutil.rmtree(local_dir, ignore_errors=True)
+                    # Only this rank's file: ranks on one host (replicas of a node, local
+                    # ranks of a replica) share local_dir while they upload.
+                    (local_dir / file).unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        local_dir.rmdir()  # the last rank out removes it
             return shard
         except Exception as exc:  # reported to every rank through the gather
             log.exception("rank %d failed to write its shard of step %d", self.comm.rank, job.step)

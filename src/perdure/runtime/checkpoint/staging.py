@@ -66,13 +66,17 @@ class HostBuffers:
 
     def __init__(self, items: list[WriteItem], *, shared: bool, pin: bool) -> None:
         self.generation = next(_GENERATIONS)  # tells a writer process these are new buffers
+        self.pinned_bytes = 0  # of the shared mapping, page-locked for CUDA
         self.tensors: dict[MetadataIndex, torch.Tensor] = {}
         self.slots: dict[MetadataIndex, Slot] = {}
         self.fd: int | None = None
         self._map: mmap.mmap | None = None
+        self._registered: int | None = None  # the memfd mapping's address, if CUDA pinned it
         tensor_items = [i for i in items if i.type != WriteItemType.BYTE_IO]
         if shared:
             self._allocate_shared(tensor_items)
+            if pin:
+                self._pin_shared()
         else:
             for item in tensor_items:
                 assert item.tensor_data is not None
@@ -96,6 +100,16 @@ class HostBuffers:
             self.tensors[index] = view_slot(self._map, slot)
             self.tensors[index].zero_()  # pre-touch the pages
 
+    def _pin_shared(self) -> None:
+        """Page-lock the shared mapping for CUDA (as pin_memory does for private buffers), so
+        device-to-host copies into it are asynchronous DMA; left unpinned if CUDA refuses."""
+        assert self._map is not None
+        base = torch.frombuffer(self._map, dtype=torch.uint8)
+        ptr = base.data_ptr()
+        if torch.cuda.cudart().cudaHostRegister(ptr, base.numel(), 0) == 0:  # type: ignore[no-untyped-call]
+            self.pinned_bytes = base.numel()
+            self._registered = ptr
+
     def stage(
         self, flat: dict[str, Any], items: list[WriteItem], defer: frozenset[int] = frozenset()
     ) -> tuple[list[StagedItem], list[Pending]]:
@@ -104,7 +118,7 @@ class HostBuffers:
         changes): those are returned as pending copies for the background."""
         staged: list[StagedItem] = []
         pending: list[Pending] = []
-        device_copy = False
+        devices: set[torch.device] = set()  # GPUs copied from without waiting (non_blocking)
         for item in items:
             if item.type == WriteItemType.BYTE_IO:
                 out = io.BytesIO()
@@ -118,16 +132,22 @@ class HostBuffers:
             ):
                 pending.append(Pending(item.index.fqn, src, dst, src._version))
             else:
-                device_copy = device_copy or src.device.type != "cpu"
-                dst.copy_(src, non_blocking=src.device.type != "cpu")
+                # A device tensor is copied asynchronously (into pinned memory when the
+                # buffers are pinned); the synchronize below makes it whole before save returns.
+                if src.device.type == "cuda":
+                    devices.add(src.device)
+                dst.copy_(src, non_blocking=src.device.type == "cuda")
             staged.append(StagedItem(item, tensor=dst))
-        if device_copy and torch.cuda.is_available():
-            torch.cuda.synchronize()
+        for device in devices:  # every GPU a copy came from, not only the current one
+            torch.cuda.synchronize(device)
         return staged, pending
 
     def close(self) -> None:
         """Release the memory (tensors handed out before must not be used afterwards)."""
         self.tensors.clear()
+        if self._registered is not None:
+            torch.cuda.cudart().cudaHostUnregister(self._registered)  # type: ignore[no-untyped-call]
+            self._registered = None
         if self._map is not None:
             self._map.close()
             self._map = None

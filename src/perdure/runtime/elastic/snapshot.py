@@ -36,6 +36,7 @@ from perdure.runtime.elastic import codec, wire
 from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.rendezvous import Member
 from perdure.runtime.elastic.state import Buffers, apply, capture, check_state, kind_of, unwrap
+from perdure.runtime.ranks import process_name
 from perdure.runtime.transport import Transport
 from perdure.runtime.transport import current as current_transport
 
@@ -147,7 +148,8 @@ class Snapshotter:
             "PERDURE_REPLICA", "worker-0")
         chosen = holder_dir or os.environ.get(ENV_SNAPSHOT_DIR)
         job = os.environ.get("PERDURE_JOB_ID", "local")
-        self.holder_dir = Path(chosen) / job / self.replica if chosen else None
+        own = process_name(self.replica, os.environ)
+        self.holder_dir = Path(chosen) / job / own if chosen else None
         self._transport = self._registry_transport() if replicate else None
         self._secret = os.environ.get(hd.ENV_SECRET, "")
         if self._transport is not None and not self._secret:
@@ -400,3 +402,4 @@ def _bind_host() -> str:
 def _advertise_host(bound: str) -> str:
     """The address peers reach the holder at: `$PERDURE_SNAPSHOT_HOST`, else the bound one."""
     return os.environ.get("PERDURE_SNAPSHOT_HOST") or bound
+

@@ -18,6 +18,7 @@ import time
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from perdure.runtime.ranks import PROCS_ENV
 from perdure.runtime.transport.base import (
     ENV_CONTROL_ADDR,
     ENV_JOB_SECRET,
@@ -165,6 +166,8 @@ class NetTransport:
         payload = {**payload,  # as the reader clips them: the end of a traceback matters most
                    "message": str(payload.get("message", ""))[:MAX_MESSAGE_CHARS],
                    "traceback": str(payload.get("traceback", ""))[-MAX_TRACEBACK_CHARS:]}
+        if os.environ.get(PROCS_ENV):  # one of several processes: each has its own record
+            payload["local_rank"] = int(os.environ.get("LOCAL_RANK", "0") or 0)
         try:
             return str(self._call("error", ERROR_SECONDS, record=payload))
         except TransportError as exc:

@@ -27,7 +27,7 @@ export function renderJob(root, id) {
     h("div", { class: "cols" },
       card("Goodput", goodput),
       card("Replicas", h("table", { class: "grid replicas" }, h("thead", {}, h("tr", {},
-        ["Replica", "Rank", "Node", "State", "Restarts", "Exit"].map((c) =>
+        ["Replica", "Rank", "Node", "GPUs", "State", "Restarts", "Exit"].map((c) =>
           h("th", { scope: "col", class: ["Rank", "Restarts", "Exit"].includes(c) ? "num"
             : null }, c)))), replicas))),
     elastic,
@@ -105,7 +105,10 @@ function drawHead(d, title, stateEl, actions, errorBox, stats, refresh) {
 function drawReplicas(body, reps) {
   clear(body).append(...reps.map((r) => h("tr", {},
     h("td", { class: "strong" }, r.name), h("td", { class: "num" }, r.rank),
-    h("td", {}, r.node ?? "–"), h("td", {}, badge(r.state, "replica")),
+    h("td", {}, r.node ?? "–"),
+    h("td", { class: "gpus" }, r.gpus ? `${r.gpus}` + (r.devices.length
+      ? ` (${r.devices.join(",")})` : "") : "–"),
+    h("td", {}, badge(r.state, "replica")),
     h("td", { class: "num" }, r.restarts),
     h("td", { class: "num" }, r.exit_code ?? "–"))));
 }

@@ -6,7 +6,7 @@ export function renderNodes(root) {
   const body = h("tbody");
   root.append(h("div", { class: "page-head" }, h("h1", {}, "Nodes")),
     h("div", { class: "card flush" }, h("table", { class: "grid nodes" },
-      h("thead", {}, h("tr", {}, ["Node", "Health", "Slots used", "Free", ""].map(
+      h("thead", {}, h("tr", {}, ["Node", "Health", "Slots used", "Free", "GPUs used", ""].map(
         (c) => h("th", { scope: "col", class: c === "Free" ? "num" : null }, c)))), body)));
   let timer = null;
   let stopped = false;
@@ -15,7 +15,7 @@ export function renderNodes(root) {
       const nodes = await get("/api/v1/nodes");
       if (!stopped) draw(body, nodes, load);
     } catch (err) {
-      if (!stopped) clear(body).append(h("tr", {}, h("td", { colspan: 5 }, err.message)));
+      if (!stopped) clear(body).append(h("tr", {}, h("td", { colspan: 6 }, err.message)));
     }
     if (!stopped) timer = setTimeout(load, 2000);
   }
@@ -38,6 +38,7 @@ function draw(body, nodes, reload) {
       h("td", {}, h("span", { class: "slots" }, h("span", { class: "slots-track" }, fill),
         h("span", { class: "gp-num" }, `${n.used} / ${n.slots}`))),
       h("td", { class: "num" }, n.free),
+      h("td", { class: "gpus" }, n.gpus ? `${n.gpus_used} / ${n.gpus}` : "–"),
       h("td", { class: "actions" }, n.state === "READY" ? act(n, "drain", "Drain")
         : act(n, "restore", "Restore")));
   }));

@@ -1,0 +1,42 @@
+"""Read why a process aborted in C++: `terminate called after throwing an instance of 'X'` and
+its `what():` text, as torch's NCCL watchdog leaves it when a collective times out or NCCL
+fails (the process then dies of SIGABRT with no Python traceback).
+
+No side effects; only the standard library (the supervisor imports it). Returns the same dict
+as `perdure.runtime.errorfile` (`{"type", "message", "traceback", "source"}`) or None.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '([\w:<>, ]+)'")
+_WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
+# What launchers and torch put before a line: `[rank1]:`, `[default0]:`, glog's `E1201 ...]`.
+_PREFIX = re.compile(r"^(?:\[[\w.-]+\]:\s?)+")
+MAX_MESSAGE_CHARS = 4096
+
+
+def parse_abort(text: str) -> dict[str, str] | None:
+    """The last C++ exception that terminated the process, from the tail of its stderr."""
+    lines = [_PREFIX.sub("", line) for line in text.splitlines()]
+    found = None
+    for i, line in enumerate(lines):
+        match = _TERMINATE.search(line)
+        if match is not None:
+            found = (i, match.group(1))
+    if found is None:
+        return None
+    i, cxx_type = found
+    message = ""
+    for line in lines[i + 1: i + 4]:
+        what = _WHAT.match(line)
+        if what is not None:
+            message = what.group(1).strip()
+            break
+    return {
+        "type": cxx_type.rsplit("::", 1)[-1],
+        "message": message[:MAX_MESSAGE_CHARS],
+        "traceback": "\n".join(lines[i:i + 4])[:MAX_MESSAGE_CHARS],
+        "source": "stderr",
+    }
