@@ -408,6 +408,18 @@ def report(ranks: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def summary(ranks: list[dict[str, Any]], mode: str) -> dict[str, Any]:
+    """Per save and restore, the slowest rank's seconds (perdure sim calibrate reads these)."""
+    def worst(key: str, i: int, j: int) -> float:
+        return max(float(r[mode][key][i][j]) for r in ranks)
+
+    n_write = len(ranks[0][mode]["pairs_write"])
+    return {"mode": mode, "state_bytes": ranks[0]["state_bytes"],
+            "save_blocking_s": blocked_with_training(ranks, mode)[0],
+            "persist_s": med([worst("pairs_write", i, 3) for i in range(n_write)]),
+            "restore_s": med([worst("pairs_read", i, 1) for i in range(READ_PAIRS)])}
+
+
 def blocked_with_training(ranks: list[dict[str, Any]], mode: str) -> tuple[float, float]:
     """Median over saves of the slowest rank's blocked time (save() plus the optimizer's wait
     for the deferred copies), and of that wait alone."""
@@ -457,7 +469,10 @@ def launch(args: argparse.Namespace) -> None:
     try:
         if any(codes):
             raise SystemExit(f"a rank failed: exit codes {codes}")
-        print(report(json.loads(out.read_text()), args))
+        ranks = json.loads(out.read_text())
+        print(report(ranks, args))
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary(ranks, MODES[0]), indent=1))
         print(f"\nLoad average (1 min) at the start / end: {before} / {load_average()}.")
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -469,6 +484,7 @@ def main() -> None:
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--json", help="also write the per-save figures to this file")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)

@@ -1,6 +1,7 @@
 """Controller benchmarks: failure detection latency (local backend) and core scale (fake).
 
     .venv/bin/python bench/controller.py [--restarts 20] [--jobs 1000] [--replicas 10]
+        [--only detection|scale|big] [--big-nodes 2048] [--big-per-node 8]
 
 Every figure is printed with a baseline measured in the same run:
 - detection: replica exit -> replacement launched (controller decision + launch call), and
@@ -9,7 +10,10 @@ Every figure is printed with a baseline measured in the same run:
   MACHINE-NOTES.md);
 - scale: 1,000 jobs x 10 replicas through admission, run, restarts and retries on the fake
   backend with a real sqlite store: tick time percentiles against a naive controller that
-  writes every job each tick, and peak memory.
+  writes every job each tick, and peak memory;
+- one big job: 2,048 nodes x 8 replicas = 16,384 replicas through the real controller and
+  sqlite store: admission, a node failure and the group restart (or, elastic, the shrink) it
+  causes, tick times per phase and peak memory.
 """
 
 from __future__ import annotations
@@ -236,17 +240,79 @@ def naive_tick_seconds(store: Store) -> float:
     return time.perf_counter() - began
 
 
+def big_job(state: Path, nodes: int, per_node: int, elastic: bool,
+            now: list[float]) -> tuple[Controller, Store, FakeBackend, str]:
+    """One job of nodes x per_node replicas (one slot each) on nodes + 8 free nodes."""
+    infos = [NodeInfo(f"n{i:05d}", per_node) for i in range(nodes + 8)]
+    store = Store(state / "perdure.db")
+    backend = FakeBackend(infos, lambda launch: FakeRun(seconds=None), clock=lambda: now[0])
+    cluster = ClusterSpec(backend="fake", nodes=[NodeSpec(name=n.name, slots=n.slots)
+                                                 for n in infos])
+    ctl = Controller(state, store, backend, cluster,
+                     LaunchSettings(str(state), sys.executable), clock=lambda: now[0])
+    ctl.start()
+    replicas = nodes * per_node
+    pool = {"name": "worker", "replicas": replicas, "command": ["python", "t.py"]}
+    if elastic:
+        pool["min_replicas"] = replicas // 2
+    spec = JobSpec.model_validate({"name": "big", "pools": [pool],
+                                   "restart": {"max_replica_restarts": 100}})
+    job = Job("big-0", spec, str(state), now[0], replicas=make_replicas(spec))
+    store.submit(job)
+    return ctl, store, backend, job.id
+
+
+def bench_big(nodes: int, per_node: int) -> None:
+    """Admission, a node failure and the group restart (or elastic shrink) it causes, for
+    one job of nodes x per_node replicas: each phase's ticks until the job is RUNNING again."""
+    print(f"\n## one job of {nodes * per_node} replicas on {nodes} nodes x {per_node} slots, "
+          "real controller + sqlite store, fake backend")
+    for elastic in (False, True):
+        now = [1000.0]
+        with tempfile.TemporaryDirectory() as d:
+            ctl, store, backend, job_id = big_job(Path(d), nodes, per_node, elastic, now)
+            phases = [("admission: launch all, all started", None),
+                      ("node n00003 fails", "fail-node")]
+            kind = "elastic shrink" if elastic else "group restart"
+            for name, command in phases:
+                if command:
+                    store.command(command, "n00003")
+                first = len(ctl.tick_seconds)
+                began = time.perf_counter()
+                for _ in range(200):
+                    ctl.tick()
+                    now[0] += 0.25
+                    job = ctl.snapshot.jobs.get(job_id)
+                    if job is not None and job.state.value == "RUNNING" and (
+                            command is None or len(ctl.tick_seconds) - first > 4):
+                        break
+                t = ctl.tick_seconds[first:]
+                label = name if command is None else f"{name} -> {kind}"
+                print(f"{label:<46} ticks {len(t):3d}  p50 {pct(t, 50) * 1e3:7.1f} ms  "
+                      f"p99 {pct(t, 99) * 1e3:7.1f} ms  max {max(t) * 1e3:7.1f} ms  "
+                      f"phase {time.perf_counter() - began:5.2f} s  "
+                      f"launches {len(backend.launched)}")
+            ctl.close()
+            store.close()
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of the process {peak_mb:.0f} MB (goal: tick p99 <= 50 ms)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--restarts", type=int, default=20)
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--replicas", type=int, default=10)
-    p.add_argument("--only", choices=["detection", "scale"])
+    p.add_argument("--only", choices=["detection", "scale", "big"])
+    p.add_argument("--big-nodes", type=int, default=2048)
+    p.add_argument("--big-per-node", type=int, default=8)
     args = p.parse_args()
-    if args.only != "scale":
+    if args.only in (None, "detection"):
         bench_detection(args.restarts)
-    if args.only != "detection":
+    if args.only in (None, "scale"):
         bench_scale(args.jobs, args.replicas)
+    if args.only in (None, "big"):
+        bench_big(args.big_nodes, args.big_per_node)
 
 
 if __name__ == "__main__":

@@ -373,6 +373,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--duration", type=float, default=300.0, help="seconds per system")
     p.add_argument("--kill-every", type=float, default=30.0)
     p.add_argument("--systems", default="torchrun,perdure,perdure-warm2,perdure-cold")
+    p.add_argument("--json", help="also write each system's figures to this file "
+                                  "(perdure sim calibrate and bench/sim_validate.py read it)")
     p.add_argument("--phases", action="store_true",
                    help="also print where each perdure group restart's time went (profile); "
                         "then --systems may leave torchrun out")
@@ -403,7 +405,28 @@ def main(argv: list[str] | None = None) -> None:
         for name, outcome in zip(chosen, outcomes, strict=True):
             if name.startswith("perdure"):
                 report_phases(outcome, root / name)
+    if args.json:
+        write_json(Path(args.json), chosen, outcomes, root, args.phases)
     print(f"logs and timelines under {root}")
+
+
+def write_json(path: Path, names: list[str], outcomes: list[Outcome], root: Path,
+               phases: bool) -> None:
+    import recovery_phases
+
+    doc: dict[str, Any] = {}
+    for name, o in zip(names, outcomes, strict=True):
+        done = [r for r in o.recoveries() if r is not None]
+        doc[name] = {
+            "duration": o.duration, "kills": len(o.kills), "recoveries": done,
+            "recovery_median": statistics.median(done) if done else None,
+            "goodput": o.productive() / o.duration, "step_seconds": o.steady_step(),
+            "describe_goodput": o.describe_goodput, "describe": o.describe,
+            "phases": recovery_phases.analyse(root / name / "state", o.kills, o.marks,
+                                              o.records)
+            if phases and name.startswith("perdure") else [],
+        }
+    path.write_text(json.dumps(doc, indent=1))
 
 
 if __name__ == "__main__":

@@ -278,6 +278,7 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
              "procs": _procs(job, r.pool)}
             for r in job.replicas
         ],
+        "spares": dict(job.spares),
         "goodput": goodput(reader, job, events).to_json(),
         "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
                     for c in elastic_changes(reader, job, events)],
@@ -320,6 +321,9 @@ def describe(
     typer.echo("Replicas:")
     for r in d["replicas"]:
         typer.echo(_replica_line(r))
+    if job.spec.total_spares:
+        held = ", ".join(d["spares"]) or "none free yet"
+        typer.echo(f"Spare nodes: {held} ({len(d['spares'])} of {job.spec.total_spares})")
     events = store.events(job.id)
     reader = inspector(ctx)
     g = goodput(reader, job, events)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from perdure.cli import export, jobs, ops
+from perdure.cli import export, jobs, ops, sim
 from perdure.cli.common import Ctx, describe_cluster, load_cluster, load_spec, new_job
 from perdure.serve.command import serve
 from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
@@ -54,6 +54,7 @@ def validate(
 
 
 jobs.register(app)
+sim.register(app)
 ops.register(app)
 export.register(app)
 app.command()(serve)

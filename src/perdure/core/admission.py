@@ -5,6 +5,7 @@ No side effects: works on the tick's copies and records launches and events.
 
 from __future__ import annotations
 
+from perdure.core import spares
 from perdure.core.elastic import may_wait_forever, publish
 from perdure.core.hotswap import hot_swap
 from perdure.core.model import Job, JobError
@@ -27,6 +28,10 @@ def schedule(t: Tick) -> None:
             _place_waiting(t, cap, job.id)
         for job in admission_order(queued):
             _admit(t, cap, job)
+    short = [j for j in t.jobs.values() if spares.short(j)]
+    if short:
+        held = [j for i, j in t.jobs.items() if i not in index.queued]
+        spares.seek(t, Capacity(t.nodes, t.snap.quotas, held), short)
     _settle_drains(t)
 
 
@@ -51,7 +56,8 @@ def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
     job = t.touch(job_id)
     assert job is not None
     todo = [r for r in job.replicas if r.state is ReplicaState.WAITING]
-    chosen = cap.place(todo, prefer={r.name: r.node for r in todo})
+    chosen = cap.place(todo, prefer=spares.lend(cap, job, todo))
+    spares.settle(t, cap, job, chosen)
     if chosen is None:
         if job.waiting_since is None:
             job.waiting_since = t.now

@@ -70,11 +70,12 @@ def joined(t: Tick, job: Job) -> None:
     launched is up: replacements started together join in one round."""
     if any(x.state is ReplicaState.STARTING for x in job.replicas):
         return
+    members = set(job.members)  # a set: a list made this quadratic in the job's replicas
     new = [x.name for x in job.replicas if x.state is ReplicaState.RUNNING
-           and x.name not in job.members and not _down(t, x.node)]
+           and x.name not in members and not _down(t, x.node)]
     if not new:
         return
-    members, joining = set(job.members), set(new)
+    joining = set(new)
     grown = [x.name for x in job.replicas
              if x.alive and (x.name in members or x.name in joining)]
     publish(t, job, grown, f"grow {len(job.members)} -> {len(grown)}: {', '.join(new)} "

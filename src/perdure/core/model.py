@@ -88,6 +88,7 @@ class Job:
     # whose own failure happened before then, reported later, takes the charge (see decide).
     blamed: str | None = None
     round_began: float | None = None
+    spares: dict[str, int] = field(default_factory=dict)  # spare nodes held: node -> slots
 
     @property
     def name(self) -> str:
@@ -100,6 +101,10 @@ class Job:
     @functools.cached_property
     def slots(self) -> int:
         return self.spec.total_slots
+
+    @functools.cached_property
+    def spares_wanted(self) -> int:
+        return self.spec.total_spares
 
     @property
     def elastic(self) -> bool:
@@ -122,6 +127,7 @@ class Job:
         job.replicas = [_shallow(r) for r in self.replicas]
         job.retries = dict(self.retries)
         job.members = list(self.members)
+        job.spares = dict(self.spares)
         return job
 
     @functools.cached_property
@@ -166,6 +172,8 @@ class Job:
         for r in self.replicas:
             if r.node is not None and r.state in _ALIVE:
                 used[r.node] = used.get(r.node, 0) + r.slots
+        for node, slots in self.spares.items():
+            used[node] = used.get(node, 0) + slots
         return used
 
     def to_json(self) -> dict[str, Any]:
@@ -176,6 +184,7 @@ class Job:
         d["error"] = self.error.to_json() if self.error else None
         d["retries"] = dict(self.retries)
         d["members"] = list(self.members)
+        d["spares"] = dict(self.spares)
         d["replicas"] = [
             {**{f: getattr(r, f) for f in _REPLICA_FIELDS}, "state": r.state.value,
              "devices": list(r.devices)}
@@ -197,7 +206,7 @@ class Job:
         return cls(**d)
 
 
-_JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas", "members")
+_JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas", "members", "spares")
 _JOB_FIELDS = tuple(
     f.name for f in dataclasses.fields(Job) if f.name not in ("spec", *_JSON_FIELDS)
 )

@@ -8,6 +8,7 @@ replica's on that node.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
@@ -84,6 +85,7 @@ class Capacity:
             return None
         free = {n: s - self.node_used.get(n, 0) for n, s in self.ready.items()}
         gpus = {n: self._free_gpus(n) for n in self.ready}
+        fit = _BestFit(free, gpus)
         chosen: dict[str, str] = {}
         devices: dict[str, list[int]] = {}
         for r in sorted(replicas, key=lambda r: (-r.gpus, -r.slots)):
@@ -92,15 +94,15 @@ class Capacity:
                     len(gpus.get(want, ())) >= r.gpus):
                 node = want
             else:
-                fits = [n for n, f in free.items() if f >= r.slots and len(gpus[n]) >= r.gpus]
-                if not fits:
-                    return None
                 # best fit keeps big holes free: fewest free GPUs first for a GPU replica, and
                 # GPU nodes last for a CPU one (their GPUs are worth nothing without slots)
-                node = min(fits, key=lambda n: (
-                    len(gpus[n]) if r.gpus else len(gpus[n]) > 0, free[n], n))
+                best = fit.best(r.slots, r.gpus)
+                if best is None:
+                    return None
+                node = best
             free[node] -= r.slots
             devices[r.name], gpus[node] = gpus[node][:r.gpus], gpus[node][r.gpus:]
+            fit.moved(node)
             chosen[r.name] = node
         for r in replicas:
             node = chosen[r.name]
@@ -109,6 +111,48 @@ class Capacity:
             r.devices = devices[r.name]
             self.gpus_used.setdefault(node, set()).update(r.devices)
         return chosen
+
+
+class _BestFit:
+    """The node a replica fits best: min over (free GPUs if it wants GPUs, else whether the
+    node has free GPUs; free slots; name) among nodes with room, found through buckets of
+    equal (free GPUs, free slots) instead of a scan of every node per replica (a job of
+    16,384 replicas on 2,048 nodes)."""
+
+    def __init__(self, free: dict[str, int], gpus: Mapping[str, list[int]]) -> None:
+        self.free, self.gpus = free, gpus
+        self.buckets: dict[tuple[int, int], list[str]] = {}
+        for n, f in free.items():
+            if f > 0:
+                self.buckets.setdefault((len(gpus[n]), f), []).append(n)
+        for heap in self.buckets.values():
+            heapq.heapify(heap)
+
+    def _top(self, key: tuple[int, int]) -> str | None:
+        heap = self.buckets[key]
+        while heap and (len(self.gpus[heap[0]]), self.free[heap[0]]) != key:
+            heapq.heappop(heap)  # moved to another bucket since it was pushed
+        return heap[0] if heap else None
+
+    def best(self, slots: int, gpus: int) -> str | None:
+        def order(key: tuple[int, int]) -> tuple[int, int]:
+            g, f = key
+            return (g if gpus else int(g > 0), f)
+
+        groups: dict[tuple[int, int], list[str]] = {}
+        for key in [k for k in self.buckets if k[1] >= slots and k[0] >= gpus]:
+            top = self._top(key)
+            if top is None:
+                del self.buckets[key]
+            else:
+                groups.setdefault(order(key), []).append(top)
+        return min(groups[min(groups)]) if groups else None
+
+    def moved(self, node: str) -> None:
+        """`node`'s free slots or GPUs changed (the caller updated them)."""
+        f = self.free[node]
+        if f > 0:
+            heapq.heappush(self.buckets.setdefault((len(self.gpus[node]), f), []), node)
 
 
 def _noun(n: int, word: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -21,8 +21,8 @@ from perdure.core.watchspec import IntervalFields, WatchdogSpec
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
 MAX_POOLS = 64
-MAX_REPLICAS = 1024  # per job, all pools together
-MAX_NODES = 1024
+MAX_REPLICAS = 16384  # per job, all pools together (bench/controller.py --only big)
+MAX_NODES = 16384
 MAX_GPUS = 1024  # per replica or node: more than any machine has
 MAX_PROCS = 1024  # local ranks per replica
 
@@ -91,7 +91,7 @@ class SchedulingSpec(_Model):
 
 class PoolSpec(_Model):
     name: str
-    replicas: int = Field(1, ge=1, le=1024)
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     min_replicas: int | None = Field(None, ge=1)
     command: list[str] = Field(min_length=1)
     slots: int = Field(1, ge=1)
@@ -104,6 +104,9 @@ class PoolSpec(_Model):
         "fails its replica"))
     memory_mb: int | None = Field(None, ge=16)
     env: dict[str, str] = Field(default_factory=dict)
+    # Whole free nodes the attempt holds, warm, for replicas of a lost node: they are replaced
+    # at once instead of waiting for capacity or shrinking (and another spare is sought).
+    spares: int = Field(0, ge=0, le=MAX_NODES)
 
     _env = field_validator("env")(_check_env)
 
@@ -212,6 +215,10 @@ class JobSpec(_Model):
     @property
     def total_slots(self) -> int:
         return sum(p.replicas * p.slots for p in self.pools)
+
+    @property
+    def total_spares(self) -> int:
+        return sum(p.spares for p in self.pools)
 
     @property
     def total_gpus(self) -> int:
@@ -396,3 +403,15 @@ def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:
             f"quota of {quota}: it could never start; use fewer replicas or slots, or raise "
             "the quota in the cluster file"
         )
+
+
+_M = TypeVar("_M", bound=SpecModel)
+
+
+def parse_model(model: type[_M], text: str | bytes, source: str) -> _M:
+    """Parse YAML text into `model` with the spec's bounded reader and error messages."""
+    data = _load_yaml(text, source)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_format_errors(exc, source, data)) from None

@@ -171,6 +171,7 @@ class Tick:
             return
         final, job.after_stop = job.after_stop, None
         job.waiting_since, job.master_port = None, None
+        job.spares = {}  # an ended attempt holds nothing
         if final is JobState.QUEUED or final is JobState.SUSPENDED:
             self.reset(job)
         if final is JobState.QUEUED:

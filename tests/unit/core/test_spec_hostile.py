@@ -106,8 +106,8 @@ def test_arguments_and_environment_that_exec_would_refuse(text: str, field: str)
 def test_limits_a_user_never_hits_by_accident() -> None:
     pools = "".join(f"  - {{name: p{i}, replicas: 1024, command: [x]}}\n" for i in range(200))
     refused(f"name: a\npools:\n{pools}", "pools")
-    two = "".join(f"  - {{name: p{i}, replicas: 600, command: [x]}}\n" for i in range(2))
-    refused(f"name: a\npools:\n{two}", "1200 replicas", "1024")
+    two = "".join(f"  - {{name: p{i}, replicas: 9000, command: [x]}}\n" for i in range(2))
+    refused(f"name: a\npools:\n{two}", "18000 replicas", "16384")
     refused("name: a\n" + POOL + "env: {A: " + "x" * 200_000 + "}\n", "characters")
 
 

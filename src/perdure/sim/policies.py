@@ -1,0 +1,63 @@
+"""The recovery policies a simulation compares: what each changes in the spec and the backend.
+
+No side effects. A policy is data: the core's decisions stay the core's; a policy only sets
+the spec fields a user would set (checkpoint interval, watchdog) and the backend's facts
+(warm standbys, spare nodes, snapshots).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from perdure.core.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    about: str
+    # fixed seconds, "spec" (the job spec's own checkpoint interval) or "auto" (Young/Daly)
+    interval: float | Literal["spec", "auto"]
+    hangs: Literal["nccl", "watchdog"]  # what ends a hang: NCCL's timeout, perdure's watchdog
+    warm: bool = False  # restarts on a node that ran the job start from a warm standby
+    spares: int = 0  # the spec's `spares`: whole nodes held warm for a lost node's replicas
+    snapshots: bool = False  # node-local and peer in-memory snapshots
+
+    def apply(self, spec: JobSpec) -> JobSpec:
+        """The spec this policy runs: its checkpoint interval, its hang detector."""
+        ckpt = spec.checkpoint
+        if self.interval == "auto":
+            ckpt = ckpt.model_copy(update={"every": "auto", "every_seconds": None,
+                                           "every_steps": None})
+        elif isinstance(self.interval, float):
+            ckpt = ckpt.model_copy(update={"every": None, "every_seconds": self.interval,
+                                           "every_steps": None})
+        pools = [p.model_copy(update={"spares": self.spares}) for p in spec.pools]
+        return spec.model_copy(update={"checkpoint": ckpt, "pools": pools})
+
+
+POLICIES = {
+    p.name: p for p in (
+        Policy("checkpoint-restart",
+               "torchrun style: group restart, cold, from a persistent checkpoint every 3 h; "
+               "a hang ends at NCCL's timeout (a job retry)",
+               interval=3 * 3600.0, hangs="nccl"),
+        Policy("perdure-default",
+               "perdure as installed: the spec's interval, warm restarts in place, the "
+               "watchdog ends hangs, replacements start cold",
+               interval="spec", hangs="watchdog", warm=True),
+        Policy("perdure-best",
+               "auto interval (Young/Daly), node-local and peer snapshots, warm standbys, "
+               "warm spare nodes, the watchdog",
+               interval="auto", hangs="watchdog", warm=True, spares=2, snapshots=True),
+    )
+}
+
+
+def by_names(names: list[str]) -> list[Policy]:
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise ValueError(f"--policy: unknown {', '.join(unknown)}; choose from "
+                         f"{', '.join(POLICIES)}")
+    return [POLICIES[n] for n in names]

@@ -1,0 +1,69 @@
+"""Spare nodes (`spares: K`): held by the attempt, a lost node's replicas placed on them at
+once, another sought, all let go when the attempt ends."""
+
+from __future__ import annotations
+
+from sim import Sim, spec
+
+from perdure.core.events import Launch
+from perdure.core.states import JobState
+
+
+def spare_spec(spares: int = 1, **pool: object) -> object:
+    return spec(pools=[{"name": "worker", "replicas": 2, "slots": 2, "spares": spares,
+                        "command": ["python", "t.py"], **pool}])
+
+
+def steps(sim: Sim, n: int = 5) -> None:
+    for _ in range(n):
+        sim.step()
+
+
+def test_a_lost_node_is_replaced_by_the_spare_at_once() -> None:
+    sim = Sim(nodes={"a": 2, "b": 2, "c": 2, "d": 2})
+    j = sim.submit(spare_spec())  # type: ignore[arg-type]
+    job = sim.run_until(j, {JobState.RUNNING})
+    used = {r.node for r in job.replicas}
+    assert len(job.spares) == 1 and not set(job.spares) & used
+    spare = next(iter(job.spares))
+    assert f"holding spare node {spare} (1 of 1)" in sim.messages(j)
+    lost = job.replicas[1].node
+    sim.command("fail-node", str(lost))
+    before = len(sim.backend.launched)
+    sim.step()  # the node's loss is seen
+    sim.step()  # the replica's exit: replaced in the same tick
+    launches = [d for d in sim.backend.launched[before:] if isinstance(d, Launch)]
+    assert [(d.replica, d.node) for d in launches] == [("worker-1", spare)], launches
+    job = sim.job(j)
+    assert any(m.startswith(f"spare node {spare} took worker-1") for m in sim.messages(j))
+    # the one free node left becomes the new spare
+    free = ({"a", "b", "c", "d"} - {lost, spare} - {r.node for r in job.replicas}).pop()
+    steps(sim)
+    job = sim.job(j)
+    assert job.spares == {free: 2} and job.state is JobState.RUNNING
+    assert all(r.restarts == 0 for r in job.replicas)
+
+
+def test_held_spares_are_capacity_other_jobs_wait_for() -> None:
+    sim = Sim(nodes={"a": 2, "b": 2, "c": 2})
+    j = sim.submit(spare_spec())  # type: ignore[arg-type]
+    sim.run_until(j, {JobState.RUNNING})
+    other = sim.submit(spec(pools=[{"name": "w", "slots": 2, "command": ["python", "t.py"]}]))
+    steps(sim)
+    assert sim.job(other).state is JobState.QUEUED
+    sim.command("cancel", j)
+    sim.run_until(j, {JobState.CANCELLED})
+    job = sim.run_until(other, {JobState.RUNNING})
+    assert job.state is JobState.RUNNING and sim.job(j).spares == {}
+
+
+def test_without_a_free_node_the_job_runs_and_keeps_seeking() -> None:
+    sim = Sim(nodes={"a": 2, "b": 2, "c": 2})
+    sim.command("fail-node", "c")
+    sim.step()
+    j = sim.submit(spare_spec())  # type: ignore[arg-type]
+    job = sim.run_until(j, {JobState.RUNNING})
+    assert job.spares == {}  # no free node: it runs without its spare
+    sim.command("restore-node", "c")
+    steps(sim)
+    assert sim.job(j).spares == {"c": 2}

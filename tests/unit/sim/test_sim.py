@@ -1,0 +1,119 @@
+"""`perdure sim`: failure files, the training account and the real core on a simulated clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from perdure.core.spec import JobSpec, SpecError
+from perdure.sim import calibration, failures, policies
+from perdure.sim.calibration import Calibration
+from perdure.sim.engine import Engine
+from perdure.sim.failures import Category, Draw
+from perdure.sim.training import Training
+
+CAL = Calibration(step_seconds=1.0, launch_cold_seconds=60, launch_warm_seconds=5,
+                  stop_seconds=1, rendezvous_seconds=10, save_blocking_seconds=2,
+                  persist_seconds=10, restore_disk_seconds=20, restore_local_seconds=1,
+                  restore_peer_seconds=3, snapshot_blocking_seconds=0.1,
+                  snapshot_every_steps=10, nccl_timeout_seconds=600,
+                  manual_restart_seconds=3600)
+NODES = {f"n{i}": (8, 0) for i in range(6)}
+
+
+def spec(**restart: int) -> JobSpec:
+    return JobSpec.model_validate({
+        "name": "big", "pools": [{"name": "w", "replicas": 4, "slots": 8,
+                                  "command": ["python", "t.py"]}],
+        "restart": restart, "checkpoint": {"every_seconds": 100}})
+
+
+def cat(**kw: object) -> Category:
+    return Category.model_validate({"name": "x", "per_gpu_day": 0.0, **kw})
+
+
+def run(policy: str, draws: list[Draw], hours: float = 2.0, **restart: int):  # type: ignore[no-untyped-def]
+    return Engine(spec(**restart), NODES, draws, CAL, policies.POLICIES[policy],
+                  hours * 3600).run()
+
+
+def test_llama3_is_table_5() -> None:
+    f = failures.load("llama3")
+    assert f.reference is not None and f.reference.gpus == 16384
+    assert sum(c.count or 0 for c in f.categories) == 419
+    gpu_days = 16384 * 54
+    assert sum(f.rate(c) for c in f.categories) * gpu_days == pytest.approx(419)
+    got = failures.draws(f, 16384, 2048, 54 * 86400, seed=1)
+    assert 419 * 0.85 < len(got) < 419 * 1.15  # a Poisson draw of the same rates
+    assert [d.time for d in got] == sorted(d.time for d in got)
+
+
+def test_failure_file_errors_name_the_field(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "f.yaml"
+    bad.write_text("categories:\n  - {name: a, count: 3, mtbf_hours: 5, scope: gpu, "
+                   "kind: transient}\n")
+    with pytest.raises(SpecError, match="exactly one of count, per_gpu_day, mtbf_hours"):
+        failures.load(str(bad))
+    bad.write_text("categories:\n  - {name: a, mtbf_hours: 5, scope: rack, kind: transient}\n")
+    with pytest.raises(SpecError, match=r"categories\.0\.scope"):
+        failures.load(str(bad))
+    with pytest.raises(SpecError, match="llama3"):
+        failures.load(str(tmp_path / "missing.yaml"))
+    assert calibration.load("h100-405b").step_seconds > 0
+
+
+def test_training_account_is_exact() -> None:
+    t = Training(CAL, snapshots=False)
+    t0, source = t.start(0.0, every_seconds=100, node_lost=False)
+    assert (t0, source) == (10.0, "the beginning")  # rendezvous only
+    # cycles of 100 steps + 2 s blocked; the first save is durable at 10+102+10 = 122
+    trained = t.interrupt(10 + 102 * 2 + 50, keeps_snapshot=True)
+    assert trained == 254
+    assert t.durable_step == 200 and t.step == 250
+    steps = next(r for r in t.records if r["kind"] == "steps")
+    assert (steps["first"], steps["last"], steps["seconds"]) == (1, 250, 250.0)
+    saves = next(r for r in t.records if r["kind"] == "checkpoint_save")
+    assert saves["seconds"] == 4.0
+    t.records.clear()
+    _, source = t.start(300.0, 100, node_lost=False)
+    assert source == "checkpoint" and t.records[0] == {
+        "kind": "restore", "step": 200, "seconds": 20.0, "t": 330.0}
+
+
+def test_a_crash_costs_what_the_policy_says() -> None:
+    crash = cat(scope="gpu", kind="transient", detect_seconds=5)
+    draws = [Draw(1800.0, crash, 1)]
+    cr, best = run("checkpoint-restart", draws), run("perdure-best", draws)
+    for r in (cr, best):
+        assert r.counts.interruptions == 1 and r.counts.restarts == 1
+        assert r.counts.retries == 0 and r.counts.manual == 0
+    # checkpoint-restart saves every 3 h: the 1,700 s trained before the crash are lost
+    assert cr.goodput.badput["wasted_progress"] == pytest.approx(1800 - 60 - 10, abs=3)
+    assert best.goodput.badput["wasted_progress"] < 30  # a snapshot every few steps
+    assert best.counts.restores == {"the beginning": 1, "node-local snapshot": 1}
+    assert best.ettr > cr.ettr
+
+
+def test_a_hang_is_a_retry_under_nccl_and_a_restart_under_the_watchdog() -> None:
+    hang = cat(scope="gpu", kind="transient", hang=True)
+    draws = [Draw(1800.0, hang, 0)]
+    cr = run("checkpoint-restart", draws)
+    assert cr.counts.retries == 1 and cr.counts.restarts == 0
+    dflt = run("perdure-default", draws)
+    assert dflt.counts.restarts == 1 and dflt.counts.retries == 0
+    # detected at the watchdog's floor (120 s), not NCCL's 600 s
+    assert dflt.goodput.badput["recovery"] < cr.goodput.badput["recovery"] - 400
+
+
+def test_a_lost_node_is_replaced_without_spending_a_restart() -> None:
+    gpu = cat(scope="gpu", kind="hardware", detect_seconds=10, repair_hours=100)
+    r = run("perdure-default", [Draw(1800.0, gpu, 2)])
+    assert r.counts.node_losses == 1 and r.counts.manual == 0
+    assert r.goodput.productive > 0.8 * 7200
+
+
+def test_a_failed_job_needs_a_person() -> None:
+    hang = cat(scope="gpu", kind="transient", hang=True)
+    r = run("checkpoint-restart", [Draw(1000.0, hang, 0)], hours=3, max_job_retries=0)
+    assert r.counts.manual == 1
+    assert r.goodput.badput["manual"] == 3600
+    assert r.goodput.productive > 0  # resubmitted, it trained again after the wait
