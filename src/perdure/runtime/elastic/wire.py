@@ -194,7 +194,7 @@ def check_bind(host: str, what: str) -> None:
         raise ValueError(f"{what}={host!r} would accept peers on every interface; name the "
                          "address of the one interface the job uses")
     try:
-        found = {a[4][0] for a in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        found = {str(a[4][0]) for a in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
     except (socket.gaierror, UnicodeError) as exc:
         raise ValueError(f"{what}={host!r} is not an address of this host ({exc}); name the "
                          "address of the one interface the job uses") from None
