@@ -63,6 +63,10 @@ class UnreadableJob(ValueError):
 class JobRefError(LookupError):
     """A job reference that is empty or names more than one job; the message lists them."""
 
+    def __init__(self, message: str, candidates: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.candidates = candidates or []  # the job ids an ambiguous reference may mean
+
 
 def _job(job_id: str, row: tuple[str, str]) -> Job:
     try:
@@ -279,7 +283,7 @@ class Store:
         if len(rows) > 1:
             shown = ", ".join(str(r[0]) for r in rows[:10]) + (", ..." if len(rows) > 10 else "")
             raise JobRefError(f"{ref!r} is the start of several job ids ({shown}); give more "
-                              "of the id")
+                              "of the id", [str(r[0]) for r in rows[:10]])
         return str(rows[0][0]) if rows else None
 
     # ---- commands ----------------------------------------------------------------------

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import httpx
 import psutil
-from serve_harness import Server, start_server, stop_server
+from serve_harness import Server, spec, start_server, stop_server
 
 from perdure.serve.limits import MAX_LOGIN_BYTES, MAX_SPEC_BYTES
 
 MiB = 1 << 20
+QUICK = "print('done')"
 
 
 def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
@@ -114,3 +115,42 @@ def test_logout_and_a_new_token_end_sessions_while_the_server_runs(tmp_path: Pat
                 assert fresh.get("/api/v1/jobs").status_code == 200
     finally:
         stop_server(server)
+
+
+def test_odd_job_references_are_400_or_409_listing_candidates(server: Server) -> None:
+    with server.client() as c:
+        a = server.submit(c, spec("refa", QUICK))
+        b = server.submit(c, spec("refb", QUICK))
+        for path in ("/api/v1/jobs/%20", "/api/v1/jobs/%1F", "/api/v1/jobs/%20/cancel"):
+            r = c.request("POST" if path.endswith("cancel") else "GET", path)
+            assert r.status_code == 400, (path, r.status_code, r.text)
+            assert "empty job reference" in r.json()["detail"]["message"]
+        for method, path in (("GET", "/api/v1/jobs/ref"), ("POST", "/api/v1/jobs/ref/cancel"),
+                             ("GET", "/api/v1/jobs/ref/events")):
+            r = c.request(method, path)
+            assert r.status_code == 409, (path, r.status_code, r.text)
+            assert set(r.json()["detail"]["candidates"]) == {a, b}
+        server.wait_state(c, a, {"SUCCEEDED"})
+        for kind, past in (("cancel", "cancelled"), ("preempt", "preempted"),
+                           ("resume", "resumed")):
+            r = c.post(f"/api/v1/jobs/{a}/{kind}")
+            assert r.status_code == 409, (kind, r.status_code)
+            assert f"SUCCEEDED: a finished job cannot be {past}" in r.json()["detail"]
+        stream = {"accept": "text/event-stream"}
+        for bad in ("²".encode("latin-1"), b"-1", b"9" * 30):  # a non-ASCII digit, a sign, huge
+            r = c.get(f"/api/v1/jobs/{a}/events", headers={**stream, "last-event-id": bad})
+            assert r.status_code == 400 and "Last-Event-ID" in r.json()["detail"]
+            r = c.get(f"/api/v1/jobs/{a}/logs", headers={**stream, "last-event-id": bad})
+            assert r.status_code == 400
+        with c.stream("GET", f"/api/v1/jobs/{a}/events",
+                      headers={**stream, "last-event-id": "0"}) as ok:
+            assert ok.status_code == 200
+
+
+def test_search_is_literal(server: Server) -> None:
+    with server.client() as c:
+        server.submit(c, spec("literal-search", QUICK))
+        for q in ("\x00", "%", "_", "\x00literal", "\x1f"):
+            page = c.get("/api/v1/jobs", params={"q": q}).json()
+            assert page["total"] == 0 and page["jobs"] == [], q
+        assert c.get("/api/v1/jobs", params={"q": "LITERAL-sea"}).json()["total"] == 1
