@@ -14,6 +14,7 @@ import typer
 
 from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Stream
 from perdure.backends.factory import make_backend
+from perdure.backends.local.memory import CgroupParentError
 from perdure.cli.common import (
     Ctx,
     die,
@@ -50,7 +51,7 @@ def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
     make_state_dir(ctx.state_dir)  # owner-only before the backend writes into it
     try:
         return make_backend(cluster, ctx.state_dir)
-    except (BackendBusy, BackendUnavailable) as exc:
+    except (BackendBusy, BackendUnavailable, CgroupParentError) as exc:
         die(str(exc))
     except (ValueError, RuntimeError, ImportError, OSError) as exc:
         die(f"{source or 'cluster'}: {exc}")

@@ -111,7 +111,8 @@ async def get_events(request: Request, job_id: str,
     job = _job(ctx, job_id)
     if sse.wants_stream(request.headers.get("accept", "")):
         resume = _last_event_id(request)
-        return sse.response(sse.events(ctx.store, job.id, after if resume is None else resume))
+        return sse.response(sse.events(ctx.store, job.id, after if resume is None else resume,
+                                       ctx.stopping))
     return [{"id": e.id, "time": e.time, "kind": e.kind, "message": e.message}
             for e in ctx.store().events(job.id, after=after)]
 
@@ -145,7 +146,7 @@ async def get_logs(
     if sse.wants_stream(request.headers.get("accept", "")):
         resume = _last_event_id(request)
         start = offset if resume is None else resume
-        return sse.response(sse.log_tail(ctx.store, job.id, path, start))
+        return sse.response(sse.log_tail(ctx.store, job.id, path, start, ctx.stopping))
     chunk = read_chunk(path, offset, limit)
     return {"replica": name, "attempt": n, "stream": stream, **chunk.to_json()}
 

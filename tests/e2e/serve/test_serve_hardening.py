@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -154,3 +155,32 @@ def test_search_is_literal(server: Server) -> None:
             page = c.get("/api/v1/jobs", params={"q": q}).json()
             assert page["total"] == 0 and page["jobs"] == [], q
         assert c.get("/api/v1/jobs", params={"q": "LITERAL-sea"}).json()["total"] == 1
+
+
+def test_stopping_with_open_streams_prints_no_traceback(tmp_path: Path) -> None:
+    server = start_server(tmp_path, "--no-controller")  # the job stays QUEUED: streams stay open
+    with server.client() as c:
+        job = server.submit(c, spec("streamed"))
+    opened = threading.Barrier(3, timeout=30)
+
+    def follow(path: str) -> None:
+        headers = {"Authorization": f"Bearer {server.token}", "accept": "text/event-stream"}
+        with httpx.stream("GET", server.url + path, headers=headers, timeout=60) as r:
+            first = True
+            for _ in r.iter_bytes():
+                if first:
+                    opened.wait()
+                    first = False
+
+    streams = [threading.Thread(target=follow, args=(f"/api/v1/jobs/{job}/{what}",))
+               for what in ("events", "logs")]
+    for t in streams:
+        t.start()
+    opened.wait()
+    server.proc.send_signal(signal.SIGINT)
+    out, _ = server.proc.communicate(timeout=30)
+    for t in streams:
+        t.join(timeout=30)
+        assert not t.is_alive()
+    assert server.proc.returncode == 0, out
+    assert "Traceback" not in out and "Exception in ASGI" not in out, out
