@@ -77,10 +77,19 @@ def _job(job_id: str, row: tuple[str, str]) -> Job:
 
 
 def make_state_dir(path: Path) -> None:
-    """Create a state dir readable by its owner only: specs' env values may hold secrets."""
+    """Create a state dir readable by its owner only: specs' env values, the API token and
+    checkpoints may hold secrets. Every command that writes into one (serve, controller, run,
+    submit, the backends) calls this first, so whichever comes first makes it private.
+
+    A state dir of this user's that an older perdure left open (0755) is closed; a directory
+    that holds no perdure database yet is left as it is (`--state-dir .` is someone's project).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with suppress(FileExistsError):
         path.mkdir(mode=0o700)
+    info = path.stat()
+    if info.st_mode & 0o077 and info.st_uid == os.getuid() and (path / "perdure.db").exists():
+        os.chmod(path, 0o700)
 
 
 def _create_private(path: Path) -> None:
