@@ -84,3 +84,17 @@ def test_a_state_dir_made_by_serve_is_private(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+def test_a_state_dir_left_open_by_an_older_perdure_is_closed(tmp_path: Path) -> None:
+    from perdure.store.sqlite import Store
+
+    old = tmp_path / "old-state"
+    old.mkdir(mode=0o755)
+    Store(old / "perdure.db").close()
+    old.chmod(0o755)  # as an older `perdure serve` left it
+    project = tmp_path / "project"  # not a state dir yet: someone's directory, left alone
+    project.mkdir(mode=0o755)
+    Store(old / "perdure.db").close()
+    Store(project / "perdure.db").close()
+    assert mode(old) == 0o700 and mode(project) == 0o755
