@@ -1,9 +1,10 @@
 """`/api/v1`: jobs, their events and logs, commands, nodes.
 
-Reads go to the store (and the files the CLI reads) through views.py; commands go through the
-store exactly as `perdure cancel` and friends send them, and the controller applies them on
-its next tick. Job references are resolved as the CLI resolves them: an id, an id prefix, or
-a name (the newest job of that name).
+Reads go to the store (and the files the CLI reads) through views.py; commands are sent
+exactly as `perdure cancel` and friends send them (controller/usercommands.py: a finished job
+refuses them, 409). Job references are resolved as the CLI resolves them: an id, an id prefix,
+or a name (the newest job of that name); an empty one is 400, an ambiguous one 409 listing
+the candidates.
 """
 
 from __future__ import annotations
