@@ -85,3 +85,11 @@ def test_a_command_holding_the_lock_for_a_moment_never_stops_a_controller(tmp_pa
         assert try_lock(tmp_path) is None  # and it holds it now
     finally:
         release(mine)
+
+
+def test_a_lock_that_cannot_be_opened_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
+    store_job(tmp_path, "lock-000001")
+    (tmp_path / "controller.lock").mkdir()  # not a file: open() fails
+    code, _, err = perdure(capsys, tmp_path, "cancel", "lock-000001")
+    assert code == 2 and "controller.lock: cannot be opened" in err and "Traceback" not in err

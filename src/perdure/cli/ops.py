@@ -86,7 +86,11 @@ def _node_command(c: typer.Context, kind: str, node: str) -> None:
     names = list(_node_slots(ctx))
     if node not in names:
         die(f"no node {node!r}; the cluster has {', '.join(names)}")
-    typer.echo(send_node_command(ctx.reader(), ctx.state_dir, kind, node).describe(ctx.state_dir))
+    try:
+        sent = send_node_command(ctx.reader(), ctx.state_dir, kind, node)
+    except CommandRefused as exc:
+        die(str(exc))
+    typer.echo(sent.describe(ctx.state_dir))
 
 
 @chaos_app.command("fail-node")

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perdure.controller.lock import release, try_lock
+from perdure.controller.lock import LOCK_FILE, release, try_lock
 from perdure.core.commands import COMMANDS
 from perdure.core.events import Command
 from perdure.core.launchenv import LaunchSettings
@@ -63,7 +63,7 @@ def send_job_command(store: Store, state_dir: Path, kind: str, job_id: str,
     if job.state.terminal:
         raise CommandRefused(f"job {job_id} is {job.state.value}: a finished job cannot be "
                              f"{PAST[kind]}; submit the spec again to run it anew")
-    fd = try_lock(state_dir)
+    fd = _try_lock(state_dir)
     if fd is None:  # a controller runs: it applies the command on its next tick
         store.command(kind, job_id, hold)
         return Sent(kind, job_id, None, applied=False, controller=True)
@@ -78,11 +78,19 @@ def send_job_command(store: Store, state_dir: Path, kind: str, job_id: str,
 
 def send_node_command(store: Store, state_dir: Path, kind: str, node: str) -> Sent:
     """Send a node command; a controller applies it (now, or when one starts)."""
-    fd = try_lock(state_dir)
+    fd = _try_lock(state_dir)
     if fd is not None:
         release(fd)
     store.command(kind, node)
     return Sent(kind, node, None, applied=False, controller=fd is None)
+
+
+def _try_lock(state_dir: Path) -> int | None:
+    try:
+        return try_lock(state_dir)
+    except OSError as exc:
+        raise CommandRefused(f"{state_dir / LOCK_FILE}: cannot be opened ({exc.strerror}); "
+                             "check the state dir's permissions and free space") from None
 
 
 def _apply_alone(store: Store, state_dir: Path, c: Command) -> str | None:

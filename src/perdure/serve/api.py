@@ -237,7 +237,10 @@ def _node_command(request: Request, kind: str, name: str) -> dict[str, Any]:
     names = [n["name"] for n in views.nodes(ctx.store(), ctx.cluster)]
     if name not in names:
         raise HTTPException(404, f"no node {name!r}; the cluster has {', '.join(names)}")
-    sent = send_node_command(ctx.store(), ctx.state_dir, kind, name)
+    try:
+        sent = send_node_command(ctx.store(), ctx.state_dir, kind, name)
+    except CommandRefused as exc:
+        raise HTTPException(409, str(exc)) from None
     return {"command": kind, "target": name, "message": sent.describe(ctx.state_dir)}
 
 
