@@ -72,7 +72,8 @@ def _pages(app: FastAPI, ctx: ServeContext) -> None:
 
     @app.post("/logout", include_in_schema=False)
     def logout(request: Request) -> Response:
-        ctx.auth.end_session(request.cookies.get(COOKIE, ""))  # the cookie alone is not enough
+        # ended in the server: deleting the browser's cookie alone would leave it valid
+        ctx.auth.end_session(request.cookies.get(COOKIE, ""))
         page = RedirectResponse("/login", status_code=303)
         page.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
         return page
