@@ -93,3 +93,19 @@ def test_a_lock_that_cannot_be_opened_is_one_line(capsys: pytest.CaptureFixture[
     (tmp_path / "controller.lock").mkdir()  # not a file: open() fails
     code, _, err = perdure(capsys, tmp_path, "cancel", "lock-000001")
     assert code == 2 and "controller.lock: cannot be opened" in err and "Traceback" not in err
+
+
+def test_submit_says_when_no_controller_will_pick_the_job_up(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: waits\npools: [{name: w, command: [python, -c, pass]}]\n")
+    code, out, err = perdure(capsys, tmp_path / "state", "submit", str(spec))
+    assert code == 0 and out.strip().startswith("waits-") and len(out.split()) == 1
+    assert "no controller is running" in err and "perdure controller --state-dir" in err
+    fd = lock_for_controller(tmp_path / "state")
+    assert fd is not None
+    try:
+        code, out, err = perdure(capsys, tmp_path / "state", "submit", str(spec))
+    finally:
+        release(fd)
+    assert code == 0 and err == ""

@@ -49,8 +49,20 @@ class Sent:
         if self.controller:
             return f"{self.kind} requested for {self.target}"
         return (f"{self.kind} of {self.target} is queued, but no controller is running on "
-                f"{state_dir}: it takes effect when one starts (`perdure controller "
-                f"--state-dir {state_dir}`, or `perdure serve`)")
+                f"{state_dir}: it takes effect when one starts ({start_hint(state_dir)})")
+
+
+def start_hint(state_dir: Path) -> str:
+    return f"`perdure controller --state-dir {state_dir}`, or `perdure serve`"
+
+
+def controller_running(state_dir: Path) -> bool:
+    """Whether a controller holds the state dir's lock now (taken and dropped at once)."""
+    fd = _try_lock(state_dir)
+    if fd is None:
+        return True
+    release(fd)
+    return False
 
 
 def send_job_command(store: Store, state_dir: Path, kind: str, job_id: str,
@@ -78,11 +90,9 @@ def send_job_command(store: Store, state_dir: Path, kind: str, job_id: str,
 
 def send_node_command(store: Store, state_dir: Path, kind: str, node: str) -> Sent:
     """Send a node command; a controller applies it (now, or when one starts)."""
-    fd = _try_lock(state_dir)
-    if fd is not None:
-        release(fd)
+    running = controller_running(state_dir)
     store.command(kind, node)
-    return Sent(kind, node, None, applied=False, controller=fd is None)
+    return Sent(kind, node, None, applied=False, controller=running)
 
 
 def _try_lock(state_dir: Path) -> int | None:
