@@ -196,3 +196,19 @@ def test_describe_a_job_that_cannot_be_read_back(capsys: pytest.CaptureFixture[s
 def test_an_endless_spec_file_is_cut_short(capsys: pytest.CaptureFixture[str],
                                            tmp_path: Path) -> None:
     one_line_error(perdure(capsys, tmp_path, "validate", "/dev/zero"), "larger than")
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ("relative/perdure", "is a relative path"),
+    ("/nonexistent/perdure-cgroup", "does not exist"),
+    ("/tmp", "is not a cgroup directory"),
+])
+def test_a_bad_cgroup_parent_is_said_at_start(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              value: str, needle: str) -> None:
+    monkeypatch.setenv("PERDURE_CGROUP_PARENT", value)
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: cg\npools: [{name: w, command: [python, -c, pass]}]\n")
+    err = one_line_error(perdure(capsys, tmp_path / "state", "run", str(spec)),
+                         f"PERDURE_CGROUP_PARENT={value} {needle}", "such as /")
+    assert "not a cgroup-v2 directory" not in err and "cluster:" not in err

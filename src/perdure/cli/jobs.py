@@ -14,6 +14,7 @@ import typer
 
 from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Stream
 from perdure.backends.factory import make_backend
+from perdure.backends.local.memory import CgroupParentError
 from perdure.cli.common import (
     Ctx,
     die,
@@ -29,6 +30,7 @@ from perdure.cli.reports import elastic_changes, format_elastic, format_goodput,
 from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.controller.secrets import SecretError, job_secret, state_secret
+from perdure.controller.usercommands import controller_running, start_hint
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
 from perdure.core.spec import ClusterSpec
@@ -50,7 +52,7 @@ def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
     make_state_dir(ctx.state_dir)  # owner-only before the backend writes into it
     try:
         return make_backend(cluster, ctx.state_dir)
-    except (BackendBusy, BackendUnavailable) as exc:
+    except (BackendBusy, BackendUnavailable, CgroupParentError) as exc:
         die(str(exc))
     except (ValueError, RuntimeError, ImportError, OSError) as exc:
         die(f"{source or 'cluster'}: {exc}")
@@ -85,6 +87,9 @@ def submit(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
     store = ctx.store()
     store.submit(job)
     typer.echo(job.id)
+    if not controller_running(ctx.state_dir):  # stdout stays the id alone, for scripts
+        typer.echo(f"no controller is running on {ctx.state_dir}: the job waits until one "
+                   f"starts ({start_hint(ctx.state_dir)})", err=True)
 
 
 def controller(

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli.common import Ctx, die, inspector, load_cluster
+from perdure.controller.usercommands import CommandRefused, send_job_command, send_node_command
 
 chaos_app = typer.Typer(help="Inject faults into running jobs and nodes.", no_args_is_help=True)
 node_app = typer.Typer(help="Node maintenance.", no_args_is_help=True)
@@ -16,22 +17,20 @@ SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "SEGV": signal.SIGSEG
            "ABRT": signal.SIGABRT, "INT": signal.SIGINT}
 
 
-def _job_command(c: typer.Context, kind: str, job_ref: str, hold: bool = False) -> str:
+def _job_command(c: typer.Context, kind: str, job_ref: str, hold: bool = False) -> None:
     ctx: Ctx = c.obj
     store = ctx.reader()
     job_id = ctx.resolve(store, job_ref)
-    job = store.job(job_id)
-    if job is not None and job.state.terminal:  # it would say "requested" and do nothing
-        what = {"cancel": "cancelled", "preempt": "preempted", "resume": "resumed"}[kind]
-        die(f"job {job_id} is {job.state.value}: a finished job cannot be {what}; submit the "
-            "spec again to run it anew")
-    store.command(kind, job_id, hold)
-    return job_id
+    try:
+        sent = send_job_command(store, ctx.state_dir, kind, job_id, hold)
+    except CommandRefused as exc:
+        die(str(exc))
+    typer.echo(sent.describe(ctx.state_dir))
 
 
 def cancel(c: typer.Context, job: str) -> None:
     """Cancel a job: its replicas are stopped."""
-    typer.echo(f"cancel requested for {_job_command(c, 'cancel', job)}")
+    _job_command(c, "cancel", job)
 
 
 def preempt(
@@ -40,12 +39,12 @@ def preempt(
     hold: Annotated[bool, typer.Option(help="Stay SUSPENDED until `perdure resume`.")] = False,
 ) -> None:
     """Send a preemption notice: the job saves, suspends and is requeued."""
-    typer.echo(f"preemption requested for {_job_command(c, 'preempt', job, hold)}")
+    _job_command(c, "preempt", job, hold)
 
 
 def resume(c: typer.Context, job: str) -> None:
     """Requeue a held, suspended job."""
-    typer.echo(f"resume requested for {_job_command(c, 'resume', job)}")
+    _job_command(c, "resume", job)
 
 
 @chaos_app.command("kill")
@@ -87,8 +86,11 @@ def _node_command(c: typer.Context, kind: str, node: str) -> None:
     names = list(_node_slots(ctx))
     if node not in names:
         die(f"no node {node!r}; the cluster has {', '.join(names)}")
-    ctx.reader().command(kind, node)
-    typer.echo(f"{kind} requested for node {node}")
+    try:
+        sent = send_node_command(ctx.reader(), ctx.state_dir, kind, node)
+    except CommandRefused as exc:
+        die(str(exc))
+    typer.echo(sent.describe(ctx.state_dir))
 
 
 @chaos_app.command("fail-node")

@@ -8,7 +8,6 @@ still runs.
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import json
 import os
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from perdure.backends.base import Backend, LaunchError
 from perdure.controller.intervals import IntervalShell
+from perdure.controller.lock import lock_for_controller, release
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
@@ -95,15 +95,9 @@ class Controller:
 
     def acquire(self) -> None:
         """Take the state dir's controller lock; raise ControllerBusy when it is held."""
-        path = self.state_dir / "controller.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise ControllerBusy(f"another controller is running on {self.state_dir}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        fd = lock_for_controller(self.state_dir)
+        if fd is None:
+            raise ControllerBusy(f"another controller is running on {self.state_dir}")
         self._lock_fd = fd
 
     def start(self) -> None:
@@ -154,7 +148,7 @@ class Controller:
         self.watch.close()
         self.backend.close()
         if self._lock_fd is not None:
-            os.close(self._lock_fd)
+            release(self._lock_fd)
             self._lock_fd = None
 
     # ---- the tick ------------------------------------------------------------------------

@@ -18,6 +18,8 @@ import secrets
 import time
 from pathlib import Path
 
+from perdure.store.sqlite import make_state_dir
+
 __all__ = ["ENV_JOB_SECRET", "SECRET_FILE", "SecretError", "job_secret", "state_secret"]
 
 ENV_JOB_SECRET = "PERDURE_JOB_SECRET"
@@ -36,7 +38,7 @@ def state_secret(state_dir: Path) -> bytes:
     """
     path = state_dir / SECRET_FILE
     try:
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_state_dir(state_dir)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:

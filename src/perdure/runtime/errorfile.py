@@ -8,6 +8,7 @@ None when there is nothing to report.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +23,11 @@ if TYPE_CHECKING:  # typing and pathlib cost the supervisor start-up time; annot
 # whole C++ stack, and a traceback can be megabytes when a recursion limit is hit.
 MAX_MESSAGE_CHARS = 4096
 MAX_TRACEBACK_CHARS = 64 * 1024
+# The writer clips to the limits above, so its files stay well under 1 MiB; a file written
+# by someone else (torchelastic's @record does not clip) is still read whole up to
+# MAX_READ_BYTES, and past that its type and the start of its message are salvaged.
 MAX_FILE_BYTES = 1024 * 1024
+MAX_READ_BYTES = 16 * 1024 * 1024
 
 _HEADER = "Traceback (most recent call last):"
 _GROUP_HEADER = "Exception Group Traceback (most recent call last):"
@@ -47,18 +52,21 @@ def split_exception_line(line: str) -> tuple[str, str] | None:
 def _error(type_: str, message: str, traceback: str, source: str) -> dict[str, str]:
     return {
         "type": type_[:200],
-        "message": _clip(message, MAX_MESSAGE_CHARS),
-        "traceback": _clip(traceback, MAX_TRACEBACK_CHARS, keep_end=True),
+        "message": clip(message, MAX_MESSAGE_CHARS),
+        "traceback": clip(traceback, MAX_TRACEBACK_CHARS),
         "source": source,
     }
 
 
-def _clip(text: str, limit: int, keep_end: bool = False) -> str:
+def clip(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: its head and its tail (a message's start says
+    what failed, a traceback's end names the failing frame), with what was cut counted."""
     if len(text) <= limit:
         return text
-    if keep_end:  # the end of a traceback names the failing frame: keep that part
-        return "…" + text[-(limit - 1) :]
-    return text[: limit - 1] + "…"
+    marker = " …[{} characters clipped]… "
+    room = max(limit - len(marker.format(len(text))), 2)
+    cut = marker.format(len(text) - room)
+    return text[: room - room // 2] + cut + text[len(text) - room // 2 :]
 
 
 # ---- error files ----------------------------------------------------------------------------
@@ -73,11 +81,33 @@ def read_error_file(path: PathLike) -> dict[str, str] | None:
     """
     try:
         with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES)
-        data = json.loads(raw.decode("utf-8", errors="replace"))
-    except (OSError, ValueError):
+            raw = f.read(MAX_READ_BYTES + 1)
+    except OSError:
         return None
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return _salvage(text) if len(raw) > MAX_READ_BYTES else None
     return parse_error_payload(data)
+
+
+_TYPE_FIELD = re.compile(r'"type"\s*:\s*"([A-Za-z_][\w.]{0,199})"')
+_MESSAGE_FIELD = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.){0,' + str(MAX_MESSAGE_CHARS) + "})")
+
+
+def _salvage(head: str) -> dict[str, str] | None:
+    """The type and the start of the message of an error file too large to read whole."""
+    found = _TYPE_FIELD.search(head)
+    if found is None:
+        return None
+    message = _MESSAGE_FIELD.search(head)
+    start = message.group(1) if message else ""
+    with contextlib.suppress(ValueError):
+        start = json.loads(f'"{start.removesuffix(chr(92))}"')
+    return _error(found.group(1).rsplit(".", 1)[-1],
+                  f"{start} …[the error file is over {MAX_READ_BYTES} bytes: the rest is not "
+                  "read]", "", "error_file")
 
 
 def parse_error_payload(data: Any) -> dict[str, str] | None:

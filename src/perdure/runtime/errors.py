@@ -23,7 +23,14 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from perdure.runtime import transport
-from perdure.runtime.errorfile import parse_traceback, read_error_file, split_exception_line
+from perdure.runtime.errorfile import (
+    MAX_MESSAGE_CHARS,
+    MAX_TRACEBACK_CHARS,
+    clip,
+    parse_traceback,
+    read_error_file,
+    split_exception_line,
+)
 from perdure.runtime.transport.files import write_atomically
 
 __all__ = [
@@ -104,10 +111,13 @@ def write_error_file(exc: BaseException, path: str | Path | None = None) -> Path
         return None
     target: str | Path | None = path
     try:
+        # Clipped here (head and tail), so that the file stays small enough for any reader and
+        # for the relay's frame cap: a 5 MB message once made an unreadable file
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         payload = {
             "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            "message": clip(str(exc), MAX_MESSAGE_CHARS),
+            "traceback": clip(trace, MAX_TRACEBACK_CHARS),
             "time": time.time(),
             "rank": _rank(),
             "pid": os.getpid(),

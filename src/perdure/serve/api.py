@@ -1,9 +1,10 @@
 """`/api/v1`: jobs, their events and logs, commands, nodes.
 
-Reads go to the store (and the files the CLI reads) through views.py; commands go through the
-store exactly as `perdure cancel` and friends send them, and the controller applies them on
-its next tick. Job references are resolved as the CLI resolves them: an id, an id prefix, or
-a name (the newest job of that name).
+Reads go to the store (and the files the CLI reads) through views.py; commands are sent
+exactly as `perdure cancel` and friends send them (controller/usercommands.py: a finished job
+refuses them, 409). Job references are resolved as the CLI resolves them: an id, an id prefix,
+or a name (the newest job of that name); an empty one is 400, an ambiguous one 409 listing
+the candidates.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from perdure.cli.common import make_job
+from perdure.controller.usercommands import CommandRefused, send_job_command, send_node_command
 from perdure.core.model import Job
 from perdure.core.spec import SpecError, parse_job_spec
 from perdure.core.states import JobState
@@ -33,10 +35,10 @@ from perdure.serve.models import (
     Problem,
     Submitted,
 )
+from perdure.store.sqlite import JobRefError
 
 router = APIRouter(prefix="/api/v1", responses=ERRORS)
 
-MAX_SPEC_BYTES = 256 * 1024
 BIG = 2**62  # sqlite integers are 64-bit: bound every number that reaches a query
 FIELD_LINE = re.compile(r"^  ([^\s:]+): (.*)$")
 JobStates = Enum("JobStates", {s.value: s.value for s in JobState}, type=str)  # type: ignore[misc]
@@ -48,12 +50,31 @@ def _ctx(request: Request) -> ServeContext:
 
 
 def _job(ctx: ServeContext, ref: str) -> Job:
+    """The job `ref` names, as the CLI resolves it: 400 for an empty reference, 409 listing
+    the candidates for an ambiguous one, 404 for none."""
     store = ctx.store()
-    job_id = store.resolve(ref)
+    try:
+        job_id = store.resolve(ref)
+    except JobRefError as exc:
+        raise HTTPException(409 if exc.candidates else 400,
+                            {"message": f"{exc}; GET /api/v1/jobs lists the jobs",
+                             "candidates": exc.candidates}) from None
     job = store.job(job_id) if job_id is not None else None
     if job is None:
         raise HTTPException(404, f"no job {ref!r}; GET /api/v1/jobs lists the jobs")
     return job
+
+
+def _last_event_id(request: Request) -> int | None:
+    """Where a reconnecting EventSource resumes (`Last-Event-ID`), None without one; 400 for
+    anything but an ASCII number below BIG."""
+    given = request.headers.get("last-event-id", "").strip()
+    if not given:
+        return None
+    if not (given.isascii() and given.isdigit() and int(given) < BIG):
+        raise HTTPException(400, f"Last-Event-ID {given[:40]!r}: not an event id (a number "
+                                 f"from 0 to {BIG - 1}); reconnect without it")
+    return int(given)
 
 
 @router.get("/jobs", response_model=JobPage, summary="Jobs, newest first, a page at a time")
@@ -90,9 +111,9 @@ async def get_events(request: Request, job_id: str,
     ctx = _ctx(request)
     job = _job(ctx, job_id)
     if sse.wants_stream(request.headers.get("accept", "")):
-        resume = request.headers.get("last-event-id", "")
-        start = int(resume) if resume.isdigit() and int(resume) < BIG else after
-        return sse.response(sse.events(ctx.store, job.id, start))
+        resume = _last_event_id(request)
+        return sse.response(sse.events(ctx.store, job.id, after if resume is None else resume,
+                                       ctx.stopping))
     return [{"id": e.id, "time": e.time, "kind": e.kind, "message": e.message}
             for e in ctx.store().events(job.id, after=after)]
 
@@ -124,9 +145,9 @@ async def get_logs(
                                  f"{job.attempt}")
     path = views.log_file(ctx.state_dir, job, name, n, stream)
     if sse.wants_stream(request.headers.get("accept", "")):
-        resume = request.headers.get("last-event-id", "")
-        start = int(resume) if resume.isdigit() and int(resume) < BIG else offset
-        return sse.response(sse.log_tail(ctx.store, job.id, path, start))
+        resume = _last_event_id(request)
+        start = offset if resume is None else resume
+        return sse.response(sse.log_tail(ctx.store, job.id, path, start, ctx.stopping))
     chunk = read_chunk(path, offset, limit)
     return {"replica": name, "attempt": n, "stream": stream, **chunk.to_json()}
 
@@ -157,12 +178,7 @@ def _spec_problem(exc: SpecError) -> dict[str, Any]:
     responses={413: {"model": Problem}, 422: {"model": Problem}})
 async def submit_job(request: Request, response: Response) -> Any:
     ctx = _ctx(request)
-    declared = request.headers.get("content-length", "0")
-    if not declared.isdigit() or int(declared) > MAX_SPEC_BYTES:
-        raise HTTPException(413, f"a job spec is at most {MAX_SPEC_BYTES} bytes")
-    body = await request.body()
-    if len(body) > MAX_SPEC_BYTES:
-        raise HTTPException(413, f"a job spec is at most {MAX_SPEC_BYTES} bytes")
+    body = await request.body()  # at most MAX_SPEC_BYTES: BodyLimit refuses more as it comes
     try:
         text = body.decode("utf-8")
         job = make_job(parse_job_spec(text, "spec"), str(ctx.workdir), ctx.cluster)
@@ -178,11 +194,16 @@ async def submit_job(request: Request, response: Response) -> Any:
 
 
 def _job_command(request: Request, kind: str, ref: str, hold: bool = False) -> dict[str, Any]:
-    """What `perdure cancel|preempt|resume` does: a command in the store."""
+    """What `perdure cancel|preempt|resume` does: a command in the store (409 for a finished
+    job; applied at once when no controller runs and nothing has to be stopped)."""
     ctx = _ctx(request)
     job = _job(ctx, ref)
-    ctx.store().command(kind, job.id, hold)
-    return {"command": kind, "target": job.id, "state": job.state.value}
+    try:
+        sent = send_job_command(ctx.store(), ctx.state_dir, kind, job.id, hold)
+    except CommandRefused as exc:
+        raise HTTPException(409, str(exc)) from None
+    return {"command": kind, "target": job.id, "state": sent.state or job.state.value,
+            "applied": sent.applied, "message": sent.describe(ctx.state_dir)}
 
 
 @router.post("/jobs/{job_id}/cancel", status_code=202, response_model=Accepted,
@@ -216,8 +237,11 @@ def _node_command(request: Request, kind: str, name: str) -> dict[str, Any]:
     names = [n["name"] for n in views.nodes(ctx.store(), ctx.cluster)]
     if name not in names:
         raise HTTPException(404, f"no node {name!r}; the cluster has {', '.join(names)}")
-    ctx.store().command(kind, name)
-    return {"command": kind, "target": name}
+    try:
+        sent = send_node_command(ctx.store(), ctx.state_dir, kind, name)
+    except CommandRefused as exc:
+        raise HTTPException(409, str(exc)) from None
+    return {"command": kind, "target": name, "message": sent.describe(ctx.state_dir)}
 
 
 @router.post("/nodes/{name}/drain", status_code=202, response_model=Accepted,

@@ -16,12 +16,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 import perdure
 from perdure.core.spec import JobSpec
 from perdure.serve.api import router
-from perdure.serve.auth import COOKIE, cross_site
+from perdure.serve.auth import COOKIE, SESSION_SECONDS, cross_site
 from perdure.serve.context import ServeContext
 from perdure.serve.guard import STATIC, Guard, login_page
-
-SESSION_SECONDS = 7 * 86400
-MAX_LOGIN_BYTES = 4096
+from perdure.serve.limits import BodyLimit
 
 
 def create_app(ctx: ServeContext) -> FastAPI:
@@ -36,6 +34,7 @@ def create_app(ctx: ServeContext) -> FastAPI:
     app.add_exception_handler(Exception, _internal_error)
     _pages(app, ctx)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.add_middleware(BodyLimit)  # inside the guard: its 413 gets the same headers
     app.add_middleware(Guard, auth=ctx.auth)
     return app
 
@@ -57,8 +56,8 @@ def _pages(app: FastAPI, ctx: ServeContext) -> None:
     async def login(request: Request) -> Response:
         why = cross_site({**request.headers, "x-perdure-csrf": "1"},
                          request.headers.get("host", ""))
-        body = await request.body()
-        if why is not None or len(body) > MAX_LOGIN_BYTES:
+        body = await request.body()  # at most MAX_LOGIN_BYTES: BodyLimit saw to it
+        if why is not None:
             return Response(login_page("This login did not come from this page."), 403,
                             media_type="text/html; charset=utf-8")
         given = parse_qs(body.decode(errors="replace")).get("token", [""])[0].strip()
@@ -66,13 +65,15 @@ def _pages(app: FastAPI, ctx: ServeContext) -> None:
             return Response(login_page("Wrong token. It is in the api-token file of the "
                                        "state dir."), 401, media_type="text/html; charset=utf-8")
         page = RedirectResponse("/", status_code=303)
-        page.set_cookie(COOKIE, ctx.auth.session_cookie(), max_age=SESSION_SECONDS,
+        page.set_cookie(COOKIE, ctx.auth.new_session(), max_age=SESSION_SECONDS,
                         httponly=True, samesite="strict", path="/",
                         secure=request.url.scheme == "https")
         return page
 
     @app.post("/logout", include_in_schema=False)
-    def logout() -> Response:
+    def logout(request: Request) -> Response:
+        # ended in the server: deleting the browser's cookie alone would leave it valid
+        ctx.auth.end_session(request.cookies.get(COOKIE, ""))
         page = RedirectResponse("/login", status_code=303)
         page.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
         return page

@@ -1,10 +1,11 @@
 """Who may talk to `perdure serve`: the state dir's API token, sessions, cross-site checks.
 
 - The token lives in `<state dir>/api-token`, created once with mode 0600 (a file anyone else
-  can read is refused: the token is the only key to the API).
+  can read is refused: the token is the only key to the API). The server follows the file:
+  replacing it (or deleting it) retires the old token and ends every session at once.
 - A request is authenticated by `Authorization: Bearer <token>` or by the dashboard's session
-  cookie, which the login form sets: `<nonce>.<hmac(token, nonce)>`, so it holds no secret,
-  survives a server restart, and every session ends when the token file is replaced.
+  cookie, which the login form sets: a random session id that the server keeps (its hash) in
+  memory. Logging out ends it; so do its expiry, a new token and a server restart.
 - A state-changing request (POST) that rides on the cookie must come from the dashboard
   itself: same origin (Origin / Sec-Fetch-Site) and the custom header the dashboard's
   script sends, which a cross-site form cannot set. A bearer token is never sent by a browser
@@ -18,23 +19,33 @@ import hmac
 import os
 import secrets
 import stat
-from collections.abc import Mapping
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from perdure.store.sqlite import make_state_dir
 
 TOKEN_FILE = "api-token"
 COOKIE = "perdure_session"
 CSRF_HEADER = "x-perdure-csrf"  # the dashboard's script sends it on every POST
+SESSION_SECONDS = 7 * 86400
+MAX_SESSIONS = 1000  # logins kept at once; the oldest ends first
 
 
 class TokenError(RuntimeError):
     """The token file cannot be used; the message says why and what to do."""
 
 
+def token_path(state_dir: Path) -> Path:
+    return state_dir / TOKEN_FILE
+
+
 def load_or_create_token(state_dir: Path) -> str:
-    """The API token of a state dir, created (mode 0600) on first use."""
-    path = state_dir / TOKEN_FILE
-    state_dir.mkdir(parents=True, exist_ok=True)
+    """The API token of a state dir, created (mode 0600) on first use, in a state dir made
+    private first (`make_state_dir`): the token is never written into an open directory."""
+    path = token_path(state_dir)
+    make_state_dir(state_dir)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -56,26 +67,76 @@ def _read_token(path: Path) -> str:
     return token
 
 
-@dataclass(frozen=True)
+def _stamp(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
+
+
+def _key(session: str) -> str:
+    return hashlib.sha256(session.encode()).hexdigest()
+
+
 class Auth:
-    """Checks requests against one token."""
+    """Checks requests against the token (followed in `path` when given) and keeps sessions.
 
-    token: str
+    Thread-safe: request handlers run in worker threads and on the event loop.
+    """
 
-    def session_cookie(self) -> str:
-        nonce = secrets.token_urlsafe(16)
-        return f"{nonce}.{self._sign(nonce)}"
+    def __init__(self, token: str, path: Path | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 session_seconds: float = SESSION_SECONDS) -> None:
+        self.path, self.clock, self.session_seconds = path, clock, session_seconds
+        self._token: str | None = token
+        self._stamp = _stamp(path) if path is not None else None
+        self._sessions: dict[str, float] = {}  # sha256 of a session id -> when it expires
+        self._lock = threading.Lock()
 
-    def _sign(self, nonce: str) -> str:
-        return hmac.new(self.token.encode(), f"session:{nonce}".encode(),
-                        hashlib.sha256).hexdigest()
+    def current(self) -> str | None:
+        """The token in force now: the file's, re-read when it changed; None when the file is
+        gone or unusable (then nothing is let in until it is fixed)."""
+        if self.path is None:
+            return self._token
+        stamp = _stamp(self.path)
+        with self._lock:
+            if stamp != self._stamp:
+                self._stamp = stamp
+                try:
+                    token: str | None = _read_token(self.path)
+                except (OSError, TokenError):
+                    token = None
+                if token != self._token:
+                    self._token = token
+                    self._sessions.clear()  # a new token ends every session
+            return self._token
+
+    def new_session(self) -> str:
+        """A new session id for the login cookie; the oldest session ends beyond MAX_SESSIONS."""
+        session = secrets.token_urlsafe(32)
+        now = self.clock()
+        with self._lock:
+            self._sessions = {k: t for k, t in self._sessions.items() if t > now}
+            while len(self._sessions) >= MAX_SESSIONS:
+                del self._sessions[next(iter(self._sessions))]
+            self._sessions[_key(session)] = now + self.session_seconds
+        return session
+
+    def end_session(self, session: str) -> None:
+        with self._lock:
+            self._sessions.pop(_key(session), None)
 
     def token_ok(self, given: str) -> bool:
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        token = self.current()
+        return token is not None and hmac.compare_digest(given.encode(), token.encode())
 
-    def cookie_ok(self, value: str) -> bool:
-        nonce, _, mac = value.partition(".")
-        return bool(nonce) and hmac.compare_digest(mac.encode(), self._sign(nonce).encode())
+    def cookie_ok(self, session: str) -> bool:
+        if self.current() is None:
+            return False
+        with self._lock:
+            expires = self._sessions.get(_key(session))
+        return expires is not None and expires > self.clock()
 
     def identify(self, headers: Mapping[str, str], cookies: Mapping[str, str]) -> str | None:
         """'bearer', 'cookie', or None when the request carries no valid credential."""

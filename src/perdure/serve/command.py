@@ -46,7 +46,7 @@ def serve(
             "pass --allow-remote to mean it (and serve it behind TLS)")
     ctx: Ctx = Ctx(state_dir.resolve()) if state_dir is not None else c.obj
     try:
-        from perdure.serve.auth import Auth, TokenError, load_or_create_token
+        from perdure.serve.auth import Auth, TokenError, load_or_create_token, token_path
         from perdure.serve.context import ServeContext
         from perdure.serve.server import Service, bind
     except ImportError as exc:
@@ -69,8 +69,8 @@ def serve(
             controller.close()  # the backend it made (spawner, warm pool) goes with it
             die(f"{exc}; `perdure serve --no-controller` serves its state dir beside it")
     spec = controller.cluster if controller is not None else load_cluster(ctx, cluster)
-    service = Service(ServeContext(ctx.state_dir, spec, Auth(token), Path.cwd()), sock,
-                      controller)
+    auth = Auth(token, token_path(ctx.state_dir))  # follows the file: a new token ends sessions
+    service = Service(ServeContext(ctx.state_dir, spec, auth, Path.cwd()), sock, controller)
     typer.echo(f"perdure serve: {service.url} (state dir {ctx.state_dir}, token in "
                f"{ctx.state_dir / 'api-token'}, controller "
                f"{'elsewhere' if controller is None else 'in this process'})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,8 @@ class ServeContext:
     cluster: ClusterSpec
     auth: Auth
     workdir: Path  # where jobs submitted through the API resolve relative paths
+    # True once the server is shutting down: live streams end on it (serve/server.py sets it)
+    stopping: Callable[[], bool] = field(default=lambda: False)
     stores: Stores = field(init=False)
     reader: Inspector = field(init=False)  # the backend's launch records, logs and reports
     goodput: GoodputCache = field(init=False)

@@ -63,6 +63,8 @@ class Accepted(BaseModel):
     command: str
     target: str
     state: str | None = None
+    applied: bool = False  # applied at once: no controller ran and nothing had to stop
+    message: str = ""  # what `perdure cancel` and friends print
 
 
 class Submitted(BaseModel):
@@ -76,5 +78,9 @@ class Problem(BaseModel):
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "No valid token or session"},
+    400: {"model": Problem, "description": "A malformed request (an empty job reference, "
+                                           "a bad Last-Event-ID)"},
     404: {"model": Problem, "description": "No such job, replica, attempt or node"},
+    409: {"model": Problem, "description": "An ambiguous job reference (its candidates are "
+                                           "listed), or a command a finished job refuses"},
 }

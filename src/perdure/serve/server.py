@@ -103,6 +103,9 @@ class Service:
             proxy_headers=False, lifespan="off",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
         self.server = uvicorn.Server(config)
+        # uvicorn's own signal handlers set should_exit: open streams end on it, before the
+        # graceful shutdown's deadline would cancel them (a traceback per stream)
+        ctx.stopping = lambda: self.server.should_exit or self.stopping.is_set()
         if controller is not None:
             controller.backend = MeasuredBackend(controller.backend, ctx.metrics.detection.observe,
                                                  controller.clock)

@@ -4,6 +4,7 @@ Each stream polls (the store, the log file) a few times a second, sends what is 
 position as the event id (a reconnecting EventSource resumes from `Last-Event-ID`), a comment
 every KEEPALIVE_SECONDS so proxies keep the connection, and an `end` event once the job has
 ended and nothing is left to send (the client then closes; it would otherwise reconnect).
+A stream also ends, without `end`, when the server stops (the client reconnects later).
 """
 
 from __future__ import annotations
@@ -44,11 +45,13 @@ def _ended(store: Store, job_id: str) -> bool:
     return row is None or JobState(row[0]).terminal
 
 
-async def events(store: Callable[[], Store], job_id: str, after: int) -> AsyncIterator[bytes]:
-    """The job's events after id `after`, then each new one as it is committed."""
+async def events(store: Callable[[], Store], job_id: str, after: int,
+                 stopping: Callable[[], bool]) -> AsyncIterator[bytes]:
+    """The job's events after id `after`, then each new one as it is committed, until the job
+    ends or the server stops."""
     yield b"retry: 1000\n\n"
     last, quiet_since = after, time.monotonic()
-    while True:
+    while not stopping():
         s = store()
         ended = _ended(s, job_id)  # read before the events: none can slip in between
         new = s.events(job_id, after=last)
@@ -68,11 +71,12 @@ async def events(store: Callable[[], Store], job_id: str, after: int) -> AsyncIt
 
 
 async def log_tail(store: Callable[[], Store], job_id: str, path: Path,
-                   offset: int | None) -> AsyncIterator[bytes]:
-    """The log from `offset` (None: its tail), then what is appended, until the job ends."""
+                   offset: int | None, stopping: Callable[[], bool]) -> AsyncIterator[bytes]:
+    """The log from `offset` (None: its tail), then what is appended, until the job ends or
+    the server stops."""
     yield b"retry: 1000\n\n"
     quiet_since = time.monotonic()
-    while True:
+    while not stopping():
         ended = _ended(store(), job_id)
         chunk = read_chunk(path, offset)
         if offset is not None and chunk.size < offset:  # truncated or replaced: start over

@@ -68,9 +68,10 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
         where.append(f"state IN ({','.join('?' * len(states))})")
         args.extend(states)
     if search:
-        where.append("(name LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')")
-        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        args.extend([pattern, pattern])
+        # instr, not LIKE: every character is literal, and LIKE's pattern would end at a NUL
+        # (`?q=%00` matched every job)
+        where.append("(instr(lower(name), lower(?)) > 0 OR instr(lower(id), lower(?)) > 0)")
+        args.extend([search, search])
     cond = " AND ".join(where)
     total = store.db.execute(f"SELECT count(*) FROM jobs WHERE {cond}", args).fetchone()[0]
     rows = store.db.execute(

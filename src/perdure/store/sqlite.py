@@ -64,6 +64,10 @@ class UnreadableJob(ValueError):
 class JobRefError(LookupError):
     """A job reference that is empty or names more than one job; the message lists them."""
 
+    def __init__(self, message: str, candidates: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.candidates = candidates or []  # the job ids an ambiguous reference may mean
+
 
 def _job(job_id: str, row: tuple[str, str]) -> Job:
     try:
@@ -74,10 +78,19 @@ def _job(job_id: str, row: tuple[str, str]) -> Job:
 
 
 def make_state_dir(path: Path) -> None:
-    """Create a state dir readable by its owner only: specs' env values may hold secrets."""
+    """Create a state dir readable by its owner only: specs' env values, the API token and
+    checkpoints may hold secrets. Every command that writes into one (serve, controller, run,
+    submit, the backends) calls this first, so whichever comes first makes it private.
+
+    A state dir of this user's that an older perdure left open (0755) is closed; a directory
+    that holds no perdure database yet is left as it is (`--state-dir .` is someone's project).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with suppress(FileExistsError):
         path.mkdir(mode=0o700)
+    info = path.stat()
+    if info.st_mode & 0o077 and info.st_uid == os.getuid() and (path / "perdure.db").exists():
+        os.chmod(path, 0o700)
 
 
 def _create_private(path: Path) -> None:
@@ -293,7 +306,7 @@ class Store:
         if len(rows) > 1:
             shown = ", ".join(str(r[0]) for r in rows[:10]) + (", ..." if len(rows) > 10 else "")
             raise JobRefError(f"{ref!r} is the start of several job ids ({shown}); give more "
-                              "of the id")
+                              "of the id", [str(r[0]) for r in rows[:10]])
         return str(rows[0][0]) if rows else None
 
     # ---- commands ----------------------------------------------------------------------

@@ -146,5 +146,5 @@ def test_cgroup_v2_files_in_a_delegated_directory(
     (parent / "launch-1" / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
     (parent / "launch-1" / "memory.peak").write_text(str(70 * 2**20))
     assert limit.oom_killed() and limit.peak_bytes() == 70 * 2**20
-    with pytest.raises(memory.MemoryLimitError, match="not a cgroup-v1 directory"):
+    with pytest.raises(memory.MemoryLimitError, match="is a cgroup-v2 directory, not cgroup-v1"):
         memory.limit_for("launch-2", 64, "cgroup-v1")

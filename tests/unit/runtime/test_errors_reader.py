@@ -217,4 +217,5 @@ def test_unusable_error_files_read_as_none(tmp_path: Path, content: str) -> None
 
 def test_huge_messages_are_clipped(tmp_path: Path) -> None:
     error = read_error_file(_write(tmp_path, {"type": "RuntimeError", "message": "x" * 100_000}))
-    assert error is not None and len(error["message"]) == 4096
+    assert error is not None and len(error["message"]) <= 4096
+    assert error["message"].startswith("x" * 1000) and "characters clipped" in error["message"]

@@ -126,3 +126,33 @@ def test_an_exception_that_cannot_be_printed_does_not_break_recording(
         record(lambda: (_ for _ in ()).throw(Unprintable()))()
     assert not error_file.exists()
     assert "could not write the error file" in capsys.readouterr().err
+
+
+def test_a_huge_message_is_clipped_on_write_and_the_file_is_private(error_file: Path) -> None:
+    huge = "head-" + "x" * 5_000_000 + "-tail"
+    try:
+        raise ValueError(huge)
+    except ValueError as exc:
+        assert write_error_file(exc) == error_file
+    assert error_file.stat().st_size < 200_000
+    assert error_file.stat().st_mode & 0o777 == 0o600
+    written = json.loads(error_file.read_text())
+    assert written["message"].startswith("head-") and written["message"].endswith("-tail")
+    assert "characters clipped" in written["traceback"]
+    assert written["traceback"].startswith("Traceback (most recent call last):")
+    back = read_error_file(error_file)
+    assert back is not None and back["type"] == "ValueError"
+    assert back["message"].startswith("head-") and back["message"].endswith("-tail")
+
+
+def test_a_valid_but_large_file_is_read_not_ignored(tmp_path: Path) -> None:
+    """torchelastic's @record (and older perdure) write messages unclipped."""
+    path = tmp_path / "error.json"
+    path.write_text(json.dumps({"type": "ValueError", "message": "m" * 3_000_000,
+                                "traceback": "Traceback...\n" + "t" * 3_000_000}))
+    back = read_error_file(path)
+    assert back is not None and back["type"] == "ValueError" and len(back["message"]) <= 4096
+    path.write_text(json.dumps({"type": "KeyError", "message": "k" * 20_000_000}))
+    back = read_error_file(path)  # past what is read whole: the type and the message's start
+    assert back is not None and back["type"] == "KeyError"
+    assert back["message"].startswith("kkkk") and "not read" in back["message"]

@@ -23,7 +23,7 @@ from typing import Any
 
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local import layout, procs, warm
-from perdure.backends.local.memory import MECHANISMS
+from perdure.backends.local.memory import MECHANISMS, cgroup_parent
 from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.replicas import check_launch, kill_leftovers
@@ -109,6 +109,7 @@ class LocalBackend:
                 f"memory_mechanism={memory_mechanism!r} is unknown: use one of "
                 f"{', '.join(MECHANISMS)}"
             )
+        cgroup_parent()  # a bad $PERDURE_CGROUP_PARENT is said now, not hidden by the fallback
         # Strings, not Paths: launch() is on the controller's hot path.
         self._launches = os.path.join(os.path.realpath(state_dir), layout.LAUNCHES)
         layout.private_dirs(self._launches)

@@ -253,14 +253,53 @@ def _make_cgroup(version: str, launch_id: str, limit: int | None, group: str) ->
         raise
 
 
+class CgroupParentError(ValueError):
+    """`$PERDURE_CGROUP_PARENT` names no usable cgroup directory; the message says why."""
+
+
+def cgroup_parent() -> tuple[str, str] | None:
+    """`$PERDURE_CGROUP_PARENT` and its version ("cgroup-v2" or "cgroup-v1"), None when it is
+    not set; CgroupParentError when it is relative or not a cgroup directory. The controller
+    checks it at start, so a mistake is said once, not hidden behind the RSS fallback."""
+    parent = os.environ.get(CGROUP_PARENT_ENV)
+    if not parent:
+        return None
+    setting = f"{CGROUP_PARENT_ENV}={parent}"
+    if not os.path.isabs(parent):
+        raise CgroupParentError(
+            f"{setting} is a relative path, which each replica would read from its own working "
+            "directory: give the absolute path of a cgroup directory this user can write, such "
+            f"as {_example_parent()}")
+    if os.path.exists(os.path.join(parent, "cgroup.controllers")):
+        return parent, "cgroup-v2"
+    if os.path.exists(os.path.join(parent, "memory.limit_in_bytes")):
+        return parent, "cgroup-v1"
+    what = "does not exist" if not os.path.isdir(parent) else "is not a cgroup directory"
+    raise CgroupParentError(
+        f"{setting} {what} (no cgroup.controllers for v2, no memory.limit_in_bytes for v1's "
+        f"memory controller): give a cgroup directory this user can write, such as "
+        f"{_example_parent()}, or unset it")
+
+
+def _example_parent() -> str:
+    for version in ("cgroup-v2", "cgroup-v1"):
+        try:
+            return os.path.join(own_cgroup_dir(version), "perdure")
+        except OSError:
+            continue
+    return "/sys/fs/cgroup/<a delegated subtree>/perdure"
+
+
 def _parent_dir(version: str, group: str) -> str:
     """Where replica cgroups go: `$PERDURE_CGROUP_PARENT`, else `<own cgroup>/<group>`."""
-    override = os.environ.get(CGROUP_PARENT_ENV)
-    if override:
-        parent = override
-        is_v2 = os.path.exists(os.path.join(parent, "cgroup.controllers"))
-        if is_v2 != (version == "cgroup-v2"):
-            raise OSError(f"{CGROUP_PARENT_ENV}={override} is not a {version} directory")
+    try:
+        override = cgroup_parent()
+    except CgroupParentError as exc:
+        raise OSError(str(exc)) from None
+    if override is not None:
+        parent, found = override
+        if found != version:
+            raise OSError(f"{CGROUP_PARENT_ENV}={parent} is a {found} directory, not {version}")
     else:
         holder = own_cgroup_dir(version)
         if version == "cgroup-v2":

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from perdure.runtime import goodput
-from perdure.runtime.checkpoint import commit, schedule, values
+from perdure.runtime.checkpoint import commit, modes, schedule, values
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, UnsupportedValueError
@@ -409,4 +409,6 @@ def _staging_dir(storage: Storage, given: str | os.PathLike[str] | None) -> Path
     if storage.local_path("") is not None:
         return None
     base = os.environ.get(ENV_STAGING) or tempfile.gettempdir()
-    return Path(base) / f"perdure-staging-{os.getuid()}"
+    # /tmp is shared: a directory of this user's alone (another user could have made the name)
+    return modes.private_dir(Path(base) / f"perdure-staging-{os.getuid()}",
+                             "the checkpoint staging dir")

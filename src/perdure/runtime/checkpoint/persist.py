@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.storage import WriteResult
 
-from perdure.runtime.checkpoint import checksum, commit
+from perdure.runtime.checkpoint import checksum, commit, modes
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError
 from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
@@ -192,7 +192,7 @@ class Persister:
                 if self.staging_dir is None:
                     raise CheckpointError(f"{self.storage.url} is not local: set staging_dir")
                 local_dir = self.staging_dir / job.dir_name
-                local_dir.mkdir(parents=True, exist_ok=True)
+                modes.make_dirs(local_dir)
                 try:
                     shard = self._write(job, local_dir / file, file, fsync=False)
                     self.storage.makedirs(job.dir_name)

@@ -1,9 +1,10 @@
 """Where checkpoints live: a local directory or any fsspec URL, behind one small interface.
 
 ``LocalStorage`` writes with fsync and publishes a checkpoint by renaming its directory (atomic
-on POSIX). ``FsspecStorage`` serves every other fsspec filesystem (memory://, s3://, gcs://,
-chained URLs); object stores cannot rename a directory atomically, so there the commit marker
-alone decides whether a checkpoint is complete.
+on POSIX); under a private directory its files are 0600 and its directories 0700 (modes.py).
+``FsspecStorage`` serves every other fsspec filesystem (memory://, s3://, gcs://, chained
+URLs); object stores cannot rename a directory atomically, so there the commit marker alone
+decides whether a checkpoint is complete.
 
 Side effects: file system I/O only.
 """
@@ -16,6 +17,8 @@ import shutil
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import IO, Any
+
+from perdure.runtime.checkpoint import modes
 
 ENV_DIR = "PERDURE_CHECKPOINT_DIR"
 
@@ -90,10 +93,10 @@ class LocalStorage(Storage):
             return []
 
     def makedirs(self, rel: str) -> None:
-        self._p(rel).mkdir(parents=True, exist_ok=True)
+        modes.make_dirs(self._p(rel))
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        with open(self._p(rel), "wb") as f:
+        with modes.create(self._p(rel)) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -103,7 +106,7 @@ class LocalStorage(Storage):
 
     def put_file(self, local: Path, rel: str) -> None:
         dst = self._p(rel)
-        with open(local, "rb") as src, open(dst, "wb") as out:
+        with open(local, "rb") as src, modes.create(dst) as out:
             shutil.copyfileobj(src, out, 16 << 20)
             out.flush()
             os.fsync(out.fileno())

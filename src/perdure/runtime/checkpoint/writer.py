@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import torch
 
-from perdure.runtime.checkpoint import checksum
+from perdure.runtime.checkpoint import checksum, modes
 
 _SLICE = 4 << 20  # hashed, then written, while in cache
 
@@ -85,7 +85,7 @@ def write_payloads(
     each payload's bytes as they are written (``algorithm``: see checksum.py)."""
     spans: list[tuple[int, int, int]] = []
     whole = 0
-    with open(path, "wb") as stream:
+    with modes.create(path) as stream:  # 0600 in a private directory
         for payload in payloads:
             start = stream.tell()
             hashing = _HashingStream(stream, algorithm)

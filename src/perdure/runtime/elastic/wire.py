@@ -184,11 +184,23 @@ def interface_for(master_addr: str) -> str:
 
 
 def check_bind(host: str, what: str) -> None:
-    """ValueError if `host` is a wildcard address (every interface)."""
+    """ValueError if `host` is a wildcard address (every interface) as the socket would read it.
+
+    `ipaddress` rejects spellings that the socket accepts (`0`, `0x0`, `0.0`: inet_aton's
+    forms of 0.0.0.0), so the address is resolved as `bind` resolves it and every result is
+    checked; a name that does not resolve is refused too (bind would fail on it anyway).
+    """
+    if host in ("", "<broadcast>"):
+        raise ValueError(f"{what}={host!r} would accept peers on every interface; name the "
+                         "address of the one interface the job uses")
     try:
-        wildcard = ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        wildcard = host == ""
-    if wildcard:
-        raise ValueError(f"{what}={host or repr(host)} would accept peers on every interface; "
-                         "name the address of the one interface the job uses")
+        found = {str(a[4][0]) for a in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ValueError(f"{what}={host!r} is not an address of this host ({exc}); name the "
+                         "address of the one interface the job uses") from None
+    for address in found:
+        ip = ipaddress.ip_address(address.partition("%")[0])  # drop an IPv6 scope
+        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        if ip.is_unspecified or (mapped is not None and mapped.is_unspecified):
+            raise ValueError(f"{what}={host} is {address}, which would accept peers on every "
+                             "interface; name the address of the one interface the job uses")

@@ -38,8 +38,9 @@ PROGRESS_FILE = "progress.jsonl"
 def write_atomically(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary file beside it and a rename."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
+    try:  # 0600: reports (errors, progress) are the user's only, like the rest of a state dir
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
+                       encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -1,0 +1,69 @@
+"""File modes for checkpoints: private wherever their directory is private.
+
+A checkpoint written where only its owner can enter (a perdure state dir is 0700; so is the
+staging dir) stays that way: every directory it makes is 0700 and every file 0600, so a
+checkpoint copied or moved out, or a state dir opened up later, does not hand the weights to
+other users. Anywhere else the umask decides, as for any file the user writes (a team's
+shared checkpoint directory stays shared).
+
+Side effects: creates directories and files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+
+def is_private(path: str | os.PathLike[str]) -> bool:
+    """Whether the nearest existing directory at or above `path` is closed to others."""
+    current = os.path.abspath(path)
+    while True:
+        try:
+            return os.stat(current).st_mode & 0o077 == 0
+        except FileNotFoundError:
+            parent = os.path.dirname(current)
+            if parent == current:
+                return False
+            current = parent
+
+
+def make_dirs(path: str | os.PathLike[str]) -> None:
+    """`mkdir -p path`, each new directory 0700 where the first existing one is private."""
+    path = os.path.abspath(path)
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    mode = 0o700 if is_private(path) else 0o777
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            continue
+
+
+def create(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open `path` for writing (created or truncated): 0600 in a private directory."""
+    mode = 0o600 if is_private(os.path.dirname(os.path.abspath(path))) else 0o666
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb")
+
+
+def private_dir(path: Path, what: str) -> Path:
+    """`path` as a directory of this user's that only they can enter (made 0700, or made so
+    when it is theirs); PermissionError naming `what` when another user owns it."""
+    make_dirs(path.parent)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if info.st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
+        raise PermissionError(f"{what} {path} is not a directory of this user's: another "
+                              "user made it; set PERDURE_STAGING_DIR to a directory of yours")
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
