@@ -12,6 +12,7 @@ import typer
 
 from perdure.cli import export, jobs, ops
 from perdure.cli.common import Ctx, load_cluster, load_spec, new_job
+from perdure.core.text import plural
 from perdure.serve.command import serve
 from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
 
@@ -41,8 +42,8 @@ def validate(click_ctx: typer.Context, spec: Path) -> None:
     s = load_spec(spec)
     ctx: Ctx = click_ctx.obj
     new_job(s, spec, load_cluster(ctx, None))  # the checks submit makes, e.g. the command
-    typer.echo(f"{spec}: valid: job {s.name}, {s.total_replicas} replicas, "
-               f"{s.total_slots} slots, queue {s.queue}")
+    typer.echo(f"{spec}: valid: job {s.name}, {plural(s.total_replicas, 'replica')}, "
+               f"{plural(s.total_slots, 'slot')}, queue {s.queue}")
 
 
 jobs.register(app)

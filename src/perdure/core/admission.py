@@ -11,6 +11,7 @@ from perdure.core.model import Job, JobError
 from perdure.core.policy import retry_budget
 from perdure.core.scheduler import Capacity, admission_order, can_ever_fit, shortfall_message
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+from perdure.core.text import plural
 from perdure.core.tick import Tick
 
 
@@ -97,7 +98,7 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         return
     chosen = cap.place(seen.replicas)
     if chosen is None:
-        _note(t, seen, f"waiting for capacity: need {seen.slots} slots, "
+        _note(t, seen, f"waiting for capacity: need {plural(seen.slots, 'slot')}, "
                        f"{max(cap.free_slots(), 0)} free of {cap.healthy_slots()}")
         return
     job = _touch(t, seen)
@@ -111,7 +112,7 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         r.node = chosen[r.name]
     nodes = sorted({r.node or "" for r in job.replicas})
     t.event(job, "state", f"PENDING: attempt {job.attempt} admitted; launching "
-                          f"{len(job.replicas)} replicas on {', '.join(nodes)}")
+                          f"{plural(len(job.replicas), 'replica')} on {', '.join(nodes)}")
     if job.elastic:
         publish(t, job, [r.name for r in job.replicas], "admitted")
     t.launch(job, {r.name: chosen[r.name] for r in job.replicas})

@@ -25,8 +25,17 @@ from perdure.core.events import (
 )
 from perdure.core.launchenv import LaunchSettings, job_of_launch
 from perdure.core.model import Event, Job, JobError, Replica
-from perdure.core.policy import Action, Failure, Verdict, classify, escalate, is_peer_error
+from perdure.core.policy import (
+    Action,
+    Failure,
+    Verdict,
+    classify,
+    crash_loop,
+    escalate,
+    is_peer_error,
+)
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+from perdure.core.text import all_of
 from perdure.core.tick import Snapshot, Tick
 from perdure.core.watchdog import hang_verdict
 
@@ -56,6 +65,16 @@ def decide(
     tick.settle()
     tick.schedule()
     return tick.outcome()
+
+
+def _count_repeats(r: Replica, f: Failure) -> None:
+    """Count the failures in a row that raised the same exception (across attempts too)."""
+    if f.exit_code == 0 or f.error is None:
+        r.error_seen, r.error_repeats = "", 0
+        return
+    summary = f.error.summary()
+    r.error_repeats = r.error_repeats + 1 if summary == r.error_seen else 1
+    r.error_seen = summary
 
 
 def _status(f: Failure) -> str:
@@ -96,7 +115,8 @@ class _Decider(Tick):
             if job.state is JobState.PENDING and all(
                     x.state is ReplicaState.RUNNING for x in job.replicas):
                 job.state = JobState.RUNNING
-                self.event(job, "running", f"RUNNING: all {len(job.replicas)} replicas started")
+                started = all_of(len(job.replicas), "replica")
+                self.event(job, "running", f"RUNNING: {started} started")
 
     def outcome(self) -> Outcome:
         for i in self.changed:  # cached slot usage may be stale after this tick's changes
@@ -155,6 +175,7 @@ class _Decider(Tick):
             node_lost=r.node if node is not None and node.state is NodeState.DOWN else None,
         )
         r.notice = None
+        _count_repeats(r, f)
         if was_stopping or job.after_stop is not None:
             if self.caused_the_round(job, f, obs.time):
                 self.recharge(job, r, f)
@@ -167,6 +188,7 @@ class _Decider(Tick):
                       else "node lost, restarted elsewhere (no restart counted)")
         else:
             verdict, reason = escalate(verdict, r.restarts, job.retries, job.spec)
+            verdict = crash_loop(verdict, f, r.error_repeats)
         self.apply(job, r, verdict, f"{r.name} exited {_status(f)}: {reason}")
         self._unsettled[job.id] = job  # it may have been the last of a group still starting
 
@@ -203,8 +225,13 @@ class _Decider(Tick):
 
     def stopped(self, job: Job, r: Replica, f: Failure) -> None:
         """An exit the controller asked for (or one during a notice): no failure."""
-        why = classify(f, job.spec).reason if f.notice else "stopped"
-        self.event(job, "exit", f"{r.name} exited {_status(f)} ({why})")
+        if f.exit_code == 0 and not f.notice:
+            self.event(job, "exit", f"{r.name} finished")
+        else:
+            why = classify(f, job.spec).reason if f.notice else "stopped"
+            if job.after_stop is JobState.SUCCEEDED and not f.notice:
+                why = "stopped at the end of its grace after the primary succeeded"
+            self.event(job, "exit", f"{r.name} exited {_status(f)} ({why})")
         if r.relaunch and job.after_stop is None:
             if job.elastic:
                 elastic.lose(self, job, r, f"{r.name} moved")

@@ -44,16 +44,25 @@ class Replica:
     state: ReplicaState = ReplicaState.WAITING
     node: str | None = None
     restarts: int = 0  # in the current attempt
+    restarts_before: int = 0  # in the attempts before this one (and before a suspension)
     launches: int = 0  # all launches so far: makes launch ids unique
     launch_id: str | None = None
     exit_code: int | None = None
     relaunch: bool = False  # STOPPING only to be started again (new round, move)
     notice: str | None = None  # "preemption" | "maintenance" while a notice is out
     last_reason: str = ""
+    # The exception of its last failure and how many failures in a row had it (a crash loop).
+    error_seen: str = ""
+    error_repeats: int = 0
 
     @property
     def alive(self) -> bool:
         return self.state.alive
+
+    @property
+    def total_restarts(self) -> int:
+        """Restarts over the job's whole life, every attempt."""
+        return self.restarts_before + self.restarts
 
 
 @dataclass

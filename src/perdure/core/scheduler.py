@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
 from perdure.core.states import JobState
+from perdure.core.text import plural
 
 
 def admission_order(jobs: Iterable[Job]) -> list[Job]:
@@ -90,7 +91,7 @@ def shortfall_message(job: Job, healthy: int) -> str:
     pools = ", ".join(p.name for p in job.spec.pools)
     noun = "pool" if len(job.spec.pools) == 1 else "pools"
     return (
-        f"Resources are insufficient in {noun} {pools}: need {job.slots} slots, "
+        f"Resources are insufficient in {noun} {pools}: need {plural(job.slots, 'slot')}, "
         f"{healthy} healthy. Try fewer replicas or slots."
     )
 

@@ -135,6 +135,9 @@ class PoolSpec(_Model):
     slots: int = Field(1, ge=1)
     memory_mb: int | None = Field(None, ge=16)
     env: dict[str, str] = Field(default_factory=dict)
+    # Seconds this pool's replicas get to finish on their own once the primary succeeded
+    # (DDP ranks end a moment after rank 0); then they are killed.
+    grace: float = Field(10.0, ge=0)
 
     _env = field_validator("env")(_check_env)
 

@@ -145,12 +145,13 @@ class Tick:
         return blamed
 
     def stop(self, job: Job, r: Replica, grace: float, reason: str, *, relaunch: bool = False,
-             notice: str | None = None) -> None:
+             notice: str | None = None, sig: int = signal.SIGTERM) -> None:
+        """Stop `r`: `sig` now (0: none, it may finish by itself), SIGKILL after `grace`."""
         if r.state is ReplicaState.STOPPING or r.launch_id is None:
             r.relaunch = r.relaunch or relaunch
             return
         r.state, r.relaunch, r.notice = ReplicaState.STOPPING, relaunch, notice
-        self.decisions.append(Stop(r.launch_id, int(signal.SIGTERM), grace, reason, notice))
+        self.decisions.append(Stop(r.launch_id, int(sig), grace, reason, notice))
 
     def end(self, job: Job, final: JobState, notice: str | None = None) -> None:
         """Stop every replica; the job becomes `final` once all are down."""
@@ -158,7 +159,11 @@ class Tick:
         grace = (job.spec.preemption.grace_seconds if notice
                  else job.spec.restart.stop_grace_seconds)
         for x in job.replicas:
-            if x.alive:
+            if x.alive and final is JobState.SUCCEEDED:
+                # Not a signal: the other ranks finish as the primary did, within their grace.
+                self.stop(job, x, pool_grace(job, x), "the primary succeeded: finishing",
+                          sig=0)
+            elif x.alive:
                 self.stop(job, x, grace, f"job ending ({final.value})", notice=notice)
             elif x.state is ReplicaState.WAITING:
                 x.state = ReplicaState.EXITED
@@ -184,11 +189,14 @@ class Tick:
         else:
             job.state = final
             tail = f": {job.error.code.value}: {job.error.message}" if job.error else ""
+            if job.error and final is JobState.CANCELLED:
+                tail = f": {job.error.message}"  # not "CANCELLED: CANCELLED: ..."
             self.event(job, "state", f"{final.value}{tail}")
         self.active = True
 
     def reset(self, job: Job) -> None:
         for x in job.replicas:
+            x.restarts_before += x.restarts
             x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
             x.relaunch, x.notice = False, None
         job.round = 0
@@ -209,3 +217,8 @@ class Tick:
 
     def kill_node(self, name: str) -> None:
         self.decisions.append(KillNode(name))
+
+
+def pool_grace(job: Job, r: Replica) -> float:
+    """The seconds `r` gets to finish by itself once the primary succeeded (its pool's)."""
+    return next((p.grace for p in job.spec.pools if p.name == r.pool), 0.0)

@@ -60,7 +60,8 @@ def test_suspended_time_is_apart() -> None:
                 (60.0, "SUCCEEDED")]
     g = account([], timeline, now=60.0)
     assert g.suspended == 40.0 and g.queued == 1.0 and g.running == 19.0
-    assert g.badput["recovery"] == 19.0 and g.goodput == 0.0
+    assert g.badput["recovery"] == 19.0
+    assert g.goodput is None and g.status == "no progress reported"  # no step reported
 
 
 def test_elastic_rebuilds_are_their_own_badput() -> None:

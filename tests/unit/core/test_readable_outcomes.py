@@ -1,0 +1,89 @@
+"""What a person reads about a job: crash loops named, restarts kept, a cancel, the others'
+finish after the primary succeeded, plural words (issue 19, sections 1 and 3)."""
+
+from __future__ import annotations
+
+from sim import Sim, spec
+
+from perdure.backends.fake import FakeRun
+from perdure.core.events import ErrorInfo, Launch
+from perdure.core.states import ErrorCode, JobState
+from perdure.core.text import all_of, plural
+
+PEER = ErrorInfo("RuntimeError", "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+
+
+def pools(replicas: int = 1, **extra: object) -> list[dict[str, object]]:
+    return [{"name": "worker", "replicas": replicas, "command": ["python", "t.py"], **extra}]
+
+
+def test_a_crash_loop_is_named_after_its_exception() -> None:
+    # An exception the rules restart on (it looks like a lost peer), raised after every restart.
+    sim = Sim(script=lambda launch: FakeRun(0.5, 1, error=PEER))
+    j = sim.submit(spec(pools=pools(), restart={"max_replica_restarts": 2, "max_job_retries": 1}))
+    job = sim.run_until(j, {JobState.FAILED}, steps=2000)
+    assert job.error is not None and job.error.code is ErrorCode.USER_CODE
+    assert "non-zero status" not in job.error.message
+    assert job.error.message == (
+        "Replica worker-0 raised the same exception 6 times in a row (a crash loop): "
+        "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer.")
+
+
+def test_different_exceptions_are_no_crash_loop() -> None:
+    n = {"i": 0}
+
+    def script(launch: Launch) -> FakeRun:
+        n["i"] += 1
+        return FakeRun(0.5, 1, error=ErrorInfo("RuntimeError", f"gloo failure {n['i']}"))
+
+    sim = Sim(script=script)
+    j = sim.submit(spec(pools=pools(), restart={"max_replica_restarts": 1, "max_job_retries": 0}))
+    job = sim.run_until(j, {JobState.FAILED}, steps=2000)
+    assert job.error is not None and "crash loop" not in job.error.message
+    assert job.error.message.endswith("RuntimeError: gloo failure 2.")
+
+
+def test_restart_counts_keep_their_history_across_attempts() -> None:
+    sim = Sim(script=lambda launch: FakeRun(0.5, 3))
+    j = sim.submit(spec(restart={"max_replica_restarts": 2, "max_job_retries": 1}))
+    job = sim.run_until(j, {JobState.FAILED}, steps=2000)
+    r = job.replicas[0]
+    assert job.attempt == 2 and r.restarts == 2 and r.total_restarts == 4
+
+
+def test_cancel_records_cancelled_by_user_not_a_recovered_failure() -> None:
+    runs = iter([FakeRun(0.5, 1, error=PEER)])
+    sim = Sim(script=lambda launch: next(runs, FakeRun()))
+    j = sim.submit(spec())
+    sim.run_until(j, {JobState.RUNNING})
+    for _ in range(20):
+        sim.step()
+    assert sim.job(j).error is not None  # the recovered failure, while it runs
+    sim.command("cancel", j)
+    job = sim.run_until(j, {JobState.CANCELLED})
+    assert job.error is not None and job.error.code is ErrorCode.CANCELLED
+    assert job.error.message == "cancelled by user"
+    assert "CANCELLED: cancelled by user" in sim.messages(j)
+
+
+def test_after_the_primary_succeeds_the_others_finish_without_a_signal() -> None:
+    sim = Sim(script=lambda launch: FakeRun(1, 0) if launch.replica == "worker-0" else FakeRun())
+    j = sim.submit(spec(pools=pools(3, grace=7)))
+    sim.run_until(j, {JobState.SUCCEEDED})
+    stops = sim.backend.stops
+    assert {s.signal for s in stops} == {0} and {s.grace for s in stops} == {7}
+    messages = sim.messages(j)
+    assert "worker-1 finished" in messages and "worker-2 finished" in messages
+    assert not any("143" in m or "SIGTERM" in m for m in messages)
+
+
+def test_counts_read_in_the_right_number() -> None:
+    assert plural(1, "slot") == "1 slot" and plural(2, "slot") == "2 slots"
+    assert all_of(1, "replica") == "the replica" and all_of(2, "replica") == "all 2 replicas"
+    sim = Sim()
+    j = sim.submit(spec())
+    sim.run_until(j, {JobState.RUNNING})
+    messages = sim.messages(j)
+    assert "RUNNING: the replica started" in messages
+    assert any(m.startswith("QUEUED: submitted to queue default (1 slot,") for m in messages)
+    assert any(m.endswith("launching 1 replica on local") for m in messages)
