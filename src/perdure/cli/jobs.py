@@ -12,8 +12,9 @@ from typing import Annotated, Any
 
 import typer
 
-from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Stream
+from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Inspector, Stream
 from perdure.backends.factory import make_backend
+from perdure.cli import jobview
 from perdure.cli.common import (
     Ctx,
     die,
@@ -26,6 +27,7 @@ from perdure.cli.common import (
     remember_cluster,
 )
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
+from perdure.cli.runprogress import RunProgress
 from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.controller.secrets import SecretError, job_secret, state_secret
@@ -178,11 +180,12 @@ def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts) -> str:
     return _final_state(store, job.id)
 
 
-def _printer(job_id: str, after: int) -> Callable[[StoredEvent], None]:
+def _printer(job_id: str, after: int,
+             echo: Callable[[str], Any] = typer.echo) -> Callable[[StoredEvent], None]:
     """A listener printing the job's (and the cluster's) events after event `after`."""
     def listener(e: StoredEvent) -> None:
         if e.job_id in (job_id, None) and e.id > after:
-            typer.echo(_fmt_event(e))
+            echo(_fmt_event(e))
     return listener
 
 
@@ -218,16 +221,20 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
             ctl.close()
             die(f"{exc} (job {job.id} stays queued for a controller that can drive it)")
         else:
-            ctl.listeners.append(_printer(job.id, after=0))
-            state = _drive(ctl, store, job, stop)
+            with RunProgress(store, inspector(ctx), job.id) as progress:
+                ctl.listeners.append(_printer(job.id, after=0, echo=progress.echo))
+                state = _drive(ctl, store, job, stop, progress.refresh)
     typer.echo(f"job {job.id} {state}")
     raise typer.Exit(0 if state == "SUCCEEDED" else 1)
 
 
-def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts) -> str:
+def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts,
+           refresh: Callable[[], None] | None = None) -> str:
     """Run the controller until the job ends (or a second interrupt leaves it running)."""
     def done() -> bool:
         stop.poll()
+        if refresh is not None:
+            refresh()
         return job.id not in ctl.snapshot.jobs
 
     try:
@@ -240,26 +247,51 @@ def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts) -> str:
 
 
 def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """List jobs."""
+    """List jobs: state, step, goodput, age and time running."""
     ctx: Ctx = c.obj
-    rows = ctx.reader().job_rows()
+    store = ctx.reader()
+    reader = inspector(ctx)
+    rows = store.job_rows()
+    now = time.time()
+    for r in rows:
+        job = store.job(r["id"])
+        if job is None:
+            continue
+        g = goodput(reader, job, store.events(job.id))
+        r.update({"step": jobview.step(g, job), "total_steps": g.total_steps,
+                  "goodput": g.goodput, "goodput_status": g.status,
+                  "running_seconds": g.running, **jobview.errors_json(job)})
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("ID", "NAME", "STATE", "ATTEMPT", "QUEUE", "PRIORITY", "AGE", box=None)
-    now = time.time()
+    table = Table("ID", "NAME", "STATE", "ATTEMPT", "QUEUE", "PRIORITY", "STEP", "GOODPUT",
+                  "AGE", "DURATION", "ERROR", box=None)
     for r in rows:
         table.add_row(r["id"], r["name"], r["state"], str(r["attempt"]), r["queue"],
-                      str(r["priority"]), f"{now - r['created']:.0f}s")
-    Console().print(table)
+                      str(r["priority"]), jobview.step_text(r.get("step"), r.get("total_steps")),
+                      r.get("goodput_status", "-"), jobview.duration(now - r["created"]),
+                      jobview.duration(r.get("running_seconds")), _ls_error(r))
+    console = Console()
+    if not console.is_terminal:  # piped: whole cells, never cut to 80 columns
+        console = Console(width=1000)
+    console.print(table)
+
+
+def _ls_error(row: dict[str, Any]) -> str:
+    if row.get("error"):
+        return str(row["error"]["code"])
+    if row.get("last_failure"):
+        return f"last failure (recovered): {row['last_failure']['code']}"
+    return ""
 
 
 def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
     events = store.events(job.id)
     reader = inspector(Ctx(state_dir))
+    g = goodput(reader, job, events)
     return {
         "id": job.id,
         "name": job.name,
@@ -268,16 +300,12 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
         "priority": job.priority,
         "attempt": job.attempt,
         "created": job.created,
-        "step": job.step,
-        "error": job.error.to_json() if job.error else None,
+        "step": jobview.step(g, job),
+        "total_steps": g.total_steps,
+        **jobview.errors_json(job),
         "retries": job.retries,
-        "replicas": [
-            {"name": r.name, "pool": r.pool, "index": r.index, "rank": r.rank,
-             "state": r.state.value, "restarts": r.restarts, "exit_code": r.exit_code,
-             "node": r.node}
-            for r in job.replicas
-        ],
-        "goodput": goodput(reader, job, events).to_json(),
+        "replicas": [jobview.replica_json(r) for r in job.replicas],
+        "goodput": g.to_json(),
         "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
                     for c in elastic_changes(reader, job, events)],
         "watchdog": watchdog_json(events),
@@ -298,13 +326,14 @@ def describe(
         typer.echo(json.dumps(d, indent=2))
         return
     typer.echo(f"Job {d['id']} ({d['name']})  state {d['state']}  attempt {d['attempt']}  "
+               f"step {jobview.step_text(d['step'], d['total_steps'])}  "
                f"queue {d['queue']}  priority {d['priority']}")
-    if d["error"]:
-        typer.echo(f"Error: {d['error']['code']}: {d['error']['message']}")
+    line = jobview.error_line(d)
+    if line:
+        typer.echo(line)
     typer.echo("Replicas:")
     for r in d["replicas"]:
-        typer.echo(f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node "
-                   f"{r['node'] or '-':<8} restarts {r['restarts']}  exit {r['exit_code']}")
+        typer.echo(jobview.replica_line(r))
     events = store.events(job.id)
     reader = inspector(ctx)
     g = goodput(reader, job, events)
@@ -322,9 +351,13 @@ def logs(
     replica: Annotated[str | None, typer.Option("--replica", "-r")] = None,
     attempt: Annotated[int | None, typer.Option("--attempt", "-a")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-    stderr: Annotated[bool, typer.Option("--stderr/--stdout")] = True,
+    stdout: Annotated[bool, typer.Option("--stdout", help="Only what it printed to stdout.")]
+    = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Only what it printed to stderr.")]
+    = False,
 ) -> None:
-    """Print a replica's log (stderr by default; stdout with --stdout)."""
+    """Print a replica's log: stdout and stderr merged in the order they came (one of them
+    with --stdout or --stderr)."""
     ctx: Ctx = c.obj
     store = ctx.reader()
     job = store.job(ctx.resolve(store, job_ref))
@@ -333,14 +366,16 @@ def logs(
     if name not in {r.name for r in job.replicas}:
         die(f"job {job.id} has no replica {name!r}; it has "
             f"{', '.join(r.name for r in job.replicas)}")
+    if stdout and stderr:
+        die("--stdout and --stderr each select one stream; give neither for both, merged")
     n = attempt if attempt is not None else max(job.attempt, 1)
     reader = inspector(ctx)
-    stream: Stream = "err" if stderr else "out"
+    stream = log_stream(reader, job.id, n, name, "out" if stdout else "err" if stderr else "log")
     offset = 0
     while True:
         chunk = reader.read_log(job.id, n, name, stream, offset)
         if chunk is None and offset == 0 and not follow:
-            die(f"replica {name} of {job.id} has no std{stream} log for attempt {n} "
+            die(f"replica {name} of {job.id} has no {STREAM_NAMES[stream]} for attempt {n} "
                 f"(attempts so far: {job.attempt})")
         if chunk:
             typer.echo(chunk.decode(errors="replace"), nl=False)
@@ -356,6 +391,18 @@ def logs(
                 typer.echo(tail.decode(errors="replace"), nl=False)
             return
         time.sleep(0.2)
+
+
+STREAM_NAMES = {"out": "stdout log", "err": "stderr log", "log": "log"}
+
+
+def log_stream(reader: Inspector, job_id: str, attempt: int, replica: str,
+               wanted: Stream) -> Stream:
+    """The stream to read: the merged log, or stderr for an attempt run before there was one."""
+    if wanted == "log" and reader.read_log(job_id, attempt, replica, "log", 0) is None \
+            and reader.read_log(job_id, attempt, replica, "err", 0) is not None:
+        return "err"
+    return wanted
 
 
 def register(app: typer.Typer) -> None:

@@ -120,7 +120,8 @@ class Launch:
     env: dict[str, str] = field(hash=False)
     cwd: str
     memory_mb: int | None
-    log_prefix: str  # <state>/logs/<job>/attempt-<n>/<replica>; the backend appends .out / .err
+    # <state>/logs/<job>/attempt-<n>/<replica>; the backend appends .out / .err / .log (both)
+    log_prefix: str
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ class StoreCollector(Collector):
                 for r in d.get("replicas", []):
                     by_state[r["state"]] = by_state.get(r["state"], 0) + 1
             retries.add_metric([job_id], sum(d.get("retries", {}).values()))
-            value = self.cache.get(store, job_id, updated, terminal)
+            value = self.cache.get(store, job_id, updated, terminal).get("goodput")
             if value is not None:
                 ratio.add_metric([job_id], value)
         for s, n in by_state.items():

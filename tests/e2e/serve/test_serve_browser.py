@@ -76,6 +76,13 @@ def test_dashboard_login_job_live_log_and_cancel(server: Server, page: Any) -> N
     expect(log).to_contain_text("tick")
     first = _last_tick(log.inner_text())
     expect(log).to_contain_text(f"tick {first + 5}", timeout=10_000)  # arrives live
+    # Both streams by default, each stdout line right after its step's stderr line.
+    expect(log).to_contain_text(f"tick {first + 5} loss {1 / (first + 6):.4f}\nsaid {first + 5}")
+    shot(pg, "2a-log-merged")
+    pg.select_option("select[aria-label=stream]", "stdout")
+    expect(log).to_contain_text("said")
+    assert "tick" not in log.inner_text()
+    pg.select_option("select[aria-label=stream]", "all")
     pg.select_option("select[aria-label=replica]", "worker-1")
     expect(log).to_contain_text(HOSTILE)  # shown as text ...
     assert pg.evaluate("window.pwned === undefined")  # ... never run

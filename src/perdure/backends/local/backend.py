@@ -160,6 +160,7 @@ class LocalBackend:
                 "memory_mechanism": self._memory_mechanism,
                 "stdout": os.path.abspath(launch.log_prefix + ".out"),
                 "stderr": os.path.abspath(launch.log_prefix + ".err"),
+                "output": os.path.abspath(launch.log_prefix + ".log"),  # both, in order
                 "created": time.time(),
             },
         )

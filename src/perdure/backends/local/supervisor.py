@@ -38,6 +38,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from perdure.backends.local.logrelay import LogRelay
+
 HANDLED_SIGNALS = procs.SUPERVISOR_SIGNALS
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
 SELF_STOP_GRACE_SECONDS = 10.0
@@ -64,6 +66,7 @@ class Supervisor:
         self.err_offset = 0
         self.started_at = 0.0
         self.own_pid = os.getpid()
+        self.relay: LogRelay | None = None
 
     def _file(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -95,6 +98,8 @@ class Supervisor:
         except (OSError, ValueError, memory.MemoryLimitError) as err:
             self._dismiss_standby()
             self.limit.close()
+            if self.relay is not None:
+                self.relay.close()
             exe = self.spec["command"][0]
             message = f"cannot start {exe!r}: {err}"
             if "No such file" in str(err) and os.path.isfile(os.path.join(self.spec["cwd"], exe)):
@@ -111,6 +116,7 @@ class Supervisor:
 
     def _spawn(self) -> None:
         stdout_path, stderr_path = self.spec["stdout"], self.spec["stderr"]
+        merged = self.spec.get("output")  # both streams in order (older launches: none)
         for path in (stdout_path, stderr_path):
             layout.private_dirs(os.path.dirname(path) or ".")
         now = time.time()
@@ -130,7 +136,13 @@ class Supervisor:
             self.err_offset = os.lseek(err_fd, 0, os.SEEK_END)
             self.started_at = time.time()
             env = child_env(self.spec, self.dir)
-            self.pid = self._start_warm(env)
+            streams = self._relay_streams(merged, header, stdout_path, stderr_path)
+            if streams is not None:  # the replica writes into the relay's FIFOs instead
+                os.close(out_fd)
+                os.close(err_fd)
+                out_fd = os.open(streams["out"], os.O_WRONLY)
+                err_fd = os.open(streams["err"], os.O_WRONLY)
+            self.pid = self._start_warm(env, streams)
             if not self.pid:
                 self.pid = procs.spawn(
                     list(self.spec["command"]),
@@ -142,8 +154,23 @@ class Supervisor:
         finally:
             for fd in (out_fd, err_fd, null_fd):
                 os.close(fd)
+        if self.relay is not None:
+            self.relay.start()
 
-    def _start_warm(self, env: dict[str, str]) -> int:
+    def _relay_streams(self, merged: str | None, header: str, stdout_path: str,
+                       stderr_path: str) -> dict[str, str] | None:
+        """Make the relay that merges the streams (see `logrelay`); its FIFOs' paths."""
+        if not merged:
+            return None
+        from perdure.backends.local.logrelay import LogRelay
+
+        with open(merged, "ab", buffering=0) as f:
+            os.chmod(merged, 0o600)
+            f.write(header.encode())
+        self.relay = LogRelay(self.dir, {"out": stdout_path, "err": stderr_path}, merged)
+        return self.relay.paths
+
+    def _start_warm(self, env: dict[str, str], streams: dict[str, str] | None) -> int:
         """Run the replica in the standby's warm interpreter; its pid, 0 to start cold."""
         standby, self.standby = self.standby, None
         if standby is None:
@@ -154,7 +181,8 @@ class Supervisor:
             return 0
         try:
             self.limit.join(standby.pid)  # before the script runs, as a cold child joins
-            standby.start_replica(command, env, self.spec)
+            files = {"stdout": streams["out"], "stderr": streams["err"]} if streams else {}
+            standby.start_replica(command, env, {**self.spec, **files})
         except OSError as err:
             print(f"supervisor: the warm start failed ({err}); starting cold", file=sys.stderr)
             standby.dismiss()
@@ -289,6 +317,8 @@ class Supervisor:
         procs.kill_descendants(self.own_pid)
         _, status, usage = os.wait4(self.pid, 0)
         self._reap_orphans()
+        if self.relay is not None:  # before the traceback is read from stderr
+            self.relay.close()
         code = os.waitstatus_to_exitcode(status)
         sig = -code if code < 0 else None
         exit_code = 128 + sig if sig is not None else code

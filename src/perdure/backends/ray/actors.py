@@ -36,7 +36,8 @@ AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts
 # while its template imports torch), else this actor starts it cold.
 CLAIM_SECONDS = 40.0
 PULL_LIMIT = 1 << 20  # bytes of one stream per pull: a pull is one small message
-FILES = {"out": "stdout.log", "err": "stderr.log", "progress": "progress.jsonl"}
+FILES = {"out": "stdout.log", "err": "stderr.log", "log": "output.log",
+         "progress": "progress.jsonl"}
 
 
 def node_address() -> str:
@@ -137,6 +138,7 @@ class LaunchActor:
             "memory_mechanism": record.get("memory_mechanism", "auto"),
             "stdout": os.path.join(self.dir, FILES["out"]),
             "stderr": os.path.join(self.dir, FILES["err"]),
+            "output": os.path.join(self.dir, FILES["log"]),
             "created": self.created,
             "owner": _owner(),
         }
