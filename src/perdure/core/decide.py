@@ -26,6 +26,7 @@ from perdure.core.events import (
 from perdure.core.launchenv import LaunchSettings, job_of_launch
 from perdure.core.model import Event, Job, JobError, Replica
 from perdure.core.policy import (
+    EXIT_SUSPENDED,
     Action,
     Failure,
     Verdict,
@@ -35,7 +36,7 @@ from perdure.core.policy import (
     is_peer_error,
 )
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
-from perdure.core.text import all_of
+from perdure.core.text import all_of, plural
 from perdure.core.tick import Snapshot, Tick
 from perdure.core.watchdog import hang_verdict
 
@@ -65,6 +66,23 @@ def decide(
     tick.settle()
     tick.schedule()
     return tick.outcome()
+
+
+def lost_work(job: Job, now: float) -> str:
+    """What a preemption cost a script that could not save: the work since its last
+    checkpoint (or since it started running), in seconds and steps."""
+    since = job.last_checkpoint or job.running_since
+    if since is None:
+        return "the work since it started is lost"
+    seconds = f"{max(0.0, now - since):.1f}s"
+    if job.step is None:
+        steps = "steps unknown: the script reports none"
+    else:
+        done = job.step - (job.checkpoint_step or 0)
+        steps = f"{plural(max(0, done), 'step')}"
+    where = (f"its last checkpoint (step {job.checkpoint_step})"
+             if job.last_checkpoint is not None else "it started, with no checkpoint")
+    return f"{seconds} of work ({steps}) since {where} is lost"
 
 
 def _count_repeats(r: Replica, f: Failure) -> None:
@@ -115,6 +133,7 @@ class _Decider(Tick):
             if job.state is JobState.PENDING and all(
                     x.state is ReplicaState.RUNNING for x in job.replicas):
                 job.state = JobState.RUNNING
+                job.running_since = self.now
                 started = all_of(len(job.replicas), "replica")
                 self.event(job, "running", f"RUNNING: {started} started")
 
@@ -144,7 +163,7 @@ class _Decider(Tick):
         elif isinstance(obs, ReplicaProgress):
             job.step = obs.step
             if obs.save_seconds is not None:
-                job.last_checkpoint = obs.time
+                job.last_checkpoint, job.checkpoint_step = obs.time, obs.step
         elif isinstance(obs, Hung):
             self.hung(job, r, obs)
 
@@ -231,6 +250,8 @@ class _Decider(Tick):
             why = classify(f, job.spec).reason if f.notice else "stopped"
             if job.after_stop is JobState.SUCCEEDED and not f.notice:
                 why = "stopped at the end of its grace after the primary succeeded"
+            if f.notice == "preemption" and f.exit_code != EXIT_SUSPENDED and r is job.primary:
+                why += f"; it did not save: {lost_work(job, self.now)}"
             self.event(job, "exit", f"{r.name} exited {_status(f)} ({why})")
         if r.relaunch and job.after_stop is None:
             if job.elastic:

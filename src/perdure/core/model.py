@@ -89,6 +89,8 @@ class Job:
     updated: float = 0.0
     step: int | None = None  # latest training step reported by the runtime
     last_checkpoint: float | None = None  # when a replica last reported a checkpoint save
+    checkpoint_step: int | None = None  # the step it reported then
+    running_since: float | None = None  # when the job last became RUNNING (a restart too)
     members: list[str] = field(default_factory=list)  # elastic: this round's replicas, rank order
     # The replica charged for this round's group restart when its exit was a lost peer's
     # collateral ("connection closed by peer"), and when that restart was decided: a replica

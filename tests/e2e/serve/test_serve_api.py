@@ -200,7 +200,9 @@ def test_metrics_parse_and_move_with_jobs(server: Server) -> None:
                 "perdure_controller_tick_seconds_bucket",
                 "perdure_failure_detection_seconds_count"} <= names
         done = ("perdure_jobs", (("state", "SUCCEEDED"),))
-        job = server.submit(c, spec("metered", "import sys; sys.exit(0)"))
+        code = ("import sys; from perdure.runtime import goodput\n"
+                "with goodput.step(1): pass\ngoodput.flush(); sys.exit(0)")
+        job = server.submit(c, spec("metered", code))  # a step: a goodput to export
         server.wait_state(c, job, {"SUCCEEDED"})
         after = _samples(c)
         assert after[done] == before.get(done, 0) + 1

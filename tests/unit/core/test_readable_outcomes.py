@@ -87,3 +87,31 @@ def test_counts_read_in_the_right_number() -> None:
     assert "RUNNING: the replica started" in messages
     assert any(m.startswith("QUEUED: submitted to queue default (1 slot,") for m in messages)
     assert any(m.endswith("launching 1 replica on local") for m in messages)
+
+
+def test_preempting_a_script_that_cannot_save_says_what_is_lost() -> None:
+    sim = Sim(script=lambda launch: FakeRun())  # a stop kills it: it never saves (no exit 75)
+    j = sim.submit(spec())
+    sim.run_until(j, {JobState.RUNNING})
+    for _ in range(30):
+        sim.step()
+    sim.command("preempt", j)
+    for _ in range(50):
+        sim.step()
+    lost = [m for m in sim.messages(j) if "did not save" in m]
+    assert len(lost) == 1, sim.messages(j)
+    assert "(steps unknown: the script reports none) since it started, with no checkpoint" \
+        in lost[0]
+    seconds = float(lost[0].split("did not save: ")[1].split("s of work")[0])
+    assert 2.5 <= seconds <= 4.0  # ~30 ticks of 0.1 s ran since RUNNING
+
+
+def test_lost_work_counts_steps_since_the_last_checkpoint() -> None:
+    from perdure.core.decide import lost_work
+    from perdure.core.model import Job, make_replicas
+
+    s = spec()
+    job = Job("j", s, "/w", 0.0, replicas=make_replicas(s), step=160, checkpoint_step=150,
+              last_checkpoint=100.0, running_since=50.0)
+    assert lost_work(job, 112.5) == (
+        "12.5s of work (10 steps) since its last checkpoint (step 150) is lost")
