@@ -1,4 +1,4 @@
-"""What a new user reads through the CLI (issue 19 section 3): merged logs, progress, ls, describe."""
+"""What a new user reads through the CLI (issue 19 section 3): logs, progress, ls, describe."""
 
 from __future__ import annotations
 
