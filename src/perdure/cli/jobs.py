@@ -34,7 +34,7 @@ from perdure.controller.secrets import SecretError, job_secret, state_secret
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
 from perdure.core.spec import ClusterSpec
-from perdure.store.sqlite import Store, StoredEvent, make_state_dir
+from perdure.store.sqlite import Store, StoredEvent, UnreadableJob, make_state_dir
 
 ClusterOpt = Annotated[
     Path | None, typer.Option("--cluster", help="Cluster file: nodes and queue quotas.")
@@ -254,7 +254,10 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
     rows = store.job_rows()
     now = time.time()
     for r in rows:
-        job = store.job(r["id"])
+        try:
+            job = store.job(r["id"])
+        except UnreadableJob:  # listed as stored; `describe` says what is wrong with it
+            job = None
         if job is None:
             continue
         g = goodput(reader, job, store.events(job.id))

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli.common import Ctx, die, inspector, load_cluster
+from perdure.core.text import plural
 
 chaos_app = typer.Typer(help="Inject faults into running jobs and nodes.", no_args_is_help=True)
 node_app = typer.Typer(help="Node maintenance.", no_args_is_help=True)
@@ -122,7 +123,7 @@ def node_ls(c: typer.Context) -> None:
     stored = ctx.reader().nodes()
     for name, slots in _node_slots(ctx).items():
         state = stored[name].state.value if name in stored else "READY"
-        typer.echo(f"{name:<12} {slots} slots  {state}")
+        typer.echo(f"{name:<12} {plural(slots, 'slot'):<9} {state}")
     if line := inspector(ctx).pool_summary():
         typer.echo(line)
 
