@@ -9,7 +9,7 @@ store and the progress records, prints.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -18,6 +18,9 @@ from perdure.cli import jobview
 from perdure.cli.reports import goodput
 from perdure.core.goodput import Goodput
 from perdure.store.sqlite import Store
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 REFRESH_SECONDS = 1.0
 PLAIN_EVERY = 10.0
@@ -37,11 +40,12 @@ def progress_text(g: Goodput, step: int | None) -> str:
 class RunProgress:
     """The progress line of one job (see the module docstring); a context manager."""
 
-    def __init__(self, store: Store, reader: Inspector, job_id: str) -> None:
+    def __init__(self, store: Store, reader: Inspector, job_id: str,
+                 console: Console | None = None) -> None:
         from rich.console import Console
 
         self.store, self.reader, self.job_id = store, reader, job_id
-        self.console = Console()
+        self.console = console or Console()
         self.next_refresh = 0.0
         self.next_plain = time.monotonic() + PLAIN_EVERY
         self.last_plain = ""
@@ -49,7 +53,7 @@ class RunProgress:
         if self.console.is_terminal:
             from rich.progress import BarColumn, Progress, TextColumn
 
-            self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+            self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(24),
                                      TextColumn("{task.fields[info]}"), console=self.console)
             self.task = self.progress.add_task(job_id, total=None, info="starting")
 
