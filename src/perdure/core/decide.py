@@ -195,6 +195,11 @@ class _Decider(Tick):
         )
         r.notice = None
         _count_repeats(r, f)
+        if f.primary and f.exit_code == 0 and f.notice is not None:
+            # It finished as the notice came: the job succeeded, there is nothing to resume.
+            self.apply(job, r, classify(f, job.spec), f"{r.name} exited 0: primary exited 0 "
+                                                      f"(under a {f.notice} notice)")
+            return
         if was_stopping or job.after_stop is not None:
             if self.caused_the_round(job, f, obs.time):
                 self.recharge(job, r, f)
@@ -250,7 +255,8 @@ class _Decider(Tick):
             why = classify(f, job.spec).reason if f.notice else "stopped"
             if job.after_stop is JobState.SUCCEEDED and not f.notice:
                 why = "stopped at the end of its grace after the primary succeeded"
-            if f.notice == "preemption" and f.exit_code != EXIT_SUSPENDED and r is job.primary:
+            if (f.notice == "preemption" and f.exit_code not in (0, EXIT_SUSPENDED)
+                    and r is job.primary):
                 why += f"; it did not save: {lost_work(job, self.now)}"
             self.event(job, "exit", f"{r.name} exited {_status(f)} ({why})")
         if r.relaunch and job.after_stop is None:

@@ -138,6 +138,9 @@ class Stop:
     grace: float
     reason: str
     notice: str | None = None
+    # Send `signal` only after `delay` seconds (the replica may end by itself first: the
+    # other ranks after the primary succeeded); SIGKILL `grace` seconds after that.
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -145,13 +145,15 @@ class Tick:
         return blamed
 
     def stop(self, job: Job, r: Replica, grace: float, reason: str, *, relaunch: bool = False,
-             notice: str | None = None, sig: int = signal.SIGTERM) -> None:
-        """Stop `r`: `sig` now (0: none, it may finish by itself), SIGKILL after `grace`."""
+             notice: str | None = None, delay: float = 0.0) -> None:
+        """Stop `r`: SIGTERM after `delay` (it may finish by itself before), SIGKILL `grace`
+        seconds later."""
         if r.state is ReplicaState.STOPPING or r.launch_id is None:
             r.relaunch = r.relaunch or relaunch
             return
         r.state, r.relaunch, r.notice = ReplicaState.STOPPING, relaunch, notice
-        self.decisions.append(Stop(r.launch_id, int(sig), grace, reason, notice))
+        self.decisions.append(Stop(r.launch_id, int(signal.SIGTERM), grace, reason, notice,
+                                   delay))
 
     def end(self, job: Job, final: JobState, notice: str | None = None) -> None:
         """Stop every replica; the job becomes `final` once all are down."""
@@ -160,9 +162,9 @@ class Tick:
                  else job.spec.restart.stop_grace_seconds)
         for x in job.replicas:
             if x.alive and final is JobState.SUCCEEDED:
-                # Not a signal: the other ranks finish as the primary did, within their grace.
-                self.stop(job, x, pool_grace(job, x), "the primary succeeded: finishing",
-                          sig=0)
+                # The other ranks finish as the primary did, within their pool's grace.
+                self.stop(job, x, grace, "the primary succeeded: finishing",
+                          delay=pool_grace(job, x))
             elif x.alive:
                 self.stop(job, x, grace, f"job ending ({final.value})", notice=notice)
             elif x.state is ReplicaState.WAITING:

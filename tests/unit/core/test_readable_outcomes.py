@@ -66,12 +66,12 @@ def test_cancel_records_cancelled_by_user_not_a_recovered_failure() -> None:
     assert "CANCELLED: cancelled by user" in sim.messages(j)
 
 
-def test_after_the_primary_succeeds_the_others_finish_without_a_signal() -> None:
+def test_after_the_primary_succeeds_the_others_get_their_pools_grace() -> None:
     sim = Sim(script=lambda launch: FakeRun(1, 0) if launch.replica == "worker-0" else FakeRun())
     j = sim.submit(spec(pools=pools(3, grace=7)))
     sim.run_until(j, {JobState.SUCCEEDED})
     stops = sim.backend.stops
-    assert {s.signal for s in stops} == {0} and {s.grace for s in stops} == {7}
+    assert {s.delay for s in stops} == {7}  # SIGTERM only after the grace: they finish first
     messages = sim.messages(j)
     assert "worker-1 finished" in messages and "worker-2 finished" in messages
     assert not any("143" in m or "SIGTERM" in m for m in messages)
@@ -115,3 +115,18 @@ def test_lost_work_counts_steps_since_the_last_checkpoint() -> None:
               last_checkpoint=100.0, running_since=50.0)
     assert lost_work(job, 112.5) == (
         "12.5s of work (10 steps) since its last checkpoint (step 150) is lost")
+
+
+def test_a_primary_that_finishes_as_the_preemption_notice_comes_succeeds() -> None:
+    from perdure.core.events import ReplicaExited
+
+    sim = Sim(script=lambda launch: FakeRun())
+    j = sim.submit(spec(pools=pools(2)))
+    sim.run_until(j, {JobState.RUNNING})
+    sim.command("preempt", j)
+    primary = sim.job(j).replicas[0].launch_id
+    assert primary is not None
+    sim.pending.append(ReplicaExited(primary, 0, sim.now + 0.05))  # done just after it
+    job = sim.run_until(j, {JobState.SUCCEEDED, JobState.QUEUED, JobState.SUSPENDED})
+    assert job.state is JobState.SUCCEEDED and job.attempt == 1
+    assert not any("did not save" in m for m in sim.messages(j))

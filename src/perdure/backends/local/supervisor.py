@@ -60,6 +60,7 @@ class Supervisor:
         self.limit: memory.NoLimit = memory.NoLimit()
         self.pid = 0
         self.kill_at: float | None = None
+        self.signal_at: tuple[int, float] | None = None  # a stop's signal, sent later
         self.applied_stop: tuple[int, float] | None = None
         self.peak_rss = 0
         self.next_sample = 0.0
@@ -255,9 +256,13 @@ class Supervisor:
             if self.kill_at is not None and now >= self.kill_at:
                 procs.kill_group(self.pid, signal.SIGKILL)
                 self.kill_at = None
+            if self.signal_at is not None and now >= self.signal_at[1]:
+                procs.kill_group(self.pid, self.signal_at[0])
+                self.signal_at = None
             if now >= self.next_sample:
                 self._sample_memory(now)
-            wake = self.next_sample if self.kill_at is None else min(self.next_sample, self.kill_at)
+            later = (self.kill_at, self.signal_at[1] if self.signal_at else None)
+            wake = min([self.next_sample, *(t for t in later if t is not None)])
             info = signal.sigtimedwait(HANDLED_SIGNALS, max(0.001, wake - time.time()))
             if info is None:
                 continue
@@ -298,10 +303,15 @@ class Supervisor:
         sig, deadline = int(request["signal"]), float(request["deadline"])
         if (sig, deadline) != self.applied_stop:
             self.applied_stop = (sig, deadline)
-            self._stop(sig, deadline)
+            self._stop(sig, deadline, float(request.get("signal_at") or 0.0))
 
-    def _stop(self, sig: int, deadline: float) -> None:
-        procs.kill_group(self.pid, sig)
+    def _stop(self, sig: int, deadline: float, signal_at: float = 0.0) -> None:
+        """`sig` now (or at `signal_at`: the replica may end by itself first), SIGKILL at
+        `deadline`."""
+        if signal_at > time.time():
+            self.signal_at = (sig, signal_at)
+        else:
+            procs.kill_group(self.pid, sig)
         if sig != signal.SIGKILL:
             self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
 
