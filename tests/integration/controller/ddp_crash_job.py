@@ -1,6 +1,9 @@
 """An unmodified DDP script (no perdure import) that raises where the test says.
 
     python ddp_crash_job.py before-init | after-init | loader-worker | rank1-after-init
+
+(after-init: every rank raises; rank1-after-init: only rank 1, the others then fail on the
+next collective with a lost peer, and the job is named after rank 1's exception.)
 """
 
 import os
