@@ -1,9 +1,6 @@
 """An unmodified DDP script (no perdure import) that raises where the test says.
 
-    python ddp_crash_job.py before-init | after-init | loader-worker | rank1-after-init
-
-(after-init: every rank raises; rank1-after-init: only rank 1, the others then fail on the
-next collective with a lost peer, and the job is named after rank 1's exception.)
+    python ddp_crash_job.py before-init | after-init | loader-worker
 """
 
 import os
@@ -32,7 +29,7 @@ if where == "before-init":
 dist.init_process_group("gloo")
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))
 print(f"rank {rank} of {dist.get_world_size()} ready", flush=True)
-if where == "after-init" or (where == "rank1-after-init" and rank == 1):
+if where == "after-init":
     raise ValueError("bad shape: expected 8, got 7")
 if where == "loader-worker":
     for batch in DataLoader(Samples(), batch_size=1, num_workers=2):
