@@ -85,6 +85,8 @@ class RunProgress:
         if job is None or job.attempt == 0:
             return
         g = goodput(self.reader, job, self.store.events(job.id))
+        # A long run's account reads more records: never spend over ~5% of the time on it.
+        self.next_refresh = now + max(REFRESH_SECONDS, 20 * (time.monotonic() - now))
         step = jobview.step(g, job)
         text = progress_text(g, step)
         if self.progress is not None:
