@@ -165,9 +165,9 @@ class Supervisor:
             return None
         from perdure.backends.local.logrelay import LogRelay
 
-        with open(merged, "ab", buffering=0) as f:
-            os.chmod(merged, 0o600)
-            f.write(header.encode())
+        fd = os.open(merged, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # private
+        os.write(fd, header.encode())
+        os.close(fd)
         self.relay = LogRelay(self.dir, {"out": stdout_path, "err": stderr_path}, merged)
         return self.relay.paths
 
@@ -310,7 +310,8 @@ class Supervisor:
         `deadline`."""
         if signal_at > time.time():
             self.signal_at = (sig, signal_at)
-        else:
+        else:  # also in place of a later one still pending (a cancel during the grace)
+            self.signal_at = None
             procs.kill_group(self.pid, sig)
         if sig != signal.SIGKILL:
             self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
