@@ -29,7 +29,8 @@ FIFOS = {"out": "stdout.fifo", "err": "stderr.fifo"}
 class LogRelay:
     """Copies a replica's two streams to their files and to the merged file (see the module)."""
 
-    def __init__(self, directory: str, files: dict[str, str], merged: str) -> None:
+    def __init__(self, directory: str, files: dict[str, str], merged: str,
+                 header: str = "") -> None:
         import threading
 
         self.paths = {s: os.path.join(directory, name) for s, name in FIFOS.items()}
@@ -51,6 +52,7 @@ class LogRelay:
         for stream, path in files.items():
             self.files[stream] = os.open(path, flags, 0o600)
         self.merged = os.open(merged, flags, 0o600)
+        _write_all(self.merged, header.encode())
 
     def start(self) -> None:
         for thread in self.threads:

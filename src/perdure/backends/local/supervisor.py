@@ -137,12 +137,18 @@ class Supervisor:
             self.err_offset = os.lseek(err_fd, 0, os.SEEK_END)
             self.started_at = time.time()
             env = child_env(self.spec, self.dir)
-            streams = self._relay_streams(merged, header, stdout_path, stderr_path)
-            if streams is not None:  # the replica writes into the relay's FIFOs instead
+            streams = None
+            if merged:  # the replica writes into the relay's FIFOs instead of the files
+                from perdure.backends.local.logrelay import LogRelay
+
+                self.relay = LogRelay(self.dir, {"out": stdout_path, "err": stderr_path},
+                                      merged, header)
+                streams = self.relay.paths
+                fifo_out = os.open(streams["out"], os.O_WRONLY)
+                fifo_err = os.open(streams["err"], os.O_WRONLY)
                 os.close(out_fd)
                 os.close(err_fd)
-                out_fd = os.open(streams["out"], os.O_WRONLY)
-                err_fd = os.open(streams["err"], os.O_WRONLY)
+                out_fd, err_fd = fifo_out, fifo_err
             self.pid = self._start_warm(env, streams)
             if not self.pid:
                 self.pid = procs.spawn(
@@ -157,19 +163,6 @@ class Supervisor:
                 os.close(fd)
         if self.relay is not None:
             self.relay.start()
-
-    def _relay_streams(self, merged: str | None, header: str, stdout_path: str,
-                       stderr_path: str) -> dict[str, str] | None:
-        """Make the relay that merges the streams (see `logrelay`); its FIFOs' paths."""
-        if not merged:
-            return None
-        from perdure.backends.local.logrelay import LogRelay
-
-        fd = os.open(merged, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # private
-        os.write(fd, header.encode())
-        os.close(fd)
-        self.relay = LogRelay(self.dir, {"out": stdout_path, "err": stderr_path}, merged)
-        return self.relay.paths
 
     def _start_warm(self, env: dict[str, str], streams: dict[str, str] | None) -> int:
         """Run the replica in the standby's warm interpreter; its pid, 0 to start cold."""
