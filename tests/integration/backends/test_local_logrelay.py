@@ -16,6 +16,7 @@ import sys, time
 sys.stderr.write("10%\\r"); sys.stderr.flush()
 time.sleep(float(sys.argv[1]))
 print("line one", flush=True)
+time.sleep(0.05)  # lines microseconds apart on two streams may swap; these may not
 sys.stderr.write("20%\\r100%\\n"); sys.stderr.flush()
 sys.stdout.write("no newline at the end"); sys.stdout.flush()
 """
