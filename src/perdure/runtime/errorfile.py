@@ -170,7 +170,9 @@ _LAUNCHER_TYPES = ("ChildFailedError",)
 _STAMP = (r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b:?"
           r"|\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?:?"
           r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?:?")
-_TAG = r"\[[\w.-]*\d+\]:?|\([^()]*pid=\d+[^()]*\)"
+# A tag holds a number and no space: `[rank3]`, `[default0]`, `[trainer1|0]` (torchrun's
+# --log-line-prefix-template), `[worker-1]`.
+_TAG = r"\[[\w.|/:-]*\d[\w.|/:-]*\]:?|\([^()]*pid=\d+[^()]*\)"
 _PREFIX = re.compile(rf"(?:(?:{_STAMP})\s?|(?:{_TAG})\s?)+")
 _STAMP_ONLY = re.compile(rf"(?:{_STAMP})\s?")
 

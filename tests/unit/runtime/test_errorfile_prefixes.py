@@ -23,6 +23,7 @@ def prefixed(prefix: str, lines: list[str] = TRACEBACK) -> str:
     "[rank13]:",
     "[default0]:",  # torchrun --tee / --log-line-prefix-template
     "[default3]: ",
+    "[trainer1|1]:",  # torchrun --log-line-prefix-template "[{role_name}{rank}|{local_rank}]:"
     "2026-12-01 15:10:48,724 ",  # logging's asctime
     "2026-12-01T15:10:48.724+00:00 [rank1]: ",  # a collector's timestamp, then torch's tag
     "[15:10:48.724] [default1]:[rank1]: ",
