@@ -155,15 +155,17 @@ class _Interrupts:
             self.store.command("cancel", self.job_id)
 
 
-def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts) -> str:
+def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts,
+            progress: RunProgress) -> str:
     """Print a job's events as another controller drives it; when that controller exits,
     take over its lock and drive the job here."""
     last, next_try = 0, 0.0
     try:
         while True:
             stop.poll()
+            progress.refresh()
             for e in store.events(job.id, after=last):
-                typer.echo(_fmt_event(e))
+                progress.echo(_fmt_event(e))
                 last = e.id
             current = store.job(job.id)
             if current is None or current.state.terminal:
@@ -171,8 +173,8 @@ def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts) -> str:
             if time.monotonic() >= next_try:
                 next_try = time.monotonic() + 0.5
                 if _take_over(ctl):
-                    ctl.listeners.append(_printer(job.id, after=last))
-                    return _drive(ctl, store, job, stop)
+                    ctl.listeners.append(_printer(job.id, after=last, echo=progress.echo))
+                    return _drive(ctl, store, job, stop, progress.refresh)
             time.sleep(0.1)
     except KeyboardInterrupt:
         typer.echo("stopped following; the job goes on under the other controller")
@@ -216,7 +218,8 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
             ctl.start()
         except ControllerBusy:
             typer.echo("another controller drives this state dir; following the job")
-            state = _follow(store, job, ctl, stop)
+            with RunProgress(store, inspector(ctx), job.id) as progress:
+                state = _follow(store, job, ctl, stop, progress)
         except (BackendBusy, BackendUnavailable) as exc:
             ctl.close()
             die(f"{exc} (job {job.id} stays queued for a controller that can drive it)")
