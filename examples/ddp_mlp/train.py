@@ -223,7 +223,6 @@ class Run:
             set_rng_state(state["rng"].value)
             # a snapshot's step has no checkpoint yet: a notice right now must still save one
             self.saved_step = restored.step if restored.from_checkpoint else None
-        goodput.checkpoint_restored(restored.step, restored.seconds)
         for line in restored.skipped_partial:
             print(line, flush=True)
         print(f"{self.ctx.replica} rank {self.ctx.rank}/{self.ctx.world_size} attempt "
@@ -233,9 +232,7 @@ class Run:
     def save(self, *, blocking: bool) -> None:
         if self.ckpt is None or self.saved_step == self.step:
             return
-        began = time.perf_counter()
-        self.ckpt.save(self.step, self.state(), blocking=blocking)
-        goodput.checkpoint_saved(self.step, time.perf_counter() - began)
+        self.ckpt.save(self.step, self.state(), blocking=blocking)  # reports to goodput
         self.saved_step = self.step
 
     def train_step(self, batch: Any) -> float:

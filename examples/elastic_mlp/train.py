@@ -123,10 +123,9 @@ def restore(manager: elastic.Manager, snap: Snapshotter, ckpt: Checkpointer | No
     source = "scratch"
     if snap.load(state) is not None:
         source = "peer snapshot"
-    elif ckpt is not None and ckpt.restore_latest(state) is not None:
-        source = "checkpoint"
-    if source != "scratch":
         goodput.checkpoint_restored(state["step"], time.perf_counter() - began)
+    elif ckpt is not None and ckpt.restore_latest(state) is not None:  # reports itself
+        source = "checkpoint"
     print(f"{manager.replica}: state from {source} at step {state['step']}", flush=True)
 
 

@@ -50,7 +50,7 @@ class LaunchRecord:
     progress: list[dict[str, Any]] = field(default_factory=list)  # the runtime's reports
 
 
-Stream = Literal["out", "err"]
+Stream = Literal["out", "err", "log"]  # stdout, stderr, both merged in the order they came
 
 
 class Inspector(Protocol):

@@ -92,7 +92,9 @@ class FakeBackend:
 
     def stop(self, stop: Stop) -> None:
         self.stops.append(stop)
-        if stop.launch_id in self.procs:
+        if stop.launch_id in self.procs and stop.delay > 0:  # let it finish: it does at once
+            self._exit(stop.launch_id, 0, None, None)
+        elif stop.launch_id in self.procs:
             self._exit(stop.launch_id, 128 + stop.signal, stop.signal, None)
 
     def kill(self, launch_id: str, sig: int = 9) -> None:

@@ -29,6 +29,7 @@ from perdure.core.spec import (
     parse_cluster,
     parse_job_spec,
 )
+from perdure.core.text import plural
 from perdure.store.sqlite import JobRefError, Store, StoreError, make_state_dir
 
 CLUSTER_COPY = "cluster.yaml"
@@ -115,10 +116,6 @@ def describe_cluster(cluster: ClusterSpec) -> str:
     return f"backend {cluster.backend}, {where}; queues {queues}"
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def remember_cluster(ctx: Ctx, path: Path | None) -> None:
     """Keep a copy of the cluster file given for later commands (call once it is known to
     work: a file that does not must not break every later command)."""
@@ -163,8 +160,9 @@ def check_fixed_capacity(job: Job, cluster: ClusterSpec) -> None:
     nodes = ", ".join(f"{n.name} ({n.slots})" for n in cluster.nodes)
     widest = max(p.slots for p in job.spec.pools)
     raise SpecError(
-        f"pools: the job needs {job.slots} slots ({job.spec.total_replicas} replicas, "
-        f"up to {widest} slots each) and the cluster's nodes have {cap.healthy} in all: "
+        f"pools: the job needs {plural(job.slots, 'slot')} "
+        f"({plural(job.spec.total_replicas, 'replica')}, up to {plural(widest, 'slot')} each) "
+        f"and the cluster's nodes have {cap.healthy} in all: "
         f"{nodes}. Declare more slots in a cluster file (nodes: [{{name: local, slots: "
         f"{max(job.slots, widest)}}}]) and pass it with --cluster")
 

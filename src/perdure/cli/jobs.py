@@ -12,9 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
-from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Stream
+from perdure.backends.base import Backend, BackendBusy, BackendUnavailable
 from perdure.backends.factory import make_backend
 from perdure.backends.local.memory import CgroupParentError
+from perdure.cli import jobview
 from perdure.cli.common import (
     Ctx,
     die,
@@ -27,6 +28,7 @@ from perdure.cli.common import (
     remember_cluster,
 )
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
+from perdure.cli.runprogress import RunProgress
 from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.controller.secrets import SecretError, job_secret, state_secret
@@ -34,7 +36,7 @@ from perdure.controller.usercommands import controller_running, start_hint
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
 from perdure.core.spec import ClusterSpec
-from perdure.store.sqlite import Store, StoredEvent, make_state_dir
+from perdure.store.sqlite import Store, StoredEvent, UnreadableJob, make_state_dir
 
 ClusterOpt = Annotated[
     Path | None, typer.Option("--cluster", help="Cluster file: nodes and queue quotas.")
@@ -158,15 +160,17 @@ class _Interrupts:
             self.store.command("cancel", self.job_id)
 
 
-def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts) -> str:
+def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts,
+            progress: RunProgress) -> str:
     """Print a job's events as another controller drives it; when that controller exits,
     take over its lock and drive the job here."""
     last, next_try = 0, 0.0
     try:
         while True:
             stop.poll()
+            progress.refresh()
             for e in store.events(job.id, after=last):
-                typer.echo(_fmt_event(e))
+                progress.echo(_fmt_event(e))
                 last = e.id
             current = store.job(job.id)
             if current is None or current.state.terminal:
@@ -174,8 +178,8 @@ def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts) -> str:
             if time.monotonic() >= next_try:
                 next_try = time.monotonic() + 0.5
                 if _take_over(ctl):
-                    ctl.listeners.append(_printer(job.id, after=last))
-                    return _drive(ctl, store, job, stop)
+                    ctl.listeners.append(_printer(job.id, after=last, echo=progress.echo))
+                    return _drive(ctl, store, job, stop, progress.refresh)
             time.sleep(0.1)
     except KeyboardInterrupt:
         typer.echo("stopped following; the job goes on under the other controller")
@@ -183,11 +187,12 @@ def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts) -> str:
     return _final_state(store, job.id)
 
 
-def _printer(job_id: str, after: int) -> Callable[[StoredEvent], None]:
+def _printer(job_id: str, after: int,
+             echo: Callable[[str], Any] = typer.echo) -> Callable[[StoredEvent], None]:
     """A listener printing the job's (and the cluster's) events after event `after`."""
     def listener(e: StoredEvent) -> None:
         if e.job_id in (job_id, None) and e.id > after:
-            typer.echo(_fmt_event(e))
+            echo(_fmt_event(e))
     return listener
 
 
@@ -218,21 +223,26 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
             ctl.start()
         except ControllerBusy:
             typer.echo("another controller drives this state dir; following the job")
-            state = _follow(store, job, ctl, stop)
+            with RunProgress(store, inspector(ctx), job.id) as progress:
+                state = _follow(store, job, ctl, stop, progress)
         except (BackendBusy, BackendUnavailable) as exc:
             ctl.close()
             die(f"{exc} (job {job.id} stays queued for a controller that can drive it)")
         else:
-            ctl.listeners.append(_printer(job.id, after=0))
-            state = _drive(ctl, store, job, stop)
+            with RunProgress(store, inspector(ctx), job.id) as progress:
+                ctl.listeners.append(_printer(job.id, after=0, echo=progress.echo))
+                state = _drive(ctl, store, job, stop, progress.refresh)
     typer.echo(f"job {job.id} {state}")
     raise typer.Exit(0 if state == "SUCCEEDED" else 1)
 
 
-def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts) -> str:
+def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts,
+           refresh: Callable[[], None] | None = None) -> str:
     """Run the controller until the job ends (or a second interrupt leaves it running)."""
     def done() -> bool:
         stop.poll()
+        if refresh is not None:
+            refresh()
         return job.id not in ctl.snapshot.jobs
 
     try:
@@ -245,26 +255,54 @@ def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts) -> str:
 
 
 def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """List jobs."""
+    """List jobs: state, step, goodput, age and time running."""
     ctx: Ctx = c.obj
-    rows = ctx.reader().job_rows()
+    store = ctx.reader()
+    reader = inspector(ctx)
+    rows = store.job_rows()
+    now = time.time()
+    for r in rows:
+        try:
+            job = store.job(r["id"])
+        except UnreadableJob:  # listed as stored; `describe` says what is wrong with it
+            job = None
+        if job is None:
+            continue
+        g = goodput(reader, job, store.events(job.id))
+        r.update({"step": jobview.step(g, job), "total_steps": g.total_steps,
+                  "goodput": g.goodput, "goodput_status": g.status,
+                  "running_seconds": g.running, **jobview.errors_json(job)})
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("ID", "NAME", "STATE", "ATTEMPT", "QUEUE", "PRIORITY", "AGE", box=None)
-    now = time.time()
+    table = Table("ID", "NAME", "STATE", "ATTEMPT", "QUEUE", "PRIORITY", "STEP", "GOODPUT",
+                  "AGE", "DURATION", "ERROR", box=None)
     for r in rows:
         table.add_row(r["id"], r["name"], r["state"], str(r["attempt"]), r["queue"],
-                      str(r["priority"]), f"{now - r['created']:.0f}s")
-    Console().print(table)
+                      str(r["priority"]), jobview.step_text(r.get("step"), r.get("total_steps")),
+                      r.get("goodput_status", "-"), jobview.duration(now - r["created"]),
+                      jobview.duration(r.get("running_seconds")), _ls_error(r))
+    console = Console()
+    if not console.is_terminal:  # piped: whole cells, never cut to 80 columns
+        console = Console(width=1000)
+    console.print(table)
+
+
+def _ls_error(row: dict[str, Any]) -> str:
+    if row.get("error"):
+        return str(row["error"]["code"])
+    if row.get("last_failure"):
+        return f"last failure (recovered): {row['last_failure']['code']}"
+    return ""
 
 
 def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
     events = store.events(job.id)
     reader = inspector(Ctx(state_dir))
+    g = goodput(reader, job, events)
     return {
         "id": job.id,
         "name": job.name,
@@ -273,18 +311,15 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
         "priority": job.priority,
         "attempt": job.attempt,
         "created": job.created,
-        "step": job.step,
-        "error": job.error.to_json() if job.error else None,
+        "step": jobview.step(g, job),
+        "total_steps": g.total_steps,
+        **jobview.errors_json(job),
         "retries": job.retries,
-        "replicas": [
-            {"name": r.name, "pool": r.pool, "index": r.index, "rank": r.rank,
-             "state": r.state.value, "restarts": r.restarts, "exit_code": r.exit_code,
-             "node": r.node, "gpus": r.gpus, "devices": list(r.devices) if r.gpus else [],
-             "procs": _procs(job, r.pool)}
-            for r in job.replicas
-        ],
+        "replicas": [{**jobview.replica_json(r), "gpus": r.gpus,
+                      "devices": list(r.devices) if r.gpus else [],
+                      "procs": _procs(job, r.pool)} for r in job.replicas],
         "spares": dict(job.spares),
-        "goodput": goodput(reader, job, events).to_json(),
+        "goodput": g.to_json(),
         "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
                     for c in elastic_changes(reader, job, events)],
         "watchdog": watchdog_json(events),
@@ -303,8 +338,7 @@ def _replica_line(r: dict[str, Any]) -> str:
     if r["gpus"]:
         held = ",".join(str(i) for i in r["devices"]) if r["devices"] else "-"
         extra += f"  gpus {r['gpus']} ({held})"
-    return (f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node {r['node'] or '-':<8} "
-            f"restarts {r['restarts']}  exit {r['exit_code']}{extra}")
+    return jobview.replica_line(r) + extra
 
 
 def describe(
@@ -320,9 +354,11 @@ def describe(
         typer.echo(json.dumps(d, indent=2))
         return
     typer.echo(f"Job {d['id']} ({d['name']})  state {d['state']}  attempt {d['attempt']}  "
+               f"step {jobview.step_text(d['step'], d['total_steps'])}  "
                f"queue {d['queue']}  priority {d['priority']}")
-    if d["error"]:
-        typer.echo(f"Error: {d['error']['code']}: {d['error']['message']}")
+    line = jobview.error_line(d)
+    if line:
+        typer.echo(line)
     typer.echo("Replicas:")
     for r in d["replicas"]:
         typer.echo(_replica_line(r))
@@ -340,49 +376,9 @@ def describe(
         typer.echo("  " + _fmt_event(e))
 
 
-def logs(
-    c: typer.Context,
-    job_ref: str,
-    replica: Annotated[str | None, typer.Option("--replica", "-r")] = None,
-    attempt: Annotated[int | None, typer.Option("--attempt", "-a")] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-    stderr: Annotated[bool, typer.Option("--stderr/--stdout")] = True,
-) -> None:
-    """Print a replica's log (stderr by default; stdout with --stdout)."""
-    ctx: Ctx = c.obj
-    store = ctx.reader()
-    job = store.job(ctx.resolve(store, job_ref))
-    assert job is not None
-    name = replica or job.primary.name
-    if name not in {r.name for r in job.replicas}:
-        die(f"job {job.id} has no replica {name!r}; it has "
-            f"{', '.join(r.name for r in job.replicas)}")
-    n = attempt if attempt is not None else max(job.attempt, 1)
-    reader = inspector(ctx)
-    stream: Stream = "err" if stderr else "out"
-    offset = 0
-    while True:
-        chunk = reader.read_log(job.id, n, name, stream, offset)
-        if chunk is None and offset == 0 and not follow:
-            die(f"replica {name} of {job.id} has no std{stream} log for attempt {n} "
-                f"(attempts so far: {job.attempt})")
-        if chunk:
-            typer.echo(chunk.decode(errors="replace"), nl=False)
-            offset += len(chunk)
-            continue
-        if not follow:
-            return
-        j = store.job(job.id)
-        if j is None or j.state.terminal:
-            # A last read: what the replica wrote between the last read and its end.
-            tail = reader.read_log(job.id, n, name, stream, offset)
-            if tail:
-                typer.echo(tail.decode(errors="replace"), nl=False)
-            return
-        time.sleep(0.2)
-
-
 def register(app: typer.Typer) -> None:
+    from perdure.cli.logcmd import logs
+
     for fn in (submit, run, controller, describe, logs):
         app.command()(fn)
     app.command("ls")(ls)

@@ -12,6 +12,7 @@ import typer
 
 from perdure.cli import export, jobs, ops, sim
 from perdure.cli.common import Ctx, describe_cluster, load_cluster, load_spec, new_job
+from perdure.core.text import plural
 from perdure.serve.command import serve
 from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
 
@@ -48,8 +49,8 @@ def validate(
     ctx: Ctx = click_ctx.obj
     c = load_cluster(ctx, cluster)
     new_job(s, spec, c, ctx.state_dir)  # the checks submit makes: fit, commands, checkpoints
-    typer.echo(f"{spec}: valid: job {s.name}, {s.total_replicas} replicas, "
-               f"{s.total_slots} slots, queue {s.queue}")
+    typer.echo(f"{spec}: valid: job {s.name}, {plural(s.total_replicas, 'replica')}, "
+               f"{plural(s.total_slots, 'slot')}, queue {s.queue}")
     typer.echo(f"{cluster or 'cluster'}: {describe_cluster(c)}; the job fits")
 
 

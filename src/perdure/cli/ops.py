@@ -9,6 +9,7 @@ import typer
 
 from perdure.cli.common import Ctx, die, inspector, load_cluster
 from perdure.controller.usercommands import CommandRefused, send_job_command, send_node_command
+from perdure.core.text import plural
 
 chaos_app = typer.Typer(help="Inject faults into running jobs and nodes.", no_args_is_help=True)
 node_app = typer.Typer(help="Node maintenance.", no_args_is_help=True)
@@ -127,8 +128,8 @@ def node_ls(c: typer.Context) -> None:
         state = stored[name].state.value if name in stored else "READY"
         # the controller records what it found; before it ran, what the file declares
         gpus = stored[name].gpus if name in stored else declared.get(name)
-        shown = "" if not gpus else f"{gpus} GPU{'s' if gpus != 1 else ''}  "
-        typer.echo(f"{name:<12} {slots} slots  {shown}{state}")
+        shown = "" if not gpus else f"{plural(gpus, 'GPU')}  "
+        typer.echo(f"{name:<12} {plural(slots, 'slot'):<9} {shown}{state}")
     if line := inspector(ctx).pool_summary():
         typer.echo(line)
 

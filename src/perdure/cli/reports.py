@@ -108,7 +108,8 @@ def _clock(t: float) -> str:
 
 def format_goodput(g: Goodput) -> list[str]:
     if g.goodput is None:
-        return ["Goodput: not started"]
+        return [f"Goodput: {g.status}" + (f" ({g.running:.1f}s running; report steps with "
+                                          "perdure.runtime.goodput.step)" if g.running else "")]
     lines = [f"Goodput: {g.goodput:.1%} ({g.productive:.1f}s productive of {g.running:.1f}s "
              f"running; last step {g.last_step})"]
     for k, v in g.badput.items():

@@ -12,6 +12,7 @@ from perdure.core.model import Job, JobError
 from perdure.core.policy import retry_budget
 from perdure.core.scheduler import Capacity, admission_order, can_ever_fit, shortfall_message
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+from perdure.core.text import plural
 from perdure.core.tick import Tick
 
 
@@ -104,8 +105,8 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         return
     chosen = cap.place(seen.replicas)
     if chosen is None:
-        gpus = f" and {seen.spec.total_gpus} GPUs" if seen.spec.total_gpus else ""
-        _note(t, seen, f"waiting for capacity: need {seen.slots} slots{gpus}, "
+        gpus = f" and {plural(seen.spec.total_gpus, 'GPU')}" if seen.spec.total_gpus else ""
+        _note(t, seen, f"waiting for capacity: need {plural(seen.slots, 'slot')}{gpus}, "
                        f"{max(cap.free_slots(), 0)} slots free of {cap.healthy_slots()}")
         return
     job = _touch(t, seen)
@@ -119,7 +120,7 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         r.node = chosen[r.name]
     nodes = sorted({r.node or "" for r in job.replicas})
     t.event(job, "state", f"PENDING: attempt {job.attempt} admitted; launching "
-                          f"{len(job.replicas)} replicas on {', '.join(nodes)}")
+                          f"{plural(len(job.replicas), 'replica')} on {', '.join(nodes)}")
     if job.elastic:
         publish(t, job, [r.name for r in job.replicas], "admitted")
     t.launch(job, {r.name: chosen[r.name] for r in job.replicas})

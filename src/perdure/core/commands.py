@@ -9,9 +9,12 @@ from collections.abc import Callable
 
 from perdure.core.events import Command
 from perdure.core.launchenv import master_node
-from perdure.core.model import Job
-from perdure.core.states import JobState, NodeState, ReplicaState
+from perdure.core.model import Job, JobError
+from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+from perdure.core.text import plural
 from perdure.core.tick import Tick
+
+CANCELLED_MESSAGE = "cancelled by user"
 
 
 def _submit(t: Tick, c: Command) -> None:
@@ -19,16 +22,18 @@ def _submit(t: Tick, c: Command) -> None:
     if job is not None:
         t.active = True
         t.event(job, "state", f"QUEUED: submitted to queue {job.spec.queue} "
-                              f"({job.slots} slots, priority {job.priority})")
+                              f"({plural(job.slots, 'slot')}, priority {job.priority})")
 
 
 def _cancel(t: Tick, c: Command) -> None:
     job = t.touch(c.target)
     if job is None or job.state.terminal or job.state is JobState.CANCELLING:
         return
+    # The job's error from now on: not a failure it recovered from earlier.
+    job.error = JobError(ErrorCode.CANCELLED, CANCELLED_MESSAGE)
     if job.state in (JobState.QUEUED, JobState.SUSPENDED):
         job.state = JobState.CANCELLED
-        t.event(job, "state", "CANCELLED: cancelled by the user")
+        t.event(job, "state", f"CANCELLED: {CANCELLED_MESSAGE}")
         t.active = True
         return
     job.state = JobState.CANCELLING

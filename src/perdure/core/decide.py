@@ -25,8 +25,18 @@ from perdure.core.events import (
 )
 from perdure.core.launchenv import LaunchSettings, job_of_launch
 from perdure.core.model import Event, Job, JobError, Replica
-from perdure.core.policy import Action, Failure, Verdict, classify, escalate, is_peer_error
+from perdure.core.policy import (
+    EXIT_SUSPENDED,
+    Action,
+    Failure,
+    Verdict,
+    classify,
+    crash_loop,
+    escalate,
+    is_peer_error,
+)
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+from perdure.core.text import all_of, plural
 from perdure.core.tick import Snapshot, Tick
 from perdure.core.watchdog import hang_verdict
 
@@ -56,6 +66,33 @@ def decide(
     tick.settle()
     tick.schedule()
     return tick.outcome()
+
+
+def lost_work(job: Job, now: float) -> str:
+    """What a preemption cost a script that could not save: the work since its last
+    checkpoint (or since it started running), in seconds and steps."""
+    since = job.last_checkpoint or job.running_since
+    if since is None:
+        return "the work since it started is lost"
+    seconds = f"{max(0.0, now - since):.1f}s"
+    if job.step is None:
+        steps = "steps unknown: the script reports none"
+    else:
+        done = job.step - (job.checkpoint_step or 0)
+        steps = f"{plural(max(0, done), 'step')}"
+    where = (f"its last checkpoint (step {job.checkpoint_step})"
+             if job.last_checkpoint is not None else "it started, with no checkpoint")
+    return f"{seconds} of work ({steps}) since {where} is lost"
+
+
+def _count_repeats(r: Replica, f: Failure) -> None:
+    """Count the failures in a row that raised the same exception (across attempts too)."""
+    if f.exit_code == 0 or f.error is None:
+        r.error_seen, r.error_repeats = "", 0
+        return
+    summary = f.error.summary()
+    r.error_repeats = r.error_repeats + 1 if summary == r.error_seen else 1
+    r.error_seen = summary
 
 
 def _status(f: Failure) -> str:
@@ -97,7 +134,9 @@ class _Decider(Tick):
             if job.state is JobState.PENDING and all(
                     x.state is ReplicaState.RUNNING for x in job.replicas):
                 job.state = JobState.RUNNING
-                self.event(job, "running", f"RUNNING: all {len(job.replicas)} replicas started")
+                job.running_since = self.now
+                started = all_of(len(job.replicas), "replica")
+                self.event(job, "running", f"RUNNING: {started} started")
 
     def outcome(self) -> Outcome:
         for i in self.changed:  # cached slot usage may be stale after this tick's changes
@@ -126,7 +165,7 @@ class _Decider(Tick):
         elif isinstance(obs, ReplicaProgress):
             job.step = obs.step
             if obs.save_seconds is not None:
-                job.last_checkpoint = obs.time
+                job.last_checkpoint, job.checkpoint_step = obs.time, obs.step
         elif isinstance(obs, Hung):
             self.hung(job, r, obs)
 
@@ -158,6 +197,12 @@ class _Decider(Tick):
             local_rank=obs.local_rank,
         )
         r.notice = None
+        _count_repeats(r, f)
+        if f.primary and f.exit_code == 0 and f.notice is not None:
+            # It finished as the notice came: the job succeeded, there is nothing to resume.
+            self.apply(job, r, classify(f, job.spec), f"{r.name} exited 0: primary exited 0 "
+                                                      f"(under a {f.notice} notice)")
+            return
         if was_stopping or job.after_stop is not None:
             if self.caused_the_round(job, f, obs.time):
                 self.recharge(job, r, f)
@@ -170,6 +215,7 @@ class _Decider(Tick):
                       else "node lost, restarted elsewhere (no restart counted)")
         else:
             verdict, reason = escalate(verdict, r.restarts, job.retries, job.spec)
+            verdict = crash_loop(verdict, f, r.error_repeats)
         self.apply(job, r, verdict, f"{r.name} exited {_status(f)}: {reason}")
         self._unsettled[job.id] = job  # it may have been the last of a group still starting
 
@@ -206,8 +252,16 @@ class _Decider(Tick):
 
     def stopped(self, job: Job, r: Replica, f: Failure) -> None:
         """An exit the controller asked for (or one during a notice): no failure."""
-        why = classify(f, job.spec).reason if f.notice else "stopped"
-        self.event(job, "exit", f"{r.name} exited {_status(f)} ({why})")
+        if f.exit_code == 0 and not f.notice:
+            self.event(job, "exit", f"{r.name} finished")
+        else:
+            why = classify(f, job.spec).reason if f.notice else "stopped"
+            if job.after_stop is JobState.SUCCEEDED and not f.notice:
+                why = "stopped at the end of its grace after the primary succeeded"
+            if (f.notice == "preemption" and f.exit_code not in (0, EXIT_SUSPENDED)
+                    and r is job.primary):
+                why += f"; it did not save: {lost_work(job, self.now)}"
+            self.event(job, "exit", f"{r.name} exited {_status(f)} ({why})")
         if r.relaunch and job.after_stop is None:
             if job.elastic:
                 elastic.lose(self, job, r, f"{r.name} moved")

@@ -121,7 +121,8 @@ class Launch:
     env: dict[str, str] = field(hash=False)
     cwd: str
     memory_mb: int | None
-    log_prefix: str  # <state>/logs/<job>/attempt-<n>/<replica>; the backend appends .out / .err
+    # <state>/logs/<job>/attempt-<n>/<replica>; the backend appends .out / .err / .log (both)
+    log_prefix: str
     gpus: int = 0  # GPUs the replica holds (env CUDA_VISIBLE_DEVICES names them, where known)
 
 
@@ -139,6 +140,9 @@ class Stop:
     grace: float
     reason: str
     notice: str | None = None
+    # Send `signal` only after `delay` seconds (the replica may end by itself first: the
+    # other ranks after the primary succeeded); SIGKILL `grace` seconds after that.
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -32,22 +32,52 @@ class Goodput:
     productive: float = 0.0
     badput: dict[str, float] = field(default_factory=dict)
     last_step: int | None = None
+    total_steps: int | None = None  # what the script said the run has (goodput.total)
+    steps_per_second: float | None = None  # over the last RATE_WINDOW s of steps reported
 
     @property
     def running(self) -> float:
         return max(0.0, self.wall - self.queued - self.suspended)
 
     @property
+    def reported(self) -> bool:
+        """Whether the script reported any step (else there is no goodput to show)."""
+        return self.last_step is not None
+
+    @property
     def goodput(self) -> float | None:
+        if not self.reported:
+            return None
         return self.productive / self.running if self.running > 0 else None
+
+    @property
+    def status(self) -> str:
+        """`no progress reported`, `not started` or the goodput as a percentage."""
+        if self.running <= 0:
+            return "not started"
+        value = self.goodput
+        return NO_PROGRESS if value is None else f"{value:.1%}"
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds to the last step at the recent rate (None without a total or a rate)."""
+        if self.total_steps is None or self.last_step is None or not self.steps_per_second:
+            return None
+        return max(0, self.total_steps - self.last_step) / self.steps_per_second
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "goodput": self.goodput, "productive_seconds": self.productive,
+            "goodput": self.goodput, "status": self.status,
+            "productive_seconds": self.productive,
             "wall_seconds": self.wall, "queued_seconds": self.queued,
             "suspended_seconds": self.suspended, "badput_seconds": dict(self.badput),
-            "last_step": self.last_step,
+            "last_step": self.last_step, "total_steps": self.total_steps,
+            "steps_per_second": self.steps_per_second, "eta_seconds": self.eta_seconds,
         }
+
+
+NO_PROGRESS = "no progress reported"
+RATE_WINDOW = 30.0
 
 
 CATEGORIES = ("startup", "checkpoint_save", "checkpoint_restore", "data_loading",
@@ -105,7 +135,9 @@ def account(launches: Sequence[LaunchReport], timeline: Sequence[tuple[float, st
     )
     bad = dict.fromkeys(CATEGORIES, 0.0)
     ledger = _Ledger()
+    recent: list[Record] = []
     for launch in sorted(launches, key=lambda x: x.launched):
+        recent = []  # the rate is the newest launch's
         first_step_at: float | None = None
         restore_here = 0.0
         for rec in sorted(launch.records, key=lambda r: r.get("t", 0.0)):
@@ -113,8 +145,11 @@ def account(launches: Sequence[LaunchReport], timeline: Sequence[tuple[float, st
             if kind == "steps":
                 ledger.add(int(rec["first"]), int(rec["last"]), float(rec["seconds"]))
                 g.last_step = int(rec["last"])
+                recent.append(rec)
                 if first_step_at is None:
                     first_step_at = float(rec.get("t0", rec["t"]))
+            elif kind == "total":
+                g.total_steps = int(rec["steps"])
             elif kind == "restore":
                 ledger.rewind(rec.get("step"))
                 restore_here += float(rec["seconds"])
@@ -128,6 +163,7 @@ def account(launches: Sequence[LaunchReport], timeline: Sequence[tuple[float, st
         until = first_step_at if first_step_at is not None else (launch.ended or now)
         bad["startup"] += max(0.0, until - launch.launched - restore_here)
     g.productive = ledger.total
+    g.steps_per_second = _rate(recent)
     bad["wasted_progress"] = ledger.wasted
     accounted = g.productive + sum(bad.values())
     bad["recovery"] = max(0.0, g.running - accounted)
@@ -137,3 +173,14 @@ def account(launches: Sequence[LaunchReport], timeline: Sequence[tuple[float, st
 
 def _ended(timeline: Sequence[tuple[float, str]]) -> bool:
     return bool(timeline) and timeline[-1][1] in ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def _rate(steps: Sequence[Record]) -> float | None:
+    """Steps per second of wall time over the newest RATE_WINDOW seconds of step records."""
+    if not steps:
+        return None
+    end = float(steps[-1]["t"])
+    window = [r for r in steps if float(r["t"]) >= end - RATE_WINDOW]
+    begin = float(window[0].get("t0", window[0]["t"]))
+    count = sum(int(r.get("count", int(r["last"]) - int(r["first"]) + 1)) for r in window)
+    return count / (end - begin) if end > begin else None

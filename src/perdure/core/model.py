@@ -46,16 +46,25 @@ class Replica:
     gpus: int = 0  # GPUs it needs, on one node
     devices: list[int] = field(default_factory=list)  # its node's GPUs (indices) while placed
     restarts: int = 0  # in the current attempt
+    restarts_before: int = 0  # in the attempts before this one (and before a suspension)
     launches: int = 0  # all launches so far: makes launch ids unique
     launch_id: str | None = None
     exit_code: int | None = None
     relaunch: bool = False  # STOPPING only to be started again (new round, move)
     notice: str | None = None  # "preemption" | "maintenance" while a notice is out
     last_reason: str = ""
+    # The exception of its last failure and how many failures in a row had it (a crash loop).
+    error_seen: str = ""
+    error_repeats: int = 0
 
     @property
     def alive(self) -> bool:
         return self.state.alive
+
+    @property
+    def total_restarts(self) -> int:
+        """Restarts over the job's whole life, every attempt."""
+        return self.restarts_before + self.restarts
 
 
 @dataclass
@@ -82,6 +91,8 @@ class Job:
     updated: float = 0.0
     step: int | None = None  # latest training step reported by the runtime
     last_checkpoint: float | None = None  # when a replica last reported a checkpoint save
+    checkpoint_step: int | None = None  # the step it reported then
+    running_since: float | None = None  # when the job last became RUNNING (a restart too)
     members: list[str] = field(default_factory=list)  # elastic: this round's replicas, rank order
     # The replica charged for this round's group restart when its exit was a lost peer's
     # collateral ("connection closed by peer"), and when that restart was decided: a replica

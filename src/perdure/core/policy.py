@@ -123,6 +123,16 @@ def _user_message(f: Failure) -> str:
     return f"{describe_exit(f)}."
 
 
+def crash_loop(v: Verdict, f: Failure, repeats: int) -> Verdict:
+    """Name a crash loop after its exception: a replica whose restarts ran out with the same
+    exception every time (one the rules restart on: a lost-peer look, a spec rule)."""
+    if f.error is None or repeats < 2 or v.action not in (Action.RETRY, Action.FAIL):
+        return v
+    message = (f"Replica {f.replica} raised the same exception {repeats} times in a row "
+               f"(a crash loop): {f.error.summary().rstrip('.')}.")
+    return Verdict(v.action, v.code, message, v.reason)
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
 from perdure.core.states import JobState
+from perdure.core.text import plural
 
 
 def admission_order(jobs: Iterable[Job]) -> list[Job]:
@@ -155,18 +156,14 @@ class _BestFit:
             heapq.heappush(self.buckets.setdefault((len(self.gpus[node]), f), []), node)
 
 
-def _noun(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def shortfall_message(job: Job, healthy: int, healthy_gpus: int = 0) -> str:
     """The INSUFFICIENT_CAPACITY message: what the job needs against what is healthy."""
     pools = ", ".join(p.name for p in job.spec.pools)
     noun = "pool" if len(job.spec.pools) == 1 else "pools"
-    need = f"need {job.slots} slots, {healthy} healthy"
+    need = f"need {plural(job.slots, 'slot')}, {healthy} healthy"
     fix = "Try fewer replicas or slots."
     if job.spec.total_gpus:
-        need += f"; {_noun(job.spec.total_gpus, 'GPU')}, {healthy_gpus} healthy"
+        need += f"; {plural(job.spec.total_gpus, 'GPU')}, {healthy_gpus} healthy"
         fix = "Try fewer replicas, slots or GPUs."
     return f"Resources are insufficient in {noun} {pools}: {need}. {fix}"
 

@@ -107,6 +107,9 @@ class PoolSpec(_Model):
     # Whole free nodes the attempt holds, warm, for replicas of a lost node: they are replaced
     # at once instead of waiting for capacity or shrinking (and another spare is sought).
     spares: int = Field(0, ge=0, le=MAX_NODES)
+    # Seconds this pool's replicas get to finish on their own once the primary succeeded
+    # (DDP ranks end a moment after rank 0); then they are killed.
+    grace: float = Field(10.0, ge=0)
 
     _env = field_validator("env")(_check_env)
 

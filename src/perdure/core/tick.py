@@ -146,12 +146,15 @@ class Tick:
         return blamed
 
     def stop(self, job: Job, r: Replica, grace: float, reason: str, *, relaunch: bool = False,
-             notice: str | None = None) -> None:
+             notice: str | None = None, delay: float = 0.0) -> None:
+        """Stop `r`: SIGTERM after `delay` (it may finish by itself before), SIGKILL `grace`
+        seconds later."""
         if r.state is ReplicaState.STOPPING or r.launch_id is None:
             r.relaunch = r.relaunch or relaunch
             return
         r.state, r.relaunch, r.notice = ReplicaState.STOPPING, relaunch, notice
-        self.decisions.append(Stop(r.launch_id, int(signal.SIGTERM), grace, reason, notice))
+        self.decisions.append(Stop(r.launch_id, int(signal.SIGTERM), grace, reason, notice,
+                                   delay))
 
     def end(self, job: Job, final: JobState, notice: str | None = None) -> None:
         """Stop every replica; the job becomes `final` once all are down."""
@@ -159,7 +162,11 @@ class Tick:
         grace = (job.spec.preemption.grace_seconds if notice
                  else job.spec.restart.stop_grace_seconds)
         for x in job.replicas:
-            if x.alive:
+            if x.alive and final is JobState.SUCCEEDED:
+                # The other ranks finish as the primary did, within their pool's grace.
+                self.stop(job, x, grace, "the primary succeeded: finishing",
+                          delay=pool_grace(job, x))
+            elif x.alive:
                 self.stop(job, x, grace, f"job ending ({final.value})", notice=notice)
             elif x.state is ReplicaState.WAITING:
                 x.state = ReplicaState.EXITED
@@ -186,11 +193,14 @@ class Tick:
         else:
             job.state = final
             tail = f": {job.error.code.value}: {job.error.message}" if job.error else ""
+            if job.error and final is JobState.CANCELLED:
+                tail = f": {job.error.message}"  # not "CANCELLED: CANCELLED: ..."
             self.event(job, "state", f"{final.value}{tail}")
         self.active = True
 
     def reset(self, job: Job) -> None:
         for x in job.replicas:
+            x.restarts_before += x.restarts
             x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
             x.relaunch, x.notice = False, None
         job.round = 0
@@ -211,3 +221,8 @@ class Tick:
 
     def kill_node(self, name: str) -> None:
         self.decisions.append(KillNode(name))
+
+
+def pool_grace(job: Job, r: Replica) -> float:
+    """The seconds `r` gets to finish by itself once the primary succeeded (its pool's)."""
+    return next((p.grace for p in job.spec.pools if p.name == r.pool), 0.0)

@@ -15,6 +15,7 @@ import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing and pathlib cost the supervisor start-up time; annotations only
+    from collections.abc import Iterator
     from typing import Any
 
     PathLike = str | os.PathLike[str]
@@ -172,24 +173,77 @@ def parse_traceback(stderr_tail: str) -> dict[str, str] | None:
 
     Takes the last traceback (for chained exceptions, the one raised last), keeps messages
     that span lines, and understands exception groups and the header-less SyntaxError report.
+    Lines may carry what torch or a launcher puts before them (`[rank0]: `, torchrun's
+    `[default0]:`, timestamps, in any combination): the traceback is read from the lines of
+    the stream its header came from, with that prefix taken off.
     """
     lines = stderr_tail.splitlines()
-    header = _last_header(lines)
-    if header is not None:
-        index, group = header
-        body = [_strip_group(line) for line in lines[index + 1 :]] if group else lines[index + 1 :]
-        return _parse_body(lines[index], body)
-    return _parse_syntax_error(lines)
+    found = None
+    for index, group, tag in _headers(lines):
+        body = _own_lines(lines[index + 1 :], tag)
+        if group:
+            body = [_strip_group(line) for line in body]
+        found = _parse_body(split_prefix(lines[index])[2], body) or found
+        # torchrun run as the command: its agent's ChildFailedError only says "see above";
+        # the worker's own traceback, printed before it, names the exception.
+        if found is None or found["type"] not in _LAUNCHER_TYPES:
+            break
+    return found or _parse_syntax_error(lines)
 
 
-def _last_header(lines: list[str]) -> tuple[int, bool] | None:
+_LAUNCHER_TYPES = ("ChildFailedError",)
+
+
+# What torch and launchers put before a line: timestamps (`2026-12-01 15:10:48,724`,
+# `[15:10:48.724]`, glog's `I1201 15:10:48.724000 6784 file.py:12]`), rank tags (`[rank0]:`,
+# torchrun's `[default0]:`, `[worker-1]`), Ray's `(pid=123)` and `(Actor pid=123, ip=...)`.
+_STAMP = (r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b:?"
+          r"|\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?:?"
+          r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?:?")
+# A tag holds a number and no space: `[rank3]`, `[default0]`, `[trainer1|0]` (torchrun's
+# --log-line-prefix-template), `[worker-1]`.
+_TAG = r"\[[\w.|/:-]*\d[\w.|/:-]*\]:?|\([^()]*pid=\d+[^()]*\)"
+_PREFIX = re.compile(rf"(?:(?:{_STAMP})\s?|(?:{_TAG})\s?)+")
+_STAMP_ONLY = re.compile(rf"(?:{_STAMP})\s?")
+
+
+def split_prefix(line: str) -> tuple[str, str, str]:
+    """(prefix, tag, rest): what a launcher put before `rest`, and the part of it that names
+    the stream (the rank tags, without timestamps); ("", "", line) when there is none."""
+    match = _PREFIX.match(line)
+    if match is None:
+        return "", "", line
+    prefix = match.group(0)
+    return prefix, _STAMP_ONLY.sub("", prefix).strip(), line[len(prefix) :]
+
+
+def _own_lines(lines: list[str], tag: str | None) -> list[str]:
+    """The lines after a header that belong to its stream, unprefixed (`tag` None: the
+    header had no prefix, so the lines are taken as they are)."""
+    if tag is None:
+        return lines
+    out = []
+    for line in lines:
+        prefix, line_tag, rest = split_prefix(line)
+        if prefix and line_tag == tag:
+            out.append(rest)
+        elif not prefix and not tag:  # a timestamped header followed by a bare line
+            out.append(line)
+    return out
+
+
+def _headers(lines: list[str]) -> Iterator[tuple[int, bool, str | None]]:
+    """Traceback headers, last first: (index, is an exception group, its stream's tag or
+    None when the header line has no prefix)."""
     for index in range(len(lines) - 1, -1, -1):
         line = lines[index].rstrip()
-        if line == _HEADER:
-            return index, False
-        if line.endswith(_GROUP_HEADER) and line.lstrip(" +") == _GROUP_HEADER:
-            return index, True
-    return None
+        if not line.endswith(_HEADER):
+            continue
+        prefix, tag, rest = split_prefix(line)
+        if rest == _HEADER:
+            yield index, False, tag if prefix else None
+        elif rest.endswith(_GROUP_HEADER) and rest.lstrip(" +") == _GROUP_HEADER:
+            yield index, True, tag if prefix else None
 
 
 def _strip_group(line: str) -> str:
@@ -206,8 +260,29 @@ def _parse_body(header: str, body: list[str]) -> dict[str, str] | None:
             return None
         message_lines = _message_lines(parts[1], body[offset + 1 :])
         frames = [header.strip(), *body[:offset], line, *message_lines[1:]]
-        return _error(parts[0], "\n".join(message_lines), "\n".join(frames), "stderr")
+        return _error(parts[0], _worker_message(message_lines), "\n".join(frames), "stderr")
     return None
+
+
+_ORIGINAL = "Original Traceback (most recent call last):"
+
+
+def _worker_message(lines: list[str]) -> str:
+    """A DataLoader worker's exception, re-raised in the main process, carries the worker's
+    traceback in its message: keep its first line and the worker's own exception message."""
+    if _ORIGINAL not in lines:
+        return "\n".join(lines)
+    worker = lines[lines.index(_ORIGINAL) + 1 :]
+    # The worker's own final exception line (frames and source lines are indented).
+    last = next((i for i in range(len(worker) - 1, -1, -1)
+                 if worker[i][:1] not in ("", " ", "\t") and split_exception_line(worker[i])),
+                None)
+    if last is None:
+        return "\n".join(lines)
+    parts = split_exception_line(worker[last])
+    assert parts is not None
+    message = "\n".join([parts[1], *worker[last + 1 :]]).strip()
+    return f"{lines[0].rstrip('.')}: {message}" if message else lines[0]
 
 
 def _message_lines(first: str, rest: list[str]) -> list[str]:

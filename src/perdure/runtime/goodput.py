@@ -10,6 +10,7 @@ most FLUSH_EVERY seconds of step records, which the account then counts as recov
 wasted progress.
 
     from perdure.runtime import goodput
+    goodput.total(steps)                # optional: an ETA and `step 160 / 6000`
     for step in range(start, steps):
         with goodput.step(step):
             train_step()
@@ -134,6 +135,11 @@ def step(n: int) -> Iterator[None]:
     began = time.perf_counter()
     yield
     reporter().step(n, time.perf_counter() - began)
+
+
+def total(steps: int) -> None:
+    """Say how many steps the run has: `describe` shows `step 160 / 6000` and `run` an ETA."""
+    reporter().emit("total", steps=int(steps))
 
 
 def checkpoint_saved(step: int, blocked_seconds: float) -> None:

@@ -130,7 +130,8 @@ async def get_logs(
     attempt: Annotated[int | None, Query(ge=1, le=BIG, description="default: the latest")] = None,
     offset: Annotated[int | None, Query(ge=-BIG, le=BIG,
                                         description="byte offset; negative: from the end")] = None,
-    stream: Literal["stderr", "stdout"] = "stderr",
+    stream: Annotated[Literal["all", "stderr", "stdout"], Query(
+        description="all: stdout and stderr merged in the order they came")] = "all",
     limit: Annotated[int, Query(ge=1, le=CHUNK)] = CHUNK,
 ) -> Any:
     ctx = _ctx(request)

@@ -86,7 +86,7 @@ class StoreCollector(Collector):
         terminal = JobState(state).terminal
         states = [] if terminal else [str(r["state"]) for r in d.get("replicas", [])]
         spent = sum(int(n) for n in d.get("retries", {}).values())
-        return states, spent, self.cache.get(store, job_id, updated, terminal)
+        return states, spent, self.cache.get(store, job_id, updated, terminal).get("goodput")
 
     @staticmethod
     def _restarts(store: Store, job_ids: list[str]) -> Metric:

@@ -19,8 +19,11 @@ class JobSummary(BaseModel):
     replicas: int
     replicas_running: int
     step: int | None
-    error: dict[str, str] | None
+    total_steps: int | None = None
+    error: dict[str, str] | None  # why it failed or was cancelled
+    last_failure: dict[str, Any] | None = None  # a failure it recovered from
     goodput: float | None
+    goodput_status: str = "not started"  # "91.2%", "no progress reported", "not started"
 
 
 class JobPage(BaseModel):

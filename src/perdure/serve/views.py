@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from perdure.backends.base import Inspector
+from perdure.cli import jobview
 from perdure.cli.jobs import describe_json
 from perdure.cli.reports import accounted_launches, goodput
 from perdure.core.model import Job, Node
@@ -20,7 +21,9 @@ from perdure.core.spec import ClusterSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 
-LIVE_GOODPUT_SECONDS = 5.0  # how long a running job's goodput is reused by the jobs list
+# How long a running job's goodput (and step) is reused by the jobs list: short, so that the
+# list and the job's page agree on the step.
+LIVE_GOODPUT_SECONDS = 1.0
 MAX_MARKS = 2000  # timeline marks per job; more are counted, not drawn
 
 
@@ -29,10 +32,18 @@ def describe(store: Store, state_dir: Path, job: Job) -> dict[str, Any]:
     return describe_json(store, job, state_dir)
 
 
+LOG_SUFFIXES = {"all": "log", "stderr": "err", "stdout": "out"}
+
+
 def log_file(state_dir: Path, job: Job, replica: str, attempt: int, stream: str) -> Path:
-    """The file `perdure logs` reads for a replica's attempt (stream: 'stderr' | 'stdout')."""
-    suffix = "err" if stream == "stderr" else "out"
-    return state_dir / "logs" / job.id / f"attempt-{attempt}" / f"{replica}.{suffix}"
+    """The file `perdure logs` reads for a replica's attempt (stream: 'all' (both streams
+    merged in order) | 'stderr' | 'stdout'); an attempt run before logs were merged has
+    only its stderr to show for 'all'."""
+    base = state_dir / "logs" / job.id / f"attempt-{attempt}"
+    path = base / f"{replica}.{LOG_SUFFIXES[stream]}"
+    if stream == "all" and not path.exists() and (base / f"{replica}.err").exists():
+        return base / f"{replica}.err"
+    return path
 
 
 @dataclass
@@ -41,9 +52,10 @@ class GoodputCache:
     reused for a few seconds (it reads every launch's progress file)."""
 
     reader: Inspector
-    entries: dict[str, tuple[float, float, float | None]] = field(default_factory=dict)
+    entries: dict[str, tuple[float, float, dict[str, Any]]] = field(default_factory=dict)
 
-    def get(self, store: Store, job_id: str, updated: float, terminal: bool) -> float | None:
+    def get(self, store: Store, job_id: str, updated: float, terminal: bool) -> dict[str, Any]:
+        """{goodput, goodput_status, step, total_steps} as `describe` computes them."""
         now = time.monotonic()
         hit = self.entries.get(job_id)
         if hit is not None and hit[0] == updated and (terminal or
@@ -52,10 +64,12 @@ class GoodputCache:
         try:
             job = store.job(job_id)
         except UnreadableJob:  # the controller fails it; the pages around it still answer
-            return None
+            return {}
         if job is None:
-            return None
-        value = goodput(self.reader, job, store.events(job_id)).goodput
+            return {}
+        g = goodput(self.reader, job, store.events(job_id))
+        value = {"goodput": g.goodput, "goodput_status": g.status,
+                 "step": jobview.step(g, job), "total_steps": g.total_steps}
         self.entries[job_id] = (updated, now, value)
         return value
 
@@ -83,15 +97,21 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
     for jid, name, queue, prio, state, attempt, created, updated, data in rows:
         d = json.loads(data)
         reps = d.get("replicas", [])
+        own = JobState(state) in jobview.FINAL_ERROR_STATES
+        error = d.get("error")
+        progress = (cache.get(store, jid, updated, JobState(state).terminal) if attempt > 0
+                    else {})  # never launched: nothing to account
         jobs.append({
             "id": jid, "name": name, "queue": queue, "priority": prio, "state": state,
             "attempt": attempt, "created": created, "updated": updated,
             "replicas": len(reps),
             "replicas_running": sum(r.get("state") == "RUNNING" for r in reps),
-            "step": d.get("step"),
-            "error": d.get("error"),
-            "goodput": cache.get(store, jid, updated, JobState(state).terminal)
-            if attempt > 0 else None,  # never launched: nothing to account
+            "step": progress.get("step", d.get("step")),
+            "total_steps": progress.get("total_steps"),
+            "error": error if own else None,
+            "last_failure": {**error, "recovered": True} if error and not own else None,
+            "goodput": progress.get("goodput"),
+            "goodput_status": progress.get("goodput_status", "not started"),
         })
     return {"total": total, "offset": offset, "limit": limit, "counts": counts, "jobs": jobs}
 

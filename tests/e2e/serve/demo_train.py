@@ -26,6 +26,7 @@ for step in range(start, 100_000):
     with goodput.step(step):
         time.sleep(0.05)
     print(f"tick {step} loss {1 / (step + 1):.4f}", file=sys.stderr, flush=True)
+    print(f"said {step}", flush=True)  # stdout: `print()`, merged with stderr by default
     if step % 10 == 9:
         began = time.perf_counter()
         time.sleep(0.01)

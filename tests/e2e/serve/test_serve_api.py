@@ -200,7 +200,9 @@ def test_metrics_parse_and_move_with_jobs(server: Server) -> None:
                 "perdure_controller_tick_seconds_bucket",
                 "perdure_failure_detection_seconds_count"} <= names
         done = ("perdure_jobs", (("state", "SUCCEEDED"),))
-        job = server.submit(c, spec("metered", "import sys; sys.exit(0)"))
+        code = ("import sys; from perdure.runtime import goodput\n"
+                "with goodput.step(1): pass\ngoodput.flush(); sys.exit(0)")
+        job = server.submit(c, spec("metered", code))  # a step: a goodput to export
         server.wait_state(c, job, {"SUCCEEDED"})
         after = _samples(c)
         assert after[done] == before.get(done, 0) + 1
@@ -243,3 +245,31 @@ def test_perdure_without_the_extra_says_how_to_get_it(tmp_path: Path) -> None:
             f"{str(tmp_path)!r}, 'serve']; from perdure.cli.main import main; main()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "perdure[serve]" in r.stderr
+
+
+DEMO = Path(__file__).with_name("demo_train.py")
+
+
+def test_a_recovered_failure_is_the_last_failure_and_the_list_agrees_on_the_step(
+        server: Server) -> None:
+    with server.client() as c:
+        job = server.submit(c, spec("recovering", replicas=2, command=DEMO))
+        deadline = time.monotonic() + 60
+        while True:  # demo_train.py's rank 1 crashes at step 30 and is restarted
+            d = c.get(f"/api/v1/jobs/{job}").json()
+            if d["last_failure"] and d["state"] == "RUNNING":
+                break
+            assert time.monotonic() < deadline, d["events"][-5:]
+            time.sleep(0.1)
+        assert d["error"] is None and d["last_failure"]["recovered"] is True
+        assert d["last_failure"]["code"] == "USER_CODE"
+        listed = next(j for j in c.get("/api/v1/jobs").json()["jobs"] if j["id"] == job)
+        assert listed["error"] is None and listed["last_failure"]["code"] == "USER_CODE"
+        assert c.post(f"/api/v1/jobs/{job}/cancel").status_code == 202
+        d = server.wait_state(c, job, {"CANCELLED"})
+        assert d["error"] == {"code": "CANCELLED", "message": "cancelled by user"}
+        assert d["last_failure"] is None
+        listed = next(j for j in c.get("/api/v1/jobs").json()["jobs"] if j["id"] == job)
+        assert (listed["step"], listed["total_steps"]) == (d["step"], d["total_steps"])
+        assert listed["step"] is not None and listed["step"] > 0
+        assert listed["error"] == d["error"]

@@ -76,6 +76,15 @@ def test_dashboard_login_job_live_log_and_cancel(server: Server, page: Any) -> N
     expect(log).to_contain_text("tick")
     first = _last_tick(log.inner_text())
     expect(log).to_contain_text(f"tick {first + 5}", timeout=10_000)  # arrives live
+    # Both streams by default, in time order (a step's two lines may come either way round).
+    expect(log).to_contain_text(f"said {first + 5}")
+    text = log.inner_text()
+    assert text.index(f"said {first + 3}") < text.index(f"tick {first + 5}")
+    shot(pg, "2a-log-merged")
+    pg.select_option("select[aria-label=stream]", "stdout")
+    expect(log).to_contain_text("said")
+    assert "tick" not in log.inner_text()
+    pg.select_option("select[aria-label=stream]", "all")
     pg.select_option("select[aria-label=replica]", "worker-1")
     expect(log).to_contain_text(HOSTILE)  # shown as text ...
     assert pg.evaluate("window.pwned === undefined")  # ... never run
@@ -84,6 +93,13 @@ def test_dashboard_login_job_live_log_and_cancel(server: Server, page: Any) -> N
     shot(pg, "2-job-running")
     pg.screenshot(path=str(ARTIFACTS / "job-page-top.png"),  # the README's picture
                   clip={"x": 0, "y": 0, "width": 1360, "height": 860})
+    # The restart is a failure the job recovered from: never the job's error.
+    expect(pg.locator(".error-box.recovered")).to_contain_text("Last failure (recovered)")
+    pg.click("nav a[data-nav=jobs]")
+    expect(row.locator(".row-error.recovered")).to_contain_text("last failure (recovered)")
+    shot(pg, "1a-jobs-recovered")
+    row.locator("a.job-link").click()
+    expect(pg.locator(".page-head .badge")).to_have_text("RUNNING")
 
     pg.once("dialog", lambda d: d.accept())
     began = time.monotonic()

@@ -75,12 +75,25 @@ def test_traceback_without_runtime_is_recognised(perdure: Perdure) -> None:
 def test_primary_exit_0_stops_the_others(perdure: Perdure) -> None:
     code = ("import os,time,sys; sys.exit(0) if os.environ['RANK'] == '0' else time.sleep(600)")
     began = time.time()
-    r = run(perdure, perdure.spec(replicas=2, command=["python", "-c", code]))
+    r = run(perdure, perdure.spec(replicas=2, command=["python", "-c", code],
+                                  pool={"grace": 1}))
     assert r.returncode == 0, r.stdout
     assert time.time() - began < 30
     d = perdure.describe("job")
     assert d["state"] == "SUCCEEDED"
-    assert d["replicas"][1]["exit_code"] == 143  # stopped by SIGTERM
+    assert d["replicas"][1]["exit_code"] == 143  # stopped by SIGTERM once its grace ran out
+    assert "stopped at the end of its grace after the primary succeeded" in r.stdout
+
+
+def test_after_the_primary_succeeds_the_others_finish_within_the_grace(
+        perdure: Perdure) -> None:
+    # Rank 1 ends 1.5 s after rank 0, as DDP ranks do a moment apart: not a SIGTERM.
+    code = ("import os,time,sys; time.sleep(0 if os.environ['RANK'] == '0' else 1.5)")
+    r = run(perdure, perdure.spec(replicas=2, command=["python", "-c", code]))
+    assert r.returncode == 0, r.stdout
+    d = perdure.describe("job")
+    assert [x["status"] for x in d["replicas"]] == ["finished", "finished"]
+    assert "worker-1 finished" in r.stdout and "SIGTERM" not in r.stdout
 
 
 def test_job_larger_than_a_fixed_cluster_is_refused_at_submit(perdure: Perdure) -> None:

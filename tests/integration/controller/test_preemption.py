@@ -125,3 +125,28 @@ def test_hot_swap_takes_capacity_from_a_lower_priority_job(perdure: Perdure) -> 
     finally:
         ctl.kill()
         ctl.wait()
+
+
+def test_preempting_a_script_that_cannot_save_says_what_is_lost(perdure: Perdure) -> None:
+    # No perdure runtime, nothing done on SIGTERM: the notice kills it and its work is lost.
+    spec = perdure.spec("plain", 1, ["python", "-c", "import time; time.sleep(600)"])
+    job = perdure.cli("submit", str(spec)).stdout.strip()
+    ctl = perdure.popen("controller")
+    try:
+        perdure.wait(job, lambda d: d["state"] == "RUNNING")
+        time.sleep(1.0)
+        perdure.cli("preempt", job, "--hold")
+        d = perdure.wait(job, lambda d: d["state"] == "SUSPENDED", timeout=30)
+        lost = [e["message"] for e in d["events"] if "did not save" in e["message"]]
+        assert len(lost) == 1, [e["message"] for e in d["events"]]
+        assert lost[0].startswith("worker-0 exited 143 (SIGTERM) (preemption notice; it did "
+                                  "not save: ")
+        assert "s of work (steps unknown: the script reports none) since it started, with " \
+               "no checkpoint is lost" in lost[0]
+        assert float(lost[0].split("did not save: ")[1].split("s of work")[0]) >= 1.0
+        perdure.cli("cancel", job)
+        d = perdure.wait(job, lambda d: d["state"] == "CANCELLED")
+        assert d["error"] == {"code": "CANCELLED", "message": "cancelled by user"}
+    finally:
+        ctl.kill()
+        ctl.wait()

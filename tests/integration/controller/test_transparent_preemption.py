@@ -22,7 +22,9 @@ HERE = Path(__file__).resolve().parent
 def spec(p: Perdure, name: str) -> Path:
     (p.root / f"out-{name}").mkdir()
     return p.spec(name, 2, ["python", str(HERE / "plain_job.py")],
-                  env={"OUT": str(p.root / f"out-{name}"), "STEPS": "60"},
+                  # 0.1 s steps: the notice must land before the last step even when a CLI
+                  # call takes seconds on a loaded machine (a primary that ends first succeeds)
+                  env={"OUT": str(p.root / f"out-{name}"), "STEPS": "60", "STEP_TIME": "0.1"},
                   checkpoint={"dir": str(p.root / f"ckpt-{name}"), "every_steps": 1000})
 
 

@@ -41,5 +41,7 @@ def test_logs_of_a_replica_on_node_b_and_master_on_rank_0s_node(ray_perdure: Ray
     out = p.cli("logs", "where", "--replica", "worker-3", "--attempt", "1", "--stdout").stdout
     a, b = p.hosts.hosts["a"].address, p.hosts.hosts["b"].address
     assert f"rank 3 addresses {b}" in out, out  # printed on host b, read on the controller's
+    merged = p.cli("logs", "where", "--replica", "worker-3", "--attempt", "1").stdout
+    assert f"rank 3 addresses {b}" in merged, merged  # the merged log is mirrored too
     master = [line.split() for line in out.splitlines() if line.startswith("master")]
     assert master and master[0][1] == a and int(master[0][2]) > 0, out  # rank 0's host

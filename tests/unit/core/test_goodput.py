@@ -60,7 +60,8 @@ def test_suspended_time_is_apart() -> None:
                 (60.0, "SUCCEEDED")]
     g = account([], timeline, now=60.0)
     assert g.suspended == 40.0 and g.queued == 1.0 and g.running == 19.0
-    assert g.badput["recovery"] == 19.0 and g.goodput == 0.0
+    assert g.badput["recovery"] == 19.0
+    assert g.goodput is None and g.status == "no progress reported"  # no step reported
 
 
 def test_elastic_rebuilds_are_their_own_badput() -> None:
@@ -75,3 +76,19 @@ def test_elastic_rebuilds_are_their_own_badput() -> None:
     assert g.badput["elastic"] == 0.5 and g.badput["wasted_progress"] == 0.0
     assert g.badput["startup"] == pytest.approx(1.0)
     assert g.badput["recovery"] == pytest.approx(20.0 - 18.0 - 0.5 - 1.0)
+
+
+def test_total_rate_and_eta_come_from_the_newest_records() -> None:
+    from perdure.core.goodput import LaunchReport
+
+    records = [{"kind": "total", "t": 0.5, "steps": 6000},
+               {"kind": "steps", "t": 10.0, "t0": 0.0, "first": 1, "last": 100,
+                "seconds": 9.0, "count": 100},
+               {"kind": "steps", "t": 20.0, "t0": 10.0, "first": 101, "last": 160,
+                "seconds": 9.0, "count": 60}]
+    g = account([LaunchReport(0.0, None, records)], [(0.0, "RUNNING")], now=20.0)
+    assert (g.last_step, g.total_steps) == (160, 6000)
+    assert g.steps_per_second == 8.0  # 160 steps in the 20 s the window holds
+    assert g.eta_seconds == (6000 - 160) / 8.0
+    assert g.status == "90.0%" and g.to_json()["total_steps"] == 6000
+

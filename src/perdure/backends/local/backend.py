@@ -161,6 +161,7 @@ class LocalBackend:
                 "memory_mechanism": self._memory_mechanism,
                 "stdout": os.path.abspath(launch.log_prefix + ".out"),
                 "stderr": os.path.abspath(launch.log_prefix + ".err"),
+                "output": os.path.abspath(launch.log_prefix + ".log"),  # both, in order
                 "created": time.time(),
             },
         )
@@ -185,7 +186,7 @@ class LocalBackend:
         tracked = self._active.get(stop.launch_id)
         if tracked is not None:
             self._request_stop(tracked, stop.signal, max(0.0, stop.grace), stop.reason,
-                               stop.notice)
+                               stop.notice, max(0.0, stop.delay))
 
     def kill_node(self, node: str) -> None:
         """Chaos: SIGKILL every replica on `node` now (their exits come through poll)."""
@@ -194,19 +195,11 @@ class LocalBackend:
                 self._request_stop(tracked, signal.SIGKILL, 0.0, f"node {node} killed")
 
     def _request_stop(self, tracked: _Tracked, sig: int, grace: float, reason: str,
-                      notice: str | None = None) -> None:
+                      notice: str | None = None, delay: float = 0.0) -> None:
         if os.path.exists(tracked.exit_path):
             return
-        # Read by the supervisor, and by the replica's runtime ($PERDURE_STOP_FILE).
-        layout.write_json(
-            os.path.join(tracked.dir, layout.STOP),
-            {
-                "signal": int(sig),
-                "deadline": time.time() + grace,
-                "reason": reason,
-                "notice": notice,
-            },
-        )
+        layout.write_json(os.path.join(tracked.dir, layout.STOP),
+                          layout.stop_record(sig, grace, reason, notice, delay))
         # Before status.json the supervisor may not yet guard against SIGUSR1 (it would die of
         # it); it reads stop.json itself right after writing status.json.
         if os.path.exists(tracked.status_path):

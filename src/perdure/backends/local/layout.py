@@ -103,3 +103,14 @@ def claim(directory: PathLike, data: dict[str, Any]) -> dict[str, Any]:
         return read_json(path) or {}
     finally:
         os.unlink(tmp)
+
+
+def stop_record(sig: int, grace: float, reason: str, notice: str | None,
+                delay: float = 0.0) -> dict[str, Any]:
+    """stop.json: `sig` at `signal_at` (now, or after `delay`), SIGKILL at `deadline`. Read by
+    the supervisor, and by the replica's runtime ($PERDURE_STOP_FILE) to tell a notice."""
+    import time
+
+    now = time.time()
+    return {"signal": int(sig), "signal_at": now + delay, "deadline": now + delay + grace,
+            "reason": reason, "notice": notice}

@@ -262,8 +262,9 @@ class Pool:
             self.refill()
         late = [d for d, until in self.held if now >= until]
         if late:
+            noun = "replica" if len(late) == 1 else "replicas"
             print(f"warm pool: the template is not ready after {HOLD_SECONDS:.0f}s; "
-                  f"starting {len(late)} replicas cold", file=sys.stderr)
+                  f"starting {len(late)} {noun} cold", file=sys.stderr)
             self.held = [(d, until) for d, until in self.held if now < until]
             self._write_status()
         return late

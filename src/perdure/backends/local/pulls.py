@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 
 PULL_LIMIT = 1 << 20  # bytes of one stream per pull: a pull is one small message
-FILES = {"out": "stdout.log", "err": "stderr.log", "progress": "progress.jsonl"}
+FILES = {"out": "stdout.log", "err": "stderr.log", "log": "output.log",
+         "progress": "progress.jsonl"}
 
 
 def pull_launch(directory: str, offsets: dict[str, int],

@@ -46,6 +46,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from perdure.backends.local.logrelay import LogRelay
+
 HANDLED_SIGNALS = procs.SUPERVISOR_SIGNALS
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
 SELF_STOP_GRACE_SECONDS = 10.0
@@ -71,12 +73,14 @@ class Supervisor:
         self.failed: tuple[int, int] | None = None  # (local rank, its wait status) first failed
         self.failed_at: float | None = None  # when: the others' stop must not count
         self.kill_at: float | None = None
+        self.signal_at: tuple[int, float] | None = None  # a stop's signal, sent later
         self.applied_stop: tuple[int, float] | None = None
         self.peak_rss = 0
         self.next_sample = 0.0
         self.err_offset = 0
         self.started_at = 0.0
         self.own_pid = os.getpid()
+        self.relay: LogRelay | None = None
 
     def _file(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -108,6 +112,8 @@ class Supervisor:
         except (OSError, ValueError, memory.MemoryLimitError) as err:
             self._dismiss_standby()
             self.limit.close()
+            if self.relay is not None:
+                self.relay.close()
             exe = self.spec["command"][0]
             message = f"cannot start {exe!r}: {err}"
             if "No such file" in str(err) and os.path.isfile(os.path.join(self.spec["cwd"], exe)):
@@ -124,6 +130,7 @@ class Supervisor:
 
     def _spawn(self) -> None:
         stdout_path, stderr_path = self.spec["stdout"], self.spec["stderr"]
+        merged = self.spec.get("output")  # both streams in order (older launches: none)
         for path in (stdout_path, stderr_path):
             layout.private_dirs(os.path.dirname(path) or ".")
         now = time.time()
@@ -143,7 +150,19 @@ class Supervisor:
             self.err_offset = os.lseek(err_fd, 0, os.SEEK_END)
             self.started_at = time.time()
             env = child_env(self.spec, self.dir)
-            self.pid = self._start_warm(env) if self.procs == 1 else 0
+            streams = None
+            if merged:  # the replica writes into the relay's FIFOs instead of the files
+                from perdure.backends.local.logrelay import LogRelay
+
+                self.relay = LogRelay(self.dir, {"out": stdout_path, "err": stderr_path},
+                                      merged, header)
+                streams = self.relay.paths
+                fifo_out = os.open(streams["out"], os.O_WRONLY)
+                fifo_err = os.open(streams["err"], os.O_WRONLY)
+                os.close(out_fd)
+                os.close(err_fd)
+                out_fd, err_fd = fifo_out, fifo_err
+            self.pid = self._start_warm(env, streams) if self.procs == 1 else 0
             self.pids = [self.pid] if self.pid else []
             self._dismiss_standby()  # a multi-process replica starts cold
             for rank in range(len(self.pids), self.procs):
@@ -163,8 +182,10 @@ class Supervisor:
         finally:
             for fd in (out_fd, err_fd, null_fd):
                 os.close(fd)
+        if self.relay is not None:
+            self.relay.start()
 
-    def _start_warm(self, env: dict[str, str]) -> int:
+    def _start_warm(self, env: dict[str, str], streams: dict[str, str] | None) -> int:
         """Run the replica in the standby's warm interpreter; its pid, 0 to start cold."""
         standby, self.standby = self.standby, None
         if standby is None:
@@ -175,7 +196,8 @@ class Supervisor:
             return 0
         try:
             self.limit.join(standby.pid)  # before the script runs, as a cold child joins
-            standby.start_replica(command, env, self.spec)
+            files = {"stdout": streams["out"], "stderr": streams["err"]} if streams else {}
+            standby.start_replica(command, env, {**self.spec, **files})
         except OSError as err:
             print(f"supervisor: the warm start failed ({err}); starting cold", file=sys.stderr)
             standby.dismiss()
@@ -249,9 +271,13 @@ class Supervisor:
             if self.kill_at is not None and now >= self.kill_at:
                 self._kill_groups(signal.SIGKILL)
                 self.kill_at = None
+            if self.signal_at is not None and now >= self.signal_at[1]:
+                self._kill_groups(self.signal_at[0])
+                self.signal_at = None
             if now >= self.next_sample:
                 self._sample_memory(now)
-            wake = self.next_sample if self.kill_at is None else min(self.next_sample, self.kill_at)
+            later = (self.kill_at, self.signal_at[1] if self.signal_at else None)
+            wake = min([self.next_sample, *(t for t in later if t is not None)])
             info = signal.sigtimedwait(HANDLED_SIGNALS, max(0.001, wake - time.time()))
             if info is None:
                 continue
@@ -307,7 +333,7 @@ class Supervisor:
         sig, deadline = int(request["signal"]), float(request["deadline"])
         if (sig, deadline) != self.applied_stop:
             self.applied_stop = (sig, deadline)
-            self._stop(sig, deadline)
+            self._stop(sig, deadline, float(request.get("signal_at") or 0.0))
 
     def _stop_other_ranks(self, failed: int) -> None:
         """The replica failed with its local rank `failed`: stop the others now. A plain stop,
@@ -325,8 +351,14 @@ class Supervisor:
         for pid in self.pids:
             procs.kill_group(pid, sig)
 
-    def _stop(self, sig: int, deadline: float) -> None:
-        self._kill_groups(sig)
+    def _stop(self, sig: int, deadline: float, signal_at: float = 0.0) -> None:
+        """`sig` now (or at `signal_at`: the replica may end by itself first), SIGKILL at
+        `deadline`."""
+        if signal_at > time.time():
+            self.signal_at = (sig, signal_at)
+        else:  # also in place of a later one still pending (a cancel during the grace)
+            self.signal_at = None
+            self._kill_groups(sig)
         if sig != signal.SIGKILL:
             self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
 
@@ -346,6 +378,8 @@ class Supervisor:
             statuses.append(status)
             maxrss = max(maxrss, usage.ru_maxrss)
         self._reap_orphans()
+        if self.relay is not None:  # before the traceback is read from stderr
+            self.relay.close()
         rank = self.failed[0] if self.failed else 0
         code = os.waitstatus_to_exitcode(statuses[rank])
         sig = -code if code < 0 else None

@@ -118,6 +118,7 @@ class LaunchActor:
             "memory_mechanism": record.get("memory_mechanism", "auto"),
             "stdout": os.path.join(self.dir, FILES["out"]),
             "stderr": os.path.join(self.dir, FILES["err"]),
+            "output": os.path.join(self.dir, FILES["log"]),
             "created": self.created,
             "owner": _owner(),
         }
@@ -210,13 +211,13 @@ class LaunchActor:
                     "time": time.time()}
         return None
 
-    def stop(self, sig: int, grace: float, reason: str, notice: str | None) -> None:
+    def stop(self, sig: int, grace: float, reason: str, notice: str | None,
+             delay: float = 0.0) -> None:
         """Write the stop request (the runtime reads it) and tell the supervisor."""
         if os.path.exists(os.path.join(self.dir, layout.EXIT)):
             return
-        layout.write_json(os.path.join(self.dir, layout.STOP), {
-            "signal": int(sig), "deadline": time.time() + grace, "reason": reason,
-            "notice": notice})
+        layout.write_json(os.path.join(self.dir, layout.STOP),
+                          layout.stop_record(sig, grace, reason, notice, delay))
         status = self._read(layout.STATUS)
         if status is not None:  # else the supervisor reads stop.json once it has started it
             procs.send_signal(int(status["supervisor_pid"]),

@@ -181,12 +181,11 @@ class RayBackend:
     def stop(self, stop: Stop) -> None:
         tracked = self._active.get(stop.launch_id)
         if tracked is not None:
-            grace = max(0.0, stop.grace)
+            grace, delay = max(0.0, stop.grace), max(0.0, stop.delay)
             # The relay answers the replica's "is this a notice?" from this record.
-            tracked.mirror.write_record(layout.STOP, {
-                "signal": int(stop.signal), "deadline": time.time() + grace,
-                "reason": stop.reason, "notice": stop.notice})
-            tracked.actor.stop.remote(stop.signal, grace, stop.reason, stop.notice)
+            tracked.mirror.write_record(layout.STOP, layout.stop_record(
+                stop.signal, grace, stop.reason, stop.notice, delay))
+            tracked.actor.stop.remote(stop.signal, grace, stop.reason, stop.notice, delay)
 
     def kill_node(self, node: str) -> None:
         for tracked in self._active.values():

@@ -1,6 +1,6 @@
 """The controller's copy of what a launch on a Ray node wrote: logs, progress, its records.
 
-Kept where the local backend keeps them (`<state>/logs/<job>/attempt-<n>/<replica>.out|err`,
+Kept where the local backend keeps them (`<state>/logs/<job>/attempt-<n>/<replica>.out|err|log`,
 `<state>/launches/<id>/{launch,status,exit}.json` and `progress.jsonl`), so `perdure logs`,
 `describe` and the goodput account read a Ray job exactly as a local one, from the
 controller's machine. How far each stream was copied is recorded (`mirror.json`) so a
@@ -24,6 +24,7 @@ class Mirror:
         self.dir = os.path.join(state_dir, layout.LAUNCHES, launch_id)
         os.makedirs(self.dir, exist_ok=True)
         self.paths = {"out": log_prefix + ".out", "err": log_prefix + ".err",
+                      "log": log_prefix + ".log",
                       "progress": os.path.join(self.dir, "progress.jsonl")}
         self.offsets: dict[str, int] = {k: 0 for k in self.paths}
         saved = layout.read_json(os.path.join(self.dir, OFFSETS))

@@ -165,6 +165,7 @@ class NodeAgent:
             "inherit_env": True, "memory_mechanism": record.get("memory_mechanism", "auto"),
             "stdout": os.path.join(directory, "stdout.log"),
             "stderr": os.path.join(directory, "stderr.log"),
+            "output": os.path.join(directory, "output.log"),  # both streams, in order
             "created": time.time(), "owner": self.identity,
             # Slurm signals every process of the step at once on a preemption: the supervisor
             # then gives the replica the job's grace period to save, not its own default

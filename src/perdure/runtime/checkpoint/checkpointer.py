@@ -183,6 +183,9 @@ class Checkpointer:
         stats = SaveStats(step=step, extra={"waited_s": waited})
         background = self.async_save if blocking is None else not blocking
         self._launch(stats, prepared, comm, background, entered)
+        # What training was blocked for: the staging copy, or all of a blocking save.
+        goodput.checkpoint_saved(
+            step, stats.blocked_s if background else time.perf_counter() - entered)
         return True
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
@@ -202,10 +205,7 @@ class Checkpointer:
             schedule.exit_suspended()
         if not due:
             return False
-        saved = self.save(step, state)
-        if saved and self._inflight is not None:  # the blocking cost `every: auto` is chosen by
-            goodput.checkpoint_saved(step, self._inflight.stats.blocked_s)
-        return saved
+        return self.save(step, state)  # save() reports its blocking cost to goodput
 
     def _try_prepare(
         self, state: Mapping[str, Any], rank: int
@@ -344,6 +344,13 @@ class Checkpointer:
         return restored
 
     def _restore(self, state: MutableMapping[str, Any], step: int | None) -> int | None:
+        began = time.perf_counter()
+        restored = self._load(state, step)
+        # Also a start from scratch (None): the account then counts nothing before it.
+        goodput.checkpoint_restored(restored, time.perf_counter() - began)
+        return restored
+
+    def _load(self, state: MutableMapping[str, Any], step: int | None) -> int | None:
         self.wait()
         comm = self._comm_()
         st.check_state(state)

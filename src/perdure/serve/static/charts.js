@@ -113,9 +113,10 @@ export function drawGoodput(container, g) {
     h("li", {}, h("span", { class: `swatch gpk-${name}` }), h("span", {}, name.replace("_", " ")),
       h("span", { class: "num" }, `${duration(v)} · ${percent(running ? v / running : null)}`))));
   const head = h("div", { class: "gp-head" },
-    h("span", { class: "gp-big" }, percent(g.goodput)),
+    h("span", { class: "gp-big" }, g.goodput === null && g.status ? g.status : percent(g.goodput)),
     h("span", { class: "muted" }, `productive of ${duration(running)} running` +
-      (g.last_step !== null && g.last_step !== undefined ? ` · step ${g.last_step}` : "")));
+      (g.last_step !== null && g.last_step !== undefined ? ` · step ${g.last_step}` : "") +
+      (g.total_steps !== null && g.total_steps !== undefined ? ` / ${g.total_steps}` : "")));
   const aside = h("p", { class: "muted small" }, `queued ${duration(g.queued_seconds)}, ` +
     `suspended ${duration(g.suspended_seconds)} (not counted)`);
   container.replaceChildren(head, svg, legend, aside);

@@ -75,3 +75,10 @@ export function toast(message, bad = false) {
   clearTimeout(toastTimer);
   toastTimer = setTimeout(() => { el.hidden = true; }, 4000);
 }
+
+
+// "160 / 6000" when the script reported its total steps, "160" when not.
+export function stepText(step, total) {
+  if (step === null || step === undefined) return "–";
+  return total === null || total === undefined ? String(step) : `${step} / ${total}`;
+}

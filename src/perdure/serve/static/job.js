@@ -1,7 +1,7 @@
 // One job: header with actions, error, timeline, goodput, replicas, live log, live events.
 import { command, get, jobPath, stream } from "./api.js";
 import { drawGoodput, drawTimeline } from "./charts.js";
-import { badge, clear, clock, duration, h, percent } from "./dom.js";
+import { badge, clear, clock, duration, h, percent, stepText } from "./dom.js";
 import { logPanel } from "./logview.js";
 
 const TERMINAL = ["SUCCEEDED", "FAILED", "CANCELLED"];
@@ -27,8 +27,8 @@ export function renderJob(root, id) {
     h("div", { class: "cols" },
       card("Goodput", goodput),
       card("Replicas", h("table", { class: "grid replicas" }, h("thead", {}, h("tr", {},
-        ["Replica", "Rank", "Node", "GPUs", "State", "Restarts", "Exit"].map((c) =>
-          h("th", { scope: "col", class: ["Rank", "Restarts", "Exit"].includes(c) ? "num"
+        ["Replica", "Rank", "Node", "GPUs", "State", "Restarts", "Status"].map((c) =>
+          h("th", { scope: "col", class: ["Rank", "Restarts"].includes(c) ? "num"
             : null }, c)))), replicas))),
     elastic,
     card("Log", logs.el),
@@ -86,18 +86,20 @@ function drawHead(d, title, stateEl, actions, errorBox, stats, refresh) {
     act("Resume", "resume", d.state === "SUSPENDED", null),
     act("Cancel", "cancel", live && d.state !== "CANCELLING",
       `Cancel ${d.id}? Its replicas are stopped.`, "danger"));
-  errorBox.hidden = !d.error;
-  // A failed job's error, or the last failure a running job recovered from (softer).
-  errorBox.className = d.state === "FAILED" ? "error-box" : "error-box recovered";
-  if (d.error) {
-    errorBox.replaceChildren(d.state === "FAILED" ? "" : "Last failure (recovered): ",
-      h("strong", {}, d.error.code), " ", d.error.message);
+  // The job's own error (failed, cancelled), or the last failure it recovered from (softer).
+  const shown = d.error || d.last_failure;
+  errorBox.hidden = !shown;
+  errorBox.className = d.error ? "error-box" : "error-box recovered";
+  if (shown) {
+    errorBox.replaceChildren(d.error ? "" : "Last failure (recovered): ",
+      h("strong", {}, shown.code), " ", shown.message);
   }
   const retries = Object.values(d.retries || {}).reduce((a, b) => a + b, 0);
   const item = (k, v) => h("div", {}, h("dt", {}, k), h("dd", {}, v));
   stats.replaceChildren(...[
     item("Queue", d.queue), item("Priority", d.priority), item("Attempt", d.attempt),
-    item("Step", d.step ?? d.goodput.last_step ?? "–"), item("Goodput", percent(d.goodput.goodput)),
+    item("Step", stepText(d.step, d.total_steps)),
+    item("Goodput", d.goodput.goodput === null ? d.goodput.status : percent(d.goodput.goodput)),
     item("Job retries", retries), item("Age", duration(Date.now() / 1000 - d.created)),
   ]);
 }
@@ -106,11 +108,12 @@ function drawReplicas(body, reps) {
   clear(body).append(...reps.map((r) => h("tr", {},
     h("td", { class: "strong" }, r.name), h("td", { class: "num" }, r.rank),
     h("td", {}, r.node ?? "–"),
-    h("td", { class: "gpus" }, r.gpus ? `${r.gpus}` + (r.devices.length
+    h("td", { class: "gpus" }, r.gpus ? `${r.gpus}` + (r.devices && r.devices.length
       ? ` (${r.devices.join(",")})` : "") : "–"),
     h("td", {}, badge(r.state, "replica")),
-    h("td", { class: "num" }, r.restarts),
-    h("td", { class: "num" }, r.exit_code ?? "–"))));
+    h("td", { class: "num", title: "this attempt (all attempts)" }, r.restarts_total !== undefined
+      && r.restarts_total !== r.restarts ? `${r.restarts} (${r.restarts_total})` : r.restarts),
+    h("td", {}, r.status ?? r.exit_code ?? "–"))));
 }
 
 function drawElastic(el, changes) {

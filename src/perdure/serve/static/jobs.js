@@ -1,12 +1,12 @@
 // The jobs list: counts per state as filters, a page of jobs, refreshed every 2 s.
 import { get } from "./api.js";
-import { badge, clear, duration, goodputBar, h } from "./dom.js";
+import { badge, clear, duration, goodputBar, h, stepText } from "./dom.js";
 
 const STATES = ["RUNNING", "PENDING", "QUEUED", "SUSPENDING", "SUSPENDED", "CANCELLING",
   "SUCCEEDED", "FAILED", "CANCELLED"];
 const PAGE = 50;
 const REFRESH_MS = 2000;
-const NUMERIC = ["Priority", "Replicas", "Attempt", "Age"];
+const NUMERIC = ["Priority", "Replicas", "Attempt", "Step", "Age"];
 
 export function renderJobs(root, params) {
   const state = params.get("state") || "";
@@ -19,7 +19,7 @@ export function renderJobs(root, params) {
   const pager = h("div", { class: "pager" });
   const table = h("table", { class: "grid jobs" },
     h("thead", {}, h("tr", {}, ["Job", "State", "Queue", "Priority", "Replicas", "Attempt",
-      "Goodput", "Age"].map((c) => h("th", { scope: "col",
+      "Step", "Goodput", "Age"].map((c) => h("th", { scope: "col",
       class: NUMERIC.includes(c) ? "num" : null }, c)))), body);
   const topPager = h("div", { class: "pager" });
   root.append(h("div", { class: "page-head" }, h("h1", {}, "Jobs"), search),
@@ -52,7 +52,7 @@ export function renderJobs(root, params) {
       drawPager(topPager, page, go);
     } catch (err) {
       if (stopped) return;
-      clear(body).append(h("tr", {}, h("td", { colspan: 8, class: "muted" },
+      clear(body).append(h("tr", {}, h("td", { colspan: 9, class: "muted" },
         `Could not load jobs: ${err.message}`)));
     }
     if (!stopped) timer = setTimeout(load, document.hidden ? REFRESH_MS * 5 : REFRESH_MS);
@@ -74,7 +74,7 @@ function drawFilters(el, counts, active, go) {
 function drawRows(body, jobs) {
   const now = Date.now() / 1000;
   if (!jobs.length) {
-    clear(body).append(h("tr", {}, h("td", { colspan: 8, class: "empty" },
+    clear(body).append(h("tr", {}, h("td", { colspan: 9, class: "empty" },
       "No jobs here. Submit one with `perdure submit job.yaml` or POST /api/v1/jobs.")));
     return;
   }
@@ -82,13 +82,17 @@ function drawRows(body, jobs) {
     h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(j.id)}`, class: "job-link" },
       h("span", { class: "job-name" }, j.name), h("span", { class: "job-id" }, j.id)),
       j.error ? h("div", { class: "row-error", title: j.error.message },
-        `${j.error.code}: ${j.error.message}`) : null),
+        `${j.error.code}: ${j.error.message}`) : null,
+      j.last_failure ? h("div", { class: "row-error recovered", title: j.last_failure.message },
+        `last failure (recovered): ${j.last_failure.code}: ${j.last_failure.message}`) : null),
     h("td", {}, badge(j.state)),
     h("td", {}, j.queue),
     h("td", { class: "num" }, j.priority),
     h("td", { class: "num" }, `${j.replicas_running}/${j.replicas}`),
     h("td", { class: "num" }, j.attempt),
-    h("td", {}, goodputBar(j.goodput)),
+    h("td", { class: "num" }, stepText(j.step, j.total_steps)),
+    h("td", {}, j.goodput === null && j.goodput_status !== "not started"
+      ? h("span", { class: "muted" }, j.goodput_status) : goodputBar(j.goodput)),
     h("td", { class: "num", title: new Date(j.created * 1000).toLocaleString() },
       duration(now - j.created)))));
 }

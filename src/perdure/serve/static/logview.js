@@ -10,7 +10,8 @@ export function logPanel(jobId) {
   const replica = h("select", { "aria-label": "replica" });
   const attempt = h("select", { "aria-label": "attempt" });
   const which = h("select", { "aria-label": "stream" },
-    h("option", { value: "stderr" }, "stderr"), h("option", { value: "stdout" }, "stdout"));
+    h("option", { value: "all" }, "stdout + stderr"), h("option", { value: "stdout" }, "stdout"),
+    h("option", { value: "stderr" }, "stderr"));
   const earlier = h("button", { type: "button", class: "btn small", hidden: true }, "Load earlier");
   const status = h("span", { class: "muted small" });
   const pre = h("pre", { class: "log", tabindex: "0" });

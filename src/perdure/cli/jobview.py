@@ -1,0 +1,96 @@
+"""How a job reads to a person, the same in `describe`, `ls`, `run` and the API.
+
+No side effects: turns a job and its goodput account into words and JSON. The step shown
+everywhere is the goodput account's (the accounted replica's reports), so the list and a job's
+page never disagree on it.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from perdure.core.goodput import Goodput
+from perdure.core.model import Job, Replica
+from perdure.core.states import JobState, ReplicaState
+
+# The states in which a job's error is its own; in any other, a failure was recovered from.
+FINAL_ERROR_STATES = (JobState.FAILED, JobState.CANCELLED)
+
+
+def errors_json(job: Job) -> dict[str, Any]:
+    """`error`: why the job failed or was cancelled; `last_failure`: a failure it recovered
+    from (restart, retry) while it runs or after it succeeded; the other one None."""
+    if job.error is None:
+        return {"error": None, "last_failure": None}
+    if job.state in FINAL_ERROR_STATES:
+        return {"error": job.error.to_json(), "last_failure": None}
+    return {"error": None, "last_failure": {**job.error.to_json(), "recovered": True}}
+
+
+def error_line(d: dict[str, Any]) -> str | None:
+    """The describe line for `errors_json`'s output, or None."""
+    if d.get("error"):
+        return f"Error: {d['error']['code']}: {d['error']['message']}"
+    if d.get("last_failure"):
+        f = d["last_failure"]
+        return f"Last failure (recovered): {f['code']}: {f['message']}"
+    return None
+
+
+def step(g: Goodput, job: Job) -> int | None:
+    """The training step reached: the accounted replica's, else the controller's last report."""
+    return g.last_step if g.last_step is not None else job.step
+
+
+def step_text(current: int | None, total: int | None) -> str:
+    """`160 / 6000`, `160`, or `-` before any step."""
+    if current is None:
+        return "-"
+    return f"{current} / {total}" if total is not None else str(current)
+
+
+def replica_status(r: Replica) -> str:
+    """`running`, `finished`, `exited 1`, `exited 137 (SIGKILL)`, `waiting`, ..."""
+    if r.state is not ReplicaState.EXITED or r.exit_code is None:
+        return r.state.value.lower()
+    if r.exit_code == 0:
+        return "finished"
+    text = f"exited {r.exit_code}"
+    if r.exit_code > 128 and r.exit_code - 128 in SIGNAL_NAMES:
+        text += f" ({SIGNAL_NAMES[r.exit_code - 128]})"
+    return text
+
+
+SIGNAL_NAMES = {int(s): s.name for s in signal.Signals}
+
+
+def replica_json(r: Replica) -> dict[str, Any]:
+    return {"name": r.name, "pool": r.pool, "index": r.index, "rank": r.rank,
+            "state": r.state.value, "status": replica_status(r), "restarts": r.restarts,
+            "restarts_total": r.total_restarts, "exit_code": r.exit_code, "node": r.node}
+
+
+def replica_line(r: dict[str, Any]) -> str:
+    restarts = f"restarts {r['restarts']}"
+    if r["restarts_total"] != r["restarts"]:
+        restarts += f" ({r['restarts_total']} in all attempts)"
+    return (f"  {r['name']:<14} rank {r['rank']:<3} {r['status']:<22} node "
+            f"{r['node'] or '-':<8} {restarts}")
+
+
+def duration(seconds: float | None) -> str:
+    """`45s`, `3m12s`, `2h05m`; `-` for None."""
+    if seconds is None:
+        return "-"
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def goodput_text(g: Goodput) -> str:
+    """`91.2%`, `no progress reported` or `not started`."""
+    return g.status
