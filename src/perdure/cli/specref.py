@@ -37,6 +37,8 @@ DESCRIPTIONS: dict[str, str] = {
     "pools[].name": "the pool's name (replicas are `<pool>-<index>`), at most 32 characters",
     "pools[].replicas": "how many replicas (processes; ranks in the job's order of pools)",
     "pools[].min_replicas": "makes the pool elastic: the job goes on while this many are up",
+    "pools[].grace": "seconds the pool's replicas get to end by themselves once the primary "
+                     "succeeded (shown `finished`); then they are stopped",
     "pools[].spares": "whole free nodes the attempt holds warm: a lost node's replicas are "
                       "placed on one at once, and another is sought",
     "pools[].command": "argv, not a shell string; a leading `python` is perdure's interpreter",

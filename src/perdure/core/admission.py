@@ -105,7 +105,8 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         return
     chosen = cap.place(seen.replicas)
     if chosen is None:
-        gpus = f" and {plural(seen.spec.total_gpus, 'GPU')}" if seen.spec.total_gpus else ""
+        gpus = (f" and {plural(seen.spec.total_gpus, 'GPU')} ({cap.free_gpus()} GPUs free)"
+                if seen.spec.total_gpus else "")
         _note(t, seen, f"waiting for capacity: need {plural(seen.slots, 'slot')}{gpus}, "
                        f"{max(cap.free_slots(), 0)} slots free of {cap.healthy_slots()}")
         return
