@@ -14,6 +14,7 @@ import typer
 
 from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Stream
 from perdure.backends.factory import make_backend
+from perdure.backends.relay.secrets import SecretError, job_secret, state_secret
 from perdure.cli.common import (
     Ctx,
     die,
@@ -28,7 +29,6 @@ from perdure.cli.common import (
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
 from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
-from perdure.controller.secrets import SecretError, job_secret, state_secret
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
 from perdure.core.spec import ClusterSpec

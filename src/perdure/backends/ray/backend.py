@@ -36,6 +36,7 @@ from perdure.backends.local import layout, warm
 from perdure.backends.local.backend import _error_info
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
+from perdure.backends.ray.actors import RESOURCE_PREFIX, node_agent
 from perdure.backends.ray.mirror import Mirror
 from perdure.core.events import (
     Command,
@@ -118,7 +119,7 @@ class RayBackend:
 
     def _agent(self, node: str) -> Any:
         if node not in self._agents:
-            self._agents[node] = rc.agent(node, self.ns, *self._warm)
+            self._agents[node] = node_agent(node, self.ns, *self._warm)
         return self._agents[node]
 
     # ---- launch -----------------------------------------------------------------------------
@@ -128,7 +129,7 @@ class RayBackend:
         assert self._transport is not None
         if launch.node not in self._live:
             raise LaunchError(f"cannot launch {launch.replica} on node {launch.node!r}: no "
-                              f"live Ray node advertises {rc.RESOURCE_PREFIX}{launch.node}")
+                              f"live Ray node advertises {RESOURCE_PREFIX}{launch.node}")
         if launch.launch_id in self._active:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
         self._agent(launch.node)  # a node back as a new Ray node gets its agent (and pool)
