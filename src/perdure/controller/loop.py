@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perdure.backends.base import Backend, LaunchError
+from perdure.controller import vet
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
@@ -127,7 +128,8 @@ class Controller:
         self.snapshot = Snapshot(jobs, nodes, self.snapshot.quotas)
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
-        self.pending.extend(self.backend.adopt([r.launch_id for r in alive if r.launch_id]))
+        self.pending.extend(self._vetted(
+            self.backend.adopt([r.launch_id for r in alive if r.launch_id])))
         now = self.clock()
         for job in jobs.values():  # in the job's history: the replicas outlived a controller
             running = [r.name for r in job.replicas if r.alive and r.launch_id]
@@ -146,7 +148,7 @@ class Controller:
         """A stored job that cannot be read back fails on its own; the others go on."""
         running = self.store.fail_unreadable(err, self.clock())
         if running:  # stop what may still run of it: its record is gone
-            self.pending.extend(self.backend.adopt(running))
+            self.pending.extend(self._vetted(self.backend.adopt(running)))
             for lid in running:
                 self.backend.stop(Stop(lid, 15, 5.0, "its job cannot be read back"))
 
@@ -191,7 +193,7 @@ class Controller:
         observations += found
         self._start_events += noted
         self._start_events += self.intervals.step(self.snapshot.jobs, observations, now)
-        outcome = decide(self.snapshot, observations, now, self.ports, self.settings)
+        outcome = self._decide(observations, now)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
         events, self._start_events = [*self._start_events, *outcome.events], []
         stored = self.store.commit_tick(
@@ -222,18 +224,70 @@ class Controller:
             shutil.rmtree(local, ignore_errors=True)
 
     def _poll(self) -> list[Observation]:
-        """The backend's news; a poll the OS refuses (EMFILE) is tried again next tick."""
+        """The backend's news; a poll that fails (EMFILE, a backend's bug) is tried again next
+        tick, and what it returns is vetted before the core sees it."""
         try:
             observations = self.backend.poll()
-        except OSError as exc:
+        except Exception as exc:  # no backend failure may end the controller
             if not self._poll_failing:
                 self._start_events.append(Event(self.clock(), None, "internal",
-                                                f"could not poll the backend: {exc}; "
-                                                "trying again each tick"))
+                                                f"could not poll the backend: "
+                                                f"{_exception(exc)}; trying again each tick"))
             self._poll_failing = True
             return []
         self._poll_failing = False
-        return observations
+        return self._vetted(observations)
+
+    def _vetted(self, replies: object) -> list[Observation]:
+        """The backend's replies that are what the protocol says; each other one fails its
+        launch (INTERNAL, said once with the reply, the launch stopped) or, naming none, is
+        reported and dropped."""
+        if not isinstance(replies, list | tuple):
+            replies = [replies]
+        out: list[Observation] = []
+        for reply in replies:
+            try:
+                out.append(vet.vet(reply))
+                continue
+            except vet.Unexpected as exc:
+                why = str(exc)
+            instead = vet.failed(reply, why, self.clock())
+            if instead is None:
+                self._start_events.append(Event(
+                    self.clock(), None, "internal",
+                    f"the backend sent an unexpected reply ({why}): {vet.describe(reply)}"))
+                continue
+            out.append(instead)
+            self._deferred.append(Stop(instead.launch_id, 9, 0.0, "unexpected backend reply"))
+        return out
+
+    def _decide(self, observations: list[Observation], now: float) -> Outcome:
+        """`decide`; should the core fail on some backend reply all the same, each reply it
+        fails on is replaced by its launch's failure and the tick goes on."""
+        try:
+            return decide(self.snapshot, observations, now, self.ports, self.settings)
+        except Exception as exc:
+            launches: list[Observation] = [o for o in observations
+                                           if not isinstance(o, Command)]
+            if not launches:
+                raise
+            first = exc
+        bad: list[Observation] = []
+        for obs in launches:  # the core is pure: trying an observation alone changes nothing
+            try:
+                decide(self.snapshot, [obs], now, self.ports, self.settings)
+            except Exception:
+                bad.append(obs)
+        if not bad:
+            raise first
+        kept = [o for o in observations if o not in bad]
+        for obs in bad:
+            instead = vet.failed(obs, f"the controller failed on it: {_exception(first)}", now)
+            if instead is not None and instead not in bad:
+                kept.append(instead)
+                self._deferred.append(Stop(instead.launch_id, 9, 0.0,
+                                           "unexpected backend reply"))
+        return decide(self.snapshot, kept, now, self.ports, self.settings)
 
     def _apply(self, d: Decision) -> None:
         """Carry out a decision. A launch that fails is an observation for the next tick (an
@@ -245,13 +299,14 @@ class Controller:
             except LaunchError as exc:
                 self.pending.append(LaunchFailed(d.launch_id, str(exc), self.clock(),
                                                  user_error=exc.user_error))
-            except OSError as exc:
+            except Exception as exc:  # OSError (disk full, EMFILE) or a backend's bug
                 self.pending.append(LaunchFailed(
-                    d.launch_id, f"the backend could not launch it: {exc}", self.clock()))
+                    d.launch_id, f"the backend could not launch it: {_exception(exc)}",
+                    self.clock()))
             return
         try:
             self._act(d)
-        except OSError as exc:
+        except Exception as exc:  # the OS refused (EMFILE), or a backend's bug
             self._deferred.append(d)
             if d not in self._refused:
                 self._refused.add(d)
@@ -259,7 +314,8 @@ class Controller:
                     d, "job_id", None)
                 self._start_events.append(Event(
                     self.clock(), job_id, "internal",
-                    f"could not carry out {type(d).__name__}: {exc}; trying again each tick"))
+                    f"could not carry out {type(d).__name__}: {_exception(exc)}; trying again "
+                    "each tick"))
         else:
             self._refused.discard(d)
 
@@ -283,6 +339,11 @@ class Controller:
             if exit_when_idle and self.idle():
                 return
             time.sleep(self.interval)
+
+
+def _exception(exc: BaseException) -> str:
+    """An exception as an event says it: an OSError's own words, else its type too."""
+    return str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
 
 
 def publish_round(state_dir: Path, d: Rendezvous) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
 from perdure.controller.loop import Controller
-from perdure.core.events import Launch, Observation, Stop
+from perdure.core.events import Launch, Observation, ReplicaExited, ReplicaStarted, Stop
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job, make_replicas
 from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec
@@ -143,3 +143,71 @@ def test_a_stored_job_that_cannot_be_read_fails_alone(tmp_path: Path) -> None:
     assert states[early.id] == states[late.id] == "FAILED"
     for bad in (early.id, late.id):
         assert "cannot be read back" in store.events(bad)[-1].message
+
+
+def test_malformed_and_out_of_order_backend_replies_fail_one_launch(tmp_path: Path) -> None:
+    backend = FakeBackend([NodeInfo("local", 4)], lambda launch: FakeRun(
+        seconds=None if launch.job_id.startswith("bad") and launch.launch_id.split(".")[1]
+        == "1" else 0.05, start_late=launch.job_id.startswith("late")))
+    ctl, store = controller(tmp_path, backend)
+    ctl.start()
+    bad, good, late = new_job("bad"), new_job("good", replicas=2), new_job("late")
+    for job in (bad, good, late):
+        store.submit(job)
+    ctl.run(until=lambda: store.job(bad.id).state.value == "RUNNING")  # type: ignore[union-attr]
+    lid = store.job(bad.id).replicas[0].launch_id  # type: ignore[union-attr]
+    assert lid is not None
+    backend.fail_polls(KeyError("pid"), RuntimeError("the backend broke"))
+    backend.inject(
+        ReplicaExited(lid, "1", time.time()),  # type: ignore[arg-type]  # an exit code as text
+        ReplicaStarted(lid, -1, float("nan")),  # more of the same launch: said once
+        {"launch_id": lid, "pid": 7},  # not an observation at all
+        "garbage",  # names no launch
+        ReplicaStarted("nope-000009.1.w-0.x", 5, time.time()),  # a launch nobody knows
+    )
+    done = drive(ctl, store, bad.id, good.id, late.id)  # the controller survives all of it
+    assert done[good.id].state.value == "SUCCEEDED" and done[good.id].retries == {}
+    assert done[late.id].state.value == "SUCCEEDED" and done[late.id].retries == {}
+    first = done[bad.id]
+    assert first.state.value == "SUCCEEDED" and first.attempt == 2  # a new attempt ran
+    assert first.retries == {"INTERNAL": 1}
+    assert all(r.restarts == 0 for r in first.replicas)
+    failed = [e.message for e in store.events(bad.id) if e.kind == "launch-failed"]
+    assert len(failed) == 1, failed  # said once, with the record
+    assert "unexpected reply" in failed[0] and "exit_code='1'" in failed[0]
+    assert any(s.launch_id == lid and s.signal == 9 for s in backend.stops)  # and stopped
+    internal = [e.message for e in store.events() if e.job_id is None]
+    assert sum("could not poll the backend" in m for m in internal) == 1
+    assert any("KeyError" in m for m in internal)
+    assert any("'garbage'" in m for m in internal)
+
+
+def test_the_core_failing_on_a_reply_fails_that_launch_only(tmp_path: Path,
+                                                            monkeypatch: object) -> None:
+    # Belt and braces: a well-formed reply the core cannot digest (a core bug) fails the
+    # launch it names; the tick goes on.
+    import perdure.controller.loop as loop
+
+    real = loop.decide
+    poison: set[str] = set()
+
+    def decide(snap, observations, *rest):  # type: ignore[no-untyped-def]
+        if any(getattr(o, "launch_id", None) in poison and isinstance(o, ReplicaStarted)
+               for o in observations):
+            raise ZeroDivisionError("a core bug")
+        return real(snap, observations, *rest)
+
+    backend = FakeBackend([NodeInfo("local", 4)], lambda launch: FakeRun(seconds=0.05))
+    ctl, store = controller(tmp_path, backend)
+    ctl.start()
+    sick, well = new_job("sick"), new_job("well")
+    store.submit(sick)
+    store.submit(well)
+    ctl.tick()  # both launched
+    poison.add(store.job(sick.id).replicas[0].launch_id or "")  # type: ignore[union-attr]
+    monkeypatch.setattr(loop, "decide", decide)  # type: ignore[attr-defined]
+    done = drive(ctl, store, sick.id, well.id)
+    assert done[well.id].state.value == "SUCCEEDED" and done[well.id].retries == {}
+    assert done[sick.id].state.value == "SUCCEEDED" and done[sick.id].retries == {"INTERNAL": 1}
+    failed = [e.message for e in store.events(sick.id) if e.kind == "launch-failed"]
+    assert len(failed) == 1 and "ZeroDivisionError" in failed[0]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.base import LaunchError, NodeInfo, error_info
 from perdure.backends.local import layout, procs, warm
 from perdure.backends.local.memory import MECHANISMS
 from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
@@ -31,7 +31,6 @@ from perdure.backends.local.spawner import Spawner
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.stacks import StackDump, dump_pid
 from perdure.core.events import (
-    ErrorInfo,
     Launch,
     LaunchFailed,
     Observation,
@@ -270,7 +269,7 @@ class LocalBackend:
                 time=float(record["time"]),
                 signal=record.get("signal"),
                 oom=bool(record.get("oom")),
-                error=_error_info(error),
+                error=error_info(error),
                 peak_rss_mb=record.get("peak_rss_mb"),
             )
         )
@@ -398,17 +397,6 @@ class LocalBackend:
         for entry in finished[keep_last:]:
             shutil.rmtree(entry.path, ignore_errors=True)
         return max(0, len(finished) - keep_last)
-
-
-def _error_info(error: object) -> ErrorInfo | None:
-    if not isinstance(error, dict):
-        return None
-    return ErrorInfo(
-        type=str(error.get("type", "")),
-        message=str(error.get("message", "")),
-        traceback=str(error.get("traceback", "")),
-        source=str(error.get("source", "error_file")),
-    )
 
 
 def _last_line(log: str) -> str:
