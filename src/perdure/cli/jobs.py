@@ -14,6 +14,7 @@ import typer
 
 from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Stream
 from perdure.backends.factory import make_backend
+from perdure.backends.local import warm
 from perdure.backends.relay.secrets import SecretError, job_secret, state_secret
 from perdure.cli.common import (
     Ctx,
@@ -47,6 +48,11 @@ def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
 
 def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
     """The cluster's backend, or exit naming what is wrong (before anything is stored)."""
+    try:  # the environment's warm pool settings, named on their own (not as the cluster's)
+        warm.pool_size(None)
+        warm.idle_seconds(None)
+    except ValueError as exc:
+        die(str(exc))
     make_state_dir(ctx.state_dir)  # owner-only before the backend writes into it
     try:
         return make_backend(cluster, ctx.state_dir)
