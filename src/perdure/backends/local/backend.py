@@ -259,7 +259,8 @@ class LocalBackend:
         self._active.pop(tracked.launch_id, None)
         if "spawn_error" in record or "exit_code" not in record:
             message = record.get("spawn_error", f"{tracked.exit_path} is unreadable")
-            out.append(LaunchFailed(tracked.launch_id, str(message), time.time()))
+            out.append(LaunchFailed(tracked.launch_id, str(message), time.time(),
+                                    user_error=record.get("user_error") is True))
             return
         error = record.get("error")
         out.append(

@@ -25,6 +25,7 @@ This runs on every replica start, so it imports no torch, no subprocess, no path
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -95,13 +96,9 @@ class Supervisor:
         except (OSError, ValueError, memory.MemoryLimitError) as err:
             self._dismiss_standby()
             self.limit.close()
-            exe = self.spec["command"][0]
-            message = f"cannot start {exe!r}: {err}"
-            if "No such file" in str(err) and os.path.isfile(os.path.join(self.spec["cwd"], exe)):
-                message += " (the file exists: is the interpreter on its #! line missing?)"
-            layout.write_json(
-                self._file(layout.EXIT), {"spawn_error": message, "time": time.time()}
-            )
+            message, user_error = spawn_failure(self.spec, err)
+            layout.write_json(self._file(layout.EXIT), {
+                "spawn_error": message, "user_error": user_error, "time": time.time()})
             print(f"supervisor: {message}", file=sys.stderr)
             return 1
         self._write_status()
@@ -320,6 +317,34 @@ class Supervisor:
             return error
         tail = read_stderr_tail(self.spec["stderr"], self.err_offset, STDERR_TAIL_BYTES)
         return parse_traceback(tail)
+
+
+def spawn_failure(spec: dict[str, Any], err: Exception) -> tuple[str, bool]:
+    """What exit.json says of a replica that could not start, and whether its command is to
+    blame (then no retry can help: the job fails at once, naming the file)."""
+    exe = str(spec["command"][0])
+    path = _where(exe, spec)
+    code = err.errno if isinstance(err, procs.ExecError) else None
+    if code == errno.ENOEXEC:  # an executable file the kernel cannot run: no #! line
+        return (f"cannot start {exe!r}: {path} is not a program this system can run (exec: "
+                "Exec format error); a script needs a first line naming its interpreter, "
+                "such as #!/bin/sh or #!/usr/bin/env python3", True)
+    message = f"cannot start {exe!r}: {err}"
+    if code == errno.ENOENT and os.path.isfile(path):
+        message += " (the file exists: is the interpreter on its #! line missing?)"
+    return message, code in (errno.ENOENT, errno.EACCES)
+
+
+def _where(exe: str, spec: dict[str, Any]) -> str:
+    """The file `exe` names, as exec looks it up (relative to the replica's cwd, or on PATH)."""
+    if os.sep in exe:
+        return os.path.normpath(os.path.join(str(spec["cwd"]), exe))
+    env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
+    for folder in os.get_exec_path(env if env and "PATH" in env else None):
+        candidate = os.path.join(folder, exe)
+        if os.path.isfile(candidate):
+            return candidate
+    return exe
 
 
 def child_env(spec: dict[str, Any], directory: str) -> dict[str, str]:

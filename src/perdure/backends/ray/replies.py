@@ -80,7 +80,8 @@ def exit_observation(launch_id: str, record: dict[str, Any],
     sent the relay, which beats the supervisor's guess from stderr)."""
     if "exit_code" not in record:
         return LaunchFailed(launch_id, str(record.get("spawn_error")),
-                            float(record.get("time", time.time())))
+                            float(record.get("time", time.time())),
+                            user_error=record.get("user_error") is True)
     signal = record.get("signal")
     rss = record.get("peak_rss_mb")
     return ReplicaExited(
