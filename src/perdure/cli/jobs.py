@@ -14,7 +14,7 @@ import typer
 
 from perdure.backends.base import Backend, BackendBusy, BackendUnavailable, Stream
 from perdure.backends.factory import make_backend
-from perdure.backends.local import warm
+from perdure.backends.local import logcap, warm
 from perdure.backends.relay.secrets import SecretError, job_secret, state_secret
 from perdure.cli.common import (
     Ctx,
@@ -51,6 +51,7 @@ def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
     try:  # the environment's warm pool settings, named on their own (not as the cluster's)
         warm.pool_size(None)
         warm.idle_seconds(None)
+        logcap.max_bytes()
     except ValueError as exc:
         die(str(exc))
     make_state_dir(ctx.state_dir)  # owner-only before the backend writes into it

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perdure.backends.base import Backend, LaunchError
-from perdure.controller import vet
+from perdure.controller import backoff, vet
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
@@ -88,6 +88,7 @@ class Controller:
         # Stops, node kills and rounds the OS refused (disk full, EMFILE): tried again next tick.
         self._deferred: list[Decision] = []
         self._refused: set[Decision] = set()  # reported once, not every tick it is retried
+        self.held = backoff.Backoff()  # launches the machine refused, tried again later
         self.watch = WatchShell(state_dir, backend, clock)
         self.intervals = IntervalShell(settings.state_dir)
         self._poll_failing = False
@@ -211,6 +212,8 @@ class Controller:
         deferred, self._deferred = self._deferred, []
         for d in [*deferred, *outcome.decisions]:
             self._apply(d)
+        for launch in self.held.due(self.clock()):
+            self._launch(launch)
         for e in stored:
             for listener in self.listeners:
                 listener(e)
@@ -290,19 +293,10 @@ class Controller:
         return decide(self.snapshot, kept, now, self.ports, self.settings)
 
     def _apply(self, d: Decision) -> None:
-        """Carry out a decision. A launch that fails is an observation for the next tick (an
-        OSError too: disk full, too many open files); other decisions the OS refuses are
+        """Carry out a decision (a launch: `_launch`); other decisions the OS refuses are
         tried again next tick. The controller goes on either way."""
         if isinstance(d, Launch):
-            try:
-                self.backend.launch(d)
-            except LaunchError as exc:
-                self.pending.append(LaunchFailed(d.launch_id, str(exc), self.clock(),
-                                                 user_error=exc.user_error))
-            except Exception as exc:  # OSError (disk full, EMFILE) or a backend's bug
-                self.pending.append(LaunchFailed(
-                    d.launch_id, f"the backend could not launch it: {_exception(exc)}",
-                    self.clock()))
+            self._launch(d)
             return
         try:
             self._act(d)
@@ -319,8 +313,32 @@ class Controller:
         else:
             self._refused.discard(d)
 
+    def _launch(self, d: Launch) -> None:
+        """Start a replica. The machine refusing it (disk full, EMFILE) holds it for a later
+        try, charged to nobody (`backoff`); any other failure fails the launch next tick."""
+        try:
+            self.backend.launch(d)
+        except Exception as exc:  # LaunchError, OSError, or a backend's bug
+            if backoff.machine_errno(exc) is not None:
+                note = self.held.hold(d, str(exc), self.clock())
+                if note is not None:  # said once per launch, not at every refusal
+                    self._start_events.append(Event(self.clock(), d.job_id, "internal", note))
+                return
+            self.held.drop(d.launch_id)
+            user = isinstance(exc, LaunchError) and exc.user_error
+            message = (str(exc) if isinstance(exc, LaunchError)
+                       else f"the backend could not launch it: {_exception(exc)}")
+            self.pending.append(LaunchFailed(d.launch_id, message, self.clock(),
+                                             user_error=user))
+        else:
+            self.held.drop(d.launch_id)
+
     def _act(self, d: Decision) -> None:
-        if isinstance(d, Stop):
+        if isinstance(d, Stop) and self.held.drop(d.launch_id):  # it never started
+            self.pending.append(LaunchFailed(
+                d.launch_id, f"stopped ({d.reason}) before the machine let it start",
+                self.clock()))
+        elif isinstance(d, Stop):
             self.backend.stop(d)
         elif isinstance(d, KillNode):
             self.backend.kill_node(d.node)

@@ -6,6 +6,7 @@ Real sqlite and the real controller loop; the fake backend scripts the faults.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import sys
 import time
@@ -71,17 +72,46 @@ def drive(ctl: Controller, store: Store, *ids: str) -> dict[str, Job]:
     return {i: store.job(i) for i in ids}  # type: ignore[misc]
 
 
-def test_a_full_disk_at_launch_is_internal_and_spends_no_user_budget(tmp_path: Path) -> None:
-    backend = FaultyBackend([OSError(errno.ENOSPC, "No space left on device")])
+def test_a_full_disk_at_launch_backs_off_and_spends_no_budget(tmp_path: Path) -> None:
+    refusals = [OSError(errno.ENOSPC, "No space left on device"),
+                LaunchError("cannot start the spawner"),  # raised from EMFILE: the machine's
+                OSError(errno.ENOSPC, "No space left on device")]
+    refusals[1].__cause__ = OSError(errno.EMFILE, "Too many open files")
+    backend = FaultyBackend(refusals)
+    tried: list[float] = []
+    real_launch = backend.launch
+
+    def launch(d: Launch) -> None:
+        tried.append(time.monotonic())
+        real_launch(d)
+
+    backend.launch = launch  # type: ignore[method-assign]
     ctl, store = controller(tmp_path, backend)
     ctl.start()
-    job = new_job("disk", replicas=2, restart={"max_job_retries": 0})
+    job = new_job("disk", replicas=1, restart={"max_job_retries": 0})
+    queued = new_job("queued", replicas=4)  # waits for the first job's slot: never charged
     store.submit(job)
+    store.submit(queued)
+    done = drive(ctl, store, job.id, queued.id)
+    for one in done.values():
+        assert one.state.value == "SUCCEEDED" and one.attempt == 1 and one.retries == {}
+        assert all(r.restarts == 0 for r in one.replicas)
+    gaps = [b - a for a, b in itertools.pairwise(tried[:4])]  # the first job's four tries
+    assert gaps[0] >= 0.45 and gaps[1] >= 0.95 and gaps[2] >= 1.9, gaps  # doubling
+    said = [e.message for e in store.events(job.id) if "refused its launch" in e.message]
+    assert len(said) == 1 and "No space left on device" in said[0], said
+
+
+def test_a_cancel_while_the_machine_refuses_the_launch(tmp_path: Path) -> None:
+    backend = FaultyBackend([OSError(errno.ENOSPC, "No space left on device")] * 50)
+    ctl, store = controller(tmp_path, backend)
+    ctl.start()
+    job = new_job("held")
+    store.submit(job)
+    ctl.run(until=lambda: len(ctl.held) == 1)
+    store.command("cancel", job.id)
     done = drive(ctl, store, job.id)[job.id]
-    assert done.state.value == "SUCCEEDED"
-    assert done.retries == {"INTERNAL": 1}
-    assert all(r.restarts == 0 for r in done.replicas)
-    assert any("No space left on device" in e.message for e in store.events(job.id))
+    assert done.state.value == "CANCELLED" and done.retries == {} and not ctl.held
 
 
 def test_a_launch_the_spec_makes_impossible_fails_at_once(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perdure.backends.base import LaunchError, NodeInfo, error_info
-from perdure.backends.local import layout, procs, warm
+from perdure.backends.local import layout, logcap, procs, warm
 from perdure.backends.local.memory import MECHANISMS
 from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
 from perdure.backends.local.progress import ProgressReader
@@ -115,6 +115,7 @@ class LocalBackend:
         self._spawner = Spawner(
             self._launches, warm.pool_size(warm_pool), warm.idle_seconds(warm_idle)
         )
+        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self._nodes = list(nodes)
         self._node_names = {node.name for node in nodes}
         self._memory_mechanism = memory_mechanism
@@ -144,25 +145,30 @@ class LocalBackend:
                 f"launch id {launch.launch_id!r} was already used ({directory} exists); "
                 "every launch needs a new id"
             ) from None
-        layout.write_json(
-            os.path.join(directory, layout.LAUNCH),
-            {
-                "launch_id": launch.launch_id,
-                "job_id": launch.job_id,
-                "replica": launch.replica,
-                "node": launch.node,
-                "command": list(launch.command),
-                "env": self._transport.env(launch),
-                "inherit_env": self._inherit_env,
-                "cwd": os.path.abspath(launch.cwd),  # the supervisor runs in the launch dir
-                "memory_mb": launch.memory_mb,
-                "memory_mechanism": self._memory_mechanism,
-                "stdout": os.path.abspath(launch.log_prefix + ".out"),
-                "stderr": os.path.abspath(launch.log_prefix + ".err"),
-                "created": time.time(),
-            },
-        )
-        spawner = self._spawner.send(directory)
+        try:
+            layout.write_json(
+                os.path.join(directory, layout.LAUNCH),
+                {
+                    "launch_id": launch.launch_id,
+                    "job_id": launch.job_id,
+                    "replica": launch.replica,
+                    "node": launch.node,
+                    "command": list(launch.command),
+                    "env": self._transport.env(launch),
+                    "inherit_env": self._inherit_env,
+                    "cwd": os.path.abspath(launch.cwd),  # the supervisor runs in the launch dir
+                    "memory_mb": launch.memory_mb,
+                    "memory_mechanism": self._memory_mechanism,
+                    "stdout": os.path.abspath(launch.log_prefix + ".out"),
+                    "stderr": os.path.abspath(launch.log_prefix + ".err"),
+                    "log_max_bytes": self._log_max_bytes,
+                    "created": time.time(),
+                },
+            )
+            spawner = self._spawner.send(directory)
+        except BaseException:  # the disk is full, the spawner cannot start: nothing was sent,
+            shutil.rmtree(directory, ignore_errors=True)  # so the same launch may try again
+            raise
         self._active[launch.launch_id] = _Tracked(
             launch.launch_id, launch.node, directory, spawner=spawner, sent_at=time.monotonic()
         )

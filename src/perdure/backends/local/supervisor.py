@@ -31,7 +31,7 @@ import signal
 import sys
 import time
 
-from perdure.backends.local import layout, memory, procs
+from perdure.backends.local import layout, logcap, memory, procs
 from perdure.backends.local.standby import Standby, launch_fits
 from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
 
@@ -226,6 +226,7 @@ class Supervisor:
                 self.kill_at = None
             if now >= self.next_sample:
                 self._sample_memory(now)
+                self._trim_logs()
             wake = self.next_sample if self.kill_at is None else min(self.next_sample, self.kill_at)
             info = signal.sigtimedwait(HANDLED_SIGNALS, max(0.001, wake - time.time()))
             if info is None:
@@ -259,6 +260,16 @@ class Supervisor:
         self.next_sample = now + (self.limit.poll_interval or IDLE_WAKE_SECONDS)
         if os.path.exists(self._file(layout.STOP)):  # in case a SIGUSR1 was lost
             self._check_stop()
+
+    def _trim_logs(self) -> None:
+        """Keep the replica's log files under the launch's cap (logcap): the tail stays."""
+        limit = self.spec.get("log_max_bytes")
+        if not isinstance(limit, int) or limit <= 0:
+            return
+        for stream in sorted({self.spec["stdout"], self.spec["stderr"]}):
+            shift, mark = logcap.trim(stream, limit)
+            if shift and stream == self.spec["stderr"]:  # where this launch's output begins
+                self.err_offset = max(self.err_offset - shift, mark)
 
     def _check_stop(self) -> None:
         request = layout.read_json(self._file(layout.STOP))
@@ -315,6 +326,7 @@ class Supervisor:
         error = read_error_file(self._file(layout.ERROR))
         if error is not None:
             return error
+        self._trim_logs()  # the traceback is in the tail, which a trim keeps
         tail = read_stderr_tail(self.spec["stderr"], self.err_offset, STDERR_TAIL_BYTES)
         return parse_traceback(tail)
 

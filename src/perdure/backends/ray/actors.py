@@ -31,6 +31,7 @@ import ray
 
 from perdure.backends.local import layout, procs
 from perdure.backends.local.replicas import kill_leftovers, signal_replica
+from perdure.backends.ray.mirror import RESTARTED
 
 RESOURCE_PREFIX = "perdure_node_"
 # A launch or agent asks for this much of its node's resource: it pins the actor to the node
@@ -84,13 +85,20 @@ def network_env() -> dict[str, str]:
 def pull_launch(directory: str, offsets: dict[str, int]) -> dict[str, bytes]:
     """New bytes of a launch's logs and progress reports since `offsets` (per stream)."""
     out = {}
+    restarted = []
     for stream, name in FILES.items():
         try:
             with open(os.path.join(directory, name), "rb") as f:
-                f.seek(offsets.get(stream, 0))
+                offset = offsets.get(stream, 0)
+                if offset > os.fstat(f.fileno()).st_size:  # trimmed under its cap (logcap)
+                    offset = 0
+                    restarted.append(stream)
+                f.seek(offset)
                 out[stream] = f.read(PULL_LIMIT)
         except FileNotFoundError:
             out[stream] = b""
+    if restarted:
+        out[RESTARTED] = ",".join(restarted).encode()
     return out
 
 

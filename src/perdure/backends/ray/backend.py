@@ -32,7 +32,7 @@ from ray.exceptions import (
 )
 
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import layout, warm
+from perdure.backends.local import layout, logcap, warm
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
@@ -95,6 +95,7 @@ class RayBackend:
         self._agents: dict[str, Any] = {}
         # Each node agent's pool of warm standbys, as the local backend's (ValueError: bad env)
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
+        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
 
     def _attach(self) -> None:
@@ -143,7 +144,8 @@ class RayBackend:
         record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
                   "replica": launch.replica, "node": launch.node,
                   "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                  "memory_mb": launch.memory_mb, "warm": list(self._warm)}
+                  "memory_mb": launch.memory_mb, "warm": list(self._warm),
+                  "log_max_bytes": self._log_max_bytes}
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
         if mirror.read_record(layout.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
