@@ -92,6 +92,7 @@ class Controller:
         self.watch = WatchShell(state_dir, backend, clock)
         self.intervals = IntervalShell(settings.state_dir)
         self._poll_failing = False
+        self._tick_refused = False
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -194,7 +195,11 @@ class Controller:
         observations += found
         self._start_events += noted
         self._start_events += self.intervals.step(self.snapshot.jobs, observations, now)
-        outcome = self._decide(observations, now)
+        try:
+            outcome = self._decide(observations, now)
+        except OSError as exc:  # EMFILE probing a free port: nothing was decided
+            return self._refused_tick(observations, exc)
+        self._tick_refused = False
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
         events, self._start_events = [*self._start_events, *outcome.events], []
         stored = self.store.commit_tick(
@@ -219,6 +224,17 @@ class Controller:
                 listener(e)
         self.tick_seconds.append(time.perf_counter() - began)
         return outcome
+
+    def _refused_tick(self, observations: list[Observation], exc: OSError) -> Outcome:
+        """A tick the machine refused (no descriptor left to probe a port with): nothing is
+        decided or lost; its observations wait for the next tick, and it is said once."""
+        self.pending = [*observations, *self.pending]
+        self.ports = free_ports()  # the old generator ended with the error
+        if not self._tick_refused:
+            self._start_events.append(Event(self.clock(), None, "internal",
+                                            f"could not decide: {exc}; trying again each tick"))
+        self._tick_refused = True
+        return Outcome(self.snapshot, [], [], frozenset(), False)
 
     def _forget_node_dir(self, job_id: str) -> None:
         """Remove what an ended job kept on this node ($PERDURE_NODE_DIR: snapshots in tmpfs)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from perdure.core.model import Job, make_replicas
 from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec
 from perdure.store.sqlite import Store
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 
 
 @contextlib.contextmanager
@@ -71,6 +72,7 @@ def run_until(ctl: Controller, done: object, timeout: float) -> None:
     ctl.run(until=lambda: bool(done()) or time.monotonic() > deadline)  # type: ignore[operator]
 
 
+@needs_root
 def test_a_full_disk_holds_launches_and_charges_no_job(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
@@ -99,9 +101,11 @@ def test_a_full_disk_holds_launches_and_charges_no_job(tmp_path: Path) -> None:
                 assert done.attempt == 1 and done.retries == {}
         finally:
             ctl.close()
+            store.close()
             kill_everything(state)
 
 
+@needs_root
 def test_a_chatty_replica_stays_under_its_log_cap_on_a_small_disk(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(logcap.ENV, "1")  # 1 MiB per file; it prints 12 MB on an 8 MiB disk
@@ -126,4 +130,43 @@ def test_a_chatty_replica_stays_under_its_log_cap_on_a_small_disk(
             assert out.startswith(b"=== perdure: ") and out.rstrip().endswith(b"LAST LINE")
         finally:
             ctl.close()
+            store.close()
             kill_everything(state)
+
+
+def test_running_out_of_descriptors_ends_nothing_and_charges_no_job(tmp_path: Path) -> None:
+    # EMFILE hits the controller wherever it next opens a file: a port probe at admission (a
+    # tick that decides nothing), the launch record (a held launch). Neither ends it.
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    ctl, store = controller(state)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hogs: list[int] = []
+    try:
+        one = job("fds", "print('a')", tmp_path)
+        store.submit(one)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64, hard))
+        with contextlib.suppress(OSError):  # EMFILE: this process has no descriptor left
+            while True:
+                hogs.append(os.open(os.devnull, os.O_RDONLY))
+        for _ in range(10):
+            ctl.tick()  # raised OSError/StopIteration out of the port probe before
+            time.sleep(0.05)
+        now = store.job(one.id)
+        assert now is not None and not now.state.terminal and now.retries == {}
+        for fd in hogs:
+            os.close(fd)
+        hogs.clear()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        run_until(ctl, lambda: store.job(one.id).state.terminal, 60)  # type: ignore[union-attr]
+        done = store.job(one.id)
+        assert done is not None and done.state.value == "SUCCEEDED" and done.retries == {}
+        said = [e.message for e in store.events() if "Too many open files" in e.message]
+        assert len(said) == 1, said  # said once, not at every tick
+    finally:
+        for fd in hogs:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        ctl.close()
+        store.close()
+        kill_everything(state)
