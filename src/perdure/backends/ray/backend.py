@@ -410,7 +410,12 @@ class RayBackend:
         return out
 
     def close(self) -> None:
+        """Stop watching (replicas keep running), stop the relay, let the namespace go."""
         self._active.clear()
+        if self._transport is not None:  # its socket and threads: a relay left open would
+            self._transport.close()      # keep a new controller of this process off its port
+            self._transport = None
         if self._lock is not None:  # None: another controller holds the namespace
             with contextlib.suppress(RayError):
                 ray.kill(self._lock)
+            self._lock = None
