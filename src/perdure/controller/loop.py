@@ -130,8 +130,7 @@ class Controller:
         self.snapshot = Snapshot(jobs, nodes, self.snapshot.quotas)
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
-        self.pending.extend(self._vetted(
-            self.backend.adopt([r.launch_id for r in alive if r.launch_id])))
+        self.pending.extend(self._adopt([r.launch_id for r in alive if r.launch_id]))
         now = self.clock()
         for job in jobs.values():  # in the job's history: the replicas outlived a controller
             running = [r.name for r in job.replicas if r.alive and r.launch_id]
@@ -143,16 +142,25 @@ class Controller:
         for job in jobs.values():  # a stop decided before a crash may never have been sent
             for r in job.replicas:
                 if r.state is ReplicaState.STOPPING and r.launch_id:
-                    self.backend.stop(Stop(r.launch_id, 15, job.spec.restart.stop_grace_seconds,
-                                           "re-sent after controller restart"))
+                    self._apply(Stop(r.launch_id, 15, job.spec.restart.stop_grace_seconds,
+                                     "re-sent after controller restart"))
 
     def _fail_unreadable(self, err: UnreadableJob) -> None:
         """A stored job that cannot be read back fails on its own; the others go on."""
         running = self.store.fail_unreadable(err, self.clock())
         if running:  # stop what may still run of it: its record is gone
-            self.pending.extend(self._vetted(self.backend.adopt(running)))
+            self.pending.extend(self._adopt(running))
             for lid in running:
-                self.backend.stop(Stop(lid, 15, 5.0, "its job cannot be read back"))
+                self._apply(Stop(lid, 15, 5.0, "its job cannot be read back"))
+
+    def _adopt(self, launch_ids: list[str]) -> list[Observation]:
+        """Re-attach to running launches; a backend that fails to fails those launches
+        (INTERNAL: retried by the policy), never the controller's start."""
+        try:
+            return self._vetted(self.backend.adopt(launch_ids))
+        except Exception as exc:
+            why = f"the backend could not re-attach to it: {vet.error_words(exc)}"
+            return [LaunchFailed(lid, why, self.clock()) for lid in launch_ids]
 
     def close(self) -> None:
         self.watch.close()
@@ -251,7 +259,7 @@ class Controller:
             if not self._poll_failing:
                 self._start_events.append(Event(self.clock(), None, "internal",
                                                 f"could not poll the backend: "
-                                                f"{_exception(exc)}; trying again each tick"))
+                                                f"{vet.error_words(exc)}; trying again each tick"))
             self._poll_failing = True
             return []
         self._poll_failing = False
@@ -301,7 +309,7 @@ class Controller:
             raise first
         kept = [o for o in observations if o not in bad]
         for obs in bad:
-            instead = vet.failed(obs, f"the controller failed on it: {_exception(first)}", now)
+            instead = vet.failed(obs, f"the controller failed on it: {vet.error_words(first)}", now)
             if instead is not None and instead not in bad:
                 kept.append(instead)
                 self._deferred.append(Stop(instead.launch_id, 9, 0.0,
@@ -324,7 +332,7 @@ class Controller:
                     d, "job_id", None)
                 self._start_events.append(Event(
                     self.clock(), job_id, "internal",
-                    f"could not carry out {type(d).__name__}: {_exception(exc)}; trying again "
+                    f"could not carry out {type(d).__name__}: {vet.error_words(exc)}; trying again "
                     "each tick"))
         else:
             self._refused.discard(d)
@@ -343,7 +351,7 @@ class Controller:
             self.held.drop(d.launch_id)
             user = isinstance(exc, LaunchError) and exc.user_error
             message = (str(exc) if isinstance(exc, LaunchError)
-                       else f"the backend could not launch it: {_exception(exc)}")
+                       else f"the backend could not launch it: {vet.error_words(exc)}")
             self.pending.append(LaunchFailed(d.launch_id, message, self.clock(),
                                              user_error=user))
         else:
@@ -373,11 +381,6 @@ class Controller:
             if exit_when_idle and self.idle():
                 return
             time.sleep(self.interval)
-
-
-def _exception(exc: BaseException) -> str:
-    """An exception as an event says it: an OSError's own words, else its type too."""
-    return str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
 
 
 def publish_round(state_dir: Path, d: Rendezvous) -> None:

@@ -25,7 +25,7 @@ from perdure.core.events import (
     ReplicaStarted,
 )
 
-__all__ = ["Unexpected", "describe", "failed", "vet"]
+__all__ = ["Unexpected", "describe", "error_words", "failed", "vet"]
 
 RECORD_CHARS = 300  # of a bad record, quoted in the job's event
 
@@ -83,6 +83,11 @@ def describe(obs: object) -> str:
     except Exception as err:  # a reply whose repr fails is still named
         text = f"<{type(obs).__name__}: repr failed: {err}>"
     return text if len(text) <= RECORD_CHARS else text[:RECORD_CHARS] + "..."
+
+
+def error_words(exc: BaseException) -> str:
+    """An exception as an event says it: an OSError's own words, else its type too."""
+    return str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
 
 
 def vet(obs: object) -> Observation:

@@ -241,3 +241,30 @@ def test_the_core_failing_on_a_reply_fails_that_launch_only(tmp_path: Path,
     assert done[sick.id].state.value == "SUCCEEDED" and done[sick.id].retries == {"INTERNAL": 1}
     failed = [e.message for e in store.events(sick.id) if e.kind == "launch-failed"]
     assert len(failed) == 1 and "ZeroDivisionError" in failed[0]
+
+
+def test_a_backend_that_cannot_re_attach_fails_those_launches_not_the_start(
+        tmp_path: Path) -> None:
+    def script(launch: Launch) -> FakeRun:  # the first attempt runs until stopped
+        return FakeRun(seconds=None if launch.launch_id.split(".")[1] == "1" else 0.05)
+
+    first, store = controller(tmp_path, FakeBackend([NodeInfo("local", 4)], script))
+    first.start()
+    job = new_job("adopted")
+    store.submit(job)
+    first.run(until=lambda: store.job(job.id).state.value == "RUNNING")  # type: ignore[union-attr]
+    first.close()  # a controller that ends, leaving its replica running
+
+    class Broken(FakeBackend):
+        def adopt(self, launch_ids: list[str]) -> list[Observation]:
+            raise RuntimeError("the cluster is not answering")
+
+    second = Controller(tmp_path, store, Broken([NodeInfo("local", 4)], script),
+                        ClusterSpec(nodes=[NodeSpec(name="local", slots=4)]),
+                        LaunchSettings(str(tmp_path), sys.executable), interval=0.005)
+    second.start()  # raised out of start before
+    done = drive(second, store, job.id)[job.id]
+    assert done.state.value == "SUCCEEDED" and done.attempt == 2
+    assert done.retries == {"INTERNAL": 1}
+    failed = [e.message for e in store.events(job.id) if e.kind == "launch-failed"]
+    assert len(failed) == 1 and "could not re-attach" in failed[0]
