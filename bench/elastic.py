@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,13 +42,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+from elastic_common import (
+    AFTER,
+    JOB,
+    JOB_SECRET,
+    NODES,
+    WARM,
+    WORLD,
+    all_reached,
+    free_port,
+    launch,
+    perdure_env,
+    publish,
+    records,
+    stop,
+    wait_until,
+)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 HERE = Path(__file__).resolve()
-WORLD = 4
-NODES = {"worker-0": "a", "worker-1": "a", "worker-2": "b", "worker-3": "b"}
-JOB = "bench-elastic"
-JOB_SECRET = "be" * 32  # what perdure would hand the job (PERDURE_JOB_SECRET)
 
 
 # ---- the training process -------------------------------------------------------------------
@@ -215,44 +227,6 @@ def drop_cache(root: Path) -> None:
 
 # ---- the driver -------------------------------------------------------------------------------
 
-WARM = 10  # steps every rank completes before the kill
-AFTER = 8  # steps after recovery before a scenario ends
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def records(out: Path, ev: str | None = None) -> list[dict[str, Any]]:
-    recs: list[dict[str, Any]] = []
-    for path in out.glob("*.jsonl"):
-        for line in path.read_text().splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                if ev is None or rec["ev"] == ev:
-                    recs.append(rec)
-    return recs
-
-
-def wait_until(what: str, pred: Any, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.02)
-    raise SystemExit(f"bench: timed out waiting for {what}")
-
-
-def launch(kind: str, args: dict[str, Any], env: dict[str, str], logs: Path,
-           name: str) -> subprocess.Popen[bytes]:
-    logs.mkdir(parents=True, exist_ok=True)
-    with (logs / f"{name}.log").open("ab") as log:
-        return subprocess.Popen([sys.executable, str(HERE), kind, json.dumps(args)],
-                                env={**os.environ, "OMP_NUM_THREADS": "1", **env},
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
 
 def standby() -> subprocess.Popen[bytes]:
     """A warm standby interpreter as perdure's local backend keeps (torch imported): given a
@@ -281,14 +255,6 @@ def launch_warm(proc: subprocess.Popen[bytes], kind: str, args: dict[str, Any],
     return proc
 
 
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-
-
 def kill_workers(out: Path) -> None:
     """SIGKILL every worker that logged into `out` and still runs (torchrun starts its workers
     in sessions of their own: killing torchrun's group leaves them running)."""
@@ -298,36 +264,11 @@ def kill_workers(out: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def all_reached(out: Path, names: set[str], step: int) -> bool:
-    done = {r["name"] for r in records(out, "step") if r["step"] >= step}
-    return names <= done
-
-
 def first_step_after(out: Path, t: float, pids: set[int] | None = None,
                      world: int | None = None) -> float | None:
     times = [r["t"] for r in records(out, "step") if r["t"] > t
              and (pids is None or r["pid"] in pids) and (world is None or r["world"] == world)]
     return min(times) if times else None
-
-
-def perdure_env(rdzv: Path, replica: str, round_no: int, members: list[str],
-                mode: str) -> dict[str, str]:
-    member = replica in members
-    return {"PERDURE_JOB_ID": JOB, "PERDURE_ATTEMPT": "1", "PERDURE_ROUND": str(round_no),
-            "PERDURE_REPLICA": replica, "PERDURE_NODE": NODES[replica],
-            "PERDURE_JOB_SECRET": JOB_SECRET,
-            "PERDURE_RDZV_DIR": str(rdzv), "PERDURE_ELASTIC_MODE": mode,
-            "PERDURE_MIN_WORLD_SIZE": "2",
-            "RANK": str(members.index(replica) if member else int(replica[-1])),
-            "WORLD_SIZE": str(len(members) if member else WORLD)}
-
-
-def publish(state_dir: Path, round_no: int, members: list[str], reason: str) -> None:
-    from perdure.controller.loop import publish_round
-    from perdure.core.events import Rendezvous
-
-    publish_round(state_dir, Rendezvous(JOB, 1, round_no, tuple((m, NODES[m]) for m in members),
-                                        reason, time.time()))
 
 
 def run_elastic(mode: str, base: dict[str, Any], tmp: Path, warm: bool = False

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import elastic as eb
+import elastic_common as eb
 
 BATCH = 16  # eb.train_steps' batch per rank
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch.distributed  # noqa: F401  (imported before the fork: one import for all)
 
-from perdure.controller.relay import Relay
+from perdure.backends.relay.server import Relay
 from perdure.runtime.elastic.barrier import meet
 from perdure.runtime.elastic.rendezvous import Member, Round
 from perdure.runtime.transport import FileTransport, NetTransport, Transport, from_env

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -69,20 +70,34 @@ def test_sigterm_and_sighup_cancel_the_job_like_ctrl_c(tmp_path: Path, sig: int)
 
 def test_a_second_run_takes_over_when_the_first_exits(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    # The first job outlives the second `perdure run`'s start-up, even on a loaded machine.
-    first = start_run(state, sleeper(tmp_path, "first", 4, uuid.uuid4().hex))
+    go = tmp_path / "go"
+    # The first job runs until the second `perdure run` says it follows it (however long its
+    # start-up takes on a loaded machine: a fixed sleep here was a flake), then ends.
+    first_spec = tmp_path / "first.yaml"
+    code = (f"import os, time; t = time.time(); "
+            f"[time.sleep(0.1) for _ in iter(lambda: os.path.exists({str(go)!r}) "
+            f"or time.time() - t > 300, True)]")
+    first_spec.write_text(f'name: first\npools: [{{name: w, command: [python, -c, "{code}"]}}]\n')
+    first = start_run(state, first_spec)
     try:
         wait_for(lambda: (state / "controller.lock").exists(), 60)
-        second = start_run(state, sleeper(tmp_path, "second", 12, uuid.uuid4().hex))
+        second = start_run(state, sleeper(tmp_path, "second", 2, uuid.uuid4().hex))
         try:
-            out2, _ = second.communicate(timeout=90)
+            lines: list[str] = []
+            reader = threading.Thread(target=lambda: lines.extend(second.stdout or []),
+                                      daemon=True)
+            reader.start()
+            wait_for(lambda: any("following the job" in line for line in lines), 120)
+            go.touch()
+            second.wait(timeout=120)
+            reader.join(timeout=10)
+            out2 = "".join(lines)
         finally:
             second.kill()
-        out1, _ = first.communicate(timeout=30)
+        out1, _ = first.communicate(timeout=60)
     finally:
         first.kill()
     assert first.returncode == 0, out1
-    assert "following the job" in out2, out2
     assert "this one drives the job now" in out2, out2
     assert second.returncode == 0 and out2.splitlines()[-1].endswith("SUCCEEDED"), out2
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from perdure.backends.local import memory
-from perdure.controller.secrets import job_secret, state_secret
+from perdure.backends.relay.secrets import job_secret, state_secret
 
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
 

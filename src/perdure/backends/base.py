@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from perdure.core.events import Launch, Observation, Stop
+from perdure.core.events import ErrorInfo, Launch, Observation, Stop
 
 
 class LaunchError(RuntimeError):
@@ -113,3 +113,16 @@ class Backend(Protocol):
     def close(self) -> None:
         """Stop watching (replicas keep running: a controller restart adopts them)."""
         ...
+
+
+def error_info(error: object) -> ErrorInfo | None:
+    """A recorded error (an exit record's `error`, the error file's) as the core's ErrorInfo;
+    None for anything that is not one."""
+    if not isinstance(error, dict):
+        return None
+    return ErrorInfo(
+        type=str(error.get("type", "")),
+        message=str(error.get("message", "")),
+        traceback=str(error.get("traceback", "")),
+        source=str(error.get("source", "error_file")),
+    )

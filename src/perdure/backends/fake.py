@@ -1,7 +1,11 @@
 """A scriptable backend without processes, for tests and the scale benchmark.
 
 Each launch gets a `FakeRun` from the script (how long it runs and how it ends); time is the
-injected clock's, so tests step time instead of sleeping.
+injected clock's, so tests step time instead of sleeping. Replies a real backend should never
+give can be scripted too: `inject` hands the controller anything at the next poll (a
+malformed record, a reply for an unknown launch), `fail_polls` makes polls raise, and
+`FakeRun(start_late=True)` reports a replica's start only after its exit, as a backend that
+reads its records out of order would.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class FakeRun:
     oom: bool = False
     error: ErrorInfo | None = None
     fail_launch: bool = False
+    start_late: bool = False  # its start is reported a poll after its exit
 
 
 Script = Callable[[Launch], FakeRun]
@@ -65,6 +70,17 @@ class FakeBackend:
         self._exits: list[Observation] = []
         self._new: list[str] = []  # launched, start not reported yet
         self._ends: list[tuple[float, str]] = []  # (end time, launch id) heap
+        self._injected: list[object] = []
+        self._late: list[Observation] = []  # starts held back until the poll after the exit
+        self._poll_errors: list[Exception] = []
+
+    def inject(self, *replies: object) -> None:
+        """Chaos for tests: the next poll returns these as well, whatever they are."""
+        self._injected.extend(replies)
+
+    def fail_polls(self, *errors: Exception) -> None:
+        """Chaos for tests: the next polls raise these, one each."""
+        self._poll_errors.extend(errors)
 
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
@@ -108,13 +124,17 @@ class FakeBackend:
                 self.kill(lid, 9)
 
     def poll(self) -> list[Observation]:
-        out: list[Observation] = []
+        if self._poll_errors:
+            raise self._poll_errors.pop(0)
+        out: list[Observation] = [*self._late, *self._injected]  # type: ignore[list-item]
+        self._late, self._injected = [], []
         now = self.clock()
         for lid in self._new:
             p = self.procs.get(lid)
             if p is not None:
                 p.reported_start = True
-                out.append(ReplicaStarted(lid, 1000 + len(self.launched), p.started))
+                start = ReplicaStarted(lid, 1000 + len(self.launched), p.started)
+                (self._late if p.run.start_late else out).append(start)
         self._new = []
         while self._ends and self._ends[0][0] <= now:
             _, lid = heapq.heappop(self._ends)

@@ -14,7 +14,9 @@ import typer
 
 from perdure.backends.base import Backend, BackendBusy, BackendUnavailable
 from perdure.backends.factory import make_backend
+from perdure.backends.local import logcap, warm
 from perdure.backends.local.memory import CgroupParentError
+from perdure.backends.relay.secrets import SecretError, job_secret, state_secret
 from perdure.cli import jobview
 from perdure.cli.common import (
     Ctx,
@@ -31,7 +33,6 @@ from perdure.cli.reports import elastic_changes, format_elastic, format_goodput,
 from perdure.cli.runprogress import RunProgress
 from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
-from perdure.controller.secrets import SecretError, job_secret, state_secret
 from perdure.controller.usercommands import controller_running, start_hint
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
@@ -51,6 +52,12 @@ def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
 
 def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
     """The cluster's backend, or exit naming what is wrong (before anything is stored)."""
+    try:  # the environment's warm pool settings, named on their own (not as the cluster's)
+        warm.pool_size(None)
+        warm.idle_seconds(None)
+        logcap.max_bytes()
+    except ValueError as exc:
+        die(str(exc))
     make_state_dir(ctx.state_dir)  # owner-only before the backend writes into it
     try:
         return make_backend(cluster, ctx.state_dir)

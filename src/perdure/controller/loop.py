@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from perdure.backends.base import Backend, LaunchError
+from perdure.controller import backoff, vet
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
 from perdure.controller.watch import WatchShell
@@ -87,9 +88,11 @@ class Controller:
         # Stops, node kills and rounds the OS refused (disk full, EMFILE): tried again next tick.
         self._deferred: list[Decision] = []
         self._refused: set[Decision] = set()  # reported once, not every tick it is retried
+        self.held = backoff.Backoff()  # launches the machine refused, tried again later
         self.watch = WatchShell(state_dir, backend, clock)
         self.intervals = IntervalShell(settings.state_dir)
         self._poll_failing = False
+        self._tick_refused = False
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -121,7 +124,7 @@ class Controller:
         self.snapshot = Snapshot(jobs, nodes, self.snapshot.quotas)
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
-        self.pending.extend(self.backend.adopt([r.launch_id for r in alive if r.launch_id]))
+        self.pending.extend(self._adopt([r.launch_id for r in alive if r.launch_id]))
         now = self.clock()
         for job in jobs.values():  # in the job's history: the replicas outlived a controller
             running = [r.name for r in job.replicas if r.alive and r.launch_id]
@@ -133,16 +136,25 @@ class Controller:
         for job in jobs.values():  # a stop decided before a crash may never have been sent
             for r in job.replicas:
                 if r.state is ReplicaState.STOPPING and r.launch_id:
-                    self.backend.stop(Stop(r.launch_id, 15, job.spec.restart.stop_grace_seconds,
-                                           "re-sent after controller restart"))
+                    self._apply(Stop(r.launch_id, 15, job.spec.restart.stop_grace_seconds,
+                                     "re-sent after controller restart"))
 
     def _fail_unreadable(self, err: UnreadableJob) -> None:
         """A stored job that cannot be read back fails on its own; the others go on."""
         running = self.store.fail_unreadable(err, self.clock())
         if running:  # stop what may still run of it: its record is gone
-            self.pending.extend(self.backend.adopt(running))
+            self.pending.extend(self._adopt(running))
             for lid in running:
-                self.backend.stop(Stop(lid, 15, 5.0, "its job cannot be read back"))
+                self._apply(Stop(lid, 15, 5.0, "its job cannot be read back"))
+
+    def _adopt(self, launch_ids: list[str]) -> list[Observation]:
+        """Re-attach to running launches; a backend that fails to fails those launches
+        (INTERNAL: retried by the policy), never the controller's start."""
+        try:
+            return self._vetted(self.backend.adopt(launch_ids))
+        except Exception as exc:
+            why = f"the backend could not re-attach to it: {vet.error_words(exc)}"
+            return [LaunchFailed(lid, why, self.clock()) for lid in launch_ids]
 
     def close(self) -> None:
         self.watch.close()
@@ -185,7 +197,11 @@ class Controller:
         observations += found
         self._start_events += noted
         self._start_events += self.intervals.step(self.snapshot.jobs, observations, now)
-        outcome = decide(self.snapshot, observations, now, self.ports, self.settings)
+        try:
+            outcome = self._decide(observations, now)
+        except OSError as exc:  # EMFILE probing a free port: nothing was decided
+            return self._refused_tick(observations, exc)
+        self._tick_refused = False
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
         events, self._start_events = [*self._start_events, *outcome.events], []
         stored = self.store.commit_tick(
@@ -203,11 +219,24 @@ class Controller:
         deferred, self._deferred = self._deferred, []
         for d in [*deferred, *outcome.decisions]:
             self._apply(d)
+        for launch in self.held.due(self.clock()):
+            self._launch(launch)
         for e in stored:
             for listener in self.listeners:
                 listener(e)
         self.tick_seconds.append(time.perf_counter() - began)
         return outcome
+
+    def _refused_tick(self, observations: list[Observation], exc: OSError) -> Outcome:
+        """A tick the machine refused (no descriptor left to probe a port with): nothing is
+        decided or lost; its observations wait for the next tick, and it is said once."""
+        self.pending = [*observations, *self.pending]
+        self.ports = free_ports()  # the old generator ended with the error
+        if not self._tick_refused:
+            self._start_events.append(Event(self.clock(), None, "internal",
+                                            f"could not decide: {exc}; trying again each tick"))
+        self._tick_refused = True
+        return Outcome(self.snapshot, [], [], frozenset(), False)
 
     def _forget_node_dir(self, job_id: str) -> None:
         """Remove what an ended job kept on this node ($PERDURE_NODE_DIR: snapshots in tmpfs)."""
@@ -216,36 +245,80 @@ class Controller:
             shutil.rmtree(local, ignore_errors=True)
 
     def _poll(self) -> list[Observation]:
-        """The backend's news; a poll the OS refuses (EMFILE) is tried again next tick."""
+        """The backend's news; a poll that fails (EMFILE, a backend's bug) is tried again next
+        tick, and what it returns is vetted before the core sees it."""
         try:
             observations = self.backend.poll()
-        except OSError as exc:
+        except Exception as exc:  # no backend failure may end the controller
             if not self._poll_failing:
                 self._start_events.append(Event(self.clock(), None, "internal",
-                                                f"could not poll the backend: {exc}; "
-                                                "trying again each tick"))
+                                                f"could not poll the backend: "
+                                                f"{vet.error_words(exc)}; trying again each tick"))
             self._poll_failing = True
             return []
         self._poll_failing = False
-        return observations
+        return self._vetted(observations)
+
+    def _vetted(self, replies: object) -> list[Observation]:
+        """The backend's replies that are what the protocol says; each other one fails its
+        launch (INTERNAL, said once with the reply, the launch stopped) or, naming none, is
+        reported and dropped."""
+        if not isinstance(replies, list | tuple):
+            replies = [replies]
+        out: list[Observation] = []
+        for reply in replies:
+            try:
+                out.append(vet.vet(reply))
+                continue
+            except vet.Unexpected as exc:
+                why = str(exc)
+            instead = vet.failed(reply, why, self.clock())
+            if instead is None:
+                self._start_events.append(Event(
+                    self.clock(), None, "internal",
+                    f"the backend sent an unexpected reply ({why}): {vet.describe(reply)}"))
+                continue
+            out.append(instead)
+            self._deferred.append(Stop(instead.launch_id, 9, 0.0, "unexpected backend reply"))
+        return out
+
+    def _decide(self, observations: list[Observation], now: float) -> Outcome:
+        """`decide`; should the core fail on some backend reply all the same, each reply it
+        fails on is replaced by its launch's failure and the tick goes on."""
+        try:
+            return decide(self.snapshot, observations, now, self.ports, self.settings)
+        except Exception as exc:
+            launches: list[Observation] = [o for o in observations
+                                           if not isinstance(o, Command)]
+            if not launches:
+                raise
+            first = exc
+        bad: list[Observation] = []
+        for obs in launches:  # the core is pure: trying an observation alone changes nothing
+            try:
+                decide(self.snapshot, [obs], now, self.ports, self.settings)
+            except Exception:
+                bad.append(obs)
+        if not bad:
+            raise first
+        kept = [o for o in observations if o not in bad]
+        for obs in bad:
+            instead = vet.failed(obs, f"the controller failed on it: {vet.error_words(first)}", now)
+            if instead is not None and instead not in bad:
+                kept.append(instead)
+                self._deferred.append(Stop(instead.launch_id, 9, 0.0,
+                                           "unexpected backend reply"))
+        return decide(self.snapshot, kept, now, self.ports, self.settings)
 
     def _apply(self, d: Decision) -> None:
-        """Carry out a decision. A launch that fails is an observation for the next tick (an
-        OSError too: disk full, too many open files); other decisions the OS refuses are
+        """Carry out a decision (a launch: `_launch`); other decisions the OS refuses are
         tried again next tick. The controller goes on either way."""
         if isinstance(d, Launch):
-            try:
-                self.backend.launch(d)
-            except LaunchError as exc:
-                self.pending.append(LaunchFailed(d.launch_id, str(exc), self.clock(),
-                                                 user_error=exc.user_error))
-            except OSError as exc:
-                self.pending.append(LaunchFailed(
-                    d.launch_id, f"the backend could not launch it: {exc}", self.clock()))
+            self._launch(d)
             return
         try:
             self._act(d)
-        except OSError as exc:
+        except Exception as exc:  # the OS refused (EMFILE), or a backend's bug
             self._deferred.append(d)
             if d not in self._refused:
                 self._refused.add(d)
@@ -253,12 +326,37 @@ class Controller:
                     d, "job_id", None)
                 self._start_events.append(Event(
                     self.clock(), job_id, "internal",
-                    f"could not carry out {type(d).__name__}: {exc}; trying again each tick"))
+                    f"could not carry out {type(d).__name__}: {vet.error_words(exc)}; trying again "
+                    "each tick"))
         else:
             self._refused.discard(d)
 
+    def _launch(self, d: Launch) -> None:
+        """Start a replica. The machine refusing it (disk full, EMFILE) holds it for a later
+        try, charged to nobody (`backoff`); any other failure fails the launch next tick."""
+        try:
+            self.backend.launch(d)
+        except Exception as exc:  # LaunchError, OSError, or a backend's bug
+            if backoff.machine_errno(exc) is not None:
+                note = self.held.hold(d, str(exc), self.clock())
+                if note is not None:  # said once per launch, not at every refusal
+                    self._start_events.append(Event(self.clock(), d.job_id, "internal", note))
+                return
+            self.held.drop(d.launch_id)
+            user = isinstance(exc, LaunchError) and exc.user_error
+            message = (str(exc) if isinstance(exc, LaunchError)
+                       else f"the backend could not launch it: {vet.error_words(exc)}")
+            self.pending.append(LaunchFailed(d.launch_id, message, self.clock(),
+                                             user_error=user))
+        else:
+            self.held.drop(d.launch_id)
+
     def _act(self, d: Decision) -> None:
-        if isinstance(d, Stop):
+        if isinstance(d, Stop) and self.held.drop(d.launch_id):  # it never started
+            self.pending.append(LaunchFailed(
+                d.launch_id, f"stopped ({d.reason}) before the machine let it start",
+                self.clock()))
+        elif isinstance(d, Stop):
             self.backend.stop(d)
         elif isinstance(d, KillNode):
             self.backend.kill_node(d.node)

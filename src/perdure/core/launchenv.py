@@ -21,7 +21,7 @@ class LaunchSettings:
     state_dir: str
     python: str  # the interpreter perdure runs under; replaces a leading `python`
     master_addr: str = "127.0.0.1"
-    # job id -> the job's secret (controller/secrets.py); None: launches carry no secret, so
+    # job id -> the job's secret (backends/relay/secrets.py); None: launches carry no secret, so
     # replicas open no authenticated listener (snapshots are then not replicated)
     job_secret: Callable[[str], str] | None = None
     # A fast node-local directory (tmpfs) under which each job gets $PERDURE_NODE_DIR: what a

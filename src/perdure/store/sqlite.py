@@ -7,6 +7,7 @@ marked consumed in the same transaction as the tick that applied them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -185,12 +186,17 @@ class Store:
         self.db.execute("PRAGMA wal_autocheckpoint=0")
 
         def loop() -> None:
-            db = sqlite3.connect(str(self.path), timeout=30)
+            db: sqlite3.Connection | None = None
             try:
                 while not self._stop_checkpoints.wait(every):
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    # A machine short of descriptors or disk fails one checkpoint (or the
+                    # connection), not the thread: the next one tries again.
+                    with contextlib.suppress(sqlite3.Error):
+                        db = db or sqlite3.connect(str(self.path), timeout=30)
+                        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
             finally:
-                db.close()
+                if db is not None:
+                    db.close()
 
         threading.Thread(target=loop, name="perdure-wal-checkpoint", daemon=True).start()
 

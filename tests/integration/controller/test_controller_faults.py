@@ -6,6 +6,7 @@ Real sqlite and the real controller loop; the fake backend scripts the faults.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
 from perdure.controller.loop import Controller
-from perdure.core.events import Launch, Observation, Stop
+from perdure.core.events import Launch, Observation, ReplicaExited, ReplicaStarted, Stop
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job, make_replicas
 from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec
@@ -71,17 +72,46 @@ def drive(ctl: Controller, store: Store, *ids: str) -> dict[str, Job]:
     return {i: store.job(i) for i in ids}  # type: ignore[misc]
 
 
-def test_a_full_disk_at_launch_is_internal_and_spends_no_user_budget(tmp_path: Path) -> None:
-    backend = FaultyBackend([OSError(errno.ENOSPC, "No space left on device")])
+def test_a_full_disk_at_launch_backs_off_and_spends_no_budget(tmp_path: Path) -> None:
+    refusals = [OSError(errno.ENOSPC, "No space left on device"),
+                LaunchError("cannot start the spawner"),  # raised from EMFILE: the machine's
+                OSError(errno.ENOSPC, "No space left on device")]
+    refusals[1].__cause__ = OSError(errno.EMFILE, "Too many open files")
+    backend = FaultyBackend(refusals)
+    tried: list[float] = []
+    real_launch = backend.launch
+
+    def launch(d: Launch) -> None:
+        tried.append(time.monotonic())
+        real_launch(d)
+
+    backend.launch = launch  # type: ignore[method-assign]
     ctl, store = controller(tmp_path, backend)
     ctl.start()
-    job = new_job("disk", replicas=2, restart={"max_job_retries": 0})
+    job = new_job("disk", replicas=1, restart={"max_job_retries": 0})
+    queued = new_job("queued", replicas=4)  # waits for the first job's slot: never charged
     store.submit(job)
+    store.submit(queued)
+    done = drive(ctl, store, job.id, queued.id)
+    for one in done.values():
+        assert one.state.value == "SUCCEEDED" and one.attempt == 1 and one.retries == {}
+        assert all(r.restarts == 0 for r in one.replicas)
+    gaps = [b - a for a, b in itertools.pairwise(tried[:4])]  # the first job's four tries
+    assert gaps[0] >= 0.45 and gaps[1] >= 0.95 and gaps[2] >= 1.9, gaps  # doubling
+    said = [e.message for e in store.events(job.id) if "refused its launch" in e.message]
+    assert len(said) == 1 and "No space left on device" in said[0], said
+
+
+def test_a_cancel_while_the_machine_refuses_the_launch(tmp_path: Path) -> None:
+    backend = FaultyBackend([OSError(errno.ENOSPC, "No space left on device")] * 50)
+    ctl, store = controller(tmp_path, backend)
+    ctl.start()
+    job = new_job("held")
+    store.submit(job)
+    ctl.run(until=lambda: len(ctl.held) == 1)
+    store.command("cancel", job.id)
     done = drive(ctl, store, job.id)[job.id]
-    assert done.state.value == "SUCCEEDED"
-    assert done.retries == {"INTERNAL": 1}
-    assert all(r.restarts == 0 for r in done.replicas)
-    assert any("No space left on device" in e.message for e in store.events(job.id))
+    assert done.state.value == "CANCELLED" and done.retries == {} and not ctl.held
 
 
 def test_a_launch_the_spec_makes_impossible_fails_at_once(tmp_path: Path) -> None:
@@ -143,3 +173,98 @@ def test_a_stored_job_that_cannot_be_read_fails_alone(tmp_path: Path) -> None:
     assert states[early.id] == states[late.id] == "FAILED"
     for bad in (early.id, late.id):
         assert "cannot be read back" in store.events(bad)[-1].message
+
+
+def test_malformed_and_out_of_order_backend_replies_fail_one_launch(tmp_path: Path) -> None:
+    backend = FakeBackend([NodeInfo("local", 4)], lambda launch: FakeRun(
+        seconds=None if launch.job_id.startswith("bad") and launch.launch_id.split(".")[1]
+        == "1" else 0.05, start_late=launch.job_id.startswith("late")))
+    ctl, store = controller(tmp_path, backend)
+    ctl.start()
+    bad, good, late = new_job("bad"), new_job("good", replicas=2), new_job("late")
+    for job in (bad, good, late):
+        store.submit(job)
+    ctl.run(until=lambda: store.job(bad.id).state.value == "RUNNING")  # type: ignore[union-attr]
+    lid = store.job(bad.id).replicas[0].launch_id  # type: ignore[union-attr]
+    assert lid is not None
+    backend.fail_polls(KeyError("pid"), RuntimeError("the backend broke"))
+    backend.inject(
+        ReplicaExited(lid, "1", time.time()),  # type: ignore[arg-type]  # an exit code as text
+        ReplicaStarted(lid, -1, float("nan")),  # more of the same launch: said once
+        {"launch_id": lid, "pid": 7},  # not an observation at all
+        "garbage",  # names no launch
+        ReplicaStarted("nope-000009.1.w-0.x", 5, time.time()),  # a launch nobody knows
+    )
+    done = drive(ctl, store, bad.id, good.id, late.id)  # the controller survives all of it
+    assert done[good.id].state.value == "SUCCEEDED" and done[good.id].retries == {}
+    assert done[late.id].state.value == "SUCCEEDED" and done[late.id].retries == {}
+    first = done[bad.id]
+    assert first.state.value == "SUCCEEDED" and first.attempt == 2  # a new attempt ran
+    assert first.retries == {"INTERNAL": 1}
+    assert all(r.restarts == 0 for r in first.replicas)
+    failed = [e.message for e in store.events(bad.id) if e.kind == "launch-failed"]
+    assert len(failed) == 1, failed  # said once, with the record
+    assert "unexpected reply" in failed[0] and "exit_code='1'" in failed[0]
+    assert any(s.launch_id == lid and s.signal == 9 for s in backend.stops)  # and stopped
+    internal = [e.message for e in store.events() if e.job_id is None]
+    assert sum("could not poll the backend" in m for m in internal) == 1
+    assert any("KeyError" in m for m in internal)
+    assert any("'garbage'" in m for m in internal)
+
+
+def test_the_core_failing_on_a_reply_fails_that_launch_only(tmp_path: Path,
+                                                            monkeypatch: object) -> None:
+    # Belt and braces: a well-formed reply the core cannot digest (a core bug) fails the
+    # launch it names; the tick goes on.
+    import perdure.controller.loop as loop
+
+    real = loop.decide
+    poison: set[str] = set()
+
+    def decide(snap, observations, *rest):  # type: ignore[no-untyped-def]
+        if any(getattr(o, "launch_id", None) in poison and isinstance(o, ReplicaStarted)
+               for o in observations):
+            raise ZeroDivisionError("a core bug")
+        return real(snap, observations, *rest)
+
+    backend = FakeBackend([NodeInfo("local", 4)], lambda launch: FakeRun(seconds=0.05))
+    ctl, store = controller(tmp_path, backend)
+    ctl.start()
+    sick, well = new_job("sick"), new_job("well")
+    store.submit(sick)
+    store.submit(well)
+    ctl.tick()  # both launched
+    poison.add(store.job(sick.id).replicas[0].launch_id or "")  # type: ignore[union-attr]
+    monkeypatch.setattr(loop, "decide", decide)  # type: ignore[attr-defined]
+    done = drive(ctl, store, sick.id, well.id)
+    assert done[well.id].state.value == "SUCCEEDED" and done[well.id].retries == {}
+    assert done[sick.id].state.value == "SUCCEEDED" and done[sick.id].retries == {"INTERNAL": 1}
+    failed = [e.message for e in store.events(sick.id) if e.kind == "launch-failed"]
+    assert len(failed) == 1 and "ZeroDivisionError" in failed[0]
+
+
+def test_a_backend_that_cannot_re_attach_fails_those_launches_not_the_start(
+        tmp_path: Path) -> None:
+    def script(launch: Launch) -> FakeRun:  # the first attempt runs until stopped
+        return FakeRun(seconds=None if launch.launch_id.split(".")[1] == "1" else 0.05)
+
+    first, store = controller(tmp_path, FakeBackend([NodeInfo("local", 4)], script))
+    first.start()
+    job = new_job("adopted")
+    store.submit(job)
+    first.run(until=lambda: store.job(job.id).state.value == "RUNNING")  # type: ignore[union-attr]
+    first.close()  # a controller that ends, leaving its replica running
+
+    class Broken(FakeBackend):
+        def adopt(self, launch_ids: list[str]) -> list[Observation]:
+            raise RuntimeError("the cluster is not answering")
+
+    second = Controller(tmp_path, store, Broken([NodeInfo("local", 4)], script),
+                        ClusterSpec(nodes=[NodeSpec(name="local", slots=4)]),
+                        LaunchSettings(str(tmp_path), sys.executable), interval=0.005)
+    second.start()  # raised out of start before
+    done = drive(second, store, job.id)[job.id]
+    assert done.state.value == "SUCCEEDED" and done.attempt == 2
+    assert done.retries == {"INTERNAL": 1}
+    failed = [e.message for e in store.events(job.id) if e.kind == "launch-failed"]
+    assert len(failed) == 1 and "could not re-attach" in failed[0]

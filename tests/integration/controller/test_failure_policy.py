@@ -106,3 +106,15 @@ def test_job_larger_than_a_fixed_cluster_is_refused_at_submit(perdure: Perdure) 
     assert "needs 6 slots" in r.stderr and "a (2), b (2)" in r.stderr
     assert "--cluster" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (perdure.state / "perdure.db").exists()  # nothing was submitted
+
+
+def test_an_executable_script_without_a_shebang_is_user_code_at_once(perdure: Perdure) -> None:
+    script = perdure.root / "train.sh"
+    script.write_text("echo training\n")  # no #! line: exec says ENOEXEC
+    script.chmod(0o755)
+    r = run(perdure, perdure.spec(command=["./train.sh"]))
+    assert r.returncode == 1, r.stdout
+    d = perdure.describe("job")
+    assert d["state"] == "FAILED" and d["attempt"] == 1 and d["retries"] == {}
+    assert d["error"]["code"] == "USER_CODE"
+    assert str(script) in d["error"]["message"] and "#!" in d["error"]["message"]

@@ -26,6 +26,15 @@ def wait_step(p: RayPerdure, job: str, at_least: int, timeout: float = 90) -> in
     raise AssertionError(f"training never reached step {at_least}")
 
 
+def node_state(p: RayPerdure, name: str) -> str:
+    """A node's state as `perdure node ls` prints it (`b            2 slots  READY`)."""
+    for line in p.cli("node", "ls").stdout.splitlines():
+        words = line.split()
+        if words and words[0] == name:
+            return words[-1]
+    return ""
+
+
 def wait_state(p: RayPerdure, job: str, states: tuple[str, ...], timeout: float) -> dict:
     return p.wait(job, lambda d: d["state"] in states, timeout=timeout)
 
@@ -57,8 +66,14 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
         assert all(x["restarts"] == 0 for x in d["replicas"]), (
             [(x["name"], x["restarts"]) for x in d["replicas"]],
             "\n".join(e["message"] for e in d["events"] if e["time"] > killed_at - 1))
-        # b comes back as a new Ray node with the same resource: the same perdure node
+        # b comes back as a new Ray node with the same resource: the same perdure node. The
+        # controller sees it within a poll or two (slower on a loaded machine): wait for that
+        # before placing a job that should use it (placing first put all four on a: a flake).
         p.hosts.start("b")
+        deadline = time.time() + 90
+        while node_state(p, "b") != "READY":
+            assert time.time() < deadline, p.cli("node", "ls").stdout
+            time.sleep(0.5)
         p.cli("submit", str(p.spec("after", replicas=4, command=["python", "-c", "pass"])))
         d = wait_state(p, "after", ("SUCCEEDED", "FAILED"), timeout=120)
         assert d["state"] == "SUCCEEDED", d["events"]

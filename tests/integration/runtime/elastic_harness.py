@@ -21,8 +21,8 @@ from typing import Any
 
 from elastic_forkserver import ForkServer, Replica
 
+from perdure.backends.relay.server import Relay
 from perdure.controller.loop import publish_round
-from perdure.controller.relay import Relay
 from perdure.core.events import Rendezvous
 
 JOB = "job-elastic"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from transport_pair import JOB, SECRET, launch_id, net_env, start_relay
 
-from perdure.controller import relay as relay_module
-from perdure.controller.relay import RELAY_FILE, Relay, RelayError
+from perdure.backends.relay import server as relay_module
+from perdure.backends.relay.server import RELAY_FILE, Relay, RelayError
 from perdure.runtime.elastic.barrier import Formed, meet
 from perdure.runtime.elastic.rendezvous import Member, Round
 from perdure.runtime.transport import NetTransport, TransportError, from_env

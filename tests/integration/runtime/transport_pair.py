@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from perdure.controller.relay import Relay
+from perdure.backends.relay.server import Relay
 from perdure.runtime.transport import FileTransport, NetTransport, Transport, from_env
 
 JOB = "job-t"

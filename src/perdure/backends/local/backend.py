@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import layout, procs, warm
+from perdure.backends.base import LaunchError, NodeInfo, error_info
+from perdure.backends.local import layout, logcap, procs, warm
 from perdure.backends.local.memory import MECHANISMS, cgroup_parent
 from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
 from perdure.backends.local.progress import ProgressReader
@@ -31,7 +31,6 @@ from perdure.backends.local.spawner import Spawner
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.stacks import StackDump, dump_pid
 from perdure.core.events import (
-    ErrorInfo,
     Launch,
     LaunchFailed,
     Observation,
@@ -117,6 +116,7 @@ class LocalBackend:
         self._spawner = Spawner(
             self._launches, warm.pool_size(warm_pool), warm.idle_seconds(warm_idle)
         )
+        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self._nodes = list(nodes)
         self._node_names = {node.name for node in nodes}
         self._memory_mechanism = memory_mechanism
@@ -146,26 +146,31 @@ class LocalBackend:
                 f"launch id {launch.launch_id!r} was already used ({directory} exists); "
                 "every launch needs a new id"
             ) from None
-        layout.write_json(
-            os.path.join(directory, layout.LAUNCH),
-            {
-                "launch_id": launch.launch_id,
-                "job_id": launch.job_id,
-                "replica": launch.replica,
-                "node": launch.node,
-                "command": list(launch.command),
-                "env": self._transport.env(launch),
-                "inherit_env": self._inherit_env,
-                "cwd": os.path.abspath(launch.cwd),  # the supervisor runs in the launch dir
-                "memory_mb": launch.memory_mb,
-                "memory_mechanism": self._memory_mechanism,
-                "stdout": os.path.abspath(launch.log_prefix + ".out"),
-                "stderr": os.path.abspath(launch.log_prefix + ".err"),
-                "output": os.path.abspath(launch.log_prefix + ".log"),  # both, in order
-                "created": time.time(),
-            },
-        )
-        spawner = self._spawner.send(directory)
+        try:
+            layout.write_json(
+                os.path.join(directory, layout.LAUNCH),
+                {
+                    "launch_id": launch.launch_id,
+                    "job_id": launch.job_id,
+                    "replica": launch.replica,
+                    "node": launch.node,
+                    "command": list(launch.command),
+                    "env": self._transport.env(launch),
+                    "inherit_env": self._inherit_env,
+                    "cwd": os.path.abspath(launch.cwd),  # the supervisor runs in the launch dir
+                    "memory_mb": launch.memory_mb,
+                    "memory_mechanism": self._memory_mechanism,
+                    "stdout": os.path.abspath(launch.log_prefix + ".out"),
+                    "stderr": os.path.abspath(launch.log_prefix + ".err"),
+                    "output": os.path.abspath(launch.log_prefix + ".log"),  # both, in order
+                    "log_max_bytes": self._log_max_bytes,
+                    "created": time.time(),
+                },
+            )
+            spawner = self._spawner.send(directory)
+        except BaseException:  # the disk is full, the spawner cannot start: nothing was sent,
+            shutil.rmtree(directory, ignore_errors=True)  # so the same launch may try again
+            raise
         self._active[launch.launch_id] = _Tracked(
             launch.launch_id, launch.node, directory, spawner=spawner, sent_at=time.monotonic()
         )
@@ -254,7 +259,8 @@ class LocalBackend:
         self._active.pop(tracked.launch_id, None)
         if "spawn_error" in record or "exit_code" not in record:
             message = record.get("spawn_error", f"{tracked.exit_path} is unreadable")
-            out.append(LaunchFailed(tracked.launch_id, str(message), time.time()))
+            out.append(LaunchFailed(tracked.launch_id, str(message), time.time(),
+                                    user_error=record.get("user_error") is True))
             return
         error = record.get("error")
         out.append(
@@ -264,7 +270,7 @@ class LocalBackend:
                 time=float(record["time"]),
                 signal=record.get("signal"),
                 oom=bool(record.get("oom")),
-                error=_error_info(error),
+                error=error_info(error),
                 peak_rss_mb=record.get("peak_rss_mb"),
                 local_rank=record.get("local_rank"),
             )
@@ -393,17 +399,6 @@ class LocalBackend:
         for entry in finished[keep_last:]:
             shutil.rmtree(entry.path, ignore_errors=True)
         return max(0, len(finished) - keep_last)
-
-
-def _error_info(error: object) -> ErrorInfo | None:
-    if not isinstance(error, dict):
-        return None
-    return ErrorInfo(
-        type=str(error.get("type", "")),
-        message=str(error.get("message", "")),
-        traceback=str(error.get("traceback", "")),
-        source=str(error.get("source", "error_file")),
-    )
 
 
 def _last_line(log: str) -> str:

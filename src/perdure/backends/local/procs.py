@@ -311,6 +311,11 @@ def set_child_subreaper() -> None:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
+class ExecError(OSError):
+    """The child of `spawn` could not become the program (chdir or exec failed): its errno
+    and words, told apart from the supervisor's own failures (a full disk opening a log)."""
+
+
 def spawn(
     argv: list[str],
     env: dict[str, str],
@@ -322,7 +327,7 @@ def spawn(
 
     A small fork + exec (the supervisor cannot afford `subprocess`'s import time): `in_child`
     runs in the child just before exec. The executable is looked up on `env`'s PATH. Raises
-    OSError, with the child's reason, when it could not exec.
+    ExecError, with the child's errno and reason, when it could not exec.
     """
     read_end, write_end = os.pipe()  # close-on-exec: EOF tells the parent exec succeeded
     pid = os.fork()
@@ -340,7 +345,8 @@ def spawn(
             in_child()
             os.execvpe(argv[0], argv, env)
         except BaseException as err:  # report any failure, then never return into the parent
-            os.write(write_end, f"{type(err).__name__}: {err}".encode(errors="replace"))
+            code = err.errno if isinstance(err, OSError) and err.errno else 0
+            os.write(write_end, f"{code}:{type(err).__name__}: {err}".encode(errors="replace"))
         finally:
             os._exit(127)
     os.close(write_end)
@@ -350,5 +356,8 @@ def spawn(
     os.close(read_end)
     if chunks:
         os.waitpid(pid, 0)
-        raise OSError(b"".join(chunks).decode(errors="replace"))
+        number, _, why = b"".join(chunks).decode(errors="replace").partition(":")
+        failure = ExecError(why)  # its words as before; the errno beside them
+        failure.errno = int(number) if number.isdigit() else 0
+        raise failure
     return pid

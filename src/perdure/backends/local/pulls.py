@@ -16,15 +16,27 @@ FILES = {"out": "stdout.log", "err": "stderr.log", "log": "output.log",
          "progress": "progress.jsonl"}
 
 
+RESTARTED = "restarted"  # in a pull: the streams read again from their start (trimmed)
+
+
 def pull_launch(directory: str, offsets: dict[str, int],
                 limit: int = PULL_LIMIT) -> dict[str, bytes]:
-    """New bytes of a launch's logs and progress reports since `offsets` (per stream)."""
+    """New bytes of a launch's logs and progress reports since `offsets` (per stream); a
+    stream trimmed under its cap (logcap) since the last pull is read again from its start
+    and named under RESTARTED."""
     out = {}
+    restarted = []
     for stream, name in FILES.items():
         try:
             with open(os.path.join(directory, name), "rb") as f:
-                f.seek(offsets.get(stream, 0))
+                offset = offsets.get(stream, 0)
+                if offset > os.fstat(f.fileno()).st_size:
+                    offset = 0
+                    restarted.append(stream)
+                f.seek(offset)
                 out[stream] = f.read(limit)
         except FileNotFoundError:
             out[stream] = b""
+    if restarted:
+        out[RESTARTED] = ",".join(restarted).encode()
     return out

@@ -65,7 +65,8 @@ class Spawner:
             return self.process
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _ZYGOTE_CODE, str(self.warm_pool), repr(self.warm_idle)],
+                [sys.executable, "-c", _ZYGOTE_CODE, str(self.warm_pool), repr(self.warm_idle),
+                 str(os.getpid())],  # its owner: the pool never outlives this process
                 stdin=subprocess.PIPE,
                 stdout=self._log,
                 stderr=self._log,

@@ -36,7 +36,8 @@ import signal
 import sys
 import time
 
-from perdure.backends.local import layout, memory, procs
+from perdure.backends.local import layout, logcap, memory, procs
+from perdure.backends.local.spawnerror import spawn_failure
 from perdure.backends.local.standby import Standby, launch_fits
 from perdure.runtime.abort import parse_abort
 from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
@@ -114,13 +115,9 @@ class Supervisor:
             self.limit.close()
             if self.relay is not None:
                 self.relay.close()
-            exe = self.spec["command"][0]
-            message = f"cannot start {exe!r}: {err}"
-            if "No such file" in str(err) and os.path.isfile(os.path.join(self.spec["cwd"], exe)):
-                message += " (the file exists: is the interpreter on its #! line missing?)"
-            layout.write_json(
-                self._file(layout.EXIT), {"spawn_error": message, "time": time.time()}
-            )
+            message, user_error = spawn_failure(self.spec, err)
+            layout.write_json(self._file(layout.EXIT), {
+                "spawn_error": message, "user_error": user_error, "time": time.time()})
             print(f"supervisor: {message}", file=sys.stderr)
             return 1
         self._write_status()
@@ -276,6 +273,7 @@ class Supervisor:
                 self.signal_at = None
             if now >= self.next_sample:
                 self._sample_memory(now)
+                self._trim_logs()
             later = (self.kill_at, self.signal_at[1] if self.signal_at else None)
             wake = min([self.next_sample, *(t for t in later if t is not None)])
             info = signal.sigtimedwait(HANDLED_SIGNALS, max(0.001, wake - time.time()))
@@ -325,6 +323,18 @@ class Supervisor:
         self.next_sample = now + (self.limit.poll_interval or IDLE_WAKE_SECONDS)
         if os.path.exists(self._file(layout.STOP)):  # in case a SIGUSR1 was lost
             self._check_stop()
+
+    def _trim_logs(self) -> None:
+        """Keep the replica's log files under the launch's cap (logcap): the tail stays."""
+        limit = self.spec.get("log_max_bytes")
+        if not isinstance(limit, int) or limit <= 0:
+            return
+        merged = self.spec.get("output")  # both streams in order (older launches: none)
+        files = {self.spec["stdout"], self.spec["stderr"], *([merged] if merged else [])}
+        for stream in sorted(files):
+            shift, mark = logcap.trim(stream, limit)
+            if shift and stream == self.spec["stderr"]:  # where this launch's output begins
+                self.err_offset = max(self.err_offset - shift, mark)
 
     def _check_stop(self) -> None:
         request = layout.read_json(self._file(layout.STOP))
@@ -411,6 +421,7 @@ class Supervisor:
         error = read_error_file(self._file(rank_file(layout.ERROR, rank)))
         if error is not None:
             return error
+        self._trim_logs()  # the traceback is in the tail, which a trim keeps
         tail = read_stderr_tail(self.spec["stderr"], self.err_offset, STDERR_TAIL_BYTES)
         return parse_traceback(tail) or parse_abort(tail)
 

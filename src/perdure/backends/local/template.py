@@ -13,7 +13,8 @@ A process forked after `import torch` is what a DataLoader worker is; the templa
 torch op and never touches CUDA, so what it forks can. `PERDURE_WARM_FORK=0` turns the template
 off: standbys then start interpreters of their own.
 
-Side effects: forks processes; the template dies with the spawner (parent-death signal).
+Side effects: forks processes; the template dies with the spawner (parent-death signal) and
+stops as soon as the spawner's owner is gone (`warm.owner_fds`), even while the spawner lives.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import signal
 import socket
 from collections.abc import Callable
 
-from perdure.backends.local import procs, warmstart
+from perdure.backends.local import procs, warm, warmstart
 
 FORK_ENV = "PERDURE_WARM_FORK"
 
@@ -81,13 +82,18 @@ class Template:
 def serve(sock: socket.socket) -> int:
     """The template's life: warm, say ready, fork a standby per socket received, until EOF."""
     procs.load_libc()
+    spawner = os.getppid()
     procs.set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != spawner or warm.owner_gone():  # it died before the signal was set
+        return 0
     priority = warmstart.lower_priority()
     warmstart.preload()
     sock.sendall(b"R")
     while True:
-        readable, _, _ = select.select([sock], [], [], 0.5)
+        readable, _, _ = select.select([sock.fileno(), *warm.owner_fds()], [], [], 0.5)
         procs.reap_children()
+        if warm.owner_gone(readable) or os.getppid() != spawner:
+            return 0  # the pool never outlives its owner: fork nothing more
         if not readable:
             continue
         try:
@@ -105,8 +111,6 @@ def _fork_standby(fd: int, sock: socket.socket, priority: int | None) -> None:
         sock.close()
         if priority is not None:  # a supervisor must answer stops promptly
             warmstart.restore_priority(priority)
-        from perdure.backends.local import warm
-
         return warm.run_standby(socket.socket(fileno=fd), forked=True)
 
     procs.fork_child(standby)

@@ -1,4 +1,4 @@
-"""Which transport the local backend's replicas use to reach the controller, and its relay.
+"""Which transport a backend's replicas use to reach the controller, and its relay.
 
 "file" (the default): the state dir's files, as every replica here can read them. "net": the
 controller's relay on 127.0.0.1, exactly as replicas on other hosts reach it, so that the
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from perdure.core.events import Launch
 
 if TYPE_CHECKING:
-    from perdure.controller.relay import Relay
+    from perdure.backends.relay.server import Relay
 
 __all__ = ["LaunchTransport"]
 
@@ -38,7 +38,7 @@ class LaunchTransport:
         """Start the relay (net) if it is not running. Call it once the controller holds the
         state dir's lock (adopt, launch, poll): a second controller must not take its port."""
         if self.relay is None and self.kind == "net":
-            from perdure.controller.relay import Relay
+            from perdure.backends.relay.server import Relay
 
             self.relay = Relay.start(self.state_dir, self.host)
 

@@ -37,6 +37,10 @@ DEFAULT_IDLE_SECONDS = 600.0
 # AUTO_MAX; each standby holds an interpreter with torch imported (~300 MB).
 AUTO = "auto"
 AUTO_MAX = 8
+# The most standbys a number may ask for: each holds an interpreter with torch (~225 MB), so
+# 32 is ~7 GB; beyond it a typo (100000) would fork until the machine gives out.
+MAX_POOL = 32
+MAX_IDLE_SECONDS = 7 * 86400.0  # a week: longer is "forever", which is what 0 < x means
 
 
 def pool_size(value: int | str | None) -> int | str:
@@ -49,10 +53,10 @@ def pool_size(value: int | str | None) -> int | str:
         size = int(raw)
     except ValueError:
         size = -1
-    if size < 0:
+    if not 0 <= size <= MAX_POOL:
         raise ValueError(
-            f"warm pool size {raw!r} (argument or ${POOL_ENV}) must be an integer >= 0 or "
-            f"{AUTO!r}; 0 turns warm standby replicas off"
+            f"warm pool size {raw!r} (argument or ${POOL_ENV}) must be an integer from 0 to "
+            f"{MAX_POOL} or {AUTO!r} (grows to {AUTO_MAX}); 0 turns warm standby replicas off"
         )
     return size
 
@@ -65,12 +69,44 @@ def idle_seconds(value: float | str | None) -> float:
         seconds = float(raw)
     except ValueError:
         seconds = -1.0
-    if not 0 < seconds < float("inf"):
+    if not 0 < seconds <= MAX_IDLE_SECONDS:
         raise ValueError(
             f"warm pool idle time {raw!r} (argument or ${IDLE_ENV}) must be a number of "
-            "seconds > 0: the pool empties after that long without a launch"
+            f"seconds > 0 and at most {MAX_IDLE_SECONDS:.0f} (a week): the pool empties "
+            "after that long without a launch"
         )
     return seconds
+
+
+class _Owner:
+    """The spawner's owner (the backend's process: a controller, a Ray node agent) as a
+    pidfd, opened by the spawner and inherited by all it forks (template, standby
+    supervisors): readable once the owner has exited, however its pipe to the spawner fares
+    (a descriptor leaked into a surviving process keeps that pipe open)."""
+
+    fd = -1
+
+
+def watch_owner(pid: int) -> None:
+    """In the spawner: watch `pid` from now on (no-op where pidfds are missing)."""
+    try:
+        _Owner.fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        _Owner.fd = -1
+
+
+def owner_fds() -> list[int]:
+    """The owner's pidfd, to select on with the rest (empty when none is watched)."""
+    return [_Owner.fd] if _Owner.fd >= 0 else []
+
+
+def owner_gone(ready: list[int] | None = None) -> bool:
+    """Whether the owner has exited (its pidfd is in `ready`, or readable now)."""
+    if _Owner.fd < 0:
+        return False
+    if ready is None:
+        ready, _, _ = select.select([_Owner.fd], [], [], 0)
+    return _Owner.fd in ready
 
 
 def run_standby(link: socket.socket, forked: bool = False) -> int:
@@ -104,12 +140,12 @@ def _read_directory(link: socket.socket, standby: Standby) -> str:
         pidfd = os.pidfd_open(standby.pid)
     except (AttributeError, OSError):
         pidfd = -1
-    watched = [link.fileno()] + ([pidfd] if pidfd >= 0 else [])
+    watched = [link.fileno(), *owner_fds()] + ([pidfd] if pidfd >= 0 else [])
     received = b""
     try:
         while not received.endswith(b"\n"):
             ready, _, _ = select.select(watched, [], [], 1.0)
-            if (pidfd >= 0 and pidfd in ready) or not standby.alive():
+            if (pidfd >= 0 and pidfd in ready) or owner_gone(ready) or not standby.alive():
                 return ""
             if link.fileno() in ready:
                 chunk = link.recv(4096)

@@ -11,8 +11,12 @@ It also keeps the pool of warm standby replicas (`pool`): a launch that can star
 to a ready standby instead of a fresh supervisor. The line `+warm` starts filling the pool
 before any launch needs it. Standbys not yet used exit with the spawner.
 
+It watches its owner (the process that started it) as well: when the owner is gone it does
+what end of input does, even if a descriptor of its stdin survives in another process, and
+the template and standbys, which watch the same owner, exit with it.
+
 Run as `python -c "from perdure.backends.local.zygote import main; main()" [POOL_SIZE
-[IDLE_SECONDS]]`.
+[IDLE_SECONDS [OWNER_PID]]]`.
 """
 
 from __future__ import annotations
@@ -31,21 +35,24 @@ PREWARM = b"+warm"
 def main() -> None:
     """Fork a supervisor for every launch directory read from stdin, until end of input."""
     args = sys.argv[1:]
+    warm.watch_owner(int(args[2]) if len(args) > 2 else os.getppid())
     pool = Pool(warm.pool_size(args[0] if args else None), os.getcwd(),
                 warm.idle_seconds(args[1] if len(args) > 1 else None))
     buffered = b""
     while True:
-        ready, _, _ = select.select([0, *pool.fds()], [], [], REAP_SECONDS)
+        ready, _, _ = select.select([0, *pool.fds(), *warm.owner_fds()], [], [], REAP_SECONDS)
         procs.reap_children()
+        if warm.owner_gone(ready):
+            ready = [0]  # as at end of input: start what was sent, then exit
         cold = pool.due()
         for fd in ready:
-            if fd != 0:
+            if fd != 0 and fd not in warm.owner_fds():
                 cold += pool.handle(fd)
         for directory in cold:  # held for a standby that did not come in time
             _fork_supervisor(directory, pool)
         if 0 not in ready:
             continue
-        chunk = os.read(0, 65536)
+        chunk = b"" if warm.owner_gone() else os.read(0, 65536)
         if not chunk:
             for directory in pool.held_directories():  # start what it was sent, then exit
                 _fork_supervisor(directory, pool)

@@ -16,6 +16,7 @@ not the actor's child, and watches the actor's process instead of relying on PDE
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -33,6 +34,11 @@ from perdure.backends.local.nodeenv import interface_env
 from perdure.backends.local.pulls import FILES, pull_launch
 from perdure.backends.local.replicas import kill_leftovers, signal_replica
 
+RESOURCE_PREFIX = "perdure_node_"
+# A launch or agent asks for this much of its node's resource: it pins the actor to the node
+# without taking a slot (the controller accounts for slots itself).
+PIN = 0.001
+ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a stop
 AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
 # The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
 # while its template imports torch), else this actor starts it cold.
@@ -136,10 +142,8 @@ class LaunchActor:
     def _to_agent(self, node: str, warm: list[Any]) -> dict[str, int] | None:
         """Hand the launch to the node agent's spawner; its process, or None (start cold).
         An agent that is gone (a node that came back) is made again here."""
-        from perdure.backends.ray import cluster
-
         try:
-            agent = cluster.agent(node, ray.get_runtime_context().namespace, *warm)
+            agent = node_agent(node, ray.get_runtime_context().namespace, *warm)
             spawner: dict[str, int] = ray.get(agent.spawn.remote(self.dir),
                                               timeout=AGENT_SECONDS)
             return spawner
@@ -284,3 +288,21 @@ class NodeAgent:
             # TCPStore (torch binds it on every interface) will need it.
             s.bind(("", 0))
             return int(s.getsockname()[1])
+
+
+def node_agent(node: str, namespace: str, warm_pool: int | str = "auto",
+               warm_idle: float = 600.0) -> Any:
+    """The node's agent, created on first use (with its warm pool's size and idle time; one
+    that exists keeps its own); it lives as long as its Ray node (Ray starts it again when it
+    dies there: Ray's memory monitor may pick it)."""
+    return remote_class(NodeAgent).options(
+        name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
+        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1,
+        max_concurrency=ACTOR_CONCURRENCY,
+    ).remote(warm_pool, warm_idle)
+
+
+@functools.cache
+def remote_class(cls: type) -> Any:
+    """The Ray actor class of `cls`, made once per process (each is exported to the GCS)."""
+    return ray.remote(cls)

@@ -32,10 +32,11 @@ from ray.exceptions import (
 )
 
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import layout, warm
-from perdure.backends.local.backend import _error_info
+from perdure.backends.local import layout, logcap, warm
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
+from perdure.backends.ray import replies
+from perdure.backends.ray.actors import RESOURCE_PREFIX, node_agent
 from perdure.backends.ray.mirror import Mirror
 from perdure.core.events import (
     Command,
@@ -69,6 +70,7 @@ class _Tracked:
     mirror: Mirror
     started: bool = False
     waiting: Any = None  # the outstanding started()/exit_record() call
+    asked: str = replies.STARTED  # which of the two `waiting` is
     pulling: Any = None
     next_pull: float = 0.0
     lost: bool = False  # its node was reported lost: report its exit as a kill
@@ -94,6 +96,7 @@ class RayBackend:
         self._agents: dict[str, Any] = {}
         # Each node agent's pool of warm standbys, as the local backend's (ValueError: bad env)
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
+        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
 
     def _attach(self) -> None:
@@ -119,7 +122,7 @@ class RayBackend:
 
     def _agent(self, node: str) -> Any:
         if node not in self._agents:
-            self._agents[node] = rc.agent(node, self.ns, *self._warm)
+            self._agents[node] = node_agent(node, self.ns, *self._warm)
         return self._agents[node]
 
     # ---- launch -----------------------------------------------------------------------------
@@ -129,7 +132,7 @@ class RayBackend:
         assert self._transport is not None
         if launch.node not in self._live:
             raise LaunchError(f"cannot launch {launch.replica} on node {launch.node!r}: no "
-                              f"live Ray node advertises {rc.RESOURCE_PREFIX}{launch.node}")
+                              f"live Ray node advertises {RESOURCE_PREFIX}{launch.node}")
         if launch.launch_id in self._active:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
         self._agent(launch.node)  # a node back as a new Ray node gets its agent (and pool)
@@ -143,7 +146,7 @@ class RayBackend:
                   "replica": launch.replica, "node": launch.node,
                   "command": list(launch.command), "env": env, "cwd": launch.cwd,
                   "memory_mb": launch.memory_mb, "warm": list(self._warm),
-                  "gpus": launch.gpus}
+                  "gpus": launch.gpus, "log_max_bytes": self._log_max_bytes}
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
         if mirror.read_record(layout.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
@@ -155,7 +158,7 @@ class RayBackend:
         except (ValueError, RayError) as err:
             raise LaunchError(f"cannot start the actor of {launch.launch_id}: {err}") from None
         tracked = _Tracked(launch.launch_id, launch.node, actor, mirror)
-        tracked.waiting = actor.started.remote(WAIT_SECONDS)
+        self._ask(tracked, replies.STARTED)
         self._active[launch.launch_id] = tracked
 
     def _master_port(self, job_id: str, node: str, asked: str) -> str:
@@ -205,9 +208,19 @@ class RayBackend:
         if waiting:
             ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
             for ref in ready:
-                self._answered(waiting[ref], ref, out)
+                tracked = waiting[ref]
+                try:
+                    self._answered(tracked, ref, out)
+                except Exception as err:  # an answer no launch can give: that launch fails
+                    self._unexpected(tracked, err, out)
         self._pull_all(now)
         return out
+
+    def _ask(self, tracked: _Tracked, question: str) -> None:
+        tracked.asked = question
+        call = (tracked.actor.started if question == replies.STARTED
+                else tracked.actor.exit_record)
+        tracked.waiting = call.remote(WAIT_SECONDS)
 
     def _answered(self, tracked: _Tracked, ref: Any, out: list[Observation]) -> None:
         tracked.waiting = None
@@ -219,18 +232,23 @@ class RayBackend:
         except RayError as err:
             self._report_failed(tracked, f"launch {tracked.launch_id}: {err}", out)
             return
-        if not tracked.started:
-            if value is not None:
-                tracked.started = True
-                tracked.mirror.write_record(layout.STATUS, value)
-                out.append(ReplicaStarted(tracked.launch_id, int(value["pid"]),
-                                          float(value["started_at"])))
-            tracked.waiting = tracked.actor.exit_record.remote(WAIT_SECONDS)
-            return
-        if value is None:
-            tracked.waiting = tracked.actor.exit_record.remote(WAIT_SECONDS)
-            return
-        self._report_exit(tracked, value, out)
+        news = replies.read(tracked.asked, tracked.started, value)
+        if news.started is not None:
+            pid, started_at, status = news.started
+            tracked.started = True
+            tracked.mirror.write_record(layout.STATUS, status)
+            out.append(ReplicaStarted(tracked.launch_id, pid, started_at))
+        if news.exited is not None:
+            self._report_exit(tracked, news.exited, out)
+        elif news.ask is not None:
+            self._ask(tracked, news.ask)
+
+    def _unexpected(self, tracked: _Tracked, err: Exception, out: list[Observation]) -> None:
+        """An answer that makes no sense fails its launch, whose replica is stopped."""
+        self._report_failed(tracked, f"launch {tracked.launch_id}: unexpected answer from its "
+                                     f"actor ({type(err).__name__}: {str(err)[:400]})", out)
+        with contextlib.suppress(Exception):
+            tracked.actor.stop.remote(int(signal.SIGKILL), 0.0, "unexpected answer", None)
 
     def _report_exit(self, tracked: _Tracked, record: dict[str, Any],
                      out: list[Observation]) -> None:
@@ -238,19 +256,12 @@ class RayBackend:
         tracked.mirror.write_record(layout.EXIT, record)
         self._active.pop(tracked.launch_id, None)
         tracked.actor.release.remote()
-        if "exit_code" not in record:
-            out.append(LaunchFailed(tracked.launch_id, str(record.get("spawn_error")),
-                                    float(record.get("time", time.time()))))
-            return
-        error = record.get("error")
-        if int(record["exit_code"]) != 0:  # what the replica sent the relay beats its stderr
-            name = rank_file(layout.ERROR, int(record.get("local_rank") or 0))
-            error = read_error_file(os.path.join(tracked.mirror.dir, name)) or error
-        out.append(ReplicaExited(
-            launch_id=tracked.launch_id, exit_code=int(record["exit_code"]),
-            time=float(record["time"]), signal=record.get("signal"),
-            oom=bool(record.get("oom")), error=_error_info(error),
-            peak_rss_mb=record.get("peak_rss_mb"), local_rank=record.get("local_rank")))
+        error = None
+        if record.get("exit_code", 0) != 0:  # what the replica sent the relay beats its stderr
+            rank = record.get("local_rank")
+            name = rank_file(layout.ERROR, rank if isinstance(rank, int) else 0)
+            error = read_error_file(os.path.join(tracked.mirror.dir, name))
+        out.append(replies.exit_observation(tracked.launch_id, record, error))
 
     def _actor_died(self, tracked: _Tracked, err: RayError, out: list[Observation]) -> None:
         """The launch's actor is gone: its node died, Ray's memory monitor killed it, or
@@ -396,12 +407,17 @@ class RayBackend:
                 continue
             tracked = _Tracked(launch_id, str(record["node"]), actor,
                                Mirror(self.state_dir, launch_id, str(record["log_prefix"])))
-            tracked.waiting = actor.started.remote(WAIT_SECONDS)
+            self._ask(tracked, replies.STARTED)
             self._active[launch_id] = tracked
         return out
 
     def close(self) -> None:
+        """Stop watching (replicas keep running), stop the relay, let the namespace go."""
         self._active.clear()
+        if self._transport is not None:  # its socket and threads: a relay left open would
+            self._transport.close()      # keep a new controller of this process off its port
+            self._transport = None
         if self._lock is not None:  # None: another controller holds the namespace
             with contextlib.suppress(RayError):
                 ray.kill(self._lock)
+            self._lock = None

@@ -20,17 +20,18 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from perdure.backends.base import BackendBusy, BackendUnavailable, NodeInfo
-from perdure.backends.ray.actors import LaunchActor, NodeAgent
+from perdure.backends.ray.actors import (
+    ACTOR_CONCURRENCY,
+    PIN,
+    RESOURCE_PREFIX,
+    LaunchActor,
+    remote_class,
+)
 from perdure.core.spec import RaySpec
 
-RESOURCE_PREFIX = "perdure_node_"
-# A launch or agent asks for this much of its node's resource: it pins the actor to the node
-# without taking a slot (the controller accounts for slots itself).
-PIN = 0.001
 LOCK_NAME = "controller-lock"
 HEAD_RESOURCE = "node:__internal_head__"  # what Ray's head node advertises (and only it)
 LOCK_WAIT_SECONDS = 30.0  # a killed controller's lock goes with its driver, within seconds
-ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a stop
 
 
 class NamespaceLock:
@@ -61,7 +62,7 @@ def take_lock(spec: RaySpec, owner: str) -> Any:
         try:
             # On the head node: a worker host's death must not take the lock with it (a
             # second controller could then take over from a live one).
-            lock = _remote(NamespaceLock).options(
+            lock = remote_class(NamespaceLock).options(
                 name=LOCK_NAME, namespace=spec.namespace, num_cpus=0, max_restarts=0,
                 resources={HEAD_RESOURCE: PIN}).remote()
             ray.get(lock.holder.remote(), timeout=30)
@@ -140,7 +141,7 @@ def node_infos(configured: list[NodeInfo], live: dict[str, RayNode]) -> list[Nod
 
 def launch_actor(node: str, launch_id: str, namespace: str, record: dict[str, Any]) -> Any:
     """Create the detached actor of a launch on `node` (never waits for it to start)."""
-    return _remote(LaunchActor).options(**launch_options(node, launch_id, namespace,
+    return remote_class(LaunchActor).options(**launch_options(node, launch_id, namespace,
                                                          int(record.get("gpus", 0)))).remote(record)
 
 
@@ -158,24 +159,6 @@ def find_launch(launch_id: str, namespace: str) -> Any | None:
         return ray.get_actor(f"launch:{launch_id}", namespace=namespace)
     except ValueError:
         return None
-
-
-def agent(node: str, namespace: str, warm_pool: int | str = "auto",
-          warm_idle: float = 600.0) -> Any:
-    """The node's agent, created on first use (with its warm pool's size and idle time; one
-    that exists keeps its own); it lives as long as its Ray node (Ray starts it again when it
-    dies there: Ray's memory monitor may pick it)."""
-    return _remote(NodeAgent).options(
-        name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
-        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1,
-        max_concurrency=ACTOR_CONCURRENCY,
-    ).remote(warm_pool, warm_idle)
-
-
-@functools.cache
-def _remote(cls: type) -> Any:
-    """The Ray actor class of `cls`, made once per process (each is exported to the GCS)."""
-    return ray.remote(cls)
 
 
 def draining_nodes() -> dict[str, int]:

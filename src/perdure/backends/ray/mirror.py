@@ -4,7 +4,9 @@ Kept where the local backend keeps them (`<state>/logs/<job>/attempt-<n>/<replic
 `<state>/launches/<id>/{launch,status,exit}.json` and `progress.jsonl`), so `perdure logs`,
 `describe` and the goodput account read a Ray job exactly as a local one, from the
 controller's machine. How far each stream was copied is recorded (`mirror.json`) so a
-restarted controller goes on where the last one stopped.
+restarted controller goes on where the last one stopped. The copies keep under the same
+size cap as the node's files (logcap); a node file trimmed under its cap is read again from
+its start.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from perdure.backends.local import layout
+from perdure.backends.local import layout, logcap
+from perdure.backends.local.pulls import RESTARTED
 
 OFFSETS = "mirror.json"
 
@@ -27,6 +30,7 @@ class Mirror:
                       "log": log_prefix + ".log",
                       "progress": os.path.join(self.dir, "progress.jsonl")}
         self.offsets: dict[str, int] = {k: 0 for k in self.paths}
+        self.log_max_bytes = logcap.max_bytes()
         saved = layout.read_json(os.path.join(self.dir, OFFSETS))
         if saved:
             self.offsets.update({k: int(v) for k, v in saved.items() if k in self.paths})
@@ -40,6 +44,9 @@ class Mirror:
     def append(self, chunks: dict[str, bytes]) -> bool:
         """Append what a pull brought; whether there was anything."""
         grew = False
+        for stream in chunks.get(RESTARTED, b"").decode().split(","):
+            if stream in self.offsets:  # the node trimmed it: its bytes count from 0 again
+                self.offsets[stream] = 0
         for stream, data in chunks.items():
             if not data or stream not in self.paths:
                 continue
@@ -47,6 +54,8 @@ class Mirror:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "ab") as f:
                 f.write(data)
+            if stream != "progress":  # the copy keeps under the same cap as the original
+                logcap.trim(path, self.log_max_bytes)
             self.offsets[stream] += len(data)
             grew = True
         if grew:

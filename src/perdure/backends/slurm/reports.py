@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from perdure.backends.base import error_info
 from perdure.backends.local import layout
-from perdure.backends.local.backend import _error_info
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm.allocs import Alloc
 from perdure.core.events import Launch, LaunchFailed, Observation, ReplicaExited, ReplicaStarted
@@ -75,7 +75,7 @@ def exit_observation(tracked: Tracked, record: dict[str, Any]) -> Observation:
         error = read_error_file(os.path.join(tracked.mirror.dir, layout.ERROR)) or error
     return ReplicaExited(
         launch_id=lid, exit_code=code, time=float(record["time"]),
-        signal=record.get("signal"), oom=bool(record.get("oom")), error=_error_info(error),
+        signal=record.get("signal"), oom=bool(record.get("oom")), error=error_info(error),
         peak_rss_mb=record.get("peak_rss_mb"))
 
 

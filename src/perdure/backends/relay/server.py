@@ -1,10 +1,10 @@
-"""The controller's relay: the network end of the runtime's transport, for replicas elsewhere.
+"""The relay: the network end of the runtime's transport, for replicas elsewhere.
 
 A replica on a host that sees neither the state dir nor its files (a Ray node) reaches the
 controller here (perdure.runtime.transport.net is the client). The relay writes what it
 receives into the state dir in the file transport's layout, so that `describe`, goodput and
 error classification read the same files whichever transport delivered them, and keeps the
-jobs' rendezvous stores (relaykv), so that no training replica hosts them.
+jobs' rendezvous stores (kv.py), so that no training replica hosts them.
 
 Who may talk to it: it binds only the address it is given; each connection answers a fresh
 nonce with HMAC(job secret, nonce, job, replica, launch) (checked with hmac.compare_digest),
@@ -36,9 +36,9 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from perdure.controller.relaykv import Stores
-from perdure.controller.relayops import OPS, Peer, RelayFiles
-from perdure.controller.secrets import job_secret, state_secret
+from perdure.backends.relay.kv import Stores
+from perdure.backends.relay.ops import OPS, Peer, RelayFiles
+from perdure.backends.relay.secrets import job_secret, state_secret
 from perdure.core.events import Launch
 from perdure.runtime.transport.base import (
     ENV_CONTROL_ADDR,
@@ -65,7 +65,7 @@ class RelayError(RuntimeError):
 
 
 def _default_secret(state_dir: Path) -> Callable[[str], str]:
-    """job id -> its secret, from the state dir's secret (perdure.controller.secrets)."""
+    """job id -> its secret, from the state dir's secret (perdure.backends.relay.secrets)."""
     state = state_secret(state_dir)
     return lambda job: job_secret(state, job)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure.controller.secrets import SecretError, job_secret, state_secret
+from perdure.backends.relay.secrets import SecretError, job_secret, state_secret
 from perdure.core.launchenv import LaunchSettings, build_launch
 from perdure.core.model import Job, make_replicas
 from perdure.core.spec import JobSpec

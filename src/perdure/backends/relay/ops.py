@@ -5,7 +5,7 @@ and holder records are written under that job's rendezvous directory, progress, 
 the stop request are those of that launch, and stores are that job's. The files are written
 with the file transport itself, so their layout is the one the controller and CLI read.
 
-Side effects: files in the state dir, through FileTransport; the stores in relaykv.
+Side effects: files in the state dir, through FileTransport; the stores in kv.py.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from perdure.runtime.ranks import rank_file
 from perdure.runtime.transport.files import FileTransport
 
 if TYPE_CHECKING:
-    from perdure.controller.relay import Relay
+    from collections.abc import Collection
+
+    from perdure.backends.relay.kv import Stores
 
 __all__ = ["OPS", "Peer", "RelayFiles"]
 
@@ -37,6 +39,16 @@ class Peer:
     job: str
     replica: str
     launch: str
+
+
+class Relay(Protocol):
+    """What an operation needs of the relay (server.Relay), named here so that the server
+    imports its operations and not the other way round."""
+
+    files: RelayFiles
+    stores: Stores
+
+    def names_of(self, job: str) -> Collection[str] | None: ...
 
 
 class RelayFiles:

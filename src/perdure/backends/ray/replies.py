@@ -1,0 +1,92 @@
+"""What a launch actor's answer means, given the question it answers.
+
+The controller asks a launch's actor one thing at a time: `started` (its status record once
+the replica runs; None when the replica ended before one existed, or the wait ran out) or
+`exit` (its exit record once it ended; None when the wait ran out). Answers are read by the
+question that was asked, never guessed from the order they come in: a replica that ends
+before its start record is read (a quick replica, a loaded machine) answers `exit` with an
+exit record, which is its end, not its start.
+
+No side effects: `read` maps (question, answer) to what to report and what to ask next;
+`exit_observation` an exit record (and the error the replica sent) to the core's observation.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from perdure.backends.base import error_info
+from perdure.core.events import LaunchFailed, ReplicaExited
+
+__all__ = ["EXIT", "STARTED", "Next", "UnexpectedReply", "exit_observation", "read"]
+
+STARTED, EXIT = "started", "exit"
+
+
+class UnexpectedReply(ValueError):
+    """An answer that is neither a status record, an exit record nor None."""
+
+
+@dataclass(frozen=True)
+class Next:
+    """What an answer means: a start to report (pid, started at, the status record), an exit
+    record to report, and the next question (None: the launch is over)."""
+
+    ask: str | None
+    started: tuple[int, float, dict[str, Any]] | None = None
+    exited: dict[str, Any] | None = None
+
+
+def _start(record: dict[str, Any]) -> tuple[int, float, dict[str, Any]] | None:
+    pid, at = record.get("pid"), record.get("started_at")
+    if (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0
+            and isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at)):
+        return pid, float(at), record
+    return None
+
+
+def _is_exit(record: dict[str, Any]) -> bool:
+    code, at = record.get("exit_code"), record.get("time")
+    timed = isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at)
+    if "exit_code" in record:
+        return isinstance(code, int) and not isinstance(code, bool) and timed
+    return isinstance(record.get("spawn_error"), str)  # it never ran: why
+
+
+def read(asked: str, started: bool, answer: Any) -> Next:
+    """What `answer` to `asked` means for a launch whose start was (not) reported yet."""
+    if answer is None:
+        # started: it ended without a status, or the wait ran out: ask for its end, which
+        # answers at once if it ended. exit: the wait ran out; a launch whose start was not
+        # seen yet (a slow start on a loaded machine) is asked for its start again.
+        return Next(EXIT if asked == STARTED or started else STARTED)
+    if not isinstance(answer, dict) or asked not in (STARTED, EXIT):
+        raise UnexpectedReply(f"the answer to {asked!r} is not a record: {answer!r:.300}")
+    if _is_exit(answer):  # whichever was asked: an end is an end
+        return Next(None, exited=answer)
+    start = _start(answer)
+    if start is not None:
+        return Next(EXIT, started=None if started else start)
+    raise UnexpectedReply(f"the answer to {asked!r} is neither a status nor an exit record: "
+                          f"{answer!r:.300}")
+
+
+def exit_observation(launch_id: str, record: dict[str, Any],
+                     error_file: dict[str, Any] | None) -> ReplicaExited | LaunchFailed:
+    """The observation of an exit record that `read` accepted (`error_file`: what the replica
+    sent the relay, which beats the supervisor's guess from stderr)."""
+    if "exit_code" not in record:
+        return LaunchFailed(launch_id, str(record.get("spawn_error")),
+                            float(record.get("time", time.time())),
+                            user_error=record.get("user_error") is True)
+    signal, rank = record.get("signal"), record.get("local_rank")
+    rss = record.get("peak_rss_mb")
+    return ReplicaExited(
+        launch_id=launch_id, exit_code=int(record["exit_code"]), time=float(record["time"]),
+        signal=signal if isinstance(signal, int) and not isinstance(signal, bool) else None,
+        oom=bool(record.get("oom")), error=error_info(error_file or record.get("error")),
+        peak_rss_mb=float(rss) if isinstance(rss, int | float) else None,
+        local_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None)

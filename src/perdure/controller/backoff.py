@@ -1,0 +1,79 @@
+"""Launches the machine refused (disk full, too many open files), tried again later.
+
+Such a failure is the machine's, not the job's: retrying the attempt at once spent a job's
+whole budget in milliseconds, and the capacity it gave back went to the next queued job, whose
+launch failed the same way and spent a retry of its own. Instead the launch is held here, its
+replica keeping its place (and capacity), and tried again after a delay that doubles with each
+refusal (FIRST_SECONDS up to MAX_SECONDS); nobody's restarts or retries are spent. A stop for
+a held launch (a cancel, a preemption) drops it.
+
+No I/O: the controller passes the time in and carries the launches out.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+
+from perdure.core.events import Launch
+
+__all__ = ["FIRST_SECONDS", "MACHINE_ERRNOS", "MAX_SECONDS", "Backoff", "machine_errno"]
+
+# What the machine runs out of, not what the job got wrong: these clear up by themselves (or
+# by an operator), so waiting is right and failing the job is not.
+MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE,
+                            errno.ENOMEM, errno.EAGAIN})
+FIRST_SECONDS = 0.5
+MAX_SECONDS = 30.0
+
+
+def machine_errno(exc: BaseException) -> int | None:
+    """The errno of a machine shortage behind `exc` (itself or what it was raised from)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in MACHINE_ERRNOS:
+            return cur.errno
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+@dataclass
+class _Held:
+    launch: Launch
+    refusals: int
+    due: float
+
+
+class Backoff:
+    """The held launches, each with when to try it again."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, _Held] = {}
+
+    def __contains__(self, launch_id: str) -> bool:
+        return launch_id in self._held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hold(self, launch: Launch, why: str, now: float) -> str | None:
+        """Hold `launch` after a refusal; what to tell its job the first time (None after)."""
+        held = self._held.get(launch.launch_id)
+        refusals = 1 if held is None else held.refusals + 1
+        delay = min(MAX_SECONDS, FIRST_SECONDS * 2 ** (refusals - 1))
+        self._held[launch.launch_id] = _Held(launch, refusals, now + delay)
+        if held is not None:
+            return None
+        return (f"{launch.replica}: the machine refused its launch ({why}); trying again in "
+                f"{delay:g} s, then less and less often (every {MAX_SECONDS:g} s at most), "
+                "spending no restart or retry")
+
+    def due(self, now: float) -> list[Launch]:
+        """The launches to try again now (`drop` one that started; `hold` one refused again)."""
+        return [h.launch for h in self._held.values() if h.due <= now]
+
+    def drop(self, launch_id: str) -> bool:
+        """Forget a held launch (it was stopped before it could start); whether it was held."""
+        return self._held.pop(launch_id, None) is not None
