@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,serve,ray]'
+	$(BIN)/pip install -q -e '.[test,serve,ray,hf,lightning]'
 	touch $(STAMP)
 
 demo: $(STAMP)
