@@ -123,6 +123,8 @@ class _Decider(Tick):
             self.launch_failed(job, r, obs)
         elif isinstance(obs, ReplicaProgress):
             job.step = obs.step
+            for note in obs.notes:
+                self.event(job, "runtime", f"{r.name}: {note}")
             if obs.save_seconds is not None:
                 job.last_checkpoint = obs.time
         elif isinstance(obs, Hung):

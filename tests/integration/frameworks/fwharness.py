@@ -1,0 +1,128 @@
+"""Run framework scripts as perdure jobs through the CLI, fault them, read their results."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+PERDURE = [sys.executable, "-m", "perdure.cli.main"]
+
+
+@dataclass
+class Job:
+    """One job of a state dir: its spec, checkpoint dir, step file and result dir."""
+
+    root: Path
+    name: str
+    script: Path
+    replicas: int
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def ckpt(self) -> Path:
+        return self.root / "ckpt"
+
+    @property
+    def steps_file(self) -> Path:
+        return self.root / "steps.txt"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    def spec(self) -> Path:
+        env = {"OMP_NUM_THREADS": "1", "STEP_FILE": str(self.steps_file),
+               "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **self.env}
+        spec = {"name": self.name, "env": env,
+                "pools": [{"name": "worker", "replicas": self.replicas,
+                           "command": ["python", str(self.script), "--out", str(self.out),
+                                       *self.args]}],
+                "checkpoint": {"dir": str(self.ckpt)},
+                "preemption": {"grace_seconds": 60}}
+        path = self.root / f"{self.name}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        return path
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*PERDURE, "--state-dir", str(self.state), *args],
+                              capture_output=True, text=True, timeout=timeout, check=True)
+
+    def start(self) -> subprocess.Popen[str]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return subprocess.Popen([*PERDURE, "--state-dir", str(self.state), "run",
+                                 str(self.spec())], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+    def step(self) -> int:
+        try:
+            lines = self.steps_file.read_text().split()
+        except FileNotFoundError:
+            return -1
+        return max((int(s) for s in lines), default=-1)
+
+    def wait_for(self, what: str, ok: Any, timeout: float = 180) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if ok():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name}: timed out waiting for {what}")
+
+    def describe(self) -> dict[str, Any]:
+        return dict(json.loads(self.cli("describe", self.name, "--json").stdout))
+
+    def result(self) -> dict[str, Any]:
+        return dict(json.loads((self.out / "result.json").read_text()))
+
+
+def finish(run: subprocess.Popen[str], timeout: float = 300) -> str:
+    """Wait for `perdure run` to end; its output (it must have succeeded)."""
+    try:
+        out, _ = run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        out, _ = run.communicate()
+        raise AssertionError(f"perdure run did not end in {timeout}s:\n{out[-4000:]}") from None
+    assert run.returncode == 0, out[-4000:]
+    return out
+
+
+def tracked_jobs() -> Iterator[list[Job]]:
+    """A fixture's body: the jobs a test makes; whatever they left running is killed after."""
+    made: list[Job] = []
+    yield made
+    for job in made:
+        kill_leftovers(job.state)
+
+
+def _controller_conftest() -> Any:
+    """tests/integration/controller/conftest.py under a name of its own (as the Ray tests
+    load it): its clean-up of a state dir's processes is the one every CLI test uses."""
+    name = "perdure_controller_conftest"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, HERE.parent / "controller" / "conftest.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+kill_leftovers = _controller_conftest()._kill_leftovers
