@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -69,12 +70,22 @@ class Job:
                                  str(self.spec())], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
 
-    def step(self) -> int:
+    def steps(self) -> list[int]:
+        """Every step rank 0 finished, in order, over all launches."""
         try:
-            lines = self.steps_file.read_text().split()
+            return [int(s) for s in self.steps_file.read_text().split()]
         except FileNotFoundError:
-            return -1
-        return max((int(s) for s in lines), default=-1)
+            return []
+
+    def step(self) -> int:
+        return max(self.steps(), default=-1)
+
+    def sigkill(self, replica: str) -> None:
+        """SIGKILL a running replica at once (what `perdure chaos kill` does, without the
+        seconds a CLI process takes to start, in which a fast job moves on). The script
+        writes its pid to `<steps file>.pid-<replica>` when it starts."""
+        pid = int(Path(f"{self.steps_file}.pid-{replica}").read_text())
+        os.kill(pid, signal.SIGKILL)
 
     def wait_for(self, what: str, ok: Any, timeout: float = 180) -> None:
         deadline = time.time() + timeout

@@ -39,6 +39,9 @@ class TestHooks(TrainerCallback):  # type: ignore[misc]
         self.trainer_ref = trainer_ref
         self.step_file = os.environ.get("STEP_FILE")
         self.slow_at = int(os.environ.get("SLOW_SAVE_AT", "-1"))
+        if self.step_file:  # for the test's SIGKILLs
+            replica = os.environ.get("PERDURE_REPLICA", "worker-0")
+            Path(f"{self.step_file}.pid-{replica}").write_text(str(os.getpid()))
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.step_file and state.is_world_process_zero:  # where each launch began

@@ -43,11 +43,12 @@ def test_kill_resumes_from_the_trainers_checkpoint(jobs: list[Job], tmp_path: Pa
     jobs.append(job)
     run = job.start()
     job.wait_for("step 15", lambda: job.step() >= 15)
-    job.cli("chaos", "kill", "hf", "worker-1")
+    job.sigkill("worker-1")
     finish(run)
     assert job.result()["sha256"] == baseline
     assert job.result()["output_dir"] == str(job.ckpt)  # the job's checkpoint dir
-    assert begins(job)[0] == 0 and begins(job)[-1] in (10, 20)
+    first, resumed = begins(job)
+    assert first == 0 and resumed >= 10 and resumed % 10 == 0, begins(job)
     goodput = job.describe()["goodput"]
     assert goodput["last_step"] == 40 and goodput["productive_seconds"] > 0
 
@@ -60,7 +61,7 @@ def test_kill_during_a_save_skips_the_half_written_checkpoint(jobs: list[Job], t
     saving = Path(f"{job.steps_file}.saving")
     job.wait_for("the save of checkpoint-20", saving.exists)
     time.sleep(0.5)
-    job.cli("chaos", "kill", "hf", "worker-0")
+    job.sigkill("worker-0")
     finish(run)
     assert job.result()["sha256"] == baseline
     assert begins(job) == [0, 10]  # not the half-written checkpoint-20
@@ -72,16 +73,17 @@ def test_kill_during_a_save_skips_the_half_written_checkpoint(jobs: list[Job], t
 
 def test_preemption_saves_where_the_ranks_agree_and_loses_no_step(
         jobs: list[Job], tmp_path: Path, baseline: str) -> None:
-    job = Job(tmp_path, "hf", SCRIPT, 2, env=SLOW)
+    job = Job(tmp_path, "hf", SCRIPT, 2, env={"STEP_TIME": "0.1"})
     jobs.append(job)
     run = job.start()
-    job.wait_for("step 13", lambda: job.step() >= 13)
+    job.wait_for("step 5", lambda: job.step() >= 5)
     job.cli("preempt", "hf")
     out = finish(run)
     assert "SUSPENDED" in out
     assert job.result()["sha256"] == baseline
     first, resumed = begins(job)
-    assert first == 0 and resumed > 13 and resumed % 10 != 0, begins(job)  # saved on notice
+    assert first == 0 and 5 < resumed < 40, begins(job)
+    assert job.steps() == list(range(1, 41))  # every step once: none lost, none redone
     assert (job.ckpt / f"checkpoint-{resumed}").is_dir()
     d = job.describe()
     assert d["attempt"] == 2 and all(r["restarts"] == 0 for r in d["replicas"])
