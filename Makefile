@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport
+.PHONY: demo test test-frameworks test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport
 
 venv: $(STAMP)
 
@@ -33,6 +33,9 @@ soak: $(STAMP)
 
 test-serve-fuzz: $(STAMP)
 	$(BIN)/python -m pytest -q -m serve_fuzz tests/e2e/serve
+
+test-frameworks: $(STAMP)
+	$(BIN)/python -m pytest -q -m frameworks_long tests/integration/frameworks
 
 test-transport: $(STAMP)
 	$(BIN)/python -m pytest -q -m transport_long

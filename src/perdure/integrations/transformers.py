@@ -29,7 +29,7 @@ import perdure
 from perdure.runtime import StopVote, goodput
 from perdure.runtime.checkpoint import folders
 
-__all__ = ["PerdureCallback"]
+__all__ = ["PerdureCallback"]  # and PerdureTrainer, loaded on first use
 
 TRAINER_DEFAULT_OUTPUT_DIR = "trainer_output"  # what TrainingArguments() picks without one
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -48,6 +48,7 @@ class PerdureCallback(TrainerCallback):  # type: ignore[misc]
         self.stopping = False
         self._mark: float | None = None  # when the step being timed began
         self._train_called: float | None = None
+        self.manage_folders = True  # off under PerdureTrainer, which saves through perdure
 
     # ---- where the Trainer saves, and what it resumes from --------------------------------
 
@@ -56,8 +57,14 @@ class PerdureCallback(TrainerCallback):  # type: ignore[misc]
         if args.output_dir == TRAINER_DEFAULT_OUTPUT_DIR and self.ctx.checkpoint_dir:
             args.output_dir = self.ctx.checkpoint_dir
         trainer = _calling_trainer()
-        if trainer is not None:
+        if getattr(trainer, "perdure_checkpoints", False):
+            self.manage_folders = False
+        elif trainer is not None:
             _resume_through(trainer, self)
+
+    def train_called(self) -> None:
+        """`train()` was called now: what the restore time is measured from."""
+        self._train_called = time.perf_counter()
 
     def resume_point(self, output_dir: str | None, given: str | bool | None) -> str | None:
         """The checkpoint folder `train()` loads: a folder the script named that exists, else
@@ -68,7 +75,7 @@ class PerdureCallback(TrainerCallback):  # type: ignore[misc]
         if note is not None and self.ctx.is_primary:
             print(f"perdure: {note}", file=sys.stderr, flush=True)
             goodput.note(note)
-        self._train_called = time.perf_counter()
+        self.train_called()
         if isinstance(given, str) and os.path.isdir(given):
             return given
         return None if choice.name is None else os.path.join(output_dir, choice.name)
@@ -100,9 +107,10 @@ class PerdureCallback(TrainerCallback):  # type: ignore[misc]
     def on_save(self, args: TrainingArguments, state: TrainerState,
                 control: TrainerControl, **kwargs: Any) -> None:
         now = time.perf_counter()
-        root = args.output_dir or TRAINER_DEFAULT_OUTPUT_DIR
-        folder = os.path.join(root, f"{CHECKPOINT_PREFIX}{state.global_step}")
-        folders.mark_complete(folder, self.ctx.rank, self.ctx.world_size)
+        if self.manage_folders:
+            root = args.output_dir or TRAINER_DEFAULT_OUTPUT_DIR
+            folder = os.path.join(root, f"{CHECKPOINT_PREFIX}{state.global_step}")
+            folders.mark_complete(folder, self.ctx.rank, self.ctx.world_size)
         goodput.checkpoint_saved(state.global_step, now - (self._mark or now))
         self._mark = time.perf_counter()
         if self.stopping:
@@ -121,9 +129,16 @@ class PerdureCallback(TrainerCallback):  # type: ignore[misc]
         if dist.is_available() and dist.is_initialized():
             with contextlib.suppress(Exception):  # a peer already gone must not stop the exit
                 dist.barrier()
-        print(f"perdure: preemption notice: saved {CHECKPOINT_PREFIX}{step}; exiting suspended",
-              flush=True)
+        print(f"perdure: preemption notice: saved step {step}; exiting suspended", flush=True)
         self.ctx.exit_suspended()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PerdureTrainer":  # its module imports this one
+        from perdure.integrations.hf_trainer import PerdureTrainer
+
+        return PerdureTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _calling_trainer() -> Trainer | None:

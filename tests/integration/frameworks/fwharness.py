@@ -137,3 +137,23 @@ def _controller_conftest() -> Any:
 
 
 kill_leftovers = _controller_conftest()._kill_leftovers
+
+
+def trained_samples(steps_file: Path) -> list[int]:
+    """The samples the final history trained on, from the scripts' ledgers (LEDGER=1).
+
+    Each rank appends [time, launch generation, step, sample ids] per step. A step run again
+    after a resume belongs to the generation that ran it last; only that one's records count
+    (the earlier run of it was rolled back with the checkpoint).
+    """
+    records: list[tuple[float, str, int, list[int]]] = []
+    for ledger in steps_file.parent.glob(f"{steps_file.name}.ledger-*"):
+        records += [tuple(json.loads(line)) for line in ledger.read_text().splitlines()]
+    first_seen: dict[str, float] = {}
+    for t, gen, _, _ in sorted(records):
+        first_seen.setdefault(gen, t)
+    last_gen: dict[int, str] = {}
+    for _, gen, step, _ in records:
+        if step not in last_gen or first_seen[gen] > first_seen[last_gen[step]]:
+            last_gen[step] = gen
+    return sorted(i for _, gen, step, ids in records if last_gen[step] == gen for i in ids)

@@ -26,6 +26,9 @@ class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def __init__(self, n: int, seq: int, vocab: int) -> None:
         g = torch.Generator().manual_seed(1)
         self.ids = torch.randint(0, vocab, (n, seq), generator=g)
+        # the sample's index in its first two tokens: what the test's ledger reads back
+        self.ids[:, 0] = torch.arange(n) // vocab
+        self.ids[:, 1] = torch.arange(n) % vocab
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -69,6 +72,23 @@ class TestHooks(TrainerCallback):  # type: ignore[misc]
             trainer._save_rng_state = slow
 
 
+def with_ledger(base: type[Trainer]) -> type[Trainer]:
+    """`base` recording, per rank, which samples each step trained on (LEDGER=1)."""
+
+    class Ledgered(base):  # type: ignore[misc,valid-type]
+        def training_step(self, model: Any, inputs: Any, *rest: Any) -> Any:
+            ids = inputs["input_ids"][:, 0] * 64 + inputs["input_ids"][:, 1]
+            gen = "-".join(os.environ.get(k, "0") for k in
+                           ("PERDURE_JOB_ID", "PERDURE_ATTEMPT", "PERDURE_ROUND"))
+            rank = int(os.environ.get("RANK", "0"))
+            with open(f"{os.environ['STEP_FILE']}.ledger-{rank}", "a") as f:
+                f.write(json.dumps([time.time(), gen, self.state.global_step + 1,
+                                    [int(i) for i in ids]]) + "\n")
+            return super().training_step(model, inputs, *rest)
+
+    return Ledgered
+
+
 def sha256(model: torch.nn.Module) -> str:
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
@@ -82,6 +102,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--save-steps", type=int, default=10)
     p.add_argument("--out", required=True)
+    p.add_argument("--trainer", choices=["stock", "perdure"], default="stock")
     a = p.parse_args()
     config = GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2,
                         bos_token_id=0, eos_token_id=0)
@@ -93,7 +114,15 @@ def main() -> None:
         logging_steps=10, dataloader_num_workers=0,
     )
     ref: list[Trainer] = []
-    trainer = Trainer(model=model, args=args, train_dataset=Tokens(256, 32, 64),
+    if a.trainer == "perdure":
+        from perdure.integrations.transformers import PerdureTrainer
+
+        cls: type[Trainer] = PerdureTrainer
+    else:
+        cls = Trainer
+    if os.environ.get("LEDGER"):
+        cls = with_ledger(cls)
+    trainer = cls(model=model, args=args, train_dataset=Tokens(256, 32, 64),
                       callbacks=[PerdureCallback(), TestHooks(ref)])
     ref.append(trainer)
     trainer.train()
