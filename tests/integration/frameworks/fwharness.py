@@ -77,6 +77,10 @@ class Job:
         except FileNotFoundError:
             return []
 
+    def begins(self) -> list[int]:
+        """The step each launch's training began at (rank 0, in order)."""
+        return [int(s) for s in Path(f"{self.steps_file}.begin").read_text().split()]
+
     def step(self) -> int:
         return max(self.steps(), default=-1)
 

@@ -33,10 +33,6 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(job.result()["sha256"])
 
 
-def begins(job: Job) -> list[int]:
-    return [int(s) for s in Path(f"{job.steps_file}.begin").read_text().split()]
-
-
 def test_kill_resumes_from_the_trainers_checkpoint(jobs: list[Job], tmp_path: Path,
                                                    baseline: str) -> None:
     job = Job(tmp_path, "hf", SCRIPT, 2, env=SLOW)
@@ -47,8 +43,8 @@ def test_kill_resumes_from_the_trainers_checkpoint(jobs: list[Job], tmp_path: Pa
     finish(run)
     assert job.result()["sha256"] == baseline
     assert job.result()["output_dir"] == str(job.ckpt)  # the job's checkpoint dir
-    first, resumed = begins(job)
-    assert first == 0 and resumed >= 10 and resumed % 10 == 0, begins(job)
+    first, resumed = job.begins()
+    assert first == 0 and resumed >= 10 and resumed % 10 == 0, job.begins()
     goodput = job.describe()["goodput"]
     assert goodput["last_step"] == 40 and goodput["productive_seconds"] > 0
 
@@ -64,7 +60,7 @@ def test_kill_during_a_save_skips_the_half_written_checkpoint(jobs: list[Job], t
     job.sigkill("worker-0")
     finish(run)
     assert job.result()["sha256"] == baseline
-    assert begins(job) == [0, 10]  # not the half-written checkpoint-20
+    assert job.begins() == [0, 10]  # not the half-written checkpoint-20
     assert (job.ckpt / "incomplete-checkpoint-20").is_dir()
     events = [e["message"] for e in job.describe()["events"]]
     assert any("checkpoint-20" in m and "not completed by every rank" in m for m in events), \
@@ -81,8 +77,8 @@ def test_preemption_saves_where_the_ranks_agree_and_loses_no_step(
     out = finish(run)
     assert "SUSPENDED" in out
     assert job.result()["sha256"] == baseline
-    first, resumed = begins(job)
-    assert first == 0 and 5 < resumed < 40, begins(job)
+    first, resumed = job.begins()
+    assert first == 0 and 5 < resumed < 40, job.begins()
     assert job.steps() == list(range(1, 41))  # every step once: none lost, none redone
     assert (job.ckpt / f"checkpoint-{resumed}").is_dir()
     d = job.describe()

@@ -29,10 +29,6 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(job.result()["sha256"])
 
 
-def begins(job: Job) -> list[int]:
-    return [int(s) for s in Path(f"{job.steps_file}.begin").read_text().split()]
-
-
 def test_kill_resumes_bit_identically_from_perdures_checkpoint(
         jobs: list[Job], tmp_path: Path, baseline: str) -> None:
     job = Job(tmp_path, "hft", SCRIPT, 2, args=PERDURE, env={"STEP_TIME": "0.05"})
@@ -42,8 +38,8 @@ def test_kill_resumes_bit_identically_from_perdures_checkpoint(
     job.sigkill("worker-1")
     finish(run)
     assert job.result()["sha256"] == baseline
-    first, resumed = begins(job)
-    assert first == 0 and resumed >= 10 and resumed % 10 == 0, begins(job)
+    first, resumed = job.begins()
+    assert first == 0 and resumed >= 10 and resumed % 10 == 0, job.begins()
     assert sorted(p.name for p in job.ckpt.iterdir() if p.name.startswith("step-"))[-1] == \
         "step-00000040"  # perdure's format, not checkpoint-N folders
     assert not list(job.ckpt.glob("checkpoint-*"))
@@ -76,6 +72,6 @@ def test_resume_on_another_world_size_trains_every_sample_once(
                  env=env)
     jobs.append(second)
     finish(second.start())
-    assert begins(second) == [0, 24]  # the same steps file: the second resumed at 24
+    assert second.begins() == [0, 24]  # the same steps file: the second resumed at 24
     assert second.result()["step"] == end
     assert trained_samples(first.steps_file) == list(range(SAMPLES))
