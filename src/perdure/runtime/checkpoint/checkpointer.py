@@ -381,6 +381,7 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for the last save, then release the staging buffers and the writer process."""
         try:
+            self._schedule.close()
             self.wait()
         finally:
             if self._buffers is not None:

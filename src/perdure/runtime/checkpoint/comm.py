@@ -42,6 +42,13 @@ class Comm:
         self._ensure_groups()
         return self._data
 
+    @property
+    def control_group(self) -> Any:
+        """The gloo group of the training thread's agreements (None without
+        torch.distributed)."""
+        self._ensure_groups()
+        return self._ctrl
+
     def _ensure_groups(self) -> None:
         if self.distributed and self._data is None:
             self._data = dist.new_group(backend="gloo", timeout=self._timeout)
