@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=int, default=int(env_every or 50))
     p.add_argument("--out", default=None)
     p.add_argument("--step-file", default=None, help="rank 0 appends each finished step here")
+    p.add_argument("--timeline", default=None,
+                   help="rank 0 appends a JSON line per step (step, perf_counter, CPU times): "
+                        "what bench/overhead.py measures")
     p.add_argument("--bare", action="store_true",
                    help="no perdure at all (no checkpoints, vote, goodput): bench/overhead.py's "
                         "baseline")
@@ -159,6 +162,11 @@ class Run:
         if self.rank == 0 and self.a.step_file:
             with open(self.a.step_file, "a") as f:
                 f.write(f"{self.step}\n")
+        if self.rank == 0 and self.a.timeline:
+            with open(self.a.timeline, "a") as f:
+                f.write(json.dumps({"step": self.step, "t": time.perf_counter(),
+                                    "cpu": time.process_time(),
+                                    "main": time.thread_time()}) + "\n")
         if self.rank == 0 and self.step % 10 == 0:
             print(f"step {self.step} loss {loss:.4f}", flush=True)
         if self.ckpt is None:

@@ -103,8 +103,10 @@ def main() -> None:
     p.add_argument("--save-steps", type=int, default=10)
     p.add_argument("--out", required=True)
     p.add_argument("--trainer", choices=["stock", "perdure"], default="stock")
+    p.add_argument("--embd", type=int, default=32, help="GPT-2 width (bench: larger)")
+    p.add_argument("--layers", type=int, default=2)
     a = p.parse_args()
-    config = GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+    config = GPT2Config(vocab_size=64, n_positions=32, n_embd=a.embd, n_layer=a.layers, n_head=2,
                         bos_token_id=0, eos_token_id=0)
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config)
