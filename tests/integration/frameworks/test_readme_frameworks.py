@@ -51,3 +51,10 @@ def test_the_hugging_face_section_runs_as_written(tmp_path: Path, jobs: list[Job
     for name in done:
         markers = root / "checkpoints" / name / ".perdure-complete"
         assert sorted(m.name for m in markers.iterdir()) == ["rank-0-of-2", "rank-1-of-2"]
+
+
+def test_the_lightning_section_runs_as_written(tmp_path: Path, jobs: list[Job]) -> None:
+    pytest.importorskip("lightning")
+    root = run_section("Lightning", tmp_path, jobs)
+    committed = sorted(p.parent.name for p in (root / "checkpoints").glob("step-*/COMMITTED"))
+    assert committed[-1] == "step-00000100"  # ModelCheckpoint: each epoch and the end
