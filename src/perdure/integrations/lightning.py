@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -126,27 +128,36 @@ class PerdureCallback(Callback):  # type: ignore[misc]
 
     def __init__(self, *, vote_within: float = 0.5) -> None:
         self.ctx = perdure.init()
+        self._on_notice = signal.getsignal(signal.SIGTERM)  # perdure's preemption handler
         self.vote = StopVote(within=vote_within)
         self._mark: float | None = None
+        self._fix_length = False  # set the epoch's length at its first batch
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Lightning installs its own SIGTERM handler when fit starts (it ends the run at once):
+        # a notice must reach perdure's, which lets the ranks agree, save and exit suspended.
+        if callable(self._on_notice) and \
+                threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_notice)
         goodput.checkpoint_restored(trainer.global_step or None, 0.0)
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.completed
-        if done:  # resumed mid-epoch: Lightning's fetcher already holds the next batch
-            self._set_epoch_length(trainer, done + 1)
+        self._fix_length = True
         self._mark = time.perf_counter()
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._set_epoch_length(trainer, 0)  # a new epoch (not called on a mid-epoch resume)
+        self._fix_length = True  # a new epoch (not called on a mid-epoch resume)
 
-    @staticmethod
-    def _set_epoch_length(trainer: Trainer, done: int) -> None:
-        """Lightning ends an epoch when its batch counter reaches the batch count it took from
-        the loader once; an ElasticLoader's length is the steps left from its position, which
-        changes with the position and with the world size: done + left is the epoch."""
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # Lightning ends an epoch when its batch counter reaches the batch count it took from
+        # the loader; an ElasticLoader's length is the steps left from its position, which
+        # after a resume (on any world size) does not add up with the restored counter. At
+        # the epoch's first batch: batches counted + the one Lightning's fetcher already
+        # holds + those left is the epoch.
         loader = trainer.train_dataloader
-        if isinstance(loader, ElasticLoader):
-            trainer.fit_loop.max_batches = done + len(loader)
+        if self._fix_length and isinstance(loader, ElasticLoader):
+            ready = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+            trainer.fit_loop.max_batches = ready + 1 + len(loader)
+        self._fix_length = False
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:

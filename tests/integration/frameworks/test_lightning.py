@@ -37,9 +37,9 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 DDP_RESUME = pytest.mark.xfail(strict=True, reason=(
-    "Lightning DDP resume: the resumed run's weights differ from the uninterrupted run's and "
-    "a resume on another world size repeats/skips samples (Lightning's epoch length and "
-    "progress counters vs the ElasticLoader's position; not resolved)"))
+    "Lightning DDP resume under the controller: the resumed run's weights differ from the "
+    "uninterrupted run's after a kill or a preemption (a resume by hand, run after run, is "
+    "exact), and a resume on another world size repeats/skips samples; not resolved"))
 
 
 def run_alone(root: Path, steps: int) -> dict[str, object]:
