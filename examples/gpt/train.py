@@ -213,7 +213,9 @@ def main() -> None:
         goodput.flush()
         ctx.finish(0)
     elif dist.is_initialized():
+        # exit at once after the teardown: gloo's at interpreter exit can abort or hang
         dist.destroy_process_group()
+        os._exit(0)
 
 
 if __name__ == "__main__":
