@@ -4,8 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-ray bench-ray test-slurm bench-slurm soak lint bench venv clean \
-	test-serve-fuzz test-transport spec-reference test-gpu
+.PHONY: demo test test-frameworks test-ray bench-ray test-slurm bench-slurm soak lint bench \
+	venv clean test-serve-fuzz test-transport spec-reference test-gpu
 
 venv: $(STAMP)
 
@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 	    sh -c 'test -x $(BIN)/python || $(PY) -m venv $(VENV)'
 	@scripts/timed "2/4 an up-to-date pip" $(BIN)/pip install -q --upgrade pip
 	@scripts/timed "3/4 torch 2.13.0, the CPU wheel (the longest step)" $(BIN)/pip install -q torch==2.13.0
-	@scripts/timed "4/4 perdure and its extras: test, serve, ray" \
-	    $(BIN)/pip install -q -e '.[test,serve,ray]'
+	@scripts/timed "4/4 perdure and its extras: test, serve, ray, hf, lightning" \
+	    $(BIN)/pip install -q -e '.[test,serve,ray,hf,lightning]'
 	@touch $(STAMP)
 	@echo "$(VENV) is ready"
 
@@ -51,6 +51,9 @@ test-serve-fuzz: $(STAMP)
 # without CUDA; the venv's torch must be a CUDA build: PY=... or pip install torch (CUDA) first.
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -m gpu tests/unit/runtime/test_rng.py tests/integration/gpu
+
+test-frameworks: $(STAMP)
+	$(BIN)/python -m pytest -q -m frameworks_long tests/integration/frameworks
 
 test-transport: $(STAMP)
 	$(BIN)/python -m pytest -q -m transport_long

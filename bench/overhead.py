@@ -56,8 +56,16 @@ VARIANTS: dict[str, list[str]] = {
     "vote-each-step": ["init", "loader", "goodput", "vote-each-step"],
     "vote-blocking": ["init", "loader", "goodput", "vote-blocking"],
     "ckpt": ["init", "loader", "goodput", "vote", "ckpt"],
+    # The loop a script without preemption code has: maybe_save every step, its policy saving
+    # every --every steps (it also agrees on preemption notices).
+    "maybe-save": ["init", "loader", "goodput", "maybe-save"],
 }
 EXAMPLES = ("example-no-ckpt", "example")
+# examples/gpt (~14 M parameters, sequence 256, FSDP2 on gloo): bare (no perdure at all) and
+# with everything on (perdure.init, elastic sampler over the cached shards, goodput, stop vote,
+# async saves every --gpt-every steps).
+GPT = ROOT / "examples" / "gpt" / "train.py"
+GPT_VARIANTS = ("gpt-bare", "gpt")
 
 
 # ---- the worker (runs under torchrun) -----------------------------------------------------
@@ -119,6 +127,10 @@ def _setup(args: argparse.Namespace, on: set[str]) -> dict[str, Any]:
     vote = StopVote(within=0.5) if "vote" in on else \
         StopVote() if "vote-each-step" in on else None
     ckpt = Checkpointer(args.ckpt, keep=2) if "ckpt" in on else None
+    if "maybe-save" in on:
+        from perdure.runtime import SavePolicy
+
+        ckpt = Checkpointer(args.ckpt, keep=2, policy=SavePolicy(every_steps=args.every))
     return {"model": model, "ddp": ddp, "opt": opt, "loader": loader, "vote": vote,
             "ckpt": ckpt}
 
@@ -161,7 +173,10 @@ def worker(args: argparse.Namespace) -> None:
                     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
                     bool(flag.item())
                 regions.mark("vote")
-            if ckpt is not None and step % args.every == 0:
+            if "maybe-save" in on:
+                ckpt.maybe_save(step, {"model": v["model"], "optim": opt, "data": loader,
+                                       "step": step})
+            elif ckpt is not None and step % args.every == 0:
                 ckpt.save(step, {"model": v["model"], "optim": opt, "data": loader,
                                  "step": step})
             regions.mark("save")
@@ -188,7 +203,7 @@ class _null:
 
 def _torchrun(script: list[str], env: dict[str, str], log: Path) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-           f"--nproc-per-node={REPLICAS}", *script]
+           f"--nproc-per-node={env.get('BENCH_REPLICAS', REPLICAS)}", *script]
     with log.open("wb") as out:
         subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, check=True,
                        timeout=600)
@@ -210,10 +225,20 @@ def _per_step(timeline: Path, warmup: int) -> dict[str, float]:
 def run_variant(name: str, root: Path, args: argparse.Namespace) -> dict[str, float]:
     d = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
     timeline = d / "timeline.jsonl"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(d / "reports")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(d / "reports"),
+           "BENCH_REPLICAS": str(args.replicas)}
     (d / "reports").mkdir()
+    if name in GPT_VARIANTS:
+        script = [str(GPT), "--steps", str(args.gpt_steps), "--timeline", str(timeline),
+                  "--data", str(root / "gpt-data"), "--cache", str(root / "gpt-cache"),
+                  "--out", str(d), "--checkpoint-dir", str(d / "ckpt"),
+                  "--checkpoint-every", str(args.gpt_every)]
+        if name == "gpt-bare":
+            script.append("--bare")
+        _torchrun(script, env, d / "log")
+        return _per_step(timeline, args.gpt_warmup)
     if name in EXAMPLES:
-        epochs = -(-args.steps * BATCH * REPLICAS // SAMPLES)
+        epochs = -(-args.steps * BATCH * args.replicas // SAMPLES)
         script = [str(EXAMPLE / "train.py"), "--epochs", str(epochs), "--samples",
                   str(SAMPLES), "--log-every", "1000000", "--out", str(d), "--timeline",
                   str(timeline)]
@@ -240,7 +265,8 @@ def report(names: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
         row = f"{name:<16}"
         for key in ("t", "cpu", "main"):
             series = [r[key] for r in runs[name]]
-            ratios = [r[key] / b[key] for r, b in zip(runs[name], runs["bare"], strict=True)]
+            base = runs[names[0]]
+            ratios = [r[key] / b[key] for r, b in zip(runs[name], base, strict=True)]
             row += (f" {statistics.median(series) * 1000:7.2f} {statistics.median(ratios):7.3f}"
                     f" {min(ratios):7.3f} .. {max(ratios):5.3f}")
         print(row)
@@ -267,6 +293,10 @@ def main(argv: list[str] | None = None) -> None:
         q.add_argument("--steps", type=int, default=400)
         q.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--replicas", type=int, default=REPLICAS, help="ranks per run")
+    p.add_argument("--gpt-steps", type=int, default=60, help="steps of the GPT variants")
+    p.add_argument("--gpt-warmup", type=int, default=10)
+    p.add_argument("--gpt-every", type=int, default=50, help="GPT checkpoint interval")
     p.add_argument("--warmup", type=int, default=30, help="steps not counted")
     p.add_argument("--variants", default=",".join([*VARIANTS, *EXAMPLES]))
     args = p.parse_args(argv)
@@ -274,8 +304,9 @@ def main(argv: list[str] | None = None) -> None:
         worker(args)
         return
     names = args.variants.split(",")
-    if names[0] != "bare":
-        raise SystemExit("--variants must start with bare: every figure is a ratio to it")
+    if names[0] not in ("bare", "gpt-bare"):
+        raise SystemExit("--variants must start with bare (or gpt-bare): every figure is a "
+                         "ratio to it")
     print(f"$ {' '.join(sys.argv)}  (cores {os.cpu_count()}, load {os.getloadavg()[0]:.1f})",
           flush=True)
     root = Path(tempfile.mkdtemp(prefix="perdure-bench-overhead-"))

@@ -164,6 +164,8 @@ class _Decider(Tick):
             self.launch_failed(job, r, obs)
         elif isinstance(obs, ReplicaProgress):
             job.step = obs.step
+            for note in obs.notes:
+                self.event(job, "runtime", f"{r.name}: {note}")
             if obs.save_seconds is not None:
                 job.last_checkpoint, job.checkpoint_step = obs.time, obs.step
         elif isinstance(obs, Hung):

@@ -65,7 +65,8 @@ class ReplicaProgress:
 
     `time` is when the controller saw it. `steps` steps finished since the last report, taking
     `step_seconds` each on average; `save_seconds`: the longest blocking part of a checkpoint
-    save among them (None: no save).
+    save among them (None: no save). `notes`: messages the runtime asked to show as the job's
+    events (a skipped incomplete checkpoint).
     """
 
     launch_id: str
@@ -74,6 +75,7 @@ class ReplicaProgress:
     steps: int = 0
     step_seconds: float | None = None
     save_seconds: float | None = None
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Reads the environment the controller set (torchrun's contract plus PERDURE_*), brings the
 process group up with bounded timeouts, installs the error-file hook and the preemption
-handler, and seeds every RNG. Works the same under `torchrun` or run by hand (world size 1).
+handler, and seeds every RNG when asked to (a seed argument or $PERDURE_SEED): generators the
+script or its framework (a Trainer's `set_seed`) already seeded are never reseeded behind its
+back. Works the same under `torchrun` or run by hand (world size 1).
 """
 
 from __future__ import annotations
@@ -174,9 +176,11 @@ def init(
     collective_timeout: float | None = None,
     distributed: bool = True,
 ) -> Context:
-    """Join the job: process group up (gloo on CPU, nccl on GPU), hooks installed, RNG seeded.
+    """Join the job: process group up (gloo on CPU, nccl on GPU), hooks installed.
 
-    `seed` defaults to $PERDURE_SEED, else 0; every RNG is seeded with it on every rank.
+    `seed` (else $PERDURE_SEED): every RNG is seeded with it on every rank. With neither, the
+    generators are left as they are, so init() may run before or after the script's (or a
+    Trainer's) own `set_seed` without changing its draws.
     `collective_timeout` (seconds; $PERDURE_COLLECTIVE_TIMEOUT, default 120) bounds how long a
     collective waits for a peer that hangs. Calling init twice returns the same context.
     """
@@ -200,9 +204,17 @@ def init(
     )
     if distributed:
         _init_process_group(backend, timeout, ctx.world_size)
-    _seed(seed if seed is not None else _env_int("PERDURE_SEED", 0))
+    chosen = seed if seed is not None else _env_seed()
+    if chosen is not None:
+        _seed(chosen)
     _context = ctx
     return ctx
+
+
+def _env_seed() -> int | None:
+    if not os.environ.get("PERDURE_SEED"):
+        return None
+    return _env_int("PERDURE_SEED", 0)
 
 
 def _seed(seed: int) -> None:

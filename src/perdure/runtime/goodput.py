@@ -155,6 +155,11 @@ def data_waited(seconds: float) -> None:
     reporter().emit("data_wait", seconds=seconds)
 
 
+def note(message: str) -> None:
+    """Something the job's owner should see in its events (`perdure describe`), sent once."""
+    reporter().emit("note", message=message)
+
+
 def flush() -> None:
     reporter().flush()
 

@@ -34,9 +34,9 @@ def test_policy_follows_the_spec_settings_in_the_environment(
 
 
 def test_a_bad_number_in_the_environment_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(schedule.ENV_NOTICE_EVERY, "0")
-    with pytest.raises(ValueError, match="PERDURE_NOTICE_CHECK_EVERY=0"):
-        schedule.notice_check_every()
+    monkeypatch.setenv(schedule.ENV_NOTICE_WITHIN, "-1")
+    with pytest.raises(ValueError, match="PERDURE_NOTICE_WITHIN=-1"):
+        schedule.notice_within()
     monkeypatch.setenv(schedule.ENV_STEPS, "often")
     with pytest.raises(ValueError, match="PERDURE_CHECKPOINT_EVERY='often' is not a number"):
         schedule.policy_from_env()

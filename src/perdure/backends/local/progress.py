@@ -27,6 +27,7 @@ class ProgressReader:
         self._offsets: dict[str, int] = {}
         self._steps: dict[str, int] = {}
         self._next: dict[str, float] = {}
+        self._notes: dict[str, list[str]] = {}  # notes read before any step: sent with one
 
     def read(self, launch_id: str, directory: str, now: float) -> ReplicaProgress | None:
         """New progress of one launch since the last read (None: nothing new, or too soon)."""
@@ -62,14 +63,17 @@ class ProgressReader:
                 step = int(rec.get("step", step or 0))
             elif kind == "restore" and rec.get("step") is not None:
                 step = int(rec["step"])
+            elif kind == "note":
+                self._notes.setdefault(launch_id, []).append(str(rec.get("message", "")))
         if step is None:
             return None  # nothing that says where training is (start, data waits)
         self._steps[launch_id] = step
+        notes = tuple(self._notes.pop(launch_id, ()))
         return ReplicaProgress(launch_id, step, time.time(), steps,
-                               seconds / steps if steps else None, save)
+                               seconds / steps if steps else None, save, notes)
 
     def forget(self, launch_id: str) -> None:
-        for d in (self._offsets, self._steps, self._next):
+        for d in (self._offsets, self._steps, self._next, self._notes):
             d.pop(launch_id, None)
 
 

@@ -92,6 +92,9 @@ class Checkpointer:
         made through ``.data`` escape that check, so code that writes parameters that way
         between save() and optimizer.step() should use "sync".
     timeout_s: how long a checkpoint collective waits for the other ranks.
+    alone: this process saves and restores by itself, with no collective (for frameworks that
+        write checkpoints on one rank only, as Lightning's DDP does; the state must then be
+        the whole state).
     storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
     """
 
@@ -107,6 +110,7 @@ class Checkpointer:
         stage: str = "deferred",
         timeout_s: float = 1800.0,
         storage_options: Mapping[str, Any] | None = None,
+        alone: bool = False,
     ) -> None:
         if keep is not None and (not isinstance(keep, int) or keep < 1):
             raise ValueError(f"keep is {keep!r}; it must be an int >= 1, or None to keep all.")
@@ -115,6 +119,7 @@ class Checkpointer:
         if stage not in _STAGE_MODES:
             raise ValueError(f"stage is {stage!r}; it must be one of {_STAGE_MODES}.")
         self.stage = stage
+        self.alone = alone
         self.storage: Storage = make_storage(url, **dict(storage_options or {}))
         self.keep = keep
         self.policy, interval_file = (policy, None) if policy else schedule.policy_from_env()
@@ -147,7 +152,7 @@ class Checkpointer:
         if self._comm is None or self._comm.stale:
             if self._comm is not None:
                 self._plan = None
-            self._comm = Comm(self.timeout_s)
+            self._comm = Comm(self.timeout_s, alone=self.alone)
         return self._comm
 
     # ---- saving ---------------------------------------------------------------------------
@@ -388,6 +393,7 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for the last save, then release the staging buffers and the writer process."""
         try:
+            self._schedule.close()
             self.wait()
         finally:
             if self._buffers is not None:

@@ -19,10 +19,12 @@ import torch.distributed as dist
 
 
 class Comm:
-    """The ranks that share a checkpoint; world size 1 without torch.distributed."""
+    """The ranks that share a checkpoint; world size 1 without torch.distributed, or `alone`
+    (this process saves and restores by itself, whatever the process group)."""
 
-    def __init__(self, timeout_s: float) -> None:
-        self.distributed = dist.is_available() and dist.is_initialized()
+    def __init__(self, timeout_s: float, *, alone: bool = False) -> None:
+        self.alone = alone
+        self.distributed = not alone and dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self.distributed else 0
         self.world = dist.get_world_size() if self.distributed else 1
         self._default = dist.group.WORLD if self.distributed else None
@@ -33,6 +35,8 @@ class Comm:
     @property
     def stale(self) -> bool:
         """True when torch.distributed was (re)initialised or torn down since (elastic)."""
+        if self.alone:
+            return False
         now = dist.is_available() and dist.is_initialized()
         return now != self.distributed or (now and dist.group.WORLD is not self._default)
 
@@ -41,6 +45,13 @@ class Comm:
         """The gloo group for checkpoint data collectives (None without torch.distributed)."""
         self._ensure_groups()
         return self._data
+
+    @property
+    def control_group(self) -> Any:
+        """The gloo group of the training thread's agreements (None without
+        torch.distributed)."""
+        self._ensure_groups()
+        return self._ctrl
 
     def _ensure_groups(self) -> None:
         if self.distributed and self._data is None:

@@ -7,9 +7,11 @@ for the commit and exits with the "suspended" status. The notice may reach the r
 different steps, so they agree on it:
 - with a timed policy (`every_seconds`, `every: auto`) the ranks already agree on every call
   (rank 0's clock decides): the notice rides along in the same collective, for free;
-- otherwise every NOTICE_CHECK_EVERY-th call (default 8, $PERDURE_NOTICE_CHECK_EVERY) runs one
-  all-gather of one integer per rank; the calls between cost nothing. A notice is acted on
-  within that many steps: keep them well inside `preemption.grace_seconds`.
+- otherwise the ranks vote as StopVote does: a one-integer all-reduce started in the background
+  at one call and read at the next, every N calls where N calls take about NOTICE_WITHIN
+  seconds (0.5; $PERDURE_NOTICE_WITHIN). No call waits for the others on the step's critical
+  path (a blocking all-gather every 8th call cost a 3 ms DDP step ~10%); a notice is acted on
+  within ~0.5 s plus a step, well inside any `preemption.grace_seconds`.
 
 Side effects: reads the published interval file; the collectives above.
 """
@@ -23,11 +25,12 @@ import sys
 
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.policy import SavePolicy
+from perdure.runtime.vote import StopVote
 
 ENV_STEPS = "PERDURE_CHECKPOINT_EVERY"  # checkpoint.every_steps
 ENV_SECONDS = "PERDURE_CHECKPOINT_EVERY_SECONDS"  # checkpoint.every_seconds
 ENV_INTERVAL_FILE = "PERDURE_CHECKPOINT_INTERVAL_FILE"  # checkpoint.every: auto
-ENV_NOTICE_EVERY = "PERDURE_NOTICE_CHECK_EVERY"
+ENV_NOTICE_WITHIN = "PERDURE_NOTICE_WITHIN"
 REFRESH_SECONDS = 2.0
 # Until the controller has published an interval (it measures a save first): save this often.
 FIRST_INTERVAL_SECONDS = 60.0
@@ -43,11 +46,12 @@ def _number(name: str) -> float | None:
         raise ValueError(f"environment variable {name}={value!r} is not a number") from None
 
 
-def notice_check_every() -> int:
-    n = _number(ENV_NOTICE_EVERY)
-    if n is not None and (n < 1 or n != int(n)):
-        raise ValueError(f"{ENV_NOTICE_EVERY}={n:g}: use a whole number of calls >= 1")
-    return int(n or 8)
+def notice_within() -> float:
+    """Seconds within which the ranks agree on a notice ($PERDURE_NOTICE_WITHIN, 0.5)."""
+    n = _number(ENV_NOTICE_WITHIN)
+    if n is not None and not n >= 0:
+        raise ValueError(f"{ENV_NOTICE_WITHIN}={n:g}: use seconds >= 0")
+    return 0.5 if n is None else n
 
 
 def published_interval(path: str) -> float | None:
@@ -82,8 +86,9 @@ class SaveSchedule:
 
     def __init__(self, interval_file: str | None) -> None:
         self.interval_file = interval_file
-        self.calls = 0
-        self.check_every = notice_check_every()
+        self.within = notice_within()
+        self._vote: StopVote | None = None
+        self._vote_comm: Comm | None = None
         self._next_read = 0.0
 
     def refresh(self, policy: SavePolicy, now: float) -> SavePolicy:
@@ -101,13 +106,17 @@ class SaveSchedule:
         notice = notice_pending()
         if comm.world == 1:
             return due, notice
-        self.calls += 1
         if policy.uses_clock:  # rank 0's clock decides; the notice rides along
             votes = comm.agree([int(due), int(notice)])
             return bool(votes[0][0]), any(v[1] for v in votes)
-        if self.calls % self.check_every == 0:
-            return due, any(v[0] for v in comm.agree([int(notice)]))
-        return due, False
+        if self._vote is None or self._vote_comm is not comm:  # a new group: a new vote
+            self._vote, self._vote_comm = StopVote(comm.control_group, within=self.within), comm
+        return due, self._vote.poll(notice)
+
+    def close(self) -> None:
+        """Wait for the vote in flight (before the process group goes)."""
+        if self._vote is not None:
+            self._vote.close()
 
 
 def exit_suspended() -> None:

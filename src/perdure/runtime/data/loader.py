@@ -269,7 +269,14 @@ class ElasticLoader:
     def __len__(self) -> int:
         if self._dataset is not None:
             raise TypeError("a ShardDataset's number of batches is not known in advance")
+        self._follow_sampler()
         return self.sampler.steps_left(self._cursor)
+
+    def _follow_sampler(self) -> None:
+        """A sampler whose epoch was set directly (Lightning sets the epoch of a loader's
+        sampler, not the loader's) is followed: that epoch, from its start."""
+        if self.sampler.epoch != self._epoch:
+            self._epoch, self._cursor = self.sampler.epoch, 0
 
     # -- iteration --------------------------------------------------------------------------
 
@@ -281,6 +288,7 @@ class ElasticLoader:
 
     def _iter_map(self, token: int) -> Iterator[Any]:
         sampler = self.sampler
+        self._follow_sampler()
         sampler.set_position(self._epoch, self._cursor)  # drop what workers ran ahead for
         rank, world_size = sampler.world()
         start, epoch = self._cursor, self._epoch

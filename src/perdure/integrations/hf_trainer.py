@@ -1,0 +1,157 @@
+"""PerdureTrainer: a Hugging Face `Trainer` whose checkpoints and data order are perdure's.
+
+Import it from `perdure.integrations.transformers`. Against a stock Trainer with
+PerdureCallback (which it includes) it adds:
+- saves go through perdure's Checkpointer into `output_dir`: DCP format, one shard per rank,
+  a commit marker written last, checksums; training waits only for the copy into host
+  buffers, the write runs in the background (`save_steps` and `save_total_limit` still decide
+  when and how many);
+- the model, the optimizer, the LR scheduler, each rank's RNG state, the Trainer's state and
+  the data position come back from the newest committed checkpoint on every `train()`;
+- the train sampler is perdure's ElasticSampler (order: a pure function of the seed and the
+  epoch; position: one global cursor), so a resume on another number of replicas sees every
+  remaining sample of the epoch exactly once. It drops an epoch's last, partial global batch
+  (as `dataloader_drop_last=True` would) so that every rank gets a full batch.
+At the same number of replicas a killed or preempted run ends bit-identical to an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+from transformers import Trainer, TrainerState
+
+from perdure.integrations.transformers import PerdureCallback
+from perdure.runtime import Checkpointer, ElasticLoader, ElasticSampler, goodput
+from perdure.runtime.checkpoint import RankLocal
+from perdure.runtime.rng import rng_state, set_rng_state
+
+__all__ = ["PerdureTrainer"]
+
+
+class _TrainerStateBox:
+    """The Trainer's own state (step, epoch, log history, ...) as one JSON string."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.loaded: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"json": json.dumps(dataclasses.asdict(self.trainer.state), sort_keys=True)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loaded = json.loads(state["json"])
+
+
+class PerdureTrainer(Trainer):  # type: ignore[misc]
+    """A Trainer with perdure's checkpoints and exact, elastic data resume (module docstring)."""
+
+    perdure_checkpoints = True  # tells PerdureCallback not to manage checkpoint-N folders
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        found = [cb for cb in callbacks if isinstance(cb, PerdureCallback)]
+        self.perdure = found[0] if found else PerdureCallback()
+        if not found:
+            callbacks.append(self.perdure)
+        kwargs["callbacks"] = callbacks
+        super().__init__(*args, **kwargs)
+        self._ckpt: Checkpointer | None = None
+        self._loader: ElasticLoader | None = None
+        self._resumed_step: int | None = None
+
+    # ---- data -----------------------------------------------------------------------------
+
+    def get_train_dataloader(self) -> ElasticLoader:
+        if self.train_dataset is None:
+            raise ValueError("PerdureTrainer: training requires a train_dataset.")
+        args = self.args
+        sampler = ElasticSampler(len(self.train_dataset),  # type: ignore[arg-type]
+                                 self._train_batch_size,
+                                 seed=args.data_seed if args.data_seed is not None else args.seed,
+                                 drop_last=True)
+        self._loader = ElasticLoader(self.train_dataset, sampler,
+                                     collate_fn=self.data_collator,
+                                     num_workers=args.dataloader_num_workers)
+        return self._loader
+
+    # ---- checkpoints ----------------------------------------------------------------------
+
+    def checkpointer(self) -> Checkpointer:
+        """perdure's Checkpointer over `output_dir` (made at first use, on every rank)."""
+        if self._ckpt is None:
+            root = self.args.output_dir or "trainer_output"
+            self._ckpt = Checkpointer(root, keep=self.args.save_total_limit or 3)
+        return self._ckpt
+
+    def _perdure_state(self, *, heavy: bool) -> dict[str, Any]:
+        assert self._loader is not None, "the train dataloader is made before any save"
+        state: dict[str, Any] = {"trainer": _TrainerStateBox(self), "data": self._loader}
+        if heavy:
+            optim = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's wrapper
+            state.update(model=self.model, optim=optim, sched=self.lr_scheduler,
+                         rng=RankLocal(rng_state()))
+        return state
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        # On a preemption notice the save must be committed before the replicas leave.
+        blocking = self.perdure.stopping
+        self.checkpointer().save(self.state.global_step, self._perdure_state(heavy=True),
+                                 blocking=blocking)
+
+    def _init_training_state(self, max_steps: int, num_update_steps_per_epoch: int,
+                             num_train_epochs: int, resume_from_checkpoint: Any,
+                             trial: Any) -> tuple[int, int]:
+        """Fresh state, then the Trainer's state and the data position from the newest
+        committed checkpoint; the epoch to start in comes from the data position."""
+        super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
+                                     None, trial)
+        began = time.perf_counter()
+        light = self._perdure_state(heavy=False)
+        self._resumed_step = self.checkpointer().restore_latest(light)
+        for line in self.checkpointer().skipped_partial:
+            print(f"perdure: {line}", flush=True)
+        self._restore_seconds = time.perf_counter() - began
+        if self._resumed_step is None:
+            return 0, 0
+        loaded = light["trainer"].loaded
+        self.state = TrainerState(**loaded)
+        self.state.init_training_references(  # type: ignore[no-untyped-call]
+            self, max_steps, num_train_epochs, trial)
+        assert self._loader is not None
+        finished = len(self._loader) == 0  # saved at the epoch's last step: start the next
+        return self._loader.epoch + int(finished), 0
+
+    def _prepare_for_training(self, max_steps: int, train_dataloader: Any,
+                              resume_from_checkpoint: Any) -> Any:
+        """Wrap the model, make the optimizer and scheduler, then load their state."""
+        out = super()._prepare_for_training(  # type: ignore[no-untyped-call]
+            max_steps, train_dataloader, None)
+        if self._resumed_step is not None:
+            began = time.perf_counter()
+            heavy = self._perdure_state(heavy=True)
+            self.checkpointer().restore(heavy, self._resumed_step)
+            set_rng_state(heavy["rng"].value)
+            self._restore_seconds += time.perf_counter() - began
+            print(f"perdure: resumed from step {self._resumed_step} "
+                  f"({self.checkpointer().url}) in {self._restore_seconds:.2f}s", flush=True)
+        return out
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any,
+              **kwargs: Any) -> Any:
+        """Train, resuming from the newest committed perdure checkpoint in `output_dir`."""
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            raise ValueError(
+                f"resume_from_checkpoint={resume_from_checkpoint!r}: PerdureTrainer resumes from "
+                "the newest committed perdure checkpoint in output_dir by itself; call train() "
+                "without it (or use Trainer with PerdureCallback for checkpoint-N folders).")
+        self.perdure.train_called()
+        result = super().train(None, *args, **kwargs)
+        self.checkpointer().wait()
+        goodput.flush()
+        return result

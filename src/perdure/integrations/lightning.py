@@ -1,0 +1,265 @@
+"""perdure for Lightning: `PerdureCallback` in the callbacks, `PerdureCheckpointIO` in plugins.
+
+    io = PerdureCheckpointIO()                  # $PERDURE_CHECKPOINT_DIR, else ./checkpoints
+    trainer = L.Trainer(callbacks=[PerdureCallback()], plugins=[io], ...)
+    trainer.fit(model, ckpt_path=io.latest())   # None on the first run
+
+- PerdureCheckpointIO writes every Lightning checkpoint through perdure's Checkpointer: async
+  (training waits for the copy only), atomic (a commit marker written last; a checkpoint
+  a replica died while writing is never loaded), checksummed, DCP format. The `.ckpt` path
+  Lightning names holds a small pointer to the committed step; `latest()` points at the
+  newest committed checkpoint (and names the partial ones it skipped).
+- PerdureCallback reports steps and saves to perdure (goodput, the hang watchdog); on a
+  preemption notice the ranks agree on a step (StopVote), save it, wait for the commit and
+  exit suspended: the job resumes there with no step lost.
+- Mid-epoch resume is exact when the train dataloader is perdure's `ElasticLoader`: Lightning
+  keeps a stateful loader's position in its checkpoint, and the loader's global cursor splits
+  the rest of the epoch over however many replicas the job resumes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+import perdure
+from perdure.runtime import Checkpointer, ElasticLoader, StopVote, goodput
+from perdure.runtime.checkpoint import commit
+from perdure.runtime.rng import rng_state, set_rng_state
+
+__all__ = ["PerdureCallback", "PerdureCheckpointIO"]
+
+POINTER_KIND = "perdure-lightning-checkpoint"
+RNG_KEY = "perdure_rng"  # every rank's RNG state, in the checkpoint
+
+
+class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
+    """Lightning checkpoints through perdure's Checkpointer (see the module docstring).
+
+    url: where the checkpoints go (default: $PERDURE_CHECKPOINT_DIR, else ./checkpoints).
+    keep: committed checkpoints kept.
+    """
+
+    def __init__(self, url: str | os.PathLike[str] | None = None, keep: int = 3) -> None:
+        self.url = str(url or os.environ.get("PERDURE_CHECKPOINT_DIR") or "checkpoints")
+        self.keep = keep
+        self._ckpt: Checkpointer | None = None
+        self._saved: int | None = None
+
+    def checkpointer(self) -> Checkpointer:
+        # Lightning's DDP writes on rank 0 only (the state is replicated), and every rank
+        # reads: no collective.
+        if self._ckpt is None:
+            self._ckpt = Checkpointer(self.url, keep=self.keep, alone=True)
+        return self._ckpt
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any,
+                        storage_options: Any | None = None) -> None:
+        step = int(checkpoint["global_step"])
+        if step != self._saved:  # ModelCheckpoint may save one step under two names
+            state = {"skeleton": json.dumps(_skeleton(checkpoint)), "lightning": checkpoint}
+            self.checkpointer().save(step, state)
+            self._saved = step
+        _write_pointer(Path(path), step)
+
+    def load_checkpoint(self, path: Any, map_location: Any | None = None,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        """The checkpoint `path` points at: its step, if committed, else the newest committed
+        one before it (a save that never finished is never loaded)."""
+        wanted = _read_pointer(Path(path))
+        ckpt = self.checkpointer()
+        committed = [s for s in ckpt.steps() if s <= wanted]
+        if not committed:
+            raise FileNotFoundError(
+                f"{path}: no committed perdure checkpoint at or before step {wanted} in "
+                f"{self.url}; start without ckpt_path (PerdureCheckpointIO.latest() gives "
+                "None when there is none).")
+        step = committed[-1]
+        if step != wanted:
+            _note(f"checkpoint step {wanted} ({path}) was never committed: loading step {step}")
+        head: dict[str, Any] = {"skeleton": None}
+        ckpt.restore(head, step)
+        state = {"lightning": _template(json.loads(head["skeleton"]))}
+        ckpt.restore(state, step)
+        loaded: dict[str, Any] = state["lightning"]
+        return loaded
+
+    def remove_checkpoint(self, path: Any) -> None:
+        """Lightning's retention removes the name; the Checkpointer keeps the last `keep`."""
+        Path(path).unlink(missing_ok=True)
+
+    def latest(self) -> str | None:
+        """A pointer to the newest committed checkpoint, for `fit(ckpt_path=...)`; None when
+        there is none. Partial checkpoints are skipped and named in the job's events."""
+        ckpt = self.checkpointer()
+        scan = commit.scan(ckpt.storage)
+        steps = [c.step for c in scan.complete]
+        newest = steps[-1] if steps else -1
+        skipped = [p.describe() for p in scan.partial if p.step > newest]
+        if skipped:
+            _note(f"skipped checkpoints a replica never finished: {'; '.join(skipped)}")
+        if not steps:
+            return None
+        path = Path(self.url) / f"latest-rank{_rank()}.ckpt"
+        _write_pointer(path, steps[-1])
+        return str(path)
+
+    def wait(self) -> None:
+        """Until the last save is committed (raises its error, if it failed)."""
+        if self._ckpt is not None:
+            self._ckpt.wait()
+
+    def teardown(self) -> None:
+        self.wait()
+
+
+class PerdureCallback(Callback):  # type: ignore[misc]
+    """Progress to perdure; a preemption notice -> save -> exit suspended (module docstring)."""
+
+    def __init__(self, *, vote_within: float = 0.5) -> None:
+        self.ctx = perdure.init()
+        self._on_notice = signal.getsignal(signal.SIGTERM)  # perdure's preemption handler
+        self.vote = StopVote(within=vote_within)
+        self._mark: float | None = None
+        self._fix_length = False  # set the epoch's length at its first batch
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Lightning installs its own SIGTERM handler when fit starts (it ends the run at once):
+        # a notice must reach perdure's, which lets the ranks agree, save and exit suspended.
+        if callable(self._on_notice) and \
+                threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_notice)
+        goodput.checkpoint_restored(trainer.global_step or None, 0.0)
+        self._fix_length = True
+        self._mark = time.perf_counter()
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._fix_length = True  # a new epoch (not called on a mid-epoch resume)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # Lightning ends an epoch when its batch counter reaches the batch count it took from
+        # the loader; an ElasticLoader's length is the steps left from its position, which
+        # after a resume (on any world size) does not add up with the restored counter. At
+        # the epoch's first batch: batches counted + the one Lightning's fetcher already
+        # holds + those left is the epoch.
+        loader = trainer.train_dataloader
+        if self._fix_length and isinstance(loader, ElasticLoader):
+            ready = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+            trainer.fit_loop.max_batches = ready + 1 + len(loader)
+        self._fix_length = False
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        goodput.reporter().step(trainer.global_step, now - (self._mark or now))
+        self._mark = now
+        if self.vote.poll(self.ctx.should_stop):
+            self._save_and_exit(trainer)
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Every rank's RNG state (dropout draws differ by rank), gathered into the one
+        checkpoint Lightning writes. Called on every rank, as Lightning's save is."""
+        checkpoint[RNG_KEY] = _gather(rng_state())
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        states = checkpoint.get(RNG_KEY)
+        # On another world size there is no state of this rank to continue: the data order
+        # stays exact (ElasticLoader), the draws are new.
+        if states is not None and len(states) == trainer.world_size:
+            set_rng_state(states[trainer.global_rank])
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.vote.close()
+        goodput.flush()
+
+    def _save_and_exit(self, trainer: Trainer) -> None:
+        io = trainer.strategy.checkpoint_io
+        root = io.url if isinstance(io, PerdureCheckpointIO) else trainer.default_root_dir
+        path = os.path.join(root, f"preempted-step{trainer.global_step}.ckpt")
+        trainer.save_checkpoint(path)  # every rank: Lightning's collective save
+        if isinstance(io, PerdureCheckpointIO):
+            io.wait()
+        self.vote.close()
+        trainer.strategy.barrier("perdure-preempted")
+        print(f"perdure: preemption notice: saved step {trainer.global_step}; exiting "
+              "suspended", flush=True)
+        self.ctx.exit_suspended()
+
+
+def _skeleton(value: Any) -> Any:
+    """The checkpoint's shape as JSON: tensors as their shape and dtype, containers kept."""
+    if isinstance(value, torch.Tensor):
+        return {"__tensor__": list(value.shape), "dtype": str(value.dtype).split(".")[-1]}
+    if isinstance(value, dict):
+        return {"__dict__": [[_key(k), _skeleton(v)] for k, v in value.items()]}
+    if isinstance(value, (list, tuple)):
+        return {"__list__": [_skeleton(v) for v in value], "tuple": isinstance(value, tuple)}
+    return None  # a plain value: loaded as it was saved
+
+
+def _key(key: Any) -> Any:
+    return key if isinstance(key, (str, int, float, bool)) or key is None else str(key)
+
+
+def _template(skeleton: Any) -> Any:
+    """Empty tensors and containers in the checkpoint's shape: what a restore fills in."""
+    if not isinstance(skeleton, dict):
+        return None
+    if "__tensor__" in skeleton:
+        return torch.empty(skeleton["__tensor__"], dtype=getattr(torch, skeleton["dtype"]))
+    if "__dict__" in skeleton:
+        return {k: _template(v) for k, v in skeleton["__dict__"]}
+    items = [_template(v) for v in skeleton["__list__"]]
+    return tuple(items) if skeleton["tuple"] else items
+
+
+def _gather(value: Any) -> list[Any]:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def _write_pointer(path: Path, step: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"kind": POINTER_KIND, "step": step}))
+    os.replace(tmp, path)
+
+
+def _read_pointer(path: Path) -> int:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} is not a checkpoint PerdureCheckpointIO wrote ({exc}); "
+                         "resume with ckpt_path=PerdureCheckpointIO.latest()") from None
+    if not isinstance(data, dict) or data.get("kind") != POINTER_KIND:
+        raise ValueError(f"{path} is not a checkpoint PerdureCheckpointIO wrote; resume with "
+                         "ckpt_path=PerdureCheckpointIO.latest()")
+    return int(data["step"])
+
+
+def _note(message: str) -> None:
+    print(f"perdure: {message}", file=sys.stderr, flush=True)
+    if _rank() == 0:
+        goodput.note(message)
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0") or 0)

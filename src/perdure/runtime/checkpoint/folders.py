@@ -1,0 +1,131 @@
+"""Checkpoint folders a framework writes itself (a Trainer's `checkpoint-N`): which one to resume.
+
+A framework's own save is not atomic: a replica killed while it writes `checkpoint-150` leaves
+a folder that looks like a checkpoint and fails every resume. perdure makes such saves
+checkable: after a rank's save returned, `mark_complete` leaves a marker for that rank in the
+folder; a folder is complete when every rank of the world that wrote it left one. On resume,
+`agree_resume` (every rank, after the process group is up) picks the newest complete folder,
+moves the incomplete ones newer than it aside (so a later save of the same step starts clean
+and the framework's own "latest" never finds them) and names them in a note to the controller.
+
+`choose` is the rule, with no side effects; the rest reads and renames folders.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Choice", "Folder", "agree_resume", "choose", "mark_complete", "scan"]
+
+MARKERS = ".perdure-complete"
+ASIDE_PREFIX = "incomplete-"
+_MARKER = re.compile(r"^rank-(\d+)-of-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One `<prefix>N` folder: its step and which ranks of which world saw their save finish."""
+
+    name: str
+    step: int
+    done: frozenset[tuple[int, int]]  # (rank, world size) markers found
+
+    @property
+    def complete(self) -> bool:
+        worlds = {w for _, w in self.done}
+        return any({r for r, w in self.done if w == world} >= set(range(world))
+                   for world in worlds)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The folder to resume from (None: start from scratch) and the newer, incomplete ones."""
+
+    name: str | None
+    step: int | None
+    incomplete: tuple[str, ...]
+
+    def note(self) -> str | None:
+        """The message that names the skipped folders, or None when none was skipped."""
+        if not self.incomplete:
+            return None
+        to = self.name or "scratch"
+        return (f"checkpoint folders {', '.join(self.incomplete)} were not completed by every "
+                f"rank (a replica died while saving): skipped, resuming from {to}")
+
+
+def choose(folders: Sequence[Folder]) -> Choice:
+    """The newest complete folder, and every folder newer than it (incomplete, by definition).
+
+    No side effects.
+    """
+    ordered = sorted(folders, key=lambda f: f.step, reverse=True)
+    newer: list[str] = []
+    for folder in ordered:
+        if folder.complete:
+            return Choice(folder.name, folder.step, tuple(newer))
+        newer.append(folder.name)
+    return Choice(None, None, tuple(newer))
+
+
+def mark_complete(folder: str | os.PathLike[str], rank: int, world_size: int) -> None:
+    """Record that `rank`'s share of the save in `folder` finished (call after the save)."""
+    markers = Path(folder) / MARKERS
+    markers.mkdir(parents=True, exist_ok=True)
+    (markers / f"rank-{rank}-of-{world_size}").touch()
+
+
+def scan(root: str | os.PathLike[str], prefix: str = "checkpoint-") -> list[Folder]:
+    """The `<prefix>N` folders directly under `root` with their markers (none: [])."""
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$")
+    found: list[Folder] = []
+    base = Path(root)
+    if not base.is_dir():
+        return found
+    for entry in base.iterdir():
+        match = pattern.match(entry.name)
+        if match is None or not entry.is_dir():
+            continue
+        done: set[tuple[int, int]] = set()
+        markers = entry / MARKERS
+        if markers.is_dir():
+            for marker in markers.iterdir():
+                m = _MARKER.match(marker.name)
+                if m is not None:
+                    done.add((int(m.group(1)), int(m.group(2))))
+        found.append(Folder(entry.name, int(match.group(1)), frozenset(done)))
+    return found
+
+
+def _move_aside(root: Path, names: Sequence[str]) -> None:
+    """Rename incomplete folders out of the framework's `<prefix>N` pattern (kept to inspect)."""
+    for name in names:
+        target = root / f"{ASIDE_PREFIX}{name}"
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        os.replace(root / name, target)
+
+
+def agree_resume(root: str | os.PathLike[str], prefix: str = "checkpoint-") -> Choice:
+    """Every rank: rank 0 chooses (and moves the newer incomplete folders aside), all agree.
+
+    A collective when a process group is up; call it on every rank at the same point.
+    """
+    import torch.distributed as dist
+
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    box: list[Any] = [None]
+    if not distributed or dist.get_rank() == 0:
+        choice = choose(scan(root, prefix))
+        _move_aside(Path(root), choice.incomplete)
+        box[0] = choice
+    if distributed:
+        dist.broadcast_object_list(box, src=0)
+    result: Choice = box[0]
+    return result

@@ -1,0 +1,54 @@
+"""Which framework checkpoint folder (a Trainer's checkpoint-N) a resume may use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perdure.backends.local.progress import ProgressReader
+from perdure.runtime.checkpoint import folders
+from perdure.runtime.checkpoint.folders import Folder, choose
+
+
+def folder(step: int, *done: tuple[int, int]) -> Folder:
+    return Folder(f"checkpoint-{step}", step, frozenset(done))
+
+
+def test_the_newest_folder_every_rank_finished_is_chosen() -> None:
+    choice = choose([folder(10, (0, 2), (1, 2)), folder(20, (0, 2), (1, 2)),
+                     folder(30, (1, 2)), folder(40)])
+    assert (choice.name, choice.step) == ("checkpoint-20", 20)
+    assert choice.incomplete == ("checkpoint-40", "checkpoint-30")
+    note = choice.note()
+    assert note is not None and "checkpoint-40, checkpoint-30" in note and "checkpoint-20" in note
+
+
+def test_a_world_size_change_needs_every_rank_of_the_world_that_saved() -> None:
+    assert choose([folder(10, (0, 1))]).step == 10  # saved on one rank
+    assert choose([folder(10, (0, 2), (0, 1))]).step == 10  # the 1-rank save finished
+    assert choose([folder(10, (0, 4), (1, 4), (2, 4))]).step is None
+    nothing = choose([])
+    assert nothing.name is None and nothing.note() is None
+
+
+def test_agree_resume_moves_newer_incomplete_folders_aside(tmp_path: Path) -> None:
+    for step in (10, 20):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    folders.mark_complete(tmp_path / "checkpoint-10", 0, 1)
+    (tmp_path / "checkpoint-x").mkdir()  # not a checkpoint folder: left alone
+    choice = folders.agree_resume(tmp_path)
+    assert choice.name == "checkpoint-10" and choice.incomplete == ("checkpoint-20",)
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["checkpoint-10", "checkpoint-x", "incomplete-checkpoint-20"]
+    assert folders.agree_resume(tmp_path).incomplete == ()
+
+
+def test_runtime_notes_reach_the_controller_with_the_next_progress(tmp_path: Path) -> None:
+    reader = ProgressReader()
+    log = tmp_path / "progress.jsonl"
+    log.write_text('{"kind": "note", "message": "skipped checkpoint-20", "t": 1}\n')
+    assert reader.read("l1", str(tmp_path), now=0.0) is None  # no step yet: kept
+    with log.open("a") as f:
+        f.write('{"kind": "steps", "t": 2, "t0": 1, "first": 1, "last": 3, '
+                '"seconds": 0.3, "count": 3}\n')
+    obs = reader.read("l1", str(tmp_path), now=1.0)
+    assert obs is not None and obs.step == 3 and obs.notes == ("skipped checkpoint-20",)
