@@ -26,7 +26,7 @@ from typing import Any
 
 from transformers import Trainer, TrainerState
 
-from perdure.integrations.transformers import PerdureCallback
+from perdure.integrations.hf_callback import PerdureCallback
 from perdure.runtime import Checkpointer, ElasticLoader, ElasticSampler, goodput
 from perdure.runtime.checkpoint import RankLocal
 from perdure.runtime.rng import rng_state, set_rng_state
