@@ -83,7 +83,8 @@ class Checkpointer:
         keeps serialisation off the training process's GIL and is started right away.
     staging_dir: a fast local directory to write shards to before uploading them to ``url``
         (default for non-local URLs: $PERDURE_STAGING_DIR or the system temp dir; a local
-        ``url`` is written in place unless a staging_dir is given).
+        ``url`` is written in place unless a staging_dir is given). Each rank stages in a
+        directory of its own below it (named after the URL, the job, its attempt and the rank).
     stage: "deferred" (default): tensors only an optimizer in the state changes are copied in
         the background while the next step's forward and backward run, and that optimizer's
         next ``step()`` waits for the copy; "sync": everything is copied before ``save``

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
+import os
 import pickle
 import shutil
 import time
@@ -94,6 +96,17 @@ class Shard:
     crcs: dict[str, int] = field(default_factory=dict)  # file -> checksum of the whole file
     item_crcs: list[int] = field(default_factory=list)  # one per result
     dir_name: str = ""
+
+
+def rank_staging(base: Path, url: str, rank: int) -> Path:
+    """This rank's own staging directory under ``base``: named after the checkpoint URL, the
+    job and its attempt (perdure's environment) and the rank, so that the ranks of one host,
+    and jobs sharing a host, never stage into (or clean up) each other's files. No side
+    effects."""
+    job = os.environ.get("PERDURE_JOB_ID") or "nojob"
+    attempt = os.environ.get("PERDURE_ATTEMPT") or "0"
+    where = hashlib.blake2b(url.encode(), digest_size=4).hexdigest()
+    return base / f"{job}-a{attempt}-{where}-rank{rank}"
 
 
 class Persister:
@@ -192,7 +205,8 @@ class Persister:
             else:
                 if self.staging_dir is None:
                     raise CheckpointError(f"{self.storage.url} is not local: set staging_dir")
-                local_dir = self.staging_dir / job.dir_name
+                mine = rank_staging(self.staging_dir, self.storage.url, self.comm.rank)
+                local_dir = mine / job.dir_name
                 local_dir.mkdir(parents=True, exist_ok=True)
                 try:
                     shard = self._write(job, local_dir / file, file, fsync=False)
@@ -200,6 +214,8 @@ class Persister:
                     self.storage.put_file(local_dir / file, f"{job.dir_name}/{file}")
                 finally:
                     shutil.rmtree(local_dir, ignore_errors=True)
+                    with contextlib.suppress(OSError):  # another save of this rank may use it
+                        mine.rmdir()
             return shard
         except Exception as exc:  # reported to every rank through the gather
             log.exception("rank %d failed to write its shard of step %d", self.comm.rank, job.step)
