@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport
+.PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport moto-venv bench-s3
 
 venv: $(STAMP)
 
@@ -15,13 +15,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test,serve,ray]'
 	touch $(STAMP)
 
+# The S3 tests' server (moto) in an environment of its own: next to s3fs it breaks botocore's
+# pin. The tests' fixture makes it on first use when this target was not run.
+MOTO_VENV := .venv-moto
+moto-venv: $(MOTO_VENV)/.moto-installed
+
+$(MOTO_VENV)/.moto-installed:
+	test -x $(MOTO_VENV)/bin/python || $(PY) -m venv $(MOTO_VENV)
+	$(MOTO_VENV)/bin/pip install -q 'moto[server]==5.2.5'
+	touch $@
+
 demo: $(STAMP)
 	$(BIN)/python examples/ddp_mlp/demo.py
 
-test: $(STAMP)
+test: $(STAMP) moto-venv
 	$(BIN)/python -m pytest -q
 
-test-ray: $(STAMP)
+test-ray: $(STAMP) moto-venv
 	$(BIN)/python -m pytest -q -m 'ray_long' tests/integration/ray
 
 bench-ray: $(STAMP)
@@ -44,5 +54,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/controller.py
 
+bench-s3: $(STAMP) moto-venv
+	flock /tmp/perdure-heavy.lock $(BIN)/python bench/s3.py
+
 clean:
-	rm -rf $(VENV) .perdure
+	rm -rf $(VENV) $(MOTO_VENV) .perdure

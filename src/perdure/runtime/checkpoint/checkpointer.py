@@ -18,12 +18,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,9 +31,10 @@ from perdure.runtime.checkpoint import commit, schedule, values
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, UnsupportedValueError
+from perdure.runtime.checkpoint.failures import SaveFailures, alert_after_from_env
 from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
-from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
+from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats, staging_base
 from perdure.runtime.checkpoint.plan import Plan, make_plan, signature
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.procwriter import WriterProcess
@@ -44,7 +43,6 @@ from perdure.runtime.checkpoint.storage import Storage, make_storage
 from perdure.runtime.checkpoint.tree import flatten
 
 log = logging.getLogger("perdure.checkpoint")
-ENV_STAGING = "PERDURE_STAGING_DIR"
 _PERSIST_MODES = ("thread", "process")
 _STAGE_MODES = ("deferred", "sync")
 
@@ -64,6 +62,7 @@ class _InFlight:
     stats: SaveStats
     error: BaseException | None = None
     gate: StepGate | None = None
+    tolerant: bool = False  # a scheduled save: its failure is reported, never raised
 
     @property
     def done(self) -> bool:
@@ -93,6 +92,9 @@ class Checkpointer:
         made through ``.data`` escape that check, so code that writes parameters that way
         between save() and optimizer.step() should use "sync".
     timeout_s: how long a checkpoint collective waits for the other ranks.
+    alert_after: scheduled saves (``maybe_save``) that fail do not stop training: each is
+        logged and reported as an event, and after this many in a row the job says so loudly
+        (None: $PERDURE_CHECKPOINT_ALERT_AFTER, default 3). ``failures`` counts them.
     storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
     """
 
@@ -108,6 +110,7 @@ class Checkpointer:
         stage: str = "deferred",
         timeout_s: float = 1800.0,
         storage_options: Mapping[str, Any] | None = None,
+        alert_after: int | None = None,
     ) -> None:
         if keep is not None and (not isinstance(keep, int) or keep < 1):
             raise ValueError(f"keep is {keep!r}; it must be an int >= 1, or None to keep all.")
@@ -122,8 +125,9 @@ class Checkpointer:
         self._schedule = schedule.SaveSchedule(interval_file)
         self.async_save = async_save
         self.persist = persist
-        self.staging_dir = _staging_dir(self.storage, staging_dir)
+        self.staging_dir = staging_base(self.storage, staging_dir)
         self.timeout_s = timeout_s
+        self.failures = SaveFailures(alert_after or alert_after_from_env())
         self.last_save: SaveStats | None = None
         self.skipped_partial: list[str] = []
         self.restore_failures: list[str] = []
@@ -160,6 +164,11 @@ class Checkpointer:
         load_state_dict(), or plain value. Raises the error of an earlier failed save, once.
         blocking: True returns only when committed (default: not ``async_save``).
         """
+        return self._save(step, state, blocking, tolerant=False)
+
+    def _save(
+        self, step: int, state: Mapping[str, Any], blocking: bool | None, tolerant: bool
+    ) -> bool:
         if not isinstance(step, int) or step < 0:
             raise ValueError(f"step is {step!r}; it must be an int >= 0.")
         entered = time.perf_counter()
@@ -183,7 +192,7 @@ class Checkpointer:
             self._replan(prepared, comm)
         stats = SaveStats(step=step, extra={"waited_s": waited})
         background = self.async_save if blocking is None else not blocking
-        self._launch(stats, prepared, comm, background, entered)
+        self._launch(stats, prepared, comm, background, entered, tolerant)
         return True
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
@@ -191,6 +200,7 @@ class Checkpointer:
 
         On a preemption notice to any rank, every rank saves the same step, waits for the
         commit and exits suspended: a script that calls this every step needs nothing else.
+        A save made here that fails is reported (``failures``), not raised: training goes on.
         """
         now = time.monotonic()
         self.policy = self._schedule.refresh(self.policy, now)
@@ -198,12 +208,12 @@ class Checkpointer:
         due, notice = self._schedule.decide(self.policy, decision.save, self._comm_())
         if notice:
             if step != self._last_step:
-                self.save(step, state, blocking=True)
+                self._save(step, state, True, tolerant=True)
             self.wait()
             schedule.exit_suspended()
         if not due:
             return False
-        saved = self.save(step, state)
+        saved = self._save(step, state, None, tolerant=True)
         if saved and self._inflight is not None:  # the blocking cost `every: auto` is chosen by
             goodput.checkpoint_saved(step, self._inflight.stats.blocked_s)
         return saved
@@ -254,7 +264,8 @@ class Checkpointer:
         )
 
     def _launch(
-        self, stats: SaveStats, prepared: _Prepared, comm: Comm, background: bool, entered: float
+        self, stats: SaveStats, prepared: _Prepared, comm: Comm, background: bool,
+        entered: float, tolerant: bool,
     ) -> None:
         assert self._plan is not None and self._buffers is not None
         step = stats.step
@@ -274,11 +285,11 @@ class Checkpointer:
         # What training waited for in save(), besides a previous save still in flight.
         stats.blocked_s = time.perf_counter() - entered - stats.extra["waited_s"]
         if not background:
-            self._inflight = _InFlight(None, stats)
+            self._inflight = _InFlight(None, stats, tolerant=tolerant)
             self._run(persister, job, self._inflight)
             self._finish_inflight()
             return
-        inflight = _InFlight(None, stats)
+        inflight = _InFlight(None, stats, tolerant=tolerant)
         inflight.thread = threading.Thread(
             target=self._run, args=(persister, job, inflight), name="perdure-checkpoint-persist"
         )
@@ -299,12 +310,18 @@ class Checkpointer:
             self._writer = WriterProcess()
         return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer)
 
-    @staticmethod
-    def _run(persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
+    def _run(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
         try:
             persister.run(job, inflight.stats)
-        except BaseException as exc:  # kept and raised at the next save() or wait()
+        except CheckpointError as exc:
+            if not inflight.tolerant:
+                inflight.error = exc  # kept and raised at the next save() or wait()
+                return
+            self.failures.failed(job.step, exc, persister.comm.rank)
+        except BaseException as exc:
             inflight.error = exc
+        else:
+            self.failures.succeeded(job.step, persister.comm.rank)
 
     def wait(self) -> None:
         """Block until the last save is committed; raise its error (once) if it failed."""
@@ -402,12 +419,3 @@ class Checkpointer:
 def url_key(url: str) -> int:
     """A 56-bit hash of a checkpoint URL, for the ranks to compare cheaply. No side effects."""
     return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=7).digest(), "little")
-
-
-def _staging_dir(storage: Storage, given: str | os.PathLike[str] | None) -> Path | None:
-    if given is not None:
-        return Path(given).expanduser().absolute()
-    if storage.local_path("") is not None:
-        return None
-    base = os.environ.get(ENV_STAGING) or tempfile.gettempdir()
-    return Path(base) / f"perdure-staging-{os.getuid()}"

@@ -19,6 +19,7 @@ import logging
 import os
 import pickle
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,20 @@ class Shard:
     crcs: dict[str, int] = field(default_factory=dict)  # file -> checksum of the whole file
     item_crcs: list[int] = field(default_factory=list)  # one per result
     dir_name: str = ""
+
+
+ENV_STAGING = "PERDURE_STAGING_DIR"
+
+
+def staging_base(storage: Storage, given: str | os.PathLike[str] | None) -> Path | None:
+    """Where a Checkpointer stages saves for ``storage``: ``given``, else nowhere for a local
+    directory (written in place), else $PERDURE_STAGING_DIR or the system temp dir."""
+    if given is not None:
+        return Path(given).expanduser().absolute()
+    if storage.local_path("") is not None:
+        return None
+    base = os.environ.get(ENV_STAGING) or tempfile.gettempdir()
+    return Path(base) / f"perdure-staging-{os.getuid()}"
 
 
 def rank_staging(base: Path, url: str, rank: int) -> Path:

@@ -1,8 +1,9 @@
 """Where checkpoints live: a local directory or any fsspec URL, behind one small interface.
 
 ``LocalStorage`` writes with fsync and publishes a checkpoint by renaming its directory (atomic
-on POSIX). ``FsspecStorage`` serves every other fsspec filesystem (memory://, s3://, gcs://,
-chained URLs); object stores cannot rename a directory atomically, so there the commit marker
+on POSIX). ``S3Storage`` (s3storage.py) serves ``s3://`` with retries and verified uploads.
+``FsspecStorage`` serves every other fsspec filesystem (memory://, gcs://, chained URLs).
+Object stores cannot rename a directory atomically, so there the commit marker
 alone decides whether a checkpoint is complete.
 
 Side effects: file system I/O only.
@@ -214,4 +215,8 @@ def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> 
         return LocalStorage(text[len("file://") :])
     if "://" not in text and "::" not in text:
         return LocalStorage(text)
+    if text.startswith("s3://"):
+        from perdure.runtime.checkpoint.s3storage import S3Storage
+
+        return S3Storage(text, **storage_options)
     return FsspecStorage(text, **storage_options)
