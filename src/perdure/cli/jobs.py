@@ -270,6 +270,8 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
         "created": job.created,
         "step": job.step,
         "error": job.error.to_json() if job.error else None,
+        "checkpoint": {"failed_saves": job.failed_saves, "alert": job.save_alert,
+                       "last_error": job.save_error or None},
         "retries": job.retries,
         "replicas": [
             {"name": r.name, "pool": r.pool, "index": r.index, "rank": r.rank,
@@ -301,6 +303,10 @@ def describe(
                f"queue {d['queue']}  priority {d['priority']}")
     if d["error"]:
         typer.echo(f"Error: {d['error']['code']}: {d['error']['message']}")
+    if d["checkpoint"]["failed_saves"]:
+        ck = d["checkpoint"]
+        typer.echo(f"Checkpoints: {'ALERT: ' if ck['alert'] else ''}{ck['failed_saves']} "
+                   f"save(s) in a row failed, training goes on: {ck['last_error']}")
     typer.echo("Replicas:")
     for r in d["replicas"]:
         typer.echo(f"  {r['name']:<14} rank {r['rank']:<3} {r['state']:<9} node "

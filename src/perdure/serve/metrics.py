@@ -58,6 +58,9 @@ class StoreCollector(Collector):
                                       labels=["job"])
         ratio = GaugeMetricFamily("perdure_job_goodput_ratio", "Productive time over running "
                                   "time.", labels=["job"])
+        failed_saves = GaugeMetricFamily(
+            "perdure_checkpoint_failed_saves", "Checkpoint saves that failed in a row (training "
+            "goes on without new checkpoints); 0 once a save commits.", labels=["job"])
         by_state = dict.fromkeys((s.value for s in ReplicaState), 0)
         for job_id, state, updated, data in rows:
             d = json.loads(data)
@@ -66,6 +69,7 @@ class StoreCollector(Collector):
                 for r in d.get("replicas", []):
                     by_state[r["state"]] = by_state.get(r["state"], 0) + 1
             retries.add_metric([job_id], sum(d.get("retries", {}).values()))
+            failed_saves.add_metric([job_id], d.get("failed_saves", 0))
             value = self.cache.get(store, job_id, updated, terminal)
             if value is not None:
                 ratio.add_metric([job_id], value)
@@ -75,6 +79,7 @@ class StoreCollector(Collector):
         yield self._restarts(store, [r[0] for r in rows])
         yield retries
         yield ratio
+        yield failed_saves
 
     @staticmethod
     def _restarts(store: Store, job_ids: list[str]) -> Metric:
