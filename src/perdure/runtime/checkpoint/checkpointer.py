@@ -30,7 +30,11 @@ from perdure.runtime import goodput
 from perdure.runtime.checkpoint import commit, schedule, values
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
-from perdure.runtime.checkpoint.errors import CheckpointError, UnsupportedValueError
+from perdure.runtime.checkpoint.errors import (
+    CheckpointError,
+    CheckpointStorageError,
+    UnsupportedValueError,
+)
 from perdure.runtime.checkpoint.failures import SaveFailures, alert_after_from_env
 from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
@@ -62,7 +66,7 @@ class _InFlight:
     stats: SaveStats
     error: BaseException | None = None
     gate: StepGate | None = None
-    tolerant: bool = False  # a scheduled save: its failure is reported, never raised
+    tolerant: bool = False  # a storage failure is reported (SaveFailures), never raised
 
     @property
     def done(self) -> bool:
@@ -92,9 +96,13 @@ class Checkpointer:
         made through ``.data`` escape that check, so code that writes parameters that way
         between save() and optimizer.step() should use "sync".
     timeout_s: how long a checkpoint collective waits for the other ranks.
-    alert_after: scheduled saves (``maybe_save``) that fail do not stop training: each is
-        logged and reported as an event, and after this many in a row the job says so loudly
-        (None: $PERDURE_CHECKPOINT_ALERT_AFTER, default 3). ``failures`` counts them.
+    on_failure: "report" (default): a background save (or any save of ``maybe_save``) that
+        fails on the storage (after its retries) does not stop training: it is logged and
+        reported as an event, the previous checkpoint stays the newest complete one, and
+        ``failures`` counts it; "raise": its error is raised at the next save() or wait().
+        Failures of the state itself (a tensor changed while staged) always raise.
+    alert_after: failed saves in a row after which the job says so loudly (None:
+        $PERDURE_CHECKPOINT_ALERT_AFTER, default 3).
     storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
     """
 
@@ -110,12 +118,15 @@ class Checkpointer:
         stage: str = "deferred",
         timeout_s: float = 1800.0,
         storage_options: Mapping[str, Any] | None = None,
+        on_failure: str = "report",
         alert_after: int | None = None,
     ) -> None:
         if keep is not None and (not isinstance(keep, int) or keep < 1):
             raise ValueError(f"keep is {keep!r}; it must be an int >= 1, or None to keep all.")
         if persist not in _PERSIST_MODES:
             raise ValueError(f"persist is {persist!r}; it must be one of {_PERSIST_MODES}.")
+        if on_failure not in ("report", "raise"):
+            raise ValueError(f"on_failure is {on_failure!r}; it must be 'report' or 'raise'.")
         if stage not in _STAGE_MODES:
             raise ValueError(f"stage is {stage!r}; it must be one of {_STAGE_MODES}.")
         self.stage = stage
@@ -128,6 +139,7 @@ class Checkpointer:
         self.staging_dir = staging_base(self.storage, staging_dir)
         self.timeout_s = timeout_s
         self.failures = SaveFailures(alert_after or alert_after_from_env())
+        self.on_failure = on_failure
         self.last_save: SaveStats | None = None
         self.skipped_partial: list[str] = []
         self.restore_failures: list[str] = []
@@ -285,11 +297,12 @@ class Checkpointer:
         # What training waited for in save(), besides a previous save still in flight.
         stats.blocked_s = time.perf_counter() - entered - stats.extra["waited_s"]
         if not background:
-            self._inflight = _InFlight(None, stats, tolerant=tolerant)
+            # A blocking save raises, unless maybe_save made it (a preemption notice's).
+            self._inflight = _InFlight(None, stats, tolerant=tolerant and self._reports)
             self._run(persister, job, self._inflight)
             self._finish_inflight()
             return
-        inflight = _InFlight(None, stats, tolerant=tolerant)
+        inflight = _InFlight(None, stats, tolerant=self._reports)
         inflight.thread = threading.Thread(
             target=self._run, args=(persister, job, inflight), name="perdure-checkpoint-persist"
         )
@@ -305,6 +318,10 @@ class Checkpointer:
             self._inflight = None
             raise
 
+    @property
+    def _reports(self) -> bool:
+        return self.on_failure == "report"
+
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again
             self._writer = WriterProcess()
@@ -313,7 +330,7 @@ class Checkpointer:
     def _run(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
         try:
             persister.run(job, inflight.stats)
-        except CheckpointError as exc:
+        except CheckpointStorageError as exc:
             if not inflight.tolerant:
                 inflight.error = exc  # kept and raised at the next save() or wait()
                 return

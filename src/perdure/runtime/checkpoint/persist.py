@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from perdure.runtime.checkpoint import checksum, commit
 from perdure.runtime.checkpoint.comm import Comm
-from perdure.runtime.checkpoint.errors import CheckpointError
+from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointStorageError
 from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
 from perdure.runtime.checkpoint.priority import lower_this_thread
@@ -97,6 +97,7 @@ class Shard:
     crcs: dict[str, int] = field(default_factory=dict)  # file -> checksum of the whole file
     item_crcs: list[int] = field(default_factory=list)  # one per result
     dir_name: str = ""
+    storage: bool = False  # the error came from the storage, not from the state
 
 
 ENV_STAGING = "PERDURE_STAGING_DIR"
@@ -161,8 +162,8 @@ class Persister:
         verdict = self.comm.broadcast_object(verdict)
         stats.persist_s = time.perf_counter() - start
         if verdict[0] != "ok":
-            raise CheckpointError(f"save of step {job.step} to {self.storage.url} failed: "
-                                  f"{verdict[1]}")
+            kind = CheckpointStorageError if verdict[0] == "storage" else CheckpointError
+            raise kind(f"save of step {job.step} to {self.storage.url} failed: {verdict[1]}")
         stats.name = verdict[1]
         return str(verdict[1])
 
@@ -208,7 +209,8 @@ class Persister:
                 problem = f"rank 0 could not clear {name}: {type(exc).__name__}: {exc}"
         problem = self.comm.broadcast_object(problem)
         if problem is not None:
-            raise CheckpointError(f"save of step {step} to {self.storage.url} failed: {problem}")
+            raise CheckpointStorageError(f"save of step {step} to {self.storage.url} failed: "
+                                         f"{problem}")
 
     def _write_local(self, job: SaveJob) -> Shard:
         file = shard_name(self.comm.rank)
@@ -234,7 +236,7 @@ class Persister:
             return shard
         except Exception as exc:  # reported to every rank through the gather
             log.exception("rank %d failed to write its shard of step %d", self.comm.rank, job.step)
-            return Shard(f"rank {self.comm.rank}: {type(exc).__name__}: {exc}")
+            return Shard(f"rank {self.comm.rank}: {type(exc).__name__}: {exc}", storage=True)
 
     def _write(self, job: SaveJob, path: Path, file: str, *, fsync: bool) -> Shard:
         algorithm = checksum.ALGORITHM
@@ -256,18 +258,21 @@ class Persister:
         self, job: SaveJob, outcomes: list[Shard], stats: SaveStats, start: float
     ) -> tuple[str, str]:
         errors = [o.error for o in outcomes if o.error is not None]
+        # A failure of the storage only (not of some rank's state): what callers may survive.
+        kind = "storage" if all(o.storage for o in outcomes if o.error is not None) else "error"
         dirs = {o.dir_name for o in outcomes if o.error is None}
         if not errors and dirs != {job.dir_name}:
             errors.append(f"the ranks wrote to different directories {sorted(dirs)}")
+            kind = "error"
         if errors:
             with contextlib.suppress(Exception):  # leftovers are removed by a later retention
                 self.storage.remove_tree(job.dir_name)
-            return ("error", "; ".join(errors))
+            return (kind, "; ".join(errors))
         try:
             name = self._commit(job, outcomes, stats)
         except Exception as exc:
             log.exception("rank 0 failed to commit step %d", job.step)
-            return ("error", f"rank 0 could not commit: {type(exc).__name__}: {exc}")
+            return ("storage", f"rank 0 could not commit: {type(exc).__name__}: {exc}")
         stats.extra["committed_s"] = time.perf_counter() - start
         self._retain(name, stats)
         return ("ok", name)
