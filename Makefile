@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport moto-venv bench-s3
+.PHONY: demo test test-ray bench-ray soak lint bench venv clean test-serve-fuzz test-transport moto-venv bench-s3 test-s3
 
 venv: $(STAMP)
 
@@ -30,6 +30,9 @@ demo: $(STAMP)
 
 test: $(STAMP) moto-venv
 	$(BIN)/python -m pytest -q
+
+test-s3: $(STAMP) moto-venv
+	$(BIN)/python -m pytest -q -m 's3_long' tests/integration/runtime
 
 test-ray: $(STAMP) moto-venv
 	$(BIN)/python -m pytest -q -m 'ray_long' tests/integration/ray

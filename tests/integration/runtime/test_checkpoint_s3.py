@@ -16,7 +16,7 @@ from perdure.runtime.checkpoint import Checkpointer, SavePolicy
 from perdure.runtime.s3.client import S3Client
 from s3server import S3, make_bucket
 
-BIG = 3 << 20  # float32 elements: a 12 MiB tensor, uploaded in parts of 5 MiB
+BIG = 3 << 20  # float32 elements: a 12 MiB tensor, uploaded in two parts (5 MiB and the rest)
 
 
 def _state(seed: int) -> dict[str, Any]:
