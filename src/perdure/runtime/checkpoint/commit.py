@@ -168,8 +168,9 @@ def _check(storage: Storage, name: str, step: int, verify: bool) -> tuple[Any, s
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return None, f"commit marker unreadable ({exc})"
     if verify:
+        listed = storage.sizes(name)  # one request for all files, where the store lists sizes
         for file, size in files.items():
-            actual = storage.size(f"{name}/{file}")
+            actual = listed.get(file) if listed is not None else storage.size(f"{name}/{file}")
             if actual is None:
                 return None, f"file {file} listed in the commit marker is missing"
             if actual != size:

@@ -53,6 +53,9 @@ class S3Storage(Storage):
         found = self.client.head(self._p(rel))
         return None if found is None else found[0]
 
+    def sizes(self, rel: str) -> dict[str, int]:
+        return self.client.sizes(self._p(rel))
+
     def rename(self, src: str, dst: str) -> None:
         raise NotImplementedError("S3 cannot rename; the commit protocol never asks it to")
 

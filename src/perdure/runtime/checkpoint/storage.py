@@ -51,6 +51,11 @@ class Storage(ABC):
     def size(self, rel: str) -> int | None:
         """Size of file ``rel`` in bytes, or None when it does not exist."""
 
+    def sizes(self, rel: str) -> dict[str, int] | None:
+        """Sizes of the files in directory ``rel`` in one listing, where the store can (None:
+        ask ``size`` file by file)."""
+        return None
+
     @abstractmethod
     def rename(self, src: str, dst: str) -> None:
         """Rename directory ``src`` to ``dst``; atomic only where ``atomic_rename``."""

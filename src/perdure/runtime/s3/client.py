@@ -65,7 +65,7 @@ class S3Client:
         self.concurrency = positive_int("PERDURE_S3_CONCURRENCY", 8)
         self._pool = ThreadPoolExecutor(self.concurrency * 2, "perdure-s3")
         # Whole reads ahead, which wait on parts in _pool: never in the same pool.
-        self._ahead = ThreadPoolExecutor(4, "perdure-s3-ahead")
+        self._ahead = ThreadPoolExecutor(self.concurrency, "perdure-s3-ahead")
 
     def _call(self, what: str, fn: Callable[[], _T]) -> _T:
         return retry.call(what, fn, self.policy)
@@ -125,6 +125,16 @@ class S3Client:
         except FileNotFoundError:
             return []
         return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in found)
+
+    def sizes(self, path: str) -> dict[str, int]:
+        """Name -> size of the objects directly under ``path`` (one listing)."""
+        try:
+            found = self._call(f"list {path}",
+                               lambda: self.fs.ls(path, detail=True, refresh=True))
+        except FileNotFoundError:
+            return {}
+        return {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
+                for e in found if e.get("type") == "file"}
 
     def find(self, path: str) -> list[str]:
         """Every object below ``path`` (full paths)."""

@@ -1,33 +1,49 @@
 """A seekable read-only stream over one S3 object, made of ranged GETs.
 
 A large ``readinto`` is fetched straight into the caller's buffer (a tensor's memory, for a
-restore) in parallel parts, and the next stretch of the same length is fetched ahead while
-the caller works on this one (restore reads a shard front to back). Small reads (archive
-headers) are served from one cached block.
+restore) in parallel parts, and the next stretches of the same length are fetched ahead while
+the caller works on this one (restore reads each item front to back), up to ``depth`` in
+flight. Small reads (an archive's headers and directory) are served from a few cached blocks.
+
+A reader that knows which byte ranges it will read (``plan``: a restore knows every item's
+offset and length) makes both exact: read-ahead stops at the end of the range being read, and
+a small read near the end of a range fetches that range's tail, where a zip archive keeps its
+directory, so an item's headers cost two requests at most.
 
 Side effects: network I/O through the S3Client.
 """
 
 from __future__ import annotations
 
+import bisect
 import io
+from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
 from perdure.runtime.s3.client import S3Client
 
-BLOCK = 256 << 10  # reads under this are served from a cached block of this size
-AHEAD_MIN = 1 << 20  # reads this large start fetching the next stretch ahead
+BLOCK = 64 << 10  # reads under this are served from cached blocks of this size
+AHEAD_MIN = 1 << 20  # reads this large start fetching the next stretches ahead
+_BLOCKS = 4
 
 
 class RangedStream(io.RawIOBase):
     """``path`` (``size`` bytes) through ``client``."""
 
-    def __init__(self, client: S3Client, path: str, size: int) -> None:
-        self.client, self.path, self.size = client, path, size
+    def __init__(self, client: S3Client, path: str, size: int, depth: int = 4) -> None:
+        self.client, self.path, self.size, self.depth = client, path, size, depth
         self._pos = 0
-        self._block: tuple[int, bytes] | None = None
-        self._ahead: tuple[int, int, Future[bytearray]] | None = None
+        self._blocks: deque[tuple[int, bytes]] = deque(maxlen=_BLOCKS)
+        self._ahead: deque[tuple[int, int, Future[bytearray]]] = deque()
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def plan(self, spans: list[tuple[int, int]]) -> None:
+        """The (offset, length) ranges the caller will read, in any order."""
+        ordered = sorted(spans)
+        self._starts = [s for s, _ in ordered]
+        self._ends = [s + n for s, n in ordered]
 
     def readable(self) -> bool:
         return True
@@ -58,41 +74,57 @@ class RangedStream(io.RawIOBase):
         self._pos += n
         return n
 
+    def _span(self, at: int) -> tuple[int, int]:
+        """The planned range holding byte ``at`` (the whole object when none does)."""
+        i = bisect.bisect_right(self._starts, at) - 1
+        if i >= 0 and at < self._ends[i]:
+            return self._starts[i], self._ends[i]
+        return 0, self.size
+
     def _small(self, start: int, view: memoryview) -> None:
-        if self._block is None or not (
-            self._block[0] <= start and start + len(view) <= self._block[0] + len(self._block[1])
-        ):
-            length = min(BLOCK, self.size - start)
+        end = start + len(view)
+        block = next((b for b in self._blocks if b[0] <= start and end <= b[0] + len(b[1])),
+                     None)
+        if block is None:
+            lo, hi = self._span(start)
+            # Near a range's end: its tail (a zip's directory); near its start: its head.
+            first = max(lo, hi - BLOCK) if start >= hi - BLOCK else (
+                lo if start - lo < BLOCK // 2 else start)
+            length = max(min(BLOCK, self.size - first), end - first)
             data = bytearray(length)
-            self.client.read_into(self.path, start, memoryview(data))
-            self._block = (start, bytes(data))
-        at = start - self._block[0]
-        view[:] = self._block[1][at : at + len(view)]
+            self.client.read_into(self.path, first, memoryview(data))
+            block = (first, bytes(data))
+            self._blocks.append(block)
+        at = start - block[0]
+        view[:] = block[1][at : at + len(view)]
 
     def _from_ahead(self, start: int, view: memoryview) -> bool:
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
+        while self._ahead and self._ahead[0][0] != start:
+            self._ahead.popleft()[2].cancel()  # the reader went elsewhere
+        if not self._ahead or self._ahead[0][1] < len(view):
+            self._drop_ahead()
             return False
-        a_start, a_len, job = ahead
-        if a_start != start or a_len < len(view):
-            job.cancel()
-            return False
+        _, _, job = self._ahead.popleft()
         view[:] = memoryview(job.result())[: len(view)]
         return True
 
     def _fetch_ahead(self, start: int, length: int) -> None:
-        length = min(length, self.size - start)
-        if length <= 0 or self._ahead is not None:
-            return
-        self._ahead = (start, length, self.client.submit(self._fetch, start, length))
+        _, end = self._span(start - 1)
+        at = self._ahead[-1][0] + self._ahead[-1][1] if self._ahead else start
+        while len(self._ahead) < self.depth and end - at >= BLOCK:  # less: a small read
+            n = min(length, end - at)
+            self._ahead.append((at, n, self.client.submit(self._fetch, at, n)))
+            at += n
 
     def _fetch(self, start: int, length: int) -> bytearray:
         data = bytearray(length)
         self.client.read_into(self.path, start, memoryview(data))
         return data
 
+    def _drop_ahead(self) -> None:
+        while self._ahead:
+            self._ahead.popleft()[2].cancel()
+
     def close(self) -> None:
-        if self._ahead is not None:
-            self._ahead[2].cancel()
-            self._ahead = None
+        self._drop_ahead()
         super().close()
