@@ -153,3 +153,17 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_one_before(s3: S3) -> Non
     back = _state(0)
     assert ckpt.restore_latest(back) == 1 and _same(back, _state(1))
     assert ckpt.restore_failures and "corrupt" in ckpt.restore_failures[0]
+
+
+def test_retention_keeps_the_newest_complete_checkpoint_after_a_fallback(s3: S3) -> None:
+    ckpt = Checkpointer(s3.url("keep"), keep=1)
+    small = {"w": torch.zeros(8), "step": 0}
+    for step in (10, 20, 30):
+        small["w"].fill_(step)
+        ckpt.save(step, small, blocking=True)
+    assert ckpt.steps() == [30]
+    back = {"w": torch.zeros(8), "step": -1}
+    ckpt.restore(back, 30)
+    ckpt.save(25, {"w": torch.full((8,), 25.0), "step": 25}, blocking=True)  # an older step
+    assert ckpt.steps() == [25, 30]  # the newest complete one stays, with the one just saved
+    assert ckpt.restore_latest(back) == 30 and bool((back["w"] == 30).all())
