@@ -301,8 +301,10 @@ class Persister:
             self.storage.write_bytes(f"{job.dir_name}/{name}", data)
             files[name] = len(data)
             crcs[name] = checksum.update(algorithm, 0, data)
+        listed = self.storage.sizes(job.dir_name)  # one listing where the store can
         for file, size in files.items():  # every rank's shard, where the marker will say
-            found = self.storage.size(f"{job.dir_name}/{file}")
+            found = (listed.get(file) if listed is not None
+                     else self.storage.size(f"{job.dir_name}/{file}"))
             if found != size:
                 raise CheckpointError(f"{job.dir_name}/{file} has {found} bytes, not {size}")
         marker = commit.marker_doc(job.step, job.world, files, (algorithm, crcs))

@@ -147,6 +147,7 @@ class S3Client:
         """Write ``data`` to ``path`` and confirm the server holds exactly it."""
         bucket, key = self.split(path)
         self._s3(path, "put_object", Bucket=bucket, Key=key, Body=data)
+        self.fs.invalidate_cache(path)  # s3fs's listings of the prefix are stale now
         self._confirm(path, len(data), hashlib.md5(data, usedforsecurity=False).hexdigest())
 
     def put_file(self, local: Path, path: str) -> None:
@@ -157,6 +158,7 @@ class S3Client:
             self.put_bytes(path, data)
             return
         etag = self._multipart(local, path, size)
+        self.fs.invalidate_cache(path)
         self._confirm(path, size, etag)
 
     def _multipart(self, local: Path, path: str, size: int) -> str:
