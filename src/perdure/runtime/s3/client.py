@@ -171,8 +171,17 @@ class S3Client:
                 digests = list(self._pool.map(
                     lambda n: self._part(fd, path, upload, n + 1, *spans[n]), range(len(spans))))
             parts = [{"PartNumber": n + 1, "ETag": etag} for n, (etag, _) in enumerate(digests)]
-            self._s3(path, "complete_multipart_upload", Bucket=bucket, Key=key,
-                     UploadId=upload, MultipartUpload={"Parts": parts})
+            whole = hashlib.md5(b"".join(d for _, d in digests), usedforsecurity=False)
+            expected = f"{whole.hexdigest()}-{len(digests)}"
+            try:
+                self._s3(path, "complete_multipart_upload", Bucket=bucket, Key=key,
+                         UploadId=upload, MultipartUpload={"Parts": parts})
+            except Exception:
+                # A retry after a lost answer finds the upload already completed (NoSuchUpload):
+                # what the server holds decides.
+                if (self.head(path) or (0, ""))[1] != expected:
+                    raise
+            return expected
         except BaseException:
             try:
                 self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key,
@@ -180,8 +189,6 @@ class S3Client:
             except Exception as exc:  # the bucket's lifecycle rules clean up what is left
                 log.warning("could not abort the upload of %s: %s", path, retry.describe(exc))
             raise
-        whole = hashlib.md5(b"".join(d for _, d in digests), usedforsecurity=False)
-        return f"{whole.hexdigest()}-{len(digests)}"
 
     def _part(self, fd: int, path: str, upload: str, number: int, start: int,
               length: int) -> tuple[str, bytes]:
