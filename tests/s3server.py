@@ -5,7 +5,8 @@ The server runs from its own virtual environment, `.venv-moto` at the repository
 botocore's pin. Both listen on 127.0.0.1 only, on free ports.
 
 The proxy forwards one HTTP request per connection to the server and can instead answer 500 or
-503 SlowDown, drop the connection before or in the middle of the answer, or kill the server
+503 SlowDown, drop the connection before or in the middle of the answer, flip a byte of the
+request body (moto, unlike AWS, does not check the request's checksum), or kill the server
 (a rule per request, matched on method and path), so tests see the faults an object store
 really has, through the same client code users run.
 """
@@ -109,7 +110,7 @@ class MotoServer:
 
 @dataclass
 class Rule:
-    """A fault for requests that match: kind is 500, 503, drop, cut or kill."""
+    """A fault for requests that match: kind is 500, 503, drop, cut, corrupt or kill."""
 
     kind: str
     times: int | None  # None: every matching request until cleared
@@ -152,7 +153,7 @@ class FaultProxy:
 
     def fail(self, kind: str, times: int | None = 1, method: str | None = None,
              path: str | None = None) -> None:
-        assert kind in ("500", "503", "drop", "cut", "kill"), kind
+        assert kind in ("500", "503", "drop", "cut", "corrupt", "kill"), kind
         with self.lock:
             self.rules.append(Rule(kind, times, method, path))
 
@@ -206,6 +207,9 @@ class FaultProxy:
                 return
             if kind == "kill" and self.on_kill is not None:
                 self.on_kill()
+            if kind == "corrupt" and body:  # a flipped byte the server stores as sent
+                body = body[:len(body) // 2] + bytes([body[len(body) // 2] ^ 0xFF]) + \
+                    body[len(body) // 2 + 1:]
             answer = _forward(self.upstream, head, body)
             if answer is None:
                 return  # the server is gone: the connection drops, as it would

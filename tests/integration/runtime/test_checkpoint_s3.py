@@ -171,3 +171,16 @@ def test_retention_keeps_the_newest_complete_checkpoint_after_a_fallback(s3: S3)
     ckpt.save(25, {"w": torch.full((8,), 25.0), "step": 25}, blocking=True)  # an older step
     assert ckpt.steps() == [25, 30]  # the newest complete one stays, with the one just saved
     assert ckpt.restore_latest(back) == 30 and bool((back["w"] == 30).all())
+
+
+def test_bytes_the_server_stored_wrong_fail_the_save_never_commit_it(s3: S3) -> None:
+    ckpt = Checkpointer(s3.url("verify"), keep=None)
+    ckpt.save(1, _state(1), blocking=True)
+    s3.proxy.fail("corrupt", times=1, method="PUT", path="partNumber=1")
+    ckpt.save(2, _state(2))  # in the background: reported, training goes on
+    ckpt.wait()
+    assert ckpt.failures.consecutive == 1
+    assert "holds other bytes than were sent" in str(ckpt.failures.last_error)
+    assert ckpt.steps() == [1]
+    ckpt.save(3, _state(3), blocking=True)
+    assert ckpt.steps() == [1, 3]

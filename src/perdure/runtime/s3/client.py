@@ -1,9 +1,10 @@
 """The S3 calls perdure makes, over s3fs, each retried (retry.py) and each upload verified.
 
-``put_file`` uploads a file in parts, several at once (multipart above ``part_bytes``), then
-asks the server what it now holds: the object must be there with the file's size and the
-ETag of the bytes sent (the MD5 the server computed over what it stored, checked against the
-MD5 computed here while reading the parts). A close that "succeeded" proves nothing; this
+``put_file`` uploads a file in parts, several at once (multipart above ``part_bytes``), and
+checks the server's answer: the ETag it reports for what it stored (the MD5 it computed over
+the bytes, of each part for a multipart upload) must be the MD5 computed here while reading
+the parts. Whether each object is there with its size is confirmed again by the commit, in
+one listing of the checkpoint (persist.py). A close that "succeeded" proves nothing; this
 does. Reads are ranged GETs (``read_into`` fills a caller's buffer, in parallel parts).
 
 Credentials come from the ordinary AWS chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY,
@@ -146,9 +147,9 @@ class S3Client:
     def put_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` and confirm the server holds exactly it."""
         bucket, key = self.split(path)
-        self._s3(path, "put_object", Bucket=bucket, Key=key, Body=data)
+        out = self._s3(path, "put_object", Bucket=bucket, Key=key, Body=data)
         self.fs.invalidate_cache(path)  # s3fs's listings of the prefix are stale now
-        self._confirm(path, len(data), hashlib.md5(data, usedforsecurity=False).hexdigest())
+        _check_tag(path, out.get("ETag"), hashlib.md5(data, usedforsecurity=False).hexdigest())
 
     def put_file(self, local: Path, path: str) -> None:
         """Upload ``local`` to ``path`` (in parallel parts when large) and confirm it."""
@@ -157,9 +158,8 @@ class S3Client:
             data = local.read_bytes()
             self.put_bytes(path, data)
             return
-        etag = self._multipart(local, path, size)
+        self._multipart(local, path, size)
         self.fs.invalidate_cache(path)
-        self._confirm(path, size, etag)
 
     def _multipart(self, local: Path, path: str, size: int) -> str:
         bucket, key = self.split(path)
@@ -174,13 +174,14 @@ class S3Client:
             whole = hashlib.md5(b"".join(d for _, d in digests), usedforsecurity=False)
             expected = f"{whole.hexdigest()}-{len(digests)}"
             try:
-                self._s3(path, "complete_multipart_upload", Bucket=bucket, Key=key,
-                         UploadId=upload, MultipartUpload={"Parts": parts})
+                out = self._s3(path, "complete_multipart_upload", Bucket=bucket, Key=key,
+                               UploadId=upload, MultipartUpload={"Parts": parts})
             except Exception:
                 # A retry after a lost answer finds the upload already completed (NoSuchUpload):
                 # what the server holds decides.
-                if (self.head(path) or (0, ""))[1] != expected:
-                    raise
+                self._confirm(path, size, expected)
+                return expected
+            _check_tag(path, out.get("ETag"), expected)
             return expected
         except BaseException:
             try:
@@ -216,6 +217,15 @@ class S3Client:
         with contextlib.suppress(FileNotFoundError):
             self._call(f"delete {path}", lambda: self.fs.rm(path, recursive=True))
         self.fs.invalidate_cache(path)
+
+
+def _check_tag(path: str, found: object, expected: str) -> None:
+    """Raise VerifyError when the server's ETag for what it stored is not the digest of what
+    was sent (an answer without one checks nothing: the commit's listing still checks sizes)."""
+    tag = str(found or "").strip('"')
+    if tag and tag != expected:
+        raise VerifyError(f"{path} holds other bytes than were sent (ETag {tag}, expected "
+                          f"{expected})")
 
 
 def _spans(start: int, length: int, part: int) -> list[tuple[int, int]]:

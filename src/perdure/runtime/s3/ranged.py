@@ -8,7 +8,9 @@ flight. Small reads (an archive's headers and directory) are served from a few c
 A reader that knows which byte ranges it will read (``plan``: a restore knows every item's
 offset and length) makes both exact: read-ahead stops at the end of the range being read, and
 a small read near the end of a range fetches that range's tail, where a zip archive keeps its
-directory, so an item's headers cost two requests at most.
+directory, so an item's headers cost two requests at most. A planned range of at most
+``WHOLE_MAX`` bytes is fetched whole in one request (and the next ones ahead of use), then read
+from memory: for small items the requests, not the bytes, are what costs.
 
 Side effects: network I/O through the S3Client.
 """
@@ -26,6 +28,7 @@ from perdure.runtime.s3.client import S3Client
 BLOCK = 64 << 10  # reads under this are served from cached blocks of this size
 AHEAD_MIN = 1 << 20  # reads this large start fetching the next stretches ahead
 _BLOCKS = 4
+WHOLE_MAX = 32 << 20  # planned ranges up to this size are fetched whole, ahead of use
 
 
 class RangedStream(io.RawIOBase):
@@ -38,6 +41,7 @@ class RangedStream(io.RawIOBase):
         self._ahead: deque[tuple[int, int, Future[bytearray]]] = deque()
         self._starts: list[int] = []
         self._ends: list[int] = []
+        self._whole: dict[int, Future[bytearray]] = {}  # planned range index -> its bytes
 
     def plan(self, spans: list[tuple[int, int]]) -> None:
         """The (offset, length) ranges the caller will read, in any order."""
@@ -65,6 +69,9 @@ class RangedStream(io.RawIOBase):
         if n <= 0:
             return 0
         start = self._pos
+        if self._from_whole(start, view[:n]):
+            self._pos += n
+            return n
         if n < BLOCK:
             self._small(start, view[:n])
         elif not self._from_ahead(start, view[:n]):
@@ -73,6 +80,23 @@ class RangedStream(io.RawIOBase):
             self._fetch_ahead(start + n, n)
         self._pos += n
         return n
+
+    def _from_whole(self, start: int, view: memoryview) -> bool:
+        """Serve a read inside a small planned range from its bytes, fetched whole (and the
+        next small ranges ahead, ``depth`` in all); False when the read is not such."""
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < 0 or start + len(view) > self._ends[i] or (
+                self._ends[i] - self._starts[i] > WHOLE_MAX):
+            return False
+        for done in [k for k in self._whole if k < i]:  # the reader moved past them
+            del self._whole[done]
+        for k in range(i, min(i + self.depth, len(self._starts))):
+            if k not in self._whole and self._ends[k] - self._starts[k] <= WHOLE_MAX:
+                self._whole[k] = self.client.submit(
+                    self._fetch, self._starts[k], self._ends[k] - self._starts[k])
+        at = start - self._starts[i]
+        view[:] = memoryview(self._whole[i].result())[at : at + len(view)]
+        return True
 
     def _span(self, at: int) -> tuple[int, int]:
         """The planned range holding byte ``at`` (the whole object when none does)."""
@@ -127,4 +151,7 @@ class RangedStream(io.RawIOBase):
 
     def close(self) -> None:
         self._drop_ahead()
+        for job in self._whole.values():
+            job.cancel()
+        self._whole.clear()
         super().close()
