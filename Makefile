@@ -32,7 +32,7 @@ test: $(STAMP) moto-venv
 	$(BIN)/python -m pytest -q
 
 test-s3: $(STAMP) moto-venv
-	$(BIN)/python -m pytest -q -m 's3_long' tests/integration/runtime
+	$(BIN)/python -m pytest -q -m 's3_long' tests/integration/runtime tests/e2e/serve
 
 test-ray: $(STAMP) moto-venv
 	$(BIN)/python -m pytest -q -m 'ray_long' tests/integration/ray
