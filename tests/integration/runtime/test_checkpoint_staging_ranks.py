@@ -4,55 +4,27 @@ that one rank's cleanup empties under the other."""
 
 from __future__ import annotations
 
-import json
-import os
-import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import torch
-import torch.distributed as dist
-from forked_ranks import run_ranks
+import pytest
 
-from perdure.runtime.checkpoint import Checkpointer, RankLocal
-from perdure.runtime.checkpoint.persist import rank_staging
-
-WORLD = 2
 SAVES = 6
 
 
-def _rank_main(rank: int, tmp: str) -> None:
-    code = 0
-    try:
-        # What perdure's local backend gives two replicas of one job on one node.
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK="0",
-                          OMP_NUM_THREADS="1", PERDURE_JOB_ID="stage-1", PERDURE_ATTEMPT="1",
-                          PERDURE_STAGING_DIR=f"{tmp}/staging")
-        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank,
-                                world_size=WORLD)
-        # `local://` is fsspec's local file system without rename: saves are staged and
-        # uploaded, as to a bucket; the per-rank values make every rank write a big shard.
-        ckpt = Checkpointer(f"local://{tmp}/ckpt", keep=2)
-        seen: list[str] = []
-        for step in range(1, SAVES + 1):
-            big = torch.full((1 << 20,), float(step * 10 + rank))
-            ckpt.save(step, {"mine": RankLocal(big), "step": step}, blocking=True)
-            assert ckpt.staging_dir is not None
-            seen.append(str(rank_staging(ckpt.staging_dir, ckpt.url, rank)))
-        ckpt.close()
-        Path(tmp, f"{rank}.json").write_text(json.dumps({"steps": ckpt.steps(),
-                                                         "staging": seen[-1]}))
-    except BaseException:
-        Path(tmp, f"{rank}.error").write_text(traceback.format_exc())
-        code = 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        os._exit(code)
-
-
-def test_two_ranks_on_one_host_stage_apart_and_every_save_commits(tmp_path: Path) -> None:
-    results = run_ranks(tmp_path, WORLD, _rank_main, str(tmp_path))
-    assert [r["steps"] for r in results] == [[SAVES - 1, SAVES]] * WORLD
+def test_two_ranks_on_one_host_stage_apart_and_every_save_commits(
+    run_ranks: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What perdure's local backend gives two replicas of one job on one node (the ranks
+    # inherit it); `local://` is fsspec's local file system without rename: saves are staged
+    # and uploaded, as to a bucket.
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("PERDURE_JOB_ID", "stage-1")
+    monkeypatch.setenv("PERDURE_ATTEMPT", "1")
+    monkeypatch.setenv("PERDURE_STAGING_DIR", str(tmp_path / "staging"))
+    results = run_ranks("staging", 2, {"url": f"local://{tmp_path}/ckpt", "saves": SAVES})
+    assert [r["steps"] for r in results] == [[SAVES - 1, SAVES]] * 2
     assert results[0]["staging"] != results[1]["staging"]
     for rank, r in enumerate(results):
         name = Path(r["staging"]).name
