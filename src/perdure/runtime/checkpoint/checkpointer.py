@@ -414,7 +414,8 @@ class Checkpointer:
     # ---- lifetime -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Wait for the last save, then release the staging buffers and the writer process."""
+        """Wait for the last save, then release the staging buffers, the writer process and the
+        storage's threads."""
         try:
             self.wait()
         finally:
@@ -425,6 +426,7 @@ class Checkpointer:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+            self.storage.close()
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -53,6 +53,9 @@ class S3Storage(Storage):
         found = self.client.head(self._p(rel))
         return None if found is None else found[0]
 
+    def close(self) -> None:
+        self.client.close()
+
     def sizes(self, rel: str) -> dict[str, int]:
         return self.client.sizes(self._p(rel))
 

@@ -51,6 +51,10 @@ class Storage(ABC):
     def size(self, rel: str) -> int | None:
         """Size of file ``rel`` in bytes, or None when it does not exist."""
 
+    def close(self) -> None:
+        """Release threads and connections (the storage stays usable: they come back)."""
+        return None
+
     def sizes(self, rel: str) -> dict[str, int] | None:
         """Sizes of the files in directory ``rel`` in one listing, where the store can (None:
         ask ``size`` file by file)."""

@@ -64,9 +64,22 @@ class S3Client:
         self.policy = policy or RetryPolicy.from_env()
         self.part_bytes = max(MIN_PART, positive_int("PERDURE_S3_PART_MB", 16) << 20)
         self.concurrency = positive_int("PERDURE_S3_CONCURRENCY", 8)
-        self._pool = ThreadPoolExecutor(self.concurrency * 2, "perdure-s3")
-        # Whole reads ahead, which wait on parts in _pool: never in the same pool.
-        self._ahead = ThreadPoolExecutor(self.concurrency, "perdure-s3-ahead")
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+
+    def _executor(self, name: str) -> ThreadPoolExecutor:
+        """The "parts" pool, or the "ahead" one (whole reads ahead, which wait on parts: never
+        in the same pool); made on first use, again after ``close``."""
+        pool = self._pools.get(name)
+        if pool is None:
+            size = self.concurrency * 2 if name == "parts" else self.concurrency
+            pool = self._pools[name] = ThreadPoolExecutor(size, f"perdure-s3-{name}")
+        return pool
+
+    def close(self) -> None:
+        """Stop the threads (a later call starts them again)."""
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _call(self, what: str, fn: Callable[[], _T]) -> _T:
         return retry.call(what, fn, self.policy)
@@ -81,7 +94,7 @@ class S3Client:
 
     def submit(self, fn: Callable[..., _T], *args: Any) -> Future[_T]:
         """Run ``fn(*args)`` in the background (a read ahead)."""
-        return self._ahead.submit(fn, *args)
+        return self._executor("ahead").submit(fn, *args)
 
     # ---- reading --------------------------------------------------------------------------
 
@@ -105,7 +118,8 @@ class S3Client:
         if len(spans) == 1:
             self._get(path, start, view)
             return
-        jobs = [self._pool.submit(self._get, path, s, view[s - start : s - start + n])
+        pool = self._executor("parts")
+        jobs = [pool.submit(self._get, path, s, view[s - start : s - start + n])
                 for s, n in spans]
         for job in jobs:
             job.result()
@@ -168,7 +182,7 @@ class S3Client:
         try:
             with open(local, "rb", buffering=0) as f:
                 fd = f.fileno()
-                digests = list(self._pool.map(
+                digests = list(self._executor("parts").map(
                     lambda n: self._part(fd, path, upload, n + 1, *spans[n]), range(len(spans))))
             parts = [{"PartNumber": n + 1, "ETag": etag} for n, (etag, _) in enumerate(digests)]
             whole = hashlib.md5(b"".join(d for _, d in digests), usedforsecurity=False)
