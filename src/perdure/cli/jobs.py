@@ -321,6 +321,8 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
         "step": jobview.step(g, job),
         "total_steps": g.total_steps,
         **jobview.errors_json(job),
+        "checkpoint": {"failed_saves": job.failed_saves, "alert": job.save_alert,
+                       "last_error": job.save_error or None},
         "retries": job.retries,
         "replicas": [{**jobview.replica_json(r), "gpus": r.gpus,
                       "devices": list(r.devices) if r.gpus else [],
@@ -366,6 +368,10 @@ def describe(
     line = jobview.error_line(d)
     if line:
         typer.echo(line)
+    if d["checkpoint"]["failed_saves"]:
+        ck = d["checkpoint"]
+        typer.echo(f"Checkpoints: {'ALERT: ' if ck['alert'] else ''}{ck['failed_saves']} "
+                   f"save(s) in a row failed, training goes on: {ck['last_error']}")
     typer.echo("Replicas:")
     for r in d["replicas"]:
         typer.echo(_replica_line(r))

@@ -168,8 +168,31 @@ class _Decider(Tick):
                 self.event(job, "runtime", f"{r.name}: {note}")
             if obs.save_seconds is not None:
                 job.last_checkpoint, job.checkpoint_step = obs.time, obs.step
+            if obs.failed_saves is not None:
+                self.save_outcome(job, obs)
         elif isinstance(obs, Hung):
             self.hung(job, r, obs)
+
+    def save_outcome(self, job: Job, obs: ReplicaProgress) -> None:
+        """Checkpoint saves that failed for good (training went on): an event for each, a
+        loud one when the run reaches the runtime's threshold, one when saves work again."""
+        failed, before = obs.failed_saves or 0, job.failed_saves
+        if failed > before:
+            self.event(job, "checkpoint", f"checkpoint save failed ({failed} in a row): "
+                       f"{obs.save_error}; training goes on, the previous checkpoint stays "
+                       "the newest complete one")
+            if obs.alert_after is not None and failed >= obs.alert_after and not job.save_alert:
+                job.save_alert = True
+                self.event(job, "checkpoint-alert", f"ALERT: {failed} checkpoint saves in a row "
+                           "failed: the job is training without new checkpoints and a failure "
+                           f"now loses everything since the last one. Last error: "
+                           f"{obs.save_error}")
+        elif failed == 0 and before:
+            self.event(job, "checkpoint", f"checkpoint saves work again: step {obs.step} "
+                       f"committed after {before} failed save(s)")
+            job.save_alert = False
+        job.failed_saves = failed
+        job.save_error = obs.save_error or ""
 
     def hung(self, job: Job, r: Replica, obs: Hung) -> None:
         """The watchdog's verdict: restart the group by the failure policy, charged to `r`."""

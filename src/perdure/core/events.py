@@ -66,7 +66,10 @@ class ReplicaProgress:
     `time` is when the controller saw it. `steps` steps finished since the last report, taking
     `step_seconds` each on average; `save_seconds`: the longest blocking part of a checkpoint
     save among them (None: no save). `notes`: messages the runtime asked to show as the job's
-    events (a skipped incomplete checkpoint).
+    events (a skipped incomplete checkpoint). `failed_saves`: checkpoint saves that failed in
+    a row as of the last save outcome reported (None: none reported; 0: a save committed
+    after failures), `save_error` the last failure's reason, `alert_after` when the runtime
+    calls the run of failures an alert.
     """
 
     launch_id: str
@@ -76,6 +79,9 @@ class ReplicaProgress:
     step_seconds: float | None = None
     save_seconds: float | None = None
     notes: tuple[str, ...] = ()
+    failed_saves: int | None = None
+    save_error: str | None = None
+    alert_after: int | None = None
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,9 @@ class Job:
     last_checkpoint: float | None = None  # when a replica last reported a checkpoint save
     checkpoint_step: int | None = None  # the step it reported then
     running_since: float | None = None  # when the job last became RUNNING (a restart too)
+    failed_saves: int = 0  # checkpoint saves that failed in a row (the runtime's report)
+    save_error: str = ""  # the last failed save's reason
+    save_alert: bool = False  # failed_saves reached the runtime's alert threshold
     members: list[str] = field(default_factory=list)  # elastic: this round's replicas, rank order
     # The replica charged for this round's group restart when its exit was a lost peer's
     # collateral ("connection closed by peer"), and when that restart was decided: a replica

@@ -111,6 +111,10 @@ def _env(spec: JobSpec, pool: PoolSpec, offset: int, ckpt: str) -> list[dict[str
     for name, value in contract_env(spec, pool, _facts(spec, pool, offset, ckpt)).items():
         if offset and name in ("RANK", "GROUP_RANK"):
             continue  # the rank script sets them
+        if name in user and is_credential(name):  # never into the manifest: from a Secret
+            env.append({"name": name, "valueFrom": {"secretKeyRef": {
+                "name": credentials_secret(spec), "key": name}}})
+            continue
         if name in user:
             value = literal(user[name])  # the user's text stays as written
         env.append({"name": name, "value": value})
@@ -125,6 +129,32 @@ def perdure_names(spec: JobSpec) -> set[str]:
         facts = _facts(spec, pool, 0, "")
         names |= set(contract_env(bare, pool.model_copy(update={"env": {}}), facts))
     return names
+
+
+_CREDENTIAL = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL")
+
+
+def is_credential(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential. No side effects."""
+    return bool(_CREDENTIAL.search(name.upper()))
+
+
+def credentials_secret(spec: JobSpec) -> str:
+    """The Secret a job's credential variables are read from in the pods."""
+    return f"{spec.name}-credentials"
+
+
+def credential_gaps(spec: JobSpec) -> list[Gap]:
+    """Credential variables of the spec: read from a Secret the user creates, never written."""
+    names = sorted({n for env in (spec.env, *(p.env for p in spec.pools)) for n in env
+                    if is_credential(n)})
+    if not names:
+        return []
+    keys = " ".join(f"--from-literal={n}=..." for n in names)
+    return [Gap("env", f"{', '.join(names)} hold credentials and are not written into the "
+                f"JobSet: the pods read them from the Secret {credentials_secret(spec)!r} "
+                f"(kubectl create secret generic {credentials_secret(spec)} {keys}), or "
+                "better, from the pods' cloud identity (IRSA, workload identity)")]
 
 
 def _resources(pool: PoolSpec) -> dict[str, Any]:
@@ -238,7 +268,8 @@ def export_k8s(spec: JobSpec, opts: K8sOptions) -> Export:
             "replicatedJobs": replicated,
         },
     }
-    return Export([*extra, jobset], [*spec_gaps(spec), *gaps, *policy.gaps])
+    return Export([*extra, jobset], [*spec_gaps(spec), *gaps, *policy.gaps,
+                                     *credential_gaps(spec)])
 
 
 def checkpoint_dir(spec: JobSpec) -> tuple[str, list[Gap]]:

@@ -29,8 +29,14 @@ class FieldRef(_Strict):
     fieldPath: str
 
 
+class SecretKeyRef(_Strict):
+    name: str
+    key: str
+
+
 class EnvSource(_Strict):
-    fieldRef: FieldRef
+    fieldRef: FieldRef | None = None
+    secretKeyRef: SecretKeyRef | None = None  # credentials: never written into the manifest
 
 
 class EnvVar(_Strict):

@@ -146,6 +146,17 @@ def checkpoint_saved(step: int, blocked_seconds: float) -> None:
     reporter().emit("checkpoint_save", step=step, seconds=blocked_seconds)
 
 
+def checkpoint_failed(step: int, consecutive: int, alert_after: int, error: str) -> None:
+    """A save of `step` failed for good; `consecutive` failed in a row (loud at `alert_after`)."""
+    reporter().emit("checkpoint_failed", step=step, consecutive=consecutive,
+                    alert_after=alert_after, error=error)
+
+
+def checkpoint_recovered(step: int, failed: int) -> None:
+    """The save of `step` committed after `failed` saves in a row had failed."""
+    reporter().emit("checkpoint_committed", step=step, after_failures=failed)
+
+
 def checkpoint_restored(step: int | None, seconds: float) -> None:
     """Training resumes after `step` (None: from scratch) after `seconds` of loading."""
     reporter().emit("restore", step=step, seconds=seconds)

@@ -58,10 +58,13 @@ class StoreCollector(Collector):
                                       labels=["job"])
         ratio = GaugeMetricFamily("perdure_job_goodput_ratio", "Productive time over running "
                                   "time.", labels=["job"])
+        failed_saves = GaugeMetricFamily(
+            "perdure_checkpoint_failed_saves", "Checkpoint saves that failed in a row (training "
+            "goes on without new checkpoints); 0 once a save commits.", labels=["job"])
         by_state = dict.fromkeys((s.value for s in ReplicaState), 0)
         for row in rows:
             try:
-                states, spent, value = self._job(store, row)
+                states, spent, value, failed = self._job(store, row)
             except (UnreadableJob, ValueError, TypeError, KeyError, AttributeError):
                 # One job that cannot be read back (written by a bug or another version) must
                 # not fail every scrape: its series are left out, the controller fails it.
@@ -69,6 +72,7 @@ class StoreCollector(Collector):
             for name in states:
                 by_state[name] = by_state.get(name, 0) + 1
             retries.add_metric([row[0]], spent)
+            failed_saves.add_metric([row[0]], failed)
             if value is not None:
                 ratio.add_metric([row[0]], value)
         for s, n in by_state.items():
@@ -77,16 +81,19 @@ class StoreCollector(Collector):
         yield self._restarts(store, [r[0] for r in rows])
         yield retries
         yield ratio
+        yield failed_saves
 
     def _job(self, store: Store, row: tuple[str, str, float, str]
-             ) -> tuple[list[str], int, float | None]:
-        """One job's replica states (unfinished jobs only), retries spent and goodput."""
+             ) -> tuple[list[str], int, float | None, int]:
+        """One job's replica states (unfinished jobs only), retries spent, goodput and
+        checkpoint saves failed in a row."""
         job_id, state, updated, data = row
         d = json.loads(data)
         terminal = JobState(state).terminal
         states = [] if terminal else [str(r["state"]) for r in d.get("replicas", [])]
         spent = sum(int(n) for n in d.get("retries", {}).values())
-        return states, spent, self.cache.get(store, job_id, updated, terminal).get("goodput")
+        goodput = self.cache.get(store, job_id, updated, terminal).get("goodput")
+        return states, spent, goodput, int(d.get("failed_saves", 0))
 
     @staticmethod
     def _restarts(store: Store, job_ids: list[str]) -> Metric:

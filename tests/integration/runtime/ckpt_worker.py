@@ -233,6 +233,20 @@ def scenario_integrity(args: dict[str, Any]) -> dict[str, Any]:
             "mine": back["mine"].value[-3:]}
 
 
+def scenario_staging(args: dict[str, Any]) -> dict[str, Any]:
+    """Two ranks of one job on one host save to a store without rename (staged, uploaded):
+    each must stage in its own directory, or one's cleanup removes the other's shard."""
+    from perdure.runtime.checkpoint.persist import rank_staging
+
+    ckpt = Checkpointer(args["url"], keep=2)
+    for step in range(1, args["saves"] + 1):
+        big = torch.full((1 << 20,), float(step * 10 + RANK))
+        ckpt.save(step, {"mine": RankLocal(big), "step": step}, blocking=True)
+    ckpt.close()
+    assert ckpt.staging_dir is not None
+    return {"steps": ckpt.steps(), "staging": str(rank_staging(ckpt.staging_dir, ckpt.url, RANK))}
+
+
 def main() -> None:
     scenario, args = sys.argv[1], json.loads(sys.argv[2])
     if WORLD > 1 and scenario not in PHASED:

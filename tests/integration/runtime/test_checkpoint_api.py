@@ -143,7 +143,14 @@ def test_restoring_into_another_dtype_casts_through_dcp(tmp_path: Path) -> None:
 def test_a_failed_background_save_raises_at_wait_once_and_keeps_nothing(tmp_path: Path) -> None:
     blocker = tmp_path / "blocked"
     blocker.write_text("a file where the checkpointer needs a directory")
-    ckpt = Checkpointer(blocker)
+    reported = Checkpointer(blocker)  # the default: reported, training goes on
+    assert reported.save(1, {"w": torch.ones(3)}) is True
+    reported.wait()
+    assert reported.failures.consecutive == 1 and "save of step 1" in str(
+        reported.failures.last_error)
+    with pytest.raises(CheckpointError, match="save of step 2"):
+        reported.save(2, {"w": torch.ones(3)}, blocking=True)  # asked to wait: raised
+    ckpt = Checkpointer(blocker, on_failure="raise")
     assert ckpt.save(1, {"w": torch.ones(3)}) is True
     with pytest.raises(CheckpointError, match=r"save of step 1 to .* failed: rank 0: "):
         ckpt.wait()

@@ -50,11 +50,15 @@ class ProgressReader:
 
     def _summarize(self, launch_id: str, data: bytes) -> ReplicaProgress | None:
         steps, seconds, save = 0, 0.0, None
+        failed: dict[str, Any] = {}
         step = self._steps.get(launch_id)
         for line in data.splitlines():
             rec = _record(line)
             kind = rec.get("kind")
-            if kind == "steps":
+            if kind in _SAVE_OUTCOMES:
+                failed = _save_outcome(rec)
+                step = failed.pop("step", step)
+            elif kind == "steps":
                 steps += int(rec.get("count", 0))
                 seconds += float(rec.get("seconds", 0.0))
                 step = int(rec["last"])
@@ -70,11 +74,26 @@ class ProgressReader:
         self._steps[launch_id] = step
         notes = tuple(self._notes.pop(launch_id, ()))
         return ReplicaProgress(launch_id, step, time.time(), steps,
-                               seconds / steps if steps else None, save, notes)
+                               seconds / steps if steps else None, save, notes, **failed)
 
     def forget(self, launch_id: str) -> None:
         for d in (self._offsets, self._steps, self._next, self._notes):
             d.pop(launch_id, None)
+
+
+_SAVE_OUTCOMES = ("checkpoint_failed", "checkpoint_committed")
+
+
+def _save_outcome(rec: dict[str, Any]) -> dict[str, Any]:
+    """ReplicaProgress's failed-save fields from a checkpoint_failed (or _committed) record."""
+    try:
+        if rec.get("kind") == "checkpoint_committed":
+            return {"failed_saves": 0, "step": int(rec["step"])}
+        return {"failed_saves": int(rec.get("consecutive", 1)), "step": int(rec["step"]),
+                "save_error": f"step {rec.get('step')}: {str(rec.get('error', ''))[:2000]}",
+                "alert_after": int(rec.get("alert_after", 3))}
+    except (KeyError, TypeError, ValueError):  # a malformed record says nothing
+        return {}
 
 
 def _record(line: bytes) -> dict[str, Any]:

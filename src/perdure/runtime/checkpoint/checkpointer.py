@@ -18,24 +18,27 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from perdure.runtime import goodput
-from perdure.runtime.checkpoint import commit, modes, schedule, values
+from perdure.runtime.checkpoint import commit, schedule, values
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
-from perdure.runtime.checkpoint.errors import CheckpointError, UnsupportedValueError
+from perdure.runtime.checkpoint.errors import (
+    CheckpointError,
+    CheckpointStorageError,
+    UnsupportedValueError,
+)
+from perdure.runtime.checkpoint.failures import SaveFailures, alert_after_from_env
 from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
-from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
+from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats, staging_base
 from perdure.runtime.checkpoint.plan import Plan, make_plan, signature
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.procwriter import WriterProcess
@@ -44,7 +47,6 @@ from perdure.runtime.checkpoint.storage import Storage, make_storage
 from perdure.runtime.checkpoint.tree import flatten
 
 log = logging.getLogger("perdure.checkpoint")
-ENV_STAGING = "PERDURE_STAGING_DIR"
 _PERSIST_MODES = ("thread", "process")
 _STAGE_MODES = ("deferred", "sync")
 
@@ -64,6 +66,7 @@ class _InFlight:
     stats: SaveStats
     error: BaseException | None = None
     gate: StepGate | None = None
+    tolerant: bool = False  # a storage failure is reported (SaveFailures), never raised
 
     @property
     def done(self) -> bool:
@@ -83,7 +86,8 @@ class Checkpointer:
         keeps serialisation off the training process's GIL and is started right away.
     staging_dir: a fast local directory to write shards to before uploading them to ``url``
         (default for non-local URLs: $PERDURE_STAGING_DIR or the system temp dir; a local
-        ``url`` is written in place unless a staging_dir is given).
+        ``url`` is written in place unless a staging_dir is given). Each rank stages in a
+        directory of its own below it (named after the URL, the job, its attempt and the rank).
     stage: "deferred" (default): tensors only an optimizer in the state changes are copied in
         the background while the next step's forward and backward run, and that optimizer's
         next ``step()`` waits for the copy; "sync": everything is copied before ``save``
@@ -95,6 +99,13 @@ class Checkpointer:
     alone: this process saves and restores by itself, with no collective (for frameworks that
         write checkpoints on one rank only, as Lightning's DDP does; the state must then be
         the whole state).
+    on_failure: "report" (default): a background save (or any save of ``maybe_save``) that
+        fails on the storage (after its retries) does not stop training: it is logged and
+        reported as an event, the previous checkpoint stays the newest complete one, and
+        ``failures`` counts it; "raise": its error is raised at the next save() or wait().
+        Failures of the state itself (a tensor changed while staged) always raise.
+    alert_after: failed saves in a row after which the job says so loudly (None:
+        $PERDURE_CHECKPOINT_ALERT_AFTER, default 3).
     storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
     """
 
@@ -111,11 +122,15 @@ class Checkpointer:
         timeout_s: float = 1800.0,
         storage_options: Mapping[str, Any] | None = None,
         alone: bool = False,
+        on_failure: str = "report",
+        alert_after: int | None = None,
     ) -> None:
         if keep is not None and (not isinstance(keep, int) or keep < 1):
             raise ValueError(f"keep is {keep!r}; it must be an int >= 1, or None to keep all.")
         if persist not in _PERSIST_MODES:
             raise ValueError(f"persist is {persist!r}; it must be one of {_PERSIST_MODES}.")
+        if on_failure not in ("report", "raise"):
+            raise ValueError(f"on_failure is {on_failure!r}; it must be 'report' or 'raise'.")
         if stage not in _STAGE_MODES:
             raise ValueError(f"stage is {stage!r}; it must be one of {_STAGE_MODES}.")
         self.stage = stage
@@ -126,8 +141,10 @@ class Checkpointer:
         self._schedule = schedule.SaveSchedule(interval_file)
         self.async_save = async_save
         self.persist = persist
-        self.staging_dir = _staging_dir(self.storage, staging_dir)
+        self.staging_dir = staging_base(self.storage, staging_dir)
         self.timeout_s = timeout_s
+        self.failures = SaveFailures(alert_after or alert_after_from_env())
+        self.on_failure = on_failure
         self.last_save: SaveStats | None = None
         self.skipped_partial: list[str] = []
         self.restore_failures: list[str] = []
@@ -164,6 +181,11 @@ class Checkpointer:
         load_state_dict(), or plain value. Raises the error of an earlier failed save, once.
         blocking: True returns only when committed (default: not ``async_save``).
         """
+        return self._save(step, state, blocking, tolerant=False)
+
+    def _save(
+        self, step: int, state: Mapping[str, Any], blocking: bool | None, tolerant: bool
+    ) -> bool:
         if not isinstance(step, int) or step < 0:
             raise ValueError(f"step is {step!r}; it must be an int >= 0.")
         entered = time.perf_counter()
@@ -187,7 +209,7 @@ class Checkpointer:
             self._replan(prepared, comm)
         stats = SaveStats(step=step, extra={"waited_s": waited})
         background = self.async_save if blocking is None else not blocking
-        self._launch(stats, prepared, comm, background, entered)
+        self._launch(stats, prepared, comm, background, entered, tolerant)
         # What training was blocked for: the staging copy, or all of a blocking save.
         goodput.checkpoint_saved(
             step, stats.blocked_s if background else time.perf_counter() - entered)
@@ -198,6 +220,7 @@ class Checkpointer:
 
         On a preemption notice to any rank, every rank saves the same step, waits for the
         commit and exits suspended: a script that calls this every step needs nothing else.
+        A save made here that fails is reported (``failures``), not raised: training goes on.
         """
         now = time.monotonic()
         self.policy = self._schedule.refresh(self.policy, now)
@@ -205,12 +228,12 @@ class Checkpointer:
         due, notice = self._schedule.decide(self.policy, decision.save, self._comm_())
         if notice:
             if step != self._last_step:
-                self.save(step, state, blocking=True)
+                self._save(step, state, True, tolerant=True)
             self.wait()
             schedule.exit_suspended()
         if not due:
             return False
-        return self.save(step, state)  # save() reports its blocking cost to goodput
+        return self._save(step, state, None, tolerant=True)  # it reports its blocking cost
 
     def _try_prepare(
         self, state: Mapping[str, Any], rank: int
@@ -258,7 +281,8 @@ class Checkpointer:
         )
 
     def _launch(
-        self, stats: SaveStats, prepared: _Prepared, comm: Comm, background: bool, entered: float
+        self, stats: SaveStats, prepared: _Prepared, comm: Comm, background: bool,
+        entered: float, tolerant: bool,
     ) -> None:
         assert self._plan is not None and self._buffers is not None
         step = stats.step
@@ -278,11 +302,12 @@ class Checkpointer:
         # What training waited for in save(), besides a previous save still in flight.
         stats.blocked_s = time.perf_counter() - entered - stats.extra["waited_s"]
         if not background:
-            self._inflight = _InFlight(None, stats)
+            # A blocking save raises, unless maybe_save made it (a preemption notice's).
+            self._inflight = _InFlight(None, stats, tolerant=tolerant and self._reports)
             self._run(persister, job, self._inflight)
             self._finish_inflight()
             return
-        inflight = _InFlight(None, stats)
+        inflight = _InFlight(None, stats, tolerant=self._reports)
         inflight.thread = threading.Thread(
             target=self._run, args=(persister, job, inflight), name="perdure-checkpoint-persist"
         )
@@ -298,17 +323,27 @@ class Checkpointer:
             self._inflight = None
             raise
 
+    @property
+    def _reports(self) -> bool:
+        return self.on_failure == "report"
+
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again
             self._writer = WriterProcess()
         return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer)
 
-    @staticmethod
-    def _run(persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
+    def _run(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
         try:
             persister.run(job, inflight.stats)
-        except BaseException as exc:  # kept and raised at the next save() or wait()
+        except CheckpointStorageError as exc:
+            if not inflight.tolerant:
+                inflight.error = exc  # kept and raised at the next save() or wait()
+                return
+            self.failures.failed(job.step, exc, persister.comm.rank)
+        except BaseException as exc:
             inflight.error = exc
+        else:
+            self.failures.succeeded(job.step, persister.comm.rank)
 
     def wait(self) -> None:
         """Block until the last save is committed; raise its error (once) if it failed."""
@@ -391,7 +426,8 @@ class Checkpointer:
     # ---- lifetime -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Wait for the last save, then release the staging buffers and the writer process."""
+        """Wait for the last save, then release the staging buffers, the writer process and the
+        storage's threads."""
         try:
             self._schedule.close()
             self.wait()
@@ -403,6 +439,7 @@ class Checkpointer:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+            self.storage.close()
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -414,14 +451,3 @@ class Checkpointer:
 def url_key(url: str) -> int:
     """A 56-bit hash of a checkpoint URL, for the ranks to compare cheaply. No side effects."""
     return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=7).digest(), "little")
-
-
-def _staging_dir(storage: Storage, given: str | os.PathLike[str] | None) -> Path | None:
-    if given is not None:
-        return Path(given).expanduser().absolute()
-    if storage.local_path("") is not None:
-        return None
-    base = os.environ.get(ENV_STAGING) or tempfile.gettempdir()
-    # /tmp is shared: a directory of this user's alone (another user could have made the name)
-    return modes.private_dir(Path(base) / f"perdure-staging-{os.getuid()}",
-                             "the checkpoint staging dir")

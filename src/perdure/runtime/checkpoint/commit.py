@@ -168,8 +168,9 @@ def _check(storage: Storage, name: str, step: int, verify: bool) -> tuple[Any, s
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return None, f"commit marker unreadable ({exc})"
     if verify:
+        listed = storage.sizes(name)  # one request for all files, where the store lists sizes
         for file, size in files.items():
-            actual = storage.size(f"{name}/{file}")
+            actual = listed.get(file) if listed is not None else storage.size(f"{name}/{file}")
             if actual is None:
                 return None, f"file {file} listed in the commit marker is missing"
             if actual != size:
@@ -213,13 +214,16 @@ def remove_checkpoint(storage: Storage, name: str) -> None:
 def retain(storage: Storage, keep: int | None, current: str) -> list[str]:
     """Delete committed checkpoints beyond the newest ``keep`` and leftovers of crashed saves.
 
-    ``current`` (the save just published) is never deleted. Returns the names removed.
+    ``current`` (the save just published) and the newest complete checkpoint (a re-save of an
+    older step, after a fallback, is not newer than it) are never deleted. Returns the names
+    removed.
     """
     found = scan(storage, verify=False)
     removed: list[str] = []
     doomed = found.complete[:-keep] if keep is not None else []
+    spared = {current, found.latest.name if found.latest else current}
     for committed in doomed:
-        if committed.name != current:
+        if committed.name not in spared:
             remove_checkpoint(storage, committed.name)
             removed.append(committed.name)
     for part in found.partial:

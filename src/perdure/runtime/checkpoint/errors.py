@@ -17,3 +17,8 @@ class UnsupportedValueError(CheckpointError, TypeError):
 
 class CheckpointCorruptError(CheckpointError):
     """A checkpoint's bytes are not what its commit recorded (a checksum or a size differs)."""
+
+
+class CheckpointStorageError(CheckpointError):
+    """A save failed on the storage (a write, an upload, the commit), not on the state: the
+    kind of failure a scheduled save reports and survives (Checkpointer ``on_failure``)."""

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
+import os
 import pickle
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +31,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from perdure.runtime.checkpoint import checksum, commit, modes
 from perdure.runtime.checkpoint.comm import Comm
-from perdure.runtime.checkpoint.errors import CheckpointError
+from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointStorageError
 from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
 from perdure.runtime.checkpoint.priority import lower_this_thread
@@ -93,6 +97,34 @@ class Shard:
     crcs: dict[str, int] = field(default_factory=dict)  # file -> checksum of the whole file
     item_crcs: list[int] = field(default_factory=list)  # one per result
     dir_name: str = ""
+    storage: bool = False  # the error came from the storage, not from the state
+
+
+ENV_STAGING = "PERDURE_STAGING_DIR"
+
+
+def staging_base(storage: Storage, given: str | os.PathLike[str] | None) -> Path | None:
+    """Where a Checkpointer stages saves for ``storage``: ``given``, else nowhere for a local
+    directory (written in place), else $PERDURE_STAGING_DIR or the system temp dir."""
+    if given is not None:
+        return Path(given).expanduser().absolute()
+    if storage.local_path("") is not None:
+        return None
+    base = os.environ.get(ENV_STAGING) or tempfile.gettempdir()
+    # /tmp is shared: a directory of this user's alone (another user could have made the name)
+    return modes.private_dir(Path(base) / f"perdure-staging-{os.getuid()}",
+                             "the checkpoint staging dir")
+
+
+def rank_staging(base: Path, url: str, rank: int) -> Path:
+    """This rank's own staging directory under ``base``: named after the checkpoint URL, the
+    job and its attempt (perdure's environment) and the rank, so that the ranks of one host,
+    and jobs sharing a host, never stage into (or clean up) each other's files. No side
+    effects."""
+    job = os.environ.get("PERDURE_JOB_ID") or "nojob"
+    attempt = os.environ.get("PERDURE_ATTEMPT") or "0"
+    where = hashlib.blake2b(url.encode(), digest_size=4).hexdigest()
+    return base / f"{job}-a{attempt}-{where}-rank{rank}"
 
 
 class Persister:
@@ -132,8 +164,8 @@ class Persister:
         verdict = self.comm.broadcast_object(verdict)
         stats.persist_s = time.perf_counter() - start
         if verdict[0] != "ok":
-            raise CheckpointError(f"save of step {job.step} to {self.storage.url} failed: "
-                                  f"{verdict[1]}")
+            kind = CheckpointStorageError if verdict[0] == "storage" else CheckpointError
+            raise kind(f"save of step {job.step} to {self.storage.url} failed: {verdict[1]}")
         stats.name = verdict[1]
         return str(verdict[1])
 
@@ -179,7 +211,8 @@ class Persister:
                 problem = f"rank 0 could not clear {name}: {type(exc).__name__}: {exc}"
         problem = self.comm.broadcast_object(problem)
         if problem is not None:
-            raise CheckpointError(f"save of step {step} to {self.storage.url} failed: {problem}")
+            raise CheckpointStorageError(f"save of step {step} to {self.storage.url} failed: "
+                                         f"{problem}")
 
     def _write_local(self, job: SaveJob) -> Shard:
         file = shard_name(self.comm.rank)
@@ -191,22 +224,21 @@ class Persister:
             else:
                 if self.staging_dir is None:
                     raise CheckpointError(f"{self.storage.url} is not local: set staging_dir")
-                local_dir = self.staging_dir / job.dir_name
+                mine = rank_staging(self.staging_dir, self.storage.url, self.comm.rank)
+                local_dir = mine / job.dir_name
                 modes.make_dirs(local_dir)
                 try:
                     shard = self._write(job, local_dir / file, file, fsync=False)
                     self.storage.makedirs(job.dir_name)
                     self.storage.put_file(local_dir / file, f"{job.dir_name}/{file}")
                 finally:
-                    # Only this rank's file: ranks on one host (replicas of a node, local
-                    # ranks of a replica) share local_dir while they upload.
-                    (local_dir / file).unlink(missing_ok=True)
-                    with contextlib.suppress(OSError):
-                        local_dir.rmdir()  # the last rank out removes it
+                    shutil.rmtree(local_dir, ignore_errors=True)
+                    with contextlib.suppress(OSError):  # another save of this rank may use it
+                        mine.rmdir()
             return shard
         except Exception as exc:  # reported to every rank through the gather
             log.exception("rank %d failed to write its shard of step %d", self.comm.rank, job.step)
-            return Shard(f"rank {self.comm.rank}: {type(exc).__name__}: {exc}")
+            return Shard(f"rank {self.comm.rank}: {type(exc).__name__}: {exc}", storage=True)
 
     def _write(self, job: SaveJob, path: Path, file: str, *, fsync: bool) -> Shard:
         algorithm = checksum.ALGORITHM
@@ -228,18 +260,21 @@ class Persister:
         self, job: SaveJob, outcomes: list[Shard], stats: SaveStats, start: float
     ) -> tuple[str, str]:
         errors = [o.error for o in outcomes if o.error is not None]
+        # A failure of the storage only (not of some rank's state): what callers may survive.
+        kind = "storage" if all(o.storage for o in outcomes if o.error is not None) else "error"
         dirs = {o.dir_name for o in outcomes if o.error is None}
         if not errors and dirs != {job.dir_name}:
             errors.append(f"the ranks wrote to different directories {sorted(dirs)}")
+            kind = "error"
         if errors:
             with contextlib.suppress(Exception):  # leftovers are removed by a later retention
                 self.storage.remove_tree(job.dir_name)
-            return ("error", "; ".join(errors))
+            return (kind, "; ".join(errors))
         try:
             name = self._commit(job, outcomes, stats)
         except Exception as exc:
             log.exception("rank 0 failed to commit step %d", job.step)
-            return ("error", f"rank 0 could not commit: {type(exc).__name__}: {exc}")
+            return ("storage", f"rank 0 could not commit: {type(exc).__name__}: {exc}")
         stats.extra["committed_s"] = time.perf_counter() - start
         self._retain(name, stats)
         return ("ok", name)
@@ -268,8 +303,10 @@ class Persister:
             self.storage.write_bytes(f"{job.dir_name}/{name}", data)
             files[name] = len(data)
             crcs[name] = checksum.update(algorithm, 0, data)
+        listed = self.storage.sizes(job.dir_name)  # one listing where the store can
         for file, size in files.items():  # every rank's shard, where the marker will say
-            found = self.storage.size(f"{job.dir_name}/{file}")
+            found = (listed.get(file) if listed is not None
+                     else self.storage.size(f"{job.dir_name}/{file}"))
             if found != size:
                 raise CheckpointError(f"{job.dir_name}/{file} has {found} bytes, not {size}")
         marker = commit.marker_doc(job.step, job.world, files, (algorithm, crcs))

@@ -121,6 +121,10 @@ class SafeReader(FileSystemReader):
     def _read_file(self, file: str, items: list[ReadItem], planner: LoadPlanner) -> None:
         items.sort(key=lambda i: self.storage_data[i.storage_index].offset)
         with self.fs.create_stream(self.fs.concat_path(self.path, file), "rb") as stream:
+            plan = getattr(stream, "plan", None)  # a remote stream reads exactly these ahead
+            if plan is not None:
+                plan([(self.storage_data[i.storage_index].offset,
+                       self.storage_data[i.storage_index].length) for i in items])
             for item in items:
                 if not self._read_direct(stream, item, planner):
                     self._read_whole(stream, item, planner)

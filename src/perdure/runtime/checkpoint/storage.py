@@ -2,8 +2,9 @@
 
 ``LocalStorage`` writes with fsync and publishes a checkpoint by renaming its directory (atomic
 on POSIX); under a private directory its files are 0600 and its directories 0700 (modes.py).
-``FsspecStorage`` serves every other fsspec filesystem (memory://, s3://, gcs://, chained
-URLs); object stores cannot rename a directory atomically, so there the commit marker alone
+``S3Storage`` (s3storage.py) serves ``s3://`` with retries and verified uploads.
+``FsspecStorage`` serves every other fsspec filesystem (memory://, gcs://, chained URLs).
+Object stores cannot rename a directory atomically, so there the commit marker alone
 decides whether a checkpoint is complete.
 
 Side effects: file system I/O only.
@@ -52,6 +53,15 @@ class Storage(ABC):
     @abstractmethod
     def size(self, rel: str) -> int | None:
         """Size of file ``rel`` in bytes, or None when it does not exist."""
+
+    def close(self) -> None:
+        """Release threads and connections (the storage stays usable: they come back)."""
+        return None
+
+    def sizes(self, rel: str) -> dict[str, int] | None:
+        """Sizes of the files in directory ``rel`` in one listing, where the store can (None:
+        ask ``size`` file by file)."""
+        return None
 
     @abstractmethod
     def rename(self, src: str, dst: str) -> None:
@@ -217,4 +227,8 @@ def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> 
         return LocalStorage(text[len("file://") :])
     if "://" not in text and "::" not in text:
         return LocalStorage(text)
+    if text.startswith("s3://"):
+        from perdure.runtime.checkpoint.s3storage import S3Storage
+
+        return S3Storage(text, **storage_options)
     return FsspecStorage(text, **storage_options)

@@ -17,7 +17,9 @@ threshold, the least recently used cached files (oldest mtime: every use touches
 are deleted until it would not. The threshold is `min_free_bytes` if given, else the
 environment variable PERDURE_CACHE_MIN_FREE_BYTES (bytes), else 10% of the filesystem.
 Source files are assumed not to change while cached (a dataset volume); entries are keyed by
-the source and the file's relative path.
+the source and the file's relative path. A copy that ends short of the source's size is an
+error, never a cached file. `s3://bucket/prefix` sources go through perdure's S3 client
+(retries with backoff, parallel ranged reads; `pip install 'perdure[s3]'`).
 """
 
 from __future__ import annotations
@@ -259,6 +261,11 @@ class CachedVolume(Dataset[Any]):
                 try:
                     with open(temp, "wb") as out:
                         copy_stream(stream, out)
+                        copied = out.tell()
+                    if copied != size:  # never cache a file cut short: a cache changes timing,
+                        raise OSError(  # never the samples
+                            errno.EIO, f"{self.source.describe()}/{name}: copied {copied} of "
+                            f"{size} bytes; the source ended early")
                     os.makedirs(os.path.dirname(local), exist_ok=True)
                     os.replace(temp, local)  # atomic: the name appears complete or not at all
                 except BaseException:

@@ -12,6 +12,7 @@ export function renderJob(root, id) {
   const stateEl = h("span");
   const actions = h("div", { class: "actions" });
   const errorBox = h("div", { class: "error-box", role: "alert", hidden: true });
+  const saveBox = h("div", { class: "error-box save-alert", role: "alert", hidden: true });
   const stats = h("dl", { class: "stats" });
   const timeline = h("div", { class: "timeline-box" }, h("p", { class: "muted" }, "Loading…"));
   const goodput = h("div", { class: "goodput-box" });
@@ -22,7 +23,7 @@ export function renderJob(root, id) {
   root.append(
     h("p", { class: "crumbs" }, h("a", { href: "#/jobs" }, "Jobs"), " / ", id),
     h("div", { class: "page-head" }, h("div", { class: "title" }, title, stateEl), actions),
-    errorBox, stats,
+    errorBox, saveBox, stats,
     card("Attempts timeline", timeline),
     h("div", { class: "cols" },
       card("Goodput", goodput),
@@ -45,6 +46,7 @@ export function renderJob(root, id) {
       if (stopped) return;
       job = d;
       drawHead(d, title, stateEl, actions, errorBox, stats, refreshSoon);
+      drawSaves(saveBox, d.checkpoint);
       drawTimeline(timeline, tl);
       drawGoodput(goodput, d.goodput);
       drawReplicas(replicas, d.replicas);
@@ -102,6 +104,18 @@ function drawHead(d, title, stateEl, actions, errorBox, stats, refresh) {
     item("Goodput", d.goodput.goodput === null ? d.goodput.status : percent(d.goodput.goodput)),
     item("Job retries", retries), item("Age", duration(Date.now() / 1000 - d.created)),
   ]);
+}
+
+// Checkpoint saves failing in a row (training goes on without new checkpoints): loud once
+// the runtime's threshold is reached, a note before that.
+function drawSaves(box, ck) {
+  const failed = ck ? ck.failed_saves : 0;
+  box.hidden = !failed;
+  if (!failed) return;
+  box.className = ck.alert ? "error-box save-alert" : "error-box recovered save-alert";
+  box.replaceChildren(h("strong", {}, ck.alert ? "Checkpoints failing: " : "Checkpoint save failed: "),
+    `${failed} save(s) in a row failed; training goes on from the newest complete checkpoint. `,
+    ck.last_error || "");
 }
 
 function drawReplicas(body, reps) {

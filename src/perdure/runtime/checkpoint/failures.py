@@ -1,0 +1,73 @@
+"""Saves that failed for good (after the storage's retries): counted, reported, survived.
+
+A scheduled save (``maybe_save``) that fails does not stop training: the previous checkpoint
+stays the newest complete one, the failure is logged and reported to the controller as a
+progress record (an event for the job), and the next due save tries again. After
+``alert_after`` failures in a row the report says so loudly (the controller raises a warning
+event, ``perdure describe``, the dashboard and the ``perdure_checkpoint_failed_saves`` metric
+show it) until a save succeeds again. Only rank 0 reports: every rank learns the same outcome.
+
+Side effects: logs, and appends progress records through the goodput reporter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from perdure.runtime import goodput
+from perdure.runtime.s3.retry import describe, positive_int
+
+log = logging.getLogger("perdure.checkpoint")
+ENV_ALERT_AFTER = "PERDURE_CHECKPOINT_ALERT_AFTER"
+DEFAULT_ALERT_AFTER = 3
+_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+
+
+def alert_after_from_env() -> int:
+    """Failed saves in a row before the job says so loudly ($PERDURE_CHECKPOINT_ALERT_AFTER)."""
+    return positive_int(ENV_ALERT_AFTER, DEFAULT_ALERT_AFTER)
+
+
+def redact(text: str) -> str:
+    """``text`` with the values of credential variables of this environment blanked out (an
+    error message must never carry them into a log or an event). No side effects."""
+    for name in _SECRETS:
+        value = os.environ.get(name)
+        if value and len(value) >= 8:
+            text = text.replace(value, f"<{name}>")
+    return text
+
+
+class SaveFailures:
+    """Consecutive failed saves of one Checkpointer, and the last one's reason."""
+
+    def __init__(self, alert_after: int) -> None:
+        self.alert_after = alert_after
+        self.consecutive = 0
+        self.last_error: str | None = None
+
+    @property
+    def alerting(self) -> bool:
+        return self.consecutive >= self.alert_after
+
+    def failed(self, step: int, exc: BaseException, rank: int) -> None:
+        """A save failed for good: count it, log it, report it (rank 0)."""
+        self.consecutive += 1
+        self.last_error = redact(str(exc) if str(exc) else describe(exc))
+        loud = self.alerting
+        (log.error if loud else log.warning)(
+            "checkpoint save of step %d failed (%d in a row%s); training goes on and the "
+            "previous checkpoint stays the newest complete one: %s", step, self.consecutive,
+            ", ALERT" if loud else "", self.last_error)
+        if rank == 0:
+            goodput.checkpoint_failed(step, self.consecutive, self.alert_after,
+                                      self.last_error[:2000])
+
+    def succeeded(self, step: int, rank: int) -> None:
+        """A save committed: the run of failures (if any) is over."""
+        if self.consecutive and rank == 0:
+            log.warning("checkpoint save of step %d committed after %d failed save(s)", step,
+                        self.consecutive)
+            goodput.checkpoint_recovered(step, self.consecutive)
+        self.consecutive, self.last_error = 0, None
