@@ -207,28 +207,3 @@ class FsspecStorage(Storage):
 
     def local_path(self, rel: str) -> None:
         return None
-
-
-def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> Storage:
-    """Storage for ``url``: a path or file:// URL is local, any other fsspec URL is remote.
-
-    ``url`` None reads the environment variable PERDURE_CHECKPOINT_DIR (set by perdure's
-    controller from the job spec's ``checkpoint.dir``).
-    """
-    if url is None:
-        url = os.environ.get(ENV_DIR)
-        if not url:
-            raise ValueError(
-                "Checkpointer url is None and PERDURE_CHECKPOINT_DIR is not set; pass a local "
-                "path or an fsspec URL (e.g. Checkpointer('./checkpoints'))."
-            )
-    text = os.fspath(url)
-    if text.startswith("file://") and "::" not in text:
-        return LocalStorage(text[len("file://") :])
-    if "://" not in text and "::" not in text:
-        return LocalStorage(text)
-    if text.startswith("s3://"):
-        from perdure.runtime.checkpoint.s3storage import S3Storage
-
-        return S3Storage(text, **storage_options)
-    return FsspecStorage(text, **storage_options)
