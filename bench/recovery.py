@@ -421,6 +421,9 @@ def write_json(path: Path, names: list[str], outcomes: list[Outcome], root: Path
             "duration": o.duration, "kills": len(o.kills), "recoveries": done,
             "recovery_median": statistics.median(done) if done else None,
             "goodput": o.productive() / o.duration, "step_seconds": o.steady_step(),
+            # the job's first start: the window's start to its first step's start
+            "first_step_seconds": min(r["t"] - r["s"] for r in o.records) - o.started
+            if o.records else None,
             "describe_goodput": o.describe_goodput, "describe": o.describe,
             "phases": recovery_phases.analyse(root / name / "state", o.kills, o.marks,
                                               o.records)

@@ -61,6 +61,9 @@ def derive(recovery: dict[str, Any], ckpt: dict[str, Any], command: str) -> Cali
         step_seconds=warm["step_seconds"],
         launch_cold_seconds=launch(cold),
         launch_warm_seconds=launch(warm),
+        launch_first_seconds=max(0.0, (warm["first_step_seconds"] or 0.0)
+                                 - _median_gap(rows, "init", "model")
+                                 - _median_gap(rows, "script", "init")),
         stop_seconds=_median_gap(rows, "decided", "survivors_exited"),
         rendezvous_seconds=_median_gap(rows, "script", "init"),
         save_blocking_seconds=ckpt["save_blocking_s"],
@@ -79,6 +82,7 @@ COMMENTS = {
     "step_seconds": "bench/recovery.py: steady step time of examples/ddp_mlp",
     "launch_cold_seconds": "phases launched->script + init->model, PERDURE_WARM_POOL=0",
     "launch_warm_seconds": "phases launched->script + init->model, warm pool auto",
+    "launch_first_seconds": "the job's first step after its start, less rendezvous and model",
     "stop_seconds": "phases decided->survivors exited",
     "rendezvous_seconds": "phases script->init (perdure.init: process group up)",
     "save_blocking_seconds": "bench/checkpoint.py: training blocked per async save",

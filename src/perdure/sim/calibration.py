@@ -26,6 +26,9 @@ class Calibration(SpecModel):
     step_seconds: float = Field(gt=0)
     launch_cold_seconds: float = Field(ge=0)  # process start to training code ready, cold
     launch_warm_seconds: float = Field(ge=0)  # the same from a warm standby
+    # A job's first launch on a node with a warm pool (its template imports torch once for
+    # every standby); None: as cold
+    launch_first_seconds: float | None = Field(None, ge=0)
     stop_seconds: float = Field(1.0, ge=0)  # a stopped replica's exit after the signal
     rendezvous_seconds: float = Field(ge=0)  # every replica up -> the process group formed
     save_blocking_seconds: float = Field(ge=0)  # training blocked per persistent save

@@ -250,9 +250,11 @@ class Engine:
         """Warm on a node whose standbys this job started, or on a spare held long enough
         for its standbys to be up; cold elsewhere."""
         warm = self.policy.warm and (d.node in self.hosted or spare)
+        cost = self.calib.launch_warm_seconds if warm else self.calib.launch_cold_seconds
+        if self.policy.warm and not warm and self.calib.launch_first_seconds is not None:
+            cost = self.calib.launch_first_seconds  # the node's pool starts with this launch
         self.hosted.add(d.node)
         self.procs[d.launch_id] = Proc(d)
-        cost = self.calib.launch_warm_seconds if warm else self.calib.launch_cold_seconds
         self.at(self.now + cost, self.started, d.launch_id)
         job = self.snap.jobs[self.job_id]
         if d.replica == job.primary.name:
