@@ -129,7 +129,7 @@ def node_ls(c: typer.Context) -> None:
         # the controller records what it found; before it ran, what the file declares
         gpus = stored[name].gpus if name in stored else declared.get(name)
         shown = "" if not gpus else f"{plural(gpus, 'GPU')}  "
-        typer.echo(f"{name:<12} {plural(slots, 'slot'):<9} {shown}{state}")
+        typer.echo(f"{name:<12} {plural(slots, 'slot') + '  ':<9}{shown}{state}")
     if line := inspector(ctx).pool_summary():
         typer.echo(line)
 
