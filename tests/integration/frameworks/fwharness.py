@@ -61,8 +61,10 @@ class Job:
         return path
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*PERDURE, "--state-dir", str(self.state), *args],
-                              capture_output=True, text=True, timeout=timeout, check=True)
+        out = subprocess.run([*PERDURE, "--state-dir", str(self.state), *args],
+                             capture_output=True, text=True, timeout=timeout)
+        assert out.returncode == 0, (args, out.stdout[-2000:], out.stderr[-2000:])
+        return out
 
     def start(self) -> subprocess.Popen[str]:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -87,9 +89,18 @@ class Job:
     def sigkill(self, replica: str) -> None:
         """SIGKILL a running replica at once (what `perdure chaos kill` does, without the
         seconds a CLI process takes to start, in which a fast job moves on). The script
-        writes its pid to `<steps file>.pid-<replica>` when it starts."""
-        pid = int(Path(f"{self.steps_file}.pid-{replica}").read_text())
-        os.kill(pid, signal.SIGKILL)
+        writes its pid to `<steps file>.pid-<replica>` when it starts; a script that does not
+        (examples/gpt) is found by its launch's status record."""
+        mark = Path(f"{self.steps_file}.pid-{replica}")
+        if mark.exists():
+            os.kill(int(mark.read_text()), signal.SIGKILL)
+            return
+        for launch in sorted((self.state / "launches").glob(f"*.{replica}.*")):
+            status = launch / "status.json"
+            if status.exists() and not (launch / "exit.json").exists():
+                os.kill(int(json.loads(status.read_text())["pid"]), signal.SIGKILL)
+                return
+        raise AssertionError(f"{self.name}: no running launch of {replica}")
 
     def wait_for(self, what: str, ok: Any, timeout: float = 180) -> None:
         deadline = time.time() + timeout
