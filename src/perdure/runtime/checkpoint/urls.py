@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from perdure.runtime.checkpoint.s3storage import S3Storage
 from perdure.runtime.checkpoint.storage import ENV_DIR, FsspecStorage, LocalStorage, Storage
 
 
@@ -31,6 +30,8 @@ def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> 
         return LocalStorage(text[len("file://") :])
     if "://" not in text and "::" not in text:
         return LocalStorage(text)
-    if text.startswith("s3://"):
+    if text.startswith("s3://"):  # imported when used: S3's client is not every job's
+        from perdure.runtime.checkpoint.s3storage import S3Storage
+
         return S3Storage(text, **storage_options)
     return FsspecStorage(text, **storage_options)
