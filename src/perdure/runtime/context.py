@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from perdure.runtime import transport
+from perdure.runtime import exitguard, transport
 from perdure.runtime.errors import install_excepthook
 
 # The exit status that tells the controller "state saved, resume me" (EX_TEMPFAIL).
@@ -188,6 +188,7 @@ def init(
     if _context is not None:
         return _context
     install_excepthook()
+    exitguard.install()
     ctx = Context(
         rank=_env_int("RANK", 0),
         world_size=_env_int("WORLD_SIZE", 1),

@@ -45,6 +45,7 @@ def main() -> None:
     if niced is not None:
         restore_priority(niced)
     _become(launch)
+    _guard_exit()
     try:
         _run(launch["target"], list(launch["args"]))
     except (SystemExit, KeyboardInterrupt):
@@ -94,6 +95,16 @@ def run_forked() -> int:
         code = 1
     _at_exit()
     return code
+
+
+def _guard_exit() -> None:
+    """This interpreter finalizes when the script ends: let torch's threads settle first
+    (perdure.runtime.exitguard), for unmodified scripts too."""
+    try:
+        from perdure.runtime import exitguard
+    except ImportError:
+        return
+    exitguard.install()
 
 
 def _status(stop: SystemExit) -> int:
