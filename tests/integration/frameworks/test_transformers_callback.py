@@ -49,10 +49,6 @@ def test_kill_resumes_from_the_trainers_checkpoint(jobs: list[Job], tmp_path: Pa
     assert goodput["last_step"] == 40 and goodput["productive_seconds"] > 0
 
 
-# A replica can end in `terminate called without an active exception` (SIGABRT) at
-# interpreter exit after a restart on the merged main (taken for a transient failure: a job
-# retry); out of the default suite until that is found (issue 21).
-@pytest.mark.frameworks_long
 def test_kill_during_a_save_skips_the_half_written_checkpoint(jobs: list[Job], tmp_path: Path,
                                                               baseline: str) -> None:
     job = Job(tmp_path, "hf", SCRIPT, 2, env={**SLOW, "SLOW_SAVE_AT": "20"})
@@ -71,10 +67,6 @@ def test_kill_during_a_save_skips_the_half_written_checkpoint(jobs: list[Job], t
         events
 
 
-# A replica can end in `terminate called without an active exception` (SIGABRT) at
-# interpreter exit after a restart on the merged main (taken for a transient failure: a job
-# retry); out of the default suite until that is found (issue 21).
-@pytest.mark.frameworks_long
 def test_preemption_saves_where_the_ranks_agree_and_loses_no_step(
         jobs: list[Job], tmp_path: Path, baseline: str) -> None:
     job = Job(tmp_path, "hf", SCRIPT, 2, env={"STEP_TIME": "0.1"})
