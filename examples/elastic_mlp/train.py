@@ -24,6 +24,7 @@ from perdure.runtime import (
     Snapshotter,
     elastic,
     goodput,
+    resume,
     rng_state,
     set_rng_state,
 )
@@ -121,9 +122,11 @@ def restore(manager: elastic.Manager, snap: Snapshotter, ckpt: Checkpointer | No
     if manager.sync_state(state) is not None:
         return  # survivors kept their state; new members got it from the furthest one
     source = "scratch"
-    if snap.load(state) is not None:
+    info = snap.load(state)
+    if info is not None:
         source = "peer snapshot"
-        goodput.checkpoint_restored(state["step"], time.perf_counter() - began)
+        goodput.checkpoint_restored(state["step"], time.perf_counter() - began,
+                                    resume.snapshot_source(info.source))
     elif ckpt is not None and ckpt.restore_latest(state) is not None:  # reports itself
         source = "checkpoint"
     print(f"{manager.replica}: state from {source} at step {state['step']}", flush=True)

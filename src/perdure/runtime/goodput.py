@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from perdure.core import interval
 from perdure.runtime.ranks import PROCS_ENV
 from perdure.runtime.transport import FileTransport, Transport
 from perdure.runtime.transport import current as current_transport
@@ -146,6 +147,12 @@ def checkpoint_saved(step: int, blocked_seconds: float) -> None:
     reporter().emit("checkpoint_save", step=step, seconds=blocked_seconds)
 
 
+def snapshot_saved(step: int, blocked_seconds: float) -> None:
+    """An in-memory snapshot blocked training for `blocked_seconds`: badput like a save's, but
+    not the persistent save's cost that `checkpoint.every: auto` measures."""
+    reporter().emit("checkpoint_save", step=step, seconds=blocked_seconds, what="snapshot")
+
+
 def checkpoint_failed(step: int, consecutive: int, alert_after: int, error: str) -> None:
     """A save of `step` failed for good; `consecutive` failed in a row (loud at `alert_after`)."""
     reporter().emit("checkpoint_failed", step=step, consecutive=consecutive,
@@ -157,9 +164,13 @@ def checkpoint_recovered(step: int, failed: int) -> None:
     reporter().emit("checkpoint_committed", step=step, after_failures=failed)
 
 
-def checkpoint_restored(step: int | None, seconds: float) -> None:
-    """Training resumes after `step` (None: from scratch) after `seconds` of loading."""
-    reporter().emit("restore", step=step, seconds=seconds)
+def checkpoint_restored(step: int | None, seconds: float, source: str | None = None) -> None:
+    """Training resumes after `step` (None: from scratch) after `seconds` of loading, read from
+    `source` (None: the persistent checkpoint, or scratch without a step): one of
+    core.interval's words, which tell the controller which failures the checkpoint recovered."""
+    if source is None:
+        source = interval.CHECKPOINT if step is not None else interval.SCRATCH
+    reporter().emit("restore", step=step, seconds=seconds, source=source)
 
 
 def data_waited(seconds: float) -> None:

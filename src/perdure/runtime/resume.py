@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perdure.core import interval
 from perdure.runtime import goodput
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ def restore_newest(state: MutableMapping[str, Any], checkpointer: Checkpointer |
         if info is not None and (latest is None or info.step >= latest):
             _drop_newer(snapshotter, info.step)
             seconds = time.perf_counter() - began
-            goodput.checkpoint_restored(info.step, seconds)  # restore_latest reports its own
+            # restore_latest reports its own
+            goodput.checkpoint_restored(info.step, seconds, snapshot_source(info.source))
             return Restored(info.step, f"snapshot ({info.source})", seconds, partial)
     step = checkpointer.restore_latest(state) if checkpointer is not None else None
     if snapshotter is not None:
@@ -95,6 +97,13 @@ def restore_newest(state: MutableMapping[str, Any], checkpointer: Checkpointer |
     skipped = list(checkpointer.skipped_partial) if checkpointer is not None else []
     return Restored(step, "checkpoint" if step is not None else "scratch",
                     time.perf_counter() - began, skipped)
+
+
+def snapshot_source(where: str) -> str:
+    """The restore record's word for a Snapshotter.load source ("memory", "file", "peer:x")."""
+    if where.startswith("peer"):
+        return interval.SNAPSHOT_PEER
+    return interval.SNAPSHOT_LOCAL if where == "file" else interval.SNAPSHOT_MEMORY
 
 
 def _world_size() -> int:
