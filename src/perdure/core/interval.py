@@ -38,7 +38,8 @@ PRIOR_MTBF_SECONDS = 24 * 3600.0
 DEFAULT_COST_SECONDS = 1.0
 COSTS_KEPT = 20
 CHANGE_FRACTION = 0.1
-# Where a replica's restore came from, as the runtime's `restore` records say it
+# Where a replica's restore came from, as the runtime's `restore` records say it (the words
+# of perdure.runtime.goodput's FROM_ constants; a unit test holds the two lists together)
 CHECKPOINT = "checkpoint"
 SNAPSHOT_LOCAL = "snapshot-local"  # a node-local file ($PERDURE_NODE_DIR, /dev/shm)
 SNAPSHOT_PEER = "snapshot-peer"  # a peer replica's memory

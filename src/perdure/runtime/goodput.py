@@ -28,12 +28,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from perdure.core import interval
 from perdure.runtime.ranks import PROCS_ENV
 from perdure.runtime.transport import FileTransport, Transport
 from perdure.runtime.transport import current as current_transport
 
 FLUSH_EVERY = 0.25
+# Where a restore came from, the `source` of a `restore` record (core.interval reads them: only
+# restores from the checkpoint set the checkpoint interval of `checkpoint.every: auto`)
+FROM_CHECKPOINT = "checkpoint"
+FROM_NODE_SNAPSHOT = "snapshot-local"  # a node-local file ($PERDURE_NODE_DIR, /dev/shm)
+FROM_PEER_SNAPSHOT = "snapshot-peer"  # a peer replica's memory
+FROM_OWN_SNAPSHOT = "snapshot-memory"  # the process's own memory
+FROM_SCRATCH = "scratch"
 DRAIN_SECONDS = 5.0  # at exit: how long records still on their way to the relay may take
 
 
@@ -166,10 +172,10 @@ def checkpoint_recovered(step: int, failed: int) -> None:
 
 def checkpoint_restored(step: int | None, seconds: float, source: str | None = None) -> None:
     """Training resumes after `step` (None: from scratch) after `seconds` of loading, read from
-    `source` (None: the persistent checkpoint, or scratch without a step): one of
-    core.interval's words, which tell the controller which failures the checkpoint recovered."""
+    `source` (None: the persistent checkpoint, or scratch without a step): one of the FROM_
+    words above, which tell the controller which failures the checkpoint had to recover."""
     if source is None:
-        source = interval.CHECKPOINT if step is not None else interval.SCRATCH
+        source = FROM_CHECKPOINT if step is not None else FROM_SCRATCH
     reporter().emit("restore", step=step, seconds=seconds, source=source)
 
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perdure.core import interval
 from perdure.runtime import goodput
 
 if TYPE_CHECKING:
@@ -102,8 +101,8 @@ def restore_newest(state: MutableMapping[str, Any], checkpointer: Checkpointer |
 def snapshot_source(where: str) -> str:
     """The restore record's word for a Snapshotter.load source ("memory", "file", "peer:x")."""
     if where.startswith("peer"):
-        return interval.SNAPSHOT_PEER
-    return interval.SNAPSHOT_LOCAL if where == "file" else interval.SNAPSHOT_MEMORY
+        return goodput.FROM_PEER_SNAPSHOT
+    return goodput.FROM_NODE_SNAPSHOT if where == "file" else goodput.FROM_OWN_SNAPSHOT
 
 
 def _world_size() -> int:

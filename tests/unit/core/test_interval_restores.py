@@ -106,3 +106,11 @@ def test_the_controller_feeds_only_reported_sources_into_the_interval(tmp_path: 
     published = json.loads((tmp_path / "intervals" / "j-1.json").read_text())
     assert published["share"] == pytest.approx(0.5) and published["restores"] == 2
     assert any("2 replica restores" in e.message for e in events), events
+
+
+def test_the_runtime_writes_the_words_the_core_reads() -> None:
+    from perdure.runtime import goodput
+
+    assert (goodput.FROM_CHECKPOINT, goodput.FROM_SCRATCH) == (iv.CHECKPOINT, iv.SCRATCH)
+    assert (goodput.FROM_NODE_SNAPSHOT, goodput.FROM_PEER_SNAPSHOT,
+            goodput.FROM_OWN_SNAPSHOT) == iv.SNAPSHOT_SOURCES
