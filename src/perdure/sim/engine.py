@@ -318,15 +318,15 @@ class Engine:
         """Whether the newest snapshot outlives a failure of the nodes `hit`: after a transient
         fault the replicas restart where their node-local files are; lost nodes keep it only
         through peer copies, and only if no lost node's peer was lost with it (the peer is
-        the next node running the job, as the runtime's choose_peer takes the next replica
-        on another node: one replica per node here, ranks in node order)."""
+        the node half the ring away, as the runtime's choose_peer takes the replica half the
+        ring of ranks away: one replica per node here, ranks in node order)."""
         if kind != "hardware":
             return True
         if not self.policy.peers:
             return False
         busy = self.busy_nodes()
         lost = set(hit) & set(busy)
-        ring = {n: busy[(i + 1) % len(busy)] for i, n in enumerate(busy)}
+        ring = {n: busy[(i + len(busy) // 2) % len(busy)] for i, n in enumerate(busy)}
         return len(lost) < len(busy) and not any(ring[n] in lost for n in lost)
 
     def busy_nodes(self) -> list[str]:

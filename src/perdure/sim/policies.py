@@ -24,7 +24,7 @@ class Policy:
     spares: int = 0  # the spec's `spares`: whole nodes held warm for a lost node's replicas
     snapshots: bool = False  # in-memory snapshots, node-local (they outlive the process)
     # ... and a copy in a peer's memory (the elastic Snapshotter's holder): they outlive a lost
-    # node unless its peer (the next replica's node, `choose_peer`) is lost with it
+    # node unless its peer (half the ring away, `choose_peer`) is lost with it
     peers: bool = False
 
     def apply(self, spec: JobSpec) -> JobSpec:

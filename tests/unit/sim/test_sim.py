@@ -138,12 +138,15 @@ def test_snapshots_outlive_a_lost_node_only_through_a_peer_that_survives() -> No
     assert best.counts.restores.get("peer snapshot") == 1
     assert local.counts.restores.get("checkpoint") == 1 and "peer snapshot" not in \
         local.counts.restores
-    # a switch takes neighbouring nodes (2 here): n0's peer n1 goes with it
-    e = Engine(spec(), NODES, [Draw(1800.0, switch, 0)], CAL, policies.POLICIES["perdure-best"],
-               7200.0, switch_nodes=2)
-    r = e.run()
-    assert r.counts.restores.get("checkpoint") == 1, r.counts.restores
-    assert (e.record.restores, e.record.from_checkpoint) == (1, 1)
+    # a switch takes neighbouring nodes; the peers are half the ring away (n0 -> n2, n1 -> n3
+    # of the 4 running the job): a switch of 2 leaves them, a switch of 3 takes n0 and n2
+    for width, source in ((2, "peer snapshot"), (3, "checkpoint")):
+        nodes = {f"n{i}": (8, 0) for i in range(10)}  # room for 3 replacements
+        e = Engine(spec(), nodes, [Draw(1800.0, switch, 0)], CAL,
+                   policies.POLICIES["perdure-best"], 7200.0, switch_nodes=width)
+        r = e.run()
+        assert r.counts.restores.get(source) == 1, (width, r.counts.restores)
+        assert (e.record.restores, e.record.from_checkpoint) == (1, source == "checkpoint")
 
 
 def test_the_sim_feeds_restore_sources_to_the_same_interval_choice() -> None:

@@ -64,17 +64,22 @@ class SnapshotInfo:
 
 
 def choose_peer(members: Sequence[Member], me: str) -> str | None:
-    """The replica that holds `me`'s copy: the next one by rank on another node, else the next.
+    """The replica that holds `me`'s copy: the one half the ring of ranks away, or the first
+    after it on another node; else the next.
 
-    No side effects. None when `me` is alone or not a member.
+    Half the ring away, not next door: schedulers place neighbouring ranks on neighbouring
+    nodes, which share a switch, a rack, a power feed; a fault that takes a switch's nodes
+    then leaves each lost replica's copy on a node outside it. No side effects. None when
+    `me` is alone or not a member.
     """
     names = [m.replica for m in members]
     if me not in names or len(names) < 2:
         return None
     i = names.index(me)
     ring = list(members[i + 1:]) + list(members[:i])
+    half = len(members) // 2 - 1  # ring[half] is rank i + n/2
     my_node = members[i].node
-    other = next((m for m in ring if m.node != my_node), None)
+    other = next((m for m in ring[half:] + ring[:half] if m.node != my_node), None)
     return (other or ring[0]).replica
 
 
