@@ -179,6 +179,14 @@ def checkpoint_restored(step: int | None, seconds: float, source: str | None = N
     reporter().emit("restore", step=step, seconds=seconds, source=source)
 
 
+def snapshot_restored(step: int, seconds: float, where: str) -> None:
+    """Training resumes after `step`, restored from a snapshot held `where` (Snapshotter's
+    "memory", "file" or "peer:<replica>")."""
+    source = (FROM_PEER_SNAPSHOT if where.startswith("peer") else
+              FROM_NODE_SNAPSHOT if where == "file" else FROM_OWN_SNAPSHOT)
+    checkpoint_restored(step, seconds, source)
+
+
 def data_waited(seconds: float) -> None:
     reporter().emit("data_wait", seconds=seconds)
 

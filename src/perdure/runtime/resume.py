@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perdure.runtime import goodput
-
 if TYPE_CHECKING:
     from perdure.runtime.checkpoint import Checkpointer
     from perdure.runtime.elastic import Snapshotter
@@ -86,9 +84,7 @@ def restore_newest(state: MutableMapping[str, Any], checkpointer: Checkpointer |
         info = snapshotter.load(state)
         if info is not None and (latest is None or info.step >= latest):
             _drop_newer(snapshotter, info.step)
-            seconds = time.perf_counter() - began
-            # restore_latest reports its own
-            goodput.checkpoint_restored(info.step, seconds, snapshot_source(info.source))
+            seconds = time.perf_counter() - began  # load reported it, as restore_latest does
             return Restored(info.step, f"snapshot ({info.source})", seconds, partial)
     step = checkpointer.restore_latest(state) if checkpointer is not None else None
     if snapshotter is not None:
@@ -96,13 +92,6 @@ def restore_newest(state: MutableMapping[str, Any], checkpointer: Checkpointer |
     skipped = list(checkpointer.skipped_partial) if checkpointer is not None else []
     return Restored(step, "checkpoint" if step is not None else "scratch",
                     time.perf_counter() - began, skipped)
-
-
-def snapshot_source(where: str) -> str:
-    """The restore record's word for a Snapshotter.load source ("memory", "file", "peer:x")."""
-    if where.startswith("peer"):
-        return goodput.FROM_PEER_SNAPSHOT
-    return goodput.FROM_NODE_SNAPSHOT if where == "file" else goodput.FROM_OWN_SNAPSHOT
 
 
 def _world_size() -> int:

@@ -64,6 +64,10 @@ POLICIES = {
 }
 
 
+# What `perdure sim` compares unless --policy names others (perdure-node-snapshots on request)
+DEFAULT = ("checkpoint-restart", "perdure-default", "perdure-best")
+
+
 def by_names(names: list[str]) -> list[Policy]:
     unknown = [n for n in names if n not in POLICIES]
     if unknown:

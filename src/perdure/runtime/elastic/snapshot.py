@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perdure.runtime import goodput
 from perdure.runtime.elastic import codec, wire
 from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.rendezvous import Member
@@ -320,7 +321,7 @@ class Snapshotter:
 
         A collective when torch.distributed is initialised: call it on every rank at the same
         point. Reads no persistent storage: own memory first, then a node-local file, then a
-        peer's memory.
+        peer's memory. Reported (goodput's `restore` record, with where it came from).
         """
         began = time.perf_counter()
         self.join_quietly()
@@ -332,8 +333,9 @@ class Snapshotter:
         source = found[step]
         tree = self._read(step, source, state)
         apply(state, tree)
-        return SnapshotInfo(step, self.replica, time.time(), 0, source=source,
-                            seconds=time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        goodput.snapshot_restored(step, seconds, source)  # the controller counts where from
+        return SnapshotInfo(step, self.replica, time.time(), 0, source=source, seconds=seconds)
 
     def join_quietly(self) -> None:
         """Wait for an in-flight save; its error is logged, not raised (restore goes on)."""
