@@ -285,7 +285,7 @@ class Run:
         assert self.snap is not None
         began = time.perf_counter()
         if self.snap.save(self.step, self.state()):
-            goodput.checkpoint_saved(self.step, time.perf_counter() - began)
+            goodput.snapshot_saved(self.step, time.perf_counter() - began)
 
     def suspend(self) -> None:
         """The preemption notice: save this step synchronously, then ask to be resumed."""

@@ -117,13 +117,11 @@ def main() -> None:
 def restore(manager: elastic.Manager, snap: Snapshotter, ckpt: Checkpointer | None,
             state: dict[str, Any]) -> None:
     """After (re)joining: a survivor's live state; else peer snapshots; else the checkpoint."""
-    began = time.perf_counter()
     if manager.sync_state(state) is not None:
         return  # survivors kept their state; new members got it from the furthest one
     source = "scratch"
-    if snap.load(state) is not None:
+    if snap.load(state) is not None:  # reports itself, with where it came from
         source = "peer snapshot"
-        goodput.checkpoint_restored(state["step"], time.perf_counter() - began)
     elif ckpt is not None and ckpt.restore_latest(state) is not None:  # reports itself
         source = "checkpoint"
     print(f"{manager.replica}: state from {source} at step {state['step']}", flush=True)

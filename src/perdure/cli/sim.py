@@ -24,7 +24,8 @@ def sim(
     days: Annotated[float, typer.Option("--days", min=0.001, max=3650)] = 54.0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     policy: Annotated[list[str] | None, typer.Option(
-        "--policy", help=f"Repeat to compare: {', '.join(policies.POLICIES)} (default all).")
+        "--policy", help=f"Repeat to compare: {', '.join(policies.POLICIES)} "
+                         f"(default: {', '.join(policies.DEFAULT)}).")
     ] = None,
     calib: Annotated[str, typer.Option(
         "--calibration", help="A calibration file, or `h100-405b` (published H100 figures).")
@@ -43,7 +44,7 @@ def sim(
             raise SpecError("--cluster: give the cluster file the run would use (its nodes)")
         job = load_spec(Path(spec))
         clus = parse_cluster(read_bytes(cluster, "cluster file"), str(cluster))
-        chosen = policies.by_names(policy or list(policies.POLICIES))
+        chosen = policies.by_names(policy or list(policies.DEFAULT))
         results, meta = report.run(job, spec, clus, failures.load(failure_file), failure_file,
                                    calibration.load(calib), calib, chosen, days, seed)
     except (SpecError, ValueError) as exc:

@@ -5,9 +5,10 @@ Side effects: writes `<state>/intervals/<job>.json`, which the replicas' `maybe_
 interval to the replicas, as `publish_round` carries an elastic round: a network transport
 replaces that function's body, not its callers.
 
-The record (save costs, failures, running time) lives in this controller's memory; after a
-controller restart a job's failures are read back from its record (restarts and retries), its
-running time starts from zero.
+The record (save costs, failures, running time, where restores came from) lives in this
+controller's memory; after a controller restart a job's failures are read back from its record
+(restarts and retries), its running time and restore sources start from zero (every failure
+counts again until the replicas report restores from snapshots).
 """
 
 from __future__ import annotations
@@ -83,16 +84,26 @@ class IntervalShell:
     def step(self, jobs: Mapping[str, Job], observations: list[Observation],
              now: float) -> list[Event]:
         for obs in observations:
-            if isinstance(obs, ReplicaProgress) and obs.save_seconds is not None:
-                job_id = job_of_launch(obs.launch_id)
-                if job_id in jobs:
-                    iv.note_cost(self.records.setdefault(job_id, iv.JobRecord()),
-                                 obs.save_seconds)
+            if isinstance(obs, ReplicaProgress):
+                self._note(jobs, obs)
         if self._last is not None and now - self._last < ACCOUNT_SECONDS:
             return []
         dt, self._last = (now - self._last if self._last is not None else 0.0), now
         self._account(jobs, dt)
         return self._publish(jobs, now)
+
+    def _note(self, jobs: Mapping[str, Job], obs: ReplicaProgress) -> None:
+        """A save's cost; where each restore came from (only the failures the checkpoint had
+        to recover set its interval)."""
+        job = jobs.get(job_of_launch(obs.launch_id))
+        if job is None or (obs.save_seconds is None and not obs.restores):
+            return
+        rec = self.records.setdefault(job.id, iv.JobRecord())
+        rec.replicas = len(job.replicas)
+        if obs.save_seconds is not None:
+            iv.note_cost(rec, obs.save_seconds)
+        for source in obs.restores:
+            iv.note_restore(rec, source)
 
     def _account(self, jobs: Mapping[str, Job], dt: float) -> None:
         for job_id in [i for i in self.records if i not in jobs]:

@@ -70,7 +70,8 @@ FIELDS: dict[type, dict[str, Callable[[Any], bool]]] = {
     LaunchFailed: {"launch_id": _launch_id, "message": _str, "time": _num,
                    "user_error": lambda v: isinstance(v, bool)},
     ReplicaProgress: {"launch_id": _launch_id, "step": _int, "time": _num, "steps": _int,
-                      "step_seconds": _optional(_num), "save_seconds": _optional(_num)},
+                      "step_seconds": _optional(_num), "save_seconds": _optional(_num),
+                      "restores": lambda v: isinstance(v, tuple) and all(map(_str, v))},
     Command: {"kind": _str, "target": _str, "time": _num,
               "hold": lambda v: isinstance(v, bool)},
 }

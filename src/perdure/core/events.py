@@ -69,7 +69,8 @@ class ReplicaProgress:
     events (a skipped incomplete checkpoint). `failed_saves`: checkpoint saves that failed in
     a row as of the last save outcome reported (None: none reported; 0: a save committed
     after failures), `save_error` the last failure's reason, `alert_after` when the runtime
-    calls the run of failures an alert.
+    calls the run of failures an alert. `restores`: where each restore reported since the
+    last report came from (core.interval's words: the checkpoint, a snapshot, scratch).
     """
 
     launch_id: str
@@ -82,6 +83,7 @@ class ReplicaProgress:
     failed_saves: int | None = None
     save_error: str | None = None
     alert_after: int | None = None
+    restores: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

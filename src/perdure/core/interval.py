@@ -16,6 +16,15 @@ No side effects: measurements in, an interval out; the shell publishes it to the
   so a new job starts from what the cluster has seen (or the prior, one failure a day) and
   moves to its own record as it accumulates failures.
 - A failure: a replica restart or a job retry (a preemption with its save loses nothing).
+- Only the failures the persistent checkpoint must recover set its interval: one whose restore
+  came from a node-local or peer snapshot lost the work since that snapshot, whatever the
+  checkpoint interval. The replicas report where each restore came from (`reached_checkpoint`
+  reads the word); the share of restores from the checkpoint, with a prior worth one
+  recovery of the whole job from it (`replicas` restores, as a group restart reports),
+    share = (replicas + restores from the checkpoint) / (replicas + restores reported)
+  thins the failures (a Poisson process thinned by `share` is one of rate share / MTBF):
+    checkpoint MTBF = MTBF / share
+  A job that reports no restore source keeps share 1: every failure counts.
 - A new interval is published when it moves by more than CHANGE_FRACTION.
 """
 
@@ -29,6 +38,14 @@ PRIOR_MTBF_SECONDS = 24 * 3600.0
 DEFAULT_COST_SECONDS = 1.0
 COSTS_KEPT = 20
 CHANGE_FRACTION = 0.1
+# Where a replica's restore came from, as the runtime's `restore` records say it (the words
+# of perdure.runtime.goodput's FROM_ constants; a unit test holds the two lists together)
+CHECKPOINT = "checkpoint"
+SNAPSHOT_LOCAL = "snapshot-local"  # a node-local file ($PERDURE_NODE_DIR, /dev/shm)
+SNAPSHOT_PEER = "snapshot-peer"  # a peer replica's memory
+SNAPSHOT_MEMORY = "snapshot-memory"  # the process's own memory (an elastic survivor)
+SNAPSHOT_SOURCES = (SNAPSHOT_LOCAL, SNAPSHOT_PEER, SNAPSHOT_MEMORY)
+SCRATCH = "scratch"
 
 
 @dataclass(frozen=True)
@@ -44,20 +61,31 @@ class Interval:
     cluster_failures: int
     cluster_seconds: float
     prior: float = PRIOR_MTBF_SECONDS
+    failure_mtbf: float = 0.0  # between failures of any kind (mtbf: of checkpoint restores)
+    restores: int = 0  # restores whose source the replicas reported
+    from_checkpoint: int = 0  # of those, from the persistent checkpoint
+    share: float = 1.0  # of failures the checkpoint recovers (with its prior)
 
     def explain(self) -> str:
         c = (f"C {self.cost:.2f}s (median of {self.cost_measured} saves)" if self.cost_measured
              else f"C {self.cost:.2f}s (default: no save measured yet)")
-        return (f"every {self.seconds:.1f}s = Young/Daly(C, MTBF): {c}, MTBF {self.mtbf:.0f}s "
+        text = (f"every {self.seconds:.1f}s = Young/Daly(C, MTBF): {c}, MTBF {self.mtbf:.0f}s "
                 f"(job: {self.job_failures} failures in {self.job_seconds:.0f}s running; "
                 f"cluster: {self.cluster_failures} in {self.cluster_seconds:.0f}s; prior "
                 f"{self.prior:.0f}s)")
+        if not self.restores:
+            return text
+        return (f"{text}; of checkpoint restores: {self.failure_mtbf:.0f}s between failures / "
+                f"share {self.share:.3f} ({self.from_checkpoint} of {self.restores} replica "
+                f"restores from the checkpoint, the others from snapshots)")
 
     def to_json(self) -> dict[str, float | int]:
         return {"seconds": self.seconds, "cost": self.cost, "cost_measured": self.cost_measured,
                 "mtbf": self.mtbf, "job_failures": self.job_failures,
                 "job_seconds": self.job_seconds, "cluster_failures": self.cluster_failures,
-                "cluster_seconds": self.cluster_seconds}
+                "cluster_seconds": self.cluster_seconds, "failure_mtbf": self.failure_mtbf,
+                "restores": self.restores, "from_checkpoint": self.from_checkpoint,
+                "share": self.share}
 
 
 def young_daly(cost: float, mtbf: float, ceiling: float) -> float:
@@ -85,6 +113,9 @@ class JobRecord:
     failures: int = 0
     seconds: float = 0.0
     published: Interval | None = None
+    replicas: int = 1  # a recovery of the whole job reports this many restores
+    restores: int = 0  # restores with a known source (reached_checkpoint not None)
+    from_checkpoint: int = 0
 
 
 @dataclass
@@ -99,11 +130,38 @@ def note_cost(rec: JobRecord, seconds: float) -> None:
     del rec.costs[:-COSTS_KEPT]
 
 
+def reached_checkpoint(source: object) -> bool | None:
+    """Whether a restore reported from `source` fell back to the persistent checkpoint: True
+    for the checkpoint, False for a snapshot, None when it says nothing of a failure (a start
+    from scratch, which a job's first launch also reports; a word this version does not know)."""
+    if source == CHECKPOINT:
+        return True
+    if source in SNAPSHOT_SOURCES:
+        return False
+    return None
+
+
+def note_restore(rec: JobRecord, source: object) -> None:
+    """A replica of the job restored from `source` (the runtime's word)."""
+    reached = reached_checkpoint(source)
+    if reached is not None:
+        rec.restores += 1
+        rec.from_checkpoint += reached
+
+
+def checkpoint_share(rec: JobRecord) -> float:
+    """The share of failures that the persistent checkpoint recovers, with its prior."""
+    prior = max(1, rec.replicas)
+    return (prior + rec.from_checkpoint) / (prior + rec.restores)
+
+
 def choose(rec: JobRecord, cluster: Cluster, ceiling: float) -> Interval:
     cost = statistics.median(rec.costs) if rec.costs else DEFAULT_COST_SECONDS
     m = mtbf(rec.failures, rec.seconds, cluster.failures, cluster.seconds, cluster.prior)
-    return Interval(young_daly(cost, m, ceiling), cost, len(rec.costs), m, rec.failures,
-                    rec.seconds, cluster.failures, cluster.seconds, cluster.prior)
+    share = checkpoint_share(rec)
+    return Interval(young_daly(cost, m / share, ceiling), cost, len(rec.costs), m / share,
+                    rec.failures, rec.seconds, cluster.failures, cluster.seconds, cluster.prior,
+                    m, rec.restores, rec.from_checkpoint, share)
 
 
 def changed(old: Interval | None, new: Interval) -> bool:

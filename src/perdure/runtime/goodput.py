@@ -33,6 +33,13 @@ from perdure.runtime.transport import FileTransport, Transport
 from perdure.runtime.transport import current as current_transport
 
 FLUSH_EVERY = 0.25
+# Where a restore came from, the `source` of a `restore` record (core.interval reads them: only
+# restores from the checkpoint set the checkpoint interval of `checkpoint.every: auto`)
+FROM_CHECKPOINT = "checkpoint"
+FROM_NODE_SNAPSHOT = "snapshot-local"  # a node-local file ($PERDURE_NODE_DIR, /dev/shm)
+FROM_PEER_SNAPSHOT = "snapshot-peer"  # a peer replica's memory
+FROM_OWN_SNAPSHOT = "snapshot-memory"  # the process's own memory
+FROM_SCRATCH = "scratch"
 DRAIN_SECONDS = 5.0  # at exit: how long records still on their way to the relay may take
 
 
@@ -146,6 +153,12 @@ def checkpoint_saved(step: int, blocked_seconds: float) -> None:
     reporter().emit("checkpoint_save", step=step, seconds=blocked_seconds)
 
 
+def snapshot_saved(step: int, blocked_seconds: float) -> None:
+    """An in-memory snapshot blocked training for `blocked_seconds`: badput like a save's, but
+    not the persistent save's cost that `checkpoint.every: auto` measures."""
+    reporter().emit("checkpoint_save", step=step, seconds=blocked_seconds, what="snapshot")
+
+
 def checkpoint_failed(step: int, consecutive: int, alert_after: int, error: str) -> None:
     """A save of `step` failed for good; `consecutive` failed in a row (loud at `alert_after`)."""
     reporter().emit("checkpoint_failed", step=step, consecutive=consecutive,
@@ -157,9 +170,21 @@ def checkpoint_recovered(step: int, failed: int) -> None:
     reporter().emit("checkpoint_committed", step=step, after_failures=failed)
 
 
-def checkpoint_restored(step: int | None, seconds: float) -> None:
-    """Training resumes after `step` (None: from scratch) after `seconds` of loading."""
-    reporter().emit("restore", step=step, seconds=seconds)
+def checkpoint_restored(step: int | None, seconds: float, source: str | None = None) -> None:
+    """Training resumes after `step` (None: from scratch) after `seconds` of loading, read from
+    `source` (None: the persistent checkpoint, or scratch without a step): one of the FROM_
+    words above, which tell the controller which failures the checkpoint had to recover."""
+    if source is None:
+        source = FROM_CHECKPOINT if step is not None else FROM_SCRATCH
+    reporter().emit("restore", step=step, seconds=seconds, source=source)
+
+
+def snapshot_restored(step: int, seconds: float, where: str) -> None:
+    """Training resumes after `step`, restored from a snapshot held `where` (Snapshotter's
+    "memory", "file" or "peer:<replica>")."""
+    source = (FROM_PEER_SNAPSHOT if where.startswith("peer") else
+              FROM_NODE_SNAPSHOT if where == "file" else FROM_OWN_SNAPSHOT)
+    checkpoint_restored(step, seconds, source)
 
 
 def data_waited(seconds: float) -> None:

@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perdure.runtime import goodput
-
 if TYPE_CHECKING:
     from perdure.runtime.checkpoint import Checkpointer
     from perdure.runtime.elastic import Snapshotter
@@ -86,8 +84,7 @@ def restore_newest(state: MutableMapping[str, Any], checkpointer: Checkpointer |
         info = snapshotter.load(state)
         if info is not None and (latest is None or info.step >= latest):
             _drop_newer(snapshotter, info.step)
-            seconds = time.perf_counter() - began
-            goodput.checkpoint_restored(info.step, seconds)  # restore_latest reports its own
+            seconds = time.perf_counter() - began  # load reported it, as restore_latest does
             return Restored(info.step, f"snapshot ({info.source})", seconds, partial)
     step = checkpointer.restore_latest(state) if checkpointer is not None else None
     if snapshotter is not None:

@@ -41,6 +41,10 @@ from perdure.sim.policies import Policy
 from perdure.sim.training import Training
 
 DEFAULT_INTERVAL_SECONDS = 1800.0  # a spec that sets no interval
+# Training's restore sources in the runtime's words (what a replica reports, and the
+# controller's interval reads: only restores from the checkpoint set its interval)
+REPORTED = {"checkpoint": interval.CHECKPOINT, "node-local snapshot": interval.SNAPSHOT_LOCAL,
+            "peer snapshot": interval.SNAPSHOT_PEER, "the beginning": interval.SCRATCH}
 WAKE_SECONDS = 30.0  # how often a job waiting for capacity is looked at again
 
 
@@ -84,6 +88,7 @@ class Engine:
         self.spec, self.policy, self.calib = policy.apply(spec), policy, calib
         self.horizon, self.draws, self.switch_nodes = seconds, draws, switch_nodes
         self.node_order = list(nodes)
+        self.node_pos = {n: i for i, n in enumerate(nodes)}
         self.snap = Snapshot({}, {n: Node(n, s, gpus=g) for n, (s, g) in nodes.items()},
                              {"default": None})
         self.now = 0.0
@@ -206,6 +211,7 @@ class Engine:
             self.train.snap_every = self.snapshot_steps()
         t0, source = self.train.start(self.now, every, self.node_lost)
         self.counts.restores[source] = self.counts.restores.get(source, 0) + 1
+        interval.note_restore(self.record, REPORTED[source])  # one per group: replicas=1
         self.node_lost = False
         self.watchdog.progress(job, ReplicaProgress(
             job.primary.launch_id or "", self.train.step + 1, t0, steps=50,
@@ -288,7 +294,7 @@ class Engine:
             return
         c = d.category
         self.counts.interruptions += 1
-        self.stop_training(self.now, keeps_snapshot=c.scope != "job" or c.kind != "hardware")
+        self.stop_training(self.now, keeps_snapshot=self.snapshot_survives(c.kind, hit))
         self.cluster.failures += 1
         self.record.failures += 1
         detect = self.detection(c.hang, c.detect_seconds)
@@ -308,10 +314,29 @@ class Engine:
             for lid in self.launches_on(hit):
                 self.at(self.now + detect, self.exited, lid, 1, None)
 
+    def snapshot_survives(self, kind: str, hit: list[str]) -> bool:
+        """Whether the newest snapshot outlives a failure of the nodes `hit`: after a transient
+        fault the replicas restart where their node-local files are; lost nodes keep it only
+        through peer copies, and only if no lost node's peer was lost with it (the peer is
+        the node half the ring away, as the runtime's choose_peer takes the replica half the
+        ring of ranks away: one replica per node here, ranks in node order)."""
+        if kind != "hardware":
+            return True
+        if not self.policy.peers:
+            return False
+        busy = self.busy_nodes()
+        lost = set(hit) & set(busy)
+        ring = {n: busy[(i + len(busy) // 2) % len(busy)] for i, n in enumerate(busy)}
+        return len(lost) < len(busy) and not any(ring[n] in lost for n in lost)
+
+    def busy_nodes(self) -> list[str]:
+        """Nodes running the job's replicas, in node order."""
+        return sorted({p.launch.node for p in self.procs.values() if p.alive},
+                      key=self.node_pos.__getitem__)
+
     def nodes_hit(self, d: Draw) -> list[str]:
         """The nodes a failure takes, among those running the job's replicas."""
-        busy = sorted({p.launch.node for p in self.procs.values() if p.alive},
-                      key=self.node_order.index)
+        busy = self.busy_nodes()
         if not busy:
             return []
         if d.category.scope == "job":
@@ -319,7 +344,7 @@ class Engine:
         node = busy[d.node_index % len(busy)]
         if d.category.scope != "switch":
             return [node]
-        i = self.node_order.index(node) // self.switch_nodes * self.switch_nodes
+        i = self.node_pos[node] // self.switch_nodes * self.switch_nodes
         return self.node_order[i:i + self.switch_nodes]
 
     def detection(self, hang: bool, seconds: float) -> float:

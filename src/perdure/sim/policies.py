@@ -22,7 +22,10 @@ class Policy:
     hangs: Literal["nccl", "watchdog"]  # what ends a hang: NCCL's timeout, perdure's watchdog
     warm: bool = False  # restarts on a node that ran the job start from a warm standby
     spares: int = 0  # the spec's `spares`: whole nodes held warm for a lost node's replicas
-    snapshots: bool = False  # node-local and peer in-memory snapshots
+    snapshots: bool = False  # in-memory snapshots, node-local (they outlive the process)
+    # ... and a copy in a peer's memory (the elastic Snapshotter's holder): they outlive a lost
+    # node unless its peer (half the ring away, `choose_peer`) is lost with it
+    peers: bool = False
 
     def apply(self, spec: JobSpec) -> JobSpec:
         """The spec this policy runs: its checkpoint interval, its hang detector."""
@@ -48,11 +51,21 @@ POLICIES = {
                "watchdog ends hangs, replacements start cold",
                interval="spec", hangs="watchdog", warm=True),
         Policy("perdure-best",
-               "auto interval (Young/Daly), node-local and peer snapshots, warm standbys, "
-               "warm spare nodes, the watchdog",
+               "auto interval (Young/Daly over the failures the checkpoint restores), "
+               "node-local and peer snapshots (peer copies: the elastic runtime's "
+               "Snapshotter), warm standbys, warm spare nodes, the watchdog",
+               interval="auto", hangs="watchdog", warm=True, spares=2, snapshots=True,
+               peers=True),
+        Policy("perdure-node-snapshots",
+               "perdure-best with node-local snapshots only (a group restart's "
+               "resume.node_snapshotter): a lost node sends the group to the checkpoint",
                interval="auto", hangs="watchdog", warm=True, spares=2, snapshots=True),
     )
 }
+
+
+# What `perdure sim` compares unless --policy names others (perdure-node-snapshots on request)
+DEFAULT = ("checkpoint-restart", "perdure-default", "perdure-best")
 
 
 def by_names(names: list[str]) -> list[Policy]:

@@ -1,7 +1,9 @@
 """The training a simulated job does between interruptions, as the runtime would report it.
 
 No side effects. Steps take `step_seconds`; every `n` steps a persistent save blocks for
-`save_blocking_seconds` and is durable `persist_seconds` later; with snapshots, every
+`save_blocking_seconds` and is durable `persist_seconds` later (a save that comes while the
+previous one still persists waits for it first, as the Checkpointer's default `on_busy: wait`
+does: `save_wait`); with snapshots, every
 `snap_every` steps (the calibration's, or Young/Daly's) an in-memory snapshot blocks for
 `snapshot_blocking_seconds`.
 An interruption at time t ends the segment: what was done becomes the records the runtime
@@ -46,6 +48,11 @@ class Training:
         snap = c.snapshot_blocking_seconds / self.snap_every if self.snapshots else 0.0
         return c.step_seconds + snap
 
+    def save_wait(self, every: int) -> float:
+        """Seconds a save waits for the previous one's persist, `every` steps after it (counted
+        for a segment's first save too: at most one wait too many per segment)."""
+        return max(0.0, self.calib.persist_seconds - every * self.step_time)
+
     def start(self, now: float, every_seconds: float, node_lost: bool) -> tuple[float, str]:
         """Every replica is up: restore, then train. When the first step begins, and from
         where it restored."""
@@ -73,13 +80,13 @@ class Training:
         if seg is None or t <= seg.t0:
             return 0.0
         c = self.calib
-        cycle = seg.every * self.step_time + c.save_blocking_seconds
+        block = self.save_wait(seg.every) + c.save_blocking_seconds
+        cycle = seg.every * self.step_time + block
         elapsed = t - seg.t0
         full = math.floor(elapsed / cycle)
         rem = elapsed - full * cycle
         steps = full * seg.every + min(seg.every, math.floor(rem / self.step_time))
-        blocked = full * c.save_blocking_seconds + max(
-            0.0, min(rem - seg.every * self.step_time, c.save_blocking_seconds))
+        blocked = full * block + max(0.0, min(rem - seg.every * self.step_time, block))
         persisted = min(full, max(0, math.floor((elapsed - c.persist_seconds) / cycle)))
         if persisted:
             self.durable_step = max(self.durable_step, seg.s0 + persisted * seg.every)

@@ -46,3 +46,56 @@ def test_auto_interval_is_measured_published_and_followed(
     assert saves >= 3, saves
     text = perdure.cli("describe", "auto").stdout
     assert re.search(r"Checkpoint interval \(every: auto; \d+ published", text), text
+
+
+def _restore_sources(state: Path, job_id: str) -> dict[str, list[str]]:
+    """Each launch's reported restore sources, by launch id (the runtime's progress records)."""
+    out: dict[str, list[str]] = {}
+    for f in sorted((state / "launches").glob(f"{job_id}.*.worker-*.*")):
+        lines = (f / "progress.jsonl").read_text().splitlines() if (
+            f / "progress.jsonl").exists() else []
+        out[f.name] = [rec["source"] for rec in map(json.loads, lines)
+                       if rec["kind"] == "restore"]
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_restores_from_snapshots_are_reported_and_thin_the_failures(
+        perdure: Perdure, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/ddp_mlp with node-local snapshots and no checkpoint in the window: a replica
+    SIGKILLed, the group restarts from the snapshot, every replica says so, and the
+    controller's interval counts the failure as one the checkpoint did not have to recover."""
+    from test_resume_harness import FaultyRun, Settings, write_spec
+
+    monkeypatch.setenv("PERDURE_MTBF_PRIOR_SECONDS", "2")  # publishes as running time grows
+    settings = Settings(epochs=8, replicas=2, every=10_000, snapshot_every=3, step_time=0.03)
+    cluster = perdure.cluster({"a": 2})
+    run = FaultyRun(perdure, "snap", settings, cluster)
+    pools = [{"name": "worker", "replicas": 2, "memory_mb": 2048, "command": [
+        "python", str(HERE.parents[2] / "examples" / "ddp_mlp" / "train.py"), "--epochs", "8",
+        "--step-time", "0.03", "--snapshot-every", "3", "--checkpoint-every", "10000"]}]
+    spec = write_spec(perdure, "snap", settings, pools=pools, checkpoint={
+        "dir": str(run.ckpt), "every": "auto"})
+    run.job_id = perdure.cli("submit", str(spec), "--cluster", str(cluster)).stdout.strip()
+    run.start_controller()
+    try:
+        run.wait_training(10)
+        run.kill_replica("worker-1")
+        d = run.wait_state(lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=240)
+    finally:
+        run.close()
+    assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-10:])
+    sources = _restore_sources(perdure.state, run.job_id)
+    first = {k: v for k, v in sources.items() if k.endswith(".1")}
+    again = {k: v for k, v in sources.items() if not k.endswith(".1")}
+    assert sorted(first) == [f"{run.job_id}.1.worker-{i}.1" for i in (0, 1)], sources
+    assert list(first.values()) == [["scratch"]] * 2, sources  # nothing to restore yet
+    # the group restart: both replicas agreed on the node-local snapshot, and said so
+    assert sorted(again.values()) == [["snapshot-local"]] * 2, sources
+    published = json.loads((perdure.state / "intervals" / f"{d['id']}.json").read_text())
+    assert (published["restores"], published["from_checkpoint"]) == (2, 0), published
+    assert published["share"] == pytest.approx(0.5)
+    assert published["mtbf"] == pytest.approx(published["failure_mtbf"] / 0.5)
+    assert published["cost_measured"] == 0  # snapshot copies are not persistent saves
+    events = [e["message"] for e in d["events"] if e["kind"] == "checkpoint"]
+    assert any("0 of 2 replica restores from the checkpoint" in m for m in events), events

@@ -98,15 +98,18 @@ def test_ready_markers_say_which_round_a_replica_joins(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("members", "me", "peer"), [
-    (FOUR, "worker-0", "worker-2"),  # next on another node
-    (FOUR, "worker-1", "worker-2"),
+    (FOUR, "worker-0", "worker-2"),  # half the ring away, on another node
+    (FOUR, "worker-1", "worker-3"),
     (FOUR, "worker-2", "worker-0"),  # wraps around
-    (FOUR, "worker-3", "worker-0"),
+    (FOUR, "worker-3", "worker-1"),
+    ([(f"worker-{i}", "a" if i in (0, 4) else f"n{i}") for i in range(8)], "worker-0",
+     "worker-5"),  # half the ring away is on my node: the first after it on another
+    ([(f"worker-{i}", f"n{i // 2}") for i in range(16)], "worker-3", "worker-11"),
     ([("worker-0", "a"), ("worker-1", "a")], "worker-0", "worker-1"),  # one node: next one
     ([("worker-0", "a")], "worker-0", None),  # alone
     (FOUR, "worker-7", None),  # not a member
 ])
-def test_the_peer_is_the_next_replica_on_another_node(members: list[tuple[str, str]], me: str,
+def test_the_peer_is_half_the_ring_away_on_another_node(members: list[tuple[str, str]], me: str,
                                                       peer: str | None) -> None:
     ms = tuple(Member(r, i, n) for i, (r, n) in enumerate(members))
     assert choose_peer(ms, me) == peer

@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from perdure.runtime import goodput
 
 
@@ -43,3 +45,17 @@ def test_nothing_is_written_outside_perdure(tmp_path: Path) -> None:
     r.emit("restore", step=None, seconds=0.0)
     r.flush()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_restores_say_where_they_came_from(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "progress.jsonl"
+    r = goodput.Reporter(path)
+    monkeypatch.setattr(goodput, "reporter", lambda: r)
+    goodput.checkpoint_restored(None, 0.0)
+    goodput.checkpoint_restored(40, 1.5)
+    for where in ("file", "peer:worker-3", "memory"):
+        goodput.snapshot_restored(42, 0.1, where)
+    got = [(x["step"], x["source"]) for x in records(path) if x["kind"] == "restore"]
+    assert got == [(None, "scratch"), (40, "checkpoint"), (42, "snapshot-local"),
+                   (42, "snapshot-peer"), (42, "snapshot-memory")]

@@ -117,3 +117,55 @@ def test_a_failed_job_needs_a_person() -> None:
     assert r.counts.manual == 1
     assert r.goodput.badput["manual"] == 3600
     assert r.goodput.productive > 0  # resubmitted, it trained again after the wait
+
+
+def test_a_save_waits_for_the_previous_persist_when_the_interval_is_shorter() -> None:
+    t = Training(CAL, snapshots=False)  # persist 10 s, blocking 2 s, 1 s steps
+    t.start(0.0, every_seconds=4, node_lost=False)
+    assert t.save_wait(4) == 6.0 and t.save_wait(100) == 0.0
+    # cycles of 4 steps + 6 s waiting for the persist + 2 s copying: 3 cycles in 36 s
+    t.interrupt(10 + 36, keeps_snapshot=True)
+    saves = next(r for r in t.records if r["kind"] == "checkpoint_save")
+    assert saves["seconds"] == 24.0 and t.step == 12
+    assert t.durable_step == 8  # the third save is still persisting
+
+
+def test_snapshots_outlive_a_lost_node_only_through_a_peer_that_survives() -> None:
+    gpu = cat(scope="gpu", kind="hardware", detect_seconds=10, repair_hours=100)
+    switch = cat(scope="switch", kind="hardware", detect_seconds=10, repair_hours=100)
+    best = run("perdure-best", [Draw(1800.0, gpu, 2)])
+    local = run("perdure-node-snapshots", [Draw(1800.0, gpu, 2)])
+    assert best.counts.restores.get("peer snapshot") == 1
+    assert local.counts.restores.get("checkpoint") == 1 and "peer snapshot" not in \
+        local.counts.restores
+    # a switch takes neighbouring nodes; the peers are half the ring away (n0 -> n2, n1 -> n3
+    # of the 4 running the job): a switch of 2 leaves them, a switch of 3 takes n0 and n2
+    for width, source in ((2, "peer snapshot"), (3, "checkpoint")):
+        nodes = {f"n{i}": (8, 0) for i in range(10)}  # room for 3 replacements
+        e = Engine(spec(), nodes, [Draw(1800.0, switch, 0)], CAL,
+                   policies.POLICIES["perdure-best"], 7200.0, switch_nodes=width)
+        r = e.run()
+        assert r.counts.restores.get(source) == 1, (width, r.counts.restores)
+        assert (e.record.restores, e.record.from_checkpoint) == (1, source == "checkpoint")
+
+
+def test_the_sim_feeds_restore_sources_to_the_same_interval_choice() -> None:
+    crash = cat(scope="gpu", kind="transient", detect_seconds=5)
+    draws = [Draw(600.0 * k, crash, k) for k in range(1, 12)]
+    engines = {p: Engine(spec(), NODES, draws, CAL, policies.POLICIES[p], 7200.0)
+               for p in ("perdure-best", "perdure-node-snapshots")}
+    for e in engines.values():
+        e.run()
+        # the start from scratch says nothing; 11 restores from node-local snapshots
+        assert (e.record.restores, e.record.from_checkpoint) == (11, 0)
+        chosen = e.interval_seconds()
+        assert chosen > 2 * iv_without_restores(e)  # share 1/12: sqrt(12) = 3.5x longer
+
+
+def iv_without_restores(e: Engine) -> float:
+    from dataclasses import replace
+
+    from perdure.core import interval
+
+    plain = replace(e.record, restores=0, from_checkpoint=0)
+    return interval.choose(plain, e.cluster, e.spec.checkpoint.max_interval_seconds).seconds

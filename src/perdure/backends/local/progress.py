@@ -50,6 +50,7 @@ class ProgressReader:
 
     def _summarize(self, launch_id: str, data: bytes) -> ReplicaProgress | None:
         steps, seconds, save = 0, 0.0, None
+        restores: list[str] = []
         failed: dict[str, Any] = {}
         step = self._steps.get(launch_id)
         for line in data.splitlines():
@@ -63,10 +64,13 @@ class ProgressReader:
                 seconds += float(rec.get("seconds", 0.0))
                 step = int(rec["last"])
             elif kind == "checkpoint_save":
-                save = max(save or 0.0, float(rec.get("seconds", 0.0)))
+                if rec.get("what") != "snapshot":  # a snapshot's copy is not a save's cost
+                    save = max(save or 0.0, float(rec.get("seconds", 0.0)))
                 step = int(rec.get("step", step or 0))
-            elif kind == "restore" and rec.get("step") is not None:
-                step = int(rec["step"])
+            elif kind == "restore":
+                restores.append(str(rec.get("source", "")))
+                if rec.get("step") is not None:
+                    step = int(rec["step"])
             elif kind == "note":
                 self._notes.setdefault(launch_id, []).append(str(rec.get("message", "")))
         if step is None:
@@ -74,7 +78,8 @@ class ProgressReader:
         self._steps[launch_id] = step
         notes = tuple(self._notes.pop(launch_id, ()))
         return ReplicaProgress(launch_id, step, time.time(), steps,
-                               seconds / steps if steps else None, save, notes, **failed)
+                               seconds / steps if steps else None, save, notes, **failed,
+                               restores=tuple(restores))
 
     def forget(self, launch_id: str) -> None:
         for d in (self._offsets, self._steps, self._next, self._notes):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perdure.runtime import goodput
 from perdure.runtime.elastic import codec, wire
 from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.rendezvous import Member
@@ -64,17 +65,22 @@ class SnapshotInfo:
 
 
 def choose_peer(members: Sequence[Member], me: str) -> str | None:
-    """The replica that holds `me`'s copy: the next one by rank on another node, else the next.
+    """The replica that holds `me`'s copy: the one half the ring of ranks away, or the first
+    after it on another node; else the next.
 
-    No side effects. None when `me` is alone or not a member.
+    Half the ring away, not next door: schedulers place neighbouring ranks on neighbouring
+    nodes, which share a switch, a rack, a power feed; a fault that takes a switch's nodes
+    then leaves each lost replica's copy on a node outside it. No side effects. None when
+    `me` is alone or not a member.
     """
     names = [m.replica for m in members]
     if me not in names or len(names) < 2:
         return None
     i = names.index(me)
     ring = list(members[i + 1:]) + list(members[:i])
+    half = len(members) // 2 - 1  # ring[half] is rank i + n/2
     my_node = members[i].node
-    other = next((m for m in ring if m.node != my_node), None)
+    other = next((m for m in ring[half:] + ring[:half] if m.node != my_node), None)
     return (other or ring[0]).replica
 
 
@@ -315,7 +321,7 @@ class Snapshotter:
 
         A collective when torch.distributed is initialised: call it on every rank at the same
         point. Reads no persistent storage: own memory first, then a node-local file, then a
-        peer's memory.
+        peer's memory. Reported (goodput's `restore` record, with where it came from).
         """
         began = time.perf_counter()
         self.join_quietly()
@@ -327,8 +333,9 @@ class Snapshotter:
         source = found[step]
         tree = self._read(step, source, state)
         apply(state, tree)
-        return SnapshotInfo(step, self.replica, time.time(), 0, source=source,
-                            seconds=time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        goodput.snapshot_restored(step, seconds, source)  # the controller counts where from
+        return SnapshotInfo(step, self.replica, time.time(), 0, source=source, seconds=seconds)
 
     def join_quietly(self) -> None:
         """Wait for an in-flight save; its error is logged, not raised (restore goes on)."""
