@@ -379,7 +379,8 @@ class Controller:
                 return
             if exit_when_idle and self.idle():
                 return
-            time.sleep(self.interval)
+            if len(self.pending) < OBSERVATIONS_PER_TICK:  # else: no news waits for a nap
+                time.sleep(self.interval)
 
 
 def publish_round(state_dir: Path, d: Rendezvous) -> None:
