@@ -6,7 +6,7 @@ No side effects: paths are joined as strings, nothing is read.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from perdure.core.events import Launch
@@ -123,7 +123,10 @@ class Layout:
     bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
-    def of(job: Job, nodes: Mapping[str, Node] | None = None) -> Layout:
+    def of(job: Job, nodes: Mapping[str, Node] | None = None,
+           launching: Collection[str] | None = None) -> Layout:
+        """`launching`: the replicas launched with it (None: all), the only ones given
+        CUDA_VISIBLE_DEVICES (a tick that launches a few of 16,384 looks only at those)."""
         pools = {p.name: p for p in job.spec.pools}
         per_replica = any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools)
         local: dict[str, tuple[int, int]] = {}
@@ -152,7 +155,7 @@ class Layout:
             sizes[x.pool] = sizes.get(x.pool, 0) + 1
             world += procs
         return Layout(local, group, groups, sizes, {n: i for i, n in enumerate(job.members)},
-                      first, world, gpu_env(job, nodes or {}))
+                      first, world, gpu_env(job, nodes or {}, launching))
 
     def env(self, r: Replica) -> dict[str, str]:
         local_rank, local_size = self.local.get(r.name, (0, 0))
@@ -164,11 +167,15 @@ class Layout:
         }
 
 
-def gpu_env(job: Job, nodes: Mapping[str, Node]) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES of each placed replica: its own GPUs, in its node's names for them;
-    "" (none) for a replica without GPUs on a node that has some, unless the spec sets it."""
+def gpu_env(job: Job, nodes: Mapping[str, Node],
+            launching: Collection[str] | None = None) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each placed replica (of those `launching`, if given): its own
+    GPUs, in its node's names for them; "" (none) for a replica without GPUs on a node that
+    has some, unless the spec sets it."""
     out: dict[str, str] = {}
-    for x in job.replicas:
+    replicas = job.replicas if launching is None else [
+        x for x in job.replicas if x.name in launching]
+    for x in replicas:
         node = nodes.get(x.node or "")
         if node is None or not (x.gpus or node.gpus):
             continue  # a CPU replica on a node without GPUs: nothing to set
