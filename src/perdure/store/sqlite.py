@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,9 @@ from perdure.core.model import Event, Job, Node
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
 from perdure.store import rows
+from perdure.store.files import create_private
+from perdure.store.files import describe_error as describe_error  # its users import it here
+from perdure.store.files import make_state_dir as make_state_dir
 from perdure.store.rows import ReplicaRows
 
 SCHEMA = """
@@ -72,52 +74,6 @@ class JobRefError(LookupError):
         self.candidates = candidates or []  # the job ids an ambiguous reference may mean
 
 
-def make_state_dir(path: Path) -> None:
-    """Create a state dir readable by its owner only: specs' env values, the API token and
-    checkpoints may hold secrets. Every command that writes into one (serve, controller, run,
-    submit, the backends) calls this first, so whichever comes first makes it private.
-
-    A state dir of this user's that an older perdure left open (0755) is closed; a directory
-    that holds no perdure database yet is left as it is (`--state-dir .` is someone's project).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    info = path.stat()
-    if info.st_mode & 0o077 and info.st_uid == os.getuid() and (path / "perdure.db").exists():
-        os.chmod(path, 0o700)
-
-
-def _create_private(path: Path) -> None:
-    """Create the database file owner-only, if it is not there yet.
-
-    Never opens (and so never closes) an existing database file: closing any descriptor of a
-    file drops every POSIX lock this process holds on it, those of its open sqlite connections
-    included, and another process's sqlite could then delete the WAL under them ("disk I/O
-    error" in a `perdure serve` after a `perdure describe` of the same state dir).
-    """
-    if path.exists():
-        return
-    with suppress(FileExistsError):
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-
-
-def describe_error(path: Path, exc: BaseException) -> str:
-    """`<path>: <cause>`, with what to check for the causes sqlite names tersely."""
-    text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(
-        exc).__name__
-    hints = {
-        "unable to open database file": "missing, or not readable and writable by this user",
-        "readonly database": "read-only: perdure needs to write it",
-        "disk I/O error": "the disk failed or is full",
-        "database or disk is full": "the disk is full",
-        "file is not a database": "not a perdure database (corrupt, or another file)",
-        "database disk image is malformed": "the database is corrupt",
-    }
-    hint = next((h for k, h in hints.items() if k in text), "")
-    return f"{path}: {text}" + (f" ({hint})" if hint else "")
-
-
 @dataclass(frozen=True)
 class StoredEvent:
     id: int
@@ -146,7 +102,7 @@ class Store:
         try:
             if create:
                 make_state_dir(path.parent)
-                _create_private(path)
+                create_private(path)
             self.db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30,
                                       isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -205,6 +161,19 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """One snapshot for several reads (a job row and its replica rows from the same
+        tick); inside a transaction already open, that one."""
+        if self.db.in_transaction:
+            yield
+            return
+        self.db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.db.execute("COMMIT")
 
     # ---- jobs --------------------------------------------------------------------------
 
@@ -266,24 +235,27 @@ class Store:
 
     def job(self, job_id: str) -> Job | None:
         """The job, None if there is none; UnreadableJob if it cannot be read back."""
-        row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?", (job_id,)).fetchone()
-        return self._load(job_id, row[0], row[1]) if row else None
+        with self._reading():
+            row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?",
+                                  (job_id,)).fetchone()
+            return self._load(job_id, row[0], row[1]) if row else None
 
     def jobs(self, ids: Iterable[str]) -> list[Job]:
         return [j for j in (self.job(i) for i in ids) if j is not None]
 
     def unfinished(self) -> tuple[list[Job], list[UnreadableJob]]:
         """Unfinished jobs, and those of them that cannot be read back."""
-        rows = self.db.execute(
-            f"SELECT id, data, spec FROM jobs WHERE state NOT IN {TERMINAL} ORDER BY created"
-        ).fetchall()
         good: list[Job] = []
         bad: list[UnreadableJob] = []
-        for r in rows:
-            try:
-                good.append(self._load(r[0], r[1], r[2]))
-            except UnreadableJob as exc:
-                bad.append(exc)
+        with self._reading():
+            rows = self.db.execute(
+                f"SELECT id, data, spec FROM jobs WHERE state NOT IN {TERMINAL} ORDER BY created"
+            ).fetchall()
+            for r in rows:
+                try:
+                    good.append(self._load(r[0], r[1], r[2]))
+                except UnreadableJob as exc:
+                    bad.append(exc)
         return good, bad
 
     def unfinished_jobs(self) -> list[Job]:
