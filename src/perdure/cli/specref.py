@@ -32,7 +32,7 @@ DESCRIPTIONS: dict[str, str] = {
     "name": "the job's name: lowercase letters, digits and `-`, at most 48 characters",
     "queue": "the queue (cluster file `queues`) whose quota the job counts against",
     "priority": "higher runs first; a job that lost capacity may preempt a lower one",
-    "pools": "groups of identical replicas (at most 64 pools, 1,024 replicas in all); the "
+    "pools": "groups of identical replicas (at most 64 pools, 16,384 replicas in all); the "
              "first pool's replica 0 is the primary: its exit 0 ends the job as SUCCEEDED",
     "pools[].name": "the pool's name (replicas are `<pool>-<index>`), at most 32 characters",
     "pools[].replicas": "how many replicas (processes; ranks in the job's order of pools)",

@@ -6,8 +6,8 @@ No side effects: paths are joined as strings, nothing is read.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 
 from perdure.core.events import Launch
 from perdure.core.model import Job, Node, Replica
@@ -85,6 +85,21 @@ def job_of_launch(launch_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class PoolBase:
+    """What every replica of a pool is launched with, in one launch of its job."""
+
+    command: tuple[str, ...]
+    env: dict[str, str]  # the replica's own names are placeholders, set by build_launch
+    reports: str  # the launches' report dirs are under it
+    logs: str  # the attempt's log dir
+
+
+def _under(root: str, name: str) -> str:
+    """posixpath.join(root, name) for a relative `name`, at a fraction of its cost."""
+    return f"{root}{name}" if root.endswith("/") or not root else f"{root}/{name}"
+
+
+@dataclass(frozen=True)
 class Layout:
     """Where a job's replicas are, computed once for all replicas launched together (a tick
     launching 1,024 replicas stays linear in them).
@@ -103,9 +118,15 @@ class Layout:
     first_rank: Mapping[str, tuple[int, int]]  # replica -> (first RANK, first ROLE_RANK)
     world: int  # WORLD_SIZE: every process of every replica
     devices: Mapping[str, str]  # replica -> CUDA_VISIBLE_DEVICES (absent: leave it alone)
+    # pool -> what every replica of it is launched with (build_launch fills it on first use:
+    # a launch then costs its own few names, not the whole contract again)
+    bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
-    def of(job: Job, nodes: Mapping[str, Node] | None = None) -> Layout:
+    def of(job: Job, nodes: Mapping[str, Node] | None = None,
+           launching: Collection[str] | None = None) -> Layout:
+        """`launching`: the replicas launched with it (None: all), the only ones given
+        CUDA_VISIBLE_DEVICES (a tick that launches a few of 16,384 looks only at those)."""
         pools = {p.name: p for p in job.spec.pools}
         per_replica = any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools)
         local: dict[str, tuple[int, int]] = {}
@@ -134,7 +155,7 @@ class Layout:
             sizes[x.pool] = sizes.get(x.pool, 0) + 1
             world += procs
         return Layout(local, group, groups, sizes, {n: i for i, n in enumerate(job.members)},
-                      first, world, gpu_env(job, nodes or {}))
+                      first, world, gpu_env(job, nodes or {}, launching))
 
     def env(self, r: Replica) -> dict[str, str]:
         local_rank, local_size = self.local.get(r.name, (0, 0))
@@ -146,14 +167,18 @@ class Layout:
         }
 
 
-def gpu_env(job: Job, nodes: Mapping[str, Node]) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES of each placed replica: its own GPUs, in its node's names for them;
-    "" (none) for a replica without GPUs on a node that has some, unless the spec sets it."""
+def gpu_env(job: Job, nodes: Mapping[str, Node],
+            launching: Collection[str] | None = None) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each placed replica (of those `launching`, if given): its own
+    GPUs, in its node's names for them; "" (none) for a replica without GPUs on a node that
+    has some, unless the spec sets it."""
     out: dict[str, str] = {}
-    for x in job.replicas:
+    replicas = job.replicas if launching is None else [
+        x for x in job.replicas if x.name in launching]
+    for x in replicas:
         node = nodes.get(x.node or "")
-        if node is None:
-            continue
+        if node is None or not (x.gpus or node.gpus):
+            continue  # a CPU replica on a node without GPUs: nothing to set
         names = node.gpu_ids or tuple(str(i) for i in range(node.gpus))
         if x.gpus:
             out[x.name] = ",".join(names[i] if i < len(names) else str(i) for i in x.devices)
@@ -241,58 +266,64 @@ def master_node(job: Job) -> str:
 
 def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None = None) -> Launch:
     """The Launch decision for replica `r` of `job` as placed now (`layout`: Layout.of(job),
-    given when several replicas are launched at once)."""
+    given when several replicas are launched at once; it keeps what they share)."""
     layout = layout or Layout.of(job)
     pool = next(p for p in job.spec.pools if p.name == r.pool)
+    base = layout.bases.get(pool.name)
+    if base is None:
+        base = layout.bases[pool.name] = _pool_base(job, pool, s, layout)
+    lid = launch_id(job, r)
+    first_rank, first_role_rank = layout.first_rank[r.name]
+    env = dict(base.env)  # the replica's own names, set as contract_env and _pool_env set them
+    env["RANK"] = str(first_rank)  # of its local rank 0; the supervisor adds LOCAL_RANK
+    env["ROLE_RANK"] = str(first_role_rank)
+    env["PERDURE_REPLICA"] = r.name
+    env["PERDURE_RESTART_COUNT"] = str(r.restarts)
+    env.update(layout.env(r))
+    env["PERDURE_NODE"] = r.node or ""
+    env["PERDURE_LAUNCH_ID"] = lid
+    env["PERDURE_REPORT_DIR"] = _under(base.reports, lid)
+    if job.elastic and r.name in layout.member_rank:
+        env["RANK"] = str(layout.member_rank[r.name])
+        env["WORLD_SIZE"] = str(len(job.members))
+    if r.name in layout.devices:
+        env["CUDA_VISIBLE_DEVICES"] = layout.devices[r.name]
+    return Launch(
+        launch_id=lid,
+        job_id=job.id,
+        replica=r.name,
+        node=r.node or "",
+        command=base.command,
+        env=env,
+        cwd=workdir(job),
+        memory_mb=pool.memory_mb,
+        log_prefix=_under(base.logs, r.name),
+        gpus=r.gpus,
+    )
+
+
+def _pool_base(job: Job, pool: PoolSpec, s: LaunchSettings, layout: Layout) -> PoolBase:
+    """What every replica of `pool` is launched with in this launch of `job`."""
     command = list(pool.command)
     if command[0] in ("python", "python3"):
         command[0] = s.python
-    lid = launch_id(job, r)
-    first_rank, first_role_rank = layout.first_rank[r.name]
     facts = ReplicaFacts(
-        rank=str(first_rank),  # of its local rank 0; the supervisor adds LOCAL_RANK
-        world_size=str(layout.world),
-        role_rank=str(first_role_rank),
-        master_addr=s.master_addr,
-        master_port=str(job.master_port or 0),
-        run_id=f"{job.id}-{job.attempt}",
-        attempt=str(job.attempt),
-        round=str(job.round),
-        replica=r.name,
-        restart_count=str(r.restarts),
-        job_id=job.id,
-        checkpoint_dir=checkpoint_dir(job, s),
-        layout=layout.env(r),
+        rank="", world_size=str(layout.world), role_rank="", master_addr=s.master_addr,
+        master_port=str(job.master_port or 0), run_id=f"{job.id}-{job.attempt}",
+        attempt=str(job.attempt), round=str(job.round), replica="", restart_count="",
+        job_id=job.id, checkpoint_dir=checkpoint_dir(job, s), layout={},
     )
     env = contract_env(job.spec, pool, facts)
-    env["PERDURE_NODE"] = r.node or ""
-    env["PERDURE_LAUNCH_ID"] = lid
-    env["PERDURE_REPORT_DIR"] = posixpath.join(s.state_dir, "launches", lid)
+    env["PERDURE_NODE"] = env["PERDURE_LAUNCH_ID"] = env["PERDURE_REPORT_DIR"] = ""
     if s.job_secret is not None:
         env["PERDURE_JOB_SECRET"] = s.job_secret(job.id)
     env["PERDURE_MASTER_NODE"] = master_node(job)
     if job.elastic:
         env["PERDURE_RDZV_DIR"] = rendezvous_dir(job.id, s)
         env["PERDURE_MIN_WORLD_SIZE"] = str(job.min_members)
-        if r.name in layout.member_rank:
-            env["RANK"] = str(layout.member_rank[r.name])
-            env["WORLD_SIZE"] = str(len(job.members))
     env.update(interval_env(job, s))
-    if r.name in layout.devices:
-        env["CUDA_VISIBLE_DEVICES"] = layout.devices[r.name]
     local = node_dir(job.id, s)
     if local is not None:
         env["PERDURE_NODE_DIR"] = local
-    prefix = posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}", r.name)
-    return Launch(
-        launch_id=lid,
-        job_id=job.id,
-        replica=r.name,
-        node=r.node or "",
-        command=tuple(command),
-        env=env,
-        cwd=workdir(job),
-        memory_mb=pool.memory_mb,
-        log_prefix=prefix,
-        gpus=r.gpus,
-    )
+    return PoolBase(tuple(command), env, posixpath.join(s.state_dir, "launches"),
+                    posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}"))

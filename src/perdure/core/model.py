@@ -19,7 +19,7 @@ _T = TypeVar("_T")
 def _shallow(obj: _T) -> _T:
     """A field-for-field copy, much faster than dataclasses.replace on the tick's hot path."""
     new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
+    new.__dict__ = obj.__dict__.copy()  # twice as fast as update(): a big job clones 16,384
     return new
 
 
@@ -65,6 +65,14 @@ class Replica:
     def total_restarts(self) -> int:
         """Restarts over the job's whole life, every attempt."""
         return self.restarts_before + self.restarts
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{f: getattr(self, f) for f in _REPLICA_FIELDS}, "state": self.state.value,
+                "devices": list(self.devices)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Replica:
+        return cls(**{**d, "state": ReplicaState(d["state"])})
 
 
 @dataclass
@@ -190,8 +198,9 @@ class Job:
             used[node] = used.get(node, 0) + slots
         return used
 
-    def to_json(self) -> dict[str, Any]:
-        """Everything but the spec (stored once, apart: it never changes)."""
+    def to_json(self, *, replicas: bool = True) -> dict[str, Any]:
+        """Everything but the spec (stored once, apart: it never changes); without
+        `replicas`, the replicas too are left out (the store keeps them as rows)."""
         d = {f: getattr(self, f) for f in _JOB_FIELDS}
         d["state"] = self.state.value
         d["after_stop"] = self.after_stop.value if self.after_stop else None
@@ -199,11 +208,8 @@ class Job:
         d["retries"] = dict(self.retries)
         d["members"] = list(self.members)
         d["spares"] = dict(self.spares)
-        d["replicas"] = [
-            {**{f: getattr(r, f) for f in _REPLICA_FIELDS}, "state": r.state.value,
-             "devices": list(r.devices)}
-            for r in self.replicas
-        ]
+        if replicas:
+            d["replicas"] = [r.to_json() for r in self.replicas]
         return d
 
     @classmethod
@@ -214,9 +220,7 @@ class Job:
         d["after_stop"] = JobState(d["after_stop"]) if d.get("after_stop") else None
         err = d.get("error")
         d["error"] = JobError(ErrorCode(err["code"]), err["message"]) if err else None
-        d["replicas"] = [
-            Replica(**{**r, "state": ReplicaState(r["state"])}) for r in d["replicas"]
-        ]
+        d["replicas"] = [Replica.from_json(r) for r in d["replicas"]]
         return cls(**d)
 
 

@@ -63,7 +63,10 @@ class ReplicaState(str, Enum):
     @property
     def alive(self) -> bool:
         """Whether a process may exist for this replica (the backend must be watched)."""
-        return self in (ReplicaState.STARTING, ReplicaState.RUNNING, ReplicaState.STOPPING)
+        # identity, not `in (...)`: a str enum's == compares the strings (a big job's ticks
+        # ask this of every replica)
+        return (self is ReplicaState.STARTING or self is ReplicaState.RUNNING
+                or self is ReplicaState.STOPPING)
 
 
 class NodeState(str, Enum):

@@ -212,7 +212,7 @@ class Tick:
         replicas = [r for r in job.replicas if r.name in placed]
         for r in replicas:
             r.node = placed[r.name]
-        layout = Layout.of(job, self.nodes)
+        layout = Layout.of(job, self.nodes, placed)
         for r in replicas:
             r.launches += 1
             r.launch_id = launch_id(job, r)

@@ -88,8 +88,8 @@ class StoreCollector(Collector):
         """One job's replica states (unfinished jobs only), retries spent, goodput and
         checkpoint saves failed in a row."""
         job_id, state, updated, data = row
-        d = json.loads(data)
         terminal = JobState(state).terminal
+        d = json.loads(data) if terminal else store.job_doc(job_id, data)
         states = [] if terminal else [str(r["state"]) for r in d.get("replicas", [])]
         spent = sum(int(n) for n in d.get("retries", {}).values())
         goodput = self.cache.get(store, job_id, updated, terminal).get("goodput")

@@ -6,7 +6,6 @@ goodput, the log location): when those move, only the calls here change.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +94,7 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
     counts = dict(store.db.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
     jobs = []
     for jid, name, queue, prio, state, attempt, created, updated, data in rows:
-        d = json.loads(data)
+        d = store.job_doc(jid, data)
         reps = d.get("replicas", [])
         own = JobState(state) in jobview.FINAL_ERROR_STATES
         error = d.get("error")
@@ -122,11 +121,11 @@ def used_slots(store: Store, what: str = "slots") -> dict[str, int]:
     cost 100x)."""
     holding = [s.value for s in JobState if s.holds_capacity]
     rows = store.db.execute(
-        f"SELECT data FROM jobs WHERE state IN ({','.join('?' * len(holding))})", holding
+        f"SELECT id, data FROM jobs WHERE state IN ({','.join('?' * len(holding))})", holding
     ).fetchall()
     used: dict[str, int] = {}
-    for (data,) in rows:
-        for r in json.loads(data).get("replicas", []):
+    for job_id, data in rows:
+        for r in store.job_doc(job_id, data).get("replicas", []):
             if r.get("node") and ReplicaState(r["state"]).alive:
                 held = len(r.get("devices") or ()) if what == "gpus" else int(r.get("slots", 1))
                 used[r["node"]] = used.get(r["node"], 0) + held

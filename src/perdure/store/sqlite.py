@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,11 @@ from perdure.core.events import Command
 from perdure.core.model import Event, Job, Node
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
+from perdure.store import rows
+from perdure.store.files import create_private
+from perdure.store.files import describe_error as describe_error  # its users import it here
+from perdure.store.files import make_state_dir as make_state_dir
+from perdure.store.rows import ReplicaRows
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -45,7 +49,7 @@ CREATE TABLE IF NOT EXISTS commands (
     target TEXT NOT NULL, hold INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
+""" + rows.SCHEMA
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -70,60 +74,6 @@ class JobRefError(LookupError):
         self.candidates = candidates or []  # the job ids an ambiguous reference may mean
 
 
-def _job(job_id: str, row: tuple[str, str]) -> Job:
-    try:
-        return Job.from_json(json.loads(row[0]), JobSpec.model_validate_json(row[1]))
-    except (ValueError, KeyError, TypeError) as exc:
-        first = str(exc).splitlines()[0][:300]
-        raise UnreadableJob(job_id, f"{type(exc).__name__}: {first}") from None
-
-
-def make_state_dir(path: Path) -> None:
-    """Create a state dir readable by its owner only: specs' env values, the API token and
-    checkpoints may hold secrets. Every command that writes into one (serve, controller, run,
-    submit, the backends) calls this first, so whichever comes first makes it private.
-
-    A state dir of this user's that an older perdure left open (0755) is closed; a directory
-    that holds no perdure database yet is left as it is (`--state-dir .` is someone's project).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    info = path.stat()
-    if info.st_mode & 0o077 and info.st_uid == os.getuid() and (path / "perdure.db").exists():
-        os.chmod(path, 0o700)
-
-
-def _create_private(path: Path) -> None:
-    """Create the database file owner-only, if it is not there yet.
-
-    Never opens (and so never closes) an existing database file: closing any descriptor of a
-    file drops every POSIX lock this process holds on it, those of its open sqlite connections
-    included, and another process's sqlite could then delete the WAL under them ("disk I/O
-    error" in a `perdure serve` after a `perdure describe` of the same state dir).
-    """
-    if path.exists():
-        return
-    with suppress(FileExistsError):
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-
-
-def describe_error(path: Path, exc: BaseException) -> str:
-    """`<path>: <cause>`, with what to check for the causes sqlite names tersely."""
-    text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(
-        exc).__name__
-    hints = {
-        "unable to open database file": "missing, or not readable and writable by this user",
-        "readonly database": "read-only: perdure needs to write it",
-        "disk I/O error": "the disk failed or is full",
-        "database or disk is full": "the disk is full",
-        "file is not a database": "not a perdure database (corrupt, or another file)",
-        "database disk image is malformed": "the database is corrupt",
-    }
-    hint = next((h for k, h in hints.items() if k in text), "")
-    return f"{path}: {text}" + (f" ({hint})" if hint else "")
-
-
 @dataclass(frozen=True)
 class StoredEvent:
     id: int
@@ -142,6 +92,7 @@ class Store:
         Without `create` (read-only commands) a missing state dir stays missing.
         """
         self.path = path
+        self.rows: ReplicaRows | None = None
         self._stop_checkpoints = threading.Event()
         if not create and not path.is_file():
             raise StoreError(
@@ -151,12 +102,13 @@ class Store:
         try:
             if create:
                 make_state_dir(path.parent)
-                _create_private(path)
+                create_private(path)
             self.db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30,
                                       isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=30000")
+            self.rows = ReplicaRows(self.db)
             if create:
                 with self.transaction():
                     for statement in SCHEMA.split(";"):
@@ -210,9 +162,48 @@ class Store:
             raise
         self.db.execute("COMMIT")
 
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """One snapshot for several reads (a job row and its replica rows from the same
+        tick); inside a transaction already open, that one."""
+        if self.db.in_transaction:
+            yield
+            return
+        self.db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.db.execute("COMMIT")
+
     # ---- jobs --------------------------------------------------------------------------
 
-    def _put_job(self, job: Job, *, new: bool = False) -> None:
+    def _rows(self) -> ReplicaRows:
+        assert self.rows is not None  # set once the connection opened
+        return self.rows
+
+    def _load(self, job_id: str, data: str, spec: str) -> Job:
+        """A stored job with its replicas; UnreadableJob if it cannot be read back."""
+        try:
+            d = json.loads(data)
+            d["replicas"] = self._rows().docs(job_id, d)
+            job = Job.from_json(d, JobSpec.model_validate_json(spec))
+        except (ValueError, KeyError, TypeError) as exc:
+            first = str(exc).splitlines()[0][:300]
+            raise UnreadableJob(job_id, f"{type(exc).__name__}: {first}") from None
+        self._rows().loaded(job, d)
+        return job
+
+    def job_doc(self, job_id: str, data: str) -> dict[str, Any]:
+        """A job row's data as one JSON document, its replicas included (for readers of
+        the rows that need no Job: the dashboard, metrics); ValueError if unreadable."""
+        d = json.loads(data)
+        d["replicas"] = self._rows().docs(job_id, d)
+        return dict(d)
+
+    def _put_job(self, job: Job, *, new: bool = False) -> list[rows.Values]:
+        """Write the job row and its changed replica rows (in the caller's transaction);
+        what `_rows().remember` takes once the transaction committed."""
+        data = json.dumps(self._rows().job_data(job))
         if new:
             spec = job.spec.model_dump_json()
             try:  # a spec that would not read back (JSON writes an infinity as null) stays out
@@ -225,40 +216,46 @@ class Store:
                 "INSERT INTO jobs(id, name, queue, priority, state, attempt, created, updated,"
                 " spec, data) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (job.id, job.name, job.spec.queue, job.priority, job.state.value, job.attempt,
-                 job.created, job.updated, spec, json.dumps(job.to_json())),
+                 job.created, job.updated, spec, data),
             )
-            return
-        self.db.execute(
-            "UPDATE jobs SET state=?, attempt=?, updated=?, data=? WHERE id=?",
-            (job.state.value, job.attempt, job.updated, json.dumps(job.to_json()), job.id),
-        )
+            self._rows().forget(job.id)  # a new job: every row is written
+        else:
+            self.db.execute(
+                "UPDATE jobs SET state=?, attempt=?, updated=?, data=? WHERE id=?",
+                (job.state.value, job.attempt, job.updated, data, job.id),
+            )
+        return self._rows().write(job)
 
     def submit(self, job: Job) -> None:
         """Store a new job and tell the controller (one transaction)."""
         with self.transaction():
-            self._put_job(job, new=True)
+            written = self._put_job(job, new=True)
             self._command("submit", job.id, False, job.created)
+        self._rows().remember(job, written)
 
     def job(self, job_id: str) -> Job | None:
         """The job, None if there is none; UnreadableJob if it cannot be read back."""
-        row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?", (job_id,)).fetchone()
-        return _job(job_id, row) if row else None
+        with self._reading():
+            row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?",
+                                  (job_id,)).fetchone()
+            return self._load(job_id, row[0], row[1]) if row else None
 
     def jobs(self, ids: Iterable[str]) -> list[Job]:
         return [j for j in (self.job(i) for i in ids) if j is not None]
 
     def unfinished(self) -> tuple[list[Job], list[UnreadableJob]]:
         """Unfinished jobs, and those of them that cannot be read back."""
-        rows = self.db.execute(
-            f"SELECT id, data, spec FROM jobs WHERE state NOT IN {TERMINAL} ORDER BY created"
-        ).fetchall()
         good: list[Job] = []
         bad: list[UnreadableJob] = []
-        for r in rows:
-            try:
-                good.append(_job(r[0], (r[1], r[2])))
-            except UnreadableJob as exc:
-                bad.append(exc)
+        with self._reading():
+            rows = self.db.execute(
+                f"SELECT id, data, spec FROM jobs WHERE state NOT IN {TERMINAL} ORDER BY created"
+            ).fetchall()
+            for r in rows:
+                try:
+                    good.append(self._load(r[0], r[1], r[2]))
+                except UnreadableJob as exc:
+                    bad.append(exc)
         return good, bad
 
     def unfinished_jobs(self) -> list[Job]:
@@ -270,7 +267,8 @@ class Store:
         row = self.db.execute("SELECT data FROM jobs WHERE id=?", (err.job_id,)).fetchone()
         try:
             data = json.loads(row[0]) if row else {}
-            running = [r["launch_id"] for r in data.get("replicas", [])
+            replicas = self._rows().docs(err.job_id, data) if isinstance(data, dict) else []
+            running = [r["launch_id"] for r in replicas
                        if r.get("launch_id") and r.get("state") in ("STARTING", "RUNNING",
                                                                      "STOPPING")]
         except (ValueError, TypeError, AttributeError):
@@ -369,9 +367,10 @@ class Store:
     ) -> list[StoredEvent]:
         """Write a tick's job changes, events, node states and consumed commands at once."""
         stored: list[StoredEvent] = []
+        written: list[tuple[Job, list[rows.Values]]] = []
         with self.transaction():
             for job in jobs:
-                self._put_job(job)
+                written.append((job, self._put_job(job)))
             for e in events:
                 cur = self.db.execute(
                     "INSERT INTO events(time, job_id, kind, message) VALUES (?,?,?,?)",
@@ -387,6 +386,8 @@ class Store:
                     " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                     (str(last_command),),
                 )
+        for job, values in written:
+            self._rows().remember(job, values)
         return stored
 
     def events(self, job_id: str | None = None, after: int = 0) -> list[StoredEvent]:

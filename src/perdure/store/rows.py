@@ -1,0 +1,104 @@
+"""A job's replicas as rows of their own: a tick writes the replicas it changed, not the job.
+
+A job of 16,384 replicas is ~2 MB of JSON; rewriting it every tick that touched one replica
+cost most of a tick (bench/controller.py --only big). The job row keeps the job's own fields
+and how many replica rows it has (`replica_rows`); each replica is a row keyed by its
+position, as the list of its values (their names once, in the job row: half the cost of
+encoding each replica as an object). Rows are written in the tick's transaction, so a crash
+leaves the job row and its replica rows as one committed tick left them.
+
+Which replicas changed is found against what this connection last wrote or read of the job
+(the values of each replica, compared without encoding them); a job this connection has not
+seen yet has all its rows written.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from perdure.core.model import Job, Replica
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS replicas (
+    job_id TEXT NOT NULL, idx INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (job_id, idx)
+) WITHOUT ROWID
+"""
+
+COUNT_KEY = "replica_rows"  # in a job row's data: its replicas are rows (else: in the data)
+FIELDS_KEY = "replica_fields"  # the names of a replica row's values, in order
+
+Values = tuple[Any, ...]
+
+
+def _values(r: Replica) -> Values:
+    """A replica's values in field order (its state, a str enum, encodes as its name)."""
+    return tuple(r.__dict__.values())
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class ReplicaRows:
+    """The replica rows of one connection, and what it knows they hold."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self._known: dict[str, list[Values]] = {}  # job id -> each replica's stored values
+
+    def job_data(self, job: Job) -> dict[str, Any]:
+        """The job row's data: the job without its replicas, and how many rows they are."""
+        fields = list(job.replicas[0].__dict__) if job.replicas else []
+        return {**job.to_json(replicas=False), COUNT_KEY: len(job.replicas), FIELDS_KEY: fields}
+
+    def write(self, job: Job) -> list[Values]:
+        """Write the replicas of `job` that differ from the stored rows (in the caller's
+        transaction); what to `remember` once that transaction committed."""
+        now = [_values(r) for r in job.replicas]
+        known = self._known.get(job.id)
+        if known is None or len(known) != len(now):
+            changed: Sequence[int] = range(len(now))
+            self.db.execute("DELETE FROM replicas WHERE job_id=? AND idx>=?",
+                            (job.id, len(now)))
+        else:
+            changed = [i for i, (a, b) in enumerate(zip(now, known, strict=True)) if a != b]
+        if changed:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO replicas(job_id, idx, data) VALUES (?,?,?)",
+                [(job.id, i, _ENCODE(now[i])) for i in changed])
+        return now
+
+    def remember(self, job: Job, values: list[Values]) -> None:
+        """The tick that wrote `values` committed; a finished job is forgotten (never
+        written again by a controller)."""
+        if job.state.terminal:
+            self._known.pop(job.id, None)
+        else:
+            self._known[job.id] = values
+
+    def forget(self, job_id: str) -> None:
+        self._known.pop(job_id, None)
+
+    def docs(self, job_id: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """A stored job's replicas as JSON documents, in rank order (from its rows, or from
+        the job row itself as perdure stored them before rows). ValueError if rows are
+        missing."""
+        if COUNT_KEY not in data:
+            return list(data.get("replicas", []))
+        count, fields = int(data[COUNT_KEY]), list(data[FIELDS_KEY])
+        rows = self.db.execute(
+            "SELECT data FROM replicas WHERE job_id=? AND idx<? ORDER BY idx",
+            (job_id, count)).fetchall()
+        if len(rows) != count:
+            raise ValueError(f"{count} replica rows expected, {len(rows)} stored")
+        return [dict(zip(fields, json.loads(r[0]), strict=True)) for r in rows]
+
+    def loaded(self, job: Job, data: dict[str, Any]) -> None:
+        """`job` was read from rows this connection may compare against from now on."""
+        if COUNT_KEY in data:
+            self._known[job.id] = [_values(r) for r in job.replicas]
+        else:  # stored whole, before rows: its first write writes every row
+            self._known.pop(job.id, None)
