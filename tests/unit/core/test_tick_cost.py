@@ -1,6 +1,7 @@
 """A tick's cost grows linearly with what one job holds: admitting, starting and losing a
 node of a 1,024-replica job (the most a spec may ask for) costs about 8x a 128-replica one,
-not 64x. Ratios of the best of a few runs, measured in this process (robust to load)."""
+not 64x. Ratios of the best of a few runs of this thread's CPU time (time.thread_time):
+wall-clock ratios failed under load when other processes took the CPU mid-run."""
 
 from __future__ import annotations
 
@@ -18,16 +19,16 @@ def scenario_seconds(replicas: int, elastic: bool) -> float:
         pool["min_replicas"] = 1
     sim = Sim(nodes={f"n{i}": replicas // 4 for i in range(4)})
     job = sim.submit(spec(pools=[pool]))
-    began = time.perf_counter()
+    began = time.thread_time()
     sim.step()  # admit and launch every replica
     sim.step()  # every replica reports it started
-    spent = time.perf_counter() - began
+    spent = time.thread_time() - began
     assert sim.job(job).state is JobState.RUNNING
     sim.command("fail-node", "n0")
-    began = time.perf_counter()
+    began = time.thread_time()
     sim.step()  # the node goes down; a quarter of the replicas die
     sim.step()  # their exits: a shrink (elastic) or a group restart
-    return spent + time.perf_counter() - began
+    return spent + time.thread_time() - began
 
 
 def best(replicas: int, elastic: bool) -> float:
