@@ -24,7 +24,7 @@ GPT = ROOT / "examples" / "gpt"
 BATCH, SEQ, VOCAB, SHARDS, PER_SHARD = 4, 256, 8192, 8, 64
 
 
-def _load(name: str) -> ModuleType:
+def load_example(name: str) -> ModuleType:
     """One of examples/gpt's modules by path (bench/ has a data.py of its own)."""
     spec = importlib.util.spec_from_file_location(f"gpt_{name}", GPT / f"{name}.py")
     assert spec is not None and spec.loader is not None
@@ -36,7 +36,7 @@ def _load(name: str) -> ModuleType:
 
 def prepare(data: Path) -> None:
     """The token shards both systems train on (examples/gpt's own writer, its defaults)."""
-    _load("data").prepare(data, SHARDS, PER_SHARD, SEQ, VOCAB)
+    load_example("data").prepare(data, SHARDS, PER_SHARD, SEQ, VOCAB)
 
 
 class Shards:
@@ -77,7 +77,7 @@ def worker(args: argparse.Namespace) -> None:
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
     from torch.distributed.fsdp import fully_shard
 
-    model_py = _load("model")
+    model_py = load_example("model")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
