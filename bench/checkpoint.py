@@ -1,7 +1,11 @@
 """Checkpoint benchmark: 2 ranks on gloo, DDP model + Adam state of about 1 GiB of fp32.
 
     flock /tmp/perdure-bench.lock .venv/bin/python bench/checkpoint.py [--gib 1.0] \
-        [--dir /tmp] [--reps 5] [--steps 3]
+        [--dir /tmp] [--reps 5] [--steps 3] [--workload mlp|gpt]
+
+`--workload gpt` measures examples/gpt instead (~14 M parameters, sequence 256, AdamW,
+FSDP2 over the 2 ranks: each rank holds and writes its own shard; --gib does not apply); the
+torch.save baseline is then each rank saving its own shards.
 
 Every figure comes with a baseline measured in the same run, on the same directory (a disk
 directory by default; pass --dir /dev/shm to measure memory instead):
@@ -57,8 +61,11 @@ def files_under(directory: Path) -> list[Path]:
     return [p for p in directory.rglob("*") if p.is_file()]
 
 
-def build(gib: float) -> tuple[nn.Module, torch.optim.Optimizer, int]:
-    """A DDP MLP whose parameters + Adam state are about ``gib`` GiB of fp32."""
+def build(gib: float, workload: str = "mlp") -> tuple[nn.Module, torch.optim.Optimizer, int]:
+    """A DDP MLP whose parameters + Adam state are about ``gib`` GiB of fp32, and its width;
+    or (workload "gpt") examples/gpt sharded by FSDP2 with AdamW, and 0."""
+    if workload == "gpt":
+        return build_gpt()
     layers = 5
     hidden = int(((gib * 2**30) / (12 * layers)) ** 0.5)
     torch.manual_seed(0)
@@ -67,9 +74,29 @@ def build(gib: float) -> tuple[nn.Module, torch.optim.Optimizer, int]:
     return model, optim, hidden
 
 
+def build_gpt() -> tuple[nn.Module, torch.optim.Optimizer, int]:
+    from recovery_gpt import load_example
+    from torch.distributed.fsdp import fully_shard
+
+    gpt = load_example("model")
+    torch.manual_seed(0)
+    model = gpt.GPT(gpt.GPTConfig())
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    return model, optim, 0
+
+
 def train_step(model: nn.Module, optim: torch.optim.Optimizer, hidden: int) -> float:
+    """One step: the MLP on a random batch, or (hidden 0) the GPT on random tokens."""
     start = time.perf_counter()
-    loss = model(torch.randn(8, hidden)).pow(2).mean()
+    if hidden:
+        loss = model(torch.randn(8, hidden)).pow(2).mean()
+    else:
+        config: Any = model.config
+        tokens = torch.randint(0, config.vocab, (4, config.seq + 1))
+        loss = model(tokens[:, :-1], tokens[:, 1:])
     optim.zero_grad()
     loss.backward()
     optim.step()
@@ -77,8 +104,14 @@ def train_step(model: nn.Module, optim: torch.optim.Optimizer, hidden: int) -> f
 
 
 def state_tensors(model: nn.Module, optim: torch.optim.Optimizer) -> list[torch.Tensor]:
-    params = [p.detach() for p in model.parameters()]
-    return params + [t for s in optim.state.values() for t in s.values() if t.dim() > 0]
+    params = [local(p.detach()) for p in model.parameters()]
+    return params + [local(t) for s in optim.state.values() for t in s.values() if t.dim() > 0]
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor (an FSDP2 DTensor's local shard)."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t
 
 
 T0 = time.perf_counter()
@@ -121,21 +154,26 @@ def measure_checksum(tensors: list[torch.Tensor], reps: int) -> float:
 
 def measure_baselines(root: Path, model: nn.Module, optim: torch.optim.Optimizer,
                       pg: Any, rank: int) -> dict[str, Any]:
-    """Blocked time of torch.save (rank 0), DCP save and stock DCP async_save."""
+    """Blocked time of torch.save (rank 0; FSDP: every rank its shards), DCP save and stock
+    DCP async_save."""
     out: dict[str, Any] = {}
-    inner = model.module
-    assert isinstance(inner, nn.Module)
-    sd, osd = inner.state_dict(), optim.state_dict()
-    path = root / "torch-save.pt"
+    inner = getattr(model, "module", None)
+    sharded = inner is None  # FSDP2: each rank holds its own shard of everything
+    if sharded:
+        sd = {k: local(v) for k, v in model.state_dict().items()}
+        osd = {k: {n: local(t) for n, t in v.items()} for k, v in optim.state.items()}
+    else:
+        assert isinstance(inner, nn.Module)
+        sd, osd = inner.state_dict(), optim.state_dict()
+    path = root / f"torch-save-{rank}.pt"
 
     def save_on_rank0() -> None:
-        if rank == 0:
+        if rank == 0 or sharded:
             torch.save({"m": sd, "o": osd}, path)
 
     out["torch_save_s"] = timed(save_on_rank0)
     dist.barrier()
-    if rank == 0:
-        path.unlink()
+    path.unlink(missing_ok=True)
     state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
     phase("dcp save")
     out["dcp_save_s"] = timed(lambda: dcp_save(state, checkpoint_id=str(root / "dcp"),
@@ -278,7 +316,7 @@ def measure_perdure(root: Path, model: nn.Module, optim: torch.optim.Optimizer, 
         raw = read_cold(files)
         fresh_read = read_cold_fresh(files)
         # Restore as recovery does: into a new model and an optimizer without state.
-        fresh, fresh_optim, _ = build(args.gib)
+        fresh, fresh_optim, _ = build(args.gib, args.workload)
         target = {"model": fresh, "optim": fresh_optim, "step": -1}
         dist.barrier()
         drop_cache(files)
@@ -307,7 +345,7 @@ def worker(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", init_method=f"file://{args.store}", rank=rank,
                             world_size=WORLD)
     root = Path(args.root)
-    model, optim, hidden = build(args.gib)
+    model, optim, hidden = build(args.gib, args.workload)
     train_step(model, optim, hidden)
     tensors = state_tensors(model, optim)
     total = sum(t.numel() * t.element_size() for t in tensors)
@@ -329,6 +367,12 @@ def worker(args: argparse.Namespace) -> None:
     os._exit(0)
 
 
+def describe(rank0: dict[str, Any]) -> str:
+    if rank0["hidden"]:
+        return f"DDP MLP {rank0['hidden']} wide x5 + Adam"
+    return "examples/gpt, FSDP2 over 2 ranks + AdamW"
+
+
 def med(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -347,7 +391,7 @@ def report(ranks: list[dict[str, Any]], args: argparse.Namespace) -> str:
     floor = slowest(lambda r: r["floor_s"])
     where = "tmpfs" if args.dir.startswith("/dev/shm") else "disk"
     lines = [
-        f"State: {total / 2**30:.2f} GiB (DDP MLP {ranks[0]['hidden']} wide x5 + Adam), "
+        f"State: {total / 2**30:.2f} GiB ({describe(ranks[0])}), "
         f"2 ranks, gloo, target {args.dir} ({where}); {args.reps} reps, medians.",
         "",
         "| time training is blocked per save | seconds | x memcpy floor |",
@@ -355,7 +399,8 @@ def report(ranks: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"| floor: memcpy of the whole state into pre-touched memory | {floor:.3f} | 1.00 |",
     ]
     rows = [
-        ("torch.save of rank 0's state dict", slowest(lambda r: r["torch_save_s"])),
+        ("torch.save of rank 0's state dict" if ranks[0]["hidden"] else
+         "torch.save of each rank's shards", slowest(lambda r: r["torch_save_s"])),
         ("DCP save", slowest(lambda r: r["dcp_save_s"])),
         ("DCP async_save (stock), 1st", slowest(lambda r: r["dcp_async_blocked_s"][0])),
         ("DCP async_save (stock), 2nd", slowest(lambda r: r["dcp_async_blocked_s"][1])),
@@ -396,7 +441,8 @@ def report(ranks: list[dict[str, Any]], args: argparse.Namespace) -> str:
         frac = med([b / a for a, b in zip(fresh_bw, restore_bw, strict=True)])
         lines.append(f"| the same restore vs cold read of the same files into new memory | "
                      f"{med(restore_bw) / 1e9:.3f} | {med(fresh_bw) / 1e9:.3f} | {frac:.2f} |")
-    lines += ["", "| training step (DDP, 2 ranks) | median s | x no persist |",
+    lines += ["", f"| training step ({'DDP' if ranks[0]['hidden'] else 'FSDP2'}, 2 ranks) "
+              "| median s | x no persist |",
               "| --- | ---: | ---: |"]
     for mode in MODES:
         idle = med([s for r in ranks for s in r[mode]["steps_idle_s"]])
@@ -414,7 +460,8 @@ def summary(ranks: list[dict[str, Any]], mode: str) -> dict[str, Any]:
         return max(float(r[mode][key][i][j]) for r in ranks)
 
     n_write = len(ranks[0][mode]["pairs_write"])
-    return {"mode": mode, "state_bytes": ranks[0]["state_bytes"],
+    model = {} if ranks[0]["hidden"] else {"model": "examples/gpt"}  # calibrate names it
+    return {**model, "mode": mode, "state_bytes": ranks[0]["state_bytes"],
             "save_blocking_s": blocked_with_training(ranks, mode)[0],
             "persist_s": med([worst("pairs_write", i, 3) for i in range(n_write)]),
             "restore_s": med([worst("pairs_read", i, 1) for i in range(READ_PAIRS)])}
@@ -436,8 +483,9 @@ def share_lines(ranks: list[dict[str, Any]], args: argparse.Namespace) -> str:
     nbytes = ranks[0]["thread"]["share_bytes"]
     raw = med([max(float(r["thread"]["pairs_write"][i][0]) for r in ranks)
                for i in range(args.reps)])
-    out = [f"Each rank stages only the {nbytes / 2**30:.2f} GiB its plan assigns it (DDP "
-           f"replicas are written once). A memcpy of exactly those bytes takes {share:.3f} s."]
+    why = "DDP replicas are written once" if ranks[0]["hidden"] else "its FSDP2 shard"
+    out = [f"Each rank stages only the {nbytes / 2**30:.2f} GiB its plan assigns it ({why}). "
+           f"A memcpy of exactly those bytes takes {share:.3f} s."]
     for mode in MODES:
         blocked, wait = blocked_with_training(ranks, mode)
         out.append(f"perdure's later saves ({mode}) block {blocked / share:.2f}x that "
@@ -463,7 +511,8 @@ def launch(args: argparse.Namespace) -> None:
         env = dict(os.environ, RANK=str(rank), OMP_NUM_THREADS="1")
         cmd = [sys.executable, __file__, "--worker", "--root", str(root), "--store",
                str(root / "store"), "--out", str(out), "--gib", str(args.gib),
-               "--reps", str(args.reps), "--steps", str(args.steps)]
+               "--reps", str(args.reps), "--steps", str(args.steps), "--workload",
+               args.workload]
         procs.append(subprocess.Popen(cmd, env=env))
     codes = [p.wait() for p in procs]
     try:
@@ -485,6 +534,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--json", help="also write the per-save figures to this file")
+    parser.add_argument("--workload", choices=("mlp", "gpt"), default="mlp",
+                        help="mlp: a DDP MLP of --gib; gpt: examples/gpt under FSDP2")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)

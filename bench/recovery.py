@@ -4,8 +4,10 @@ seconds for `--duration` seconds.
 
     flock /tmp/perdure-bench.lock .venv/bin/python bench/recovery.py [--duration 300]
         [--kill-every 30] [--systems torchrun,perdure,perdure-warm2,perdure-cold]
+        [--workload mlp|gpt]
 
-The job is examples/ddp_mlp (an MLP, DDP on gloo, 4 ranks, OMP_NUM_THREADS=1):
+The job (`--workload mlp`, the default) is examples/ddp_mlp (an MLP, DDP on gloo, 4 ranks,
+OMP_NUM_THREADS=1):
 - torchrun: this file's `worker` mode, the same model and data with a synchronous stock DCP
   checkpoint every `--every` steps (a LATEST file names the newest complete one), restarted by
   `torchrun --standalone --max-restarts` with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (without
@@ -15,9 +17,15 @@ The job is examples/ddp_mlp (an MLP, DDP on gloo, 4 ranks, OMP_NUM_THREADS=1):
   local backend's default warm pool ("auto": grows to the 4 replicas restarted together),
   `perdure-warm2` with PERDURE_WARM_POOL=2 (half the group starts cold) and `perdure-cold`
   with PERDURE_WARM_POOL=0 (every replica re-imports torch, as under torchrun).
+`--workload gpt` runs examples/gpt instead (a ~14 M-parameter GPT, sequence 256, FSDP2 on
+gloo, token shards through perdure's cache, 2 replicas): under perdure its train.py as users
+run it; under torchrun this file's worker with the same model, FSDP2 sharding and token
+shards (read straight from disk), saved with a synchronous stock DCP checkpoint every
+`--every` steps and no sleep added to the step.
 
 Rank 0 of either appends one JSON line per finished step (pid, step, end time, seconds). Kills
-go to ranks 1, 2, 3, 0, 1, ... in turn, by SIGKILL of the replica's process. Figures:
+go to ranks 1, 2, 3, 0, 1, ... (gpt: 1, 0, 1, ...) in turn, by SIGKILL of the replica's
+process. Figures:
 - recovery: from a SIGKILL to the first step finished by a process started after it;
 - goodput: the step seconds of the last completion of every step number (what the final
   model keeps) over `--duration` (startup, restores, replays and saves are the rest); for
@@ -46,8 +54,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ddp_mlp"
+GPT = ROOT / "examples" / "gpt"
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
-REPLICAS = 4
+REPLICAS = {"mlp": 4, "gpt": 2}  # the GPT's two replicas fill this 2-core machine
 SAMPLES, BATCH = 1000, 16
 
 
@@ -104,6 +113,11 @@ def _latest(ckpt: Path) -> int:
 
 def worker(args: argparse.Namespace) -> None:
     """The baseline: DDP with a synchronous DCP checkpoint every N steps, resumed from LATEST."""
+    if args.workload == "gpt":
+        import recovery_gpt
+
+        recovery_gpt.worker(args)
+        return
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -169,7 +183,7 @@ def _torchrun_worker_pid(agent: psutil.Process, rank: int) -> int | None:
     return None
 
 
-def _run_window(out: Outcome, kill_every: float, kill: Any) -> None:
+def _run_window(out: Outcome, kill_every: float, kill: Any, replicas: int) -> None:
     """Send a SIGKILL every `kill_every` s until the window ends (ranks 1, 2, 3, 0, ...)."""
     t0 = out.started = time.time()
     n = 1
@@ -178,7 +192,7 @@ def _run_window(out: Outcome, kill_every: float, kill: Any) -> None:
         if due >= t0 + out.duration:
             break
         time.sleep(max(0.0, due - time.time()))
-        if kill(n % REPLICAS):
+        if kill(n % replicas):
             out.kills.append(time.time())
         else:
             out.skipped += 1
@@ -191,9 +205,12 @@ def run_torchrun(root: Path, args: argparse.Namespace) -> Outcome:
     ckpt.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-           f"--nproc-per-node={REPLICAS}", "--max-restarts=1000", str(Path(__file__)),
-           "worker", "--ckpt", str(ckpt), "--timeline", str(timeline), "--every",
-           str(args.every), "--step-time", str(args.step_time)]
+           f"--nproc-per-node={REPLICAS[args.workload]}", "--max-restarts=1000",
+           str(Path(__file__)), "worker", "--ckpt", str(ckpt), "--timeline", str(timeline),
+           "--every", str(args.every), "--step-time", str(args.step_time), "--workload",
+           args.workload]
+    if args.workload == "gpt":
+        cmd += ["--data", str(root.parent / "gpt-data")]
     out = Outcome("torchrun --max-restarts", args.duration)
     with (root / "torchrun.log").open("wb") as log:
         agent = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -208,7 +225,7 @@ def run_torchrun(root: Path, args: argparse.Namespace) -> Outcome:
             return True
 
         try:
-            _run_window(out, args.kill_every, kill)
+            _run_window(out, args.kill_every, kill, REPLICAS[args.workload])
         finally:
             _kill_tree(proc)
             agent.wait()
@@ -228,15 +245,22 @@ def _kill_tree(root: psutil.Process) -> None:
 
 
 def _perdure_spec(root: Path, args: argparse.Namespace, timeline: Path) -> Path:
+    command = [
+        "python", str(EXAMPLE / "train.py"), "--epochs", "100000", "--step-time",
+        str(args.step_time), "--log-every", "1000000", "--no-ledger", "--timeline",
+        str(timeline)]
+    if args.workload == "gpt":
+        command = ["python", str(GPT / "train.py"), "--steps", "100000000", "--data",
+                   str(root.parent / "gpt-data"), "--cache", str(root / "cache"), "--timeline",
+                   str(timeline), "--out", str(root / "out")]
     spec = {
         "name": "recovery",
-        "pools": [{"name": "worker", "replicas": REPLICAS, "command": [
-            "python", str(EXAMPLE / "train.py"), "--epochs", "100000", "--step-time",
-            str(args.step_time), "--log-every", "1000000", "--no-ledger", "--timeline",
-            str(timeline)]}],
+        "pools": [{"name": "worker", "replicas": REPLICAS[args.workload], "command": command}],
         "restart": {"max_replica_restarts": 1000, "max_job_retries": 100},
         "checkpoint": {"dir": str(root / "ckpt"), "every_steps": args.every},
     }
+    if args.workload == "gpt":
+        spec["env"] = {"OMP_NUM_THREADS": "1"}
     path = root / "job.yaml"
     path.write_text(yaml.safe_dump(spec))
     cluster = {"backend": "local", "nodes": [{"name": "a", "slots": 2}, {"name": "b", "slots": 2}],
@@ -290,7 +314,7 @@ def run_perdure(root: Path, args: argparse.Namespace, warm_pool: int | None) -> 
             return True
 
         try:
-            _run_window(out, args.kill_every, kill)
+            _run_window(out, args.kill_every, kill, REPLICAS[args.workload])
             out.describe = _describe(base, job)["goodput"]
             out.describe_goodput = out.describe["goodput"]
             subprocess.run([*base, "cancel", job], check=True, capture_output=True)
@@ -320,8 +344,10 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
     base_rec = [r for r in base.recoveries() if r is not None] if base else []
     base_med = statistics.median(base_rec) if base_rec else None
     base_gp = base.productive() / base.duration if base else None
+    extra = f"step time {args.step_time} s + compute" if args.workload == "mlp" else \
+        "examples/gpt, 2 replicas, FSDP2"
     print(f"\n{args.duration:.0f} s per system, a replica SIGKILLed every {args.kill_every:.0f} s,"
-          f" checkpoint every {args.every} steps, step time {args.step_time} s + compute")
+          f" checkpoint every {args.every} steps, {extra}")
     print(f"{'system':<28} {'kills':>5} {'rec. median':>11} {'min':>6} {'max':>6} "
           f"{'x torchrun':>10} {'goodput':>8} {'x torchrun':>10} {'describe':>8} "
           f"{'after 1st':>9} {'step s':>7}")
@@ -369,7 +395,11 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--timeline", required=True)
     for q in (p, w):
         q.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
-        q.add_argument("--step-time", type=float, default=0.02, help="extra seconds per step")
+        q.add_argument("--step-time", type=float, default=0.02,
+                       help="extra seconds per step (mlp only)")
+        q.add_argument("--workload", choices=sorted(REPLICAS), default="mlp",
+                       help="mlp: examples/ddp_mlp, 4 replicas; gpt: examples/gpt (FSDP2), 2")
+    w.add_argument("--data", help="the GPT's token shards")
     p.add_argument("--duration", type=float, default=300.0, help="seconds per system")
     p.add_argument("--kill-every", type=float, default=30.0)
     p.add_argument("--systems", default="torchrun,perdure,perdure-warm2,perdure-cold")
@@ -392,6 +422,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--systems must start with torchrun: every figure is a ratio to it "
                          "(only a --phases profile may leave it out)")
     root = Path(tempfile.mkdtemp(prefix="perdure-bench-recovery-"))
+    if args.workload == "gpt":
+        import recovery_gpt
+
+        recovery_gpt.prepare(root / "gpt-data")
     outcomes = []
     for name in chosen:
         if name not in systems:
@@ -406,19 +440,19 @@ def main(argv: list[str] | None = None) -> None:
             if name.startswith("perdure"):
                 report_phases(outcome, root / name)
     if args.json:
-        write_json(Path(args.json), chosen, outcomes, root, args.phases)
+        write_json(Path(args.json), chosen, outcomes, root, args.phases, args.workload)
     print(f"logs and timelines under {root}")
 
 
 def write_json(path: Path, names: list[str], outcomes: list[Outcome], root: Path,
-               phases: bool) -> None:
+               phases: bool, workload: str = "mlp") -> None:
     import recovery_phases
 
     doc: dict[str, Any] = {}
     for name, o in zip(names, outcomes, strict=True):
         done = [r for r in o.recoveries() if r is not None]
         doc[name] = {
-            "duration": o.duration, "kills": len(o.kills), "recoveries": done,
+            "workload": workload, "duration": o.duration, "kills": len(o.kills), "recoveries": done,
             "recovery_median": statistics.median(done) if done else None,
             "goodput": o.productive() / o.duration, "step_seconds": o.steady_step(),
             # the job's first start: the window's start to its first step's start

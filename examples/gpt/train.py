@@ -62,8 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=None)
     p.add_argument("--step-file", default=None, help="rank 0 appends each finished step here")
     p.add_argument("--timeline", default=None,
-                   help="rank 0 appends a JSON line per step (step, perf_counter, CPU times): "
-                        "what bench/overhead.py measures")
+                   help="rank 0 appends a JSON line per step (pid, step, wall time, step "
+                        "seconds, CPU times): what bench/overhead.py and bench/recovery.py "
+                        "measure")
     p.add_argument("--bare", action="store_true",
                    help="no perdure at all (no checkpoints, vote, goodput): bench/overhead.py's "
                         "baseline")
@@ -147,6 +148,7 @@ class Run:
     def train(self, ctx: perdure.Context | None) -> None:
         stream = self.batches()
         while self.step < self.a.steps:
+            began = time.perf_counter()
             if self.vote is None:
                 loss = self.train_step(next(stream))
                 self.step += 1
@@ -156,16 +158,17 @@ class Run:
                     loss = self.train_step(next(stream))
                     self.step += 1
                     stop = self.vote.poll(ctx is not None and ctx.should_stop)
-            self.after_step(loss, stop, ctx)
+            self.after_step(loss, stop, ctx, time.perf_counter() - began)
 
-    def after_step(self, loss: float, stop: bool, ctx: perdure.Context | None) -> None:
+    def after_step(self, loss: float, stop: bool, ctx: perdure.Context | None,
+                   seconds: float) -> None:
         if self.rank == 0 and self.a.step_file:
             with open(self.a.step_file, "a") as f:
                 f.write(f"{self.step}\n")
         if self.rank == 0 and self.a.timeline:
             with open(self.a.timeline, "a") as f:
-                f.write(json.dumps({"step": self.step, "t": time.perf_counter(),
-                                    "cpu": time.process_time(),
+                f.write(json.dumps({"pid": os.getpid(), "step": self.step, "t": time.time(),
+                                    "s": seconds, "cpu": time.process_time(),
                                     "main": time.thread_time()}) + "\n")
         if self.rank == 0 and self.step % 10 == 0:
             print(f"step {self.step} loss {loss:.4f}", flush=True)

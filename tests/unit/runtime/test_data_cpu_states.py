@@ -87,6 +87,27 @@ def test_restore_puts_back_the_exact_state(path: str, setup: Callable[[], None],
     assert _draws() == expected
 
 
+@pytest.mark.parametrize("setup", _loop_states(), ids=["plain", "cached", "block_end"])
+@pytest.mark.parametrize("value", [0, 123, 2**32 - 1, 2**32, 2**32 + 1, 0x9E3779B97F4A7C15,
+                                   2**64 - 1])
+def test_seed_generators_makes_the_states_of_seed_cpu_generators(
+        path: str, setup: Callable[[], None], value: int) -> None:
+    """The fast seeding (NumPy's key copied from Python's) leaves all three generators exactly
+    as seed_cpu_generators does, whatever state they were in (a cached Gaussian included)."""
+    seed_cpu_generators(value)
+    want_state, want_draws = _legacy_state(), _draws()
+    setup()
+    cpu_states.seed_generators(value)
+    assert _legacy_state() == want_state
+    assert _draws() == want_draws
+
+
+def test_seed_generators_checks_its_seed() -> None:
+    for bad, error in ((-1, ValueError), (2**64, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error):
+            cpu_states.seed_generators(bad)  # type: ignore[arg-type]
+
+
 def test_isolated_seed_seeds_as_seed_cpu_generators_and_leaves_the_loop_alone(path: str) -> None:
     seed_cpu_generators(123)
     expected_inside = _draws()

@@ -25,6 +25,15 @@ NumPy's own `standard_normal()`:
 Both raw layouts are checked against `getstate()` / `get_state()` on first use; where one does
 not match (another Python or NumPy, another bit generator) its swaps take the `getstate` /
 `setstate` path, which is exact and only slower.
+
+`seed_generators` seeds the three as `perdure.runtime.rng.seed_cpu_generators` does, to the
+same states. For a seed of two 32-bit words (every derived batch seed) NumPy's
+`np.random.seed([lo, hi])` is the costly part: its argument checks and array conversions
+took ~50 us between training steps (bench/overhead.py, the data region), while
+`random.seed(seed)` runs the very same MT19937 `init_by_array` over the same words [lo, hi]
+(CPython splits an int into 32-bit words, low first) and leaves the same 624-word key with
+the position at 624. So NumPy's state is copied from Python's and its cached Gaussian
+cleared, as a `restore` does.
 """
 
 from __future__ import annotations
@@ -38,9 +47,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["CpuState", "capture", "restore"]
+from perdure.runtime.rng import seed_cpu_generators
+
+__all__ = ["CpuState", "capture", "restore", "seed_generators"]
 
 _KEY_WORDS = 624
+_SEEDED_POS = struct.pack("<i", _KEY_WORDS)  # init_by_array leaves the key fully unused
+_TWO_WORDS, _SEED_LIMIT = 1 << 32, 1 << 64
 _RAW_BYTES = _KEY_WORDS * 4 + 4  # uint32 key[624], then int pos
 _PY_HEADER = 16  # CPython's PyObject_HEAD on 64-bit builds: refcount, type
 _PY_BYTES = 4 + _KEY_WORDS * 4  # RandomObject: int index, then uint32 state[624]
@@ -199,3 +212,17 @@ def restore(state: CpuState) -> None:
     _restore_python(state.python)
     _restore_numpy(state.numpy)
     torch.set_rng_state(state.torch)
+
+
+def seed_generators(value: int) -> None:
+    """Seed Python's, NumPy's and torch's CPU generators exactly as `seed_cpu_generators(value)`
+    does; NumPy's, for seeds of two words, by copying the key Python's seeding just made."""
+    python, numpy_view = _py_raw.current(), _raw.current()
+    two_words = isinstance(value, int) and not isinstance(value, bool) \
+        and _TWO_WORDS <= value < _SEED_LIMIT
+    if python is None or numpy_view is None or not two_words:
+        seed_cpu_generators(value)  # one word: NumPy seeds differently (and fast); checks
+        return
+    random.seed(value)
+    _restore_numpy(_NumpyState(bytes(python[4:]) + _SEEDED_POS, 0, 0.0))
+    torch.default_generator.manual_seed(value)
