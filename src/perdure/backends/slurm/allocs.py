@@ -51,6 +51,7 @@ class Alloc:
     ran: bool = False  # it has been RUNNING
     ending: bool = False  # cancelled by perdure, or ended: takes no more launches
     noticed: bool = False  # its preemption or time-limit notice was passed on
+    told: str = ""  # the queue reason last passed on to the controller ("": none, or it ran)
     agents: dict[str, float] = field(default_factory=dict)  # node -> when its step started
     idle_since: float | None = None
     cpus: int = 1

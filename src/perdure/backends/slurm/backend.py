@@ -40,6 +40,7 @@ from perdure.core.events import (
     Command,
     Launch,
     LaunchFailed,
+    LaunchQueued,
     Observation,
     ReplicaExited,
     Stop,
@@ -237,15 +238,27 @@ class SlurmBackend(AgentLinks):
                 if not alloc.ran:
                     alloc.ran = True
                     self._start_agents(alloc)
+                    self._queued(alloc, "", out)
                 if info.comment in slurmcmd.NOTICES:
                     self._notice(alloc, info.comment, out)
-            elif state != "PENDING":
+            elif state == "PENDING":
+                if alloc.reason not in ("", "None") and alloc.reason != alloc.told:
+                    self._queued(alloc, alloc.reason, out)
+            else:
                 self._ended(alloc, state, out)
         if changed:
             self._save()
             for alloc in self._allocs:
                 self._log(f"{alloc.job_id} attempt {alloc.attempt}: {alloc.describe()} "
                           f"on {','.join(alloc.nodes)}")
+
+    def _queued(self, alloc: al.Alloc, reason: str, out: list[Observation]) -> None:
+        """Tell the controller that `alloc`'s launches wait in Slurm's queue for `reason`
+        (the job shows QUEUED with it), or, with "", that the allocation started."""
+        alloc.told = reason
+        for tracked in [t for t in self._active.values() if t.alloc is alloc]:
+            out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(), "Slurm",
+                                    f"Slurm job {alloc.slurm_id}"))
 
     def _log(self, line: str) -> None:
         """One line of what Slurm did to the allocations (<state>/slurm/slurm.log)."""
