@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +132,27 @@ def test_queue_wait_is_queued_with_slurm_reason(slurm_perdure: SlurmPerdure) -> 
     finally:
         controller.send_signal(signal.SIGINT)
         controller.communicate(timeout=60)
+
+
+@pytest.mark.timeout(240)
+def test_the_log_cap_holds_on_the_node_and_on_the_login_node(
+        slurm_perdure: SlurmPerdure) -> None:
+    """$PERDURE_LOG_MAX_MB of the controller reaches the replica's supervisor on its node:
+    a replica that prints 6 MiB leaves a log of at most the cap, its tail kept."""
+    p = slurm_perdure
+    loud = ("import sys\nfor i in range(6 * 1024):\n    sys.stdout.write(f'line {i:06d} ' + "
+            "'x' * 1000 + '\\n')\nprint('the end', flush=True)")
+    spec = p.spec("loud", replicas=1, command=["python", "-c", loud])
+    cluster = str(p.slurm_cluster({"b": 2}))
+    r = subprocess.run([*p.base(), "run", str(spec), "--cluster", cluster], capture_output=True,
+                       text=True, timeout=180, env={**p.slurm.env, "PERDURE_LOG_MAX_MB": "1"})
+    assert "SUCCEEDED" in r.stdout, r.stdout + r.stderr
+    out = p.cli("logs", "loud", "--replica", "worker-0", "--stdout").stdout
+    assert "the end" in out and "earlier bytes of this log were dropped" in out, out[:300]
+    assert len(out.encode()) <= (1 << 20) + 4096, len(out)
+    (record,) = [json.loads(f.read_text()) for f in p.state.glob("launches/loud-*/launch.json")]
+    assert record["log_max_bytes"] == 1 << 20, record  # what the node's supervisor applies
+    on_node = Path(tempfile.gettempdir(), "perdure-slurm", f"{record['slurm_job']}-b",
+                   "launches", record["launch_id"], "stdout.log")
+    if on_node.exists():  # the hosts share this machine's /tmp (a real node's is its own)
+        assert on_node.stat().st_size <= (1 << 20) + 4096, on_node.stat().st_size

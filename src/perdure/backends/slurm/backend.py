@@ -22,13 +22,14 @@ allocation that ends otherwise (scancel from outside) a `cancel`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import time
 
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import layout, warm
+from perdure.backends.local import layout, logcap, warm
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
@@ -65,8 +66,9 @@ class SlurmBackend(AgentLinks):
         layout.private_dirs(self.dir)
         os.makedirs(os.path.join(self.state_dir, layout.LAUNCHES), exist_ok=True)
         self.prefix = al.name_prefix(self.state_dir)
-        self._configured = [NodeInfo(n.name, n.slots) for n in cluster.nodes]
+        self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
+        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self.hub: Hub | None = None
         self._transport: LaunchTransport | None = None
         self._allocs: list[al.Alloc] = []
@@ -105,11 +107,12 @@ class SlurmBackend(AgentLinks):
         self._attach()
         found = {n.name: n for n in slurmcmd.nodes(self.spec.partition)}
         self._addresses.update({n.name: n.address for n in found.values()})
-        if self._configured:
-            return [NodeInfo(n.name, n.slots, self._addresses.get(n.name))
+        if self._configured:  # GPUs the file leaves out are Slurm's count (its gres)
+            return [NodeInfo(n.name, n.slots, self._addresses.get(n.name),
+                             n.gpus if n.gpus is not None else _gpus(found.get(n.name)))
                     for n in self._configured]
-        return [NodeInfo(n.name, n.cpus, n.address) for n in sorted(found.values(),
-                                                                     key=lambda n: n.name)]
+        return [NodeInfo(n.name, n.cpus, n.address, n.gpus)
+                for n in sorted(found.values(), key=lambda n: n.name)]
 
     # ---- launch and stop --------------------------------------------------------------------
 
@@ -123,8 +126,7 @@ class SlurmBackend(AgentLinks):
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
                               "launch needs a new id")
         env = self._transport.env(launch)  # the relay: rounds, reports, errors, notices
-        launch = Launch(launch.launch_id, launch.job_id, launch.replica, launch.node,
-                        launch.command, env, launch.cwd, launch.memory_mb, launch.log_prefix)
+        launch = dataclasses.replace(launch, env=env)
         alloc = self._alloc_for(launch)
         mirror.write_record(layout.LAUNCH, {
             "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
@@ -206,6 +208,8 @@ class SlurmBackend(AgentLinks):
                 continue
             per_node = [sum(t.launch.node == n for t in launches) for n in alloc.nodes]
             alloc.cpus = max(per_node)
+            alloc.gpus = max(sum(t.launch.gpus for t in launches if t.launch.node == n)
+                             for n in alloc.nodes)
             grace = float(launches[0].launch.env.get("PERDURE_GRACE_SECONDS", "30"))
             try:
                 al.submit(alloc, self.spec, self.prefix, int(grace) + WARNING_MARGIN)
@@ -316,7 +320,8 @@ class SlurmBackend(AgentLinks):
             record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
                       "replica": launch.replica, "node": launch.node,
                       "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                      "memory_mb": launch.memory_mb}
+                      "memory_mb": launch.memory_mb, "gpus": launch.gpus,
+                      "log_max_bytes": self._log_max_bytes}
             if not agent.send({"op": "launch", "record": record}):
                 continue  # its connection just ended: the node's loss follows
             tracked.dispatched = True
@@ -387,7 +392,7 @@ class SlurmBackend(AgentLinks):
             launch = Launch(lid, str(record["job_id"]), str(record["replica"]),
                             str(record["node"]), tuple(record["command"]), dict(record["env"]),
                             str(record["cwd"]), record.get("memory_mb"),
-                            str(record["log_prefix"]))
+                            str(record["log_prefix"]), int(record.get("gpus") or 0))
             self._active[lid] = Tracked(launch, alloc, Mirror(self.state_dir, lid,
                                                                launch.log_prefix),
                                          dispatched=True)
@@ -405,3 +410,6 @@ class SlurmBackend(AgentLinks):
         if self._transport is not None:
             self._transport.close()
 
+
+def _gpus(node: slurmcmd.SlurmNode | None) -> int:
+    return node.gpus if node is not None else 0
