@@ -11,7 +11,7 @@ import signal
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from perdure.core import admission, elastic
+from perdure.core import admission, elastic, spares
 from perdure.core.commands import COMMANDS
 from perdure.core.events import (
     QUEUED_IN_BACKEND,
@@ -142,8 +142,10 @@ class _Decider(Tick):
 
     def outcome(self) -> Outcome:
         for i in self.changed:  # cached slot usage may be stale after this tick's changes
-            self.jobs[i].__dict__.pop("usage", None)
-            self.jobs[i].__dict__.pop("gpu_usage", None)
+            job = self.jobs[i]
+            job.__dict__.pop("usage", None)
+            job.__dict__.pop("gpu_usage", None)
+            self.decisions.extend(spares.holds(self.snap.jobs.get(i), job))
         snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index())
         return Outcome(snap, self.decisions, self.events, frozenset(self.changed),
                        self.nodes_changed)

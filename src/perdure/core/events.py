@@ -194,4 +194,16 @@ class Rendezvous:
     time: float
 
 
-Decision = Launch | Stop | KillNode | Rendezvous
+@dataclass(frozen=True)
+class HoldNodes:
+    """The spare nodes (`spares: K`) an attempt of a job holds now, all of them (empty: none,
+    the attempt ended). A backend that allocates nodes from a scheduler of its own (Slurm)
+    keeps them in the attempt's allocation, so a lost node's replicas are launched on one
+    without a new queue wait; the others need nothing (the core counts them as used)."""
+
+    job_id: str
+    attempt: int
+    nodes: tuple[str, ...]
+
+
+Decision = Launch | Stop | KillNode | Rendezvous | HoldNodes

@@ -56,6 +56,7 @@ class Alloc:
     idle_since: float | None = None
     cpus: int = 1
     gpus: int = 0  # per node, for the node agent's step (its replicas take theirs from them)
+    warning: int = 40  # seconds before the time limit that Slurm warns the holder (USR1)
 
     @property
     def running(self) -> bool:
@@ -79,6 +80,7 @@ def slurm_env(secret: str | None = None) -> dict[str, str]:
 def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, warning: int) -> None:
     alloc.slurm_id = slurmcmd.submit(spec, f"{prefix}{alloc.job_id}.{alloc.attempt}",
                                      alloc.nodes, alloc.cpus, warning, alloc.gpus)
+    alloc.warning = warning
     alloc.state = "PENDING"
 
 

@@ -39,6 +39,7 @@ from perdure.backends.slurm.links import AgentLinks
 from perdure.backends.slurm.reports import Tracked
 from perdure.core.events import (
     Command,
+    HoldNodes,
     Launch,
     LaunchFailed,
     LaunchQueued,
@@ -80,6 +81,7 @@ class SlurmBackend(AgentLinks):
         self._addresses: dict[str, str] = {}
         self._ports: dict[tuple[str, str], str] = {}
         self._pending: list[Observation] = []
+        self._spares: dict[tuple[str, str], set[str]] = {}  # (job, attempt) -> spare nodes
         self._next_squeue = self._next_sinfo = 0.0
 
     # ---- attach -----------------------------------------------------------------------------
@@ -150,6 +152,32 @@ class SlurmBackend(AgentLinks):
         self._allocs.append(alloc)
         return alloc
 
+    def hold_nodes(self, hold: HoldNodes) -> None:
+        """The spare nodes `hold.job_id`'s attempt holds: kept in its allocation (a further
+        one when that was already submitted) with an agent and warm pool each, so a lost
+        node's replicas launch on one at once, no new queue wait. An allocation that holds
+        neither a launch nor a spare is given back (`_release`)."""
+        self._attach()
+        key = (hold.job_id, str(hold.attempt))
+        self._spares[key] = set(hold.nodes)
+        if not hold.nodes:
+            del self._spares[key]
+            return
+        mine = [a for a in self._allocs if (a.job_id, a.attempt) == key and not a.ending]
+        new = [n for n in hold.nodes if not any(n in a.nodes for a in mine)]
+        if not new:
+            return
+        unsubmitted = next((a for a in mine if not a.slurm_id), None)
+        if unsubmitted is not None:
+            unsubmitted.nodes.extend(new)
+            return
+        like = mine[0] if mine else al.Alloc(*key, [])
+        self._allocs.append(al.Alloc(*key, new, cpus=like.cpus, gpus=like.gpus,
+                                     warning=like.warning))
+
+    def _holds_spare(self, alloc: al.Alloc) -> bool:
+        return bool(self._spares.get((alloc.job_id, alloc.attempt), set()) & set(alloc.nodes))
+
     def stop(self, stop: Stop) -> None:
         tracked = self._active.get(stop.launch_id)
         if tracked is None:
@@ -203,16 +231,17 @@ class SlurmBackend(AgentLinks):
             if alloc.slurm_id or alloc.ending:
                 continue
             launches = [t for t in self._active.values() if t.alloc is alloc]
-            if not launches:
+            if not launches and not self._holds_spare(alloc):
                 alloc.ending = True
                 continue
-            per_node = [sum(t.launch.node == n for t in launches) for n in alloc.nodes]
-            alloc.cpus = max(per_node)
-            alloc.gpus = max(sum(t.launch.gpus for t in launches if t.launch.node == n)
-                             for n in alloc.nodes)
-            grace = float(launches[0].launch.env.get("PERDURE_GRACE_SECONDS", "30"))
+            if launches:  # else spares alone: sized as the attempt's first allocation
+                alloc.cpus = max(sum(t.launch.node == n for t in launches) for n in alloc.nodes)
+                alloc.gpus = max(sum(t.launch.gpus for t in launches if t.launch.node == n)
+                                 for n in alloc.nodes)
+                grace = float(launches[0].launch.env.get("PERDURE_GRACE_SECONDS", "30"))
+                alloc.warning = int(grace) + WARNING_MARGIN
             try:
-                al.submit(alloc, self.spec, self.prefix, int(grace) + WARNING_MARGIN)
+                al.submit(alloc, self.spec, self.prefix, alloc.warning)
             except slurmcmd.SlurmError as err:
                 alloc.ending = True
                 for t in launches:
@@ -353,7 +382,8 @@ class SlurmBackend(AgentLinks):
         """Give back allocations that hold no launch (after RELEASE_SECONDS: a restart's new
         launches come within milliseconds of the old ones' exits)."""
         for alloc in list(self._allocs):
-            if not alloc.slurm_id or any(t.alloc is alloc for t in self._active.values()):
+            if not alloc.slurm_id or self._holds_spare(alloc) or any(
+                    t.alloc is alloc for t in self._active.values()):
                 alloc.idle_since = None
                 continue
             if alloc.idle_since is None:
@@ -402,7 +432,8 @@ class SlurmBackend(AgentLinks):
         """Stop watching: allocations with launches, their agents and replicas run on (a
         restart re-attaches); allocations that hold none are given back now."""
         for alloc in self._allocs:
-            if alloc.slurm_id and not any(t.alloc is alloc for t in self._active.values()):
+            if alloc.slurm_id and not self._holds_spare(alloc) and not any(
+                    t.alloc is alloc for t in self._active.values()):
                 with contextlib.suppress(slurmcmd.SlurmError):
                     slurmcmd.cancel(alloc.slurm_id)
         if self.hub is not None:
