@@ -34,15 +34,14 @@ from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm import slurmcmd
+from perdure.backends.slurm.holds import AllocHolds
 from perdure.backends.slurm.hub import Agent, Hub, load_secret
 from perdure.backends.slurm.links import AgentLinks
 from perdure.backends.slurm.reports import Tracked
 from perdure.core.events import (
     Command,
-    HoldNodes,
     Launch,
     LaunchFailed,
-    LaunchQueued,
     Observation,
     ReplicaExited,
     Stop,
@@ -57,7 +56,7 @@ WARNING_MARGIN = 10  # seconds added to the grace for the time limit's warning
 ADDRESS_ENV = "PERDURE_SLURM_ADDRESS"  # the address agents reach this controller at
 
 
-class SlurmBackend(AgentLinks):
+class SlurmBackend(AgentLinks, AllocHolds):
     """Replicas as job steps of per-attempt Slurm allocations (see the module docstring)."""
 
     def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
@@ -151,32 +150,6 @@ class SlurmBackend(AgentLinks):
         alloc = al.Alloc(launch.job_id, attempt, [launch.node])
         self._allocs.append(alloc)
         return alloc
-
-    def hold_nodes(self, hold: HoldNodes) -> None:
-        """The spare nodes `hold.job_id`'s attempt holds: kept in its allocation (a further
-        one when that was already submitted) with an agent and warm pool each, so a lost
-        node's replicas launch on one at once, no new queue wait. An allocation that holds
-        neither a launch nor a spare is given back (`_release`)."""
-        self._attach()
-        key = (hold.job_id, str(hold.attempt))
-        self._spares[key] = set(hold.nodes)
-        if not hold.nodes:
-            del self._spares[key]
-            return
-        mine = [a for a in self._allocs if (a.job_id, a.attempt) == key and not a.ending]
-        new = [n for n in hold.nodes if not any(n in a.nodes for a in mine)]
-        if not new:
-            return
-        unsubmitted = next((a for a in mine if not a.slurm_id), None)
-        if unsubmitted is not None:
-            unsubmitted.nodes.extend(new)
-            return
-        like = mine[0] if mine else al.Alloc(*key, [])
-        self._allocs.append(al.Alloc(*key, new, cpus=like.cpus, gpus=like.gpus,
-                                     warning=like.warning))
-
-    def _holds_spare(self, alloc: al.Alloc) -> bool:
-        return bool(self._spares.get((alloc.job_id, alloc.attempt), set()) & set(alloc.nodes))
 
     def stop(self, stop: Stop) -> None:
         tracked = self._active.get(stop.launch_id)
@@ -284,14 +257,6 @@ class SlurmBackend(AgentLinks):
             for alloc in self._allocs:
                 self._log(f"{alloc.job_id} attempt {alloc.attempt}: {alloc.describe()} "
                           f"on {','.join(alloc.nodes)}")
-
-    def _queued(self, alloc: al.Alloc, reason: str, out: list[Observation]) -> None:
-        """Tell the controller that `alloc`'s launches wait in Slurm's queue for `reason`
-        (the job shows QUEUED with it), or, with "", that the allocation started."""
-        alloc.told = reason
-        for tracked in [t for t in self._active.values() if t.alloc is alloc]:
-            out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(), "Slurm",
-                                    f"Slurm job {alloc.slurm_id}"))
 
     def _log(self, line: str) -> None:
         """One line of what Slurm did to the allocations (<state>/slurm/slurm.log)."""
