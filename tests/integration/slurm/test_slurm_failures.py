@@ -86,6 +86,9 @@ def test_preempted_by_the_urgent_partition_suspends_and_resumes_bit_identical(
         assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-20:])
         messages = [e["message"] for e in d["events"]]
         assert any(m.startswith("SUSPENDED") for m in messages), messages
+        # the next attempt's allocation waited behind the urgent job: QUEUED, Slurm's reason
+        assert any(m.startswith("QUEUED: waiting in the backend's queue: Slurm: ")
+                   for m in messages), messages
         assert final_sha(p, "bumped") == local_sha
         assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
     finally:
