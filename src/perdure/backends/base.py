@@ -110,6 +110,9 @@ class Backend(Protocol):
         """Chaos: SIGKILL every replica on `node` at once (its exits come through poll)."""
         ...
 
+    # Optional: `hold_nodes(HoldNodes)`, the spare nodes a job's attempt holds now, for a
+    # backend that must allocate them (Slurm); the controller calls it only where defined.
+
     def close(self) -> None:
         """Stop watching (replicas keep running: a controller restart adopts them)."""
         ...

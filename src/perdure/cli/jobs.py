@@ -278,7 +278,8 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
         g = goodput(reader, job, store.events(job.id))
         r.update({"step": jobview.step(g, job), "total_steps": g.total_steps,
                   "goodput": g.goodput, "goodput_status": g.status,
-                  "running_seconds": g.running, **jobview.errors_json(job)})
+                  "running_seconds": g.running, **jobview.errors_json(job),
+                  "queue_reason": jobview.queue_reason(job)})
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -288,7 +289,8 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
     table = Table("ID", "NAME", "STATE", "ATTEMPT", "QUEUE", "PRIORITY", "STEP", "GOODPUT",
                   "AGE", "DURATION", "ERROR", box=None)
     for r in rows:
-        table.add_row(r["id"], r["name"], r["state"], str(r["attempt"]), r["queue"],
+        state = f"{r['state']} ({r['queue_reason']})" if r.get("queue_reason") else r["state"]
+        table.add_row(r["id"], r["name"], state, str(r["attempt"]), r["queue"],
                       str(r["priority"]), jobview.step_text(r.get("step"), r.get("total_steps")),
                       r.get("goodput_status", "-"), jobview.duration(now - r["created"]),
                       jobview.duration(r.get("running_seconds")), _ls_error(r))
@@ -314,6 +316,7 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
         "id": job.id,
         "name": job.name,
         "state": job.state.value,
+        "queue_reason": jobview.queue_reason(job),
         "queue": job.spec.queue,
         "priority": job.priority,
         "attempt": job.attempt,
@@ -365,6 +368,8 @@ def describe(
     typer.echo(f"Job {d['id']} ({d['name']})  state {d['state']}  attempt {d['attempt']}  "
                f"step {jobview.step_text(d['step'], d['total_steps'])}  "
                f"queue {d['queue']}  priority {d['priority']}")
+    if d["queue_reason"]:
+        typer.echo(f"Waiting in the backend's queue: {d['queue_reason']}")
     line = jobview.error_line(d)
     if line:
         typer.echo(line)

@@ -28,6 +28,11 @@ def errors_json(job: Job) -> dict[str, Any]:
     return {"error": None, "last_failure": {**job.error.to_json(), "recovered": True}}
 
 
+def queue_reason(job: Job) -> str | None:
+    """Why a QUEUED job waits in the backend's own queue (Slurm's reason), else None."""
+    return job.backend_queue if job.in_backend_queue else None
+
+
 def error_line(d: dict[str, Any]) -> str | None:
     """The describe line for `errors_json`'s output, or None."""
     if d.get("error"):

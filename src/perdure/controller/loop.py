@@ -26,6 +26,7 @@ from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
     Command,
     Decision,
+    HoldNodes,
     KillNode,
     Launch,
     LaunchFailed,
@@ -129,6 +130,9 @@ class Controller:
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
         self.pending.extend(self._adopt([r.launch_id for r in alive if r.launch_id]))
+        for job in jobs.values():  # the spares its attempt holds (a Slurm allocation's nodes)
+            if job.spares:
+                self._apply(HoldNodes(job.id, job.attempt, tuple(sorted(job.spares))))
         now = self.clock()
         for job in jobs.values():  # in the job's history: the replicas outlived a controller
             running = [r.name for r in job.replicas if r.alive and r.launch_id]
@@ -367,6 +371,10 @@ class Controller:
             self.backend.kill_node(d.node)
         elif isinstance(d, Rendezvous):
             publish_round(Path(self.settings.state_dir), d)
+        elif isinstance(d, HoldNodes):
+            hold = getattr(self.backend, "hold_nodes", None)  # only Slurm's holds nodes
+            if hold is not None:
+                hold(d)
 
     def idle(self) -> bool:
         return not self.snapshot.jobs and not self.pending

@@ -31,7 +31,7 @@ def _cancel(t: Tick, c: Command) -> None:
         return
     # The job's error from now on: not a failure it recovered from earlier.
     job.error = JobError(ErrorCode.CANCELLED, CANCELLED_MESSAGE)
-    if job.state in (JobState.QUEUED, JobState.SUSPENDED):
+    if job.awaiting_admission or job.state is JobState.SUSPENDED:
         job.state = JobState.CANCELLED
         t.event(job, "state", f"CANCELLED: {CANCELLED_MESSAGE}")
         t.active = True
@@ -50,10 +50,10 @@ def _preempt(t: Tick, c: Command) -> None:
 
 def suspend(t: Tick, job: Job, c: Command, why: str) -> None:
     job.hold = c.hold
-    if job.state is JobState.QUEUED and c.hold:
+    if job.awaiting_admission and c.hold:
         job.state = JobState.SUSPENDED
         t.event(job, "state", "SUSPENDED: held before it started; `perdure resume` releases it")
-    elif job.state in (JobState.PENDING, JobState.RUNNING):
+    elif job.state in (JobState.PENDING, JobState.RUNNING) or job.in_backend_queue:
         job.state = JobState.SUSPENDING
         grace = job.spec.preemption.grace_seconds
         t.event(job, "state", f"SUSPENDING: {why}, grace {grace:g}s"

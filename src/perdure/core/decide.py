@@ -11,13 +11,15 @@ import signal
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from perdure.core import admission, elastic
+from perdure.core import admission, elastic, spares
 from perdure.core.commands import COMMANDS
 from perdure.core.events import (
+    QUEUED_IN_BACKEND,
     Command,
     Decision,
     Hung,
     LaunchFailed,
+    LaunchQueued,
     Observation,
     ReplicaExited,
     ReplicaProgress,
@@ -140,8 +142,10 @@ class _Decider(Tick):
 
     def outcome(self) -> Outcome:
         for i in self.changed:  # cached slot usage may be stale after this tick's changes
-            self.jobs[i].__dict__.pop("usage", None)
-            self.jobs[i].__dict__.pop("gpu_usage", None)
+            job = self.jobs[i]
+            job.__dict__.pop("usage", None)
+            job.__dict__.pop("gpu_usage", None)
+            self.decisions.extend(spares.holds(self.snap.jobs.get(i), job))
         snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index())
         return Outcome(snap, self.decisions, self.events, frozenset(self.changed),
                        self.nodes_changed)
@@ -162,6 +166,8 @@ class _Decider(Tick):
             self.exited(job, r, obs)
         elif isinstance(obs, LaunchFailed):
             self.launch_failed(job, r, obs)
+        elif isinstance(obs, LaunchQueued):
+            self.queued(job, r, obs)
         elif isinstance(obs, ReplicaProgress):
             job.step = obs.step
             for note in obs.notes:
@@ -203,9 +209,34 @@ class _Decider(Tick):
         verdict, reason = escalate(hang_verdict(obs.message), r.restarts, job.retries, job.spec)
         self.apply(job, r, verdict, f"{r.name} hung: {reason}")
 
+    def queued(self, job: Job, r: Replica, obs: LaunchQueued) -> None:
+        """A launch waits in the backend's own queue (QUEUED, with its reason there), or left
+        it (PENDING again: its process is starting)."""
+        if r.state is not ReplicaState.STARTING or job.after_stop is not None:
+            return
+        if not obs.reason:
+            self.dequeued(job, f"{obs.where} started {obs.detail or 'its allocation'}")
+            return
+        reason = f"{obs.where}: {obs.reason}" + (f" ({obs.detail})" if obs.detail else "")
+        if job.in_backend_queue and job.backend_queue == reason:
+            return
+        if not job.in_backend_queue and (job.state is not JobState.PENDING or any(
+                x.state is ReplicaState.RUNNING for x in job.replicas)):
+            # Others run (a replacement's own wait): the job is not queued, the replica is.
+            self.event(job, "waiting", f"{r.name} waits in the backend's queue: {reason}")
+            return
+        job.state, job.backend_queue = JobState.QUEUED, reason
+        self.event(job, "state", f"{QUEUED_IN_BACKEND} {reason}")
+
+    def dequeued(self, job: Job, why: str) -> None:
+        if job.in_backend_queue:
+            job.state, job.backend_queue = JobState.PENDING, ""
+            self.event(job, "state", f"PENDING: {why}; replicas starting")
+
     def started(self, job: Job, r: Replica) -> None:
         if r.state is ReplicaState.STARTING:
             r.state = ReplicaState.RUNNING
+        self.dequeued(job, "a replica started")
         self._unsettled[job.id] = job
 
     def exited(self, job: Job, r: Replica, obs: ReplicaExited) -> None:

@@ -59,6 +59,25 @@ class LaunchFailed:
     user_error: bool = False
 
 
+# How the state event of a job whose launches wait in the backend's own queue begins (that
+# QUEUED is no attempt's end: the attempt is admitted and its launches made)
+QUEUED_IN_BACKEND = "QUEUED: waiting in the backend's queue:"
+
+
+@dataclass(frozen=True)
+class LaunchQueued:
+    """The launch waits in the queue of the backend's own scheduler (a Slurm allocation
+    pending), for `reason` in that scheduler's words (Resources, Priority); an empty `reason`:
+    it left that queue (its allocation started) and its process is starting. `where` names
+    the scheduler, `detail` its own handle (e.g. "Slurm job 12")."""
+
+    launch_id: str
+    reason: str
+    time: float
+    where: str = "the backend"
+    detail: str = ""
+
+
 @dataclass(frozen=True)
 class ReplicaProgress:
     """A replica reported training progress (step) through the runtime.
@@ -112,8 +131,8 @@ class Command:
     hold: bool = False  # preempt: stay SUSPENDED until resumed
 
 
-Observation = (ReplicaStarted | ReplicaExited | LaunchFailed | ReplicaProgress | Hung
-               | Command)
+Observation = (ReplicaStarted | ReplicaExited | LaunchFailed | LaunchQueued | ReplicaProgress
+               | Hung | Command)
 
 
 # ---- decisions ------------------------------------------------------------------------------
@@ -177,4 +196,16 @@ class Rendezvous:
     time: float
 
 
-Decision = Launch | Stop | KillNode | Rendezvous
+@dataclass(frozen=True)
+class HoldNodes:
+    """The spare nodes (`spares: K`) an attempt of a job holds now, all of them (empty: none,
+    the attempt ended). A backend that allocates nodes from a scheduler of its own (Slurm)
+    keeps them in the attempt's allocation, so a lost node's replicas are launched on one
+    without a new queue wait; the others need nothing (the core counts them as used)."""
+
+    job_id: str
+    attempt: int
+    nodes: tuple[str, ...]
+
+
+Decision = Launch | Stop | KillNode | Rendezvous | HoldNodes

@@ -111,6 +111,9 @@ class Job:
     blamed: str | None = None
     round_began: float | None = None
     spares: dict[str, int] = field(default_factory=dict)  # spare nodes held: node -> slots
+    # While QUEUED in the backend's own scheduler (launches made, a Slurm allocation
+    # pending): its reason there, e.g. "Slurm: Resources (Slurm job 12)". See `in_backend_queue`.
+    backend_queue: str = ""
 
     @property
     def name(self) -> str:
@@ -132,6 +135,22 @@ class Job:
     def elastic(self) -> bool:
         """Whether the spec lets the job run on fewer replicas (some pool has min_replicas)."""
         return any(p.min_replicas is not None for p in self.spec.pools)
+
+    @property
+    def in_backend_queue(self) -> bool:
+        """QUEUED after admission: its launches wait in the backend's own queue (a Slurm
+        allocation pending). It holds its slots and quota and is stopped like a PENDING
+        job; the scheduler does not admit it again."""
+        return self.state is JobState.QUEUED and bool(self.backend_queue)
+
+    @property
+    def awaiting_admission(self) -> bool:
+        """QUEUED for perdure's own scheduler (quota and capacity)."""
+        return self.state is JobState.QUEUED and not self.backend_queue
+
+    @property
+    def holds_capacity(self) -> bool:
+        return self.state.holds_capacity or self.in_backend_queue
 
     @property
     def min_members(self) -> int:
@@ -179,7 +198,7 @@ class Job:
     def used_gpus(self) -> dict[str, list[int]]:
         """GPU indices held on each node by replicas that may still have a process."""
         used: dict[str, list[int]] = {}
-        if self.state is JobState.QUEUED or self.state is JobState.SUSPENDED:
+        if self.awaiting_admission or self.state is JobState.SUSPENDED:
             return used
         for r in self.replicas:
             if r.node is not None and r.devices and r.state in _ALIVE:
@@ -189,7 +208,7 @@ class Job:
     def used_slots(self) -> dict[str, int]:
         """Slots held on each node by replicas that may still have a process."""
         used: dict[str, int] = {}
-        if self.state is JobState.QUEUED or self.state is JobState.SUSPENDED:
+        if self.awaiting_admission or self.state is JobState.SUSPENDED:
             return used  # nothing of a queued job runs
         for r in self.replicas:
             if r.node is not None and r.state in _ALIVE:

@@ -12,7 +12,6 @@ import heapq
 from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
-from perdure.core.states import JobState
 from perdure.core.text import plural
 
 
@@ -33,9 +32,9 @@ class Capacity:
         self.queue_used: dict[str, int] = {q: 0 for q in quotas}
         self.gpus_used: dict[str, set[int]] = {}
         for job in jobs:
-            if job.state is JobState.QUEUED:
+            if job.awaiting_admission:
                 continue
-            if job.state.holds_capacity:
+            if job.holds_capacity:
                 self.queue_used[job.spec.queue] = self.queue_used.get(job.spec.queue, 0) + job.slots
             for node, slots in job.usage.items():
                 self.node_used[node] = self.node_used.get(node, 0) + slots

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from perdure.core.events import HoldNodes
 from perdure.core.model import Job, Replica
 from perdure.core.scheduler import Capacity
 from perdure.core.states import JobState
@@ -75,3 +76,18 @@ def seek(t: Tick, cap: Capacity, jobs: Iterable[Job]) -> None:
             cap.node_used[node] = slots
             cap.free -= slots
             t.event(job, "spare", f"holding spare node {node} ({len(job.spares)} of {want})")
+
+
+def holds(before: Job | None, job: Job) -> list[HoldNodes]:
+    """What the backend must be told of `job`'s spares after a tick that changed it: the
+    nodes its attempt holds, when they changed (an ended attempt's are let go)."""
+    if before is None:
+        return []
+    if before.attempt != job.attempt:
+        out = [HoldNodes(job.id, before.attempt, ())] if before.spares else []
+        if job.spares:
+            out.append(HoldNodes(job.id, job.attempt, tuple(sorted(job.spares))))
+        return out
+    if before.spares.keys() != job.spares.keys():
+        return [HoldNodes(job.id, job.attempt, tuple(sorted(job.spares)))]
+    return []

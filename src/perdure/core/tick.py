@@ -28,7 +28,7 @@ class JobIndex:
     @staticmethod
     def of(jobs: Mapping[str, Job]) -> JobIndex:
         return JobIndex(
-            frozenset(i for i, j in jobs.items() if j.state is JobState.QUEUED),
+            frozenset(i for i, j in jobs.items() if j.awaiting_admission),
             frozenset(i for i, j in jobs.items() if needs_placement(j)),
         )
 
@@ -36,7 +36,7 @@ class JobIndex:
         queued, placing = set(self.queued), set(self.placing)
         for i in changed:
             job = jobs.get(i)
-            (queued.add if job and job.state is JobState.QUEUED else queued.discard)(i)
+            (queued.add if job and job.awaiting_admission else queued.discard)(i)
             (placing.add if job and needs_placement(job) else placing.discard)(i)
         return JobIndex(frozenset(queued), frozenset(placing))
 
@@ -44,7 +44,7 @@ class JobIndex:
 def needs_placement(job: Job) -> bool:
     """A started job with replicas waiting for a node (a restart, a move, a new round)."""
     return (
-        job.state in (JobState.PENDING, JobState.RUNNING)
+        (job.state in (JobState.PENDING, JobState.RUNNING) or job.in_backend_queue)
         and job.after_stop is None
         and any(r.state is ReplicaState.WAITING for r in job.replicas)
     )
@@ -179,6 +179,7 @@ class Tick:
         final, job.after_stop = job.after_stop, None
         job.waiting_since, job.master_port = None, None
         job.spares = {}  # an ended attempt holds nothing
+        job.backend_queue = ""
         if final is JobState.QUEUED or final is JobState.SUSPENDED:
             self.reset(job)
         if final is JobState.QUEUED:

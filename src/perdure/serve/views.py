@@ -15,6 +15,7 @@ from perdure.backends.base import Inspector
 from perdure.cli import jobview
 from perdure.cli.jobs import describe_json
 from perdure.cli.reports import accounted_launches, goodput
+from perdure.core.events import QUEUED_IN_BACKEND
 from perdure.core.model import Job, Node
 from perdure.core.spec import ClusterSpec
 from perdure.core.states import JobState, ReplicaState
@@ -102,6 +103,7 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
                     else {})  # never launched: nothing to account
         jobs.append({
             "id": jid, "name": name, "queue": queue, "priority": prio, "state": state,
+            "queue_reason": (d.get("backend_queue") or None) if state == "QUEUED" else None,
             "attempt": attempt, "created": created, "updated": updated,
             "replicas": len(reps),
             "replicas_running": sum(r.get("state") == "RUNNING" for r in reps),
@@ -186,7 +188,8 @@ def timeline(reader: Inspector, job: Job, events: list[StoredEvent]) -> dict[str
             if attempts and attempts[-1]["end"] is None:
                 attempts[-1]["end"] = e.time
             attempts.append({"attempt": len(attempts) + 1, "start": e.time, "end": None})
-        elif e.kind == "state" and attempts and e.message.startswith(ATTEMPT_ENDS):
+        elif (e.kind == "state" and attempts and e.message.startswith(ATTEMPT_ENDS)
+              and not e.message.startswith(QUEUED_IN_BACKEND)):
             attempts[-1]["end"] = attempts[-1]["end"] or e.time
         kind = _mark(e)
         if kind is not None:

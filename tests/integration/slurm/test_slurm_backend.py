@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,9 +98,10 @@ def test_scancel_from_outside_is_a_cancel(slurm_perdure: SlurmPerdure) -> None:
         controller.communicate(timeout=60)
 
 
-def test_queue_wait_shows_slurm_reason(slurm_perdure: SlurmPerdure) -> None:
-    """A node held by someone else's job: the allocation waits in Slurm's queue (Resources),
-    the job's replicas wait unstarted, and it runs once the node is free."""
+def test_queue_wait_is_queued_with_slurm_reason(slurm_perdure: SlurmPerdure) -> None:
+    """A node held by someone else's job: the allocation waits in Slurm's queue, the job is
+    QUEUED with Slurm's reason (Resources or Priority) in ls and describe, and it runs once
+    the node is free."""
     p = slurm_perdure
     blocker = p.slurm.run("sbatch", "--parsable", "-w", "a", "-c", "2", "-o", "/dev/null", "--wrap",
                           "sleep 600").strip()
@@ -106,22 +110,49 @@ def test_queue_wait_shows_slurm_reason(slurm_perdure: SlurmPerdure) -> None:
     controller = p.popen("controller", "--cluster", cluster)
     try:
         p.cli("submit", str(spec), "--cluster", cluster)
-        deadline = time.time() + 60
-        allocs: list[dict[str, str]] = []
-        while time.time() < deadline:
-            path = p.state / "slurm" / "allocs.json"
-            allocs = json.loads(path.read_text())["allocations"] if path.exists() else []
-            if allocs and allocs[0]["state"] == "PENDING" and allocs[0]["reason"] not in (
-                    "", "None"):
-                break
-            time.sleep(0.3)
         # Resources, or Priority once the blocking job has been scheduled ahead of it: both
         # are Slurm's own words for a queue wait
-        assert allocs and allocs[0]["reason"] in ("Resources", "Priority"), allocs
-        assert p.describe("waiting")["state"] == "PENDING"
+        d = p.wait("waiting", lambda d: d["state"] == "QUEUED" and bool(d["queue_reason"]),
+                   timeout=60)
+        assert d["queue_reason"].startswith(("Slurm: Resources", "Slurm: Priority")), d
+        assert "Slurm job" in d["queue_reason"], d
+        assert all(x["state"] == "STARTING" for x in d["replicas"]), d["replicas"]
+        assert any(e["message"].startswith("QUEUED: waiting in the backend's queue: Slurm: ")
+                   for e in d["events"]), d["events"]
+        row = next(r for r in json.loads(p.cli("ls", "--json").stdout) if r["id"] == d["id"])
+        assert row["state"] == "QUEUED" and row["queue_reason"] == d["queue_reason"], row
+        assert f"QUEUED ({d['queue_reason']})" in p.cli("ls").stdout
+        assert "Waiting in the backend's queue: Slurm: " in p.cli("describe", "waiting").stdout
         p.slurm.run("scancel", blocker)
         d = p.wait("waiting", lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=90)
         assert d["state"] == "SUCCEEDED", d["events"]
+        messages = [e["message"] for e in d["events"]]
+        assert any(m.startswith("PENDING: Slurm started Slurm job") for m in messages), messages
+        assert d["goodput"]["queued_seconds"] > 0, d["goodput"]
     finally:
         controller.send_signal(signal.SIGINT)
         controller.communicate(timeout=60)
+
+
+@pytest.mark.timeout(240)
+def test_the_log_cap_holds_on_the_node_and_on_the_login_node(
+        slurm_perdure: SlurmPerdure) -> None:
+    """$PERDURE_LOG_MAX_MB of the controller reaches the replica's supervisor on its node:
+    a replica that prints 6 MiB leaves a log of at most the cap, its tail kept."""
+    p = slurm_perdure
+    loud = ("import sys\nfor i in range(6 * 1024):\n    sys.stdout.write(f'line {i:06d} ' + "
+            "'x' * 1000 + '\\n')\nprint('the end', flush=True)")
+    spec = p.spec("loud", replicas=1, command=["python", "-c", loud])
+    cluster = str(p.slurm_cluster({"b": 2}))
+    r = subprocess.run([*p.base(), "run", str(spec), "--cluster", cluster], capture_output=True,
+                       text=True, timeout=180, env={**p.slurm.env, "PERDURE_LOG_MAX_MB": "1"})
+    assert "SUCCEEDED" in r.stdout, r.stdout + r.stderr
+    out = p.cli("logs", "loud", "--replica", "worker-0", "--stdout").stdout
+    assert "the end" in out and "earlier bytes of this log were dropped" in out, out[:300]
+    assert len(out.encode()) <= (1 << 20) + 4096, len(out)
+    (record,) = [json.loads(f.read_text()) for f in p.state.glob("launches/loud-*/launch.json")]
+    assert record["log_max_bytes"] == 1 << 20, record  # what the node's supervisor applies
+    on_node = Path(tempfile.gettempdir(), "perdure-slurm", f"{record['slurm_job']}-b",
+                   "launches", record["launch_id"], "stdout.log")
+    if on_node.exists():  # the hosts share this machine's /tmp (a real node's is its own)
+        assert on_node.stat().st_size <= (1 << 20) + 4096, on_node.stat().st_size

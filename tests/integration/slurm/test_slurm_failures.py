@@ -86,6 +86,9 @@ def test_preempted_by_the_urgent_partition_suspends_and_resumes_bit_identical(
         assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-20:])
         messages = [e["message"] for e in d["events"]]
         assert any(m.startswith("SUSPENDED") for m in messages), messages
+        # the next attempt's allocation waited behind the urgent job: QUEUED, Slurm's reason
+        assert any(m.startswith("QUEUED: waiting in the backend's queue: Slurm: ")
+                   for m in messages), messages
         assert final_sha(p, "bumped") == local_sha
         assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
     finally:
@@ -145,10 +148,12 @@ def test_a_killed_controller_reattaches_to_its_allocation_and_steps(
         stop(second)
 
 
+# exits 75 after its save, as perdure.runtime does ("saved, resume me"): an exit 0 under a
+# notice is a primary that finished, and the job would succeed without resuming
 SLOW_SAVE = ("import os, signal, sys, time\n"
              "def save(*_):\n"
              "    print('notice', flush=True); time.sleep(14); print('saved', flush=True)\n"
-             "    sys.exit(0)\n"
+             "    sys.exit(75)\n"
              "signal.signal(signal.SIGTERM, save)\n"
              "print('attempt', os.environ['PERDURE_ATTEMPT'], flush=True)\n"
              "time.sleep(600 if os.environ['PERDURE_ATTEMPT'] == '1' else 1)\n")

@@ -67,3 +67,27 @@ def test_without_a_free_node_the_job_runs_and_keeps_seeking() -> None:
     sim.command("restore-node", "c")
     steps(sim)
     assert sim.job(j).spares == {"c": 2}
+
+
+def test_the_backend_is_told_which_spares_the_attempt_holds() -> None:
+    """HoldNodes: the spare held with the admission, the set after one was used, none once
+    the attempt ended (a Slurm allocation keeps exactly those)."""
+    from perdure.core.events import HoldNodes
+
+    sim = Sim(nodes={"a": 2, "b": 2, "c": 2, "d": 2})
+    holds: list[HoldNodes] = []
+    j = sim.submit(spare_spec())  # type: ignore[arg-type]
+    for _ in range(5):
+        holds += [d for d in sim.step().decisions if isinstance(d, HoldNodes)]
+    job = sim.job(j)
+    spare = next(iter(job.spares))
+    assert holds == [HoldNodes(j, 1, (spare,))], holds
+    sim.command("fail-node", str(job.replicas[1].node))
+    for _ in range(5):
+        holds += [d for d in sim.step().decisions if isinstance(d, HoldNodes)]
+    job = sim.job(j)
+    assert holds[-1] == HoldNodes(j, 1, tuple(sorted(job.spares))) and spare not in holds[-1].nodes
+    sim.command("cancel", j)
+    for _ in range(5):
+        holds += [d for d in sim.step().decisions if isinstance(d, HoldNodes)]
+    assert holds[-1] == HoldNodes(j, 1, ()), holds

@@ -160,6 +160,9 @@ class NodeAgent:
         os.makedirs(directory, exist_ok=True)
         env = dict(record["env"])
         env.update({k: v for k, v in interface_env(self.address).items() if k not in env})
+        if "CUDA_VISIBLE_DEVICES" in env:
+            env["CUDA_VISIBLE_DEVICES"] = replica_gpus(env["CUDA_VISIBLE_DEVICES"],
+                                                       os.environ.get("CUDA_VISIBLE_DEVICES"))
         layout.write_json(os.path.join(directory, layout.LAUNCH), {
             **record, "command": node_command(list(record["command"])), "env": env,
             "inherit_env": True, "memory_mechanism": record.get("memory_mechanism", "auto"),
@@ -253,6 +256,22 @@ class NodeAgent:
                 for stream, data in item.get("chunks", {}).items():
                     launch.offsets[stream] = (launch.offsets.get(stream, 0)
                                               + len(base64.b64decode(data)))
+
+
+def replica_gpus(chosen: str, own: str | None) -> str:
+    """A replica's CUDA_VISIBLE_DEVICES on this node: the controller names the node's GPUs
+    0..N-1 (`chosen`, e.g. "1,2"); Slurm gave this agent's step the node's GPUs of the
+    allocation as `own` (e.g. "4,5,6,7", or "0,1,2,3" when it constrains devices), so the
+    replica gets those at the chosen positions ("5,6"). Without `own` (no gres), `chosen`
+    stands. No side effects."""
+    if own is None or not chosen.strip():
+        return chosen
+    ids = [x for x in own.split(",") if x]
+    out = []
+    for word in chosen.split(","):
+        word = word.strip()
+        out.append(ids[int(word)] if word.isdigit() and int(word) < len(ids) else word)
+    return ",".join(out)
 
 
 def _ticks(pid: int) -> int:

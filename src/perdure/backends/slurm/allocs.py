@@ -51,9 +51,12 @@ class Alloc:
     ran: bool = False  # it has been RUNNING
     ending: bool = False  # cancelled by perdure, or ended: takes no more launches
     noticed: bool = False  # its preemption or time-limit notice was passed on
+    told: str = ""  # the queue reason last passed on to the controller ("": none, or it ran)
     agents: dict[str, float] = field(default_factory=dict)  # node -> when its step started
     idle_since: float | None = None
     cpus: int = 1
+    gpus: int = 0  # per node, for the node agent's step (its replicas take theirs from them)
+    warning: int = 40  # seconds before the time limit that Slurm warns the holder (USR1)
 
     @property
     def running(self) -> bool:
@@ -76,19 +79,30 @@ def slurm_env(secret: str | None = None) -> dict[str, str]:
 
 def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, warning: int) -> None:
     alloc.slurm_id = slurmcmd.submit(spec, f"{prefix}{alloc.job_id}.{alloc.attempt}",
-                                     alloc.nodes, alloc.cpus, warning)
+                                     alloc.nodes, alloc.cpus, warning, alloc.gpus)
+    alloc.warning = warning
     alloc.state = "PENDING"
 
 
+def srun_args(alloc: Alloc, node: str, name: str, argv: list[str], gpus: bool = False
+              ) -> list[str]:
+    """srun's arguments for a step of `alloc` on `node`; with `gpus`, the step holds the
+    allocation's GPUs on that node (Slurm sets CUDA_VISIBLE_DEVICES in it), else none of
+    them. No side effects."""
+    args = ["srun", "--overlap", f"--jobid={alloc.slurm_id}", f"--nodelist={node}",
+            "--nodes=1", "--ntasks=1", f"--job-name={name}", "--kill-on-bad-exit=0", "--quiet"]
+    if alloc.gpus:
+        args.append(f"--gres=gpu:{alloc.gpus}" if gpus else "--gres=none")
+    return [*args, *argv]
+
+
 def step(alloc: Alloc, node: str, name: str, argv: list[str], log: str,
-         secret: str | None = None) -> subprocess.Popen[bytes]:
+         secret: str | None = None, gpus: bool = False) -> subprocess.Popen[bytes]:
     """Start a step of `alloc` on `node` running `argv` (never waits for it)."""
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it
     try:
         return subprocess.Popen(
-            ["srun", "--overlap", f"--jobid={alloc.slurm_id}", f"--nodelist={node}",
-             "--nodes=1", "--ntasks=1", f"--job-name={name}", "--kill-on-bad-exit=0",
-             "--quiet", *argv],
+            srun_args(alloc, node, name, argv, gpus),
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=slurm_env(secret),
             start_new_session=True, close_fds=True)
     finally:
@@ -101,7 +115,7 @@ def start_agent(alloc: Alloc, node: str, hub: str, secret: str, warm: tuple[obje
     argv = [sys.executable, "-m", "perdure.backends.slurm.agent", hub, node, str(warm[0]),
             f"{warm[1]:g}"]
     return step(alloc, node, "perdure-agent", argv,
-                os.path.join(logs, f"agent-{alloc.slurm_id}-{node}.log"), secret)
+                os.path.join(logs, f"agent-{alloc.slurm_id}-{node}.log"), secret, gpus=True)
 
 
 def start_watcher(alloc: Alloc, node: str, launch_id: str, logs: str

@@ -22,17 +22,19 @@ allocation that ends otherwise (scancel from outside) a `cancel`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import time
 
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import layout, warm
+from perdure.backends.local import layout, logcap, warm
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm import slurmcmd
+from perdure.backends.slurm.holds import AllocHolds
 from perdure.backends.slurm.hub import Agent, Hub, load_secret
 from perdure.backends.slurm.links import AgentLinks
 from perdure.backends.slurm.reports import Tracked
@@ -54,7 +56,7 @@ WARNING_MARGIN = 10  # seconds added to the grace for the time limit's warning
 ADDRESS_ENV = "PERDURE_SLURM_ADDRESS"  # the address agents reach this controller at
 
 
-class SlurmBackend(AgentLinks):
+class SlurmBackend(AgentLinks, AllocHolds):
     """Replicas as job steps of per-attempt Slurm allocations (see the module docstring)."""
 
     def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
@@ -64,8 +66,9 @@ class SlurmBackend(AgentLinks):
         layout.private_dirs(self.dir)
         os.makedirs(os.path.join(self.state_dir, layout.LAUNCHES), exist_ok=True)
         self.prefix = al.name_prefix(self.state_dir)
-        self._configured = [NodeInfo(n.name, n.slots) for n in cluster.nodes]
+        self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
+        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self.hub: Hub | None = None
         self._transport: LaunchTransport | None = None
         self._allocs: list[al.Alloc] = []
@@ -77,6 +80,7 @@ class SlurmBackend(AgentLinks):
         self._addresses: dict[str, str] = {}
         self._ports: dict[tuple[str, str], str] = {}
         self._pending: list[Observation] = []
+        self._spares: dict[tuple[str, str], set[str]] = {}  # (job, attempt) -> spare nodes
         self._next_squeue = self._next_sinfo = 0.0
 
     # ---- attach -----------------------------------------------------------------------------
@@ -104,11 +108,12 @@ class SlurmBackend(AgentLinks):
         self._attach()
         found = {n.name: n for n in slurmcmd.nodes(self.spec.partition)}
         self._addresses.update({n.name: n.address for n in found.values()})
-        if self._configured:
-            return [NodeInfo(n.name, n.slots, self._addresses.get(n.name))
+        if self._configured:  # GPUs the file leaves out are Slurm's count (its gres)
+            return [NodeInfo(n.name, n.slots, self._addresses.get(n.name),
+                             n.gpus if n.gpus is not None else _gpus(found.get(n.name)))
                     for n in self._configured]
-        return [NodeInfo(n.name, n.cpus, n.address) for n in sorted(found.values(),
-                                                                     key=lambda n: n.name)]
+        return [NodeInfo(n.name, n.cpus, n.address, n.gpus)
+                for n in sorted(found.values(), key=lambda n: n.name)]
 
     # ---- launch and stop --------------------------------------------------------------------
 
@@ -122,8 +127,7 @@ class SlurmBackend(AgentLinks):
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
                               "launch needs a new id")
         env = self._transport.env(launch)  # the relay: rounds, reports, errors, notices
-        launch = Launch(launch.launch_id, launch.job_id, launch.replica, launch.node,
-                        launch.command, env, launch.cwd, launch.memory_mb, launch.log_prefix)
+        launch = dataclasses.replace(launch, env=env)
         alloc = self._alloc_for(launch)
         mirror.write_record(layout.LAUNCH, {
             "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
@@ -200,14 +204,17 @@ class SlurmBackend(AgentLinks):
             if alloc.slurm_id or alloc.ending:
                 continue
             launches = [t for t in self._active.values() if t.alloc is alloc]
-            if not launches:
+            if not launches and not self._holds_spare(alloc):
                 alloc.ending = True
                 continue
-            per_node = [sum(t.launch.node == n for t in launches) for n in alloc.nodes]
-            alloc.cpus = max(per_node)
-            grace = float(launches[0].launch.env.get("PERDURE_GRACE_SECONDS", "30"))
+            if launches:  # else spares alone: sized as the attempt's first allocation
+                alloc.cpus = max(sum(t.launch.node == n for t in launches) for n in alloc.nodes)
+                alloc.gpus = max(sum(t.launch.gpus for t in launches if t.launch.node == n)
+                                 for n in alloc.nodes)
+                grace = float(launches[0].launch.env.get("PERDURE_GRACE_SECONDS", "30"))
+                alloc.warning = int(grace) + WARNING_MARGIN
             try:
-                al.submit(alloc, self.spec, self.prefix, int(grace) + WARNING_MARGIN)
+                al.submit(alloc, self.spec, self.prefix, alloc.warning)
             except slurmcmd.SlurmError as err:
                 alloc.ending = True
                 for t in launches:
@@ -237,9 +244,13 @@ class SlurmBackend(AgentLinks):
                 if not alloc.ran:
                     alloc.ran = True
                     self._start_agents(alloc)
+                    self._queued(alloc, "", out)
                 if info.comment in slurmcmd.NOTICES:
                     self._notice(alloc, info.comment, out)
-            elif state != "PENDING":
+            elif state == "PENDING":
+                if alloc.reason not in ("", "None") and alloc.reason != alloc.told:
+                    self._queued(alloc, alloc.reason, out)
+            else:
                 self._ended(alloc, state, out)
         if changed:
             self._save()
@@ -303,7 +314,8 @@ class SlurmBackend(AgentLinks):
             record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
                       "replica": launch.replica, "node": launch.node,
                       "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                      "memory_mb": launch.memory_mb}
+                      "memory_mb": launch.memory_mb, "gpus": launch.gpus,
+                      "log_max_bytes": self._log_max_bytes}
             if not agent.send({"op": "launch", "record": record}):
                 continue  # its connection just ended: the node's loss follows
             tracked.dispatched = True
@@ -335,7 +347,8 @@ class SlurmBackend(AgentLinks):
         """Give back allocations that hold no launch (after RELEASE_SECONDS: a restart's new
         launches come within milliseconds of the old ones' exits)."""
         for alloc in list(self._allocs):
-            if not alloc.slurm_id or any(t.alloc is alloc for t in self._active.values()):
+            if not alloc.slurm_id or self._holds_spare(alloc) or any(
+                    t.alloc is alloc for t in self._active.values()):
                 alloc.idle_since = None
                 continue
             if alloc.idle_since is None:
@@ -374,7 +387,7 @@ class SlurmBackend(AgentLinks):
             launch = Launch(lid, str(record["job_id"]), str(record["replica"]),
                             str(record["node"]), tuple(record["command"]), dict(record["env"]),
                             str(record["cwd"]), record.get("memory_mb"),
-                            str(record["log_prefix"]))
+                            str(record["log_prefix"]), int(record.get("gpus") or 0))
             self._active[lid] = Tracked(launch, alloc, Mirror(self.state_dir, lid,
                                                                launch.log_prefix),
                                          dispatched=True)
@@ -384,7 +397,8 @@ class SlurmBackend(AgentLinks):
         """Stop watching: allocations with launches, their agents and replicas run on (a
         restart re-attaches); allocations that hold none are given back now."""
         for alloc in self._allocs:
-            if alloc.slurm_id and not any(t.alloc is alloc for t in self._active.values()):
+            if alloc.slurm_id and not self._holds_spare(alloc) and not any(
+                    t.alloc is alloc for t in self._active.values()):
                 with contextlib.suppress(slurmcmd.SlurmError):
                     slurmcmd.cancel(alloc.slurm_id)
         if self.hub is not None:
@@ -392,3 +406,6 @@ class SlurmBackend(AgentLinks):
         if self._transport is not None:
             self._transport.close()
 
+
+def _gpus(node: slurmcmd.SlurmNode | None) -> int:
+    return node.gpus if node is not None else 0

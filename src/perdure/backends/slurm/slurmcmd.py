@@ -58,6 +58,7 @@ class SlurmNode:
     cpus: int
     state: str  # idle, mix, alloc, down*, drain, ... (sinfo %t)
     address: str
+    gpus: int = 0  # its gres gpu count (sinfo %G)
 
     @property
     def usable(self) -> bool:
@@ -83,13 +84,15 @@ def run(args: list[str], timeout: float = TIMEOUT, stdin: str | None = None) -> 
 
 
 def sbatch_args(spec: SlurmSpec, name: str, nodes: list[str], cpus: int,
-                warning: int) -> list[str]:
-    """sbatch's arguments for a holder job over `nodes` (`cpus` per node), with the time
-    limit's warning `warning` seconds before it. No side effects."""
+                warning: int, gpus: int = 0) -> list[str]:
+    """sbatch's arguments for a holder job over `nodes` (`cpus` and `gpus` per node), with
+    the time limit's warning `warning` seconds before it. No side effects."""
     args = ["sbatch", "--parsable", f"--job-name={name}", f"--time={spec.time_limit}",
             f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1",
             f"--cpus-per-task={cpus}", "--no-kill", "--output=/dev/null", "--chdir=/",
             f"--signal=B:USR1@{warning}"]
+    if gpus:
+        args.append(f"--gres=gpu:{gpus}")  # per node: the node agent's step takes them all
     if spec.partition:
         args.append(f"--partition={spec.partition}")
     if spec.account:
@@ -99,9 +102,10 @@ def sbatch_args(spec: SlurmSpec, name: str, nodes: list[str], cpus: int,
     return [*args, *spec.sbatch_args]
 
 
-def submit(spec: SlurmSpec, name: str, nodes: list[str], cpus: int, warning: int) -> str:
+def submit(spec: SlurmSpec, name: str, nodes: list[str], cpus: int, warning: int,
+           gpus: int = 0) -> str:
     """Submit a holder job; its Slurm job id."""
-    out = run(sbatch_args(spec, name, nodes, cpus, warning), stdin=HOLDER)
+    out = run(sbatch_args(spec, name, nodes, cpus, warning, gpus), stdin=HOLDER)
     return out.strip().split(";")[0]
 
 
@@ -126,17 +130,29 @@ def jobs(prefix: str) -> dict[str, JobInfo]:
 
 
 def parse_nodes(text: str) -> list[SlurmNode]:
-    """sinfo -N -o '%N|%c|%t|%o' lines (one per node and partition), each node once."""
+    """sinfo -N -o '%N|%c|%t|%o|%G' lines (one per node and partition), each node once."""
     seen: dict[str, SlurmNode] = {}
     for line in text.splitlines():
         parts = line.split(SEP)
-        if len(parts) == 4 and parts[0] not in seen:
-            seen[parts[0]] = SlurmNode(parts[0], int(parts[1] or 0), parts[2], parts[3])
+        if len(parts) == 5 and parts[0] not in seen:
+            seen[parts[0]] = SlurmNode(parts[0], int(parts[1] or 0), parts[2], parts[3],
+                                       gres_gpus(parts[4]))
     return list(seen.values())
 
 
+def gres_gpus(gres: str) -> int:
+    """The GPUs in a node's gres: "gpu:4", "gpu:a100:2(S:0-1),gpu:v100:1", "(null)" -> 4,
+    3, 0. No side effects."""
+    total = 0
+    for item in gres.split(","):
+        words = item.split("(", 1)[0].split(":")
+        if words[0] == "gpu" and len(words) >= 2 and words[-1].isdigit():
+            total += int(words[-1])
+    return total
+
+
 def nodes(partition: str | None) -> list[SlurmNode]:
-    args = ["sinfo", "-h", "-N", "-o", SEP.join(["%N", "%c", "%t", "%o"])]
+    args = ["sinfo", "-h", "-N", "-o", SEP.join(["%N", "%c", "%t", "%o", "%G"])]
     if partition:
         args.append(f"--partition={partition}")
     return parse_nodes(run(args))
