@@ -7,11 +7,12 @@ import signal
 import time
 
 import pytest
+from test_ray_warm import agent_pool
 
 from conftest import RayPerdure, named_actors
 from perdure.backends.local import layout
 
-SLEEPER = ["python", "-c", "import time; time.sleep(600)"]
+HOLD = "import time; time.sleep(600)\n"  # a script: `python -c` never starts warm
 # A launch that takes a spare actor starts its replica this soon after the call reached it
 # (a Ray worker start, which it skips, is ~1.7 s here; generous for a loaded machine).
 QUICK_SECONDS = 1.5
@@ -43,16 +44,22 @@ def _spares_up(p: RayPerdure, want: set[str], timeout: float = 60) -> list[str]:
 def test_a_lost_host_is_replaced_by_the_spare_node(ray_perdure: RayPerdure) -> None:
     p = ray_perdure
     cluster = p.ray_cluster({"a": 2, "b": 2})
+    script = p.write("hold.py", HOLD)
     controller = p.popen("controller", "--cluster", str(cluster))
     try:
         _spares_up(p, {"a", "b"})
-        spec = p.spec("spare", 2, SLEEPER, pool={"spares": 1})
+        spec = p.spec("spare", 2, ["python", str(script)], pool={"spares": 1})
         p.cli("submit", str(spec), "--cluster", str(cluster))
         d = p.wait("spare", lambda d: d["state"] == "RUNNING" and bool(d.get("spares")),
                    timeout=90)
         (lost,) = {r["node"] for r in d["replicas"]}  # best fit: both on one node
         (spare,) = d["spares"]
         assert spare != lost
+        # The spare node is warm before it is needed: its pool filled while no launch ran there
+        deadline = time.monotonic() + 90
+        while (pool := agent_pool(p, spare)).get("ready", 0) < 2 or pool.get("used"):
+            assert time.monotonic() < deadline, f"the spare node's pool never filled: {pool}"
+            time.sleep(1)
         before = set(_statuses(p, "spare"))
         killed_at = time.time()
         assert p.hosts.kill(lost) > 0
@@ -66,7 +73,7 @@ def test_a_lost_host_is_replaced_by_the_spare_node(ray_perdure: RayPerdure) -> N
         new = {k: v for k, v in _statuses(p, "spare").items() if k not in before}
         assert len(new) == 2, new
         for status in new.values():
-            assert status["prestarted"] is True, status
+            assert status["prestarted"] is True and status["warm"] is True, status
             assert float(status["started_at"]) - float(status["actor_created"]) \
                 < QUICK_SECONDS, status  # type: ignore[arg-type]
         assert took < 30, f"the spare took {took:.1f} s to run the lost host's replicas"
@@ -90,7 +97,7 @@ def test_a_lost_host_is_replaced_by_the_spare_node(ray_perdure: RayPerdure) -> N
 @pytest.mark.timeout(200)
 def test_a_relaunch_takes_a_spare_launch_actor(ray_perdure: RayPerdure) -> None:
     p = ray_perdure
-    script = p.write("hold.py", "import time; time.sleep(600)\n")
+    script = p.write("hold.py", HOLD)
     cluster = p.ray_cluster({"a": 1})
     controller = p.popen("controller", "--cluster", str(cluster))
     try:

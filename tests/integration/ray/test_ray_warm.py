@@ -90,7 +90,7 @@ AGENT_POOL = ("import json, ray, sys; ray.init(address=sys.argv[1], log_to_drive
               "print(json.dumps(ray.get(agent.warm_status.remote(), timeout=30)))")
 
 
-def _agent_pool(p: RayPerdure, node: str) -> dict[str, Any]:
+def agent_pool(p: RayPerdure, node: str) -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-c", AGENT_POOL, p.hosts.head_address, p.namespace,
                         f"agent:{node}"], capture_output=True, text=True, timeout=60,
                        env=p.hosts.env(), check=True)
@@ -113,7 +113,7 @@ def test_the_controllers_pool_settings_reach_the_nodes(ray_perdure: RayPerdure,
     _, status = _started(p, set(), timeout=5, prefix="warm")
     assert status["warm"] is True, status
     deadline = time.monotonic() + 30
-    while (pool := _agent_pool(p, "a")).get("shrunk_at") is None:
+    while (pool := agent_pool(p, "a")).get("shrunk_at") is None:
         assert time.monotonic() < deadline, f"the pool never emptied: {pool}"
         time.sleep(1)
     assert pool["idle_seconds"] == 3 and not pool["active"] and pool["used"] == 1, pool
@@ -129,4 +129,4 @@ def test_the_controllers_pool_settings_reach_the_nodes(ray_perdure: RayPerdure,
     cold = [layout.read_json(d / layout.STATUS) or {}
             for d in (p.state / layout.LAUNCHES).glob("cold*")]
     assert [(s.get("warm"), s.get("via")) for s in cold] == [(False, "agent")], cold
-    assert _agent_pool(p, "a")["disabled"], "a pool of 0 is off"
+    assert agent_pool(p, "a")["disabled"], "a pool of 0 is off"

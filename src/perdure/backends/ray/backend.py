@@ -190,6 +190,10 @@ class RayBackend:
                 return asked if asked != "0" else str(DEAD_MASTER_PORT)
         return self._ports[key]
 
+    def hold_spares(self, nodes: frozenset[str]) -> None:
+        """Spare nodes are kept warm: their agents' pools filled ahead of need."""
+        self._spares.hold(nodes)
+
     # ---- stop -------------------------------------------------------------------------------
 
     def stop(self, stop: Stop) -> None:
@@ -216,6 +220,7 @@ class RayBackend:
             self._next_nodes = now + NODES_SECONDS
             self._check_nodes(out)
             self._spares.fill(self._live)
+            self._spares.prewarm(self._live, self._agent)
         waiting = {t.waiting: t for t in self._active.values() if t.waiting is not None}
         if waiting:
             ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)

@@ -22,6 +22,7 @@ import os
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,9 @@ AUTO, AUTO_MAX, MAX = "auto", 8, 64
 # A node whose spare was just taken gets its replacement this much later: the worker Ray
 # starts for it would otherwise compete for the CPUs with the restart that took the spare.
 REFILL_DELAY_SECONDS = 1.0
+# A spare node's warm pool is asked to fill this often (each ask also keeps it from emptying
+# for want of launches, as a pool does after its idle time).
+PREWARM_SECONDS = 60.0
 
 
 def size_setting(raw: str | None = None) -> int | None:
@@ -70,6 +74,8 @@ class SpareActors:
         self.owner: dict[str, str] | None = None  # the lock's name and token, once attached
         self._spares: dict[str, deque[_Spare]] = {}
         self._not_before: dict[str, float] = {}
+        self.held: frozenset[str] = frozenset()  # spare nodes jobs hold (`hold_spares`)
+        self._next_prewarm = 0.0
 
     def attach(self, token: str) -> None:
         self.owner = {"lock": rc.LOCK_NAME, "token": token}
@@ -95,6 +101,20 @@ class SpareActors:
                 except (ValueError, RayError):
                     return  # tried again next fill
                 have.append(_Spare(actor_name, actor, actor.ready.remote()))
+
+    def hold(self, nodes: frozenset[str]) -> None:
+        """The spare nodes jobs hold now: their pools are asked to fill at the next poll."""
+        self.held, self._next_prewarm = nodes, 0.0
+
+    def prewarm(self, live: dict[str, rc.RayNode], agent: Callable[[str], Any]) -> None:
+        """Have the held spare nodes' agents fill their warm pools (now and then)."""
+        now = time.monotonic()
+        if not self.held or now < self._next_prewarm:
+            return
+        self._next_prewarm = now + PREWARM_SECONDS
+        for node in sorted(self.held & set(live)):
+            with contextlib.suppress(RayError, ValueError):
+                agent(node).prewarm.remote()
 
     def take(self, node: str) -> tuple[str, Any] | None:
         """A spare on `node` (the oldest: the likeliest to be running), or None."""
