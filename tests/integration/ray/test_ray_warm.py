@@ -56,8 +56,10 @@ def test_relaunch_starts_warm_and_dies_with_its_launch_actor(ray_perdure: RayPer
         assert ticks is not None, status
         # The launch actor dies (ray.kill, as the node's death or Ray's memory monitor would
         # kill it): the replica, a warm standby forked by the agent's spawner, dies with it.
+        record = layout.read_json(p.state / layout.LAUNCHES / first / layout.LAUNCH) or {}
         subprocess.run([sys.executable, "-c", KILL_ONE, p.hosts.head_address, p.namespace,
-                        f"launch:{first}"], check=True, timeout=60, env=p.hosts.env())
+                        record.get("actor") or f"launch:{first}"], check=True, timeout=60,
+                       env=p.hosts.env())
         took = _gone(int(status["pid"]), ticks.start_ticks, timeout=10)
         assert took is not None, f"replica {status['pid']} outlived its launch actor"
         # The controller relaunches it; the relaunch starts in a warm standby.
