@@ -19,6 +19,7 @@ not the actor's child, and watches the actor's process instead of relying on PDE
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -109,9 +110,10 @@ class LaunchActor:
     """
 
     def __init__(self, record: dict[str, Any] | None = None,
-                 owner: dict[str, str] | None = None) -> None:
+                 owner: dict[str, Any] | None = None) -> None:
         self._begun = threading.Event()
         self._begin_lock = threading.Lock()
+        self._agent: Any = None  # a spare looks its node's agent up ahead of its launch
         self.prestarted = record is None  # a spare launch actor (`spare_actors`)
         if record is not None:
             self.begin(record)
@@ -169,10 +171,13 @@ class LaunchActor:
             self.via = "agent"
         threading.Thread(target=self._watch, args=(spawner,), daemon=True).start()
 
-    def _idle(self, owner: dict[str, str]) -> None:
+    def _idle(self, owner: dict[str, Any]) -> None:
         """A spare nobody gave a launch leaves once the controller that made it is gone (its
         namespace lock is gone, or another controller's): nothing else ends a detached actor.
         """
+        with contextlib.suppress(Exception):  # else looked up when the launch comes
+            self._agent = node_agent(owner["node"], ray.get_runtime_context().namespace,
+                                     *owner["warm"])
         misses = 0
         while not self._begun.wait(IDLE_CHECK_SECONDS):
             misses = 0 if _lock_token(owner["lock"]) == owner["token"] else misses + 1
@@ -190,7 +195,7 @@ class LaunchActor:
         """Hand the launch to the node agent's spawner; its process, or None (start cold).
         An agent that is gone (a node that came back) is made again here."""
         try:
-            agent = node_agent(node, ray.get_runtime_context().namespace, *warm)
+            agent = self._agent or node_agent(node, ray.get_runtime_context().namespace, *warm)
             spawner: dict[str, int] = ray.get(agent.spawn.remote(self.dir),
                                               timeout=AGENT_SECONDS)
             return spawner

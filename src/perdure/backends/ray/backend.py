@@ -100,7 +100,7 @@ class RayBackend:
         self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
         # Launch actors started ahead of need per node (ValueError naming its variable)
-        self._spares = SpareActors(self.ns, size_setting())
+        self._spares = SpareActors(self.ns, size_setting(), self._warm)
 
     def _attach(self) -> None:
         """Connect, take the namespace, start the relay: on first use, once the controller

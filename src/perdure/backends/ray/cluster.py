@@ -151,7 +151,7 @@ def launch_actor(node: str, launch_id: str, namespace: str, record: dict[str, An
                                                          int(record.get("gpus", 0)))).remote(record)
 
 
-def spare_launch_actor(node: str, name: str, namespace: str, owner: dict[str, str]) -> Any:
+def spare_launch_actor(node: str, name: str, namespace: str, owner: dict[str, Any]) -> Any:
     """Start a launch actor on `node` ahead of its launch (no GPUs: a launch that needs some
     gets an actor of its own); it waits for `begin`, or leaves once `owner` is gone."""
     return remote_class(LaunchActor).options(

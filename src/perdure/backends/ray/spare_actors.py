@@ -68,9 +68,11 @@ class _Spare:
 class SpareActors:
     """The spare launch actors of one controller, per node (see the module docstring)."""
 
-    def __init__(self, namespace: str, size: int | None) -> None:
+    def __init__(self, namespace: str, size: int | None,
+                 warm: tuple[int | str, float] = ("auto", 600.0)) -> None:
         self.ns = namespace
         self.size = size
+        self.warm = warm  # the node agents' pool settings (a spare looks its agent up early)
         self.owner: dict[str, str] | None = None  # the lock's name and token, once attached
         self._spares: dict[str, deque[_Spare]] = {}
         self._not_before: dict[str, float] = {}
@@ -97,7 +99,8 @@ class SpareActors:
             while len(have) < self.want(node.slots):
                 actor_name = f"spare:{name}:{uuid.uuid4().hex[:12]}"
                 try:
-                    actor = rc.spare_launch_actor(name, actor_name, self.ns, self.owner)
+                    actor = rc.spare_launch_actor(name, actor_name, self.ns, {
+                        **self.owner, "node": name, "warm": list(self.warm)})
                 except (ValueError, RayError):
                     return  # tried again next fill
                 have.append(_Spare(actor_name, actor, actor.ready.remote()))
