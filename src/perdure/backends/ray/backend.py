@@ -38,7 +38,7 @@ from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
 from perdure.backends.ray.actors import RESOURCE_PREFIX, node_agent
 from perdure.backends.ray.mirror import Mirror
-from perdure.backends.ray.spare_actors import SpareActors, size_setting
+from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
 from perdure.core.events import (
     Command,
     Launch,
@@ -101,6 +101,7 @@ class RayBackend:
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
         # Launch actors started ahead of need per node (ValueError naming its variable)
         self._spares = SpareActors(self.ns, size_setting(), self._warm)
+        self._ports_ahead = PortsAhead()
 
     def _attach(self) -> None:
         """Connect, take the namespace, start the relay: on first use, once the controller
@@ -176,9 +177,10 @@ class RayBackend:
         """A port free on rank 0's node, the same for every launch given the same port."""
         key = (job_id, asked)
         if key not in self._ports:
+            port = self._ports_ahead.take(node)  # asked at the last restart: no wait
             try:
-                self._ports[key] = str(ray.get(self._agent(node).free_port.remote(),
-                                               timeout=PROBE_SECONDS * 10))
+                port = port or str(ray.get(self._agent(node).free_port.remote(),
+                                           timeout=PROBE_SECONDS * 10))
             except RayError as err:
                 if self._agent_answers(node):
                     raise LaunchError(f"node {node} did not give a port: {err}") from None
@@ -188,6 +190,8 @@ class RayBackend:
                 # nobody listens on; the node's loss restarts the group, charging no one.
                 self._lose_node(node, self._pending)
                 return asked if asked != "0" else str(DEAD_MASTER_PORT)
+            self._ports[key] = port
+            self._ports_ahead.ask(node, self._agent(node))  # for the next restart
         return self._ports[key]
 
     def hold_spares(self, nodes: frozenset[str]) -> None:

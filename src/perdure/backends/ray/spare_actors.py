@@ -39,6 +39,9 @@ REFILL_DELAY_SECONDS = 1.0
 # A spare node's warm pool is asked to fill this often (each ask also keeps it from emptying
 # for want of launches, as a pool does after its idle time).
 PREWARM_SECONDS = 60.0
+# A port a node's agent found free is used for the next group restart's rank 0 there only
+# this soon after (the same bet on a port staying free as asking at launch, over a minute).
+PORT_AHEAD_SECONDS = 60.0
 
 
 def size_setting(raw: str | None = None) -> int | None:
@@ -56,6 +59,29 @@ def size_setting(raw: str | None = None) -> int | None:
                          f"{AUTO!r} (the node's slots, at most {AUTO_MAX}) or an integer from "
                          f"0 to {MAX}; 0 turns them off")
     return size
+
+
+class PortsAhead:
+    """A free port asked of a node's agent ahead of the next group restart (each restart's
+    rank 0 needs a new one), so that restart's first launch does not wait for the answer."""
+
+    def __init__(self) -> None:
+        self._ahead: dict[str, tuple[float, Any]] = {}
+
+    def take(self, node: str) -> str | None:
+        """The port asked of `node` ahead, if it came back in time; else None (ask now)."""
+        got = self._ahead.pop(node, None)
+        if got is None or time.monotonic() - got[0] > PORT_AHEAD_SECONDS:
+            return None
+        done, _ = ray.wait([got[1]], timeout=0)
+        try:
+            return str(int(ray.get(done[0], timeout=0))) if done else None
+        except RayError:
+            return None
+
+    def ask(self, node: str, agent: Any) -> None:
+        with contextlib.suppress(RayError):
+            self._ahead[node] = (time.monotonic(), agent.free_port.remote())
 
 
 @dataclass
