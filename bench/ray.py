@@ -2,7 +2,7 @@
 (`TorchTrainer`), side by side in one run, on a real Ray cluster of network-namespace hosts.
 
     flock /tmp/perdure-heavy.lock .venv/bin/python bench/ray.py [--kills 5] [--interval 30]
-        [--quick] [--systems raytrain,perdure]
+        [--quick] [--systems raytrain,perdure] [--json FILE]
 
 Needs root (network namespaces) and the `bench-ray` extra (`pip install -e '.[bench-ray]'`:
 Ray Train's dependencies). Each system gets a fresh cluster from tests/integration/ray/hosts.py:
