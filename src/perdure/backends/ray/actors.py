@@ -120,8 +120,11 @@ class LaunchActor:
         elif owner is not None:  # a spare: it waits for `begin`, or leaves with its owner
             threading.Thread(target=self._idle, args=(owner,), daemon=True).start()
 
-    def ready(self) -> bool:
-        """Answers once this actor's worker runs (a spare is then ready to `begin`)."""
+    def until_begun(self) -> bool:
+        """Answers once this spare is given its launch: while it is idle, the controller's
+        call stays outstanding and fails only if the spare dies (Ray's memory monitor kills
+        the newest worker, often a spare: the controller then stops replacing it a while)."""
+        self._begun.wait()
         return True
 
     def begin(self, record: dict[str, Any]) -> None:

@@ -36,6 +36,10 @@ AUTO, AUTO_MAX, MAX = "auto", 8, 64
 # A node whose spare was just taken gets its replacement this much later: the worker Ray
 # starts for it would otherwise compete for the CPUs with the restart that took the spare.
 REFILL_DELAY_SECONDS = 1.0
+# A node whose spare died (Ray's memory monitor kills the newest worker first, which may be a
+# spare rather than the launch that uses the memory) gets none for this long: a spare started
+# again at once would be killed again, and the monitor would never reach the launch.
+DIED_BACKOFF_SECONDS = 60.0
 # A spare node's warm pool is asked to fill this often (each ask also keeps it from emptying
 # for want of launches, as a pool does after its idle time).
 PREWARM_SECONDS = 60.0
@@ -88,7 +92,7 @@ class PortsAhead:
 class _Spare:
     name: str
     actor: Any
-    ready: Any  # the `ready()` call: answered once its worker runs
+    watch: Any  # its `until_begun()` call: outstanding while idle, fails if it dies
 
 
 class SpareActors:
@@ -120,6 +124,9 @@ class SpareActors:
         now = time.monotonic()
         for name, node in live.items():
             have = self._spares.setdefault(name, deque())
+            if any(not self._alive(s) for s in have):
+                have = self._spares[name] = deque(s for s in have if self._alive(s))
+                self._not_before[name] = now + DIED_BACKOFF_SECONDS
             if now < self._not_before.get(name, 0.0):
                 continue
             while len(have) < self.want(node.slots):
@@ -129,7 +136,7 @@ class SpareActors:
                         **self.owner, "node": name, "warm": list(self.warm)})
                 except (ValueError, RayError):
                     return  # tried again next fill
-                have.append(_Spare(actor_name, actor, actor.ready.remote()))
+                have.append(_Spare(actor_name, actor, actor.until_begun.remote()))
 
     def hold(self, nodes: frozenset[str]) -> None:
         """The spare nodes jobs hold now: their pools are asked to fill at the next poll."""
@@ -159,15 +166,9 @@ class SpareActors:
 
     @staticmethod
     def _alive(spare: _Spare) -> bool:
-        """False for a spare whose start failed or that left (a still starting one counts)."""
-        done, _ = ray.wait([spare.ready], timeout=0)
-        if not done:
-            return True
-        try:
-            ray.get(done[0], timeout=0)
-            return True
-        except RayError:
-            return False
+        """False for a spare whose start failed, that died or that left (its watch ended)."""
+        done, _ = ray.wait([spare.watch], timeout=0)
+        return not done
 
     def forget(self, node: str) -> None:
         """A node that is lost takes its spares with it."""
