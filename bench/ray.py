@@ -2,7 +2,7 @@
 (`TorchTrainer`), side by side in one run, on a real Ray cluster of network-namespace hosts.
 
     flock /tmp/perdure-heavy.lock .venv/bin/python bench/ray.py [--kills 5] [--interval 30]
-        [--quick] [--systems raytrain,perdure]
+        [--quick] [--systems raytrain,perdure] [--json FILE]
 
 Needs root (network namespaces) and the `bench-ray` extra (`pip install -e '.[bench-ray]'`:
 Ray Train's dependencies). Each system gets a fresh cluster from tests/integration/ray/hosts.py:
@@ -526,6 +526,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="raytrain first: every figure is a ratio to it")
     p.add_argument("--start-timeout", type=float, default=240.0)
     p.add_argument("--host-timeout", type=float, default=150.0)
+    p.add_argument("--json", help="also write each system's figures to this file "
+                                  "(bench/sim_validate.py --scenario ray reads it)")
     args = p.parse_args(argv)
     if args.mode is None and args.quick:
         args.kills, args.interval = 1, 25.0
@@ -553,7 +555,26 @@ def main(argv: list[str] | None = None) -> None:
         results.append(run_system(name, systems[name], root / name, args))
         print(f"  done in {time.time() - began:.0f} s ({load()})", flush=True)
     report(results, args)
+    if args.json:
+        write_json(Path(args.json), results, args)
     print(f"logs and timelines under {root}")
+
+
+def write_json(path: Path, results: list[Result], args: argparse.Namespace) -> None:
+    """Each system's window figures: goodput, recoveries, step time and the phases (seconds
+    from a kill until every rank passed each mark, median over the kills)."""
+    doc: dict[str, Any] = {"interval": args.interval, "every": args.every,
+                           "step_time": args.step_time, "command": " ".join(sys.argv)}
+    for res in results:
+        o = res.outcome
+        done = [r for r in o.recoveries() if r is not None]
+        doc[o.name] = {
+            "duration": o.duration, "kills": len(o.kills), "skipped": o.skipped,
+            "kill_offsets": [k - o.started for k in o.kills], "recoveries": done,
+            "recovery_median": _median(list(done)), "goodput": window_goodput(o),
+            "step_seconds": o.steady_step(), "phases": dict(phases(o)),
+            "host": vars(res.host) if res.host else None}
+    path.write_text(json.dumps(doc, indent=1))
 
 
 if __name__ == "__main__":

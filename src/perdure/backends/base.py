@@ -6,7 +6,7 @@ launch records. Neither imports a backend: `perdure.backends.factory` picks one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from perdure.core.events import ErrorInfo, Launch, Observation, Stop
 
@@ -115,6 +115,16 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop watching (replicas keep running: a controller restart adopts them)."""
+        ...
+
+
+@runtime_checkable
+class HoldsSpares(Protocol):
+    """A backend that keeps the spare nodes jobs hold (`spares: K`) warm for their next
+    replicas (Ray: each node's warm pool is its own, filled ahead of need)."""
+
+    def hold_spares(self, nodes: frozenset[str]) -> None:
+        """The spare nodes held now (after each tick that changed them). Never blocks."""
         ...
 
 

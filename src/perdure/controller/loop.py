@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from perdure.backends.base import Backend, LaunchError
+from perdure.backends.base import Backend, HoldsSpares, LaunchError
 from perdure.controller import backoff, vet
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
@@ -98,6 +98,7 @@ class Controller:
         self.intervals = IntervalShell(settings.state_dir)
         self._poll_failing = False
         self._tick_refused = False
+        self._spares: frozenset[str] = frozenset()  # spare nodes the backend was told of
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -225,6 +226,10 @@ class Controller:
                 self._forget_node_dir(i)
         self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
                                  outcome.snapshot.index)
+        spares = frozenset(n for j in jobs.values() for n in j.spares)
+        if spares != self._spares and isinstance(self.backend, HoldsSpares):
+            self._spares = spares  # the backend warms them (Ray: the nodes' pools)
+            self.backend.hold_spares(spares)
         deferred, self._deferred = self._deferred, []
         for d in [*deferred, *outcome.decisions]:
             self._apply(d)

@@ -56,8 +56,10 @@ def test_relaunch_starts_warm_and_dies_with_its_launch_actor(ray_perdure: RayPer
         assert ticks is not None, status
         # The launch actor dies (ray.kill, as the node's death or Ray's memory monitor would
         # kill it): the replica, a warm standby forked by the agent's spawner, dies with it.
+        record = layout.read_json(p.state / layout.LAUNCHES / first / layout.LAUNCH) or {}
         subprocess.run([sys.executable, "-c", KILL_ONE, p.hosts.head_address, p.namespace,
-                        f"launch:{first}"], check=True, timeout=60, env=p.hosts.env())
+                        record.get("actor") or f"launch:{first}"], check=True, timeout=60,
+                       env=p.hosts.env())
         took = _gone(int(status["pid"]), ticks.start_ticks, timeout=10)
         assert took is not None, f"replica {status['pid']} outlived its launch actor"
         # The controller relaunches it; the relaunch starts in a warm standby.
@@ -90,7 +92,7 @@ AGENT_POOL = ("import json, ray, sys; ray.init(address=sys.argv[1], log_to_drive
               "print(json.dumps(ray.get(agent.warm_status.remote(), timeout=30)))")
 
 
-def _agent_pool(p: RayPerdure, node: str) -> dict[str, Any]:
+def agent_pool(p: RayPerdure, node: str) -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-c", AGENT_POOL, p.hosts.head_address, p.namespace,
                         f"agent:{node}"], capture_output=True, text=True, timeout=60,
                        env=p.hosts.env(), check=True)
@@ -113,7 +115,7 @@ def test_the_controllers_pool_settings_reach_the_nodes(ray_perdure: RayPerdure,
     _, status = _started(p, set(), timeout=5, prefix="warm")
     assert status["warm"] is True, status
     deadline = time.monotonic() + 30
-    while (pool := _agent_pool(p, "a")).get("shrunk_at") is None:
+    while (pool := agent_pool(p, "a")).get("shrunk_at") is None:
         assert time.monotonic() < deadline, f"the pool never emptied: {pool}"
         time.sleep(1)
     assert pool["idle_seconds"] == 3 and not pool["active"] and pool["used"] == 1, pool
@@ -129,4 +131,4 @@ def test_the_controllers_pool_settings_reach_the_nodes(ray_perdure: RayPerdure,
     cold = [layout.read_json(d / layout.STATUS) or {}
             for d in (p.state / layout.LAUNCHES).glob("cold*")]
     assert [(s.get("warm"), s.get("via")) for s in cold] == [(False, "agent")], cold
-    assert _agent_pool(p, "a")["disabled"], "a pool of 0 is off"
+    assert agent_pool(p, "a")["disabled"], "a pool of 0 is off"

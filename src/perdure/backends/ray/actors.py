@@ -6,6 +6,9 @@ semantics: exit code and signal, the error file (written and read on that node),
 `memory_mb`, stop with grace then SIGKILL of the whole process group, the stop notice file.
 It outlives the controller (detached) and the supervisor dies with it. It keeps
 the launch's logs and progress reports on its node; the controller pulls them (`pull`).
+A launch actor is either made for its launch (the record given to the constructor) or started
+ahead of need as a spare (`spare_actors`) and handed its launch by `begin`: a Ray worker takes
+~1.7 s to start here, which a restart then does not wait for.
 
 `NodeAgent` (named `agent:<node>`) answers what a node knows: its address and interpreter,
 and a port that is free there. It also owns the node's spawner (the local backend's, with its
@@ -16,6 +19,7 @@ not the actor's child, and watches the actor's process instead of relying on PDE
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -43,6 +47,11 @@ AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts
 # The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
 # while its template imports torch), else this actor starts it cold.
 CLAIM_SECONDS = 40.0
+BEGIN_SECONDS = 30.0  # a call that comes before `begin` waits this long for it
+# A spare launch actor checks this often that its controller still holds the namespace lock,
+# and leaves after this many checks in a row that say no (a loaded GCS may miss one answer).
+IDLE_CHECK_SECONDS = 5.0
+IDLE_MISSES = 3
 
 
 def node_address() -> str:
@@ -100,8 +109,34 @@ class LaunchActor:
     the supervisor cold itself. Whichever supervisor claims the launch first runs it.
     """
 
-    def __init__(self, record: dict[str, Any]) -> None:
-        self.created = time.time()
+    def __init__(self, record: dict[str, Any] | None = None,
+                 owner: dict[str, Any] | None = None) -> None:
+        self._begun = threading.Event()
+        self._begin_lock = threading.Lock()
+        self._agent: Any = None  # a spare looks its node's agent up ahead of its launch
+        self.prestarted = record is None  # a spare launch actor (`spare_actors`)
+        if record is not None:
+            self.begin(record)
+        elif owner is not None:  # a spare: it waits for `begin`, or leaves with its owner
+            threading.Thread(target=self._idle, args=(owner,), daemon=True).start()
+
+    def until_begun(self) -> bool:
+        """Answers once this spare is given its launch: while it is idle, the controller's
+        call stays outstanding and fails only if the spare dies (Ray's memory monitor kills
+        the newest worker, often a spare: the controller then stops replacing it a while)."""
+        self._begun.wait()
+        return True
+
+    def begin(self, record: dict[str, Any]) -> None:
+        """Take the launch `record` and start its replica (once: a second call is ignored)."""
+        with self._begin_lock:
+            if self._begun.is_set():
+                return
+            self._setup(record)
+            self._begun.set()
+
+    def _setup(self, record: dict[str, Any]) -> None:
+        self.created = time.time()  # the launch reached its node (for the recovery phases)
         self.launch_id = str(record["launch_id"])
         self.dir = os.path.join(node_dir(), layout.LAUNCHES, self.launch_id)
         os.makedirs(self.dir, exist_ok=True)
@@ -139,11 +174,31 @@ class LaunchActor:
             self.via = "agent"
         threading.Thread(target=self._watch, args=(spawner,), daemon=True).start()
 
+    def _idle(self, owner: dict[str, Any]) -> None:
+        """A spare nobody gave a launch leaves once the controller that made it is gone (its
+        namespace lock is gone, or another controller's): nothing else ends a detached actor.
+        """
+        with contextlib.suppress(Exception):  # else looked up when the launch comes
+            self._agent = node_agent(owner["node"], ray.get_runtime_context().namespace,
+                                     *owner["warm"])
+        misses = 0
+        while not self._begun.wait(IDLE_CHECK_SECONDS):
+            misses = 0 if _lock_token(owner["lock"]) == owner["token"] else misses + 1
+            if misses >= IDLE_MISSES:
+                with self._begin_lock:  # no launch begins while it goes
+                    if not self._begun.is_set():
+                        os._exit(0)
+
+    def _began(self, timeout: float = BEGIN_SECONDS) -> bool:
+        """Whether the launch has begun (calls may run before `begin` in this threaded actor:
+        the controller sends `begin` first, but Ray does not keep their order here)."""
+        return self._begun.wait(timeout)
+
     def _to_agent(self, node: str, warm: list[Any]) -> dict[str, int] | None:
         """Hand the launch to the node agent's spawner; its process, or None (start cold).
         An agent that is gone (a node that came back) is made again here."""
         try:
-            agent = node_agent(node, ray.get_runtime_context().namespace, *warm)
+            agent = self._agent or node_agent(node, ray.get_runtime_context().namespace, *warm)
             spawner: dict[str, int] = ray.get(agent.spawn.remote(self.dir),
                                               timeout=AGENT_SECONDS)
             return spawner
@@ -186,15 +241,19 @@ class LaunchActor:
 
     def where(self) -> dict[str, Any]:
         """The node this launch runs on (address, pid of the actor) and its directory."""
+        self._began()
         return {"address": node_address(), "pid": os.getpid(), "dir": self.dir}
 
     def started(self, timeout: float) -> dict[str, Any] | None:
         """Wait up to `timeout` s for the replica to start: its status record, else None."""
         deadline = time.monotonic() + timeout
+        if not self._began(timeout):
+            return None
         while time.monotonic() < deadline:
             status = self._read(layout.STATUS)
             if status is not None:  # and how it came to start, for the recovery phases
-                return {**status, "actor_created": self.created, "via": self.via}
+                return {**status, "actor_created": self.created, "via": self.via,
+                        "prestarted": self.prestarted}
             if self._exited.is_set():
                 return None
             time.sleep(0.02)
@@ -202,7 +261,9 @@ class LaunchActor:
 
     def exit_record(self, timeout: float) -> dict[str, Any] | None:
         """Wait up to `timeout` s for the replica's end: exit.json (or why there is none)."""
-        if self._exited.wait(timeout):
+        began = time.monotonic()
+        if self._began(timeout) and self._exited.wait(max(0.0, timeout - (time.monotonic()
+                                                                           - began))):
             record = self._read(layout.EXIT)
             if record is not None:
                 return record
@@ -218,6 +279,8 @@ class LaunchActor:
     def stop(self, sig: int, grace: float, reason: str, notice: str | None,
              delay: float = 0.0) -> None:
         """Write the stop request (the runtime reads it) and tell the supervisor."""
+        if not self._began():
+            return
         if os.path.exists(os.path.join(self.dir, layout.EXIT)):
             return
         layout.write_json(os.path.join(self.dir, layout.STOP),
@@ -229,10 +292,14 @@ class LaunchActor:
 
     def signal(self, sig: int) -> int:
         """Signal the replica's own process (chaos); its pid; ProcessLookupError if gone."""
+        if not self._began():
+            raise ProcessLookupError("this launch actor was never given its launch")
         return signal_replica(node_dir(), self.launch_id, sig)
 
     def pull(self, offsets: dict[str, int]) -> dict[str, bytes]:
         """New bytes of the logs and progress reports since `offsets` (per stream)."""
+        if not self._began():
+            return {}
         return pull_launch(self.dir, offsets)
 
     def release(self) -> None:
@@ -288,6 +355,16 @@ class NodeAgent:
             # TCPStore (torch binds it on every interface) will need it.
             s.bind(("", 0))
             return int(s.getsockname()[1])
+
+
+def _lock_token(name: str) -> str | None:
+    """The token of the namespace's controller lock, None if there is none (or no answer)."""
+    try:
+        lock = ray.get_actor(name, namespace=ray.get_runtime_context().namespace)
+        held: Any = ray.get(lock.holder.remote(), timeout=10)
+        return str(held.get("token"))
+    except Exception:  # gone, dying, or not answering: counted as a miss
+        return None
 
 
 def node_agent(node: str, namespace: str, warm_pool: int | str = "auto",

@@ -38,6 +38,7 @@ from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
 from perdure.backends.ray.actors import RESOURCE_PREFIX, node_agent
 from perdure.backends.ray.mirror import Mirror
+from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
 from perdure.core.events import (
     Command,
     Launch,
@@ -98,6 +99,9 @@ class RayBackend:
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
         self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
+        # Launch actors started ahead of need per node (ValueError naming its variable)
+        self._spares = SpareActors(self.ns, size_setting(), self._warm)
+        self._ports_ahead = PortsAhead()
 
     def _attach(self) -> None:
         """Connect, take the namespace, start the relay: on first use, once the controller
@@ -105,7 +109,8 @@ class RayBackend:
         if self._transport is not None:
             return
         rc.connect(self.spec)
-        self._lock = rc.take_lock(self.spec, f"state dir {self.state_dir}")
+        self._lock, token = rc.take_lock(self.spec, f"state dir {self.state_dir}")
+        self._spares.attach(token)
         # Replicas on every host reach the relay at the address this machine reaches Ray at.
         self._transport = LaunchTransport(self.state_dir, "net", host=rc.own_address())
         self._transport.ensure()
@@ -115,6 +120,7 @@ class RayBackend:
                 self._lose_node(node.name, self._pending)
         for name in self._live:
             self._agent(name)  # start them now: the first launch on a node does not wait
+        self._spares.fill(self._live)
 
     def nodes(self) -> list[NodeInfo]:
         self._attach()
@@ -151,10 +157,16 @@ class RayBackend:
         if mirror.read_record(layout.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
                               "launch needs a new id")
+        spare = None if launch.gpus else self._spares.take(launch.node)
         mirror.write_record(layout.LAUNCH, {**record, "log_prefix": launch.log_prefix,
-                                            "created": time.time()})
+                                            "created": time.time(),
+                                            "actor": spare[0] if spare else None})
         try:
-            actor = rc.launch_actor(launch.node, launch.launch_id, self.ns, record)
+            if spare is not None:
+                actor = spare[1]
+                actor.begin.remote(record)
+            else:
+                actor = rc.launch_actor(launch.node, launch.launch_id, self.ns, record)
         except (ValueError, RayError) as err:
             raise LaunchError(f"cannot start the actor of {launch.launch_id}: {err}") from None
         tracked = _Tracked(launch.launch_id, launch.node, actor, mirror)
@@ -165,9 +177,10 @@ class RayBackend:
         """A port free on rank 0's node, the same for every launch given the same port."""
         key = (job_id, asked)
         if key not in self._ports:
+            port = self._ports_ahead.take(node)  # asked at the last restart: no wait
             try:
-                self._ports[key] = str(ray.get(self._agent(node).free_port.remote(),
-                                               timeout=PROBE_SECONDS * 10))
+                port = port or str(ray.get(self._agent(node).free_port.remote(),
+                                           timeout=PROBE_SECONDS * 10))
             except RayError as err:
                 if self._agent_answers(node):
                     raise LaunchError(f"node {node} did not give a port: {err}") from None
@@ -177,7 +190,13 @@ class RayBackend:
                 # nobody listens on; the node's loss restarts the group, charging no one.
                 self._lose_node(node, self._pending)
                 return asked if asked != "0" else str(DEAD_MASTER_PORT)
+            self._ports[key] = port
+            self._ports_ahead.ask(node, self._agent(node))  # for the next restart
         return self._ports[key]
+
+    def hold_spares(self, nodes: frozenset[str]) -> None:
+        """Spare nodes are kept warm: their agents' pools filled ahead of need."""
+        self._spares.hold(nodes)
 
     # ---- stop -------------------------------------------------------------------------------
 
@@ -204,6 +223,8 @@ class RayBackend:
         if now >= self._next_nodes:
             self._next_nodes = now + NODES_SECONDS
             self._check_nodes(out)
+            self._spares.fill(self._live)
+            self._spares.prewarm(self._live, self._agent)
         waiting = {t.waiting: t for t in self._active.values() if t.waiting is not None}
         if waiting:
             ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
@@ -301,6 +322,7 @@ class RayBackend:
             if name in self._down and node.node_id != self._down[name]:
                 del self._down[name]
                 self._agents.pop(name, None)
+                self._spares.forget(name)
                 out.append(Command("restore-node", name, time.time()))
         self._live = {n: v for n, v in live.items() if n not in self._down}
 
@@ -311,6 +333,7 @@ class RayBackend:
         way it is back only as a new Ray node."""
         self._down[name] = node_id
         self._live.pop(name, None)
+        self._spares.forget(name)
         kind = "preempt-node" if deadline_ms else "drain-node"
         out.append(Command(kind, name, time.time()))
 
@@ -321,6 +344,7 @@ class RayBackend:
         gone = self._live.pop(name, None)
         self._down[name] = gone.node_id if gone is not None else ""
         self._agents.pop(name, None)
+        self._spares.forget(name)
         out.append(Command("fail-node", name, time.time()))
         for tracked in self._active.values():
             if tracked.node == name:
@@ -398,7 +422,8 @@ class RayBackend:
                 continue
             mirror_dir = os.path.join(self.state_dir, layout.LAUNCHES, launch_id)
             record = layout.read_json(os.path.join(mirror_dir, layout.LAUNCH))
-            actor = rc.find_launch(launch_id, self.ns) if record is not None else None
+            actor = (rc.find_launch(launch_id, self.ns, record.get("actor"))
+                     if record is not None else None)
             if record is None or actor is None:
                 out.append(LaunchFailed(launch_id, f"launch {launch_id} has no actor in Ray "
                                         f"namespace {self.ns!r}: it never started, or its "
@@ -414,6 +439,8 @@ class RayBackend:
     def close(self) -> None:
         """Stop watching (replicas keep running), stop the relay, let the namespace go."""
         self._active.clear()
+        with contextlib.suppress(RayError):
+            self._spares.close()
         if self._transport is not None:  # its socket and threads: a relay left open would
             self._transport.close()      # keep a new controller of this process off its port
             self._transport = None

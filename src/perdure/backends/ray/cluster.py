@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +37,14 @@ LOCK_WAIT_SECONDS = 30.0  # a killed controller's lock goes with its driver, wit
 
 class NamespaceLock:
     """Held (alive) by exactly one controller: it is owned by that controller's driver, so it
-    dies with it and a restarted controller can take it."""
+    dies with it and a restarted controller can take it. Its token tells this controller's
+    spare launch actors (`spare_actors`) whether their controller still holds the namespace."""
+
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
 
     def holder(self) -> dict[str, Any]:
-        return {"pid": os.getpid()}
+        return {"pid": os.getpid(), "token": self.token}
 
 
 def connect(spec: RaySpec) -> None:
@@ -55,8 +60,9 @@ def connect(spec: RaySpec) -> None:
             "it with `ray start --head` or fix the cluster file's `ray: address`") from None
 
 
-def take_lock(spec: RaySpec, owner: str) -> Any:
-    """The namespace's controller lock; BackendBusy when another live controller holds it."""
+def take_lock(spec: RaySpec, owner: str) -> tuple[Any, str]:
+    """The namespace's controller lock and its token; BackendBusy when another live
+    controller holds it."""
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
         try:
@@ -65,8 +71,8 @@ def take_lock(spec: RaySpec, owner: str) -> Any:
             lock = remote_class(NamespaceLock).options(
                 name=LOCK_NAME, namespace=spec.namespace, num_cpus=0, max_restarts=0,
                 resources={HEAD_RESOURCE: PIN}).remote()
-            ray.get(lock.holder.remote(), timeout=30)
-            return lock
+            held = ray.get(lock.holder.remote(), timeout=30)
+            return lock, str(held["token"])
         except RayActorError:  # it died starting (its worker was killed): take it again
             if time.monotonic() >= deadline:
                 raise BackendUnavailable(
@@ -145,18 +151,30 @@ def launch_actor(node: str, launch_id: str, namespace: str, record: dict[str, An
                                                          int(record.get("gpus", 0)))).remote(record)
 
 
+def spare_launch_actor(node: str, name: str, namespace: str, owner: dict[str, Any]) -> Any:
+    """Start a launch actor on `node` ahead of its launch (no GPUs: a launch that needs some
+    gets an actor of its own); it waits for `begin`, or leaves once `owner` is gone."""
+    return remote_class(LaunchActor).options(
+        **actor_options(node, name, namespace, 0)).remote(None, owner)
+
+
 def launch_options(node: str, launch_id: str, namespace: str, gpus: int) -> dict[str, Any]:
     """The options of a launch's actor: pinned to its perdure node, holding the replica's GPUs
     (`num_gpus`: Ray then sets the actor's CUDA_VISIBLE_DEVICES, which the replica inherits)."""
-    return {"name": f"launch:{launch_id}", "namespace": namespace, "lifetime": "detached",
+    return actor_options(node, f"launch:{launch_id}", namespace, gpus)
+
+
+def actor_options(node: str, name: str, namespace: str, gpus: int) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "lifetime": "detached",
             "resources": {RESOURCE_PREFIX + node: PIN}, "num_cpus": 0, "num_gpus": gpus,
             "max_restarts": 0, "max_concurrency": ACTOR_CONCURRENCY}
 
 
-def find_launch(launch_id: str, namespace: str) -> Any | None:
-    """The live actor of a launch, or None."""
+def find_launch(launch_id: str, namespace: str, name: str | None = None) -> Any | None:
+    """The live actor of a launch (`name`: the spare's that took it, as its record keeps it),
+    or None."""
     try:
-        return ray.get_actor(f"launch:{launch_id}", namespace=namespace)
+        return ray.get_actor(name or f"launch:{launch_id}", namespace=namespace)
     except ValueError:
         return None
 

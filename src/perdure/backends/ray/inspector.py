@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perdure.backends.local import layout
 from perdure.backends.local.inspector import LocalInspector
 from perdure.core.spec import ClusterSpec, RaySpec
 
@@ -28,7 +29,10 @@ class RayInspector(LocalInspector):
         from perdure.backends.ray import cluster
 
         cluster.connect(self.spec)
-        actor = cluster.find_launch(launch_id, self.spec.namespace)
+        # a launch that took a spare launch actor has that actor's name in its record
+        record = layout.read_json(str(self.state_dir / layout.LAUNCHES / launch_id
+                                      / layout.LAUNCH)) or {}
+        actor = cluster.find_launch(launch_id, self.spec.namespace, record.get("actor"))
         if actor is None:
             raise ProcessLookupError(f"launch {launch_id} has no actor in Ray namespace "
                                      f"{self.spec.namespace!r}: its replica has ended")

@@ -1,0 +1,39 @@
+"""Spare launch actors: how many per node, and the settings a user can get wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("ray")
+
+from perdure.backends.ray import cluster as rc
+from perdure.backends.ray.spare_actors import AUTO_MAX, ENV, SpareActors, size_setting
+
+
+def test_auto_keeps_a_nodes_slots_worth_at_most_auto_max(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    auto = SpareActors("ns", size_setting())
+    assert (auto.want(2), auto.want(64)) == (2, AUTO_MAX)
+    monkeypatch.setenv(ENV, "0")
+    assert SpareActors("ns", size_setting()).want(4) == 0
+    assert SpareActors("ns", size_setting("3")).want(64) == 3
+
+
+@pytest.mark.parametrize("bad", ["-1", "65", "many", ""])
+def test_a_bad_setting_names_the_variable(bad: str) -> None:
+    with pytest.raises(ValueError, match=ENV):
+        size_setting(bad)
+
+
+def test_a_spare_is_pinned_to_its_node_without_gpus_or_cpus() -> None:
+    options = rc.actor_options("a", "spare:a:0123", "ns", 0)
+    assert options["name"] == "spare:a:0123" and options["lifetime"] == "detached"
+    assert options["resources"] == {rc.RESOURCE_PREFIX + "a": rc.PIN}
+    assert options["num_cpus"] == 0 and options["num_gpus"] == 0
+
+
+def test_nothing_starts_before_the_controller_holds_the_namespace() -> None:
+    spares = SpareActors("ns", None)
+    spares.fill({"a": rc.RayNode("a", 2, "10.0.0.2", "id-a")})  # no owner yet: no Ray call
+    assert spares.take("a") is None
