@@ -138,6 +138,7 @@ class PerdureCallback(Callback):  # type: ignore[misc]
         self.vote = StopVote(within=vote_within)
         self._mark: float | None = None
         self._positions: list[dict[str, Any]] | None = None  # ElasticLoader states to restore
+        self._saved_on_notice: int | None = None  # the step saved on a preemption notice
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Lightning installs its own SIGTERM handler when fit starts (it ends the run at once):
@@ -156,8 +157,15 @@ class PerdureCallback(Callback):  # type: ignore[misc]
         now = time.perf_counter()
         goodput.reporter().step(trainer.global_step, now - (self._mark or now))
         self._mark = now
-        if self.vote.poll(self.ctx.should_stop):
-            self._save_and_exit(trainer)
+        if self._saved_on_notice is None and self.vote.poll(self.ctx.should_stop):
+            self._save(trainer)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # Exit before the step after the one saved: every hook of the saved step (the
+        # module's on_train_batch_end runs after the callbacks') has run by now.
+        if self._saved_on_notice is not None:
+            self._exit_suspended(trainer)
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
                            checkpoint: dict[str, Any]) -> None:
@@ -180,16 +188,19 @@ class PerdureCallback(Callback):  # type: ignore[misc]
         self.vote.close()
         goodput.flush()
 
-    def _save_and_exit(self, trainer: Trainer) -> None:
+    def _save(self, trainer: Trainer) -> None:
         io = trainer.strategy.checkpoint_io
         root = io.url if isinstance(io, PerdureCheckpointIO) else trainer.default_root_dir
         path = os.path.join(root, f"preempted-step{trainer.global_step}.ckpt")
         trainer.save_checkpoint(path)  # every rank: Lightning's collective save
         if isinstance(io, PerdureCheckpointIO):
             io.wait()
+        self._saved_on_notice = trainer.global_step
+
+    def _exit_suspended(self, trainer: Trainer) -> None:
         self.vote.close()
         trainer.strategy.barrier("perdure-preempted")
-        print(f"perdure: preemption notice: saved step {trainer.global_step}; exiting "
+        print(f"perdure: preemption notice: saved step {self._saved_on_notice}; exiting "
               "suspended", flush=True)
         self.ctx.exit_suspended()
 
