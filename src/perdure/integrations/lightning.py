@@ -14,7 +14,12 @@
   exit suspended: the job resumes there with no step lost.
 - Mid-epoch resume is exact when the train dataloader is perdure's `ElasticLoader`: Lightning
   keeps a stateful loader's position in its checkpoint, and the loader's global cursor splits
-  the rest of the epoch over however many replicas the job resumes on.
+  the rest of the epoch over however many replicas the job resumes on. Lightning counts an
+  epoch as `len(loader)` batches from its first and resumes that count where it saved it; an
+  ElasticLoader's length is the steps left from its position, and the steps an epoch has
+  depend on the world size. So the callback restores the loader itself, once Lightning has
+  taken the epoch's length from the fresh loader, and sets Lightning's count of the epoch's
+  batches to the steps behind the restored position at this world size.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import CombinedLoader
 
 import perdure
 from perdure.runtime import Checkpointer, ElasticLoader, StopVote, goodput
@@ -131,7 +137,8 @@ class PerdureCallback(Callback):  # type: ignore[misc]
         self._on_notice = signal.getsignal(signal.SIGTERM)  # perdure's preemption handler
         self.vote = StopVote(within=vote_within)
         self._mark: float | None = None
-        self._fix_length = False  # set the epoch's length at its first batch
+        self._positions: list[dict[str, Any]] | None = None  # ElasticLoader states to restore
+        self._saved_on_notice: int | None = None  # the step saved on a preemption notice
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Lightning installs its own SIGTERM handler when fit starts (it ends the run at once):
@@ -140,32 +147,25 @@ class PerdureCallback(Callback):  # type: ignore[misc]
                 threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_notice)
         goodput.checkpoint_restored(trainer.global_step or None, 0.0)
-        self._fix_length = True
+        if self._positions is not None:
+            _restore_positions(trainer, self._positions)
+            self._positions = None
         self._mark = time.perf_counter()
-
-    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._fix_length = True  # a new epoch (not called on a mid-epoch resume)
-
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any,
-                             batch_idx: int) -> None:
-        # Lightning ends an epoch when its batch counter reaches the batch count it took from
-        # the loader; an ElasticLoader's length is the steps left from its position, which
-        # after a resume (on any world size) does not add up with the restored counter. At
-        # the epoch's first batch: batches counted + the one Lightning's fetcher already
-        # holds + those left is the epoch.
-        loader = trainer.train_dataloader
-        if self._fix_length and isinstance(loader, ElasticLoader):
-            ready = trainer.fit_loop.epoch_loop.batch_progress.current.ready
-            trainer.fit_loop.max_batches = ready + 1 + len(loader)
-        self._fix_length = False
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
         goodput.reporter().step(trainer.global_step, now - (self._mark or now))
         self._mark = now
-        if self.vote.poll(self.ctx.should_stop):
-            self._save_and_exit(trainer)
+        if self._saved_on_notice is None and self.vote.poll(self.ctx.should_stop):
+            self._save(trainer)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # Exit before the step after the one saved: every hook of the saved step (the
+        # module's on_train_batch_end runs after the callbacks') has run by now.
+        if self._saved_on_notice is not None:
+            self._exit_suspended(trainer)
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
                            checkpoint: dict[str, Any]) -> None:
@@ -175,6 +175,9 @@ class PerdureCallback(Callback):  # type: ignore[misc]
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
                            checkpoint: dict[str, Any]) -> None:
+        # Lightning would restore the loaders before it takes the epoch's length from them;
+        # on_train_start restores them instead (module docstring).
+        self._positions = _take_positions(checkpoint)
         states = checkpoint.get(RNG_KEY)
         # On another world size there is no state of this rank to continue: the data order
         # stays exact (ElasticLoader), the draws are new.
@@ -185,18 +188,56 @@ class PerdureCallback(Callback):  # type: ignore[misc]
         self.vote.close()
         goodput.flush()
 
-    def _save_and_exit(self, trainer: Trainer) -> None:
+    def _save(self, trainer: Trainer) -> None:
         io = trainer.strategy.checkpoint_io
         root = io.url if isinstance(io, PerdureCheckpointIO) else trainer.default_root_dir
         path = os.path.join(root, f"preempted-step{trainer.global_step}.ckpt")
         trainer.save_checkpoint(path)  # every rank: Lightning's collective save
         if isinstance(io, PerdureCheckpointIO):
             io.wait()
+        self._saved_on_notice = trainer.global_step
+
+    def _exit_suspended(self, trainer: Trainer) -> None:
         self.vote.close()
         trainer.strategy.barrier("perdure-preempted")
-        print(f"perdure: preemption notice: saved step {trainer.global_step}; exiting "
+        print(f"perdure: preemption notice: saved step {self._saved_on_notice}; exiting "
               "suspended", flush=True)
         self.ctx.exit_suspended()
+
+
+def _take_positions(checkpoint: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The train loaders' states, taken out of the checkpoint Lightning restores its loops
+    from, when every one is an ElasticLoader's over an ElasticSampler; else None (Lightning
+    restores them itself)."""
+    fit = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+    states = fit.get("combined_loader") or []
+    if not states or not all(isinstance(s, dict) and {"cursor", "num_samples"} <= set(s)
+                             for s in states):
+        return None
+    fit["combined_loader"] = []
+    return list(states)
+
+
+def _restore_positions(trainer: Trainer, states: list[dict[str, Any]]) -> None:
+    """Restore the train loaders (after Lightning made its iterator, before it advances it)
+    and count the epoch's batches in this world size's steps: the whole epoch, Lightning's
+    length, less the steps left from the restored position."""
+    loaders = [dl for dl in CombinedLoader(trainer.train_dataloader).flattened
+               if hasattr(dl, "state_dict") and hasattr(dl, "load_state_dict")]
+    if len(loaders) != len(states) or not all(isinstance(dl, ElasticLoader) for dl in loaders):
+        raise RuntimeError(
+            f"the checkpoint holds {len(states)} ElasticLoader positions but the train "
+            f"dataloaders are {[type(dl).__name__ for dl in loaders]}: return the same "
+            "dataloaders from train_dataloader() as the run that saved it")
+    behind = 0
+    for loader, state in zip(loaders, states, strict=True):
+        whole = loader.sampler.steps_left(0)  # the epoch at this world size
+        loader.load_state_dict(state)
+        behind = max(behind, whole - len(loader))
+    progress = trainer.fit_loop.epoch_loop.batch_progress.current
+    shift = behind - progress.ready  # 0 on the world size that saved it
+    for count in ("ready", "started", "processed", "completed"):  # each count Lightning keeps
+        setattr(progress, count, getattr(progress, count) + shift)
 
 
 def _skeleton(value: Any) -> Any:

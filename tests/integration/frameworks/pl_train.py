@@ -1,7 +1,8 @@
 """A Lightning script (MLP with dropout, synthetic data, DDP on gloo) with PerdureCallback and
 PerdureCheckpointIO. Test hooks as in hf_train.py: STEP_FILE (rank 0 appends each finished
 step; each launch's start step goes to STEP_FILE.begin; pids to STEP_FILE.pid-<replica>),
-LEDGER=1 (each rank appends the samples of each step), STEP_TIME (seconds of sleep a step).
+LEDGER=1 (each rank appends the samples of each step), STEP_TIME (seconds of sleep a step),
+CKPT_EVERY (ModelCheckpoint's every_n_train_steps, default 10).
 At the end rank 0 writes result.json into --out: the SHA-256 of the weights and the step.
 """
 
@@ -87,11 +88,12 @@ def main() -> None:
     model = Model()
     io = PerdureCheckpointIO()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    every = int(os.environ.get("CKPT_EVERY", "10"))
     trainer = L.Trainer(
         max_steps=a.steps, accelerator="cpu", devices=local,
         num_nodes=int(os.environ.get("WORLD_SIZE", "1")) // local,
         strategy="ddp" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else "auto",
-        callbacks=[callback, L.pytorch.callbacks.ModelCheckpoint(every_n_train_steps=10)],
+        callbacks=[callback, L.pytorch.callbacks.ModelCheckpoint(every_n_train_steps=every)],
         plugins=[io], logger=False, enable_progress_bar=False, enable_model_summary=False,
         default_root_dir=os.environ.get("PERDURE_CHECKPOINT_DIR", "."))
     trainer.fit(model, ckpt_path=io.latest())

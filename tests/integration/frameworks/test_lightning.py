@@ -1,9 +1,9 @@
 """Lightning with PerdureCallback and PerdureCheckpointIO.
 
-One process: a run stopped mid-epoch and resumed from perdure's checkpoint (ckpt_path=
-io.latest()) ends bit-identical to an uninterrupted one. Under the controller with 2 replicas
-(DDP on gloo): a SIGKILL, a preemption, 2 -> 1 and 1 -> 2 replicas. The DDP resumes do not hold
-yet (strict xfail, reason below), so they run only in `make test-frameworks`.
+One process: a run resumed from perdure's checkpoint (ckpt_path=io.latest()), mid-epoch or
+at an epoch's last step, ends bit-identical to an uninterrupted one, through the next epoch.
+Under the controller with 2 replicas (DDP on gloo), in `make test-frameworks`: a SIGKILL, a
+preemption, and a resume on 2 -> 1 and 1 -> 2 replicas.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from fwharness import HERE, Job, finish, tracked_jobs, trained_samples
 pytest.importorskip("lightning")
 
 SCRIPT = HERE / "pl_train.py"
-SAMPLES, BATCH = 512, 8  # pl_train.py's epoch and per-rank batch
+SAMPLES, BATCH = 512, 8  # pl_train.py's epoch and per-rank batch: 64 steps alone, 32 on 2
 
 
 @pytest.fixture
@@ -36,14 +36,10 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(job.result()["sha256"])
 
 
-DDP_RESUME = pytest.mark.xfail(strict=True, reason=(
-    "Lightning DDP resume under the controller: the resumed run's weights differ from the "
-    "uninterrupted run's after a kill or a preemption (a resume by hand, run after run, is "
-    "exact), and a resume on another world size repeats/skips samples; not resolved"))
-
-
-def run_alone(root: Path, steps: int) -> dict[str, object]:
-    env = {**os.environ, "STEP_FILE": str(root / "steps.txt"), "LEDGER": "1"}
+def run_alone(root: Path, steps: int, every: int = 10) -> dict[str, object]:
+    """pl_train.py in one process, a checkpoint every `every` steps, to `steps` steps."""
+    env = {**os.environ, "STEP_FILE": str(root / "steps.txt"), "LEDGER": "1",
+           "CKPT_EVERY": str(every)}
     env.pop("PERDURE_CHECKPOINT_DIR", None)
     root.mkdir(parents=True, exist_ok=True)
     out = subprocess.run([sys.executable, str(SCRIPT), "--out", "out", "--steps", str(steps)],
@@ -52,16 +48,35 @@ def run_alone(root: Path, steps: int) -> dict[str, object]:
     return dict(json.loads((root / "out" / "result.json").read_text()))
 
 
-def test_one_process_resumes_mid_epoch_bit_identically(tmp_path: Path) -> None:
-    whole = run_alone(tmp_path / "whole", 40)
-    run_alone(tmp_path / "parts", 25)  # saved at 10 and 20 (ModelCheckpoint), stops at 25
-    assert run_alone(tmp_path / "parts", 40) == whole  # resumed at 20, of 64 in the epoch
-    assert [int(s) for s in (tmp_path / "parts" / "steps.txt.begin").read_text().split()] \
-        == [0, 20]
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """80 steps uninterrupted: the epoch of 64 and 16 of the next."""
+    return run_alone(tmp_path_factory.mktemp("pl-whole"), 80)
+
+
+def begins(root: Path) -> list[int]:
+    return [int(s) for s in (root / "steps.txt.begin").read_text().split()]
+
+
+def test_one_process_resumes_mid_epoch_bit_identically(tmp_path: Path,
+                                                       whole: dict[str, object]) -> None:
+    """Resumed at step 20, the epoch still ends at its 64th step (it used to end 20 steps
+    early: Lightning counted the 20 steps taken against the 44 left)."""
+    run_alone(tmp_path, 25)  # saved at 10 and 20 (ModelCheckpoint), stops at 25
+    assert run_alone(tmp_path, 80) == whole
+    assert begins(tmp_path) == [0, 20]
+
+
+def test_one_process_resumes_at_the_end_of_an_epoch(tmp_path: Path,
+                                                    whole: dict[str, object]) -> None:
+    """Saved at the epoch's last step, the resume trains the next epoch (it used to train
+    nothing and end at once: no steps left in the loader looked like no data)."""
+    assert run_alone(tmp_path, 64, every=32)["step"] == 64
+    assert run_alone(tmp_path, 80, every=32) == whole
+    assert begins(tmp_path) == [0, 64]
 
 
 @pytest.mark.frameworks_long
-@DDP_RESUME
 def test_kill_resumes_bit_identically(jobs: list[Job], tmp_path: Path, baseline: str) -> None:
     job = Job(tmp_path, "pl", SCRIPT, 2, env={"STEP_TIME": "0.05"})
     jobs.append(job)
@@ -75,7 +90,6 @@ def test_kill_resumes_bit_identically(jobs: list[Job], tmp_path: Path, baseline:
 
 
 @pytest.mark.frameworks_long
-@DDP_RESUME
 def test_preemption_saves_and_loses_no_step(jobs: list[Job], tmp_path: Path,
                                             baseline: str) -> None:
     job = Job(tmp_path, "pl", SCRIPT, 2, env={"STEP_TIME": "0.1"})
@@ -89,7 +103,6 @@ def test_preemption_saves_and_loses_no_step(jobs: list[Job], tmp_path: Path,
 
 
 @pytest.mark.frameworks_long
-@DDP_RESUME
 @pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)])
 def test_resume_on_another_world_size_trains_every_sample_once(
         jobs: list[Job], tmp_path: Path, before: int, after: int) -> None:

@@ -169,7 +169,10 @@ class ElasticLoader:
         self.num_workers = int(dataloader_kwargs.get("num_workers", 0))
         user_collate = dataloader_kwargs.pop("collate_fn", None)
         self._init = _WorkerInit(0, dataloader_kwargs.pop("worker_init_fn", None))
+        # An iterator is current while no newer iter() was made (`_iteration`) and the
+        # position did not move (`_moves`: set_epoch, load_state_dict) since it started.
         self._iteration = 0
+        self._moves = 0
         self._dataset: ShardDataset[Any] | None = None
         if isinstance(dataset, ShardDataset):
             if sampler is not None:
@@ -246,7 +249,7 @@ class ElasticLoader:
         elif epoch != self._epoch:
             self.sampler.set_epoch(epoch)
             self._epoch, self._cursor = epoch, 0
-        self._iteration += 1  # an iterator of the old epoch stops counting
+        self._moves += 1  # an iterator of the old epoch stops counting
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the batches the loop received: the sampler's or the dataset's
@@ -258,8 +261,11 @@ class ElasticLoader:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from `state_dict()` output (on any world size; shards: see ShardDataset)."""
-        self._iteration += 1
+        """Resume from `state_dict()` output (on any world size; shards: see ShardDataset).
+
+        An iterator already advanced stops; one made but not yet advanced starts here (as
+        Lightning makes its iterator before it restores a loader's state)."""
+        self._moves += 1
         if self._dataset is not None:
             self._dataset.load_state_dict(state)
             return
@@ -286,7 +292,11 @@ class ElasticLoader:
             return self._iter_shards(self._dataset, self._iteration)
         return self._iter_map(self._iteration)
 
+    def _current(self, token: int, moves: int) -> bool:
+        return token == self._iteration and moves == self._moves
+
     def _iter_map(self, token: int) -> Iterator[Any]:
+        moves = self._moves  # read at the first next(): the position as the iterator starts
         sampler = self.sampler
         self._follow_sampler()
         sampler.set_position(self._epoch, self._cursor)  # drop what workers ran ahead for
@@ -297,14 +307,14 @@ class ElasticLoader:
         span = world_size * sampler.batch_size
         self._request(range(min(steps, self._prefetch_batches)), start, span, rank, world_size)
         for received, batch in enumerate(self.dataloader, start=1):
-            if token != self._iteration:
+            if not self._current(token, moves):
                 return
             self._cursor = sampler.cursor_after(start, received, world_size)
             ahead = received + self._prefetch_batches - 1
             if ahead < steps:
                 self._request(range(ahead, ahead + 1), start, span, rank, world_size)
             yield batch
-        if token == self._iteration and self._epoch == epoch:
+        if self._current(token, moves) and self._epoch == epoch:
             self._cursor = sampler.num_samples
 
     def _request(self, steps: range, start: int, span: int, rank: int, world_size: int) -> None:
@@ -317,18 +327,19 @@ class ElasticLoader:
             self._prefetch(indices)
 
     def _iter_shards(self, dataset: ShardDataset[Any], token: int) -> Iterator[Any]:
+        moves = self._moves
         plan = dataset.plan()
         self._init.epoch, self._init.rank = plan.epoch, plan.rank
         if dataset._shared is not None:
             write_shared(dataset._shared, plan)  # before iter(): workers read it on reset
         for tagged in self.dataloader:
-            if token != self._iteration:
+            if not self._current(token, moves):
                 return
             stream = plan.streams[tagged.stream]
             stream.done, stream.offset = tagged.done, tagged.offset
             plan.next_stream = (tagged.stream + 1) % len(plan.streams)
             yield tagged.data
-        if token == self._iteration:
+        if self._current(token, moves):
             for stream in plan.streams:
                 stream.finish()  # includes a last partial batch that drop_last dropped
 
