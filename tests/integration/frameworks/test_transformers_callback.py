@@ -49,6 +49,8 @@ def test_kill_resumes_from_the_trainers_checkpoint(jobs: list[Job], tmp_path: Pa
     assert goodput["last_step"] == 40 and goodput["productive_seconds"] > 0
 
 
+# ~20 s each: in make test-frameworks, to keep the default suite within its time.
+@pytest.mark.frameworks_long
 def test_kill_during_a_save_skips_the_half_written_checkpoint(jobs: list[Job], tmp_path: Path,
                                                               baseline: str) -> None:
     job = Job(tmp_path, "hf", SCRIPT, 2, env={**SLOW, "SLOW_SAVE_AT": "20"})
@@ -67,6 +69,8 @@ def test_kill_during_a_save_skips_the_half_written_checkpoint(jobs: list[Job], t
         events
 
 
+# ~20 s each: in make test-frameworks, to keep the default suite within its time.
+@pytest.mark.frameworks_long
 def test_preemption_saves_where_the_ranks_agree_and_loses_no_step(
         jobs: list[Job], tmp_path: Path, baseline: str) -> None:
     job = Job(tmp_path, "hf", SCRIPT, 2, env={"STEP_TIME": "0.1"})

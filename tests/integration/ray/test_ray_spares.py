@@ -94,6 +94,9 @@ def test_a_lost_host_is_replaced_by_the_spare_node(ray_perdure: RayPerdure) -> N
         time.sleep(0.5)
 
 
+# Every Ray test's relaunch already goes through the spare actors; this one checks which
+# actor took it (10-26 s): in make test-ray, to keep the default suite within its time.
+@pytest.mark.ray_long
 @pytest.mark.timeout(200)
 def test_a_relaunch_takes_a_spare_launch_actor(ray_perdure: RayPerdure) -> None:
     p = ray_perdure

@@ -17,7 +17,7 @@ from pathlib import Path
 from perdure.runtime import exitguard
 
 SCRIPT = Path(__file__).with_name("exit_race.py")
-RUNS = 8
+RUNS = 6
 
 
 def _free_port() -> int:

@@ -134,6 +134,8 @@ def test_queue_wait_is_queued_with_slurm_reason(slurm_perdure: SlurmPerdure) -> 
         controller.communicate(timeout=60)
 
 
+# ~17 s with teardown: in make test-slurm, to keep the default suite within its time.
+@pytest.mark.slurm_long
 @pytest.mark.timeout(240)
 def test_the_log_cap_holds_on_the_node_and_on_the_login_node(
         slurm_perdure: SlurmPerdure) -> None:
