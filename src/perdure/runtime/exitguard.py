@@ -9,11 +9,17 @@ through gloo's noexcept destructor calls `std::terminate`: the replica dies of S
 job is retried. Seen on a loaded 2-core machine at the end of Hugging Face Trainer runs, one in
 ~20 (cold or warm start alike).
 
+The same race hangs `torch.distributed.destroy_process_group()` forever: the main thread joins
+gloo's worker threads while holding the GIL that one of them waits for to free its last work
+(seen once: an unmodified DDP script printed its last line and never exited).
+
 `install()` registers, once, an exit function that sleeps in short steps (releasing the GIL)
 until no other thread of the process is runnable, for at most SETTLE_SECONDS: the thread that
 holds the last reference takes the GIL and frees the work before finalization starts. Exit
 functions run in reverse order of registration, so installing it early (perdure.init does)
-runs it after the exit functions that libraries registered later.
+runs it after the exit functions that libraries registered later. It also makes
+`torch.distributed.destroy_process_group` settle the same way before it tears the group down
+(when torch.distributed is imported by then: a warm standby imports it before the script).
 """
 
 from __future__ import annotations
@@ -24,15 +30,40 @@ import threading
 import time
 
 SETTLE_SECONDS = 0.5
+# Before destroy_process_group, which an elastic rebuild calls mid-run while perdure's own
+# threads (an upload, a data loader) may stay runnable: a gloo thread frees its work in ms.
+DESTROY_SETTLE_SECONDS = 0.1
 STEP_SECONDS = 0.005
 _installed: list[bool] = []
 
 
 def install() -> None:
-    """Settle native threads at interpreter exit (idempotent)."""
+    """Settle native threads at interpreter exit and before destroy_process_group
+    (idempotent)."""
     if not _installed:
         _installed.append(True)
         atexit.register(settle)
+    _guard_destroy()
+
+
+def _guard_destroy() -> None:
+    import sys
+
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    dist = sys.modules.get("torch.distributed")
+    original = getattr(c10d, "destroy_process_group", None)
+    if c10d is None or dist is None or original is None or hasattr(original, "_perdure_settles"):
+        return
+
+    def destroy_process_group(*args: object, **kwargs: object) -> object:
+        settle(DESTROY_SETTLE_SECONDS)
+        return original(*args, **kwargs)
+
+    destroy_process_group.__doc__ = original.__doc__
+    destroy_process_group._perdure_settles = True  # type: ignore[attr-defined]
+    setattr(c10d, "destroy_process_group", destroy_process_group)  # noqa: B010
+    if getattr(dist, "destroy_process_group", None) is original:
+        setattr(dist, "destroy_process_group", destroy_process_group)  # noqa: B010
 
 
 def settle(limit: float = SETTLE_SECONDS) -> bool:

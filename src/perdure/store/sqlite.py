@@ -83,6 +83,23 @@ class StoredEvent:
     message: str
 
 
+def _into_wal(db: sqlite3.Connection, limit: float = 30.0) -> None:
+    """Put the database in WAL mode. Two processes opening a new state dir at once (a
+    controller starting while `submit` runs) make sqlite answer "database is locked" at once,
+    without its busy handler: retry that for up to `limit` seconds."""
+    deadline = time.monotonic() + limit
+    delay = 0.005
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
 class Store:
     """The sqlite store of one state dir (`<state_dir>/perdure.db`)."""
 
@@ -105,7 +122,7 @@ class Store:
                 create_private(path)
             self.db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30,
                                       isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
+            _into_wal(self.db)
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=30000")
             self.rows = ReplicaRows(self.db)

@@ -72,8 +72,12 @@ class SlurmPerdure(Perdure):
 
     def cli(self, *args: str, check: bool = True,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*self.base(), *args], capture_output=True, text=True,
-                              timeout=timeout, check=check, env=self.slurm.env)
+        r = subprocess.run([*self.base(), *args], capture_output=True, text=True,
+                           timeout=timeout, env=self.slurm.env)
+        # the command's own words on failure (a bare CalledProcessError shows only its status)
+        assert not check or r.returncode == 0, (
+            f"perdure {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+        return r
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen([*self.base(), *args], stdout=subprocess.PIPE,

@@ -80,6 +80,7 @@ def run_forked() -> int:
         return 0
     launch: dict[str, Any] = json.loads(message)
     _become(launch)
+    _guard_exit()
     code = 0
     try:
         _run(launch["target"], list(launch["args"]))
@@ -98,8 +99,8 @@ def run_forked() -> int:
 
 
 def _guard_exit() -> None:
-    """This interpreter finalizes when the script ends: let torch's threads settle first
-    (perdure.runtime.exitguard), for unmodified scripts too."""
+    """Let torch's threads settle before the interpreter finalizes and before the script's own
+    destroy_process_group (perdure.runtime.exitguard), for unmodified scripts too."""
     try:
         from perdure.runtime import exitguard
     except ImportError:
