@@ -1,4 +1,5 @@
 import secrets
+import signal
 import sys
 import uuid
 from collections.abc import Iterator
@@ -10,6 +11,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "unit" / "core"))
 sys.path.insert(0, str(Path(__file__).parent))
 from s3server import S3, FaultProxy, MotoServer, make_bucket
+
+# A shell without job control starts `pytest ... &` with SIGINT ignored, and every process a test
+# starts would inherit that: the tests that stop a controller with Ctrl-C (SIGINT) would wait
+# for it in vain. Python's own handler is reset to the default at exec, so children get Ctrl-C.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _s3_env(endpoint: str) -> dict[str, str]:

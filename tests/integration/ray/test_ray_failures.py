@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import time
 
 import pytest
 
 from conftest import RayPerdure, ddp_spec, describe, final_sha, named_actors
+from stopping import stop_controller
 
 STEP = re.compile(r"^step (\d+) ", re.M)
 
@@ -82,8 +82,7 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
         assert listed[:4] == ["a", "4", "slots", "READY"] and listed[4:8] == [
             "b", "2", "slots", "READY"], listed
     finally:
-        controller.send_signal(signal.SIGINT)
-        out = controller.communicate(timeout=60)[0]
+        out = stop_controller(controller)
     assert "node b restored" in out, out[-3000:]
 
 

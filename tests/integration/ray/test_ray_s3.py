@@ -19,6 +19,7 @@ from test_ray_failures import wait_state, wait_step
 
 from conftest import RayPerdure, ddp_spec
 from s3server import free_port, make_bucket, moto_python
+from stopping import stop_controller
 
 pytestmark = pytest.mark.ray_long
 
@@ -88,5 +89,4 @@ def test_a_job_on_s3_survives_a_host_with_no_shared_directory(
         assert "(checkpoint)" in logs, logs[-3000:]  # resumed from S3, not from scratch
         assert json.loads((out / "result.json").read_text())["sha256"] == local_sha
     finally:
-        controller.send_signal(signal.SIGINT)
-        controller.communicate(timeout=60)
+        stop_controller(controller)

@@ -3,7 +3,6 @@ launch actors (started on every node ahead of need) take launches without a Ray 
 
 from __future__ import annotations
 
-import signal
 import time
 
 import pytest
@@ -11,6 +10,7 @@ from test_ray_warm import agent_pool
 
 from conftest import RayPerdure, named_actors
 from perdure.backends.local import layout
+from stopping import stop_controller
 
 HOLD = "import time; time.sleep(600)\n"  # a script: `python -c` never starts warm
 # A launch that takes a spare actor starts its replica this soon after the call reached it
@@ -85,8 +85,7 @@ def test_a_lost_host_is_replaced_by_the_spare_node(ray_perdure: RayPerdure) -> N
         p.wait("spare", lambda d: d["state"] == "CANCELLED" and not d.get("spares"),
                timeout=60)
     finally:
-        controller.send_signal(signal.SIGINT)
-        out = controller.communicate(timeout=60)[0]
+        out = stop_controller(controller)
     # A controller that stops kills the spare launch actors nobody took
     deadline = time.monotonic() + 30
     while any(n.startswith("spare:") for n in named_actors(p)):
@@ -127,5 +126,4 @@ def test_a_relaunch_takes_a_spare_launch_actor(ray_perdure: RayPerdure) -> None:
         p.cli("cancel", "hold")
         p.wait("hold", lambda d: d["state"] == "CANCELLED", timeout=60)
     finally:
-        controller.send_signal(signal.SIGINT)
-        controller.communicate(timeout=60)
+        stop_controller(controller)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SlurmPerdure
+from stopping import stop_controller
 
 SPREAD = {"a": 2, "b": 2}
 HELLO = ("import os, socket, sys, time; print('hello from', socket.gethostname(), "
@@ -73,8 +73,7 @@ def test_cancel_while_running_stops_every_replica_and_gives_the_allocation_back(
             time.sleep(0.3)
         assert not any(j[2] in ("RUNNING", "PENDING") for j in slurm_jobs(p)), slurm_jobs(p)
     finally:
-        controller.send_signal(signal.SIGINT)
-        controller.communicate(timeout=60)
+        stop_controller(controller)
 
 
 @pytest.mark.timeout(240)
@@ -95,8 +94,7 @@ def test_scancel_from_outside_is_a_cancel(slurm_perdure: SlurmPerdure) -> None:
         assert not any("failed: its replicas are lost" in e["message"]
                        for e in d["events"]), d["events"]
     finally:
-        controller.send_signal(signal.SIGINT)
-        controller.communicate(timeout=60)
+        stop_controller(controller)
 
 
 def test_queue_wait_is_queued_with_slurm_reason(slurm_perdure: SlurmPerdure) -> None:
@@ -134,8 +132,7 @@ def test_queue_wait_is_queued_with_slurm_reason(slurm_perdure: SlurmPerdure) -> 
         assert any(m.startswith("PENDING: Slurm started Slurm job") for m in messages), messages
         assert d["goodput"]["queued_seconds"] > 0, d["goodput"]
     finally:
-        controller.send_signal(signal.SIGINT)
-        controller.communicate(timeout=60)
+        stop_controller(controller)
 
 
 # ~17 s with teardown: in make test-slurm, to keep the default suite within its time.

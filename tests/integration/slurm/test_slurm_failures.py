@@ -4,7 +4,6 @@ bit-identical to an uninterrupted run on the local backend."""
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import time
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 
 from conftest import SlurmPerdure, ddp_spec, final_sha
+from stopping import stop_controller
 
 STEP = re.compile(r"^step (\d+) ", re.M)
 THREE = {"a": 2, "b": 2, "c": 2}  # a job of 4 on a and b; c is free for a replacement
@@ -35,8 +35,7 @@ def done(p: SlurmPerdure, job: str, timeout: float) -> dict[str, Any]:
 
 
 def stop(controller: subprocess.Popen[str]) -> str:
-    controller.send_signal(signal.SIGINT)
-    return controller.communicate(timeout=60)[0]
+    return stop_controller(controller)
 
 
 @pytest.mark.slurm_long

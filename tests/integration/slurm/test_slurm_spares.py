@@ -3,12 +3,12 @@ replicas are launched on it at once: no new sbatch, no queue wait."""
 
 from __future__ import annotations
 
-import signal
 import time
 
 import pytest
 
 from conftest import SlurmPerdure
+from stopping import stop_controller
 
 THREE = {"a": 2, "b": 2, "c": 2}
 
@@ -50,5 +50,4 @@ def test_host_b_dies_and_its_replicas_go_to_the_spare_the_allocation_holds(
         d = p.wait("spared", lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
         assert d["state"] == "SUCCEEDED", d["events"][-10:]
     finally:
-        controller.send_signal(signal.SIGINT)
-        controller.communicate(timeout=60)
+        stop_controller(controller)
