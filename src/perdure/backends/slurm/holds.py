@@ -8,6 +8,7 @@ the backend's bookkeeping (the allocations are submitted and given back by the b
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm.reports import Tracked
@@ -21,8 +22,8 @@ class AllocHolds:
     _active: dict[str, Tracked]
     _spares: dict[tuple[str, str], set[str]]  # (job, attempt) -> the spare nodes it holds
 
-    def _attach(self) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # SlurmBackend's, which this half calls
+        def _attach(self) -> None: ...
 
     def hold_nodes(self, hold: HoldNodes) -> None:
         """The spare nodes `hold.job_id`'s attempt holds: kept in its allocation (a further
