@@ -184,3 +184,19 @@ def test_bytes_the_server_stored_wrong_fail_the_save_never_commit_it(s3: S3) -> 
     assert ckpt.steps() == [1]
     ckpt.save(3, _state(3), blocking=True)
     assert ckpt.steps() == [1, 3]
+
+
+def test_a_rename_on_s3_moves_every_object_below_it(s3: S3) -> None:
+    """S3 has no rename: the storage copies server-side, then deletes (not atomic, which is why
+    the commit protocol never renames there)."""
+    from perdure.runtime.checkpoint.s3storage import S3Storage
+
+    storage = S3Storage(s3.url("moves"))
+    assert not storage.atomic_rename
+    storage.write_bytes("a/x.bin", b"x" * 10)
+    storage.write_bytes("a/deep/y.bin", b"y" * 20)
+    storage.rename("a", "b")
+    assert storage.sizes("b") == {"x.bin": 10}
+    assert storage.sizes("b/deep") == {"y.bin": 20}
+    assert storage.sizes("a") == {} and storage.size("a/x.bin") is None
+    storage.close()

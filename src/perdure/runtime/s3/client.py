@@ -226,6 +226,15 @@ class S3Client:
             raise VerifyError(f"{path} holds other bytes than were sent (ETag {found[1]}, "
                               f"expected {etag})")
 
+    def move(self, src: str, dst: str) -> None:
+        """Move every object below ``src`` to the same place below ``dst``: server-side copies,
+        then the deletes (not atomic: an interrupted move leaves objects in both)."""
+        for name in self.find(src):
+            target = dst + name[len(src):]
+            self._call(f"copy {name}", lambda n=name, t=target: self.fs.copy(n, t))
+        self.fs.invalidate_cache(dst)
+        self.remove(src)
+
     def remove(self, path: str) -> None:
         """Delete ``path`` and everything below it; a missing path is not an error."""
         with contextlib.suppress(FileNotFoundError):
