@@ -230,10 +230,12 @@ class S3Client:
         """Move every object below ``src`` to the same place below ``dst``: server-side copies,
         then the deletes (not atomic: an interrupted move leaves objects in both)."""
         for name in self.find(src):
-            target = dst + name[len(src):]
-            self._call(f"copy {name}", lambda n=name, t=target: self.fs.copy(n, t))
+            self._copy(name, dst + name[len(src):])
         self.fs.invalidate_cache(dst)
         self.remove(src)
+
+    def _copy(self, src: str, dst: str) -> None:
+        self._call(f"copy {src}", lambda: self.fs.copy(src, dst))
 
     def remove(self, path: str) -> None:
         """Delete ``path`` and everything below it; a missing path is not an error."""
