@@ -28,6 +28,10 @@ class BackendUnavailable(RuntimeError):
     """The backend cannot reach what it runs on (a Ray cluster that does not answer)."""
 
 
+class BackendSettingError(ValueError):
+    """An environment variable a backend reads is unusable; the message names it."""
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     name: str

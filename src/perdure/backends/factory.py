@@ -4,17 +4,37 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perdure.backends.base import Backend, Inspector, NodeInfo
+from perdure.backends.base import Backend, BackendSettingError, Inspector, NodeInfo
 from perdure.core.spec import ClusterSpec
+
+
+def check_environment() -> None:
+    """BackendSettingError naming an unusable variable of the environment that the backends'
+    node side reads (warm pool size and idle time, log cap), before anything is started."""
+    from perdure.backends.local import logcap, warm
+
+    try:
+        warm.pool_size(None)
+        warm.idle_seconds(None)
+        logcap.max_bytes()
+    except ValueError as exc:
+        raise BackendSettingError(str(exc)) from None
+
+
+def fixed_nodes(cluster: ClusterSpec) -> list[NodeInfo]:
+    """The nodes of a local cluster as its backend will see them (GPUs found where the
+    cluster file does not say)."""
+    from perdure.backends.local.gpus import local_nodes
+
+    return local_nodes(cluster.nodes)
 
 
 def make_backend(cluster: ClusterSpec, state_dir: Path) -> Backend:
     nodes = [NodeInfo(n.name, n.slots, gpus=n.gpus or 0) for n in cluster.nodes]
     if cluster.backend == "local":
         from perdure.backends.local import LocalBackend
-        from perdure.backends.local.gpus import local_nodes
 
-        return LocalBackend(state_dir, local_nodes(cluster.nodes), transport=cluster.transport)
+        return LocalBackend(state_dir, fixed_nodes(cluster), transport=cluster.transport)
     if cluster.backend == "fake":
         from perdure.backends.fake import FakeBackend
 

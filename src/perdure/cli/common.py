@@ -149,9 +149,9 @@ def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec) -> Job:
 def check_fixed_capacity(job: Job, cluster: ClusterSpec) -> None:
     """A job the local backend's nodes could never hold, even empty, is refused now: waiting
     for capacity is for capacity that is busy or down, not for capacity that does not exist."""
-    from perdure.backends.local.gpus import local_nodes
+    from perdure.backends.factory import fixed_nodes
 
-    infos = local_nodes(cluster.nodes)
+    infos = fixed_nodes(cluster)
     cap = Capacity({n.name: Node(n.name, n.slots, gpus=n.gpus or 0) for n in infos}, {}, [])
     if can_ever_fit(job, cap):
         return

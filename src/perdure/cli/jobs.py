@@ -12,10 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
-from perdure.backends.base import Backend, BackendBusy, BackendUnavailable
-from perdure.backends.factory import make_backend
-from perdure.backends.local import logcap, warm
-from perdure.backends.local.memory import CgroupParentError
+from perdure.backends.base import Backend, BackendBusy, BackendSettingError, BackendUnavailable
+from perdure.backends.factory import check_environment, make_backend
 from perdure.backends.relay.secrets import SecretError, job_secret, state_secret
 from perdure.cli import jobview
 from perdure.cli.common import (
@@ -52,16 +50,14 @@ def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
 
 def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
     """The cluster's backend, or exit naming what is wrong (before anything is stored)."""
-    try:  # the environment's warm pool settings, named on their own (not as the cluster's)
-        warm.pool_size(None)
-        warm.idle_seconds(None)
-        logcap.max_bytes()
-    except ValueError as exc:
+    try:  # the environment's settings, named on their own (not as the cluster's)
+        check_environment()
+    except BackendSettingError as exc:
         die(str(exc))
     make_state_dir(ctx.state_dir)  # owner-only before the backend writes into it
     try:
         return make_backend(cluster, ctx.state_dir)
-    except (BackendBusy, BackendUnavailable, CgroupParentError) as exc:
+    except (BackendBusy, BackendUnavailable, BackendSettingError) as exc:
         die(str(exc))
     except (ValueError, RuntimeError, ImportError, OSError) as exc:
         die(f"{source or 'cluster'}: {exc}")

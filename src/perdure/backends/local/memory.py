@@ -31,6 +31,7 @@ import signal
 import time
 import zlib
 
+from perdure.backends.base import BackendSettingError
 from perdure.backends.local import procs
 
 MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rss")
@@ -253,7 +254,7 @@ def _make_cgroup(version: str, launch_id: str, limit: int | None, group: str) ->
         raise
 
 
-class CgroupParentError(ValueError):
+class CgroupParentError(BackendSettingError):
     """`$PERDURE_CGROUP_PARENT` names no usable cgroup directory; the message says why."""
 
 
