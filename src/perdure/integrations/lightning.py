@@ -20,6 +20,10 @@
   depend on the world size. So the callback restores the loader itself, once Lightning has
   taken the epoch's length from the fresh loader, and sets Lightning's count of the epoch's
   batches to the steps behind the restored position at this world size.
+- Over a ShardDataset (no length) Lightning reads one batch ahead and sets no epoch (it sets a
+  loader's sampler's, and a ShardDataset deals its own shards): the callback starts each
+  epoch's shards itself (else every epoch after the first finds them read, and a run with
+  max_steps never ends) and saves the position before the batch read ahead.
 """
 
 from __future__ import annotations
@@ -152,6 +156,14 @@ class PerdureCallback(Callback):  # type: ignore[misc]
             self._positions = None
         self._mark = time.perf_counter()
 
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Runs before Lightning makes the epoch's iterator (after the first epoch's: that one
+        # is already the loader's epoch, which set_epoch leaves as it is).
+        for loader in _train_loaders(trainer):
+            if isinstance(loader, ElasticLoader) and loader.over_shards and \
+                    loader.epoch != trainer.current_epoch:
+                loader.set_epoch(trainer.current_epoch)
+
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
@@ -172,6 +184,7 @@ class PerdureCallback(Callback):  # type: ignore[misc]
         """Every rank's RNG state (dropout draws differ by rank), gathered into the one
         checkpoint Lightning writes. Called on every rank, as Lightning's save is."""
         checkpoint[RNG_KEY] = _gather(rng_state())
+        _hold_back_read_ahead(trainer, checkpoint)
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
                            checkpoint: dict[str, Any]) -> None:
@@ -218,12 +231,34 @@ def _take_positions(checkpoint: dict[str, Any]) -> list[dict[str, Any]] | None:
     return list(states)
 
 
+def _train_loaders(trainer: Trainer) -> list[Any]:
+    """The train dataloaders whose state Lightning keeps, in its checkpoint's order."""
+    if trainer.train_dataloader is None:
+        return []
+    return [dl for dl in CombinedLoader(trainer.train_dataloader).flattened
+            if hasattr(dl, "state_dict") and hasattr(dl, "load_state_dict")]
+
+
+def _hold_back_read_ahead(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    """Over a loader without a length Lightning's fetcher holds the next batch(es) already:
+    the saved positions are put back before them (the resume trains them)."""
+    fetched = getattr(getattr(trainer.fit_loop, "_data_fetcher", None), "batches", None)
+    held = len(fetched) if isinstance(fetched, list) else 0
+    fit = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+    states = fit.get("combined_loader")
+    loaders = _train_loaders(trainer)
+    if not held or not isinstance(states, list) or len(states) != len(loaders):
+        return
+    for i, loader in enumerate(loaders):
+        if isinstance(loader, ElasticLoader) and loader.over_shards:
+            states[i] = loader.state_dict(held_back=held)
+
+
 def _restore_positions(trainer: Trainer, states: list[dict[str, Any]]) -> None:
     """Restore the train loaders (after Lightning made its iterator, before it advances it)
     and count the epoch's batches in this world size's steps: the whole epoch, Lightning's
     length, less the steps left from the restored position."""
-    loaders = [dl for dl in CombinedLoader(trainer.train_dataloader).flattened
-               if hasattr(dl, "state_dict") and hasattr(dl, "load_state_dict")]
+    loaders = _train_loaders(trainer)
     if len(loaders) != len(states) or not all(isinstance(dl, ElasticLoader) for dl in loaders):
         raise RuntimeError(
             f"the checkpoint holds {len(states)} ElasticLoader positions but the train "

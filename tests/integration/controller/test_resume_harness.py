@@ -42,7 +42,7 @@ _HEADER = re.compile(r"^=== \S+ started .* ===$", re.M)
 class Settings:
     """The example's size and pace; the clean and the faulty run must use the same."""
 
-    epochs: int = 12
+    epochs: int = 16  # room for four faults (and up to three tries of one) on a loaded machine
     samples: int = 1000
     batch: int = 16
     replicas: int = 4

@@ -2,7 +2,8 @@
 PerdureCheckpointIO. Test hooks as in hf_train.py: STEP_FILE (rank 0 appends each finished
 step; each launch's start step goes to STEP_FILE.begin; pids to STEP_FILE.pid-<replica>),
 LEDGER=1 (each rank appends the samples of each step), STEP_TIME (seconds of sleep a step),
-CKPT_EVERY (ModelCheckpoint's every_n_train_steps, default 10).
+CKPT_EVERY (ModelCheckpoint's every_n_train_steps, default 10), DATA=shards (the same samples
+from 8 shards through a ShardDataset: no length, Lightning reads a batch ahead).
 At the end rank 0 writes result.json into --out: the SHA-256 of the weights and the step.
 """
 
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from perdure.integrations.lightning import PerdureCallback, PerdureCheckpointIO
-from perdure.runtime import ElasticLoader, ElasticSampler
+from perdure.runtime import ElasticLoader, ElasticSampler, ShardDataset
 
 SAMPLES, FEATURES = 512, 16
 
@@ -47,7 +48,17 @@ class Model(L.LightningModule):
         self.step_file = os.environ.get("STEP_FILE")
 
     def train_dataloader(self) -> Any:
-        return ElasticLoader(Samples(), ElasticSampler(SAMPLES, 8, seed=0, drop_last=True))
+        samples = Samples()
+        if os.environ.get("DATA") == "shards":
+            per = SAMPLES // 8
+
+            def read(shard: str) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+                first = int(shard) * per
+                return [samples[i] for i in range(first, first + per)]
+
+            return ElasticLoader(ShardDataset([str(k) for k in range(8)], read, seed=0),
+                                 batch_size=8)
+        return ElasticLoader(samples, ElasticSampler(SAMPLES, 8, seed=0, drop_last=True))
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         ids, x, y = batch

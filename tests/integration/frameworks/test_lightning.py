@@ -36,10 +36,10 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(job.result()["sha256"])
 
 
-def run_alone(root: Path, steps: int, every: int = 10) -> dict[str, object]:
+def run_alone(root: Path, steps: int, every: int = 10, data: str = "") -> dict[str, object]:
     """pl_train.py in one process, a checkpoint every `every` steps, to `steps` steps."""
     env = {**os.environ, "STEP_FILE": str(root / "steps.txt"), "LEDGER": "1",
-           "CKPT_EVERY": str(every)}
+           "CKPT_EVERY": str(every), "DATA": data}
     env.pop("PERDURE_CHECKPOINT_DIR", None)
     root.mkdir(parents=True, exist_ok=True)
     out = subprocess.run([sys.executable, str(SCRIPT), "--out", "out", "--steps", str(steps)],
@@ -74,6 +74,18 @@ def test_one_process_resumes_at_the_end_of_an_epoch(tmp_path: Path,
     assert run_alone(tmp_path, 64, every=32)["step"] == 64
     assert run_alone(tmp_path, 80, every=32) == whole
     assert begins(tmp_path) == [0, 64]
+
+
+@pytest.mark.frameworks_long
+def test_shards_cross_epochs_and_resume_before_the_batch_read_ahead(tmp_path: Path) -> None:
+    """A ShardDataset has no length: Lightning reads a batch ahead and sets no epoch on it.
+    The second epoch used to find its shards read (a run with max_steps never ended), and a
+    resume skipped the batch read ahead of the save (other weights)."""
+    whole = run_alone(tmp_path / "whole", 80, data="shards")  # 64 steps an epoch
+    assert whole["step"] == 80
+    run_alone(tmp_path / "cut", 25, data="shards")  # saved at 10 and 20
+    assert run_alone(tmp_path / "cut", 80, data="shards") == whole
+    assert begins(tmp_path / "cut") == [0, 20]
 
 
 @pytest.mark.frameworks_long

@@ -123,6 +123,30 @@ def test_shards_resume_at_the_next_batch_with_prefetching_workers(stop: int) -> 
     assert _same(head + tail, whole)
 
 
+@pytest.mark.parametrize("kind", ["map", "shards"])
+@pytest.mark.parametrize("held", [1, 2])
+def test_a_position_held_back_resumes_at_the_batches_read_ahead(kind: str, held: int) -> None:
+    """A loop that reads ahead (Lightning over a loader without a length holds one batch):
+    state_dict(held_back=k) resumes at the first of the k batches it was handed, not after."""
+    make = _map_loader if kind == "map" else _shard_loader
+    whole = _epochs(make(), range(1))
+    first = make()
+    head = _epochs(first, range(1), stop=4)
+    second = make()
+    second.load_state_dict(first.state_dict(held_back=held))
+    assert first.state_dict(held_back=0) == make_state_after(make, 4)  # left as it was
+    tail = _epochs(second, range(second.epoch, 1))
+    assert _same(head[:4 - held] + tail, whole)
+    with pytest.raises(ValueError, match="held_back"):
+        first.state_dict(held_back=99)
+
+
+def make_state_after(make: Any, batches: int) -> dict[str, Any]:
+    loader = make()
+    _epochs(loader, range(1), stop=batches)
+    return dict(loader.state_dict())
+
+
 def test_shard_plan_reaches_spawned_workers() -> None:
     whole = _epochs(_shard_loader(**WORKERS), range(1))
     first = _shard_loader(**WORKERS)

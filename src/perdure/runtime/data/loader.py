@@ -16,6 +16,7 @@ so iterating it never shifts the training loop's torch random stream.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ from perdure.runtime.rng import seed_cpu_generators
 
 __all__ = ["ElasticLoader"]
 
+HELD_BACK_MAX = 8  # batches a reading-ahead loop may hold: Lightning holds 1
 _FORBIDDEN = ("batch_sampler", "sampler", "shuffle")
 
 
@@ -174,6 +176,9 @@ class ElasticLoader:
         self._iteration = 0
         self._moves = 0
         self._dataset: ShardDataset[Any] | None = None
+        # Shards: how to step back over the last batches handed out (state_dict(held_back))
+        self._undo: deque[tuple[int, int, int, int]] = deque(maxlen=HELD_BACK_MAX)
+        self._cursors: deque[int] = deque(maxlen=HELD_BACK_MAX)  # map-style: the same
         if isinstance(dataset, ShardDataset):
             if sampler is not None:
                 raise TypeError("a ShardDataset deals its own shards; do not pass a sampler")
@@ -238,6 +243,11 @@ class ElasticLoader:
     # -- position ---------------------------------------------------------------------------
 
     @property
+    def over_shards(self) -> bool:
+        """Whether this loader reads a ShardDataset (no length; it deals its own shards)."""
+        return self._dataset is not None
+
+    @property
     def epoch(self) -> int:
         """The epoch being (or about to be) iterated."""
         return self._dataset.epoch if self._dataset is not None else self._epoch
@@ -251,14 +261,40 @@ class ElasticLoader:
             self._epoch, self._cursor = epoch, 0
         self._moves += 1  # an iterator of the old epoch stops counting
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, held_back: int = 0) -> dict[str, Any]:
         """The position after the batches the loop received: the sampler's or the dataset's
-        state format, plain values only."""
+        state format, plain values only. `held_back`: that many of the batches handed out were
+        not trained on yet (a loop that reads ahead, as Lightning does over a loader without a
+        length): the position before them (at most HELD_BACK_MAX)."""
+        if not 0 <= held_back <= HELD_BACK_MAX:
+            raise ValueError(f"held_back must be 0..{HELD_BACK_MAX}, got {held_back}")
         if self._dataset is not None:
-            return self._dataset.state_dict()
+            return self._shard_state(self._dataset, held_back)
+        if held_back > len(self._cursors):
+            raise ValueError(f"held_back={held_back}: only {len(self._cursors)} batches of "
+                             "this epoch were handed out")
         state = self.sampler.state_dict()
-        state["epoch"], state["cursor"] = self._epoch, self._cursor
+        state["epoch"] = self._epoch
+        state["cursor"] = self._cursors[-held_back] if held_back else self._cursor
         return state
+
+    def _shard_state(self, dataset: ShardDataset[Any], held_back: int) -> dict[str, Any]:
+        if held_back == 0:
+            return dataset.state_dict()
+        if held_back > len(self._undo):
+            raise ValueError(f"held_back={held_back}: only {len(self._undo)} batches of "
+                             "this epoch were handed out")
+        plan = dataset.plan()
+        now = [(s.done, s.offset) for s in plan.streams], plan.next_stream
+        for stream, done, offset, next_stream in list(self._undo)[-held_back:][::-1]:
+            plan.streams[stream].done, plan.streams[stream].offset = done, offset
+            plan.next_stream = next_stream
+        try:
+            return dataset.state_dict()
+        finally:
+            for s, (done, offset) in zip(plan.streams, now[0], strict=True):
+                s.done, s.offset = done, offset
+            plan.next_stream = now[1]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()` output (on any world size; shards: see ShardDataset).
@@ -302,6 +338,7 @@ class ElasticLoader:
         sampler.set_position(self._epoch, self._cursor)  # drop what workers ran ahead for
         rank, world_size = sampler.world()
         start, epoch = self._cursor, self._epoch
+        self._cursors.clear()
         self._init.epoch, self._init.rank = epoch, rank
         steps = sampler.steps_left(start, world_size)
         span = world_size * sampler.batch_size
@@ -309,6 +346,7 @@ class ElasticLoader:
         for received, batch in enumerate(self.dataloader, start=1):
             if not self._current(token, moves):
                 return
+            self._cursors.append(self._cursor)
             self._cursor = sampler.cursor_after(start, received, world_size)
             ahead = received + self._prefetch_batches - 1
             if ahead < steps:
@@ -329,6 +367,7 @@ class ElasticLoader:
     def _iter_shards(self, dataset: ShardDataset[Any], token: int) -> Iterator[Any]:
         moves = self._moves
         plan = dataset.plan()
+        self._undo.clear()
         self._init.epoch, self._init.rank = plan.epoch, plan.rank
         if dataset._shared is not None:
             write_shared(dataset._shared, plan)  # before iter(): workers read it on reset
@@ -336,6 +375,7 @@ class ElasticLoader:
             if not self._current(token, moves):
                 return
             stream = plan.streams[tagged.stream]
+            self._undo.append((tagged.stream, stream.done, stream.offset, plan.next_stream))
             stream.done, stream.offset = tagged.done, tagged.offset
             plan.next_stream = (tagged.stream + 1) % len(plan.streams)
             yield tagged.data
