@@ -56,7 +56,7 @@ def _wait(t: Tick, job: Job, reason: str) -> None:
 def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
     job = t.touch(job_id)
     assert job is not None
-    todo = [r for r in job.replicas if r.state is ReplicaState.WAITING]
+    todo = [job.own(r) for r in job.replicas if r.state is ReplicaState.WAITING]
     chosen = cap.place(todo, prefer=spares.lend(cap, job, todo))
     spares.settle(t, cap, job, chosen)
     if chosen is None:
@@ -76,7 +76,7 @@ def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
         return
     job.waiting_since, job.wait_reason = None, ""
     for r in todo:
-        r.node = chosen[r.name]
+        r.node, r.devices = chosen[r.name], cap.devices[r.name]
     t.launch(job, {r.name: chosen[r.name] for r in todo})
     where = ", ".join(f"{r.name} on {r.node}" for r in todo)
     t.event(job, "launch", f"launch {where} (attempt {job.attempt}, round {job.round})")
@@ -117,8 +117,8 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
     job.round, job.master_port, job.wait_reason = 0, next(t.ports), ""
     job.waiting_since = None
     job.state = JobState.PENDING
-    for r in job.replicas:
-        r.node = chosen[r.name]
+    for r in job.own_all():
+        r.node, r.devices = chosen[r.name], cap.devices[r.name]
     nodes = sorted({r.node or "" for r in job.replicas})
     t.event(job, "state", f"PENDING: attempt {job.attempt} admitted; launching "
                           f"{plural(len(job.replicas), 'replica')} on {', '.join(nodes)}")

@@ -145,6 +145,7 @@ class _Decider(Tick):
             job = self.jobs[i]
             job.__dict__.pop("usage", None)
             job.__dict__.pop("gpu_usage", None)
+            job.owned = set()  # committed: the next tick's clone shares all its replicas
             self.decisions.extend(spares.holds(self.snap.jobs.get(i), job))
         snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index())
         return Outcome(snap, self.decisions, self.events, frozenset(self.changed),
@@ -160,6 +161,8 @@ class _Decider(Tick):
         r = self._replica(job, obs.launch_id) if job else None
         if job is None or r is None:
             return  # a launch of a job or round that is gone: nothing to decide
+        if not isinstance(obs, ReplicaProgress):  # these change the replica: the tick's own
+            r = job.own(r)
         if isinstance(obs, ReplicaStarted):
             self.started(job, r)
         elif isinstance(obs, ReplicaExited):

@@ -35,6 +35,7 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     Replicas lost together are one change: when `r`'s node is down, the job's other members
     on it leave in the same round (their own exits, which follow, change nothing more).
     """
+    r = job.own(r)
     r.state, r.relaunch = ReplicaState.WAITING, False
     node_down = _down(t, r.node)
     members = set(job.members)

@@ -1,6 +1,8 @@
 """The control plane's state: jobs, their replicas, nodes. Plain data, JSON round-trippable.
 
-No side effects. `decide` never mutates a Job it was given: it works on `clone()`s.
+No side effects. `decide` never mutates a Job it was given: it works on `clone()`s, which
+share their replicas with the job cloned until the tick changes one (`Job.own`, copy on write:
+a tick that changes a few of 16,384 replicas copies those few).
 """
 
 from __future__ import annotations
@@ -114,6 +116,9 @@ class Job:
     # While QUEUED in the backend's own scheduler (launches made, a Slurm allocation
     # pending): its reason there, e.g. "Slurm: Resources (Slurm job 12)". See `in_backend_queue`.
     backend_queue: str = ""
+    # Ids of the replicas this copy owns (made by `own`): the others are shared with the job
+    # it was cloned from and must not be changed in place. Not part of the job's state.
+    owned: set[int] = field(default_factory=set, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -161,15 +166,35 @@ class Job:
         return self.replicas[0]
 
     def clone(self) -> Job:
-        """A copy the tick may change; the spec (immutable) is shared."""
+        """A copy the tick may change; the spec (immutable) is shared, and so are the
+        replicas until `own` copies one to change it."""
         job = _shallow(self)
         job.__dict__.pop("usage", None)
         job.__dict__.pop("gpu_usage", None)
-        job.replicas = [_shallow(r) for r in self.replicas]
+        job.replicas = list(self.replicas)
+        job.owned = set()
         job.retries = dict(self.retries)
         job.members = list(self.members)
         job.spares = dict(self.spares)
         return job
+
+    def own(self, r: Replica) -> Replica:
+        """This copy's own replica at `r`'s place, to change (copied on first use: the job it
+        was cloned from keeps its own). Use what it returns, never `r` itself, from then on."""
+        i = r.rank
+        if i >= len(self.replicas) or self.replicas[i].name != r.name:  # ranks not positions
+            i = next(k for k, x in enumerate(self.replicas) if x.name == r.name)
+        at = self.replicas[i]
+        if id(at) in self.owned:
+            return at
+        mine = _shallow(at)
+        self.replicas[i] = mine
+        self.owned.add(id(mine))
+        return mine
+
+    def own_all(self) -> list[Replica]:
+        """Every replica, owned (an attempt's end or start changes them all)."""
+        return [self.own(r) for r in self.replicas]
 
     @functools.cached_property
     def order(self) -> tuple[int, float, str]:
@@ -245,7 +270,7 @@ class Job:
 
 _JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas", "members", "spares")
 _JOB_FIELDS = tuple(
-    f.name for f in dataclasses.fields(Job) if f.name not in ("spec", *_JSON_FIELDS)
+    f.name for f in dataclasses.fields(Job) if f.name not in ("spec", "owned", *_JSON_FIELDS)
 )
 _REPLICA_FIELDS = tuple(f.name for f in dataclasses.fields(Replica) if f.name != "state")
 _ALIVE = frozenset({ReplicaState.STARTING, ReplicaState.RUNNING, ReplicaState.STOPPING})

@@ -31,6 +31,8 @@ class Capacity:
         self.node_used: dict[str, int] = {n: 0 for n in nodes}
         self.queue_used: dict[str, int] = {q: 0 for q in quotas}
         self.gpus_used: dict[str, set[int]] = {}
+        # replica -> the GPUs `place` gave it (the caller sets them on its own copy)
+        self.devices: dict[str, list[int]] = {}
         for job in jobs:
             if job.awaiting_admission:
                 continue
@@ -76,7 +78,8 @@ class Capacity:
         self, replicas: list[Replica], prefer: Mapping[str, str | None] | None = None
     ) -> dict[str, str] | None:
         """Nodes for every replica (all or none), best fit; takes the slots and GPUs when it
-        succeeds, and sets each GPU replica's `devices` (a new list: clones share the old).
+        succeeds, and notes in `devices` which GPUs each replica gets (the caller sets them:
+        the replicas given may be the snapshot's, which a tick never changes).
 
         `prefer` maps a replica to the node it should stay on when that node is schedulable
         (a failed or draining node is not: replicas move off it by themselves).
@@ -108,8 +111,8 @@ class Capacity:
             node = chosen[r.name]
             self.node_used[node] = self.node_used.get(node, 0) + r.slots
             self.free -= r.slots
-            r.devices = devices[r.name]
-            self.gpus_used.setdefault(node, set()).update(r.devices)
+            self.devices[r.name] = devices[r.name]
+            self.gpus_used.setdefault(node, set()).update(devices[r.name])
         return chosen
 
 

@@ -135,12 +135,12 @@ class Tick:
                 self.stop(job, x, grace, f"{why}: new round {job.round}", relaunch=True,
                           notice=notice if x.name in names else None)
             elif x.state is ReplicaState.EXITED:
-                x.state = ReplicaState.WAITING
+                job.own(x).state = ReplicaState.WAITING
 
     def unblame(self, job: Job) -> Replica:
         """Give back the restart this round charged to `job.blamed` (its lost-peer exit was
         collateral); the blamed replica."""
-        blamed = next(x for x in job.replicas if x.name == job.blamed)
+        blamed = job.own(next(x for x in job.replicas if x.name == job.blamed))
         blamed.restarts = max(0, blamed.restarts - 1)
         job.blamed = job.round_began = None
         return blamed
@@ -149,6 +149,7 @@ class Tick:
              notice: str | None = None, delay: float = 0.0) -> None:
         """Stop `r`: SIGTERM after `delay` (it may finish by itself before), SIGKILL `grace`
         seconds later."""
+        r = job.own(r)
         if r.state is ReplicaState.STOPPING or r.launch_id is None:
             r.relaunch = r.relaunch or relaunch
             return
@@ -161,7 +162,7 @@ class Tick:
         job.after_stop = final
         grace = (job.spec.preemption.grace_seconds if notice
                  else job.spec.restart.stop_grace_seconds)
-        for x in job.replicas:
+        for x in job.own_all():
             if x.alive and final is JobState.SUCCEEDED:
                 # The other ranks finish as the primary did, within their pool's grace.
                 self.stop(job, x, grace, "the primary succeeded: finishing",
@@ -200,7 +201,7 @@ class Tick:
         self.active = True
 
     def reset(self, job: Job) -> None:
-        for x in job.replicas:
+        for x in job.own_all():
             x.restarts_before += x.restarts
             x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
             x.relaunch, x.notice = False, None
@@ -210,7 +211,7 @@ class Tick:
     def launch(self, job: Job, placed: Mapping[str, str]) -> None:
         """Launch the replicas named in `placed` on their nodes (the layout is computed once
         for all of them: a tick's cost stays linear in a job's replicas)."""
-        replicas = [r for r in job.replicas if r.name in placed]
+        replicas = [job.own(r) for r in job.replicas if r.name in placed]
         for r in replicas:
             r.node = placed[r.name]
         layout = Layout.of(job, self.nodes, placed)
