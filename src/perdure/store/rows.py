@@ -15,12 +15,16 @@ encodes 3. A job this connection has not seen yet has all its rows written.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
+import operator
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from perdure.core.model import Job, Replica
+from perdure.core.states import ReplicaState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS replicas (
@@ -42,6 +46,8 @@ def _values(r: Replica) -> Values:
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_FIELDS = tuple(f.name for f in dataclasses.fields(Replica))  # a replica's __dict__ order
+_STATES = {s.value: s for s in ReplicaState}
 
 
 class ReplicaRows:
@@ -67,7 +73,8 @@ class ReplicaRows:
             self.db.execute("DELETE FROM replicas WHERE job_id=? AND idx>=?",
                             (job.id, len(now)))
         else:
-            changed = [i for i, (a, b) in enumerate(zip(now, known, strict=True)) if a is not b]
+            # identity per replica, in C (a Python loop over 16,384 costs a few ms a tick)
+            changed = list(itertools.compress(range(len(now)), map(operator.is_not, now, known)))
         if changed:
             self.db.executemany(
                 "INSERT OR REPLACE INTO replicas(job_id, idx, data) VALUES (?,?,?)",
@@ -98,6 +105,26 @@ class ReplicaRows:
         if len(rows) != count:
             raise ValueError(f"{count} replica rows expected, {len(rows)} stored")
         return [dict(zip(fields, json.loads(r[0]), strict=True)) for r in rows]
+
+    def replicas(self, job_id: str, data: dict[str, Any]) -> list[Replica]:
+        """A stored job's replicas, in rank order; ValueError (or KeyError) if unreadable.
+        Built straight from the rows' values when they hold this version's fields in its
+        order: a 16,384-replica job loads in a fraction of the time `docs` takes."""
+        if COUNT_KEY not in data or tuple(data[FIELDS_KEY]) != _FIELDS:
+            return [Replica.from_json(d) for d in self.docs(job_id, data)]
+        count = int(data[COUNT_KEY])
+        rows = self.db.execute(
+            "SELECT data FROM replicas WHERE job_id=? AND idx<? ORDER BY idx",
+            (job_id, count)).fetchall()
+        if len(rows) != count:
+            raise ValueError(f"{count} replica rows expected, {len(rows)} stored")
+        out = []
+        for values in json.loads(f"[{','.join(r[0] for r in rows)}]"):
+            r = object.__new__(Replica)
+            r.__dict__ = d = dict(zip(_FIELDS, values, strict=True))
+            d["state"] = _STATES[d["state"]]
+            out.append(r)
+        return out
 
     def loaded(self, job: Job, data: dict[str, Any]) -> None:
         """`job` was read from rows this connection may compare against from now on."""

@@ -202,8 +202,9 @@ class Store:
         """A stored job with its replicas; UnreadableJob if it cannot be read back."""
         try:
             d = json.loads(data)
-            d["replicas"] = self._rows().docs(job_id, d)
-            job = Job.from_json(d, JobSpec.model_validate_json(spec))
+            replicas = self._rows().replicas(job_id, d)
+            job = Job.from_json({**d, "replicas": []}, JobSpec.model_validate_json(spec))
+            job.replicas = replicas
         except (ValueError, KeyError, TypeError) as exc:
             first = str(exc).splitlines()[0][:300]
             raise UnreadableJob(job_id, f"{type(exc).__name__}: {first}") from None
