@@ -133,13 +133,13 @@ class Capacity:
             take = len(replicas) - len(chosen) if slots == 0 else f // slots
             for r in itertools.islice(todo, take):
                 chosen[r.name] = node
-                self.devices[r.name] = []
             if len(chosen) == len(replicas):
                 break
         if len(chosen) < len(replicas):
             return None
         for r in replicas:
             self.node_used[chosen[r.name]] = self.node_used.get(chosen[r.name], 0) + r.slots
+            self.devices[r.name] = []
         self.free -= slots * len(replicas)
         return chosen
 
