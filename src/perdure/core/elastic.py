@@ -57,7 +57,7 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     planned = {rank for rank, _, _ in job.plan}  # placed, their launches on their way
     survivors = [x.name for x in job.replicas
                  if x.name in members and x.name not in gone and (
-                     x.rank in planned or (x.alive and x.state is not ReplicaState.STOPPING))]
+                     x.state in _UP or x.rank in planned)]
     before = len(job.members)
     if len(lost) > 1:
         why = f"{why}; with it on node {r.node}: {', '.join(x.name for x in lost[1:])}"
@@ -67,6 +67,9 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     job.state = JobState.PENDING
     publish(t, job, list(job.members), f"pause at world size {before}: {why}; "
                                       f"waiting for {', '.join(x.name for x in lost)}")
+
+
+_UP = frozenset({ReplicaState.STARTING, ReplicaState.RUNNING})  # alive, not being stopped
 
 
 def _down(t: Tick, node: str | None) -> bool:

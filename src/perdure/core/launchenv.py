@@ -5,7 +5,10 @@ No side effects: paths are joined as strings, nothing is read.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import posixpath
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -30,9 +33,10 @@ class LaunchSettings:
     # A tick sends at most this many launches; a job placing more sends the rest over the
     # next ticks, in rank order, keeping its placement (None: all at once; the simulator's
     # ticks cost no time). Bounds the tick of a 16,384-replica job (bench/controller.py).
-    launches_per_tick: int | None = 1024
+    launches_per_tick: int | None = 512
 
 
+_NODE = operator.attrgetter("node")
 # Read by the supervisor and the runtime (perdure.runtime.ranks), which core cannot import.
 PROCS_ENV = "PERDURE_PROCS_PER_REPLICA"
 GPUS_ENV = "PERDURE_GPUS"
@@ -153,34 +157,38 @@ class Layout:
         `where`: nodes of replicas placed but not launched yet (their own `node` is unset)."""
         pools = {p.name: p for p in job.spec.pools}
         per_replica = any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools)
-        local: dict[str, tuple[int, int]] = {}
-        group: dict[str, int] = {}
-        at = {x.name: x.node for x in job.replicas}
+        # Bulk passes (map, zip, Counter) where they can: a 16,384-replica job's layout is
+        # built in the tick that places it.
+        names = [x.name for x in job.replicas]
+        at: dict[str, str | None] = dict(zip(names, map(_NODE, job.replicas), strict=True))
         if where:
             at.update(where)
+        local: dict[str, tuple[int, int]] = {}
         if per_replica:
-            for x in job.replicas:
-                local[x.name] = (0, pools[x.pool].procs_per_replica)
-                group[x.name] = x.rank
+            local = {x.name: (0, pools[x.pool].procs_per_replica) for x in job.replicas}
+            group = {x.name: x.rank for x in job.replicas}
             groups = len(job.replicas)
         else:
-            by_node: dict[str, list[str]] = {}
+            counts = Counter(at.values())  # first seen first: torchrun's group order
+            counts.pop(None, None)
+            seen = dict.fromkeys(counts, 0)
             for name, node in at.items():
                 if node is not None:
-                    by_node.setdefault(node, []).append(name)
-            for names in by_node.values():
-                local.update((name, (i, len(names))) for i, name in enumerate(names))
-            order = {node: i for i, node in enumerate(by_node)}
-            group = {name: order.get(node or "", 0) for name, node in at.items()}
-            groups = max(1, len(by_node))
+                    local[name] = (seen[node], counts[node])
+                    seen[node] += 1
+            order = {node: i for i, node in enumerate(counts)}
+            group = dict(zip(at, map(order.get, at.values(), itertools.repeat(0)),
+                             strict=True))
+            groups = max(1, len(counts))
+        procs = [pools[x.pool].procs_per_replica for x in job.replicas]
+        starts = list(itertools.accumulate(procs, initial=0))
+        world = starts[-1]
         sizes: dict[str, int] = {}
         first: dict[str, tuple[int, int]] = {}
-        world = 0
-        for x in job.replicas:  # rank order
-            procs = pools[x.pool].procs_per_replica
-            first[x.name] = (world, sizes.get(x.pool, 0) * procs)
-            sizes[x.pool] = sizes.get(x.pool, 0) + 1
-            world += procs
+        for x, start, k in zip(job.replicas, starts, procs, strict=False):  # rank order
+            done = sizes.get(x.pool, 0)
+            first[x.name] = (start, done * k)
+            sizes[x.pool] = done + 1
         return Layout(local, group, groups, sizes, {n: i for i, n in enumerate(job.members)},
                       first, world, gpu_env(job, nodes or {}, launching),
                       key=(job.attempt, job.round, job.master_port), at=at)
