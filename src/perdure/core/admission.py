@@ -5,20 +5,24 @@ No side effects: works on the tick's copies and records launches and events.
 
 from __future__ import annotations
 
-from perdure.core import spares
+from perdure.core import plan, spares
 from perdure.core.elastic import may_wait_forever, publish
 from perdure.core.hotswap import hot_swap
 from perdure.core.model import Job, JobError
 from perdure.core.policy import retry_budget
 from perdure.core.scheduler import Capacity, admission_order, can_ever_fit, shortfall_message
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
-from perdure.core.text import plural
+from perdure.core.text import plural, some_of
 from perdure.core.tick import Tick
 
 
 def schedule(t: Tick) -> None:
     """Place first what running jobs lost, then admit by priority and age; check the timers."""
     index = t.index()
+    for i in sorted(index.launching):
+        plan.step(t, i)
+    if index.launching:
+        index = t.index()
     waiting = [t.jobs[i] for i in index.placing]
     queued = [t.jobs[i] for i in index.queued]
     due = [j for j in queued + waiting if j.waiting_since is not None and _timer_due(t, j)]
@@ -56,7 +60,8 @@ def _wait(t: Tick, job: Job, reason: str) -> None:
 def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
     job = t.touch(job_id)
     assert job is not None
-    todo = [r for r in job.replicas if r.state is ReplicaState.WAITING]
+    planned = {rank for rank, _, _ in job.plan}
+    todo = [r for r in job.replicas if r.state is ReplicaState.WAITING and r.rank not in planned]
     chosen = cap.place(todo, prefer=spares.lend(cap, job, todo))
     spares.settle(t, cap, job, chosen)
     if chosen is None:
@@ -75,10 +80,8 @@ def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
             _wait(t, job, f"waiting for capacity to place {names}")
         return
     job.waiting_since, job.wait_reason = None, ""
-    for r in todo:
-        r.node = chosen[r.name]
-    t.launch(job, {r.name: chosen[r.name] for r in todo})
-    where = ", ".join(f"{r.name} on {r.node}" for r in todo)
+    t.launch(job, {r.name: chosen[r.name] for r in todo}, cap.devices)
+    where = some_of([f"{r.name} on {chosen[r.name]}" for r in todo])
     t.event(job, "launch", f"launch {where} (attempt {job.attempt}, round {job.round})")
 
 
@@ -117,14 +120,12 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
     job.round, job.master_port, job.wait_reason = 0, next(t.ports), ""
     job.waiting_since = None
     job.state = JobState.PENDING
-    for r in job.replicas:
-        r.node = chosen[r.name]
-    nodes = sorted({r.node or "" for r in job.replicas})
+    nodes = sorted(set(chosen.values()))
     t.event(job, "state", f"PENDING: attempt {job.attempt} admitted; launching "
-                          f"{plural(len(job.replicas), 'replica')} on {', '.join(nodes)}")
+                          f"{plural(len(job.replicas), 'replica')} on {some_of(nodes)}")
     if job.elastic:
-        publish(t, job, [r.name for r in job.replicas], "admitted")
-    t.launch(job, {r.name: chosen[r.name] for r in job.replicas})
+        publish(t, job, [r.name for r in job.replicas], "admitted", where=chosen)
+    t.launch(job, chosen, cap.devices)
 
 
 def _touch(t: Tick, seen: Job) -> Job:

@@ -25,7 +25,7 @@ from perdure.core.events import (
     ReplicaProgress,
     ReplicaStarted,
 )
-from perdure.core.launchenv import LaunchSettings, job_of_launch
+from perdure.core.launchenv import LaunchSettings, job_of_launch, replica_of_launch
 from perdure.core.model import Event, Job, JobError, Replica
 from perdure.core.policy import (
     EXIT_SUSPENDED,
@@ -119,13 +119,26 @@ class _Decider(Tick):
         super().__post_init__()
         self._by_launch: dict[str, dict[str, Replica]] = {}
         self._unsettled: dict[str, Job] = {}
+        self._unstopped_sets: dict[str, tuple[list[int], set[int]]] = {}
 
     def _replica(self, job: Job, lid: str) -> Replica | None:
+        name = replica_of_launch(lid)
+        rank = job.rank_of(name)
+        if rank is not None and rank < len(job.replicas) and job.replicas[rank].name == name:
+            found = job.replicas[rank]  # where make_replicas put it: no index to build
+            return found if found.launch_id == lid else None  # else an earlier launch's
         index = self._by_launch.get(job.id)
         if index is None:  # the tick's own copy: launch ids do not change before `schedule`
             index = {r.launch_id: r for r in job.replicas if r.launch_id}
             self._by_launch[job.id] = index
         return index.get(lid)
+
+    def _unstopped(self, job: Job) -> set[int]:
+        """`job.unstopped` as a set (built once per list: a tick sees 1,024 exits)."""
+        seen = self._unstopped_sets.get(job.id)
+        if seen is None or seen[0] is not job.unstopped:
+            seen = self._unstopped_sets[job.id] = (job.unstopped, set(job.unstopped))
+        return seen[1]
 
     def settle(self) -> None:
         """Once per job whose replicas started or exited: grow an elastic group, mark a job
@@ -133,8 +146,8 @@ class _Decider(Tick):
         for job in self._unsettled.values():
             if job.elastic and job.after_stop is None:
                 elastic.joined(self, job)
-            if job.state is JobState.PENDING and all(
-                    x.state is ReplicaState.RUNNING for x in job.replicas):
+            if job.state is JobState.PENDING and not job.unstopped and (
+                    job.states().count(ReplicaState.RUNNING) == len(job.replicas)):
                 job.state = JobState.RUNNING
                 job.running_since = self.now
                 started = all_of(len(job.replicas), "replica")
@@ -145,6 +158,7 @@ class _Decider(Tick):
             job = self.jobs[i]
             job.__dict__.pop("usage", None)
             job.__dict__.pop("gpu_usage", None)
+            job.owned = set()  # committed: the next tick's clone shares all its replicas
             self.decisions.extend(spares.holds(self.snap.jobs.get(i), job))
         snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index())
         return Outcome(snap, self.decisions, self.events, frozenset(self.changed),
@@ -160,6 +174,8 @@ class _Decider(Tick):
         r = self._replica(job, obs.launch_id) if job else None
         if job is None or r is None:
             return  # a launch of a job or round that is gone: nothing to decide
+        if not isinstance(obs, ReplicaProgress):  # these change the replica: the tick's own
+            r = job.own(r)
         if isinstance(obs, ReplicaStarted):
             self.started(job, r)
         elif isinstance(obs, ReplicaExited):
@@ -243,6 +259,9 @@ class _Decider(Tick):
         if not r.alive:
             return  # reported twice
         self.active = True
+        if r.state is not ReplicaState.STOPPING and job.unstopped and (
+                r.rank in self._unstopped(job)):  # its stop was still to be sent
+            r.state, r.relaunch = ReplicaState.STOPPING, True
         was_stopping = r.state is ReplicaState.STOPPING
         r.state, r.exit_code = ReplicaState.EXITED, obs.exit_code
         node = self.nodes.get(r.node or "")

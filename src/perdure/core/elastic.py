@@ -9,23 +9,30 @@ published with a Rendezvous decision; membership changes spend no restarts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from perdure.core.events import Rendezvous
 from perdure.core.model import Job, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Tick
 
 
-def publish(t: Tick, job: Job, members: list[str], reason: str) -> None:
-    """Start round `job.round + 1` (or round 0 of an attempt) with `members` in rank order."""
-    by_name = {r.name: r for r in job.replicas}
+def publish(t: Tick, job: Job, members: list[str], reason: str,
+            where: Mapping[str, str] | None = None) -> None:
+    """Start round `job.round + 1` (or round 0 of an attempt) with `members` in rank order;
+    `where`: nodes of members placed but not launched yet (as are those of `job.plan`)."""
+    at = {r.name: r.node or "" for r in job.replicas}
+    at.update((job.replicas[rank].name, node) for rank, node, _ in job.plan)
+    at.update(where or {})
     rank = {r.name: r.rank for r in job.replicas}
     job.members = sorted(members, key=lambda n: rank[n])
     if reason != "admitted":
         job.round += 1
     t.decisions.append(Rendezvous(
         job.id, job.attempt, job.round,
-        tuple((n, by_name[n].node or "") for n in job.members), reason, t.now,
+        tuple((n, at[n]) for n in job.members), reason, t.now,
     ))
+    job.layout = None  # its members' ranks changed: launches still to send get new ones
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
 
 
@@ -35,20 +42,22 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     Replicas lost together are one change: when `r`'s node is down, the job's other members
     on it leave in the same round (their own exits, which follow, change nothing more).
     """
+    r = job.own(r)
     r.state, r.relaunch = ReplicaState.WAITING, False
     node_down = _down(t, r.node)
     members = set(job.members)
-    together = [x for x in job.replicas if node_down and x is not r and x.node == r.node
-                and x.name in members]
-    if r.name not in members or (
-        job.spec.elastic.mode == "pause" and any(not x.alive for x in together)
-    ):
+    if r.name not in members:
+        return  # left with its node in an earlier round
+    together = [x for x in job.replicas if x is not r and x.node == r.node
+                and x.name in members] if node_down else []
+    if job.spec.elastic.mode == "pause" and any(not x.alive for x in together):
         return  # left with its node in an earlier round
     lost = [r, *(x for x in together if x.alive)]
     gone = {x.name for x in lost}
+    planned = {rank for rank, _, _ in job.plan}  # placed, their launches on their way
     survivors = [x.name for x in job.replicas
-                 if x.name in members and x.alive and x.state is not ReplicaState.STOPPING
-                 and x.name not in gone]
+                 if x.name in members and x.name not in gone and (
+                     x.state in _UP or x.rank in planned)]
     before = len(job.members)
     if len(lost) > 1:
         why = f"{why}; with it on node {r.node}: {', '.join(x.name for x in lost[1:])}"
@@ -60,6 +69,9 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
                                       f"waiting for {', '.join(x.name for x in lost)}")
 
 
+_UP = frozenset({ReplicaState.STARTING, ReplicaState.RUNNING})  # alive, not being stopped
+
+
 def _down(t: Tick, node: str | None) -> bool:
     n = t.nodes.get(node or "")
     return n is not None and n.state is NodeState.DOWN
@@ -68,7 +80,7 @@ def _down(t: Tick, node: str | None) -> bool:
 def joined(t: Tick, job: Job) -> None:
     """Grow the group by the replicas that are up and not members, once every replica
     launched is up: replacements started together join in one round."""
-    if any(x.state is ReplicaState.STARTING for x in job.replicas):
+    if ReplicaState.STARTING in job.states():
         return
     members = set(job.members)  # a set: a list made this quadratic in the job's replicas
     new = [x.name for x in job.replicas if x.state is ReplicaState.RUNNING

@@ -5,7 +5,10 @@ No side effects: paths are joined as strings, nothing is read.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import posixpath
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -27,8 +30,13 @@ class LaunchSettings:
     # A fast node-local directory (tmpfs) under which each job gets $PERDURE_NODE_DIR: what a
     # replica keeps there outlives its process (a group restart) but not the job.
     node_dir: str | None = None
+    # A tick sends at most this many launches; a job placing more sends the rest over the
+    # next ticks, in rank order, keeping its placement (None: all at once; the simulator's
+    # ticks cost no time). Bounds the tick of a 16,384-replica job (bench/controller.py).
+    launches_per_tick: int | None = 512
 
 
+_NODE = operator.attrgetter("node")
 # Read by the supervisor and the runtime (perdure.runtime.ranks), which core cannot import.
 PROCS_ENV = "PERDURE_PROCS_PER_REPLICA"
 GPUS_ENV = "PERDURE_GPUS"
@@ -84,6 +92,13 @@ def job_of_launch(launch_id: str) -> str:
     return launch_id.split(".", 1)[0]
 
 
+def replica_of_launch(launch_id: str) -> str:
+    """The replica's name in a launch id ("" if it is not one of `launch_id`'s: names of
+    jobs and pools hold no dots)."""
+    parts = launch_id.split(".")
+    return parts[2] if len(parts) == 4 else ""
+
+
 @dataclass(frozen=True)
 class PoolBase:
     """What every replica of a pool is launched with, in one launch of its job."""
@@ -121,41 +136,62 @@ class Layout:
     # pool -> what every replica of it is launched with (build_launch fills it on first use:
     # a launch then costs its own few names, not the whole contract again)
     bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
+    # What it was computed for: the job's (attempt, round, master port) and each replica's
+    # node; a later launch of the same round with the same nodes reuses it (`fits`).
+    key: tuple[int, int, int | None] = field(default=(0, 0, None), compare=False, repr=False)
+    at: Mapping[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def fits(self, job: Job, where: Mapping[str, str]) -> bool:
+        """Whether this layout is the one `of` would compute for launching `where` now
+        (nothing but those launches moved since: every node change goes through them)."""
+        at = self.at
+        return (self.key == (job.attempt, job.round, job.master_port)
+                and all(at.get(name) == node for name, node in where.items()))
 
     @staticmethod
     def of(job: Job, nodes: Mapping[str, Node] | None = None,
-           launching: Collection[str] | None = None) -> Layout:
+           launching: Collection[str] | None = None,
+           where: Mapping[str, str] | None = None) -> Layout:
         """`launching`: the replicas launched with it (None: all), the only ones given
-        CUDA_VISIBLE_DEVICES (a tick that launches a few of 16,384 looks only at those)."""
+        CUDA_VISIBLE_DEVICES (a tick that launches a few of 16,384 looks only at those);
+        `where`: nodes of replicas placed but not launched yet (their own `node` is unset)."""
         pools = {p.name: p for p in job.spec.pools}
         per_replica = any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools)
+        # Bulk passes (map, zip, Counter) where they can: a 16,384-replica job's layout is
+        # built in the tick that places it.
+        names = [x.name for x in job.replicas]
+        at: dict[str, str | None] = dict(zip(names, map(_NODE, job.replicas), strict=True))
+        if where:
+            at.update(where)
         local: dict[str, tuple[int, int]] = {}
-        group: dict[str, int] = {}
         if per_replica:
-            for x in job.replicas:
-                local[x.name] = (0, pools[x.pool].procs_per_replica)
-                group[x.name] = x.rank
+            local = {x.name: (0, pools[x.pool].procs_per_replica) for x in job.replicas}
+            group = {x.name: x.rank for x in job.replicas}
             groups = len(job.replicas)
         else:
-            by_node: dict[str, list[str]] = {}
-            for x in job.replicas:
-                if x.node is not None:
-                    by_node.setdefault(x.node, []).append(x.name)
-            for names in by_node.values():
-                local.update((name, (i, len(names))) for i, name in enumerate(names))
-            order = {node: i for i, node in enumerate(by_node)}
-            group = {x.name: order.get(x.node or "", 0) for x in job.replicas}
-            groups = max(1, len(by_node))
+            counts = Counter(at.values())  # first seen first: torchrun's group order
+            counts.pop(None, None)
+            seen = dict.fromkeys(counts, 0)
+            for name, node in at.items():
+                if node is not None:
+                    local[name] = (seen[node], counts[node])
+                    seen[node] += 1
+            order = {node: i for i, node in enumerate(counts)}
+            group = dict(zip(at, map(order.get, at.values(), itertools.repeat(0)),
+                             strict=True))
+            groups = max(1, len(counts))
+        procs = [pools[x.pool].procs_per_replica for x in job.replicas]
+        starts = list(itertools.accumulate(procs, initial=0))
+        world = starts[-1]
         sizes: dict[str, int] = {}
         first: dict[str, tuple[int, int]] = {}
-        world = 0
-        for x in job.replicas:  # rank order
-            procs = pools[x.pool].procs_per_replica
-            first[x.name] = (world, sizes.get(x.pool, 0) * procs)
-            sizes[x.pool] = sizes.get(x.pool, 0) + 1
-            world += procs
+        for x, start, k in zip(job.replicas, starts, procs, strict=False):  # rank order
+            done = sizes.get(x.pool, 0)
+            first[x.name] = (start, done * k)
+            sizes[x.pool] = done + 1
         return Layout(local, group, groups, sizes, {n: i for i, n in enumerate(job.members)},
-                      first, world, gpu_env(job, nodes or {}, launching))
+                      first, world, gpu_env(job, nodes or {}, launching),
+                      key=(job.attempt, job.round, job.master_port), at=at)
 
     def env(self, r: Replica) -> dict[str, str]:
         local_rank, local_size = self.local.get(r.name, (0, 0))
@@ -168,12 +204,13 @@ class Layout:
 
 
 def gpu_env(job: Job, nodes: Mapping[str, Node],
-            launching: Collection[str] | None = None) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES of each placed replica (of those `launching`, if given): its own
-    GPUs, in its node's names for them; "" (none) for a replica without GPUs on a node that
-    has some, unless the spec sets it."""
+            launching: Collection[str] | None = None,
+            among: list[Replica] | None = None) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each placed replica (of those `launching`, or `among`, if
+    given): its own GPUs, in its node's names for them; "" (none) for a replica without GPUs
+    on a node that has some, unless the spec sets it."""
     out: dict[str, str] = {}
-    replicas = job.replicas if launching is None else [
+    replicas = among if among is not None else job.replicas if launching is None else [
         x for x in job.replicas if x.name in launching]
     for x in replicas:
         node = nodes.get(x.node or "")

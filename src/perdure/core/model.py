@@ -1,12 +1,15 @@
 """The control plane's state: jobs, their replicas, nodes. Plain data, JSON round-trippable.
 
-No side effects. `decide` never mutates a Job it was given: it works on `clone()`s.
+No side effects. `decide` never mutates a Job it was given: it works on `clone()`s, which
+share their replicas with the job cloned until the tick changes one (`Job.own`, copy on write:
+a tick that changes a few of 16,384 replicas copies those few).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -14,6 +17,8 @@ from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 
 _T = TypeVar("_T")
+_STATE = operator.attrgetter("state")
+Planned = tuple[int, str, tuple[int, ...]]  # a replica placed, not launched: rank, node, GPUs
 
 
 def _shallow(obj: _T) -> _T:
@@ -114,6 +119,25 @@ class Job:
     # While QUEUED in the backend's own scheduler (launches made, a Slurm allocation
     # pending): its reason there, e.g. "Slurm: Resources (Slurm job 12)". See `in_backend_queue`.
     backend_queue: str = ""
+    # Ids of the replicas this copy owns (made by `own`): the others are shared with the job
+    # it was cloned from and must not be changed in place. Not part of the job's state.
+    owned: set[int] = field(default_factory=set, repr=False, compare=False)
+    # Replicas placed for this round whose launches are not sent yet (a launch of more than
+    # LaunchSettings.launches_per_tick is sent over several ticks): (rank, node, GPUs) in
+    # rank order. They hold their slots and keep the torchrun layout of the placement; the
+    # replicas themselves stay WAITING until sent. Not stored: `unlaunched` is.
+    plan: tuple[Planned, ...] = field(default=(), repr=False, compare=False)
+    # The layout the plan's launches share (launchenv.Layout; core.tick keeps it), None:
+    # computed again. Not stored.
+    layout: Any = field(default=None, repr=False, compare=False)
+    # How many replicas of this round were placed but not launched when the job was last
+    # stored: a controller that finds this without its plan (it died mid-launch) restarts
+    # the round cleanly instead (core.tick.Tick.recover).
+    unlaunched: int = 0
+    # Ranks of a group restart's replicas whose stops are still to be sent (a tick sends at
+    # most launches_per_tick stops): they belong to the round that ended. Stored, never
+    # changed in place (clones share it).
+    unstopped: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -161,15 +185,50 @@ class Job:
         return self.replicas[0]
 
     def clone(self) -> Job:
-        """A copy the tick may change; the spec (immutable) is shared."""
+        """A copy the tick may change; the spec (immutable) is shared, and so are the
+        replicas until `own` copies one to change it."""
         job = _shallow(self)
         job.__dict__.pop("usage", None)
         job.__dict__.pop("gpu_usage", None)
-        job.replicas = [_shallow(r) for r in self.replicas]
+        job.replicas = list(self.replicas)
+        job.owned = set()
         job.retries = dict(self.retries)
         job.members = list(self.members)
         job.spares = dict(self.spares)
         return job
+
+    def own(self, r: Replica) -> Replica:
+        """This copy's own replica at `r`'s place, to change (copied on first use: the job it
+        was cloned from keeps its own). Use what it returns, never `r` itself, from then on."""
+        i = r.rank
+        if i >= len(self.replicas) or self.replicas[i].name != r.name:  # ranks not positions
+            i = next(k for k, x in enumerate(self.replicas) if x.name == r.name)
+        at = self.replicas[i]
+        if id(at) in self.owned:
+            return at
+        mine = _shallow(at)
+        self.replicas[i] = mine
+        self.owned.add(id(mine))
+        return mine
+
+    def own_all(self) -> list[Replica]:
+        """Every replica, owned (an attempt's end or start changes them all)."""
+        return [self.own(r) for r in self.replicas]
+
+    def rank_of(self, name: str) -> int | None:
+        """The rank make_replicas gives replica `name` ("<pool>-<index>"), None if none."""
+        pool, _, index = name.rpartition("-")
+        first = self._first_ranks.get(pool)
+        ok = first is not None and index.isascii() and index.isdigit()
+        return first + int(index) if ok and first is not None else None
+
+    @functools.cached_property
+    def _first_ranks(self) -> dict[str, int]:
+        out, rank = {}, 0
+        for p in self.spec.pools:
+            out[p.name] = rank
+            rank += p.replicas
+        return out
 
     @functools.cached_property
     def order(self) -> tuple[int, float, str]:
@@ -181,6 +240,11 @@ class Job:
             if r.launch_id == launch_id:
                 return r
         return None
+
+    def states(self) -> list[ReplicaState]:
+        """Each replica's state, in rank order (built without a Python loop: a tick asks
+        of a 16,384-replica job whether any waits, or all run)."""
+        return list(map(_STATE, self.replicas))
 
     def alive_replicas(self) -> list[Replica]:
         return [r for r in self.replicas if r.alive]
@@ -203,6 +267,9 @@ class Job:
         for r in self.replicas:
             if r.node is not None and r.devices and r.state in _ALIVE:
                 used.setdefault(r.node, []).extend(r.devices)
+        for _, node, devices in self.plan:
+            if devices:
+                used.setdefault(node, []).extend(devices)
         return used
 
     def used_slots(self) -> dict[str, int]:
@@ -215,6 +282,8 @@ class Job:
                 used[r.node] = used.get(r.node, 0) + r.slots
         for node, slots in self.spares.items():
             used[node] = used.get(node, 0) + slots
+        for rank, node, _ in self.plan:
+            used[node] = used.get(node, 0) + self.replicas[rank].slots
         return used
 
     def to_json(self, *, replicas: bool = True) -> dict[str, Any]:
@@ -243,9 +312,10 @@ class Job:
         return cls(**d)
 
 
+_TRANSIENT = ("owned", "plan", "layout")  # a tick's working state, never stored
 _JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas", "members", "spares")
 _JOB_FIELDS = tuple(
-    f.name for f in dataclasses.fields(Job) if f.name not in ("spec", *_JSON_FIELDS)
+    f.name for f in dataclasses.fields(Job) if f.name not in ("spec", *_TRANSIENT, *_JSON_FIELDS)
 )
 _REPLICA_FIELDS = tuple(f.name for f in dataclasses.fields(Replica) if f.name != "state")
 _ALIVE = frozenset({ReplicaState.STARTING, ReplicaState.RUNNING, ReplicaState.STOPPING})

@@ -14,3 +14,11 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 def all_of(count: int, noun: str) -> str:
     """`the replica` for one, `all 2 replicas` for more."""
     return f"the {noun}" if count == 1 else f"all {count} {noun}s"
+
+
+def some_of(items: list[str], limit: int = 16) -> str:
+    """`a, b, c`; a long list is cut after `limit` items (an event about 16,384 replicas
+    stays a line): `a, b, ... and 16,382 more`."""
+    if len(items) <= limit:
+        return ", ".join(items)
+    return f"{', '.join(items[:limit])}, ... and {len(items) - limit:,} more"

@@ -12,42 +12,55 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from perdure.core.events import Decision, KillNode, Stop
-from perdure.core.launchenv import LaunchSettings, Layout, build_launch, launch_id
+from perdure.core.launchenv import LaunchSettings, Layout, build_launch, gpu_env, launch_id
 from perdure.core.model import Event, Job, Node, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 
 
 @dataclass(frozen=True)
 class JobIndex:
-    """Which jobs the scheduler must look at: ids of queued jobs and of jobs with replicas to
-    place. Kept up to date tick by tick so a tick does not scan every job."""
+    """Which jobs the scheduler must look at: ids of queued jobs, of jobs with replicas to
+    place and of jobs with launches still to send. Kept up to date tick by tick so a tick does
+    not scan every job."""
 
     queued: frozenset[str]
     placing: frozenset[str]
+    launching: frozenset[str] = frozenset()
 
     @staticmethod
     def of(jobs: Mapping[str, Job]) -> JobIndex:
         return JobIndex(
             frozenset(i for i, j in jobs.items() if j.awaiting_admission),
             frozenset(i for i, j in jobs.items() if needs_placement(j)),
+            frozenset(i for i, j in jobs.items() if j.unlaunched or j.unstopped),
         )
 
     def updated(self, jobs: Mapping[str, Job], changed: Iterable[str]) -> JobIndex:
-        queued, placing = set(self.queued), set(self.placing)
+        queued, placing, launching = set(self.queued), set(self.placing), set(self.launching)
         for i in changed:
             job = jobs.get(i)
             (queued.add if job and job.awaiting_admission else queued.discard)(i)
             (placing.add if job and needs_placement(job) else placing.discard)(i)
-        return JobIndex(frozenset(queued), frozenset(placing))
+            (launching.add if job and (job.unlaunched or job.unstopped)
+             else launching.discard)(i)
+        return JobIndex(frozenset(queued), frozenset(placing), frozenset(launching))
 
 
 def needs_placement(job: Job) -> bool:
-    """A started job with replicas waiting for a node (a restart, a move, a new round)."""
-    return (
-        (job.state in (JobState.PENDING, JobState.RUNNING) or job.in_backend_queue)
-        and job.after_stop is None
-        and any(r.state is ReplicaState.WAITING for r in job.replicas)
-    )
+    """A started job with replicas waiting for a node (a restart, a move, a new round) that
+    are not placed already (`Job.plan`: launches still to send)."""
+    if not ((job.state in (JobState.PENDING, JobState.RUNNING) or job.in_backend_queue)
+            and job.after_stop is None):
+        return False
+    if not job.plan:
+        return ReplicaState.WAITING in job.states()
+    return job.states().count(ReplicaState.WAITING) > len(job.plan)
+
+
+def drop_plan(job: Job) -> None:
+    """Forget the launches and stops still to send (the round or attempt they belonged to
+    is over)."""
+    job.plan, job.unlaunched, job.layout, job.unstopped = (), 0, None, []
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,7 @@ class Tick:
     # every replica of one attempt still launches in the same tick).
     launch_budget: int = 64
     note_budget: int = 32  # wait reasons recorded per tick
+    sent: int = 0  # launches and stops decided so far (core.plan sends the rest up to a limit)
 
     def __post_init__(self) -> None:
         self.jobs = dict(self.snap.jobs)
@@ -128,19 +142,32 @@ class Tick:
         if group:
             job.round += 1
             job.master_port = next(self.ports)
+            drop_plan(job)  # the new round places and launches them all again
+        # A tick sends at most launches_per_tick stops; the other replicas of a group are
+        # stopped by the next ticks (core.plan), and an exit of theirs before then is one
+        # the restart asked for.
+        budget = self.settings.launches_per_tick
+        later: list[int] = []
         for x in job.replicas:
             if x.name not in names and not group:
                 continue
-            if x.alive:
+            if x.alive and budget is not None and budget <= 0 and x.name not in names and (
+                    x.state is not ReplicaState.STOPPING):
+                later.append(x.rank)
+            elif x.alive:
+                budget = None if budget is None else budget - 1
+                self.sent += 1
                 self.stop(job, x, grace, f"{why}: new round {job.round}", relaunch=True,
                           notice=notice if x.name in names else None)
             elif x.state is ReplicaState.EXITED:
-                x.state = ReplicaState.WAITING
+                job.own(x).state = ReplicaState.WAITING
+        if group:
+            job.unstopped = later
 
     def unblame(self, job: Job) -> Replica:
         """Give back the restart this round charged to `job.blamed` (its lost-peer exit was
         collateral); the blamed replica."""
-        blamed = next(x for x in job.replicas if x.name == job.blamed)
+        blamed = job.own(next(x for x in job.replicas if x.name == job.blamed))
         blamed.restarts = max(0, blamed.restarts - 1)
         job.blamed = job.round_began = None
         return blamed
@@ -149,6 +176,7 @@ class Tick:
              notice: str | None = None, delay: float = 0.0) -> None:
         """Stop `r`: SIGTERM after `delay` (it may finish by itself before), SIGKILL `grace`
         seconds later."""
+        r = job.own(r)
         if r.state is ReplicaState.STOPPING or r.launch_id is None:
             r.relaunch = r.relaunch or relaunch
             return
@@ -159,9 +187,10 @@ class Tick:
     def end(self, job: Job, final: JobState, notice: str | None = None) -> None:
         """Stop every replica; the job becomes `final` once all are down."""
         job.after_stop = final
+        drop_plan(job)
         grace = (job.spec.preemption.grace_seconds if notice
                  else job.spec.restart.stop_grace_seconds)
-        for x in job.replicas:
+        for x in job.own_all():
             if x.alive and final is JobState.SUCCEEDED:
                 # The other ranks finish as the primary did, within their pool's grace.
                 self.stop(job, x, grace, "the primary succeeded: finishing",
@@ -200,21 +229,49 @@ class Tick:
         self.active = True
 
     def reset(self, job: Job) -> None:
-        for x in job.replicas:
+        drop_plan(job)
+        for x in job.own_all():
             x.restarts_before += x.restarts
             x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
             x.relaunch, x.notice = False, None
         job.round = 0
         job.members = []
 
-    def launch(self, job: Job, placed: Mapping[str, str]) -> None:
-        """Launch the replicas named in `placed` on their nodes (the layout is computed once
-        for all of them: a tick's cost stays linear in a job's replicas)."""
-        replicas = [r for r in job.replicas if r.name in placed]
-        for r in replicas:
-            r.node = placed[r.name]
-        layout = Layout.of(job, self.nodes, placed)
-        for r in replicas:
+    def launch(self, job: Job, placed: Mapping[str, str],
+               devices: Mapping[str, list[int]] | None = None) -> None:
+        """Launch the replicas named in `placed` on their nodes, with their GPUs (`devices`).
+        The layout is computed once for all of them: a tick's cost stays linear in a job's
+        replicas. Beyond `launches_per_tick`, the first ones (rank order) are sent now and
+        the rest become the job's plan, sent over the next ticks (core.plan): they hold their
+        slots, and the layout every launch gets is this one."""
+        gpus = devices or {}
+        todo = [r for r in job.replicas if r.name in placed]
+        where = dict(placed)
+        if job.plan:  # replicas placed earlier, not launched yet, count in the layout
+            where.update((job.replicas[rank].name, node) for rank, node, _ in job.plan)
+        if job.layout is None or not job.layout.fits(job, where):
+            job.layout = Layout.of(job, self.nodes, (), where)
+        limit = self.settings.launches_per_tick
+        if limit is not None and len(todo) > limit:
+            job.plan = job.plan + tuple((r.rank, placed[r.name], tuple(gpus.get(r.name, ())))
+                                        for r in todo[limit:])
+            job.unlaunched = len(job.plan)
+            todo = todo[:limit]
+        self.send(job, [(r, placed[r.name], list(gpus.get(r.name, ()))) for r in todo])
+
+    def send(self, job: Job, batch: list[tuple[Replica, str, list[int]]]) -> None:
+        """The launches of `batch` (replica, node, GPUs), with the job's layout."""
+        mine = []
+        for r, node, gpus in batch:
+            r = job.own(r)
+            r.node, r.devices = node, gpus
+            mine.append(r)
+        if job.layout is None:
+            job.layout = Layout.of(job, self.nodes, (), {
+                job.replicas[rank].name: node for rank, node, _ in job.plan})
+        layout = dataclasses.replace(job.layout, devices=gpu_env(job, self.nodes, among=mine))
+        self.sent += len(mine)
+        for r in mine:
             r.launches += 1
             r.launch_id = launch_id(job, r)
             r.state = ReplicaState.STARTING

@@ -97,7 +97,10 @@ class Engine:
         self.obs: list[Observation] = []
         self.procs: dict[str, Proc] = {}
         self.ports = itertools.count(30000)
-        self.settings = LaunchSettings(state_dir="/sim", python="python")
+        # every launch of a tick at once: the simulated clock charges launches their
+        # calibrated cost, not the controller's spreading of a tick's CPU time
+        self.settings = LaunchSettings(state_dir="/sim", python="python",
+                                       launches_per_tick=None)
         self.train = Training(calib, policy.snapshots)
         self.watchdog = Watchdog()
         self.record, self.cluster = interval.JobRecord(), interval.Cluster()

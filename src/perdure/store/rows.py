@@ -7,19 +7,24 @@ position, as the list of its values (their names once, in the job row: half the 
 encoding each replica as an object). Rows are written in the tick's transaction, so a crash
 leaves the job row and its replica rows as one committed tick left them.
 
-Which replicas changed is found against what this connection last wrote or read of the job
-(the values of each replica, compared without encoding them); a job this connection has not
-seen yet has all its rows written.
+Which replicas changed is found against what this connection last wrote or read of the job:
+a tick changes a replica only on its own copy (`Job.own`: copy on write), so a replica that
+is the very object last written is unchanged, and a tick that changed 3 of 16,384 replicas
+encodes 3. A job this connection has not seen yet has all its rows written.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
+import operator
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from perdure.core.model import Job, Replica
+from perdure.core.states import ReplicaState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS replicas (
@@ -32,6 +37,7 @@ COUNT_KEY = "replica_rows"  # in a job row's data: its replicas are rows (else: 
 FIELDS_KEY = "replica_fields"  # the names of a replica row's values, in order
 
 Values = tuple[Any, ...]
+Written = tuple[Replica, ...]  # what `write` wrote, for `remember`
 
 
 def _values(r: Replica) -> Values:
@@ -40,6 +46,8 @@ def _values(r: Replica) -> Values:
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_FIELDS = tuple(f.name for f in dataclasses.fields(Replica))  # a replica's __dict__ order
+_STATES = {s.value: s for s in ReplicaState}
 
 
 class ReplicaRows:
@@ -47,31 +55,33 @@ class ReplicaRows:
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
-        self._known: dict[str, list[Values]] = {}  # job id -> each replica's stored values
+        # job id -> the replicas as last written or read (objects a tick never changes)
+        self._known: dict[str, Written] = {}
 
     def job_data(self, job: Job) -> dict[str, Any]:
         """The job row's data: the job without its replicas, and how many rows they are."""
         fields = list(job.replicas[0].__dict__) if job.replicas else []
         return {**job.to_json(replicas=False), COUNT_KEY: len(job.replicas), FIELDS_KEY: fields}
 
-    def write(self, job: Job) -> list[Values]:
-        """Write the replicas of `job` that differ from the stored rows (in the caller's
+    def write(self, job: Job) -> Written:
+        """Write the replicas of `job` that are not those last stored (in the caller's
         transaction); what to `remember` once that transaction committed."""
-        now = [_values(r) for r in job.replicas]
+        now = tuple(job.replicas)
         known = self._known.get(job.id)
         if known is None or len(known) != len(now):
             changed: Sequence[int] = range(len(now))
             self.db.execute("DELETE FROM replicas WHERE job_id=? AND idx>=?",
                             (job.id, len(now)))
         else:
-            changed = [i for i, (a, b) in enumerate(zip(now, known, strict=True)) if a != b]
+            # identity per replica, in C (a Python loop over 16,384 costs a few ms a tick)
+            changed = list(itertools.compress(range(len(now)), map(operator.is_not, now, known)))
         if changed:
             self.db.executemany(
                 "INSERT OR REPLACE INTO replicas(job_id, idx, data) VALUES (?,?,?)",
-                [(job.id, i, _ENCODE(now[i])) for i in changed])
+                [(job.id, i, _ENCODE(_values(now[i]))) for i in changed])
         return now
 
-    def remember(self, job: Job, values: list[Values]) -> None:
+    def remember(self, job: Job, values: Written) -> None:
         """The tick that wrote `values` committed; a finished job is forgotten (never
         written again by a controller)."""
         if job.state.terminal:
@@ -96,9 +106,29 @@ class ReplicaRows:
             raise ValueError(f"{count} replica rows expected, {len(rows)} stored")
         return [dict(zip(fields, json.loads(r[0]), strict=True)) for r in rows]
 
+    def replicas(self, job_id: str, data: dict[str, Any]) -> list[Replica]:
+        """A stored job's replicas, in rank order; ValueError (or KeyError) if unreadable.
+        Built straight from the rows' values when they hold this version's fields in its
+        order: a 16,384-replica job loads in a fraction of the time `docs` takes."""
+        if COUNT_KEY not in data or tuple(data[FIELDS_KEY]) != _FIELDS:
+            return [Replica.from_json(d) for d in self.docs(job_id, data)]
+        count = int(data[COUNT_KEY])
+        rows = self.db.execute(
+            "SELECT data FROM replicas WHERE job_id=? AND idx<? ORDER BY idx",
+            (job_id, count)).fetchall()
+        if len(rows) != count:
+            raise ValueError(f"{count} replica rows expected, {len(rows)} stored")
+        out = []
+        for values in json.loads(f"[{','.join(r[0] for r in rows)}]"):
+            r = object.__new__(Replica)
+            r.__dict__ = d = dict(zip(_FIELDS, values, strict=True))
+            d["state"] = _STATES[d["state"]]
+            out.append(r)
+        return out
+
     def loaded(self, job: Job, data: dict[str, Any]) -> None:
         """`job` was read from rows this connection may compare against from now on."""
         if COUNT_KEY in data:
-            self._known[job.id] = [_values(r) for r in job.replicas]
+            self._known[job.id] = tuple(job.replicas)
         else:  # stored whole, before rows: its first write writes every row
             self._known.pop(job.id, None)

@@ -202,8 +202,9 @@ class Store:
         """A stored job with its replicas; UnreadableJob if it cannot be read back."""
         try:
             d = json.loads(data)
-            d["replicas"] = self._rows().docs(job_id, d)
-            job = Job.from_json(d, JobSpec.model_validate_json(spec))
+            replicas = self._rows().replicas(job_id, d)
+            job = Job.from_json({**d, "replicas": []}, JobSpec.model_validate_json(spec))
+            job.replicas = replicas
         except (ValueError, KeyError, TypeError) as exc:
             first = str(exc).splitlines()[0][:300]
             raise UnreadableJob(job_id, f"{type(exc).__name__}: {first}") from None
@@ -217,7 +218,7 @@ class Store:
         d["replicas"] = self._rows().docs(job_id, d)
         return dict(d)
 
-    def _put_job(self, job: Job, *, new: bool = False) -> list[rows.Values]:
+    def _put_job(self, job: Job, *, new: bool = False) -> rows.Written:
         """Write the job row and its changed replica rows (in the caller's transaction);
         what `_rows().remember` takes once the transaction committed."""
         data = json.dumps(self._rows().job_data(job))
@@ -384,7 +385,7 @@ class Store:
     ) -> list[StoredEvent]:
         """Write a tick's job changes, events, node states and consumed commands at once."""
         stored: list[StoredEvent] = []
-        written: list[tuple[Job, list[rows.Values]]] = []
+        written: list[tuple[Job, rows.Written]] = []
         with self.transaction():
             for job in jobs:
                 written.append((job, self._put_job(job)))

@@ -1,11 +1,14 @@
-"""A big job through the real controller and sqlite store (fake backend, fake clock): the
-backend's news is taken at most OBSERVATIONS_PER_TICK a tick, in order, so no tick handles
-every replica's start or exit at once; after every tick the store holds exactly what the
-controller holds (a controller killed then restarts from it); a node failure's group restart
-relaunches each replica once."""
+"""A big job through the real controller and sqlite store (fake backend, fake clock): a big
+job is loaded in one tick and admitted by the next; the backend's news is taken at most
+OBSERVATIONS_PER_TICK a tick, in order, and at most launches_per_tick launches and stops are
+sent a tick, so no tick handles every replica at once; after every tick the store holds
+exactly what the controller holds (a controller killed then restarts from it); a node
+failure's group restart relaunches each replica once; a controller that dies while launches
+are still to be sent restarts the round cleanly."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -18,24 +21,36 @@ from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec, QueueSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store
 
-NODES, PER_NODE = 375, 8  # 3,000 replicas: about three ticks' worth of news
+NODES, PER_NODE = 188, 8  # 1,504 replicas: about three ticks' worth of news
+TOTAL = NODES * PER_NODE
+PER_TICK = LaunchSettings("", "").launches_per_tick or 0
+
+
+def controller(tmp_path: Path, backend: FakeBackend, now: list[float]) -> Controller:
+    cluster = ClusterSpec(backend="fake", nodes=[NodeSpec(name=n.name, slots=n.slots)
+                                                 for n in backend.nodes()],
+                          queues=[QueueSpec(name="default", quota=None)])
+    ctl = Controller(tmp_path, Store(tmp_path / "perdure.db"), backend, cluster,
+                     LaunchSettings(str(tmp_path), sys.executable), clock=lambda: now[0])
+    ctl.start()
+    return ctl
+
+
+def big(tmp_path: Path, now: list[float]) -> tuple[Controller, FakeBackend, Job]:
+    infos = [NodeInfo(f"n{i:04d}", PER_NODE) for i in range(NODES + 1)]
+    backend = FakeBackend(infos, lambda launch: FakeRun(seconds=None), clock=lambda: now[0])
+    ctl = controller(tmp_path, backend, now)
+    spec = JobSpec.model_validate({"name": "big", "pools": [
+        {"name": "w", "replicas": TOTAL, "command": ["python", "t.py"]}]})
+    job = Job("big-000001", spec, str(tmp_path), now[0], replicas=make_replicas(spec))
+    ctl.store.submit(job)
+    return ctl, backend, job
 
 
 def test_a_big_jobs_news_is_taken_over_bounded_ticks(tmp_path: Path) -> None:
     now = [1000.0]
-    infos = [NodeInfo(f"n{i:04d}", PER_NODE) for i in range(NODES + 1)]
-    store = Store(tmp_path / "perdure.db")
-    backend = FakeBackend(infos, lambda launch: FakeRun(seconds=None), clock=lambda: now[0])
-    cluster = ClusterSpec(backend="fake", nodes=[NodeSpec(name=n.name, slots=n.slots)
-                                                 for n in infos],
-                          queues=[QueueSpec(name="default", quota=None)])
-    ctl = Controller(tmp_path, store, backend, cluster,
-                     LaunchSettings(str(tmp_path), sys.executable), clock=lambda: now[0])
-    ctl.start()
-    spec = JobSpec.model_validate({"name": "big", "pools": [
-        {"name": "w", "replicas": NODES * PER_NODE, "command": ["python", "t.py"]}]})
-    job = Job("big-000001", spec, str(tmp_path), now[0], replicas=make_replicas(spec))
-    store.submit(job)
+    ctl, backend, job = big(tmp_path, now)
+    store = ctl.store
 
     def tick() -> Job:
         ctl.tick()
@@ -50,21 +65,52 @@ def test_a_big_jobs_news_is_taken_over_bounded_ticks(tmp_path: Path) -> None:
         assert back is not None and back.to_json() == mine.to_json()
         return mine
 
-    assert tick().state is JobState.PENDING  # admitted: every replica launched at once
-    assert len(backend.launched) == NODES * PER_NODE
-    seen = []
+    assert tick().state is JobState.QUEUED and not backend.launched  # loaded, no more
+    assert tick().state is JobState.PENDING  # admitted: the first launches sent
+    assert len(backend.launched) == PER_TICK < TOTAL
+    sent, seen = [PER_TICK], [0]
     while (j := tick()).state is not JobState.RUNNING:
+        sent.append(len(backend.launched))
         seen.append(sum(r.state is ReplicaState.RUNNING for r in j.replicas))
         assert len(seen) < 10
-    assert seen == [OBSERVATIONS_PER_TICK * (i + 1) for i in range(len(seen))]
+    assert sent[-1] == TOTAL and all(
+        b - a <= PER_TICK for a, b in itertools.pairwise([0, *sent]))
+    assert all(0 < b - a <= OBSERVATIONS_PER_TICK
+               for a, b in itertools.pairwise([*seen, TOTAL]))
+    assert len({x.env["MASTER_PORT"] for x in backend.launched}) == 1
 
     store.command("fail-node", "n0003")
     for _ in range(20):
         if (j := tick()).state is JobState.RUNNING and j.round == 1:
             break
     assert j.state is JobState.RUNNING and j.round == 1
-    assert len(backend.launched) == 2 * NODES * PER_NODE  # each replica relaunched once
+    assert len(backend.launched) == 2 * TOTAL  # each replica relaunched once
     assert len({launch.launch_id for launch in backend.launched}) == len(backend.launched)
     assert not any(r.node == "n0003" for r in j.replicas)
     ctl.close()
     store.close()
+
+
+def test_a_controller_dead_before_its_launches_were_sent_restarts_the_round(
+        tmp_path: Path) -> None:
+    now = [1000.0]
+    ctl, backend, job = big(tmp_path, now)
+    ctl.tick()  # loaded
+    ctl.tick()  # admitted; the first launches sent, the rest planned
+    assert 0 < len(backend.launched) < TOTAL
+    ctl.close()  # killed after that tick: its store is all a new controller has
+    ctl.store.close()
+    ctl = controller(tmp_path, backend, now)  # the replicas launched still run
+    for _ in range(30):
+        ctl.tick()
+        now[0] += 0.25
+        j = ctl.snapshot.jobs[job.id]
+        if j.state is JobState.RUNNING:
+            break
+    assert j.state is JobState.RUNNING and j.round == 1 and j.unlaunched == 0
+    assert len(backend.launched) == PER_TICK + TOTAL  # the whole round once more
+    assert {p.launch.env["PERDURE_ROUND"] for p in backend.procs.values()} == {"1"}
+    assert len(backend.procs) == TOTAL  # the first round's processes were stopped
+    assert len({x.env["MASTER_PORT"] for x in backend.launched[PER_TICK:]}) == 1
+    ctl.close()
+    ctl.store.close()

@@ -28,7 +28,7 @@ def running(job: Job) -> Job:
     """`job` as a tick that launched every replica leaves it (a clone, as decide makes)."""
     job = job.clone()
     job.state, job.attempt = JobState.RUNNING, 1
-    for r in job.replicas:
+    for r in job.own_all():
         r.state, r.node, r.launches = ReplicaState.RUNNING, f"n{r.rank // 8:05d}", 1
         r.launch_id = f"{job.id}.1.{r.name}.1"
     return job
@@ -59,7 +59,7 @@ def test_a_tick_that_changed_one_replica_writes_about_one_row(tmp_path: Path) ->
     assert whole > 500_000  # what the job row held, and each tick rewrote, before rows
     for step in range(1, 4):
         job = job.clone()
-        job.replicas[step].state = ReplicaState.STOPPING
+        job.own(job.replicas[step]).state = ReplicaState.STOPPING
         job.updated = float(step)
         before = wal_bytes(store)
         store.commit_tick([job], [Event(float(step), job.id, "decision", "stop one")], None,
@@ -78,7 +78,7 @@ def test_a_tick_that_did_not_commit_is_written_whole_by_the_next(tmp_path: Path)
     job = running(big_job())
     store.submit(job)
     failed = job.clone()
-    failed.replicas[5].state = ReplicaState.EXITED
+    failed.own(failed.replicas[5]).state = ReplicaState.EXITED
     bad = Event(2.0, job.id, None, "no kind")  # type: ignore[arg-type]  # NOT NULL: refused
     with pytest.raises(sqlite3.IntegrityError):
         store.commit_tick([failed], [bad], None, None)
@@ -102,7 +102,7 @@ def test_a_job_stored_whole_by_an_older_perdure_is_read_and_moved_to_rows(
     loaded = again.job(job.id)
     assert loaded is not None
     moved = loaded.clone()
-    moved.replicas[0].restarts = 1
+    moved.own(moved.replicas[0]).restarts = 1
     again.commit_tick([moved], [], None, None)  # every row written: none were there
     assert stored(tmp_path / "perdure.db", job.id).to_json() == moved.to_json()
     doc = again.job_doc(job.id, again.db.execute(

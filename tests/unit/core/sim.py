@@ -32,6 +32,7 @@ class Sim:
     quotas: dict[str, int | None] = field(default_factory=lambda: {"default": None})
     script: Script = lambda launch: FakeRun()
     now: float = 1000.0
+    settings: LaunchSettings = SETTINGS
 
     def __post_init__(self) -> None:
         self.backend = FakeBackend([NodeInfo(n, s) for n, s in self.nodes.items()],
@@ -61,7 +62,13 @@ class Sim:
         self.now += dt
         obs = self.pending + self.backend.poll()
         self.pending = []
-        out = decide(self.snap, obs, self.now, self.ports, SETTINGS)
+        # decide never changes what it was given (copy on write: a tick changes its own
+        # copies only); checked on every step of every scenario small enough to cost nothing
+        small = sum(len(j.replicas) for j in self.snap.jobs.values()) <= 64
+        given = {i: j.to_json() for i, j in self.snap.jobs.items()} if small else {}
+        out = decide(self.snap, obs, self.now, self.ports, self.settings)
+        assert all(self.snap.jobs[i].to_json() == d for i, d in given.items()), \
+            "decide changed a job of the snapshot it was given"
         self.events.extend(out.events)
         for d in out.decisions:
             if isinstance(d, Launch):

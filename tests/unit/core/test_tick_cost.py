@@ -5,9 +5,10 @@ wall-clock ratios failed under load when other processes took the CPU mid-run.""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
-from sim import Sim, spec
+from sim import SETTINGS, Sim, spec
 
 from perdure.core.states import JobState
 
@@ -17,7 +18,9 @@ def scenario_seconds(replicas: int, elastic: bool) -> float:
     pool = {"name": "w", "replicas": replicas, "command": ["python"]}
     if elastic:
         pool["min_replicas"] = 1
-    sim = Sim(nodes={f"n{i}": replicas // 4 for i in range(4)})
+    # every launch in the admission tick: the cost of one tick over the whole job
+    sim = Sim(nodes={f"n{i}": replicas // 4 for i in range(4)},
+              settings=dataclasses.replace(SETTINGS, launches_per_tick=None))
     job = sim.submit(spec(pools=[pool]))
     began = time.thread_time()
     sim.step()  # admit and launch every replica

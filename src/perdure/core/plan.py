@@ -1,0 +1,67 @@
+"""Launches and stops sent over several ticks: a job that places more replicas than a tick
+may launch (`LaunchSettings.launches_per_tick`) keeps the rest as its plan (`Job.plan`), sent
+in rank order by the next ticks; a group restart of more replicas than that stops the rest
+in the next ticks (`Job.unstopped`, stored: a restarted controller sends them).
+
+No side effects. A planned replica holds its slots and GPUs, and its launch gets the layout
+of the whole placement (RANK, GROUP_RANK, MASTER_ADDR as if all were sent at once); it stays
+WAITING, its stored row unchanged, until its launch is sent. The plan itself is not stored,
+only how many launches it still held (`Job.unlaunched`): a controller that died mid-plan finds
+the count without the plan, and the round starts again cleanly (`replan`).
+"""
+
+from __future__ import annotations
+
+from perdure.core.model import Job
+from perdure.core.text import plural
+from perdure.core.tick import Tick, drop_plan
+
+
+def step(t: Tick, job_id: str) -> None:
+    """Send the next stops and launches of a job (as many as the tick has left), or replan
+    a plan the tick cannot send."""
+    job = t.touch(job_id)
+    if job is None:
+        return
+    limit = (t.settings.launches_per_tick or len(job.replicas)) - t.sent
+    if limit <= 0:
+        return  # this tick sent its share already
+    if job.unstopped:
+        stops, job.unstopped = job.unstopped[:limit], job.unstopped[limit:]
+        grace = job.spec.restart.round_grace_seconds
+        for rank in stops:
+            if job.replicas[rank].alive:
+                t.sent += 1
+                t.stop(job, job.replicas[rank], grace, f"restart: new round {job.round}",
+                       relaunch=True)
+        limit -= len(stops)
+    if not job.unlaunched or limit <= 0:
+        return
+    if not job.plan:
+        replan(t, job, "the controller restarted before sending them")
+        return
+    batch, rest = job.plan[:limit], job.plan[limit:]
+    lost = sorted({node for _, node, _ in batch
+                   if node not in t.nodes or not t.nodes[node].state.schedulable})
+    if lost:
+        replan(t, job, f"node {', '.join(lost)} is no longer ready")
+        return
+    job.plan, job.unlaunched = rest, len(rest)
+    t.send(job, [(job.replicas[rank], node, list(gpus)) for rank, node, gpus in batch])
+    if not rest:
+        t.event(job, "launch", f"launched the last {plural(len(batch), 'replica')} of the "
+                               f"round (attempt {job.attempt}, round {job.round})")
+
+
+def replan(t: Tick, job: Job, why: str) -> None:
+    """The plan cannot be sent as placed: a group job starts a new round (every replica
+    placed and launched again, under one layout); another places the rest anew."""
+    count = job.unlaunched
+    drop_plan(job)
+    t.active = True
+    if job.after_stop is not None:
+        return
+    t.event(job, "decision", f"{plural(count, 'launch', 'launches')} of round {job.round} not "
+                             f"sent: {why}")
+    if job.spec.restart.scope == "group" and not job.elastic:
+        t.restart(job, [], notice=None, why=f"{plural(count, 'launch', 'launches')} not sent")
