@@ -104,13 +104,6 @@ class Outcome:
 
 # ---- torchrun worker (runs under torchrun) ------------------------------------------------
 
-def _latest(ckpt: Path) -> int:
-    try:
-        return int((ckpt / "LATEST").read_text())
-    except (FileNotFoundError, ValueError):
-        return 0
-
-
 def worker(args: argparse.Namespace) -> None:
     """The baseline: DDP with a synchronous DCP checkpoint every N steps, resumed from LATEST."""
     if args.workload == "gpt":
@@ -118,12 +111,10 @@ def worker(args: argparse.Namespace) -> None:
 
         recovery_gpt.worker(args)
         return
+    import dcp_baseline
     import torch
     import torch.distributed as dist
     from torch import nn
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     sys.path.insert(0, str(EXAMPLE))
@@ -137,11 +128,7 @@ def worker(args: argparse.Namespace) -> None:
     opt = torch.optim.AdamW(ddp.parameters(), lr=3e-3)
     data = ex.Samples(SAMPLES, seed=1)
     ckpt = Path(args.ckpt)
-    step = _latest(ckpt)
-    if step:
-        msd, osd = get_state_dict(model, opt)
-        dcp_load({"model": msd, "optim": osd}, checkpoint_id=str(ckpt / f"step-{step}"))
-        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+    step = dcp_baseline.restore(model, opt, ckpt)
     timeline = ex.Timeline(args.timeline) if rank == 0 else None
     while True:
         began = time.perf_counter()
@@ -155,12 +142,7 @@ def worker(args: argparse.Namespace) -> None:
         if timeline is not None:
             timeline.step(step, time.perf_counter() - began)
         if step % args.every == 0:
-            msd, osd = get_state_dict(model, opt)
-            dcp_save({"model": msd, "optim": osd}, checkpoint_id=str(ckpt / f"step-{step}"))
-            dist.barrier()
-            if rank == 0:  # a save that a kill cut short is never named LATEST
-                (ckpt / "LATEST.tmp").write_text(str(step))
-                os.replace(ckpt / "LATEST.tmp", ckpt / "LATEST")
+            dcp_baseline.save(model, opt, ckpt, step, rank)
 
 
 # ---- driving the systems --------------------------------------------------------------------

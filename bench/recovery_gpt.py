@@ -61,20 +61,11 @@ class Shards:
         return window[:, :-1], window[:, 1:]
 
 
-def _latest(ckpt: Path) -> int:
-    try:
-        return int((ckpt / "LATEST").read_text())
-    except (FileNotFoundError, ValueError):
-        return 0
-
-
 def worker(args: argparse.Namespace) -> None:
     """FSDP2 GPT with a synchronous DCP checkpoint every N steps, resumed from LATEST."""
+    import dcp_baseline
     import torch
     import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
     from torch.distributed.fsdp import fully_shard
 
     model_py = load_example("model")
@@ -88,11 +79,7 @@ def worker(args: argparse.Namespace) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
     data = Shards(Path(args.data))
     ckpt = Path(args.ckpt)
-    step = _latest(ckpt)
-    if step:
-        msd, osd = get_state_dict(model, opt)
-        dcp_load({"model": msd, "optim": osd}, checkpoint_id=str(ckpt / f"step-{step}"))
-        set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+    step = dcp_baseline.restore(model, opt, ckpt)
     fd = os.open(args.timeline, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) \
         if rank == 0 else None
     while True:
@@ -108,9 +95,4 @@ def worker(args: argparse.Namespace) -> None:
                     "s": time.perf_counter() - began}
             os.write(fd, (json.dumps(line) + "\n").encode())
         if step % args.every == 0:
-            msd, osd = get_state_dict(model, opt)
-            dcp_save({"model": msd, "optim": osd}, checkpoint_id=str(ckpt / f"step-{step}"))
-            dist.barrier()
-            if rank == 0:  # a save that a kill cut short is never named LATEST
-                (ckpt / "LATEST.tmp").write_text(str(step))
-                os.replace(ckpt / "LATEST.tmp", ckpt / "LATEST")
+            dcp_baseline.save(model, opt, ckpt, step, rank)

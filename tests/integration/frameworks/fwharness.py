@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from clusterjobs import controller_conftest
 
 HERE = Path(__file__).resolve().parent
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
@@ -137,21 +138,7 @@ def tracked_jobs() -> Iterator[list[Job]]:
         kill_leftovers(job.state)
 
 
-def _controller_conftest() -> Any:
-    """tests/integration/controller/conftest.py under a name of its own (as the Ray tests
-    load it): its clean-up of a state dir's processes is the one every CLI test uses."""
-    name = "perdure_controller_conftest"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, HERE.parent / "controller" / "conftest.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-kill_leftovers = _controller_conftest()._kill_leftovers
+kill_leftovers = controller_conftest()._kill_leftovers
 
 
 def trained_samples(steps_file: Path) -> list[int]:

@@ -7,7 +7,6 @@ head over the bridge. Hosts are killed and started again by the tests (`ray_host
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,22 +18,20 @@ from typing import Any
 import pytest
 import yaml
 
+from clusterjobs import (
+    controller_conftest,
+    ddp_spec,
+    describe,
+    final_sha,
+    local_reference_sha,
+    nodes_field,
+)
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-def _controller_conftest() -> Any:
-    """tests/integration/controller/conftest.py, under a name of its own (not `conftest`)."""
-    spec = importlib.util.spec_from_file_location(
-        "perdure_controller_conftest", HERE.parent / "controller" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_cc = _controller_conftest()
+_cc = controller_conftest()
 Perdure, _kill_leftovers = _cc.Perdure, _cc._kill_leftovers
 
 from hosts import Hosts, HostsUnavailable, make_hosts  # noqa: E402
@@ -81,7 +78,7 @@ class RayPerdure(Perdure):
             "queues": [{"name": "default"}],
         }
         if nodes is not None:
-            data["nodes"] = [{"name": n, "slots": s} for n, s in nodes.items()]
+            data["nodes"] = nodes_field(nodes)
         self.cluster_file = self.write("ray.yaml", data)
         return self.cluster_file
 
@@ -126,10 +123,6 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def describe(p: Perdure, job: str) -> dict[str, Any]:
-    return json.loads(p.cli("describe", job, "--json").stdout)
-
-
 LIST_ACTORS = ("import json, ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
                "print(json.dumps([a['name'] for a in ray.util.list_named_actors(True) "
                "if a['namespace'] == sys.argv[2]]))")
@@ -154,32 +147,11 @@ def named_actors(p: RayPerdure) -> list[str]:
     return names
 
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
-EPOCHS = 4  # of the ddp_mlp runs whose final weights are compared with the local backend's
-
-
-def ddp_spec(p: Perdure, name: str, step_time: float = 0.0, replicas: int = 4) -> Path:
-    """examples/ddp_mlp as `name`, checkpointing every 10 steps under the test's root."""
-    spec = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    spec["name"] = name
-    spec["pools"][0]["replicas"] = replicas
-    spec["pools"][0]["command"] = ["python", str(EXAMPLE / "train.py"), "--epochs",
-                                   str(EPOCHS), "--step-time", str(step_time), "--log-every", "5"]
-    spec["checkpoint"] = {"every_steps": 10, "dir": str(p.root / f"ckpt-{name}")}
-    return p.write(f"{name}.yaml", spec)
-
-
-def final_sha(p: Perdure, name: str) -> str:
-    return str(json.loads((p.root / f"ckpt-{name}" / "result.json").read_text())["sha256"])
-
-
 @pytest.fixture(scope="session")
 def local_sha(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The final weights of an uninterrupted ddp_mlp run on the local backend (once)."""
-    p = Perdure(tmp_path_factory.mktemp("local-reference"))
-    local = p.write("local.yaml", {"backend": "local", "nodes": [{"name": "a", "slots": 4}]})
-    r = p.cli("run", str(ddp_spec(p, "clean")), "--cluster", str(local), check=False,
-              timeout=180)
-    _kill_leftovers(p.state)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return final_sha(p, "clean")
+    return local_reference_sha(tmp_path_factory.mktemp("local-reference"))
+
+
+__all__ = ["RayPerdure", "ddp_spec", "describe", "final_sha",
+           "kill_actors", "named_actors"]

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 
 import pytest
 
+from clusterjobs import wait_state, wait_step
 from conftest import RayPerdure, ddp_spec, describe, final_sha, named_actors
 from stopping import stop_controller
-
-STEP = re.compile(r"^step (\d+) ", re.M)
-
-
-def wait_step(p: RayPerdure, job: str, at_least: int, timeout: float = 90) -> int:
-    """Wait until job `job`'s primary has logged step `at_least` (as mirrored here)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        steps = [int(s) for log in p.state.glob(f"logs/{job}-*/attempt-*/worker-*.out")
-                 for s in STEP.findall(log.read_text())]
-        if max(steps, default=-1) >= at_least:
-            return max(steps)
-        time.sleep(0.2)
-    raise AssertionError(f"training never reached step {at_least}")
 
 
 def node_state(p: RayPerdure, name: str) -> str:
@@ -33,10 +19,6 @@ def node_state(p: RayPerdure, name: str) -> str:
         if words and words[0] == name:
             return words[-1]
     return ""
-
-
-def wait_state(p: RayPerdure, job: str, states: tuple[str, ...], timeout: float) -> dict:
-    return p.wait(job, lambda d: d["state"] in states, timeout=timeout)
 
 
 @pytest.mark.timeout(420)

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_ray_failures import wait_state, wait_step
 
+from clusterjobs import wait_state, wait_step
 from conftest import RayPerdure, ddp_spec
 from s3server import free_port, make_bucket, moto_python
 from stopping import stop_controller

@@ -9,7 +9,6 @@ the heavy-run lock (flock /tmp/perdure-heavy.lock).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import subprocess
 import sys
 import time
@@ -19,25 +18,16 @@ from typing import Any
 
 import pytest
 
+from clusterjobs import controller_conftest, final_sha, local_reference_sha, nodes_field
+from clusterjobs import ddp_spec as _ddp_spec
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from cluster import NODES, SlurmCluster, SlurmUnavailable  # noqa: E402
 
-
-def _load(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_cc = _load("perdure_controller_conftest", HERE.parent / "controller" / "conftest.py")
+_cc = controller_conftest()
 Perdure = _cc.Perdure
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
-EPOCHS = 4  # as the Ray tests' runs whose final weights are compared with the local backend's
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +53,7 @@ class SlurmPerdure(Perdure):
                                 "slurm": {"partition": "main", "shared_dirs": [str(self.root)],
                                           **slurm}}
         if nodes is not None:
-            data["nodes"] = [{"name": n, "slots": s} for n, s in nodes.items()]
+            data["nodes"] = nodes_field(nodes)
         return self.write("slurm.yaml", data)
 
     def base(self) -> list[str]:
@@ -116,33 +106,16 @@ def _line(text: str, start: str) -> str:
 
 def ddp_spec(p: Perdure, name: str, step_time: float = 0.0, replicas: int = 4,
              grace: float = 30) -> Path:
-    """examples/ddp_mlp as `name`, checkpointing every 10 steps under the test's root."""
-    import yaml
-
-    spec = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    spec["name"] = name
-    spec["pools"][0]["replicas"] = replicas
-    spec["pools"][0]["command"] = ["python", str(EXAMPLE / "train.py"), "--epochs",
-                                   str(EPOCHS), "--step-time", str(step_time), "--log-every", "5"]
-    spec["checkpoint"] = {"every_steps": 10, "dir": str(p.root / f"ckpt-{name}")}
-    spec["env"] = {"OMP_NUM_THREADS": "1"}
-    spec["preemption"] = {"grace_seconds": grace}
-    return p.write(f"{name}.yaml", spec)
-
-
-def final_sha(p: Perdure, name: str) -> str:
-    import json
-
-    return str(json.loads((p.root / f"ckpt-{name}" / "result.json").read_text())["sha256"])
+    """examples/ddp_mlp as `name` (clusterjobs.ddp_spec), one thread a replica (the hosts
+    share two cores) and `grace` seconds to save when Slurm preempts it."""
+    return _ddp_spec(p, name, step_time, replicas, env={"OMP_NUM_THREADS": "1"},
+                     preemption={"grace_seconds": grace})
 
 
 @pytest.fixture(scope="session")
 def local_sha(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The final weights of an uninterrupted ddp_mlp run on the local backend (once)."""
-    p = Perdure(tmp_path_factory.mktemp("local-reference"))
-    local = p.write("local.yaml", {"backend": "local", "nodes": [{"name": "a", "slots": 4}]})
-    r = p.cli("run", str(ddp_spec(p, "clean")), "--cluster", str(local), check=False,
-              timeout=180)
-    _cc._kill_leftovers(p.state)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return final_sha(p, "clean")
+    return local_reference_sha(tmp_path_factory.mktemp("local-reference"), ddp_spec)
+
+
+__all__ = ["SlurmPerdure", "ddp_spec", "final_sha"]

@@ -3,35 +3,21 @@ bit-identical to an uninterrupted run on the local backend."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 from typing import Any
 
 import pytest
 
+from clusterjobs import wait_state, wait_step
 from conftest import SlurmPerdure, ddp_spec, final_sha
 from stopping import stop_controller
 
-STEP = re.compile(r"^step (\d+) ", re.M)
 THREE = {"a": 2, "b": 2, "c": 2}  # a job of 4 on a and b; c is free for a replacement
 
 
-def wait_step(p: SlurmPerdure, job: str, at_least: int, timeout: float = 120) -> int:
-    """Wait until job `job` has logged step `at_least` (as copied to the login node)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        steps = [int(s) for log in p.state.glob(f"logs/{job}-*/attempt-*/worker-*.out")
-                 for s in STEP.findall(log.read_text())]
-        if max(steps, default=-1) >= at_least:
-            return max(steps)
-        time.sleep(0.2)
-    raise AssertionError(f"training never reached step {at_least}")
-
-
 def done(p: SlurmPerdure, job: str, timeout: float) -> dict[str, Any]:
-    return p.wait(job, lambda d: d["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"),
-                  timeout=timeout)
+    return wait_state(p, job, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout)
 
 
 def stop(controller: subprocess.Popen[str]) -> str:
@@ -49,7 +35,7 @@ def test_host_b_dies_the_job_goes_on_with_a_replacement_and_ends_bit_identical(
         p.cli("submit", str(ddp_spec(p, "moved", step_time=0.2)), "--cluster", cluster)
         d = p.wait("moved", lambda d: d["state"] == "RUNNING", timeout=120)
         assert sorted(x["node"] for x in d["replicas"]) == ["a", "a", "b", "b"], d["replicas"]
-        wait_step(p, "moved", 15)
+        wait_step(p, "moved", 15, timeout=120)
         killed_at = time.time()
         p.slurm.kill("b")
         d = done(p, "moved", timeout=300)
@@ -75,7 +61,7 @@ def test_preempted_by_the_urgent_partition_suspends_and_resumes_bit_identical(
         p.cli("submit", str(ddp_spec(p, "bumped", step_time=0.2, grace=20)), "--cluster",
               cluster)
         p.wait("bumped", lambda d: d["state"] == "RUNNING", timeout=120)
-        wait_step(p, "bumped", 15)
+        wait_step(p, "bumped", 15, timeout=120)
         # someone's higher-priority job needs a, b and c: Slurm preempts ours (GraceTime)
         p.slurm.run("sbatch", "-p", "urgent", "-N", "3", "-c", "2", "-o", "/dev/null",
                     "--wrap", "sleep 15")

@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 
-from perdure.backends.local import layout, procs, supervisor, warm
+from perdure.backends.local import layout, localranks, procs, warm
 from perdure.backends.local.standby import launch_fits, standby_env
 from perdure.backends.local.template import Template
 from perdure.backends.local.template import enabled as template_enabled
@@ -280,7 +280,7 @@ class Pool:
         spec = layout.read_json(os.path.join(directory, layout.LAUNCH))
         if spec is None:
             return False  # the supervisor will report it
-        child = supervisor.child_env(spec, directory)
+        child = localranks.child_env(spec, directory)
         return launch_fits(list(spec["command"]), str(spec["cwd"]), child, self.env)
 
     def refill(self) -> None:

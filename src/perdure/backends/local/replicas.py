@@ -95,7 +95,7 @@ def kill_leftovers(status: dict[str, Any], directory: str) -> None:
 
     Every replica leads a session of its own; its members started no earlier than it did.
     Its cgroup, if it had one, holds the rest; else descendants that left the session are
-    found by the error-file variable its supervisor gave it (`supervisor.child_env`).
+    found by the error-file variable its supervisor gave it (`localranks.child_env`).
     """
     ranks = status.get("ranks") or (
         [{"pid": status["pid"], "start_ticks": status["start_ticks"]}] if "pid" in status else [])

@@ -56,7 +56,7 @@ def target_args(command: list[str]) -> list[str]:
 def standby_env(base: dict[str, str]) -> dict[str, str]:
     """The environment a standby interpreter starts with, given the spawner's."""
     env = {k: v for k, v in base.items() if k not in APPLIED_AT_START}
-    env.setdefault("PYTHONUNBUFFERED", "1")  # as supervisor.child_env gives a cold replica
+    env.setdefault("PYTHONUNBUFFERED", "1")  # as localranks.child_env gives a cold replica
     return env
 
 

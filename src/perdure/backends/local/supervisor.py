@@ -25,8 +25,9 @@ which has imported torch already, when the launch allows it (`"warm": true` in s
 and cold otherwise. If the replica cannot be started, `exit.json` holds `spawn_error` instead.
 A launch that names an `owner` process (on Ray, the launch actor, which is not the parent of
 a supervisor its node agent's spawner forked) takes the supervisor and replica down with it.
-This runs on every replica start, so it imports no torch, no subprocess, no pathlib, no typing
-(start-up time).
+The local ranks' environments, polling and reaping are in `localranks`; the log files (header,
+relay, size cap) in `replicalogs`. This runs on every replica start, so it imports no torch,
+no subprocess, no pathlib, no typing (start-up time).
 """
 
 from __future__ import annotations
@@ -36,24 +37,23 @@ import signal
 import sys
 import time
 
-from perdure.backends.local import layout, logcap, memory, procs
+from perdure.backends.local import layout, localranks, memory, procs
+from perdure.backends.local.localranks import RANK_STOP_GRACE_SECONDS, child_env
+from perdure.backends.local.replicalogs import Logs
 from perdure.backends.local.spawnerror import spawn_failure
 from perdure.backends.local.standby import Standby, launch_fits
 from perdure.runtime.abort import parse_abort
 from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
-from perdure.runtime.ranks import local_rank_env, procs_of, rank_file
+from perdure.runtime.ranks import procs_of, rank_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from perdure.backends.local.logrelay import LogRelay
-
 HANDLED_SIGNALS = procs.SUPERVISOR_SIGNALS
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
 SELF_STOP_GRACE_SECONDS = 10.0
 STDERR_TAIL_BYTES = 64 * 1024
-RANK_STOP_GRACE_SECONDS = 5.0  # the other local ranks of a replica one of whose ranks failed
 
 
 class Supervisor:
@@ -78,10 +78,9 @@ class Supervisor:
         self.applied_stop: tuple[int, float] | None = None
         self.peak_rss = 0
         self.next_sample = 0.0
-        self.err_offset = 0
         self.started_at = 0.0
         self.own_pid = os.getpid()
-        self.relay: LogRelay | None = None
+        self.logs = Logs(self.spec)
 
     def _file(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -113,8 +112,7 @@ class Supervisor:
         except (OSError, ValueError, memory.MemoryLimitError) as err:
             self._dismiss_standby()
             self.limit.close()
-            if self.relay is not None:
-                self.relay.close()
+            self.logs.close_relay()
             message, user_error = spawn_failure(self.spec, err)
             layout.write_json(self._file(layout.EXIT), {
                 "spawn_error": message, "user_error": user_error, "time": time.time()})
@@ -126,39 +124,13 @@ class Supervisor:
         return self._finish()
 
     def _spawn(self) -> None:
-        stdout_path, stderr_path = self.spec["stdout"], self.spec["stderr"]
-        merged = self.spec.get("output")  # both streams in order (older launches: none)
-        for path in (stdout_path, stderr_path):
-            layout.private_dirs(os.path.dirname(path) or ".")
-        now = time.time()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
-        zone = time.strftime("%z", time.localtime(now))
-        header = (
-            f"=== {self.spec['launch_id']} started {stamp}.{int(now % 1 * 1000):03d}{zone} ===\n"
-        )
-        # Private: what a replica prints may include its environment (API keys).
-        out_fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        err_fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        """Start every local rank (rank 0 warm when it can), its output to the logs."""
         null_fd = os.open(os.devnull, os.O_RDONLY)
         try:
-            os.write(out_fd, header.encode())
-            os.write(err_fd, header.encode())
-            # Restarts append to the same file: parse only what this launch wrote.
-            self.err_offset = os.lseek(err_fd, 0, os.SEEK_END)
+            self.logs.open()
             self.started_at = time.time()
             env = child_env(self.spec, self.dir)
-            streams = None
-            if merged:  # the replica writes into the relay's FIFOs instead of the files
-                from perdure.backends.local.logrelay import LogRelay
-
-                self.relay = LogRelay(self.dir, {"out": stdout_path, "err": stderr_path},
-                                      merged, header)
-                streams = self.relay.paths
-                fifo_out = os.open(streams["out"], os.O_WRONLY)
-                fifo_err = os.open(streams["err"], os.O_WRONLY)
-                os.close(out_fd)
-                os.close(err_fd)
-                out_fd, err_fd = fifo_out, fifo_err
+            streams = self.logs.relay_streams(self.dir)
             self.pid = self._start_warm(env, streams) if self.procs == 1 else 0
             self.pids = [self.pid] if self.pid else []
             self._dismiss_standby()  # a multi-process replica starts cold
@@ -167,7 +139,7 @@ class Supervisor:
                     list(self.spec["command"]),
                     child_env(self.spec, self.dir, rank),
                     self.spec["cwd"],
-                    (null_fd, out_fd, err_fd),
+                    (null_fd, self.logs.out_fd, self.logs.err_fd),
                     self._in_child,
                 ))
             self.pid = self.pids[0]
@@ -177,10 +149,9 @@ class Supervisor:
                 os.waitpid(pid, 0)
             raise
         finally:
-            for fd in (out_fd, err_fd, null_fd):
-                os.close(fd)
-        if self.relay is not None:
-            self.relay.start()
+            self.logs.close_fds()
+            os.close(null_fd)
+        self.logs.start_relay()
 
     def _start_warm(self, env: dict[str, str], streams: dict[str, str] | None) -> int:
         """Run the replica in the standby's warm interpreter; its pid, 0 to start cold."""
@@ -255,7 +226,7 @@ class Supervisor:
                 "tree": self.limit.mechanism if self.limit.path else "subreaper",
                 "warm": self.warm,
                 # every local rank's process (one entry for a one-process replica)
-                "ranks": [{"pid": pid, "start_ticks": _ticks(pid)} for pid in self.pids],
+                "ranks": localranks.records(self.pids),
             },
         )
 
@@ -273,7 +244,7 @@ class Supervisor:
                 self.signal_at = None
             if now >= self.next_sample:
                 self._sample_memory(now)
-                self._trim_logs()
+                self.logs.trim()
             later = (self.kill_at, self.signal_at[1] if self.signal_at else None)
             wake = min([self.next_sample, *(t for t in later if t is not None)])
             info = signal.sigtimedwait(HANDLED_SIGNALS, max(0.001, wake - time.time()))
@@ -290,30 +261,13 @@ class Supervisor:
     def _child_exited(self) -> bool:
         """Whether the replica is done: every rank exited, or one failed (the others are then
         stopped, and the replica is done once they are gone too)."""
-        self._reap_orphans()
-        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
-        running = 0
-        for rank, pid in enumerate(self.pids):
-            info = os.waitid(os.P_PID, pid, flags)
-            if info is None:
-                running += 1
-            elif self.failed is None and not (
-                    info.si_code == os.CLD_EXITED and info.si_status == 0):
-                self.failed, self.failed_at = (rank, info.si_status), time.time()
-                if self.procs > 1:
-                    self._stop_other_ranks(rank)
+        localranks.reap_orphans(self.pids)
+        running, failures = localranks.poll(self.pids)
+        if self.failed is None and failures:
+            self.failed, self.failed_at = failures[0], time.time()
+            if self.procs > 1:
+                self._stop_other_ranks(self.failed[0])
         return running == 0
-
-    def _reap_orphans(self) -> None:
-        # As a subreaper we inherit the replica's orphaned descendants: reap them as they end.
-        while True:
-            try:
-                found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:
-                return
-            if found is None or found.si_pid in self.pids:
-                return
-            os.waitpid(found.si_pid, 0)
 
     def _sample_memory(self, now: float) -> None:
         rss = sum(memory.tree_rss_bytes(pid) for pid in self.pids)
@@ -323,18 +277,6 @@ class Supervisor:
         self.next_sample = now + (self.limit.poll_interval or IDLE_WAKE_SECONDS)
         if os.path.exists(self._file(layout.STOP)):  # in case a SIGUSR1 was lost
             self._check_stop()
-
-    def _trim_logs(self) -> None:
-        """Keep the replica's log files under the launch's cap (logcap): the tail stays."""
-        limit = self.spec.get("log_max_bytes")
-        if not isinstance(limit, int) or limit <= 0:
-            return
-        merged = self.spec.get("output")  # both streams in order (older launches: none)
-        files = {self.spec["stdout"], self.spec["stderr"], *([merged] if merged else [])}
-        for stream in sorted(files):
-            shift, mark = logcap.trim(stream, limit)
-            if shift and stream == self.spec["stderr"]:  # where this launch's output begins
-                self.err_offset = max(self.err_offset - shift, mark)
 
     def _check_stop(self) -> None:
         request = layout.read_json(self._file(layout.STOP))
@@ -358,8 +300,7 @@ class Supervisor:
         self._stop(signal.SIGTERM, deadline)
 
     def _kill_groups(self, sig: int) -> None:
-        for pid in self.pids:
-            procs.kill_group(pid, sig)
+        localranks.kill_groups(self.pids, sig)
 
     def _stop(self, sig: int, deadline: float, signal_at: float = 0.0) -> None:
         """`sig` now (or at `signal_at`: the replica may end by itself first), SIGKILL at
@@ -382,14 +323,9 @@ class Supervisor:
         self._kill_groups(signal.SIGKILL)
         self.limit.kill_all()
         procs.kill_descendants(self.own_pid)
-        statuses, maxrss = [], 0
-        for pid in self.pids:
-            _, status, usage = os.wait4(pid, 0)
-            statuses.append(status)
-            maxrss = max(maxrss, usage.ru_maxrss)
-        self._reap_orphans()
-        if self.relay is not None:  # before the traceback is read from stderr
-            self.relay.close()
+        statuses, maxrss = localranks.reap(self.pids)
+        localranks.reap_orphans(self.pids)
+        self.logs.close_relay()  # before the traceback is read from stderr
         rank = self.failed[0] if self.failed else 0
         code = os.waitstatus_to_exitcode(statuses[rank])
         sig = -code if code < 0 else None
@@ -421,28 +357,9 @@ class Supervisor:
         error = read_error_file(self._file(rank_file(layout.ERROR, rank)))
         if error is not None:
             return error
-        self._trim_logs()  # the traceback is in the tail, which a trim keeps
-        tail = read_stderr_tail(self.spec["stderr"], self.err_offset, STDERR_TAIL_BYTES)
+        self.logs.trim()  # the traceback is in the tail, which a trim keeps
+        tail = read_stderr_tail(self.spec["stderr"], self.logs.err_offset, STDERR_TAIL_BYTES)
         return parse_traceback(tail) or parse_abort(tail)
-
-
-def _ticks(pid: int) -> int:
-    child = procs.stat(pid)
-    return child.start_ticks if child else 0
-
-
-def child_env(spec: dict[str, Any], directory: str, local_rank: int = 0) -> dict[str, str]:
-    """The environment of local rank `local_rank` of the replica of the launch record `spec`
-    in `directory` (no side effects)."""
-    env = dict(os.environ) if spec.get("inherit_env", True) else {}
-    env.update(local_rank_env(spec["env"], local_rank))
-    error_file = os.path.join(directory, rank_file(layout.ERROR, local_rank))
-    env["PERDURE_ERROR_FILE"] = error_file
-    env["TORCHELASTIC_ERROR_FILE"] = error_file  # torchelastic's own @record writes here
-    # Written before any stop signal: the runtime reads it to tell a notice from a plain stop.
-    env["PERDURE_STOP_FILE"] = os.path.join(directory, layout.STOP)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,8 @@ adoption work unchanged.
 
 Which launches can start warm, and the `Standby` handle itself, are in `standby` (the
 supervisor needs them too); this module has the pool's size and the standby supervisor's life.
-This module imports nothing the supervisor does not already import.
+This module imports nothing the supervisor does not already import, but for the few lines of
+`perdure.backends.settings`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import select
 import signal
 
 from perdure.backends.local.standby import Standby
+from perdure.backends.settings import AUTO as AUTO  # warm.AUTO: the pool size "auto"
+from perdure.backends.settings import count_or_auto
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,7 +38,6 @@ DEFAULT_IDLE_SECONDS = 600.0
 # "auto" (the default): at least DEFAULT_POOL, grown to the largest group of launches seen
 # arriving together (a job's replicas, all restarted at once by a group restart), up to
 # AUTO_MAX; each standby holds an interpreter with torch imported (~300 MB).
-AUTO = "auto"
 AUTO_MAX = 8
 # The most standbys a number may ask for: each holds an interpreter with torch (~225 MB), so
 # 32 is ~7 GB; beyond it a typo (100000) would fork until the machine gives out.
@@ -46,19 +48,10 @@ MAX_IDLE_SECONDS = 7 * 86400.0  # a week: longer is "forever", which is what 0 <
 def pool_size(value: int | str | None) -> int | str:
     """The pool size from an argument or `$PERDURE_WARM_POOL` (default "auto"): an int >= 0
     or "auto"; ValueError naming the value otherwise."""
-    raw = os.environ.get(POOL_ENV, AUTO) if value is None else value
-    if raw == AUTO:
-        return AUTO
-    try:
-        size = int(raw)
-    except ValueError:
-        size = -1
-    if not 0 <= size <= MAX_POOL:
-        raise ValueError(
-            f"warm pool size {raw!r} (argument or ${POOL_ENV}) must be an integer from 0 to "
-            f"{MAX_POOL} or {AUTO!r} (grows to {AUTO_MAX}); 0 turns warm standby replicas off"
-        )
-    return size
+    size = count_or_auto(value, POOL_ENV, MAX_POOL, lambda raw: (
+        f"warm pool size {raw!r} (argument or ${POOL_ENV}) must be an integer from 0 to "
+        f"{MAX_POOL} or {AUTO!r} (grows to {AUTO_MAX}); 0 turns warm standby replicas off"))
+    return AUTO if size is None else size
 
 
 def idle_seconds(value: float | str | None) -> float:

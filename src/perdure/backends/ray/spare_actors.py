@@ -18,7 +18,6 @@ from 0 to MAX: that many per node; 0 turns them off).
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
 from collections import deque
@@ -30,9 +29,10 @@ import ray
 from ray.exceptions import RayError
 
 from perdure.backends.ray import cluster as rc
+from perdure.backends.settings import AUTO, count_or_auto
 
 ENV = "PERDURE_RAY_SPARE_ACTORS"
-AUTO, AUTO_MAX, MAX = "auto", 8, 64
+AUTO_MAX, MAX = 8, 64
 # A node whose spare was just taken gets its replacement this much later: the worker Ray
 # starts for it would otherwise compete for the CPUs with the restart that took the spare.
 REFILL_DELAY_SECONDS = 1.0
@@ -51,18 +51,9 @@ PORT_AHEAD_SECONDS = 60.0
 def size_setting(raw: str | None = None) -> int | None:
     """Spares per node from `raw` or the environment: None for "auto" (the node's slots);
     ValueError naming the variable otherwise."""
-    value = os.environ.get(ENV, AUTO) if raw is None else raw
-    if value == AUTO:
-        return None
-    try:
-        size = int(value)
-    except ValueError:
-        size = -1
-    if not 0 <= size <= MAX:
-        raise ValueError(f"${ENV}={value!r}: spare launch actors per Ray node must be "
-                         f"{AUTO!r} (the node's slots, at most {AUTO_MAX}) or an integer from "
-                         f"0 to {MAX}; 0 turns them off")
-    return size
+    return count_or_auto(raw, ENV, MAX, lambda value: (
+        f"${ENV}={value!r}: spare launch actors per Ray node must be {AUTO!r} (the node's "
+        f"slots, at most {AUTO_MAX}) or an integer from 0 to {MAX}; 0 turns them off"))
 
 
 class PortsAhead:

@@ -1,0 +1,86 @@
+"""The local ranks of one replica as its supervisor owns them (`procs_per_replica` N: N
+processes, each in a session of its own; see `perdure.runtime.ranks`): their environments,
+which of them have exited and which failed first, and reaping them at the end.
+
+Part of the supervisor, which runs on every replica start: no torch, subprocess, pathlib or
+typing imports here either (start-up time).
+"""
+
+from __future__ import annotations
+
+import os
+
+from perdure.backends.local import layout, procs
+from perdure.runtime.ranks import local_rank_env, rank_file
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+RANK_STOP_GRACE_SECONDS = 5.0  # the other local ranks of a replica one of whose ranks failed
+
+
+def child_env(spec: dict[str, Any], directory: str, local_rank: int = 0) -> dict[str, str]:
+    """The environment of local rank `local_rank` of the replica of the launch record `spec`
+    in `directory` (no side effects)."""
+    env = dict(os.environ) if spec.get("inherit_env", True) else {}
+    env.update(local_rank_env(spec["env"], local_rank))
+    error_file = os.path.join(directory, rank_file(layout.ERROR, local_rank))
+    env["PERDURE_ERROR_FILE"] = error_file
+    env["TORCHELASTIC_ERROR_FILE"] = error_file  # torchelastic's own @record writes here
+    # Written before any stop signal: the runtime reads it to tell a notice from a plain stop.
+    env["PERDURE_STOP_FILE"] = os.path.join(directory, layout.STOP)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def records(pids: list[int]) -> list[dict[str, int]]:
+    """status.json's `ranks`: each local rank's pid and start ticks."""
+    out = []
+    for pid in pids:
+        child = procs.stat(pid)
+        out.append({"pid": pid, "start_ticks": child.start_ticks if child else 0})
+    return out
+
+
+def poll(pids: list[int]) -> tuple[int, list[tuple[int, int]]]:
+    """How many ranks still run, and (local rank, wait status) of each that exited other than
+    with 0, by local rank. Exited ranks stay zombies (WNOWAIT): their pids and groups hold."""
+    flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+    running, failures = 0, []
+    for rank, pid in enumerate(pids):
+        info = os.waitid(os.P_PID, pid, flags)
+        if info is None:
+            running += 1
+        elif not (info.si_code == os.CLD_EXITED and info.si_status == 0):
+            failures.append((rank, info.si_status))
+    return running, failures
+
+
+def reap_orphans(pids: list[int]) -> None:
+    """Reap the replica's orphaned descendants that have ended (a subreaper inherits them);
+    the ranks themselves stay for `reap`."""
+    while True:
+        try:
+            found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if found is None or found.si_pid in pids:
+            return
+        os.waitpid(found.si_pid, 0)
+
+
+def reap(pids: list[int]) -> tuple[list[int], int]:
+    """Wait for every rank: their wait statuses by local rank and the largest ru_maxrss."""
+    statuses, maxrss = [], 0
+    for pid in pids:
+        _, status, usage = os.wait4(pid, 0)
+        statuses.append(status)
+        maxrss = max(maxrss, usage.ru_maxrss)
+    return statuses, maxrss
+
+
+def kill_groups(pids: list[int], sig: int) -> None:
+    """`sig` to every rank's process group."""
+    for pid in pids:
+        procs.kill_group(pid, sig)

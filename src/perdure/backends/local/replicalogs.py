@@ -1,0 +1,99 @@
+"""A replica's log files as its supervisor writes them: the header a launch appends, the
+files opened for the replica (or the relay's FIFOs, when the launch also wants both streams
+merged in order, `output`), and the size cap (logcap) applied as the replica runs.
+
+Part of the supervisor, which runs on every replica start: no torch, subprocess, pathlib or
+typing imports here either (start-up time).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from perdure.backends.local import layout, logcap
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from perdure.backends.local.logrelay import LogRelay
+
+
+class Logs:
+    """The replica's stdout and stderr for one launch, from `open` to `close`."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.out_fd = self.err_fd = -1
+        self.err_offset = 0  # where this launch's stderr begins (restarts append)
+        self.relay: LogRelay | None = None
+        self.header_text = ""
+
+    def open(self) -> None:
+        """Open both files (private: what a replica prints may include its environment, API
+        keys) and append this launch's header to each."""
+        stdout_path, stderr_path = self.spec["stdout"], self.spec["stderr"]
+        for path in (stdout_path, stderr_path):
+            layout.private_dirs(os.path.dirname(path) or ".")
+        self.out_fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.err_fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        header = self.header_text = _header(self.spec["launch_id"])
+        os.write(self.out_fd, header.encode())
+        os.write(self.err_fd, header.encode())
+        # Restarts append to the same file: parse only what this launch wrote.
+        self.err_offset = os.lseek(self.err_fd, 0, os.SEEK_END)
+
+    def relay_streams(self, directory: str) -> dict[str, str] | None:
+        """With a merged `output`, the replica writes into a relay's FIFOs instead of the files:
+        make the relay and swap the descriptors; its FIFOs' paths (None: no relay)."""
+        merged = self.spec.get("output")  # both streams in order (older launches: none)
+        if not merged:
+            return None
+        from perdure.backends.local.logrelay import LogRelay
+
+        self.relay = LogRelay(directory, {"out": self.spec["stdout"], "err": self.spec["stderr"]},
+                              merged, self.header_text)
+        streams = self.relay.paths
+        fifo_out = os.open(streams["out"], os.O_WRONLY)
+        fifo_err = os.open(streams["err"], os.O_WRONLY)
+        os.close(self.out_fd)
+        os.close(self.err_fd)
+        self.out_fd, self.err_fd = fifo_out, fifo_err
+        return streams
+
+    def close_fds(self) -> None:
+        """The supervisor's copies of the descriptors (the replica has its own)."""
+        for fd in (self.out_fd, self.err_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.out_fd = self.err_fd = -1
+
+    def start_relay(self) -> None:
+        if self.relay is not None:
+            self.relay.start()
+
+    def close_relay(self) -> None:
+        """Drain and stop the relay, if any (before stderr's tail is read)."""
+        if self.relay is not None:
+            self.relay.close()
+
+    def trim(self) -> None:
+        """Keep the replica's log files under the launch's cap (logcap): the tail stays."""
+        limit = self.spec.get("log_max_bytes")
+        if not isinstance(limit, int) or limit <= 0:
+            return
+        merged = self.spec.get("output")
+        files = {self.spec["stdout"], self.spec["stderr"], *([merged] if merged else [])}
+        for stream in sorted(files):
+            shift, mark = logcap.trim(stream, limit)
+            if shift and stream == self.spec["stderr"]:  # where this launch's output begins
+                self.err_offset = max(self.err_offset - shift, mark)
+
+
+def _header(launch_id: str) -> str:
+    """The line a launch appends to both logs before its replica writes anything."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
+    zone = time.strftime("%z", time.localtime(now))
+    return f"=== {launch_id} started {stamp}.{int(now % 1 * 1000):03d}{zone} ===\n"
