@@ -66,6 +66,9 @@ EXAMPLES = ("example-no-ckpt", "example")
 # async saves every --gpt-every steps).
 GPT = ROOT / "examples" / "gpt" / "train.py"
 GPT_VARIANTS = ("gpt-bare", "gpt")
+# "<variant>@before": the variant run on other perdure sources (--before-src), interleaved
+# with the rest, so a change is measured before and after in the same run.
+BEFORE = "@before"
 
 
 # ---- the worker (runs under torchrun) -----------------------------------------------------
@@ -110,7 +113,7 @@ def _setup(args: argparse.Namespace, on: set[str]) -> dict[str, Any]:
         dist.init_process_group("gloo")
         torch.manual_seed(0)
     data = ex.Samples(SAMPLES, seed=1)
-    model = ex.build_model(64)
+    model = ex.build_model(args.hidden)
     ddp = DDP(model)
     opt = torch.optim.AdamW(ddp.parameters(), lr=3e-3)
     loader: Any
@@ -223,10 +226,15 @@ def _per_step(timeline: Path, warmup: int) -> dict[str, float]:
 
 
 def run_variant(name: str, root: Path, args: argparse.Namespace) -> dict[str, float]:
-    d = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    d = Path(tempfile.mkdtemp(prefix=f"{name.replace('@', '-')}-", dir=root))
     timeline = d / "timeline.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(d / "reports"),
            "BENCH_REPLICAS": str(args.replicas)}
+    if name.endswith(BEFORE):  # the same variant on the sources of --before-src
+        if not args.before_src:
+            raise SystemExit(f"variant {name}: give --before-src (a checkout's src directory)")
+        env["PYTHONPATH"] = str(Path(args.before_src).absolute())
+        name = name.removesuffix(BEFORE)
     (d / "reports").mkdir()
     if name in GPT_VARIANTS:
         script = [str(GPT), "--steps", str(args.gpt_steps), "--timeline", str(timeline),
@@ -249,8 +257,8 @@ def run_variant(name: str, root: Path, args: argparse.Namespace) -> dict[str, fl
         # The example's timeline stamps wall time: same figure (time between step ends).
         return _per_step(timeline, args.warmup)
     script = [str(Path(__file__)), "worker", "--features", ",".join(VARIANTS[name]),
-              "--steps", str(args.steps), "--timeline", str(timeline), "--ckpt",
-              str(d / "ckpt"), "--every", str(args.every)]
+              "--hidden", str(args.hidden), "--steps", str(args.steps), "--timeline",
+              str(timeline), "--ckpt", str(d / "ckpt"), "--every", str(args.every)]
     _torchrun(script, env, d / "log")
     return _per_step(timeline, args.warmup)
 
@@ -259,10 +267,10 @@ def report(names: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
     """Each variant's medians, its ratios to the bare run of the same repetition, and where
     rank 0's CPU went."""
     # Ratios per repetition (variants of one repetition ran close in time), then their median.
-    print(f"\n{'':<16} {'wall: ms/step, x bare':^32} {'rank 0 CPU':^32} {'main thread CPU':^32}")
-    print(f"{'variant':<16}" + f" {'ms':>7} {'x bare':>7} {'spread':>16}" * 3)
+    print(f"\n{'':<18} {'wall: ms/step, x bare':^32} {'rank 0 CPU':^32} {'main thread CPU':^32}")
+    print(f"{'variant':<18}" + f" {'ms':>7} {'x bare':>7} {'spread':>16}" * 3)
     for name in names:
-        row = f"{name:<16}"
+        row = f"{name:<18}"
         for key in ("t", "cpu", "main"):
             series = [r[key] for r in runs[name]]
             base = runs[names[0]]
@@ -272,14 +280,14 @@ def report(names: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
         print(row)
     regions = ("data", "compute", "vote", "save")
     print(f"\nrank 0's CPU per step, ms (median): main thread by region, and other threads "
-          f"(gloo, checkpoint writer)\n{'variant':<16}" + "".join(f" {r:>8}" for r in regions)
+          f"(gloo, checkpoint writer)\n{'variant':<18}" + "".join(f" {r:>8}" for r in regions)
           + f" {'other':>8}")
     for name in names:
         got = runs[name]
         cells = [f"{statistics.median(r[k] for r in got) * 1000:8.3f}" if k in got[0]
                  else f"{'-':>8}" for k in regions]
         other = statistics.median(r["cpu"] - r["main"] for r in got) * 1000
-        print(f"{name:<16} {' '.join(cells)} {other:8.3f}")
+        print(f"{name:<18} {' '.join(cells)} {other:8.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -290,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--timeline", required=True)
     w.add_argument("--ckpt", required=True)
     for q in (p, w):
+        q.add_argument("--hidden", type=int, default=64,
+                       help="the MLP's width (bench variants): sets the step time")
         q.add_argument("--steps", type=int, default=400)
         q.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--reps", type=int, default=3)
@@ -298,7 +308,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gpt-warmup", type=int, default=10)
     p.add_argument("--gpt-every", type=int, default=50, help="GPT checkpoint interval")
     p.add_argument("--warmup", type=int, default=30, help="steps not counted")
-    p.add_argument("--variants", default=",".join([*VARIANTS, *EXAMPLES]))
+    p.add_argument("--variants", default=",".join([*VARIANTS, *EXAMPLES]),
+                   help=f"comma-separated; NAME{BEFORE} runs NAME on --before-src")
+    p.add_argument("--before-src", help="perdure sources (a src directory) for NAME@before")
     args = p.parse_args(argv)
     if args.mode == "worker":
         worker(args)
@@ -317,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in order:
             got = run_variant(name, root, args)
             runs[name].append(got)
-            print(f"  rep {rep + 1} {name:<16} {got['t'] * 1000:7.2f} ms/step, CPU "
+            print(f"  rep {rep + 1} {name:<18} {got['t'] * 1000:7.2f} ms/step, CPU "
                   f"{got['cpu'] * 1000:6.2f} ms, main thread {got['main'] * 1000:6.2f} ms "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     report(names, runs)

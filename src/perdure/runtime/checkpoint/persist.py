@@ -34,7 +34,6 @@ from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointStorageError
 from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
-from perdure.runtime.checkpoint.priority import lower_this_thread
 from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import (
     HostBuffers,
@@ -61,7 +60,7 @@ class SaveJob:
     paths: dict[str, KeyPath]
     world: int
     pending: list[Pending] = field(default_factory=list)  # copies staging left to us
-    background: bool = False  # runs in its own thread: may lower that thread's priority
+    background: bool = False  # runs in the Checkpointer's persist thread
     gate: StepGate | None = None  # opened once the pending copies are done
 
 
@@ -148,8 +147,6 @@ class Persister:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
         start = time.perf_counter()
         problem = self._stage_pending(job, stats)
-        if job.background:
-            lower_this_thread()  # from here on, take only what training leaves idle
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
         mine = self._write_local(job) if problem is None else Shard(problem)
