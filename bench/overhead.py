@@ -20,8 +20,14 @@ Variants, each adding one feature to the one before:
 - vote-each-step: the same, voting at every step (`StopVote()`);
 - vote-blocking: the same agreement as a blocking all-reduce per step (what the example did);
 - ckpt: an async perdure Checkpointer save every `--every` steps (model, optimizer, loader);
+- maybe-save: init, loader and goodput, and `maybe_save` every step (its policy saving every
+  `--every` steps; it also agrees on preemption notices); maybe-save-unseeded: the same with
+  the loader's per-batch seeding switched off (attribution only: not exact replay);
 - example-no-ckpt: examples/ddp_mlp/train.py without a checkpoint directory (no saves);
 - example: examples/ddp_mlp/train.py as users copy it (ledger and RNG in the checkpoint).
+`NAME@before` runs variant NAME on other perdure sources (`--before-src DIR`, e.g. an older
+commit's `src` from `git archive`), so a change is measured before and after in one run.
+`--hidden` sets the MLP's width (the bench variants').
 Runs are interleaved (variant order shuffled per repetition, seeded) so drift in the machine's
 load spreads over all of them; the spread over repetitions is printed. Rank 0 also reports its
 main thread's CPU per step by region (data, compute, vote, save; thread_time) and the CPU of
@@ -59,6 +65,9 @@ VARIANTS: dict[str, list[str]] = {
     # The loop a script without preemption code has: maybe_save every step, its policy saving
     # every --every steps (it also agrees on preemption notices).
     "maybe-save": ["init", "loader", "goodput", "maybe-save"],
+    # Attribution only, not a product setting: maybe-save with the loader's per-batch seeding
+    # (capture, seed, restore of the CPU generators) switched off.
+    "maybe-save-unseeded": ["init", "loader", "goodput", "maybe-save", "unseeded"],
 }
 EXAMPLES = ("example-no-ckpt", "example")
 # examples/gpt (~14 M parameters, sequence 256, FSDP2 on gloo): bare (no perdure at all) and
@@ -119,6 +128,14 @@ def _setup(args: argparse.Namespace, on: set[str]) -> dict[str, Any]:
     loader: Any
     if "loader" in on:
         from perdure.runtime import ElasticLoader, ElasticSampler
+
+        if "unseeded" in on:
+            import contextlib
+
+            from perdure.runtime.data import loader as elastic_loader
+
+            elastic_loader.isolated_seed = (  # type: ignore[assignment]
+                lambda seed: contextlib.nullcontext())
 
         loader = ElasticLoader(data, ElasticSampler(len(data), BATCH, seed=0))
     else:
