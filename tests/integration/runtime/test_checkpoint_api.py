@@ -290,12 +290,17 @@ def test_a_checkpointer_dropped_without_close_ends_its_persist_thread(tmp_path: 
 
 
 def test_a_save_in_flight_at_exit_is_committed(tmp_path: Path) -> None:
-    # The persist thread is a daemon: the interpreter's exit must still finish the save.
+    # The stage and persist threads are daemons: the interpreter's exit must still finish the
+    # save, deferred copies (the stager) and then the write (its persist worker).
     script = (
         "import sys, torch\n"
         "from perdure.runtime.checkpoint import Checkpointer\n"
+        "model = torch.nn.Linear(256, 1024)\n"  # 1 MiB of parameters, 3 with Adam's state
+        "optim = torch.optim.Adam(model.parameters())\n"
+        "model(torch.ones(1, 256)).sum().backward()\n"
+        "optim.step()\n"
         "ckpt = Checkpointer(sys.argv[1])\n"
-        "ckpt.save(7, {'w': torch.arange(8 * 1024 * 1024)})\n"  # 64 MiB: still persisting
+        "ckpt.save(7, {'model': model, 'optim': optim, 'w': torch.arange(1 << 20)})\n"
         "print('returned', flush=True)\n"
     )
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,

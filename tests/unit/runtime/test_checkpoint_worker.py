@@ -1,15 +1,19 @@
-"""The persist worker: one thread, jobs in order, at the process's CPU priority."""
+"""The background workers: one thread each, jobs in order, at the priority asked for."""
 
 from __future__ import annotations
 
 import os
 import threading
 
+import pytest
+
+from perdure.runtime.checkpoint.priority import NICE
 from perdure.runtime.checkpoint.worker import PersistWorker
 
 
-def test_jobs_run_in_order_on_one_thread_at_the_process_cpu_priority() -> None:
-    worker = PersistWorker("test-persist")
+@pytest.mark.parametrize("lower", [False, True])
+def test_jobs_run_in_order_on_one_thread_at_the_priority_asked_for(lower: bool) -> None:
+    worker = PersistWorker("test-persist", lower=lower)
     seen: list[tuple[int, int, int]] = []
 
     def job(i: int) -> None:
@@ -21,9 +25,9 @@ def test_jobs_run_in_order_on_one_thread_at_the_process_cpu_priority() -> None:
         assert e.wait(30)
     assert [i for i, _, _ in seen] == list(range(5))
     assert len({tid for _, tid, _ in seen}) == 1
-    # A thread that shares the GIL with training is never niced (a preempted GIL holder
-    # would stall training): same CPU priority as the test's own thread.
-    assert {nice for _, _, nice in seen} == {os.getpriority(os.PRIO_PROCESS, 0)}
+    # The stager runs at the training's priority; the persist worker at the lowest it may.
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert {nice for _, _, nice in seen} == ({NICE} if lower else {mine})
     thread = worker.thread
     worker.close()
     assert thread is not None and not thread.is_alive()

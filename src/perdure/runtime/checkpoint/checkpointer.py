@@ -156,7 +156,10 @@ class Checkpointer:
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
         self._inflight: _InFlight | None = None
-        self._worker = PersistWorker()  # its thread starts with the first background save
+        # Their threads start with the first background save; the stager is made first, so
+        # that at exit its hand-over to the persist worker runs before that one is closed.
+        self._stager = PersistWorker("perdure-checkpoint-stage", lower=False)
+        self._worker = PersistWorker()
         self._seq = 0
         self._last_step: int | None = None
         self._last_time = time.monotonic()
@@ -310,18 +313,33 @@ class Checkpointer:
             self._run(persister, job, self._inflight)
             self._finish_inflight()
             return
-        inflight = _InFlight(None, stats, tolerant=self._reports)
-        if pending:  # opened by the worker once the pending copies are done
-            job.gate = inflight.gate = StepGate(prepared.optimizers)
+        inflight = _InFlight(threading.Event(), stats, tolerant=self._reports)
         self._inflight = inflight
         try:
-            inflight.finished = self._worker.submit(lambda: self._run(persister, job, inflight))
+            if pending:  # the stager copies, opens the gate, then hands over to the worker
+                job.gate = inflight.gate = StepGate(prepared.optimizers)
+                self._stager.submit(lambda: self._stage_then_persist(persister, job, inflight))
+            else:
+                self._worker.submit(lambda: self._persist(persister, job, inflight))
         except BaseException:  # no thread will open the gate: never leave a step held
             if inflight.gate is not None:
                 inflight.gate.open()
                 inflight.gate.remove()
             self._inflight = None
             raise
+
+    def _stage_then_persist(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
+        try:
+            persister.stage_pending(job, inflight.stats)
+        finally:
+            self._worker.submit(lambda: self._persist(persister, job, inflight))
+
+    def _persist(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
+        try:
+            self._run(persister, job, inflight)
+        finally:
+            assert inflight.finished is not None
+            inflight.finished.set()
 
     @property
     def _reports(self) -> bool:
@@ -439,6 +457,7 @@ class Checkpointer:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+            self._stager.close()
             self._worker.close()
             self.storage.close()
 

@@ -26,15 +26,13 @@ _IOPRIO_CLASS_SHIFT = 13
 _SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "ppc64le": 273, "s390x": 282}
 
 
-def lower_this_thread(*, cpu: bool = True) -> bool:
-    """Lower the calling thread's I/O priority, and its CPU priority unless ``cpu`` is False
-    (a thread that shares the GIL with training: see worker.py); True when all took effect."""
+def lower_this_thread() -> bool:
+    """Lower the calling thread's CPU and I/O priority; True when both took effect."""
     tid = threading.get_native_id()
-    lowered = io = False
+    cpu = io = False
     try:
-        if cpu:
-            os.setpriority(os.PRIO_PROCESS, tid, NICE)
-        lowered = True
+        os.setpriority(os.PRIO_PROCESS, tid, NICE)
+        cpu = True
     except (OSError, AttributeError):
         log.debug("could not lower the checkpoint writer's CPU priority", exc_info=True)
     number = _SYS_IOPRIO_SET.get(platform.machine())
@@ -45,4 +43,4 @@ def lower_this_thread(*, cpu: bool = True) -> bool:
             io = libc.syscall(number, _IOPRIO_WHO_PROCESS, tid, value) == 0
         except (OSError, AttributeError):
             io = False
-    return lowered and io
+    return cpu and io
