@@ -20,8 +20,14 @@ Variants, each adding one feature to the one before:
 - vote-each-step: the same, voting at every step (`StopVote()`);
 - vote-blocking: the same agreement as a blocking all-reduce per step (what the example did);
 - ckpt: an async perdure Checkpointer save every `--every` steps (model, optimizer, loader);
+- maybe-save: init, loader and goodput, and `maybe_save` every step (its policy saving every
+  `--every` steps; it also agrees on preemption notices); maybe-save-unseeded: the same with
+  the loader's per-batch seeding switched off (attribution only: not exact replay);
 - example-no-ckpt: examples/ddp_mlp/train.py without a checkpoint directory (no saves);
 - example: examples/ddp_mlp/train.py as users copy it (ledger and RNG in the checkpoint).
+`NAME@before` runs variant NAME on other perdure sources (`--before-src DIR`, e.g. an older
+commit's `src` from `git archive`), so a change is measured before and after in one run.
+`--hidden` sets the MLP's width (the bench variants').
 Runs are interleaved (variant order shuffled per repetition, seeded) so drift in the machine's
 load spreads over all of them; the spread over repetitions is printed. Rank 0 also reports its
 main thread's CPU per step by region (data, compute, vote, save; thread_time) and the CPU of
@@ -59,6 +65,9 @@ VARIANTS: dict[str, list[str]] = {
     # The loop a script without preemption code has: maybe_save every step, its policy saving
     # every --every steps (it also agrees on preemption notices).
     "maybe-save": ["init", "loader", "goodput", "maybe-save"],
+    # Attribution only, not a product setting: maybe-save with the loader's per-batch seeding
+    # (capture, seed, restore of the CPU generators) switched off.
+    "maybe-save-unseeded": ["init", "loader", "goodput", "maybe-save", "unseeded"],
 }
 EXAMPLES = ("example-no-ckpt", "example")
 # examples/gpt (~14 M parameters, sequence 256, FSDP2 on gloo): bare (no perdure at all) and
@@ -66,6 +75,9 @@ EXAMPLES = ("example-no-ckpt", "example")
 # async saves every --gpt-every steps).
 GPT = ROOT / "examples" / "gpt" / "train.py"
 GPT_VARIANTS = ("gpt-bare", "gpt")
+# "<variant>@before": the variant run on other perdure sources (--before-src), interleaved
+# with the rest, so a change is measured before and after in the same run.
+BEFORE = "@before"
 
 
 # ---- the worker (runs under torchrun) -----------------------------------------------------
@@ -110,12 +122,20 @@ def _setup(args: argparse.Namespace, on: set[str]) -> dict[str, Any]:
         dist.init_process_group("gloo")
         torch.manual_seed(0)
     data = ex.Samples(SAMPLES, seed=1)
-    model = ex.build_model(64)
+    model = ex.build_model(args.hidden)
     ddp = DDP(model)
     opt = torch.optim.AdamW(ddp.parameters(), lr=3e-3)
     loader: Any
     if "loader" in on:
         from perdure.runtime import ElasticLoader, ElasticSampler
+
+        if "unseeded" in on:
+            import contextlib
+
+            from perdure.runtime.data import loader as elastic_loader
+
+            elastic_loader.isolated_seed = (  # type: ignore[assignment]
+                lambda seed: contextlib.nullcontext())
 
         loader = ElasticLoader(data, ElasticSampler(len(data), BATCH, seed=0))
     else:
@@ -223,10 +243,15 @@ def _per_step(timeline: Path, warmup: int) -> dict[str, float]:
 
 
 def run_variant(name: str, root: Path, args: argparse.Namespace) -> dict[str, float]:
-    d = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    d = Path(tempfile.mkdtemp(prefix=f"{name.replace('@', '-')}-", dir=root))
     timeline = d / "timeline.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(d / "reports"),
            "BENCH_REPLICAS": str(args.replicas)}
+    if name.endswith(BEFORE):  # the same variant on the sources of --before-src
+        if not args.before_src:
+            raise SystemExit(f"variant {name}: give --before-src (a checkout's src directory)")
+        env["PYTHONPATH"] = str(Path(args.before_src).absolute())
+        name = name.removesuffix(BEFORE)
     (d / "reports").mkdir()
     if name in GPT_VARIANTS:
         script = [str(GPT), "--steps", str(args.gpt_steps), "--timeline", str(timeline),
@@ -249,8 +274,8 @@ def run_variant(name: str, root: Path, args: argparse.Namespace) -> dict[str, fl
         # The example's timeline stamps wall time: same figure (time between step ends).
         return _per_step(timeline, args.warmup)
     script = [str(Path(__file__)), "worker", "--features", ",".join(VARIANTS[name]),
-              "--steps", str(args.steps), "--timeline", str(timeline), "--ckpt",
-              str(d / "ckpt"), "--every", str(args.every)]
+              "--hidden", str(args.hidden), "--steps", str(args.steps), "--timeline",
+              str(timeline), "--ckpt", str(d / "ckpt"), "--every", str(args.every)]
     _torchrun(script, env, d / "log")
     return _per_step(timeline, args.warmup)
 
@@ -259,10 +284,10 @@ def report(names: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
     """Each variant's medians, its ratios to the bare run of the same repetition, and where
     rank 0's CPU went."""
     # Ratios per repetition (variants of one repetition ran close in time), then their median.
-    print(f"\n{'':<16} {'wall: ms/step, x bare':^32} {'rank 0 CPU':^32} {'main thread CPU':^32}")
-    print(f"{'variant':<16}" + f" {'ms':>7} {'x bare':>7} {'spread':>16}" * 3)
+    print(f"\n{'':<18} {'wall: ms/step, x bare':^32} {'rank 0 CPU':^32} {'main thread CPU':^32}")
+    print(f"{'variant':<18}" + f" {'ms':>7} {'x bare':>7} {'spread':>16}" * 3)
     for name in names:
-        row = f"{name:<16}"
+        row = f"{name:<18}"
         for key in ("t", "cpu", "main"):
             series = [r[key] for r in runs[name]]
             base = runs[names[0]]
@@ -272,14 +297,14 @@ def report(names: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
         print(row)
     regions = ("data", "compute", "vote", "save")
     print(f"\nrank 0's CPU per step, ms (median): main thread by region, and other threads "
-          f"(gloo, checkpoint writer)\n{'variant':<16}" + "".join(f" {r:>8}" for r in regions)
+          f"(gloo, checkpoint writer)\n{'variant':<18}" + "".join(f" {r:>8}" for r in regions)
           + f" {'other':>8}")
     for name in names:
         got = runs[name]
         cells = [f"{statistics.median(r[k] for r in got) * 1000:8.3f}" if k in got[0]
                  else f"{'-':>8}" for k in regions]
         other = statistics.median(r["cpu"] - r["main"] for r in got) * 1000
-        print(f"{name:<16} {' '.join(cells)} {other:8.3f}")
+        print(f"{name:<18} {' '.join(cells)} {other:8.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -290,6 +315,8 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--timeline", required=True)
     w.add_argument("--ckpt", required=True)
     for q in (p, w):
+        q.add_argument("--hidden", type=int, default=64,
+                       help="the MLP's width (bench variants): sets the step time")
         q.add_argument("--steps", type=int, default=400)
         q.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--reps", type=int, default=3)
@@ -298,7 +325,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gpt-warmup", type=int, default=10)
     p.add_argument("--gpt-every", type=int, default=50, help="GPT checkpoint interval")
     p.add_argument("--warmup", type=int, default=30, help="steps not counted")
-    p.add_argument("--variants", default=",".join([*VARIANTS, *EXAMPLES]))
+    p.add_argument("--variants", default=",".join([*VARIANTS, *EXAMPLES]),
+                   help=f"comma-separated; NAME{BEFORE} runs NAME on --before-src")
+    p.add_argument("--before-src", help="perdure sources (a src directory) for NAME@before")
     args = p.parse_args(argv)
     if args.mode == "worker":
         worker(args)
@@ -317,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in order:
             got = run_variant(name, root, args)
             runs[name].append(got)
-            print(f"  rep {rep + 1} {name:<16} {got['t'] * 1000:7.2f} ms/step, CPU "
+            print(f"  rep {rep + 1} {name:<18} {got['t'] * 1000:7.2f} ms/step, CPU "
                   f"{got['cpu'] * 1000:6.2f} ms, main thread {got['main'] * 1000:6.2f} ms "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     report(names, runs)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
 import pickle
 import random
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +256,54 @@ def test_restore_never_unpickles_the_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(pickle.UnpicklingError):
         SafeLoadPlanner().load_bytes(item, hostile)
     assert not canary.exists()
+
+
+def _persist_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "perdure-checkpoint-persist"}
+
+
+def test_saves_reuse_one_persist_thread_and_close_ends_it(tmp_path: Path) -> None:
+    before = _persist_threads()  # other tests' checkpointers may not be collected yet
+    ckpt = Checkpointer(tmp_path, keep=2)
+    seen = []
+    for step in range(1, 4):
+        ckpt.save(step, {"w": torch.full((4,), step)})
+        ckpt.wait()
+        seen.append(_persist_threads() - before)
+    assert len(seen[0]) == 1 and seen[0] == seen[1] == seen[2]  # one thread, kept
+    assert ckpt.steps() == [2, 3]
+    ckpt.close()
+    (thread,) = seen[0]
+    assert not thread.is_alive()
+
+
+def test_a_checkpointer_dropped_without_close_ends_its_persist_thread(tmp_path: Path) -> None:
+    before = _persist_threads()
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(1, {"w": torch.ones(2)})
+    ckpt.wait()
+    (thread,) = _persist_threads() - before
+    del ckpt
+    gc.collect()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def test_a_save_in_flight_at_exit_is_committed(tmp_path: Path) -> None:
+    # The stage and persist threads are daemons: the interpreter's exit must still finish the
+    # save, deferred copies (the stager) and then the write (its persist worker).
+    script = (
+        "import sys, torch\n"
+        "from perdure.runtime.checkpoint import Checkpointer\n"
+        "model = torch.nn.Linear(256, 1024)\n"  # 1 MiB of parameters, 3 with Adam's state
+        "optim = torch.optim.Adam(model.parameters())\n"
+        "model(torch.ones(1, 256)).sum().backward()\n"
+        "optim.step()\n"
+        "ckpt = Checkpointer(sys.argv[1])\n"
+        "ckpt.save(7, {'model': model, 'optim': optim, 'w': torch.arange(1 << 20)})\n"
+        "print('returned', flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0 and "returned" in done.stdout, done.stderr
+    assert Checkpointer(tmp_path).steps() == [7]

@@ -3,6 +3,7 @@ step waits for the copy, and any other in-place change before the copy fails the
 
 from __future__ import annotations
 
+import io
 import threading
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,28 @@ def test_sync_staging_defers_nothing(tmp_path: Path) -> None:
     ckpt.close()
     with pytest.raises(ValueError, match="stage is 'lazy'; it must be one of"):
         Checkpointer(tmp_path, stage="lazy")
+
+
+def test_unchanged_plain_values_are_not_serialised_again() -> None:
+    model, optim = trained()
+    state: dict[str, Any] = {"model": model, "optim": optim, "step": 3, "flag": True,
+                             "scale": 0.0, "shape": (2, 3.5)}
+    flat, paths = flatten(tree_for_save(state, 0))
+    plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
+    buffers = HostBuffers(plan.items, shared=False, pin=False)
+
+    def plain(flat: dict[str, Any]) -> dict[str, bytes]:
+        items, _ = buffers.stage(flat, plan.items)
+        return {e.item.index.fqn: e.data for e in items if e.data is not None}
+
+    first, again = plain(flat), plain(dict(flat))
+    assert first.keys() == again.keys() and len(first) > 4  # lr, betas, ... step, flag
+    assert all(again[fqn] is first[fqn] for fqn in first)  # the same bytes, not made again
+    # What torch.save writes differently is serialised again: 1 for True, -0.0 for 0.0, ...
+    changed = {**flat, "flag": 1, "scale": -0.0, "shape": (2, 3.25), "step": 4}
+    third = plain(changed)
+    for fqn in ("flag", "scale", "shape", "step"):
+        assert third[fqn] is not first[fqn]
+        loaded = torch.load(io.BytesIO(third[fqn]), weights_only=True)
+        assert type(loaded) is type(changed[fqn]) and repr(loaded) == repr(changed[fqn])
+    assert all(third[fqn] is first[fqn] for fqn in first if "param_groups" in fqn)

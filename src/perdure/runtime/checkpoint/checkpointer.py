@@ -7,10 +7,10 @@
 
 Per save, training waits only while this rank's share of the state is copied into reusable
 host buffers (what only an optimizer changes is copied in the background, before that
-optimizer's next step); writing, the commit and retention run in a background thread (or a writer
-process with ``persist="process"``). One save is in flight at a time; the next one waits for
-it, or skips (``SavePolicy(on_busy="skip")``). Every rank calls ``save``/``restore_latest`` at
-the same point, as with any collective.
+optimizer's next step); writing, the commit and retention run in the Checkpointer's one
+background thread (or a writer process with ``persist="process"``). One save is in flight at
+a time; the next one waits for it, or skips (``SavePolicy(on_busy="skip")``). Every rank calls
+``save``/``restore_latest`` at the same point, as with any collective.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from perdure.runtime.checkpoint.staging import HostBuffers, StepGate, optimizer_
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.tree import flatten
 from perdure.runtime.checkpoint.urls import make_storage
+from perdure.runtime.checkpoint.worker import PersistWorker
 
 log = logging.getLogger("perdure.checkpoint")
 _PERSIST_MODES = ("thread", "process")
@@ -63,7 +64,7 @@ class _Prepared:
 
 @dataclass
 class _InFlight:
-    thread: threading.Thread | None
+    finished: threading.Event | None  # set by the persist worker; None: ran inline
     stats: SaveStats
     error: BaseException | None = None
     gate: StepGate | None = None
@@ -71,7 +72,7 @@ class _InFlight:
 
     @property
     def done(self) -> bool:
-        return self.thread is None or not self.thread.is_alive()
+        return self.finished is None or self.finished.is_set()
 
 
 class Checkpointer:
@@ -155,6 +156,10 @@ class Checkpointer:
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
         self._inflight: _InFlight | None = None
+        # Their threads start with the first background save; the stager is made first, so
+        # that at exit its hand-over to the persist worker runs before that one is closed.
+        self._stager = PersistWorker("perdure-checkpoint-stage", lower=False)
+        self._worker = PersistWorker()
         self._seq = 0
         self._last_step: int | None = None
         self._last_time = time.monotonic()
@@ -308,21 +313,33 @@ class Checkpointer:
             self._run(persister, job, self._inflight)
             self._finish_inflight()
             return
-        inflight = _InFlight(None, stats, tolerant=self._reports)
-        inflight.thread = threading.Thread(
-            target=self._run, args=(persister, job, inflight), name="perdure-checkpoint-persist"
-        )
-        if pending:  # opened by the thread once the pending copies are done
-            job.gate = inflight.gate = StepGate(prepared.optimizers)
+        inflight = _InFlight(threading.Event(), stats, tolerant=self._reports)
         self._inflight = inflight
         try:
-            inflight.thread.start()
+            if pending:  # the stager copies, opens the gate, then hands over to the worker
+                job.gate = inflight.gate = StepGate(prepared.optimizers)
+                self._stager.submit(lambda: self._stage_then_persist(persister, job, inflight))
+            else:
+                self._worker.submit(lambda: self._persist(persister, job, inflight))
         except BaseException:  # no thread will open the gate: never leave a step held
             if inflight.gate is not None:
                 inflight.gate.open()
                 inflight.gate.remove()
             self._inflight = None
             raise
+
+    def _stage_then_persist(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
+        try:
+            persister.stage_pending(job, inflight.stats)
+        finally:
+            self._worker.submit(lambda: self._persist(persister, job, inflight))
+
+    def _persist(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
+        try:
+            self._run(persister, job, inflight)
+        finally:
+            assert inflight.finished is not None
+            inflight.finished.set()
 
     @property
     def _reports(self) -> bool:
@@ -354,8 +371,8 @@ class Checkpointer:
         inflight = self._inflight
         if inflight is None:
             return
-        if inflight.thread is not None:
-            inflight.thread.join()
+        if inflight.finished is not None:
+            inflight.finished.wait()
         if inflight.gate is not None:
             inflight.gate.remove()
             inflight.stats.extra["step_wait_s"] = inflight.gate.waited_s
@@ -440,6 +457,8 @@ class Checkpointer:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+            self._stager.close()
+            self._worker.close()
             self.storage.close()
 
     def __enter__(self) -> Checkpointer:

@@ -34,7 +34,6 @@ from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointStorageError
 from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
-from perdure.runtime.checkpoint.priority import lower_this_thread
 from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import (
     HostBuffers,
@@ -61,8 +60,10 @@ class SaveJob:
     paths: dict[str, KeyPath]
     world: int
     pending: list[Pending] = field(default_factory=list)  # copies staging left to us
-    background: bool = False  # runs in its own thread: may lower that thread's priority
+    background: bool = False  # runs in the Checkpointer's background threads
     gate: StepGate | None = None  # opened once the pending copies are done
+    copied: bool = False  # the pending copies were made (stage_pending) ...
+    problem: str | None = None  # ... and why they failed, if they did
 
 
 @dataclass
@@ -147,9 +148,7 @@ class Persister:
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
         start = time.perf_counter()
-        problem = self._stage_pending(job, stats)
-        if job.background:
-            lower_this_thread()  # from here on, take only what training leaves idle
+        problem = job.problem if job.copied else self._stage_pending(job, stats)
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
         mine = self._write_local(job) if problem is None else Shard(problem)
@@ -168,6 +167,12 @@ class Persister:
             raise kind(f"save of step {job.step} to {self.storage.url} failed: {verdict[1]}")
         stats.name = verdict[1]
         return str(verdict[1])
+
+    def stage_pending(self, job: SaveJob, stats: SaveStats) -> None:
+        """Make the copies staging deferred and open the gate, ahead of ``run`` (in a thread
+        at the training's priority: the optimizer's next step waits for them)."""
+        job.problem = self._stage_pending(job, stats)
+        job.copied = True
 
     def _stage_pending(self, job: SaveJob, stats: SaveStats) -> str | None:
         """Make the copies staging deferred, then let the optimizers step; why not, or None."""

@@ -24,8 +24,10 @@ import io
 import itertools
 import mmap
 import os
+import struct
 import threading
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +74,10 @@ class HostBuffers:
         self.fd: int | None = None
         self._map: mmap.mmap | None = None
         self._registered: int | None = None  # the memfd mapping's address, if CUDA pinned it
+        # fqn -> (exact key of the plain value, its torch.save bytes): a plain value that did
+        # not change since the last save (an optimizer's lr, betas, flags) is not serialised
+        # again (torch.save costs ~0.1 ms a value, on the step's blocking path).
+        self._serialised: dict[str, tuple[Hashable, bytes]] = {}
         tensor_items = [i for i in items if i.type != WriteItemType.BYTE_IO]
         if shared:
             self._allocate_shared(tensor_items)
@@ -121,9 +127,7 @@ class HostBuffers:
         devices: set[torch.device] = set()  # GPUs copied from without waiting (non_blocking)
         for item in items:
             if item.type == WriteItemType.BYTE_IO:
-                out = io.BytesIO()
-                torch.save(flat[item.index.fqn], out)
-                staged.append(StagedItem(item, data=out.getvalue()))
+                staged.append(StagedItem(item, data=self._bytes_of(item.index.fqn, flat)))
                 continue
             src = find_state_dict_object(flat, item.index).detach()  # shares the version counter
             dst = self.tensors[item.index]
@@ -142,6 +146,20 @@ class HostBuffers:
             torch.cuda.synchronize(device)
         return staged, pending
 
+    def _bytes_of(self, fqn: str, flat: dict[str, Any]) -> bytes:
+        """``torch.save`` of the plain value ``flat[fqn]``, reused while the value is the same."""
+        value = flat[fqn]
+        key = exact_key(value)
+        cached = self._serialised.get(fqn)
+        if key is not None and cached is not None and cached[0] == key:
+            return cached[1]
+        out = io.BytesIO()
+        torch.save(value, out)
+        data = out.getvalue()
+        if key is not None:
+            self._serialised[fqn] = (key, data)
+        return data
+
     def close(self) -> None:
         """Release the memory (tensors handed out before must not be used afterwards)."""
         self.tensors.clear()
@@ -154,6 +172,26 @@ class HostBuffers:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+_EXACT = (type(None), bool, int, str, bytes, torch.dtype)
+
+
+def exact_key(value: Any) -> Hashable | None:
+    """A key equal for two plain values exactly when ``torch.save`` writes them alike (type
+    and bits: 1, 1.0 and True differ, so do 0.0 and -0.0), for scalars and tuples, lists and
+    torch.Size of them; None for anything else (not cached). No side effects."""
+    kind = type(value)
+    if kind in _EXACT:
+        return (kind, value)
+    if kind is float:
+        return (kind, struct.pack("<d", value))
+    if kind is complex:
+        return (kind, struct.pack("<dd", value.real, value.imag))
+    if kind is tuple or kind is list or kind is torch.Size:
+        keys = tuple(exact_key(v) for v in value)
+        return None if any(k is None for k in keys) else (kind, keys)
+    return None
 
 
 def copy_pending(pending: list[Pending]) -> None:
