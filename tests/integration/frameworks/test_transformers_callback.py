@@ -33,6 +33,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(job.result()["sha256"])
 
 
+@pytest.mark.frameworks_long  # ~40 s; the Trainer's own kill test stays in the default suite
 def test_kill_resumes_from_the_trainers_checkpoint(jobs: list[Job], tmp_path: Path,
                                                    baseline: str) -> None:
     job = Job(tmp_path, "hf", SCRIPT, 2, env=SLOW)

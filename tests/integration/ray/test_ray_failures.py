@@ -21,9 +21,12 @@ def node_state(p: RayPerdure, name: str) -> str:
     return ""
 
 
+# Its return (a new Ray node, the same perdure node, used by the next job) is the long half:
+# ~25 s more, in `make test-ray`.
+@pytest.mark.parametrize("comes_back", [False, pytest.param(True, marks=pytest.mark.ray_long)])
 @pytest.mark.timeout(420)
 def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure,
-                                                         local_sha: str) -> None:
+                                                         local_sha: str, comes_back: bool) -> None:
     p = ray_perdure
     controller = p.popen("controller")  # nodes discovered from Ray: a (4 slots), b (2)
     try:
@@ -48,6 +51,8 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
         assert all(x["restarts"] == 0 for x in d["replicas"]), (
             [(x["name"], x["restarts"]) for x in d["replicas"]],
             "\n".join(e["message"] for e in d["events"] if e["time"] > killed_at - 1))
+        if not comes_back:
+            return
         # b comes back as a new Ray node with the same resource: the same perdure node. The
         # controller sees it within a poll or two (slower on a loaded machine): wait for that
         # before placing a job that should use it (placing first put all four on a: a flake).
@@ -65,7 +70,7 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
             "b", "2", "slots", "READY"], listed
     finally:
         out = stop_controller(controller)
-    assert "node b restored" in out, out[-3000:]
+    assert "node b restored" in out or not comes_back, out[-3000:]
 
 
 @pytest.mark.ray_long
