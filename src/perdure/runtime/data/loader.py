@@ -284,17 +284,12 @@ class ElasticLoader:
         if held_back > len(self._undo):
             raise ValueError(f"held_back={held_back}: only {len(self._undo)} batches of "
                              "this epoch were handed out")
-        plan = dataset.plan()
-        now = [(s.done, s.offset) for s in plan.streams], plan.next_stream
+        state = dataset.state_dict()
+        streams = state["streams"] = {k: list(v) for k, v in state["streams"].items()}
         for stream, done, offset, next_stream in list(self._undo)[-held_back:][::-1]:
-            plan.streams[stream].done, plan.streams[stream].offset = done, offset
-            plan.next_stream = next_stream
-        try:
-            return dataset.state_dict()
-        finally:
-            for s, (done, offset) in zip(plan.streams, now[0], strict=True):
-                s.done, s.offset = done, offset
-            plan.next_stream = now[1]
+            streams["done"][stream], streams["offset"][stream] = done, offset
+            state["next_stream"] = next_stream
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()` output (on any world size; shards: see ShardDataset).
