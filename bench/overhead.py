@@ -130,12 +130,10 @@ def _setup(args: argparse.Namespace, on: set[str]) -> dict[str, Any]:
         from perdure.runtime import ElasticLoader, ElasticSampler
 
         if "unseeded" in on:
-            import contextlib
-
             from perdure.runtime.data import loader as elastic_loader
 
-            elastic_loader.isolated_seed = (  # type: ignore[assignment]
-                lambda seed: contextlib.nullcontext())
+            elastic_loader._SeededDataset.__getitems__ = (  # type: ignore[method-assign]
+                lambda self, indices: self._fetch(list(indices)))
 
         loader = ElasticLoader(data, ElasticSampler(len(data), BATCH, seed=0))
     else:

@@ -23,8 +23,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +55,7 @@ class Reporter:
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
-        self._steps: list[float] = []  # pending step durations, folded into one record
+        self._seconds, self._count = 0.0, 0  # pending steps' durations, folded into one record
         self._first_step: int | None = None
         self._last_step: int | None = None
         self._steps_t0 = 0.0
@@ -81,9 +79,12 @@ class Reporter:
         with self._lock:
             if self._first_step is None:
                 self._first_step, self._steps_t0 = step, time.time() - seconds
+                self._seconds, self._count = 0.0, 0
             self._last_step = step
-            self._steps.append(seconds)
-        self._maybe_flush()
+            self._seconds += seconds
+            self._count += 1
+        if time.monotonic() - self._last_flush >= FLUSH_EVERY:
+            self.flush()
 
     def _fold_steps(self) -> None:
         if self._first_step is None:
@@ -91,14 +92,9 @@ class Reporter:
         self._lines.append(json.dumps({
             "kind": "steps", "t": time.time(), "t0": self._steps_t0,
             "first": self._first_step, "last": self._last_step,
-            "seconds": sum(self._steps), "count": len(self._steps),
+            "seconds": self._seconds, "count": self._count,
         }))
         self._first_step = self._last_step = None
-        self._steps = []
-
-    def _maybe_flush(self) -> None:
-        if time.monotonic() - self._last_flush >= FLUSH_EVERY:
-            self.flush()
 
     def flush(self, block: bool = True) -> None:
         """Append what is pending. `block=False` (from a signal handler, which may interrupt
@@ -136,12 +132,27 @@ def reporter() -> Reporter:
     return _reporter
 
 
-@contextmanager
-def step(n: int) -> Iterator[None]:
+class _Step:
+    """The context of `step(n)`: a class, not a generator-based context manager, because it
+    runs once per training step (a `contextmanager` costs several times as much)."""
+
+    __slots__ = ("began", "n")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.began = 0.0
+
+    def __enter__(self) -> None:
+        self.began = time.perf_counter()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:  # a step that raised did no productive work
+            (_reporter or reporter()).step(self.n, time.perf_counter() - self.began)
+
+
+def step(n: int) -> _Step:
     """Time one training step (its whole body) and report it as productive work."""
-    began = time.perf_counter()
-    yield
-    reporter().step(n, time.perf_counter() - began)
+    return _Step(n)
 
 
 def total(steps: int) -> None:

@@ -21,13 +21,26 @@ from perdure.runtime import StopVote
 WORLD = 3
 
 
-def _rank_main(rank: int, store: str, out: str, notice: dict[int, int],
-               within: float | None = None, step_s: float = 0.0) -> None:
+def _as_rank(rank: int, store: str, out: str, body: Any) -> None:
+    """Join the gloo group, run `body()` and write what it returns (or its traceback)."""
     code = 0
     try:
         os.environ["OMP_NUM_THREADS"] = "1"
         file_store = dist.FileStore(store, WORLD)  # type: ignore[attr-defined,unused-ignore]
         dist.init_process_group("gloo", store=file_store, rank=rank, world_size=WORLD)
+        Path(out, f"{rank}.json").write_text(json.dumps(body()))
+    except BaseException:
+        Path(out, f"{rank}.error").write_text(traceback.format_exc())
+        code = 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        os._exit(code)
+
+
+def _rank_main(rank: int, store: str, out: str, notice: dict[int, int],
+               within: float | None = None, step_s: float = 0.0) -> None:
+    def body() -> dict[str, Any]:
         vote, stopped, sums = StopVote(within=within), None, []
         for step in range(1, 40):
             time.sleep(step_s)
@@ -38,14 +51,9 @@ def _rank_main(rank: int, store: str, out: str, notice: dict[int, int],
                 stopped = step
                 break
         vote.close()
-        Path(out, f"{rank}.json").write_text(json.dumps({"stopped": stopped, "sums": sums}))
-    except BaseException:
-        Path(out, f"{rank}.error").write_text(traceback.format_exc())
-        code = 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        os._exit(code)
+        return {"stopped": stopped, "sums": sums}
+
+    _as_rank(rank, store, out, body)
 
 
 def _run(tmp_path: Path, notice: dict[int, int], within: float | None = None,
@@ -89,3 +97,47 @@ def test_without_a_process_group_the_flag_is_the_answer() -> None:
 def test_a_negative_bound_is_refused() -> None:
     with pytest.raises(ValueError, match="within is -1"):
         StopVote(within=-1)
+
+
+def _schedule_main(rank: int, store: str, out: str, notice_at: int) -> None:
+    """maybe_save's schedule on real ranks: how often it asks for the Comm, and where the
+    ranks agree on a notice that only rank 1 saw."""
+    from perdure.runtime.checkpoint import schedule as sched
+    from perdure.runtime.checkpoint.comm import Comm
+    from perdure.runtime.checkpoint.policy import SavePolicy
+
+    def body() -> dict[str, Any]:
+        comm, asked = Comm(30.0), [0]
+
+        def comm_of() -> Comm:
+            asked[0] += 1
+            return comm
+
+        schedule, policy = sched.SaveSchedule(None), SavePolicy(every_steps=25)
+        schedule.within = 0.1
+        saves, stopped = [], None
+        for step in range(1, 200):
+            time.sleep(0.01)
+            sched.notice_pending = lambda s=step: rank == 1 and s >= notice_at  # type: ignore
+            due, notice = schedule.decide(policy, step % 25 == 0, comm_of)
+            if due:
+                saves.append(step)
+            if notice:
+                stopped = step
+                break
+        schedule.close()
+        return {"asked": asked[0], "saves": saves, "stopped": stopped}
+
+    _as_rank(rank, store, out, body)
+
+
+def test_the_save_schedule_touches_no_group_between_votes(tmp_path: Path) -> None:
+    # Steps of >= 10 ms, votes every ~0.1 s: of 100+ calls only the votes, the saves and the
+    # first call ask for the Comm; every rank saves at 25, 50, 75, 100 and stops at one step.
+    results = run_ranks(tmp_path, WORLD, _schedule_main, str(tmp_path / "store"), str(tmp_path),
+                        110, timeout=60)
+    assert {r["stopped"] for r in results} == {results[0]["stopped"]}
+    stopped = results[0]["stopped"]
+    assert 110 < stopped <= 125, results
+    assert all(r["saves"] == [25, 50, 75, 100] for r in results), results
+    assert all(r["asked"] < stopped // 3 for r in results), results

@@ -230,8 +230,8 @@ class Checkpointer:
         """
         now = time.monotonic()
         self.policy = self._schedule.refresh(self.policy, now)
-        decision = self.policy.decide(step, now, self._last_step, self._last_time)
-        due, notice = self._schedule.decide(self.policy, decision.save, self._comm_())
+        due, notice = self._schedule.decide(
+            self.policy, self.policy.due(step, now, self._last_step, self._last_time), self._comm_)
         if notice:
             if step != self._last_step:
                 self._save(step, state, True, tolerant=True)

@@ -65,18 +65,24 @@ class SavePolicy:
         """True when decisions depend on time, so ranks must agree on them (rank 0 decides)."""
         return self.every_seconds is not None
 
+    def due(self, step: int, now: float, last_step: int | None, last_time: float | None) -> bool:
+        """Whether ``step`` is due: `decide` without its reason (called every step)."""
+        if step == last_step:
+            return False
+        if self.every_steps is not None and step % self.every_steps == 0:
+            return True
+        return (self.every_seconds is not None and last_time is not None
+                and now - last_time >= self.every_seconds)
+
     def decide(
         self, step: int, now: float, last_step: int | None, last_time: float | None
     ) -> SaveDecision:
         """Decide whether ``step`` is due, given the last save's step and time (None: none yet)."""
-        if self.every_steps is not None and step % self.every_steps == 0 and step != last_step:
-            return SaveDecision(True, f"step {step} is a multiple of {self.every_steps}")
-        if self.every_seconds is not None:
-            if last_time is None:
-                return SaveDecision(False, "first timed save waits one interval")
-            elapsed = now - last_time
-            if elapsed >= self.every_seconds and step != last_step:
-                return SaveDecision(
-                    True, f"{elapsed:.1f}s since the last save >= {self.every_seconds}s"
-                )
+        if self.due(step, now, last_step, last_time):
+            if self.every_steps is not None and step % self.every_steps == 0:
+                return SaveDecision(True, f"step {step} is a multiple of {self.every_steps}")
+            return SaveDecision(True, f"{now - (last_time or now):.1f}s since the last save >= "
+                                      f"{self.every_seconds}s")
+        if self.every_seconds is not None and last_time is None:
+            return SaveDecision(False, "first timed save waits one interval")
         return SaveDecision(False, "not due")

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.policy import SavePolicy
@@ -101,9 +102,17 @@ class SaveSchedule:
             return policy
         return dataclasses.replace(policy, every_seconds=seconds)
 
-    def decide(self, policy: SavePolicy, due: bool, comm: Comm) -> tuple[bool, bool]:
-        """(save now by the policy, a notice reached some rank): the same on every rank."""
+    def decide(
+        self, policy: SavePolicy, due: bool, comm_of: Callable[[], Comm]
+    ) -> tuple[bool, bool]:
+        """(save now by the policy, a notice reached some rank): the same on every rank.
+        `comm_of` gives the current Comm; it is not asked between votes, when nothing is due
+        (the common step: no collective, no process-group checks)."""
         notice = notice_pending()
+        vote = self._vote
+        if vote is not None and not due and not policy.uses_clock and vote.quiet():
+            return False, vote.poll(notice)  # counts the step; a notice waits for the vote
+        comm = comm_of()
         if comm.world == 1:
             return due, notice
         if policy.uses_clock:  # rank 0's clock decides; the notice rides along
