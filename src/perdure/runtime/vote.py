@@ -45,6 +45,7 @@ class StopVote:
         self._work: Any = None
         self._votes: Any = None
         self._seen = False
+        self._asked = False  # poll_asking's question, until a vote carries it
         self._polls = 0  # polls so far
         self._next = 0  # the poll that starts the next vote
         self._last: tuple[int, float] | None = None  # (poll, time) of the last vote started
@@ -57,24 +58,37 @@ class StopVote:
 
     def poll(self, flag: bool) -> bool:
         """Vote `flag` for this step; True (on every rank alike) once any rank voted True."""
+        return self.poll_asking(flag, False)[0]
+
+    def poll_asking(self, flag: bool, ask: bool) -> tuple[bool, bool]:
+        """`poll`, with a second question carried by the same votes: (stop, asked), where
+        `asked` is True on every rank alike at the poll that reads a vote to which some rank
+        brought `ask` (an `ask` between votes waits for the next one, as a flag does). A
+        timed checkpoint asks this way: any rank's clock says a save is due, all ranks save
+        at the same step, without a collective of its own."""
         if self.quiet():  # between votes (`within`): count the step, touch no group
             self._seen = self._seen or flag
+            self._asked = self._asked or ask
             self._polls += 1
-            return False
+            return False, False
         if not self._distributed():
-            return flag
+            return flag, ask
         self._seen = self._seen or flag
+        self._asked = self._asked or ask
         poll, self._polls = self._polls, self._polls + 1
+        answered = False
         if self._work is not None:  # started at the previous poll
             self._work.wait()
             self._work = None
-            agreed, neg_every = (int(v) for v in self._votes.tolist())
+            agreed, asked, neg_every = (int(v) for v in self._votes.tolist())
             if agreed:
-                return True
+                return True, bool(asked)
+            if asked:  # answered: what was asked since is covered by it
+                answered, self._asked = True, False
             self._next = poll - 1 + max(1, -neg_every)
         if poll >= self._next:
             self._start(poll)
-        return False
+        return False, answered
 
     def quiet(self) -> bool:
         """Whether the next `poll` only counts: no vote is in flight or due to start at it
@@ -85,7 +99,9 @@ class StopVote:
         import torch
         import torch.distributed as dist
 
-        self._votes = torch.tensor([int(self._seen), -self._propose(poll)], dtype=torch.int64)
+        self._votes = torch.tensor([int(self._seen), int(self._asked), -self._propose(poll)],
+                                   dtype=torch.int64)
+        self._asked = False  # carried by this vote
         self._work = dist.all_reduce(self._votes, op=dist.ReduceOp.MAX, group=self._group,
                                      async_op=True)
 

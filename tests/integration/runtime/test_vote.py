@@ -104,8 +104,6 @@ def _schedule_main(rank: int, store: str, out: str, notice_at: int) -> None:
     ranks agree on a notice that only rank 1 saw."""
     from perdure.runtime.checkpoint import schedule as sched
     from perdure.runtime.checkpoint.comm import Comm
-    from perdure.runtime.checkpoint.policy import SavePolicy
-
     def body() -> dict[str, Any]:
         comm, asked = Comm(30.0), [0]
 
@@ -113,13 +111,13 @@ def _schedule_main(rank: int, store: str, out: str, notice_at: int) -> None:
             asked[0] += 1
             return comm
 
-        schedule, policy = sched.SaveSchedule(None), SavePolicy(every_steps=25)
+        schedule = sched.SaveSchedule(None)
         schedule.within = 0.1
         saves, stopped = [], None
         for step in range(1, 200):
             time.sleep(0.01)
             sched.notice_pending = lambda s=step: rank == 1 and s >= notice_at  # type: ignore
-            due, notice = schedule.decide(policy, step % 25 == 0, comm_of)
+            due, notice = schedule.decide(step % 25 == 0, rank == 2 and step == 60, comm_of)
             if due:
                 saves.append(step)
             if notice:
@@ -133,11 +131,14 @@ def _schedule_main(rank: int, store: str, out: str, notice_at: int) -> None:
 
 def test_the_save_schedule_touches_no_group_between_votes(tmp_path: Path) -> None:
     # Steps of >= 10 ms, votes every ~0.1 s: of 100+ calls only the votes, the saves and the
-    # first call ask for the Comm; every rank saves at 25, 50, 75, 100 and stops at one step.
+    # first call ask for the Comm; every rank saves at 25, 50, 75, 100, and at one step soon
+    # after 60, when only rank 2's clock said a save was due, and stops at one step.
     results = run_ranks(tmp_path, WORLD, _schedule_main, str(tmp_path / "store"), str(tmp_path),
                         110, timeout=60)
     assert {r["stopped"] for r in results} == {results[0]["stopped"]}
     stopped = results[0]["stopped"]
     assert 110 < stopped <= 125, results
-    assert all(r["saves"] == [25, 50, 75, 100] for r in results), results
+    timed = results[0]["saves"][2]
+    assert 60 < timed <= 72, results
+    assert all(r["saves"] == [25, 50, timed, 75, 100] for r in results), results
     assert all(r["asked"] < stopped // 3 for r in results), results

@@ -222,7 +222,7 @@ class Checkpointer:
         return True
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
-        """Save if the policy says ``step`` is due (rank 0 decides timed saves for all ranks).
+        """Save if the policy says ``step`` is due (the ranks agree on timed saves).
 
         On a preemption notice to any rank, every rank saves the same step, waits for the
         commit and exits suspended: a script that calls this every step needs nothing else.
@@ -230,8 +230,10 @@ class Checkpointer:
         """
         now = time.monotonic()
         self.policy = self._schedule.refresh(self.policy, now)
+        policy, last = self.policy, self._last_step
         due, notice = self._schedule.decide(
-            self.policy, self.policy.due(step, now, self._last_step, self._last_time), self._comm_)
+            policy.due_by_steps(step, last),
+            policy.due_by_clock(step, now, last, self._last_time), self._comm_)
         if notice:
             if step != self._last_step:
                 self._save(step, state, True, tolerant=True)

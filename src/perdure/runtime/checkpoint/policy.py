@@ -67,12 +67,20 @@ class SavePolicy:
 
     def due(self, step: int, now: float, last_step: int | None, last_time: float | None) -> bool:
         """Whether ``step`` is due: `decide` without its reason (called every step)."""
-        if step == last_step:
-            return False
-        if self.every_steps is not None and step % self.every_steps == 0:
-            return True
+        return (self.due_by_steps(step, last_step)
+                or self.due_by_clock(step, now, last_step, last_time))
+
+    def due_by_steps(self, step: int, last_step: int | None) -> bool:
+        """Due by ``every_steps`` (the same answer on every rank)."""
+        return self.every_steps is not None and step % self.every_steps == 0 \
+            and step != last_step
+
+    def due_by_clock(
+        self, step: int, now: float, last_step: int | None, last_time: float | None
+    ) -> bool:
+        """Due by ``every_seconds`` (by this process's clock: ranks must agree on it)."""
         return (self.every_seconds is not None and last_time is not None
-                and now - last_time >= self.every_seconds)
+                and step != last_step and now - last_time >= self.every_seconds)
 
     def decide(
         self, step: int, now: float, last_step: int | None, last_time: float | None

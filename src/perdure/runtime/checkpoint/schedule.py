@@ -4,14 +4,15 @@
 A script that calls `ckpt.maybe_save(step, state)` every step needs no preemption code: when a
 notice (SIGTERM under perdure.init()) reaches any rank, every rank saves the same step, waits
 for the commit and exits with the "suspended" status. The notice may reach the ranks at
-different steps, so they agree on it:
-- with a timed policy (`every_seconds`, `every: auto`) the ranks already agree on every call
-  (rank 0's clock decides): the notice rides along in the same collective, for free;
-- otherwise the ranks vote as StopVote does: a one-integer all-reduce started in the background
-  at one call and read at the next, every N calls where N calls take about NOTICE_WITHIN
-  seconds (0.5; $PERDURE_NOTICE_WITHIN). No call waits for the others on the step's critical
-  path (a blocking all-gather every 8th call cost a 3 ms DDP step ~10%); a notice is acted on
-  within ~0.5 s plus a step, well inside any `preemption.grace_seconds`.
+different steps, and a timed policy's clock (`every_seconds`, `every: auto`) runs on every rank
+by itself, so the ranks agree on both as StopVote does: a small all-reduce started in the
+background at one call and read at the next, every N calls where N calls take about
+NOTICE_WITHIN seconds (0.5; $PERDURE_NOTICE_WITHIN). The vote carries the notice and whether
+some rank's clock says a save is due; every rank then saves (or stops) at the step that reads
+it. No call waits for the others on the step's critical path (a blocking all-gather every call
+cost a 3 ms DDP step ~10%), and the calls between votes touch no process group; a notice is
+acted on within ~0.5 s plus a step, well inside any `preemption.grace_seconds`, and a timed
+save comes as late, which intervals of minutes do not notice.
 
 Side effects: reads the published interval file; the collectives above.
 """
@@ -103,24 +104,24 @@ class SaveSchedule:
         return dataclasses.replace(policy, every_seconds=seconds)
 
     def decide(
-        self, policy: SavePolicy, due: bool, comm_of: Callable[[], Comm]
+        self, by_steps: bool, by_clock: bool, comm_of: Callable[[], Comm]
     ) -> tuple[bool, bool]:
-        """(save now by the policy, a notice reached some rank): the same on every rank.
-        `comm_of` gives the current Comm; it is not asked between votes, when nothing is due
-        (the common step: no collective, no process-group checks)."""
+        """(save now, a notice reached some rank): the same on every rank. `by_steps`: due by
+        the step count (every rank alike); `by_clock`: due by this rank's clock, which the
+        ranks agree on in their next vote. `comm_of` gives the current Comm; it is not asked
+        between votes (the common step: no collective, no process-group checks)."""
         notice = notice_pending()
         vote = self._vote
-        if vote is not None and not due and not policy.uses_clock and vote.quiet():
-            return False, vote.poll(notice)  # counts the step; a notice waits for the vote
+        if vote is not None and not by_steps and vote.quiet():
+            vote.poll_asking(notice, by_clock)  # counts the step; both wait for the vote
+            return False, False
         comm = comm_of()
         if comm.world == 1:
-            return due, notice
-        if policy.uses_clock:  # rank 0's clock decides; the notice rides along
-            votes = comm.agree([int(due), int(notice)])
-            return bool(votes[0][0]), any(v[1] for v in votes)
+            return by_steps or by_clock, notice
         if self._vote is None or self._vote_comm is not comm:  # a new group: a new vote
             self._vote, self._vote_comm = StopVote(comm.control_group, within=self.within), comm
-        return due, self._vote.poll(notice)
+        stop, asked = self._vote.poll_asking(notice, by_clock)
+        return by_steps or asked, stop
 
     def close(self) -> None:
         """Wait for the vote in flight (before the process group goes)."""
