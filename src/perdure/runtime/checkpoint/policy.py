@@ -62,7 +62,7 @@ class SavePolicy:
 
     @property
     def uses_clock(self) -> bool:
-        """True when decisions depend on time, so ranks must agree on them (rank 0 decides)."""
+        """True when decisions depend on time, so ranks must agree on them (they vote)."""
         return self.every_seconds is not None
 
     def due(self, step: int, now: float, last_step: int | None, last_time: float | None) -> bool:
