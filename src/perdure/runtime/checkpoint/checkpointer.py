@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -32,21 +31,20 @@ from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import (
     CheckpointError,
-    CheckpointStorageError,
     UnsupportedValueError,
 )
 from perdure.runtime.checkpoint.failures import SaveFailures, alert_after_from_env
+from perdure.runtime.checkpoint.inflight import InFlight, SaveRunner
 from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats, staging_base
 from perdure.runtime.checkpoint.plan import Plan, make_plan, signature
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.procwriter import WriterProcess
-from perdure.runtime.checkpoint.staging import HostBuffers, StepGate, optimizer_storages
+from perdure.runtime.checkpoint.staging import HostBuffers, optimizer_storages
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.tree import flatten
 from perdure.runtime.checkpoint.urls import make_storage
-from perdure.runtime.checkpoint.worker import PersistWorker
 
 log = logging.getLogger("perdure.checkpoint")
 _PERSIST_MODES = ("thread", "process")
@@ -60,19 +58,6 @@ class _Prepared:
     signature: int
     optimizers: list[torch.optim.Optimizer]
     defer: frozenset[int]  # storages only the optimizers change: staged in the background
-
-
-@dataclass
-class _InFlight:
-    finished: threading.Event | None  # set by the persist worker; None: ran inline
-    stats: SaveStats
-    error: BaseException | None = None
-    gate: StepGate | None = None
-    tolerant: bool = False  # a storage failure is reported (SaveFailures), never raised
-
-    @property
-    def done(self) -> bool:
-        return self.finished is None or self.finished.is_set()
 
 
 class Checkpointer:
@@ -146,8 +131,7 @@ class Checkpointer:
         self.staging_dir = staging_base(self.storage, staging_dir)
         self.timeout_s = timeout_s
         self.failures = SaveFailures(alert_after or alert_after_from_env())
-        self.on_failure = on_failure
-        self.last_save: SaveStats | None = None
+        self._runner = SaveRunner(self.failures, reports=on_failure == "report")
         self.skipped_partial: list[str] = []
         self.restore_failures: list[str] = []
         self._comm: Comm | None = None
@@ -155,14 +139,29 @@ class Checkpointer:
         self._buffers: HostBuffers | None = None
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
-        self._inflight: _InFlight | None = None
-        # Their threads start with the first background save; the stager is made first, so
-        # that at exit its hand-over to the persist worker runs before that one is closed.
-        self._stager = PersistWorker("perdure-checkpoint-stage", lower=False)
-        self._worker = PersistWorker()
         self._seq = 0
         self._last_step: int | None = None
         self._last_time = time.monotonic()
+
+    @property
+    def on_failure(self) -> str:
+        """"report" or "raise": what a background save's storage failure does."""
+        return "report" if self._runner.reports else "raise"
+
+    @on_failure.setter
+    def on_failure(self, value: str) -> None:
+        if value not in ("report", "raise"):
+            raise ValueError(f"on_failure is {value!r}; it must be 'report' or 'raise'.")
+        self._runner.reports = value == "report"
+
+    @property
+    def last_save(self) -> SaveStats | None:
+        """The figures of the last save that finished (None before the first)."""
+        return self._runner.last
+
+    @property
+    def _inflight(self) -> InFlight | None:
+        return self._runner.inflight
 
     @property
     def url(self) -> str:
@@ -200,7 +199,7 @@ class Checkpointer:
         changed = prepared is not None and (
             self._plan is None or prepared.signature != self._plan.signature
         )
-        busy = self._inflight is not None and not self._inflight.done
+        busy = self._runner.busy
         votes = comm.agree([int(problem is None), int(busy), int(changed), url_key(self.url)])
         self._check_same_url(comm, votes)
         self._raise_if_unprepared(step, votes, problem)
@@ -208,7 +207,7 @@ class Checkpointer:
             log.info("skipped the save of step %d: the previous save is still persisting", step)
             return False
         waited = time.perf_counter()
-        self._finish_inflight()
+        self._runner.finish()
         assert prepared is not None
         waited = time.perf_counter() - waited
         if any(v[2] for v in votes):
@@ -309,80 +308,19 @@ class Checkpointer:
         persister = self._persister(comm)
         # What training waited for in save(), besides a previous save still in flight.
         stats.blocked_s = time.perf_counter() - entered - stats.extra["waited_s"]
-        if not background:
-            # A blocking save raises, unless maybe_save made it (a preemption notice's).
-            self._inflight = _InFlight(None, stats, tolerant=tolerant and self._reports)
-            self._run(persister, job, self._inflight)
-            self._finish_inflight()
-            return
-        inflight = _InFlight(threading.Event(), stats, tolerant=self._reports)
-        self._inflight = inflight
-        try:
-            if pending:  # the stager copies, opens the gate, then hands over to the worker
-                job.gate = inflight.gate = StepGate(prepared.optimizers)
-                self._stager.submit(lambda: self._stage_then_persist(persister, job, inflight))
-            else:
-                self._worker.submit(lambda: self._persist(persister, job, inflight))
-        except BaseException:  # no thread will open the gate: never leave a step held
-            if inflight.gate is not None:
-                inflight.gate.open()
-                inflight.gate.remove()
-            self._inflight = None
-            raise
-
-    def _stage_then_persist(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
-        try:
-            persister.stage_pending(job, inflight.stats)
-        finally:
-            self._worker.submit(lambda: self._persist(persister, job, inflight))
-
-    def _persist(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
-        try:
-            self._run(persister, job, inflight)
-        finally:
-            assert inflight.finished is not None
-            inflight.finished.set()
-
-    @property
-    def _reports(self) -> bool:
-        return self.on_failure == "report"
+        if background:
+            self._runner.hand_over(persister, job, stats, prepared.optimizers, bool(pending))
+        else:
+            self._runner.run_now(persister, job, stats, tolerant)
 
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again
             self._writer = WriterProcess()
         return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer)
 
-    def _run(self, persister: Persister, job: SaveJob, inflight: _InFlight) -> None:
-        try:
-            persister.run(job, inflight.stats)
-        except CheckpointStorageError as exc:
-            if not inflight.tolerant:
-                inflight.error = exc  # kept and raised at the next save() or wait()
-                return
-            self.failures.failed(job.step, exc, persister.comm.rank)
-        except BaseException as exc:
-            inflight.error = exc
-        else:
-            self.failures.succeeded(job.step, persister.comm.rank)
-
     def wait(self) -> None:
         """Block until the last save is committed; raise its error (once) if it failed."""
-        self._finish_inflight()
-
-    def _finish_inflight(self) -> None:
-        inflight = self._inflight
-        if inflight is None:
-            return
-        if inflight.finished is not None:
-            inflight.finished.wait()
-        if inflight.gate is not None:
-            inflight.gate.remove()
-            inflight.stats.extra["step_wait_s"] = inflight.gate.waited_s
-            inflight.stats.blocked_s += inflight.gate.waited_s
-        self._inflight = None
-        self.last_save = inflight.stats
-        if inflight.error is not None:
-            raise inflight.error
+        self._runner.finish()
 
     # ---- restoring ------------------------------------------------------------------------
 
@@ -459,8 +397,7 @@ class Checkpointer:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
-            self._stager.close()
-            self._worker.close()
+            self._runner.close()
             self.storage.close()
 
     def __enter__(self) -> Checkpointer:
