@@ -77,7 +77,7 @@ from hosts import IFNAME, Hosts, make_hosts  # noqa: E402
 # perdure's slots (best fit: 2 replicas on b, 2 on a) and Ray's CPUs (Ray Train's SPREAD: 2 and
 # 2 only when both hosts have as many); host a holds the whole job once b is gone, in both.
 SLOTS, CPUS = {"a": 4, "b": 2}, {"a": 4, "b": 4}
-REPLICAS, SAMPLES, BATCH = recovery.REPLICAS, recovery.SAMPLES, recovery.BATCH
+REPLICAS, SAMPLES, BATCH = recovery.REPLICAS["mlp"], recovery.SAMPLES, recovery.BATCH
 HIDDEN, STEPS = 64, 10**7  # the same model as examples/ddp_mlp; more steps than any window
 GOODPUT = ("goodput = the step seconds of the last completion of every step number (what the "
            "final model keeps) / the window's wall time; the window opens at the first step "
@@ -352,7 +352,7 @@ def run_system(name: str, start: Any, root: Path, args: argparse.Namespace) -> R
         try:
             wait_for(f"{name}: the first step", lambda: bool(recovery.read_timeline(timeline)[0]),
                      proc, args.start_timeout, log)
-            recovery._run_window(result.outcome, args.interval, kill_rank(timeline))
+            recovery._run_window(result.outcome, args.interval, kill_rank(timeline), REPLICAS)
             result.host = lose_host_b(hosts, timeline, proc, log, args.host_timeout)
             if name == "perdure":
                 note_detection(result.host, perdure_events(root, hosts))

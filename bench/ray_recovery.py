@@ -90,7 +90,8 @@ def run_on_ray(root: Path, args: argparse.Namespace, hosts: Hosts,
                                stderr=subprocess.STDOUT)
         try:
             _wait_first_step(timeline, ctl)
-            recovery._run_window(out, args.kill_every, lambda rank: _kill_replica(state, rank))
+            recovery._run_window(out, args.kill_every, lambda rank: _kill_replica(state, rank),
+                                 recovery.REPLICAS["mlp"])
             out.describe = recovery._describe(base, job)["goodput"]
             print(f"  {_pool_memory(hosts, state)}", flush=True)
             out.describe_goodput = out.describe["goodput"]
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--every", type=int, default=20, help="checkpoint every N steps")
     p.add_argument("--step-time", type=float, default=0.02, help="extra seconds per step")
     p.add_argument("--systems", default="cold,warm", help="cold (pool 0) and/or warm (auto)")
+    p.set_defaults(workload="mlp")  # recovery._perdure_spec's job: examples/ddp_mlp
     args = p.parse_args(argv)
     pools = {"cold": 0, "warm": None}
     chosen = args.systems.split(",")

@@ -104,7 +104,7 @@ def run_window(out: recovery.Outcome, interval: float, kill: Callable[[int], boo
     n = 1
     while (due := t0 + n * interval) < t0 + out.duration:
         time.sleep(max(0.0, due - time.time()))
-        if kill(n % recovery.REPLICAS):
+        if kill(n % recovery.REPLICAS["mlp"]):
             out.kills.append(time.time())
         else:  # that rank was not running (still recovering)
             out.skipped += 1
@@ -162,7 +162,7 @@ def run_perdure(cluster: SlurmCluster, root: Path, args: argparse.Namespace
                 ) -> tuple[recovery.Outcome, dict[str, Any]]:
     timeline, state = root / "timeline.jsonl", root / "state"
     spec = {"name": "bench", "env": {"OMP_NUM_THREADS": "1"},
-            "pools": [{"name": "worker", "replicas": recovery.REPLICAS, "command": [
+            "pools": [{"name": "worker", "replicas": recovery.REPLICAS["mlp"], "command": [
                 "python", str(EXAMPLE / "train.py"), "--epochs", "100000", "--step-time",
                 str(args.step_time), "--log-every", "1000000", "--no-ledger", "--timeline",
                 str(timeline)]}],
