@@ -41,7 +41,7 @@ def drain(name: str, batches: int) -> None:
     import torch
     from torch.utils.data import DataLoader, DistributedSampler
 
-    import perdure.runtime.data.loader as elastic_loader
+    import perdure.runtime.data.batching as batching
     from perdure.runtime import ElasticLoader, ElasticSampler
 
     sys.path.insert(0, str(EXAMPLE))
@@ -61,7 +61,7 @@ def drain(name: str, batches: int) -> None:
                                                     world_size=REPLICAS))
         epochs = loader
     if name == "elastic-unseeded":
-        elastic_loader._SeededDataset.__getitems__ = (  # type: ignore[method-assign]
+        batching.SeededDataset.__getitems__ = (  # type: ignore[method-assign]
             lambda self, indices: self._fetch(list(indices)))
     got, epoch = 0, 0
     while got < batches:

@@ -130,9 +130,9 @@ def _setup(args: argparse.Namespace, on: set[str]) -> dict[str, Any]:
         from perdure.runtime import ElasticLoader, ElasticSampler
 
         if "unseeded" in on:
-            from perdure.runtime.data import loader as elastic_loader
+            from perdure.runtime.data import batching
 
-            elastic_loader._SeededDataset.__getitems__ = (  # type: ignore[method-assign]
+            batching.SeededDataset.__getitems__ = (  # type: ignore[method-assign]
                 lambda self, indices: self._fetch(list(indices)))
 
         loader = ElasticLoader(data, ElasticSampler(len(data), BATCH, seed=0))

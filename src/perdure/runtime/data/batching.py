@@ -1,0 +1,107 @@
+"""What ElasticLoader hands the DataLoader: the dataset wrapper that fetches each batch under
+its own seed, the collate functions and the workers' start-up seeding.
+
+Side effects: SeededDataset reseeds the CPU generators around each batch (and restores the
+training loop's states in the main process); WorkerInit seeds a worker process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch.utils.data import Dataset
+from torch.utils.data import default_collate as _default_collate
+from torch.utils.data import default_convert as _default_convert
+
+from perdure.runtime.data.cpu_states import capture, restore, seed_generators
+from perdure.runtime.data.sampler import Batch
+from perdure.runtime.data.seeding import batch_seed, in_worker, worker_seed
+from perdure.runtime.data.shard_plan import Tagged
+from perdure.runtime.rng import seed_cpu_generators
+
+__all__ = ["EmptyAwareCollate", "SeededDataset", "TagCollate", "TaggedBatch", "WorkerInit"]
+
+
+class WorkerInit:
+    """worker_init_fn: seed the worker from (seed, epoch, rank, worker), then the user's."""
+
+    def __init__(self, seed: int, user_fn: Callable[[int], None] | None) -> None:
+        self.seed, self.user_fn = seed, user_fn
+        self.epoch, self.rank = 0, 0  # updated before each iter(), i.e. before workers start
+
+    def __call__(self, worker_id: int) -> None:
+        seed_cpu_generators(worker_seed(self.seed, self.epoch, self.rank, worker_id))
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+class SeededDataset(Dataset[Any]):
+    """Wraps a map-style dataset: each batch is fetched under its own seed."""
+
+    def __init__(self, dataset: Dataset[Any], seed: int) -> None:
+        self.dataset, self.seed = dataset, seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        if not isinstance(indices, Batch):
+            return self._fetch(list(indices))
+        seed = batch_seed(self.seed, indices.epoch, indices.cursor, indices.rank)
+        if in_worker():
+            seed_cpu_generators(seed)
+            return self._fetch(list(indices))
+        # isolated_seed's work, inline: this runs once per batch on the training thread
+        saved = capture()
+        try:
+            seed_generators(seed)
+            return self._fetch(list(indices))
+        finally:
+            restore(saved)
+
+    def _fetch(self, indices: list[int]) -> list[Any]:
+        inner = getattr(self.dataset, "__getitems__", None)
+        if inner is not None:
+            return list(inner(indices))
+        return [self.dataset[i] for i in indices]
+
+
+class EmptyAwareCollate:
+    """Collate, except that an empty batch (end of epoch, more ranks than samples) is None."""
+
+    def __init__(self, collate: Callable[[Any], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, data: list[Any]) -> Any:
+        return None if len(data) == 0 else self.collate(data)
+
+
+class TaggedBatch:
+    """A ShardDataset batch with its stream's position after it; ElasticLoader unwraps it."""
+
+    def __init__(self, data: Any, stream: int, done: int, offset: int) -> None:
+        self.data, self.stream, self.done, self.offset = data, stream, done, offset
+
+    def pin_memory(self) -> TaggedBatch:
+        """Pin the batch (DataLoader's pin_memory thread calls this)."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        pinned = pin_memory(self.data)  # type: ignore[no-untyped-call]
+        return TaggedBatch(pinned, self.stream, self.done, self.offset)
+
+
+class TagCollate:
+    """Collate the samples of a ShardDataset batch and keep the position of the last one."""
+
+    def __init__(self, collate: Callable[[Any], Any] | None, batched: bool) -> None:
+        self.batched = batched
+        self.collate = collate or (_default_collate if batched else _default_convert)
+
+    def __call__(self, data: Any) -> TaggedBatch:
+        last: Tagged = data[-1] if self.batched else data
+        payload = self.collate([t.item for t in data] if self.batched else data.item)
+        return TaggedBatch(payload, last.stream, last.done, last.offset)
