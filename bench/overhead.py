@@ -162,6 +162,9 @@ def worker(args: argparse.Namespace) -> None:
     from perdure.runtime import goodput
 
     on = set(args.features.split(",")) if args.features else set()
+    if args.pin:  # before any thread starts: gloo's and perdure's threads inherit it
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[int(os.environ["LOCAL_RANK"]) % len(cores)]})
     v = _setup(args, on)
     ddp, opt, loader, vote, ckpt = v["ddp"], v["opt"], v["loader"], v["vote"], v["ckpt"]
     fd = os.open(args.timeline, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) \
@@ -271,7 +274,8 @@ def run_variant(name: str, root: Path, args: argparse.Namespace) -> dict[str, fl
         _torchrun(script, env, d / "log")
         # The example's timeline stamps wall time: same figure (time between step ends).
         return _per_step(timeline, args.warmup)
-    script = [str(Path(__file__)), "worker", "--features", ",".join(VARIANTS[name]),
+    script = [str(Path(__file__)), "worker", *(["--pin"] if args.pin else []),
+              "--features", ",".join(VARIANTS[name]),
               "--hidden", str(args.hidden), "--steps", str(args.steps), "--timeline",
               str(timeline), "--ckpt", str(d / "ckpt"), "--every", str(args.every)]
     _torchrun(script, env, d / "log")
@@ -310,6 +314,10 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="mode")
     w = sub.add_parser("worker", help="the loop, run under torchrun")
     w.add_argument("--features", default="")
+    for q in (p, w):
+        q.add_argument("--pin", action="store_true",
+                       help="pin rank k to core k (mod cores), its threads with it: the "
+                            "scheduler's placement of the ranks no longer varies from run to run")
     w.add_argument("--timeline", required=True)
     w.add_argument("--ckpt", required=True)
     for q in (p, w):

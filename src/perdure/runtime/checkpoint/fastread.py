@@ -24,6 +24,7 @@ from typing import IO, Any
 import torch
 
 from perdure.runtime.checkpoint import checksum
+from perdure.runtime.seekable import SeekableReader
 
 _SLICE = 8 << 20
 _PAGE = mmap.PAGESIZE
@@ -38,25 +39,12 @@ _LOCAL_SIG = 0x04034B50
 _STORAGE = re.compile(r"(^|/)data/\d+$")
 
 
-class _Window(io.RawIOBase):
+class _Window(SeekableReader):
     """The bytes [start, start + length) of a seekable stream, as a stream of its own."""
 
     def __init__(self, stream: IO[bytes], start: int, length: int) -> None:
-        self._stream, self._start, self._length, self._pos = stream, start, length, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]
-        self._pos = max(0, min(self._length, base + offset))
-        return self._pos
+        super().__init__(length)
+        self._stream, self._start, self._length = stream, start, length
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

@@ -18,12 +18,12 @@ Side effects: network I/O through the S3Client.
 from __future__ import annotations
 
 import bisect
-import io
 from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
 from perdure.runtime.s3.client import S3Client
+from perdure.runtime.seekable import SeekableReader
 
 BLOCK = 64 << 10  # reads under this are served from cached blocks of this size
 AHEAD_MIN = 1 << 20  # reads this large start fetching the next stretches ahead
@@ -31,12 +31,12 @@ _BLOCKS = 4
 WHOLE_MAX = 32 << 20  # planned ranges up to this size are fetched whole, ahead of use
 
 
-class RangedStream(io.RawIOBase):
+class RangedStream(SeekableReader):
     """``path`` (``size`` bytes) through ``client``."""
 
     def __init__(self, client: S3Client, path: str, size: int, depth: int = 4) -> None:
-        self.client, self.path, self.size, self.depth = client, path, size, depth
-        self._pos = 0
+        super().__init__(size, clamp=False)
+        self.client, self.path, self.depth = client, path, depth
         self._blocks: deque[tuple[int, bytes]] = deque(maxlen=_BLOCKS)
         self._ahead: deque[tuple[int, int, Future[bytearray]]] = deque()
         self._starts: list[int] = []
@@ -48,20 +48,6 @@ class RangedStream(io.RawIOBase):
         ordered = sorted(spans)
         self._starts = [s for s, _ in ordered]
         self._ends = [s + n for s, n in ordered]
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
