@@ -1,4 +1,4 @@
-"""The 2-replica DDP loop, bare and with perdure, alternating in one run: what perdure adds per step.
+"""The 2-replica DDP loop, bare and with perdure alternating in one run: what perdure adds.
 
     flock /tmp/perdure-heavy.lock .venv/bin/python bench/alternate.py [--pairs 30] [--phase 200]
 
