@@ -72,8 +72,11 @@ class Capacity:
         self.queue_used[queue] = self.queue_used.get(queue, 0) - slots
 
     def _free_gpus(self, node: str) -> list[int]:
+        count = self.ready_gpus.get(node, 0)
+        if not count:
+            return []  # most nodes of a big CPU cluster: no list to build
         used = self.gpus_used.get(node, set())
-        return [i for i in range(self.ready_gpus.get(node, 0)) if i not in used]
+        return [i for i in range(count) if i not in used]
 
     def place(
         self, replicas: list[Replica], prefer: Mapping[str, str | None] | None = None
