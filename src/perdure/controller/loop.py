@@ -46,7 +46,7 @@ COMMANDS_PER_TICK = 8
 # The backend's news taken into one tick; the rest waits, in order, for the next ticks (as
 # if the backend had reported it later): 16,384 replicas starting at once are seen over a
 # few ticks of bounded cost instead of one long one (bench/controller.py --only big).
-OBSERVATIONS_PER_TICK = 512
+OBSERVATIONS_PER_TICK = 256
 
 
 class ControllerBusy(RuntimeError):

@@ -7,6 +7,8 @@ No side effects: it records decisions and events for the shell to carry out.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import signal
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +18,10 @@ from perdure.core.events import Decision, KillNode, Stop
 from perdure.core.launchenv import LaunchSettings, Layout, build_launch, gpu_env, launch_id
 from perdure.core.model import Event, Job, Node, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
+
+
+_NAME = operator.attrgetter("name")
+_RANK = operator.attrgetter("rank")
 
 
 @dataclass(frozen=True)
@@ -246,7 +252,8 @@ class Tick:
         the rest become the job's plan, sent over the next ticks (core.plan): they hold their
         slots, and the layout every launch gets is this one."""
         gpus = devices or {}
-        todo = [r for r in job.replicas if r.name in placed]
+        todo = ([r for r in job.replicas if r.name in placed] if len(placed) < len(job.replicas)
+                else list(job.replicas))
         where = dict(placed)
         if job.plan:  # replicas placed earlier, not launched yet, count in the layout
             where.update((job.replicas[rank].name, node) for rank, node, _ in job.plan)
@@ -254,8 +261,12 @@ class Tick:
             job.layout = Layout.of(job, self.nodes, (), where)
         limit = self.settings.launches_per_tick
         if limit is not None and len(todo) > limit:
-            job.plan = job.plan + tuple((r.rank, placed[r.name], tuple(gpus.get(r.name, ())))
-                                        for r in todo[limit:])
+            rest = todo[limit:]
+            names = list(map(_NAME, rest))
+            held = map(tuple, map(gpus.get, names, itertools.repeat(()))) if gpus else (
+                itertools.repeat(()))  # in C (zip, map): 16,000 of them at an admission
+            job.plan = job.plan + tuple(zip(map(_RANK, rest), map(placed.__getitem__, names),
+                                            held))
             job.unlaunched = len(job.plan)
             todo = todo[:limit]
         self.send(job, [(r, placed[r.name], list(gpus.get(r.name, ()))) for r in todo])

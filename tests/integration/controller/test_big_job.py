@@ -21,7 +21,7 @@ from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec, QueueSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store
 
-NODES, PER_NODE = 188, 8  # 1,504 replicas: about three ticks' worth of news
+NODES, PER_NODE = 188, 8  # 1,504 replicas: about six ticks' worth of news (256 a tick)
 TOTAL = NODES * PER_NODE
 PER_TICK = LaunchSettings("", "").launches_per_tick or 0
 
