@@ -19,7 +19,6 @@ from perdure.core.launchenv import LaunchSettings, Layout, build_launch, gpu_env
 from perdure.core.model import Event, Job, Node, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 
-
 _NAME = operator.attrgetter("name")
 _RANK = operator.attrgetter("rank")
 
@@ -263,10 +262,11 @@ class Tick:
         if limit is not None and len(todo) > limit:
             rest = todo[limit:]
             names = list(map(_NAME, rest))
-            held = map(tuple, map(gpus.get, names, itertools.repeat(()))) if gpus else (
-                itertools.repeat(()))  # in C (zip, map): 16,000 of them at an admission
+            # built in C (zip, map): 16,000 of them at an admission
+            held = (list(map(tuple, map(gpus.get, names, itertools.repeat(())))) if gpus
+                    else [()] * len(rest))
             job.plan = job.plan + tuple(zip(map(_RANK, rest), map(placed.__getitem__, names),
-                                            held))
+                                            held, strict=True))
             job.unlaunched = len(job.plan)
             todo = todo[:limit]
         self.send(job, [(r, placed[r.name], list(gpus.get(r.name, ()))) for r in todo])
