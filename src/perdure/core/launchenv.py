@@ -11,6 +11,7 @@ import posixpath
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from perdure.core.events import Launch
 from perdure.core.model import Job, Node, Replica
@@ -39,6 +40,7 @@ class LaunchSettings:
 
 _NODE = operator.attrgetter("node")
 _NAME = operator.attrgetter("name")
+_K = TypeVar("_K")
 _POOL = operator.attrgetter("pool")
 _PROCS = operator.attrgetter("procs_per_replica")
 # Read by the supervisor and the runtime (perdure.runtime.ranks), which core cannot import.
@@ -118,7 +120,7 @@ def _under(root: str, name: str) -> str:
     return f"{root}{name}" if root.endswith("/") or not root else f"{root}/{name}"
 
 
-def _runs(keys: list[str]) -> list[tuple[str, int]] | None:
+def _runs(keys: list[_K]) -> list[tuple[_K, int]] | None:
     """Each key with how many times it comes in a row, when every key comes in one run
     only (replicas of a node or a pool side by side, as placement and make_replicas put
     them); None otherwise."""
@@ -126,7 +128,7 @@ def _runs(keys: list[str]) -> list[tuple[str, int]] | None:
     return runs if len({key for key, _ in runs}) == len(runs) else None
 
 
-def _positions(at: Mapping[str, str | None], counts: Mapping[str, int]
+def _positions(at: Mapping[str, str | None], counts: Mapping[str | None, int]
                ) -> dict[str, tuple[int, int]]:
     """Each placed replica's (position among its node's replicas, their number), in `at`'s
     order: in C (groupby, chain) when each node's replicas are side by side, as a 16,384-
@@ -226,7 +228,8 @@ class Layout:
         starts = list(itertools.accumulate(procs, initial=0))
         world = starts[-1]
         sizes, done = _pool_positions(job.replicas)
-        first = dict(zip(names, zip(starts, map(operator.mul, done, procs)), strict=False))
+        first = dict(zip(names, zip(starts, map(operator.mul, done, procs), strict=False),
+                         strict=True))  # starts: one more, the world size
         return Layout(local, group, groups, sizes, dict(zip(job.members, itertools.count())),
                       first, world, gpu_env(job, nodes or {}, launching),
                       key=(job.attempt, job.round, job.master_port), at=at)
