@@ -251,6 +251,8 @@ def gpu_env(job: Job, nodes: Mapping[str, Node],
     given): its own GPUs, in its node's names for them; "" (none) for a replica without GPUs
     on a node that has some, unless the spec sets it."""
     out: dict[str, str] = {}
+    if among is None and launching is not None and not launching:
+        return out  # none launched with it (a layout built ahead of its launches)
     replicas = among if among is not None else job.replicas if launching is None else [
         x for x in job.replicas if x.name in launching]
     for x in replicas:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
@@ -140,9 +141,9 @@ class Capacity:
                 break
         if len(chosen) < len(replicas):
             return None
-        for r in replicas:
-            self.node_used[chosen[r.name]] = self.node_used.get(chosen[r.name], 0) + r.slots
-            self.devices[r.name] = []
+        for node, n in Counter(chosen.values()).items():  # per node, not per replica
+            self.node_used[node] = self.node_used.get(node, 0) + slots * n
+        self.devices.update((name, []) for name in chosen)
         self.free -= slots * len(replicas)
         return chosen
 

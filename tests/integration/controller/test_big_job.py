@@ -1,10 +1,10 @@
 """A big job through the real controller and sqlite store (fake backend, fake clock): a big
 job is read over ticks (LOAD_ROWS_PER_TICK rows a tick) and admitted by the next; the
-backend's news is taken at most OBSERVATIONS_PER_TICK a tick, in order, and at most launches_per_tick launches and stops are
-sent a tick, so no tick handles every replica at once; after every tick the store holds
-exactly what the controller holds (a controller killed then restarts from it); a node
-failure's group restart relaunches each replica once; a controller that dies while launches
-are still to be sent restarts the round cleanly."""
+backend's news is taken at most OBSERVATIONS_PER_TICK a tick, in order, and at most
+launches_per_tick launches and stops are sent a tick, so no tick handles every replica at
+once; after every tick the store holds exactly what the controller holds (a controller
+killed then restarts from it); a node failure's group restart relaunches each replica once;
+a controller that dies while launches are still to be sent restarts the round cleanly."""
 
 from __future__ import annotations
 
