@@ -249,27 +249,40 @@ class Tick:
         The layout is computed once for all of them: a tick's cost stays linear in a job's
         replicas. Beyond `launches_per_tick`, the first ones (rank order) are sent now and
         the rest become the job's plan, sent over the next ticks (core.plan): they hold their
-        slots, and the layout every launch gets is this one."""
+        slots, and the layout every launch gets is this one. A job of more replicas than
+        that which needs a new layout sends none now: the next tick builds it."""
         gpus = devices or {}
         todo = ([r for r in job.replicas if r.name in placed] if len(placed) < len(job.replicas)
                 else list(job.replicas))
         where = dict(placed)
         if job.plan:  # replicas placed earlier, not launched yet, count in the layout
             where.update((job.replicas[rank].name, node) for rank, node, _ in job.plan)
-        if job.layout is None or not job.layout.fits(job, where):
-            job.layout = Layout.of(job, self.nodes, (), where)
         limit = self.settings.launches_per_tick
+        if job.layout is None or not job.layout.fits(job, where):
+            if limit is not None and len(job.replicas) > limit:
+                # A big job's new layout (~20 ms at 16,384 replicas) is built by the next
+                # tick, which sends the first of these: this one placed them (they hold
+                # their slots), and that is enough work for one tick.
+                job.layout = None
+                self._plan(job, todo, placed, gpus)
+                return
+            job.layout = Layout.of(job, self.nodes, (), where)
         if limit is not None and len(todo) > limit:
-            rest = todo[limit:]
-            names = list(map(_NAME, rest))
-            # built in C (zip, map): 16,000 of them at an admission
-            held = (list(map(tuple, map(gpus.get, names, itertools.repeat(())))) if gpus
-                    else [()] * len(rest))
-            job.plan = job.plan + tuple(zip(map(_RANK, rest), map(placed.__getitem__, names),
-                                            held, strict=True))
-            job.unlaunched = len(job.plan)
+            self._plan(job, todo[limit:], placed, gpus)
             todo = todo[:limit]
         self.send(job, [(r, placed[r.name], list(gpus.get(r.name, ()))) for r in todo])
+
+    @staticmethod
+    def _plan(job: Job, rest: list[Replica], placed: Mapping[str, str],
+              gpus: Mapping[str, list[int]]) -> None:
+        """`rest`, placed, become the end of the job's plan (sent by the next ticks)."""
+        names = list(map(_NAME, rest))
+        # built in C (zip, map): 16,000 of them at an admission
+        held = (list(map(tuple, map(gpus.get, names, itertools.repeat(())))) if gpus
+                else [()] * len(rest))
+        job.plan = job.plan + tuple(zip(map(_RANK, rest), map(placed.__getitem__, names),
+                                        held, strict=True))
+        job.unlaunched = len(job.plan)
 
     def send(self, job: Job, batch: list[tuple[Replica, str, list[int]]]) -> None:
         """The launches of `batch` (replica, node, GPUs), with the job's layout."""

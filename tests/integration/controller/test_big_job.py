@@ -71,7 +71,8 @@ def test_a_big_jobs_news_is_taken_over_bounded_ticks(tmp_path: Path) -> None:
         return mine
 
     assert tick().state is JobState.QUEUED and not backend.launched  # loaded, no more
-    assert tick().state is JobState.PENDING  # admitted: the first launches sent
+    assert tick().state is JobState.PENDING and not backend.launched  # admitted, placed
+    tick()  # the round's layout built, the first launches sent
     assert len(backend.launched) == PER_TICK < TOTAL
     sent, seen = [PER_TICK], [0]
     while (j := tick()).state is not JobState.RUNNING:
@@ -101,7 +102,8 @@ def test_a_controller_dead_before_its_launches_were_sent_restarts_the_round(
     now = [1000.0]
     ctl, backend, job = big(tmp_path, now)
     ctl.tick()  # loaded
-    ctl.tick()  # admitted; the first launches sent, the rest planned
+    ctl.tick()  # admitted: placed, planned
+    ctl.tick()  # the first launches sent, the rest planned
     assert 0 < len(backend.launched) < TOTAL
     ctl.close()  # killed after that tick: its store is all a new controller has
     ctl.store.close()
@@ -145,6 +147,7 @@ def test_a_big_job_is_read_over_ticks_and_a_restart_reads_it_again(
     assert ctl.snapshot.jobs[job.id].state is JobState.QUEUED and not backend.launched
     ctl.tick()
     assert ctl.snapshot.jobs[job.id].state is JobState.PENDING  # admitted
+    ctl.tick()
     assert len(backend.launched) == PER_TICK
     ctl.close()
     ctl.store.close()
@@ -158,6 +161,7 @@ def test_a_big_job_is_read_over_ticks_and_a_restart_reads_it_again(
     ctl = controller(tmp_path / "again", backend, now)  # reads it as it starts
     ctl.tick()
     assert ctl.snapshot.jobs[job.id].state is JobState.PENDING  # its command was not lost
+    ctl.tick()
     assert len(backend.launched) == PER_TICK
     ctl.close()
     ctl.store.close()
