@@ -11,7 +11,7 @@ from perdure.core.hotswap import hot_swap
 from perdure.core.model import Job, JobError
 from perdure.core.policy import retry_budget
 from perdure.core.scheduler import Capacity, admission_order, can_ever_fit, shortfall_message
-from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+from perdure.core.states import ErrorCode, JobState, NodeState
 from perdure.core.text import plural, some_of
 from perdure.core.tick import Tick
 
@@ -60,8 +60,10 @@ def _wait(t: Tick, job: Job, reason: str) -> None:
 def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
     job = t.touch(job_id)
     assert job is not None
-    planned = {rank for rank, _, _ in job.plan}
-    todo = [r for r in job.replicas if r.state is ReplicaState.WAITING and r.rank not in planned]
+    todo = job.waiting()
+    if job.plan:
+        planned = {rank for rank, _, _ in job.plan}
+        todo = [r for r in todo if r.rank not in planned]
     chosen = cap.place(todo, prefer=spares.lend(cap, job, todo))
     spares.settle(t, cap, job, chosen)
     if chosen is None:

@@ -147,7 +147,7 @@ class _Decider(Tick):
             if job.elastic and job.after_stop is None:
                 elastic.joined(self, job)
             if job.state is JobState.PENDING and not job.unstopped and (
-                    job.states().count(ReplicaState.RUNNING) == len(job.replicas)):
+                    job.count(ReplicaState.RUNNING) == len(job.replicas)):
                 job.state = JobState.RUNNING
                 job.running_since = self.now
                 started = all_of(len(job.replicas), "replica")
@@ -158,7 +158,7 @@ class _Decider(Tick):
             job = self.jobs[i]
             job.__dict__.pop("usage", None)
             job.__dict__.pop("gpu_usage", None)
-            job.owned = set()  # committed: the next tick's clone shares all its replicas
+            job.seal()  # committed: the next tick's clone shares all its replicas
             self.decisions.extend(spares.holds(self.snap.jobs.get(i), job))
         snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index())
         return Outcome(snap, self.decisions, self.events, frozenset(self.changed),

@@ -80,8 +80,8 @@ def _down(t: Tick, node: str | None) -> bool:
 def joined(t: Tick, job: Job) -> None:
     """Grow the group by the replicas that are up and not members, once every replica
     launched is up: replacements started together join in one round."""
-    if ReplicaState.STARTING in job.states():
-        return
+    if job.count(ReplicaState.STARTING) or len(job.members) == len(job.replicas):
+        return  # some are still starting, or every replica is a member already
     members = set(job.members)  # a set: a list made this quadratic in the job's replicas
     new = [x.name for x in job.replicas if x.state is ReplicaState.RUNNING
            and x.name not in members and not _down(t, x.node)]

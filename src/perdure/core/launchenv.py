@@ -11,6 +11,7 @@ import posixpath
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from perdure.core.events import Launch
 from perdure.core.model import Job, Node, Replica
@@ -32,11 +33,16 @@ class LaunchSettings:
     node_dir: str | None = None
     # A tick sends at most this many launches; a job placing more sends the rest over the
     # next ticks, in rank order, keeping its placement (None: all at once; the simulator's
-    # ticks cost no time). Bounds the tick of a 16,384-replica job (bench/controller.py).
-    launches_per_tick: int | None = 512
+    # ticks cost no time). Bounds the tick of a 16,384-replica job (bench/controller.py:
+    # at 512, 512 relaunches made a tick of ~40 ms of CPU by themselves).
+    launches_per_tick: int | None = 256
 
 
 _NODE = operator.attrgetter("node")
+_NAME = operator.attrgetter("name")
+_K = TypeVar("_K")
+_POOL = operator.attrgetter("pool")
+_PROCS = operator.attrgetter("procs_per_replica")
 # Read by the supervisor and the runtime (perdure.runtime.ranks), which core cannot import.
 PROCS_ENV = "PERDURE_PROCS_PER_REPLICA"
 GPUS_ENV = "PERDURE_GPUS"
@@ -114,6 +120,48 @@ def _under(root: str, name: str) -> str:
     return f"{root}{name}" if root.endswith("/") or not root else f"{root}/{name}"
 
 
+def _runs(keys: list[_K]) -> list[tuple[_K, int]] | None:
+    """Each key with how many times it comes in a row, when every key comes in one run
+    only (replicas of a node or a pool side by side, as placement and make_replicas put
+    them); None otherwise."""
+    runs = [(key, len(list(same))) for key, same in itertools.groupby(keys)]
+    return runs if len({key for key, _ in runs}) == len(runs) else None
+
+
+def _positions(at: Mapping[str, str | None], counts: Mapping[str | None, int]
+               ) -> dict[str, tuple[int, int]]:
+    """Each placed replica's (position among its node's replicas, their number), in `at`'s
+    order: in C (groupby, chain) when each node's replicas are side by side, as a 16,384-
+    replica job's are; else one pass."""
+    mask = list(map(operator.is_not, at.values(), itertools.repeat(None)))
+    placed = list(itertools.compress(at, mask))
+    runs = _runs(list(itertools.compress(at.values(), mask)))
+    if runs is not None:
+        spans = [n for _, n in runs]
+        place = itertools.chain.from_iterable(map(range, spans))
+        size = itertools.chain.from_iterable(map(itertools.repeat, spans, spans))
+        return dict(zip(placed, zip(place, size, strict=True), strict=True))
+    local, seen = {}, dict.fromkeys(counts, 0)
+    for name, node in at.items():
+        if node is not None:
+            local[name] = (seen[node], counts[node])
+            seen[node] += 1
+    return local
+
+
+def _pool_positions(replicas: list[Replica]) -> tuple[dict[str, int], list[int]]:
+    """Replicas per pool, and each replica's position among its pool's (rank order)."""
+    runs = _runs(list(map(_POOL, replicas)))
+    if runs is not None:
+        return dict(runs), list(itertools.chain.from_iterable(range(n) for _, n in runs))
+    sizes: dict[str, int] = {}
+    done = []
+    for x in replicas:
+        done.append(sizes.get(x.pool, 0))
+        sizes[x.pool] = done[-1] + 1
+    return sizes, done
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where a job's replicas are, computed once for all replicas launched together (a tick
@@ -159,7 +207,7 @@ class Layout:
         per_replica = any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools)
         # Bulk passes (map, zip, Counter) where they can: a 16,384-replica job's layout is
         # built in the tick that places it.
-        names = [x.name for x in job.replicas]
+        names = list(map(_NAME, job.replicas))
         at: dict[str, str | None] = dict(zip(names, map(_NODE, job.replicas), strict=True))
         if where:
             at.update(where)
@@ -171,25 +219,18 @@ class Layout:
         else:
             counts = Counter(at.values())  # first seen first: torchrun's group order
             counts.pop(None, None)
-            seen = dict.fromkeys(counts, 0)
-            for name, node in at.items():
-                if node is not None:
-                    local[name] = (seen[node], counts[node])
-                    seen[node] += 1
+            local = _positions(at, counts)
             order = {node: i for i, node in enumerate(counts)}
             group = dict(zip(at, map(order.get, at.values(), itertools.repeat(0)),
                              strict=True))
             groups = max(1, len(counts))
-        procs = [pools[x.pool].procs_per_replica for x in job.replicas]
+        procs = list(map(_PROCS, map(pools.__getitem__, map(_POOL, job.replicas))))
         starts = list(itertools.accumulate(procs, initial=0))
         world = starts[-1]
-        sizes: dict[str, int] = {}
-        first: dict[str, tuple[int, int]] = {}
-        for x, start, k in zip(job.replicas, starts, procs, strict=False):  # rank order
-            done = sizes.get(x.pool, 0)
-            first[x.name] = (start, done * k)
-            sizes[x.pool] = done + 1
-        return Layout(local, group, groups, sizes, {n: i for i, n in enumerate(job.members)},
+        sizes, done = _pool_positions(job.replicas)
+        first = dict(zip(names, zip(starts, map(operator.mul, done, procs), strict=False),
+                         strict=True))  # starts: one more, the world size
+        return Layout(local, group, groups, sizes, dict(zip(job.members, itertools.count())),
                       first, world, gpu_env(job, nodes or {}, launching),
                       key=(job.attempt, job.round, job.master_port), at=at)
 
@@ -210,6 +251,8 @@ def gpu_env(job: Job, nodes: Mapping[str, Node],
     given): its own GPUs, in its node's names for them; "" (none) for a replica without GPUs
     on a node that has some, unless the spec sets it."""
     out: dict[str, str] = {}
+    if among is None and launching is not None and not launching:
+        return out  # none launched with it (a layout built ahead of its launches)
     replicas = among if among is not None else job.replicas if launching is None else [
         x for x in job.replicas if x.name in launching]
     for x in replicas:

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import operator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from perdure.core.counts import ALIVE, Counts, kept
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 
 _T = TypeVar("_T")
 _STATE = operator.attrgetter("state")
+_WAITING = ReplicaState.WAITING
 Planned = tuple[int, str, tuple[int, ...]]  # a replica placed, not launched: rank, node, GPUs
 
 
@@ -138,6 +141,13 @@ class Job:
     # most launches_per_tick stops): they belong to the round that ended. Stored, never
     # changed in place (clones share it).
     unstopped: list[int] = field(default_factory=list)
+    # A tick's clone only: place -> the replica that was there when it was cloned, for each
+    # place it owns (`own`), and the counts of the replicas as cloned (computed on first
+    # use, or the sealed counts of the job cloned): `counts` corrects them for the owned
+    # places only. Outside a tick `was` is None, and `counted` the counts `seal` left (a
+    # job of a snapshot is never changed in place; `own` outside a tick drops them).
+    was: dict[int, Replica] | None = field(default=None, repr=False, compare=False)
+    counted: Counts | None = field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -192,6 +202,8 @@ class Job:
         job.__dict__.pop("gpu_usage", None)
         job.replicas = list(self.replicas)
         job.owned = set()
+        # the counts of a committed job (`seal`) are those of the replicas the clone shares
+        job.was, job.counted = {}, self.counted if self.was is None else None
         job.retries = dict(self.retries)
         job.members = list(self.members)
         job.spares = dict(self.spares)
@@ -209,6 +221,10 @@ class Job:
         mine = _shallow(at)
         self.replicas[i] = mine
         self.owned.add(id(mine))
+        if self.was is not None:
+            self.was.setdefault(i, at)
+        else:
+            self.counted = None  # changed outside a tick: counted again when asked
         return mine
 
     def own_all(self) -> list[Replica]:
@@ -242,9 +258,34 @@ class Job:
         return None
 
     def states(self) -> list[ReplicaState]:
-        """Each replica's state, in rank order (built without a Python loop: a tick asks
-        of a 16,384-replica job whether any waits, or all run)."""
+        """Each replica's state, in rank order (built without a Python loop)."""
         return list(map(_STATE, self.replicas))
+
+    def counts(self) -> Counts:
+        """Replicas per state and slots held per node (a fresh copy, the caller's to change).
+        A tick's clone counts only the replicas it owns again (core.counts): a tick asks of
+        a 16,384-replica job several times whether any waits, or all run."""
+        was = self.was
+        if was is None:
+            return Counts.of(self.replicas) if self.counted is None else self.counted.copy()
+        if len(was) * 4 > len(self.replicas):  # a full count is as cheap
+            return Counts.of(self.replicas)
+        now, self.counted = kept(self.replicas, was, self.counted)
+        return now
+
+    def seal(self) -> None:
+        """The tick that changed this copy is committed: it owns no replica any more (the
+        next tick's clone shares them all), and its counts are kept for that clone."""
+        counted = self.counts()
+        self.owned, self.was, self.counted = set(), None, counted
+
+    def count(self, state: ReplicaState) -> int:
+        return self.counts().count(state)
+
+    def waiting(self) -> list[Replica]:
+        """The WAITING replicas, in rank order (picked in C: map and compress)."""
+        states = map(_STATE, self.replicas)
+        return list(itertools.compress(self.replicas, map(_WAITING.__eq__, states)))
 
     def alive_replicas(self) -> list[Replica]:
         return [r for r in self.replicas if r.alive]
@@ -262,10 +303,11 @@ class Job:
     def used_gpus(self) -> dict[str, list[int]]:
         """GPU indices held on each node by replicas that may still have a process."""
         used: dict[str, list[int]] = {}
-        if self.awaiting_admission or self.state is JobState.SUSPENDED:
-            return used
+        if self.awaiting_admission or self.state is JobState.SUSPENDED or not any(
+                p.gpus for p in self.spec.pools):
+            return used  # nothing of it runs, or none of it holds GPUs
         for r in self.replicas:
-            if r.node is not None and r.devices and r.state in _ALIVE:
+            if r.node is not None and r.devices and r.state in ALIVE:
                 used.setdefault(r.node, []).extend(r.devices)
         for _, node, devices in self.plan:
             if devices:
@@ -274,12 +316,9 @@ class Job:
 
     def used_slots(self) -> dict[str, int]:
         """Slots held on each node by replicas that may still have a process."""
-        used: dict[str, int] = {}
         if self.awaiting_admission or self.state is JobState.SUSPENDED:
-            return used  # nothing of a queued job runs
-        for r in self.replicas:
-            if r.node is not None and r.state in _ALIVE:
-                used[r.node] = used.get(r.node, 0) + r.slots
+            return {}  # nothing of a queued job runs
+        used = self.counts().slots
         for node, slots in self.spares.items():
             used[node] = used.get(node, 0) + slots
         for rank, node, _ in self.plan:
@@ -312,13 +351,12 @@ class Job:
         return cls(**d)
 
 
-_TRANSIENT = ("owned", "plan", "layout")  # a tick's working state, never stored
+_TRANSIENT = ("owned", "plan", "layout", "was", "counted")  # a tick's working state, never stored
 _JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas", "members", "spares")
 _JOB_FIELDS = tuple(
     f.name for f in dataclasses.fields(Job) if f.name not in ("spec", *_TRANSIENT, *_JSON_FIELDS)
 )
 _REPLICA_FIELDS = tuple(f.name for f in dataclasses.fields(Replica) if f.name != "state")
-_ALIVE = frozenset({ReplicaState.STARTING, ReplicaState.RUNNING, ReplicaState.STOPPING})
 
 
 @dataclass

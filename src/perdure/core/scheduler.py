@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
@@ -72,8 +73,11 @@ class Capacity:
         self.queue_used[queue] = self.queue_used.get(queue, 0) - slots
 
     def _free_gpus(self, node: str) -> list[int]:
+        count = self.ready_gpus.get(node, 0)
+        if not count:
+            return []  # most nodes of a big CPU cluster: no list to build
         used = self.gpus_used.get(node, set())
-        return [i for i in range(self.ready_gpus.get(node, 0)) if i not in used]
+        return [i for i in range(count) if i not in used]
 
     def place(
         self, replicas: list[Replica], prefer: Mapping[str, str | None] | None = None
@@ -137,9 +141,9 @@ class Capacity:
                 break
         if len(chosen) < len(replicas):
             return None
-        for r in replicas:
-            self.node_used[chosen[r.name]] = self.node_used.get(chosen[r.name], 0) + r.slots
-            self.devices[r.name] = []
+        for node, n in Counter(chosen.values()).items():  # per node, not per replica
+            self.node_used[node] = self.node_used.get(node, 0) + slots * n
+        self.devices.update((name, []) for name in chosen)
         self.free -= slots * len(replicas)
         return chosen
 

@@ -110,14 +110,29 @@ class ReplicaRows:
         """A stored job's replicas, in rank order; ValueError (or KeyError) if unreadable.
         Built straight from the rows' values when they hold this version's fields in its
         order: a 16,384-replica job loads in a fraction of the time `docs` takes."""
-        if COUNT_KEY not in data or tuple(data[FIELDS_KEY]) != _FIELDS:
+        count = self.in_parts(data)
+        if count is None:
             return [Replica.from_json(d) for d in self.docs(job_id, data)]
-        count = int(data[COUNT_KEY])
+        return self.part(job_id, count, 0, count)
+
+    @staticmethod
+    def in_parts(data: dict[str, Any]) -> int | None:
+        """How many replica rows a job row's data counts, when they can be read in parts
+        (`part`); None when only whole (stored by an older version)."""
+        if COUNT_KEY not in data or tuple(data.get(FIELDS_KEY, ())) != _FIELDS:
+            return None
+        return int(data[COUNT_KEY])
+
+    def part(self, job_id: str, count: int, start: int, stop: int) -> list[Replica]:
+        """Replicas `start` to `stop` (rank order) of a job of `count` rows (`in_parts`);
+        ValueError if rows are missing."""
         rows = self.db.execute(
-            "SELECT data FROM replicas WHERE job_id=? AND idx<? ORDER BY idx",
-            (job_id, count)).fetchall()
-        if len(rows) != count:
-            raise ValueError(f"{count} replica rows expected, {len(rows)} stored")
+            "SELECT data FROM replicas WHERE job_id=? AND idx>=? AND idx<? ORDER BY idx",
+            (job_id, start, stop)).fetchall()
+        if len(rows) != stop - start:
+            missing = stop - start - len(rows)
+            raise ValueError(f"{count} replica rows expected, {missing} of rows {start} to "
+                             f"{stop - 1} missing")
         out = []
         for values in json.loads(f"[{','.join(r[0] for r in rows)}]"):
             r = object.__new__(Replica)

@@ -12,14 +12,14 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perdure.core.events import Command
-from perdure.core.model import Event, Job, Node
+from perdure.core.model import Event, Job, Node, Replica
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
 from perdure.store import rows
@@ -198,11 +198,14 @@ class Store:
         assert self.rows is not None  # set once the connection opened
         return self.rows
 
-    def _load(self, job_id: str, data: str, spec: str) -> Job:
-        """A stored job with its replicas; UnreadableJob if it cannot be read back."""
+    def _load(self, job_id: str, data: str, spec: str,
+              replicas: list[Replica] | None = None) -> Job:
+        """A stored job with its replicas (read now, unless given); UnreadableJob if it
+        cannot be read back."""
         try:
             d = json.loads(data)
-            replicas = self._rows().replicas(job_id, d)
+            if replicas is None:
+                replicas = self._rows().replicas(job_id, d)
             job = Job.from_json({**d, "replicas": []}, JobSpec.model_validate_json(spec))
             job.replicas = replicas
         except (ValueError, KeyError, TypeError) as exc:
@@ -257,6 +260,30 @@ class Store:
             row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?",
                                   (job_id,)).fetchone()
             return self._load(job_id, row[0], row[1]) if row else None
+
+    def job_in_parts(self, job_id: str, rows: int) -> Generator[None, None, Job | None]:
+        """`job`, its replicas read `rows` rows a step: each `next` reads a part (the
+        controller steps it once a tick, so a 16,384-replica job is read over several ticks,
+        none of them long), and the last one returns the job as `job` would."""
+        row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is None:
+            return None
+        try:
+            count = ReplicaRows.in_parts(json.loads(row[0]))
+        except (ValueError, TypeError, AttributeError):
+            count = None  # `_load` says what is wrong with it
+        if count is None:
+            return self._load(job_id, row[0], row[1])
+        replicas: list[Replica] = []
+        while len(replicas) < count:
+            try:
+                replicas += self._rows().part(job_id, count, len(replicas),
+                                              min(count, len(replicas) + rows))
+            except ValueError as exc:
+                raise UnreadableJob(job_id, f"ValueError: {exc}") from None
+            if len(replicas) < count:
+                yield
+        return self._load(job_id, row[0], row[1], replicas)
 
     def jobs(self, ids: Iterable[str]) -> list[Job]:
         return [j for j in (self.job(i) for i in ids) if j is not None]

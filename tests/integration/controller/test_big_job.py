@@ -1,10 +1,10 @@
 """A big job through the real controller and sqlite store (fake backend, fake clock): a big
-job is loaded in one tick and admitted by the next; the backend's news is taken at most
-OBSERVATIONS_PER_TICK a tick, in order, and at most launches_per_tick launches and stops are
-sent a tick, so no tick handles every replica at once; after every tick the store holds
-exactly what the controller holds (a controller killed then restarts from it); a node
-failure's group restart relaunches each replica once; a controller that dies while launches
-are still to be sent restarts the round cleanly."""
+job is read over ticks (LOAD_ROWS_PER_TICK rows a tick) and admitted by the next; the
+backend's news is taken at most OBSERVATIONS_PER_TICK a tick, in order, and at most
+launches_per_tick launches and stops are sent a tick, so no tick handles every replica at
+once; after every tick the store holds exactly what the controller holds (a controller
+killed then restarts from it); a node failure's group restart relaunches each replica once;
+a controller that dies while launches are still to be sent restarts the round cleanly."""
 
 from __future__ import annotations
 
@@ -12,16 +12,20 @@ import itertools
 import sys
 from pathlib import Path
 
+import pytest
+
 from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
+from perdure.controller import loop
 from perdure.controller.loop import OBSERVATIONS_PER_TICK, Controller
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job, make_replicas
 from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec, QueueSpec
 from perdure.core.states import JobState, ReplicaState
+from perdure.store.rows import ReplicaRows
 from perdure.store.sqlite import Store
 
-NODES, PER_NODE = 188, 8  # 1,504 replicas: about three ticks' worth of news
+NODES, PER_NODE = 188, 8  # 1,504 replicas: about six ticks' worth of news (256 a tick)
 TOTAL = NODES * PER_NODE
 PER_TICK = LaunchSettings("", "").launches_per_tick or 0
 
@@ -37,6 +41,7 @@ def controller(tmp_path: Path, backend: FakeBackend, now: list[float]) -> Contro
 
 
 def big(tmp_path: Path, now: list[float]) -> tuple[Controller, FakeBackend, Job]:
+    tmp_path.mkdir(exist_ok=True)
     infos = [NodeInfo(f"n{i:04d}", PER_NODE) for i in range(NODES + 1)]
     backend = FakeBackend(infos, lambda launch: FakeRun(seconds=None), clock=lambda: now[0])
     ctl = controller(tmp_path, backend, now)
@@ -66,7 +71,8 @@ def test_a_big_jobs_news_is_taken_over_bounded_ticks(tmp_path: Path) -> None:
         return mine
 
     assert tick().state is JobState.QUEUED and not backend.launched  # loaded, no more
-    assert tick().state is JobState.PENDING  # admitted: the first launches sent
+    assert tick().state is JobState.PENDING and not backend.launched  # admitted, placed
+    tick()  # the round's layout built, the first launches sent
     assert len(backend.launched) == PER_TICK < TOTAL
     sent, seen = [PER_TICK], [0]
     while (j := tick()).state is not JobState.RUNNING:
@@ -96,7 +102,8 @@ def test_a_controller_dead_before_its_launches_were_sent_restarts_the_round(
     now = [1000.0]
     ctl, backend, job = big(tmp_path, now)
     ctl.tick()  # loaded
-    ctl.tick()  # admitted; the first launches sent, the rest planned
+    ctl.tick()  # admitted: placed, planned
+    ctl.tick()  # the first launches sent, the rest planned
     assert 0 < len(backend.launched) < TOTAL
     ctl.close()  # killed after that tick: its store is all a new controller has
     ctl.store.close()
@@ -112,5 +119,65 @@ def test_a_controller_dead_before_its_launches_were_sent_restarts_the_round(
     assert {p.launch.env["PERDURE_ROUND"] for p in backend.procs.values()} == {"1"}
     assert len(backend.procs) == TOTAL  # the first round's processes were stopped
     assert len({x.env["MASTER_PORT"] for x in backend.launched[PER_TICK:]}) == 1
+    ctl.close()
+    ctl.store.close()
+
+
+def test_a_big_job_is_read_over_ticks_and_a_restart_reads_it_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most LOAD_ROWS_PER_TICK replica rows are read a tick; the job enters the
+    controller once read whole (its submit command taken only then), so a controller that
+    dies mid-read loses nothing: the next one reads its unfinished jobs as it starts."""
+    monkeypatch.setattr(loop, "LOAD_ROWS_PER_TICK", 500)  # 1,504 rows: 4 ticks
+    read: list[tuple[int, int]] = []
+    part = ReplicaRows.part
+
+    def noted(self: ReplicaRows, job_id: str, count: int, start: int, stop: int) -> list:  # type: ignore[type-arg]
+        read.append((start, stop))
+        return part(self, job_id, count, start, stop)
+
+    monkeypatch.setattr(ReplicaRows, "part", noted)
+    now = [1000.0]
+    ctl, backend, job = big(tmp_path, now)
+    for _ in range(3):
+        ctl.tick()
+        assert job.id not in ctl.snapshot.jobs
+    ctl.tick()
+    assert read == [(0, 500), (500, 1000), (1000, 1500), (1500, 1504)]
+    assert ctl.snapshot.jobs[job.id].state is JobState.QUEUED and not backend.launched
+    ctl.tick()
+    assert ctl.snapshot.jobs[job.id].state is JobState.PENDING  # admitted
+    ctl.tick()
+    assert len(backend.launched) == PER_TICK
+    ctl.close()
+    ctl.store.close()
+
+    ctl, backend, job = big(tmp_path / "again", now)
+    ctl.tick()
+    ctl.tick()
+    assert job.id not in ctl.snapshot.jobs
+    ctl.close()  # killed mid-read
+    ctl.store.close()
+    ctl = controller(tmp_path / "again", backend, now)  # reads it as it starts
+    ctl.tick()
+    assert ctl.snapshot.jobs[job.id].state is JobState.PENDING  # its command was not lost
+    ctl.tick()
+    assert len(backend.launched) == PER_TICK
+    ctl.close()
+    ctl.store.close()
+
+
+def test_a_big_job_whose_rows_go_missing_mid_read_fails_on_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop, "LOAD_ROWS_PER_TICK", 500)
+    now = [1000.0]
+    ctl, backend, job = big(tmp_path, now)
+    ctl.tick()
+    ctl.store.db.execute("DELETE FROM replicas WHERE job_id=? AND idx>=1200", (job.id,))
+    for _ in range(4):
+        ctl.tick()
+    stored = ctl.store.job_rows()
+    assert [r["state"] for r in stored if r["id"] == job.id] == ["FAILED"]
+    assert job.id not in ctl.snapshot.jobs and not backend.launched
     ctl.close()
     ctl.store.close()

@@ -37,10 +37,10 @@ def test_a_big_placement_is_sent_over_ticks_with_the_layout_of_one() -> None:
 
     sim, j = chunked(4)
     sent = []
-    for _ in range(3):
+    for _ in range(4):
         sim.step()
         sent.append(len(sim.backend.launched))
-    assert sent == [4, 8, 10]
+    assert sent == [0, 4, 8, 10]  # placed; its layout built and the first sent the next tick
     assert [x.replica for x in sim.backend.launched] == [f"w-{i}" for i in range(10)]
     assert layout(sim.backend.launched) == layout(whole.backend.launched)
     job = sim.run_until(j, {JobState.RUNNING})
@@ -83,7 +83,8 @@ def test_a_group_restart_stops_over_ticks_and_runs_once_all_are_back() -> None:
 
 def test_a_controller_that_died_mid_plan_restarts_the_round() -> None:
     sim, j = chunked(4)
-    sim.step()
+    sim.step()  # placed
+    sim.step()  # the first 4 sent
     stored = sim.job(j).to_json()  # what the store holds: the count, not the plan
     assert stored["unlaunched"] == 6
     job = Job.from_json(stored, sim.job(j).spec)

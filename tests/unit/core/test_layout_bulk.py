@@ -1,0 +1,73 @@
+"""The torchrun layout of a job is built in bulk passes (C: groupby, zip, map) when each
+node's and each pool's replicas are side by side, as a 16,384-replica job's are; it equals
+the layout built one replica at a time, for random jobs, placements and member lists."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from perdure.core.launchenv import Layout
+from perdure.core.model import Job, Node, make_replicas
+from perdure.core.spec import JobSpec
+
+
+def one_by_one(job: Job, where: dict[str, str]) -> tuple[object, ...]:
+    """Layout.of's mappings, each replica in turn (how it was built before)."""
+    pools = {p.name: p for p in job.spec.pools}
+    at = {x.name: x.node for x in job.replicas}
+    at.update(where)
+    local: dict[str, tuple[int, int]] = {}
+    if any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools):
+        local = {x.name: (0, pools[x.pool].procs_per_replica) for x in job.replicas}
+        group = {x.name: x.rank for x in job.replicas}
+        groups = len(job.replicas)
+    else:
+        counts = Counter(n for n in at.values() if n is not None)
+        seen = dict.fromkeys(counts, 0)
+        for name, node in at.items():
+            if node is not None:
+                local[name] = (seen[node], counts[node])
+                seen[node] += 1
+        order = {node: i for i, node in enumerate(counts)}
+        group = {name: order.get(node, 0) for name, node in at.items()}  # type: ignore[arg-type]
+        groups = max(1, len(counts))
+    sizes: dict[str, int] = {}
+    first: dict[str, tuple[int, int]] = {}
+    start = 0
+    for x in job.replicas:
+        k = pools[x.pool].procs_per_replica
+        done = sizes.get(x.pool, 0)
+        first[x.name] = (start, done * k)
+        sizes[x.pool] = done + 1
+        start += k
+    members = {n: i for i, n in enumerate(job.members)}
+    return local, group, groups, sizes, members, first, start
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_bulk_layout_equals_one_replica_at_a_time(seed: int) -> None:
+    rng = random.Random(seed)
+    pools = [{"name": f"p{i}", "replicas": rng.randint(1, 9),
+              "procs_per_replica": rng.choice([1, 1, 1, 2]), "gpus": rng.choice([0, 0, 0, 2]),
+              "command": ["python", "t.py"]} for i in range(rng.randint(1, 3))]
+    if rng.random() < 0.3:  # elastic (one process per replica)
+        pools = [{**p, "min_replicas": 1, "procs_per_replica": 1} for p in pools]
+    spec = JobSpec.model_validate({"name": "j", "pools": pools})
+    job = Job("j-1", spec, "/s", 0.0, replicas=make_replicas(spec))
+    if rng.random() < 0.2:  # pools not side by side (not as make_replicas puts them)
+        rng.shuffle(job.replicas)
+    nodes = [f"n{i}" for i in range(rng.randint(1, 6))]
+    side_by_side = rng.random() < 0.5
+    for i, r in enumerate(job.replicas):
+        if rng.random() < 0.8:
+            r.node = nodes[i * len(nodes) // len(job.replicas)] if side_by_side else (
+                rng.choice(nodes))
+    where = {r.name: rng.choice(nodes) for r in job.replicas if rng.random() < 0.2}
+    job.members = [r.name for r in job.replicas if rng.random() < 0.7]
+    rng.shuffle(job.members)
+    layout = Layout.of(job, {n: Node(n, 8, gpus=2) for n in nodes}, (), where)
+    assert (layout.local, layout.group, layout.groups, layout.pool_sizes, layout.member_rank,
+            layout.first_rank, layout.world) == one_by_one(job, where)
