@@ -1,0 +1,125 @@
+"""Where a save's cost falls in a 2-rank DDP loop: each step timed by its place after a save.
+
+    flock /tmp/perdure-heavy.lock .venv/bin/python bench/save_steps.py [--steps 3000] [--runs 2]
+
+One 2-rank torchrun job per run and mode: examples/ddp_mlp's MLP and AdamW over torch's
+DataLoader, `maybe_save` every step with `SavePolicy(every_steps=100)` ("save") or no
+checkpointer call at all ("none"); the modes alternate. Rank 0 times each step (wall, and its
+process's CPU: all threads, the persist thread's included). The figure: the median step by its
+distance k from the last save (k = 0: the save's own step; 1-5; 6-30; 31-99), per mode, and the
+mean step, after the first 300 steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "ddp_mlp"
+EVERY, BATCH = 100, 16
+GROUPS = (("save's step", 0, 0), ("next 5", 1, 5), ("6-30", 6, 30), ("31-99", 31, 99))
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    sys.path.insert(0, str(EXAMPLE))
+    import train as ex
+
+    import perdure
+    from perdure.runtime import Checkpointer, SavePolicy
+
+    perdure.init(seed=0)
+    data = ex.Samples(4000, seed=1)
+    model = ex.build_model(64)
+    ddp = DDP(model)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=3e-3)
+    loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, seed=0))
+    ckpt = Checkpointer(args.ckpt, keep=2, policy=SavePolicy(every_steps=EVERY))
+    batches, epoch, steps = iter(loader), 0, []
+    for step in range(1, args.steps + 1):
+        t0, c0 = time.perf_counter(), time.process_time()
+        batch = next(batches, None)
+        if batch is None:
+            epoch += 1
+            loader.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+            batches = iter(loader)
+            batch = next(batches)
+        _, x, y = batch
+        loss = nn.functional.mse_loss(ddp(x), y, reduction="sum") / BATCH
+        opt.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        if args.mode == "save":
+            ckpt.maybe_save(step, {"model": model, "optim": opt, "step": step})
+        steps.append((step, time.perf_counter() - t0, time.process_time() - c0))
+    ckpt.close()
+    if dist.get_rank() == 0:
+        Path(args.out).write_text(json.dumps(steps))
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def summary(steps: list[list[float]]) -> dict[str, Any]:
+    kept = [s for s in steps if s[0] > 300]
+    out: dict[str, Any] = {"mean": (statistics.mean(s[1] for s in kept),
+                                    statistics.mean(s[2] for s in kept))}
+    for label, lo, hi in GROUPS:
+        group = [s for s in kept if lo <= int(s[0]) % EVERY <= hi]
+        out[label] = (statistics.median(s[1] for s in group),
+                      statistics.median(s[2] for s in group))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="mode_")
+    w = sub.add_parser("worker")
+    w.add_argument("--mode", choices=("none", "save"), required=True)
+    w.add_argument("--out", required=True)
+    w.add_argument("--ckpt", required=True)
+    for q in (p, w):
+        q.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--runs", type=int, default=2)
+    args = p.parse_args(argv)
+    if args.mode_ == "worker":
+        worker(args)
+        return
+    print(f"$ {' '.join(sys.argv)}  (cores {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
+    root = Path(tempfile.mkdtemp(prefix="perdure-bench-save-steps-"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(root)}
+    print(f"{'run':<10} {'mean step':>18}" + "".join(f" {g[0]:>18}" for g in GROUPS)
+          + "   (wall / process CPU, ms)")
+    for run in range(args.runs):
+        for mode in ("none", "save"):
+            out = root / f"{mode}-{run}.json"
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nnodes=1", "--nproc-per-node=2", str(Path(__file__)), "worker", "--mode",
+                   mode, "--out", str(out), "--ckpt", str(root / f"ckpt-{run}"),
+                   "--steps", str(args.steps)]
+            with (root / f"{mode}-{run}.log").open("wb") as log:
+                subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True,
+                               timeout=1800)
+            got = summary(json.loads(out.read_text()))
+            cells = [got["mean"], *(got[g[0]] for g in GROUPS)]
+            print(f"{mode + ' ' + str(run + 1):<10}"
+                  + "".join(f" {w * 1e3:8.2f} / {c * 1e3:7.2f}" for w, c in cells), flush=True)
+    print(f"(load {os.getloadavg()[0]:.1f} at the end; run under {root})")
+
+
+if __name__ == "__main__":
+    main()
