@@ -71,6 +71,8 @@ def worker(args: argparse.Namespace) -> None:
     from perdure.runtime import Checkpointer, ElasticLoader, ElasticSampler, SavePolicy, goodput
 
     perdure.init(seed=0)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     data = ex.Samples(SAMPLES, seed=1)
     model = ex.build_model(args.hidden)
     ddp = DDP(model)
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         q.add_argument("--pairs", type=int, default=30, help="perdure phases measured")
         q.add_argument("--phase", type=int, default=2 * EVERY, help="steps per phase")
         q.add_argument("--hidden", type=int, default=64, help="the MLP's width")
+        q.add_argument("--switch-interval", type=float, default=0.0,
+                       help="sys.setswitchinterval in the ranks (attribution: GIL hand-offs)")
         q.add_argument("--features", default=",".join(FEATURES),
                        help="what the perdure phases use, of " + ",".join(FEATURES))
     args = p.parse_args(argv)
@@ -164,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
            "--nproc-per-node=2", str(Path(__file__)), "worker", "--out", str(out), "--ckpt",
            str(root / "ckpt"), "--pairs", str(args.pairs), "--phase", str(args.phase),
-           "--hidden", str(args.hidden), "--features", args.features]
+           "--hidden", str(args.hidden), "--features", args.features,
+           "--switch-interval", str(args.switch_interval)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(root)}
     with (root / "log").open("wb") as log:
         subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True,

@@ -86,7 +86,7 @@ def perdure_env(rdzv: Path, replica: str, round_no: int, members: list[str],
 
 
 def publish(state_dir: Path, round_no: int, members: list[str], reason: str) -> None:
-    from perdure.controller.loop import publish_round
+    from perdure.controller.publish import publish_round
     from perdure.core.events import Rendezvous
 
     publish_round(state_dir, Rendezvous(JOB, 1, round_no, tuple((m, NODES[m]) for m in members),

@@ -9,18 +9,17 @@ still runs.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import shutil
-import socket
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from perdure.backends.base import Backend, HoldsSpares, LaunchError
 from perdure.controller import backoff, vet
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
+from perdure.controller.publish import free_ports, publish_round
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
@@ -54,19 +53,6 @@ LOAD_ROWS_PER_TICK = 4096
 
 class ControllerBusy(RuntimeError):
     """Another controller already drives this state dir."""
-
-
-def free_ports() -> Iterator[int]:
-    """Ports the OS says are free now, never the same one twice in a row."""
-    recent: list[int] = []
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port in recent:
-            continue
-        recent = [*recent[-63:], port]
-        yield port
 
 
 class Controller:
@@ -425,24 +411,3 @@ class Controller:
                 return
             if len(self.pending) < OBSERVATIONS_PER_TICK:  # else: no news waits for a nap
                 time.sleep(self.interval)
-
-
-def publish_round(state_dir: Path, d: Rendezvous) -> None:
-    """Write an elastic job's round for its replicas: `<state>/rdzv/<job>/round.json`."""
-    directory = state_dir / "rdzv" / d.job_id
-    directory.mkdir(parents=True, exist_ok=True)
-    body = {
-        "job_id": d.job_id, "attempt": d.attempt, "round": d.round, "reason": d.reason,
-        "time": d.time, "world_size": len(d.members),
-        "members": [{"replica": name, "rank": i, "node": node}
-                    for i, (name, node) in enumerate(d.members)],
-    }
-    tmp = directory / f".round.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(body))
-    os.replace(tmp, directory / "round.json")
-
-
-def submit_command(store: Store, kind: str, target: str, hold: bool = False) -> Command:
-    """Record a user's command for the controller (it reaches it through the store)."""
-    store.command(kind, target, hold)
-    return Command(kind, target, time.time(), hold)

@@ -22,7 +22,7 @@ from typing import Any
 from elastic_forkserver import ForkServer, Replica
 
 from perdure.backends.relay.server import Relay
-from perdure.controller.loop import publish_round
+from perdure.controller.publish import publish_round
 from perdure.core.events import Rendezvous
 
 JOB = "job-elastic"

@@ -17,7 +17,7 @@ import pytest
 from transport_pair import JOB, launch_id, net_env, start_relay, transport_of
 
 from perdure.backends.local import layout
-from perdure.controller.loop import publish_round
+from perdure.controller.publish import publish_round
 from perdure.core.events import Rendezvous
 from perdure.runtime import goodput
 from perdure.runtime.context import stop_is_notice

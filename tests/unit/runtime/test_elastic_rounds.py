@@ -15,7 +15,7 @@ from perdure.runtime.elastic.snapshot import choose_peer
 
 def doc(round_no: int, members: list[tuple[str, str]], attempt: int = 1,
         reason: str = "admitted") -> dict[str, object]:
-    # the shape perdure.controller.loop.publish_round writes
+    # the shape perdure.controller.publish.publish_round writes
     return {"job_id": "j", "attempt": attempt, "round": round_no, "reason": reason,
             "time": 1.0, "world_size": len(members),
             "members": [{"replica": r, "rank": i, "node": n}
