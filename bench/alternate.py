@@ -33,7 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ddp_mlp"
 SAMPLES, BATCH, EVERY = 4000, 16, 100
-FEATURES = ("loader", "goodput", "save")  # and "process": the saves persist in a process
+# and, for attribution: "process" (the saves persist in a process), "normal-priority" (the
+# persist thread is not lowered)
+FEATURES = ("loader", "goodput", "save")
 
 
 class _Batches:
@@ -82,6 +84,10 @@ def worker(args: argparse.Namespace) -> None:
     on = set(args.features.split(","))
     sources = {"bare": _Batches(plain, plain.sampler),
                "perdure": _Batches(elastic, elastic) if "loader" in on else None}
+    if "normal-priority" in on:  # attribution: the persist thread keeps training's priority
+        import perdure.runtime.checkpoint.worker as worker_threads
+
+        worker_threads.lower_this_thread = lambda: None  # type: ignore[assignment]
     ckpt = Checkpointer(args.ckpt, keep=2, policy=SavePolicy(every_steps=EVERY),
                         persist="process" if "process" in on else "thread")
 

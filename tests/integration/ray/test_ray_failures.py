@@ -23,7 +23,10 @@ def node_state(p: RayPerdure, name: str) -> str:
 
 # Its return (a new Ray node, the same perdure node, used by the next job) is the long half:
 # ~25 s more, in `make test-ray`.
-@pytest.mark.parametrize("comes_back", [False, pytest.param(True, marks=pytest.mark.ray_long)])
+# ~35 s and more each: make test-ray (the default suite keeps Ray's failure table, warm
+# relaunch and DDP tests)
+@pytest.mark.parametrize("comes_back", [pytest.param(False, marks=pytest.mark.ray_long),
+                                        pytest.param(True, marks=pytest.mark.ray_long)])
 @pytest.mark.timeout(420)
 def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure,
                                                          local_sha: str, comes_back: bool) -> None:

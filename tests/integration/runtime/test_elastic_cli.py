@@ -38,8 +38,11 @@ def wait_for(what: str, pred: object, run: subprocess.Popen[str], timeout: float
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# ~40 s each: make test-transport (the default suite's elastic shrink and grow are covered by
+# the controller's and the runtime's elastic tests; this one is the CLI end to end, per transport)
 @pytest.mark.parametrize("transport", [
-    "file", pytest.param("net", marks=pytest.mark.transport_long)])  # 40 s: make test-transport
+    pytest.param("file", marks=pytest.mark.transport_long),
+    pytest.param("net", marks=pytest.mark.transport_long)])
 def test_a_lost_node_shrinks_the_job_and_its_return_grows_it_back(tmp_path: Path,
                                                                    transport: str) -> None:
     """Under `transport: net` every runtime contract (rounds, barriers and the store, ready
