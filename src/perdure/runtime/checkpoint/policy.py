@@ -86,9 +86,9 @@ class SavePolicy:
         self, step: int, now: float, last_step: int | None, last_time: float | None
     ) -> SaveDecision:
         """Decide whether ``step`` is due, given the last save's step and time (None: none yet)."""
-        if self.due(step, now, last_step, last_time):
-            if self.every_steps is not None and step % self.every_steps == 0:
-                return SaveDecision(True, f"step {step} is a multiple of {self.every_steps}")
+        if self.due_by_steps(step, last_step):
+            return SaveDecision(True, f"step {step} is a multiple of {self.every_steps}")
+        if self.due_by_clock(step, now, last_step, last_time):
             return SaveDecision(True, f"{now - (last_time or now):.1f}s since the last save >= "
                                       f"{self.every_seconds}s")
         if self.every_seconds is not None and last_time is None:
