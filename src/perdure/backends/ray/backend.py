@@ -17,14 +17,11 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray.exceptions import (
-    ActorUnavailableError,
     GetTimeoutError,
     OutOfMemoryError,
     RayActorError,
@@ -39,6 +36,7 @@ from perdure.backends.ray import replies
 from perdure.backends.ray.actors import RESOURCE_PREFIX, node_agent
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
+from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_from_agent
 from perdure.core.events import (
     Command,
     Launch,
@@ -53,29 +51,10 @@ from perdure.runtime.errorfile import read_error_file
 from perdure.runtime.ranks import rank_file
 
 WAIT_SECONDS = 30.0  # how long one outstanding start/exit call waits on the node
-PULL_SECONDS = 0.5  # how often logs and progress are copied while a launch runs
 NODES_SECONDS = 0.5  # how often the GCS is asked which nodes are alive
 PROBE_SECONDS = 3.0  # an agent that does not answer within this is on a lost node
-# A launch's actor died on a live node: its agent, which the same cause may have killed (Ray's
-# memory monitor picks several workers), has this long to be back and hand over the logs.
-AGENT_PULL_SECONDS = 10.0
 DEAD_MASTER_PORT = 29500  # torch's default: what a launch whose rank 0's node is gone gets
 OOM_WORDS = ("OutOfMemory", "out of memory", "memory monitor")
-
-
-@dataclass
-class _Tracked:
-    launch_id: str
-    node: str
-    actor: Any
-    mirror: Mirror
-    started: bool = False
-    waiting: Any = None  # the outstanding started()/exit_record() call
-    asked: str = replies.STARTED  # which of the two `waiting` is
-    pulling: Any = None
-    next_pull: float = 0.0
-    lost: bool = False  # its node was reported lost: report its exit as a kill
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 class RayBackend:
@@ -92,7 +71,7 @@ class RayBackend:
         self._live: dict[str, rc.RayNode] = {}
         self._down: dict[str, str] = {}  # lost node -> the Ray node id it had
         self._next_nodes = 0.0
-        self._active: dict[str, _Tracked] = {}
+        self._active: dict[str, Tracked] = {}
         self._ports: dict[tuple[str, str], str] = {}  # (job, controller's port) -> node's port
         self._agents: dict[str, Any] = {}
         # Each node agent's pool of warm standbys, as the local backend's (ValueError: bad env)
@@ -169,7 +148,7 @@ class RayBackend:
                 actor = rc.launch_actor(launch.node, launch.launch_id, self.ns, record)
         except (ValueError, RayError) as err:
             raise LaunchError(f"cannot start the actor of {launch.launch_id}: {err}") from None
-        tracked = _Tracked(launch.launch_id, launch.node, actor, mirror)
+        tracked = Tracked(launch.launch_id, launch.node, actor, mirror)
         self._ask(tracked, replies.STARTED)
         self._active[launch.launch_id] = tracked
 
@@ -234,16 +213,16 @@ class RayBackend:
                     self._answered(tracked, ref, out)
                 except Exception as err:  # an answer no launch can give: that launch fails
                     self._unexpected(tracked, err, out)
-        self._pull_all(now)
+        pull_all(self._active.values(), now)
         return out
 
-    def _ask(self, tracked: _Tracked, question: str) -> None:
+    def _ask(self, tracked: Tracked, question: str) -> None:
         tracked.asked = question
         call = (tracked.actor.started if question == replies.STARTED
                 else tracked.actor.exit_record)
         tracked.waiting = call.remote(WAIT_SECONDS)
 
-    def _answered(self, tracked: _Tracked, ref: Any, out: list[Observation]) -> None:
+    def _answered(self, tracked: Tracked, ref: Any, out: list[Observation]) -> None:
         tracked.waiting = None
         try:
             value = ray.get(ref, timeout=0)
@@ -264,16 +243,16 @@ class RayBackend:
         elif news.ask is not None:
             self._ask(tracked, news.ask)
 
-    def _unexpected(self, tracked: _Tracked, err: Exception, out: list[Observation]) -> None:
+    def _unexpected(self, tracked: Tracked, err: Exception, out: list[Observation]) -> None:
         """An answer that makes no sense fails its launch, whose replica is stopped."""
         self._report_failed(tracked, f"launch {tracked.launch_id}: unexpected answer from its "
                                      f"actor ({type(err).__name__}: {str(err)[:400]})", out)
         with contextlib.suppress(Exception):
             tracked.actor.stop.remote(int(signal.SIGKILL), 0.0, "unexpected answer", None)
 
-    def _report_exit(self, tracked: _Tracked, record: dict[str, Any],
+    def _report_exit(self, tracked: Tracked, record: dict[str, Any],
                      out: list[Observation]) -> None:
-        self._final_pull(tracked)
+        final_pull(tracked)
         tracked.mirror.write_record(layout.EXIT, record)
         self._active.pop(tracked.launch_id, None)
         tracked.actor.release.remote()
@@ -284,7 +263,7 @@ class RayBackend:
             error = read_error_file(os.path.join(tracked.mirror.dir, name))
         out.append(replies.exit_observation(tracked.launch_id, record, error))
 
-    def _actor_died(self, tracked: _Tracked, err: RayError, out: list[Observation]) -> None:
+    def _actor_died(self, tracked: Tracked, err: RayError, out: list[Observation]) -> None:
         """The launch's actor is gone: its node died, Ray's memory monitor killed it, or
         someone killed it. Its replica died with it (its supervisor watches the actor)."""
         text = str(err)
@@ -293,14 +272,14 @@ class RayBackend:
             self._lose_node(tracked.node, out)
         self._active.pop(tracked.launch_id, None)
         if not tracked.lost:
-            self._pull_from_agent(tracked)
+            pull_from_agent(tracked, self._agent(tracked.node))
         why = "its node was lost" if tracked.lost else text.splitlines()[0][:300]
         tracked.mirror.write_record(layout.EXIT, {"exit_code": 137, "signal": 9, "oom": oom,
                                                   "time": time.time(), "lost": why})
         out.append(ReplicaExited(launch_id=tracked.launch_id, exit_code=128 + signal.SIGKILL,
                                  time=time.time(), signal=int(signal.SIGKILL), oom=oom))
 
-    def _report_failed(self, tracked: _Tracked, message: str, out: list[Observation]) -> None:
+    def _report_failed(self, tracked: Tracked, message: str, out: list[Observation]) -> None:
         self._active.pop(tracked.launch_id, None)
         out.append(LaunchFailed(tracked.launch_id, message, time.time()))
 
@@ -359,59 +338,6 @@ class RayBackend:
         except (RayError, GetTimeoutError):
             return False
 
-    # ---- logs and progress ------------------------------------------------------------------
-
-    def _pull_all(self, now: float) -> None:
-        for tracked in self._active.values():
-            if tracked.pulling is not None:
-                ready, _ = ray.wait([tracked.pulling], timeout=0)
-                if not ready:
-                    continue
-                # An actor that is gone has its exit reported through `waiting`.
-                with contextlib.suppress(RayError):
-                    tracked.mirror.append(ray.get(ready[0]))
-                tracked.pulling = None
-            if tracked.started and now >= tracked.next_pull:
-                tracked.next_pull = now + PULL_SECONDS
-                tracked.pulling = tracked.actor.pull.remote(dict(tracked.mirror.offsets))
-
-    def _final_pull(self, tracked: _Tracked) -> None:
-        """Copy everything the launch wrote before its actor is released."""
-        if tracked.pulling is not None:
-            with contextlib.suppress(RayError):
-                tracked.mirror.append(ray.get(tracked.pulling, timeout=10))
-            tracked.pulling = None
-        self._drain(tracked, tracked.actor.pull.remote, 10.0)
-
-    def _pull_from_agent(self, tracked: _Tracked) -> None:
-        """What a launch whose actor died wrote last, from its node's agent (its files stay on
-        the node); nothing when the agent does not answer either."""
-        tracked.pulling = None
-        agent = self._agent(tracked.node)
-        self._drain(tracked, lambda offsets: agent.pull.remote(tracked.launch_id, offsets),
-                    AGENT_PULL_SECONDS)
-
-    @staticmethod
-    def _drain(tracked: _Tracked, pull: Callable[[dict[str, int]], Any],
-               seconds: float) -> None:
-        """Append what `pull` brings until nothing is new, each pull given `seconds` (an
-        actor being started again, as Ray restarts agents, is waited for)."""
-        for _ in range(64):
-            deadline = time.monotonic() + seconds
-            while True:
-                try:
-                    chunk = ray.get(pull(dict(tracked.mirror.offsets)),
-                                    timeout=max(0.1, deadline - time.monotonic()))
-                    break
-                except ActorUnavailableError:
-                    if time.monotonic() >= deadline:
-                        return
-                    time.sleep(0.2)
-                except RayError:
-                    return
-            if not tracked.mirror.append(chunk):
-                return
-
     # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
@@ -430,7 +356,7 @@ class RayBackend:
                                         "node was lost while no controller watched",
                                         time.time()))
                 continue
-            tracked = _Tracked(launch_id, str(record["node"]), actor,
+            tracked = Tracked(launch_id, str(record["node"]), actor,
                                Mirror(self.state_dir, launch_id, str(record["log_prefix"])))
             self._ask(tracked, replies.STARTED)
             self._active[launch_id] = tracked
