@@ -417,4 +417,4 @@ def parse_model(model: type[_M], text: str | bytes, source: str) -> _M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_format_errors(exc, source, data)) from None
+        raise SpecError(_format_errors(exc, source, model)) from None

@@ -61,6 +61,18 @@ def test_failure_file_errors_name_the_field(tmp_path) -> None:  # type: ignore[n
     assert calibration.load("h100-405b").step_seconds > 0
 
 
+def test_an_unknown_field_in_a_failure_or_calibration_file_is_named(  # type: ignore[no-untyped-def]
+        tmp_path) -> None:
+    bad = tmp_path / "f.yaml"
+    bad.write_text("categories:\n  - {name: a, mtbf_hours: 5, scope: gpu, kind: transient, "
+                   "detecton_s: 3}\n")
+    with pytest.raises(SpecError, match=r"categories\.0\.detecton_s: unknown field"):
+        failures.load(str(bad))
+    bad.write_text("step_secnds: 1\n")
+    with pytest.raises(SpecError, match=r"step_secnds: unknown field; did you mean `step_seconds`"):
+        calibration.load(str(bad))
+
+
 def test_training_account_is_exact() -> None:
     t = Training(CAL, snapshots=False)
     t0, source = t.start(0.0, every_seconds=100, node_lost=False)
