@@ -7,13 +7,11 @@ H100-class figures for a 405B model, each with its source in a comment.
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-
 from pydantic import Field
 
-from perdure.core.spec import SpecError, parse_model
+from perdure.core.spec import parse_model
 from perdure.core.specbase import SpecModel
+from perdure.sim.sourcefile import read_source
 
 BUILTIN = ("h100-405b",)
 
@@ -44,15 +42,8 @@ class Calibration(SpecModel):
 
 def load(source: str) -> Calibration:
     """A calibration file by path, or a built-in by name (`h100-405b`)."""
-    if source in BUILTIN:
-        text = resources.files("perdure.sim.data").joinpath(f"{source}.yaml").read_text()
-        return parse_model(Calibration, text, f"{source} (built in)")
-    try:
-        text = Path(source).read_text()
-    except OSError as exc:
-        raise SpecError(f"{source}: cannot read the calibration file ({exc.strerror or exc}); "
-                        f"give a path or one of {', '.join(BUILTIN)}") from None
-    return parse_model(Calibration, text, source)
+    text, name = read_source(source, "calibration file", BUILTIN)
+    return parse_model(Calibration, text, name)
 
 
 def dump(c: Calibration, comments: dict[str, str]) -> str:

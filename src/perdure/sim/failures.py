@@ -22,14 +22,13 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from perdure.core.spec import SpecError, parse_model
+from perdure.core.spec import parse_model
 from perdure.core.specbase import SpecModel
+from perdure.sim.sourcefile import read_source
 
 BUILTIN = ("llama3",)
 
@@ -82,17 +81,7 @@ class FailureFile(SpecModel):
 
 def load(source: str) -> FailureFile:
     """A failure file by path, or a built-in by name (`llama3`)."""
-    if source in BUILTIN:
-        text = resources.files("perdure.sim.data").joinpath(f"{source}.yaml").read_text()
-        name = f"{source} (built in)"
-    else:
-        path = Path(source)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise SpecError(f"{source}: cannot read the failure file ({exc.strerror or exc}); "
-                            f"give a path or one of {', '.join(BUILTIN)}") from None
-        name = source
+    text, name = read_source(source, "failure file", BUILTIN)
     return parse_model(FailureFile, text, name)
 
 

@@ -71,6 +71,9 @@ def test_an_unknown_field_in_a_failure_or_calibration_file_is_named(  # type: ig
     bad.write_text("step_secnds: 1\n")
     with pytest.raises(SpecError, match=r"step_secnds: unknown field; did you mean `step_seconds`"):
         calibration.load(str(bad))
+    for load in (failures.load, calibration.load):  # read whole, these would never end
+        with pytest.raises(SpecError, match="/dev/zero: larger than the 524288 bytes"):
+            load("/dev/zero")
 
 
 def test_training_account_is_exact() -> None:
