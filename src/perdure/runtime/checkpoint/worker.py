@@ -37,17 +37,21 @@ class PersistWorker:
     """Runs the callables handed to ``submit`` in order, in one thread of its own.
 
     lower: the thread lowers its CPU and I/O priority before its first job.
+    finish_at_exit: the interpreter's exit waits for the jobs handed over (False: they end
+    with the process, as work that only matters while it runs).
     """
 
-    def __init__(self, name: str = "perdure-checkpoint-persist", *, lower: bool = True) -> None:
+    def __init__(self, name: str = "perdure-checkpoint-persist", *, lower: bool = True,
+                 finish_at_exit: bool = True) -> None:
         self.name = name
         self.lower = lower
         self._jobs: _Jobs = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        with _WORKERS_LOCK:
-            _WORKERS[:] = [w for w in _WORKERS if w() is not None]
-            _WORKERS.append(weakref.ref(self))
+        if finish_at_exit:
+            with _WORKERS_LOCK:
+                _WORKERS[:] = [w for w in _WORKERS if w() is not None]
+                _WORKERS.append(weakref.ref(self))
 
     @property
     def thread(self) -> threading.Thread | None:

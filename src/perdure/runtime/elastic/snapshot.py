@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from perdure.runtime import goodput
+from perdure.runtime.checkpoint.worker import PersistWorker
 from perdure.runtime.elastic import codec, wire
 from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.rendezvous import Member
@@ -173,7 +174,11 @@ class Snapshotter:
         self._own: dict[int, tuple[int, dict[str, Any]]] = {}  # step -> (slot, tree)
         self._buffers = [Buffers() for _ in range(keep)]
         self._slot = 0
-        self._thread: threading.Thread | None = None
+        # One thread for every save: starting one per save held training ~2 ms (its creation
+        # and the wait until a busy machine first runs it). A snapshot still being sent when
+        # the process ends is of no use to anyone: the exit does not wait for it.
+        self._worker = PersistWorker("perdure-snapshot", lower=False, finish_at_exit=False)
+        self._done: threading.Event | None = None  # set once the last save was replicated
         self._error: BaseException | None = None
         self._latest: SnapshotInfo | None = None
         self.skipped = 0
@@ -206,7 +211,7 @@ class Snapshotter:
     @property
     def in_flight(self) -> bool:
         """True while the last save is still being replicated."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._done is not None and not self._done.is_set()
 
     @property
     def latest(self) -> SnapshotInfo | None:
@@ -235,9 +240,7 @@ class Snapshotter:
         self._own[step] = (slot, tree)
         info = SnapshotInfo(step, self.replica, time.time(), self._buffers[slot].nbytes,
                             time.perf_counter() - began)
-        self._thread = threading.Thread(target=self._replicate, args=(tree, info),
-                                        name="perdure-snapshot", daemon=True)
-        self._thread.start()
+        self._done = self._worker.submit(lambda: self._replicate(tree, info))
         return True
 
     def _replicate(self, tree: dict[str, Any], info: SnapshotInfo) -> None:
@@ -289,8 +292,8 @@ class Snapshotter:
 
     def join(self) -> None:
         """Block until the last save is replicated; raise its error (once) if it failed."""
-        if self._thread is not None:
-            self._thread.join()
+        if self._done is not None:
+            self._done.wait()
         self._raise_error()
 
     def _raise_error(self) -> None:
@@ -339,8 +342,8 @@ class Snapshotter:
 
     def join_quietly(self) -> None:
         """Wait for an in-flight save; its error is logged, not raised (restore goes on)."""
-        if self._thread is not None:
-            self._thread.join()
+        if self._done is not None:
+            self._done.wait()
         if self._error is not None:
             log.warning("the last snapshot failed: %s", self._error)
             self._error = None
@@ -365,6 +368,7 @@ class Snapshotter:
     def close(self) -> None:
         """Wait for the last save, then stop serving peers' snapshots."""
         self.join_quietly()
+        self._worker.close()
         if self._holder is not None:
             self._holder.close()
             self._holder = None

@@ -26,10 +26,15 @@ __all__ = ["Buffers", "apply", "broadcast", "capture", "check_state", "kind_of",
 _PLAIN = (int, float, str, bool, type(None))
 
 
-def _rank_local() -> type:
-    from perdure.runtime.checkpoint import RankLocal
+_RANK_LOCAL: list[type] = []  # imported at first use (a cycle at import time); then kept
 
-    return RankLocal
+
+def _rank_local() -> type:
+    if not _RANK_LOCAL:
+        from perdure.runtime.checkpoint import RankLocal
+
+        _RANK_LOCAL.append(RankLocal)
+    return _RANK_LOCAL[0]
 
 
 def unwrap(value: Any) -> Any:
