@@ -267,3 +267,24 @@ def fetch(addr: HolderAddress, replica: str, step: int, *, secret: str,
         return buf
 
     return fetch_with(addr, replica, step, whole, secret=secret, timeout=timeout)
+
+
+def bind_host() -> str:
+    """The holder's address: `$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR,
+    else (a loopback MASTER_ADDR) toward the controller's relay (`$PERDURE_CONTROL_ADDR`, on a
+    cluster), else loopback; never a wildcard (ValueError)."""
+    chosen = os.environ.get("PERDURE_SNAPSHOT_BIND")
+    if chosen is not None:
+        wire.check_bind(chosen, "PERDURE_SNAPSHOT_BIND")
+        return chosen
+    bound = interface_for(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    control = os.environ.get("PERDURE_CONTROL_ADDR", "").rpartition(":")[0].strip("[]")
+    if bound in ("127.0.0.1", "::1") and control:
+        return interface_for(control)
+    return bound
+
+
+def advertise_host(bound: str) -> str:
+    """The address peers reach the holder at: `$PERDURE_SNAPSHOT_HOST`, else the bound one."""
+    return os.environ.get("PERDURE_SNAPSHOT_HOST") or bound
+

@@ -34,7 +34,7 @@ import torch
 
 from perdure.runtime import goodput
 from perdure.runtime.checkpoint.worker import PersistWorker
-from perdure.runtime.elastic import codec, wire
+from perdure.runtime.elastic import codec
 from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.rendezvous import Member
 from perdure.runtime.elastic.state import Buffers, apply, capture, check_state, kind_of, unwrap
@@ -165,11 +165,11 @@ class Snapshotter:
             self._transport = None
         self._holder: hd.Holder | None = None
         if self._transport is not None:
-            host = _bind_host()
+            host = hd.bind_host()
             self._holder = hd.Holder(keep=keep, host=host, secret=self._secret,
                                      allowed=self._is_job_replica)
             self._transport.register_holder({"replica": self.replica,
-                                             "host": _advertise_host(host),
+                                             "host": hd.advertise_host(host),
                                              "port": self._holder.port, "pid": os.getpid()})
         self._own: dict[int, tuple[int, dict[str, Any]]] = {}  # step -> (slot, tree)
         self._buffers = [Buffers() for _ in range(keep)]
@@ -393,24 +393,3 @@ def _agree(mine: list[int]) -> int | None:
     dist.all_gather_object(everyone, mine)
     common = set(everyone[0]).intersection(*map(set, everyone[1:]))
     return max(common) if common else None
-
-
-def _bind_host() -> str:
-    """The holder's address: `$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR,
-    else (a loopback MASTER_ADDR) toward the controller's relay (`$PERDURE_CONTROL_ADDR`, on a
-    cluster), else loopback; never a wildcard (ValueError)."""
-    chosen = os.environ.get("PERDURE_SNAPSHOT_BIND")
-    if chosen is not None:
-        wire.check_bind(chosen, "PERDURE_SNAPSHOT_BIND")
-        return chosen
-    bound = hd.interface_for(os.environ.get("MASTER_ADDR", "127.0.0.1"))
-    control = os.environ.get("PERDURE_CONTROL_ADDR", "").rpartition(":")[0].strip("[]")
-    if bound in ("127.0.0.1", "::1") and control:
-        return hd.interface_for(control)
-    return bound
-
-
-def _advertise_host(bound: str) -> str:
-    """The address peers reach the holder at: `$PERDURE_SNAPSHOT_HOST`, else the bound one."""
-    return os.environ.get("PERDURE_SNAPSHOT_HOST") or bound
-
