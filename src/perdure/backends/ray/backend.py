@@ -332,6 +332,11 @@ class RayBackend:
     def _agent_answers(self, node: str) -> bool:
         if node in self._down:
             return False
+        live = self._live.get(node)
+        # The Ray call below waits out PROBE_SECONDS on a dead node (the GCS takes longer
+        # still to mark it dead); a raylet port that refuses settles it in a round trip.
+        if live is not None and rc.raylet_refuses(live):
+            return False
         try:
             ray.get(self._agent(node).info.remote(), timeout=PROBE_SECONDS)
             return True

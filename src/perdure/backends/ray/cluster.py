@@ -118,6 +118,7 @@ class RayNode:
     address: str
     node_id: str
     gpus: int = 0  # the Ray node's GPU resource
+    port: int = 0  # its raylet's (0: not known)
 
 
 def perdure_nodes() -> dict[str, RayNode]:
@@ -130,8 +131,27 @@ def perdure_nodes() -> dict[str, RayNode]:
             if key.startswith(RESOURCE_PREFIX) and amount >= 1:
                 name = key[len(RESOURCE_PREFIX):]
                 out[name] = RayNode(name, int(amount), str(n["NodeManagerAddress"]),
-                                    str(n["NodeID"]), int(n["Resources"].get("GPU", 0)))
+                                    str(n["NodeID"]), int(n["Resources"].get("GPU", 0)),
+                                    int(n.get("NodeManagerPort") or 0))
     return out
+
+
+REFUSED_SECONDS = 0.5  # a host that is up refuses at once; anything slower is not an answer
+
+
+def raylet_refuses(node: RayNode) -> bool:
+    """Whether the node's raylet port refuses connections: its host is up and nothing
+    listens there, so the raylet is dead for sure. A host that does not answer at all (powered
+    off, cut off) gives no such proof: False, as for a raylet that accepts."""
+    if not node.port:
+        return False
+    try:
+        with socket.create_connection((node.address, node.port), timeout=REFUSED_SECONDS):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
 
 
 def node_infos(configured: list[NodeInfo], live: dict[str, RayNode]) -> list[NodeInfo]:
