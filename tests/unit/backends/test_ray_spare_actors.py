@@ -7,14 +7,21 @@ import pytest
 pytest.importorskip("ray")
 
 from perdure.backends.ray import cluster as rc
-from perdure.backends.ray.spare_actors import AUTO_MAX, ENV, SpareActors, size_setting
+from perdure.backends.ray.spare_actors import (
+    AUTO_MAX,
+    DIED_BACKOFF_SECONDS,
+    ENV,
+    REFILL_DELAY_SECONDS,
+    SpareActors,
+    size_setting,
+)
 
 
-def test_auto_keeps_a_nodes_slots_worth_at_most_auto_max(monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
+def test_auto_keeps_twice_a_nodes_slots_at_most_auto_max(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
     monkeypatch.delenv(ENV, raising=False)
     auto = SpareActors("ns", size_setting())
-    assert (auto.want(2), auto.want(64)) == (2, AUTO_MAX)
+    assert (auto.want(2), auto.want(4), auto.want(64)) == (4, AUTO_MAX, AUTO_MAX)
     monkeypatch.setenv(ENV, "0")
     assert SpareActors("ns", size_setting()).want(4) == 0
     assert SpareActors("ns", size_setting("3")).want(64) == 3
@@ -37,3 +44,15 @@ def test_nothing_starts_before_the_controller_holds_the_namespace() -> None:
     spares = SpareActors("ns", None)
     spares.fill({"a": rc.RayNode("a", 2, "10.0.0.2", "id-a")})  # no owner yet: no Ray call
     assert spares.take("a") is None
+
+
+def test_a_burst_of_takes_does_not_push_the_refill_back() -> None:
+    spares = SpareActors("ns", None)
+    spares.refill_later("a", 100.0)
+    spares.refill_later("a", 100.6)  # the burst's next restart: still refilled at 101
+    assert spares._not_before["a"] == 100.0 + REFILL_DELAY_SECONDS
+    spares.refill_later("a", 105.0)  # a later burst waits its own delay
+    assert spares._not_before["a"] == 105.0 + REFILL_DELAY_SECONDS
+    spares._not_before["b"] = 100.0 + DIED_BACKOFF_SECONDS  # a node whose spare died
+    spares.refill_later("b", 100.0)
+    assert spares._not_before["b"] == 100.0 + DIED_BACKOFF_SECONDS

@@ -2,16 +2,19 @@
 
 Ray starts a worker process for every new actor (~1.7 s here, most of a warm restart on Ray);
 a launch that takes a spare instead has its replica starting within milliseconds of the call
-(`LaunchActor.begin`). Each live node keeps up to `size` spares (by default its slots: a group
-restart relaunches at most that many there at once); a spare taken is replaced a moment later,
-once the restart's own launches are on their way, so the new worker does not compete with them.
+(`LaunchActor.begin`). Each live node keeps up to `size` spares, by default twice its slots: a
+group restart relaunches at most its slots there at once, and a node lost just after a restart
+makes a second one within a second or two (the first was sent before the loss was known: its
+launches on the surviving nodes are stopped and launched again for a new rank 0). Spares taken
+are replaced a moment after the first of them, once the restart's own launches are on their
+way, so the new workers do not compete with them; further takes do not push that back.
 
 A spare is a detached actor named `spare:<node>:<token>`; the launch it takes keeps that name
 in its record, so a controller that restarts finds it again (`cluster.find_launch`). A spare
 nobody took leaves by itself once its controller no longer holds the namespace lock, and
 `close` kills those of a controller that stops.
 
-Settings: `$PERDURE_RAY_SPARE_ACTORS` ("auto": each node's slots, at most AUTO_MAX; a number
+Settings: `$PERDURE_RAY_SPARE_ACTORS` ("auto": twice each node's slots, at most AUTO_MAX; a number
 from 0 to MAX: that many per node; 0 turns them off).
 """
 
@@ -104,7 +107,7 @@ class SpareActors:
         self.owner = {"lock": rc.LOCK_NAME, "token": token}
 
     def want(self, slots: int) -> int:
-        return min(slots, AUTO_MAX) if self.size is None else self.size
+        return min(2 * slots, AUTO_MAX) if self.size is None else self.size
 
     def fill(self, live: dict[str, rc.RayNode]) -> None:
         """Start spares on live nodes that have fewer than they want (never waits)."""
@@ -151,9 +154,15 @@ class SpareActors:
         while have:
             spare = have.popleft()
             if self._alive(spare):
-                self._not_before[node] = time.monotonic() + REFILL_DELAY_SECONDS
+                self.refill_later(node, time.monotonic())
                 return spare.name, spare.actor
         return None
+
+    def refill_later(self, node: str, now: float) -> None:
+        """A spare of `node` was taken at `now`: refill it REFILL_DELAY_SECONDS after the first
+        take of a burst (a refill pushed back by every take would never come during one)."""
+        if self._not_before.get(node, 0.0) <= now:
+            self._not_before[node] = now + REFILL_DELAY_SECONDS
 
     @staticmethod
     def _alive(spare: _Spare) -> bool:
