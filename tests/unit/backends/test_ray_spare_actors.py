@@ -17,14 +17,16 @@ from perdure.backends.ray.spare_actors import (
 )
 
 
-def test_auto_keeps_twice_a_nodes_slots_at_most_auto_max(monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
+def test_auto_keeps_a_nodes_slots_and_twice_that_once_it_restarted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV, raising=False)
     auto = SpareActors("ns", size_setting())
-    assert (auto.want(2), auto.want(4), auto.want(64)) == (4, AUTO_MAX, AUTO_MAX)
+    assert (auto.want("a", 2), auto.want("a", 4), auto.want("a", 64)) == (2, 4, AUTO_MAX)
+    auto.refill_later("a", 100.0)  # a launch took one of a's spares
+    assert (auto.want("a", 2), auto.want("a", 4), auto.want("b", 4)) == (4, AUTO_MAX, 4)
     monkeypatch.setenv(ENV, "0")
-    assert SpareActors("ns", size_setting()).want(4) == 0
-    assert SpareActors("ns", size_setting("3")).want(64) == 3
+    assert SpareActors("ns", size_setting()).want("a", 4) == 0
+    assert SpareActors("ns", size_setting("3")).want("a", 64) == 3
 
 
 @pytest.mark.parametrize("bad", ["-1", "65", "many", ""])

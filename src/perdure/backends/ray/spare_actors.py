@@ -2,19 +2,22 @@
 
 Ray starts a worker process for every new actor (~1.7 s here, most of a warm restart on Ray);
 a launch that takes a spare instead has its replica starting within milliseconds of the call
-(`LaunchActor.begin`). Each live node keeps up to `size` spares, by default twice its slots: a
-group restart relaunches at most its slots there at once, and a node lost just after a restart
-makes a second one within a second or two (the first was sent before the loss was known: its
-launches on the surviving nodes are stopped and launched again for a new rank 0). Spares taken
-are replaced a moment after the first of them, once the restart's own launches are on their
-way, so the new workers do not compete with them; further takes do not push that back.
+(`LaunchActor.begin`). Each live node keeps up to `size` spares, by default its slots (a group
+restart relaunches at most that many there at once), and twice its slots once a restart has
+taken spares there: a node lost just after a restart makes a second restart within a second
+or two (the first was sent before the loss was known: its launches on the surviving nodes are
+stopped and launched again for a new rank 0). Only nodes that restart pay for the deeper
+reserve. Spares taken are replaced a moment after the first of them, once the restart's own
+launches are on their way, so the new workers do not compete with them; further takes do not
+push that back.
 
 A spare is a detached actor named `spare:<node>:<token>`; the launch it takes keeps that name
 in its record, so a controller that restarts finds it again (`cluster.find_launch`). A spare
 nobody took leaves by itself once its controller no longer holds the namespace lock, and
 `close` kills those of a controller that stops.
 
-Settings: `$PERDURE_RAY_SPARE_ACTORS` ("auto": twice each node's slots, at most AUTO_MAX; a number
+Settings: `$PERDURE_RAY_SPARE_ACTORS` ("auto": each node's slots, twice that once a restart took
+some there, at most AUTO_MAX; a number
 from 0 to MAX: that many per node; 0 turns them off).
 """
 
@@ -100,14 +103,17 @@ class SpareActors:
         self.owner: dict[str, str] | None = None  # the lock's name and token, once attached
         self._spares: dict[str, deque[_Spare]] = {}
         self._not_before: dict[str, float] = {}
+        self._restarted: set[str] = set()  # nodes where a launch took a spare
         self.held: frozenset[str] = frozenset()  # spare nodes jobs hold (`hold_spares`)
         self._next_prewarm = 0.0
 
     def attach(self, token: str) -> None:
         self.owner = {"lock": rc.LOCK_NAME, "token": token}
 
-    def want(self, slots: int) -> int:
-        return min(2 * slots, AUTO_MAX) if self.size is None else self.size
+    def want(self, node: str, slots: int) -> int:
+        if self.size is not None:
+            return self.size
+        return min(slots * (2 if node in self._restarted else 1), AUTO_MAX)
 
     def fill(self, live: dict[str, rc.RayNode]) -> None:
         """Start spares on live nodes that have fewer than they want (never waits)."""
@@ -123,7 +129,7 @@ class SpareActors:
                 self._not_before[name] = now + DIED_BACKOFF_SECONDS
             if now < self._not_before.get(name, 0.0):
                 continue
-            while len(have) < self.want(node.slots):
+            while len(have) < self.want(name, node.slots):
                 actor_name = f"spare:{name}:{uuid.uuid4().hex[:12]}"
                 try:
                     actor = rc.spare_launch_actor(name, actor_name, self.ns, {
@@ -161,6 +167,7 @@ class SpareActors:
     def refill_later(self, node: str, now: float) -> None:
         """A spare of `node` was taken at `now`: refill it REFILL_DELAY_SECONDS after the first
         take of a burst (a refill pushed back by every take would never come during one)."""
+        self._restarted.add(node)
         if self._not_before.get(node, 0.0) <= now:
             self._not_before[node] = now + REFILL_DELAY_SECONDS
 
