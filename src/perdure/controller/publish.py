@@ -48,11 +48,11 @@ class RoundEntries:
         if len(entries) > 2 * len(d.members) + 64:  # members moved a lot: drop the old ones
             entries = self._jobs[d.job_id] = {m: entries[m] for m in d.members if m in entries}
         heads = list(map(entries.get, d.members))
-        if None in heads:
-            for m in d.members:
-                if m not in entries:
-                    entries[m] = (f'{{"replica": {_string(m[0])}, "node": {_string(m[1])}, '
-                                  '"rank": ')
+        if None in heads:  # new members, or moved: their texts made in C (map, zip)
+            new = [m for m in d.members if m not in entries]
+            names, nodes = map(_string, map(_FIRST, new)), map(_string, map(_SECOND, new))
+            entries.update(zip(new, map(_HEAD.__mod__, zip(names, nodes, strict=True)),
+                               strict=True))
             heads = list(map(entries.__getitem__, d.members))
         ranks = self._ranks
         if len(ranks) < len(heads):
@@ -80,4 +80,6 @@ def publish_round(state_dir: Path, d: Rendezvous, entries: RoundEntries | None =
     os.replace(tmp, directory / "round.json")
 
 
+_HEAD = '{"replica": %s, "node": %s, "rank": '
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]

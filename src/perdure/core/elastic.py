@@ -24,7 +24,7 @@ from perdure.core.tick import Tick
 _NAME = operator.attrgetter("name")
 _NODE = operator.attrgetter("node")
 _RANK = operator.attrgetter("rank")
-_VALUE = operator.attrgetter("state._value_")
+_STATE, _VALUE = operator.attrgetter("state"), operator.attrgetter("_value_")
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _UP = frozenset({ReplicaState.STARTING.value, ReplicaState.RUNNING.value})  # not stopping
 _ALIVE = frozenset(s.value for s in ReplicaState if s.alive)
@@ -61,7 +61,9 @@ def _in_rank_order(job: Job, members: Collection[str], where: Mapping[str, str] 
         nodes = map(planned.get, itertools.compress(range(len(mask)), mask), nodes)
     if where:
         nodes = map(where.get, map(_NAME, chosen), nodes)
-    at = [node or "" for node in nodes]
+    at = list(nodes)
+    if None in at:  # placed nowhere yet
+        at = [node or "" for node in at]
     ranks = list(map(_RANK, chosen))
     if any(map(operator.gt, ranks, itertools.islice(ranks, 1, None))):  # not listed by rank
         order = sorted(range(len(chosen)), key=ranks.__getitem__)
@@ -88,7 +90,7 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     gone = {x.name for x in lost}
     # up (not being stopped), or placed with its launch on its way
     planned = set(map(_FIRST, job.plan))
-    kept = map(operator.or_, map(_UP.__contains__, map(_VALUE, job.replicas)),
+    kept = map(operator.or_, map(_UP.__contains__, map(_VALUE, map(_STATE, job.replicas))),
                map(planned.__contains__, map(_RANK, job.replicas)))
     survivors = (set(itertools.compress(map(_NAME, job.replicas), kept)) & members) - gone
     before = len(job.members)
@@ -119,7 +121,7 @@ def joined(t: Tick, job: Job) -> None:
     if job.count(ReplicaState.STARTING) or len(job.members) == len(job.replicas):
         return  # some are still starting, or every replica is a member already
     members = job.member_set()
-    values = list(map(_VALUE, job.replicas))
+    values = list(map(_VALUE, map(_STATE, job.replicas)))
     running = set(itertools.compress(map(_NAME, job.replicas), map(_RUNNING.__eq__, values)))
     fresh = running - members
     if not fresh:
@@ -129,7 +131,8 @@ def joined(t: Tick, job: Job) -> None:
     if not new:
         return
     alive = set(itertools.compress(map(_NAME, job.replicas), map(_ALIVE.__contains__, values)))
-    grown = alive & (members | set(new))
+    grown = alive & members
+    grown.update(new)
     publish(t, job, grown, f"grow {len(job.members)} -> {len(grown)}: {', '.join(new)} "
                            f"{'is' if len(new) == 1 else 'are'} up")
 

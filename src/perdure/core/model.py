@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import itertools
 import operator
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -20,6 +21,8 @@ from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 
 _T = TypeVar("_T")
 _STATE = operator.attrgetter("state")
+_SLOTS = operator.attrgetter("slots")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _WAITING = ReplicaState.WAITING
 Planned = tuple[int, str, tuple[int, ...]]  # a replica placed, not launched: rank, node, GPUs
 
@@ -333,8 +336,11 @@ class Job:
         used = self.counts().slots
         for node, slots in self.spares.items():
             used[node] = used.get(node, 0) + slots
-        for rank, node, _ in self.plan:
-            used[node] = used.get(node, 0) + self.replicas[rank].slots
+        if self.plan:  # in C (map, Counter): a group restart's plan holds 16,384
+            sizes = map(_SLOTS, map(self.replicas.__getitem__, map(_FIRST, self.plan)))
+            for (node, each), n in Counter(zip(map(_SECOND, self.plan), sizes,
+                                               strict=True)).items():
+                used[node] = used.get(node, 0) + each * n
         return used
 
     def to_json(self, *, replicas: bool = True) -> dict[str, Any]:

@@ -256,8 +256,9 @@ class Tick:
         todo = ([r for r in job.replicas if r.name in placed] if len(placed) < len(job.replicas)
                 else list(job.replicas))
         where = dict(placed)
-        if job.plan:  # replicas placed earlier, not launched yet, count in the layout
-            where.update((job.replicas[rank].name, node) for rank, node, _ in job.plan)
+        if job.plan:  # replicas placed earlier, not launched yet, count in the layout (in C)
+            planned = map(job.replicas.__getitem__, map(_FIRST, job.plan))
+            where.update(zip(map(_NAME, planned), map(_SECOND, job.plan), strict=True))
         limit = self.settings.launches_per_tick
         if job.layout is None or not job.layout.fits(job, where):
             if limit is not None and len(job.replicas) > limit:
