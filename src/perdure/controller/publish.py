@@ -40,7 +40,7 @@ class RoundEntries:
 
     def __init__(self) -> None:
         self._jobs: dict[str, dict[tuple[str, str], str]] = {}
-        self._ranks: list[str] = []  # rank i's text: "i}"
+        self._ranks: list[str] = []  # rank i's text: "i}, "
 
     def members(self, d: Rendezvous) -> str:
         """The JSON array of `d`'s members, each {"replica", "node", "rank"}."""
@@ -56,8 +56,10 @@ class RoundEntries:
             heads = list(map(entries.__getitem__, d.members))
         ranks = self._ranks
         if len(ranks) < len(heads):
-            ranks.extend(f"{i}}}" for i in range(len(ranks), len(heads)))
-        return "[" + ", ".join(map(operator.add, heads, ranks)) + "]"
+            ranks.extend(f"{i}}}, " for i in range(len(ranks), len(heads)))
+        parts = ["["] * (2 * len(heads) + 1)  # one join, no string made per member
+        parts[1::2], parts[2::2] = heads, ranks[:len(heads)]
+        return "".join(parts).removesuffix(", ") + "]"
 
     def forget(self, job_id: str) -> None:
         """The job ended: its entries go."""
