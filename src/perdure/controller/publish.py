@@ -47,18 +47,16 @@ class RoundEntries:
         entries = self._jobs.setdefault(d.job_id, {})
         if len(entries) > 2 * len(d.members) + 64:  # members moved a lot: drop the old ones
             entries = self._jobs[d.job_id] = {m: entries[m] for m in d.members if m in entries}
-        heads = list(map(entries.get, d.members))
-        if None in heads:  # new members, or moved: their texts made in C (map, zip)
+        if None in map(entries.get, d.members):  # new members, or moved: made in C
             new = [m for m in d.members if m not in entries]
             names, nodes = map(_string, map(_FIRST, new)), map(_string, map(_SECOND, new))
             entries.update(zip(new, map(_HEAD.__mod__, zip(names, nodes, strict=True)),
                                strict=True))
-            heads = list(map(entries.__getitem__, d.members))
-        ranks = self._ranks
-        if len(ranks) < len(heads):
-            ranks.extend(f"{i}}}, " for i in range(len(ranks), len(heads)))
-        parts = ["["] * (2 * len(heads) + 1)  # one join, no string made per member
-        parts[1::2], parts[2::2] = heads, ranks[:len(heads)]
+        n, ranks = len(d.members), self._ranks
+        if len(ranks) < n:
+            ranks.extend(f"{i}}}, " for i in range(len(ranks), n))
+        parts = ["["] * (2 * n + 1)  # one join, no string made per member
+        parts[1::2], parts[2::2] = map(entries.__getitem__, d.members), ranks[:n]
         return "".join(parts).removesuffix(", ") + "]"
 
     def forget(self, job_id: str) -> None:
