@@ -336,11 +336,19 @@ class Job:
         used = self.counts().slots
         for node, slots in self.spares.items():
             used[node] = used.get(node, 0) + slots
-        if self.plan:  # in C (map, Counter): a group restart's plan holds 16,384
-            sizes = map(_SLOTS, map(self.replicas.__getitem__, map(_FIRST, self.plan)))
-            for (node, each), n in Counter(zip(map(_SECOND, self.plan), sizes,
-                                               strict=True)).items():
+        if not self.plan:
+            return used
+        # in C (map, Counter): a group restart's plan holds 16,384, mostly of one size
+        sizes = {p.slots for p in self.spec.pools}
+        if len(sizes) == 1:
+            each = sizes.pop()
+            for node, n in Counter(map(_SECOND, self.plan)).items():
                 used[node] = used.get(node, 0) + each * n
+            return used
+        held = Counter(zip(map(_SECOND, self.plan), map(_SLOTS, map(
+            self.replicas.__getitem__, map(_FIRST, self.plan))), strict=True))
+        for (node, each), n in held.items():
+            used[node] = used.get(node, 0) + each * n
         return used
 
     def to_json(self, *, replicas: bool = True) -> dict[str, Any]:

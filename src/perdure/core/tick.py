@@ -253,14 +253,18 @@ class Tick:
         slots, and the layout every launch gets is this one. A job of more replicas than
         that which needs a new layout sends none now: the next tick builds it."""
         gpus = devices or {}
-        todo = ([r for r in job.replicas if r.name in placed] if len(placed) < len(job.replicas)
-                else list(job.replicas))
-        where = dict(placed)
-        if job.plan:  # replicas placed earlier, not launched yet, count in the layout (in C)
-            planned = map(job.replicas.__getitem__, map(_FIRST, job.plan))
-            where.update(zip(map(_NAME, planned), map(_SECOND, job.plan), strict=True))
+        todo = (list(itertools.compress(job.replicas, map(placed.__contains__,
+                                                          map(_NAME, job.replicas))))
+                if len(placed) < len(job.replicas) else list(job.replicas))
         limit = self.settings.launches_per_tick
-        if job.layout is None or not job.layout.fits(job, where):
+        # A layout agrees with the job's plan: the plan grows only here, once the layout
+        # fits (or was built for) its new entries, and a new plan comes with no layout
+        # (`drop_plan`); so only `placed` is checked against it, not the 16,384 planned.
+        if job.layout is None or not job.layout.fits(job, placed):
+            where = dict(placed)
+            if job.plan:  # replicas placed earlier, not launched yet, count in the layout
+                planned = map(job.replicas.__getitem__, map(_FIRST, job.plan))
+                where.update(zip(map(_NAME, planned), map(_SECOND, job.plan), strict=True))
             if limit is not None and len(job.replicas) > limit:
                 # A big job's new layout (~20 ms at 16,384 replicas) is built by the next
                 # tick, which sends the first of these: this one placed them (they hold
