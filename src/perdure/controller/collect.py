@@ -40,6 +40,8 @@ class Collector:
         self._saved: tuple[int, int, int] | None = None
         self._full_due = 0  # full collections due but put off for lack of idle time
         self._fulls = 0
+        self._young_since = 0  # young collections since the last middle or full one
+        self._middle_since = 0  # middle collections since the last full one
         self.collections = [0, 0, 0]  # made between ticks, per generation
         self.seconds = 0.0  # spent in them
 
@@ -57,7 +59,8 @@ class Collector:
     def between_ticks(self, idle_s: float) -> int | None:
         """Collect what is due, given `idle_s` seconds until the next tick; the generation
         collected, None if none was."""
-        young, middle, old = gc.get_count()
+        # Its own counts of collections: gc.freeze() resets the collector's.
+        young, middle, old = gc.get_count()[0], self._young_since, self._middle_since
         gen: int | None = None
         if old >= FULL_EVERY and (idle_s >= FULL_NEEDS_S or self._full_due >= FULL_OVERDUE):
             gen = 2
@@ -76,10 +79,14 @@ class Collector:
             if self._fulls % THAW_EVERY == 0:
                 gc.unfreeze()
         gc.collect(gen)
+        self._young_since = 0 if gen >= 1 else self._young_since + 1
+        self._middle_since = 0 if gen == 2 else self._middle_since + (gen == 1)
         if gen == 2:
             self._full_due = 0
-            # What survived a full collection lives long (the jobs' records): out of
-            # every later collection's scan. Freed by reference counting as ever.
+        if gen >= 1:
+            # What survived two collections lives long (the jobs' records, a round's
+            # replica copies): out of every later collection's scan, and freed by
+            # reference counting as ever (cycles among them: at the next thaw).
             gc.freeze()
         self.seconds += time.perf_counter() - began
         self.collections[gen] += 1
