@@ -8,7 +8,6 @@ still runs.
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import time
@@ -17,9 +16,10 @@ from pathlib import Path
 
 from perdure.backends.base import Backend, HoldsSpares, LaunchError
 from perdure.controller import backoff, vet
+from perdure.controller.collect import Collector
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
-from perdure.controller.publish import free_ports, publish_round
+from perdure.controller.publish import RoundEntries, free_ports, publish_round
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
@@ -91,6 +91,8 @@ class Controller:
         self._spares: frozenset[str] = frozenset()  # spare nodes the backend was told of
         # A submitted job whose replicas are being read, a part a tick (`_load`)
         self._loading: tuple[str, Generator[None, None, Job | None]] | None = None
+        self.collector = Collector()
+        self.rounds = RoundEntries()  # elastic jobs' members as their round files have them
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -105,9 +107,7 @@ class Controller:
         """Load unfinished jobs, merge node states, and re-attach to running replicas."""
         self.acquire()
         self.store.checkpoint_in_background()
-        # The controller holds thousands of long-lived records: rare full collections keep
-        # ticks free of 100 ms pauses (measured in bench/controller.py).
-        gc.set_threshold(20_000, 50, 1_000)
+        self.collector.start()  # collections between ticks, not inside them
         stored = self.store.nodes()
         nodes = {
             n.name: Node(n.name, n.slots, stored[n.name].state if n.name in stored else
@@ -158,6 +158,7 @@ class Controller:
             return [LaunchFailed(lid, why, self.clock()) for lid in launch_ids]
 
     def close(self) -> None:
+        self.collector.close()
         self.watch.close()
         self.backend.close()
         if self._lock_fd is not None:
@@ -240,6 +241,7 @@ class Controller:
             if jobs[i].state.terminal:
                 del jobs[i]
                 self._forget_node_dir(i)
+                self.rounds.forget(i)
         self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
                                  outcome.snapshot.index)
         spares = frozenset(n for j in jobs.values() for n in j.spares)
@@ -360,7 +362,8 @@ class Controller:
                     f"could not carry out {type(d).__name__}: {vet.error_words(exc)}; trying again "
                     "each tick"))
         else:
-            self._refused.discard(d)
+            if self._refused:  # hashing a 16,384-member round costs ~1 ms: only if needed
+                self._refused.discard(d)
 
     def _launch(self, d: Launch) -> None:
         """Start a replica. The machine refusing it (disk full, EMFILE) holds it for a later
@@ -392,7 +395,7 @@ class Controller:
         elif isinstance(d, KillNode):
             self.backend.kill_node(d.node)
         elif isinstance(d, Rendezvous):
-            publish_round(Path(self.settings.state_dir), d)
+            publish_round(Path(self.settings.state_dir), d, self.rounds)
         elif isinstance(d, HoldNodes):
             hold = getattr(self.backend, "hold_nodes", None)  # only Slurm's holds nodes
             if hold is not None:
@@ -409,5 +412,12 @@ class Controller:
                 return
             if exit_when_idle and self.idle():
                 return
-            if len(self.pending) < OBSERVATIONS_PER_TICK:  # else: no news waits for a nap
-                time.sleep(self.interval)
+            nap = len(self.pending) < OBSERVATIONS_PER_TICK  # else: no news waits for a nap
+            began = time.perf_counter()
+            self.rest(self.interval if nap else 0.0)
+            if nap:
+                time.sleep(max(0.0, self.interval - (time.perf_counter() - began)))
+
+    def rest(self, idle_s: float) -> None:
+        """The work between two ticks `idle_s` apart: the garbage collections due."""
+        self.collector.between_ticks(idle_s)

@@ -7,6 +7,7 @@ Side effects: binds and closes sockets; writes `<state>/rdzv/<job>/round.json` a
 from __future__ import annotations
 
 import json
+import operator
 import os
 import socket
 from collections.abc import Iterator
@@ -28,16 +29,57 @@ def free_ports() -> Iterator[int]:
         yield port
 
 
-def publish_round(state_dir: Path, d: Rendezvous) -> None:
-    """Write an elastic job's round for its replicas: `<state>/rdzv/<job>/round.json`."""
+class RoundEntries:
+    """Each member's entry in its job's round file, encoded once and kept while the job runs.
+
+    A round of 16,384 members encoded from scratch (a dict per member, then json.dumps) took
+    20-37 ms of a tick (bench/controller.py --only big); a later round mostly has the same
+    members on the same nodes, and only their ranks move, so each (replica, node) keeps the
+    text up to its rank, and a round is a join of those with the ranks' texts.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, dict[tuple[str, str], str]] = {}
+        self._ranks: list[str] = []  # rank i's text: "i}, "
+
+    def members(self, d: Rendezvous) -> str:
+        """The JSON array of `d`'s members, each {"replica", "node", "rank"}."""
+        entries = self._jobs.setdefault(d.job_id, {})
+        if len(entries) > 2 * len(d.members) + 64:  # members moved a lot: drop the old ones
+            entries = self._jobs[d.job_id] = {m: entries[m] for m in d.members if m in entries}
+        if None in map(entries.get, d.members):  # new members, or moved: made in C
+            new = [m for m in d.members if m not in entries]
+            names, nodes = map(_string, map(_FIRST, new)), map(_string, map(_SECOND, new))
+            entries.update(zip(new, map(_HEAD.__mod__, zip(names, nodes, strict=True)),
+                               strict=True))
+        n, ranks = len(d.members), self._ranks
+        if len(ranks) < n:
+            ranks.extend(f"{i}}}, " for i in range(len(ranks), n))
+        parts = ["["] * (2 * n + 1)  # one join, no string made per member
+        parts[1::2], parts[2::2] = map(entries.__getitem__, d.members), ranks[:n]
+        return "".join(parts).removesuffix(", ") + "]"
+
+    def forget(self, job_id: str) -> None:
+        """The job ended: its entries go."""
+        self._jobs.pop(job_id, None)
+
+
+def publish_round(state_dir: Path, d: Rendezvous, entries: RoundEntries | None = None) -> None:
+    """Write an elastic job's round for its replicas: `<state>/rdzv/<job>/round.json`,
+    through a temporary file and a rename (a reader sees the old round or the new one);
+    `entries`: the members' texts kept from earlier rounds."""
     directory = state_dir / "rdzv" / d.job_id
     directory.mkdir(parents=True, exist_ok=True)
-    body = {
+    head = json.dumps({
         "job_id": d.job_id, "attempt": d.attempt, "round": d.round, "reason": d.reason,
         "time": d.time, "world_size": len(d.members),
-        "members": [{"replica": name, "rank": i, "node": node}
-                    for i, (name, node) in enumerate(d.members)],
-    }
+    })
+    members = (entries or RoundEntries()).members(d)
     tmp = directory / f".round.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(body))
+    tmp.write_text(f'{head[:-1]}, "members": {members}}}')
     os.replace(tmp, directory / "round.json")
+
+
+_HEAD = '{"replica": %s, "node": %s, "rank": '
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]

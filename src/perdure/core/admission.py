@@ -5,6 +5,9 @@ No side effects: works on the tick's copies and records launches and events.
 
 from __future__ import annotations
 
+import itertools
+import operator
+
 from perdure.core import plan, spares
 from perdure.core.elastic import may_wait_forever, publish
 from perdure.core.hotswap import hot_swap
@@ -62,8 +65,10 @@ def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
     assert job is not None
     todo = job.waiting()
     if job.plan:
-        planned = {rank for rank, _, _ in job.plan}
-        todo = [r for r in todo if r.rank not in planned]
+        planned = set(map(operator.itemgetter(0), job.plan))  # in C: a plan holds 16,384
+        ranks = map(operator.attrgetter("rank"), todo)
+        todo = list(itertools.compress(todo, map(operator.not_, map(planned.__contains__,
+                                                                     ranks))))
     chosen = cap.place(todo, prefer=spares.lend(cap, job, todo))
     spares.settle(t, cap, job, chosen)
     if chosen is None:

@@ -9,31 +9,66 @@ published with a Rendezvous decision; membership changes spend no restarts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+import operator
+from collections.abc import Collection, Mapping
 
 from perdure.core.events import Rendezvous
 from perdure.core.model import Job, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Tick
 
+# Passes over a job's replicas are made in C (map, compress, set algebra): a 16,384-replica
+# job's round is published, shrunk and grown in a few ms a pass (bench/controller.py --only
+# big), by the states' plain string values (an Enum's hash is a Python call, a str's is C).
+_NAME = operator.attrgetter("name")
+_NODE = operator.attrgetter("node")
+_RANK = operator.attrgetter("rank")
+_STATE, _VALUE = operator.attrgetter("state"), operator.attrgetter("_value_")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_UP = frozenset({ReplicaState.STARTING.value, ReplicaState.RUNNING.value})  # not stopping
+_ALIVE = frozenset(s.value for s in ReplicaState if s.alive)
+_RUNNING = ReplicaState.RUNNING.value
 
-def publish(t: Tick, job: Job, members: list[str], reason: str,
+
+def publish(t: Tick, job: Job, members: Collection[str], reason: str,
             where: Mapping[str, str] | None = None) -> None:
-    """Start round `job.round + 1` (or round 0 of an attempt) with `members` in rank order;
-    `where`: nodes of members placed but not launched yet (as are those of `job.plan`)."""
-    at = {r.name: r.node or "" for r in job.replicas}
-    at.update((job.replicas[rank].name, node) for rank, node, _ in job.plan)
-    at.update(where or {})
-    rank = {r.name: r.rank for r in job.replicas}
-    job.members = sorted(members, key=lambda n: rank[n])
+    """Start round `job.round + 1` (or round 0 of an attempt) with `members` (any order:
+    they are put in rank order); `where`: nodes of members placed but not launched yet (as
+    are those of `job.plan`)."""
+    chosen, nodes = _in_rank_order(job, members, where)
+    job.members = tuple(map(_NAME, chosen))
     if reason != "admitted":
         job.round += 1
     t.decisions.append(Rendezvous(
-        job.id, job.attempt, job.round,
-        tuple((n, at[n]) for n in job.members), reason, t.now,
+        job.id, job.attempt, job.round, tuple(zip(job.members, nodes, strict=True)),
+        reason, t.now,
     ))
     job.layout = None  # its members' ranks changed: launches still to send get new ones
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
+
+
+def _in_rank_order(job: Job, members: Collection[str], where: Mapping[str, str] | None
+                   ) -> tuple[list[Replica], list[str]]:
+    """The replicas named in `members`, in rank order, and each one's node: the plan's or
+    `where`'s for one placed but not launched yet, else its own ("" if none)."""
+    wanted = members if isinstance(members, set | frozenset) else set(members)
+    mask = list(map(wanted.__contains__, map(_NAME, job.replicas)))
+    chosen = list(itertools.compress(job.replicas, mask))
+    nodes = map(_NODE, chosen)
+    if job.plan:  # the plan's ranks are places in job.replicas
+        planned = dict(zip(map(_FIRST, job.plan), map(_SECOND, job.plan), strict=True))
+        nodes = map(planned.get, itertools.compress(range(len(mask)), mask), nodes)
+    if where:
+        nodes = map(where.get, map(_NAME, chosen), nodes)
+    at = list(nodes)
+    if None in at:  # placed nowhere yet
+        at = [node or "" for node in at]
+    ranks = list(map(_RANK, chosen))
+    if any(map(operator.gt, ranks, itertools.islice(ranks, 1, None))):  # not listed by rank
+        order = sorted(range(len(chosen)), key=ranks.__getitem__)
+        chosen, at = [chosen[i] for i in order], [at[i] for i in order]
+    return chosen, at
 
 
 def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
@@ -44,20 +79,20 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     """
     r = job.own(r)
     r.state, r.relaunch = ReplicaState.WAITING, False
-    node_down = _down(t, r.node)
-    members = set(job.members)
+    members = job.member_set()
     if r.name not in members:
         return  # left with its node in an earlier round
-    together = [x for x in job.replicas if x is not r and x.node == r.node
-                and x.name in members] if node_down else []
+    together = ([x for x in _on_node(job, r.node) if x is not r and x.name in members]
+                if _down(t, r.node) else [])
     if job.spec.elastic.mode == "pause" and any(not x.alive for x in together):
         return  # left with its node in an earlier round
     lost = [r, *(x for x in together if x.alive)]
     gone = {x.name for x in lost}
-    planned = {rank for rank, _, _ in job.plan}  # placed, their launches on their way
-    survivors = [x.name for x in job.replicas
-                 if x.name in members and x.name not in gone and (
-                     x.state in _UP or x.rank in planned)]
+    # up (not being stopped), or placed with its launch on its way
+    planned = set(map(_FIRST, job.plan))
+    kept = map(operator.or_, map(_UP.__contains__, map(_VALUE, map(_STATE, job.replicas))),
+               map(planned.__contains__, map(_RANK, job.replicas)))
+    survivors = (set(itertools.compress(map(_NAME, job.replicas), kept)) & members) - gone
     before = len(job.members)
     if len(lost) > 1:
         why = f"{why}; with it on node {r.node}: {', '.join(x.name for x in lost[1:])}"
@@ -65,11 +100,14 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
         publish(t, job, survivors, f"shrink {before} -> {len(survivors)}: {why}")
         return
     job.state = JobState.PENDING
-    publish(t, job, list(job.members), f"pause at world size {before}: {why}; "
-                                      f"waiting for {', '.join(x.name for x in lost)}")
+    publish(t, job, members, f"pause at world size {before}: {why}; "
+                             f"waiting for {', '.join(x.name for x in lost)}")
 
 
-_UP = frozenset({ReplicaState.STARTING, ReplicaState.RUNNING})  # alive, not being stopped
+def _on_node(job: Job, node: str | None) -> list[Replica]:
+    """The job's replicas on `node`, in rank order (picked in C)."""
+    on = map(operator.eq, itertools.repeat(node), map(_NODE, job.replicas))
+    return list(itertools.compress(job.replicas, on))
 
 
 def _down(t: Tick, node: str | None) -> bool:
@@ -82,14 +120,19 @@ def joined(t: Tick, job: Job) -> None:
     launched is up: replacements started together join in one round."""
     if job.count(ReplicaState.STARTING) or len(job.members) == len(job.replicas):
         return  # some are still starting, or every replica is a member already
-    members = set(job.members)  # a set: a list made this quadratic in the job's replicas
-    new = [x.name for x in job.replicas if x.state is ReplicaState.RUNNING
-           and x.name not in members and not _down(t, x.node)]
+    members = job.member_set()
+    values = list(map(_VALUE, map(_STATE, job.replicas)))
+    running = set(itertools.compress(map(_NAME, job.replicas), map(_RUNNING.__eq__, values)))
+    fresh = running - members
+    if not fresh:
+        return
+    up = itertools.compress(job.replicas, map(fresh.__contains__, map(_NAME, job.replicas)))
+    new = [x.name for x in up if not _down(t, x.node)]
     if not new:
         return
-    joining = set(new)
-    grown = [x.name for x in job.replicas
-             if x.alive and (x.name in members or x.name in joining)]
+    alive = set(itertools.compress(map(_NAME, job.replicas), map(_ALIVE.__contains__, values)))
+    grown = alive & members
+    grown.update(new)
     publish(t, job, grown, f"grow {len(job.members)} -> {len(grown)}: {', '.join(new)} "
                            f"{'is' if len(new) == 1 else 'are'} up")
 

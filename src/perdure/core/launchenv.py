@@ -193,8 +193,8 @@ class Layout:
         """Whether this layout is the one `of` would compute for launching `where` now
         (nothing but those launches moved since: every node change goes through them)."""
         at = self.at
-        return (self.key == (job.attempt, job.round, job.master_port)
-                and all(at.get(name) == node for name, node in where.items()))
+        return (self.key == (job.attempt, job.round, job.master_port)  # (in C: 16,384)
+                and all(map(operator.eq, map(at.get, where.keys()), where.values())))
 
     @staticmethod
     def of(job: Job, nodes: Mapping[str, Node] | None = None,

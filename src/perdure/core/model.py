@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import itertools
 import operator
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -20,6 +21,8 @@ from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 
 _T = TypeVar("_T")
 _STATE = operator.attrgetter("state")
+_SLOTS = operator.attrgetter("slots")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _WAITING = ReplicaState.WAITING
 Planned = tuple[int, str, tuple[int, ...]]  # a replica placed, not launched: rank, node, GPUs
 
@@ -112,7 +115,8 @@ class Job:
     failed_saves: int = 0  # checkpoint saves that failed in a row (the runtime's report)
     save_error: str = ""  # the last failed save's reason
     save_alert: bool = False  # failed_saves reached the runtime's alert threshold
-    members: list[str] = field(default_factory=list)  # elastic: this round's replicas, rank order
+    # elastic: this round's replicas, rank order (a tuple: clones share it, and its set)
+    members: tuple[str, ...] = ()
     # The replica charged for this round's group restart when its exit was a lost peer's
     # collateral ("connection closed by peer"), and when that restart was decided: a replica
     # whose own failure happened before then, reported later, takes the charge (see decide).
@@ -148,6 +152,10 @@ class Job:
     # job of a snapshot is never changed in place; `own` outside a tick drops them).
     was: dict[int, Replica] | None = field(default=None, repr=False, compare=False)
     counted: Counts | None = field(default=None, repr=False, compare=False)
+    # (members, the same as a set), made on first use (`member_set`) and shared by clones
+    # while the round lasts: a tick that asks "is it a member?" of 16,384 builds no set.
+    member_cache: tuple[tuple[str, ...], frozenset[str]] | None = field(
+        default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -205,7 +213,6 @@ class Job:
         # the counts of a committed job (`seal`) are those of the replicas the clone shares
         job.was, job.counted = {}, self.counted if self.was is None else None
         job.retries = dict(self.retries)
-        job.members = list(self.members)
         job.spares = dict(self.spares)
         return job
 
@@ -279,6 +286,14 @@ class Job:
         counted = self.counts()
         self.owned, self.was, self.counted = set(), None, counted
 
+    def member_set(self) -> frozenset[str]:
+        """This round's members as a set, built once a round (published rounds assign a
+        new `members`; the set of the old one is not reused for it)."""
+        cache = self.member_cache
+        if cache is None or cache[0] is not self.members:
+            cache = self.member_cache = (self.members, frozenset(self.members))
+        return cache[1]
+
     def count(self, state: ReplicaState) -> int:
         return self.counts().count(state)
 
@@ -321,8 +336,19 @@ class Job:
         used = self.counts().slots
         for node, slots in self.spares.items():
             used[node] = used.get(node, 0) + slots
-        for rank, node, _ in self.plan:
-            used[node] = used.get(node, 0) + self.replicas[rank].slots
+        if not self.plan:
+            return used
+        # in C (map, Counter): a group restart's plan holds 16,384, mostly of one size
+        sizes = {p.slots for p in self.spec.pools}
+        if len(sizes) == 1:
+            each = sizes.pop()
+            for node, n in Counter(map(_SECOND, self.plan)).items():
+                used[node] = used.get(node, 0) + each * n
+            return used
+        held = Counter(zip(map(_SECOND, self.plan), map(_SLOTS, map(
+            self.replicas.__getitem__, map(_FIRST, self.plan))), strict=True))
+        for (node, each), n in held.items():
+            used[node] = used.get(node, 0) + each * n
         return used
 
     def to_json(self, *, replicas: bool = True) -> dict[str, Any]:
@@ -348,10 +374,12 @@ class Job:
         err = d.get("error")
         d["error"] = JobError(ErrorCode(err["code"]), err["message"]) if err else None
         d["replicas"] = [Replica.from_json(r) for r in d["replicas"]]
+        d["members"] = tuple(d.get("members", ()))
         return cls(**d)
 
 
-_TRANSIENT = ("owned", "plan", "layout", "was", "counted")  # a tick's working state, never stored
+# a tick's working state, never stored
+_TRANSIENT = ("owned", "plan", "layout", "was", "counted", "member_cache")
 _JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas", "members", "spares")
 _JOB_FIELDS = tuple(
     f.name for f in dataclasses.fields(Job) if f.name not in ("spec", *_TRANSIENT, *_JSON_FIELDS)

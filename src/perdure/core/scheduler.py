@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
 from perdure.core.text import plural
+
+_NAME = operator.attrgetter("name")
+_SLOTS = operator.attrgetter("slots")
+_GPUS = operator.attrgetter("gpus")
 
 
 def admission_order(jobs: Iterable[Job]) -> list[Job]:
@@ -89,7 +94,7 @@ class Capacity:
         `prefer` maps a replica to the node it should stay on when that node is schedulable
         (a failed or draining node is not: replicas move off it by themselves).
         """
-        if sum(r.slots for r in replicas) > self.free:
+        if sum(map(_SLOTS, replicas)) > self.free:
             return None
         free = {n: s - self.node_used.get(n, 0) for n, s in self.ready.items()}
         if not any(prefer.values() if prefer else ()) and _alike_cpu(replicas):
@@ -132,25 +137,26 @@ class Capacity:
         order = sorted((bool(self._free_gpus(n)), f, n)
                        for n, f in free.items() if f >= slots)
         chosen: dict[str, str] = {}
-        todo = iter(replicas)
-        for _, f, node in order:
+        todo = map(_NAME, replicas)
+        for _, f, node in order:  # a node's replicas in C (zip, repeat)
             take = len(replicas) - len(chosen) if slots == 0 else f // slots
-            for r in itertools.islice(todo, take):
-                chosen[r.name] = node
+            chosen.update(zip(itertools.islice(todo, take), itertools.repeat(node)))
             if len(chosen) == len(replicas):
                 break
         if len(chosen) < len(replicas):
             return None
         for node, n in Counter(chosen.values()).items():  # per node, not per replica
             self.node_used[node] = self.node_used.get(node, 0) + slots * n
-        self.devices.update((name, []) for name in chosen)
+        self.devices.update(zip(chosen, map(list, itertools.repeat((), len(chosen))),
+                                strict=True))
         self.free -= slots * len(replicas)
         return chosen
 
 
 def _alike_cpu(replicas: list[Replica]) -> bool:
-    first = replicas[0] if replicas else None
-    return first is not None and all(r.gpus == 0 and r.slots == first.slots for r in replicas)
+    # in C (map, set): 16,384 replicas
+    return bool(replicas) and set(map(_GPUS, replicas)) == {0} and len(
+        set(map(_SLOTS, replicas))) == 1
 
 
 class _BestFit:
@@ -211,7 +217,7 @@ def can_ever_fit(job: Job, cap: Capacity) -> bool:
     """Whether the healthy nodes could hold the job if nothing else ran."""
     if job.slots > cap.healthy or job.spec.total_gpus > cap.healthy_gpus:
         return False
-    widest = max((r.slots for r in job.replicas), default=0)
+    widest = max(map(_SLOTS, job.replicas), default=0)
     if not job.spec.total_gpus and (widest == 1 or widest * len(job.replicas) <= cap.largest):
         return True  # fits without bin packing
     free = {n: [s, cap.ready_gpus.get(n, 0)] for n, s in cap.ready.items()}

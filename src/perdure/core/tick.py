@@ -21,6 +21,7 @@ from perdure.core.states import JobState, NodeState, ReplicaState
 
 _NAME = operator.attrgetter("name")
 _RANK = operator.attrgetter("rank")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ class Tick:
             x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
             x.relaunch, x.notice = False, None
         job.round = 0
-        job.members = []
+        job.members = ()
 
     def launch(self, job: Job, placed: Mapping[str, str],
                devices: Mapping[str, list[int]] | None = None) -> None:
@@ -252,13 +253,18 @@ class Tick:
         slots, and the layout every launch gets is this one. A job of more replicas than
         that which needs a new layout sends none now: the next tick builds it."""
         gpus = devices or {}
-        todo = ([r for r in job.replicas if r.name in placed] if len(placed) < len(job.replicas)
-                else list(job.replicas))
-        where = dict(placed)
-        if job.plan:  # replicas placed earlier, not launched yet, count in the layout
-            where.update((job.replicas[rank].name, node) for rank, node, _ in job.plan)
+        todo = (list(itertools.compress(job.replicas, map(placed.__contains__,
+                                                          map(_NAME, job.replicas))))
+                if len(placed) < len(job.replicas) else list(job.replicas))
         limit = self.settings.launches_per_tick
-        if job.layout is None or not job.layout.fits(job, where):
+        # A layout agrees with the job's plan: the plan grows only here, once the layout
+        # fits (or was built for) its new entries, and a new plan comes with no layout
+        # (`drop_plan`); so only `placed` is checked against it, not the 16,384 planned.
+        if job.layout is None or not job.layout.fits(job, placed):
+            where = dict(placed)
+            if job.plan:  # replicas placed earlier, not launched yet, count in the layout
+                planned = map(job.replicas.__getitem__, map(_FIRST, job.plan))
+                where.update(zip(map(_NAME, planned), map(_SECOND, job.plan), strict=True))
             if limit is not None and len(job.replicas) > limit:
                 # A big job's new layout (~20 ms at 16,384 replicas) is built by the next
                 # tick, which sends the first of these: this one placed them (they hold
@@ -292,8 +298,9 @@ class Tick:
             r.node, r.devices = node, gpus
             mine.append(r)
         if job.layout is None:
-            job.layout = Layout.of(job, self.nodes, (), {
-                job.replicas[rank].name: node for rank, node, _ in job.plan})
+            planned = map(job.replicas.__getitem__, map(_FIRST, job.plan))  # in C: 16,384
+            job.layout = Layout.of(job, self.nodes, (), dict(zip(
+                map(_NAME, planned), map(_SECOND, job.plan), strict=True)))
         layout = dataclasses.replace(job.layout, devices=gpu_env(job, self.nodes, among=mine))
         self.sent += len(mine)
         for r in mine:

@@ -108,3 +108,20 @@ def test_a_job_stored_whole_by_an_older_perdure_is_read_and_moved_to_rows(
     doc = again.job_doc(job.id, again.db.execute(
         "SELECT data FROM jobs WHERE id=?", (job.id,)).fetchone()[0])
     assert len(doc["replicas"]) == REPLICAS and doc["replicas"][0]["restarts"] == 1
+
+
+def test_members_encoded_once_a_round_read_back_as_each_tick_left_them(tmp_path: Path) -> None:
+    """An elastic job's members are encoded once a round (kept by the tuple's identity):
+    each committed round, and only it, is what a new connection reads back."""
+    store = Store(tmp_path / "perdure.db")
+    job = big_job()
+    store.submit(job)
+    job = running(job)
+    names = tuple(r.name for r in job.replicas)
+    for members in (names, names[:100], names[:100], names[8:100], ("w-5", "w-1")):
+        job = job.clone()  # a later tick's copy: the same members tuple until a new round
+        if members != job.members:
+            job.members = members
+        store.commit_tick([job], [], None, None)
+        assert stored(store.path, job.id).members == members
+    store.close()

@@ -1,0 +1,54 @@
+"""round.json is written from member entries kept across rounds (controller.publish): what
+replicas read back (rendezvous.read_round) is the full round, the same document the plain
+encoding of every member writes, round after round of shrinks, grows and moves."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from perdure.controller.publish import RoundEntries, publish_round
+from perdure.core.events import Rendezvous
+from perdure.runtime.elastic.rendezvous import Member, read_round
+
+NAMES = [f"w-{i}" for i in range(60)] + ['odd "quoted"\\name', "nœud-ü", "tab\there"]
+
+
+def plain(d: Rendezvous) -> dict[str, object]:
+    """The round as a dict per member, encoded whole (as perdure wrote it before)."""
+    return {"job_id": d.job_id, "attempt": d.attempt, "round": d.round, "reason": d.reason,
+            "time": d.time, "world_size": len(d.members),
+            "members": [{"replica": n, "rank": i, "node": node}
+                        for i, (n, node) in enumerate(d.members)]}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rounds_read_back_whole_through_kept_entries(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    entries = RoundEntries()
+    where = {n: rng.choice(["a", "b", "c", 'n"1']) for n in NAMES}
+    for number in range(12):
+        for n in rng.sample(NAMES, rng.randint(0, 4)):  # some move
+            where[n] = rng.choice(["a", "b", "c", "d"])
+        members = rng.sample(NAMES, rng.randint(1, len(NAMES)))
+        d = Rendezvous("job-1", 2, number, tuple((n, where[n]) for n in members),
+                       f"round {number}", 1000.5 + number)
+        publish_round(tmp_path, d, entries)
+        path = tmp_path / "rdzv" / "job-1" / "round.json"
+        assert json.loads(path.read_text()) == plain(d)
+        rnd = read_round(path.parent)
+        assert rnd is not None and (rnd.round, rnd.attempt, rnd.reason) == (number, 2, d.reason)
+        assert rnd.members == tuple(Member(n, i, where[n]) for i, n in enumerate(members))
+        assert [p.name for p in path.parent.iterdir()] == ["round.json"]  # no temp file left
+
+
+def test_entries_of_members_long_gone_are_dropped() -> None:
+    entries = RoundEntries()
+    for node in range(10):  # every member moves each round
+        entries.members(Rendezvous("j", 0, node, tuple((n, f"n{node}") for n in NAMES), "", 0.0))
+    assert len(entries._jobs["j"]) <= 2 * len(NAMES) + 64 + len(NAMES)
+    entries.forget("j")
+    assert "j" not in entries._jobs
