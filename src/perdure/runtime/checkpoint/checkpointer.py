@@ -302,8 +302,8 @@ class Checkpointer:
             if self.storage.atomic_rename
             else commit.final_name(step)
         )
-        job = SaveJob(step, dir_name, staged, self._buffers, self._plan.metadata,
-                      self._plan.paths, comm.world, pending, background)
+        job = SaveJob(step, dir_name, staged, self._buffers, self._plan.docs, comm.world,
+                      self._plan.layout, pending, background)
         self._last_step, self._last_time = step, time.monotonic()
         persister = self._persister(comm)
         # What training waited for in save(), besides a previous save still in flight.
