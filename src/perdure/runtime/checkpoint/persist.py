@@ -72,7 +72,10 @@ class SaveStats:
     (extra["step_wait_s"]), once the save is finished.
     extra: stage_s, deferred_s (the background copies), write_s, gathered_s, waited_s,
     step_wait_s; on rank 0 also commit_s (metadata, marker, rename), committed_s (from the
-    start until the checkpoint was published) and retain_s.
+    start until the checkpoint was published) and retain_s. CPU time of the thread that did
+    the work (what a background save takes from training): save_cpu_s (save() itself, on the
+    training thread), write_cpu_s, persist_cpu_s (all of the persist, the write included),
+    on rank 0 commit_cpu_s (commit and retention).
     """
 
     step: int
@@ -129,19 +132,25 @@ class Persister:
 
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         problem = job.problem if job.copied else self._stage_pending(job, stats)
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
         mine = self._write_local(job) if problem is None else Shard(problem)
         stats.extra["write_s"] = time.perf_counter() - start
+        stats.extra["write_cpu_s"] = time.thread_time() - cpu
         if mine.error is None:
             stats.bytes_written = sum(mine.sizes.values())
         outcomes = outcome.gather(self.comm, mine, job.layout, job.dir_name)
         stats.extra["gathered_s"] = time.perf_counter() - start
-        verdict = None if outcomes is None else self._decide(job, outcomes, stats, start)
+        verdict: tuple[str, str] | None = None
+        if outcomes is not None:  # rank 0
+            decided = time.thread_time()
+            verdict = self._decide(job, outcomes, stats, start)
+            stats.extra["commit_cpu_s"] = time.thread_time() - decided
         verdict = outcome.announce(self.comm, verdict, commit.final_name(job.step))
         stats.persist_s = time.perf_counter() - start
+        stats.extra["persist_cpu_s"] = time.thread_time() - cpu
         if verdict[0] != "ok":
             kind = CheckpointStorageError if verdict[0] == "storage" else CheckpointError
             raise kind(f"save of step {job.step} to {self.storage.url} failed: {verdict[1]}")
