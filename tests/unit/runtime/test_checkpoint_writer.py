@@ -75,9 +75,10 @@ def test_skeleton_writes_are_the_bytes_torch_save_writes(tmp_path: Path) -> None
                                      algorithm=checksum.ALGORITHM, skeletons=skeletons)
         assert fast == plain
         assert (tmp_path / f"fast{n}").read_bytes() == (tmp_path / f"plain{n}").read_bytes()
-    assert len(skeletons) == len(payloads) - 1
-    assert all(skeletons.get(t, torch.serialization._get_storage_alignment()) is not None
-               for t in payloads[:-1] if isinstance(t, torch.Tensor))
+    alignment = torch.serialization._get_storage_alignment()
+    made = [skeletons.get(t, alignment) is not None for t in payloads[:-1]
+            if isinstance(t, torch.Tensor)]
+    assert made == [True] * (len(made) - 1) + [False]  # the large one streams through torch
 
 
 @pytest.mark.parametrize("later", [torch.zeros(6, 4), torch.zeros(24), torch.zeros(4, 6).T,

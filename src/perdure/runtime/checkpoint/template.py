@@ -4,10 +4,11 @@ A tensor item of a shard is one ``torch.save`` archive of a staged buffer: a con
 tensor that owns exactly its storage, written without the zip CRC-32 (writer.py). Such an
 archive is a fixed skeleton (the pickle, the zip headers, the records after the data) around
 the storage's raw bytes: only the layout (dtype, shape, strides, size) and torch's settings
-decide the skeleton, never the values. So the first write of a layout serialises it with
-torch and keeps the bytes before and after the data; every later write of that layout writes
-head + raw bytes + tail, with no pickling and no zip writer: the same bytes, for ~1/10 of the
-CPU (a small save's persist thread otherwise spends most of its time in ``torch.save``).
+decide the skeleton, never the values. So the first write of a small tensor's layout (up to
+MAX_BYTES) serialises it with torch and keeps the bytes before and after the data; every later
+write of that layout writes head + raw bytes + tail, with no pickling and no zip writer: the
+same bytes, for ~1/4 of the CPU (a small save's persist thread otherwise spends most of its
+time in ``torch.save``).
 
 The skeleton is proven, not assumed: it is kept only when a probe (the same layout with every
 byte inverted) serialises to exactly head + inverted bytes + tail; otherwise (a torch that
@@ -29,6 +30,10 @@ import torch
 from perdure.runtime.checkpoint.fastread import memory_of, payload_span
 
 Key = Hashable
+# Only tensors up to this size get a skeleton: the Python cost of torch.save is fixed per
+# tensor, so it matters for small ones only, and learning a layout serialises the tensor and a
+# probe of it in memory (three copies of its bytes), which must stay small.
+MAX_BYTES = 256 << 10
 
 
 def save_tensor(tensor: torch.Tensor, stream: IO[bytes]) -> None:
@@ -79,14 +84,15 @@ class Skeletons:
 def layout_key(tensor: torch.Tensor, alignment: int) -> Key | None:
     """What a tensor's archive depends on besides its bytes, for tensors whose archive is a
     skeleton around them (a plain contiguous CPU tensor owning exactly its storage, with no
-    autograd state or Python attributes); None for any other. No side effects."""
+    autograd state or Python attributes, of at most MAX_BYTES); None for any other. No side
+    effects."""
     if (type(tensor) is not torch.Tensor or tensor.device.type != "cpu"
             or tensor.layout != torch.strided or tensor.requires_grad
             or tensor.storage_offset() != 0 or not tensor.is_contiguous()
             or tensor.is_conj() or tensor.is_neg() or tensor.__dict__):
         return None
     nbytes = tensor.untyped_storage().nbytes()
-    if nbytes != tensor.numel() * tensor.element_size():
+    if nbytes != tensor.numel() * tensor.element_size() or nbytes > MAX_BYTES:
         return None
     return (tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), nbytes, alignment)
 
