@@ -88,7 +88,7 @@ def worker(args: argparse.Namespace) -> None:
         import perdure.runtime.checkpoint.worker as worker_threads
 
         worker_threads.lower_this_thread = lambda: None  # type: ignore[assignment]
-    ckpt = Checkpointer(args.ckpt, keep=2, policy=SavePolicy(every_steps=EVERY),
+    ckpt = Checkpointer(args.ckpt, keep=2, policy=SavePolicy(every_steps=args.every),
                         persist="process" if "process" in on else "thread")
 
     def step(batch: Any) -> None:
@@ -99,7 +99,7 @@ def worker(args: argparse.Namespace) -> None:
         opt.step()
 
     out = open(args.out, "a") if dist.get_rank() == 0 else None  # noqa: SIM115
-    done = 0  # perdure steps so far; saves fall at done + EVERY // 2 = multiples of EVERY
+    done = 0  # perdure steps so far; saves fall at done + every // 2 = multiples of every
     for phase in range(2 * args.pairs + 1 + 2):  # two warm-up phases first
         kind = "perdure" if phase % 2 else "bare"
         source = sources[kind] or sources["bare"]
@@ -116,7 +116,7 @@ def worker(args: argparse.Namespace) -> None:
             else:
                 step(batch)
             if "save" in on:
-                ckpt.maybe_save(done + EVERY // 2, {"model": model, "optim": opt,
+                ckpt.maybe_save(done + args.every // 2, {"model": model, "optim": opt,
                                                     "data": elastic, "step": done})
         if out is not None:
             out.write(json.dumps({"phase": phase, "kind": kind, "t": time.perf_counter() - t0,
@@ -128,16 +128,21 @@ def worker(args: argparse.Namespace) -> None:
     os._exit(0)
 
 
-def report(lines: list[dict[str, Any]], steps: int) -> None:
-    """Each perdure phase against the mean of the bare phases beside it."""
+def report(lines: list[dict[str, Any]], steps: int, saves: int) -> None:
+    """Each perdure phase against the mean of the bare phases beside it; with ``saves`` per
+    phase, also what each save cost rank 0 in wall time: the phase's excess over the bare
+    phases beside it, divided by its saves."""
     phases = [r for r in lines if r["phase"] >= 2]
     rows: dict[str, list[float]] = {"t": [], "cpu": []}
+    excess: list[float] = []
     for i in range(1, len(phases) - 1):
         if phases[i]["kind"] != "perdure":
             continue
         for key, got in rows.items():
             beside = (phases[i - 1][key] + phases[i + 1][key]) / 2
             got.append(phases[i][key] / beside)
+            if key == "t":
+                excess.append(phases[i][key] - beside)
     bare = [r["t"] / steps * 1000 for r in phases if r["kind"] == "bare"]
     print(f"bare phases: {statistics.median(bare):.2f} ms/step (median; "
           f"{min(bare):.2f}-{max(bare):.2f})")
@@ -147,6 +152,10 @@ def report(lines: list[dict[str, Any]], steps: int) -> None:
         print(f"perdure x bare, {label:<10}: median {statistics.median(got):.3f}  "
               f"(middle half {quart[0]:.3f}-{quart[1]:.3f}, all {got[0]:.3f}-{got[-1]:.3f}, "
               f"{len(got)} pairs)")
+    if saves:
+        per = sorted(e / saves * 1000 for e in excess)
+        print(f"wall per save (phase excess / {saves} saves): median {statistics.median(per):.2f}"
+              f" ms (middle half {per[len(per) // 4]:.2f}-{per[(3 * len(per)) // 4]:.2f})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,6 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     for q in (p, w):
         q.add_argument("--pairs", type=int, default=30, help="perdure phases measured")
         q.add_argument("--phase", type=int, default=2 * EVERY, help="steps per phase")
+        q.add_argument("--every", type=int, default=EVERY,
+                       help="steps between saves (fewer than 100 magnifies a save's cost, "
+                            "for attribution)")
         q.add_argument("--hidden", type=int, default=64, help="the MLP's width")
         q.add_argument("--switch-interval", type=float, default=0.0,
                        help="sys.setswitchinterval in the ranks (attribution: GIL hand-offs)")
@@ -174,13 +186,14 @@ def main(argv: list[str] | None = None) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
            "--nproc-per-node=2", str(Path(__file__)), "worker", "--out", str(out), "--ckpt",
            str(root / "ckpt"), "--pairs", str(args.pairs), "--phase", str(args.phase),
-           "--hidden", str(args.hidden), "--features", args.features,
+           "--hidden", str(args.hidden), "--features", args.features, "--every", str(args.every),
            "--switch-interval", str(args.switch_interval)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(root)}
     with (root / "log").open("wb") as log:
         subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True,
                        timeout=3600)
-    report([json.loads(line) for line in out.read_text().splitlines()], args.phase)
+    report([json.loads(line) for line in out.read_text().splitlines()], args.phase,
+           args.phase // args.every if "save" in args.features.split(",") else 0)
     print(f"(load {os.getloadavg()[0]:.1f} at the end; run under {root})")
 
 

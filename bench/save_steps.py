@@ -7,7 +7,10 @@ DataLoader, `maybe_save` every step with `SavePolicy(every_steps=100)` ("save") 
 checkpointer call at all ("none"); the modes alternate. Rank 0 times each step (wall, and its
 process's CPU: all threads, the persist thread's included). The figure: the median step by its
 distance k from the last save (k = 0: the save's own step; 1-5; 6-30; 31-99), per mode, and the
-mean step, after the first 300 steps.
+mean step, after the first 300 steps. Then, per rank, the median CPU one save took from each
+thread (SaveStats.extra: save() on the training thread; the persist thread's write, its rank 0
+commit and retention, and its whole persist), the figures that count on a busy machine: CPU
+there is taken from training, and Python work in the persist thread holds the GIL.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ddp_mlp"
 EVERY, BATCH = 100, 16
 GROUPS = (("save's step", 0, 0), ("next 5", 1, 5), ("6-30", 6, 30), ("31-99", 31, 99))
+CPU_KEYS = ("save_cpu_s", "write_cpu_s", "commit_cpu_s", "persist_cpu_s")
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -49,7 +53,7 @@ def worker(args: argparse.Namespace) -> None:
     opt = torch.optim.AdamW(ddp.parameters(), lr=3e-3)
     loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, seed=0))
     ckpt = Checkpointer(args.ckpt, keep=2, policy=SavePolicy(every_steps=EVERY))
-    batches, epoch, steps = iter(loader), 0, []
+    batches, epoch, steps, saves, last = iter(loader), 0, [], [], None
     for step in range(1, args.steps + 1):
         t0, c0 = time.perf_counter(), time.process_time()
         batch = next(batches, None)
@@ -66,9 +70,14 @@ def worker(args: argparse.Namespace) -> None:
         if args.mode == "save":
             ckpt.maybe_save(step, {"model": model, "optim": opt, "step": step})
         steps.append((step, time.perf_counter() - t0, time.process_time() - c0))
+        if ckpt.last_save is not last:
+            last = ckpt.last_save
+            saves.append(last.extra)  # type: ignore[union-attr]
     ckpt.close()
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, saves)
     if dist.get_rank() == 0:
-        Path(args.out).write_text(json.dumps(steps))
+        Path(args.out).write_text(json.dumps({"steps": steps, "saves": everyone}))
     dist.barrier()
     dist.destroy_process_group()
     os._exit(0)
@@ -83,6 +92,20 @@ def summary(steps: list[list[float]]) -> dict[str, Any]:
         out[label] = (statistics.median(s[1] for s in group),
                       statistics.median(s[2] for s in group))
     return out
+
+
+def cpu_cells(ranks: list[list[dict[str, float]]]) -> str:
+    """Each rank's median CPU per save for CPU_KEYS, after the first 3 saves (the plan and
+    the skeletons are made then); '-' where this version does not record it."""
+    cells = []
+    for saves in ranks:
+        kept = saves[3:] or saves
+        row = []
+        for key in CPU_KEYS:
+            got = [s[key] for s in kept if key in s]
+            row.append(f"{statistics.median(got) * 1e3:5.2f}" if got else "    -")
+        cells.append(" ".join(row))
+    return " | ".join(cells)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"$ {' '.join(sys.argv)}  (cores {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
     root = Path(tempfile.mkdtemp(prefix="perdure-bench-save-steps-"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(root)}
+    cpu_lines: list[str] = []
     print(f"{'run':<10} {'mean step':>18}" + "".join(f" {g[0]:>18}" for g in GROUPS)
           + "   (wall / process CPU, ms)")
     for run in range(args.runs):
@@ -114,10 +138,15 @@ def main(argv: list[str] | None = None) -> None:
             with (root / f"{mode}-{run}.log").open("wb") as log:
                 subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True,
                                timeout=1800)
-            got = summary(json.loads(out.read_text()))
+            found = json.loads(out.read_text())
+            got = summary(found["steps"])
             cells = [got["mean"], *(got[g[0]] for g in GROUPS)]
             print(f"{mode + ' ' + str(run + 1):<10}"
                   + "".join(f" {w * 1e3:8.2f} / {c * 1e3:7.2f}" for w, c in cells), flush=True)
+            if mode == "save":
+                cpu_lines.append(f"{'run ' + str(run + 1):<10}" + cpu_cells(found["saves"]))
+    print(f"\nCPU per save, median, ms (rank 0 | rank 1): {', '.join(CPU_KEYS)}")
+    print("\n".join(cpu_lines))
     print(f"(load {os.getloadavg()[0]:.1f} at the end; run under {root})")
 
 

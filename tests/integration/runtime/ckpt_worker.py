@@ -230,7 +230,33 @@ def scenario_integrity(args: dict[str, Any]) -> dict[str, Any]:
     back: dict[str, Any] = {"model": mlp(1), "step": -1, "mine": RankLocal(None)}
     restored = Checkpointer(args["dir"]).restore_latest(back)
     return {"url_error": url_error, "restored": restored, "step": back["step"],
-            "mine": back["mine"].value[-3:]}
+            "mine": back["mine"].value[-3:], **_one_rank_cannot_write(f"{args['dir']}-full")}
+
+
+def _one_rank_cannot_write(url: str) -> dict[str, Any]:
+    """3. Rank 1's shard cannot be written (a file size limit: a real EFBIG, as on a full
+    disk): every rank's save fails, naming rank 1's error; nothing is committed; the next save
+    (the limit lifted) commits."""
+    import resource
+    import signal
+
+    ckpt = Checkpointer(url, keep=None)
+    state = {"step": 1, "mine": RankLocal(torch.zeros(8192))}  # 32 kB per rank
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if RANK == 1:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16384, limits[1]))
+    try:
+        ckpt.save(1, state, blocking=True)
+        full_error = None
+    except Exception as exc:
+        full_error = f"{type(exc).__name__}: {exc}"
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    failed_steps = ckpt.steps()
+    ckpt.save(2, {**state, "step": 2}, blocking=True)
+    ckpt.close()
+    return {"full_error": full_error, "failed_steps": failed_steps, "later_steps": ckpt.steps()}
 
 
 def scenario_staging(args: dict[str, Any]) -> dict[str, Any]:

@@ -184,6 +184,11 @@ def test_two_ranks_different_urls_are_named_and_a_one_rank_corruption_falls_back
         assert f"rank(s) [0]: {ckpt}-rank-0" in error and f"rank(s) [1]: {ckpt}-rank-1" in error
         # Rank 1's own value in step 2 was corrupt: both ranks restored step 1, each its own.
         assert (r["restored"], r["step"], r["mine"]) == (1, 1, f"{rank}/1")
+        # Rank 1 could not write its shard: the save failed on both ranks with rank 1's
+        # reason (the error texts travel when a rank fails), and only the next save committed.
+        assert r["full_error"].startswith("CheckpointStorageError: save of step 1"), r
+        assert "rank 1: OSError" in r["full_error"] and "File too large" in r["full_error"]
+        assert (r["failed_steps"], r["later_steps"]) == ([], [2])
     assert not list(tmp_path.glob("ckpt-rank-*/step-*"))  # nothing was written
 
 

@@ -43,3 +43,71 @@ def test_small_payloads_written_whole_match_the_streamed_file(
             assert torch.equal(torch.load(io.BytesIO(chunk), weights_only=True), payload)
         else:
             assert chunk == payload
+
+
+def _tensors() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [
+        torch.randn(64, 38, generator=g),
+        torch.tensor(3.5),  # 0-dim
+        torch.zeros(0),  # no bytes at all
+        torch.randint(0, 2, (5,), dtype=torch.bool, generator=g),
+        torch.randn(3, 4, dtype=torch.complex64, generator=g),
+        torch.randn(3, 4, generator=g).to(torch.bfloat16),
+        torch.arange(9, dtype=torch.int64).reshape(3, 3),
+        torch.randn(writer.SMALL // 4 + 1, generator=g),  # streamed
+    ]
+
+
+def test_skeleton_writes_are_the_bytes_torch_save_writes(tmp_path: Path) -> None:
+    payloads: list[torch.Tensor | bytes] = [*_tensors(), b"a plain value"]
+    plain = writer.write_payloads(tmp_path / "plain", payloads, fsync=False,
+                                  algorithm=checksum.ALGORITHM)
+    skeletons = writer.Skeletons()
+    for n in range(3):  # the first write learns each layout, the next ones use it
+        for t in payloads[:-1]:
+            assert isinstance(t, torch.Tensor)
+            if t.dtype != torch.bool:
+                t.add_(1)  # new values, same layout
+        plain = writer.write_payloads(tmp_path / f"plain{n}", payloads, fsync=False,
+                                      algorithm=checksum.ALGORITHM)
+        fast = writer.write_payloads(tmp_path / f"fast{n}", payloads, fsync=False,
+                                     algorithm=checksum.ALGORITHM, skeletons=skeletons)
+        assert fast == plain
+        assert (tmp_path / f"fast{n}").read_bytes() == (tmp_path / f"plain{n}").read_bytes()
+    alignment = torch.serialization._get_storage_alignment()
+    made = [skeletons.get(t, alignment) is not None for t in payloads[:-1]
+            if isinstance(t, torch.Tensor)]
+    assert made == [True] * (len(made) - 1) + [False]  # the large one streams through torch
+
+
+@pytest.mark.parametrize("later", [torch.zeros(6, 4), torch.zeros(24), torch.zeros(4, 6).T,
+                                   torch.zeros(4, 6, dtype=torch.int32),
+                                   torch.zeros(4, 6, requires_grad=True),
+                                   torch.zeros(8, 6)[2:6]])
+def test_a_new_layout_never_reuses_a_stale_skeleton(tmp_path: Path, later: torch.Tensor) -> None:
+    """Same byte count, another shape / stride / dtype / autograd flag / storage: the archive
+    of the first must not be reused for the second."""
+    skeletons = writer.Skeletons()
+    writer.write_payloads(tmp_path / "first", [torch.ones(4, 6)], fsync=False,
+                          algorithm=checksum.ALGORITHM, skeletons=skeletons)
+    fast = writer.write_payloads(tmp_path / "fast", [later], fsync=False,
+                                 algorithm=checksum.ALGORITHM, skeletons=skeletons)
+    plain = writer.write_payloads(tmp_path / "plain", [later], fsync=False,
+                                  algorithm=checksum.ALGORITHM)
+    assert fast == plain and (tmp_path / "fast").read_bytes() == (tmp_path / "plain").read_bytes()
+    back = torch.load(tmp_path / "fast", weights_only=True)
+    assert back.shape == later.shape and back.dtype == later.dtype
+
+
+def test_an_archive_that_depends_on_the_bytes_gets_no_skeleton(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch.save with its zip CRC-32 writes checksums of the data outside the data: the probe
+    must catch that and keep such a layout on torch.save."""
+    from perdure.runtime.checkpoint import template
+
+    monkeypatch.setattr(template, "save_tensor", lambda t, stream: torch.save(t, stream))
+    assert template.build(torch.randn(16, 8)) is None
+    monkeypatch.undo()
+    assert template.build(torch.randn(16, 8)) is not None

@@ -193,7 +193,7 @@ class Checkpointer:
     ) -> bool:
         if not isinstance(step, int) or step < 0:
             raise ValueError(f"step is {step!r}; it must be an int >= 0.")
-        entered = time.perf_counter()
+        entered, cpu = time.perf_counter(), time.thread_time()
         comm = self._comm_()
         prepared, problem = self._try_prepare(state, comm.rank)
         changed = prepared is not None and (
@@ -214,7 +214,7 @@ class Checkpointer:
             self._replan(prepared, comm)
         stats = SaveStats(step=step, extra={"waited_s": waited})
         background = self.async_save if blocking is None else not blocking
-        self._launch(stats, prepared, comm, background, entered, tolerant)
+        self._launch(stats, prepared, comm, background, entered, tolerant, cpu)
         # What training was blocked for: the staging copy, or all of a blocking save.
         goodput.checkpoint_saved(
             step, stats.blocked_s if background else time.perf_counter() - entered)
@@ -289,7 +289,7 @@ class Checkpointer:
 
     def _launch(
         self, stats: SaveStats, prepared: _Prepared, comm: Comm, background: bool,
-        entered: float, tolerant: bool,
+        entered: float, tolerant: bool, cpu: float,
     ) -> None:
         assert self._plan is not None and self._buffers is not None
         step = stats.step
@@ -302,12 +302,13 @@ class Checkpointer:
             if self.storage.atomic_rename
             else commit.final_name(step)
         )
-        job = SaveJob(step, dir_name, staged, self._buffers, self._plan.metadata,
-                      self._plan.paths, comm.world, pending, background)
+        job = SaveJob(step, dir_name, staged, self._buffers, self._plan.docs, comm.world,
+                      self._plan.layout, pending, background)
         self._last_step, self._last_time = step, time.monotonic()
         persister = self._persister(comm)
         # What training waited for in save(), besides a previous save still in flight.
         stats.blocked_s = time.perf_counter() - entered - stats.extra["waited_s"]
+        stats.extra["save_cpu_s"] = time.thread_time() - cpu
         if background:
             self._runner.hand_over(persister, job, stats, prepared.optimizers, bool(pending))
         else:

@@ -60,13 +60,30 @@ class Comm:
 
     def agree(self, values: list[int]) -> list[list[int]]:
         """Every rank's ``values`` (same length on all ranks), on the control group."""
+        return self._all_gather_ints(values, control=True)
+
+    def all_gather_ints(self, values: list[int]) -> list[list[int]]:
+        """Every rank's ``values`` (same length on all ranks), on the data group: one small
+        tensor collective, nothing pickled."""
+        return self._all_gather_ints(values, control=False)
+
+    def _all_gather_ints(self, values: list[int], *, control: bool) -> list[list[int]]:
         if self.world == 1:
             return [list(values)]
         self._ensure_groups()
         mine = torch.tensor(values, dtype=torch.int64)
         out = [torch.empty_like(mine) for _ in range(self.world)]
-        dist.all_gather(out, mine, group=self._ctrl)
-        return [[int(v) for v in t.tolist()] for t in out]
+        dist.all_gather(out, mine, group=self._ctrl if control else self._data)
+        return [t.tolist() for t in out]
+
+    def broadcast_int(self, value: int) -> int:
+        """Rank 0's ``value`` (a signed 64-bit int) on every rank, on the data group."""
+        if self.world == 1:
+            return value
+        self._ensure_groups()
+        box = torch.tensor([value], dtype=torch.int64)
+        dist.broadcast(box, src=dist.get_global_rank(self._data, 0), group=self._data)
+        return int(box.item())
 
     def all_gather_object(self, obj: Any, *, control: bool = False) -> list[Any]:
         """Every rank's ``obj`` on the data group, or the control group (``control``: from the

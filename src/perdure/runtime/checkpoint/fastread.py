@@ -95,7 +95,7 @@ def row_span(
     return offsets[0] * row, lengths[0] * row
 
 
-def _memory(target: torch.Tensor) -> memoryview | None:
+def memory_of(target: torch.Tensor) -> memoryview | None:
     """The bytes of contiguous CPU ``target`` (its own memory), or None."""
     if target.device.type != "cpu" or not target.is_contiguous():
         return None
@@ -113,7 +113,7 @@ def _fill(stream: IO[bytes], view: memoryview) -> None:
 
 def read_into(stream: IO[bytes], start: int, target: torch.Tensor) -> bool:
     """Fill contiguous CPU ``target`` from ``stream`` at ``start``; False if it cannot."""
-    view = _memory(target)
+    view = memory_of(target)
     if view is None:
         return False
     stream.seek(start)
@@ -132,7 +132,7 @@ def read_checked(
     Each slice is hashed right after it is read, while it is still in cache; the kernel's
     read-ahead keeps the disk busy meanwhile, so verifying overlaps reading.
     """
-    view = _memory(target)
+    view = memory_of(target)
     head, size = span
     if view is None or len(view) != size or head < 0 or head + size > length:
         return None

@@ -12,28 +12,23 @@ Side effects: file I/O through Storage, collectives on the checkpoint group.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
-import json
 import logging
 import os
-import pickle
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from torch.distributed.checkpoint.filesystem import _StorageInfo
-from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.storage import WriteResult
 
-from perdure.runtime.checkpoint import checksum, commit, modes
+from perdure.runtime.checkpoint import checksum, commit, modes, outcome
 from perdure.runtime.checkpoint.comm import Comm
+from perdure.runtime.checkpoint.documents import Documents
 from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointStorageError
-from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
-from perdure.runtime.checkpoint.metadata import Path as KeyPath
+from perdure.runtime.checkpoint.outcome import Layout, Shard
 from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import (
     HostBuffers,
@@ -56,9 +51,9 @@ class SaveJob:
     dir_name: str
     staged: list[StagedItem]
     buffers: HostBuffers
-    metadata: Metadata
-    paths: dict[str, KeyPath]
+    docs: Documents  # the plan's metadata documents
     world: int
+    layout: Layout  # each rank's items in write order (the plan's)
     pending: list[Pending] = field(default_factory=list)  # copies staging left to us
     background: bool = False  # runs in the Checkpointer's background threads
     gate: StepGate | None = None  # opened once the pending copies are done
@@ -77,7 +72,10 @@ class SaveStats:
     (extra["step_wait_s"]), once the save is finished.
     extra: stage_s, deferred_s (the background copies), write_s, gathered_s, waited_s,
     step_wait_s; on rank 0 also commit_s (metadata, marker, rename), committed_s (from the
-    start until the checkpoint was published) and retain_s.
+    start until the checkpoint was published) and retain_s. CPU time of the thread that did
+    the work (what a background save takes from training): save_cpu_s (save() itself, on the
+    training thread), write_cpu_s, persist_cpu_s (all of the persist, the write included),
+    on rank 0 commit_cpu_s (commit and retention).
     """
 
     step: int
@@ -86,19 +84,6 @@ class SaveStats:
     bytes_written: int = 0
     name: str | None = None
     extra: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Shard:
-    """One rank's outcome of writing its shard, as rank 0 gathers it (error: why it failed)."""
-
-    error: str | None
-    results: list[WriteResult] = field(default_factory=list)
-    sizes: dict[str, int] = field(default_factory=dict)
-    crcs: dict[str, int] = field(default_factory=dict)  # file -> checksum of the whole file
-    item_crcs: list[int] = field(default_factory=list)  # one per result
-    dir_name: str = ""
-    storage: bool = False  # the error came from the storage, not from the state
 
 
 ENV_STAGING = "PERDURE_STAGING_DIR"
@@ -147,21 +132,25 @@ class Persister:
 
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         problem = job.problem if job.copied else self._stage_pending(job, stats)
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
         mine = self._write_local(job) if problem is None else Shard(problem)
         stats.extra["write_s"] = time.perf_counter() - start
+        stats.extra["write_cpu_s"] = time.thread_time() - cpu
         if mine.error is None:
             stats.bytes_written = sum(mine.sizes.values())
-        outcomes = self.comm.gather_object(mine)
+        outcomes = outcome.gather(self.comm, mine, job.layout, job.dir_name)
         stats.extra["gathered_s"] = time.perf_counter() - start
-        verdict: Any = None
-        if outcomes is not None:
+        verdict: tuple[str, str] | None = None
+        if outcomes is not None:  # rank 0
+            decided = time.thread_time()
             verdict = self._decide(job, outcomes, stats, start)
-        verdict = self.comm.broadcast_object(verdict)
+            stats.extra["commit_cpu_s"] = time.thread_time() - decided
+        verdict = outcome.announce(self.comm, verdict, commit.final_name(job.step))
         stats.persist_s = time.perf_counter() - start
+        stats.extra["persist_cpu_s"] = time.thread_time() - cpu
         if verdict[0] != "ok":
             kind = CheckpointStorageError if verdict[0] == "storage" else CheckpointError
             raise kind(f"save of step {job.step} to {self.storage.url} failed: {verdict[1]}")
@@ -253,7 +242,7 @@ class Persister:
         else:
             payloads = [e.data if e.data is not None else e.tensor for e in job.staged]
             written = write_payloads(path, payloads, fsync=fsync,  # type: ignore[arg-type]
-                                     algorithm=algorithm)
+                                     algorithm=algorithm, skeletons=job.buffers.skeletons)
         results = [
             WriteResult(e.item.index, length, _StorageInfo(file, start, length))
             for e, (start, length, _) in zip(job.staged, written.spans, strict=True)
@@ -288,22 +277,17 @@ class Persister:
         start = time.perf_counter()
         files: dict[str, int] = {}
         crcs: dict[str, int] = {}
-        item_crcs: dict[Any, int] = {}
+        item_crcs: list[int] = []
         results: list[WriteResult] = []
         for o in outcomes:
             files.update(o.sizes)
             crcs.update(o.crcs)
             results += o.results
-            item_crcs.update((wr.index, crc) for wr, crc in zip(o.results, o.item_crcs,
-                                                                  strict=True))
-        md = dataclasses.replace(
-            job.metadata,
-            storage_data={wr.index: wr.storage_data for wr in results},
-            version=DCP_VERSION,
-        )
-        dcp_md = pickle.dumps(md)  # DCP's own format, for stock readers; perdure reads the JSON
+            item_crcs += o.item_crcs
+        # DCP's own format, for stock readers; perdure reads the JSON
+        dcp_md = job.docs.dcp(results)
         algorithm = checksum.ALGORITHM
-        doc = json.dumps(encode_metadata(md, job.paths, (algorithm, item_crcs))).encode()
+        doc = job.docs.json(results, item_crcs, algorithm)
         for name, data in ((commit.DCP_METADATA, dcp_md), (commit.METADATA_JSON, doc)):
             self.storage.write_bytes(f"{job.dir_name}/{name}", data)
             files[name] = len(data)

@@ -38,6 +38,7 @@ from torch.distributed.checkpoint.utils import find_state_dict_object
 
 from perdure.runtime.checkpoint.errors import CheckpointError
 from perdure.runtime.checkpoint.shared import Slot, view_slot
+from perdure.runtime.checkpoint.template import Skeletons
 
 _ALIGN = 64
 _GENERATIONS = itertools.count(1)
@@ -78,6 +79,9 @@ class HostBuffers:
         # not change since the last save (an optimizer's lr, betas, flags) is not serialised
         # again (torch.save costs ~0.1 ms a value, on the step's blocking path).
         self._serialised: dict[str, tuple[Hashable, bytes]] = {}
+        # The archive skeletons of these buffers' layouts, built by their first write: they
+        # live and die with the buffers, so a new plan (a new layout) starts without any.
+        self.skeletons = Skeletons()
         tensor_items = [i for i in items if i.type != WriteItemType.BYTE_IO]
         if shared:
             self._allocate_shared(tensor_items)

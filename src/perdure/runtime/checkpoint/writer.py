@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +21,10 @@ from typing import IO, Any
 import torch
 
 from perdure.runtime.checkpoint import checksum, modes
+from perdure.runtime.checkpoint.fastread import memory_of
+from perdure.runtime.checkpoint.template import Skeletons, save_tensor
+
+__all__ = ["Skeletons", "Written", "save_tensor", "shard_name", "write_payloads"]
 
 _SLICE = 4 << 20  # hashed, then written, while in cache
 # A tensor up to this size is serialised into memory and written in one piece: torch's zip
@@ -35,22 +37,6 @@ SMALL = 256 << 10
 def shard_name(rank: int) -> str:
     """The file a rank writes, named as DCP names it."""
     return f"__{rank}_0.distcp"
-
-
-def save_tensor(tensor: torch.Tensor, stream: IO[bytes]) -> None:
-    """``torch.save(tensor, stream)`` without the CRC-32, and without changing torch's global
-    setting for it (the training thread may be saving too). Falls back to plain torch.save if
-    torch's internals differ from what this expects."""
-    try:
-        writer = torch._C.PyTorchFileWriter(
-            stream, False, torch.serialization._get_storage_alignment()
-        )
-        save: Callable[..., None] = torch.serialization._save
-    except (AttributeError, TypeError):
-        torch.save(tensor, stream)
-        return
-    save(tensor, writer, pickle, torch.serialization.DEFAULT_PROTOCOL, False)
-    writer.write_end_of_file()
 
 
 class _HashingStream:
@@ -97,15 +83,33 @@ class Written:
 
 
 def write_payloads(
-    path: Path, payloads: list[torch.Tensor | bytes], *, fsync: bool, algorithm: str
+    path: Path, payloads: list[torch.Tensor | bytes], *, fsync: bool, algorithm: str,
+    skeletons: Skeletons | None = None,
 ) -> Written:
     """Write tensors (``torch.save``d) and serialised values in order to ``path``, checksumming
-    each payload's bytes as they are written (``algorithm``: see checksum.py)."""
+    each payload's bytes as they are written (``algorithm``: see checksum.py).
+
+    skeletons: the archive skeletons of earlier writes of the same buffers (template.py): a
+    tensor whose layout has one is written as its skeleton around its bytes (the same bytes
+    torch.save writes); the first write of a layout adds its skeleton.
+    """
     spans: list[tuple[int, int, int]] = []
     whole = 0
+    alignment = torch.serialization._get_storage_alignment()  # part of a layout
     with modes.create(path) as stream:  # 0600 in a private directory
         for payload in payloads:
             start = stream.tell()
+            skeleton = (skeletons.get(payload, alignment) if skeletons is not None
+                        and isinstance(payload, torch.Tensor) else None)
+            if skeleton is not None:
+                raw = memory_of(payload)  # type: ignore[arg-type]
+                assert raw is not None  # the skeleton was made for this layout
+                pieces = (skeleton.head, raw, skeleton.tail)
+                length, crc = _write_around(stream, pieces, algorithm)
+                spans.append((start, length, crc))
+                whole = (_rehash(algorithm, whole, pieces) if length <= SMALL
+                         else checksum.combine(algorithm, whole, crc, length))
+                continue
             data = _small_bytes(payload)
             if data is not None:
                 crc = checksum.update(algorithm, 0, data)
@@ -126,3 +130,27 @@ def write_payloads(
             os.fsync(stream.fileno())
         size = stream.tell()
     return Written(spans, size, whole)
+
+
+def _write_around(
+    stream: IO[bytes], pieces: tuple[bytes, memoryview, bytes], algorithm: str
+) -> tuple[int, int]:
+    """Write a tensor's archive as (skeleton head, its bytes, skeleton tail): (length,
+    checksum)."""
+    head, raw, tail = pieces
+    crc = checksum.update(algorithm, 0, head)
+    stream.write(head)
+    for at in range(0, len(raw), _SLICE):
+        part = raw[at : at + _SLICE]
+        crc = checksum.update(algorithm, crc, part)
+        stream.write(part)
+    stream.write(tail)
+    return len(head) + len(raw) + len(tail), checksum.update(algorithm, crc, tail)
+
+
+def _rehash(algorithm: str, whole: int, pieces: tuple[bytes, memoryview, bytes]) -> int:
+    """The file's checksum extended by a small archive written by ``_write_around``: hashing
+    its bytes again costs less than a pure-Python ``combine`` below SMALL."""
+    for part in pieces:
+        whole = checksum.update(algorithm, whole, part)
+    return whole
