@@ -230,7 +230,8 @@ def scenario_integrity(args: dict[str, Any]) -> dict[str, Any]:
     back: dict[str, Any] = {"model": mlp(1), "step": -1, "mine": RankLocal(None)}
     restored = Checkpointer(args["dir"]).restore_latest(back)
     return {"url_error": url_error, "restored": restored, "step": back["step"],
-            "mine": back["mine"].value[-3:], **_one_rank_cannot_write(f"{args['dir']}-full")}
+            "mine": back["mine"].value[-3:], **_one_rank_cannot_write(f"{args['dir']}-full"),
+            **_agreed_ahead(f"{args['dir']}-ahead")}
 
 
 def _one_rank_cannot_write(url: str) -> dict[str, Any]:
@@ -257,6 +258,39 @@ def _one_rank_cannot_write(url: str) -> dict[str, Any]:
     ckpt.save(2, {**state, "step": 2}, blocking=True)
     ckpt.close()
     return {"full_error": full_error, "failed_steps": failed_steps, "later_steps": ckpt.steps()}
+
+
+def _agreed_ahead(url: str) -> dict[str, Any]:
+    """4. Background saves once planned wait for no collective in save(): the votes ride with
+    the save. Rank 1 alone changes layout (step 5: skipped on both, replanned at 6), both do
+    (step 7: saved), rank 1 cannot prepare (step 8: its error; rank 0's wait() names it)."""
+    from perdure.runtime.checkpoint.comm import Comm
+
+    blocking_agreements = []
+    agree = Comm.agree
+    Comm.agree = lambda self, values: blocking_agreements.append(1) or agree(self, values)
+    ckpt = Checkpointer(url, keep=None)
+    went: dict[int, object] = {}
+    size = 8
+
+    def save(step: int, mine: Any) -> None:
+        try:
+            went[step] = ckpt.save(step, {"w": torch.ones(4) * step, "mine": RankLocal(mine)})
+            ckpt.wait()
+        except Exception as exc:
+            went[step] = f"{type(exc).__name__}: {exc}"
+
+    for step in range(1, 10):
+        if (step == 5 and RANK == 1) or step == 7:
+            size += 8
+        save(step, torch.sparse_coo_tensor(size=(2,)) if step == 8 and RANK == 1
+             else torch.zeros(size))
+        if step == 4:
+            went[0] = len(blocking_agreements)
+    ckpt.close()
+    Comm.agree = agree
+    return {"ahead_steps": ckpt.steps(), "ahead_went": went,
+            "ahead_agreements": [went.pop(0), len(blocking_agreements)]}
 
 
 def scenario_staging(args: dict[str, Any]) -> dict[str, Any]:

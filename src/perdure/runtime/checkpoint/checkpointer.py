@@ -20,44 +20,32 @@ import logging
 import os
 import time
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from perdure.runtime import goodput
-from perdure.runtime.checkpoint import commit, schedule, values
+from perdure.runtime.checkpoint import ahead, commit, schedule
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import (
     CheckpointError,
-    UnsupportedValueError,
 )
 from perdure.runtime.checkpoint.failures import SaveFailures, alert_after_from_env
 from perdure.runtime.checkpoint.inflight import InFlight, SaveRunner
 from perdure.runtime.checkpoint.latest import restore_newest
-from perdure.runtime.checkpoint.metadata import Path as KeyPath
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats, staging_base
-from perdure.runtime.checkpoint.plan import Plan, make_plan, signature
+from perdure.runtime.checkpoint.plan import Plan, make_plan
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
+from perdure.runtime.checkpoint.prepared import Go, Prepared, prepare
 from perdure.runtime.checkpoint.procwriter import WriterProcess
-from perdure.runtime.checkpoint.staging import HostBuffers, optimizer_storages
+from perdure.runtime.checkpoint.staging import HostBuffers
 from perdure.runtime.checkpoint.storage import Storage
-from perdure.runtime.checkpoint.tree import flatten
 from perdure.runtime.checkpoint.urls import make_storage
 
 log = logging.getLogger("perdure.checkpoint")
 _PERSIST_MODES = ("thread", "process")
 _STAGE_MODES = ("deferred", "sync")
-
-
-@dataclass
-class _Prepared:
-    flat: dict[str, Any]
-    paths: dict[str, KeyPath]
-    signature: int
-    optimizers: list[torch.optim.Optimizer]
-    defer: frozenset[int]  # storages only the optimizers change: staged in the background
 
 
 class Checkpointer:
@@ -136,6 +124,7 @@ class Checkpointer:
         self.restore_failures: list[str] = []
         self._comm: Comm | None = None
         self._plan: Plan | None = None
+        self._votes: ahead.PendingVotes | None = None  # the last save's, when read ahead
         self._buffers: HostBuffers | None = None
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
@@ -195,10 +184,26 @@ class Checkpointer:
             raise ValueError(f"step is {step!r}; it must be an int >= 0.")
         entered, cpu = time.perf_counter(), time.thread_time()
         comm = self._comm_()
-        prepared, problem = self._try_prepare(state, comm.rank)
+        prepared, problem = prepare(state, comm.rank, deferred=self.stage == "deferred")
         changed = prepared is not None and (
             self._plan is None or prepared.signature != self._plan.signature
         )
+        background = self.async_save if blocking is None else not blocking
+        go = Go(step, comm, background, entered, tolerant, cpu)
+        if self._ahead_ok(comm, background):  # the votes go with the save (see `ahead`)
+            self._votes = ahead.PendingVotes(comm.control_group, comm.world, ahead.vote(
+                problem is None, changed, url_key(self.url)))
+            if problem is None and not changed:
+                return self._go(go, prepared, replan=False, votes=self._votes)
+            self._seq += 1  # as the ranks that went ahead did: save names stay alike
+            if problem is not None:
+                raise problem
+            if not ahead.settled(self._votes.result()):
+                log.info("skipped the save of step %d: this rank's state changed layout and "
+                         "not every rank's did; the next save plans again", step)
+                return False
+            return self._go(go, prepared, replan=True)  # every rank changed: plan together
+        self._votes = None
         busy = self._runner.busy
         votes = comm.agree([int(problem is None), int(busy), int(changed), url_key(self.url)])
         self._check_same_url(comm, votes)
@@ -206,18 +211,28 @@ class Checkpointer:
         if any(v[1] for v in votes) and self.policy.on_busy is OnBusy.SKIP:
             log.info("skipped the save of step %d: the previous save is still persisting", step)
             return False
+        return self._go(go, prepared, replan=any(v[2] for v in votes))
+
+    def _ahead_ok(self, comm: Comm, background: bool) -> bool:
+        """Whether this save's agreement can be read by its persist rather than waited for:
+        the same answer on every rank (a plan exists, the last votes settled, ...)."""
+        return (background and comm.world > 1 and self._plan is not None
+                and self.policy.on_busy is OnBusy.WAIT
+                and (self._votes is None or ahead.settled(self._votes.result())))
+
+    def _go(self, go: Go, prepared: Prepared | None, replan: bool,
+            votes: ahead.PendingVotes | None = None) -> bool:
         waited = time.perf_counter()
         self._runner.finish()
         assert prepared is not None
         waited = time.perf_counter() - waited
-        if any(v[2] for v in votes):
-            self._replan(prepared, comm)
-        stats = SaveStats(step=step, extra={"waited_s": waited})
-        background = self.async_save if blocking is None else not blocking
-        self._launch(stats, prepared, comm, background, entered, tolerant, cpu)
+        if replan:
+            self._replan(prepared, go.comm)
+        stats = SaveStats(step=go.step, extra={"waited_s": waited})
+        self._launch(stats, prepared, go, votes)
         # What training was blocked for: the staging copy, or all of a blocking save.
         goodput.checkpoint_saved(
-            step, stats.blocked_s if background else time.perf_counter() - entered)
+            go.step, stats.blocked_s if go.background else time.perf_counter() - go.entered)
         return True
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
@@ -242,26 +257,6 @@ class Checkpointer:
             return False
         return self._save(step, state, None, tolerant=True)  # it reports its blocking cost
 
-    def _try_prepare(
-        self, state: Mapping[str, Any], rank: int
-    ) -> tuple[_Prepared | None, BaseException | None]:
-        try:
-            tree = st.tree_for_save(st.check_state(state), rank)
-            flat, paths = flatten(tree)
-            for fqn, value in flat.items():
-                if not isinstance(value, torch.Tensor):
-                    flat[fqn] = values.encode(value, fqn)
-                elif value.layout != torch.strided:
-                    raise UnsupportedValueError(
-                        f"state value {fqn!r} is a {value.layout} tensor; only dense (strided) "
-                        "tensors can be checkpointed. Convert it with .to_dense()."
-                    )
-            optimizers, defer = (optimizer_storages(state) if self.stage == "deferred"
-                                 else ([], frozenset()))
-            return _Prepared(flat, paths, signature(flat, paths), optimizers, defer), None
-        except Exception as exc:
-            return None, exc
-
     def _raise_if_unprepared(
         self, step: int, votes: list[list[int]], problem: BaseException | None
     ) -> None:
@@ -274,7 +269,7 @@ class Checkpointer:
                 "(their own error says why); no rank saved."
             )
 
-    def _replan(self, prepared: _Prepared, comm: Comm) -> None:
+    def _replan(self, prepared: Prepared, comm: Comm) -> None:
         if self._buffers is not None:
             self._buffers.close()
             self._buffers = None
@@ -287,12 +282,10 @@ class Checkpointer:
             self._plan.items, shared=self.persist == "process", pin=pin
         )
 
-    def _launch(
-        self, stats: SaveStats, prepared: _Prepared, comm: Comm, background: bool,
-        entered: float, tolerant: bool, cpu: float,
-    ) -> None:
+    def _launch(self, stats: SaveStats, prepared: Prepared, go: Go,
+                votes: ahead.PendingVotes | None) -> None:
         assert self._plan is not None and self._buffers is not None
-        step = stats.step
+        step, comm, background = stats.step, go.comm, go.background
         start = time.perf_counter()
         staged, pending = self._buffers.stage(prepared.flat, self._plan.items, prepared.defer)
         stats.extra["stage_s"] = time.perf_counter() - start
@@ -303,16 +296,16 @@ class Checkpointer:
             else commit.final_name(step)
         )
         job = SaveJob(step, dir_name, staged, self._buffers, self._plan.docs, comm.world,
-                      self._plan.layout, pending, background)
+                      self._plan.layout, pending, background, votes=votes)
         self._last_step, self._last_time = step, time.monotonic()
         persister = self._persister(comm)
         # What training waited for in save(), besides a previous save still in flight.
-        stats.blocked_s = time.perf_counter() - entered - stats.extra["waited_s"]
-        stats.extra["save_cpu_s"] = time.thread_time() - cpu
+        stats.blocked_s = time.perf_counter() - go.entered - stats.extra["waited_s"]
+        stats.extra["save_cpu_s"] = time.thread_time() - go.cpu
         if background:
             self._runner.hand_over(persister, job, stats, prepared.optimizers, bool(pending))
         else:
-            self._runner.run_now(persister, job, stats, tolerant)
+            self._runner.run_now(persister, job, stats, go.tolerant)
 
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again

@@ -13,16 +13,20 @@ Side effects: the two worker threads (started at the first background save).
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
 import torch
 
+from perdure.runtime.checkpoint.ahead import SaveSkipped
 from perdure.runtime.checkpoint.errors import CheckpointStorageError
 from perdure.runtime.checkpoint.failures import SaveFailures
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
 from perdure.runtime.checkpoint.staging import StepGate
 from perdure.runtime.checkpoint.worker import PersistWorker
+
+log = logging.getLogger("perdure.checkpoint")
 
 
 @dataclass
@@ -123,6 +127,9 @@ class SaveRunner:
     def _run(self, persister: Persister, job: SaveJob, inflight: InFlight) -> None:
         try:
             persister.run(job, inflight.stats)
+        except SaveSkipped as exc:
+            log.info("%s", exc)
+            inflight.stats.extra["skipped"] = 1.0
         except CheckpointStorageError as exc:
             if not inflight.tolerant:
                 inflight.error = exc  # kept and raised at the next save() or wait()

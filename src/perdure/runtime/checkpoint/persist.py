@@ -24,7 +24,8 @@ from pathlib import Path
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.storage import WriteResult
 
-from perdure.runtime.checkpoint import checksum, commit, modes, outcome
+from perdure.runtime.checkpoint import ahead, checksum, commit, modes, outcome
+from perdure.runtime.checkpoint.ahead import PendingVotes
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.documents import Documents
 from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointStorageError
@@ -59,6 +60,7 @@ class SaveJob:
     gate: StepGate | None = None  # opened once the pending copies are done
     copied: bool = False  # the pending copies were made (stage_pending) ...
     problem: str | None = None  # ... and why they failed, if they did
+    votes: PendingVotes | None = None  # the ranks' agreement, when save() did not wait for it
 
 
 @dataclass
@@ -134,6 +136,8 @@ class Persister:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
         start, cpu = time.perf_counter(), time.thread_time()
         problem = job.problem if job.copied else self._stage_pending(job, stats)
+        if job.votes is not None:  # before anything is written: every rank sees these votes
+            ahead.check(job.votes.result(), job.step)
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
         mine = self._write_local(job) if problem is None else Shard(problem)

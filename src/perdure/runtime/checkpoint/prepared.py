@@ -1,0 +1,66 @@
+"""A save's state made ready on the training thread: flattened, plain values encoded, its
+layout's signature, and what the background may copy after save() returns.
+
+No side effects: reads the state (and its optimizers' storages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from perdure.runtime.checkpoint import state as st
+from perdure.runtime.checkpoint import values
+from perdure.runtime.checkpoint.comm import Comm
+from perdure.runtime.checkpoint.errors import UnsupportedValueError
+from perdure.runtime.checkpoint.metadata import Path as KeyPath
+from perdure.runtime.checkpoint.plan import signature
+from perdure.runtime.checkpoint.staging import optimizer_storages
+from perdure.runtime.checkpoint.tree import flatten
+
+
+@dataclass
+class Prepared:
+    """One rank's state flattened for a save, with its layout's signature."""
+
+    flat: dict[str, Any]
+    paths: dict[str, KeyPath]
+    signature: int
+    optimizers: list[torch.optim.Optimizer]
+    defer: frozenset[int]  # storages only the optimizers change: staged in the background
+
+
+@dataclass(frozen=True)
+class Go:
+    """A save that goes ahead: its step and what its launch needs to know."""
+
+    step: int
+    comm: Comm
+    background: bool
+    entered: float  # perf_counter() when save() was called
+    tolerant: bool
+    cpu: float  # the training thread's CPU time then
+
+
+def prepare(state: Mapping[str, Any], rank: int, *, deferred: bool
+            ) -> tuple[Prepared | None, BaseException | None]:
+    """``state`` ready to stage, or why not (the error is returned: every rank must still
+    vote). ``deferred``: find the storages only an optimizer changes."""
+    try:
+        tree = st.tree_for_save(st.check_state(state), rank)
+        flat, paths = flatten(tree)
+        for fqn, value in flat.items():
+            if not isinstance(value, torch.Tensor):
+                flat[fqn] = values.encode(value, fqn)
+            elif value.layout != torch.strided:
+                raise UnsupportedValueError(
+                    f"state value {fqn!r} is a {value.layout} tensor; only dense (strided) "
+                    "tensors can be checkpointed. Convert it with .to_dense()."
+                )
+        optimizers, defer = optimizer_storages(state) if deferred else ([], frozenset())
+        return Prepared(flat, paths, signature(flat, paths), optimizers, defer), None
+    except Exception as exc:
+        return None, exc
