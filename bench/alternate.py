@@ -48,10 +48,8 @@ FEATURES = ("loader", "goodput", "save")
 # - "burn-idle" / "burn-thread": no save, but at each save point every rank burns --burn-ms
 #   of CPU in pure Python, in a helper process at SCHED_IDLE or in a nice-19 thread of its
 #   own (as the persist thread runs, holding the GIL while it computes): what background CPU
-#   costs training by where it runs;
-# - "long-switch": the persist keeps the GIL's default switch interval (priority.SWITCH_S).
-ATTRIBUTION = ("process", "normal-priority", "no-persist", "burn-idle", "burn-thread",
-               "long-switch")
+#   costs training by where it runs.
+ATTRIBUTION = ("process", "normal-priority", "no-persist", "burn-idle", "burn-thread")
 
 
 class _Batches:
@@ -178,7 +176,6 @@ def worker(args: argparse.Namespace) -> None:
 
     import perdure
     from perdure.runtime import ElasticLoader, ElasticSampler, goodput
-    from perdure.runtime.checkpoint import priority
 
     perdure.init(seed=0)
     if args.switch_interval:
@@ -199,13 +196,11 @@ def worker(args: argparse.Namespace) -> None:
         loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
 
-    short = getattr(priority, "SWITCH_S", None)  # None in trees from before it
     out = open(args.out, "a") if dist.get_rank() == 0 else None  # noqa: SIM115
     done = 0  # perdure steps so far; saves fall at done + every // 2 = multiples of every
     for phase in range(2 * args.pairs * len(variants) + 1 + 2):  # two warm-up phases first
         v = None if phase % 2 == 0 else variants[(phase // 2) % len(variants)]
         _NO_PERSIST[0] = v is not None and "no-persist" in v.on
-        priority.SWITCH_S = None if v is not None and "long-switch" in v.on else short
         t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(args.phase):
             batch = (plain if v is None else v.source).next()

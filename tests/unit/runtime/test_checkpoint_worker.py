@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 
 import pytest
 
-from perdure.runtime.checkpoint import priority
 from perdure.runtime.checkpoint.priority import NICE
 from perdure.runtime.checkpoint.worker import PersistWorker
 
@@ -49,33 +47,3 @@ def test_a_job_that_raises_does_not_stop_the_worker() -> None:
     assert worker.submit(lambda: ran.append(2)).wait(30)  # closed, then used again
     worker.close()
     assert ran == [1, 2]
-
-
-def test_the_persist_worker_runs_its_jobs_with_a_short_gil_switch_interval() -> None:
-    # A background thread holding the GIL keeps the training thread waiting for up to the
-    # switch interval (5 ms by default) whatever its nice value; persist jobs shorten it.
-    before = sys.getswitchinterval()
-    seen: dict[str, float] = {}
-    persist, stager = PersistWorker("test-persist"), PersistWorker("test-stage", lower=False)
-    assert persist.submit(lambda: seen.update(persist=sys.getswitchinterval())).wait(30)
-    assert stager.submit(lambda: seen.update(stager=sys.getswitchinterval())).wait(30)
-    persist.close()
-    stager.close()
-    assert seen["persist"] == pytest.approx(priority.SWITCH_S) and seen["persist"] < before
-    assert seen["stager"] == before
-    assert sys.getswitchinterval() == before  # given back once the job ended
-
-
-def test_short_switch_nests_and_keeps_an_interval_the_program_set_meanwhile() -> None:
-    before = sys.getswitchinterval()
-    with priority.short_switch():
-        with priority.short_switch():  # another worker's job, overlapping
-            assert sys.getswitchinterval() == pytest.approx(priority.SWITCH_S)
-        assert sys.getswitchinterval() == pytest.approx(priority.SWITCH_S)
-    assert sys.getswitchinterval() == before
-    try:
-        with priority.short_switch():
-            sys.setswitchinterval(0.002)  # the program's own choice wins
-        assert sys.getswitchinterval() == pytest.approx(0.002)
-    finally:
-        sys.setswitchinterval(before)

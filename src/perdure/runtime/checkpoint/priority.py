@@ -5,25 +5,16 @@ disk time the training step leaves idle instead of slowing the step.
 Linux gives each thread its own nice value and I/O priority, so this affects only the
 thread that calls it. Elsewhere, or where the kernel refuses, it does nothing (best effort).
 
-A nice value does not govern the GIL, though: a background thread that holds it keeps the
-training thread waiting for up to the interpreter's switch interval (5 ms by default) each
-time the training thread wants it back (after a collective or a backward pass, which run
-without it). ``short_switch`` shortens that interval while background work runs.
-
-Side effects: changes the calling thread's scheduling priority; ``short_switch`` changes the
-process's switch interval while it is entered.
+Side effects: changes the calling thread's scheduling priority.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
 import platform
-import sys
 import threading
-from collections.abc import Iterator
 
 log = logging.getLogger("perdure.checkpoint")
 
@@ -33,13 +24,6 @@ _IOPRIO_CLASS_BE = 2
 _IOPRIO_LOWEST = 7
 _IOPRIO_CLASS_SHIFT = 13
 _SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "ppc64le": 273, "s390x": 282}
-# The GIL's switch interval while background work runs (None: leave it alone). At 0.5 ms a
-# training thread waits at most about that long for the GIL; the extra switches happen only
-# while both threads want it.
-SWITCH_S: float | None = 0.0005
-_switch_lock = threading.Lock()
-_switch_users = 0
-_switch_saved: tuple[float, float] | None = None  # (the interval before, the one we set)
 
 
 def lower_this_thread() -> bool:
@@ -60,28 +44,3 @@ def lower_this_thread() -> bool:
         except (OSError, AttributeError):
             io = False
     return cpu and io
-
-
-@contextlib.contextmanager
-def short_switch() -> Iterator[None]:
-    """Within the block, the GIL's switch interval is at most SWITCH_S; the previous interval
-    comes back when the last block of any thread ends, unless the program set another one
-    meanwhile."""
-    global _switch_users, _switch_saved
-    with _switch_lock:
-        _switch_users += 1
-        if _switch_users == 1:
-            before = sys.getswitchinterval()
-            if SWITCH_S is not None and before > SWITCH_S:
-                sys.setswitchinterval(SWITCH_S)
-                _switch_saved = (before, sys.getswitchinterval())
-    try:
-        yield
-    finally:
-        with _switch_lock:
-            _switch_users -= 1
-            if _switch_users == 0 and _switch_saved is not None:
-                before, ours = _switch_saved
-                if sys.getswitchinterval() == ours:  # not changed by the program meanwhile
-                    sys.setswitchinterval(before)
-                _switch_saved = None

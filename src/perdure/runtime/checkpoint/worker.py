@@ -5,8 +5,7 @@ the thread and waiting until a busy machine's scheduler first runs it. Handing a
 thread that already waits costs a queue put. A Checkpointer keeps two: one that makes the
 deferred staging copies (at the process's priority: the optimizer's next step waits for them)
 and one that persists (at the lowest CPU and I/O priority, taking what training leaves idle;
-a thread cannot raise its priority again without privileges, hence two threads). While the
-persist worker runs a job, the GIL's switch interval is short (`priority.short_switch`).
+a thread cannot raise its priority again without privileges, hence two threads).
 
 The threads are daemons, so that they never keep a finished program alive by themselves;
 instead, at interpreter exit every worker first finishes the jobs handed to it (as the
@@ -26,7 +25,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from perdure.runtime.checkpoint.priority import lower_this_thread, short_switch
+from perdure.runtime.checkpoint.priority import lower_this_thread
 
 log = logging.getLogger("perdure.checkpoint")
 _Jobs = queue.SimpleQueue[tuple[Callable[[], None], threading.Event] | None]
@@ -94,11 +93,7 @@ def _serve(jobs: _Jobs, lower: bool) -> None:
         job, done = item
         del item  # hold no job (and so no Checkpointer) while idle
         try:
-            if lower:  # the training thread gets the GIL back sooner while this job runs
-                with short_switch():
-                    job()
-            else:
-                job()
+            job()
         except BaseException:  # the job reports its own errors; this one escaped
             log.exception("a checkpoint background job failed")
         finally:
