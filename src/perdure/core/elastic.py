@@ -44,7 +44,8 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
         job.id, job.attempt, job.round, tuple(zip(job.members, nodes, strict=True)),
         reason, t.now,
     ))
-    job.layout = None  # its members' ranks changed: launches still to send get new ones
+    if job.layout is not None:  # its members' ranks changed: launches still to send get new
+        job.layout = job.layout.renumbered(job)  # ones (nobody moved)
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
 
 
