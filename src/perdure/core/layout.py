@@ -13,7 +13,6 @@ test_layout_bulk.py). At 16,384 replicas `of` takes ~12 ms, `moved` and `renumbe
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import operator
 from collections.abc import Collection, Iterator, Mapping
@@ -144,6 +143,7 @@ class Layout:
     # node -> {replica: LOCAL_RANK}, made for a node when one of its replicas launches
     _indexes: dict[str, dict[str, int]] = field(default_factory=dict, compare=False,
                                                 repr=False)
+    _ranks: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def groups(self) -> int:
@@ -164,10 +164,13 @@ class Layout:
             return {name: rank for name, (_, rank) in self.own_group.items()}
         return _Group(self)
 
-    @functools.cached_property
-    def member_rank(self) -> dict[str, int]:
-        """elastic: this round's rank of each member (made on first use)."""
-        return dict(zip(self.members, itertools.count()))
+    @property
+    def member_rank(self) -> Mapping[str, int]:
+        """elastic: this round's rank of each member (made on first use, and shared by the
+        copies each tick's launches make)."""
+        if len(self._ranks) < len(self.members):
+            self._ranks.update(zip(self.members, itertools.count()))
+        return self._ranks
 
     def index_on(self, node: str) -> dict[str, int]:
         """The LOCAL_RANK of each replica on `node`."""
@@ -196,7 +199,7 @@ class Layout:
     def renumbered(self, job: Job) -> Layout:
         """This layout for `job`'s new round (its members changed, nobody moved)."""
         return dataclasses.replace(self, members=job.members, key=key_of(job), bases={},
-                                   devices={})
+                                   devices={}, _ranks={})
 
     def moved(self, job: Job, where: Mapping[str, str]) -> Layout:
         """This layout with the replicas of `where` on those nodes (launched now): what
