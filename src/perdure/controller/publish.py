@@ -13,6 +13,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 from perdure.core.events import Rendezvous
 
@@ -48,20 +49,21 @@ class RoundEntries:
         entries = self._jobs.setdefault(d.job_id, {})
         if len(entries) > 2 * len(d.members) + 64:  # members moved a lot: drop the old ones
             entries = self._jobs[d.job_id] = {m: entries[m] for m in d.members if m in entries}
-        if None in map(entries.get, d.members):  # new members, or moved: made in C
-            new = list(itertools.compress(d.members, map(operator.not_, map(
-                entries.__contains__, d.members))))
+        found = list(map(entries.get, d.members))  # (a pair's hash is not kept: one pass)
+        if None in found:  # new members, or moved: made in C
+            new = list(itertools.compress(d.members, map(operator.not_, found)))
             if _plain("".join(itertools.chain.from_iterable(new))):
                 texts = map(_PLAIN_HEAD.__mod__, new)  # JSON strings as they are
             else:
                 names, nodes = map(_string, map(_FIRST, new)), map(_string, map(_SECOND, new))
                 texts = map(_HEAD.__mod__, zip(names, nodes, strict=True))
             entries.update(zip(new, texts, strict=True))
+            found = list(map(entries.__getitem__, d.members))
         n, ranks = len(d.members), self._ranks
-        if len(ranks) < n:
-            ranks.extend(f"{i}}}, " for i in range(len(ranks), n))
+        if len(ranks) < n:  # made once: "%d}, " in C
+            ranks.extend(map("%d}, ".__mod__, range(len(ranks), n)))
         parts = ["["] * (2 * n + 1)  # one join, no string made per member
-        parts[1::2], parts[2::2] = map(entries.__getitem__, d.members), ranks[:n]
+        parts[1::2], parts[2::2] = cast(list[str], found), ranks[:n]  # no None left
         return "".join(parts).removesuffix(", ") + "]"
 
     def forget(self, job_id: str) -> None:
