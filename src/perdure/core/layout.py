@@ -7,7 +7,8 @@ launches 256 of a 16,384-replica job stays linear in those 256), and is kept whi
 replicas stay where they are: a new elastic round renumbers its members only
 (`Layout.renumbered`), and a few replicas placed on other nodes move only their nodes' entries
 (`Layout.moved`), each equal to the layout `Layout.of` computes anew (tests/unit/core/
-test_layout_bulk.py). At 16,384 replicas `of` takes ~12 ms, `moved` and `renumbered` ~2.
+test_layout_bulk.py). At 16,384 replicas `of` takes ~6 ms, `moved` ~0.5 for a node's
+replicas, `renumbered` no pass (bench/controller.py --only big, docs/benchmarks.md).
 """
 
 from __future__ import annotations
