@@ -10,10 +10,11 @@ ratio, a full collection only when the tick left enough idle time for one (or wh
 long overdue). The automatic collector stays on with a high young threshold: a valve for a
 caller that ticks without pausing, never the usual path.
 
-A tick that leaves a burst of young objects (a 16,384-replica round: its replica copies and
-launches, which the snapshot and the backend keep) has them frozen unscanned instead: a young
-collection over ~100,000 live objects took 25-60 ms between two ticks and freed nothing, and
-`gc.freeze()` costs no scan. Cycles among them are freed at the next thaw; the frozen
+A tick that leaves a burst of young objects (a 16,384-replica round: its replica copies,
+stops and launches, which the snapshot and the backend keep) has them frozen unscanned
+instead: after a group restart's placing tick a young collection took 25 ms and the middle
+ones after it 27-36 ms between two ticks, and none freed anything (bench/controller.py
+--only big); `gc.freeze()` costs no scan. Cycles among them are freed at the next thaw; the frozen
 generation grows that way only to twice what the last thaw left, plus BURST_ROOM: past that,
 a burst is collected as any young objects are, and the next full collection thaws. So are
 the survivors of a young collection frozen (the middle generation then holds few).
