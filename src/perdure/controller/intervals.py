@@ -14,6 +14,7 @@ counts again until the replicas report restores from snapshots).
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,6 +54,9 @@ def publish_interval(state_dir: str, job_id: str, chosen: iv.Interval, now: floa
     os.replace(tmp, path)
 
 
+_RESTARTS = operator.attrgetter("restarts")
+
+
 class _Seen:
     """A job's failures as its record shows them: retries plus restarts of every attempt."""
 
@@ -65,7 +69,8 @@ class _Seen:
         if job.attempt != self.attempt:
             self.carried += self.restarts
             self.attempt, self.restarts = job.attempt, 0
-        self.restarts = max(self.restarts, sum(r.restarts for r in job.replicas))
+        # in C (map): ~3 ms of a 16,384-replica job's tick as a generator (bench/controller.py)
+        self.restarts = max(self.restarts, sum(map(_RESTARTS, job.replicas)))
         return self.carried + self.restarts + sum(job.retries.values())
 
 

@@ -130,8 +130,10 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
     nodes = sorted(set(chosen.values()))
     t.event(job, "state", f"PENDING: attempt {job.attempt} admitted; launching "
                           f"{plural(len(job.replicas), 'replica')} on {some_of(nodes)}")
-    if job.elastic:
-        publish(t, job, [r.name for r in job.replicas], "admitted", where=chosen)
+    big = t.settings.launches_per_tick is not None and (
+        len(job.replicas) > t.settings.launches_per_tick)
+    if job.elastic and not big:  # a big job's round: by the next tick (core.plan)
+        publish(t, job, {r.name for r in job.replicas}, "admitted", where=chosen)
     t.launch(job, chosen, cap.devices)
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Set
 
+from perdure.core.counts import ALIVE
 from perdure.core.events import Rendezvous
 from perdure.core.model import Job, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
@@ -27,8 +28,7 @@ _RANK = operator.attrgetter("rank")
 _STATE, _VALUE = operator.attrgetter("state"), operator.attrgetter("_value_")
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _UP = frozenset({ReplicaState.STARTING.value, ReplicaState.RUNNING.value})  # not stopping
-_ALIVE = frozenset(s.value for s in ReplicaState if s.alive)
-_RUNNING = ReplicaState.RUNNING.value
+_ALIVE = frozenset(s.value for s in ALIVE)
 
 
 def publish(t: Tick, job: Job, members: Collection[str], reason: str,
@@ -44,7 +44,8 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
         job.id, job.attempt, job.round, tuple(zip(job.members, nodes, strict=True)),
         reason, t.now,
     ))
-    job.layout = None  # its members' ranks changed: launches still to send get new ones
+    if job.layout is not None:  # its members' ranks changed: launches still to send get new
+        job.layout = job.layout.renumbered(job)  # ones (nobody moved)
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
 
 
@@ -53,12 +54,16 @@ def _in_rank_order(job: Job, members: Collection[str], where: Mapping[str, str] 
     """The replicas named in `members`, in rank order, and each one's node: the plan's or
     `where`'s for one placed but not launched yet, else its own ("" if none)."""
     wanted = members if isinstance(members, set | frozenset) else set(members)
-    mask = list(map(wanted.__contains__, map(_NAME, job.replicas)))
-    chosen = list(itertools.compress(job.replicas, mask))
+    if len(wanted) == len(job.replicas):  # every replica (an admission): no mask to make
+        chosen, places = list(job.replicas), range(len(job.replicas))
+    else:
+        mask = list(map(wanted.__contains__, map(_NAME, job.replicas)))
+        chosen = list(itertools.compress(job.replicas, mask))
+        places = itertools.compress(range(len(mask)), mask)  # type: ignore[assignment]
     nodes = map(_NODE, chosen)
     if job.plan:  # the plan's ranks are places in job.replicas
         planned = dict(zip(map(_FIRST, job.plan), map(_SECOND, job.plan), strict=True))
-        nodes = map(planned.get, itertools.compress(range(len(mask)), mask), nodes)
+        nodes = map(planned.get, places, nodes)
     if where:
         nodes = map(where.get, map(_NAME, chosen), nodes)
     at = list(nodes)
@@ -88,11 +93,7 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
         return  # left with its node in an earlier round
     lost = [r, *(x for x in together if x.alive)]
     gone = {x.name for x in lost}
-    # up (not being stopped), or placed with its launch on its way
-    planned = set(map(_FIRST, job.plan))
-    kept = map(operator.or_, map(_UP.__contains__, map(_VALUE, map(_STATE, job.replicas))),
-               map(planned.__contains__, map(_RANK, job.replicas)))
-    survivors = (set(itertools.compress(map(_NAME, job.replicas), kept)) & members) - gone
+    survivors = _survivors(job, members, lost) - gone
     before = len(job.members)
     if len(lost) > 1:
         why = f"{why}; with it on node {r.node}: {', '.join(x.name for x in lost[1:])}"
@@ -102,6 +103,19 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     job.state = JobState.PENDING
     publish(t, job, members, f"pause at world size {before}: {why}; "
                              f"waiting for {', '.join(x.name for x in lost)}")
+
+
+def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[str]:
+    """The members up (not being stopped) or placed with their launch on its way, `lost`
+    aside: every member but those when the only replicas neither up nor planned are
+    among `lost` (counted: a lost node's exits pass here once each, the scan only once)."""
+    up = job.count(ReplicaState.STARTING) + job.count(ReplicaState.RUNNING)
+    if len(job.replicas) - up - len(job.plan) == sum(x.state.value not in _UP for x in lost):
+        return members
+    planned = set(map(_FIRST, job.plan))
+    kept = map(operator.or_, map(_UP.__contains__, map(_VALUE, map(_STATE, job.replicas))),
+               map(planned.__contains__, map(_RANK, job.replicas)))
+    return set(itertools.compress(map(_NAME, job.replicas), kept)) & members
 
 
 def _on_node(job: Job, node: str | None) -> list[Replica]:
@@ -121,17 +135,19 @@ def joined(t: Tick, job: Job) -> None:
     if job.count(ReplicaState.STARTING) or len(job.members) == len(job.replicas):
         return  # some are still starting, or every replica is a member already
     members = job.member_set()
-    values = list(map(_VALUE, map(_STATE, job.replicas)))
-    running = set(itertools.compress(map(_NAME, job.replicas), map(_RUNNING.__eq__, values)))
-    fresh = running - members
-    if not fresh:
-        return
-    up = itertools.compress(job.replicas, map(fresh.__contains__, map(_NAME, job.replicas)))
-    new = [x.name for x in up if not _down(t, x.node)]
+    # the few not members, in one pass (C); a member set of 16,384 is not scanned twice
+    others = list(itertools.compress(job.replicas, map(operator.not_, map(
+        members.__contains__, map(_NAME, job.replicas)))))
+    new = [x.name for x in others if x.state is ReplicaState.RUNNING and not _down(t, x.node)]
     if not new:
         return
-    alive = set(itertools.compress(map(_NAME, job.replicas), map(_ALIVE.__contains__, values)))
-    grown = alive & members
+    alive = sum(map(job.count, ALIVE)) - sum(x.alive for x in others)
+    if alive == len(members):  # every member is alive: all stay
+        grown: set[str] = set(members)
+    else:
+        values = map(_VALUE, map(_STATE, job.replicas))
+        grown = set(itertools.compress(map(_NAME, job.replicas),
+                                       map(_ALIVE.__contains__, values))) & members
     grown.update(new)
     publish(t, job, grown, f"grow {len(job.members)} -> {len(grown)}: {', '.join(new)} "
                            f"{'is' if len(new) == 1 else 'are'} up")

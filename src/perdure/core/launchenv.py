@@ -5,16 +5,13 @@ No side effects: paths are joined as strings, nothing is read.
 
 from __future__ import annotations
 
-import itertools
-import operator
 import posixpath
-from collections import Counter
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
-from typing import TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from perdure.core.events import Launch
-from perdure.core.model import Job, Node, Replica
+from perdure.core.layout import Layout, PoolBase
+from perdure.core.model import Job, Replica
 from perdure.core.spec import JobSpec, PoolSpec
 
 
@@ -38,11 +35,6 @@ class LaunchSettings:
     launches_per_tick: int | None = 256
 
 
-_NODE = operator.attrgetter("node")
-_NAME = operator.attrgetter("name")
-_K = TypeVar("_K")
-_POOL = operator.attrgetter("pool")
-_PROCS = operator.attrgetter("procs_per_replica")
 # Read by the supervisor and the runtime (perdure.runtime.ranks), which core cannot import.
 PROCS_ENV = "PERDURE_PROCS_PER_REPLICA"
 GPUS_ENV = "PERDURE_GPUS"
@@ -105,171 +97,9 @@ def replica_of_launch(launch_id: str) -> str:
     return parts[2] if len(parts) == 4 else ""
 
 
-@dataclass(frozen=True)
-class PoolBase:
-    """What every replica of a pool is launched with, in one launch of its job."""
-
-    command: tuple[str, ...]
-    env: dict[str, str]  # the replica's own names are placeholders, set by build_launch
-    reports: str  # the launches' report dirs are under it
-    logs: str  # the attempt's log dir
-
-
 def _under(root: str, name: str) -> str:
     """posixpath.join(root, name) for a relative `name`, at a fraction of its cost."""
     return f"{root}{name}" if root.endswith("/") or not root else f"{root}/{name}"
-
-
-def _runs(keys: list[_K]) -> list[tuple[_K, int]] | None:
-    """Each key with how many times it comes in a row, when every key comes in one run
-    only (replicas of a node or a pool side by side, as placement and make_replicas put
-    them); None otherwise."""
-    runs = [(key, len(list(same))) for key, same in itertools.groupby(keys)]
-    return runs if len({key for key, _ in runs}) == len(runs) else None
-
-
-def _positions(at: Mapping[str, str | None], counts: Mapping[str | None, int]
-               ) -> dict[str, tuple[int, int]]:
-    """Each placed replica's (position among its node's replicas, their number), in `at`'s
-    order: in C (groupby, chain) when each node's replicas are side by side, as a 16,384-
-    replica job's are; else one pass."""
-    mask = list(map(operator.is_not, at.values(), itertools.repeat(None)))
-    placed = list(itertools.compress(at, mask))
-    runs = _runs(list(itertools.compress(at.values(), mask)))
-    if runs is not None:
-        spans = [n for _, n in runs]
-        place = itertools.chain.from_iterable(map(range, spans))
-        size = itertools.chain.from_iterable(map(itertools.repeat, spans, spans))
-        return dict(zip(placed, zip(place, size, strict=True), strict=True))
-    local, seen = {}, dict.fromkeys(counts, 0)
-    for name, node in at.items():
-        if node is not None:
-            local[name] = (seen[node], counts[node])
-            seen[node] += 1
-    return local
-
-
-def _pool_positions(replicas: list[Replica]) -> tuple[dict[str, int], list[int]]:
-    """Replicas per pool, and each replica's position among its pool's (rank order)."""
-    runs = _runs(list(map(_POOL, replicas)))
-    if runs is not None:
-        return dict(runs), list(itertools.chain.from_iterable(range(n) for _, n in runs))
-    sizes: dict[str, int] = {}
-    done = []
-    for x in replicas:
-        done.append(sizes.get(x.pool, 0))
-        sizes[x.pool] = done[-1] + 1
-    return sizes, done
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where a job's replicas are, computed once for all replicas launched together (a tick
-    launching 1,024 replicas stays linear in them).
-
-    torchrun's "group" (node) is the virtual node for a job of one-process CPU replicas, as
-    before; a job with GPUs or with several processes per replica makes each replica its own
-    group (GROUP_RANK = the replica's rank), which is what `torch.cuda.set_device(LOCAL_RANK)`
-    needs when each replica sees only its own GPUs.
-    """
-
-    local: Mapping[str, tuple[int, int]]  # replica -> (LOCAL_RANK, LOCAL_WORLD_SIZE)
-    group: Mapping[str, int]  # replica -> GROUP_RANK
-    groups: int
-    pool_sizes: Mapping[str, int]
-    member_rank: Mapping[str, int]  # elastic: this round's rank of each member
-    first_rank: Mapping[str, tuple[int, int]]  # replica -> (first RANK, first ROLE_RANK)
-    world: int  # WORLD_SIZE: every process of every replica
-    devices: Mapping[str, str]  # replica -> CUDA_VISIBLE_DEVICES (absent: leave it alone)
-    # pool -> what every replica of it is launched with (build_launch fills it on first use:
-    # a launch then costs its own few names, not the whole contract again)
-    bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
-    # What it was computed for: the job's (attempt, round, master port) and each replica's
-    # node; a later launch of the same round with the same nodes reuses it (`fits`).
-    key: tuple[int, int, int | None] = field(default=(0, 0, None), compare=False, repr=False)
-    at: Mapping[str, str | None] = field(default_factory=dict, compare=False, repr=False)
-
-    def fits(self, job: Job, where: Mapping[str, str]) -> bool:
-        """Whether this layout is the one `of` would compute for launching `where` now
-        (nothing but those launches moved since: every node change goes through them)."""
-        at = self.at
-        return (self.key == (job.attempt, job.round, job.master_port)  # (in C: 16,384)
-                and all(map(operator.eq, map(at.get, where.keys()), where.values())))
-
-    @staticmethod
-    def of(job: Job, nodes: Mapping[str, Node] | None = None,
-           launching: Collection[str] | None = None,
-           where: Mapping[str, str] | None = None) -> Layout:
-        """`launching`: the replicas launched with it (None: all), the only ones given
-        CUDA_VISIBLE_DEVICES (a tick that launches a few of 16,384 looks only at those);
-        `where`: nodes of replicas placed but not launched yet (their own `node` is unset)."""
-        pools = {p.name: p for p in job.spec.pools}
-        per_replica = any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools)
-        # Bulk passes (map, zip, Counter) where they can: a 16,384-replica job's layout is
-        # built in the tick that places it.
-        names = list(map(_NAME, job.replicas))
-        at: dict[str, str | None] = dict(zip(names, map(_NODE, job.replicas), strict=True))
-        if where:
-            at.update(where)
-        local: dict[str, tuple[int, int]] = {}
-        if per_replica:
-            local = {x.name: (0, pools[x.pool].procs_per_replica) for x in job.replicas}
-            group = {x.name: x.rank for x in job.replicas}
-            groups = len(job.replicas)
-        else:
-            counts = Counter(at.values())  # first seen first: torchrun's group order
-            counts.pop(None, None)
-            local = _positions(at, counts)
-            order = {node: i for i, node in enumerate(counts)}
-            group = dict(zip(at, map(order.get, at.values(), itertools.repeat(0)),
-                             strict=True))
-            groups = max(1, len(counts))
-        procs = list(map(_PROCS, map(pools.__getitem__, map(_POOL, job.replicas))))
-        starts = list(itertools.accumulate(procs, initial=0))
-        world = starts[-1]
-        sizes, done = _pool_positions(job.replicas)
-        first = dict(zip(names, zip(starts, map(operator.mul, done, procs), strict=False),
-                         strict=True))  # starts: one more, the world size
-        return Layout(local, group, groups, sizes, dict(zip(job.members, itertools.count())),
-                      first, world, gpu_env(job, nodes or {}, launching),
-                      key=(job.attempt, job.round, job.master_port), at=at)
-
-    def env(self, r: Replica) -> dict[str, str]:
-        local_rank, local_size = self.local.get(r.name, (0, 0))
-        return {
-            "LOCAL_RANK": str(local_rank),
-            "LOCAL_WORLD_SIZE": str(local_size),
-            "GROUP_RANK": str(self.group.get(r.name, 0)),
-            "GROUP_WORLD_SIZE": str(self.groups),
-        }
-
-
-def gpu_env(job: Job, nodes: Mapping[str, Node],
-            launching: Collection[str] | None = None,
-            among: list[Replica] | None = None) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES of each placed replica (of those `launching`, or `among`, if
-    given): its own GPUs, in its node's names for them; "" (none) for a replica without GPUs
-    on a node that has some, unless the spec sets it."""
-    out: dict[str, str] = {}
-    if among is None and launching is not None and not launching:
-        return out  # none launched with it (a layout built ahead of its launches)
-    replicas = among if among is not None else job.replicas if launching is None else [
-        x for x in job.replicas if x.name in launching]
-    for x in replicas:
-        node = nodes.get(x.node or "")
-        if node is None or not (x.gpus or node.gpus):
-            continue  # a CPU replica on a node without GPUs: nothing to set
-        names = node.gpu_ids or tuple(str(i) for i in range(node.gpus))
-        if x.gpus:
-            out[x.name] = ",".join(names[i] if i < len(names) else str(i) for i in x.devices)
-        elif node.gpus and not any("CUDA_VISIBLE_DEVICES" in e for e in _user_envs(job, x)):
-            out[x.name] = ""
-    return out
-
-
-def _user_envs(job: Job, r: Replica) -> tuple[Mapping[str, str], ...]:
-    pool = next(p for p in job.spec.pools if p.name == r.pool)
-    return job.spec.env, pool.env
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,16 @@ in the next ticks (`Job.unstopped`, stored: a restarted controller sends them).
 
 No side effects. A planned replica holds its slots and GPUs, and its launch gets the layout
 of the whole placement (RANK, GROUP_RANK, MASTER_ADDR as if all were sent at once); it stays
-WAITING, its stored row unchanged, until its launch is sent. The plan itself is not stored,
+WAITING, its stored row unchanged, until its launch is sent; an elastic job's round 0 is
+published before its first launch is sent (the tick after the placement). The plan itself
+is not stored,
 only how many launches it still held (`Job.unlaunched`): a controller that died mid-plan finds
 the count without the plan, and the round starts again cleanly (`replan`).
 """
 
 from __future__ import annotations
 
+from perdure.core.elastic import publish
 from perdure.core.model import Job
 from perdure.core.text import plural
 from perdure.core.tick import Tick, drop_plan
@@ -39,6 +42,12 @@ def step(t: Tick, job_id: str) -> None:
         return
     if not job.plan:
         replan(t, job, "the controller restarted before sending them")
+        return
+    if job.elastic and not job.members:
+        # A big elastic job's round 0 is published by the tick after its placement, and
+        # its layout built by the one after that (each ~10-15 ms at 16,384 replicas): no
+        # launch before its round (a controller that died before it publishes it then).
+        publish(t, job, {r.name for r in job.replicas}, "admitted")
         return
     batch, rest = job.plan[:limit], job.plan[limit:]
     lost = sorted({node for _, node, _ in batch

@@ -15,6 +15,7 @@ The rules:
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -76,13 +77,19 @@ class HangVerdict:
     where: tuple[str, ...]  # one line per rank: `worker-1 step 6: in sleep (train.py:40)`
 
 
+_LAUNCH_ID = operator.attrgetter("launch_id")
+
+
 def running_launches(job: Job) -> frozenset[str] | None:
     """The launches of a job whose every replica runs (None: not a steady running round)."""
     if job.state is not JobState.RUNNING or job.after_stop is not None:
         return None
-    if any(r.state is not ReplicaState.RUNNING or r.launch_id is None for r in job.replicas):
+    # counted, then picked in C (map): two generators over 16,384 replicas were ~5 ms of a
+    # tick each sweep (bench/controller.py --only big)
+    if job.count(ReplicaState.RUNNING) != len(job.replicas):
         return None
-    return frozenset(r.launch_id for r in job.replicas if r.launch_id is not None)
+    launches = list(map(_LAUNCH_ID, job.replicas))
+    return None if None in launches else frozenset(launches)
 
 
 def p99(values: list[float]) -> float | None:

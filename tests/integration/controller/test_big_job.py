@@ -9,6 +9,7 @@ a controller that dies while launches are still to be sent restarts the round cl
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 from pathlib import Path
 
@@ -179,5 +180,48 @@ def test_a_big_job_whose_rows_go_missing_mid_read_fails_on_its_own(
     stored = ctl.store.job_rows()
     assert [r["state"] for r in stored if r["id"] == job.id] == ["FAILED"]
     assert job.id not in ctl.snapshot.jobs and not backend.launched
+    ctl.close()
+    ctl.store.close()
+
+
+def test_a_big_elastic_jobs_round_is_written_before_its_first_launch_even_after_a_crash(
+        tmp_path: Path) -> None:
+    """A big elastic job is placed by one tick, its round 0 published (round.json) by the
+    next and its launches sent from the one after: every replica starts with its round on
+    disk, members on the nodes they are launched on, also when the controller died after
+    the placement (the next one places the job again and publishes before launching)."""
+    now = [1000.0]
+    round_file = tmp_path / "rdzv" / "big-000001" / "round.json"
+    seen: list[bool] = []
+
+    def script(launch: object) -> FakeRun:
+        seen.append(round_file.exists())
+        return FakeRun(seconds=None)
+
+    tmp_path.mkdir(exist_ok=True)
+    infos = [NodeInfo(f"n{i:04d}", PER_NODE) for i in range(NODES + 1)]
+    backend = FakeBackend(infos, script, clock=lambda: now[0])
+    ctl = controller(tmp_path, backend, now)
+    spec = JobSpec.model_validate({"name": "big", "pools": [
+        {"name": "w", "replicas": TOTAL, "min_replicas": TOTAL // 2,
+         "command": ["python", "t.py"]}]})
+    job = Job("big-000001", spec, str(tmp_path), now[0], replicas=make_replicas(spec))
+    ctl.store.submit(job)
+    ctl.tick()  # loaded
+    ctl.tick()  # admitted: placed, planned; no round yet
+    assert not round_file.exists() and not backend.launched
+    ctl.close()  # killed after that tick
+    ctl.store.close()
+    ctl = controller(tmp_path, backend, now)
+    for _ in range(40):
+        ctl.tick()
+        now[0] += 0.25
+        if ctl.snapshot.jobs[job.id].state is JobState.RUNNING:
+            break
+    j = ctl.snapshot.jobs[job.id]
+    assert j.state is JobState.RUNNING and len(backend.launched) == TOTAL and all(seen)
+    members = json.loads(round_file.read_text())["members"]
+    assert [(m["replica"], m["node"]) for m in members] == [
+        (r.name, r.node) for r in j.replicas]
     ctl.close()
     ctl.store.close()

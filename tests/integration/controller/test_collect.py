@@ -68,3 +68,50 @@ def test_old_garbage_is_freed_without_idle_time(collector: Collector) -> None:
         if gone() is None:
             break
     assert gone() is None
+
+
+def test_a_burst_of_young_objects_is_frozen_without_a_scan(
+        collector: Collector, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tick that leaves a burst (a big round's replica copies) is followed by no
+    collection: the objects are frozen, not scanned."""
+    monkeypatch.setattr(collect, "BURST", 2_000)
+    keep: list[object] = [[] for _ in range(3_000)]  # the records a round made, kept
+    seen: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(note)
+    try:
+        frozen = gc.get_freeze_count()
+        assert collector.between_ticks(0.02) is None
+    finally:
+        gc.callbacks.remove(note)
+    assert seen == [] and collector.bursts == 1
+    assert gc.get_freeze_count() >= frozen + len(keep)
+
+
+def test_bursts_of_garbage_cycles_keep_memory_bounded(
+        collector: Collector, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bursts frozen unscanned grow the frozen generation only so far (twice what a thaw
+    left, plus BURST_ROOM): past that they are collected, and a thaw frees the cycles that
+    were frozen."""
+    monkeypatch.setattr(collect, "BURST", 1_000)
+    monkeypatch.setattr(collect, "BURST_ROOM", 6_000)
+    gc.collect()
+    live = len(gc.get_objects())  # the test process's own (pytest's): may all be frozen
+    first = Cycle()
+    gone = weakref.ref(first)
+    del first
+    most = 0
+    # more garbage than the bound, however big the test process is: each tick leaves 5,000
+    # cycles (10,000 objects), garbage at once
+    for _ in range((2 * live + collect.BURST_ROOM) // 10_000 + 10):
+        for _ in range(5_000):
+            Cycle()
+        collector.between_ticks(0.02)
+        most = max(most, gc.get_freeze_count())
+    assert collector.bursts >= 2
+    assert most < 2 * live + collect.BURST_ROOM + 2 * 10_000  # not all that was made
+    assert gone() is None

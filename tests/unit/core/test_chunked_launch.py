@@ -9,7 +9,7 @@ import dataclasses
 
 from sim import SETTINGS, Sim, spec
 
-from perdure.core.events import Launch
+from perdure.core.events import Launch, Rendezvous
 from perdure.core.model import Job
 from perdure.core.states import JobState, ReplicaState
 
@@ -105,3 +105,26 @@ def test_a_planned_node_lost_before_its_launch_replans() -> None:
     job = sim.run_until(j, {JobState.RUNNING})
     assert all(r.node != "b" for r in job.replicas)
     assert any("node b is no longer ready" in m for m in sim.messages(j))
+
+
+def test_an_elastic_replacement_is_launched_in_the_tick_that_places_it() -> None:
+    """A big elastic job keeps its layout over its rounds: a lost node's replacements move
+    only their nodes' entries and are sent at once (the tick after, when the layout was
+    built anew), with the layout a job sent all at once gets."""
+    launched = {}
+    for per_tick in (None, 4):
+        sim = Sim(nodes={n: 4 for n in "abcd"},
+                  settings=dataclasses.replace(SETTINGS, launches_per_tick=per_tick))
+        j = sim.submit(spec(pools=[{"name": "w", "replicas": 10, "min_replicas": 5,
+                                    "command": ["python", "t.py"]}]))
+        sim.run_until(j, {JobState.RUNNING})
+        before = len(sim.backend.launched)
+        sim.command("fail-node", "c")  # w-8, w-9: the job shrinks, their replacements go to d
+        for _ in range(5):
+            out = sim.step()
+            if any(isinstance(d, Rendezvous) for d in out.decisions):
+                break
+        sent = [d for d in out.decisions if isinstance(d, Launch)]
+        assert [(x.replica, x.node) for x in sent] == [("w-8", "d"), ("w-9", "d")]
+        launched[per_tick] = layout(sim.backend.launched[before:])
+    assert launched[4] == launched[None]

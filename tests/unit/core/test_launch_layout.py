@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from perdure.core.launchenv import LaunchSettings, Layout, build_launch
+from perdure.core.launchenv import LaunchSettings, build_launch
+from perdure.core.layout import Layout
 from perdure.core.model import Job, Node, make_replicas
 from perdure.core.spec import JobSpec
 

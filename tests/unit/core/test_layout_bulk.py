@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from perdure.core.launchenv import Layout
+from perdure.core.layout import Layout
 from perdure.core.model import Job, Node, make_replicas
 from perdure.core.spec import JobSpec
 
@@ -71,3 +71,41 @@ def test_bulk_layout_equals_one_replica_at_a_time(seed: int) -> None:
     layout = Layout.of(job, {n: Node(n, 8, gpus=2) for n in nodes}, (), where)
     assert (layout.local, layout.group, layout.groups, layout.pool_sizes, layout.member_rank,
             layout.first_rank, layout.world) == one_by_one(job, where)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_a_layout_kept_over_moves_and_rounds_equals_one_built_anew(seed: int) -> None:
+    """A replacement placed on another node moves only its nodes' entries, and a new
+    elastic round renumbers the members only (core.tick, core.elastic): each equals the
+    layout built anew, replica by replica, at every step of a random sequence."""
+    rng = random.Random(seed)
+    own_groups = rng.random() < 0.2  # several processes a replica: each its own group
+    pools = [{"name": f"p{i}", "replicas": rng.randint(1, 9),
+              **({"procs_per_replica": 2} if own_groups else {"min_replicas": 1}),
+              "command": ["python", "t.py"]} for i in range(rng.randint(1, 3))]
+    spec = JobSpec.model_validate({"name": "j", "pools": pools})
+    job = Job("j-1", spec, "/s", 0.0, replicas=make_replicas(spec))
+    if rng.random() < 0.2:
+        rng.shuffle(job.replicas)
+    names = [f"n{i}" for i in range(rng.randint(1, 7))]
+    nodes = {n: Node(n, 8) for n in names}
+    for i, r in enumerate(job.replicas):
+        r.node = names[i * len(names) // len(job.replicas)] if rng.random() < 0.9 else None
+    job.members = tuple(r.name for r in job.replicas)
+    layout = Layout.of(job, nodes)
+    for _ in range(6):
+        if rng.random() < 0.4:
+            job.round += 1
+            job.members = tuple(rng.sample(job.members, rng.randint(1, len(job.members))))
+            layout = layout.renumbered(job)
+        else:
+            where = {r.name: rng.choice(names) for r in rng.sample(job.replicas, rng.randint(
+                1, min(3, len(job.replicas))))}
+            layout = layout.moved(job, where)
+            for r in job.replicas:  # launched there
+                r.node = where.get(r.name, r.node)
+        fresh = Layout.of(job, nodes)
+        assert (layout.local, layout.group, layout.groups, layout.pool_sizes,
+                layout.member_rank, layout.first_rank, layout.world) == one_by_one(job, {})
+        assert [layout.env(r) for r in job.replicas] == [fresh.env(r) for r in job.replicas]
+        assert layout.key == fresh.key

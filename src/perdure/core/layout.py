@@ -1,0 +1,297 @@
+"""Where a job's replicas are, as torchrun's environment contract says it: LOCAL_RANK,
+LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, each replica's first RANK and ROLE_RANK,
+WORLD_SIZE, and an elastic round's member ranks.
+
+No side effects. A layout is computed once for all replicas launched together (a tick that
+launches 256 of a 16,384-replica job stays linear in those 256), and is kept while the job's
+replicas stay where they are: a new elastic round renumbers its members only
+(`Layout.renumbered`), and a few replicas placed on other nodes move only their nodes' entries
+(`Layout.moved`), each equal to the layout `Layout.of` computes anew (tests/unit/core/
+test_layout_bulk.py). At 16,384 replicas `of` takes ~6 ms, `moved` ~0.5 for a node's
+replicas, `renumbered` no pass (bench/controller.py --only big, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import operator
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from perdure.core.model import Job, Node, Replica
+
+_NODE = operator.attrgetter("node")
+_NAME = operator.attrgetter("name")
+_RANK = operator.attrgetter("rank")
+_POOL = operator.attrgetter("pool")
+_PROCS = operator.attrgetter("procs_per_replica")
+_K = TypeVar("_K")
+
+
+def _runs(keys: list[_K]) -> list[tuple[_K, int]] | None:
+    """Each key with how many times it comes in a row, when every key comes in one run
+    only (replicas of a node or a pool side by side, as placement and make_replicas put
+    them); None otherwise."""
+    runs = [(key, len(list(same))) for key, same in itertools.groupby(keys)]
+    return runs if len({key for key, _ in runs}) == len(runs) else None
+
+
+def _places(at: Mapping[str, str | None]) -> dict[str, tuple[str, ...]]:
+    """Each node's replicas in `at`'s order, nodes first seen first (torchrun's group
+    order): sliced in C when each node's replicas are side by side, as a 16,384-replica
+    job's are; else one pass."""
+    names = list(at)
+    runs = _runs(list(at.values()))
+    if runs is not None:
+        ends = itertools.accumulate(n for _, n in runs)
+        return {node: tuple(names[end - n:end])
+                for (node, n), end in zip(runs, ends, strict=True) if node is not None}
+    grouped: dict[str, list[str]] = {}
+    for name, node in at.items():
+        if node is not None:
+            grouped.setdefault(node, []).append(name)
+    return {node: tuple(names) for node, names in grouped.items()}
+
+
+def _pool_positions(replicas: list[Replica]) -> tuple[dict[str, int], list[int]]:
+    """Replicas per pool, and each replica's position among its pool's (rank order)."""
+    runs = _runs(list(map(_POOL, replicas)))
+    if runs is not None:
+        return dict(runs), list(itertools.chain.from_iterable(range(n) for _, n in runs))
+    sizes: dict[str, int] = {}
+    done = []
+    for x in replicas:
+        done.append(sizes.get(x.pool, 0))
+        sizes[x.pool] = done[-1] + 1
+    return sizes, done
+
+
+@dataclass(frozen=True)
+class PoolBase:
+    """What every replica of a pool is launched with, in one launch of its job."""
+
+    command: tuple[str, ...]
+    env: dict[str, str]  # the replica's own names are placeholders, set by build_launch
+    reports: str  # the launches' report dirs are under it
+    logs: str  # the attempt's log dir
+
+
+class _Local(Mapping[str, tuple[int, int]]):
+    """replica -> (LOCAL_RANK, LOCAL_WORLD_SIZE) of a placed replica: its place among its
+    node's replicas, looked up when asked (a launch asks for its own few)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self._layout = layout
+
+    def __getitem__(self, name: str) -> tuple[int, int]:
+        node = self._layout.at[name]
+        if node is None:
+            raise KeyError(name)
+        index = self._layout.index_on(node)
+        return index[name], len(index)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, node in self._layout.at.items() if node is not None)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._layout.places.values()))
+
+
+class _Group(Mapping[str, int]):
+    """replica -> GROUP_RANK: its node's place in the group order (0: placed nowhere)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self._layout = layout
+
+    def __getitem__(self, name: str) -> int:
+        return self._layout.order.get(self._layout.at[name], 0)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._layout.at)
+
+    def __len__(self) -> int:
+        return len(self._layout.at)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a job's replicas are, computed once for all replicas launched together.
+
+    torchrun's "group" (node) is the virtual node for a job of one-process CPU replicas, as
+    before; a job with GPUs or with several processes per replica makes each replica its own
+    group (GROUP_RANK = the replica's rank), which is what `torch.cuda.set_device(LOCAL_RANK)`
+    needs when each replica sees only its own GPUs (`own_group` holds their LOCAL_WORLD_SIZE
+    and GROUP_RANK then).
+    """
+
+    at: Mapping[str, str | None]  # replica -> its node (None: placed nowhere)
+    places: Mapping[str, tuple[str, ...]]  # node -> its replicas, in rank order
+    order: Mapping[str | None, int]  # node -> GROUP_RANK, first seen first
+    own_group: Mapping[str, tuple[int, int]] | None  # replica -> (procs, rank): own group
+    pool_sizes: Mapping[str, int]
+    members: tuple[str, ...]  # elastic: this round's members, in rank order
+    first_rank: Mapping[str, tuple[int, int]]  # replica -> (first RANK, first ROLE_RANK)
+    world: int  # WORLD_SIZE: every process of every replica
+    devices: Mapping[str, str]  # replica -> CUDA_VISIBLE_DEVICES (absent: leave it alone)
+    # pool -> what every replica of it is launched with (build_launch fills it on first use:
+    # a launch then costs its own few names, not the whole contract again)
+    bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
+    # What it was computed for: the job's (attempt, round, master port); a later launch of
+    # the same round reuses it (`moved`: the replicas it places elsewhere move).
+    key: tuple[int, int, int | None] = field(default=(0, 0, None), compare=False, repr=False)
+    # node -> {replica: LOCAL_RANK}, made for a node when one of its replicas launches
+    _indexes: dict[str, dict[str, int]] = field(default_factory=dict, compare=False,
+                                                repr=False)
+    _ranks: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def groups(self) -> int:
+        """GROUP_WORLD_SIZE."""
+        return len(self.own_group) if self.own_group is not None else max(1, len(self.places))
+
+    @property
+    def local(self) -> Mapping[str, tuple[int, int]]:
+        """replica -> (LOCAL_RANK, LOCAL_WORLD_SIZE) of each placed replica."""
+        if self.own_group is not None:
+            return {name: (0, procs) for name, (procs, _) in self.own_group.items()}
+        return _Local(self)
+
+    @property
+    def group(self) -> Mapping[str, int]:
+        """replica -> GROUP_RANK."""
+        if self.own_group is not None:
+            return {name: rank for name, (_, rank) in self.own_group.items()}
+        return _Group(self)
+
+    @property
+    def member_rank(self) -> Mapping[str, int]:
+        """elastic: this round's rank of each member (made on first use, and shared by the
+        copies each tick's launches make)."""
+        if len(self._ranks) < len(self.members):
+            self._ranks.update(zip(self.members, itertools.count()))
+        return self._ranks
+
+    def index_on(self, node: str) -> dict[str, int]:
+        """The LOCAL_RANK of each replica on `node`."""
+        index = self._indexes.get(node)
+        if index is None:
+            index = self._indexes[node] = dict(zip(self.places[node], itertools.count()))
+        return index
+
+    def env(self, r: Replica) -> dict[str, str]:
+        if self.own_group is not None:
+            procs, rank = self.own_group.get(r.name, (0, 0))
+            local_rank, local_size, group = (0, procs, rank) if r.name in self.own_group else (
+                0, 0, 0)
+        else:
+            node = self.at.get(r.name)
+            index = self.index_on(node) if node is not None else {}
+            local_rank, local_size = index.get(r.name, 0), len(index)
+            group = self.order.get(node, 0)
+        return {
+            "LOCAL_RANK": str(local_rank),
+            "LOCAL_WORLD_SIZE": str(local_size),
+            "GROUP_RANK": str(group),
+            "GROUP_WORLD_SIZE": str(self.groups),
+        }
+
+    def renumbered(self, job: Job) -> Layout:
+        """This layout for `job`'s new round (its members changed, nobody moved)."""
+        return dataclasses.replace(self, members=job.members, key=key_of(job), bases={},
+                                   devices={}, _ranks={})
+
+    def moved(self, job: Job, where: Mapping[str, str]) -> Layout:
+        """This layout with the replicas of `where` on those nodes (launched now): what
+        `of` computes for them, changing only their nodes' entries. Same round only."""
+        at = self.at
+        moves = dict(itertools.compress(where.items(), map(
+            operator.ne, map(at.get, where.keys()), where.values())))
+        if not moves:
+            return self
+        if not all(map(self.first_rank.__contains__, moves)):
+            return Layout.of(job, None, (), where)  # not a replica of its own: anew
+        now = dict(at)
+        now.update(moves)
+        if self.own_group is not None:  # each replica its own group: nodes change nothing
+            return dataclasses.replace(self, at=now, bases={}, devices={})
+        places = dict(self.places)
+        touched = {at[name] for name in moves} | set(moves.values())
+        touched.discard(None)
+        by_position = self.first_rank.__getitem__  # first RANKs rise with the position
+        for node in touched:
+            assert node is not None
+            staying = [n for n in places.get(node, ()) if n not in moves]
+            staying += [n for n, to in moves.items() if to == node]
+            if staying:
+                places[node] = tuple(sorted(staying, key=by_position))
+            else:
+                places.pop(node, None)
+        first = {node: by_position(names[0]) for node, names in places.items()}
+        ordered = sorted(places, key=first.__getitem__)
+        order: dict[str | None, int] = dict(zip(ordered, itertools.count()))
+        indexes = {n: i for n, i in self._indexes.items() if n not in touched}
+        return dataclasses.replace(self, at=now, places={n: places[n] for n in ordered},
+                                   order=order, bases={}, devices={}, _indexes=indexes)
+
+    @staticmethod
+    def of(job: Job, nodes: Mapping[str, Node] | None = None,
+           launching: Collection[str] | None = None,
+           where: Mapping[str, str] | None = None) -> Layout:
+        """`launching`: the replicas launched with it (None: all), the only ones given
+        CUDA_VISIBLE_DEVICES (a tick that launches a few of 16,384 looks only at those);
+        `where`: nodes of replicas placed but not launched yet (their own `node` is unset)."""
+        pools = {p.name: p for p in job.spec.pools}
+        names = list(map(_NAME, job.replicas))
+        at: dict[str, str | None] = dict(zip(names, map(_NODE, job.replicas), strict=True))
+        if where:
+            at.update(where)
+        procs = list(map(_PROCS, map(pools.__getitem__, map(_POOL, job.replicas))))
+        own_group = None
+        places: dict[str, tuple[str, ...]] = {}
+        if any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools):
+            own_group = dict(zip(names, zip(procs, map(_RANK, job.replicas), strict=True),
+                                 strict=True))
+        else:
+            places = _places(at)
+        starts = list(itertools.accumulate(procs, initial=0))
+        sizes, done = _pool_positions(job.replicas)
+        first = dict(zip(names, zip(starts, map(operator.mul, done, procs), strict=False),
+                         strict=True))  # starts: one more, the world size
+        return Layout(at, places, dict(zip(places, itertools.count())), own_group, sizes,
+                      job.members, first, starts[-1], gpu_env(job, nodes or {}, launching),
+                      key=key_of(job))
+
+
+def key_of(job: Job) -> tuple[int, int, int | None]:
+    """What a layout is computed for: the job's attempt, round and master port."""
+    return job.attempt, job.round, job.master_port
+
+
+def gpu_env(job: Job, nodes: Mapping[str, Node],
+            launching: Collection[str] | None = None,
+            among: list[Replica] | None = None) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each placed replica (of those `launching`, or `among`, if
+    given): its own GPUs, in its node's names for them; "" (none) for a replica without GPUs
+    on a node that has some, unless the spec sets it."""
+    out: dict[str, str] = {}
+    if among is None and launching is not None and not launching:
+        return out  # none launched with it (a layout built ahead of its launches)
+    replicas = among if among is not None else job.replicas if launching is None else [
+        x for x in job.replicas if x.name in launching]
+    for x in replicas:
+        node = nodes.get(x.node or "")
+        if node is None or not (x.gpus or node.gpus):
+            continue  # a CPU replica on a node without GPUs: nothing to set
+        names = node.gpu_ids or tuple(str(i) for i in range(node.gpus))
+        if x.gpus:
+            out[x.name] = ",".join(names[i] if i < len(names) else str(i) for i in x.devices)
+        elif node.gpus and not any("CUDA_VISIBLE_DEVICES" in e for e in _user_envs(job, x)):
+            out[x.name] = ""
+    return out
+
+
+def _user_envs(job: Job, r: Replica) -> tuple[Mapping[str, str], ...]:
+    pool = next(p for p in job.spec.pools if p.name == r.pool)
+    return job.spec.env, pool.env
