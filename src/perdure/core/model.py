@@ -258,12 +258,6 @@ class Job:
         """Admission order: higher priority first, then older first."""
         return (-self.priority, self.created, self.id)
 
-    def replica_by_launch(self, launch_id: str) -> Replica | None:
-        for r in self.replicas:
-            if r.launch_id == launch_id:
-                return r
-        return None
-
     def states(self) -> list[ReplicaState]:
         """Each replica's state, in rank order (built without a Python loop)."""
         return list(map(_STATE, self.replicas))

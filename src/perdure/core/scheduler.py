@@ -74,9 +74,6 @@ class Capacity:
     def take_quota(self, queue: str, slots: int) -> None:
         self.queue_used[queue] = self.queue_used.get(queue, 0) + slots
 
-    def release_quota(self, queue: str, slots: int) -> None:
-        self.queue_used[queue] = self.queue_used.get(queue, 0) - slots
-
     def _free_gpus(self, node: str) -> list[int]:
         count = self.ready_gpus.get(node, 0)
         if not count:

@@ -238,9 +238,6 @@ class Store:
                     bad.append(exc)
         return good, bad
 
-    def unfinished_jobs(self) -> list[Job]:
-        return self.unfinished()[0]
-
     def fail_unreadable(self, err: UnreadableJob, now: float) -> list[str]:
         """Fail a job that cannot be read back, on its own; return the launch ids of its
         replicas that may still run (the controller stops them)."""
