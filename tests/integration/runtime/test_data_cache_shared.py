@@ -16,6 +16,13 @@ import pytest
 from perdure.runtime import CachedVolume, ElasticSampler
 from perdure.runtime.data import ENV_MIN_FREE_BYTES, ElasticLoader, LocalSource
 
+
+@pytest.fixture(autouse=True)
+def _room_on_any_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default the cache keeps 10% of its filesystem free, so on a nearly full disk every
+    copy would be evicted at once. Tests of the threshold set their own."""
+    monkeypatch.setenv(ENV_MIN_FREE_BYTES, "0")
+
 FILES = 16
 
 

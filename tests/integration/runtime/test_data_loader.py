@@ -13,7 +13,15 @@ import torch
 from torch.utils.data import Dataset
 
 from perdure.runtime import CachedVolume, ElasticSampler, ShardDataset
-from perdure.runtime.data import ElasticLoader
+from perdure.runtime.data import ENV_MIN_FREE_BYTES, ElasticLoader
+
+
+@pytest.fixture(autouse=True)
+def _room_on_any_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default the cache keeps 10% of its filesystem free, so on a nearly full disk every
+    copy would be evicted at once. Tests of the threshold set their own."""
+    monkeypatch.setenv(ENV_MIN_FREE_BYTES, "0")
+
 
 WORKERS = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
 

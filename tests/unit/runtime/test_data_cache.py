@@ -14,6 +14,13 @@ from perdure.runtime.data import ENV_MIN_FREE_BYTES, LocalSource
 from perdure.runtime.data.cache import CachedFile, plan_eviction
 
 
+@pytest.fixture(autouse=True)
+def _room_on_any_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default the cache keeps 10% of its filesystem free, so on a nearly full disk every
+    copy would be evicted at once. Tests of the threshold set their own."""
+    monkeypatch.setenv(ENV_MIN_FREE_BYTES, "0")
+
+
 def _make_source(root: Path, count: int, size: int) -> list[bytes]:
     contents = []
     for i in range(count):
