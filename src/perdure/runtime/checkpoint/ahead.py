@@ -67,15 +67,25 @@ def settled(votes: list[list[int]]) -> bool:
             and len({v[URL] for v in votes}) == 1)
 
 
+def unprepared(votes: list[list[int]], step: int) -> CheckpointError | None:
+    """The error every rank gives a save that some rank could not prepare (the first value
+    of each rank's vote, in either kind of agreement, is whether it prepared). No side
+    effects."""
+    failed = [rank for rank, v in enumerate(votes) if not v[OK]]
+    if not failed:
+        return None
+    return CheckpointError(
+        f"save of step {step} abandoned: rank(s) {failed} could not prepare their state "
+        "(their own error says why); no rank saved."
+    )
+
+
 def check(votes: list[list[int]], step: int) -> None:
     """For a rank that handed its save over with a clean vote: raise CheckpointError when some
     rank could not prepare, SaveSkipped when some changed layout (or URL). No side effects."""
-    failed = [rank for rank, v in enumerate(votes) if not v[OK]]
-    if failed:
-        raise CheckpointError(
-            f"save of step {step} abandoned: rank(s) {failed} could not prepare their state "
-            "(their own error says why); no rank saved."
-        )
+    error = unprepared(votes, step)
+    if error is not None:
+        raise error
     if not settled(votes):
         changed = [rank for rank, v in enumerate(votes) if v[CHANGED]]
         raise SaveSkipped(

@@ -262,12 +262,9 @@ class Checkpointer:
     ) -> None:
         if problem is not None:
             raise problem
-        failed = [rank for rank, v in enumerate(votes) if not v[0]]
-        if failed:
-            raise CheckpointError(
-                f"save of step {step} abandoned: rank(s) {failed} could not prepare their state "
-                "(their own error says why); no rank saved."
-            )
+        error = ahead.unprepared(votes, step)
+        if error is not None:
+            raise error
 
     def _replan(self, prepared: Prepared, comm: Comm) -> None:
         if self._buffers is not None:
