@@ -1,5 +1,6 @@
 """The loader's fast generator swap: what it puts back is exactly what it took, cached
-Gaussians included, on the memcpy path and on the get_state/set_state fallback alike."""
+Gaussians included, on the memcpy path and on the get_state/set_state fallback alike; and two
+captures tell whether anything drew in between."""
 
 from __future__ import annotations
 
@@ -16,10 +17,15 @@ from perdure.runtime.data.seeding import CpuRngSlot, isolated_seed
 from perdure.runtime.rng import seed_cpu_generators
 
 
-@pytest.fixture(params=["memcpy", "fallback"])
+@pytest.fixture(params=["memcpy", "probe", "fallback"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Run the test on the raw-bytes path and on the path taken where the layout is unknown."""
-    if request.param == "fallback":
+    """Run the test on the raw-bytes path, on the path that reads NumPy's cached Gaussian by
+    drawing (where its offset is not found) and on the path taken where no layout is known."""
+    if request.param == "probe":
+        monkeypatch.setattr(cpu_states, "_raw", cpu_states._Raw())
+        monkeypatch.setattr(cpu_states, "_gauss_view", lambda owner: None)
+        assert not cpu_states.watchable()
+    elif request.param == "fallback":
         monkeypatch.setattr(cpu_states, "_raw", cpu_states._Raw())
         monkeypatch.setattr(cpu_states, "_raw_view", lambda generator: None)
         monkeypatch.setattr(cpu_states, "_py_raw", cpu_states._PythonRaw())
@@ -27,6 +33,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
     else:
         assert cpu_states._raw.current() is not None, "this NumPy should take the fast path"
         assert cpu_states._py_raw.current() is not None, "this CPython should too"
+        assert cpu_states.watchable(), "and NumPy's cached Gaussian should be found"
     yield request.param
 
 
@@ -135,3 +142,33 @@ def test_a_slot_keeps_its_stream_apart_from_the_loop(path: str) -> None:
         mixed_loop.append(_draws())
     assert mixed_slot == whole
     assert mixed_loop == loop
+
+
+@pytest.mark.parametrize("setup", _loop_states(), ids=["plain", "cached", "block_end"])
+@pytest.mark.parametrize("work", ["nothing", "python", "numpy_uniform", "numpy_cached_gauss",
+                                  "torch", "numpy_reseed_same_key"])
+def test_two_captures_tell_whether_anything_drew(setup: Callable[[], None], work: str) -> None:
+    """Every kind of draw moves a capture, the one that only takes NumPy's cached Gaussian
+    (its MT bytes stay put) included; capturing itself moves nothing."""
+    setup()
+    if np.random.get_state(legacy=True)[3] == 0:  # type: ignore[index]
+        np.random.standard_normal()  # a cached Gaussian, for the draw that only takes it
+    before = cpu_states.capture()
+    assert cpu_states.same(before, cpu_states.capture())
+    if work == "python":
+        random.random()
+    elif work == "numpy_uniform":
+        np.random.rand()
+    elif work == "numpy_cached_gauss":
+        np.random.standard_normal()
+    elif work == "torch":
+        torch.rand(1)
+    elif work == "numpy_reseed_same_key":  # the key comes back, the cached Gaussian does not
+        state = np.random.get_state(legacy=True)
+        np.random.set_state((*state[:3], 0, 0.0))  # type: ignore[arg-type,misc]
+    assert cpu_states.same(before, cpu_states.capture()) == (work == "nothing")
+
+
+def test_the_cached_gaussian_is_found_on_this_numpy() -> None:
+    """The offset search finds NumPy's cached Gaussian here (or lazy seeding never runs)."""
+    assert cpu_states._gauss_offset(type(np.random.mtrand._rand)) is not None

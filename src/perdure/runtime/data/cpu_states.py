@@ -10,8 +10,10 @@ Python's `random`: the C part of `random._inst` (CPython's RandomObject: int ind
 uint32 state[624], right after the object header), plus its `gauss_next` attribute.
 
 NumPy's global generator: its MT19937 state (key and pos), at the bit generator's ctypes state
-address; its one other piece of state, the legacy cached Gaussian, is read and cleared through
-NumPy's own `standard_normal()`:
+address, and its one other piece of state, the legacy cached Gaussian (`has_gauss`, `gauss`)
+in the RandomState object itself, at an offset found once on a private RandomState (the same
+class: a draw caches a Gaussian there, whose bytes are then looked up). Where that offset is
+not found, the cached Gaussian is read and cleared through NumPy's own `standard_normal()`:
 
 - reading: draw one `standard_normal()`. If the MT bytes did not move, it returned the cached
   Gaussian (which the state then held); if they moved, nothing was cached. Either way the
@@ -22,7 +24,7 @@ NumPy's own `standard_normal()`:
   cached Gaussian goes through `np.random.set_state` (the rare case: a loop drawing single
   Gaussians from NumPy's global generator).
 
-Both raw layouts are checked against `getstate()` / `get_state()` on first use; where one does
+All raw layouts are checked against `getstate()` / `get_state()` on first use; where one does
 not match (another Python or NumPy, another bit generator) its swaps take the `getstate` /
 `setstate` path, which is exact and only slower.
 
@@ -49,7 +51,7 @@ import torch
 
 from perdure.runtime.rng import seed_cpu_generators
 
-__all__ = ["CpuState", "capture", "restore", "seed_generators"]
+__all__ = ["CpuState", "capture", "restore", "same", "seed_generators", "watchable"]
 
 _KEY_WORDS = 624
 _SEEDED_POS = struct.pack("<i", _KEY_WORDS)  # init_by_array leaves the key fully unused
@@ -57,6 +59,7 @@ _TWO_WORDS, _SEED_LIMIT = 1 << 32, 1 << 64
 _RAW_BYTES = _KEY_WORDS * 4 + 4  # uint32 key[624], then int pos
 _PY_HEADER = 16  # CPython's PyObject_HEAD on 64-bit builds: refcount, type
 _PY_BYTES = 4 + _KEY_WORDS * 4  # RandomObject: int index, then uint32 state[624]
+_GAUSS = struct.Struct("<i4xd")  # RandomState's aug_bitgen_t: int has_gauss, double gauss
 
 
 class _PythonState(NamedTuple):
@@ -81,17 +84,26 @@ class CpuState(NamedTuple):
 
 
 class _Raw:
-    """A writable view of NumPy's global MT19937 state, or None where its layout is unknown."""
+    """Writable views of NumPy's global generator: its MT19937 state, and its cached Gaussian
+    (`has_gauss`, `gauss`); each None where its layout is unknown."""
 
     def __init__(self) -> None:
         self.generator: Any = None
         self.view: memoryview | None = None
+        self.owner: Any = None  # the RandomState whose cached Gaussian `gauss_view` shows
+        self.gauss_view: memoryview | None = None
 
     def current(self) -> memoryview | None:
         generator = getattr(np.random.mtrand._rand, "_bit_generator", None)
         if generator is not self.generator:  # first use, or the global generator was replaced
             self.generator, self.view = generator, _raw_view(generator)
         return self.view
+
+    def cached_gauss(self) -> memoryview | None:
+        owner = np.random.mtrand._rand
+        if owner is not self.owner:
+            self.owner, self.gauss_view = owner, _gauss_view(owner)
+        return self.gauss_view
 
 
 def _raw_view(generator: Any) -> memoryview | None:
@@ -108,6 +120,43 @@ def _raw_view(generator: Any) -> memoryview | None:
     ok = (type(generator).__name__ == "MT19937" and legacy[0] == "MT19937"
           and np.array_equal(words, legacy[1]) and pos == legacy[2])
     return view if ok else None
+
+
+def _gauss_offset(kind: type) -> int | None:
+    """Where a RandomState of class `kind` keeps `has_gauss` (an int, then the double `gauss`
+    8 bytes on): found on a private instance, whose first Gaussian draw caches the second
+    value of its pair, and checked again after the next draw empties the cache."""
+    if sys.implementation.name != "cpython":
+        return None
+    probe: Any = kind(0)
+    probe.standard_normal()
+    cached = probe.get_state(legacy=True)
+    if cached[3] != 1:
+        return None
+    needle, size = struct.pack("<d", cached[4]), kind.__basicsize__
+    memory = ctypes.string_at(id(probe), size)
+    for offset in range(_PY_HEADER, size - _GAUSS.size + 1, 8):
+        fields = _GAUSS.unpack_from(memory, offset)
+        if fields[0] == 1 and struct.pack("<d", fields[1]) == needle:
+            probe.standard_normal()
+            emptied = _GAUSS.unpack(ctypes.string_at(id(probe) + offset, _GAUSS.size))[0]
+            return offset if emptied == 0 == probe.get_state(legacy=True)[3] else None
+    return None
+
+
+def _gauss_view(owner: Any) -> memoryview | None:
+    """The cached Gaussian of NumPy's global RandomState in place, if it reads back as
+    `get_state()` says."""
+    try:
+        offset = _gauss_offset(type(owner))
+        legacy: Any = owner.get_state(legacy=True)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if offset is None:
+        return None
+    view = memoryview((ctypes.c_char * _GAUSS.size).from_address(id(owner) + offset)).cast("B")
+    has_gauss, gauss = _GAUSS.unpack(view)
+    return view if has_gauss == legacy[3] and (not has_gauss or gauss == legacy[4]) else None
 
 
 _raw = _Raw()
@@ -173,8 +222,11 @@ def _capture_numpy() -> _NumpyState:
     view = _raw.current()
     if view is None:
         return _NumpyState(None, 0, 0.0, np.random.get_state(legacy=True))
+    cached = _raw.cached_gauss()
     with _raw.generator.lock:  # the lock NumPy's own draws take
         raw = bytes(view)
+        if cached is not None:
+            return _NumpyState(raw, *_GAUSS.unpack(cached))
     probe = float(np.random.standard_normal())
     if bytes(view) == raw:  # served from the cache without drawing: the state held it
         return _NumpyState(raw, 1, probe)
@@ -182,16 +234,19 @@ def _capture_numpy() -> _NumpyState:
 
 
 def _restore_numpy(state: _NumpyState) -> None:
-    view = _raw.current()
-    if state.raw is None or view is None or state.has_gauss:
+    view, cached = _raw.current(), _raw.cached_gauss()
+    if state.raw is None or view is None or (state.has_gauss and cached is None):
         np.random.set_state(state.legacy if state.raw is None else _legacy(state))
         return
-    before = bytes(view)
-    np.random.standard_normal()
-    if bytes(view) != before:  # it drew a pair and cached the second: take that one too
+    if cached is None:
+        before = bytes(view)
         np.random.standard_normal()
+        if bytes(view) != before:  # it drew a pair and cached the second: take that one too
+            np.random.standard_normal()
     with _raw.generator.lock:
         view[:] = state.raw
+        if cached is not None:
+            _GAUSS.pack_into(cached, 0, state.has_gauss, state.gauss)
 
 
 def _legacy(state: _NumpyState) -> tuple[str, np.ndarray[Any, Any], int, int, float]:
@@ -202,9 +257,22 @@ def _legacy(state: _NumpyState) -> tuple[str, np.ndarray[Any, Any], int, int, fl
 
 
 def capture() -> CpuState:
-    """The CPU generators' states; leaves NumPy's in an unspecified state (seed or restore it
-    next)."""
+    """The CPU generators' states. Unless `watchable()`, this leaves NumPy's in an unspecified
+    state (seed or restore it next)."""
     return CpuState(_capture_python(), _capture_numpy(), torch.get_rng_state())
+
+
+def watchable() -> bool:
+    """Whether `capture()` reads all three generators in place without disturbing them, so
+    that `same(capture(), capture())` around some work tells whether the work drew."""
+    return (_py_raw.current() is not None and _raw.current() is not None
+            and _raw.cached_gauss() is not None)
+
+
+def same(a: CpuState, b: CpuState) -> bool:
+    """Whether two captures hold the same states (of `watchable()` captures: nothing drew)."""
+    return (a.python == b.python and a.numpy == b.numpy  # torch.equal: twice the time
+            and a.torch.numpy().tobytes() == b.torch.numpy().tobytes())
 
 
 def restore(state: CpuState) -> None:

@@ -1,0 +1,109 @@
+"""The main-process loader seeds a batch only for a dataset that draws: whatever a dataset draws
+(never, always, or only for some samples; from torch, NumPy, Python, or only NumPy's cached
+Gaussian), the batches are those of a loader that seeds every batch, a resume gives the same
+tail, and the training loop's random stream is untouched."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from perdure.runtime import ElasticSampler
+from perdure.runtime.data import ElasticLoader
+
+SAMPLES, BATCH = 45, 3
+
+
+class Sometimes(Dataset[torch.Tensor]):
+    """Sample i, plus a draw from `source` for the samples that `draws_for` picks."""
+
+    def __init__(self, source: str, draws_for: str) -> None:
+        self.source, self.draws_for = source, draws_for
+        self.fetched: Counter[int] = Counter()
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def _draws(self, i: int) -> bool:
+        return {"never": False, "always": True, "some": i % 11 == 7}[self.draws_for]
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        self.fetched[i] += 1
+        noise = 0.0
+        if self._draws(i):
+            noise = {"torch": lambda: float(torch.rand(())),
+                     "numpy": lambda: float(np.random.rand()),
+                     "python": random.random,
+                     "numpy_cached_gauss": lambda: float(np.random.standard_normal())}[
+                         self.source]()
+        return torch.tensor([float(i), noise], dtype=torch.float64)
+
+
+def _loader(source: str, draws_for: str, seed_every_batch: bool = False) -> ElasticLoader:
+    loader = ElasticLoader(Sometimes(source, draws_for),
+                           ElasticSampler(SAMPLES, BATCH, seed=5, rank=1, world_size=2))
+    if seed_every_batch:
+        loader.dataloader.dataset.draws = True  # type: ignore[attr-defined]
+    return loader
+
+
+def _batches(loader: ElasticLoader, epochs: range, stop: int | None = None) -> list[Any]:
+    got: list[Any] = []
+    for epoch in epochs:
+        loader.set_epoch(epoch)
+        for batch in loader:
+            got.append(batch)
+            if len(got) == stop:
+                return got
+    return got
+
+
+def _loop_state() -> None:
+    """The training loop's generators, NumPy's holding a cached Gaussian."""
+    torch.manual_seed(1)
+    random.seed(1)
+    np.random.seed(1)
+    np.random.standard_normal()
+
+
+def _loop_draws() -> tuple[Any, ...]:
+    return (torch.rand(2).tolist(), random.random(), np.random.rand(),
+            float(np.random.standard_normal()))
+
+
+@pytest.mark.parametrize("source", ["torch", "numpy", "python", "numpy_cached_gauss"])
+@pytest.mark.parametrize("draws_for", ["never", "always", "some"])
+def test_batches_are_those_of_a_loader_that_seeds_every_batch(source: str,
+                                                               draws_for: str) -> None:
+    _loop_state()
+    expected_loop = _loop_draws()
+    _loop_state()
+    want = _batches(_loader(source, draws_for, seed_every_batch=True), range(2))
+    _loop_state()
+    loader = _loader(source, draws_for)
+    got = _batches(loader, range(2))
+    assert _loop_draws() == expected_loop  # the loop's stream, cached Gaussian included
+    assert [b.tolist() for b in got] == [b.tolist() for b in want]
+    dataset = loader.dataloader.dataset
+    assert dataset.draws is (draws_for != "never")  # type: ignore[attr-defined]
+    fetched = dataset.dataset.fetched  # type: ignore[attr-defined]
+    again = sum(fetched.values()) - sum(len(b) for b in got)
+    assert again == (BATCH if draws_for == "some" else 0)  # the first batch that drew, seeded
+
+
+@pytest.mark.parametrize("stop", [1, 2, 6, 9])
+def test_a_resume_anywhere_gives_the_same_tail(stop: int) -> None:
+    whole = _batches(_loader("torch", "some"), range(2))
+    first = _loader("torch", "some")
+    head = _batches(first, range(2), stop)
+    second = _loader("torch", "some")
+    second.load_state_dict(first.state_dict())
+    tail = _batches(second, range(second.epoch, 2))
+    assert [b.tolist() for b in head + tail] == [b.tolist() for b in whole]
+    assert len({float(b[:, 1].sum()) for b in whole if float(b[:, 1].sum())}) > 1
