@@ -48,8 +48,11 @@ FEATURES = ("loader", "goodput", "save")
 # - "burn-idle" / "burn-thread": no save, but at each save point every rank burns --burn-ms
 #   of CPU in pure Python, in a helper process at SCHED_IDLE or in a nice-19 thread of its
 #   own (as the persist thread runs, holding the GIL while it computes): what background CPU
-#   costs training by where it runs.
-ATTRIBUTION = ("process", "normal-priority", "no-persist", "burn-idle", "burn-thread")
+#   costs training by where it runs;
+# - "seed-every-batch": the loader seeds every batch, as it did before it learnt to seed only
+#   for a dataset that draws (this one draws nothing).
+ATTRIBUTION = ("process", "normal-priority", "no-persist", "burn-idle", "burn-thread",
+               "seed-every-batch")
 
 
 class _Batches:
@@ -201,6 +204,8 @@ def worker(args: argparse.Namespace) -> None:
     for phase in range(2 * args.pairs * len(variants) + 1 + 2):  # two warm-up phases first
         v = None if phase % 2 == 0 else variants[(phase // 2) % len(variants)]
         _NO_PERSIST[0] = v is not None and "no-persist" in v.on
+        if v is not None and "loader" in v.on:  # None: the first batch finds out again
+            elastic.dataloader.dataset.draws = True if "seed-every-batch" in v.on else None
         t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(args.phase):
             batch = (plain if v is None else v.source).next()
