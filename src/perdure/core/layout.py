@@ -247,7 +247,9 @@ class Layout:
         at: dict[str, str | None] = dict(zip(names, map(_NODE, job.replicas), strict=True))
         if where:
             at.update(where)
-        procs = list(map(_PROCS, map(pools.__getitem__, map(_POOL, job.replicas))))
+        each = {p.procs_per_replica for p in job.spec.pools}
+        procs = ([each.pop()] * len(names) if len(each) == 1  # one size: no lookups
+                 else list(map(_PROCS, map(pools.__getitem__, map(_POOL, job.replicas)))))
         own_group = None
         places: dict[str, tuple[str, ...]] = {}
         if any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import operator
-from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from perdure.core.model import Job, Node, Replica
@@ -129,23 +128,25 @@ class Capacity:
         """`place` for replicas alike and without GPUs: best fit puts each on the node with
         fewest free slots that holds it, which stays the best until it is full, so nodes
         are filled one by one in that order (16,384 replicas: one sort of the nodes, not a
-        search per replica)."""
+        search per replica). They get no GPUs: nothing is noted in `devices` (a launch
+        reads a replica absent there as given none)."""
         slots = replicas[0].slots if replicas else 0
         order = sorted((bool(self._free_gpus(n)), f, n)
                        for n, f in free.items() if f >= slots)
         chosen: dict[str, str] = {}
+        taken: list[tuple[str, int]] = []  # node -> replicas put there, per node
         todo = map(_NAME, replicas)
         for _, f, node in order:  # a node's replicas in C (zip, repeat)
             take = len(replicas) - len(chosen) if slots == 0 else f // slots
+            before = len(chosen)
             chosen.update(zip(itertools.islice(todo, take), itertools.repeat(node)))
+            taken.append((node, len(chosen) - before))
             if len(chosen) == len(replicas):
                 break
         if len(chosen) < len(replicas):
             return None
-        for node, n in Counter(chosen.values()).items():  # per node, not per replica
+        for node, n in taken:
             self.node_used[node] = self.node_used.get(node, 0) + slots * n
-        self.devices.update(zip(chosen, map(list, itertools.repeat((), len(chosen))),
-                                strict=True))
         self.free -= slots * len(replicas)
         return chosen
 
