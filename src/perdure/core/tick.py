@@ -270,12 +270,8 @@ class Tick:
             job.layout = None
             self._plan(job, todo, placed, gpus)
             return
-        else:
-            where = dict(placed)
-            if job.plan:  # replicas placed earlier, not launched yet, count in the layout
-                planned = map(job.replicas.__getitem__, map(_FIRST, job.plan))
-                where.update(zip(map(_NAME, planned), map(_SECOND, job.plan), strict=True))
-            job.layout = Layout.of(job, self.nodes, (), where)
+        else:  # replicas placed earlier, not launched yet (the plan), count in the layout
+            job.layout = Layout.of(job, self.nodes, (), placed, job.plan)
         if limit is not None and len(todo) > limit:
             self._plan(job, todo[limit:], placed, gpus)
             todo = todo[:limit]
@@ -301,9 +297,7 @@ class Tick:
             r.node, r.devices = node, gpus
             mine.append(r)
         if job.layout is None:
-            planned = map(job.replicas.__getitem__, map(_FIRST, job.plan))  # in C: 16,384
-            job.layout = Layout.of(job, self.nodes, (), dict(zip(
-                map(_NAME, planned), map(_SECOND, job.plan), strict=True)))
+            job.layout = Layout.of(job, self.nodes, (), planned=job.plan)
         layout = dataclasses.replace(job.layout, devices=gpu_env(job, self.nodes, among=mine))
         self.sent += len(mine)
         for r in mine:
