@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import itertools
 import operator
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -23,6 +23,7 @@ from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 _T = TypeVar("_T")
 _STATE = operator.attrgetter("state")
 _NAME = operator.attrgetter("name")
+_RANK = operator.attrgetter("rank")
 _SLOTS = operator.attrgetter("slots")
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _WAITING = ReplicaState.WAITING
@@ -256,6 +257,14 @@ class Job:
         return out
 
     @functools.cached_property
+    def ranked(self) -> bool:
+        """Whether the replicas are listed in rank order (as make_replicas lists them): any
+        of them picked in list order are then in rank order. Kept by the job's copies (a
+        replica's place never changes)."""
+        ranks = list(map(_RANK, self.replicas))
+        return ranks == sorted(ranks)
+
+    @functools.cached_property
     def order(self) -> tuple[int, float, str]:
         """Admission order: higher priority first, then older first."""
         return (-self.priority, self.created, self.id)
@@ -308,10 +317,15 @@ class Job:
         return list(itertools.compress(self.replicas, map(names.__contains__,
                                                           map(_NAME, self.replicas))))
 
-    def waiting(self) -> list[Replica]:
-        """The WAITING replicas, in rank order (picked in C: map and compress)."""
-        states = map(_STATE, self.replicas)
-        return list(itertools.compress(self.replicas, map(_WAITING.__eq__, states)))
+    def unplaced(self) -> list[Replica]:
+        """The WAITING replicas not placed already (`plan`), in rank order: one mask over
+        the replicas with the plan's places cleared (C: map, compress; a group restart's
+        plan holds up to 16,384, and a set of them took ~1 ms more a tick)."""
+        mask = list(map(_WAITING.__eq__, map(_STATE, self.replicas)))
+        if self.plan:  # its ranks are places in `replicas`
+            deque(map(mask.__setitem__, map(_FIRST, self.plan), itertools.repeat(False)),
+                  maxlen=0)
+        return list(itertools.compress(self.replicas, mask))
 
     def alive_replicas(self) -> list[Replica]:
         return [r for r in self.replicas if r.alive]

@@ -1,5 +1,5 @@
-"""`Job.named`: the replicas of some names, in rank order, found by rank when they are few;
-the same replicas a pass over the job picks, whatever the names and the job's order."""
+"""`Job.named` and `Job.unplaced`: replicas picked in C passes or by rank; the same replicas
+a plain pass over the job picks, whatever the names, states, plan and the job's order."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from perdure.core.model import Job, make_replicas
 from perdure.core.spec import JobSpec
+from perdure.core.states import ReplicaState
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -25,3 +26,19 @@ def test_named_picks_what_a_pass_picks(seed: int) -> None:
         names.append(rng.choice(["a-999", "zz-1", "a-x", "b"]))  # no such replica
     wanted = {n: "node" for n in names}
     assert job.named(wanted) == [r for r in job.replicas if r.name in wanted]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_unplaced_are_the_waiting_not_planned(seed: int) -> None:
+    rng = random.Random(seed)
+    spec = JobSpec.model_validate({"name": "j", "pools": [
+        {"name": "a", "replicas": rng.randint(1, 80), "command": ["x"]}]})
+    job = Job("j-0", spec, "/tmp", 0.0, replicas=make_replicas(spec))
+    for r in job.replicas:
+        r.state = rng.choice(list(ReplicaState))
+    waiting = [r.rank for r in job.replicas if r.state is ReplicaState.WAITING]
+    job.plan = tuple((rank, "n", ()) for rank in sorted(rng.sample(waiting, rng.randint(
+        0, len(waiting)))))
+    planned = {rank for rank, _, _ in job.plan}
+    assert job.unplaced() == [r for r in job.replicas
+                              if r.state is ReplicaState.WAITING and r.rank not in planned]
