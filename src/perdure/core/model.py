@@ -24,6 +24,7 @@ _T = TypeVar("_T")
 _STATE = operator.attrgetter("state")
 _NAME = operator.attrgetter("name")
 _RANK = operator.attrgetter("rank")
+_RESTARTS = operator.attrgetter("restarts")
 _SLOTS = operator.attrgetter("slots")
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _WAITING = ReplicaState.WAITING
@@ -301,6 +302,13 @@ class Job:
 
     def count(self, state: ReplicaState) -> int:
         return self.counts().count(state)
+
+    def count_restarts(self) -> int:
+        """The replicas' restarts in this attempt, in all: counted as ticks change them (no
+        pass), or summed when not counted yet (a job as loaded: cheaper than a count)."""
+        if self.was is None and self.counted is None:
+            return sum(map(_RESTARTS, self.replicas))
+        return self.counts().restarts
 
     def named(self, names: Collection[str]) -> list[Replica]:
         """The replicas named in `names`, in rank order: found by their ranks when they are
