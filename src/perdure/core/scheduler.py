@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from perdure.core.model import Job, Node, Replica
 from perdure.core.text import plural
@@ -54,7 +54,12 @@ class Capacity:
         self.healthy = sum(self.ready.values())
         self.healthy_gpus = sum(self.ready_gpus.values())
         self.largest = max(self.ready.values(), default=0)
-        self.free = sum(max(0, s - self.node_used.get(n, 0)) for n, s in self.ready.items())
+        self.free = sum(map(max, itertools.repeat(0), self._left()))
+
+    def _left(self) -> Iterator[int]:
+        """Each schedulable node's slots less those held (in C: 2,048 nodes, every tick)."""
+        used = map(self.node_used.get, self.ready, itertools.repeat(0))
+        return map(operator.sub, self.ready.values(), used)
 
     def free_gpus(self) -> int:
         """GPUs free on schedulable nodes (in all: a replica needs them on one node)."""
@@ -92,7 +97,7 @@ class Capacity:
         """
         if sum(map(_SLOTS, replicas)) > self.free:
             return None
-        free = {n: s - self.node_used.get(n, 0) for n, s in self.ready.items()}
+        free = dict(zip(self.ready, self._left(), strict=True))
         if not any(prefer.values() if prefer else ()) and _alike_cpu(replicas):
             return self._fill(replicas, free)
         gpus = {n: self._free_gpus(n) for n in self.ready}
