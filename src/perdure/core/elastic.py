@@ -89,9 +89,10 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     members = job.member_set()
     if r.name not in members:
         return  # left with its node in an earlier round
-    together = ([x for x in _on_node(job, r.node) if x is not r and x.name in members]
+    resize = job.spec.elastic.mode == "resize"  # else pause: the node's others count too
+    together = ([x for x in _on_node(job, r.node, alive=resize) if x is not r and x.name in members]
                 if _down(t, r.node) else [])
-    if job.spec.elastic.mode == "pause" and any(not x.alive for x in together):
+    if not resize and any(not x.alive for x in together):
         return  # left with its node in an earlier round
     lost = [r, *(x for x in together if x.alive)]
     gone = {x.name for x in lost}
@@ -120,8 +121,15 @@ def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[st
     return set(itertools.compress(map(_NAME, job.replicas), kept)) & members
 
 
-def _on_node(job: Job, node: str | None) -> list[Replica]:
-    """The job's replicas on `node`, in rank order (picked in C)."""
+def _on_node(job: Job, node: str | None, alive: bool = False) -> list[Replica]:
+    """The job's replicas on `node`, in rank order (picked in C). With `alive`, those that
+    may still have a process are sure to be among them, the others may not: found through
+    the layout's entry for the node (a few replicas, not a pass over 16,384) when the ones
+    alive there hold all the slots counted on it."""
+    if alive and node is not None and job.layout is not None:
+        found = [x for x in job.named(job.layout.places.get(node, ())) if x.node == node]
+        if sum(x.slots for x in found if x.alive) == job.counts().slots.get(node, 0):
+            return found
     on = map(operator.eq, itertools.repeat(node), map(_NODE, job.replicas))
     return list(itertools.compress(job.replicas, on))
 
