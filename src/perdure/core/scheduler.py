@@ -8,6 +8,7 @@ replica's on that node.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import operator
@@ -19,6 +20,7 @@ from perdure.core.text import plural
 _NAME = operator.attrgetter("name")
 _SLOTS = operator.attrgetter("slots")
 _GPUS = operator.attrgetter("gpus")
+_THIRD = operator.itemgetter(2)
 
 
 def admission_order(jobs: Iterable[Job]) -> list[Job]:
@@ -135,24 +137,25 @@ class Capacity:
         are filled one by one in that order (16,384 replicas: one sort of the nodes, not a
         search per replica). They get no GPUs: nothing is noted in `devices` (a launch
         reads a replica absent there as given none)."""
-        slots = replicas[0].slots if replicas else 0
-        order = sorted((bool(self._free_gpus(n)), f, n)
-                       for n, f in free.items() if f >= slots)
-        chosen: dict[str, str] = {}
-        taken: list[tuple[str, int]] = []  # node -> replicas put there, per node
-        todo = map(_NAME, replicas)
-        for _, f, node in order:  # a node's replicas in C (zip, repeat)
-            take = len(replicas) - len(chosen) if slots == 0 else f // slots
-            before = len(chosen)
-            chosen.update(zip(itertools.islice(todo, take), itertools.repeat(node)))
-            taken.append((node, len(chosen) - before))
-            if len(chosen) == len(replicas):
-                break
-        if len(chosen) < len(replicas):
+        slots, n = replicas[0].slots, len(replicas)  # some replicas (_alike_cpu)
+        gpus = any(self.ready_gpus.values())  # else no node's GPUs to look at (a CPU cluster)
+        order = sorted((gpus and bool(self._free_gpus(node)), f, node)
+                       for node, f in free.items() if f >= slots)
+        nodes = list(map(_THIRD, order))
+        takes = [n] * len(nodes) if slots == 0 else [f // slots for _, f, _ in order]
+        ends = list(itertools.accumulate(takes))
+        last = bisect.bisect_left(ends, n)  # the node that holds the last replica
+        if last == len(ends):
             return None
-        for node, n in taken:
-            self.node_used[node] = self.node_used.get(node, 0) + slots * n
-        self.free -= slots * len(replicas)
+        del nodes[last + 1:], takes[last + 1:]
+        takes[-1] = n - (ends[last - 1] if last else 0)
+        # each node's replicas named in C (repeat, chain, zip), not a loop per node
+        at = itertools.chain.from_iterable(map(itertools.repeat, nodes, takes))
+        chosen = dict(zip(map(_NAME, replicas), at, strict=True))
+        held = map(operator.mul, takes, itertools.repeat(slots))
+        used = map(self.node_used.get, nodes, itertools.repeat(0))
+        self.node_used.update(zip(nodes, map(operator.add, used, held), strict=True))
+        self.free -= slots * n
         return chosen
 
 
