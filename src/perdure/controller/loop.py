@@ -19,7 +19,7 @@ from perdure.controller import backoff, vet
 from perdure.controller.collect import Collector
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
-from perdure.controller.publish import RoundEntries, free_ports, publish_round
+from perdure.controller.publish import free_ports, publish_round
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
@@ -92,7 +92,6 @@ class Controller:
         # A submitted job whose replicas are being read, a part a tick (`_load`)
         self._loading: tuple[str, Generator[None, None, Job | None]] | None = None
         self.collector = Collector()
-        self.rounds = RoundEntries()  # elastic jobs' members as their round files have them
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -241,7 +240,6 @@ class Controller:
             if jobs[i].state.terminal:
                 del jobs[i]
                 self._forget_node_dir(i)
-                self.rounds.forget(i)
         self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
                                  outcome.snapshot.index)
         spares = frozenset(n for j in jobs.values() for n in j.spares)
@@ -395,7 +393,7 @@ class Controller:
         elif isinstance(d, KillNode):
             self.backend.kill_node(d.node)
         elif isinstance(d, Rendezvous):
-            publish_round(Path(self.settings.state_dir), d, self.rounds)
+            publish_round(Path(self.settings.state_dir), d)
         elif isinstance(d, HoldNodes):
             hold = getattr(self.backend, "hold_nodes", None)  # only Slurm's holds nodes
             if hold is not None:

@@ -22,7 +22,7 @@ from perdure.core.launchenv import job_of_launch
 from perdure.core.model import Event, Job, Node
 from perdure.core.states import NodeState
 from perdure.core.straggler import Straggler, Stragglers
-from perdure.core.watchdog import Suspect, Watchdog, running_launches, verdict
+from perdure.core.watchdog import Suspect, Watchdog, running_launches, steady, verdict
 
 T = TypeVar("T")
 STACK_TIMEOUT_SECONDS = 10.0
@@ -128,12 +128,16 @@ class WatchShell:
         for gone in [i for i in self._next_sample if i not in jobs]:
             del self._next_sample[gone]
         for job in jobs.values():
-            launches = running_launches(job)
-            if (launches is None or len(launches) < 2 or job.id in self._samples
+            if (len(job.replicas) < 2 or job.id in self._samples or not steady(job)
                     or job.spec.watchdog.stragglers == "off"):
                 continue
             # the first sample one period after the job is first seen running
             if now < self._next_sample.setdefault(job.id, now + self.sample_every):
+                continue
+            # its launches only when a sample is due: 16,384 of them were ~2.5 ms of every
+            # sweep's tick (bench/controller.py --only big)
+            launches = running_launches(job)
+            if launches is None:
                 continue
             self._next_sample[job.id] = now + self.sample_every
             self._samples[job.id] = self._submit(self.sample, sorted(launches))

@@ -5,9 +5,6 @@ No side effects: works on the tick's copies and records launches and events.
 
 from __future__ import annotations
 
-import itertools
-import operator
-
 from perdure.core import plan, spares
 from perdure.core.elastic import may_wait_forever, publish
 from perdure.core.hotswap import hot_swap
@@ -63,12 +60,7 @@ def _wait(t: Tick, job: Job, reason: str) -> None:
 def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
     job = t.touch(job_id)
     assert job is not None
-    todo = job.waiting()
-    if job.plan:
-        planned = set(map(operator.itemgetter(0), job.plan))  # in C: a plan holds 16,384
-        ranks = map(operator.attrgetter("rank"), todo)
-        todo = list(itertools.compress(todo, map(operator.not_, map(planned.__contains__,
-                                                                     ranks))))
+    todo = job.unplaced()
     chosen = cap.place(todo, prefer=spares.lend(cap, job, todo))
     spares.settle(t, cap, job, chosen)
     if chosen is None:

@@ -1,5 +1,6 @@
-"""How many replicas of a job are in each state, and the slots they hold on each node, kept
-up to date from the replicas a tick changes instead of counted again over all of them.
+"""How many replicas of a job are in each state, the slots they hold on each node and the
+restarts they made, kept up to date from the replicas a tick changes instead of counted again
+over all of them.
 
 No side effects. A tick's clone of a job (`Job.clone`) shares its replicas until it owns one
 to change it (`Job.own`), and notes which replica it replaced at each place. Its counts are
@@ -25,6 +26,7 @@ _STATE = operator.attrgetter("state")
 _VALUE = operator.attrgetter("_value_")
 _NODE = operator.attrgetter("node")
 _SLOTS = operator.attrgetter("slots")
+_RESTARTS = operator.attrgetter("restarts")
 
 
 class Counted(Protocol):
@@ -36,16 +38,19 @@ class Counted(Protocol):
     def node(self) -> str | None: ...
     @property
     def slots(self) -> int: ...
+    @property
+    def restarts(self) -> int: ...
 
 
 class Counts:
-    """Replicas per state, and slots held per node by replicas that may still have a
-    process (STARTING, RUNNING, STOPPING, placed on a node)."""
+    """Replicas per state, slots held per node by replicas that may still have a process
+    (STARTING, RUNNING, STOPPING, placed on a node), and the replicas' restarts in all."""
 
-    __slots__ = ("slots", "states")
+    __slots__ = ("restarts", "slots", "states")
 
-    def __init__(self, states: dict[str, int], slots: dict[str, int]) -> None:
+    def __init__(self, states: dict[str, int], slots: dict[str, int], restarts: int) -> None:
         self.states, self.slots = states, slots  # states: by the state's value
+        self.restarts = restarts
 
     @staticmethod
     def of(replicas: Sequence[Counted]) -> Counts:
@@ -66,13 +71,14 @@ class Counts:
             for (node, each), n in held.items():
                 if node is not None:
                     slots[node] = slots.get(node, 0) + each * n
-        return Counts(dict(Counter(values)), slots)
+        return Counts(dict(Counter(values)), slots, sum(map(_RESTARTS, replicas)))
 
     def copy(self) -> Counts:
-        return Counts(dict(self.states), dict(self.slots))
+        return Counts(dict(self.states), dict(self.slots), self.restarts)
 
     def replace(self, old: Counted, new: Counted) -> None:
         """`new` took `old`'s place."""
+        self.restarts += new.restarts - old.restarts
         was, now = old.state._value_, new.state._value_
         self.states[was] -= 1
         self.states[now] = self.states.get(now, 0) + 1

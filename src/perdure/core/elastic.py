@@ -36,8 +36,8 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
     """Start round `job.round + 1` (or round 0 of an attempt) with `members` (any order:
     they are put in rank order); `where`: nodes of members placed but not launched yet (as
     are those of `job.plan`)."""
-    chosen, nodes = _in_rank_order(job, members, where)
-    job.members = tuple(map(_NAME, chosen))
+    names, nodes = _in_rank_order(job, members, where)
+    job.members = tuple(names)
     if reason != "admitted":
         job.round += 1
     t.decisions.append(Rendezvous(
@@ -50,30 +50,32 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
 
 
 def _in_rank_order(job: Job, members: Collection[str], where: Mapping[str, str] | None
-                   ) -> tuple[list[Replica], list[str]]:
-    """The replicas named in `members`, in rank order, and each one's node: the plan's or
-    `where`'s for one placed but not launched yet, else its own ("" if none)."""
+                   ) -> tuple[list[str], list[str]]:
+    """The names in `members`, in rank order, and each one's node: the plan's or `where`'s
+    for one placed but not launched yet, else its own ("" if none)."""
     wanted = members if isinstance(members, set | frozenset) else set(members)
+    names = list(map(_NAME, job.replicas))
     if len(wanted) == len(job.replicas):  # every replica (an admission): no mask to make
-        chosen, places = list(job.replicas), range(len(job.replicas))
+        chosen, picked, places = job.replicas, names, range(len(job.replicas))
     else:
-        mask = list(map(wanted.__contains__, map(_NAME, job.replicas)))
+        mask = list(map(wanted.__contains__, names))
         chosen = list(itertools.compress(job.replicas, mask))
+        picked = list(itertools.compress(names, mask))
         places = itertools.compress(range(len(mask)), mask)  # type: ignore[assignment]
     nodes = map(_NODE, chosen)
     if job.plan:  # the plan's ranks are places in job.replicas
         planned = dict(zip(map(_FIRST, job.plan), map(_SECOND, job.plan), strict=True))
         nodes = map(planned.get, places, nodes)
     if where:
-        nodes = map(where.get, map(_NAME, chosen), nodes)
+        nodes = map(where.get, picked, nodes)
     at = list(nodes)
     if None in at:  # placed nowhere yet
         at = [node or "" for node in at]
-    ranks = list(map(_RANK, chosen))
-    if any(map(operator.gt, ranks, itertools.islice(ranks, 1, None))):  # not listed by rank
+    if not job.ranked:  # not listed by rank
+        ranks = list(map(_RANK, chosen))
         order = sorted(range(len(chosen)), key=ranks.__getitem__)
-        chosen, at = [chosen[i] for i in order], [at[i] for i in order]
-    return chosen, at
+        picked, at = [picked[i] for i in order], [at[i] for i in order]
+    return picked, at
 
 
 def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
@@ -87,9 +89,10 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     members = job.member_set()
     if r.name not in members:
         return  # left with its node in an earlier round
-    together = ([x for x in _on_node(job, r.node) if x is not r and x.name in members]
+    resize = job.spec.elastic.mode == "resize"  # else pause: the node's others count too
+    together = ([x for x in _on_node(job, r.node, alive=resize) if x is not r and x.name in members]
                 if _down(t, r.node) else [])
-    if job.spec.elastic.mode == "pause" and any(not x.alive for x in together):
+    if not resize and any(not x.alive for x in together):
         return  # left with its node in an earlier round
     lost = [r, *(x for x in together if x.alive)]
     gone = {x.name for x in lost}
@@ -118,8 +121,15 @@ def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[st
     return set(itertools.compress(map(_NAME, job.replicas), kept)) & members
 
 
-def _on_node(job: Job, node: str | None) -> list[Replica]:
-    """The job's replicas on `node`, in rank order (picked in C)."""
+def _on_node(job: Job, node: str | None, alive: bool = False) -> list[Replica]:
+    """The job's replicas on `node`, in rank order (picked in C). With `alive`, those that
+    may still have a process are sure to be among them, the others may not: found through
+    the layout's entry for the node (a few replicas, not a pass over 16,384) when the ones
+    alive there hold all the slots counted on it."""
+    if alive and node is not None and job.layout is not None:
+        found = [x for x in job.named(job.layout.places.get(node, ())) if x.node == node]
+        if sum(x.slots for x in found if x.alive) == job.counts().slots.get(node, 0):
+            return found
     on = map(operator.eq, itertools.repeat(node), map(_NODE, job.replicas))
     return list(itertools.compress(job.replicas, on))
 

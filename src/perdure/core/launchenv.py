@@ -193,7 +193,10 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
     env["PERDURE_NODE"] = r.node or ""
     env["PERDURE_LAUNCH_ID"] = lid
     env["PERDURE_REPORT_DIR"] = _under(base.reports, lid)
-    if job.elastic and r.name in layout.member_rank:
+    # a member's round rank; "is it one?" through the round's set, which the job keeps
+    # anyway: a replacement (no member) builds no rank map of 16,384 members
+    members = job.member_set() if layout.members is job.members else layout.member_rank
+    if job.elastic and r.name in members:
         env["RANK"] = str(layout.member_rank[r.name])
         env["WORLD_SIZE"] = str(len(job.members))
     if r.name in layout.devices:

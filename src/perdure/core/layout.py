@@ -16,14 +16,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from perdure.core.model import Job, Node, Replica
+from perdure.core.model import Job, Node, Planned, Replica
 
 _NODE = operator.attrgetter("node")
 _NAME = operator.attrgetter("name")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _RANK = operator.attrgetter("rank")
 _POOL = operator.attrgetter("pool")
 _PROCS = operator.attrgetter("procs_per_replica")
@@ -238,16 +239,27 @@ class Layout:
     @staticmethod
     def of(job: Job, nodes: Mapping[str, Node] | None = None,
            launching: Collection[str] | None = None,
-           where: Mapping[str, str] | None = None) -> Layout:
+           where: Mapping[str, str] | None = None,
+           planned: Sequence[Planned] = ()) -> Layout:
         """`launching`: the replicas launched with it (None: all), the only ones given
         CUDA_VISIBLE_DEVICES (a tick that launches a few of 16,384 looks only at those);
-        `where`: nodes of replicas placed but not launched yet (their own `node` is unset)."""
+        `where`: nodes of replicas placed but not launched yet (their own `node` is unset);
+        `planned`: more of those, as the job's plan holds them (its nodes count over
+        `where`'s)."""
         pools = {p.name: p for p in job.spec.pools}
         names = list(map(_NAME, job.replicas))
-        at: dict[str, str | None] = dict(zip(names, map(_NODE, job.replicas), strict=True))
-        if where:
-            at.update(where)
-        procs = list(map(_PROCS, map(pools.__getitem__, map(_POOL, job.replicas))))
+        if len(planned) == len(names):  # every replica planned, in rank order: its nodes
+            at: dict[str, str | None] = dict(zip(names, map(_SECOND, planned), strict=True))
+        else:
+            at = dict(zip(names, map(_NODE, job.replicas), strict=True))
+            if where:
+                at.update(where)
+            if planned:  # the plan's ranks are places in job.replicas
+                at.update(zip(map(names.__getitem__, map(_FIRST, planned)),
+                              map(_SECOND, planned), strict=True))
+        each = {p.procs_per_replica for p in job.spec.pools}
+        procs = ([each.pop()] * len(names) if len(each) == 1  # one size: no lookups
+                 else list(map(_PROCS, map(pools.__getitem__, map(_POOL, job.replicas)))))
         own_group = None
         places: dict[str, tuple[str, ...]] = {}
         if any(p.procs_per_replica > 1 or p.gpus for p in job.spec.pools):

@@ -8,11 +8,11 @@ replica's on that node.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import operator
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from perdure.core.model import Job, Node, Replica
 from perdure.core.text import plural
@@ -20,6 +20,7 @@ from perdure.core.text import plural
 _NAME = operator.attrgetter("name")
 _SLOTS = operator.attrgetter("slots")
 _GPUS = operator.attrgetter("gpus")
+_THIRD = operator.itemgetter(2)
 
 
 def admission_order(jobs: Iterable[Job]) -> list[Job]:
@@ -55,7 +56,12 @@ class Capacity:
         self.healthy = sum(self.ready.values())
         self.healthy_gpus = sum(self.ready_gpus.values())
         self.largest = max(self.ready.values(), default=0)
-        self.free = sum(max(0, s - self.node_used.get(n, 0)) for n, s in self.ready.items())
+        self.free = sum(map(max, itertools.repeat(0), self._left()))
+
+    def _left(self) -> Iterator[int]:
+        """Each schedulable node's slots less those held (in C: 2,048 nodes, every tick)."""
+        used = map(self.node_used.get, self.ready, itertools.repeat(0))
+        return map(operator.sub, self.ready.values(), used)
 
     def free_gpus(self) -> int:
         """GPUs free on schedulable nodes (in all: a replica needs them on one node)."""
@@ -93,7 +99,7 @@ class Capacity:
         """
         if sum(map(_SLOTS, replicas)) > self.free:
             return None
-        free = {n: s - self.node_used.get(n, 0) for n, s in self.ready.items()}
+        free = dict(zip(self.ready, self._left(), strict=True))
         if not any(prefer.values() if prefer else ()) and _alike_cpu(replicas):
             return self._fill(replicas, free)
         gpus = {n: self._free_gpus(n) for n in self.ready}
@@ -129,24 +135,27 @@ class Capacity:
         """`place` for replicas alike and without GPUs: best fit puts each on the node with
         fewest free slots that holds it, which stays the best until it is full, so nodes
         are filled one by one in that order (16,384 replicas: one sort of the nodes, not a
-        search per replica)."""
-        slots = replicas[0].slots if replicas else 0
-        order = sorted((bool(self._free_gpus(n)), f, n)
-                       for n, f in free.items() if f >= slots)
-        chosen: dict[str, str] = {}
-        todo = map(_NAME, replicas)
-        for _, f, node in order:  # a node's replicas in C (zip, repeat)
-            take = len(replicas) - len(chosen) if slots == 0 else f // slots
-            chosen.update(zip(itertools.islice(todo, take), itertools.repeat(node)))
-            if len(chosen) == len(replicas):
-                break
-        if len(chosen) < len(replicas):
+        search per replica). They get no GPUs: nothing is noted in `devices` (a launch
+        reads a replica absent there as given none)."""
+        slots, n = replicas[0].slots, len(replicas)  # some replicas (_alike_cpu)
+        gpus = any(self.ready_gpus.values())  # else no node's GPUs to look at (a CPU cluster)
+        order = sorted((gpus and bool(self._free_gpus(node)), f, node)
+                       for node, f in free.items() if f >= slots)
+        nodes = list(map(_THIRD, order))
+        takes = [n] * len(nodes) if slots == 0 else [f // slots for _, f, _ in order]
+        ends = list(itertools.accumulate(takes))
+        last = bisect.bisect_left(ends, n)  # the node that holds the last replica
+        if last == len(ends):
             return None
-        for node, n in Counter(chosen.values()).items():  # per node, not per replica
-            self.node_used[node] = self.node_used.get(node, 0) + slots * n
-        self.devices.update(zip(chosen, map(list, itertools.repeat((), len(chosen))),
-                                strict=True))
-        self.free -= slots * len(replicas)
+        del nodes[last + 1:], takes[last + 1:]
+        takes[-1] = n - (ends[last - 1] if last else 0)
+        # each node's replicas named in C (repeat, chain, zip), not a loop per node
+        at = itertools.chain.from_iterable(map(itertools.repeat, nodes, takes))
+        chosen = dict(zip(map(_NAME, replicas), at, strict=True))
+        held = map(operator.mul, takes, itertools.repeat(slots))
+        used = map(self.node_used.get, nodes, itertools.repeat(0))
+        self.node_used.update(zip(nodes, map(operator.add, used, held), strict=True))
+        self.free -= slots * n
         return chosen
 
 

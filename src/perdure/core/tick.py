@@ -254,9 +254,7 @@ class Tick:
         slots, and the layout every launch gets is this one. A job of more replicas than
         that which needs a new layout sends none now: the next tick builds it."""
         gpus = devices or {}
-        todo = (list(itertools.compress(job.replicas, map(placed.__contains__,
-                                                          map(_NAME, job.replicas))))
-                if len(placed) < len(job.replicas) else list(job.replicas))
+        todo = job.named(placed)
         limit = self.settings.launches_per_tick
         # A layout agrees with the job's plan: the plan grows only here, once the layout
         # fits (or was built for) its new entries, and a new plan comes with no layout
@@ -265,19 +263,15 @@ class Tick:
         # node's entries only); a new round's is built anew.
         if job.layout is not None and job.layout.key == key_of(job):
             job.layout = job.layout.moved(job, placed)
-        else:
-            where = dict(placed)
-            if job.plan:  # replicas placed earlier, not launched yet, count in the layout
-                planned = map(job.replicas.__getitem__, map(_FIRST, job.plan))
-                where.update(zip(map(_NAME, planned), map(_SECOND, job.plan), strict=True))
-            if limit is not None and len(job.replicas) > limit:
-                # A big job's new layout (~10 ms at 16,384 replicas) is built by the next
-                # tick, which sends the first of these: this one placed them (they hold
-                # their slots), and that is enough work for one tick.
-                job.layout = None
-                self._plan(job, todo, placed, gpus)
-                return
-            job.layout = Layout.of(job, self.nodes, (), where)
+        elif limit is not None and len(job.replicas) > limit:
+            # A big job's new layout (~10 ms at 16,384 replicas) is built by the next tick,
+            # which sends the first of these: this one placed them (they hold their slots),
+            # and that is enough work for one tick.
+            job.layout = None
+            self._plan(job, todo, placed, gpus)
+            return
+        else:  # replicas placed earlier, not launched yet (the plan), count in the layout
+            job.layout = Layout.of(job, self.nodes, (), placed, job.plan)
         if limit is not None and len(todo) > limit:
             self._plan(job, todo[limit:], placed, gpus)
             todo = todo[:limit]
@@ -303,9 +297,7 @@ class Tick:
             r.node, r.devices = node, gpus
             mine.append(r)
         if job.layout is None:
-            planned = map(job.replicas.__getitem__, map(_FIRST, job.plan))  # in C: 16,384
-            job.layout = Layout.of(job, self.nodes, (), dict(zip(
-                map(_NAME, planned), map(_SECOND, job.plan), strict=True)))
+            job.layout = Layout.of(job, self.nodes, (), planned=job.plan)
         layout = dataclasses.replace(job.layout, devices=gpu_env(job, self.nodes, among=mine))
         self.sent += len(mine)
         for r in mine:

@@ -80,13 +80,18 @@ class HangVerdict:
 _LAUNCH_ID = operator.attrgetter("launch_id")
 
 
+def steady(job: Job) -> bool:
+    """Whether every replica of `job` runs, in a round not being stopped (counted: no pass
+    over the replicas)."""
+    return (job.state is JobState.RUNNING and job.after_stop is None
+            and job.count(ReplicaState.RUNNING) == len(job.replicas))
+
+
 def running_launches(job: Job) -> frozenset[str] | None:
     """The launches of a job whose every replica runs (None: not a steady running round)."""
-    if job.state is not JobState.RUNNING or job.after_stop is not None:
-        return None
     # counted, then picked in C (map): two generators over 16,384 replicas were ~5 ms of a
     # tick each sweep (bench/controller.py --only big)
-    if job.count(ReplicaState.RUNNING) != len(job.replicas):
+    if not steady(job):
         return None
     launches = list(map(_LAUNCH_ID, job.replicas))
     return None if None in launches else frozenset(launches)

@@ -25,6 +25,7 @@ from typing import Any
 
 from perdure.core.model import Job, Replica
 from perdure.core.states import ReplicaState
+from perdure.core.text import json_names
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS replicas (
@@ -65,14 +66,14 @@ class ReplicaRows:
         return {**job.to_json(replicas=False), COUNT_KEY: len(job.replicas), FIELDS_KEY: fields}
 
     def job_text(self, job: Job) -> str:
-        """`job_data` as JSON text. An elastic job's members (16,384 names: ~2.5 ms to
-        encode) are encoded once a round: a round's members are one tuple, shared by the
-        copies every later tick makes of the job."""
+        """`job_data` as JSON text. An elastic job's members (16,384 names) are encoded once
+        a round: a round's members are one tuple, shared by the copies every later tick
+        makes of the job."""
         d = self.job_data(job)
         del d["members"]
         kept = self._members.get(job.id)
         if kept is None or kept[0] is not job.members:
-            kept = (job.members, json.dumps(job.members))
+            kept = (job.members, json_names(job.members))
             if isinstance(job.members, tuple):  # never changed in place: safe to keep
                 self._members[job.id] = kept
         return f'{json.dumps(d)[:-1]}, "members": {kept[1]}}}'

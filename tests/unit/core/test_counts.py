@@ -1,6 +1,6 @@
-"""A tick's clone of a job keeps its replica counts (per state, slots per node) up to date
-from the replicas it owns instead of counting all of them again (core.counts): the counts
-kept that way always equal a full recount, through random changes and random ticks."""
+"""A tick's clone of a job keeps its replica counts (per state, slots per node, restarts) up
+to date from the replicas it owns instead of counting all of them again (core.counts): the
+counts kept that way always equal a full recount, through random changes and random ticks."""
 
 from __future__ import annotations
 
@@ -19,24 +19,27 @@ from perdure.core.states import JobState, ReplicaState
 STATES = list(ReplicaState)
 
 
-def recount(replicas: list[Replica]) -> tuple[dict[str, int], dict[str, int]]:
+def recount(replicas: list[Replica]) -> tuple[dict[str, int], dict[str, int], int]:
     """The counts, by a plain loop over every replica."""
     states: dict[str, int] = {}
     slots: dict[str, int] = {}
+    restarts = 0
     for r in replicas:
         states[r.state.value] = states.get(r.state.value, 0) + 1
         if r.node is not None and r.state.alive:
             slots[r.node] = slots.get(r.node, 0) + r.slots
-    return states, slots
+        restarts += r.restarts
+    return states, slots, restarts
 
 
-def as_pair(c: Counts) -> tuple[dict[str, int], dict[str, int]]:
-    return {s: n for s, n in c.states.items() if n}, c.slots
+def as_pair(c: Counts) -> tuple[dict[str, int], dict[str, int], int]:
+    return {s: n for s, n in c.states.items() if n}, c.slots, c.restarts
 
 
 def scramble(rng: random.Random, r: Replica) -> None:
     r.state = rng.choice(STATES)
     r.node = rng.choice([None, "a", "b", "c", "d"])
+    r.restarts = rng.randint(0, 5)
 
 
 @pytest.mark.parametrize("seed", range(300))

@@ -1,8 +1,9 @@
 """Elastic rounds on a big job are published, shrunk and grown in bulk passes (C: map,
 compress, set algebra) with each round's member set kept across ticks (`Job.member_set`):
 on random jobs (random states or mostly running ones, nodes, nodes down, launches planned
-but not sent, ranks not in place order) every round, pause, shrink and grow equals the one
-the plain per-replica loops of the earlier version decide."""
+but not sent, ranks not in place order, a layout whose entries are stale for some replicas)
+every round, pause, shrink and grow equals the one the plain per-replica loops of the
+earlier version decide."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sim import SETTINGS, spec
 
 from perdure.core import elastic
 from perdure.core.events import Rendezvous
+from perdure.core.layout import Layout
 from perdure.core.model import Job, Node, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Snapshot, Tick
@@ -98,6 +100,10 @@ def random_tick(rng: random.Random) -> tuple[Tick, Job]:
         r.state = (ReplicaState.RUNNING if steady and rng.random() < 0.9
                    else rng.choice(list(ReplicaState)))
         r.node = rng.choice([None, *NODES])
+    if rng.random() < 0.5:  # a layout, its nodes' entries stale for some replicas
+        job.layout = Layout.of(job)
+        for r in rng.sample(job.replicas, rng.randint(0, min(3, n))):
+            r.node = rng.choice([None, *NODES])
     if rng.random() < 0.2:  # ranks not in place order
         rng.shuffle(job.replicas)
     waiting = [i for i, r in enumerate(job.replicas) if r.state is ReplicaState.WAITING]

@@ -1,6 +1,7 @@
 """The torchrun layout of a job is built in bulk passes (C: groupby, zip, map) when each
 node's and each pool's replicas are side by side, as a 16,384-replica job's are; it equals
-the layout built one replica at a time, for random jobs, placements and member lists."""
+the layout built one replica at a time, for random jobs, placements, plans and member
+lists."""
 
 from __future__ import annotations
 
@@ -68,9 +69,15 @@ def test_bulk_layout_equals_one_replica_at_a_time(seed: int) -> None:
     where = {r.name: rng.choice(nodes) for r in job.replicas if rng.random() < 0.2}
     job.members = [r.name for r in job.replicas if rng.random() < 0.7]
     rng.shuffle(job.members)
-    layout = Layout.of(job, {n: Node(n, 8, gpus=2) for n in nodes}, (), where)
+    plan: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
+    if rng.random() < 0.5:  # a plan (places in rank order): all of the job, or some
+        every = rng.random() < 0.5
+        plan = tuple((i, rng.choice(nodes), ()) for i in range(len(job.replicas))
+                     if every or rng.random() < 0.3)
+    planned = {job.replicas[i].name: node for i, node, _ in plan}  # over `where`
+    layout = Layout.of(job, {n: Node(n, 8, gpus=2) for n in nodes}, (), where, plan)
     assert (layout.local, layout.group, layout.groups, layout.pool_sizes, layout.member_rank,
-            layout.first_rank, layout.world) == one_by_one(job, where)
+            layout.first_rank, layout.world) == one_by_one(job, {**where, **planned})
 
 
 @pytest.mark.parametrize("seed", range(200))
