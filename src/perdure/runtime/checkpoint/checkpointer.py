@@ -40,6 +40,7 @@ from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.prepared import Go, Prepared, prepare
 from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import HostBuffers
+from perdure.runtime.checkpoint.statedicts import StateDicts
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.urls import make_storage
 
@@ -126,6 +127,7 @@ class Checkpointer:
         self._plan: Plan | None = None
         self._votes: ahead.PendingVotes | None = None  # the last save's, when read ahead
         self._buffers: HostBuffers | None = None
+        self._dicts = StateDicts()  # what torch's state-dict helpers gave the last saves
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
         self._seq = 0
@@ -184,7 +186,8 @@ class Checkpointer:
             raise ValueError(f"step is {step!r}; it must be an int >= 0.")
         entered, cpu = time.perf_counter(), time.thread_time()
         comm = self._comm_()
-        prepared, problem = prepare(state, comm.rank, deferred=self.stage == "deferred")
+        prepared, problem = prepare(state, comm.rank, deferred=self.stage == "deferred",
+                                    dicts=self._dicts)
         changed = prepared is not None and (
             self._plan is None or prepared.signature != self._plan.signature
         )
