@@ -66,11 +66,12 @@ class Checkpointer:
         directory of its own below it (named after the URL, the job, its attempt and the rank).
     stage: "deferred" (default): tensors only an optimizer in the state changes are copied in
         the background while the next step's forward and backward run, and that optimizer's
-        next ``step()`` waits for the copy; "sync": everything is copied before ``save``
-        returns. A deferred tensor changed in place by anything but its optimizer before its
-        copy fails that save with an error that says so (never a mixed checkpoint); changes
-        made through ``.data`` escape that check, so code that writes parameters that way
-        between save() and optimizer.step() should use "sync".
+        next ``step()`` waits for the copy (a rank's copies under 1 MiB and 64 tensors are made
+        in ``save`` instead: less than handing them over costs); "sync": everything is copied
+        before ``save`` returns. A deferred tensor changed in place by anything but its
+        optimizer before its copy fails that save with an error that says so (never a mixed
+        checkpoint); changes made through ``.data`` escape that check, so code that writes
+        parameters that way between save() and optimizer.step() should use "sync".
     timeout_s: how long a checkpoint collective waits for the other ranks.
     alone: this process saves and restores by itself, with no collective (for frameworks that
         write checkpoints on one rank only, as Lightning's DDP does; the state must then be
