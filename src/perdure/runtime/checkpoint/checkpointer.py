@@ -129,6 +129,7 @@ class Checkpointer:
         self._votes: ahead.PendingVotes | None = None  # the last save's, when read ahead
         self._buffers: HostBuffers | None = None
         self._dicts = StateDicts()  # what torch's state-dict helpers gave the last saves
+        self._committed: dict[str, commit.Committed] = {}  # the markers retention knows
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
         self._seq = 0
@@ -311,7 +312,8 @@ class Checkpointer:
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again
             self._writer = WriterProcess()
-        return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer)
+        return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer,
+                         self._committed)
 
     def wait(self) -> None:
         """Block until the last save is committed; raise its error (once) if it failed."""
