@@ -9,11 +9,11 @@ For a module without FSDP, what they return is ``module.state_dict()`` with its 
 parameter's position replaced by its name. So the renaming is learned from torch's own result
 at the first save of a layout, and kept only when that result is exactly the renamed plain
 state dict: the same keys in the same order, the same tensors (storage, shape, strides), equal
-plain values (proven, not assumed). A later save whose module state dict has the same keys (the
-module), or whose optimizer updates the same parameters of a module whose keys were just
-checked (the optimizer), renames the plain state dict the same way: a few microseconds. Anything
-else (another layout, a module with FSDP or DTensor parameters, a result that differs) asks
-torch, as before.
+plain values (proven, not assumed). A later save whose module is of the same class and whose
+state dict has the same keys (the module), or whose optimizer updates the same parameters of a
+module whose keys were just checked (the optimizer), renames the plain state dict the same
+way: a few microseconds. Anything else (another layout, a module with FSDP or DTensor
+parameters, a result that differs) asks torch, as before.
 
 No side effects beyond the cache: reads the state.
 """
@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_op
 class _ModelNames:
     """A module's state-dict keys and torch's name for each, in torch's order."""
 
+    kind: type  # the module's class (FSDP2's fully_shard changes it in place)
     keys: list[str]  # module.state_dict()'s keys, in its order
     names: list[tuple[str, str]]  # (torch's name, the key it renames), in torch's order
 
@@ -66,7 +67,7 @@ class StateDicts:
         """``get_model_state_dict(module)``."""
         plain = module.state_dict()
         known = self._models.get(module)
-        if known is not None and list(plain) == known.keys:
+        if known is not None and type(module) is known.kind and list(plain) == known.keys:
             self._checked[id(module)] = known
             return {name: plain[key] for name, key in known.names}
         torch_sd: dict[str, Any] = dict(get_model_state_dict(module))
@@ -107,7 +108,7 @@ def _learn_model(
     names = [(name, key_of[name]) for name in torch_sd]
     if not same({name: plain[key] for name, key in names}, torch_sd):
         return None
-    return _ModelNames(list(plain), names)
+    return _ModelNames(type(module), list(plain), names)
 
 
 def _learn_optimizer(
