@@ -167,3 +167,17 @@ def test_a_buffer_changed_in_place_is_written_as_it_is_now(tmp_path: Path) -> No
                               skeletons=skeletons)
         back = torch.load(tmp_path / "f", weights_only=True)
         assert torch.equal(back, buffer) and back.shape == buffer.shape
+
+
+def test_a_value_archive_follows_torchs_alignment_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.utils.serialization import config
+
+    from perdure.runtime.checkpoint import template
+
+    archives = template.ValueArchives()
+    for value in (1, 2, 3):
+        archives.archive(value)  # learnt and proven at the default alignment
+    monkeypatch.setattr(config.save, "storage_alignment", 4096)
+    for value in (4, 5, 6):
+        data = archives.archive(value)
+        assert data == template._saved(value) and b"4096" in data

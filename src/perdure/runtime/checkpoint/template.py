@@ -119,14 +119,15 @@ class ValueArchives:
     """
 
     def __init__(self) -> None:
-        # (type, pickle length) -> (skeleton, the pickle it was learnt from, proven); None:
-        # this kind of archive is not its pickle between fixed bytes
-        self._known: dict[tuple[type, int], tuple[Skeleton, bytes, bool] | None] = {}
+        # (type, pickle length, alignment) -> (skeleton, the pickle it was learnt from,
+        # proven); None: this kind of archive is not its pickle between fixed bytes
+        self._known: dict[tuple[type, int, int], tuple[Skeleton, bytes, bool] | None] = {}
 
     def archive(self, value: object) -> bytes:
         """The bytes ``save_tensor(value)`` writes, for a plain value without tensors."""
         pickled = pickle.dumps(value, protocol=torch.serialization.DEFAULT_PROTOCOL)
-        key = (type(value), len(pickled))
+        # torch's alignment setting is one of the archive's records
+        key = (type(value), len(pickled), torch.serialization._get_storage_alignment())
         seen = key in self._known
         known = self._known.get(key)
         if known is not None and known[2]:
