@@ -169,7 +169,7 @@ def test_a_buffer_changed_in_place_is_written_as_it_is_now(tmp_path: Path) -> No
         assert torch.equal(back, buffer) and back.shape == buffer.shape
 
 
-def test_a_value_archive_follows_torchs_alignment_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_value_archive_follows_torchs_alignment_setting() -> None:
     from torch.utils.serialization import config
 
     from perdure.runtime.checkpoint import template
@@ -177,7 +177,8 @@ def test_a_value_archive_follows_torchs_alignment_setting(monkeypatch: pytest.Mo
     archives = template.ValueArchives()
     for value in (1, 2, 3):
         archives.archive(value)  # learnt and proven at the default alignment
-    monkeypatch.setattr(config.save, "storage_alignment", 4096)
-    for value in (4, 5, 6):
-        data = archives.archive(value)
-        assert data == template._saved(value) and b"4096" in data
+    with config.patch({"save.storage_alignment": 4096}):
+        for value in (4, 5, 6):
+            data = archives.archive(value)
+            assert data == template._saved(value) and b"4096" in data
+    assert torch.serialization._get_storage_alignment() == 64
