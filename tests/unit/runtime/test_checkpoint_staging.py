@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from perdure.runtime.checkpoint import Checkpointer, CheckpointError
+from perdure.runtime.checkpoint import Checkpointer, CheckpointError, staging
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.plan import make_plan, signature
 from perdure.runtime.checkpoint.staging import (
@@ -23,6 +23,12 @@ from perdure.runtime.checkpoint.staging import (
 )
 from perdure.runtime.checkpoint.state import tree_for_save
 from perdure.runtime.checkpoint.tree import flatten
+
+
+@pytest.fixture
+def deferring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies as small as these tests' are deferred too (else they are made in save())."""
+    monkeypatch.setattr(staging, "DEFER_MIN_BYTES", 0)
 
 
 def trained() -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -49,7 +55,7 @@ def staged(state: dict[str, Any]) -> tuple[HostBuffers, Any, Any]:
     return buffers, items, pending
 
 
-def test_only_optimizer_owned_tensors_are_deferred() -> None:
+def test_only_optimizer_owned_tensors_are_deferred(deferring: None) -> None:
     model, optim = trained()
     _, _, pending = staged({"model": model, "optim": optim})
     deferred = {p.fqn for p in pending}
@@ -59,7 +65,7 @@ def test_only_optimizer_owned_tensors_are_deferred() -> None:
     assert not any("running_mean" in f for f in deferred)  # forward changes buffers: copied now
 
 
-def test_a_change_outside_the_optimizer_before_the_copy_fails_loudly() -> None:
+def test_a_change_outside_the_optimizer_before_the_copy_fails_loudly(deferring: None) -> None:
     model, optim = trained()
     _, _, pending = staged({"model": model, "optim": optim})
     with torch.no_grad():
@@ -89,17 +95,23 @@ def test_the_optimizer_step_waits_for_the_gate() -> None:
     step(model, optim)  # removed: steps freely
 
 
-def test_a_save_then_training_right_away_stores_the_step_it_was_given(tmp_path: Path) -> None:
+@pytest.mark.parametrize("copies", ["deferred", "made in save"])
+def test_a_save_then_training_right_away_stores_the_step_it_was_given(
+    tmp_path: Path, copies: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if copies == "deferred":
+        monkeypatch.setattr(staging, "DEFER_MIN_BYTES", 0)
     model, optim = trained()
     ckpt = Checkpointer(tmp_path)
     ckpt.save(1, {"model": model, "optim": optim})
     gate = ckpt._inflight.gate if ckpt._inflight is not None else None
+    assert (gate is not None) == (copies == "deferred")  # small copies are not worth a thread
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     for _ in range(3):
         step(model, optim)  # the first waits at the gate until the copies are made
     ckpt.wait()
-    assert gate is not None and ckpt.last_save is not None
-    assert "step_wait_s" in ckpt.last_save.extra
+    assert ckpt.last_save is not None
+    assert ("step_wait_s" in ckpt.last_save.extra) == (copies == "deferred")
     fresh, fresh_optim = trained()
     with torch.no_grad():
         for p in fresh.parameters():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pickle
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,73 @@ def test_an_archive_that_depends_on_the_bytes_gets_no_skeleton(
     assert template.build(torch.randn(16, 8)) is None
     monkeypatch.undo()
     assert template.build(torch.randn(16, 8)) is not None
+
+
+def _values() -> list[object]:
+    return [*range(-3, 300, 7), 2**40 + 1, 2**40 + 5, 0.5, -0.0, 3e-3, 1e-4, True, False, None,
+            (0.9, 0.999), (0.8, 0.99), [1, 2], [3, 4], "adamw", "sgd_m", torch.Size([2, 3]),
+            torch.Size([4, 5]), torch.float32, torch.int64]
+
+
+def test_value_archives_are_the_bytes_torch_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perdure.runtime.checkpoint import template
+
+    archives = template.ValueArchives()
+    asked = []
+    real = template._saved
+    monkeypatch.setattr(template, "_saved", lambda v: asked.append(v) or real(v))
+    for round_ in range(2):
+        for value in _values():
+            data = archives.archive(value)
+            assert data == real(value), value
+            back = torch.load(io.BytesIO(data), weights_only=True)
+            assert back == value and type(back) is type(value)
+        if round_ == 0:
+            asked.clear()
+    # the second round: each kind of archive is made up once two values of it were seen
+    kinds = [(type(v), len(pickle.dumps(v, protocol=2))) for v in _values()]
+    alone = [v for v, kind in zip(_values(), kinds, strict=True) if kinds.count(kind) == 1]
+    assert asked == alone and len(alone) < 6
+
+
+def test_a_value_archive_that_depends_on_the_value_is_always_torchs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An archive with a checksum of its pickle outside the pickle is never made up."""
+    import zlib
+
+    from perdure.runtime.checkpoint import template
+
+    real = template._saved
+    monkeypatch.setattr(template, "_saved",
+                        lambda v: real(v) + zlib.crc32(repr(v).encode()).to_bytes(4, "little"))
+    archives = template.ValueArchives()
+    for value in [5, 6, 7, 8, 9]:
+        assert archives.archive(value) == template._saved(value)
+
+
+def test_a_buffer_changed_in_place_is_written_as_it_is_now(tmp_path: Path) -> None:
+    skeletons = writer.Skeletons()
+    buffer = torch.arange(16, dtype=torch.float32)
+    for change in (lambda t: t.resize_(2, 8), lambda t: t.set_(torch.arange(5.0)),
+                   lambda t: t.as_strided_((5,), (1,)), lambda t: t.fill_(7)):
+        change(buffer)
+        writer.write_payloads(tmp_path / "f", [buffer], fsync=False, algorithm=checksum.CRC32,
+                              skeletons=skeletons)
+        back = torch.load(tmp_path / "f", weights_only=True)
+        assert torch.equal(back, buffer) and back.shape == buffer.shape
+
+
+def test_a_value_archive_follows_torchs_alignment_setting() -> None:
+    from torch.utils.serialization import config
+
+    from perdure.runtime.checkpoint import template
+
+    archives = template.ValueArchives()
+    for value in (1, 2, 3):
+        archives.archive(value)  # learnt and proven at the default alignment
+    with config.patch({"save.storage_alignment": 4096}):
+        for value in (4, 5, 6):
+            data = archives.archive(value)
+            assert data == template._saved(value) and b"4096" in data
+    assert torch.serialization._get_storage_alignment() == 64

@@ -40,6 +40,7 @@ from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.prepared import Go, Prepared, prepare
 from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import HostBuffers
+from perdure.runtime.checkpoint.statedicts import StateDicts
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.urls import make_storage
 
@@ -65,11 +66,12 @@ class Checkpointer:
         directory of its own below it (named after the URL, the job, its attempt and the rank).
     stage: "deferred" (default): tensors only an optimizer in the state changes are copied in
         the background while the next step's forward and backward run, and that optimizer's
-        next ``step()`` waits for the copy; "sync": everything is copied before ``save``
-        returns. A deferred tensor changed in place by anything but its optimizer before its
-        copy fails that save with an error that says so (never a mixed checkpoint); changes
-        made through ``.data`` escape that check, so code that writes parameters that way
-        between save() and optimizer.step() should use "sync".
+        next ``step()`` waits for the copy (a rank's copies under 1 MiB and 64 tensors are made
+        in ``save`` instead: less than handing them over costs); "sync": everything is copied
+        before ``save`` returns. A deferred tensor changed in place by anything but its
+        optimizer before its copy fails that save with an error that says so (never a mixed
+        checkpoint); changes made through ``.data`` escape that check, so code that writes
+        parameters that way between save() and optimizer.step() should use "sync".
     timeout_s: how long a checkpoint collective waits for the other ranks.
     alone: this process saves and restores by itself, with no collective (for frameworks that
         write checkpoints on one rank only, as Lightning's DDP does; the state must then be
@@ -126,6 +128,8 @@ class Checkpointer:
         self._plan: Plan | None = None
         self._votes: ahead.PendingVotes | None = None  # the last save's, when read ahead
         self._buffers: HostBuffers | None = None
+        self._dicts = StateDicts()  # what torch's state-dict helpers gave the last saves
+        self._committed: dict[str, commit.Committed] = {}  # the markers retention knows
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
         self._seq = 0
@@ -184,7 +188,8 @@ class Checkpointer:
             raise ValueError(f"step is {step!r}; it must be an int >= 0.")
         entered, cpu = time.perf_counter(), time.thread_time()
         comm = self._comm_()
-        prepared, problem = prepare(state, comm.rank, deferred=self.stage == "deferred")
+        prepared, problem = prepare(state, comm.rank, deferred=self.stage == "deferred",
+                                    dicts=self._dicts)
         changed = prepared is not None and (
             self._plan is None or prepared.signature != self._plan.signature
         )
@@ -307,7 +312,8 @@ class Checkpointer:
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again
             self._writer = WriterProcess()
-        return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer)
+        return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer,
+                         self._committed)
 
     def wait(self) -> None:
         """Block until the last save is committed; raise its error (once) if it failed."""

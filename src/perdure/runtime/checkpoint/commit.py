@@ -26,6 +26,7 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,8 +134,13 @@ def verify_file(marker: dict[str, Any], file: str, data: bytes) -> str | None:
     return None
 
 
-def scan(storage: Storage, verify: bool = True) -> Scan:
-    """List complete and partial checkpoints; ``verify`` also checks every listed file's size."""
+def scan(storage: Storage, verify: bool = True, known: Mapping[str, Committed] | None = None
+         ) -> Scan:
+    """List complete and partial checkpoints; ``verify`` also checks every listed file's size.
+
+    known: checkpoints whose commit marker is already known (this process published or read
+    it); such a directory is taken as it, its marker not read again (without ``verify``).
+    """
     complete: list[Committed] = []
     partial: list[Partial] = []
     for name in storage.list_names():
@@ -144,6 +150,9 @@ def scan(storage: Storage, verify: bool = True) -> Scan:
         step = int(match.group(1))
         if match.group(2):
             partial.append(Partial(name, step, _LEFTOVER[match.group(2)]))
+            continue
+        if known is not None and not verify and name in known:
+            complete.append(known[name])
             continue
         marker, problem = _check(storage, name, step, verify)
         if marker is None:
@@ -211,14 +220,19 @@ def remove_checkpoint(storage: Storage, name: str) -> None:
         storage.remove_tree(name)
 
 
-def retain(storage: Storage, keep: int | None, current: str) -> list[str]:
+def retain(storage: Storage, keep: int | None, current: str,
+           known: dict[str, Committed] | None = None) -> list[str]:
     """Delete committed checkpoints beyond the newest ``keep`` and leftovers of crashed saves.
 
     ``current`` (the save just published) and the newest complete checkpoint (a re-save of an
     older step, after a fallback, is not newer than it) are never deleted. Returns the names
-    removed.
+    removed. known: the commit markers a Checkpointer published or read before (see ``scan``),
+    kept up to date here: retention then reads no marker it wrote itself.
     """
-    found = scan(storage, verify=False)
+    found = scan(storage, verify=False, known=known)
+    if known is not None:
+        known.clear()
+        known.update((c.name, c) for c in found.complete)
     removed: list[str] = []
     doomed = found.complete[:-keep] if keep is not None else []
     spared = {current, found.latest.name if found.latest else current}
@@ -226,6 +240,8 @@ def retain(storage: Storage, keep: int | None, current: str) -> list[str]:
         if committed.name not in spared:
             remove_checkpoint(storage, committed.name)
             removed.append(committed.name)
+            if known is not None:
+                known.pop(committed.name, None)
     for part in found.partial:
         if part.name != current:
             storage.remove_tree(part.name)

@@ -12,7 +12,6 @@ Side effects: one all-gather on the checkpoint group in ``make_plan``; the rest 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +29,15 @@ from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.documents import Documents
 from perdure.runtime.checkpoint.metadata import Path, dcp_path
 
+Signature = tuple[tuple[Any, ...], ...]
+"""A state's layout: per leaf its key, kind, dtype, shapes (and shards) and path."""
+
 
 @dataclass(frozen=True)
 class Plan:
     """This rank's write items and the checkpoint's global layout (without file locations)."""
 
-    signature: int
+    signature: Signature
     items: list[WriteItem]
     metadata: Metadata
     paths: dict[str, Path]
@@ -44,25 +46,24 @@ class Plan:
     docs: Documents  # the metadata documents every save of this plan writes
 
 
-def signature(flat: dict[str, Any], paths: dict[str, Path]) -> int:
-    """A 63-bit hash of the layout of ``flat``: equal layouts plan alike. No side effects."""
-    parts: list[Any] = []
+def signature(flat: dict[str, Any], paths: dict[str, Path]) -> Signature:
+    """The layout of ``flat`` (keys, paths, dtypes, shapes, shards), compared exactly: equal
+    layouts plan alike. No side effects."""
+    parts: list[tuple[Any, ...]] = []
     for fqn, value in flat.items():
         if isinstance(value, DTensor):
             local = value.to_local()
-            parts.append((fqn, "d", str(value.dtype), tuple(value.shape), tuple(local.shape),
-                          str(value.placements), tuple(value.device_mesh.mesh.flatten().tolist())))
+            parts.append((fqn, "d", value.dtype, value.shape, local.shape, str(value.placements),
+                          tuple(value.device_mesh.mesh.flatten().tolist()), paths[fqn]))
         elif isinstance(value, torch.Tensor):
-            parts.append((fqn, "t", str(value.dtype), tuple(value.shape)))
+            parts.append((fqn, "t", value.dtype, value.shape, paths[fqn]))
         else:
-            parts.append((fqn, "b"))
-        parts.append(repr(paths[fqn]))
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+            parts.append((fqn, "b", paths[fqn]))
+    return tuple(parts)
 
 
 def make_plan(
-    flat: dict[str, Any], paths: dict[str, Path], sig: int, token: str, comm: Comm
+    flat: dict[str, Any], paths: dict[str, Path], sig: Signature, token: str, comm: Comm
 ) -> Plan:
     """Plan a save of ``flat`` with every other rank (collective on the checkpoint group)."""
     local = create_default_local_save_plan(flat, comm.rank == 0)

@@ -17,8 +17,9 @@ from perdure.runtime.checkpoint import values
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import UnsupportedValueError
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
-from perdure.runtime.checkpoint.plan import signature
+from perdure.runtime.checkpoint.plan import Signature, signature
 from perdure.runtime.checkpoint.staging import optimizer_storages
+from perdure.runtime.checkpoint.statedicts import StateDicts
 from perdure.runtime.checkpoint.tree import flatten
 
 
@@ -28,7 +29,7 @@ class Prepared:
 
     flat: dict[str, Any]
     paths: dict[str, KeyPath]
-    signature: int
+    signature: Signature
     optimizers: list[torch.optim.Optimizer]
     defer: frozenset[int]  # storages only the optimizers change: staged in the background
 
@@ -45,12 +46,13 @@ class Go:
     cpu: float  # the training thread's CPU time then
 
 
-def prepare(state: Mapping[str, Any], rank: int, *, deferred: bool
+def prepare(state: Mapping[str, Any], rank: int, *, deferred: bool, dicts: StateDicts
             ) -> tuple[Prepared | None, BaseException | None]:
     """``state`` ready to stage, or why not (the error is returned: every rank must still
-    vote). ``deferred``: find the storages only an optimizer changes."""
+    vote). ``deferred``: find the storages only an optimizer changes; ``dicts``: the
+    Checkpointer's memory of its modules' and optimizers' state dicts."""
     try:
-        tree = st.tree_for_save(st.check_state(state), rank)
+        tree = st.tree_for_save(st.check_state(state), rank, dicts)
         flat, paths = flatten(tree)
         for fqn, value in flat.items():
             if not isinstance(value, torch.Tensor):

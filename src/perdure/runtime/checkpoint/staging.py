@@ -38,7 +38,7 @@ from torch.distributed.checkpoint.utils import find_state_dict_object
 
 from perdure.runtime.checkpoint.errors import CheckpointError
 from perdure.runtime.checkpoint.shared import Slot, view_slot
-from perdure.runtime.checkpoint.template import Skeletons
+from perdure.runtime.checkpoint.template import Skeletons, ValueArchives
 
 _ALIGN = 64
 _GENERATIONS = itertools.count(1)
@@ -77,8 +77,10 @@ class HostBuffers:
         self._registered: int | None = None  # the memfd mapping's address, if CUDA pinned it
         # fqn -> (exact key of the plain value, its torch.save bytes): a plain value that did
         # not change since the last save (an optimizer's lr, betas, flags) is not serialised
-        # again (torch.save costs ~0.1 ms a value, on the step's blocking path).
+        # again (torch.save costs ~0.1 ms a value, on the step's blocking path), and one that
+        # did is made from its pickle where that is proven to give torch's bytes.
         self._serialised: dict[str, tuple[Hashable, bytes]] = {}
+        self._archives = ValueArchives()
         # The archive skeletons of these buffers' layouts, built by their first write: they
         # live and die with the buffers, so a new plan (a new layout) starts without any.
         self.skeletons = Skeletons()
@@ -125,7 +127,8 @@ class HostBuffers:
     ) -> tuple[list[StagedItem], list[Pending]]:
         """Copy this rank's items from the live (flattened) state into the buffers, except CPU
         tensors whose storage is in ``defer`` (data pointers of what only an optimizer
-        changes): those are returned as pending copies for the background."""
+        changes): those are returned as pending copies for the background, when they are
+        worth a hand-off (`worth_deferring`)."""
         staged: list[StagedItem] = []
         pending: list[Pending] = []
         devices: set[torch.device] = set()  # GPUs copied from without waiting (non_blocking)
@@ -148,21 +151,26 @@ class HostBuffers:
             staged.append(StagedItem(item, tensor=dst))
         for device in devices:  # every GPU a copy came from, not only the current one
             torch.cuda.synchronize(device)
-        return staged, pending
+        if worth_deferring(pending):
+            return staged, pending
+        copy_pending(pending)
+        return staged, []
 
     def _bytes_of(self, fqn: str, flat: dict[str, Any]) -> bytes:
-        """``torch.save`` of the plain value ``flat[fqn]``, reused while the value is the same."""
+        """The ``torch.save`` archive of the plain value ``flat[fqn]`` (without the CRC-32, as
+        tensors are written, where its exact key is known), reused while the value is the
+        same."""
         value = flat[fqn]
         key = exact_key(value)
         cached = self._serialised.get(fqn)
-        if key is not None and cached is not None and cached[0] == key:
-            return cached[1]
-        out = io.BytesIO()
-        torch.save(value, out)
-        data = out.getvalue()
-        if key is not None:
-            self._serialised[fqn] = (key, data)
-        return data
+        if key is None:
+            out = io.BytesIO()
+            torch.save(value, out)
+            return out.getvalue()
+        if cached is None or cached[0] != key:
+            cached = (key, self._archives.archive(value))
+            self._serialised[fqn] = cached
+        return cached[1]
 
     def close(self) -> None:
         """Release the memory (tensors handed out before must not be used afterwards)."""
@@ -196,6 +204,20 @@ def exact_key(value: Any) -> Hashable | None:
         keys = tuple(exact_key(v) for v in value)
         return None if any(k is None for k in keys) else (kind, keys)
     return None
+
+
+# Deferred copies go to a thread of their own, and the optimizer's next step waits for them:
+# ~0.1 ms of hand-offs, worth it only when the copies take longer than that. A small state's
+# (the ddp_mlp example's 16 tensors, 70 kB: ~40 us) are made in save() instead.
+DEFER_MIN_BYTES = 1 << 20
+DEFER_MIN_TENSORS = 64
+
+
+def worth_deferring(pending: list[Pending]) -> bool:
+    """Whether copies are large enough, or many enough, to leave to the background. No side
+    effects."""
+    return (len(pending) >= DEFER_MIN_TENSORS
+            or sum(p.dst.untyped_storage().nbytes() for p in pending) >= DEFER_MIN_BYTES)
 
 
 def copy_pending(pending: list[Pending]) -> None:

@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from perdure.runtime.checkpoint.errors import CheckpointMismatchError
+from perdure.runtime.checkpoint.statedicts import StateDicts, needs_torch_optimizer_io, param_names
 
 RANK_SUFFIX = "@rank"
 
@@ -90,17 +91,30 @@ def check_state(state: Any) -> Mapping[str, Any]:
     return state
 
 
-def tree_for_save(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
-    """Nested dict of tensors and plain values for ``state`` (values are not copied)."""
+def tree_for_save(
+    state: Mapping[str, Any], rank: int, dicts: StateDicts | None = None
+) -> dict[str, Any]:
+    """Nested dict of tensors and plain values for ``state`` (values are not copied).
+
+    dicts: what earlier saves learned of these modules' and optimizers' state dicts (a
+    Checkpointer keeps one); None asks torch for every one.
+    """
+    dicts = StateDicts() if dicts is None else dicts
+    dicts.begin()
     modules = [v for v in state.values() if isinstance(v, nn.Module)]
+    values = {k: v.value if isinstance(v, RankLocal) else v for k, v in state.items()}
+    # The modules first: an optimizer's state dict is named after its module's, checked here.
+    trees = {k: dicts.model(v) for k, v in values.items() if kind_of(v) is Kind.MODULE}
     out: dict[str, Any] = {}
     for key, wrapped in state.items():
-        value = wrapped.value if isinstance(wrapped, RankLocal) else wrapped
+        value = values[key]
         kind = kind_of(value)
         if kind is Kind.MODULE:
-            tree: Any = get_model_state_dict(value)
+            tree: Any = trees[key]
         elif kind is Kind.OPTIMIZER:
-            tree = optimizer_tree(value, owner(key, value, modules), initialise=False)
+            model = owner(key, value, modules)
+            tree = (dicts.optimizer(value, model) if value.state
+                    else optimizer_tree(value, model, initialise=False))
         elif kind is Kind.STATEFUL:
             tree = value.state_dict()
         else:
@@ -136,25 +150,8 @@ def optimizer_tree(
     return {"state": {}, "param_groups": _named_groups(optim, model)}
 
 
-def _param_names(model: nn.Module) -> dict[int, str]:
-    """id(parameter) -> its name as torch's distributed state dicts spell it (no DDP prefix)."""
-    from torch.distributed.checkpoint.state_dict import _get_fqns
-
-    return {id(p): next(iter(_get_fqns(model, n))) for n, p in model.named_parameters()}
-
-
-def needs_torch_optimizer_io(model: nn.Module) -> bool:
-    """True for models whose optimizer state torch's helpers must shape (DTensor, FSDP1)."""
-    from torch.distributed.fsdp import FullyShardedDataParallel
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(m, FullyShardedDataParallel) for m in model.modules()) or any(
-        isinstance(p, DTensor) for p in model.parameters()
-    )
-
-
 def _named_groups(optim: torch.optim.Optimizer, model: nn.Module) -> list[dict[str, Any]]:
-    names = _param_names(model)
+    names = param_names(model)
     groups = []
     for group in optim.param_groups:
         saved = {k: v for k, v in group.items() if k != "params"}
@@ -246,7 +243,7 @@ def _load_by_name(
 ) -> None:
     """optimizer.load_state_dict with parameter names mapped back to positions (what torch's
     set_optimizer_state_dict does, without first running a zero step over every parameter)."""
-    names = _param_names(model)
+    names = param_names(model)
     order = [names[id(p)] for g in optim.param_groups for p in g["params"]]
     position = {name: i for i, name in enumerate(order)}
     unknown = [n for n in loaded["state"] if n not in position]
