@@ -49,10 +49,11 @@ FEATURES = ("loader", "goodput", "save")
 #   of CPU in pure Python, in a helper process at SCHED_IDLE or in a nice-19 thread of its
 #   own (as the persist thread runs, holding the GIL while it computes): what background CPU
 #   costs training by where it runs;
+# - "no-fsync": the saves' fsyncs do nothing (what the kernel's flushes cost training);
 # - "seed-every-batch": the loader seeds every batch, as it did before it learnt to seed only
 #   for a dataset that draws (this one draws nothing).
 ATTRIBUTION = ("process", "normal-priority", "no-persist", "burn-idle", "burn-thread",
-               "seed-every-batch")
+               "no-fsync", "seed-every-batch")
 
 
 class _Batches:
@@ -132,6 +133,18 @@ def _no_persist() -> None:
 
 
 _NO_PERSIST = [False]
+_NO_FSYNC = [False]
+
+
+def _no_fsync() -> None:
+    """Attribution: in the phases of a variant that names "no-fsync", os.fsync does nothing."""
+    real = os.fsync
+
+    def fsync(fd: Any) -> None:
+        if not _NO_FSYNC[0]:
+            real(fd)
+
+    os.fsync = fsync
 
 
 class _Variant:
@@ -163,6 +176,8 @@ def _variants(args: argparse.Namespace, plain: Any, elastic: Any) -> list[_Varia
         worker_threads.lower_this_thread = lambda: None  # type: ignore[assignment]
     if any("no-persist" in v.split(",") for v in names):
         _no_persist()
+    if any("no-fsync" in v.split(",") for v in names):
+        _no_fsync()
     return [_Variant(i, name, args, plain, elastic) for i, name in enumerate(names)]
 
 
@@ -204,6 +219,7 @@ def worker(args: argparse.Namespace) -> None:
     for phase in range(2 * args.pairs * len(variants) + 1 + 2):  # two warm-up phases first
         v = None if phase % 2 == 0 else variants[(phase // 2) % len(variants)]
         _NO_PERSIST[0] = v is not None and "no-persist" in v.on
+        _NO_FSYNC[0] = v is not None and "no-fsync" in v.on
         if v is not None and "loader" in v.on:  # None: the first batch finds out again
             elastic.dataloader.dataset.draws = True if "seed-every-batch" in v.on else None
         t0, c0 = time.perf_counter(), time.process_time()
