@@ -172,3 +172,51 @@ def test_two_captures_tell_whether_anything_drew(setup: Callable[[], None], work
 def test_the_cached_gaussian_is_found_on_this_numpy() -> None:
     """The offset search finds NumPy's cached Gaussian here (or lazy seeding never runs)."""
     assert cpu_states._gauss_offset(type(np.random.mtrand._rand)) is not None
+
+
+@pytest.mark.parametrize("setup", _loop_states(), ids=["plain", "cached", "block_end"])
+@pytest.mark.parametrize("work", ["nothing", "python", "python_block", "python_cached_gauss",
+                                  "numpy_uniform",
+                                  "numpy_cached_gauss", "numpy_block", "torch", "torch_normal",
+                                  "reseed_all"])
+def test_a_watch_sees_every_draw_and_its_before_state_undoes_it(setup: Callable[[], None],
+                                                                 work: str) -> None:
+    """The watch's marks move with every kind of draw (a whole key block of draws included,
+    which brings the position back), and what `before()` returned puts the states back; the
+    loop's own draws between two watched pieces of work are never undone."""
+    watch = cpu_states.Watch()
+    setup()
+    if np.random.get_state(legacy=True)[3] == 0:  # type: ignore[index]
+        np.random.standard_normal()
+    watch.before()
+    assert not watch.drew()
+    random.random()  # the loop draws between two fetches: the next before() holds that
+    np.random.rand()
+    torch.rand(1)
+    if random.getstate()[2] is None:
+        random.gauss(0.0, 1.0)  # a cached gauss_next, for the draw that only takes it
+    expected = _legacy_state(), torch.get_rng_state()
+    before = watch.before()
+    if work == "python":
+        random.random()
+    elif work == "python_cached_gauss":
+        random.gauss(0.0, 1.0)
+    elif work == "python_block":
+        random.getrandbits(32 * 624)  # the index comes back where it was
+    elif work == "numpy_uniform":
+        np.random.rand()
+    elif work == "numpy_cached_gauss":
+        np.random.standard_normal()
+    elif work == "numpy_block":
+        np.random.randint(0, 2**31, size=624)  # the pos comes back where it was
+    elif work == "torch":
+        torch.rand(1)
+    elif work == "torch_normal":
+        torch.randn(1)
+    elif work == "reseed_all":
+        seed_cpu_generators(12345)
+    assert watch.drew() == (work != "nothing")
+    cpu_states.restore(before)
+    got = _legacy_state(), torch.get_rng_state()
+    assert got[0] == expected[0]
+    assert torch.equal(got[1], expected[1])

@@ -14,7 +14,14 @@ from torch.utils.data import Dataset
 from torch.utils.data import default_collate as _default_collate
 from torch.utils.data import default_convert as _default_convert
 
-from perdure.runtime.data.cpu_states import capture, restore, same, seed_generators, watchable
+from perdure.runtime.data.cpu_states import (
+    Watch,
+    capture,
+    restore,
+    same,
+    seed_generators,
+    watchable,
+)
 from perdure.runtime.data.sampler import Batch
 from perdure.runtime.data.seeding import batch_seed, in_worker, worker_seed
 from perdure.runtime.data.shard_plan import Tagged
@@ -39,21 +46,22 @@ class WorkerInit:
 class SeededDataset(Dataset[Any]):
     """Wraps a map-style dataset: each batch is fetched under its own seed.
 
-    In the main process, seeding costs the training loop ~65 us a batch (bench/alternate.py's
-    3 ms step: swapping three generators' states in and out, cold in cache after a step), and
-    most datasets draw nothing. So the first batch is fetched seeded and watched: a dataset
-    that did not draw has its later batches fetched as they are, each watched (two captures,
-    compared), and the first batch that drew is fetched again, seeded, its draws undone; from
-    then on every batch is seeded. A batch that drew nothing is what a seeded fetch gives, so
-    what a run trains on is the same either way. (The first drawing batch of a dataset that
-    draws only sometimes is fetched twice; a dataset whose data depends on the generators'
-    states without drawing from them, e.g. on `torch.initial_seed()`, sees the training
-    loop's states instead of the batch's.)
+    In the main process, seeding costs the training loop ~65 us a batch (bench/loader_step.py:
+    swapping three generators' states in and out, cold in cache right after a step), and most
+    datasets draw nothing. So the first batch is fetched seeded and watched: a dataset that
+    did not draw has its later batches fetched as they are, each watched (`Watch`: a few bytes
+    of each generator's state before and after), and the first batch that drew is fetched
+    again, seeded, its draws undone; from then on every batch is seeded. A batch that drew
+    nothing is what a seeded fetch gives, so what a run trains on is the same either way. (The
+    first drawing batch of a dataset that draws only sometimes is fetched twice; a dataset
+    whose data depends on the generators' states without drawing from them, e.g. on
+    `torch.initial_seed()`, sees the training loop's states instead of the batch's.)
     """
 
     def __init__(self, dataset: Dataset[Any], seed: int) -> None:
         self.dataset, self.seed = dataset, seed
         self.draws: bool | None = None  # None: not known yet
+        self._watch = Watch()
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -69,9 +77,9 @@ class SeededDataset(Dataset[Any]):
                                            indices.rank))
             return self._fetch(list(indices))
         if self.draws is False:
-            outer = capture()
+            outer = self._watch.before()
             got = self._fetch(list(indices))
-            if same(outer, capture()):
+            if not self._watch.drew():
                 return got
             restore(outer)  # it drew: its draws are undone and the batch fetched seeded
             self.draws = True

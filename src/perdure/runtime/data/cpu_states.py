@@ -51,7 +51,7 @@ import torch
 
 from perdure.runtime.rng import seed_cpu_generators
 
-__all__ = ["CpuState", "capture", "restore", "same", "seed_generators", "watchable"]
+__all__ = ["CpuState", "Watch", "capture", "restore", "same", "seed_generators", "watchable"]
 
 _KEY_WORDS = 624
 _SEEDED_POS = struct.pack("<i", _KEY_WORDS)  # init_by_array leaves the key fully unused
@@ -273,6 +273,58 @@ def same(a: CpuState, b: CpuState) -> bool:
     """Whether two captures hold the same states (of `watchable()` captures: nothing drew)."""
     return (a.python == b.python and a.numpy == b.numpy  # torch.equal: twice the time
             and a.torch.numpy().tobytes() == b.torch.numpy().tobytes())
+
+
+class Watch:
+    """Whether some work drew from the CPU generators, told from a few bytes of each state.
+
+    The loader watches every fetch of a dataset that draws nothing, right after a training
+    step, when a capture's copies of three whole states cost ~35 us (cold caches). A draw moves
+    a generator's position (Python's index, NumPy's pos, torch's left/next), or, after a whole
+    block, regenerates its key (the first and last words), or takes a cached Gaussian (the
+    cache fields are read too); a reseed rewrites them all. So `before()`/`drew()` compare
+    those marks, read with one struct call each, and copy Python's and NumPy's states only
+    when their marks moved since the last copy (a training loop rarely draws from them;
+    torch's, which dropout moves every step, is copied each time: ~4 us). Only where
+    `watchable()`.
+    """
+
+    def __init__(self) -> None:
+        self._kept: tuple[Any, _PythonState, _NumpyState] | None = None
+        self._marks: Any = None
+
+    def before(self) -> CpuState:
+        """The states now, to `restore` if the work drew (Python's and NumPy's reused while
+        their marks have not moved)."""
+        marks, kept = _marks(), self._kept
+        if kept is None or kept[0] != marks:
+            kept = self._kept = (marks, _capture_python(), _capture_numpy())
+        state = torch.get_rng_state()
+        self._marks = (marks, _torch_marks(state))
+        return CpuState(kept[1], kept[2], state)
+
+    def drew(self) -> bool:
+        """Whether anything drew since the last `before()`."""
+        return bool((_marks(), _torch_marks(torch.get_rng_state())) != self._marks)
+
+
+# The marks, each read in one call: Python's index, first and last key words; NumPy's first
+# and last key words and pos; torch's state (THGeneratorStateNew): the seed, left, seeded,
+# next and key word 0, then key word 623 and the cached normals.
+_PY_MARKS = struct.Struct(f"<iI{_PY_BYTES - 12}xI")
+_NP_MARKS = struct.Struct(f"<I{_RAW_BYTES - 12}xIi")
+_TORCH_MARKS = struct.Struct(f"<32s{_KEY_WORDS * 8 - 16}x48s")
+
+
+def _torch_marks(state: torch.Tensor) -> tuple[Any, ...]:
+    return _TORCH_MARKS.unpack_from(state.numpy())  # type: ignore[arg-type]  # a buffer
+
+
+def _marks() -> tuple[Any, ...]:
+    python, numpy_view, cached = _py_raw.current(), _raw.current(), _raw.cached_gauss()
+    assert python is not None and numpy_view is not None and cached is not None  # watchable()
+    return (_PY_MARKS.unpack_from(python), _py_raw.inst.gauss_next,
+            _NP_MARKS.unpack_from(numpy_view), _GAUSS.unpack(cached))
 
 
 def restore(state: CpuState) -> None:
