@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from perdure.runtime import ElasticSampler
 from perdure.runtime.data import ElasticLoader
+from perdure.runtime.data.sampler import Batch
 
 SAMPLES, BATCH = 45, 3
 
@@ -107,3 +108,26 @@ def test_a_resume_anywhere_gives_the_same_tail(stop: int) -> None:
     tail = _batches(second, range(second.epoch, 2))
     assert [b.tolist() for b in head + tail] == [b.tolist() for b in whole]
     assert len({float(b[:, 1].sum()) for b in whole if float(b[:, 1].sum())}) > 1
+
+
+def test_a_fetch_that_fails_after_drawing_leaves_the_loops_stream_alone() -> None:
+    """A loop may skip a batch whose fetch raised: the draws made before the error are
+    undone, as a seeded fetch's are."""
+
+    class Fails(Sometimes):
+        def __getitem__(self, i: int) -> torch.Tensor:
+            if i == 7:
+                random.random()
+                raise OSError("a bad sample")
+            return super().__getitem__(i)
+
+    seeded = _loader("python", "never").dataloader.dataset
+    seeded.dataset = Fails("python", "never")  # type: ignore[attr-defined]
+    seeded.__getitems__(Batch([1, 2, 3], 0, 0, 1))  # type: ignore[attr-defined]
+    assert seeded.draws is False  # type: ignore[attr-defined]
+    random.seed(3)
+    expected = [random.random() for _ in range(3)]
+    random.seed(3)
+    with pytest.raises(OSError, match="a bad sample"):
+        seeded.__getitems__(Batch([4, 7, 9], 0, 6, 1))  # type: ignore[attr-defined]
+    assert [random.random() for _ in range(3)] == expected

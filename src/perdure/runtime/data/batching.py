@@ -78,7 +78,12 @@ class SeededDataset(Dataset[Any]):
             return self._fetch(list(indices))
         if self.draws is False:
             outer = self._watch.before()
-            got = self._fetch(list(indices))
+            try:
+                got = self._fetch(list(indices))
+            except BaseException:
+                if self._watch.drew():  # a loop that skips a failed batch keeps its stream
+                    restore(outer)
+                raise
             if not self._watch.drew():
                 return got
             restore(outer)  # it drew: its draws are undone and the batch fetched seeded
