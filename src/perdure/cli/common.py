@@ -18,7 +18,8 @@ import typer
 from perdure.backends.base import Inspector, NodeInfo
 from perdure.core import yamlload
 from perdure.core.launchenv import workdir
-from perdure.core.model import Job, Node, make_replicas
+from perdure.core.model import Job, make_replicas
+from perdure.core.records import Node
 from perdure.core.scheduler import Capacity, can_ever_fit
 from perdure.core.spec import (
     ClusterSpec,

@@ -21,7 +21,8 @@ from pathlib import Path
 from perdure.core import interval as iv
 from perdure.core.events import Observation, ReplicaProgress
 from perdure.core.launchenv import LaunchSettings, interval_path, job_of_launch
-from perdure.core.model import Event, Job
+from perdure.core.model import Job
+from perdure.core.records import Event
 from perdure.core.states import JobState
 
 ACCOUNT_SECONDS = 1.0

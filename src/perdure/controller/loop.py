@@ -34,7 +34,8 @@ from perdure.core.events import (
     Stop,
 )
 from perdure.core.launchenv import LaunchSettings, job_of_launch, node_dir
-from perdure.core.model import Event, Job, Node
+from perdure.core.model import Job
+from perdure.core.records import Event, Node
 from perdure.core.spec import ClusterSpec
 from perdure.core.states import ReplicaState
 from perdure.core.tick import Snapshot

@@ -19,7 +19,8 @@ from perdure.backends.stacks import DumpsStacks, StackDump
 from perdure.core import stacks as st
 from perdure.core.events import Command, Hung, Observation, ReplicaProgress
 from perdure.core.launchenv import job_of_launch
-from perdure.core.model import Event, Job, Node
+from perdure.core.model import Job
+from perdure.core.records import Event, Node
 from perdure.core.states import NodeState
 from perdure.core.straggler import Straggler, Stragglers
 from perdure.core.watchdog import Suspect, Watchdog, running_launches, steady, verdict

@@ -26,7 +26,7 @@ from perdure.core.events import (
     ReplicaStarted,
 )
 from perdure.core.launchenv import LaunchSettings, job_of_launch, replica_of_launch
-from perdure.core.model import Event, Job, JobError, Replica
+from perdure.core.model import Job, JobError, Replica
 from perdure.core.policy import (
     EXIT_SUSPENDED,
     Action,
@@ -37,6 +37,7 @@ from perdure.core.policy import (
     escalate,
     is_peer_error,
 )
+from perdure.core.records import Event
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 from perdure.core.text import all_of, plural
 from perdure.core.tick import Snapshot, Tick

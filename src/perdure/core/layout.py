@@ -20,7 +20,8 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from perdure.core.model import Job, Node, Planned, Replica
+from perdure.core.model import Job, Planned, Replica
+from perdure.core.records import Node
 
 _NODE = operator.attrgetter("node")
 _NAME = operator.attrgetter("name")

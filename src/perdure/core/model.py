@@ -1,4 +1,4 @@
-"""The control plane's state: jobs, their replicas, nodes. Plain data, JSON round-trippable.
+"""The control plane's state: jobs and their replicas. Plain data, JSON round-trippable.
 
 No side effects. `decide` never mutates a Job it was given: it works on `clone()`s, which
 share their replicas with the job cloned until the tick changes one (`Job.own`, copy on write:
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from perdure.core.counts import ALIVE, Counts, kept
 from perdure.core.spec import JobSpec
-from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
+from perdure.core.states import ErrorCode, JobState, ReplicaState
 
 _T = TypeVar("_T")
 _STATE = operator.attrgetter("state")
@@ -428,21 +428,6 @@ _JOB_FIELDS = tuple(
 _REPLICA_FIELDS = tuple(f.name for f in dataclasses.fields(Replica) if f.name != "state")
 
 
-@dataclass
-class Node:
-    name: str
-    slots: int
-    state: NodeState = NodeState.READY
-    gpus: int = 0
-    # What CUDA_VISIBLE_DEVICES calls each of the node's GPUs (index i -> gpu_ids[i]); empty:
-    # "0".."gpus-1", or (Ray) whatever the node's own scheduler hands out.
-    gpu_ids: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "slots": self.slots, "state": self.state.value,
-                "gpus": self.gpus}
-
-
 def make_replicas(spec: JobSpec) -> list[Replica]:
     """The replicas of a spec in rank order; the first pool's replica 0 is the primary."""
     out: list[Replica] = []
@@ -453,13 +438,3 @@ def make_replicas(spec: JobSpec) -> list[Replica]:
                         slots=pool.slots, gpus=pool.gpus)
             )
     return out
-
-
-@dataclass(frozen=True)
-class Event:
-    """Something that happened, with its reason; shown by `perdure describe` and `run`."""
-
-    time: float
-    job_id: str | None
-    kind: str
-    message: str

@@ -14,7 +14,8 @@ import itertools
 import operator
 from collections.abc import Iterable, Iterator, Mapping
 
-from perdure.core.model import Job, Node, Replica
+from perdure.core.model import Job, Replica
+from perdure.core.records import Node
 from perdure.core.text import plural
 
 _NAME = operator.attrgetter("name")

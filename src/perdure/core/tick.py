@@ -17,7 +17,8 @@ from perdure.core.counts import ALIVE
 from perdure.core.events import Decision, KillNode, Stop
 from perdure.core.launchenv import LaunchSettings, build_launch, launch_id
 from perdure.core.layout import Layout, gpu_env, key_of
-from perdure.core.model import Event, Job, Node, Replica
+from perdure.core.model import Job, Replica
+from perdure.core.records import Event, Node
 from perdure.core.states import JobState, NodeState, ReplicaState
 
 _NAME = operator.attrgetter("name")

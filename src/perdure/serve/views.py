@@ -16,7 +16,8 @@ from perdure.cli import jobview
 from perdure.cli.jobs import describe_json
 from perdure.cli.reports import accounted_launches, goodput
 from perdure.core.events import QUEUED_IN_BACKEND
-from perdure.core.model import Job, Node
+from perdure.core.model import Job
+from perdure.core.records import Node
 from perdure.core.spec import ClusterSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from perdure.core.events import Command
-from perdure.core.model import Event, Job, Node, Replica
+from perdure.core.model import Job, Replica
+from perdure.core.records import Event, Node
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
 from perdure.store import rows

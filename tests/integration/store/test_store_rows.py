@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from perdure.core.model import Event, Job, make_replicas
+from perdure.core.model import Job, make_replicas
+from perdure.core.records import Event
 from perdure.core.spec import JobSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store

@@ -10,7 +10,8 @@ from perdure.backends.fake import FakeBackend, FakeRun, Script
 from perdure.core.decide import Outcome, decide
 from perdure.core.events import Command, KillNode, Launch, LaunchFailed, Observation, Stop
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.model import Event, Job, Node, make_replicas
+from perdure.core.model import Job, make_replicas
+from perdure.core.records import Event, Node
 from perdure.core.spec import JobSpec, parse_job_spec
 from perdure.core.states import JobState
 from perdure.core.tick import Snapshot

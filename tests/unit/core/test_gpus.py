@@ -8,8 +8,9 @@ from sim import Sim, spec
 from perdure.backends.fake import FakeRun
 from perdure.core.devices import split_host_gpus
 from perdure.core.events import ErrorInfo, Launch
-from perdure.core.model import Job, Node, make_replicas
+from perdure.core.model import Job, make_replicas
 from perdure.core.policy import Action, Failure, classify, nccl_kind
+from perdure.core.records import Node
 from perdure.core.scheduler import Capacity, can_ever_fit, shortfall_message
 from perdure.core.spec import SpecError, parse_job_spec
 from perdure.core.states import JobState

@@ -11,7 +11,8 @@ from collections import Counter
 import pytest
 
 from perdure.core.layout import Layout
-from perdure.core.model import Job, Node, make_replicas
+from perdure.core.model import Job, make_replicas
+from perdure.core.records import Node
 from perdure.core.spec import JobSpec
 
 

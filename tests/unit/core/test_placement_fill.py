@@ -8,7 +8,8 @@ import random
 import pytest
 
 from perdure.core import scheduler
-from perdure.core.model import Node, Replica
+from perdure.core.model import Replica
+from perdure.core.records import Node
 from perdure.core.scheduler import Capacity
 
 

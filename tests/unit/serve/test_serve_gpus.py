@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from perdure.core.model import Job, Node, make_replicas
+from perdure.core.model import Job, make_replicas
+from perdure.core.records import Node
 from perdure.core.spec import ClusterSpec, NodeSpec, parse_job_spec
 from perdure.core.states import JobState, ReplicaState
 from perdure.serve import views
