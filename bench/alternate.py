@@ -56,7 +56,7 @@ ATTRIBUTION = ("process", "normal-priority", "no-persist", "burn-idle", "burn-th
                "no-fsync", "seed-every-batch")
 
 
-class _Batches:
+class Batches:
     """Endless batches from a loader, epoch after epoch (`epochs` sets each epoch)."""
 
     def __init__(self, loader: Any, epochs: Any) -> None:
@@ -156,7 +156,7 @@ class _Variant:
 
         self.name = features
         self.on = set(features.split(","))
-        self.source = _Batches(elastic, elastic) if "loader" in self.on else plain
+        self.source = Batches(elastic, elastic) if "loader" in self.on else plain
         self.ckpt = None
         if "save" in self.on:
             self.ckpt = Checkpointer(
@@ -203,7 +203,7 @@ def worker(args: argparse.Namespace) -> None:
     ddp = DDP(model)
     opt = torch.optim.AdamW(ddp.parameters(), lr=3e-3)
     loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, seed=0))
-    plain = _Batches(loader, loader.sampler)
+    plain = Batches(loader, loader.sampler)
     elastic = ElasticLoader(data, ElasticSampler(len(data), BATCH, seed=0))
     variants = _variants(args, plain, elastic)
 

@@ -20,7 +20,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -28,30 +27,11 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "ddp_mlp"))
 import train as ex
+from alternate import Batches
 
 from perdure.runtime import ElasticLoader, ElasticSampler
 
 SAMPLES, BATCH, HIDDEN = 4000, 16, 64
-
-
-class Endless:
-    """Batches from a loader, epoch after epoch (`epochs` sets each epoch)."""
-
-    def __init__(self, loader: Any, epochs: Any) -> None:
-        self.loader, self.epochs, self.epoch = loader, epochs, 0
-        self.it = self._fresh()
-
-    def _fresh(self) -> Any:
-        self.epochs.set_epoch(self.epoch)
-        return iter(self.loader)
-
-    def next(self) -> Any:
-        batch = next(self.it, None)
-        if batch is None:
-            self.epoch += 1
-            self.it = self._fresh()
-            batch = next(self.it)
-        return batch
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,8 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     plain = DataLoader(data, batch_size=BATCH,
                        sampler=DistributedSampler(data, num_replicas=2, rank=0, seed=0))
     elastic = ElasticLoader(data, ElasticSampler(SAMPLES, BATCH, seed=0, rank=0, world_size=2))
-    sources = {"bare": Endless(plain, plain.sampler), "elastic": Endless(elastic, elastic),
-               "elastic-seeded": Endless(elastic, elastic)}
+    sources = {"bare": Batches(plain, plain.sampler), "elastic": Batches(elastic, elastic),
+               "elastic-seeded": Batches(elastic, elastic)}
     seeded = elastic.dataloader.dataset
 
     def phase(name: str) -> float:
