@@ -18,7 +18,6 @@ from perdure.runtime.data.cpu_states import (
     Watch,
     capture,
     restore,
-    same,
     seed_generators,
     watchable,
 )
@@ -99,9 +98,9 @@ class SeededDataset(Dataset[Any]):
             seed_generators(seed)
             if self.draws is not None or not watchable():
                 return self._fetch(list(indices))
-            seeded = capture()
+            self._watch.before()
             got = self._fetch(list(indices))
-            self.draws = not same(seeded, capture())
+            self.draws = self._watch.drew()
             return got
         finally:
             restore(saved)

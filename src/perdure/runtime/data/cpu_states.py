@@ -51,7 +51,7 @@ import torch
 
 from perdure.runtime.rng import seed_cpu_generators
 
-__all__ = ["CpuState", "Watch", "capture", "restore", "same", "seed_generators", "watchable"]
+__all__ = ["CpuState", "Watch", "capture", "restore", "seed_generators", "watchable"]
 
 _KEY_WORDS = 624
 _SEEDED_POS = struct.pack("<i", _KEY_WORDS)  # init_by_array leaves the key fully unused
@@ -264,15 +264,9 @@ def capture() -> CpuState:
 
 def watchable() -> bool:
     """Whether `capture()` reads all three generators in place without disturbing them, so
-    that `same(capture(), capture())` around some work tells whether the work drew."""
+    that a `Watch` around some work tells whether the work drew."""
     return (_py_raw.current() is not None and _raw.current() is not None
             and _raw.cached_gauss() is not None)
-
-
-def same(a: CpuState, b: CpuState) -> bool:
-    """Whether two captures hold the same states (of `watchable()` captures: nothing drew)."""
-    return (a.python == b.python and a.numpy == b.numpy  # torch.equal: twice the time
-            and a.torch.numpy().tobytes() == b.torch.numpy().tobytes())
 
 
 class Watch:
