@@ -43,8 +43,9 @@ class PendingVotes:
 
     def __init__(self, group: Any, world: int, vote: list[int]) -> None:
         self._mine = torch.tensor(vote, dtype=torch.int64)
-        self._out = [torch.empty_like(self._mine) for _ in range(world)]
-        self._work = dist.all_gather(self._out, self._mine, group=group, async_op=True)
+        self._out = torch.empty(world * len(vote), dtype=torch.int64)
+        self._work = dist.all_gather_into_tensor(self._out, self._mine, group=group,
+                                                 async_op=True)
         self._lock = threading.Lock()
         self._votes: list[list[int]] | None = None
 
@@ -52,7 +53,8 @@ class PendingVotes:
         with self._lock:
             if self._votes is None:
                 self._work.wait()
-                self._votes = [t.tolist() for t in self._out]
+                flat, n = self._out.numpy().tolist(), len(self._mine)
+                self._votes = [flat[k * n:(k + 1) * n] for k in range(len(flat) // n)]
             return self._votes
 
 
