@@ -3,15 +3,11 @@ call's values with another's, whatever the lengths, groups and order of the call
 
 from __future__ import annotations
 
-import json
-import os
-import traceback
 import uuid
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-from forked_ranks import run_ranks
+from forked_ranks import in_gloo_group, run_ranks
 
 from perdure.runtime.checkpoint.ahead import PendingVotes
 from perdure.runtime.checkpoint.comm import Comm
@@ -21,11 +17,7 @@ BIG = 2**62 + 12345  # beyond what float64 holds exactly
 
 
 def _rank_main(rank: int, store: str, out: str) -> None:
-    code = 0
-    try:
-        os.environ["OMP_NUM_THREADS"] = "1"
-        file_store = dist.FileStore(store, WORLD)  # type: ignore[attr-defined,unused-ignore]
-        dist.init_process_group("gloo", store=file_store, rank=rank, world_size=WORLD)
+    def body() -> dict[str, Any]:
         comm = Comm(60.0)
         got: dict[str, Any] = {"rows": [], "casts": []}
         for call in range(4):  # the same lengths again: the kept buffers are reused
@@ -36,14 +28,9 @@ def _rank_main(rank: int, store: str, out: str) -> None:
         votes = PendingVotes(comm.control_group, comm.world, [1, rank, BIG])
         got["votes"] = votes.result()
         assert votes.result() is got["votes"]  # read once, then kept
-        Path(out, f"{rank}.json").write_text(json.dumps(got))
-    except BaseException:
-        Path(out, f"{rank}.error").write_text(traceback.format_exc())
-        code = 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        os._exit(code)
+        return got
+
+    in_gloo_group(rank, WORLD, store, out, body)
 
 
 def test_int_collectives_give_every_rank_every_row_exactly(tmp_path: Path) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
-import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -15,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from forked_ranks import in_gloo_group
 from torch.utils.data import Dataset
 
 from perdure.runtime import ElasticSampler, ShardDataset
@@ -42,20 +41,7 @@ def _shards() -> ShardDataset[tuple[int, int]]:
 
 
 def _rank_main(rank: int, world: int, store: str, out: str, fn: Callable[..., Any]) -> None:
-    code = 0
-    try:
-        os.environ["OMP_NUM_THREADS"] = "1"
-        file_store = dist.FileStore(store, world)  # type: ignore[attr-defined,unused-ignore]
-        dist.init_process_group("gloo", store=file_store, rank=rank, world_size=world)
-        result = fn(rank, world)
-        Path(out, f"{rank}.json").write_text(json.dumps(result))
-    except BaseException:
-        Path(out, f"{rank}.error").write_text(traceback.format_exc())
-        code = 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        os._exit(code)  # never hang in gloo's teardown (MACHINE-NOTES)
+    in_gloo_group(rank, world, store, out, lambda: fn(rank, world))
 
 
 def _run(tmp_path: Path, world: int, fn: Callable[..., Any]) -> list[Any]:

@@ -4,16 +4,14 @@ late comes up as soon as rank 0 listens, not after torch's connect backoff."""
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import socket
 import time
-import traceback
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from forked_ranks import run_ranks
+from forked_ranks import as_rank, run_ranks
 
 from perdure.runtime import envstore
 
@@ -28,8 +26,7 @@ def _free_port() -> int:
 
 
 def _rank_main(rank: int, port: int, out: str, install: bool, t0: float) -> None:
-    code = 0
-    try:
+    def body() -> dict[str, float]:
         if rank == 0:
             time.sleep(max(0.0, t0 + LATE - time.time()))
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -40,14 +37,9 @@ def _rank_main(rank: int, port: int, out: str, install: bool, t0: float) -> None
         up = time.time()
         x = torch.ones(1)
         dist.all_reduce(x)
-        Path(out, f"{rank}.json").write_text(json.dumps({"up": up, "sum": float(x[0])}))
-    except BaseException:
-        Path(out, f"{rank}.error").write_text(traceback.format_exc())
-        code = 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        os._exit(code)
+        return {"up": up, "sum": float(x[0])}
+
+    as_rank(rank, out, body)
 
 
 def _group_up_after_rank0(tmp_path: Path, install: bool) -> float:

@@ -3,10 +3,7 @@ rank saw the notice, with other collectives running between the votes."""
 
 from __future__ import annotations
 
-import json
-import os
 import time
-import traceback
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,28 +11,11 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from forked_ranks import run_ranks
+from forked_ranks import in_gloo_group, run_ranks
 
 from perdure.runtime import StopVote
 
 WORLD = 3
-
-
-def _as_rank(rank: int, store: str, out: str, body: Any) -> None:
-    """Join the gloo group, run `body()` and write what it returns (or its traceback)."""
-    code = 0
-    try:
-        os.environ["OMP_NUM_THREADS"] = "1"
-        file_store = dist.FileStore(store, WORLD)  # type: ignore[attr-defined,unused-ignore]
-        dist.init_process_group("gloo", store=file_store, rank=rank, world_size=WORLD)
-        Path(out, f"{rank}.json").write_text(json.dumps(body()))
-    except BaseException:
-        Path(out, f"{rank}.error").write_text(traceback.format_exc())
-        code = 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        os._exit(code)
 
 
 def _rank_main(rank: int, store: str, out: str, notice: dict[int, int],
@@ -53,7 +33,7 @@ def _rank_main(rank: int, store: str, out: str, notice: dict[int, int],
         vote.close()
         return {"stopped": stopped, "sums": sums}
 
-    _as_rank(rank, store, out, body)
+    in_gloo_group(rank, WORLD, store, out, body)
 
 
 def _run(tmp_path: Path, notice: dict[int, int], within: float | None = None,
@@ -126,7 +106,7 @@ def _schedule_main(rank: int, store: str, out: str, notice_at: int) -> None:
         schedule.close()
         return {"asked": asked[0], "saves": saves, "stopped": stopped}
 
-    _as_rank(rank, store, out, body)
+    in_gloo_group(rank, WORLD, store, out, body)
 
 
 def test_the_save_schedule_touches_no_group_between_votes(tmp_path: Path) -> None:
