@@ -83,7 +83,7 @@ class Comm:
         self._ensure_groups()
         mine, everyone, mine_view, everyone_view = self._buffers(control, len(values))
         mine_view[:] = values
-        dist.all_gather_into_tensor(everyone, mine, group=self._ctrl if control else self._data)
+        dist.all_gather_single(everyone, mine, group=self._ctrl if control else self._data)
         flat, n = everyone_view.tolist(), len(values)
         return [flat[k * n:(k + 1) * n] for k in range(self.world)]
 
