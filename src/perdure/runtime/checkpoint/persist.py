@@ -301,9 +301,11 @@ class Persister:
             self.storage.write_bytes(f"{job.dir_name}/{name}", data)
             files[name] = len(data)
             crcs[name] = checksum.update(algorithm, 0, data)
-        # The other ranks' shards, where the marker will say (this rank's files have the sizes
-        # its own writes returned): one listing where the store can.
-        theirs = {f: n for f, n in files.items() if f not in _own(self.comm.rank)}
+        # Every file where the marker will say, one listing where the store can; on a local
+        # file system this rank's own files have the sizes its writes returned: the other
+        # ranks' shards only.
+        own = _own(self.comm.rank) if self.storage.local_path("") is not None else ()
+        theirs = {f: n for f, n in files.items() if f not in own}
         listed = self.storage.sizes(job.dir_name) if theirs else None
         for file, size in theirs.items():
             found = (listed.get(file) if listed is not None
