@@ -118,3 +118,32 @@ def test_make_storage_routes_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("PERDURE_CHECKPOINT_DIR")
     with pytest.raises(ValueError, match="PERDURE_CHECKPOINT_DIR is not set"):
         make_storage(None)
+
+
+def test_retention_removes_a_checkpoint_with_files_its_marker_does_not_list(
+    storage: Storage,
+) -> None:
+    for step in (1, 2, 3):
+        write_checkpoint(storage, step)
+    storage.write_bytes("step-00000001/extra.log", b"someone's notes")
+    storage.makedirs("step-00000001/sub")
+    storage.write_bytes("step-00000001/sub/x", b"x")
+    known: dict[str, commit.Committed] = {}
+    assert commit.retain(storage, 2, "step-00000003", known) == ["step-00000001"]
+    assert storage.list_names() == ["step-00000002", "step-00000003"]
+
+
+def test_a_marker_naming_paths_outside_its_directory_deletes_nothing_there(
+    tmp_path: Path,
+) -> None:
+    storage = LocalStorage(tmp_path / "ckpt")
+    for step in (1, 2, 3):
+        write_checkpoint(storage, step)
+    victim = tmp_path / "ckpt" / "victim"
+    victim.write_bytes(b"keep me")
+    doc = commit.marker_doc(1, 2, {"__0_0.distcp": 10, "__1_0.distcp": 20, "../victim": 7})
+    storage.write_bytes(f"step-00000001/{commit.MARKER}", json.dumps(doc).encode())
+    assert commit.retain(storage, 2, "step-00000003") == ["step-00000001"]
+    assert victim.read_bytes() == b"keep me"
+    assert storage.list_names() == ["step-00000002", "step-00000003", "victim"]
+

@@ -22,6 +22,7 @@ Side effects: ``publish``, ``retain`` and ``remove_*`` write and delete through 
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import time
@@ -67,6 +68,11 @@ class Committed:
     name: str
     step: int
     marker: dict[str, Any]
+
+    def files(self) -> list[str]:
+        """The files its directory holds by its marker, the marker among them."""
+        listed = self.marker.get("files")
+        return [*listed, MARKER] if isinstance(listed, dict) else [MARKER]
 
 
 @dataclass(frozen=True)
@@ -197,24 +203,33 @@ def publish(storage: Storage, staged: str, step: int, marker: dict[str, Any]) ->
     final = final_name(step)
     if staged == final:  # written in place (no rename on this store): the marker decides
         return final
-    if final in storage.list_names():  # a re-save of the same step replaces it
-        old = f"{final}.old-{new_token()}"
+    try:  # where ``final`` is taken, the rename fails: no listing to ask first
+        storage.rename(staged, final)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+            raise
+        old = f"{final}.old-{new_token()}"  # a re-save of the same step replaces it
         storage.rename(final, old)
         storage.rename(staged, final)
         storage.sync_dir("")
         storage.remove_tree(old)
-    else:
-        storage.rename(staged, final)
-        storage.sync_dir("")
+        return final
+    storage.sync_dir("")
     return final
 
 
-def remove_checkpoint(storage: Storage, name: str) -> None:
-    """Delete a committed checkpoint so that no crash leaves it looking complete."""
+def remove_checkpoint(storage: Storage, name: str, files: list[str] | None = None) -> None:
+    """Delete a committed checkpoint so that no crash leaves it looking complete.
+
+    files: what its commit marker lists (``Committed.files``), when known: removed by name.
+    """
     if storage.atomic_rename:
         doomed = f"{name}.trash-{new_token()}"
         storage.rename(name, doomed)
-        storage.remove_tree(doomed)
+        if files is None:
+            storage.remove_tree(doomed)
+        else:
+            storage.remove_listed(doomed, files)
     else:
         storage.remove_tree(f"{name}/{MARKER}")
         storage.remove_tree(name)
@@ -238,7 +253,7 @@ def retain(storage: Storage, keep: int | None, current: str,
     spared = {current, found.latest.name if found.latest else current}
     for committed in doomed:
         if committed.name not in spared:
-            remove_checkpoint(storage, committed.name)
+            remove_checkpoint(storage, committed.name, committed.files())
             removed.append(committed.name)
             if known is not None:
                 known.pop(committed.name, None)

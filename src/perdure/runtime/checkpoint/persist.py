@@ -301,8 +301,13 @@ class Persister:
             self.storage.write_bytes(f"{job.dir_name}/{name}", data)
             files[name] = len(data)
             crcs[name] = checksum.update(algorithm, 0, data)
-        listed = self.storage.sizes(job.dir_name)  # one listing where the store can
-        for file, size in files.items():  # every rank's shard, where the marker will say
+        # Every file where the marker will say, one listing where the store can; on a local
+        # file system this rank's own files have the sizes its writes returned: the other
+        # ranks' shards only.
+        own = _own(self.comm.rank) if self.storage.local_path("") is not None else ()
+        theirs = {f: n for f, n in files.items() if f not in own}
+        listed = self.storage.sizes(job.dir_name) if theirs else None
+        for file, size in theirs.items():
             found = (listed.get(file) if listed is not None
                      else self.storage.size(f"{job.dir_name}/{file}"))
             if found != size:
@@ -312,3 +317,8 @@ class Persister:
         self.committed[name] = commit.Committed(name, job.step, marker)
         stats.extra["commit_s"] = time.perf_counter() - start
         return name
+
+
+def _own(rank: int) -> tuple[str, ...]:
+    """The files of a save that ``rank`` (the committing one) writes itself."""
+    return shard_name(rank), commit.DCP_METADATA, commit.METADATA_JSON

@@ -16,6 +16,7 @@ import contextlib
 import os
 import shutil
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,11 +66,18 @@ class Storage(ABC):
 
     @abstractmethod
     def rename(self, src: str, dst: str) -> None:
-        """Rename directory ``src`` to ``dst``; atomic only where ``atomic_rename``."""
+        """Rename directory ``src`` to ``dst``; atomic only where ``atomic_rename``, and there
+        it fails when ``dst`` is taken, as POSIX's rename does (OSError: ENOTEMPTY or EEXIST
+        for a directory with entries, ENOTDIR for a file)."""
 
     @abstractmethod
     def remove_tree(self, rel: str) -> None:
         """Delete ``rel`` and everything below it; a missing path is not an error."""
+
+    def remove_listed(self, rel: str, files: Iterable[str]) -> None:
+        """Delete directory ``rel``, which holds ``files`` (its commit marker says so) and
+        maybe more: where the store can, those files one by one, then whatever remains."""
+        self.remove_tree(rel)
 
     @abstractmethod
     def sync_dir(self, rel: str) -> None:
@@ -82,6 +90,11 @@ class Storage(ABC):
     @abstractmethod
     def local_path(self, rel: str) -> Path | None:
         """The local file system path of ``rel``, or None when storage is not local."""
+
+
+def _plain(name: object) -> bool:
+    """Whether ``name`` names an entry of the directory itself (no path, no NUL)."""
+    return isinstance(name, str) and name not in ("", ".", "..") and not {"/", "\0"} & set(name)
 
 
 class LocalStorage(Storage):
@@ -130,18 +143,32 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             return None
 
-    def sizes(self, rel: str) -> dict[str, int] | None:
-        try:
-            with os.scandir(self._p(rel)) as entries:
-                return {e.name: e.stat().st_size for e in entries if e.is_file()}
-        except FileNotFoundError:
-            return {}
+    # No ``sizes``: a listing stats every file too (scandir gives no sizes), after opening and
+    # reading the directory; a stat of each file asked about costs less.
 
     def rename(self, src: str, dst: str) -> None:
         os.rename(self._p(src), self._p(dst))
 
     def remove_tree(self, rel: str) -> None:
         shutil.rmtree(self._p(rel), ignore_errors=True)
+
+    def remove_listed(self, rel: str, files: Iterable[str]) -> None:
+        """An unlink per file and an rmdir, where rmtree opens, lists and stats the directory
+        first; rmtree after all when anything else is in it, or a name is not a plain one."""
+        path = self._p(rel)
+        names = list(files)
+        if all(_plain(name) for name in names):  # never a path outside ``rel``
+            try:
+                for name in names:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(f"{path}/{name}")
+                os.rmdir(path)
+                return
+            except FileNotFoundError:
+                return  # gone already
+            except OSError:
+                pass  # something else is in it (ENOTEMPTY), or a name is a directory
+        shutil.rmtree(path, ignore_errors=True)
 
     def sync_dir(self, rel: str) -> None:
         fd = os.open(self._p(rel), os.O_RDONLY)
