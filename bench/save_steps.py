@@ -11,6 +11,15 @@ mean step, after the first 300 steps. Then, per rank, the median CPU one save to
 thread (SaveStats.extra: save() on the training thread; the persist thread's write, its rank 0
 commit and retention, and its whole persist), the figures that count on a busy machine: CPU
 there is taken from training, and Python work in the persist thread holds the GIL.
+
+`--modes` runs attribution modes (bench/save_modes.py) beside "none" and "save", e.g.
+
+    .venv/bin/python bench/save_steps.py --runs 3 \
+        --modes save,no-persist,collectives-only,store-only
+
+and then also prints, per run, each mode's excess over the "none" run of the same round in the
+first 8 steps from a save (the median step at each distance k = 0..7, minus none's), and its sum:
+what one save costs the steps around it, wherever on them it falls.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import save_modes
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ddp_mlp"
@@ -47,12 +58,14 @@ def worker(args: argparse.Namespace) -> None:
     from perdure.runtime import Checkpointer, SavePolicy
 
     perdure.init(seed=0)
+    save_modes.install(args.mode)
     data = ex.Samples(4000, seed=1)
     model = ex.build_model(64)
     ddp = DDP(model)
     opt = torch.optim.AdamW(ddp.parameters(), lr=3e-3)
     loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, seed=0))
-    ckpt = Checkpointer(args.ckpt, keep=2, policy=SavePolicy(every_steps=EVERY))
+    ckpt = Checkpointer(args.ckpt, keep=2, policy=SavePolicy(every_steps=EVERY),
+                        async_save=args.mode != "blocking")
     batches, epoch, steps, saves, last = iter(loader), 0, [], [], None
     for step in range(1, args.steps + 1):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -67,7 +80,7 @@ def worker(args: argparse.Namespace) -> None:
         opt.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
-        if args.mode == "save":
+        if args.mode != "none":
             ckpt.maybe_save(step, {"model": model, "optim": opt, "step": step})
         steps.append((step, time.perf_counter() - t0, time.process_time() - c0))
         if ckpt.last_save is not last:
@@ -94,6 +107,15 @@ def summary(steps: list[list[float]]) -> dict[str, Any]:
     return out
 
 
+def excess(steps: list[list[float]], none: list[list[float]]) -> list[float]:
+    """The median step at each distance k = 0..7 from a save, minus the same of `none`, in
+    seconds (after the first 300 steps). No side effects."""
+    def by_k(got: list[list[float]], k: int) -> float:
+        return statistics.median(s[1] for s in got if s[0] > 300 and int(s[0]) % EVERY == k)
+
+    return [by_k(steps, k) - by_k(none, k) for k in range(8)]
+
+
 def cpu_cells(ranks: list[list[dict[str, float]]]) -> str:
     """Each rank's median CPU per save for CPU_KEYS, after the first 3 saves (the plan and
     the skeletons are made then); '-' where this version does not record it."""
@@ -112,13 +134,20 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="mode_")
     w = sub.add_parser("worker")
-    w.add_argument("--mode", choices=("none", "save"), required=True)
+    w.add_argument("--mode", choices=save_modes.MODES, required=True)
     w.add_argument("--out", required=True)
     w.add_argument("--ckpt", required=True)
     for q in (p, w):
         q.add_argument("--steps", type=int, default=3000)
     p.add_argument("--runs", type=int, default=2)
+    p.add_argument("--modes", default="save",
+                   help="comma-separated modes besides none (bench/save_modes.py)")
     args = p.parse_args(argv)
+    if args.mode_ != "worker":
+        modes = ["none", *(m for m in args.modes.split(",") if m and m != "none")]
+        unknown = [m for m in modes if m not in save_modes.MODES]
+        if unknown:
+            p.error(f"--modes: unknown {', '.join(unknown)}; known: {', '.join(save_modes.MODES)}")
     if args.mode_ == "worker":
         worker(args)
         return
@@ -126,14 +155,15 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(tempfile.mkdtemp(prefix="perdure-bench-save-steps-"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PERDURE_REPORT_DIR": str(root)}
     cpu_lines: list[str] = []
+    excess_lines: list[str] = []
     print(f"{'run':<10} {'mean step':>18}" + "".join(f" {g[0]:>18}" for g in GROUPS)
           + "   (wall / process CPU, ms)")
     for run in range(args.runs):
-        for mode in ("none", "save"):
+        for mode in modes:
             out = root / f"{mode}-{run}.json"
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    "--nnodes=1", "--nproc-per-node=2", str(Path(__file__)), "worker", "--mode",
-                   mode, "--out", str(out), "--ckpt", str(root / f"ckpt-{run}"),
+                   mode, "--out", str(out), "--ckpt", str(root / f"ckpt-{run}-{mode}"),
                    "--steps", str(args.steps)]
             with (root / f"{mode}-{run}.log").open("wb") as log:
                 subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True,
@@ -143,10 +173,18 @@ def main(argv: list[str] | None = None) -> None:
             cells = [got["mean"], *(got[g[0]] for g in GROUPS)]
             print(f"{mode + ' ' + str(run + 1):<10}"
                   + "".join(f" {w * 1e3:8.2f} / {c * 1e3:7.2f}" for w, c in cells), flush=True)
-            if mode == "save":
-                cpu_lines.append(f"{'run ' + str(run + 1):<10}" + cpu_cells(found["saves"]))
+            if mode == "none":
+                none = found["steps"]
+                continue
+            label = f"{mode + ' ' + str(run + 1):<22}"
+            cpu_lines.append(label + cpu_cells(found["saves"]))
+            ks = excess(found["steps"], none)
+            excess_lines.append(label + " ".join(f"{e * 1e3:5.2f}" for e in ks)
+                                + f"   sum {sum(ks) * 1e3:5.2f}")
     print(f"\nCPU per save, median, ms (rank 0 | rank 1): {', '.join(CPU_KEYS)}")
     print("\n".join(cpu_lines))
+    print("\nexcess over none at k = 0..7 steps from a save, ms, and their sum")
+    print("\n".join(excess_lines))
     print(f"(load {os.getloadavg()[0]:.1f} at the end; run under {root})")
 
 
