@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from perdure.runtime.checkpoint.comm import rows
 from perdure.runtime.checkpoint.errors import CheckpointError
 
 OK, CHANGED, URL = 0, 1, 2  # a vote: [prepared, layout changed, url key]
@@ -52,8 +53,7 @@ class PendingVotes:
         with self._lock:
             if self._votes is None:
                 self._work.wait()
-                flat, n = self._out.numpy().tolist(), len(self._mine)
-                self._votes = [flat[k * n:(k + 1) * n] for k in range(len(flat) // n)]
+                self._votes = rows(self._out.numpy().tolist(), len(self._mine))
             return self._votes
 
 

@@ -84,8 +84,7 @@ class Comm:
         mine, everyone, mine_view, everyone_view = self._buffers(control, len(values))
         mine_view[:] = values
         dist.all_gather_single(everyone, mine, group=self._ctrl if control else self._data)
-        flat, n = everyone_view.tolist(), len(values)
-        return [flat[k * n:(k + 1) * n] for k in range(self.world)]
+        return rows(everyone_view.tolist(), len(values))
 
     def broadcast_int(self, value: int) -> int:
         """Rank 0's ``value`` (a signed 64-bit int) on every rank, on the data group."""
@@ -134,3 +133,8 @@ class Comm:
         box = [obj]
         dist.broadcast_object_list(box, src=dist.get_global_rank(self._data, 0), group=self._data)
         return box[0]
+
+
+def rows(flat: list[int], n: int) -> list[list[int]]:
+    """Every rank's ``n`` values, from a gather of them into one flat list. No side effects."""
+    return [flat[k:k + n] for k in range(0, len(flat), n)]
