@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
+from loader_epochs import epochs_of
 from perdure.runtime import CachedVolume, ElasticSampler, ShardDataset
 from perdure.runtime.data import ENV_MIN_FREE_BYTES, ElasticLoader
 
@@ -43,18 +44,6 @@ def _map_loader(**kw: Any) -> ElasticLoader:
     return ElasticLoader(Augmented(), sampler, **kw)
 
 
-def _epochs(loader: ElasticLoader, epochs: range, stop: int | None = None) -> list[Any]:
-    """Batches of `epochs`; stops (without finishing the epoch) after `stop` batches."""
-    got: list[Any] = []
-    for epoch in epochs:
-        loader.set_epoch(epoch)
-        for batch in loader:
-            got.append(batch)
-            if stop is not None and len(got) == stop:
-                return got
-    return got
-
-
 def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
     """Batches (tensors, or lists/tuples of them) are equal, element by element."""
     return len(a) == len(b) and all(
@@ -65,15 +54,15 @@ def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
 
 @pytest.mark.parametrize("stop", [1, 3, 5, 8])
 def test_map_style_resumes_at_the_next_batch_with_prefetching_workers(stop: int) -> None:
-    whole = _epochs(_map_loader(**WORKERS), range(2))  # 5 batches per epoch on rank 1
+    whole = epochs_of(_map_loader(**WORKERS), range(2))  # 5 batches per epoch on rank 1
     first = _map_loader(**WORKERS)
-    head = _epochs(first, range(2), stop)
+    head = epochs_of(first, range(2), stop)
     state = first.state_dict()
     if stop < 5:
         assert first.sampler.cursor > state["cursor"], "workers should have run ahead"
     second = _map_loader(**WORKERS)
     second.load_state_dict(state)
-    tail = _epochs(second, range(second.epoch, 2))
+    tail = epochs_of(second, range(second.epoch, 2))
     assert _same(head + tail, whole)
     assert len({int(b[0, 1]) for b in whole}) == len(whole)  # the noise differs per batch
 
@@ -85,7 +74,7 @@ def test_iterating_leaves_the_training_loops_random_stream_alone() -> None:
         expected = (torch.rand(2).tolist(), random.random())
         torch.manual_seed(0)
         random.seed(0)
-        _epochs(_map_loader(**kw), range(1))
+        epochs_of(_map_loader(**kw), range(1))
         assert (torch.rand(2).tolist(), random.random()) == expected, kw
 
 
@@ -121,13 +110,13 @@ def _shard_loader(**kw: Any) -> ElasticLoader:
 
 @pytest.mark.parametrize("stop", [1, 6, 9, 15])
 def test_shards_resume_at_the_next_batch_with_prefetching_workers(stop: int) -> None:
-    whole = _epochs(_shard_loader(**WORKERS), range(2))
+    whole = epochs_of(_shard_loader(**WORKERS), range(2))
     assert sum(len(b[0]) for b in whole) == 2 * sum(SHARD_SIZES)
     first = _shard_loader(**WORKERS)
-    head = _epochs(first, range(2), stop)
+    head = epochs_of(first, range(2), stop)
     second = _shard_loader(**WORKERS)
     second.load_state_dict(first.state_dict())
-    tail = _epochs(second, range(second.epoch, 2))
+    tail = epochs_of(second, range(second.epoch, 2))
     assert _same(head + tail, whole)
 
 
@@ -137,13 +126,13 @@ def test_a_position_held_back_resumes_at_the_batches_read_ahead(kind: str, held:
     """A loop that reads ahead (Lightning over a loader without a length holds one batch):
     state_dict(held_back=k) resumes at the first of the k batches it was handed, not after."""
     make = _map_loader if kind == "map" else _shard_loader
-    whole = _epochs(make(), range(1))
+    whole = epochs_of(make(), range(1))
     first = make()
-    head = _epochs(first, range(1), stop=4)
+    head = epochs_of(first, range(1), stop=4)
     second = make()
     second.load_state_dict(first.state_dict(held_back=held))
     assert first.state_dict(held_back=0) == make_state_after(make, 4)  # left as it was
-    tail = _epochs(second, range(second.epoch, 1))
+    tail = epochs_of(second, range(second.epoch, 1))
     assert _same(head[:4 - held] + tail, whole)
     with pytest.raises(ValueError, match="held_back"):
         first.state_dict(held_back=99)
@@ -151,17 +140,17 @@ def test_a_position_held_back_resumes_at_the_batches_read_ahead(kind: str, held:
 
 def make_state_after(make: Any, batches: int) -> dict[str, Any]:
     loader = make()
-    _epochs(loader, range(1), stop=batches)
+    epochs_of(loader, range(1), stop=batches)
     return dict(loader.state_dict())
 
 
 def test_shard_plan_reaches_spawned_workers() -> None:
-    whole = _epochs(_shard_loader(**WORKERS), range(1))
+    whole = epochs_of(_shard_loader(**WORKERS), range(1))
     first = _shard_loader(**WORKERS)
-    head = _epochs(first, range(1), 4)
+    head = epochs_of(first, range(1), 4)
     second = _shard_loader(num_workers=2, multiprocessing_context="spawn")
     second.load_state_dict(first.state_dict())
-    assert _same(head + _epochs(second, range(1)), whole)
+    assert _same(head + epochs_of(second, range(1)), whole)
 
 
 def test_loader_prefetches_coming_files_of_a_cached_volume(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
+from loader_epochs import epochs_of
 from perdure.runtime import ElasticSampler
 from perdure.runtime.data import ElasticLoader
 from perdure.runtime.data.sampler import Batch
@@ -54,17 +55,6 @@ def _loader(source: str, draws_for: str, seed_every_batch: bool = False) -> Elas
     return loader
 
 
-def _batches(loader: ElasticLoader, epochs: range, stop: int | None = None) -> list[Any]:
-    got: list[Any] = []
-    for epoch in epochs:
-        loader.set_epoch(epoch)
-        for batch in loader:
-            got.append(batch)
-            if len(got) == stop:
-                return got
-    return got
-
-
 def _loop_state() -> None:
     """The training loop's generators, NumPy's holding a cached Gaussian."""
     torch.manual_seed(1)
@@ -85,10 +75,10 @@ def test_batches_are_those_of_a_loader_that_seeds_every_batch(source: str,
     _loop_state()
     expected_loop = _loop_draws()
     _loop_state()
-    want = _batches(_loader(source, draws_for, seed_every_batch=True), range(2))
+    want = epochs_of(_loader(source, draws_for, seed_every_batch=True), range(2))
     _loop_state()
     loader = _loader(source, draws_for)
-    got = _batches(loader, range(2))
+    got = epochs_of(loader, range(2))
     assert _loop_draws() == expected_loop  # the loop's stream, cached Gaussian included
     assert [b.tolist() for b in got] == [b.tolist() for b in want]
     dataset = loader.dataloader.dataset
@@ -100,12 +90,12 @@ def test_batches_are_those_of_a_loader_that_seeds_every_batch(source: str,
 
 @pytest.mark.parametrize("stop", [1, 2, 6, 9])
 def test_a_resume_anywhere_gives_the_same_tail(stop: int) -> None:
-    whole = _batches(_loader("torch", "some"), range(2))
+    whole = epochs_of(_loader("torch", "some"), range(2))
     first = _loader("torch", "some")
-    head = _batches(first, range(2), stop)
+    head = epochs_of(first, range(2), stop)
     second = _loader("torch", "some")
     second.load_state_dict(first.state_dict())
-    tail = _batches(second, range(second.epoch, 2))
+    tail = epochs_of(second, range(second.epoch, 2))
     assert [b.tolist() for b in head + tail] == [b.tolist() for b in whole]
     assert len({float(b[:, 1].sum()) for b in whole if float(b[:, 1].sum())}) > 1
 
