@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
@@ -38,6 +40,10 @@ from perdure.runtime.data.shards import ShardDataset
 __all__ = ["ElasticLoader"]
 
 HELD_BACK_MAX = 8  # batches a reading-ahead loop may hold: Lightning holds 1
+# Without worker processes, batches of a dataset that draws nothing are fetched (and, with
+# the default collate, collated) this many at a time, as long as they hold at most
+# READ_AHEAD_BYTES in all: one watch of the generators, and warm caches, for the lot.
+READ_AHEAD_MAX, READ_AHEAD_BYTES = 8, 1 << 20
 _FORBIDDEN = ("batch_sampler", "sampler", "shuffle")
 
 
@@ -82,6 +88,13 @@ class ElasticLoader:
     `CachedVolume.prefetch`; by default the dataset's own `prefetch` method, if it has one.
     It is called with the next `prefetch_batches` batches beyond the one just handed out;
     `prefetch_batches=0` turns it off.
+
+    `read_ahead` (map-style, without worker processes): fetch this many batches at a time.
+    None (default): up to READ_AHEAD_MAX, holding at most READ_AHEAD_BYTES of batches, once
+    the first batch showed the dataset draws nothing; 1: one batch per `next()`, as
+    DataLoader does (for a dataset whose samples depend on what the training loop did since
+    the last batch). Batches are the same either way; a dataset that draws is always fetched
+    one batch at a time, and a collate_fn of your own always runs at `next()`.
     """
 
     def __init__(
@@ -92,8 +105,12 @@ class ElasticLoader:
         prefetch: Callable[[Sequence[int]], Any] | None = None,
         prefetch_batches: int | None = None,
         check_workers: bool = True,
+        read_ahead: int | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
+        if read_ahead is not None and (type(read_ahead) is not int or read_ahead < 1):
+            raise ValueError(f"read_ahead is {read_ahead!r}; it must be an int >= 1, or None")
+        self._read_ahead = read_ahead
         shards = isinstance(dataset, ShardDataset)
         _check_kwargs(dataloader_kwargs, shards)
         self.num_workers = int(dataloader_kwargs.get("num_workers", 0))
@@ -133,6 +150,7 @@ class ElasticLoader:
         self.sampler = sampler
         self._init.seed = sampler.seed
         self._epoch, self._cursor = sampler.epoch, sampler.cursor
+        self._collate_ahead = user_collate is None  # torch's default_collate draws nothing
         self.dataloader = DataLoader(
             SeededDataset(dataset, sampler.seed),
             batch_sampler=sampler,
@@ -286,9 +304,38 @@ class ElasticLoader:
         loader = self.dataloader
         if loader.num_workers > 0 or loader.pin_memory:
             return loader
-        dataset, collate = loader.dataset, loader.collate_fn
-        return (collate(dataset.__getitems__(batch))  # type: ignore[attr-defined]
-                for batch in self.sampler)
+        assert isinstance(loader.dataset, SeededDataset)
+        return self._fetched(loader.dataset, loader.collate_fn)  # type: ignore[arg-type]
+
+    def _fetched(self, dataset: SeededDataset, collate: Callable[[Any], Any]) -> Iterator[Any]:
+        """Batches fetched in this process: one at a time until the dataset is known to draw
+        nothing, then `_ahead` at a time (see `read_ahead`)."""
+        batches = iter(self.sampler)
+        ahead = 0  # not known before this iterator's first batch
+        while True:
+            group = list(islice(batches, ahead if ahead > 1 and dataset.draws is False else 1))
+            if not group:
+                return
+            got = dataset.fetch_ahead(group) if len(group) > 1 else None
+            if got is None:
+                for batch in group:
+                    data = collate(dataset.__getitems__(batch))
+                    ahead = ahead or self._ahead(data)
+                    yield data
+            elif self._collate_ahead:
+                yield from _collated(collate, got)
+            else:
+                for samples in got:
+                    yield collate(samples)
+
+    def _ahead(self, batch: Any) -> int:
+        """How many batches like `batch` to fetch at a time (`read_ahead`)."""
+        if self._read_ahead is not None:
+            return self._read_ahead
+        size = _nbytes(batch)
+        if size is None:
+            return 1
+        return max(1, min(READ_AHEAD_MAX, READ_AHEAD_BYTES // max(size, 1)))
 
     def _request(self, steps: range, start: int, span: int, rank: int, world_size: int) -> None:
         if self._prefetch is None or self._prefetch_batches <= 0:
@@ -317,6 +364,45 @@ class ElasticLoader:
         if self._current(token, moves):
             for stream in plan.streams:
                 stream.finish()  # includes a last partial batch that drop_last dropped
+
+
+def _collated(collate: Callable[[Any], Any], fetched: list[list[Any]]) -> Iterator[Any]:
+    """Collate every fetched batch back to back, then hand them out; an error is raised where
+    its batch would have been."""
+    done: list[Any] = []
+    error: Exception | None = None
+    for samples in fetched:
+        try:
+            done.append(collate(samples))
+        except Exception as exc:
+            error = exc
+            break
+    yield from done
+    if error is not None:
+        raise error
+
+
+def _nbytes(batch: Any) -> int | None:
+    """The bytes a collated batch holds: its tensors, arrays, strings and numbers, through
+    tuples, lists and dicts; None for anything else (its size is unknown)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.nelement() * batch.element_size()
+    if isinstance(batch, np.ndarray):
+        return int(batch.nbytes)
+    if isinstance(batch, (str, bytes)):
+        return len(batch)
+    if batch is None or isinstance(batch, (int, float, bool)):
+        return 8
+    parts = batch.values() if isinstance(batch, dict) else batch
+    if not isinstance(batch, (tuple, list, dict)):
+        return None
+    total = 0
+    for part in parts:
+        size = _nbytes(part)
+        if size is None:
+            return None
+        total += size
+    return total
 
 
 def _prefetch_of(dataset: Any) -> Callable[[Sequence[int]], Any] | None:
