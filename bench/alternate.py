@@ -51,9 +51,11 @@ FEATURES = ("loader", "goodput", "save")
 #   costs training by where it runs;
 # - "no-fsync": the saves' fsyncs do nothing (what the kernel's flushes cost training);
 # - "seed-every-batch": the loader seeds every batch, as it did before it learnt to seed only
-#   for a dataset that draws (this one draws nothing).
+#   for a dataset that draws (this one draws nothing);
+# - "one-per-next": the loader fetches one batch per next() (`read_ahead=1`), as it did before
+#   it learnt to fetch small batches of a dataset that draws nothing several at a time.
 ATTRIBUTION = ("process", "normal-priority", "no-persist", "burn-idle", "burn-thread",
-               "no-fsync", "seed-every-batch")
+               "no-fsync", "seed-every-batch", "one-per-next")
 
 
 class Batches:
@@ -151,12 +153,13 @@ class _Variant:
     """What the perdure phases of one variant use: a comma-separated list of features."""
 
     def __init__(self, index: int, features: str, args: argparse.Namespace, plain: Any,
-                 elastic: Any) -> None:
+                 elastic: Any, one_per_next: Any) -> None:
         from perdure.runtime import Checkpointer, SavePolicy
 
         self.name = features
         self.on = set(features.split(","))
-        self.source = Batches(elastic, elastic) if "loader" in self.on else plain
+        self.loader = one_per_next if "one-per-next" in self.on else elastic
+        self.source = Batches(self.loader, self.loader) if "loader" in self.on else plain
         self.ckpt = None
         if "save" in self.on:
             self.ckpt = Checkpointer(
@@ -168,7 +171,8 @@ class _Variant:
                 self.burner = _burner(where, args.burn_ms)
 
 
-def _variants(args: argparse.Namespace, plain: Any, elastic: Any) -> list[_Variant]:
+def _variants(args: argparse.Namespace, plain: Any, elastic: Any, one_per_next: Any
+              ) -> list[_Variant]:
     names = [v for v in args.variants.split(";") if v] if args.variants else [args.features]
     if any("normal-priority" in v.split(",") for v in names):
         import perdure.runtime.checkpoint.worker as worker_threads
@@ -178,7 +182,8 @@ def _variants(args: argparse.Namespace, plain: Any, elastic: Any) -> list[_Varia
         _no_persist()
     if any("no-fsync" in v.split(",") for v in names):
         _no_fsync()
-    return [_Variant(i, name, args, plain, elastic) for i, name in enumerate(names)]
+    return [_Variant(i, name, args, plain, elastic, one_per_next)
+            for i, name in enumerate(names)]
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -205,7 +210,8 @@ def worker(args: argparse.Namespace) -> None:
     loader = DataLoader(data, batch_size=BATCH, sampler=DistributedSampler(data, seed=0))
     plain = Batches(loader, loader.sampler)
     elastic = ElasticLoader(data, ElasticSampler(len(data), BATCH, seed=0))
-    variants = _variants(args, plain, elastic)
+    one_per_next = ElasticLoader(data, ElasticSampler(len(data), BATCH, seed=0), read_ahead=1)
+    variants = _variants(args, plain, elastic, one_per_next)
 
     def step(batch: Any) -> None:
         _, x, y = batch
@@ -221,7 +227,7 @@ def worker(args: argparse.Namespace) -> None:
         _NO_PERSIST[0] = v is not None and "no-persist" in v.on
         _NO_FSYNC[0] = v is not None and "no-fsync" in v.on
         if v is not None and "loader" in v.on:  # None: the first batch finds out again
-            elastic.dataloader.dataset.draws = True if "seed-every-batch" in v.on else None
+            v.loader.dataloader.dataset.draws = True if "seed-every-batch" in v.on else None
         t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(args.phase):
             batch = (plain if v is None else v.source).next()
@@ -238,7 +244,7 @@ def worker(args: argparse.Namespace) -> None:
                 v.burner()
             if v.ckpt is not None:
                 v.ckpt.maybe_save(done + args.every // 2, {"model": model, "optim": opt,
-                                                         "data": elastic, "step": done})
+                                                         "data": v.loader, "step": done})
         if out is not None:
             out.write(json.dumps({"phase": phase, "kind": "bare" if v is None else v.name,
                                   "t": time.perf_counter() - t0,
