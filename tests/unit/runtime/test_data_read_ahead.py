@@ -141,3 +141,13 @@ def test_a_resume_inside_a_group_read_ahead_gives_the_same_tail(stop: int) -> No
     second.load_state_dict(first.state_dict())
     tail = epochs_of(second, range(second.epoch, 2))
     assert [b.tolist() for b in head + tail] == [b.tolist() for b in whole]
+
+
+def test_a_dataset_that_prefetches_is_read_one_batch_per_next() -> None:
+    class Prefetching(Logged):
+        def prefetch(self, indices: list[int]) -> None:
+            self.log.append(f"prefetch {len(indices)}")
+
+    log: list[str] = []
+    _read(_loader(Prefetching(log)), log, 5)
+    assert _fetches_per_next([e for e in log if not e.startswith("prefetch")]) == [BATCH] * 5

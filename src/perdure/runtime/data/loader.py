@@ -91,10 +91,12 @@ class ElasticLoader:
 
     `read_ahead` (map-style, without worker processes): fetch this many batches at a time.
     None (default): up to READ_AHEAD_MAX, holding at most READ_AHEAD_BYTES of batches, once
-    the first batch showed the dataset draws nothing; 1: one batch per `next()`, as
-    DataLoader does (for a dataset whose samples depend on what the training loop did since
-    the last batch). Batches are the same either way; a dataset that draws is always fetched
-    one batch at a time, and a collate_fn of your own always runs at `next()`.
+    the first batch showed the dataset draws nothing, and one at a time with a `prefetch` (a
+    dataset read from afar: batches past what it was asked to prefetch would wait); 1: one
+    batch per `next()`, as DataLoader does (for a dataset whose samples depend on what the
+    training loop did since the last batch). Batches are the same either way; a dataset that
+    draws is always fetched one batch at a time, and a collate_fn of your own always runs at
+    `next()`.
     """
 
     def __init__(
@@ -332,6 +334,8 @@ class ElasticLoader:
         """How many batches like `batch` to fetch at a time (`read_ahead`)."""
         if self._read_ahead is not None:
             return self._read_ahead
+        if self._prefetch is not None and self._prefetch_batches > 0:
+            return 1  # the fetches would run past the batches it was asked to prefetch
         size = _nbytes(batch)
         if size is None:
             return 1
