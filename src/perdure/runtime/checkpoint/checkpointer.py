@@ -292,7 +292,9 @@ class Checkpointer:
         assert self._plan is not None and self._buffers is not None
         step, comm, background = stats.step, go.comm, go.background
         start = time.perf_counter()
-        staged, pending = self._buffers.stage(prepared.flat, self._plan.items, prepared.defer)
+        optimizers, defer = (prepared.optimizer_storages() if self._buffers.may_defer()
+                             else ([], frozenset()))
+        staged, pending = self._buffers.stage(prepared.flat, defer)
         stats.extra["stage_s"] = time.perf_counter() - start
         self._seq += 1
         dir_name = (
@@ -308,7 +310,7 @@ class Checkpointer:
         stats.blocked_s = time.perf_counter() - go.entered - stats.extra["waited_s"]
         stats.extra["save_cpu_s"] = time.thread_time() - go.cpu
         if background:
-            self._runner.hand_over(persister, job, stats, prepared.optimizers, bool(pending))
+            self._runner.hand_over(persister, job, stats, optimizers, bool(pending))
         else:
             self._runner.run_now(persister, job, stats, go.tolerant)
 

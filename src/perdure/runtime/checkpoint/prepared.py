@@ -1,5 +1,5 @@
 """A save's state made ready on the training thread: flattened, plain values encoded, its
-layout's signature, and what the background may copy after save() returns.
+layout's signature, and (when asked) what the background may copy after save() returns.
 
 No side effects: reads the state (and its optimizers' storages).
 """
@@ -30,8 +30,13 @@ class Prepared:
     flat: dict[str, Any]
     paths: dict[str, KeyPath]
     signature: Signature
-    optimizers: list[torch.optim.Optimizer]
-    defer: frozenset[int]  # storages only the optimizers change: staged in the background
+    state: Mapping[str, Any]
+    deferred: bool  # what only the optimizers change may be staged in the background
+
+    def optimizer_storages(self) -> tuple[list[torch.optim.Optimizer], frozenset[int]]:
+        """The state's optimizers and the storages only they change (none unless deferred);
+        looked up only for a plan whose copies may be worth deferring."""
+        return optimizer_storages(self.state) if self.deferred else ([], frozenset())
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class Go:
 def prepare(state: Mapping[str, Any], rank: int, *, deferred: bool, dicts: StateDicts,
             flattener: Flattener) -> tuple[Prepared | None, BaseException | None]:
     """``state`` ready to stage, or why not (the error is returned: every rank must still
-    vote). ``deferred``: find the storages only an optimizer changes; ``dicts`` and
+    vote). ``deferred``: the storages only an optimizer changes may be deferred; ``dicts`` and
     ``flattener``: the Checkpointer's memory of its modules' and optimizers' state dicts and
     of its state's layout."""
     try:
@@ -68,7 +73,6 @@ def prepare(state: Mapping[str, Any], rank: int, *, deferred: bool, dicts: State
                     "tensors can be checkpointed. Convert it with .to_dense()."
                 )
             parts.append(leaf_signature(fqn, value, paths[fqn]))
-        optimizers, defer = optimizer_storages(state) if deferred else ([], frozenset())
-        return Prepared(flat, paths, tuple(parts), optimizers, defer), None
+        return Prepared(flat, paths, tuple(parts), state, deferred), None
     except Exception as exc:
         return None, exc

@@ -95,6 +95,8 @@ class HostBuffers:
                 dtype = item.tensor_data.properties.dtype
                 shape = tuple(item.tensor_data.chunk.sizes)
                 self.tensors[item.index] = torch.empty(shape, dtype=dtype, pin_memory=pin).zero_()
+        self._targets = [_target(item, self.tensors.get(item.index)) for item in items]
+        self._nbytes = sum(t.untyped_storage().nbytes() for t in self.tensors.values())
 
     def _allocate_shared(self, items: list[WriteItem]) -> None:
         total = 0
@@ -122,22 +124,37 @@ class HostBuffers:
             self.pinned_bytes = base.numel()
             self._registered = ptr
 
+    def may_defer(self) -> bool:
+        """Whether some of this plan's copies could be worth deferring (`worth_deferring`): if
+        all of them would not be, no part of them is, and no storage need be looked up."""
+        return len(self.tensors) >= DEFER_MIN_TENSORS or self._nbytes >= DEFER_MIN_BYTES
+
     def stage(
-        self, flat: dict[str, Any], items: list[WriteItem], defer: frozenset[int] = frozenset()
+        self, flat: dict[str, Any], defer: frozenset[int] = frozenset()
     ) -> tuple[list[StagedItem], list[Pending]]:
-        """Copy this rank's items from the live (flattened) state into the buffers, except CPU
-        tensors whose storage is in ``defer`` (data pointers of what only an optimizer
-        changes): those are returned as pending copies for the background, when they are
-        worth a hand-off (`worth_deferring`)."""
+        """Copy this rank's items of the plan from the live (flattened) state into the
+        buffers, except CPU tensors whose storage is in ``defer`` (data pointers of what only
+        an optimizer changes): those are returned as pending copies for the background, when
+        they are worth a hand-off (`worth_deferring`)."""
         staged: list[StagedItem] = []
         pending: list[Pending] = []
         devices: set[torch.device] = set()  # GPUs copied from without waiting (non_blocking)
-        for item in items:
-            if item.type == WriteItemType.BYTE_IO:
+        sources: list[torch.Tensor] = []  # plain CPU tensors, copied together at the end
+        copies: list[torch.Tensor] = []
+        for target in self._targets:
+            item, dst = target.staged.item, target.staged.tensor
+            if dst is None:
                 staged.append(StagedItem(item, data=self._bytes_of(item.index.fqn, flat)))
                 continue
+            staged.append(target.staged)
+            src = flat.get(item.index.fqn)
+            if type(src) is torch.Tensor and src.is_cpu and target.at_origin(src) and (
+                not defer or src.untyped_storage().data_ptr() not in defer
+            ):
+                sources.append(src)  # what DCP's lookup would give, not deferred
+                copies.append(dst)
+                continue
             src = find_state_dict_object(flat, item.index).detach()  # shares the version counter
-            dst = self.tensors[item.index]
             if type(src) is torch.Tensor and src.device.type == "cpu" and (
                 src.untyped_storage().data_ptr() in defer
             ):
@@ -148,7 +165,9 @@ class HostBuffers:
                 if src.device.type == "cuda":
                     devices.add(src.device)
                 dst.copy_(src, non_blocking=src.device.type == "cuda")
-            staged.append(StagedItem(item, tensor=dst))
+        if sources:
+            with torch.no_grad():  # as copying from .detach(): the buffers never track grads
+                torch._foreach_copy_(copies, sources)  # one call: ~0.3 us a tensor less
         for device in devices:  # every GPU a copy came from, not only the current one
             torch.cuda.synchronize(device)
         if worth_deferring(pending):
@@ -184,6 +203,24 @@ class HostBuffers:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+@dataclass(frozen=True)
+class _Target:
+    """One write item of a plan, as every save of it stages it."""
+
+    staged: StagedItem  # a tensor item's (the same buffer every save); a plain value's item
+    origin: int | None  # the dimensions of its zero offset (DCP's index), -1: not at zero
+
+    def at_origin(self, tensor: torch.Tensor) -> bool:
+        """Whether DCP's lookup of this item in a plain ``tensor`` gives the tensor itself."""
+        return self.origin is None or self.origin == tensor.dim()
+
+
+def _target(item: WriteItem, buffer: torch.Tensor | None) -> _Target:
+    offset = item.index.offset
+    origin = None if offset is None else len(offset) if not any(offset) else -1
+    return _Target(StagedItem(item, tensor=buffer), origin)
 
 
 _EXACT = (type(None), bool, int, str, bytes, torch.dtype)
