@@ -206,3 +206,20 @@ def test_storages_are_looked_up_only_for_a_plan_that_may_defer(
         monkeypatch.setattr(staging, "DEFER_MIN_BYTES", 0)
         ckpt.save(2, state)
         assert looked and ckpt._inflight is not None and ckpt._inflight.gate is not None
+
+
+def test_a_plain_value_changed_in_place_is_serialised_again() -> None:
+    order, lr = [1, 2], 0.5
+    flat, paths = flatten({"order": order, "lr": lr, "t": torch.ones(2)})
+    plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
+    buffers = HostBuffers(plan.items, shared=False, pin=False)
+
+    def plain() -> dict[str, bytes]:
+        items, _ = buffers.stage(flat)
+        return {e.item.index.fqn: e.data for e in items if e.data is not None}
+
+    first = plain()
+    order.append(3)  # the same list object, changed
+    again = plain()
+    assert torch.load(io.BytesIO(again["order"]), weights_only=True) == [1, 2, 3]
+    assert again["lr"] is first["lr"]  # the same float object: its bytes are reused

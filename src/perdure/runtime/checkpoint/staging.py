@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import itertools
 import mmap
+import operator
 import os
 import struct
 import threading
@@ -95,8 +96,17 @@ class HostBuffers:
                 dtype = item.tensor_data.properties.dtype
                 shape = tuple(item.tensor_data.chunk.sizes)
                 self.tensors[item.index] = torch.empty(shape, dtype=dtype, pin_memory=pin).zero_()
-        self._targets = [_target(item, self.tensors.get(item.index)) for item in items]
-        self._nbytes = sum(t.untyped_storage().nbytes() for t in self.tensors.values())
+        # Every save of the plan stages the same StagedItem for a tensor (its buffer), and
+        # copies the tensors with one call when they are all plain CPU tensors (`_sources`).
+        self._staged = [StagedItem(item, tensor=self.tensors.get(item.index)) for item in items]
+        self._values = [(n, i) for n, i in enumerate(items) if i.type == WriteItemType.BYTE_IO]
+        self._value_fqns = [item.index.fqn for _, item in self._values]
+        self._kept: list[Any] = [_NOTHING] * len(self._values)  # see `_stage_values`
+        self._tensor_items = tensor_items
+        self._copies = [self.tensors[item.index] for item in tensor_items]
+        self._fqns = [item.index.fqn for item in tensor_items]
+        self._dims = _origin_dims(tensor_items)
+        self._nbytes = sum(t.untyped_storage().nbytes() for t in self._copies)
 
     def _allocate_shared(self, items: list[WriteItem]) -> None:
         total = 0
@@ -136,24 +146,47 @@ class HostBuffers:
         buffers, except CPU tensors whose storage is in ``defer`` (data pointers of what only
         an optimizer changes): those are returned as pending copies for the background, when
         they are worth a hand-off (`worth_deferring`)."""
-        staged: list[StagedItem] = []
+        staged = self._stage_values(flat)
+        sources = None if defer else self._sources(flat)
+        if sources is not None:
+            if sources:
+                with torch.no_grad():  # as copying from .detach(): buffers never track grads
+                    torch._foreach_copy_(self._copies, sources)
+            return staged, []
+        pending = self._copy_each(flat, defer)
+        if worth_deferring(pending):
+            return staged, pending
+        copy_pending(pending)
+        return staged, []
+
+    def _stage_values(self, flat: dict[str, Any]) -> list[StagedItem]:
+        """Every item of the plan, its plain values' bytes made again only where the value is
+        not the very object of the last save, immutable (most of an optimizer's are)."""
+        values = list(map(flat.__getitem__, self._value_fqns))
+        for k in [k for k, same in enumerate(map(operator.is_, values, self._kept)) if not same]:
+            n, item = self._values[k]
+            self._staged[n] = StagedItem(item, data=self._bytes_of(item.index.fqn, flat))
+            immutable = type(values[k]) is not list and exact_key(values[k]) is not None
+            self._kept[k] = values[k] if immutable else _NOTHING
+        return list(self._staged)
+
+    def _sources(self, flat: dict[str, Any]) -> list[torch.Tensor] | None:
+        """The tensor items' sources when all are plain CPU tensors at the plan's offset zero
+        (DCP's lookup then gives each tensor itself), in C calls; None otherwise."""
+        if self._dims is None:
+            return None
+        sources: list[Any] = list(map(flat.get, self._fqns))
+        if (set(map(type, sources)) <= {torch.Tensor} and all(map(_IS_CPU, sources))
+                and list(map(torch.Tensor.dim, sources)) == self._dims):
+            return sources
+        return None
+
+    def _copy_each(self, flat: dict[str, Any], defer: frozenset[int]) -> list[Pending]:
+        """Copy the tensor items one by one (shards, device tensors, subclasses); return the
+        copies of the storages in ``defer``, left pending."""
         pending: list[Pending] = []
         devices: set[torch.device] = set()  # GPUs copied from without waiting (non_blocking)
-        sources: list[torch.Tensor] = []  # plain CPU tensors, copied together at the end
-        copies: list[torch.Tensor] = []
-        for target in self._targets:
-            item, dst = target.staged.item, target.staged.tensor
-            if dst is None:
-                staged.append(StagedItem(item, data=self._bytes_of(item.index.fqn, flat)))
-                continue
-            staged.append(target.staged)
-            src = flat.get(item.index.fqn)
-            if type(src) is torch.Tensor and src.is_cpu and target.at_origin(src) and (
-                not defer or src.untyped_storage().data_ptr() not in defer
-            ):
-                sources.append(src)  # what DCP's lookup would give, not deferred
-                copies.append(dst)
-                continue
+        for item, dst in zip(self._tensor_items, self._copies, strict=True):
             src = find_state_dict_object(flat, item.index).detach()  # shares the version counter
             if type(src) is torch.Tensor and src.device.type == "cpu" and (
                 src.untyped_storage().data_ptr() in defer
@@ -165,15 +198,9 @@ class HostBuffers:
                 if src.device.type == "cuda":
                     devices.add(src.device)
                 dst.copy_(src, non_blocking=src.device.type == "cuda")
-        if sources:
-            with torch.no_grad():  # as copying from .detach(): the buffers never track grads
-                torch._foreach_copy_(copies, sources)  # one call: ~0.3 us a tensor less
         for device in devices:  # every GPU a copy came from, not only the current one
             torch.cuda.synchronize(device)
-        if worth_deferring(pending):
-            return staged, pending
-        copy_pending(pending)
-        return staged, []
+        return pending
 
     def _bytes_of(self, fqn: str, flat: dict[str, Any]) -> bytes:
         """The ``torch.save`` archive of the plain value ``flat[fqn]`` (without the CRC-32, as
@@ -205,22 +232,20 @@ class HostBuffers:
             self.fd = None
 
 
-@dataclass(frozen=True)
-class _Target:
-    """One write item of a plan, as every save of it stages it."""
-
-    staged: StagedItem  # a tensor item's (the same buffer every save); a plain value's item
-    origin: int | None  # the dimensions of its zero offset (DCP's index), -1: not at zero
-
-    def at_origin(self, tensor: torch.Tensor) -> bool:
-        """Whether DCP's lookup of this item in a plain ``tensor`` gives the tensor itself."""
-        return self.origin is None or self.origin == tensor.dim()
+_IS_CPU = operator.attrgetter("is_cpu")
+_NOTHING = object()  # no value kept
 
 
-def _target(item: WriteItem, buffer: torch.Tensor | None) -> _Target:
-    offset = item.index.offset
-    origin = None if offset is None else len(offset) if not any(offset) else -1
-    return _Target(StagedItem(item, tensor=buffer), origin)
+def _origin_dims(items: list[WriteItem]) -> list[int] | None:
+    """Each item's dimensions, when every item's DCP index is at offset zero (a plain tensor's
+    always is); None otherwise."""
+    dims = []
+    for item in items:
+        offset = item.index.offset
+        if offset is None or any(offset):
+            return None
+        dims.append(len(offset))
+    return dims
 
 
 _EXACT = (type(None), bool, int, str, bytes, torch.dtype)
