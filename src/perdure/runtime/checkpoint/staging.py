@@ -161,9 +161,15 @@ class HostBuffers:
 
     def _stage_values(self, flat: dict[str, Any]) -> list[StagedItem]:
         """Every item of the plan, its plain values' bytes made again only where the value is
-        not the very object of the last save, immutable (most of an optimizer's are)."""
+        not the last save's: the very same immutable object (an optimizer's lr, betas and
+        flags), or an equal int, str or bytes (which torch.save writes alike)."""
         values = list(map(flat.__getitem__, self._value_fqns))
-        for k in [k for k, same in enumerate(map(operator.is_, values, self._kept)) if not same]:
+        changed = [
+            k for k, (new, old) in enumerate(zip(values, self._kept, strict=True))
+            if new is not old and not (type(new) is type(old) and type(old) in _EQUAL
+                                       and new == old)
+        ]
+        for k in changed:
             n, item = self._values[k]
             self._staged[n] = StagedItem(item, data=self._bytes_of(item.index.fqn, flat))
             immutable = type(values[k]) is not list and exact_key(values[k]) is not None
@@ -234,6 +240,7 @@ class HostBuffers:
 
 _IS_CPU = operator.attrgetter("is_cpu")
 _NOTHING = object()  # no value kept
+_EQUAL = frozenset({int, str, bytes})  # equal values of one of these types pickle alike
 
 
 def _origin_dims(items: list[WriteItem]) -> list[int] | None:
