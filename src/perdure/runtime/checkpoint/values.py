@@ -46,6 +46,8 @@ def encode(value: Any, where: str) -> Any:
     if kind is list:
         return [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if kind is tuple:
+        if all(type(v) in PLAIN for v in value):  # immutable as it is (an optimizer's betas)
+            return value
         return tuple(encode(v, f"{where}[{i}]") for i, v in enumerate(value))
     if kind is dict or kind is OrderedDict:
         out = OrderedDict() if kind is OrderedDict else {}
