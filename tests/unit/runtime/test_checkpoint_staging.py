@@ -210,7 +210,9 @@ def test_storages_are_looked_up_only_for_a_plan_that_may_defer(
 
 def test_a_plain_value_changed_in_place_is_serialised_again_an_equal_one_not() -> None:
     order, lr, size = [1, 2], 0.5, int("4000")
-    flat, paths = flatten({"order": order, "lr": lr, "size": size, "t": torch.ones(2)})
+    inside = ([1],)  # a tuple, but a list inside
+    flat, paths = flatten({"order": order, "lr": lr, "size": size, "inside": inside,
+                           "t": torch.ones(2)})
     plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
     buffers = HostBuffers(plan.items, shared=False, pin=False)
 
@@ -220,8 +222,10 @@ def test_a_plain_value_changed_in_place_is_serialised_again_an_equal_one_not() -
 
     first = plain()
     order.append(3)  # the same list object, changed
+    inside[0].append(2)
     flat["size"] = int("4000")  # an equal int, another object
     again = plain()
     assert torch.load(io.BytesIO(again["order"]), weights_only=True) == [1, 2, 3]
+    assert torch.load(io.BytesIO(again["inside"]), weights_only=True) == ([1, 2],)
     assert again["lr"] is first["lr"]  # the same float object: its bytes are reused
     assert again["size"] is first["size"]

@@ -172,8 +172,7 @@ class HostBuffers:
         for k in changed:
             n, item = self._values[k]
             self._staged[n] = StagedItem(item, data=self._bytes_of(item.index.fqn, flat))
-            immutable = type(values[k]) is not list and exact_key(values[k]) is not None
-            self._kept[k] = values[k] if immutable else _NOTHING
+            self._kept[k] = values[k] if _immutable(values[k]) else _NOTHING
         return list(self._staged)
 
     def _sources(self, flat: dict[str, Any]) -> list[torch.Tensor] | None:
@@ -241,6 +240,14 @@ class HostBuffers:
 _IS_CPU = operator.attrgetter("is_cpu")
 _NOTHING = object()  # no value kept
 _EQUAL = frozenset({int, str, bytes})  # equal values of one of these types pickle alike
+
+
+def _immutable(value: Any) -> bool:
+    """Whether a plain value cannot change in place: a scalar, or tuples of them."""
+    kind = type(value)
+    if kind is tuple or kind is torch.Size:
+        return all(_immutable(v) for v in value)
+    return kind in _EXACT or kind is float or kind is complex
 
 
 def _origin_dims(items: list[WriteItem]) -> list[int] | None:
