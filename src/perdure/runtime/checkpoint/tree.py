@@ -43,10 +43,11 @@ class _Node:
     kind: type
     keys: list[Any]
     children: list[_Node | None]
-    leaves: bool = False  # every child is a leaf
+    leaves: bool  # every child is a leaf
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "leaves", all(child is None for child in self.children))
+
+def _node(value: Any, keys: list[Any], children: list[_Node | None]) -> _Node:
+    return _Node(type(value), keys, children, all(child is None for child in children))
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _walk(tree: Mapping[Any, Any]) -> tuple[Flat, _Node | None]:
                 keys.append(k)
                 children.append(visit((*path, (kind, k)), f"{fqn}.{k!s}", v))
             followed = followed and type(value) in _FOLLOWED
-            return _Node(type(value), keys, children)
+            return _node(value, keys, children)
         if fqn in flat:
             raise ValueError(
                 f"state keys {paths[fqn]} and {path} both flatten to {fqn!r}; rename one."
@@ -109,7 +110,7 @@ def _walk(tree: Mapping[Any, Any]) -> tuple[Flat, _Node | None]:
 
     children = [visit((("d", key),), str(key), value) for key, value in tree.items()]
     followed = followed and type(tree) in _FOLLOWED
-    return (flat, paths), _Node(type(tree), list(tree), children) if followed else None
+    return (flat, paths), _node(tree, list(tree), children) if followed else None
 
 
 def _follow(node: _Node, value: Any, leaves: list[Any]) -> bool:
