@@ -73,7 +73,7 @@ def test_gpu_tensors_stage_into_pinned_host_buffers(shared: bool) -> None:
             assert buffers.pinned_bytes > 0  # the memfd mapping was page-locked for CUDA
         else:
             assert all(t.is_pinned() for t in buffers.tensors.values())
-        staged, pending = buffers.stage(flat, plan.items)
+        staged, pending = buffers.stage(flat)
         assert pending == []  # device tensors are copied before save returns
         for item in staged:
             if item.tensor is not None:

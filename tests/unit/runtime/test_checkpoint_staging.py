@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from perdure.runtime.checkpoint import Checkpointer, CheckpointError, staging
+from perdure.runtime.checkpoint import Checkpointer, CheckpointError, prepared, staging
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.plan import make_plan, signature
 from perdure.runtime.checkpoint.staging import (
@@ -51,7 +51,7 @@ def staged(state: dict[str, Any]) -> tuple[HostBuffers, Any, Any]:
     plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
     buffers = HostBuffers(plan.items, shared=False, pin=False)
     _, defer = optimizer_storages(state)
-    items, pending = buffers.stage(flat, plan.items, defer)
+    items, pending = buffers.stage(flat, defer)
     return buffers, items, pending
 
 
@@ -140,7 +140,7 @@ def test_unchanged_plain_values_are_not_serialised_again() -> None:
     buffers = HostBuffers(plan.items, shared=False, pin=False)
 
     def plain(flat: dict[str, Any]) -> dict[str, bytes]:
-        items, _ = buffers.stage(flat, plan.items)
+        items, _ = buffers.stage(flat)
         return {e.item.index.fqn: e.data for e in items if e.data is not None}
 
     first, again = plain(flat), plain(dict(flat))
@@ -154,3 +154,78 @@ def test_unchanged_plain_values_are_not_serialised_again() -> None:
         loaded = torch.load(io.BytesIO(third[fqn]), weights_only=True)
         assert type(loaded) is type(changed[fqn]) and repr(loaded) == repr(changed[fqn])
     assert all(third[fqn] is first[fqn] for fqn in first if "param_groups" in fqn)
+
+
+def raw(tensor: torch.Tensor) -> tuple[torch.dtype, list[int], bytes]:
+    flat = tensor.detach().contiguous().reshape(-1)
+    return tensor.dtype, list(tensor.shape), bytes(flat.view(torch.uint8).numpy())
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_staged_bytes_are_the_live_tensors_of_any_dtype_and_layout(shared: bool) -> None:
+    values: dict[str, torch.Tensor] = {
+        "f32": torch.randn(4, 3), "bf16": torch.randn(5).to(torch.bfloat16),
+        "i64": torch.arange(6), "bool": torch.tensor([True, False]),
+        "f64": torch.randn(2, dtype=torch.float64), "scalar": torch.tensor(3.5),
+        "transposed": torch.randn(3, 4).t(), "column": torch.randn(3, 4)[:, 1],
+        "grad": torch.randn(2, requires_grad=True), "param": nn.Parameter(torch.randn(2)),
+        "empty": torch.zeros(0),
+    }
+    flat, paths = flatten(tree_for_save({"t": values, "step": 3}, 0))
+    plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
+    buffers = HostBuffers(plan.items, shared=shared, pin=False)
+    try:
+        for live in (flat, {**flat, "t.f32": torch.full((4, 3), 2.0)}):  # a tensor replaced
+            items, pending = buffers.stage(live)
+            assert not pending and len(items) == len(plan.items)
+            tensors = {e.item.index.fqn: e.tensor for e in items if e.tensor is not None}
+            assert tensors.keys() == {f"t.{k}" for k in values}
+            for fqn, copy in tensors.items():
+                assert raw(copy) == raw(live[fqn]), fqn
+                assert copy.grad_fn is None and not copy.requires_grad
+    finally:
+        buffers.close()
+
+
+def test_storages_are_looked_up_only_for_a_plan_that_may_defer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, optim = trained()
+    state = {"model": model, "optim": optim}
+    looked: list[int] = []
+
+    def counted(state: Any) -> Any:
+        looked.append(1)
+        return optimizer_storages(state)
+
+    monkeypatch.setattr(prepared, "optimizer_storages", counted)
+    with Checkpointer(tmp_path) as ckpt:
+        ckpt.save(1, state)
+        ckpt.wait()
+        assert not looked  # a few kB in a few tensors: all copied in save(), nothing deferred
+        monkeypatch.setattr(staging, "DEFER_MIN_BYTES", 0)
+        ckpt.save(2, state)
+        assert looked and ckpt._inflight is not None and ckpt._inflight.gate is not None
+
+
+def test_a_plain_value_changed_in_place_is_serialised_again_an_equal_one_not() -> None:
+    order, lr, size = [1, 2], 0.5, int("4000")
+    inside = ([1],)  # a tuple, but a list inside
+    flat, paths = flatten({"order": order, "lr": lr, "size": size, "inside": inside,
+                           "t": torch.ones(2)})
+    plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
+    buffers = HostBuffers(plan.items, shared=False, pin=False)
+
+    def plain() -> dict[str, bytes]:
+        items, _ = buffers.stage(flat)
+        return {e.item.index.fqn: e.data for e in items if e.data is not None}
+
+    first = plain()
+    order.append(3)  # the same list object, changed
+    inside[0].append(2)
+    flat["size"] = int("4000")  # an equal int, another object
+    again = plain()
+    assert torch.load(io.BytesIO(again["order"]), weights_only=True) == [1, 2, 3]
+    assert torch.load(io.BytesIO(again["inside"]), weights_only=True) == ([1, 2],)
+    assert again["lr"] is first["lr"]  # the same float object: its bytes are reused
+    assert again["size"] is first["size"]

@@ -60,6 +60,13 @@ def test_tensors_inside_values_are_snapshots() -> None:
     assert torch.equal(encoded[0], torch.zeros(3))
 
 
+def test_a_tuple_of_scalars_is_kept_as_it_is() -> None:
+    betas = (0.9, 0.999)
+    assert encode(betas, "v") is betas  # immutable: a save reuses its bytes while it is kept
+    nested = (0.9, (1, 2))
+    assert encode(nested, "v") == nested and encode(nested, "v") is not nested
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

@@ -42,6 +42,7 @@ from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import HostBuffers
 from perdure.runtime.checkpoint.statedicts import StateDicts
 from perdure.runtime.checkpoint.storage import Storage
+from perdure.runtime.checkpoint.tree import Flattener
 from perdure.runtime.checkpoint.urls import make_storage
 
 log = logging.getLogger("perdure.checkpoint")
@@ -113,6 +114,7 @@ class Checkpointer:
         self.stage = stage
         self.alone = alone
         self.storage: Storage = make_storage(url, **dict(storage_options or {}))
+        self._url_key = url_key(self.url)  # what the ranks compare: the same URL on all
         self.keep = keep
         self.policy, interval_file = (policy, None) if policy else schedule.policy_from_env()
         self._schedule = schedule.SaveSchedule(interval_file)
@@ -129,6 +131,7 @@ class Checkpointer:
         self._votes: ahead.PendingVotes | None = None  # the last save's, when read ahead
         self._buffers: HostBuffers | None = None
         self._dicts = StateDicts()  # what torch's state-dict helpers gave the last saves
+        self._flattener = Flattener()  # the last save's layout
         self._committed: dict[str, commit.Committed] = {}  # the markers retention knows
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
@@ -189,7 +192,7 @@ class Checkpointer:
         entered, cpu = time.perf_counter(), time.thread_time()
         comm = self._comm_()
         prepared, problem = prepare(state, comm.rank, deferred=self.stage == "deferred",
-                                    dicts=self._dicts)
+                                    dicts=self._dicts, flattener=self._flattener)
         changed = prepared is not None and (
             self._plan is None or prepared.signature != self._plan.signature
         )
@@ -197,7 +200,7 @@ class Checkpointer:
         go = Go(step, comm, background, entered, tolerant, cpu)
         if self._ahead_ok(comm, background):  # the votes go with the save (see `ahead`)
             self._votes = ahead.PendingVotes(comm.control_group, comm.world, ahead.vote(
-                problem is None, changed, url_key(self.url)))
+                problem is None, changed, self._url_key))
             if problem is None and not changed:
                 return self._go(go, prepared, replan=False, votes=self._votes)
             self._seq += 1  # as the ranks that went ahead did: save names stay alike
@@ -210,7 +213,7 @@ class Checkpointer:
             return self._go(go, prepared, replan=True)  # every rank changed: plan together
         self._votes = None
         busy = self._runner.busy
-        votes = comm.agree([int(problem is None), int(busy), int(changed), url_key(self.url)])
+        votes = comm.agree([int(problem is None), int(busy), int(changed), self._url_key])
         self._check_same_url(comm, votes)
         self._raise_if_unprepared(step, votes, problem)
         if any(v[1] for v in votes) and self.policy.on_busy is OnBusy.SKIP:
@@ -289,7 +292,9 @@ class Checkpointer:
         assert self._plan is not None and self._buffers is not None
         step, comm, background = stats.step, go.comm, go.background
         start = time.perf_counter()
-        staged, pending = self._buffers.stage(prepared.flat, self._plan.items, prepared.defer)
+        optimizers, defer = (prepared.optimizer_storages() if self._buffers.may_defer()
+                             else ([], frozenset()))
+        staged, pending = self._buffers.stage(prepared.flat, defer)
         stats.extra["stage_s"] = time.perf_counter() - start
         self._seq += 1
         dir_name = (
@@ -305,7 +310,7 @@ class Checkpointer:
         stats.blocked_s = time.perf_counter() - go.entered - stats.extra["waited_s"]
         stats.extra["save_cpu_s"] = time.thread_time() - go.cpu
         if background:
-            self._runner.hand_over(persister, job, stats, prepared.optimizers, bool(pending))
+            self._runner.hand_over(persister, job, stats, optimizers, bool(pending))
         else:
             self._runner.run_now(persister, job, stats, go.tolerant)
 
@@ -349,7 +354,7 @@ class Checkpointer:
         self.wait()
         comm = self._comm_()
         st.check_state(state)
-        self._check_same_url(comm, comm.agree([url_key(self.url)]))
+        self._check_same_url(comm, comm.agree([self._url_key]))
         outcome = restore_newest(state, self.storage, comm, step)
         self.skipped_partial = outcome.skipped
         self.restore_failures = outcome.failed

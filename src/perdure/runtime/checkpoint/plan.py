@@ -49,17 +49,20 @@ class Plan:
 def signature(flat: dict[str, Any], paths: dict[str, Path]) -> Signature:
     """The layout of ``flat`` (keys, paths, dtypes, shapes, shards), compared exactly: equal
     layouts plan alike. No side effects."""
-    parts: list[tuple[Any, ...]] = []
-    for fqn, value in flat.items():
-        if isinstance(value, DTensor):
-            local = value.to_local()
-            parts.append((fqn, "d", value.dtype, value.shape, local.shape, str(value.placements),
-                          tuple(value.device_mesh.mesh.flatten().tolist()), paths[fqn]))
-        elif isinstance(value, torch.Tensor):
-            parts.append((fqn, "t", value.dtype, value.shape, paths[fqn]))
-        else:
-            parts.append((fqn, "b", paths[fqn]))
-    return tuple(parts)
+    return tuple(leaf_signature(fqn, value, paths[fqn]) for fqn, value in flat.items())
+
+
+def leaf_signature(fqn: str, value: Any, path: Path) -> tuple[Any, ...]:
+    """One leaf's part of a signature. No side effects."""
+    if type(value) is torch.Tensor:  # the usual leaves first
+        return (fqn, "t", value.dtype, value.shape, path)
+    if not isinstance(value, torch.Tensor):
+        return (fqn, "b", path)
+    if isinstance(value, DTensor):
+        local = value.to_local()
+        return (fqn, "d", value.dtype, value.shape, local.shape, str(value.placements),
+                tuple(value.device_mesh.mesh.flatten().tolist()), path)
+    return (fqn, "t", value.dtype, value.shape, path)
 
 
 def make_plan(

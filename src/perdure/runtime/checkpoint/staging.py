@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import itertools
 import mmap
+import operator
 import os
 import struct
 import threading
@@ -95,6 +96,17 @@ class HostBuffers:
                 dtype = item.tensor_data.properties.dtype
                 shape = tuple(item.tensor_data.chunk.sizes)
                 self.tensors[item.index] = torch.empty(shape, dtype=dtype, pin_memory=pin).zero_()
+        # Every save of the plan stages the same StagedItem for a tensor (its buffer), and
+        # copies the tensors with one call when they are all plain CPU tensors (`_sources`).
+        self._staged = [StagedItem(item, tensor=self.tensors.get(item.index)) for item in items]
+        self._values = [(n, i) for n, i in enumerate(items) if i.type == WriteItemType.BYTE_IO]
+        self._value_fqns = [item.index.fqn for _, item in self._values]
+        self._kept: list[Any] = [_NOTHING] * len(self._values)  # see `_stage_values`
+        self._tensor_items = tensor_items
+        self._copies = [self.tensors[item.index] for item in tensor_items]
+        self._fqns = [item.index.fqn for item in tensor_items]
+        self._dims = _origin_dims(tensor_items)
+        self._nbytes = sum(t.untyped_storage().nbytes() for t in self._copies)
 
     def _allocate_shared(self, items: list[WriteItem]) -> None:
         total = 0
@@ -122,22 +134,65 @@ class HostBuffers:
             self.pinned_bytes = base.numel()
             self._registered = ptr
 
+    def may_defer(self) -> bool:
+        """Whether some of this plan's copies could be worth deferring (`worth_deferring`): if
+        all of them would not be, no part of them is, and no storage need be looked up."""
+        return len(self.tensors) >= DEFER_MIN_TENSORS or self._nbytes >= DEFER_MIN_BYTES
+
     def stage(
-        self, flat: dict[str, Any], items: list[WriteItem], defer: frozenset[int] = frozenset()
+        self, flat: dict[str, Any], defer: frozenset[int] = frozenset()
     ) -> tuple[list[StagedItem], list[Pending]]:
-        """Copy this rank's items from the live (flattened) state into the buffers, except CPU
-        tensors whose storage is in ``defer`` (data pointers of what only an optimizer
-        changes): those are returned as pending copies for the background, when they are
-        worth a hand-off (`worth_deferring`)."""
-        staged: list[StagedItem] = []
+        """Copy this rank's items of the plan from the live (flattened) state into the
+        buffers, except CPU tensors whose storage is in ``defer`` (data pointers of what only
+        an optimizer changes): those are returned as pending copies for the background, when
+        they are worth a hand-off (`worth_deferring`)."""
+        staged = self._stage_values(flat)
+        sources = None if defer else self._sources(flat)
+        if sources is not None:
+            if sources:
+                with torch.no_grad():  # as copying from .detach(): buffers never track grads
+                    torch._foreach_copy_(self._copies, sources)
+            return staged, []
+        pending = self._copy_each(flat, defer)
+        if worth_deferring(pending):
+            return staged, pending
+        copy_pending(pending)
+        return staged, []
+
+    def _stage_values(self, flat: dict[str, Any]) -> list[StagedItem]:
+        """Every item of the plan, its plain values' bytes made again only where the value is
+        not the last save's: the very same immutable object (an optimizer's lr, betas and
+        flags), or an equal int, str or bytes (which torch.save writes alike)."""
+        values = list(map(flat.__getitem__, self._value_fqns))
+        changed = [
+            k for k, (new, old) in enumerate(zip(values, self._kept, strict=True))
+            if new is not old and not (type(new) is type(old) and type(old) in _EQUAL
+                                       and new == old)
+        ]
+        for k in changed:
+            n, item = self._values[k]
+            self._staged[n] = StagedItem(item, data=self._bytes_of(item.index.fqn, flat))
+            self._kept[k] = values[k] if _immutable(values[k]) else _NOTHING
+        return list(self._staged)
+
+    def _sources(self, flat: dict[str, Any]) -> list[torch.Tensor] | None:
+        """The tensor items' sources when all are plain CPU tensors at the plan's offset zero
+        (DCP's lookup then gives each tensor itself), in C calls; None otherwise."""
+        if self._dims is None:
+            return None
+        sources: list[Any] = list(map(flat.get, self._fqns))
+        if (set(map(type, sources)) <= {torch.Tensor} and all(map(_IS_CPU, sources))
+                and list(map(torch.Tensor.dim, sources)) == self._dims):
+            return sources
+        return None
+
+    def _copy_each(self, flat: dict[str, Any], defer: frozenset[int]) -> list[Pending]:
+        """Copy the tensor items one by one (shards, device tensors, subclasses); return the
+        copies of the storages in ``defer``, left pending."""
         pending: list[Pending] = []
         devices: set[torch.device] = set()  # GPUs copied from without waiting (non_blocking)
-        for item in items:
-            if item.type == WriteItemType.BYTE_IO:
-                staged.append(StagedItem(item, data=self._bytes_of(item.index.fqn, flat)))
-                continue
+        for item, dst in zip(self._tensor_items, self._copies, strict=True):
             src = find_state_dict_object(flat, item.index).detach()  # shares the version counter
-            dst = self.tensors[item.index]
             if type(src) is torch.Tensor and src.device.type == "cpu" and (
                 src.untyped_storage().data_ptr() in defer
             ):
@@ -148,13 +203,9 @@ class HostBuffers:
                 if src.device.type == "cuda":
                     devices.add(src.device)
                 dst.copy_(src, non_blocking=src.device.type == "cuda")
-            staged.append(StagedItem(item, tensor=dst))
         for device in devices:  # every GPU a copy came from, not only the current one
             torch.cuda.synchronize(device)
-        if worth_deferring(pending):
-            return staged, pending
-        copy_pending(pending)
-        return staged, []
+        return pending
 
     def _bytes_of(self, fqn: str, flat: dict[str, Any]) -> bytes:
         """The ``torch.save`` archive of the plain value ``flat[fqn]`` (without the CRC-32, as
@@ -184,6 +235,31 @@ class HostBuffers:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+_IS_CPU = operator.attrgetter("is_cpu")
+_NOTHING = object()  # no value kept
+_EQUAL = frozenset({int, str, bytes})  # equal values of one of these types pickle alike
+
+
+def _immutable(value: Any) -> bool:
+    """Whether a plain value cannot change in place: a scalar, or tuples of them."""
+    kind = type(value)
+    if kind is tuple or kind is torch.Size:
+        return all(_immutable(v) for v in value)
+    return kind in _EXACT or kind is float or kind is complex
+
+
+def _origin_dims(items: list[WriteItem]) -> list[int] | None:
+    """Each item's dimensions, when every item's DCP index is at offset zero (a plain tensor's
+    always is); None otherwise."""
+    dims = []
+    for item in items:
+        offset = item.index.offset
+        if offset is None or any(offset):
+            return None
+        dims.append(len(offset))
+    return dims
 
 
 _EXACT = (type(None), bool, int, str, bytes, torch.dtype)

@@ -55,8 +55,13 @@ class Kind(enum.Enum):
     VALUE = "value"
 
 
+_BUILTINS = frozenset({type(None), bool, int, float, complex, str, bytes})  # none has a method
+
+
 def kind_of(value: Any) -> Kind:
     """Classify one top-level state value. No side effects."""
+    if type(value) in _BUILTINS:  # a step counter: saved every time, no checks needed
+        return Kind.VALUE
     if isinstance(value, nn.Module):
         return Kind.MODULE
     if isinstance(value, torch.optim.Optimizer):
@@ -103,12 +108,13 @@ def tree_for_save(
     dicts.begin()
     modules = [v for v in state.values() if isinstance(v, nn.Module)]
     values = {k: v.value if isinstance(v, RankLocal) else v for k, v in state.items()}
+    kinds = {k: kind_of(v) for k, v in values.items()}
     # The modules first: an optimizer's state dict is named after its module's, checked here.
-    trees = {k: dicts.model(v) for k, v in values.items() if kind_of(v) is Kind.MODULE}
+    trees = {k: dicts.model(v) for k, v in values.items() if kinds[k] is Kind.MODULE}
     out: dict[str, Any] = {}
     for key, wrapped in state.items():
         value = values[key]
-        kind = kind_of(value)
+        kind = kinds[key]
         if kind is Kind.MODULE:
             tree: Any = trees[key]
         elif kind is Kind.OPTIMIZER:

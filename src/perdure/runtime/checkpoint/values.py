@@ -21,6 +21,7 @@ from perdure.runtime.checkpoint.errors import UnsupportedValueError
 _TAG = "__perdure_type__"
 _NUMPY = "numpy"
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
+PLAIN = frozenset((*_SCALARS, torch.Size, torch.dtype))  # what ``encode`` returns as it is
 _KEY_TYPES = (type(None), bool, int, float, str)
 
 ALLOWED = (
@@ -36,7 +37,7 @@ def encode(value: Any, where: str) -> Any:
     Tensors inside plain values are cloned so that the snapshot does not change afterwards.
     """
     kind = type(value)
-    if kind in _SCALARS or kind is torch.Size or kind is torch.dtype:
+    if kind in PLAIN:
         return value
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
@@ -45,6 +46,8 @@ def encode(value: Any, where: str) -> Any:
     if kind is list:
         return [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if kind is tuple:
+        if all(type(v) in PLAIN for v in value):  # immutable as it is (an optimizer's betas)
+            return value
         return tuple(encode(v, f"{where}[{i}]") for i, v in enumerate(value))
     if kind is dict or kind is OrderedDict:
         out = OrderedDict() if kind is OrderedDict else {}
