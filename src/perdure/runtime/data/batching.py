@@ -98,18 +98,16 @@ class SeededDataset(Dataset[Any]):
         if self.draws is not False or in_worker():
             return None
         outer = self._watch.before()
+        got: list[list[Any]] | None = None
         try:
-            got: list[list[Any]] | None = [self._fetch(list(batch)) for batch in batches]
+            got = [self._fetch(list(batch)) for batch in batches]
         except Exception:
-            got = None
-        except BaseException:
-            if self._watch.drew():
+            pass  # fetched again one by one: the error is raised at its own batch
+        finally:  # also on an interrupt: the loop's stream is left as it was
+            drew = self._watch.drew()
+            if drew:
                 restore(outer)
-            raise
-        if self._watch.drew():
-            restore(outer)
-            return None
-        return got
+        return None if drew else got
 
     def _seeded(self, indices: Batch) -> list[Any]:
         """Fetch under the batch's seed, the training loop's states put back after; the first

@@ -397,9 +397,9 @@ def _nbytes(batch: Any) -> int | None:
         return len(batch)
     if batch is None or isinstance(batch, (int, float, bool)):
         return 8
-    parts = batch.values() if isinstance(batch, dict) else batch
     if not isinstance(batch, (tuple, list, dict)):
         return None
+    parts = batch.values() if isinstance(batch, dict) else batch
     total = 0
     for part in parts:
         size = _nbytes(part)
