@@ -307,6 +307,44 @@ def scenario_staging(args: dict[str, Any]) -> dict[str, Any]:
     return {"steps": ckpt.steps(), "staging": str(rank_staging(ckpt.staging_dir, ckpt.url, RANK))}
 
 
+def scenario_single_writer(args: dict[str, Any]) -> dict[str, Any]:
+    """A replicated state of at most SINGLE_WRITER_BYTES (DDP's, nothing per rank) is written
+    by rank 0 alone, a larger one by both ranks; each restores on both ranks, and the small one
+    on rank 0 alone (a world of one)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(mlp(0))
+    optim = torch.optim.Adam(model.parameters(), lr=1e-2)
+    train(model, optim, range(1, 3))
+    big = torch.arange(300_000, dtype=torch.float32)  # 1.2 MB, the same on every rank
+    out: dict[str, Any] = {}
+    for name, state in (("small", {"model": model, "optim": optim, "step": 2}),
+                        ("big", {"w": big, "step": 2})):
+        ckpt = Checkpointer(f"{args['dir']}/{name}", keep=None)
+        ckpt.save(2, state, blocking=True)
+        out[f"{name}_files"] = sorted(
+            p.name for p in (Path(args["dir"]) / name / "step-00000002").iterdir())
+        fresh = DDP(mlp(1))
+        fresh_optim = torch.optim.Adam(fresh.parameters(), lr=1e-2)
+        back: dict[str, Any] = ({"model": fresh, "optim": fresh_optim, "step": None}
+                                if name == "small" else {"w": torch.zeros(300_000), "step": None})
+        ckpt.restore_latest(back)
+        ckpt.close()
+        out[f"{name}_diff"] = (first_difference(full_state(fresh, fresh_optim),
+                                                full_state(model, optim))
+                               if name == "small" else None if torch.equal(back["w"], big)
+                               else "w differs")
+    if RANK == 0:  # the small one again, on a world of one
+        alone = mlp(1)
+        alone_optim = torch.optim.Adam(alone.parameters(), lr=1e-2)
+        ckpt = Checkpointer(f"{args['dir']}/small", alone=True)
+        out["alone_step"] = ckpt.restore_latest({"model": alone, "optim": alone_optim,
+                                                 "step": None})
+        out["alone_diff"] = first_difference(full_state(alone, alone_optim),
+                                             full_state(model.module, optim))
+    return out
+
+
 def main() -> None:
     scenario, args = sys.argv[1], json.loads(sys.argv[2])
     if WORLD > 1 and scenario not in PHASED:

@@ -28,3 +28,16 @@ def test_async_saves_during_ddp_training(
     assert state_bytes > 500_000
     assert on_disk < 1.2 * state_bytes, (on_disk, state_bytes)
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["step-00000010", "step-00000012"]
+
+
+def test_a_small_replicated_state_is_written_by_rank_0_alone(
+    run_ranks: Callable[..., Any], tmp_path: Path
+) -> None:
+    # Below SINGLE_WRITER_BYTES a second file costs more than it saves: rank 1 writes none.
+    results = run_ranks("single_writer", 2, {"dir": str(tmp_path)})
+    docs = [".metadata", "COMMITTED", "perdure.json"]
+    for r in results:
+        assert r["small_files"] == sorted([*docs, "__0_0.distcp"])
+        assert r["big_files"] == sorted([*docs, "__0_0.distcp", "__1_0.distcp"])
+        assert r["small_diff"] is None and r["big_diff"] is None
+    assert results[0]["alone_step"] == 2 and results[0]["alone_diff"] is None

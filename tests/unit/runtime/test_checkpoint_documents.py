@@ -87,3 +87,17 @@ def test_anything_but_a_clean_shard_takes_the_pickled_path() -> None:
     gap = dataclasses.replace(good, sizes={"f": size + 1})
     for bad in (failed, elsewhere, fewer, gap):
         assert outcome.row_of(bad, "d", len(results), width)[0] != 0, bad
+
+
+def test_a_rank_with_nothing_to_write_travels_as_a_row_without_a_file() -> None:
+    # A small replicated state is rank 0's alone (plan.SINGLE_WRITER_BYTES): rank 1 writes no
+    # file, and its row says so; a file where no items are due is not clean.
+    nothing = outcome.Shard(None, dir_name="d")
+    row = outcome.row_of(nothing, "d", 0, 10)
+    assert row[0] == 0
+    assert outcome.shard_of(row, 1, [], "d") == nothing
+    stray = dataclasses.replace(nothing, sizes={"__1_0.distcp": 0}, crcs={"__1_0.distcp": 0})
+    for bad in (stray, dataclasses.replace(nothing, dir_name="e")):
+        assert outcome.row_of(bad, "d", 0, 10)[0] != 0, bad
+    _, results = _plan()
+    assert outcome.row_of(nothing, "d", len(results), 4 + 2 * len(results))[0] != 0

@@ -3,7 +3,7 @@
 Layout under the checkpoint URL::
 
     step-00000100/                 a committed checkpoint
-        __0_0.distcp __1_0.distcp  one DCP shard per rank
+        __0_0.distcp __1_0.distcp  one DCP shard per rank that holds items to write
         .metadata                  DCP's metadata (pickle; read by stock dcp.load only)
         perdure.json               the same metadata as JSON (read by perdure's restore)
         COMMITTED                  the commit marker, written last (JSON: step, world size,

@@ -58,8 +58,12 @@ def row_of(shard: Shard, dir_name: str, items: int, width: int) -> list[int]:
     ``items`` items written back to back from offset 0 into ``dir_name``. No side effects."""
     row = [0] * width
     row[0] = _FAILED
-    if (shard.error is not None or shard.dir_name != dir_name or len(shard.sizes) != 1
+    if (shard.error is not None or shard.dir_name != dir_name
+            or len(shard.sizes) != (1 if items else 0)
             or len(shard.results) != items or len(shard.item_crcs) != items):
+        return row
+    if not items:  # a rank with nothing to write writes no file
+        row[:_HEAD] = [_OK, dir_key(dir_name), 0, 0]
         return row
     [(file, size)] = shard.sizes.items()
     at = 0
@@ -78,6 +82,8 @@ def row_of(shard: Shard, dir_name: str, items: int, width: int) -> list[int]:
 def shard_of(row: list[int], rank: int, items: list[MetadataIndex], dir_name: str) -> Shard:
     """The Shard that ``row_of`` encoded for ``rank``, which writes ``items``. No side
     effects."""
+    if not items:
+        return Shard(None, dir_name=dir_name)
     file = shard_name(rank)
     results: list[WriteResult] = []
     crcs: list[int] = []

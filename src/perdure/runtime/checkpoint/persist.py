@@ -219,6 +219,10 @@ class Persister:
     def _write_local(self, job: SaveJob) -> Shard:
         file = shard_name(self.comm.rank)
         try:
+            if not job.staged:  # none of the plan's items is this rank's: no file
+                if self.comm.rank == 0:
+                    self.storage.makedirs(job.dir_name)  # where the commit writes
+                return Shard(None, dir_name=job.dir_name)
             target = self.storage.local_path(f"{job.dir_name}/{file}")
             if self.staging_dir is None and target is not None:
                 self.storage.makedirs(job.dir_name)

@@ -1,8 +1,10 @@
 """Which rank writes what: DCP's planner, run once per state layout and then reused.
 
 Every rank sends its local plan to every other rank; each then runs DCP's deduplication (a
-tensor that several ranks hold, as DDP replicates parameters, is written by one of them,
-balanced by size) and builds the global metadata itself, so no second collective is needed.
+tensor that several ranks hold, as DDP replicates parameters, is written by one of them) and
+builds the global metadata itself, so no second collective is needed. Replicated items are
+balanced between the ranks by size, unless they are small in all (SINGLE_WRITER_BYTES): then
+the lowest rank holding each writes it, and the ranks left with nothing write no file.
 The plan is cached under a signature of the layout (keys, shapes, dtypes, shards): a later
 save with the same layout plans nothing.
 
@@ -22,12 +24,17 @@ from torch.distributed.checkpoint.default_planner import (
     create_default_local_save_plan,
 )
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
-from torch.distributed.checkpoint.planner import WriteItem
+from torch.distributed.checkpoint.planner import SavePlan, WriteItem
 from torch.distributed.tensor import DTensor
 
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.documents import Documents
 from perdure.runtime.checkpoint.metadata import Path, dcp_path
+
+SINGLE_WRITER_BYTES = 1 << 20
+"""Replicated items of at most this many bytes in all are written by one rank: below it a
+file's fixed cost (open, fsync, its share of the commit) outweighs writing the bytes in
+parallel, and a DDP replica that writes nothing spends nothing on a save in the background."""
 
 Signature = tuple[tuple[Any, ...], ...]
 """A state's layout: per leaf its key, kind, dtype, shapes (and shards) and path."""
@@ -74,7 +81,9 @@ def make_plan(
     all_paths: dict[str, Path] = {}
     for _, rank_paths, _ in gathered:
         all_paths.update(rank_paths)
-    deduped = dedup_save_plans([g[0] for g in gathered])
+    plans = [g[0] for g in gathered]
+    deduped = dedup_save_plans(plans, save_to_lowest_rank=_replicated_bytes(plans)
+                               <= SINGLE_WRITER_BYTES)
     global_plans, md = create_default_global_save_plan(deduped)
     md = dataclasses.replace(
         md, planner_data={fqn: dcp_path(p) for fqn, p in all_paths.items()}
@@ -82,3 +91,13 @@ def make_plan(
     layout = [[item.index for item in plan.items] for plan in global_plans]
     return Plan(sig, list(global_plans[comm.rank].items), md, all_paths, gathered[0][2], layout,
                 Documents(md, all_paths))
+
+
+def _replicated_bytes(plans: list[SavePlan]) -> int:
+    """The size of the items that more than one plan holds (a plain value counts 1, as in
+    DCP's balancing). No side effects."""
+    holders: dict[MetadataIndex, list[Any]] = {}
+    for plan in plans:
+        for item in plan.items:
+            holders.setdefault(item.index, [item, 0])[1] += 1
+    return sum(item.tensor_storage_size() or 1 for item, n in holders.values() if n > 1)

@@ -3,7 +3,8 @@
 Buffers are allocated once per save plan (and pre-touched, since first-touch page faults make
 a copy into fresh memory ~17x slower) and reused by every later save with the same layout.
 A rank stages only the items its plan assigns to it: with DDP, replicated tensors are split
-between ranks, so each rank copies about 1/world of the state.
+between ranks, so each rank copies about 1/world of the state (a small one is rank 0's alone:
+plan.SINGLE_WRITER_BYTES).
 
 Tensors that only an optimizer changes (its parameters and state, on the CPU) need not be
 copied before ``save`` returns: nothing changes them before that optimizer's next ``step()``.
