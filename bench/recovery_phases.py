@@ -127,14 +127,23 @@ def report(rows: list[dict[str, float | None]]) -> list[str]:
     return lines
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: bench/recovery_phases.py RUN_DIR (the perdure window bench/recovery.py "
+              "kept, e.g. /tmp/perdure-bench-recovery-XXXX/perdure)", file=sys.stderr)
+        return 2
     root = Path(argv[0])
+    if not (root / "kills.json").is_file() or not (root / "timeline.jsonl").is_file():
+        print(f"{root}: not a kept perdure window of bench/recovery.py (it needs kills.json and "
+              "timeline.jsonl there)", file=sys.stderr)
+        return 2
     kills = json.loads((root / "kills.json").read_text())
     records = [json.loads(x) for x in (root / "timeline.jsonl").read_text().splitlines() if x]
     marks = [r for r in records if "mark" in r]
     steps = [r for r in records if "step" in r]
     print("\n".join(report(analyse(root / "state", kills, marks, steps))))
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))
