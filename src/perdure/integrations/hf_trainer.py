@@ -86,7 +86,10 @@ class PerdureTrainer(Trainer):  # type: ignore[misc]
         """perdure's Checkpointer over `output_dir` (made at first use, on every rank)."""
         if self._ckpt is None:
             root = self.args.output_dir or "trainer_output"
-            self._ckpt = Checkpointer(root, keep=self.args.save_total_limit or 3)
+            # The callback reports each save and the resume, from the step's end and from
+            # train(): spans that hold the Checkpointer's, which would otherwise count twice.
+            self._ckpt = Checkpointer(root, keep=self.args.save_total_limit or 3,
+                                      report_times=False)
         return self._ckpt
 
     def _perdure_state(self, *, heavy: bool) -> dict[str, Any]:

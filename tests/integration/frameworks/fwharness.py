@@ -103,6 +103,18 @@ class Job:
                 return
         raise AssertionError(f"{self.name}: no running launch of {replica}")
 
+    def progress(self, replica: str) -> dict[str, list[dict[str, Any]]]:
+        """Each launch's progress records of ``replica`` (what goodput is counted from), by
+        launch ("<attempt>.<launch>"), in order."""
+        found = {}
+        for launch in (self.state / "launches").glob(f"*.{replica}.*"):
+            attempt, _, number = launch.name.rsplit(".", 3)[-3:]
+            path = launch / "progress.jsonl"
+            if path.exists():
+                found[(int(attempt), int(number))] = [
+                    json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return {f"{a}.{n}": found[(a, n)] for a, n in sorted(found)}
+
     def wait_for(self, what: str, ok: Any, timeout: float = 180) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -43,6 +43,15 @@ def test_kill_resumes_bit_identically_from_perdures_checkpoint(
     assert sorted(p.name for p in job.ckpt.iterdir() if p.name.startswith("step-"))[-1] == \
         "step-00000040"  # perdure's format, not checkpoint-N folders
     assert not list(job.ckpt.glob("checkpoint-*"))
+    # Goodput counts each save and each resume once: the callback's span, which holds the
+    # Checkpointer's (it reports none of its own here).
+    for replica in ("worker-0", "worker-1"):
+        launches = job.progress(replica)
+        assert len(launches) == 2, launches.keys()
+        for records in launches.values():
+            assert [r["kind"] for r in records].count("restore") == 1, records
+            saved = [r["step"] for r in records if r["kind"] == "checkpoint_save"]
+            assert saved and len(saved) == len(set(saved)), saved
 
 
 @pytest.mark.frameworks_long

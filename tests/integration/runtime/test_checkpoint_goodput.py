@@ -15,7 +15,7 @@ from torch import nn
 from perdure.runtime import Checkpointer, goodput
 
 model = nn.Linear(4, 2)
-ckpt = Checkpointer(CKPT, keep=2)
+ckpt = Checkpointer(CKPT, keep=2, report_times=REPORT)
 state = {"model": model}
 step = ckpt.restore_latest(state) or 0
 for step in range(step + 1, step + 6):
@@ -28,13 +28,13 @@ ckpt.wait()
 """
 
 
-def run(tmp: Path, n: int) -> list[dict[str, object]]:
-    report = tmp / f"launch-{n}"
-    report.mkdir()
-    env = {**os.environ, "PERDURE_REPORT_DIR": str(report), "OMP_NUM_THREADS": "1"}
-    code = f"CKPT = {str(tmp / 'ckpt')!r}\n" + SCRIPT
+def run(tmp: Path, n: int, report: bool = True) -> list[dict[str, object]]:
+    where = tmp / f"launch-{n}"
+    where.mkdir()
+    env = {**os.environ, "PERDURE_REPORT_DIR": str(where), "OMP_NUM_THREADS": "1"}
+    code = f"CKPT = {str(tmp / 'ckpt')!r}\nREPORT = {report}\n" + SCRIPT
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
-    lines = (report / "progress.jsonl").read_text().splitlines()
+    lines = (where / "progress.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 
 
@@ -47,3 +47,13 @@ def test_save_and_restore_latest_report_to_goodput(tmp_path: Path) -> None:
     second = run(tmp_path, 2)
     restores = [r for r in second if r["kind"] == "restore"]
     assert [r["step"] for r in restores] == [5] and float(restores[0]["seconds"]) > 0
+
+
+def test_a_caller_that_times_saves_itself_gets_no_second_record(tmp_path: Path) -> None:
+    # report_times=False: PerdureTrainer's callback reports each save and resume over a span
+    # that holds the Checkpointer's; two records would count that time twice.
+    first = run(tmp_path, 1, report=False)
+    assert [r for r in first if r["kind"] in ("restore", "checkpoint_save")] == []
+    assert [r for r in first if r["kind"] == "steps"]  # progress is reported as before
+    second = run(tmp_path, 2, report=False)
+    assert [r for r in second if r["kind"] in ("restore", "checkpoint_save")] == []

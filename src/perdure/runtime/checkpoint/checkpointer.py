@@ -85,6 +85,9 @@ class Checkpointer:
     alert_after: failed saves in a row after which the job says so loudly (None:
         $PERDURE_CHECKPOINT_ALERT_AFTER, default 3).
     storage_options: passed to fsspec for a non-local ``url`` (credentials, endpoint).
+    report_times: False when the caller reports each save's blocking time and each restore's
+        time to goodput itself, over a span that holds the Checkpointer's (PerdureTrainer's
+        callback does): the Checkpointer then reports neither, so nothing counts twice.
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class Checkpointer:
         alone: bool = False,
         on_failure: str = "report",
         alert_after: int | None = None,
+        report_times: bool = True,
     ) -> None:
         if keep is not None and (not isinstance(keep, int) or keep < 1):
             raise ValueError(f"keep is {keep!r}; it must be an int >= 1, or None to keep all.")
@@ -113,6 +117,7 @@ class Checkpointer:
             raise ValueError(f"stage is {stage!r}; it must be one of {_STAGE_MODES}.")
         self.stage = stage
         self.alone = alone
+        self.report_times = report_times
         self.storage: Storage = make_storage(url, **dict(storage_options or {}))
         self._url_key = url_key(self.url)  # what the ranks compare: the same URL on all
         self.keep = keep
@@ -239,8 +244,9 @@ class Checkpointer:
         stats = SaveStats(step=go.step, extra={"waited_s": waited})
         self._launch(stats, prepared, go, votes)
         # What training was blocked for: the staging copy, or all of a blocking save.
-        goodput.checkpoint_saved(
-            go.step, stats.blocked_s if go.background else time.perf_counter() - go.entered)
+        if self.report_times:
+            goodput.checkpoint_saved(
+                go.step, stats.blocked_s if go.background else time.perf_counter() - go.entered)
         return True
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
@@ -347,7 +353,8 @@ class Checkpointer:
         began = time.perf_counter()
         restored = self._load(state, step)
         # Also a start from scratch (None): the account then counts nothing before it.
-        goodput.checkpoint_restored(restored, time.perf_counter() - began)
+        if self.report_times:
+            goodput.checkpoint_restored(restored, time.perf_counter() - began)
         return restored
 
     def _load(self, state: MutableMapping[str, Any], step: int | None) -> int | None:
