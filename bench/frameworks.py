@@ -4,11 +4,13 @@ save, time to resume after a SIGKILL, and goodput with one SIGKILL every --kill-
 
     flock /tmp/perdure-heavy.lock .venv/bin/python bench/frameworks.py [--embd 256 --layers 4]
 
-Blocked time per save: the `checkpoint_save` records the callback reports (for the stock
-Trainer, from the end of the step to the end of its synchronous save; for PerdureTrainer, the
-copy into host buffers). Resume: the `restore` record of the launch after a kill (train()
-called -> the first step can start). Goodput: `perdure describe`'s productive time / running
-time over a run of --duration seconds with a SIGKILL of worker-1 every --kill-every seconds.
+Blocked time per save: the `checkpoint_save` records the callback reports, from the end of
+the step to the end of the Trainer's save (for the stock Trainer its synchronous save; for
+PerdureTrainer the copy into host buffers), of the slower replica (the other waits for it at
+the next step's all-reduce), median over the saves. Resume: the `restore` record of each
+launch after a kill (train() called -> the first step can start), of the slower replica,
+median over the kills. Goodput: `perdure describe`'s productive time / running time over a
+run of --duration seconds with a SIGKILL of worker-1 every --kill-every seconds.
 """
 
 from __future__ import annotations
@@ -31,11 +33,16 @@ from fwharness import Job, kill_leftovers  # noqa: E402
 SCRIPT = ROOT / "tests" / "integration" / "frameworks" / "hf_train.py"
 
 
-def records(job: Job) -> list[dict[str, Any]]:
-    out = []
-    for path in sorted((job.state / "launches").glob("*/progress.jsonl")):
-        out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return out
+def slowest(job: Job, kind: str) -> list[float]:
+    """Per (launch, step) of a ``kind`` record, the longest one of the replicas'."""
+    longest: dict[tuple[str, Any], float] = {}
+    for replica in ("worker-0", "worker-1"):
+        for launch, recs in job.progress(replica).items():
+            for r in recs:
+                if r.get("kind") == kind and (kind != "restore" or r.get("step")):
+                    key = (launch, r.get("step"))
+                    longest[key] = max(longest.get(key, 0.0), float(r["seconds"]))
+    return list(longest.values())
 
 
 def measure(kind: str, root: Path, a: argparse.Namespace) -> dict[str, Any]:
@@ -60,9 +67,7 @@ def measure(kind: str, root: Path, a: argparse.Namespace) -> dict[str, Any]:
         d = job.describe()
     finally:
         kill_leftovers(job.state)
-    recs = records(job)
-    saves = [r["seconds"] for r in recs if r.get("kind") == "checkpoint_save"]
-    restores = [r["seconds"] for r in recs if r.get("kind") == "restore" and r.get("step")]
+    saves, restores = slowest(job, "checkpoint_save"), slowest(job, "restore")
     g = d.get("goodput", {})
     return {"kind": kind, "kills": kills, "saves": len(saves),
             "blocked_per_save_s": statistics.median(saves) if saves else None,
@@ -88,10 +93,10 @@ def main() -> None:
     for r in results:
         print(json.dumps(r), flush=True)
     s, q = results
-    if s["blocked_per_save_s"] and q["blocked_per_save_s"]:
-        ratio = q["blocked_per_save_s"] / s["blocked_per_save_s"]
-        print(f"blocked per save: stock {s['blocked_per_save_s']:.3f} s, PerdureTrainer "
-              f"{q['blocked_per_save_s']:.3f} s ({ratio:.2f}x)")
+    for what, key in (("blocked per save", "blocked_per_save_s"), ("resume", "resume_s")):
+        if s[key] and q[key]:
+            print(f"{what}: stock {s[key]:.3f} s, PerdureTrainer {q[key]:.3f} s "
+                  f"({q[key] / s[key]:.2f}x)")
     print(f"goodput with a kill every {a.kill_every:.0f} s: stock {s['goodput']}, "
           f"PerdureTrainer {q['goodput']} (load {os.getloadavg()[0]:.1f})")
 
