@@ -36,7 +36,7 @@ SCRIPT = ROOT / "tests" / "integration" / "frameworks" / "hf_train.py"
 def slowest(job: Job, kind: str) -> list[float]:
     """Per (launch, step) of a ``kind`` record, the longest one of the replicas'."""
     longest: dict[tuple[str, Any], float] = {}
-    for replica in ("worker-0", "worker-1"):
+    for replica in (f"worker-{n}" for n in range(job.replicas)):
         for launch, recs in job.progress(replica).items():
             for r in recs:
                 if r.get("kind") == kind and (kind != "restore" or r.get("step")):

@@ -14,6 +14,7 @@ Side effects: one all-gather on the checkpoint group in ``make_plan``; the rest 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,8 +97,7 @@ def make_plan(
 def _replicated_bytes(plans: list[SavePlan]) -> int:
     """The size of the items that more than one plan holds (a plain value counts 1, as in
     DCP's balancing). No side effects."""
-    holders: dict[MetadataIndex, list[Any]] = {}
-    for plan in plans:
-        for item in plan.items:
-            holders.setdefault(item.index, [item, 0])[1] += 1
-    return sum(item.tensor_storage_size() or 1 for item, n in holders.values() if n > 1)
+    items = [item for plan in plans for item in plan.items]
+    holders = Counter(item.index for item in items)
+    sizes = {item.index: item.tensor_storage_size() or 1 for item in items}
+    return sum(sizes[index] for index, n in holders.items() if n > 1)
