@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
 .PHONY: demo test test-frameworks test-ray bench-ray test-slurm bench-slurm soak lint bench \
-	venv clean test-serve-fuzz test-transport spec-reference test-gpu moto-venv bench-s3 test-s3
+	venv clean test-serve-fuzz test-transport spec-reference test-gpu moto-venv bench-s3 test-s3 \
+	docs docs-serve docs-reference
 
 venv: $(STAMP)
 
@@ -71,9 +72,26 @@ test-frameworks: $(STAMP)
 test-transport: $(STAMP)
 	$(BIN)/python -m pytest -q -m transport_long
 
-# The README's spec reference, from the pydantic models (a test fails when it is stale).
-spec-reference: $(STAMP)
-	$(BIN)/python -m perdure.cli.specref README.md
+# The site's generated pages (spec, CLI, Python and HTTP API, error codes, lifecycle, failure
+# policy) from the code; tests/unit/docs fails when one is stale.
+docs-reference: $(STAMP)
+	$(BIN)/python -m perdure.docgen
+
+spec-reference: docs-reference
+
+# The documentation site (docs/, mkdocs.yml): the docs extra goes into .venv on first use.
+DOCS_STAMP := $(VENV)/.perdure-docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	@scripts/timed "the docs extra: MkDocs and Material" $(BIN)/pip install -q -e '.[docs]'
+	@touch $@
+
+# Strict: a warning (a broken link, a page missing from the nav) fails the build.
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: $(DOCS_STAMP)
+	$(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

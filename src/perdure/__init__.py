@@ -6,16 +6,20 @@ This module imports nothing at start-up: every replica's supervisor imports the 
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from perdure.runtime.context import Context, init
 
+    __version__: str
+
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # pyproject's `version`, the one place it is written
+        from importlib.metadata import version
+
+        return version("perdure")
     if name in ("init", "Context"):
         from perdure.runtime import context
 

@@ -24,6 +24,14 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import perdure
+
+        typer.echo(f"perdure {perdure.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
@@ -32,6 +40,9 @@ def _root(
         typer.Option("--state-dir", envvar="PERDURE_STATE_DIR",
                      help="Where jobs, events and logs are kept."),
     ] = Path(".perdure"),
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print perdure's version (pyproject's `version`) and exit.")] = False,
 ) -> None:
     ctx.obj = Ctx(state_dir.resolve())
 

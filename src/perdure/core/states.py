@@ -1,24 +1,11 @@
 """Job and replica lifecycles: one enum each, every member carrying its facts.
 
-Job states and transitions:
-
-    QUEUED     -> PENDING (admitted: quota and capacity found) | CANCELLED | FAILED
-                  (INSUFFICIENT_CAPACITY once its retries run out)
-    PENDING    -> RUNNING (every replica started) | PENDING (a restart round) | QUEUED (job
-                  retry) | SUSPENDING | CANCELLING | SUCCEEDED | FAILED
-    RUNNING    -> PENDING (restart round: replicas starting again) | QUEUED (job retry)
-                  | SUSPENDING | CANCELLING | SUCCEEDED | FAILED
-    SUSPENDING -> SUSPENDED (every replica down) | FAILED | CANCELLING
-    SUSPENDED  -> QUEUED (requeued: automatically, or by `perdure resume` when held)
-                  | CANCELLED
-    CANCELLING -> CANCELLED (every replica down)
-    SUCCEEDED, FAILED, CANCELLED: terminal.
-
-Replica states:
-
-    WAITING  -> STARTING (launch sent) ; STARTING -> RUNNING (process up)
-    STARTING | RUNNING -> STOPPING (stop sent) | EXITED (process ended)
-    STOPPING -> EXITED ; EXITED -> STARTING (restart, move, new round or attempt)
+Job states: QUEUED -> PENDING -> RUNNING -> SUCCEEDED | FAILED, with SUSPENDING -> SUSPENDED
+(preemption) and CANCELLING -> CANCELLED beside them; SUCCEEDED, FAILED and CANCELLED are
+terminal. Replica states: WAITING -> STARTING -> RUNNING -> STOPPING -> EXITED. Every allowed
+transition, with when it happens, is JOB_TRANSITIONS and REPLICA_TRANSITIONS at the end of
+this module (the core's tests check every tick against them; the docs' lifecycle page is
+generated from them).
 """
 
 from __future__ import annotations
@@ -87,3 +74,65 @@ class ErrorCode(str, Enum):
     INTERNAL = "INTERNAL"
     CANCELLED = "CANCELLED"
     HANG = "HANG"  # no rank advanced for watchdog.hang_seconds (core/watchdog.py)
+
+
+# Every allowed transition and when it happens: the lifecycle above as data. The docs'
+# lifecycle page is generated from these, and every tick of the core's tests is checked
+# against them (tests/unit/core/sim.py).
+JOB_TRANSITIONS: dict[JobState, tuple[tuple[JobState, str], ...]] = {
+    JobState.QUEUED: (
+        (JobState.PENDING, "admitted: its queue's quota and the cluster's capacity were found"),
+        (JobState.SUSPENDING, "a preemption notice while it waits in a backend's queue"),
+        (JobState.SUSPENDED, "held (`perdure preempt --hold`) before it started"),
+        (JobState.CANCELLED, "cancelled before it ran"),
+        (JobState.FAILED, "INSUFFICIENT_CAPACITY: it waited for capacity past its retries"),
+    ),
+    JobState.PENDING: (
+        (JobState.RUNNING, "every replica started"),
+        (JobState.PENDING, "a restart round: replicas start again"),
+        (JobState.QUEUED, "a job retry: the attempt ended, a new one waits for admission"),
+        (JobState.SUSPENDING, "a preemption notice, or a replica saved and asked to resume"),
+        (JobState.CANCELLING, "cancelled: its replicas are being stopped"),
+        (JobState.SUCCEEDED, "the primary replica exited 0"),
+        (JobState.FAILED, "the failure policy's budgets ran out"),
+    ),
+    JobState.RUNNING: (
+        (JobState.PENDING, "a restart round or an elastic change: replicas start again"),
+        (JobState.QUEUED, "a job retry: the attempt ended, a new one waits for admission"),
+        (JobState.SUSPENDING, "a preemption notice, or a replica saved and asked to resume"),
+        (JobState.CANCELLING, "cancelled: its replicas are being stopped"),
+        (JobState.SUCCEEDED, "the primary replica exited 0"),
+        (JobState.FAILED, "the failure policy's budgets ran out"),
+    ),
+    JobState.SUSPENDING: (
+        (JobState.SUSPENDED, "every replica is down; its capacity is released"),
+        (JobState.FAILED, "a replica failed while the job suspended"),
+        (JobState.CANCELLING, "cancelled while it suspended"),
+    ),
+    JobState.SUSPENDED: (
+        (JobState.QUEUED, "requeued: at once, or by `perdure resume` when held"),
+        (JobState.CANCELLED, "cancelled while suspended"),
+    ),
+    JobState.CANCELLING: ((JobState.CANCELLED, "every replica is down"),),
+    JobState.SUCCEEDED: (),
+    JobState.FAILED: (),
+    JobState.CANCELLED: (),
+}
+
+REPLICA_TRANSITIONS: dict[ReplicaState, tuple[tuple[ReplicaState, str], ...]] = {
+    ReplicaState.WAITING: ((ReplicaState.STARTING, "its launch was sent"),),
+    ReplicaState.STARTING: (
+        (ReplicaState.RUNNING, "its process is up"),
+        (ReplicaState.STOPPING, "a stop was sent"),
+        (ReplicaState.EXITED, "its process ended"),
+    ),
+    ReplicaState.RUNNING: (
+        (ReplicaState.STOPPING, "a stop was sent"),
+        (ReplicaState.EXITED, "its process ended"),
+    ),
+    ReplicaState.STOPPING: ((ReplicaState.EXITED, "its process ended"),),
+    ReplicaState.EXITED: (
+        (ReplicaState.STARTING, "a restart, a move, a new round or a new attempt"),
+        (ReplicaState.WAITING, "it waits for a place in the next round or attempt"),
+    ),
+}

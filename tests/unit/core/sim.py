@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun, Script
@@ -13,7 +14,37 @@ from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job, make_replicas
 from perdure.core.records import Event, Node
 from perdure.core.spec import JobSpec, parse_job_spec
-from perdure.core.states import JobState
+from perdure.core.states import JOB_TRANSITIONS, REPLICA_TRANSITIONS, JobState
+
+_JOB_NEXT = {a: {b for b, _ in out} for a, out in JOB_TRANSITIONS.items()}
+_REPLICA_NEXT = {a: {b for b, _ in out} for a, out in REPLICA_TRANSITIONS.items()}
+
+
+def _reachable(graph: dict[Any, set[Any]], a: Any, b: Any) -> bool:
+    """Whether `b` is `a` or follows from it through allowed transitions (a tick may take a
+    job through several, e.g. SUSPENDED -> QUEUED)."""
+    seen, todo = {a}, [a]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return a == b or b in seen
+
+
+def check_transitions(before: dict[str, Job], after: dict[str, Job]) -> None:
+    """Every state change of a tick is one that core/states.py declares."""
+    for job_id, was in before.items():
+        now = after.get(job_id)
+        if now is None:
+            continue
+        assert _reachable(_JOB_NEXT, was.state, now.state), \
+            f"{job_id}: {was.state.value} -> {now.state.value} is not in JOB_TRANSITIONS"
+        old = {r.name: r.state for r in was.replicas}
+        for r in now.replicas:
+            if r.name in old:
+                assert _reachable(_REPLICA_NEXT, old[r.name], r.state), \
+                    f"{r.name}: {old[r.name].value} -> {r.state.value} not in REPLICA_TRANSITIONS"
 from perdure.core.tick import Snapshot
 
 SETTINGS = LaunchSettings(state_dir="/state", python="/usr/bin/python3")
@@ -67,9 +98,11 @@ class Sim:
         # copies only); checked on every step of every scenario small enough to cost nothing
         small = sum(len(j.replicas) for j in self.snap.jobs.values()) <= 64
         given = {i: j.to_json() for i, j in self.snap.jobs.items()} if small else {}
+        before = dict(self.snap.jobs) if small else {}
         out = decide(self.snap, obs, self.now, self.ports, self.settings)
         assert all(self.snap.jobs[i].to_json() == d for i, d in given.items()), \
             "decide changed a job of the snapshot it was given"
+        check_transitions(before, out.snapshot.jobs)
         self.events.extend(out.events)
         for d in out.decisions:
             if isinstance(d, Launch):
