@@ -1,7 +1,8 @@
-"""The README's Quickstart, run as written (issue 19.4): the `<!-- readme-test: run -->` bash
-block runs in a copy of examples/quickstart with `.venv/bin/activate` giving this test's
-interpreter; the first job trains from scratch, the second resumes from the first's newest
-checkpoint at the exact data position. The "before" script of the diff, an unmodified DDP
+"""The getting-started page's first job, run as written (issue 19.4): the
+`<!-- docs-test: run -->` bash block of docs/getting-started.md runs in a copy of
+examples/quickstart with `.venv/bin/activate` giving this test's interpreter; the first job
+trains from scratch, the second resumes from the first's newest checkpoint at the exact data
+position. The "before" script of the diff, an unmodified DDP
 script, runs under `perdure run` too. ~30 s on 2 cores."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
-BLOCK = re.compile(r"<!-- readme-test: run -->\n```bash\n(.*?)^```", re.M | re.S)
+BLOCK = re.compile(r"<!-- docs-test: run -->\n```bash\n(.*?)^```", re.M | re.S)
+PAGE = ROOT / "docs" / "getting-started.md"
 
 
 def quickstart_dir(tmp_path: Path) -> Path:
@@ -41,7 +43,7 @@ def outputs(state: Path) -> list[str]:
 
 
 def test_the_quickstart_runs_as_written_and_resumes(tmp_path: Path) -> None:
-    (text,) = BLOCK.findall((ROOT / "README.md").read_text())
+    (text,) = BLOCK.findall(PAGE.read_text())
     where = quickstart_dir(tmp_path)
     r = run_block(where, text)
     assert r.returncode == 0, r.stdout + r.stderr

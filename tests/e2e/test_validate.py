@@ -59,6 +59,6 @@ def test_each_problem_is_named(tmp_path: Path, job: str, cluster: str | None, sa
 def test_an_unknown_field_points_to_the_spec_reference(tmp_path: Path) -> None:
     _, _, err = validate(tmp_path, JOB % (2, "zzz: 1\n"))
     assert "zzz: unknown field; the fields here are name, queue, priority, pools" in err
-    assert "the README's \"Spec reference\" (README.md)" in err
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert "## Spec reference" in readme and "DESIGN.md" not in readme
+    assert "the spec reference, docs/reference/spec.md" in err
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "spec.md").read_text()
+    assert "# Job spec and cluster file" in page and "`pools[].replicas`" in page

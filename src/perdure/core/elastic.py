@@ -1,4 +1,4 @@
-"""Elastic jobs: membership rounds instead of restarts (README.md, "Elastic jobs").
+"""Elastic jobs: membership rounds instead of restarts (docs/guides/elastic.md).
 
 No side effects. A replica of an elastic job that is lost (crash, node loss, move) does not
 stop the others: in `resize` mode the survivors go on as a smaller group when at least the

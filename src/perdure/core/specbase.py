@@ -100,4 +100,5 @@ def did_you_mean(model: type[BaseModel], loc: Sequence[object]) -> str:
         "unknown field"
 
 
-REFERENCE = "every field, its type and default: the README's \"Spec reference\" (README.md)"
+REFERENCE = ("every field, its type and default: the spec reference, docs/reference/spec.md "
+             "(`make docs` builds the site)")

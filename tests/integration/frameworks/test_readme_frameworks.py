@@ -1,4 +1,5 @@
-"""The README's framework sections run as written: their script and job spec, under perdure."""
+"""The framework guides run as written (docs/guides/hf-trainer.md, lightning.md): each page's
+script and job spec, under perdure."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from fwharness import Job, tracked_jobs
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+GUIDES = Path(__file__).resolve().parents[3] / "docs" / "guides"
 
 
 @pytest.fixture
@@ -19,16 +20,16 @@ def jobs() -> Iterator[list[Job]]:
     yield from tracked_jobs()
 
 
-def section(title: str) -> tuple[str, str]:
-    """The python script and the job spec of the README's section `title`."""
-    text = README.read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+def section(page: str) -> tuple[str, str]:
+    """The python script and the job spec of the guide `page` (one of each)."""
+    text = (GUIDES / page).read_text()
     [script] = re.findall(r"```python\n(.*?)```", text, re.S)
     [spec] = re.findall(r"```yaml\n(.*?)```", text, re.S)
     return script, spec
 
 
-def run_section(title: str, root: Path, jobs: list[Job]) -> Path:
-    script, spec = section(title)
+def run_section(page: str, root: Path, jobs: list[Job]) -> Path:
+    script, spec = section(page)
     root.mkdir(parents=True, exist_ok=True)
     (root / "train.py").write_text(script)
     name = re.search(r"^name: (\S+)", spec, re.M)
@@ -43,9 +44,9 @@ def run_section(title: str, root: Path, jobs: list[Job]) -> Path:
     return root
 
 
-def test_the_hugging_face_section_runs_as_written(tmp_path: Path, jobs: list[Job]) -> None:
+def test_the_hugging_face_guide_runs_as_written(tmp_path: Path, jobs: list[Job]) -> None:
     pytest.importorskip("transformers")
-    root = run_section("Hugging Face Trainer", tmp_path, jobs)
+    root = run_section("hf-trainer.md", tmp_path, jobs)
     done = sorted(p.name for p in (root / "checkpoints").glob("checkpoint-*"))
     assert done == ["checkpoint-20", "checkpoint-40", "checkpoint-60"]
     for name in done:
@@ -53,8 +54,8 @@ def test_the_hugging_face_section_runs_as_written(tmp_path: Path, jobs: list[Job
         assert sorted(m.name for m in markers.iterdir()) == ["rank-0-of-2", "rank-1-of-2"]
 
 
-def test_the_lightning_section_runs_as_written(tmp_path: Path, jobs: list[Job]) -> None:
+def test_the_lightning_guide_runs_as_written(tmp_path: Path, jobs: list[Job]) -> None:
     pytest.importorskip("lightning")
-    root = run_section("Lightning", tmp_path, jobs)
+    root = run_section("lightning.md", tmp_path, jobs)
     committed = sorted(p.parent.name for p in (root / "checkpoints").glob("step-*/COMMITTED"))
     assert committed[-1] == "step-00000100"  # ModelCheckpoint: each epoch and the end

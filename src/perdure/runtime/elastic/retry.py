@@ -3,7 +3,7 @@
 No side effects: these are values and pure functions. The mode comes from the job spec (the
 controller sets PERDURE_ELASTIC_MODE and PERDURE_MIN_WORLD_SIZE for elastic jobs); an explicit
 `minimum_replicas` overrides it, and a disagreement is returned as a warning to show, never
-dropped silently (README.md, "Elastic jobs").
+dropped silently (docs/guides/elastic.md).
 """
 
 from __future__ import annotations
