@@ -1,9 +1,10 @@
 """The spec reference: every job-spec and cluster-file field, generated from the models.
 
-`python -m perdure.cli.specref` rewrites the tables between the markers of
-docs/reference/spec.md (`make docs-reference` rewrites every generated page); `--check` exits 1, saying what to run, when they are out of date. A field's
-description is its pydantic `description=`, else an entry of DESCRIPTIONS (a field with neither
-shows as undocumented, and a test fails on it).
+`python -m perdure.cli.specref [PAGE]` rewrites the tables between the markers of
+docs/reference/spec.md (`make docs-reference` rewrites every generated page); `--check` exits
+1, saying what to run, when they are out of date. A field's description is its pydantic
+`description=`, else an entry of DESCRIPTIONS (a field with neither shows as undocumented, and
+a test fails on it).
 """
 
 from __future__ import annotations

@@ -110,9 +110,9 @@ def lifecycle() -> str:
     out += ["", "### Replica states", "", "| state | process may exist | goes to | when |",
             "| --- | --- | --- | --- |"]
     for r in ReplicaState:
-        for i, (to, when) in enumerate(REPLICA_TRANSITIONS[r]):
+        for i, (after, when) in enumerate(REPLICA_TRANSITIONS[r]):
             first = f"`{r.value}` | {_yes(r.alive)}" if i == 0 else " |"
-            out.append(f"| {first} | `{to.value}` | {cell(when)} |")
+            out.append(f"| {first} | `{after.value}` | {cell(when)} |")
     out += ["", "### Node states", "", "| state | takes new replicas |", "| --- | --- |"]
     out += [f"| `{n.value}` | {_yes(n.schedulable)} |" for n in NodeState]
     out += ["", "### The job's main path", "", "```text", _main_path(), "```"]

@@ -89,9 +89,9 @@ def _signature(path: str, obj: Any) -> str:
 
 
 def _sig(obj: Any) -> str:
-    target = obj.fget if isinstance(obj, property) else getattr(obj, "__func__", obj)
     if isinstance(obj, property):
         return ""
+    target = getattr(obj, "__func__", obj)
     try:
         sig = inspect.signature(target)
     except (TypeError, ValueError):

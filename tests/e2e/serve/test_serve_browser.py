@@ -91,7 +91,7 @@ def test_dashboard_login_job_live_log_and_cancel(server: Server, page: Any) -> N
     assert pg.locator("pre.log img").count() == 0
     expect(pg.locator(".events li").first).to_be_visible()
     shot(pg, "2-job-running")
-    pg.screenshot(path=str(ARTIFACTS / "job-page-top.png"),  # the docs' picture (docs/serve-job-page.png)
+    pg.screenshot(path=str(ARTIFACTS / "job-page-top.png"),  # docs/serve-job-page.png
                   clip={"x": 0, "y": 0, "width": 1360, "height": 860})
     # The restart is a failure the job recovered from: never the job's error.
     expect(pg.locator(".error-box.recovered")).to_contain_text("Last failure (recovered)")

@@ -15,6 +15,9 @@ from perdure.core.model import Job, make_replicas
 from perdure.core.records import Event, Node
 from perdure.core.spec import JobSpec, parse_job_spec
 from perdure.core.states import JOB_TRANSITIONS, REPLICA_TRANSITIONS, JobState
+from perdure.core.tick import Snapshot
+
+SETTINGS = LaunchSettings(state_dir="/state", python="/usr/bin/python3")
 
 _JOB_NEXT = {a: {b for b, _ in out} for a, out in JOB_TRANSITIONS.items()}
 _REPLICA_NEXT = {a: {b for b, _ in out} for a, out in REPLICA_TRANSITIONS.items()}
@@ -45,9 +48,6 @@ def check_transitions(before: dict[str, Job], after: dict[str, Job]) -> None:
             if r.name in old:
                 assert _reachable(_REPLICA_NEXT, old[r.name], r.state), \
                     f"{r.name}: {old[r.name].value} -> {r.state.value} not in REPLICA_TRANSITIONS"
-from perdure.core.tick import Snapshot
-
-SETTINGS = LaunchSettings(state_dir="/state", python="/usr/bin/python3")
 
 
 def spec(text: str = "", **fields: object) -> JobSpec:
