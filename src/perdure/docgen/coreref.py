@@ -115,7 +115,7 @@ def lifecycle() -> str:
             out.append(f"| {first} | `{after.value}` | {cell(when)} |")
     out += ["", "### Node states", "", "| state | takes new replicas |", "| --- | --- |"]
     out += [f"| `{n.value}` | {_yes(n.schedulable)} |" for n in NodeState]
-    out += ["", "### The job's main path", "", "```text", _main_path(), "```"]
+    out += ["", "### Every transition at a glance", "", "```text", _main_path(), "```"]
     return "\n".join(out)
 
 
