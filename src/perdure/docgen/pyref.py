@@ -11,6 +11,8 @@ import re
 from types import ModuleType
 from typing import Any
 
+from perdure.docgen.text import no_tags
+
 # each documents its `__all__`; a submodule it exports (`perdure.runtime.goodput`) documents
 # its own
 MODULES = ("perdure", "perdure.runtime", "perdure.integrations.transformers",
@@ -120,7 +122,8 @@ def _own_doc(obj: Any) -> str:
 
 
 def _doc(obj: Any) -> str:
-    return _own_doc(obj) or "(no docstring)"
+    lines = (_own_doc(obj) or "(no docstring)").splitlines()
+    return "\n".join(ln if ln.startswith("    ") else no_tags(ln) for ln in lines)
 
 
 def _first_paragraph(obj: Any) -> str:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 
 
-def cell(text: str) -> str:
-    """`text` fit for one cell of a markdown table: one line, `|` escaped, and `<` outside
-    code spans escaped (`<state dir>` is no HTML tag)."""
-    text = " ".join(text.split())
+def no_tags(text: str) -> str:
+    """`text` with `<` outside code spans escaped: `<state dir>` is no HTML tag."""
     parts = text.split("`")
     parts[::2] = [p.replace("<", "&lt;") for p in parts[::2]]
-    return re.sub(r"(?<!\\)\|", r"\\|", "`".join(parts))
+    return "`".join(parts)
+
+
+def cell(text: str) -> str:
+    """`text` fit for one cell of a markdown table: one line, `|` escaped, no tags."""
+    return re.sub(r"(?<!\\)\|", r"\\|", no_tags(" ".join(text.split())))
