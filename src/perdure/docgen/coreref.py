@@ -17,6 +17,7 @@ from perdure.core.states import (
     NodeState,
     ReplicaState,
 )
+from perdure.docgen import diagram
 from perdure.docgen.text import cell
 
 # ErrorCode -> (what it means, what to do)
@@ -96,7 +97,9 @@ def errors() -> str:
 
 
 def lifecycle() -> str:
-    out = ["### Job states", "",
+    out = [diagram.svg(), "",
+           "Shaded: the job holds capacity; thick border: terminal. Hover an arrow for when "
+           "it is taken.", "", "### Job states", "",
            "| state | terminal | holds capacity | goes to | when |",
            "| --- | --- | --- | --- | --- |"]
     for state in JobState:

@@ -57,6 +57,16 @@ def test_every_error_code_and_rule_says_what_it_means() -> None:
         "describe the rule in perdure.docgen.coreref.RULE_HELP"
 
 
+def test_the_lifecycle_drawing_has_every_state_and_arrow() -> None:
+    from perdure.docgen import diagram
+
+    assert set(diagram.LAYOUT) == set(JobState)
+    drawing = diagram.svg()
+    arrows = sum(len(moves) for moves in JOB_TRANSITIONS.values())
+    assert drawing.count('class="edge"') == arrows and drawing.count("<rect") == len(JobState)
+    assert "\n\n" not in drawing  # a blank line would end Markdown's HTML block
+
+
 def test_every_state_has_its_transitions() -> None:
     assert set(JOB_TRANSITIONS) == set(JobState)
     assert all(not JOB_TRANSITIONS[s] for s in JobState if s.terminal)
