@@ -1,0 +1,27 @@
+"""A note the runtime sends just before the replica exits ("incomplete checkpoint skipped")
+is among the job's events, as `perdure describe` shows them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+NOTE = "checkpoint folders checkpoint-9 were not completed by every rank: skipped"
+
+
+def test_a_note_sent_right_before_the_exit_is_in_the_events(tmp_path: Path) -> None:
+    code = f"from perdure.runtime import goodput; goodput.note({NOTE!r})"
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"name": "noted", "pools": [
+        {"name": "worker", "command": ["python", "-c", code]}]}))
+    perdure = [sys.executable, "-m", "perdure.cli.main", "--state-dir", str(tmp_path / "s")]
+    run = subprocess.run([*perdure, "run", str(spec)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"[runtime] worker-0: {NOTE}" in run.stdout, run.stdout
+    describe = subprocess.run([*perdure, "describe", "noted"], capture_output=True, text=True,
+                              timeout=120)
+    assert f"[runtime] worker-0: {NOTE}" in describe.stdout, describe.stdout
