@@ -78,7 +78,7 @@ def test_output_without_newlines_goes_through_in_linear_time(tmp_path: Path) -> 
     for newlines in (True, False):
         marks = flood(tmp_path, newlines, 96)
         first, last = marks[3] - marks[0], marks[12] - marks[9]  # 24 MiB each
-        assert last <= 3 * first + 1.0, (newlines, marks)  # not growing with what is pending
+        assert last <= 4 * first + 2.0, (newlines, marks)  # not growing with what is pending
 
 
 BUSY = """
