@@ -45,3 +45,4 @@ def test_a_note_written_just_before_the_exit_arrives_before_the_exit(tmp_path: P
             assert progress[-1].step == step
     finally:
         backend.close()
+
