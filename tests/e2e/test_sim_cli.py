@@ -60,3 +60,25 @@ def test_sim_bad_input_names_it(tmp_path: Path) -> None:
         assert "Traceback" not in out.stderr
     out = perdure(tmp_path, "sim", job)
     assert out.returncode == 2 and "--cluster" in out.stderr
+
+
+
+def test_a_failure_rate_that_would_never_finish_is_refused_at_once(tmp_path: Path) -> None:
+    # 16,384 GPUs for 54 days: ~8.8e11 failures at a million per GPU-day; the simulation ran
+    # past 60 s at 2.9 GB and kept growing.
+    example = Path(__file__).resolve().parents[2] / "examples" / "llama3-16k"
+    for storm, field in (("per_gpu_day: 1000000", "categories.0.per_gpu_day"),
+                         ("mtbf_hours: 0.0001", "categories.1.mtbf_hours")):
+        ok = "{name: rare, mtbf_hours: 100000, scope: gpu, kind: transient}"
+        bad = f"{{name: storm, {storm}, scope: gpu, kind: transient}}"
+        both = [bad, ok] if field.startswith("categories.0") else [ok, bad]
+        (tmp_path / "f.yaml").write_text("categories:\n" + "".join(f"  - {c}\n" for c in both))
+        out = subprocess.run([sys.executable, "-m", "perdure.cli.main", "--state-dir",
+                              str(tmp_path / "state"), "sim", str(example / "job.yaml"),
+                              "--cluster", str(example / "cluster.yaml"), "--failures",
+                              str(tmp_path / "f.yaml"), "--days", "54"],
+                             text=True, capture_output=True, timeout=60, cwd=tmp_path)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert field in out.stderr and "at most 1,000,000" in out.stderr, out.stderr
+        assert out.stderr.startswith(f"perdure sim: {tmp_path / 'f.yaml'}: {field} ")
+        assert "16,384 GPUs" in out.stderr and "Traceback" not in out.stderr

@@ -16,6 +16,7 @@ from typing import ClassVar, NoReturn
 import typer
 
 from perdure.backends.base import Inspector, NodeInfo
+from perdure.cli.terminal import visible
 from perdure.core import yamlload
 from perdure.core.launchenv import workdir
 from perdure.core.model import Job, make_replicas
@@ -37,7 +38,8 @@ CLUSTER_COPY = "cluster.yaml"
 
 
 def die(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"perdure: {message}", err=True)
+    # a spec's report is several lines; user values in it are quoted already (repr)
+    typer.echo(visible(f"perdure: {message}", one_line=False), err=True)
     raise typer.Exit(code)
 
 

@@ -29,6 +29,7 @@ from perdure.cli.common import (
 )
 from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
 from perdure.cli.runprogress import RunProgress
+from perdure.cli.terminal import say, visible
 from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.controller.usercommands import controller_running, start_hint
@@ -43,9 +44,10 @@ ClusterOpt = Annotated[
 
 
 def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
+    """One event as a line, made visible (see terminal): its message is user data."""
     stamp = datetime.fromtimestamp(e.time).strftime("%H:%M:%S.%f")[:-3]
     who = f"{e.job_id} " if with_job and e.job_id else ""
-    return f"{stamp} {who}[{e.kind}] {e.message}"
+    return visible(f"{stamp} {who}[{e.kind}] {e.message}")
 
 
 def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
@@ -286,13 +288,14 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
                   "AGE", "DURATION", "ERROR", box=None)
     for r in rows:
         state = f"{r['state']} ({r['queue_reason']})" if r.get("queue_reason") else r["state"]
-        table.add_row(r["id"], r["name"], state, str(r["attempt"]), r["queue"],
-                      str(r["priority"]), jobview.step_text(r.get("step"), r.get("total_steps")),
-                      r.get("goodput_status", "-"), jobview.duration(now - r["created"]),
-                      jobview.duration(r.get("running_seconds")), _ls_error(r))
-    console = Console()
+        cells = (r["id"], r["name"], state, str(r["attempt"]), r["queue"],
+                 str(r["priority"]), jobview.step_text(r.get("step"), r.get("total_steps")),
+                 r.get("goodput_status", "-"), jobview.duration(now - r["created"]),
+                 jobview.duration(r.get("running_seconds")), _ls_error(r))
+        table.add_row(*map(visible, cells))
+    console = Console(markup=False)  # a cell's `[red]` is text (see terminal)
     if not console.is_terminal:  # piped: whole cells, never cut to 80 columns
-        console = Console(width=1000)
+        console = Console(width=1000, markup=False)
     console.print(table)
 
 
@@ -359,35 +362,35 @@ def describe(
     assert job is not None
     d = describe_json(store, job, ctx.state_dir)
     if as_json:
-        typer.echo(json.dumps(d, indent=2))
+        typer.echo(json.dumps(d, indent=2))  # JSON escapes control characters itself
         return
-    typer.echo(f"Job {d['id']} ({d['name']})  state {d['state']}  attempt {d['attempt']}  "
-               f"step {jobview.step_text(d['step'], d['total_steps'])}  "
-               f"queue {d['queue']}  priority {d['priority']}")
+    say(f"Job {d['id']} ({d['name']})  state {d['state']}  attempt {d['attempt']}  "
+        f"step {jobview.step_text(d['step'], d['total_steps'])}  "
+        f"queue {d['queue']}  priority {d['priority']}")
     if d["queue_reason"]:
-        typer.echo(f"Waiting in the backend's queue: {d['queue_reason']}")
+        say(f"Waiting in the backend's queue: {d['queue_reason']}")
     line = jobview.error_line(d)
     if line:
-        typer.echo(line)
+        say(line)
     if d["checkpoint"]["failed_saves"]:
         ck = d["checkpoint"]
-        typer.echo(f"Checkpoints: {'ALERT: ' if ck['alert'] else ''}{ck['failed_saves']} "
-                   f"save(s) in a row failed, training goes on: {ck['last_error']}")
-    typer.echo("Replicas:")
+        say(f"Checkpoints: {'ALERT: ' if ck['alert'] else ''}{ck['failed_saves']} "
+            f"save(s) in a row failed, training goes on: {ck['last_error']}")
+    say("Replicas:")
     for r in d["replicas"]:
-        typer.echo(_replica_line(r))
+        say(_replica_line(r))
     if job.spec.total_spares:
         held = ", ".join(d["spares"]) or "none free yet"
-        typer.echo(f"Spare nodes: {held} ({len(d['spares'])} of {job.spec.total_spares})")
+        say(f"Spare nodes: {held} ({len(d['spares'])} of {job.spec.total_spares})")
     events = store.events(job.id)
     reader = inspector(ctx)
     g = goodput(reader, job, events)
     for line in [*format_goodput(g), *format_elastic(elastic_changes(reader, job, events), g),
                  *format_watchdog(d["watchdog"])]:
-        typer.echo(line)
-    typer.echo("Events:")
+        say(line)
+    say("Events:")
     for e in events:
-        typer.echo("  " + _fmt_event(e))
+        say("  " + _fmt_event(e))
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ import typer
 
 from perdure.cli import export, jobs, ops, sim
 from perdure.cli.common import Ctx, describe_cluster, load_cluster, load_spec, new_job
+from perdure.cli.terminal import visible
 from perdure.core.text import plural
 from perdure.serve.command import serve
 from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
@@ -89,7 +90,7 @@ def main() -> None:
 
 def _fail(message: str) -> None:
     """One line on stderr and exit 2: the state dir, a file or the disk is the problem."""
-    print(f"perdure: {message}", file=sys.stderr)
+    print(visible(f"perdure: {message}", one_line=False), file=sys.stderr)
     raise SystemExit(2)
 
 

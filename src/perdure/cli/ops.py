@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli.common import Ctx, die, inspector, load_cluster
+from perdure.cli.terminal import say
 from perdure.controller.usercommands import CommandRefused, send_job_command, send_node_command
 from perdure.core.text import plural
 
@@ -129,9 +130,9 @@ def node_ls(c: typer.Context) -> None:
         # the controller records what it found; before it ran, what the file declares
         gpus = stored[name].gpus if name in stored else declared.get(name)
         shown = "" if not gpus else f"{plural(gpus, 'GPU')}  "
-        typer.echo(f"{name:<12} {plural(slots, 'slot') + '  ':<9}{shown}{state}")
+        say(f"{name:<12} {plural(slots, 'slot') + '  ':<9}{shown}{state}")
     if line := inspector(ctx).pool_summary():
-        typer.echo(line)
+        say(line)
 
 
 def register(app: typer.Typer) -> None:

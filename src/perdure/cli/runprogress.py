@@ -16,6 +16,7 @@ import typer
 from perdure.backends.base import Inspector
 from perdure.cli import jobview
 from perdure.cli.reports import goodput
+from perdure.cli.terminal import say, visible
 from perdure.core.goodput import Goodput
 from perdure.store.sqlite import Store
 
@@ -69,11 +70,12 @@ class RunProgress:
             self.progress.stop()
 
     def echo(self, line: str) -> None:
-        """Print a line above the progress line."""
+        """Print a line above the progress line (made visible: see terminal)."""
         if self.progress is not None:
-            self.progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            self.progress.console.print(visible(line), markup=False, highlight=False,
+                                        soft_wrap=True)
         else:
-            typer.echo(line)
+            say(line)
 
     def refresh(self, force: bool = False) -> None:
         """Redraw (at most every REFRESH_SECONDS): called from the controller's loop."""

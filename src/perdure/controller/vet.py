@@ -72,7 +72,7 @@ FIELDS: dict[type, dict[str, Callable[[Any], bool]]] = {
                    "user_error": lambda v: isinstance(v, bool)},
     LaunchQueued: {"launch_id": _launch_id, "reason": _str, "time": _num, "where": _str,
                    "detail": _str},
-    ReplicaProgress: {"launch_id": _launch_id, "step": _int, "time": _num, "steps": _int,
+    ReplicaProgress: {"launch_id": _launch_id, "step": _optional(_int), "time": _num, "steps": _int,
                       "step_seconds": _optional(_num), "save_seconds": _optional(_num),
                       "restores": lambda v: isinstance(v, tuple) and all(map(_str, v))},
     Command: {"kind": _str, "target": _str, "time": _num,

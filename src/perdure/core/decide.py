@@ -186,7 +186,8 @@ class _Decider(Tick):
         elif isinstance(obs, LaunchQueued):
             self.queued(job, r, obs)
         elif isinstance(obs, ReplicaProgress):
-            job.step = obs.step
+            if obs.step is not None:
+                job.step = obs.step
             for note in obs.notes:
                 self.event(job, "runtime", f"{r.name}: {note}")
             if obs.save_seconds is not None:

@@ -82,6 +82,7 @@ class LaunchQueued:
 class ReplicaProgress:
     """A replica reported training progress (step) through the runtime.
 
+    `step` is None when the replica reported no step yet (only notes, say, before it exited).
     `time` is when the controller saw it. `steps` steps finished since the last report, taking
     `step_seconds` each on average; `save_seconds`: the longest blocking part of a checkpoint
     save among them (None: no save). `notes`: messages the runtime asked to show as the job's
@@ -93,7 +94,7 @@ class ReplicaProgress:
     """
 
     launch_id: str
-    step: int
+    step: int | None
     time: float
     steps: int = 0
     step_seconds: float | None = None

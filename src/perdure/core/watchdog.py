@@ -114,8 +114,8 @@ class Watchdog:
         """Note a progress report of one of `job`'s launches (seen by the controller at
         `obs.time`)."""
         launches = running_launches(job)
-        if launches is None or obs.launch_id not in launches:
-            return
+        if launches is None or obs.launch_id not in launches or obs.step is None:
+            return  # a note without a step says nothing of where training is
         watch = self._watch(job.id, launches)
         rnd = watch.round
         rnd.steps[obs.launch_id] = obs.step

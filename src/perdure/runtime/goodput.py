@@ -39,6 +39,7 @@ FROM_PEER_SNAPSHOT = "snapshot-peer"  # a peer replica's memory
 FROM_OWN_SNAPSHOT = "snapshot-memory"  # the process's own memory
 FROM_SCRATCH = "scratch"
 DRAIN_SECONDS = 5.0  # at exit: how long records still on their way to the relay may take
+NOTE_SECONDS = 2.0  # how long a note waits to be delivered (a replica may end right after it)
 
 
 class Reporter:
@@ -203,8 +204,12 @@ def data_waited(seconds: float) -> None:
 
 
 def note(message: str) -> None:
-    """Something the job's owner should see in its events (`perdure describe`), sent once."""
-    reporter().emit("note", message=message)
+    """Something the job's owner should see in its events (`perdure describe`), sent once
+    and waited for (up to NOTE_SECONDS: notes are rare), so that a replica that ends right
+    after it, even by `os._exit` or a kill, has delivered it."""
+    r = reporter()
+    r.emit("note", message=message)
+    r.drain(NOTE_SECONDS)
 
 
 def flush() -> None:

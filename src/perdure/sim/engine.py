@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +83,7 @@ class Result:
 class Engine:
     """One policy, one job, one failure draw, on a simulated clock."""
 
-    def __init__(self, spec: JobSpec, nodes: dict[str, tuple[int, int]], draws: list[Draw],
+    def __init__(self, spec: JobSpec, nodes: dict[str, tuple[int, int]], draws: Iterable[Draw],
                  calib: Calibration, policy: Policy, seconds: float,
                  switch_nodes: int = 16) -> None:
         self.spec, self.policy, self.calib = policy.apply(spec), policy, calib
@@ -124,8 +124,15 @@ class Engine:
 
     def run(self) -> Result:
         self.at(0.0, self.submit)
-        for d in self.draws:
-            self.at(d.time, self.fail, d)
+        upcoming = iter(self.draws)  # one failure in the heap at a time: memory stays flat
+
+        def failure(d: Draw) -> None:
+            if (after := next(upcoming, None)) is not None:
+                self.at(after.time, failure, after)
+            self.fail(d)
+
+        if (first := next(upcoming, None)) is not None:
+            self.at(first.time, failure, first)
         while self.heap and self.heap[0][0] <= self.horizon:
             self.now = self.heap[0][0]
             while self.heap and self.heap[0][0] <= self.now:

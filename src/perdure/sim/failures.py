@@ -15,12 +15,18 @@ Each category gives its rate as `count` (over the reference), `per_gpu_day`, or 
 nodes), job (every replica). kind: transient (a restart on the same node helps) or hardware
 (the node leaves for `repair_hours`). `hang: true`: the process does not exit; the job stalls
 until a hang detector acts (the policy's: NCCL's timeout or perdure's watchdog).
+
+A run that would meet more than MAX_EXPECTED_FAILURES (1,000,000) failures on average (the
+rates x the job's GPUs x the days) is refused, naming the category's rate field; under it the
+failures are drawn as the simulation reaches them, so memory does not grow with their number.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +37,9 @@ from perdure.core.specbase import SpecModel
 from perdure.sim.sourcefile import read_source
 
 BUILTIN = ("llama3",)
+# The most failures a simulation meets on average: each goes through the real core, so a run
+# over it would take days (and a rate typed a million times too high, forever).
+MAX_EXPECTED_FAILURES = 1_000_000
 
 
 class Reference(SpecModel):
@@ -94,20 +103,69 @@ class Draw:
     node_index: int
 
 
-def draws(f: FailureFile, gpus: int, nodes: int, seconds: float, seed: int) -> list[Draw]:
+def expected(f: FailureFile, gpus: int, seconds: float) -> float:
+    """How many failures a run of `seconds` on `gpus` GPUs meets on average."""
+    return sum(f.rate(c) for c in f.categories) * gpus * seconds / 86400.0
+
+
+def check_expected(f: FailureFile, gpus: int, seconds: float, name: str = "failure file") -> None:
+    """ValueError naming the category's rate field that makes the run meet over
+    MAX_EXPECTED_FAILURES failures on average (each is simulated, one after another)."""
+    total = expected(f, gpus, seconds)
+    if total <= MAX_EXPECTED_FAILURES:
+        return
+    i, c = max(enumerate(f.categories), key=lambda ic: f.rate(ic[1]))
+    field = next(n for n in ("count", "per_gpu_day", "mtbf_hours") if getattr(c, n) is not None)
+    raise ValueError(
+        f"{name}: categories.{i}.{field} ({c.name}: {getattr(c, field):g}) and the others "
+        f"give about {total:.3g} failures in {seconds / 86400:g} days on {gpus:,} GPUs; "
+        f"perdure sim simulates at most {MAX_EXPECTED_FAILURES:,} (each one through the real "
+        "core): lower the rate, --days or the job's GPUs")
+
+
+class Draws:
     """Every failure of a run of `seconds` on `gpus` GPUs over `nodes` nodes, in time order:
-    a Poisson process per category (its rate x the GPUs), a uniformly chosen node."""
-    rng = random.Random(seed)
-    out: list[Draw] = []
-    for c in f.categories:
-        per_second = f.rate(c) * gpus / 86400.0
-        if per_second <= 0:
-            continue
+    a Poisson process per category (its rate x the GPUs), a uniformly chosen node.
+
+    Drawn as they are iterated (each iteration the same failures, from `seed`), so memory
+    stays the same however many there are: one pass at construction only advances the random
+    generator through each category to note where the next one begins, and iterating merges
+    the categories' streams, each from its own starting point. The draw is the one a single
+    generator makes category after category (a seed gives the failures it always gave).
+    """
+
+    def __init__(self, f: FailureFile, gpus: int, nodes: int, seconds: float,
+                 seed: int) -> None:
+        self.nodes, self.seconds = nodes, seconds
+        rng = random.Random(seed)
+        self.streams: list[tuple[Category, float, tuple[object, ...]]] = []
+        for c in f.categories:
+            per_second = f.rate(c) * gpus / 86400.0
+            if per_second <= 0:
+                continue
+            self.streams.append((c, per_second, rng.getstate()))
+            for _ in self._stream(rng, c, per_second):
+                pass
+
+    def _stream(self, rng: random.Random, c: Category, per_second: float) -> Iterator[Draw]:
         t = 0.0
         while True:
             t += -math.log(1.0 - rng.random()) / per_second
-            if t >= seconds:
-                break
-            out.append(Draw(t, c, rng.randrange(nodes)))
-    out.sort(key=lambda d: d.time)
-    return out
+            if t >= self.seconds:
+                return
+            yield Draw(t, c, rng.randrange(self.nodes))
+
+    def __iter__(self) -> Iterator[Draw]:
+        streams = []
+        for c, per_second, state in self.streams:
+            rng = random.Random()
+            rng.setstate(state)
+            streams.append(self._stream(rng, c, per_second))
+        return heapq.merge(*streams, key=lambda d: d.time)  # stable: ties in category order
+
+
+def draws(f: FailureFile, gpus: int, nodes: int, seconds: float, seed: int) -> Draws:
+    """The run's failures (see Draws); ValueError when there would be too many (see
+    check_expected)."""
+    check_expected(f, gpus, seconds)
+    return Draws(f, gpus, nodes, seconds, seed)

@@ -66,6 +66,7 @@ def table(results: list[Result], meta: dict[str, Any]) -> str:
 def run(spec: JobSpec, spec_name: str, cluster: ClusterSpec, failures: FailureFile,
         failures_name: str, calib: Calibration, calib_name: str, policies: list[Policy],
         days: float, seed: int) -> tuple[list[Result], dict[str, Any]]:
+    failure_files.check_expected(failures, gpus_of(spec), days * 86400, failures_name)
     began = time.perf_counter()
     results = simulate(spec, cluster, failures, calib, policies, days, seed)
     meta = {"spec": spec_name, "nodes": len(cluster.nodes), "gpus": gpus_of(spec),

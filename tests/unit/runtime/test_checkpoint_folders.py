@@ -42,13 +42,15 @@ def test_agree_resume_moves_newer_incomplete_folders_aside(tmp_path: Path) -> No
     assert folders.agree_resume(tmp_path).incomplete == ()
 
 
-def test_runtime_notes_reach_the_controller_with_the_next_progress(tmp_path: Path) -> None:
+def test_runtime_notes_reach_the_controller_before_any_step(tmp_path: Path) -> None:
     reader = ProgressReader()
     log = tmp_path / "progress.jsonl"
     log.write_text('{"kind": "note", "message": "skipped checkpoint-20", "t": 1}\n')
-    assert reader.read("l1", str(tmp_path), now=0.0) is None  # no step yet: kept
+    obs = reader.read("l1", str(tmp_path), now=0.0)  # no step yet: the note goes at once
+    assert obs is not None and obs.step is None and obs.notes == ("skipped checkpoint-20",)
     with log.open("a") as f:
         f.write('{"kind": "steps", "t": 2, "t0": 1, "first": 1, "last": 3, '
                 '"seconds": 0.3, "count": 3}\n')
-    obs = reader.read("l1", str(tmp_path), now=1.0)
-    assert obs is not None and obs.step == 3 and obs.notes == ("skipped checkpoint-20",)
+    assert reader.read("l1", str(tmp_path), now=0.1) is None  # read again within 0.5 s: not yet
+    obs = reader.read("l1", str(tmp_path), now=0.2, final=True)  # exited: read at once
+    assert obs is not None and obs.step == 3 and obs.notes == ()

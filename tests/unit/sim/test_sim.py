@@ -42,9 +42,42 @@ def test_llama3_is_table_5() -> None:
     assert sum(c.count or 0 for c in f.categories) == 419
     gpu_days = 16384 * 54
     assert sum(f.rate(c) for c in f.categories) * gpu_days == pytest.approx(419)
-    got = failures.draws(f, 16384, 2048, 54 * 86400, seed=1)
+    got = list(failures.draws(f, 16384, 2048, 54 * 86400, seed=1))
     assert 419 * 0.85 < len(got) < 419 * 1.15  # a Poisson draw of the same rates
     assert [d.time for d in got] == sorted(d.time for d in got)
+    assert got == list(failures.draws(f, 16384, 2048, 54 * 86400, seed=1))  # the same again
+
+
+def test_failures_are_drawn_as_the_simulation_meets_them() -> None:
+    # 50,000 failures: drawn and dropped one by one, never held all at once
+    import tracemalloc
+
+    f = failures.FailureFile.model_validate({"categories": [
+        {"name": "a", "per_gpu_day": 1.0, "scope": "gpu", "kind": "transient"},
+        {"name": "b", "per_gpu_day": 2.0, "scope": "node", "kind": "hardware"}]})
+    assert failures.expected(f, 1000, 100 * 86400 / 6) == pytest.approx(50_000)
+    tracemalloc.start()
+    try:
+        got = failures.draws(f, 1000, 125, 100 * 86400 / 6, seed=4)
+        count, last = 0, 0.0
+        for d in got:
+            assert d.time >= last
+            count, last = count + 1, d.time
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 0.95 * 50_000 < count < 1.05 * 50_000
+    assert peak < 1 << 20, peak  # a list of them took ~10 MB
+
+
+def test_a_rate_over_the_cap_is_refused_naming_its_field() -> None:
+    f = failures.FailureFile.model_validate({"categories": [
+        {"name": "a", "per_gpu_day": 0.001, "scope": "gpu", "kind": "transient"},
+        {"name": "storm", "mtbf_hours": 0.001, "scope": "gpu", "kind": "transient"}]})
+    with pytest.raises(ValueError, match=r"^ff.yaml: categories\.1\.mtbf_hours \(storm: 0.001\) "
+                       r".* at most 1,000,000 .*: lower the rate, --days or the job's GPUs$"):
+        failures.check_expected(f, 1024, 86400.0, "ff.yaml")
+    failures.check_expected(f, 1, 86400.0)  # 24,000: fine
 
 
 def test_failure_file_errors_name_the_field(tmp_path) -> None:  # type: ignore[no-untyped-def]

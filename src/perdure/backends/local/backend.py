@@ -233,7 +233,6 @@ class LocalBackend:
         if not tracked.started and os.path.exists(tracked.status_path):
             self._report_started(tracked, out)
         if os.path.exists(tracked.exit_path):
-            self._progress.forget(tracked.launch_id)
             self._report_exit(tracked, out)
             return
         if tracked.started and (p := self._progress.read(tracked.launch_id, tracked.dir, now)):
@@ -255,6 +254,11 @@ class LocalBackend:
         out.append(ReplicaStarted(tracked.launch_id, int(status["pid"]), status["started_at"]))
 
     def _report_exit(self, tracked: _Tracked, out: list[Observation]) -> None:
+        # What it reported last (a note, its last steps, flushed at its exit) comes first.
+        if tracked.started and (p := self._progress.read(tracked.launch_id, tracked.dir,
+                                                          time.monotonic(), final=True)):
+            out.append(p)
+        self._progress.forget(tracked.launch_id)
         record = layout.read_json(tracked.exit_path) or {}
         self._active.pop(tracked.launch_id, None)
         if "spawn_error" in record or "exit_code" not in record:

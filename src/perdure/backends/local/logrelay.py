@@ -4,15 +4,24 @@ The supervisor gives the replica two FIFOs in its launch dir instead of the log 
 standby opens them by path, as it would the files) and a thread here copies what arrives to
 each stream's own file (`<replica>.out`, `.err`, byte for byte as before) and to one merged
 file (`<replica>.log`) in arrival order. A line is written to the merged file whole, so two
-streams never cut into each other's lines; a partial line (a progress bar redrawn with `\\r`)
-is written once its stream has been quiet for PARTIAL_SECONDS.
+streams never cut into each other's lines; a `\\r` ends a line there as `\\n` does (a progress
+bar redrawn with `\\r` shows each redraw). What is left of a line that has not ended is
+written anyway once it is PARTIAL_SECONDS old or PARTIAL_MAX_BYTES long, even while its stream
+keeps writing: the merged file is never far behind, and the relay holds at most that much of a
+stream in memory. Each read costs time in proportion to its own size (a stream without any
+newline is as cheap to copy as one with).
+
+Every file the relay writes stays under the launch's log cap (logcap) as the bytes arrive: a
+write that takes a file over the cap trims it at once, so the files are never over it by more
+than that one write (a read, CHUNK, or a partial line) and never over it at rest, however fast
+the replica writes and however soon it exits.
 
 The supervisor holds a write end of each FIFO itself, so a reader never sees an end of file
 before the replica opened its end; `close` (after the replica and everything it left are
 gone) lets go of those ends and waits for the readers to reach the end. Order: lines written
 microseconds apart on the two streams may still swap (as in `docker logs`); anything further
-apart is in order. Side effects: creates the FIFOs, writes the files, a thread per stream.
-Standard library only, imported lazily (supervisor start-up time).
+apart is in order. Side effects: creates the FIFOs, writes and trims the files, a thread per
+stream. Standard library only, imported lazily (supervisor start-up time).
 """
 
 from __future__ import annotations
@@ -20,24 +29,55 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import time
+
+from perdure.backends.local import logcap
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 PARTIAL_SECONDS = 0.2
+PARTIAL_MAX_BYTES = 1 << 20
 CHUNK = 65536
 FIFOS = {"out": "stdout.fifo", "err": "stderr.fifo"}
+LINE_ENDS = (b"\n", b"\r")
+
+
+class CappedFile:
+    """A file the relay appends to, trimmed (logcap) as soon as a write takes it over `limit`
+    bytes (0: no cap); `trimmed(path, shift, mark)` hears of each trim (see logcap.trim)."""
+
+    def __init__(self, path: str, limit: int, trimmed: Callable[[str, int, int], None]) -> None:
+        self.path, self.limit, self.trimmed = path, limit, trimmed
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.size = os.fstat(self.fd).st_size
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        _write_all(self.fd, data)
+        self.size += len(data)
+        if self.limit and self.size > self.limit:
+            shift, mark = logcap.trim(self.path, self.limit)
+            self.size = os.fstat(self.fd).st_size
+            if shift:
+                self.trimmed(self.path, shift, mark)
 
 
 class LogRelay:
-    """Copies a replica's two streams to their files and to the merged file (see the module)."""
+    """Copies a replica's two streams to their files and to the merged file (see the module).
+    `max_bytes`: the log cap of each file (0: none); `trimmed` hears of each trim."""
 
-    def __init__(self, directory: str, files: dict[str, str], merged: str,
-                 header: str = "") -> None:
+    def __init__(self, directory: str, files: dict[str, str], merged: str, header: str = "",
+                 max_bytes: int = 0,
+                 trimmed: Callable[[str, int, int], None] = lambda path, shift, mark: None,
+                 ) -> None:
         import threading
 
         self.paths = {s: os.path.join(directory, name) for s, name in FIFOS.items()}
         self.reads: dict[str, int] = {}
         self.holds: list[int] = []
-        self.files: dict[str, int] = {}
-        self.pending = {s: b"" for s in FIFOS}
+        self.pending = {s: bytearray() for s in FIFOS}  # a line not ended yet, per stream
+        self.since = dict.fromkeys(FIFOS, 0.0)  # when each pending line began (monotonic)
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self._pump, args=(s,), name=f"log-{s}",
                                          daemon=True) for s in FIFOS]
@@ -48,11 +88,9 @@ class LogRelay:
             self.reads[stream] = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
             self.holds.append(os.open(path, os.O_WRONLY))
             os.set_blocking(self.reads[stream], True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        for stream, path in files.items():
-            self.files[stream] = os.open(path, flags, 0o600)
-        self.merged = os.open(merged, flags, 0o600)
-        _write_all(self.merged, header.encode())
+        self.files = {s: CappedFile(p, max_bytes, trimmed) for s, p in files.items()}
+        self.merged = CappedFile(merged, max_bytes, trimmed)
+        self.merged.write(header.encode())
 
     def start(self) -> None:
         for thread in self.threads:
@@ -65,9 +103,9 @@ class LogRelay:
         apart)."""
         fd = self.reads[stream]
         while True:
-            if self.pending[stream]:  # a partial line: written once the stream is quiet
-                ready, _, _ = select.select([fd], [], [], PARTIAL_SECONDS)
-                if not ready:
+            if self.pending[stream]:  # a partial line: written once it is PARTIAL_SECONDS old
+                wait = self.since[stream] + PARTIAL_SECONDS - time.monotonic()
+                if wait <= 0 or not select.select([fd], [], [], wait)[0]:
                     with self.lock:
                         self._flush_partial(stream)
                     continue
@@ -78,17 +116,27 @@ class LogRelay:
                 self._copy(stream, data)
 
     def _copy(self, stream: str, data: bytes) -> None:
-        _write_all(self.files[stream], data)
-        data = self.pending[stream] + data
-        cut = data.rfind(b"\n") + 1
-        if cut:
-            _write_all(self.merged, data[:cut])
-        self.pending[stream] = data[cut:]
+        self.files[stream].write(data)
+        pending = self.pending[stream]
+        cut = max(data.rfind(end) for end in LINE_ENDS) + 1
+        if cut:  # the pending line and every line ended in `data`, in one write
+            if pending:
+                pending += memoryview(data)[:cut]
+                self.merged.write(pending)
+                pending.clear()
+            else:
+                self.merged.write(memoryview(data)[:cut])
+        if cut < len(data):
+            if not pending:
+                self.since[stream] = time.monotonic()
+            pending += memoryview(data)[cut:]
+            if len(pending) >= PARTIAL_MAX_BYTES:
+                self._flush_partial(stream)
 
     def _flush_partial(self, stream: str) -> None:
         if self.pending[stream]:
-            _write_all(self.merged, self.pending[stream])
-            self.pending[stream] = b""
+            self.merged.write(self.pending[stream])
+            self.pending[stream].clear()
 
     def close(self) -> None:
         """Let the threads read to the end and close everything. Call it once the replica and
@@ -101,14 +149,14 @@ class LogRelay:
         with self.lock:
             for stream in FIFOS:
                 self._flush_partial(stream)
-        for fd in [*self.reads.values(), *self.files.values(), self.merged]:
+        for fd in [*self.reads.values(), *(f.fd for f in self.files.values()), self.merged.fd]:
             os.close(fd)
         for path in self.paths.values():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

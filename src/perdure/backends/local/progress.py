@@ -2,7 +2,9 @@
 
 The runtime (perdure.runtime.goodput) appends whole JSON lines to the launch directory's
 `progress.jsonl`. Each launch is read from where the last read stopped, at most every
-CHECK_SECONDS, with one stat when nothing is new, and summarised as one ReplicaProgress.
+CHECK_SECONDS, with one stat when nothing is new, and summarised as one ReplicaProgress; once
+more when the launch has exited (`final`), so what a replica wrote just before its exit (a
+note, its last steps) arrives before the exit does.
 
 Side effects: reads files.
 """
@@ -27,11 +29,12 @@ class ProgressReader:
         self._offsets: dict[str, int] = {}
         self._steps: dict[str, int] = {}
         self._next: dict[str, float] = {}
-        self._notes: dict[str, list[str]] = {}  # notes read before any step: sent with one
 
-    def read(self, launch_id: str, directory: str, now: float) -> ReplicaProgress | None:
-        """New progress of one launch since the last read (None: nothing new, or too soon)."""
-        if now < self._next.get(launch_id, 0.0):
+    def read(self, launch_id: str, directory: str, now: float,
+             final: bool = False) -> ReplicaProgress | None:
+        """New progress of one launch since the last read (None: nothing new, or too soon;
+        `final`: the launch exited, read whatever is left now)."""
+        if now < self._next.get(launch_id, 0.0) and not final:
             return None
         self._next[launch_id] = now + CHECK_SECONDS
         path = os.path.join(directory, FILE)
@@ -51,6 +54,7 @@ class ProgressReader:
     def _summarize(self, launch_id: str, data: bytes) -> ReplicaProgress | None:
         steps, seconds, save = 0, 0.0, None
         restores: list[str] = []
+        notes: list[str] = []
         failed: dict[str, Any] = {}
         step = self._steps.get(launch_id)
         for line in data.splitlines():
@@ -72,17 +76,17 @@ class ProgressReader:
                 if rec.get("step") is not None:
                     step = int(rec["step"])
             elif kind == "note":
-                self._notes.setdefault(launch_id, []).append(str(rec.get("message", "")))
-        if step is None:
+                notes.append(str(rec.get("message", "")))
+        if step is None and not notes:
             return None  # nothing that says where training is (start, data waits)
-        self._steps[launch_id] = step
-        notes = tuple(self._notes.pop(launch_id, ()))
+        if step is not None:
+            self._steps[launch_id] = step
         return ReplicaProgress(launch_id, step, time.time(), steps,
-                               seconds / steps if steps else None, save, notes, **failed,
+                               seconds / steps if steps else None, save, tuple(notes), **failed,
                                restores=tuple(restores))
 
     def forget(self, launch_id: str) -> None:
-        for d in (self._offsets, self._steps, self._next, self._notes):
+        for d in (self._offsets, self._steps, self._next):
             d.pop(launch_id, None)
 
 

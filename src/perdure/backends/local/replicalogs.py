@@ -1,6 +1,8 @@
 """A replica's log files as its supervisor writes them: the header a launch appends, the
 files opened for the replica (or the relay's FIFOs, when the launch also wants both streams
-merged in order, `output`), and the size cap (logcap) applied as the replica runs.
+merged in order, `output`), and the size cap (logcap): the relay applies it as the bytes
+arrive; without a relay (a launch record of an older perdure) it is applied as the replica runs
+and once more after it exits.
 
 Part of the supervisor, which runs on every replica start: no torch, subprocess, pathlib or
 typing imports here either (start-up time).
@@ -53,7 +55,7 @@ class Logs:
         from perdure.backends.local.logrelay import LogRelay
 
         self.relay = LogRelay(directory, {"out": self.spec["stdout"], "err": self.spec["stderr"]},
-                              merged, self.header_text)
+                              merged, self.header_text, self._limit(), self._trimmed)
         streams = self.relay.paths
         fifo_out = os.open(streams["out"], os.O_WRONLY)
         fifo_err = os.open(streams["err"], os.O_WRONLY)
@@ -79,16 +81,25 @@ class Logs:
             self.relay.close()
 
     def trim(self) -> None:
-        """Keep the replica's log files under the launch's cap (logcap): the tail stays."""
-        limit = self.spec.get("log_max_bytes")
-        if not isinstance(limit, int) or limit <= 0:
+        """Keep the replica's log files under the launch's cap (logcap): the tail stays. A
+        relay keeps its files under it itself, as it writes them (a trim from here would race
+        its writes)."""
+        limit = self._limit()
+        if not limit or self.relay is not None:
             return
-        merged = self.spec.get("output")
-        files = {self.spec["stdout"], self.spec["stderr"], *([merged] if merged else [])}
-        for stream in sorted(files):
-            shift, mark = logcap.trim(stream, limit)
-            if shift and stream == self.spec["stderr"]:  # where this launch's output begins
-                self.err_offset = max(self.err_offset - shift, mark)
+        for stream in sorted({self.spec["stdout"], self.spec["stderr"]}):
+            self._trimmed(stream, *logcap.trim(stream, limit))
+
+    def _limit(self) -> int:
+        """The launch's log cap in bytes; 0: none."""
+        limit = self.spec.get("log_max_bytes")
+        return limit if isinstance(limit, int) and limit > 0 else 0
+
+    def _trimmed(self, path: str, shift: int, mark: int) -> None:
+        """`path` was trimmed (logcap.trim's shift and mark): where this launch's stderr
+        begins moves with it."""
+        if shift and path == self.spec["stderr"]:
+            self.err_offset = max(self.err_offset - shift, mark)
 
 
 def _header(launch_id: str) -> str:

@@ -326,6 +326,7 @@ class Supervisor:
         statuses, maxrss = localranks.reap(self.pids)
         localranks.reap_orphans(self.pids)
         self.logs.close_relay()  # before the traceback is read from stderr
+        self.logs.trim()  # what it wrote since the last trim (a relay has trimmed its files)
         rank = self.failed[0] if self.failed else 0
         code = os.waitstatus_to_exitcode(statuses[rank])
         sig = -code if code < 0 else None
@@ -357,7 +358,6 @@ class Supervisor:
         error = read_error_file(self._file(rank_file(layout.ERROR, rank)))
         if error is not None:
             return error
-        self.logs.trim()  # the traceback is in the tail, which a trim keeps
         tail = read_stderr_tail(self.spec["stderr"], self.logs.err_offset, STDERR_TAIL_BYTES)
         return parse_traceback(tail) or parse_abort(tail)
 
