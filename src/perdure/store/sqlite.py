@@ -22,6 +22,7 @@ from perdure.core.model import Job, Replica
 from perdure.core.records import Event, Node
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
+from perdure.secrecy import redact
 from perdure.store import rows
 from perdure.store.files import create_private
 from perdure.store.files import describe_error as describe_error  # its users import it here
@@ -251,7 +252,7 @@ class Store:
                                                                      "STOPPING")]
         except (ValueError, TypeError, AttributeError):
             data, running = {}, []
-        message = f"{err}; the job was failed (the other jobs go on)"
+        message = redact(f"{err}; the job was failed (the other jobs go on)")
         data = {**(data if isinstance(data, dict) else {}), "state": JobState.FAILED.value,
                 "after_stop": None,
                 "error": {"code": ErrorCode.INTERNAL.value, "message": message}}
@@ -350,12 +351,13 @@ class Store:
             for job in jobs:
                 written.append((job, self._put_job(job)))
             for e in events:
+                message = redact(e.message)  # stored and published without credentials
                 cur = self.db.execute(
                     "INSERT INTO events(time, job_id, kind, message) VALUES (?,?,?,?)",
-                    (e.time, e.job_id, e.kind, e.message),
+                    (e.time, e.job_id, e.kind, message),
                 )
                 stored.append(StoredEvent(int(cur.lastrowid or 0), e.time, e.job_id, e.kind,
-                                          e.message))
+                                          message))
             if nodes is not None:
                 self._put_nodes(nodes)
             if last_command is not None:
@@ -380,4 +382,5 @@ class Store:
                 " ORDER BY id",
                 (job_id, after),
             ).fetchall()
-        return [StoredEvent(*r) for r in rows]
+        # redacted again when read: a row an older perdure stored may hold credentials
+        return [StoredEvent(i, t, j, k, redact(m)) for i, t, j, k, m in rows]
