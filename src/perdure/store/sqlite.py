@@ -27,6 +27,7 @@ from perdure.store import rows
 from perdure.store.files import create_private
 from perdure.store.files import describe_error as describe_error  # its users import it here
 from perdure.store.files import make_state_dir as make_state_dir
+from perdure.store.reader import open_existing
 from perdure.store.rows import ReplicaRows
 from perdure.store.schema import SCHEMA as SCHEMA
 from perdure.store.schema import TERMINAL as TERMINAL
@@ -43,34 +44,31 @@ class Store:
     def __init__(self, path: Path, *, create: bool = True) -> None:
         """Open (with `create`, create) the database; StoreError naming the path and cause.
 
-        Without `create` (read-only commands) a missing state dir stays missing.
+        Without `create` (read-only commands) a missing state dir stays missing, one on a
+        read-only mount is read, and one being made is waited for (store/reader.py).
         """
         self.path = path
         self.rows: ReplicaRows | None = None
         self._stop_checkpoints = threading.Event()
-        if not create and not path.is_file():
-            raise StoreError(
-                f"{path.parent}: no perdure state dir here (no {path.name}); check --state-dir "
-                "or $PERDURE_STATE_DIR"
-            )
         try:
-            if create:
-                make_state_dir(path.parent)
-                create_private(path)
+            if not create:  # a read-only mount, or a state dir `run` is making, reads too
+                self.db = open_existing(path)
+                self.rows = ReplicaRows(self.db)
+                self.db.execute("SELECT count(*) FROM jobs").fetchone()
+                return
+            make_state_dir(path.parent)
+            create_private(path)
             self.db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30,
                                       isolation_level=None, check_same_thread=False)
             into_wal(self.db)
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=30000")
             self.rows = ReplicaRows(self.db)
-            if create:
-                with self.transaction():
-                    for statement in SCHEMA.split(";"):
-                        if statement.strip():
-                            self.db.execute(statement)
-                    self._add_columns()
-            else:
-                self.db.execute("SELECT count(*) FROM jobs").fetchone()
+            with self.transaction():
+                for statement in SCHEMA.split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                self._add_columns()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(describe_error(path, exc)) from None
 
