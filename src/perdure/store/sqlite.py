@@ -159,7 +159,7 @@ class Store:
     def _put_job(self, job: Job, *, new: bool = False) -> rows.Written:
         """Write the job row and its changed replica rows (in the caller's transaction);
         what `_rows().remember` takes once the transaction committed."""
-        data = self._rows().job_text(job)
+        data = redact(self._rows().job_text(job))  # its error: never a URL's credentials
         if new:
             spec = job.spec.model_dump_json()
             try:  # a spec that would not read back (JSON writes an infinity as null) stays out
