@@ -47,7 +47,8 @@ def test_ls_polled_while_run_makes_the_state_dir_never_fails(tmp_path: Path) -> 
                 code, out = ls_json(state)
                 answers.append((code, out))
                 seen_jobs = code == 0 and bool(json.loads(out))
-        finally:
+        finally:  # the job seen: its run is done with making the state dir
+            run.terminate()
             run.wait(timeout=120)
     wrong = [(c, o) for c, o in answers
              if not (c == 0 and isinstance(json.loads(o), list)) and NO_STATE not in o]
@@ -65,17 +66,25 @@ def test_an_empty_database_file_is_explained_in_one_line(tmp_path: Path) -> None
     assert (tmp_path / "perdure.db").stat().st_size == 0  # a reader never writes it
 
 
-@pytest.fixture(params=["closed", "with its WAL"])
-def read_only(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A state dir with a finished job, seen through a read-only bind mount (root) or with
-    its write permissions taken away (another user): closed (no -wal, no -shm: as copied or
-    archived, or once its last reader closed), or as `run` left it."""
-    state = tmp_path / "state"
-    spec = tmp_path / "s.yaml"
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A state dir with a finished job, as `run` left it."""
+    base = tmp_path_factory.mktemp("finished")
+    spec = base / "s.yaml"
     spec.write_text(SPEC)
-    done = subprocess.run([*PERDURE, "--state-dir", str(state), "run", str(spec)],
+    done = subprocess.run([*PERDURE, "--state-dir", str(base / "state"), "run", str(spec)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    return base / "state"
+
+
+@pytest.fixture(params=["closed", "with its WAL"])
+def read_only(finished: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A copy of `finished` seen through a read-only bind mount (root) or with its write
+    permissions taken away (another user): closed (no -wal, no -shm: as archived, or once
+    its last reader closed), or as `run` left it."""
+    state = tmp_path / "state"
+    shutil.copytree(finished, state)
     if request.param == "closed":  # the last connection to close removes -wal and -shm
         db = sqlite3.connect(state / "perdure.db")
         db.execute("SELECT count(*) FROM jobs").fetchone()
