@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from perdure.core.events import ErrorInfo, Launch, Observation, Stop
+from perdure.secrecy import redact
 
 
 class LaunchError(RuntimeError):
@@ -137,9 +138,9 @@ def error_info(error: object) -> ErrorInfo | None:
     None for anything that is not one."""
     if not isinstance(error, dict):
         return None
-    return ErrorInfo(
+    return ErrorInfo(  # credentials in a URL a replica printed stop here (perdure.secrecy)
         type=str(error.get("type", "")),
-        message=str(error.get("message", "")),
-        traceback=str(error.get("traceback", "")),
+        message=redact(str(error.get("message", ""))),
+        traceback=redact(str(error.get("traceback", ""))),
         source=str(error.get("source", "error_file")),
     )

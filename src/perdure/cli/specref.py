@@ -68,8 +68,9 @@ DESCRIPTIONS: dict[str, str] = {
     "elastic": "what an elastic pool does when it loses replicas",
     "elastic.mode": "`resize`: go on with the survivors; `pause`: wait for all",
     "checkpoint": "where and how often the runtime's `Checkpointer` saves",
-    "checkpoint.dir": "a path (relative to the spec) or URL (`s3://...`); default: the state "
-                      "dir's `checkpoints/<job>`",
+    "checkpoint.dir": "a path (relative to the spec) or URL (`s3://BUCKET/...`, `gs://`, "
+                      "`file://`, `memory://`), never with credentials in it; default: the "
+                      "state dir's `checkpoints/<job>`",
     "checkpoint.every": "`auto`: the interval from data (Young/Daly)",
     "checkpoint.every_steps": "save every N steps (`Checkpointer.maybe_save`)",
     "checkpoint.every_seconds": "save every S seconds",
@@ -92,8 +93,9 @@ DESCRIPTIONS: dict[str, str] = {
     "slurm.account": "sbatch --account; null: the user's default",
     "slurm.qos": "sbatch --qos; null: the association's default",
     "slurm.time_limit": "one allocation's time limit (sbatch --time): MINUTES, HH:MM:SS, "
-                        "D-HH[:MM[:SS]] or UNLIMITED",
-    "slurm.sbatch_args": "extra sbatch arguments, appended as given",
+                        "D-HH[:MM[:SS]] (at most 365 days) or UNLIMITED",
+    "slurm.sbatch_args": "extra sbatch options, appended as given; not those perdure sets "
+                         "or reads back (--job-name, --nodelist, --output, --signal, ...)",
     "slurm.shared_dirs": "paths mounted at the same place on every node (as `ray.shared_dirs`)",
     "nodes": "virtual nodes, each a failure domain (with `ray`: omit to discover them)",
     "nodes[].name": "lowercase letters, digits and `-`",

@@ -10,15 +10,18 @@ from enum import Enum
 from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from perdure.core import yamlload
+from perdure import storageurl
+from perdure.core import sbatchargs, yamlload
 from perdure.core.specbase import FLOAT_LIMIT as FLOAT_LIMIT
 from perdure.core.specbase import INT_LIMIT as INT_LIMIT
 from perdure.core.specbase import MAX_STRING as MAX_STRING
 from perdure.core.specbase import REFERENCE, SpecModel, did_you_mean
 from perdure.core.watchspec import IntervalFields, WatchdogSpec
+from perdure.secrecy import has_userinfo, redact
 
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")  # with .match: no trailing newline
 
 MAX_POOLS = 64
 MAX_REPLICAS = 16384  # per job, all pools together (bench/controller.py --only big)
@@ -31,6 +34,9 @@ class SpecError(ValueError):
     """A spec or cluster file that cannot be used; the message names the field and the fix."""
 
 
+HIDDEN_VALUE = "hidden_value"  # an error whose value is never shown (it may hold a password)
+
+
 _Model = SpecModel  # every model below: unknown fields refused, every value bounded
 
 
@@ -41,6 +47,21 @@ def _check_env(env: dict[str, str]) -> dict[str, str]:
                 f"environment variable name {key!r} is empty or holds '='; write NAME: value"
             )
     return env
+
+
+def _storage_url(v: str) -> str:
+    """A storage field's value if perdure can use it; the reason, never the value, if not."""
+    why = storageurl.problem(v)
+    if why:
+        raise PydanticCustomError(HIDDEN_VALUE, "{why}", {"why": why})
+    return v
+
+
+def _no_credentials(v: str | None) -> str | None:
+    """An address field's value, refused (never echoed) when it holds user:password@."""
+    if v is not None and has_userinfo(v):
+        raise PydanticCustomError(HIDDEN_VALUE, "{why}", {"why": storageurl.CREDENTIALS})
+    return v
 
 
 class RuleAction(str, Enum):
@@ -166,6 +187,11 @@ class CheckpointSpec(IntervalFields):
     dir: str | None = None
     every_steps: int | None = Field(None, ge=1)
 
+    @field_validator("dir")
+    @classmethod
+    def _dir(cls, v: str | None) -> str | None:
+        return None if v is None else _storage_url(v)
+
 
 class PreemptionSpec(_Model):
     grace_seconds: float = Field(30.0, ge=0)
@@ -263,6 +289,8 @@ class RaySpec(_Model):
     # a checkpoint dir under one of them is reachable by every replica.
     shared_dirs: list[str] = Field(default_factory=list)
 
+    _address = field_validator("address")(_no_credentials)
+
 
 class SlurmSpec(_Model):
     """`slurm:` of a cluster file: what each attempt's allocation (`sbatch`) asks Slurm for,
@@ -281,11 +309,41 @@ class SlurmSpec(_Model):
         if not SLURM_TIME_RE.match(v):
             raise ValueError("use Slurm's time format: MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or "
                              "UNLIMITED")
+        if slurm_seconds(v) > MAX_SLURM_DAYS * 86400:
+            raise ValueError(f"more than {MAX_SLURM_DAYS} days; use UNLIMITED for no limit")
+        return v
+
+    @field_validator("sbatch_args")
+    @classmethod
+    def _sbatch_args(cls, v: list[str]) -> list[str]:
+        refused = sbatchargs.refusals(v)
+        if refused:  # one line each, at the argument's index
+            raise ValidationError.from_exception_data("sbatch_args", [
+                InitErrorDetails(type=PydanticCustomError("sbatch_arg", "{why}", {"why": why}),
+                                 loc=(i,), input=v[i]) for i, why in refused])
         return v
 
 
-# sbatch --time: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S", or UNLIMITED
-SLURM_TIME_RE = re.compile(r"^(\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
+# sbatch --time: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S", or UNLIMITED; each number
+# bounded (and the whole by MAX_SLURM_DAYS), no trailing newline (\Z, not $)
+SLURM_TIME_RE = re.compile(
+    r"(\d{1,9}(:\d{1,9}){0,2}|\d{1,9}-\d{1,9}(:\d{1,9}){0,2}|UNLIMITED|INFINITE)\Z")
+MAX_SLURM_DAYS = 365
+
+
+def slurm_seconds(limit: str) -> int:
+    """Seconds of a time limit SLURM_TIME_RE accepts (UNLIMITED: 0). No side effects."""
+    if limit in ("UNLIMITED", "INFINITE"):
+        return 0
+    days, _, clock = limit.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-H[:M[:S]]
+        h, m, sec = [*parts, 0, 0][:3]
+    elif len(parts) == 3:  # H:M:S
+        h, m, sec = parts
+    else:  # M or M:S
+        h, (m, sec) = 0, [*parts, 0][:2]
+    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + sec
 
 
 class ClusterSpec(_Model):
@@ -300,6 +358,8 @@ class ClusterSpec(_Model):
     # How replicas reach the controller: files in the state dir (one host), or the network
     # through the controller's relay (hosts without the state dir; always so on ray).
     transport: Literal["file", "net"] = "file"
+
+    _address = field_validator("address")(_no_credentials)
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterSpec:
@@ -322,8 +382,9 @@ MAX_ERRORS = 20  # lines of errors shown; a hostile file may have thousands
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    """A value as it appears in an error, cut short: errors never echo a whole document."""
-    text = repr(value)
+    """A value as it appears in an error, cut short, credentials hidden: errors never echo a
+    whole document, nor a password."""
+    text = redact(repr(value))
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
@@ -345,7 +406,8 @@ def _format_errors(err: ValidationError, source: str, model: type[SpecModel]) ->
         if e["type"] == "extra_forbidden":
             msg = did_you_mean(model, e["loc"])
         value = e.get("input")
-        shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {_short(value)})"
+        hidden = ("missing", "extra_forbidden", HIDDEN_VALUE)
+        shown = "" if e["type"] in hidden else f" (got {_short(value)})"
         lines.append(f"  {loc}: {msg}{shown}")
     if len(errors) > MAX_ERRORS:
         lines.append(f"  ... and {len(errors) - MAX_ERRORS} more errors")

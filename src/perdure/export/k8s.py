@@ -21,6 +21,7 @@ from perdure.export.gaps import ExportError, Gap
 from perdure.export.k8s_env import check_env
 from perdure.export.k8s_names import check_options, priority_class_name
 from perdure.export.k8s_policy import map_failure_policy
+from perdure.secrecy import is_secret, redact
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 KUEUE_API = "kueue.x-k8s.io/v1beta1"
@@ -111,13 +112,13 @@ def _env(spec: JobSpec, pool: PoolSpec, offset: int, ckpt: str) -> list[dict[str
     for name, value in contract_env(spec, pool, _facts(spec, pool, offset, ckpt)).items():
         if offset and name in ("RANK", "GROUP_RANK"):
             continue  # the rank script sets them
-        if name in user and is_credential(name):  # never into the manifest: from a Secret
+        if name in user and is_secret(name, user[name]):  # never in the manifest: a Secret
             env.append({"name": name, "valueFrom": {"secretKeyRef": {
                 "name": credentials_secret(spec), "key": name}}})
             continue
         if name in user:
             value = literal(user[name])  # the user's text stays as written
-        env.append({"name": name, "value": value})
+        env.append({"name": name, "value": redact(value)})  # credentials never in a manifest
     return env
 
 
@@ -131,14 +132,6 @@ def perdure_names(spec: JobSpec) -> set[str]:
     return names
 
 
-_CREDENTIAL = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL")
-
-
-def is_credential(name: str) -> bool:
-    """Whether an environment variable's name says it holds a credential. No side effects."""
-    return bool(_CREDENTIAL.search(name.upper()))
-
-
 def credentials_secret(spec: JobSpec) -> str:
     """The Secret a job's credential variables are read from in the pods."""
     return f"{spec.name}-credentials"
@@ -146,8 +139,8 @@ def credentials_secret(spec: JobSpec) -> str:
 
 def credential_gaps(spec: JobSpec) -> list[Gap]:
     """Credential variables of the spec: read from a Secret the user creates, never written."""
-    names = sorted({n for env in (spec.env, *(p.env for p in spec.pools)) for n in env
-                    if is_credential(n)})
+    names = sorted({n for env in (spec.env, *(p.env for p in spec.pools))
+                    for n, value in env.items() if is_secret(n, value)})
     if not names:
         return []
     keys = " ".join(f"--from-literal={n}=..." for n in names)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from perdure.core.spec import JobSpec
 from perdure.export.gaps import ExportError
 
-ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*\Z")  # .match: no trailing newline
 # Defaults perdure gives that a user may override (the contract's own names always win).
 OVERRIDABLE = frozenset({"OMP_NUM_THREADS"})
 

@@ -11,8 +11,8 @@ from perdure.core.spec import JobSpec
 from perdure.export.gaps import ExportError
 
 _LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
-DNS_LABEL = re.compile(rf"^{_LABEL}$")
-DNS_SUBDOMAIN = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+DNS_LABEL = re.compile(rf"{_LABEL}\Z")
+DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\Z")
 MAX_LABEL = 63  # a DNS label, and a label value (queue and priority names are label values)
 
 # A container image reference: [REGISTRY[:PORT]/]PATH[:TAG][@DIGEST], as registries parse it.
@@ -22,7 +22,7 @@ _REGISTRY = rf"{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?"
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 IMAGE = re.compile(
-    rf"^(?P<name>(?:{_REGISTRY}/)?{_PATH_PART}(?:/{_PATH_PART})*)(?::{_TAG})?(?:@{_DIGEST})?$"
+    rf"^(?P<name>(?:{_REGISTRY}/)?{_PATH_PART}(?:/{_PATH_PART})*)(?::{_TAG})?(?:@{_DIGEST})?\Z"
 )
 MAX_IMAGE_NAME = 255
 INT32 = (-(2**31), 2**31 - 1)

@@ -22,10 +22,12 @@ from perdure.core.model import Job, Replica
 from perdure.core.records import Event, Node
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
+from perdure.secrecy import redact
 from perdure.store import rows
 from perdure.store.files import create_private
 from perdure.store.files import describe_error as describe_error  # its users import it here
 from perdure.store.files import make_state_dir as make_state_dir
+from perdure.store.reader import open_existing
 from perdure.store.rows import ReplicaRows
 from perdure.store.schema import SCHEMA as SCHEMA
 from perdure.store.schema import TERMINAL as TERMINAL
@@ -42,34 +44,31 @@ class Store:
     def __init__(self, path: Path, *, create: bool = True) -> None:
         """Open (with `create`, create) the database; StoreError naming the path and cause.
 
-        Without `create` (read-only commands) a missing state dir stays missing.
+        Without `create` (read-only commands) a missing state dir stays missing, one on a
+        read-only mount is read, and one being made is waited for (store/reader.py).
         """
         self.path = path
         self.rows: ReplicaRows | None = None
         self._stop_checkpoints = threading.Event()
-        if not create and not path.is_file():
-            raise StoreError(
-                f"{path.parent}: no perdure state dir here (no {path.name}); check --state-dir "
-                "or $PERDURE_STATE_DIR"
-            )
         try:
-            if create:
-                make_state_dir(path.parent)
-                create_private(path)
+            if not create:  # a read-only mount, or a state dir `run` is making, reads too
+                self.db = open_existing(path)
+                self.rows = ReplicaRows(self.db)
+                self.db.execute("SELECT count(*) FROM jobs").fetchone()
+                return
+            make_state_dir(path.parent)
+            create_private(path)
             self.db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30,
                                       isolation_level=None, check_same_thread=False)
             into_wal(self.db)
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=30000")
             self.rows = ReplicaRows(self.db)
-            if create:
-                with self.transaction():
-                    for statement in SCHEMA.split(";"):
-                        if statement.strip():
-                            self.db.execute(statement)
-                    self._add_columns()
-            else:
-                self.db.execute("SELECT count(*) FROM jobs").fetchone()
+            with self.transaction():
+                for statement in SCHEMA.split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                self._add_columns()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(describe_error(path, exc)) from None
 
@@ -160,7 +159,7 @@ class Store:
     def _put_job(self, job: Job, *, new: bool = False) -> rows.Written:
         """Write the job row and its changed replica rows (in the caller's transaction);
         what `_rows().remember` takes once the transaction committed."""
-        data = self._rows().job_text(job)
+        data = redact(self._rows().job_text(job))  # its error: never a URL's credentials
         if new:
             spec = job.spec.model_dump_json()
             try:  # a spec that would not read back (JSON writes an infinity as null) stays out
@@ -251,7 +250,7 @@ class Store:
                                                                      "STOPPING")]
         except (ValueError, TypeError, AttributeError):
             data, running = {}, []
-        message = f"{err}; the job was failed (the other jobs go on)"
+        message = redact(f"{err}; the job was failed (the other jobs go on)")
         data = {**(data if isinstance(data, dict) else {}), "state": JobState.FAILED.value,
                 "after_stop": None,
                 "error": {"code": ErrorCode.INTERNAL.value, "message": message}}
@@ -350,12 +349,13 @@ class Store:
             for job in jobs:
                 written.append((job, self._put_job(job)))
             for e in events:
+                message = redact(e.message)  # stored and published without credentials
                 cur = self.db.execute(
                     "INSERT INTO events(time, job_id, kind, message) VALUES (?,?,?,?)",
-                    (e.time, e.job_id, e.kind, e.message),
+                    (e.time, e.job_id, e.kind, message),
                 )
                 stored.append(StoredEvent(int(cur.lastrowid or 0), e.time, e.job_id, e.kind,
-                                          e.message))
+                                          message))
             if nodes is not None:
                 self._put_nodes(nodes)
             if last_command is not None:
@@ -380,4 +380,5 @@ class Store:
                 " ORDER BY id",
                 (job_id, after),
             ).fetchall()
-        return [StoredEvent(*r) for r in rows]
+        # redacted again when read: a row an older perdure stored may hold credentials
+        return [StoredEvent(i, t, j, k, redact(m)) for i, t, j, k, m in rows]

@@ -21,7 +21,7 @@ def job(checkpoint: str | None) -> object:
     return parse_job_spec(text)
 
 
-@pytest.mark.parametrize("where", ["s3://bucket/run", "gs://b/x", "/mnt/shared/ckpt",
+@pytest.mark.parametrize("where", ["s3://bucket/run", "gs://bucket/x", "/mnt/shared/ckpt",
                                    "file:///mnt/shared/c"])
 def test_a_url_or_a_declared_shared_dir_is_accepted(where: str) -> None:
     check_shared_checkpoint(job(where), "/home/u/job", "/var/perdure", parse_cluster(RAY))

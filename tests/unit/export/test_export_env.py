@@ -44,8 +44,8 @@ def test_names_kubernetes_takes_and_overridable_defaults_are_kept() -> None:
         assert env["my.var-1"] == "a $(B) $$" and env["_X"] == "y"
 
 
-@pytest.mark.parametrize("where", ["s3://b/$(PERDURE_POD_INDEX)/x", "/ckpt/$(HOME)$$/y",
-                                   "gs://b/$$(RANK)"])
+@pytest.mark.parametrize("where", ["s3://bucket/$(PERDURE_POD_INDEX)/x", "/ckpt/$(HOME)$$/y",
+                                   "gs://bucket/$$(RANK)"])
 def test_a_checkpoint_dir_reaches_the_pod_as_written(where: str) -> None:
     spec = parse_job_spec(f"name: x\npools: [{{name: w, replicas: 2, command: [t]}}]\n"
                           f"checkpoint: {{dir: {json.dumps(where)}}}\n")

@@ -39,7 +39,7 @@ def spec_of(text: str) -> JobSpec:
     """A small spec with `text`'s top-level keys (a `pools:` in it replaces the default)."""
     pools = "" if text.startswith("pools:") else \
         "pools: [{name: w, replicas: 2, command: [python, t.py]}]\n"
-    return parse_job_spec("name: x\n" + pools + "checkpoint: {dir: 's3://b/x'}\n" + text)
+    return parse_job_spec("name: x\n" + pools + "checkpoint: {dir: 's3://bucket/x'}\n" + text)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)

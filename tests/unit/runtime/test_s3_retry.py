@@ -76,3 +76,36 @@ def test_bad_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("PERDURE_S3_BACKOFF_S", "soon")
     with pytest.raises(ValueError, match="PERDURE_S3_BACKOFF_S='soon'"):
         RetryPolicy.from_env()
+
+
+def _client_error_over(inner: Exception) -> Exception:
+    """What botocore raises when its HTTP client (aiohttp) raised `inner` before sending."""
+    from botocore.exceptions import HTTPClientError
+
+    try:
+        raise HTTPClientError(error=inner) from inner
+    except HTTPClientError as exc:
+        return exc
+
+
+@pytest.mark.parametrize(("inner", "expected"), [
+    (ValueError("Cannot combine AUTHORIZATION header with AUTH argument or credentials "
+                "encoded in URL"), False),
+    (TypeError("bad header value"), False),
+    (ConnectionResetError(104, "reset"), True),
+])
+def test_a_client_its_configuration_makes_fail_is_not_transient(
+        inner: Exception, expected: bool) -> None:
+    assert retry.transient(_client_error_over(inner)) is expected
+
+
+def test_call_raises_a_configuration_error_at_once_saying_what_to_check() -> None:
+    tries: list[int] = []
+
+    def refused() -> None:
+        tries.append(1)
+        raise _client_error_over(ValueError("credentials encoded in URL http://u:pw@host"))
+
+    with pytest.raises(retry.ConfigError, match="AWS_ENDPOINT_URL") as err:
+        retry.call("put x", refused, RetryPolicy(attempts=6, base_s=0.0, cap_s=0.0))
+    assert len(tries) == 1 and "pw@" not in str(err.value)

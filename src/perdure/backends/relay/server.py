@@ -56,7 +56,7 @@ HANDSHAKE_SECONDS = 5.0  # an unauthenticated connection gets this long to prove
 IDLE_SECONDS = 900.0  # an authenticated connection idle this long is closed
 MAX_CONNECTIONS = 2048
 _HELLO_LIMIT = 4096
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}\Z")  # .match: no trailing newline
 _BIND_RETRY_SECONDS = 5.0  # a previous controller's socket may still be closing
 
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import logging
 import os
 
+from perdure import secrecy
 from perdure.runtime import goodput
 from perdure.runtime.s3.retry import describe, positive_int
 
 log = logging.getLogger("perdure.checkpoint")
 ENV_ALERT_AFTER = "PERDURE_CHECKPOINT_ALERT_AFTER"
 DEFAULT_ALERT_AFTER = 3
-_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
 def alert_after_from_env() -> int:
@@ -30,13 +30,10 @@ def alert_after_from_env() -> int:
 
 
 def redact(text: str) -> str:
-    """``text`` with the values of credential variables of this environment blanked out (an
-    error message must never carry them into a log or an event). No side effects."""
-    for name in _SECRETS:
-        value = os.environ.get(name)
-        if value and len(value) >= 8:
-            text = text.replace(value, f"<{name}>")
-    return text
+    """``text`` with the values of this environment's secret variables blanked out and the
+    credentials of any URL hidden (an error message must never carry them into a log or an
+    event): perdure.secrecy's one rule. No side effects."""
+    return secrecy.redact(text, os.environ)
 
 
 class SaveFailures:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from perdure import storageurl
 from perdure.runtime.checkpoint.storage import ENV_DIR, FsspecStorage, LocalStorage, Storage
 
 
@@ -18,6 +19,7 @@ def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> 
     ``url`` None reads the environment variable PERDURE_CHECKPOINT_DIR (set by perdure's
     controller from the job spec's ``checkpoint.dir``).
     """
+    where = "Checkpointer url" if url is not None else ENV_DIR
     if url is None:
         url = os.environ.get(ENV_DIR)
         if not url:
@@ -26,6 +28,9 @@ def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> 
                 "path or an fsspec URL (e.g. Checkpointer('./checkpoints'))."
             )
     text = os.fspath(url)
+    why = storageurl.problem(text, schemes=None)
+    if why:  # never quoted: it may hold a password (the URL may come from the environment)
+        raise ValueError(f"{where}: the checkpoint URL {why}")
     if text.startswith("file://") and "::" not in text:
         return LocalStorage(text[len("file://") :])
     if "://" not in text and "::" not in text:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
+from perdure import storageurl
+
 __all__ = ["FsspecSource", "LocalSource", "S3Source", "Source", "as_source", "check_name"]
 
 
@@ -137,6 +139,9 @@ def as_source(source: str | os.PathLike[str] | Source) -> Source:
     if isinstance(source, Source):
         return source
     text = os.fspath(source)
+    why = storageurl.problem(text, schemes=None)
+    if why:  # never quoted: it may hold a password
+        raise ValueError(f"the data source URL {why}")
     if text.startswith("s3://"):
         return S3Source(text)
     if "://" in text and not text.startswith("file://"):

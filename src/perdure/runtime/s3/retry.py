@@ -3,8 +3,11 @@
 Transient: the server's 5xx answers (500 InternalError, 503 SlowDown / ServiceUnavailable),
 request timeouts and throttling, and the connection dropped, refused or reset (a server being
 restarted). Anything else (no such bucket, access denied, a key that is not there) is the
-answer and is raised at once. Waits grow exponentially up to a cap, with full jitter, so that
-the ranks of a job that all hit the same throttled prefix do not retry in step.
+answer and is raised at once; so is a client that its configuration makes fail before it
+sends anything (credentials encoded in AWS_ENDPOINT_URL, an endpoint that is no URL), raised
+as ConfigError saying so: botocore reports it as an HTTP client error that looks transient.
+Waits grow exponentially up to a cap, with full jitter, so that the ranks of a job that all
+hit the same throttled prefix do not retry in step.
 
 Settings (environment): PERDURE_S3_ATTEMPTS (tries per call, default 6), PERDURE_S3_BACKOFF_S
 (the first wait's ceiling, default 0.2 s), PERDURE_S3_BACKOFF_CAP_S (default 5 s).
@@ -26,6 +29,8 @@ from dataclasses import dataclass
 from http.client import IncompleteRead
 from typing import TypeVar
 
+from perdure.secrecy import redact
+
 log = logging.getLogger("perdure.s3")
 _T = TypeVar("_T")
 
@@ -37,6 +42,10 @@ TRANSIENT_CODES = frozenset({
 
 class GaveUp(OSError):
     """A call that kept failing transiently until its tries ran out."""
+
+
+class ConfigError(OSError):
+    """A call the client's configuration makes fail every time: never retried."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,18 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
+def misconfigured(exc: BaseException) -> bool:
+    """Whether ``exc`` was caused by the client refusing its own request (a ValueError or
+    TypeError under botocore's HTTP client error: credentials in the endpoint URL, a bad
+    endpoint): the same every time. No side effects."""
+    return any(isinstance(e, ValueError | TypeError) and not isinstance(e, OSError)
+               for e in _chain(exc)[1:])
+
+
 def transient(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is worth another try. No side effects."""
+    if misconfigured(exc):
+        return False
     for e in _chain(exc):
         if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError):
             return False
@@ -127,7 +146,7 @@ def describe(exc: BaseException) -> str:
     """The error as one line: its type, the server's code where it gave one, and the first
     line of its text. Nothing from the request (headers, signatures, keys)."""
     code = next((c for c in map(_code, _chain(exc)) if c is not None), None)
-    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    text = redact((str(exc).strip().splitlines() or [""])[0])[:300]
     return f"{type(exc).__name__}{f' ({code})' if code else ''}: {text}"
 
 
@@ -140,6 +159,12 @@ def call(what: str, fn: Callable[[], _T], policy: RetryPolicy) -> _T:
             return fn()
         except Exception as exc:
             failures += 1
+            if misconfigured(exc):
+                raise ConfigError(f"{what}: {describe(exc)}: the S3 client's configuration "
+                                  "makes every try fail, so it is not retried; check "
+                                  "AWS_ENDPOINT_URL (credentials go in AWS_ACCESS_KEY_ID/"
+                                  "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, never in the URL)"
+                                  ) from exc
             if not transient(exc):
                 raise
             if failures >= policy.attempts:
