@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli.common import die, load_spec, read_bytes
+from perdure.cli.terminal import visible
 from perdure.core import yamlload
 from perdure.export.gaps import ExportError
 from perdure.export.k8s import K8sOptions, export_k8s, to_yaml
@@ -49,9 +50,9 @@ def k8s(
     except ExportError as exc:
         die(str(exc))
     for note in notes:
-        typer.echo(f"perdure: note: {note}", err=True)
+        typer.echo(f"perdure: note: {visible(note)}", err=True)
     for gap in result.gaps:
-        typer.echo(f"perdure: {'error' if strict else 'warning'}: {gap}", err=True)
+        typer.echo(f"perdure: {'error' if strict else 'warning'}: {visible(gap)}", err=True)
     if strict and result.gaps:
         die(f"{len(result.gaps)} spec field(s) cannot be expressed as a JobSet (--strict); "
             "without --strict they are exported with the warnings above")
