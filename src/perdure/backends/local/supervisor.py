@@ -43,7 +43,12 @@ from perdure.backends.local.replicalogs import Logs
 from perdure.backends.local.spawnerror import spawn_failure
 from perdure.backends.local.standby import Standby, launch_fits
 from perdure.runtime.abort import parse_abort
-from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
+from perdure.runtime.errorfile import (
+    last_lines,
+    parse_traceback,
+    read_error_file,
+    read_stderr_tail,
+)
 from perdure.runtime.ranks import procs_of, rank_file
 
 TYPE_CHECKING = False
@@ -336,6 +341,7 @@ class Supervisor:
         cgroup_peak = self.limit.peak_bytes()
         oom = self.limit.oom_killed()
         self.limit.close()  # before exit.json: once the exit is seen, nothing is left behind
+        tail = self._stderr_tail() if exit_code != 0 else ""
         layout.write_json(
             self._file(layout.EXIT),
             {
@@ -347,18 +353,22 @@ class Supervisor:
                 "cgroup_peak_mb": round(cgroup_peak / 2**20, 1) if cgroup_peak else None,
                 "memory_mechanism": self.limit.mechanism,
                 "stop_signal": self.applied_stop[0] if self.applied_stop else None,
-                "error": self._error(rank) if exit_code != 0 else None,
+                "error": self._error(rank, tail) if exit_code != 0 else None,
+                # the reason of a failure with no exception, quoted in its message
+                "stderr_tail": last_lines(tail),
                 "local_rank": rank if self.procs > 1 and exit_code != 0 else None,
             },
         )
         return 0
 
-    def _error(self, rank: int) -> dict[str, str] | None:
+    def _stderr_tail(self) -> str:
+        self.logs.trim()  # the traceback is in the tail, which a trim keeps
+        return read_stderr_tail(self.spec["stderr"], self.logs.err_offset, STDERR_TAIL_BYTES)
+
+    def _error(self, rank: int, tail: str) -> dict[str, str] | None:
         error = read_error_file(self._file(rank_file(layout.ERROR, rank)))
         if error is not None:
             return error
-        self.logs.trim()  # the traceback is in the tail, which a trim keeps
-        tail = read_stderr_tail(self.spec["stderr"], self.logs.err_offset, STDERR_TAIL_BYTES)
         return parse_traceback(tail) or parse_abort(tail)
 
 

@@ -46,6 +46,7 @@ def main() -> None:
         restore_priority(niced)
     _become(launch)
     _guard_exit()
+    _integrations()
     try:
         _run(launch["target"], list(launch["args"]))
     except (SystemExit, KeyboardInterrupt):
@@ -81,6 +82,7 @@ def run_forked() -> int:
     launch: dict[str, Any] = json.loads(message)
     _become(launch)
     _guard_exit()
+    _integrations()
     code = 0
     try:
         _run(launch["target"], list(launch["args"]))
@@ -106,6 +108,16 @@ def _guard_exit() -> None:
     except ImportError:
         return
     exitguard.install()
+
+
+def _integrations() -> None:
+    """What perdure's start-up hook does in a cold interpreter (autoinstall: the spec's
+    `integrations:` in the script's Trainer)."""
+    try:
+        from perdure.integrations import autoinstall
+    except ImportError:
+        return
+    autoinstall.install()
 
 
 def _status(stop: SystemExit) -> int:
