@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from perdure.backends.stacks import DumpsStacks, StackDump
 from perdure.core import stacks as st
-from perdure.core.events import Command, Hung, Observation, ReplicaProgress
+from perdure.core.events import NO_STEP, Command, Hung, Observation, ReplicaProgress
 from perdure.core.launchenv import job_of_launch
 from perdure.core.model import Job
 from perdure.core.records import Event, Node
@@ -72,7 +72,7 @@ class WatchShell:
         for obs in observations:
             if isinstance(obs, ReplicaProgress):
                 job = jobs.get(job_of_launch(obs.launch_id))
-                if job is not None:
+                if job is not None and obs.step != NO_STEP:  # notes only: no progress
                     self.core.progress(job, obs)
                     self.stragglers.progress(job, obs)
         self._sample(jobs, now)

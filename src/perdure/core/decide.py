@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from perdure.core import admission, elastic, spares
 from perdure.core.commands import COMMANDS
 from perdure.core.events import (
+    NO_STEP,
     QUEUED_IN_BACKEND,
     Command,
     Decision,
@@ -187,7 +188,8 @@ class _Decider(Tick):
         elif isinstance(obs, LaunchQueued):
             self.queued(job, r, obs)
         elif isinstance(obs, ReplicaProgress):
-            job.step = obs.step
+            if obs.step != NO_STEP:
+                job.step = obs.step
             for note in obs.notes:
                 self.event(job, "runtime", f"{r.name}: {note}")
             if obs.save_seconds is not None:

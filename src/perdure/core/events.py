@@ -80,6 +80,9 @@ class LaunchQueued:
     detail: str = ""
 
 
+NO_STEP = -1  # ReplicaProgress.step of a report that carries notes only
+
+
 @dataclass(frozen=True)
 class ReplicaProgress:
     """A replica reported training progress (step) through the runtime.
@@ -95,7 +98,7 @@ class ReplicaProgress:
     """
 
     launch_id: str
-    step: int
+    step: int  # NO_STEP: a report of notes only, from a script that reports no steps
     time: float
     steps: int = 0
     step_seconds: float | None = None

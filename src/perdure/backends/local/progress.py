@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from perdure.core.events import ReplicaProgress
+from perdure.core.events import NO_STEP, ReplicaProgress
 
 FILE = "progress.jsonl"
 CHECK_SECONDS = 0.5
@@ -73,10 +73,13 @@ class ProgressReader:
                     step = int(rec["step"])
             elif kind == "note":
                 self._notes.setdefault(launch_id, []).append(str(rec.get("message", "")))
-        if step is None:
+        if step is None and not self._notes.get(launch_id):
             return None  # nothing that says where training is (start, data waits)
-        self._steps[launch_id] = step
+        if step is not None:
+            self._steps[launch_id] = step
         notes = tuple(self._notes.pop(launch_id, ()))
+        if step is None:  # notes of a script that reports no steps (autoinstall's word)
+            return ReplicaProgress(launch_id, NO_STEP, time.time(), notes=notes)
         return ReplicaProgress(launch_id, step, time.time(), steps,
                                seconds / steps if steps else None, save, notes, **failed,
                                restores=tuple(restores))

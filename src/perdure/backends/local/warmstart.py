@@ -47,6 +47,7 @@ def main() -> None:
     _become(launch)
     _guard_exit()
     _integrations()
+    _title(launch)
     try:
         _run(launch["target"], list(launch["args"]))
     except (SystemExit, KeyboardInterrupt):
@@ -83,6 +84,7 @@ def run_forked() -> int:
     _become(launch)
     _guard_exit()
     _integrations()
+    _title(launch)
     code = 0
     try:
         _run(launch["target"], list(launch["args"]))
@@ -108,6 +110,15 @@ def _guard_exit() -> None:
     except ImportError:
         return
     exitguard.install()
+
+
+def _title(launch: dict[str, Any]) -> None:
+    """`ps` shows the replica's command, as it would for a cold start (proctitle)."""
+    kind, name = launch["target"]
+    target = ["-m", name] if kind == "module" else [name]
+    from perdure.backends.local.proctitle import set_title
+
+    set_title([sys.executable, *target, *launch["args"]])
 
 
 def _integrations() -> None:
