@@ -62,7 +62,9 @@ def records(pids: list[int]) -> list[dict[str, int]]:
 
 def poll(pids: list[int]) -> tuple[int, list[tuple[int, int]]]:
     """How many ranks still run, and (local rank, wait status) of each that exited other than
-    with 0, by local rank. Exited ranks stay zombies (WNOWAIT): their pids and groups hold."""
+    with 0: those a signal killed first (a SIGKILLed rank is the cause; a peer's exit on the
+    broken collective, seen in the same poll, is its collateral), then by local rank. Exited
+    ranks stay zombies (WNOWAIT): their pids and groups hold."""
     flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
     running, failures = 0, []
     for rank, pid in enumerate(pids):
@@ -70,8 +72,14 @@ def poll(pids: list[int]) -> tuple[int, list[tuple[int, int]]]:
         if info is None:
             running += 1
         elif not (info.si_code == os.CLD_EXITED and info.si_status == 0):
-            failures.append((rank, info.si_status))
-    return running, failures
+            failures.append((info.si_code == os.CLD_EXITED, rank, info.si_status))
+    return running, [(rank, status) for _, rank, status in sorted(failures)]
+
+
+def killed(pids: list[int], rank: int) -> bool:
+    """Whether local rank `rank` (exited, not reaped) died of a signal."""
+    info = os.waitid(os.P_PID, pids[rank], os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    return info is not None and info.si_code != os.CLD_EXITED
 
 
 def reap_orphans(pids: list[int]) -> None:

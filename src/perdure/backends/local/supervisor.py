@@ -295,8 +295,12 @@ class Supervisor:
     def _stop_other_ranks(self, failed: int) -> None:
         """The replica failed with its local rank `failed`: stop the others now. A plain stop,
         recorded first as the backend records one (the runtime would take a bare SIGTERM
-        for a preemption notice and try to save without the dead rank)."""
-        deadline = time.time() + RANK_STOP_GRACE_SECONDS
+        for a preemption notice and try to save without the dead rank). A rank a signal
+        killed leaves the others nothing to finish (they wait on it in a collective, where
+        a SIGTERM handler never runs): they are killed at once, so the replica's exit is
+        seen as soon as a one-process replica's."""
+        grace = 0.0 if localranks.killed(self.pids, failed) else RANK_STOP_GRACE_SECONDS
+        deadline = time.time() + grace
         if not os.path.exists(self._file(layout.STOP)):
             layout.write_json(self._file(layout.STOP), {
                 "signal": int(signal.SIGTERM), "deadline": deadline,
