@@ -65,6 +65,7 @@ def hf_baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "out" / "model.safetensors"
 
 
+@pytest.mark.frameworks_long  # ~60 s here: a third Hugging Face run
 def test_run_clm_shape_resumes_from_the_latest_checkpoint(runs: list[Run], tmp_path: Path,
                                                           hf_baseline: Path) -> None:
     run = _run(runs, tmp_path, [*HF, "--step_time", "0.1"],
