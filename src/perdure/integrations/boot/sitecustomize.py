@@ -17,8 +17,9 @@ def _boot() -> None:
 
         autoinstall.install()
     except Exception as exc:  # never stop the replica's own script
-        print(f"perdure: the framework integrations could not be installed: {exc}",
-              file=sys.stderr)
+        if os.environ.get("PERDURE_INTEGRATIONS"):  # else: an interpreter without perdure
+            print(f"perdure: the spec's integrations could not be installed: {exc}",
+                  file=sys.stderr)
     ours = sys.modules.pop("sitecustomize", None)
     try:
         importlib.import_module("sitecustomize")  # the one this file hides, if any
