@@ -44,14 +44,15 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--ckpt_path", default=None)
     p.add_argument("--step_time", type=float, default=0.0)
+    p.add_argument("--devices", type=int, default=1)
     a = p.parse_args()
     L.seed_everything(0, workers=True)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(160, 16, generator=g)
     data = torch.utils.data.TensorDataset(x, x.sum(dim=1, keepdim=True))
-    loader = torch.utils.data.DataLoader(data, batch_size=16)  # 10 steps an epoch
+    loader = torch.utils.data.DataLoader(data, batch_size=16)  # 10 steps an epoch on 1 device
     model = Regression(a.step_time)
-    trainer = L.Trainer(max_epochs=a.epochs, accelerator="cpu", devices=1, logger=False,
+    trainer = L.Trainer(max_epochs=a.epochs, accelerator="cpu", devices=a.devices, logger=False,
                         enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[ModelCheckpoint(dirpath=a.out, save_top_k=-1), StepLog()])
     trainer.fit(model, loader, ckpt_path=a.ckpt_path)

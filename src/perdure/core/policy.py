@@ -122,8 +122,14 @@ def _not_runnable(f: Failure) -> bool:
     return f.exit_code in NOT_RUNNABLE and f.signal is None and f.error is None
 
 
+STDERR_CHARS = 800  # of a failure's stderr lines quoted in its message
+
+
 def _stderr(f: Failure) -> str:
-    return f" Last stderr: {f.stderr_tail}" if f.stderr_tail else ""
+    tail = f.stderr_tail.strip()
+    if len(tail) > STDERR_CHARS:
+        tail = "..." + tail[-STDERR_CHARS:]
+    return f" Last stderr: {tail}" if tail else ""
 
 
 def _user_message(f: Failure) -> str:

@@ -100,6 +100,7 @@ def test_run_clm_shape_with_the_transformers_integration(runs: list[Run], tmp_pa
     assert not [e for e in run.events() if "without perdure's integration" in e
                 or "from the beginning" in e]
     assert "import perdure" not in (tmp_path / HF[0]).read_text()  # the script is unmodified
+    assert run.warm()[-1], run.warm()  # the relaunch ran in a warm standby, integrated
     report("run_clm shape (integrations: [transformers])", run.kill_to_next_step())
 
 
@@ -118,3 +119,38 @@ def test_lightning_fit_with_the_lightning_integration(runs: list[Run], tmp_path:
     d = run.describe()
     assert d["goodput"]["last_step"] == 30, d["goodput"]
     report("Lightning fit (integrations: [lightning])", run.kill_to_next_step())
+
+
+# ---- two processes: the long variants ------------------------------------------------------
+
+
+@pytest.mark.frameworks_long
+def test_run_clm_shape_on_two_replicas_with_the_integration(runs: list[Run],
+                                                            tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    base = _run(runs, tmp_path / "base", HF, replicas=2, integrations=["transformers"])
+    base.succeeded()
+    run = _run(runs, tmp_path / "job", [*HF, "--step_time", "0.1"], replicas=2,
+               integrations=["transformers"])
+    run.wait_step(12)
+    run.sigkill("worker-1")
+    run.succeeded()
+    assert same_weights(tmp_path / "base/out/model.safetensors",
+                        tmp_path / "job/out/model.safetensors")
+    report("run_clm shape, 2 replicas (integrations: [transformers])", run.kill_to_next_step())
+
+
+@pytest.mark.frameworks_long
+def test_lightning_fit_on_two_local_ranks_with_the_integration(runs: list[Run],
+                                                               tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    argv = [*LIGHTNING, "--devices", "2", "--epochs", "4"]
+    base = _run(runs, tmp_path / "base", argv, procs_per_replica=2, integrations=["lightning"])
+    base.succeeded()
+    run = _run(runs, tmp_path / "job", [*argv, "--step_time", "0.1"], procs_per_replica=2,
+               integrations=["lightning"])
+    run.wait_step(8)  # 5 steps an epoch on 2 ranks: epoch 0's checkpoint is committed
+    run.sigkill()  # local rank 0: its sibling goes with it, the replica restarts
+    run.succeeded()
+    assert same_weights(tmp_path / "base/out/final.pt", tmp_path / "job/out/final.pt")
+    report("Lightning fit, 2 local ranks (integrations: [lightning])", run.kill_to_next_step())

@@ -94,6 +94,13 @@ class Run:
         assert after, self.log()[-3000:]
         return min(after) - self.killed_at
 
+    def warm(self, replica: str = "worker-0") -> list[bool]:
+        """Whether each launch of `replica` ran in a warm standby, in launch order."""
+        launches = sorted(self.state.glob(f"launches/*.{replica}.*"),
+                          key=lambda p: int(p.name.rsplit(".", 1)[1]))
+        return [bool(json.loads((p / "status.json").read_text()).get("warm"))
+                for p in launches if (p / "status.json").exists()]
+
     def describe(self) -> dict[str, Any]:
         out = subprocess.run([*PERDURE, "--state-dir", str(self.state), "describe", "job",
                               "--json"], capture_output=True, text=True, timeout=120)
