@@ -71,3 +71,14 @@ def test_ps_shows_a_warm_replicas_own_command(tmp_path: Path) -> None:
     shown = [line for line in next((tmp_path / "state").glob(
         "logs/*/attempt-1/worker-0.out")).read_text().splitlines() if line.startswith("cmdline")]
     assert shown[-1] == f"cmdline {[sys.executable, 'show.py', '--flag', '1']!r}"
+
+
+def test_a_restart_that_starts_over_is_in_describe(tmp_path: Path) -> None:
+    code = "import os, sys; sys.exit(1 if os.environ['PERDURE_RESTART_COUNT'] == '0' else 0)"
+    run, d = _run(tmp_path, {"command": ["python", "-c", code]})
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert d["starts_over"].startswith("worker-0 restarts from the beginning: nothing tells "
+                                       "perdure this script resumes; ~"), d["starts_over"]
+    text = subprocess.run([*PERDURE, "describe", "job", "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=60, check=True).stdout
+    assert f"Lost work: {d['starts_over']}" in text.splitlines()
