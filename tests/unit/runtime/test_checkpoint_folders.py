@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perdure.backends.local.progress import ProgressReader
+from perdure.core.events import NO_STEP
 from perdure.runtime.checkpoint import folders
 from perdure.runtime.checkpoint.folders import Folder, choose
 
@@ -42,13 +43,15 @@ def test_agree_resume_moves_newer_incomplete_folders_aside(tmp_path: Path) -> No
     assert folders.agree_resume(tmp_path).incomplete == ()
 
 
-def test_runtime_notes_reach_the_controller_with_the_next_progress(tmp_path: Path) -> None:
+def test_runtime_notes_reach_the_controller_even_before_a_step(tmp_path: Path) -> None:
     reader = ProgressReader()
     log = tmp_path / "progress.jsonl"
     log.write_text('{"kind": "note", "message": "skipped checkpoint-20", "t": 1}\n')
-    assert reader.read("l1", str(tmp_path), now=0.0) is None  # no step yet: kept
+    early = reader.read("l1", str(tmp_path), now=0.0)  # no step yet: the note alone
+    assert early is not None and early.step == NO_STEP
+    assert early.notes == ("skipped checkpoint-20",)
     with log.open("a") as f:
         f.write('{"kind": "steps", "t": 2, "t0": 1, "first": 1, "last": 3, '
                 '"seconds": 0.3, "count": 3}\n')
     obs = reader.read("l1", str(tmp_path), now=1.0)
-    assert obs is not None and obs.step == 3 and obs.notes == ("skipped checkpoint-20",)
+    assert obs is not None and obs.step == 3 and obs.notes == ()
