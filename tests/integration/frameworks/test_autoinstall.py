@@ -56,6 +56,7 @@ def test_a_hugging_face_trainer_gets_perdures_callback_once(tmp_path: Path) -> N
     assert _run(tmp_path, HF, "transformers") == {"plain": 1, "given": 1}
 
 
+@pytest.mark.frameworks_long  # the default suite's Lightning run resumes through the plugin
 def test_a_lightning_trainer_gets_the_callback_and_the_checkpoint_plugin(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     found = _run(tmp_path, LIGHTNING, "lightning")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unmodified import Run, direct, kill_leftovers, report, same_weights
+from unmodified import Run, direct, in_process, kill_leftovers, report, same_weights
 
 NANOGPT = ["nanogpt_like.py", "--out_dir=out", "--max_iters=40"]
 HF = ["hf_clm.py", "--output_dir", "out", "--max_steps", "20", "--save_steps", "5",
@@ -41,7 +41,7 @@ def _run(runs: list[Run], root: Path, argv: list[str], **pool: object) -> Run:
 
 
 def test_nanogpt_shape_resumes_with_init_from_resume(runs: list[Run], tmp_path: Path) -> None:
-    direct(tmp_path / "base", NANOGPT[0], NANOGPT[1:])
+    in_process(tmp_path / "base", NANOGPT[0], NANOGPT[1:])
     run = _run(runs, tmp_path / "job", [*NANOGPT, "--iter_time=0.1"],
                resume={"when_exists": "out/ckpt.pt", "args": ["--init_from=resume"]})
     run.wait_step(23)  # out/ckpt.pt holds iter 20
