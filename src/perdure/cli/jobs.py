@@ -35,6 +35,7 @@ from perdure.controller.loop import Controller, ControllerBusy
 from perdure.controller.usercommands import controller_running, start_hint
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
+from perdure.core.resume import STARTS_OVER
 from perdure.core.spec import ClusterSpec
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob, make_state_dir
 
@@ -326,6 +327,9 @@ def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
         "checkpoint": {"failed_saves": job.failed_saves, "alert": job.save_alert,
                        "last_error": job.save_error or None},
         "retries": job.retries,
+        # the last relaunch that lost its work without a word from the script (core.resume)
+        "starts_over": next((e.message for e in reversed(events) if e.kind == STARTS_OVER),
+                            None),
         "replicas": [{**jobview.replica_json(r), "gpus": r.gpus,
                       "devices": list(r.devices) if r.gpus else [],
                       "procs": _procs(job, r.pool)} for r in job.replicas],
@@ -372,6 +376,8 @@ def describe(
     line = jobview.error_line(d)
     if line:
         say(line)
+    if d["starts_over"]:
+        say(f"Lost work: {d['starts_over']}")
     if d["checkpoint"]["failed_saves"]:
         ck = d["checkpoint"]
         say(f"Checkpoints: {'ALERT: ' if ck['alert'] else ''}{ck['failed_saves']} "

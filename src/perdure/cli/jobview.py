@@ -73,7 +73,8 @@ SIGNAL_NAMES = {int(s): s.name for s in signal.Signals}
 def replica_json(r: Replica) -> dict[str, Any]:
     return {"name": r.name, "pool": r.pool, "index": r.index, "rank": r.rank,
             "state": r.state.value, "status": replica_status(r), "restarts": r.restarts,
-            "restarts_total": r.total_restarts, "exit_code": r.exit_code, "node": r.node}
+            "restarts_total": r.total_restarts, "exit_code": r.exit_code, "node": r.node,
+            "pid": r.pid}
 
 
 def replica_line(r: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli import export, jobs, ops, sim
+from perdure.cli.argv import hoist_state_dir
 from perdure.cli.common import Ctx, describe_cluster, load_cluster, load_spec, new_job
 from perdure.cli.terminal import visible
 from perdure.core.text import plural
@@ -75,6 +76,10 @@ app.command()(serve)
 
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    try:
+        sys.argv = hoist_state_dir(sys.argv)
+    except ValueError as exc:
+        _fail(str(exc))
     try:
         app()
     except (StoreError, UnreadableJob) as exc:

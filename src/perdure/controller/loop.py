@@ -20,6 +20,7 @@ from perdure.controller.collect import Collector
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
 from perdure.controller.publish import free_ports, publish_round
+from perdure.controller.resumes import ResumeShell
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
@@ -87,6 +88,7 @@ class Controller:
         self.held = backoff.Backoff()  # launches the machine refused, tried again later
         self.watch = WatchShell(state_dir, backend, clock)
         self.intervals = IntervalShell(settings.state_dir)
+        self.resumes = ResumeShell()
         self._poll_failing = False
         self._tick_refused = False
         self._spares: frozenset[str] = frozenset()  # spare nodes the backend was told of
@@ -346,6 +348,8 @@ class Controller:
         """Carry out a decision (a launch: `_launch`); other decisions the OS refuses are
         tried again next tick. The controller goes on either way."""
         if isinstance(d, Launch):
+            d, said = self.resumes.apply(d, self.clock())
+            self._start_events += said  # written by the next tick
             self._launch(d)
             return
         try:

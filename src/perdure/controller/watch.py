@@ -72,7 +72,7 @@ class WatchShell:
         for obs in observations:
             if isinstance(obs, ReplicaProgress):
                 job = jobs.get(job_of_launch(obs.launch_id))
-                if job is not None:
+                if job is not None and obs.step is not None:  # notes only: no progress
                     self.core.progress(job, obs)
                     self.stragglers.progress(job, obs)
         self._sample(jobs, now)

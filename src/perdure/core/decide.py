@@ -178,6 +178,7 @@ class _Decider(Tick):
         if not isinstance(obs, ReplicaProgress):  # these change the replica: the tick's own
             r = job.own(r)
         if isinstance(obs, ReplicaStarted):
+            r.pid = obs.pid
             self.started(job, r)
         elif isinstance(obs, ReplicaExited):
             self.exited(job, r, obs)
@@ -271,7 +272,7 @@ class _Decider(Tick):
             replica=r.name, primary=r is job.primary, exit_code=obs.exit_code,
             signal=obs.signal, oom=obs.oom, error=obs.error, notice=r.notice,
             node_lost=r.node if node is not None and node.state is NodeState.DOWN else None,
-            local_rank=obs.local_rank,
+            local_rank=obs.local_rank, stderr_tail=obs.stderr_tail,
         )
         r.notice = None
         _count_repeats(r, f)

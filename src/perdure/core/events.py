@@ -46,6 +46,8 @@ class ReplicaExited:
     error: ErrorInfo | None = None
     peak_rss_mb: float | None = None
     local_rank: int | None = None  # the process that failed first, of a multi-process replica
+    # The last lines of its stderr (clipped), for a failure with no exception to name
+    stderr_tail: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class LaunchQueued:
     time: float
     where: str = "the backend"
     detail: str = ""
+
+
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,18 @@ Observation = (ReplicaStarted | ReplicaExited | LaunchFailed | LaunchQueued | Re
 
 
 @dataclass(frozen=True)
+class ResumeArgs:
+    """A pool's `resume:` for one launch: append `args` when `glob` (absolute) matches.
+
+    `key` names the launch of the group it belongs to: the shell looks the glob up once per
+    key, so every rank of a group gets the same command (core.resume)."""
+
+    glob: str
+    args: tuple[str, ...]
+    key: str
+
+
+@dataclass(frozen=True)
 class Launch:
     """Start one replica process on a node."""
 
@@ -154,6 +170,7 @@ class Launch:
     # <state>/logs/<job>/attempt-<n>/<replica>; the backend appends .out / .err / .log (both)
     log_prefix: str
     gpus: int = 0  # GPUs the replica holds (env CUDA_VISIBLE_DEVICES names them, where known)
+    resume: ResumeArgs | None = None  # the shell appends its args when its glob matches
 
 
 @dataclass(frozen=True)

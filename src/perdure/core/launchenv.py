@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from perdure.core.events import Launch
 from perdure.core.layout import Layout, PoolBase
 from perdure.core.model import Job, Replica
+from perdure.core.resume import resume_args
 from perdure.core.spec import JobSpec, PoolSpec
 
 
@@ -156,6 +157,8 @@ def contract_env(spec: JobSpec, pool: PoolSpec, f: ReplicaFacts) -> dict[str, st
         "PERDURE_GRACE_SECONDS": f"{spec.preemption.grace_seconds:g}",
         **f.layout,
     }
+    if pool.integrations:  # perdure.integrations.autoinstall puts them in the script's Trainer
+        env["PERDURE_INTEGRATIONS"] = ",".join(pool.integrations)
     if pool.min_replicas is not None:
         env["PERDURE_MIN_REPLICAS"] = str(pool.min_replicas)
     if pool.procs_per_replica > 1:
@@ -212,6 +215,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
         memory_mb=pool.memory_mb,
         log_prefix=_under(base.logs, r.name),
         gpus=r.gpus,
+        resume=resume_args(job, r, pool),
     )
 
 

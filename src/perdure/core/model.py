@@ -64,6 +64,7 @@ class Replica:
     restarts_before: int = 0  # in the attempts before this one (and before a suspension)
     launches: int = 0  # all launches so far: makes launch ids unique
     launch_id: str | None = None
+    pid: int | None = None  # its process (local rank 0's) as its backend reported it started
     exit_code: int | None = None
     relaunch: bool = False  # STOPPING only to be started again (new round, move)
     notice: str | None = None  # "preemption" | "maintenance" while a notice is out

@@ -40,6 +40,7 @@ class Failure:
     notice: str | None = None  # "preemption" | "maintenance" when one was sent
     node_lost: str | None = None  # the node's name when the replica's node failed
     local_rank: int | None = None  # which process of a multi-process replica failed first
+    stderr_tail: str = ""  # its last stderr lines, clipped: the reason when no exception says
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,29 @@ def describe_exit(f: Failure) -> str:
     return text
 
 
+# The shell's statuses for a command it could not run: not executable, not found. Nothing a
+# restart or a retry changes.
+NOT_RUNNABLE = (126, 127)
+
+
+def _not_runnable(f: Failure) -> bool:
+    return f.exit_code in NOT_RUNNABLE and f.signal is None and f.error is None
+
+
+STDERR_CHARS = 800  # of a failure's stderr lines quoted in its message
+
+
+def _stderr(f: Failure) -> str:
+    tail = f.stderr_tail.strip()
+    if len(tail) > STDERR_CHARS:
+        tail = "..." + tail[-STDERR_CHARS:]
+    return f" Last stderr: {tail}" if tail else ""
+
+
 def _user_message(f: Failure) -> str:
+    if _not_runnable(f):
+        what = "not executable" if f.exit_code == 126 else "not found"
+        return f"{describe_exit(f)}: a command it runs is {what}.{_stderr(f)}"
     kind = nccl_kind(f.error)
     if f.error is not None and kind is not None:
         return f"{describe_exit(f)}. Termination reason: {kind}: {f.error.summary().rstrip('.')}."
@@ -120,7 +143,7 @@ def _user_message(f: Failure) -> str:
         return f"{describe_exit(f)}. Termination reason: {f.error.summary().rstrip('.')}."
     if f.node_lost:
         return f"{describe_exit(f)}. Termination reason: node {f.node_lost} was lost."
-    return f"{describe_exit(f)}."
+    return f"{describe_exit(f)}.{_stderr(f)}"
 
 
 def crash_loop(v: Verdict, f: Failure, repeats: int) -> Verdict:
@@ -159,6 +182,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("out of memory", lambda f, s: f.oom, Action.FAIL, ErrorCode.OUT_OF_MEMORY),
     # before the exit code: NCCL's watchdog aborts (SIGABRT), which is no crash of the script
     *(_nccl_rule(kind) for kind, _ in NCCL_KINDS),
+    Rule("command not runnable", lambda f, s: _not_runnable(f), Action.FAIL, ErrorCode.USER_CODE),
     Rule("transient exit code", _transient, Action.RETRY, ErrorCode.USER_CODE),
     Rule("peer lost", lambda f, s: is_peer_error(f.error), Action.RESTART, ErrorCode.USER_CODE),
     Rule("uncaught exception", lambda f, s: f.error is not None, Action.FAIL, ErrorCode.USER_CODE),
@@ -204,7 +228,7 @@ def classify(f: Failure, spec: JobSpec) -> Verdict:
             if rule.code is ErrorCode.OUT_OF_MEMORY:
                 message = (
                     f"Replica {f.replica} ran out of memory and exited with a non-zero "
-                    f"status of {f.exit_code}."
+                    f"status of {f.exit_code}.{_stderr(f)}"
                 )
             elif rule.code is not None:
                 message = _user_message(f)

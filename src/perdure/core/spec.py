@@ -110,6 +110,58 @@ class SchedulingSpec(_Model):
     placement_timeout_seconds: float = Field(120.0, ge=0)
 
 
+# The frameworks whose Trainer perdure's integration can be put into with no code change
+# (perdure.integrations.autoinstall).
+Integration = Literal["transformers", "lightning"]
+LATEST = "{latest}"  # in a `resume:` argument: the newest path the glob matched
+
+
+class ResumeSpec(_Model):
+    """How a script resumes (`resume:` of a pool): on every launch after the job's first, if
+    `when_exists` matches a path, `args` are appended to the command."""
+
+    when_exists: str = Field(description=(
+        "a glob, relative to the spec's directory or absolute: the script's own checkpoint "
+        "(out/ckpt.pt, out/checkpoint-*)"))
+    args: list[str] = Field(description=(
+        "appended to the command when the glob matches; {latest} in one is the newest match "
+        "(highest number in its name, then newest mtime)"))
+
+    @field_validator("when_exists")
+    @classmethod
+    def _glob(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("is empty: write the path (or glob) of the script's checkpoint, "
+                             "e.g. out/ckpt.pt")
+        if "://" in v:
+            raise ValueError("must be a local path or glob (relative to the spec's directory, "
+                             "or absolute), not a URL")
+        if v.count("[") != v.count("]"):
+            raise ValueError("is not a valid glob: a '[' without its ']' (or the other way "
+                             "round)")
+        return v
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            raise ValueError(f"args is a list of arguments, not a string: write {v.split()!r}")
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("is empty: list the arguments that make the script resume, "
+                                 "e.g. [--init_from=resume]")
+            v = [str(x) if isinstance(x, int | float) else x for x in v]
+            for arg in v:
+                unknown = [m for m in _PLACEHOLDER.findall(str(arg)) if m != LATEST]
+                if unknown:
+                    raise ValueError(f"{arg!r}: unknown placeholder {unknown[0]}; the only one "
+                                     f"is {LATEST} (the newest path the glob matched)")
+        return v
+
+
+_PLACEHOLDER = re.compile(r"\{[A-Za-z_]+\}")
+
+
 class PoolSpec(_Model):
     name: str
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
@@ -131,8 +183,21 @@ class PoolSpec(_Model):
     # Seconds this pool's replicas get to finish on their own once the primary succeeded
     # (DDP ranks end a moment after rank 0); then they are killed.
     grace: float = Field(10.0, ge=0)
+    resume: ResumeSpec | None = Field(None, description=(
+        "how the script resumes: {when_exists: GLOB, args: [...]}, appended on a relaunch "
+        "when GLOB matches"))
+    integrations: list[Integration] = Field(default_factory=list, max_length=2, description=(
+        "frameworks whose Trainer gets perdure's integration with no code change: "
+        "transformers, lightning"))
 
     _env = field_validator("env")(_check_env)
+
+    @field_validator("integrations")
+    @classmethod
+    def _integrations(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"names a framework twice: {v}")
+        return v
 
     @field_validator("name")
     @classmethod

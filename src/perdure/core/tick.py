@@ -19,6 +19,7 @@ from perdure.core.launchenv import LaunchSettings, build_launch, launch_id
 from perdure.core.layout import Layout, gpu_env, key_of
 from perdure.core.model import Job, Replica
 from perdure.core.records import Event, Node
+from perdure.core.resume import STARTS_OVER, from_the_beginning, says_it_resumes
 from perdure.core.states import JobState, NodeState, ReplicaState
 
 _NAME = operator.attrgetter("name")
@@ -301,11 +302,20 @@ class Tick:
             job.layout = Layout.of(job, self.nodes, (), planned=job.plan)
         layout = dataclasses.replace(job.layout, devices=gpu_env(job, self.nodes, among=mine))
         self.sent += len(mine)
+        self._starts_over(job, [r for r in mine if r.launches])
         for r in mine:
             r.launches += 1
             r.launch_id = launch_id(job, r)
             r.state = ReplicaState.STARTING
             self.decisions.append(build_launch(job, r, self.settings, layout))
+
+    def _starts_over(self, job: Job, again: list[Replica]) -> None:
+        """Say so when replicas launched before start again with nothing that tells perdure
+        their script resumes: their work since the start is lost, and nobody would know."""
+        pools = {p.name: p for p in job.spec.pools}
+        lost = [r.name for r in again if not says_it_resumes(job, pools[r.pool])]
+        if lost:
+            self.event(job, STARTS_OVER, from_the_beginning(job, lost, self.now))
 
     def kill_node(self, name: str) -> None:
         self.decisions.append(KillNode(name))

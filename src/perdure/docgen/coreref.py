@@ -65,6 +65,8 @@ RULE_HELP: dict[str, str] = {
                          "node preemption, a Slurm or Ray drain): the job suspends",
     "maintenance notice": "a replica exits after a maintenance notice (`perdure node "
                           "drain`): it starts elsewhere, keeping its identity",
+    "command not runnable": "exit status 126 or 127 (the command is not executable or not "
+                            "found, as the shell says): the job fails at once, quoting it",
     "suspend requested": "exit status 75 (`ctx.exit_suspended()`: saved, resume me)",
     "node lost": "the replica's node failed (or its Ray node died, its Slurm node was "
                  "lost): it restarts elsewhere, no restart counted",

@@ -287,6 +287,15 @@ def spec_gaps(spec: JobSpec) -> list[Gap]:
             "dropped)")
         for i, p in enumerate(spec.pools) if p.min_replicas is not None
     ]
+    for i, p in enumerate(spec.pools):
+        if p.resume is not None:
+            gaps.append(Gap(f"pools.{i}.resume", "a recreated pod runs its command as written "
+                            "(nothing looks the checkpoint up first): make the script resume "
+                            "by itself when its checkpoint exists"))
+        if p.integrations:
+            gaps.append(Gap(f"pools.{i}.integrations", "the pods' interpreter does not put "
+                            "perdure's integration into the Trainer: add the framework's "
+                            "PerdureCallback to the script"))
     if spec.restart.scope == "replica":
         gaps.append(Gap("restart.scope", "`replica` cannot be expressed: a failure recreates "
                         "every Job of the JobSet, as `group` does"))

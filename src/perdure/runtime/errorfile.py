@@ -168,6 +168,13 @@ def read_stderr_tail(path: PathLike, start: int = 0, limit: int = 64 * 1024) -> 
     return text
 
 
+def last_lines(text: str, lines: int = 3, width: int = 240) -> str:
+    """The last `lines` non-blank lines of `text`, each cut to `width` characters, joined by
+    " | ": what a failure message quotes of a replica's stderr."""
+    kept = [x.strip() for x in text.splitlines() if x.strip()][-lines:]
+    return " | ".join(x if len(x) <= width else x[:width - 3] + "..." for x in kept)
+
+
 def parse_traceback(stderr_tail: str) -> dict[str, str] | None:
     """Find the final uncaught exception in the end of a replica's stderr; None if there is none.
 

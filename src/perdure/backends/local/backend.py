@@ -277,6 +277,7 @@ class LocalBackend:
                 error=error_info(error),
                 peak_rss_mb=record.get("peak_rss_mb"),
                 local_rank=record.get("local_rank"),
+                stderr_tail=str(record.get("stderr_tail") or ""),
             )
         )
 

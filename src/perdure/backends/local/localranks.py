@@ -9,8 +9,10 @@ typing imports here either (start-up time).
 from __future__ import annotations
 
 import os
+import sys
 
 from perdure.backends.local import layout, procs
+from perdure.integrations.autoinstall import with_boot
 from perdure.runtime.ranks import local_rank_env, rank_file
 
 TYPE_CHECKING = False
@@ -31,7 +33,22 @@ def child_env(spec: dict[str, Any], directory: str, local_rank: int = 0) -> dict
     # Written before any stop signal: the runtime reads it to tell a notice from a plain stop.
     env["PERDURE_STOP_FILE"] = os.path.join(directory, layout.STOP)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env["PATH"] = python_first(env.get("PATH", ""), spec["command"][0])
+    env["PYTHONPATH"] = with_boot(env.get("PYTHONPATH", ""))
     return env
+
+
+def python_first(path: str, program: str) -> str:
+    """PATH with the directory of perdure's interpreter first, so that `python` in a wrapper
+    (`bash -c "... python train.py"`) is the interpreter a bare `python` command gets: the
+    launch's program when the spec said `python` (perdure put its interpreter there), else
+    the supervisor's own."""
+    named = os.path.isabs(program) and os.path.basename(program).startswith("python")
+    first = os.path.dirname(program if named else sys.executable)
+    parts = path.split(os.pathsep) if path else []
+    if not first or parts[:1] == [first]:
+        return path
+    return os.pathsep.join([first, *(p for p in parts if p != first)])
 
 
 def records(pids: list[int]) -> list[dict[str, int]]:
@@ -45,7 +62,9 @@ def records(pids: list[int]) -> list[dict[str, int]]:
 
 def poll(pids: list[int]) -> tuple[int, list[tuple[int, int]]]:
     """How many ranks still run, and (local rank, wait status) of each that exited other than
-    with 0, by local rank. Exited ranks stay zombies (WNOWAIT): their pids and groups hold."""
+    with 0: those a signal killed first (a SIGKILLed rank is the cause; a peer's exit on the
+    broken collective, seen in the same poll, is its collateral), then by local rank. Exited
+    ranks stay zombies (WNOWAIT): their pids and groups hold."""
     flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
     running, failures = 0, []
     for rank, pid in enumerate(pids):
@@ -53,8 +72,14 @@ def poll(pids: list[int]) -> tuple[int, list[tuple[int, int]]]:
         if info is None:
             running += 1
         elif not (info.si_code == os.CLD_EXITED and info.si_status == 0):
-            failures.append((rank, info.si_status))
-    return running, failures
+            failures.append((info.si_code == os.CLD_EXITED, rank, info.si_status))
+    return running, [(rank, status) for _, rank, status in sorted(failures)]
+
+
+def killed(pids: list[int], rank: int) -> bool:
+    """Whether local rank `rank` (exited, not reaped) died of a signal."""
+    info = os.waitid(os.P_PID, pids[rank], os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    return info is not None and info.si_code != os.CLD_EXITED
 
 
 def reap_orphans(pids: list[int]) -> None:

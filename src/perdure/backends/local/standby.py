@@ -17,6 +17,7 @@ import signal
 import sys
 
 from perdure.backends.local import procs
+from perdure.integrations.autoinstall import without_boot
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,7 +62,12 @@ def standby_env(base: dict[str, str]) -> dict[str, str]:
 
 
 def env_matches(child: dict[str, str], standby: dict[str, str]) -> bool:
-    """Whether a replica with env `child` can run in a standby started with env `standby`."""
+    """Whether a replica with env `child` can run in a standby started with env `standby`.
+    perdure's start-up hook on the child's PYTHONPATH is no difference: a warm start runs it
+    itself (warmstart)."""
+    child = {**child, "PYTHONPATH": without_boot(child.get("PYTHONPATH", ""))}
+    if not child["PYTHONPATH"]:
+        del child["PYTHONPATH"]
     for env in (child, standby):
         for key in env:
             if _read_at_start(key) and child.get(key) != standby.get(key):

@@ -43,7 +43,12 @@ from perdure.backends.local.replicalogs import Logs
 from perdure.backends.local.spawnerror import spawn_failure
 from perdure.backends.local.standby import Standby, launch_fits
 from perdure.runtime.abort import parse_abort
-from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
+from perdure.runtime.errorfile import (
+    last_lines,
+    parse_traceback,
+    read_error_file,
+    read_stderr_tail,
+)
 from perdure.runtime.ranks import procs_of, rank_file
 
 TYPE_CHECKING = False
@@ -290,8 +295,12 @@ class Supervisor:
     def _stop_other_ranks(self, failed: int) -> None:
         """The replica failed with its local rank `failed`: stop the others now. A plain stop,
         recorded first as the backend records one (the runtime would take a bare SIGTERM
-        for a preemption notice and try to save without the dead rank)."""
-        deadline = time.time() + RANK_STOP_GRACE_SECONDS
+        for a preemption notice and try to save without the dead rank). A rank a signal
+        killed leaves the others nothing to finish (they wait on it in a collective, where
+        a SIGTERM handler never runs): they are killed at once, so the replica's exit is
+        seen as soon as a one-process replica's."""
+        grace = 0.0 if localranks.killed(self.pids, failed) else RANK_STOP_GRACE_SECONDS
+        deadline = time.time() + grace
         if not os.path.exists(self._file(layout.STOP)):
             layout.write_json(self._file(layout.STOP), {
                 "signal": int(signal.SIGTERM), "deadline": deadline,
@@ -337,6 +346,7 @@ class Supervisor:
         cgroup_peak = self.limit.peak_bytes()
         oom = self.limit.oom_killed()
         self.limit.close()  # before exit.json: once the exit is seen, nothing is left behind
+        tail = self._stderr_tail() if exit_code != 0 else ""
         layout.write_json(
             self._file(layout.EXIT),
             {
@@ -348,17 +358,22 @@ class Supervisor:
                 "cgroup_peak_mb": round(cgroup_peak / 2**20, 1) if cgroup_peak else None,
                 "memory_mechanism": self.limit.mechanism,
                 "stop_signal": self.applied_stop[0] if self.applied_stop else None,
-                "error": self._error(rank) if exit_code != 0 else None,
+                "error": self._error(rank, tail) if exit_code != 0 else None,
+                # the reason of a failure with no exception, quoted in its message
+                "stderr_tail": last_lines(tail),
                 "local_rank": rank if self.procs > 1 and exit_code != 0 else None,
             },
         )
         return 0
 
-    def _error(self, rank: int) -> dict[str, str] | None:
+    def _stderr_tail(self) -> str:
+        self.logs.trim()  # the traceback is in the tail, which a trim keeps
+        return read_stderr_tail(self.spec["stderr"], self.logs.err_offset, STDERR_TAIL_BYTES)
+
+    def _error(self, rank: int, tail: str) -> dict[str, str] | None:
         error = read_error_file(self._file(rank_file(layout.ERROR, rank)))
         if error is not None:
             return error
-        tail = read_stderr_tail(self.spec["stderr"], self.logs.err_offset, STDERR_TAIL_BYTES)
         return parse_traceback(tail) or parse_abort(tail)
 
 

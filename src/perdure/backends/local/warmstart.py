@@ -46,6 +46,8 @@ def main() -> None:
         restore_priority(niced)
     _become(launch)
     _guard_exit()
+    _integrations()
+    _title(launch)
     try:
         _run(launch["target"], list(launch["args"]))
     except (SystemExit, KeyboardInterrupt):
@@ -81,6 +83,8 @@ def run_forked() -> int:
     launch: dict[str, Any] = json.loads(message)
     _become(launch)
     _guard_exit()
+    _integrations()
+    _title(launch)
     code = 0
     try:
         _run(launch["target"], list(launch["args"]))
@@ -106,6 +110,25 @@ def _guard_exit() -> None:
     except ImportError:
         return
     exitguard.install()
+
+
+def _title(launch: dict[str, Any]) -> None:
+    """`ps` shows the replica's command, as it would for a cold start (proctitle)."""
+    kind, name = launch["target"]
+    target = ["-m", name] if kind == "module" else [name]
+    from perdure.backends.local.proctitle import set_title
+
+    set_title([sys.executable, *target, *launch["args"]])
+
+
+def _integrations() -> None:
+    """What perdure's start-up hook does in a cold interpreter (autoinstall: the spec's
+    `integrations:` in the script's Trainer)."""
+    try:
+        from perdure.integrations import autoinstall
+    except ImportError:
+        return
+    autoinstall.install()
 
 
 def _status(stop: SystemExit) -> int:

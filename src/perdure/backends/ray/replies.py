@@ -89,4 +89,5 @@ def exit_observation(launch_id: str, record: dict[str, Any],
         signal=signal if isinstance(signal, int) and not isinstance(signal, bool) else None,
         oom=bool(record.get("oom")), error=error_info(error_file or record.get("error")),
         peak_rss_mb=float(rss) if isinstance(rss, int | float) else None,
-        local_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None)
+        local_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+        stderr_tail=str(record.get("stderr_tail") or ""))

@@ -76,7 +76,7 @@ def exit_observation(tracked: Tracked, record: dict[str, Any]) -> Observation:
     return ReplicaExited(
         launch_id=lid, exit_code=code, time=float(record["time"]),
         signal=record.get("signal"), oom=bool(record.get("oom")), error=error_info(error),
-        peak_rss_mb=record.get("peak_rss_mb"))
+        peak_rss_mb=record.get("peak_rss_mb"), stderr_tail=str(record.get("stderr_tail") or ""))
 
 
 def lost(tracked: Tracked, why: str) -> Observation:
