@@ -1,0 +1,80 @@
+"""The Kubernetes test cluster itself: real kubelets run real pods from local images, and a
+lost host is seen by the control plane as Kubernetes sees one."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from k8scluster import K8sCluster
+from k8simages import TOOLS_IMAGE
+
+
+def pod(name: str, node: str, script: str, restart: str = "Never") -> str:
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"test": "cluster"}},
+        "spec": {"nodeName": node, "hostNetwork": True, "restartPolicy": restart,
+                 "dnsPolicy": "Default", "terminationGracePeriodSeconds": 1,
+                 "automountServiceAccountToken": False,
+                 "containers": [{"name": "main", "image": TOOLS_IMAGE,
+                                 "imagePullPolicy": "Never",
+                                 "command": ["/bin/sh", "-c", script]}]}})
+
+
+def phase(p: dict[str, Any]) -> str:
+    return str(p.get("status", {}).get("phase"))
+
+
+def node_ready(n: dict[str, Any]) -> str:
+    return next(c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready")
+
+
+def test_pods_run_on_each_worker_from_the_local_image(k8s: K8sCluster) -> None:
+    """A pod on each worker runs busybox from the imported image, on the host's network
+    (its hostname and address), and its log comes back through the API server."""
+    for node in k8s.nodes:
+        k8s.kubectl("apply", "-f", "-", input=pod(f"hello-{node}", node,
+                                                  "hostname"))
+    try:
+        for node in k8s.nodes:
+            k8s.wait_for(f"pod hello-{node}", lambda p: phase(p) == "Succeeded", timeout=60)
+            out = k8s.kubectl("logs", f"hello-{node}")
+            assert out.splitlines()[0] == node
+    finally:
+        k8s.kubectl("delete", "pod", "-l", "test=cluster", "--wait=false")
+
+
+@pytest.mark.k8s_long
+def test_a_killed_container_restarts_in_its_pod(k8s: K8sCluster) -> None:
+    """restartPolicy Always: the kubelet restarts a container whose process was killed, in the
+    same pod (Kubernetes' own in-place restart, the baseline perdure's is measured against)."""
+    k8s.kubectl("apply", "-f", "-", input=pod("looper", "a", "echo up; sleep 3600", "Always"))
+    try:
+        p = k8s.wait_for("pod looper", lambda p: phase(p) == "Running", timeout=60)
+        uid = p["metadata"]["uid"]
+        t0 = time.monotonic()
+        k8s.kubectl("exec", "looper", "--", "kill", "1")
+        p = k8s.wait_for("pod looper", lambda p: p["status"]["containerStatuses"][0]
+                         ["restartCount"] == 1 and p["status"]["containerStatuses"][0]
+                         .get("ready"), timeout=60, interval=0.1)
+        print(f"container restarted in {time.monotonic() - t0:.1f} s")
+        assert p["metadata"]["uid"] == uid
+    finally:
+        k8s.kubectl("delete", "pod", "looper", "--wait=false")
+
+
+@pytest.mark.k8s_long
+def test_a_lost_host_goes_not_ready_and_comes_back(k8s: K8sCluster) -> None:
+    """Every process of host b SIGKILLed: node b turns NotReady after the controller-manager's
+    grace period; b's kubelet and containerd started again: Ready again."""
+    t0 = time.monotonic()
+    k8s.kill("b")
+    k8s.wait_for("node b", lambda n: node_ready(n) != "True", timeout=60, interval=0.2)
+    print(f"node b NotReady {time.monotonic() - t0:.1f} s after its host died")
+    t1 = time.monotonic()
+    k8s.start("b")
+    k8s.wait_for("node b", lambda n: node_ready(n) == "True", timeout=120, interval=0.2)
+    print(f"node b Ready {time.monotonic() - t1:.1f} s after its kubelet started again")
