@@ -43,51 +43,15 @@ PKI=$BASE/pki
 ETC=$BASE/etc
 ADMIN=$ETC/admin.kubeconfig
 
-ns() { echo "$PFX-$1"; }
 log() { echo "[$(date +%T.%3N)] $*" >&2; }
 pidof_() { cat "$BASE/run/$1.pid" 2>/dev/null; }
 alive() { local p; p=$(pidof_ "$1") && [ -n "$p" ] && kill -0 "$p" 2>/dev/null &&
           ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; }
 
-net_ok() {
-  ip link show "$BR" >/dev/null 2>&1 || return 1
-  for h in $CP "${NODES[@]}"; do [ -e "/run/netns/$(ns "$h")" ] || return 1; done
-}
-
-net_del() {
-  for h in $CP "${NODES[@]}"; do
-    ip netns del "$(ns "$h")" 2>/dev/null
-    ip link del "${PFX}${h}v" 2>/dev/null
-    rm -rf "/etc/netns/$(ns "$h")"
-  done
-  ip link del "$BR" 2>/dev/null
-}
-
-net_up() {
-  net_ok && return 0
-  net_del
-  ip link add "$BR" type bridge
-  ip addr add "$NET.1/24" dev "$BR"
-  ip link set "$BR" up
-  for h in $CP "${NODES[@]}"; do
-    local n; n=$(ns "$h")
-    mkdir -p "/etc/netns/$n"
-    {
-      echo "127.0.0.1 localhost"
-      echo "$NET.1 gw"
-      for k in $CP "${NODES[@]}"; do echo "${IP[$k]} $k"; done
-    } > "/etc/netns/$n/hosts"
-    echo "options timeout:1 attempts:1" > "/etc/netns/$n/resolv.conf"
-    ip netns add "$n"
-    ip link add "${PFX}${h}v" type veth peer name "${PFX}${h}p"
-    ip link set "${PFX}${h}v" master "$BR" up
-    ip link set "${PFX}${h}p" netns "$n"
-    ip netns exec "$n" ip link set "${PFX}${h}p" name eth0
-    ip netns exec "$n" ip addr add "${IP[$h]}/24" dev eth0
-    ip netns exec "$n" ip link set eth0 up
-    ip netns exec "$n" ip link set lo up
-  done
-}
+HOSTS=("$CP" "${NODES[@]}")
+NS_IFNAME=eth0   # every worker's interface has one name, as on a uniform cluster
+# shellcheck source=../nshosts.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../nshosts.sh"   # ns, net_ok, net_del, net_up
 
 # --- certificates: one CA; a serving certificate for the API server and each kubelet, a client
 # certificate per component (CN = user, O = group), the service-account key pair
@@ -145,7 +109,7 @@ EOF
 
 # --- hosts: a holder process per host keeps its mount and UTS namespaces
 HOLD_SH='set -e
-for f in hosts resolv.conf; do mount --bind "/etc/netns/$NS_/$f" "/etc/$f"; done
+for f in hosts nsswitch.conf resolv.conf; do mount --bind "/etc/netns/$NS_/$f" "/etc/$f"; done
 mkdir -p "$HB_/varlog" "$HB_/run-containerd" "$HB_/var-lib-cni" "$HB_/sys"
 mount --bind "$HB_/varlog" /var/log
 mkdir -p /run/containerd /var/lib/cni
@@ -304,10 +268,23 @@ maxPods: 20
 EOF
 }
 
+cgroup_root() {  # kubelet's cgroupRoot /<pfx>-H must exist in every v1 hierarchy beforehand
+  local c d
+  for c in /sys/fs/cgroup/*/; do
+    [ -f "$c/cgroup.procs" ] || continue
+    d=$c$PFX-$1
+    mkdir -p "$d"
+    if [ -f "$c/cpuset.cpus" ]; then
+      cat "$c/cpuset.cpus" > "$d/cpuset.cpus"; cat "$c/cpuset.mems" > "$d/cpuset.mems"
+    fi
+  done
+}
+
 worker_up() {
   local h=$1 d=$BASE/$1
   holder_up "$h" || return 1
   worker_conf "$h"
+  cgroup_root "$h"
   if ! alive "containerd-$h"; then
     start_in "$h" "containerd-$h" containerd --config "$ETC/containerd-$h.toml"
     for _ in $(seq 100); do [ -S "$d/containerd.sock" ] && break; sleep 0.1; done

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import random
 import secrets
 import shutil
 import subprocess
@@ -25,13 +24,11 @@ from typing import Any
 
 import k8simages as images
 
+from nshosts import free_subnet
+
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "cluster.sh"
 REPO = HERE.parents[2]
-RELEASE = next(line.split()[-1] for line in (REPO / "k8s/cluster/go.mod").read_text().splitlines()
-               if line.split()[:2] in (["require", "k8s.io/kubernetes"], ["k8s.io/kubernetes"]))
-BIN = Path(os.environ.get("K8S_BIN")
-           or Path(os.environ.get("PERDURE_K8S_CACHE", "/work/cache/k8s")) / "bin" / RELEASE)
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
               "kubectl", "pause")
 NODES = ("a", "b")
@@ -40,6 +37,19 @@ BUILD_HINT = "build them with k8s/cluster/build.sh (a cold build takes long: see
 
 class K8sUnavailable(RuntimeError):
     """No Kubernetes cluster can be made here: the reason, for a skip."""
+
+
+def _release() -> str:
+    """The Kubernetes release k8s/cluster/go.mod requires."""
+    for line in (REPO / "k8s/cluster/go.mod").read_text().splitlines():
+        words = line.replace("require", "").split()
+        if words[:1] == ["k8s.io/kubernetes"] and len(words) == 2:
+            return words[1]
+    raise K8sUnavailable("k8s/cluster/go.mod requires no k8s.io/kubernetes")
+
+
+BIN = Path(os.environ.get("K8S_BIN") or Path(os.environ.get("PERDURE_K8S_CACHE", "/work/cache/k8s"))
+           / "bin" / _release())
 
 
 def missing() -> str | None:
@@ -59,16 +69,10 @@ def missing() -> str | None:
 
 
 def _pick_subnet() -> ipaddress.IPv4Network:
-    routes = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True,
-                            text=True, check=True).stdout
-    used = [ipaddress.ip_network(w, strict=False) for line in routes.splitlines()
-            for w in line.split()[:1] if w[:1].isdigit()]
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        net = ipaddress.ip_network(f"10.{rng.randint(251, 253)}.{rng.randint(0, 255)}.0/24")
-        if not any(net.overlaps(u) for u in used):
-            return net
-    raise K8sUnavailable("no free private /24 for the Kubernetes test hosts")
+    try:
+        return free_subnet(251, 253)
+    except RuntimeError as exc:
+        raise K8sUnavailable(str(exc)) from None
 
 
 class K8sCluster:

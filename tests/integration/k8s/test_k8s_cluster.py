@@ -4,11 +4,15 @@ lost host is seen by the control plane as Kubernetes sees one."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
-from k8scluster import K8sCluster
+import torch
+from k8scluster import REPO, K8sCluster
 from k8simages import TOOLS_IMAGE
 
 
@@ -78,3 +82,36 @@ def test_a_lost_host_goes_not_ready_and_comes_back(k8s: K8sCluster) -> None:
     k8s.start("b")
     k8s.wait_for("node b", lambda n: node_ready(n) == "True", timeout=120, interval=0.2)
     print(f"node b Ready {time.monotonic() - t1:.1f} s after its kubelet started again")
+
+
+def host_paths(*paths: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Read-only hostPath volumes and mounts of these host paths at the same place."""
+    vols = [{"name": f"h{i}", "hostPath": {"path": p, "type": "Directory"}}
+            for i, p in enumerate(paths)]
+    mounts = [{"name": f"h{i}", "mountPath": p, "readOnly": True} for i, p in enumerate(paths)]
+    return vols, mounts
+
+
+@pytest.mark.k8s_long
+def test_a_pod_runs_this_venvs_torch(k8s: K8sCluster) -> None:
+    """The shape of perdure's agent pods in these tests: the small local image with this
+    machine's interpreter, venv and sources mounted read-only (the venv is 5.7 GB: too big for
+    an image imported on every run), on the host's network."""
+    venv = Path(sys.prefix)
+    base = Path(os.path.realpath(sys.executable)).parents[1]
+    paths = sorted({"/usr", "/lib", "/lib64", str(base), str(venv.resolve()), str(REPO)})
+    vols, mounts = host_paths(*paths)
+    spec = json.loads(pod("torch", "b", ""))
+    spec["spec"]["volumes"] = vols
+    main = spec["spec"]["containers"][0]
+    main["volumeMounts"] = mounts
+    main["command"] = [str(venv / "bin" / "python"), "-c",
+                       "import socket, torch; print(socket.gethostname(), torch.__version__)"]
+    main["env"] = [{"name": "PYTHONPATH", "value": str(REPO / "src")}]
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(spec))
+    try:
+        k8s.wait_for("pod torch", lambda p: phase(p) in ("Succeeded", "Failed"), timeout=120)
+        out = k8s.kubectl("logs", "torch").split()
+        assert out[:2] == ["b", torch.__version__], out
+    finally:
+        k8s.kubectl("delete", "pod", "torch", "--wait=false")
