@@ -30,6 +30,7 @@ BASE=${K8S_NS_BASE:-${TMPDIR:-/tmp}/k8s-ns}
 PFX=${K8S_NS_PREFIX:-pk}
 NET=${K8S_NS_NET:-10.251.0}
 BIN=${K8S_BIN:-/work/cache/k8s/bin/v1.34.4}
+ETCD=${K8S_ETCD:-$BIN/etcd}       # another etcd server binary (Debian's etcd-server)
 IMAGES=${K8S_IMAGES:-}               # docker-archive tarballs imported on every worker
 read -r -a NODES <<< "${K8S_NS_NODES:-a b}"
 CP=cp
@@ -164,11 +165,13 @@ control_plane_up() {
   local cp=${IP[$CP]}
   holder_up $CP || return 1
   mkdir -p "$BASE/$CP/etcd"
-  alive etcd || start_in $CP etcd "$BIN/etcd" --name cp --data-dir "$BASE/$CP/etcd" \
+  local nofsync=""  # a test cluster's etcd need not survive a power cut (3.5+ only)
+  "$ETCD" --help 2>&1 | grep -q -- --unsafe-no-fsync && nofsync=--unsafe-no-fsync
+  alive etcd || start_in $CP etcd "$ETCD" --name cp --data-dir "$BASE/$CP/etcd" \
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster cp=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381 \
-    --quota-backend-bytes 1073741824 --unsafe-no-fsync --log-level warn
+    --quota-backend-bytes 1073741824 $nofsync --log-level warn
   wait_http $CP http://127.0.0.1:2379/health 60 || { log "etcd did not come up"; return 1; }
   alive kube-apiserver || start_in $CP kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers http://127.0.0.1:2379 --bind-address "$cp" --advertise-address "$cp" \
@@ -215,6 +218,9 @@ state = "$d/containerd/state"
   address = "$d/containerd-debug.sock"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "perdure.local/pause:1"
+  # root here lacks CAP_SYS_RESOURCE: no process may lower its oom_score_adj, and runc fails
+  # ("can't get final child's PID from pipe: EOF") setting the pause container's -998
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -313,9 +319,10 @@ wait_ready() {  # every worker Ready
 
 cmd_up() {
   local t0; t0=$(date +%s.%N)
-  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
     [ -x "$BIN/$b" ] || { log "$BIN/$b is missing: run k8s/cluster/build.sh"; exit 1; }
   done
+  [ -x "$ETCD" ] || { log "$ETCD is missing: run k8s/cluster/build.sh"; exit 1; }
   net_up || exit 1
   mkdir -p "$ETC" "$BASE/log" "$BASE/run"
   pki_up || { log "certificates failed"; exit 1; }

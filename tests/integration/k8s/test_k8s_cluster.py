@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from k8scluster import REPO, K8sCluster
 from k8simages import TOOLS_IMAGE
 
@@ -97,6 +96,8 @@ def test_a_pod_runs_this_venvs_torch(k8s: K8sCluster) -> None:
     """The shape of perdure's agent pods in these tests: the small local image with this
     machine's interpreter, venv and sources mounted read-only (the venv is 5.7 GB: too big for
     an image imported on every run), on the host's network."""
+    import torch
+
     venv = Path(sys.prefix)
     base = Path(os.path.realpath(sys.executable)).parents[1]
     paths = sorted({"/usr", "/lib", "/lib64", str(base), str(venv.resolve()), str(REPO)})
