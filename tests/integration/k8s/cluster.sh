@@ -292,8 +292,12 @@ worker_up() {
   worker_conf "$h"
   cgroup_root "$h"
   if ! alive "containerd-$h"; then
+    rm -f "$d/containerd.sock"   # a killed host's stale socket
     start_in "$h" "containerd-$h" containerd --config "$ETC/containerd-$h.toml"
-    for _ in $(seq 100); do [ -S "$d/containerd.sock" ] && break; sleep 0.1; done
+    for _ in $(seq 100); do
+      ctr -a "$d/containerd.sock" version >/dev/null 2>&1 && break
+      sleep 0.1
+    done
     local img
     for img in $IMAGES; do
       nsenter -t "$(pidof_ "holder-$h")" --mount ctr -a "$d/containerd.sock" -n k8s.io \
@@ -317,6 +321,14 @@ wait_ready() {  # every worker Ready
   log "nodes not Ready after ${1:-120}s:"; kc get nodes -o wide >&2; return 1
 }
 
+wait_account() {  # the controller-manager made namespace default's service account (pods need it)
+  for _ in $(seq 300); do
+    kc get serviceaccount default >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  log "no service account default/default"; return 1
+}
+
 cmd_up() {
   local t0; t0=$(date +%s.%N)
   for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
@@ -333,6 +345,7 @@ cmd_up() {
   log "control plane up in $(echo "$(date +%s.%N) - $t0" | bc) s"
   for h in "${NODES[@]}"; do worker_up "$h" || exit 1; done
   wait_ready "${READY_TIMEOUT:-120}" || exit 1
+  wait_account || exit 1
   log "cluster up in $(echo "$(date +%s.%N) - $t0" | bc) s"
 }
 

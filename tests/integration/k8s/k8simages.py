@@ -18,7 +18,8 @@ from pathlib import Path
 PAUSE_IMAGE = "perdure.local/pause:1"
 TOOLS_IMAGE = "perdure.local/tools:1"
 BUSYBOX = Path("/bin/busybox")
-TOOLS = ("sh", "sleep", "cat", "echo", "hostname", "ls", "env", "true", "kill", "ps")
+TOOLS = ("sh", "sleep", "cat", "echo", "hostname", "ls", "env", "true", "kill", "ps",
+         "killall")
 
 
 def _layer(files: Mapping[str, Path], links: Mapping[str, str]) -> bytes:

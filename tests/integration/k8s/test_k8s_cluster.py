@@ -54,12 +54,12 @@ def test_pods_run_on_each_worker_from_the_local_image(k8s: K8sCluster) -> None:
 def test_a_killed_container_restarts_in_its_pod(k8s: K8sCluster) -> None:
     """restartPolicy Always: the kubelet restarts a container whose process was killed, in the
     same pod (Kubernetes' own in-place restart, the baseline perdure's is measured against)."""
-    k8s.kubectl("apply", "-f", "-", input=pod("looper", "a", "echo up; sleep 3600", "Always"))
+    k8s.kubectl("apply", "-f", "-", input=pod("looper", "a", "sleep 3600 & wait $!", "Always"))
     try:
         p = k8s.wait_for("pod looper", lambda p: phase(p) == "Running", timeout=60)
         uid = p["metadata"]["uid"]
         t0 = time.monotonic()
-        k8s.kubectl("exec", "looper", "--", "kill", "1")
+        k8s.kubectl("exec", "looper", "--", "killall", "-9", "sleep")  # sh exits 137 with it
         p = k8s.wait_for("pod looper", lambda p: p["status"]["containerStatuses"][0]
                          ["restartCount"] == 1 and p["status"]["containerStatuses"][0]
                          .get("ready"), timeout=60, interval=0.1)
