@@ -35,6 +35,7 @@ def node_ready(n: dict[str, Any]) -> str:
     return next(c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready")
 
 
+@pytest.mark.k8s_long
 def test_pods_run_on_each_worker_from_the_local_image(k8s: K8sCluster) -> None:
     """A pod on each worker runs busybox from the imported image, on the host's network
     (its hostname and address), and its log comes back through the API server."""
