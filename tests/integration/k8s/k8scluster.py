@@ -32,7 +32,7 @@ REPO = HERE.parents[2]
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
               "kubectl", "pause")
 NODES = ("a", "b")
-BUILD_HINT = "build them with k8s/cluster/build.sh (a cold build takes long: see its output)"
+BUILD_HINT = "build them with `make k8s-cluster` (k8s/cluster/build.sh; about 900 CPU-seconds cold)"
 
 
 class K8sUnavailable(RuntimeError):
