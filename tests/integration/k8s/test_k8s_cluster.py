@@ -117,3 +117,74 @@ def test_a_pod_runs_this_venvs_torch(k8s: K8sCluster) -> None:
         assert out[:2] == ["b", torch.__version__], out
     finally:
         k8s.kubectl("delete", "pod", "torch", "--wait=false")
+
+
+ALL_REDUCE = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=60))
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(os.uname().nodename, dist.get_rank(), int(t.item()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.k8s_long
+def test_ranks_in_pods_on_two_hosts_all_reduce_over_gloo(k8s: K8sCluster) -> None:
+    """A rank in a pod on a and one on b (torchrun's environment by hand) meet at a's address
+    and all-reduce over gloo across the bridge: what perdure's agent pods will run."""
+
+    venv = Path(sys.prefix)
+    base = Path(os.path.realpath(sys.executable)).parents[1]
+    vols, mounts = host_paths(*sorted({"/usr", "/lib", "/lib64", str(base),
+                                       str(venv.resolve()), str(REPO)}))
+    for rank, node in enumerate(("a", "b")):
+        spec = json.loads(pod(f"rank{rank}", node, ""))
+        spec["spec"]["volumes"] = vols
+        main = spec["spec"]["containers"][0]
+        main["volumeMounts"] = mounts
+        main["command"] = [str(venv / "bin" / "python"), "-c", ALL_REDUCE]
+        main["env"] = [{"name": k, "value": v} for k, v in {
+            "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": k8s.addresses["a"],
+            "MASTER_PORT": "29511", "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
+        }.items()]
+        k8s.kubectl("apply", "-f", "-", input=json.dumps(spec))
+    try:
+        for rank, node in enumerate(("a", "b")):
+            p = k8s.wait_for(f"pod rank{rank}", lambda p: phase(p) in ("Succeeded", "Failed"),
+                             timeout=180)
+            log = k8s.kubectl("logs", f"rank{rank}")  # c10d's warnings, then the result
+            assert phase(p) == "Succeeded", log
+            assert log.splitlines()[-1].split() == [node, str(rank), "3"], log
+    finally:
+        k8s.kubectl("delete", "pod", "rank0", "rank1", "--wait=false")
+
+
+@pytest.mark.k8s_long
+def test_a_deleted_pod_is_made_again_by_its_job(k8s: K8sCluster) -> None:
+    """A Job's pod deleted: the Job controller makes a new pod (after its failure backoff, 10 s
+    at first), which the scheduler places and a kubelet starts: the Kubernetes way of a
+    restart, timed for the comparison with perdure's in-place restart."""
+    template = json.loads(pod("x", "a", "sleep 3600"))["spec"]
+    del template["nodeName"]
+    template["restartPolicy"] = "Never"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sleeper"},
+           "spec": {"backoffLimit": 5, "template": {"metadata": {"labels": {"app": "sleeper"}},
+                                                    "spec": template}}}
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(job))
+
+    def running(pods: dict[str, Any]) -> list[dict[str, Any]]:
+        return [p for p in pods["items"] if phase(p) == "Running"
+                and not p["metadata"].get("deletionTimestamp")]
+
+    try:
+        first = k8s.wait_for("pods -l app=sleeper", lambda ps: len(running(ps)) == 1,
+                             timeout=60)
+        old = running(first)[0]["metadata"]["name"]
+        t0 = time.monotonic()
+        k8s.kubectl("delete", "pod", old, "--wait=false")
+        k8s.wait_for("pods -l app=sleeper", lambda ps: any(
+            p["metadata"]["name"] != old for p in running(ps)), timeout=60, interval=0.1)
+        print(f"a new pod of the job running {time.monotonic() - t0:.1f} s after the delete")
+    finally:
+        k8s.kubectl("delete", "job", "sleeper", "--cascade=foreground", "--wait=false")
