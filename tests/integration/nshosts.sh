@@ -9,6 +9,7 @@
 # /etc/netns/<ns>/{hosts,nsswitch.conf,resolv.conf} name every host and no name server, so
 # that names resolve from files only (no DNS traffic leaves the subnet); `ip netns exec`
 # bind-mounts them over /etc, and the callers' own host launchers do the same.
+# A host dies (host_kill H) when every process in its network namespace is SIGKILLed.
 
 ns() { echo "$PFX-$1"; }
 
@@ -59,4 +60,11 @@ net_up() {
     ip netns exec "$n" ip link set "$dev" up
     ip netns exec "$n" ip link set lo up
   done
+}
+
+host_kill() {  # the host dies: SIGKILL every process in its network namespace
+  local h=$1 pids
+  pids=$(ip netns pids "$(ns "$h")" 2>/dev/null)
+  [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+  echo "[$(date +%T.%3N)] killed host $h: $(echo $pids | wc -w) processes" >&2
 }

@@ -52,7 +52,7 @@ alive() { local p; p=$(pidof_ "$1") && [ -n "$p" ] && kill -0 "$p" 2>/dev/null &
 HOSTS=("$CP" "${NODES[@]}")
 NS_IFNAME=eth0   # every worker's interface has one name, as on a uniform cluster
 # shellcheck source=../nshosts.sh
-. "$(dirname "${BASH_SOURCE[0]}")/../nshosts.sh"   # ns, net_ok, net_del, net_up
+. "$(dirname "${BASH_SOURCE[0]}")/../nshosts.sh"   # ns, net_ok, net_del, net_up, host_kill
 
 # --- certificates: one CA; a serving certificate for the API server and each kubelet, a client
 # certificate per component (CN = user, O = group), the service-account key pair
@@ -349,16 +349,9 @@ cmd_up() {
   log "cluster up in $(echo "$(date +%s.%N) - $t0" | bc) s"
 }
 
-cmd_kill() {  # the host dies: SIGKILL every process in its network namespace
-  local h=$1 pids
-  pids=$(ip netns pids "$(ns "$h")" 2>/dev/null)
-  [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-  log "killed host $h: $(echo $pids | wc -w) processes"
-}
-
 cmd_down() {
   for h in "${NODES[@]}" $CP; do
-    ip netns list | grep -qw "$(ns "$h")" && cmd_kill "$h"
+    ip netns list | grep -qw "$(ns "$h")" && host_kill "$h"
   done
   sleep 0.3
   net_del
@@ -375,7 +368,7 @@ cmd_down() {
 case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
-  kill) cmd_kill "$2" ;;
+  kill) host_kill "$2" ;;
   start) worker_up "$2" ;;
   exec) h=$2; shift 2; on "$h" "$@" ;;
   kubectl) shift; on $CP "$BIN/kubectl" --kubeconfig "$ADMIN" "$@" ;;

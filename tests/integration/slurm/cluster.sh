@@ -35,7 +35,7 @@ log() { echo "[$(date +%T.%3N)] $*" >&2; }
 
 HOSTS=("$HEAD" "${NODES[@]}")
 # shellcheck source=../nshosts.sh
-. "$(dirname "${BASH_SOURCE[0]}")/../nshosts.sh"   # ns, net_ok, net_del, net_up
+. "$(dirname "${BASH_SOURCE[0]}")/../nshosts.sh"   # ns, net_ok, net_del, net_up, host_kill
 
 write_conf() {
   mkdir -p "$BASE"/{etc,log,run,state/ctld} "$BASE/munge"
@@ -181,15 +181,8 @@ cmd_up() {
   sinfo
 }
 
-cmd_kill() {  # the host dies: SIGKILL every process in its network namespace
-  local h=$1 pids
-  pids=$(ip netns pids "$(ns "$h")" 2>/dev/null)
-  [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-  log "killed host $h: $(echo $pids | wc -w) processes"
-}
-
 cmd_down() {
-  for h in "${NODES[@]}" $HEAD; do ip netns list | grep -qw "$(ns "$h")" && cmd_kill "$h"; done
+  for h in "${NODES[@]}" $HEAD; do ip netns list | grep -qw "$(ns "$h")" && host_kill "$h"; done
   local f p left=()
   for f in "$BASE"/run/*.pid; do   # anything left that we started (munged) -- by PID, if still ours
     alive "$f" && { p=$(cat "$f"); kill "$p" 2>/dev/null; left+=("$p"); }
@@ -213,7 +206,7 @@ cmd_down() {
 case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
-  kill) cmd_kill "$2" ;;
+  kill) host_kill "$2" ;;
   start) if [ "$2" = "$HEAD" ]; then ctld_up; else slurmd_up "$2"; fi ;;
   exec) h=$2; shift 2; on "$h" "$@" ;;   # e.g. recipe.sh exec head sbatch job.sh
   status)
