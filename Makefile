@@ -4,9 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-frameworks test-ray bench-ray test-slurm bench-slurm soak lint bench \
-	venv clean test-serve-fuzz test-transport spec-reference test-gpu moto-venv bench-s3 test-s3 \
-	docs docs-serve docs-reference
+.PHONY: demo test test-frameworks test-ray bench-ray test-slurm bench-slurm test-k8s k8s-cluster \
+	soak lint bench venv clean test-serve-fuzz test-transport spec-reference test-gpu moto-venv \
+	bench-s3 test-s3 docs docs-serve docs-reference
 
 venv: $(STAMP)
 
@@ -54,6 +54,15 @@ test-slurm: $(STAMP)
 
 bench-slurm: $(STAMP)
 	flock /tmp/perdure-heavy.lock $(BIN)/python bench/slurm.py
+
+# A real Kubernetes cluster of namespace hosts (root; apt-get install containerd runc
+# containernetworking-plugins busybox-static): its components built from Go modules once
+# (k8s-cluster, into ~/.cache/perdure-k8s or PERDURE_K8S_CACHE), then the long runs.
+k8s-cluster:
+	k8s/cluster/build.sh
+
+test-k8s: $(STAMP)
+	flock /tmp/perdure-heavy.lock $(BIN)/python -m pytest -q -m 'k8s_long or not k8s_long' tests/integration/k8s
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import random
 import secrets
 import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from nshosts import free_subnet
 
 SCRIPT = Path(__file__).resolve().with_name("cluster.sh")
 NODES = ("a", "b", "c")
@@ -28,16 +29,10 @@ class SlurmUnavailable(RuntimeError):
 
 
 def _pick_subnet() -> ipaddress.IPv4Network:
-    routes = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True,
-                            text=True, check=True).stdout
-    used = [ipaddress.ip_network(w, strict=False) for line in routes.splitlines()
-            for w in line.split()[:1] if w[:1].isdigit()]
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        net = ipaddress.ip_network(f"10.{rng.randint(20, 63)}.{rng.randint(0, 255)}.0/24")
-        if not any(net.overlaps(u) for u in used):
-            return net
-    raise SlurmUnavailable("no free private /24 for the Slurm test hosts")
+    try:
+        return free_subnet(20, 63)
+    except RuntimeError as exc:
+        raise SlurmUnavailable(str(exc)) from None
 
 
 class SlurmCluster:

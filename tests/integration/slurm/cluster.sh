@@ -30,53 +30,12 @@ CONF=$BASE/etc/slurm.conf
 MSOCK=$BASE/munge/munge.socket
 export SLURM_CONF=$CONF
 
-ns() { echo "$PFX-$1"; }
 nsx() { local h=$1; shift; ip netns exec "$(ns "$h")" "$@"; }
 log() { echo "[$(date +%T.%3N)] $*" >&2; }
 
-net_ok() {
-  ip link show "$BR" >/dev/null 2>&1 || return 1
-  for h in $HEAD "${NODES[@]}"; do [ -e "/run/netns/$(ns "$h")" ] || return 1; done
-}
-
-net_del() {
-  for h in $HEAD "${NODES[@]}"; do
-    ip netns del "$(ns "$h")" 2>/dev/null
-    ip link del "${PFX}${h}v" 2>/dev/null
-    rm -rf "/etc/netns/$(ns "$h")"
-  done
-  ip link del "$BR" 2>/dev/null
-}
-
-net_up() {
-  net_ok && return 0
-  net_del   # a half-built network from an interrupted run
-  ip link add "$BR" type bridge
-  ip addr add "$NET.1/24" dev "$BR"
-  ip link set "$BR" up
-  for h in $HEAD "${NODES[@]}"; do
-    local n; n=$(ns "$h")
-    # /etc/netns/<ns>/X is bind-mounted over /etc/X by `ip netns exec` (and by on() below):
-    # names resolve from files only (no DNS traffic leaves the subnet).
-    mkdir -p "/etc/netns/$n"
-    {
-      echo "127.0.0.1 localhost"
-      echo "$NET.1 gw"
-      for k in $HEAD "${NODES[@]}"; do echo "${IP[$k]} $k"; done
-    } > "/etc/netns/$n/hosts"
-    echo "hosts: files" > "/etc/netns/$n/nsswitch.conf.tmp"
-    grep -vE '^hosts:' /etc/nsswitch.conf >> "/etc/netns/$n/nsswitch.conf.tmp"
-    mv "/etc/netns/$n/nsswitch.conf.tmp" "/etc/netns/$n/nsswitch.conf"
-    echo "# no nameserver: lookups stay local" > "/etc/netns/$n/resolv.conf"
-    ip netns add "$n"
-    ip link add "${PFX}${h}v" type veth peer name "${PFX}${h}p"
-    ip link set "${PFX}${h}v" master "$BR" up
-    ip link set "${PFX}${h}p" netns "$n"
-    nsx "$h" ip addr add "${IP[$h]}/24" dev "${PFX}${h}p"
-    nsx "$h" ip link set "${PFX}${h}p" up
-    nsx "$h" ip link set lo up
-  done
-}
+HOSTS=("$HEAD" "${NODES[@]}")
+# shellcheck source=../nshosts.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../nshosts.sh"   # ns, net_ok, net_del, net_up, host_kill
 
 write_conf() {
   mkdir -p "$BASE"/{etc,log,run,state/ctld} "$BASE/munge"
@@ -222,15 +181,8 @@ cmd_up() {
   sinfo
 }
 
-cmd_kill() {  # the host dies: SIGKILL every process in its network namespace
-  local h=$1 pids
-  pids=$(ip netns pids "$(ns "$h")" 2>/dev/null)
-  [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-  log "killed host $h: $(echo $pids | wc -w) processes"
-}
-
 cmd_down() {
-  for h in "${NODES[@]}" $HEAD; do ip netns list | grep -qw "$(ns "$h")" && cmd_kill "$h"; done
+  for h in "${NODES[@]}" $HEAD; do ip netns list | grep -qw "$(ns "$h")" && host_kill "$h"; done
   local f p left=()
   for f in "$BASE"/run/*.pid; do   # anything left that we started (munged) -- by PID, if still ours
     alive "$f" && { p=$(cat "$f"); kill "$p" 2>/dev/null; left+=("$p"); }
@@ -254,7 +206,7 @@ cmd_down() {
 case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
-  kill) cmd_kill "$2" ;;
+  kill) host_kill "$2" ;;
   start) if [ "$2" = "$HEAD" ]; then ctld_up; else slurmd_up "$2"; fi ;;
   exec) h=$2; shift 2; on "$h" "$@" ;;   # e.g. recipe.sh exec head sbatch job.sh
   status)
