@@ -6,7 +6,11 @@ This module imports nothing at start-up: every replica's supervisor imports the 
 
 from __future__ import annotations
 
+from perdure.versions import check_torch
+
 __version__ = "0.1.0"
+
+check_torch()  # one line, before anything else fails on a torch it was not made for
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

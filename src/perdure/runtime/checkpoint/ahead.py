@@ -26,8 +26,8 @@ import threading
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint.comm import rows
 from perdure.runtime.checkpoint.errors import CheckpointError
 
@@ -45,7 +45,7 @@ class PendingVotes:
     def __init__(self, group: Any, world: int, vote: list[int]) -> None:
         self._mine = torch.tensor(vote, dtype=torch.int64)
         self._out = torch.empty(world * len(vote), dtype=torch.int64)
-        self._work = dist.all_gather_single(self._out, self._mine, group=group, async_op=True)
+        self._work = compat.all_gather_single(self._out, self._mine, group=group, async_op=True)
         self._lock = threading.Lock()
         self._votes: list[list[int]] | None = None
 

@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.storage import WriteResult
 
 from perdure.runtime.checkpoint import ahead, checksum, commit, modes, outcome
@@ -40,6 +39,7 @@ from perdure.runtime.checkpoint.staging import (
 )
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.writer import shard_name, write_payloads
+from perdure.runtime.compat import StorageInfo
 
 log = logging.getLogger("perdure.checkpoint")
 
@@ -256,7 +256,7 @@ class Persister:
             written = write_payloads(path, payloads, fsync=fsync,  # type: ignore[arg-type]
                                      algorithm=algorithm, skeletons=job.buffers.skeletons)
         results = [
-            WriteResult(e.item.index, length, _StorageInfo(file, start, length))
+            WriteResult(e.item.index, length, StorageInfo(file, start, length))
             for e, (start, length, _) in zip(job.staged, written.spans, strict=True)
         ]
         return Shard(None, results, {file: written.size}, {file: written.crc},

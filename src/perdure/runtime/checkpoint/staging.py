@@ -38,6 +38,7 @@ from torch.distributed.checkpoint.metadata import MetadataIndex
 from torch.distributed.checkpoint.planner import WriteItem, WriteItemType
 from torch.distributed.checkpoint.utils import find_state_dict_object
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint.errors import CheckpointError
 from perdure.runtime.checkpoint.shared import Slot, view_slot
 from perdure.runtime.checkpoint.template import Skeletons, ValueArchives
@@ -131,7 +132,7 @@ class HostBuffers:
         assert self._map is not None
         base = torch.frombuffer(self._map, dtype=torch.uint8)
         ptr = base.data_ptr()
-        if torch.cuda.cudart().cudaHostRegister(ptr, base.numel(), 0) == 0:  # type: ignore[no-untyped-call]
+        if compat.host_register(ptr, base.numel()):
             self.pinned_bytes = base.numel()
             self._registered = ptr
 
@@ -152,7 +153,7 @@ class HostBuffers:
         if sources is not None:
             if sources:
                 with torch.no_grad():  # as copying from .detach(): buffers never track grads
-                    torch._foreach_copy_(self._copies, sources)
+                    compat.foreach_copy(self._copies, sources)
             return staged, []
         pending = self._copy_each(flat, defer)
         if worth_deferring(pending):
@@ -228,7 +229,7 @@ class HostBuffers:
         """Release the memory (tensors handed out before must not be used afterwards)."""
         self.tensors.clear()
         if self._registered is not None:
-            torch.cuda.cudart().cudaHostUnregister(self._registered)  # type: ignore[no-untyped-call]
+            compat.host_unregister(self._registered)
             self._registered = None
         if self._map is not None:
             self._map.close()

@@ -28,6 +28,8 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
+from perdure.runtime import compat
+
 
 @dataclass(frozen=True)
 class _ModelNames:
@@ -132,9 +134,7 @@ def param_names(model: nn.Module) -> dict[int, str]:
 
 
 def _torch_name(model: nn.Module, key: str) -> str:
-    from torch.distributed.checkpoint.state_dict import _get_fqns
-
-    return next(iter(_get_fqns(model, key)))
+    return compat.fqn(model, key)
 
 
 def needs_torch_optimizer_io(model: nn.Module) -> bool:

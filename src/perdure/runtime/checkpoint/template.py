@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import IO
 
 import torch
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint.fastread import memory_of, payload_span
 
 Key = Hashable
@@ -39,18 +40,8 @@ _MAX_BUFFERS = 1 << 16
 
 def save_tensor(tensor: object, stream: IO[bytes]) -> None:
     """``torch.save(tensor, stream)`` (of a tensor or a plain value) without the CRC-32, and
-    without changing torch's global setting for it (the training thread may be saving too).
-    Falls back to plain torch.save if torch's internals differ from what this expects."""
-    try:
-        writer = torch._C.PyTorchFileWriter(
-            stream, False, torch.serialization._get_storage_alignment()
-        )
-        save: Callable[..., None] = torch.serialization._save
-    except (AttributeError, TypeError):
-        torch.save(tensor, stream)
-        return
-    save(tensor, writer, pickle, torch.serialization.DEFAULT_PROTOCOL, False)
-    writer.write_end_of_file()
+    without changing torch's global setting for it (`compat.save_without_crc`)."""
+    compat.save_without_crc(tensor, stream)
 
 
 @dataclass(frozen=True)
@@ -96,7 +87,7 @@ class Skeletons:
     def get(self, tensor: torch.Tensor, alignment: int) -> Skeleton | None:
         """The skeleton for ``tensor``'s layout (built on first sight), or None when the tensor
         or its layout must be written by ``save_tensor`` itself. alignment: torch's storage
-        alignment setting now (``torch.serialization._get_storage_alignment()``)."""
+        alignment setting now (``compat.storage_alignment()``)."""
         key = layout_key(tensor, alignment)
         if key is None:
             return None
@@ -127,7 +118,7 @@ class ValueArchives:
         """The bytes ``save_tensor(value)`` writes, for a plain value without tensors."""
         pickled = pickle.dumps(value, protocol=torch.serialization.DEFAULT_PROTOCOL)
         # torch's alignment setting is one of the archive's records
-        key = (type(value), len(pickled), torch.serialization._get_storage_alignment())
+        key = (type(value), len(pickled), compat.storage_alignment())
         seen = key in self._known
         known = self._known.get(key)
         if known is not None and known[2]:

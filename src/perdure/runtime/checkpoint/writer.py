@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import torch
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint import checksum, modes
 from perdure.runtime.checkpoint.template import Skeletons, save_tensor
 
@@ -94,7 +95,7 @@ def write_payloads(
     """
     spans: list[tuple[int, int, int]] = []
     whole = 0
-    alignment = torch.serialization._get_storage_alignment()  # part of a layout
+    alignment = compat.storage_alignment()  # part of a layout
     small: list[tuple[bytes | memoryview, ...]] = []  # small archives in a row, not yet written
     gathered = 0  # their bytes
     with modes.create(path) as stream:  # 0600 in a private directory

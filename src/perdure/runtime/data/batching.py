@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 from torch.utils.data import default_collate as _default_collate
 from torch.utils.data import default_convert as _default_convert
 
+from perdure.runtime import compat
 from perdure.runtime.data.cpu_states import (
     Watch,
     capture,
@@ -150,9 +151,7 @@ class TaggedBatch:
 
     def pin_memory(self) -> TaggedBatch:
         """Pin the batch (DataLoader's pin_memory thread calls this)."""
-        from torch.utils.data._utils.pin_memory import pin_memory
-
-        pinned = pin_memory(self.data)  # type: ignore[no-untyped-call]
+        pinned = compat.pin_memory(self.data)
         return TaggedBatch(pinned, self.stream, self.done, self.offset)
 
 
