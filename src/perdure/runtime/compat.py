@@ -12,15 +12,22 @@ take which path:
   (``torch._C.PyTorchFileWriter`` and ``torch.serialization._save``), which takes the storage
   alignment as a third argument from 2.7 on and not in 2.6; where neither form works, plain
   ``torch.save`` (with the CRC-32: the same archive format, readable by every version).
+DCP's own pieces are imported on first use (the checkpoint writer process imports this module
+with torch alone).
+
 - ``dedup_save_plans``: DCP's deduplication of replicated items
   (``torch.distributed.checkpoint._dedup_save_plans``, private, the same in 2.6-2.14).
-- ``StorageInfo``: where DCP's file-system writer records an item (``filesystem._StorageInfo``,
+- ``storage_info``: where DCP's file-system writer records an item (``filesystem._StorageInfo``,
   private, the same in 2.6-2.14): perdure's checkpoints are DCP checkpoints, so they name it.
 - ``fqn``: the name torch's distributed state dicts give a module's state-dict key (DDP's
   ``module.`` and torch.compile's ``_orig_mod.`` dropped): ``state_dict._get_fqns`` (private, in
   2.6-2.14); elsewhere the same names from the module tree (``_fqn_from_modules``).
 - ``versioned``: DCP's Metadata with its format version (the ``version`` field, 2.7 on; 2.6's
   Metadata has none and is left as it is).
+- ``dcp_load``: DCP's ``load`` into a state dict; alone (``no_dist``: no collective, whatever
+  the process group) through ``load(no_dist=True)`` (2.7 on) or, in 2.6, whose ``load`` has no
+  such option and gathers whenever a group exists, the deprecated ``load_state_dict``, which
+  has it.
 - ``narrow``: a tensor cut to a DCP read item's offsets and lengths, with ``Tensor.narrow``
   (torch's own helper is in the private ``torch.distributed._shard``).
 - ``foreach_copy``: ``torch._foreach_copy_`` (one C call for many copies, 2.6-2.14), else a
@@ -44,17 +51,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import inspect
 import io
 import pickle
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import IO, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans as _dedup_save_plans
-from torch.distributed.checkpoint.filesystem import _StorageInfo
-from torch.distributed.checkpoint.metadata import Metadata
 
 # ---- collectives ---------------------------------------------------------------------------
 
@@ -133,22 +139,48 @@ def save_path() -> str:
 
 # ---- DCP's private pieces --------------------------------------------------------------------
 
-dedup_save_plans = _dedup_save_plans
-"""DCP's deduplication of the items several ranks hold (as DDP replicates parameters)."""
-StorageInfo = _StorageInfo
-"""Where an item lies in a DCP checkpoint's files (file, offset, length)."""
+# Imported on first use: the writer process imports this module with torch alone.
+
+def dedup_save_plans(plans: list[Any], save_to_lowest_rank: bool) -> list[Any]:
+    """DCP's deduplication of the items several ranks' plans hold (as DDP replicates
+    parameters): each is left in one plan."""
+    from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans as dedup
+
+    return dedup(plans, save_to_lowest_rank=save_to_lowest_rank)
+
+
+def storage_info(file: str, offset: int, length: int) -> Any:
+    """DCP's record of where an item lies in a checkpoint's files."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+    return _StorageInfo(file, offset, length)
 
 
 _DCP_VERSION = "1.0.0"  # the format version DCP's writer records (2.7-2.14)
-_METADATA_FIELDS = {f.name for f in dataclasses.fields(Metadata)}
 
 
-def versioned(md: Metadata) -> Metadata:
-    """``md`` with the format version DCP's own writer records, where Metadata has that field.
-    No side effects."""
-    if "version" not in _METADATA_FIELDS:
+def versioned(md: Any) -> Any:
+    """DCP's Metadata ``md`` with the format version DCP's own writer records, where Metadata
+    has that field. No side effects."""
+    if "version" not in {f.name for f in dataclasses.fields(md)}:
         return md
-    return dataclasses.replace(md, version=_DCP_VERSION)  # type: ignore[call-arg]
+    return dataclasses.replace(md, version=_DCP_VERSION)
+
+
+def dcp_load(state: dict[str, Any], reader: Any, planner: Any, process_group: Any,
+             no_dist: bool) -> None:
+    """DCP's load of ``state`` in place from ``reader``; ``no_dist``: by this process alone."""
+    from torch.distributed.checkpoint import state_dict_loader as dcp
+
+    parameters = inspect.signature(dcp.load).parameters
+    if no_dist and "no_dist" not in parameters:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            dcp.load_state_dict(state, reader, no_dist=True, planner=planner)
+        return
+    options = {"no_dist": no_dist} if "no_dist" in parameters else {}
+    dcp.load(state, storage_reader=reader, planner=planner, process_group=process_group,
+             **options)
 
 
 def narrow(tensor: torch.Tensor, offsets: Sequence[int], lengths: Sequence[int]) -> torch.Tensor:

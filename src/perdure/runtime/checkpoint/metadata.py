@@ -27,7 +27,6 @@ from torch.distributed.checkpoint.metadata import (
 from perdure.runtime import compat
 from perdure.runtime.checkpoint import checksum
 from perdure.runtime.checkpoint.shared import dtype_from_name, dtype_name
-from perdure.runtime.compat import StorageInfo
 
 __all__ = ["dtype_from_name", "dtype_name"]
 
@@ -113,10 +112,10 @@ def decode_metadata(doc: dict[str, Any]) -> tuple[Metadata, dict[str, Path]]:
             raise ValueError(
                 f"checkpoint metadata entry {fqn!r} has unknown kind {entry['kind']!r}"
             )
-    storage: dict[MetadataIndex, StorageInfo] = {}
+    storage: dict[MetadataIndex, Any] = {}
     for s in doc["storage"]:
         index = MetadataIndex(s["fqn"], s["offset"], s["index"])
-        storage[index] = StorageInfo(str(s["file"]), int(s["start"]), int(s["length"]))
+        storage[index] = compat.storage_info(str(s["file"]), int(s["start"]), int(s["length"]))
     paths = {fqn: tuple((str(k), v) for k, v in p) for fqn, p in doc["paths"].items()}
     md = Metadata(
         state_dict_metadata=state,
