@@ -3,11 +3,13 @@ other torch with one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomllib
@@ -71,3 +73,36 @@ def test_the_installed_torch_is_read_without_importing_it() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert out == ["True", "True"]
+
+
+def _matrix() -> Any:
+    spec = importlib.util.spec_from_file_location("compat_matrix",
+                                                  ROOT / "scripts" / "compat_matrix.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_versions_page_is_generated_from_pyproject_and_the_last_matrix_run() -> None:
+    matrix = _matrix()
+    page = matrix.page(matrix.load_results())
+    assert (ROOT / "docs" / "guides" / "versions.md").read_text() == page, (
+        "docs/guides/versions.md is stale: run python3 scripts/compat_matrix.py --docs-only")
+    assert f"| torch | `{versions.TORCH_RANGE}` |" in page
+
+
+def test_the_matrix_has_a_cell_for_every_supported_torch_minor() -> None:
+    matrix = _matrix()
+    minors = [versions.torch_version(v) for v in matrix.TORCH_RELEASES]
+    low, high = versions.SUPPORTED
+    assert minors == [(2, m) for m in range(low[1], high[1])]
+
+
+def test_the_matrix_reads_pytests_closing_line() -> None:
+    matrix = _matrix()
+    assert matrix.counts("....\n3 failed, 40 passed, 2 skipped in 9.1s\n") == {
+        "passed": 40, "failed": 3, "skipped": 2}
+    assert matrix.counts("== 1 error, 5 passed in 3s ==") == {"passed": 5, "failed": 1,
+                                                               "skipped": 0}
