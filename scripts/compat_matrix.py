@@ -49,7 +49,19 @@ RUNTIME_INTEGRATION = ["tests/integration/runtime",
                        "--deselect", "tests/integration/runtime/test_checkpoint_s3_kill.py",
                        "--deselect", "tests/integration/runtime/test_data_s3.py"]
 DEMO = ["examples/ddp_mlp/demo.py"]  # a command: exit 0 iff the faulty run's weights are exact
-TORCH_GROUPS = {"unit": RUNTIME_UNIT, "integration": RUNTIME_INTEGRATION, "demo": DEMO}
+# CI's selection (.ci/run, at the floor and the newest torch): the version checks, exact resume,
+# DDP and FSDP2 saves restored onto another world size, the data path, an elastic resize.
+QUICK = ["tests/unit/runtime/test_compat.py", "tests/unit/test_versions.py",
+         "tests/unit/runtime/test_data_cpu_states.py",
+         "tests/integration/runtime/test_checkpoint_api.py",
+         "tests/integration/runtime/test_checkpoint_ddp.py",
+         "tests/integration/runtime/test_checkpoint_reshard.py",
+         "tests/integration/runtime/test_data_distributed.py",
+         "tests/integration/runtime/test_resume.py",
+         "tests/integration/runtime/test_elastic_resize.py"]
+TORCH_GROUPS = {"unit": RUNTIME_UNIT, "integration": RUNTIME_INTEGRATION, "demo": DEMO,
+                "quick": QUICK}
+OPTIONAL_GROUPS = {"quick"}  # run only when --groups names them
 HF = ["tests/integration/frameworks/test_transformers_callback.py",
       "tests/integration/frameworks/test_transformers_trainer.py"]
 LIGHTNING = ["tests/integration/frameworks/test_lightning.py"]
@@ -252,7 +264,8 @@ def save_results(results: dict[str, dict[str, object]]) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cells", default="*", help="comma-separated names or globs (--list)")
-    p.add_argument("--groups", default="*", help="comma-separated groups (default: all)")
+    p.add_argument("--groups", default=None,
+                   help=f"comma-separated groups (default: all but {sorted(OPTIONAL_GROUPS)})")
     p.add_argument("--list", action="store_true", help="print the cells and their groups")
     p.add_argument("--prune", action="store_true", help="remove each venv after its tests")
     p.add_argument("--docs-only", action="store_true", help="regenerate the docs page only")
@@ -265,7 +278,7 @@ def main() -> int:
     cells = [c for c in CELLS if any(fnmatch.fnmatch(c.name, pat) for pat in patterns)]
     if not cells:
         raise SystemExit(f"--cells {args.cells!r} matches no cell; see --list")
-    wanted_groups = args.groups.split(",")
+    wanted_groups = args.groups.split(",") if args.groups else None
     if args.list:
         for c in cells:
             print(f"{c.name:20} {' '.join(c.requirements):60} {', '.join(c.groups)}")
@@ -274,7 +287,7 @@ def main() -> int:
     cache_dir().mkdir(parents=True, exist_ok=True)
     print(f"venvs in {cache_dir()}; full output in {log}", flush=True)
     results = load_results()
-    failed = False
+    totals = {"passed": 0, "failed": 0}
     for cell in cells:
         seconds = build(cell, log)
         print(f"{cell.name}: venv {'reused' if not seconds else f'built in {seconds:.0f} s'}",
@@ -283,11 +296,13 @@ def main() -> int:
         previous = results.get(cell.name, {}).get("groups", {})  # type: ignore[union-attr]
         groups: dict[str, object] = dict(previous)  # type: ignore[arg-type]
         for group, selection in cell.groups.items():
-            if not any(fnmatch.fnmatch(group, g) for g in wanted_groups):
+            if (group in OPTIONAL_GROUPS if wanted_groups is None
+                    else not any(fnmatch.fnmatch(group, g) for g in wanted_groups)):
                 continue
             began = time.monotonic()
             got = run_group(cell, group, selection, log, args.timeout)
-            failed |= got["failed"] > 0
+            totals["passed"] += got["passed"]
+            totals["failed"] += got["failed"]
             groups[group] = got
             print(f"  {group}: {got['passed']} passed, {got['failed']} failed, "
                   f"{got['skipped']} skipped ({time.monotonic() - began:.0f} s)", flush=True)
@@ -298,7 +313,8 @@ def main() -> int:
             shutil.rmtree(venv_of(cell), ignore_errors=True)
     print()
     print(table(results, [c.name for c in cells if c.name in results]))
-    return 1 if failed else 0
+    print(f"compat: {totals['passed']} passed, {totals['failed']} failed")
+    return 1 if totals["failed"] else 0
 
 
 if __name__ == "__main__":
