@@ -226,6 +226,14 @@ def page(results: dict[str, dict[str, object]]) -> str:
              "outside its range with one line naming both versions.", "",
              "| package | supported |", "| --- | --- |"]
     lines += [f"| {name} | `{spec}` |" for name, spec in declared().items()]
+    lines += ["", "Every version-dependent or private torch API perdure uses goes through",
+              "`perdure.runtime.compat`, which detects what the installed torch has; its "
+              "docstring says",
+              "which versions take which path. To support a new torch minor: add its release "
+              "to",
+              "`TORCH_RELEASES` in scripts/compat_matrix.py, run `make test-compat "
+              "CELLS=torch-2.N`, then",
+              "raise the bound in pyproject.toml and src/perdure/versions.py together."]
     lines += ["", "## The last compatibility matrix run", "",
               "Each row is a venv built from the registry's wheels; each column a group of "
               "tests run in it",

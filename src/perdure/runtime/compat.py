@@ -37,6 +37,10 @@ with torch alone).
 - ``host_register``/``host_unregister``: page-locking memory that torch did not allocate, for
   CUDA copies (``torch.cuda.cudart()``); False (not pinned: copies still work, synchronously)
   where there is no CUDA or the call is missing.
+- ``fsdp2_trains_on_cpu``: whether FSDP2 (``fully_shard``) can run a forward pass on CPU
+  tensors: its all-gather records an event on the CPU stream, which torch 2.6's CPU stream
+  cannot do (2.7 on can). perdure saves and restores FSDP2 state on every version; training
+  FSDP2 on CPU (gloo) needs 2.7, on CUDA any.
 - ``rendezvous_handlers``: torch's registry of init_process_group's rendezvous handlers by
   URL scheme (``torch.distributed.rendezvous._rendezvous_handlers``, private, 2.6-2.14; the
   public ``register_rendezvous_handler`` refuses to replace one); None where it is missing.
@@ -279,6 +283,11 @@ def host_unregister(ptr: int) -> None:
     unregister = getattr(_cudart(), "cudaHostUnregister", None)
     if unregister is not None:
         unregister(ptr)
+
+
+def fsdp2_trains_on_cpu() -> bool:
+    """Whether FSDP2 can train on CPU tensors with this torch (see the module docstring)."""
+    return hasattr(torch.cpu.Stream, "record_event")
 
 
 # ---- rendezvous -----------------------------------------------------------------------------
