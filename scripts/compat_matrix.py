@@ -315,6 +315,7 @@ def main() -> int:
             print(f"  {group}: {got['passed']} passed, {got['failed']} failed, "
                   f"{got['skipped']} skipped ({time.monotonic() - began:.0f} s)", flush=True)
         record["groups"] = groups
+        results = load_results()  # as it is now: another run may have written other cells
         results[cell.name] = record
         save_results(results)
         if args.prune:
