@@ -6,7 +6,7 @@ STAMP := $(VENV)/.perdure-installed
 
 .PHONY: demo test test-frameworks test-ray bench-ray test-slurm bench-slurm test-k8s k8s-cluster \
 	soak lint bench venv clean test-serve-fuzz test-transport spec-reference test-gpu moto-venv \
-	bench-s3 test-s3 docs docs-serve docs-reference
+	bench-s3 test-s3 docs docs-serve docs-reference test-compat
 
 venv: $(STAMP)
 
@@ -74,6 +74,12 @@ test-serve-fuzz: $(STAMP)
 # without CUDA; the venv's torch must be a CUDA build: PY=... or pip install torch (CUDA) first.
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -m gpu tests/unit/runtime/test_rng.py tests/integration/gpu
+
+# Every supported torch minor (2.6 .. 2.14) and the frameworks' ends, each in a venv of its own
+# under $$PERDURE_COMPAT_DIR (default ~/.cache/perdure-compat; 4-7 GB each, built once): prints
+# the table, updates docs/compat-matrix.json and docs/guides/versions.md. CELLS=torch-2.6,...
+test-compat: $(STAMP)
+	$(BIN)/python scripts/compat_matrix.py --cells '$(or $(CELLS),*)'
 
 test-frameworks: $(STAMP)
 	$(BIN)/python -m pytest -q -m frameworks_long tests/integration/frameworks

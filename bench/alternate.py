@@ -50,12 +50,10 @@ FEATURES = ("loader", "goodput", "save")
 #   own (as the persist thread runs, holding the GIL while it computes): what background CPU
 #   costs training by where it runs;
 # - "no-fsync": the saves' fsyncs do nothing (what the kernel's flushes cost training);
-# - "seed-every-batch": the loader seeds every batch, as it did before it learnt to seed only
-#   for a dataset that draws (this one draws nothing);
 # - "one-per-next": the loader fetches one batch per next() (`read_ahead=1`), as it did before
-#   it learnt to fetch small batches of a dataset that draws nothing several at a time.
+#   it learnt to fetch small batches several at a time.
 ATTRIBUTION = ("process", "normal-priority", "no-persist", "burn-idle", "burn-thread",
-               "no-fsync", "seed-every-batch", "one-per-next")
+               "no-fsync", "one-per-next")
 
 
 class Batches:
@@ -226,8 +224,6 @@ def worker(args: argparse.Namespace) -> None:
         v = None if phase % 2 == 0 else variants[(phase // 2) % len(variants)]
         _NO_PERSIST[0] = v is not None and "no-persist" in v.on
         _NO_FSYNC[0] = v is not None and "no-fsync" in v.on
-        if v is not None and "loader" in v.on:  # None: the first batch finds out again
-            v.loader.dataloader.dataset.draws = True if "seed-every-batch" in v.on else None
         t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(args.phase):
             batch = (plain if v is None else v.source).next()

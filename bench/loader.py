@@ -63,6 +63,8 @@ def drain(name: str, batches: int) -> None:
     if name == "elastic-unseeded":
         batching.SeededDataset.__getitems__ = (  # type: ignore[method-assign]
             lambda self, indices: self._fetch(list(indices)))
+        batching.SeededDataset.fetch_ahead = (  # type: ignore[method-assign]
+            lambda self, batches: [self._fetch(list(b)) for b in batches])
     got, epoch = 0, 0
     while got < batches:
         epochs.set_epoch(epoch)

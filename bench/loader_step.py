@@ -6,9 +6,7 @@ DistributedSampler against ElasticLoader, in alternating phases of the same loop
 The step is the ddp_mlp example's MLP (no DDP: one process, one thread, so only the loader
 differs; a step of ~0.4 ms magnifies what the loader costs right after a step, with its
 caches cold). Variants, each a phase between bare ones:
-- `elastic`: ElasticLoader over an ElasticSampler, as shipped (it seeds a batch only for a
-  dataset that draws; this one draws nothing);
-- `elastic-seeded`: the same, seeding every batch (what it did before);
+- `elastic`: ElasticLoader over an ElasticSampler, as shipped (every batch under its own seed);
 Figure: each variant's phase CPU time over the mean of the bare phases either side, median
 over the phases; and that ratio's excess as microseconds per batch.
 """
@@ -47,12 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     plain = DataLoader(data, batch_size=BATCH,
                        sampler=DistributedSampler(data, num_replicas=2, rank=0, seed=0))
     elastic = ElasticLoader(data, ElasticSampler(SAMPLES, BATCH, seed=0, rank=0, world_size=2))
-    sources = {"bare": Batches(plain, plain.sampler), "elastic": Batches(elastic, elastic),
-               "elastic-seeded": Batches(elastic, elastic)}
-    seeded = elastic.dataloader.dataset
+    sources = {"bare": Batches(plain, plain.sampler), "elastic": Batches(elastic, elastic)}
 
     def phase(name: str) -> float:
-        seeded.draws = True if name == "elastic-seeded" else None  # type: ignore[attr-defined]
         source = sources[name]
         began = time.process_time()
         for _ in range(args.steps):
@@ -63,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
             opt.step()
         return time.process_time() - began
 
-    variants = ["elastic", "elastic-seeded"]
+    variants = ["elastic"]
     phase("bare")
     ratios: dict[str, list[float]] = {v: [] for v in variants}
     bare: list[float] = []

@@ -134,6 +134,8 @@ def _setup(args: argparse.Namespace, on: set[str]) -> dict[str, Any]:
 
             batching.SeededDataset.__getitems__ = (  # type: ignore[method-assign]
                 lambda self, indices: self._fetch(list(indices)))
+            batching.SeededDataset.fetch_ahead = (  # type: ignore[method-assign]
+                lambda self, batches: [self._fetch(list(b)) for b in batches])
 
         loader = ElasticLoader(data, ElasticSampler(len(data), BATCH, seed=0))
     else:

@@ -6,6 +6,10 @@ This module imports nothing at start-up: every replica's supervisor imports the 
 
 from __future__ import annotations
 
+from perdure.versions import check_torch
+
+check_torch()  # one line, before anything else fails on a torch it was not made for
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -21,7 +21,6 @@ Side effects: replaces torch's "env" rendezvous handler in this process (idempot
 from __future__ import annotations
 
 import datetime
-import importlib
 import os
 import socket
 import time
@@ -38,9 +37,10 @@ _MARK = "_perdure_waits_for_store"
 
 def install() -> bool:
     """Wrap torch's env:// handler (once per process); False if torch has none to wrap."""
-    module = importlib.import_module("torch.distributed.rendezvous")
-    handlers = getattr(module, "_rendezvous_handlers", None)  # torch's registry, by scheme
-    if not isinstance(handlers, dict) or not callable(handlers.get("env")):
+    from perdure.runtime import compat
+
+    handlers = compat.rendezvous_handlers()
+    if handlers is None or not callable(handlers.get("env")):
         return False
     current: Callable[..., Any] = handlers["env"]
     if getattr(current, _MARK, False):

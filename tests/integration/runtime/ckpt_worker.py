@@ -231,7 +231,7 @@ def scenario_integrity(args: dict[str, Any]) -> dict[str, Any]:
     restored = Checkpointer(args["dir"]).restore_latest(back)
     return {"url_error": url_error, "restored": restored, "step": back["step"],
             "mine": back["mine"].value[-3:], **_one_rank_cannot_write(f"{args['dir']}-full"),
-            **_agreed_ahead(f"{args['dir']}-ahead")}
+            **_layouts_agreed(f"{args['dir']}-layouts")}
 
 
 def _one_rank_cannot_write(url: str) -> dict[str, Any]:
@@ -260,15 +260,10 @@ def _one_rank_cannot_write(url: str) -> dict[str, Any]:
     return {"full_error": full_error, "failed_steps": failed_steps, "later_steps": ckpt.steps()}
 
 
-def _agreed_ahead(url: str) -> dict[str, Any]:
-    """4. Background saves once planned wait for no collective in save(): the votes ride with
-    the save. Rank 1 alone changes layout (step 5: skipped on both, replanned at 6), both do
-    (step 7: saved), rank 1 cannot prepare (step 8: its error; rank 0's wait() names it)."""
-    from perdure.runtime.checkpoint.comm import Comm
-
-    blocking_agreements = []
-    agree = Comm.agree
-    Comm.agree = lambda self, values: blocking_agreements.append(1) or agree(self, values)
+def _layouts_agreed(url: str) -> dict[str, Any]:
+    """4. Background saves: rank 1 alone changes layout (step 5: every rank plans again and
+    saves), both do (step 7: saved), rank 1 cannot prepare (step 8: its own error on rank 1,
+    rank 1 named on rank 0; nothing saved)."""
     ckpt = Checkpointer(url, keep=None)
     went: dict[int, object] = {}
     size = 8
@@ -285,12 +280,8 @@ def _agreed_ahead(url: str) -> dict[str, Any]:
             size += 8
         save(step, torch.sparse_coo_tensor(size=(2,)) if step == 8 and RANK == 1
              else torch.zeros(size))
-        if step == 4:
-            went[0] = len(blocking_agreements)
     ckpt.close()
-    Comm.agree = agree
-    return {"ahead_steps": ckpt.steps(), "ahead_went": went,
-            "ahead_agreements": [went.pop(0), len(blocking_agreements)]}
+    return {"layout_steps": ckpt.steps(), "layout_went": went}
 
 
 def scenario_staging(args: dict[str, Any]) -> dict[str, Any]:

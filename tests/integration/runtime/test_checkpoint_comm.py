@@ -9,7 +9,6 @@ from typing import Any
 
 from forked_ranks import in_gloo_group, run_ranks
 
-from perdure.runtime.checkpoint.ahead import PendingVotes
 from perdure.runtime.checkpoint.comm import Comm
 
 WORLD = 3
@@ -25,9 +24,6 @@ def _rank_main(rank: int, store: str, out: str) -> None:
             got["rows"].append(comm.agree([rank * 10 + call]))
             got["rows"].append(comm.all_gather_ints([call] * 5 + [rank]))
             got["casts"].append(comm.broadcast_int(-BIG - call if rank == 0 else rank))
-        votes = PendingVotes(comm.control_group, comm.world, [1, rank, BIG])
-        got["votes"] = votes.result()
-        assert votes.result() is got["votes"]  # read once, then kept
         return got
 
     in_gloo_group(rank, WORLD, store, out, body)
@@ -45,4 +41,3 @@ def test_int_collectives_give_every_rank_every_row_exactly(tmp_path: Path) -> No
     for got in results:
         assert got["rows"] == rows
         assert got["casts"] == [-BIG - call for call in range(4)]
-        assert got["votes"] == [[1, r, BIG] for r in ranks]

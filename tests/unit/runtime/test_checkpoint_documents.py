@@ -12,12 +12,12 @@ from torch.distributed.checkpoint.default_planner import (
     create_default_global_save_plan,
     create_default_local_save_plan,
 )
-from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.storage import WriteResult
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint import checksum, outcome
 from perdure.runtime.checkpoint.documents import Documents
-from perdure.runtime.checkpoint.metadata import DCP_VERSION, encode_metadata
+from perdure.runtime.checkpoint.metadata import encode_metadata
 from perdure.runtime.checkpoint.tree import flatten
 
 
@@ -28,14 +28,15 @@ def _plan() -> tuple[Documents, list[WriteResult]]:
     plans, md = create_default_global_save_plan([create_default_local_save_plan(flat, True)])
     results, at = [], 0
     for n, item in enumerate(plans[0].items):
-        results.append(WriteResult(item.index, 100 + n, _StorageInfo("__0_0.distcp", at, 100 + n)))
+        results.append(WriteResult(item.index, 100 + n,
+                                   compat.storage_info("__0_0.distcp", at, 100 + n)))
         at += 100 + n
     return Documents(md, paths), results
 
 
 def _uncached(docs: Documents, results: list[WriteResult], crcs: list[int]) -> tuple[bytes, bytes]:
-    md = dataclasses.replace(docs.metadata, storage_data={r.index: r.storage_data for r in results},
-                             version=DCP_VERSION)
+    md = compat.versioned(dataclasses.replace(
+        docs.metadata, storage_data={r.index: r.storage_data for r in results}))
     item_crcs = {r.index: c for r, c in zip(results, crcs, strict=True)}
     doc = encode_metadata(md, docs.paths, (checksum.ALGORITHM, item_crcs))
     return pickle.dumps(md), json.dumps(doc).encode()
@@ -50,7 +51,8 @@ def test_documents_are_the_uncached_bytes_save_after_save() -> None:
             at = 0
             for r in results:
                 length = r.storage_data.length + (7 if r is results[0] else 0)
-                grown.append(WriteResult(r.index, length, _StorageInfo("__0_0.distcp", at, length)))
+                grown.append(WriteResult(
+                    r.index, length, compat.storage_info("__0_0.distcp", at, length)))
                 at += length
             results = grown
         dcp, doc = _uncached(docs, results, crcs)
@@ -76,7 +78,7 @@ def test_anything_but_a_clean_shard_takes_the_pickled_path() -> None:
     size = sum(r.storage_data.length for r in results)
     good = outcome.Shard(None, results, {"f": size}, {"f": 2}, crcs, "d")
     good = dataclasses.replace(good, results=[
-        WriteResult(r.index, r.size_in_bytes, _StorageInfo("f", r.storage_data.offset,
+        WriteResult(r.index, r.size_in_bytes, compat.storage_info("f", r.storage_data.offset,
                                                            r.storage_data.length))
         for r in results])
     width = 4 + 2 * len(results)

@@ -9,8 +9,8 @@ from torch.distributed.checkpoint.default_planner import (
     create_default_global_save_plan,
     create_default_local_save_plan,
 )
-from torch.distributed.checkpoint.filesystem import _StorageInfo
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint.metadata import decode_metadata, encode_metadata
 from perdure.runtime.checkpoint.tree import flatten
 
@@ -20,7 +20,7 @@ def test_metadata_json_round_trip() -> None:
                            "step": 4, "loader": {7: "x"}})
     plans, md = create_default_global_save_plan([create_default_local_save_plan(flat, True)])
     items = plans[0].items
-    md.storage_data = {i.index: _StorageInfo("a", 100 * n, 50) for n, i in enumerate(items)}
+    md.storage_data = {i.index: compat.storage_info("a", 100 * n, 50) for n, i in enumerate(items)}
     back, back_paths = decode_metadata(json.loads(json.dumps(encode_metadata(md, paths))))
     assert back.state_dict_metadata == md.state_dict_metadata
     assert back.storage_data == md.storage_data

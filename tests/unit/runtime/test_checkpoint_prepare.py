@@ -12,7 +12,6 @@ from torch import nn
 
 from perdure.runtime.checkpoint.errors import UnsupportedValueError
 from perdure.runtime.checkpoint.prepared import Prepared, prepare
-from perdure.runtime.checkpoint.statedicts import StateDicts
 from perdure.runtime.checkpoint.tree import Flattener
 
 
@@ -30,11 +29,10 @@ class Memo:
     """What a Checkpointer keeps between saves."""
 
     def __init__(self) -> None:
-        self.dicts, self.flattener = StateDicts(), Flattener()
+        self.flattener = Flattener()
 
     def prepare(self, state: dict[str, Any]) -> Prepared:
-        prepared, problem = prepare(state, 0, deferred=True, dicts=self.dicts,
-                                    flattener=self.flattener)
+        prepared, problem = prepare(state, 0, deferred=True, flattener=self.flattener)
         if problem is not None:
             raise problem
         assert prepared is not None

@@ -1,8 +1,7 @@
-"""Without worker processes, ElasticLoader fetches the small batches of a dataset that draws
-nothing several at a time: the batches, their order, where a failure surfaces, a resume and
-the training loop's random streams are what one batch at a time gives; large batches, a
-dataset that draws and `read_ahead=1` are fetched one per `next()`, and a collate_fn of the
-user's always runs at `next()`."""
+"""Without worker processes, ElasticLoader fetches small batches several at a time: the
+batches, their order, where a failure surfaces, a resume and the training loop's random
+streams are what one batch at a time gives; large batches and `read_ahead=1` are fetched one
+per `next()`, and a collate_fn of the user's always runs at `next()`."""
 
 from __future__ import annotations
 
@@ -73,7 +72,7 @@ def test_small_batches_are_fetched_ahead_and_are_the_same_batches() -> None:
     one = _read(_loader(Logged(one_log), read_ahead=1), one_log, 12)
     assert ahead == one
     assert _fetches_per_next(one_log) == [BATCH] * 12
-    # the first batch alone (it shows the dataset draws nothing), then READ_AHEAD_MAX at once
+    # the first batch alone (it sizes the batches), then READ_AHEAD_MAX at once
     assert _fetches_per_next(ahead_log)[:3] == [BATCH, READ_AHEAD_MAX * BATCH, 0]
 
 

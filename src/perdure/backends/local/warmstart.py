@@ -57,12 +57,11 @@ def main() -> None:
         sys.exit(1)
 
 
-# What a training script imports, directly or on first use, that costs seconds: torch, and
-# torch._dynamo, which DistributedDataParallel's constructor imports (~4 s on a loaded 2-core
-# machine, the largest part of a warm restart before it was preloaded). Missing ones are skipped.
-# perdure's runtime too (~0.1 s: a warm start entered the script ~0.15 s after its launch).
-PRELOAD = ("torch", "numpy", "torch._dynamo", "torch.distributed.checkpoint",
-           "perdure.runtime.context", "perdure.runtime.checkpoint.checkpointer",
+# What a training script imports, directly or on first use, that costs seconds: torch's modules
+# named by perdure.runtime.compat.WARM_IMPORTS (torch._dynamo among them, which
+# DistributedDataParallel's constructor imports), numpy, and perdure's runtime. A module this
+# torch lacks, or that fails to import, is skipped: the script imports it itself, or not.
+PRELOAD = ("numpy", "perdure.runtime.context", "perdure.runtime.checkpoint.checkpointer",
            "perdure.runtime.data", "perdure.runtime.elastic", "perdure.runtime.goodput",
            "perdure.runtime.rng", "perdure.runtime.vote")
 
@@ -181,11 +180,11 @@ def restore_priority(value: int) -> None:
 
 
 def preload() -> None:
-    for name in PRELOAD:
-        try:
-            __import__(name)
-        except ImportError:
-            continue
+    try:
+        from perdure.runtime import compat  # imports torch
+    except Exception:  # no usable torch: the script will say so itself
+        return
+    compat.preload((*compat.WARM_IMPORTS, *PRELOAD))
     _fast_rendezvous()
 
 

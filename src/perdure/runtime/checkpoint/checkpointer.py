@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from perdure.runtime import goodput
-from perdure.runtime.checkpoint import ahead, commit, schedule
+from perdure.runtime.checkpoint import commit, schedule
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import (
@@ -40,7 +40,6 @@ from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.prepared import Go, Prepared, prepare
 from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import HostBuffers
-from perdure.runtime.checkpoint.statedicts import StateDicts
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.tree import Flattener
 from perdure.runtime.checkpoint.urls import make_storage
@@ -133,9 +132,7 @@ class Checkpointer:
         self.restore_failures: list[str] = []
         self._comm: Comm | None = None
         self._plan: Plan | None = None
-        self._votes: ahead.PendingVotes | None = None  # the last save's, when read ahead
         self._buffers: HostBuffers | None = None
-        self._dicts = StateDicts()  # what torch's state-dict helpers gave the last saves
         self._flattener = Flattener()  # the last save's layout
         self._committed: dict[str, commit.Committed] = {}  # the markers retention knows
         # Started now so that its imports are done by the first save.
@@ -197,26 +194,12 @@ class Checkpointer:
         entered, cpu = time.perf_counter(), time.thread_time()
         comm = self._comm_()
         prepared, problem = prepare(state, comm.rank, deferred=self.stage == "deferred",
-                                    dicts=self._dicts, flattener=self._flattener)
+                                    flattener=self._flattener)
         changed = prepared is not None and (
             self._plan is None or prepared.signature != self._plan.signature
         )
         background = self.async_save if blocking is None else not blocking
         go = Go(step, comm, background, entered, tolerant, cpu)
-        if self._ahead_ok(comm, background):  # the votes go with the save (see `ahead`)
-            self._votes = ahead.PendingVotes(comm.control_group, comm.world, ahead.vote(
-                problem is None, changed, self._url_key))
-            if problem is None and not changed:
-                return self._go(go, prepared, replan=False, votes=self._votes)
-            self._seq += 1  # as the ranks that went ahead did: save names stay alike
-            if problem is not None:
-                raise problem
-            if not ahead.settled(self._votes.result()):
-                log.info("skipped the save of step %d: this rank's state changed layout and "
-                         "not every rank's did; the next save plans again", step)
-                return False
-            return self._go(go, prepared, replan=True)  # every rank changed: plan together
-        self._votes = None
         busy = self._runner.busy
         votes = comm.agree([int(problem is None), int(busy), int(changed), self._url_key])
         self._check_same_url(comm, votes)
@@ -226,15 +209,7 @@ class Checkpointer:
             return False
         return self._go(go, prepared, replan=any(v[2] for v in votes))
 
-    def _ahead_ok(self, comm: Comm, background: bool) -> bool:
-        """Whether this save's agreement can be read by its persist rather than waited for:
-        the same answer on every rank (a plan exists, the last votes settled, ...)."""
-        return (background and comm.world > 1 and self._plan is not None
-                and self.policy.on_busy is OnBusy.WAIT
-                and (self._votes is None or ahead.settled(self._votes.result())))
-
-    def _go(self, go: Go, prepared: Prepared | None, replan: bool,
-            votes: ahead.PendingVotes | None = None) -> bool:
+    def _go(self, go: Go, prepared: Prepared | None, replan: bool) -> bool:
         waited = time.perf_counter()
         self._runner.finish()
         assert prepared is not None
@@ -242,7 +217,7 @@ class Checkpointer:
         if replan:
             self._replan(prepared, go.comm)
         stats = SaveStats(step=go.step, extra={"waited_s": waited})
-        self._launch(stats, prepared, go, votes)
+        self._launch(stats, prepared, go)
         # What training was blocked for: the staging copy, or all of a blocking save.
         if self.report_times:
             goodput.checkpoint_saved(
@@ -276,9 +251,12 @@ class Checkpointer:
     ) -> None:
         if problem is not None:
             raise problem
-        error = ahead.unprepared(votes, step)
-        if error is not None:
-            raise error
+        failed = [rank for rank, v in enumerate(votes) if not v[0]]
+        if failed:
+            raise CheckpointError(
+                f"save of step {step} abandoned: rank(s) {failed} could not prepare their "
+                "state (their own error says why); no rank saved."
+            )
 
     def _replan(self, prepared: Prepared, comm: Comm) -> None:
         if self._buffers is not None:
@@ -293,8 +271,7 @@ class Checkpointer:
             self._plan.items, shared=self.persist == "process", pin=pin
         )
 
-    def _launch(self, stats: SaveStats, prepared: Prepared, go: Go,
-                votes: ahead.PendingVotes | None) -> None:
+    def _launch(self, stats: SaveStats, prepared: Prepared, go: Go) -> None:
         assert self._plan is not None and self._buffers is not None
         step, comm, background = stats.step, go.comm, go.background
         start = time.perf_counter()
@@ -309,7 +286,7 @@ class Checkpointer:
             else commit.final_name(step)
         )
         job = SaveJob(step, dir_name, staged, self._buffers, self._plan.docs, comm.world,
-                      self._plan.layout, pending, background, votes=votes)
+                      self._plan.layout, pending, background)
         self._last_step, self._last_time = step, time.monotonic()
         persister = self._persister(comm)
         # What training waited for in save(), besides a previous save still in flight.

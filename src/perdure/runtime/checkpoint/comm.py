@@ -23,6 +23,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from perdure.runtime import compat
+
 
 class Comm:
     """The ranks that share a checkpoint; world size 1 without torch.distributed, or `alone`
@@ -83,7 +85,7 @@ class Comm:
         self._ensure_groups()
         mine, everyone, mine_view, everyone_view = self._buffers(control, len(values))
         mine_view[:] = values
-        dist.all_gather_single(everyone, mine, group=self._ctrl if control else self._data)
+        compat.all_gather_single(everyone, mine, group=self._ctrl if control else self._data)
         return rows(everyone_view.tolist(), len(values))
 
     def broadcast_int(self, value: int) -> int:

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 from torch.distributed.checkpoint.storage import WriteResult
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint import checksum
-from perdure.runtime.checkpoint.metadata import DCP_VERSION, Path, encode_metadata
+from perdure.runtime.checkpoint.metadata import Path, encode_metadata
 
 
 @dataclass
@@ -47,10 +48,8 @@ class Documents:
         places = tuple((r.storage_data.relative_path, r.storage_data.offset,
                         r.storage_data.length) for r in results)
         if self._dcp is None or self._dcp[0] != places:
-            md = dataclasses.replace(
-                self.metadata, storage_data={r.index: r.storage_data for r in results},
-                version=DCP_VERSION,
-            )
+            md = compat.versioned(dataclasses.replace(
+                self.metadata, storage_data={r.index: r.storage_data for r in results}))
             self._dcp = (places, pickle.dumps(md))
         return self._dcp[1]
 

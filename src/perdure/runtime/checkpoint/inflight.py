@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import torch
 
-from perdure.runtime.checkpoint.ahead import SaveSkipped
 from perdure.runtime.checkpoint.errors import CheckpointStorageError
 from perdure.runtime.checkpoint.failures import SaveFailures
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
@@ -127,9 +126,6 @@ class SaveRunner:
     def _run(self, persister: Persister, job: SaveJob, inflight: InFlight) -> None:
         try:
             persister.run(job, inflight.stats)
-        except SaveSkipped as exc:
-            log.info("%s", exc)
-            inflight.stats.extra["skipped"] = 1.0
         except CheckpointStorageError as exc:
             if not inflight.tolerant:
                 inflight.error = exc  # kept and raised at the next save() or wait()

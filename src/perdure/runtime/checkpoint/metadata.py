@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     ChunkStorageMetadata,
@@ -25,6 +24,7 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint import checksum
 from perdure.runtime.checkpoint.shared import dtype_from_name, dtype_name
 
@@ -32,8 +32,6 @@ __all__ = ["dtype_from_name", "dtype_name"]
 
 PathStep = tuple[str, Any]
 Path = tuple[PathStep, ...]
-
-DCP_VERSION = "1.0.0"
 
 
 Checksums = tuple[str, dict[MetadataIndex, int]]
@@ -114,18 +112,17 @@ def decode_metadata(doc: dict[str, Any]) -> tuple[Metadata, dict[str, Path]]:
             raise ValueError(
                 f"checkpoint metadata entry {fqn!r} has unknown kind {entry['kind']!r}"
             )
-    storage: dict[MetadataIndex, _StorageInfo] = {}
+    storage: dict[MetadataIndex, Any] = {}
     for s in doc["storage"]:
         index = MetadataIndex(s["fqn"], s["offset"], s["index"])
-        storage[index] = _StorageInfo(str(s["file"]), int(s["start"]), int(s["length"]))
+        storage[index] = compat.storage_info(str(s["file"]), int(s["start"]), int(s["length"]))
     paths = {fqn: tuple((str(k), v) for k, v in p) for fqn, p in doc["paths"].items()}
     md = Metadata(
         state_dict_metadata=state,
         planner_data={fqn: dcp_path(p) for fqn, p in paths.items()},
         storage_data=storage,
-        version=DCP_VERSION,
     )
-    return md, paths
+    return compat.versioned(md), paths
 
 
 def dcp_path(path: Path) -> tuple[str | int, ...]:

@@ -21,10 +21,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import MetadataIndex
 from torch.distributed.checkpoint.storage import WriteResult
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.writer import shard_name
 
@@ -90,7 +90,7 @@ def shard_of(row: list[int], rank: int, items: list[MetadataIndex], dir_name: st
     at = 0
     for i, index in enumerate(items):
         length, crc = row[_HEAD + 2 * i], row[_HEAD + 2 * i + 1]
-        results.append(WriteResult(index, length, _StorageInfo(file, at, length)))
+        results.append(WriteResult(index, length, compat.storage_info(file, at, length)))
         crcs.append(crc)
         at += length
     return Shard(None, results, {file: row[2]}, {file: row[3]}, crcs, dir_name)

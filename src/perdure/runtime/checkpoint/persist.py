@@ -21,11 +21,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.storage import WriteResult
 
-from perdure.runtime.checkpoint import ahead, checksum, commit, modes, outcome
-from perdure.runtime.checkpoint.ahead import PendingVotes
+from perdure.runtime import compat
+from perdure.runtime.checkpoint import checksum, commit, modes, outcome
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.documents import Documents
 from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointStorageError
@@ -60,7 +59,6 @@ class SaveJob:
     gate: StepGate | None = None  # opened once the pending copies are done
     copied: bool = False  # the pending copies were made (stage_pending) ...
     problem: str | None = None  # ... and why they failed, if they did
-    votes: PendingVotes | None = None  # the ranks' agreement, when save() did not wait for it
 
 
 @dataclass
@@ -139,8 +137,6 @@ class Persister:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
         start, cpu = time.perf_counter(), time.thread_time()
         problem = job.problem if job.copied else self._stage_pending(job, stats)
-        if job.votes is not None:  # before anything is written: every rank sees these votes
-            ahead.check(job.votes.result(), job.step)
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
         mine = self._write_local(job) if problem is None else Shard(problem)
@@ -254,9 +250,9 @@ class Persister:
         else:
             payloads = [e.data if e.data is not None else e.tensor for e in job.staged]
             written = write_payloads(path, payloads, fsync=fsync,  # type: ignore[arg-type]
-                                     algorithm=algorithm, skeletons=job.buffers.skeletons)
+                                     algorithm=algorithm)
         results = [
-            WriteResult(e.item.index, length, _StorageInfo(file, start, length))
+            WriteResult(e.item.index, length, compat.storage_info(file, start, length))
             for e, (start, length, _) in zip(job.staged, written.spans, strict=True)
         ]
         return Shard(None, results, {file: written.size}, {file: written.crc},

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
 from torch.distributed.checkpoint.default_planner import (
     create_default_global_save_plan,
     create_default_local_save_plan,
@@ -31,6 +30,7 @@ from torch.distributed.tensor import DTensor
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.documents import Documents
 from perdure.runtime.checkpoint.metadata import Path, dcp_path
+from perdure.runtime.compat import dedup_save_plans
 
 SINGLE_WRITER_BYTES = 1 << 20
 """Replicated items of at most this many bytes in all are written by one rank: below it a

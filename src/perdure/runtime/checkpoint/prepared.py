@@ -19,7 +19,6 @@ from perdure.runtime.checkpoint.errors import UnsupportedValueError
 from perdure.runtime.checkpoint.metadata import Path as KeyPath
 from perdure.runtime.checkpoint.plan import Signature, leaf_signature
 from perdure.runtime.checkpoint.staging import optimizer_storages
-from perdure.runtime.checkpoint.statedicts import StateDicts
 from perdure.runtime.checkpoint.tree import Flattener
 
 
@@ -51,14 +50,13 @@ class Go:
     cpu: float  # the training thread's CPU time then
 
 
-def prepare(state: Mapping[str, Any], rank: int, *, deferred: bool, dicts: StateDicts,
+def prepare(state: Mapping[str, Any], rank: int, *, deferred: bool,
             flattener: Flattener) -> tuple[Prepared | None, BaseException | None]:
     """``state`` ready to stage, or why not (the error is returned: every rank must still
-    vote). ``deferred``: the storages only an optimizer changes may be deferred; ``dicts`` and
-    ``flattener``: the Checkpointer's memory of its modules' and optimizers' state dicts and
-    of its state's layout."""
+    vote). ``deferred``: the storages only an optimizer changes may be deferred;
+    ``flattener``: the Checkpointer's memory of its state's layout."""
     try:
-        tree = st.tree_for_save(st.check_state(state), rank, dicts)
+        tree = st.tree_for_save(st.check_state(state), rank)
         flat, paths = flattener.flatten(tree)
         parts = []  # the signature, made in the same pass
         for fqn, value in flat.items():

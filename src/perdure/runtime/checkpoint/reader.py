@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemBase, FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
@@ -27,6 +26,7 @@ from perdure.runtime.checkpoint import checksum, fastread, values
 from perdure.runtime.checkpoint.errors import CheckpointCorruptError, CheckpointError
 from perdure.runtime.checkpoint.metadata import Checksums
 from perdure.runtime.checkpoint.storage import Storage
+from perdure.runtime.compat import narrow
 
 log = logging.getLogger("perdure.checkpoint")
 _READERS = 4  # files read at once by one rank
@@ -175,7 +175,7 @@ class SafeReader(FileSystemReader):
                 planner.load_bytes(item, io.BytesIO(data))
                 return
             tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-            tensor = narrow_tensor_by_index(tensor, item.storage_offsets, item.lengths)
+            tensor = narrow(tensor, item.storage_offsets, item.lengths)
             target = planner.resolve_tensor(item).detach()
             if target.size() != tensor.size():
                 raise ValueError(f"it holds shape {tuple(tensor.size())}, the metadata says "

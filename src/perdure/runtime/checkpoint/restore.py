@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
-from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint import fastread
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
@@ -66,13 +66,8 @@ def restore(
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
         try:
-            dcp_load(
-                load,
-                storage_reader=SafeReader(storage, name, md, checksums),
-                planner=planner,
-                process_group=comm.data_group,
-                no_dist=not comm.distributed,
-            )
+            compat.dcp_load(load, SafeReader(storage, name, md, checksums), planner,
+                            comm.data_group, no_dist=not comm.distributed)
         except CheckpointException as exc:  # DCP's, with every rank's traceback in its text
             raise _plain(exc) from None
     for key, fqns in by_key.items():

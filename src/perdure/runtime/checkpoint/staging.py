@@ -26,10 +26,8 @@ import itertools
 import mmap
 import operator
 import os
-import struct
 import threading
 import time
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +36,9 @@ from torch.distributed.checkpoint.metadata import MetadataIndex
 from torch.distributed.checkpoint.planner import WriteItem, WriteItemType
 from torch.distributed.checkpoint.utils import find_state_dict_object
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint.errors import CheckpointError
 from perdure.runtime.checkpoint.shared import Slot, view_slot
-from perdure.runtime.checkpoint.template import Skeletons, ValueArchives
 
 _ALIGN = 64
 _GENERATIONS = itertools.count(1)
@@ -77,15 +75,6 @@ class HostBuffers:
         self.fd: int | None = None
         self._map: mmap.mmap | None = None
         self._registered: int | None = None  # the memfd mapping's address, if CUDA pinned it
-        # fqn -> (exact key of the plain value, its torch.save bytes): a plain value that did
-        # not change since the last save (an optimizer's lr, betas, flags) is not serialised
-        # again (torch.save costs ~0.1 ms a value, on the step's blocking path), and one that
-        # did is made from its pickle where that is proven to give torch's bytes.
-        self._serialised: dict[str, tuple[Hashable, bytes]] = {}
-        self._archives = ValueArchives()
-        # The archive skeletons of these buffers' layouts, built by their first write: they
-        # live and die with the buffers, so a new plan (a new layout) starts without any.
-        self.skeletons = Skeletons()
         tensor_items = [i for i in items if i.type != WriteItemType.BYTE_IO]
         if shared:
             self._allocate_shared(tensor_items)
@@ -101,8 +90,6 @@ class HostBuffers:
         # copies the tensors with one call when they are all plain CPU tensors (`_sources`).
         self._staged = [StagedItem(item, tensor=self.tensors.get(item.index)) for item in items]
         self._values = [(n, i) for n, i in enumerate(items) if i.type == WriteItemType.BYTE_IO]
-        self._value_fqns = [item.index.fqn for _, item in self._values]
-        self._kept: list[Any] = [_NOTHING] * len(self._values)  # see `_stage_values`
         self._tensor_items = tensor_items
         self._copies = [self.tensors[item.index] for item in tensor_items]
         self._fqns = [item.index.fqn for item in tensor_items]
@@ -131,7 +118,7 @@ class HostBuffers:
         assert self._map is not None
         base = torch.frombuffer(self._map, dtype=torch.uint8)
         ptr = base.data_ptr()
-        if torch.cuda.cudart().cudaHostRegister(ptr, base.numel(), 0) == 0:  # type: ignore[no-untyped-call]
+        if compat.host_register(ptr, base.numel()):
             self.pinned_bytes = base.numel()
             self._registered = ptr
 
@@ -152,7 +139,7 @@ class HostBuffers:
         if sources is not None:
             if sources:
                 with torch.no_grad():  # as copying from .detach(): buffers never track grads
-                    torch._foreach_copy_(self._copies, sources)
+                    compat.foreach_copy(self._copies, sources)
             return staged, []
         pending = self._copy_each(flat, defer)
         if worth_deferring(pending):
@@ -161,19 +148,10 @@ class HostBuffers:
         return staged, []
 
     def _stage_values(self, flat: dict[str, Any]) -> list[StagedItem]:
-        """Every item of the plan, its plain values' bytes made again only where the value is
-        not the last save's: the very same immutable object (an optimizer's lr, betas and
-        flags), or an equal int, str or bytes (which torch.save writes alike)."""
-        values = list(map(flat.__getitem__, self._value_fqns))
-        changed = [
-            k for k, (new, old) in enumerate(zip(values, self._kept, strict=True))
-            if new is not old and not (type(new) is type(old) and type(old) in _EQUAL
-                                       and new == old)
-        ]
-        for k in changed:
-            n, item = self._values[k]
-            self._staged[n] = StagedItem(item, data=self._bytes_of(item.index.fqn, flat))
-            self._kept[k] = values[k] if _immutable(values[k]) else _NOTHING
+        """Every item of the plan: the tensors' buffers, and each plain value serialised as it
+        is now."""
+        for n, item in self._values:
+            self._staged[n] = StagedItem(item, data=_archive(flat[item.index.fqn]))
         return list(self._staged)
 
     def _sources(self, flat: dict[str, Any]) -> list[torch.Tensor] | None:
@@ -208,27 +186,11 @@ class HostBuffers:
             torch.cuda.synchronize(device)
         return pending
 
-    def _bytes_of(self, fqn: str, flat: dict[str, Any]) -> bytes:
-        """The ``torch.save`` archive of the plain value ``flat[fqn]`` (without the CRC-32, as
-        tensors are written, where its exact key is known), reused while the value is the
-        same."""
-        value = flat[fqn]
-        key = exact_key(value)
-        cached = self._serialised.get(fqn)
-        if key is None:
-            out = io.BytesIO()
-            torch.save(value, out)
-            return out.getvalue()
-        if cached is None or cached[0] != key:
-            cached = (key, self._archives.archive(value))
-            self._serialised[fqn] = cached
-        return cached[1]
-
     def close(self) -> None:
         """Release the memory (tensors handed out before must not be used afterwards)."""
         self.tensors.clear()
         if self._registered is not None:
-            torch.cuda.cudart().cudaHostUnregister(self._registered)  # type: ignore[no-untyped-call]
+            compat.host_unregister(self._registered)
             self._registered = None
         if self._map is not None:
             self._map.close()
@@ -239,16 +201,14 @@ class HostBuffers:
 
 
 _IS_CPU = operator.attrgetter("is_cpu")
-_NOTHING = object()  # no value kept
-_EQUAL = frozenset({int, str, bytes})  # equal values of one of these types pickle alike
 
 
-def _immutable(value: Any) -> bool:
-    """Whether a plain value cannot change in place: a scalar, or tuples of them."""
-    kind = type(value)
-    if kind is tuple or kind is torch.Size:
-        return all(_immutable(v) for v in value)
-    return kind in _EXACT or kind is float or kind is complex
+def _archive(value: Any) -> bytes:
+    """The ``torch.save`` archive of a plain value, without the CRC-32 (as tensors are
+    written)."""
+    out = io.BytesIO()
+    compat.save_without_crc(value, out)
+    return out.getvalue()
 
 
 def _origin_dims(items: list[WriteItem]) -> list[int] | None:
@@ -261,26 +221,6 @@ def _origin_dims(items: list[WriteItem]) -> list[int] | None:
             return None
         dims.append(len(offset))
     return dims
-
-
-_EXACT = (type(None), bool, int, str, bytes, torch.dtype)
-
-
-def exact_key(value: Any) -> Hashable | None:
-    """A key equal for two plain values exactly when ``torch.save`` writes them alike (type
-    and bits: 1, 1.0 and True differ, so do 0.0 and -0.0), for scalars and tuples, lists and
-    torch.Size of them; None for anything else (not cached). No side effects."""
-    kind = type(value)
-    if kind in _EXACT:
-        return (kind, value)
-    if kind is float:
-        return (kind, struct.pack("<d", value))
-    if kind is complex:
-        return (kind, struct.pack("<dd", value.real, value.imag))
-    if kind is tuple or kind is list or kind is torch.Size:
-        keys = tuple(exact_key(v) for v in value)
-        return None if any(k is None for k in keys) else (kind, keys)
-    return None
 
 
 # Deferred copies go to a thread of their own, and the optimizer's next step waits for them:

@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from perdure.runtime.checkpoint.errors import CheckpointMismatchError
-from perdure.runtime.checkpoint.statedicts import StateDicts, needs_torch_optimizer_io, param_names
+from perdure.runtime.checkpoint.statedicts import needs_torch_optimizer_io, param_names
 
 RANK_SUFFIX = "@rank"
 
@@ -96,31 +96,18 @@ def check_state(state: Any) -> Mapping[str, Any]:
     return state
 
 
-def tree_for_save(
-    state: Mapping[str, Any], rank: int, dicts: StateDicts | None = None
-) -> dict[str, Any]:
-    """Nested dict of tensors and plain values for ``state`` (values are not copied).
-
-    dicts: what earlier saves learned of these modules' and optimizers' state dicts (a
-    Checkpointer keeps one); None asks torch for every one.
-    """
-    dicts = StateDicts() if dicts is None else dicts
-    dicts.begin()
+def tree_for_save(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
+    """Nested dict of tensors and plain values for ``state`` (values are not copied): torch's
+    distributed state dicts of its modules and optimizers."""
     modules = [v for v in state.values() if isinstance(v, nn.Module)]
-    values = {k: v.value if isinstance(v, RankLocal) else v for k, v in state.items()}
-    kinds = {k: kind_of(v) for k, v in values.items()}
-    # The modules first: an optimizer's state dict is named after its module's, checked here.
-    trees = {k: dicts.model(v) for k, v in values.items() if kinds[k] is Kind.MODULE}
     out: dict[str, Any] = {}
     for key, wrapped in state.items():
-        value = values[key]
-        kind = kinds[key]
+        value = wrapped.value if isinstance(wrapped, RankLocal) else wrapped
+        kind = kind_of(value)
         if kind is Kind.MODULE:
-            tree: Any = trees[key]
+            tree: Any = dict(get_model_state_dict(value))
         elif kind is Kind.OPTIMIZER:
-            model = owner(key, value, modules)
-            tree = (dicts.optimizer(value, model) if value.state
-                    else optimizer_tree(value, model, initialise=False))
+            tree = optimizer_tree(value, owner(key, value, modules), initialise=False)
         elif kind is Kind.STATEFUL:
             tree = value.state_dict()
         else:

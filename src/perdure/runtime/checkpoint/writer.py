@@ -20,10 +20,10 @@ from typing import IO, Any
 
 import torch
 
+from perdure.runtime import compat
 from perdure.runtime.checkpoint import checksum, modes
-from perdure.runtime.checkpoint.template import Skeletons, save_tensor
 
-__all__ = ["Skeletons", "Written", "save_tensor", "shard_name", "write_payloads"]
+__all__ = ["Written", "save_tensor", "shard_name", "write_payloads"]
 
 _SLICE = 4 << 20  # hashed, then written, while in cache
 # A tensor up to this size is serialised into memory and written in one piece: torch's zip
@@ -31,6 +31,12 @@ _SLICE = 4 << 20  # hashed, then written, while in cache
 # the whole file's checksum then takes these bytes directly (hashing them twice costs less
 # than one pure-Python ``combine`` below this size). Larger tensors stream, as before.
 SMALL = 256 << 10
+
+
+def save_tensor(value: object, stream: IO[bytes]) -> None:
+    """``torch.save(value, stream)`` (a tensor or a plain value) without the CRC-32, and
+    without changing torch's global setting for it (`compat.save_without_crc`)."""
+    compat.save_without_crc(value, stream)
 
 
 def shard_name(rank: int) -> str:
@@ -83,26 +89,19 @@ class Written:
 
 def write_payloads(
     path: Path, payloads: list[torch.Tensor | bytes], *, fsync: bool, algorithm: str,
-    skeletons: Skeletons | None = None,
 ) -> Written:
     """Write tensors (``torch.save``d) and serialised values in order to ``path``, checksumming
-    each payload's bytes as they are written (``algorithm``: see checksum.py).
-
-    skeletons: the archive skeletons of earlier writes of the same buffers (template.py): a
-    tensor whose layout has one is written as its skeleton around its bytes (the same bytes
-    torch.save writes); the first write of a layout adds its skeleton.
-    """
+    each payload's bytes as they are written (``algorithm``: see checksum.py)."""
     spans: list[tuple[int, int, int]] = []
     whole = 0
-    alignment = torch.serialization._get_storage_alignment()  # part of a layout
-    small: list[tuple[bytes | memoryview, ...]] = []  # small archives in a row, not yet written
+    small: list[bytes | memoryview] = []  # small archives in a row, not yet written
     gathered = 0  # their bytes
     with modes.create(path) as stream:  # 0600 in a private directory
         for payload in payloads:
-            pieces = _small_pieces(payload, skeletons, alignment)
-            if pieces is not None:
-                small.append(pieces)
-                gathered += sum(len(piece) for piece in pieces)
+            data = _small_bytes(payload)
+            if data is not None:
+                small.append(data)
+                gathered += len(data)
                 if gathered >= _SLICE:
                     whole, gathered = _write_small(stream, small, algorithm, whole, spans), 0
                 continue
@@ -124,34 +123,20 @@ def write_payloads(
     return Written(spans, size, whole)
 
 
-def _small_pieces(
-    payload: torch.Tensor | bytes, skeletons: Skeletons | None, alignment: int
-) -> tuple[bytes | memoryview, ...] | None:
-    """The bytes of a small payload's archive, in pieces: its skeleton around its raw bytes,
-    or the whole archive; None for a payload to stream."""
-    if isinstance(payload, torch.Tensor) and skeletons is not None:
-        around = skeletons.pieces(payload, alignment)
-        if around is not None:
-            return around
-    data = _small_bytes(payload)
-    return None if data is None else (data,)
-
-
 def _write_small(
-    stream: IO[bytes], small: list[tuple[bytes | memoryview, ...]], algorithm: str, whole: int,
+    stream: IO[bytes], small: list[bytes | memoryview], algorithm: str, whole: int,
     spans: list[tuple[int, int, int]],
 ) -> int:
     """Write the small archives gathered in ``small`` in one piece (and empty it): each one's
-    span and checksum goes to ``spans``; returns the file's checksum extended by them. One
-    write and one checksum call per archive, where piece by piece took a dozen Python calls."""
+    span and checksum goes to ``spans``; returns the file's checksum extended by them."""
     if not small:
         return whole
     start = stream.tell()
-    data = b"".join(piece for pieces in small for piece in pieces)
+    data = b"".join(small)
     view = memoryview(data)
     at = 0
-    for pieces in small:
-        length = sum(len(piece) for piece in pieces)
+    for archive in small:
+        length = len(archive)
         spans.append((start + at, length, checksum.update(algorithm, 0, view[at:at + length])))
         at += length
     stream.write(data)

@@ -30,7 +30,7 @@ import torch
 
 from perdure.runtime.checkpoint.priority import lower_this_thread
 from perdure.runtime.checkpoint.shared import Slot, dtype_from_name, view_slot
-from perdure.runtime.checkpoint.writer import Skeletons, write_payloads
+from perdure.runtime.checkpoint.writer import write_payloads
 
 _HEADER = struct.Struct("!Q")
 
@@ -82,13 +82,13 @@ def _map(sock: socket.socket, doc: dict[str, Any], old: mmap.mmap | None) -> tup
     return mapped, slots
 
 
-def _write(doc: dict[str, Any], slots: list[torch.Tensor], skeletons: Skeletons) -> dict[str, Any]:
+def _write(doc: dict[str, Any], slots: list[torch.Tensor]) -> dict[str, Any]:
     payloads: list[torch.Tensor | bytes] = [
         slots[item["slot"]] if "slot" in item else base64.b64decode(item["bytes"])
         for item in doc["items"]
     ]
     written = write_payloads(Path(doc["path"]), payloads, fsync=doc["fsync"],
-                             algorithm=doc["checksum"], skeletons=skeletons)
+                             algorithm=doc["checksum"])
     return {"ok": True, "size": written.size, "spans": written.spans, "crc": written.crc}
 
 
@@ -96,14 +96,12 @@ def serve(sock: socket.socket) -> None:
     """Answer frames until the parent closes the socket."""
     mapped: mmap.mmap | None = None
     slots: list[torch.Tensor] = []
-    skeletons = Skeletons()
     while (doc := recv_frame(sock)) is not None:
         if doc["op"] == "map":
             mapped, slots = _map(sock, doc, mapped)
-            skeletons = Skeletons()  # new buffers: layouts are learnt again
             continue
         try:
-            reply = _write(doc, slots, skeletons)
+            reply = _write(doc, slots)
         except Exception as exc:
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         send_frame(sock, reply)

@@ -1,8 +1,8 @@
 """What ElasticLoader hands the DataLoader: the dataset wrapper that fetches each batch under
 its own seed, the collate functions and the workers' start-up seeding.
 
-Side effects: SeededDataset reseeds the CPU generators around each batch that draws (and
-restores the training loop's states in the main process); WorkerInit seeds a worker process.
+Side effects: SeededDataset reseeds the CPU generators before each batch (and restores the
+training loop's states in the main process); WorkerInit seeds a worker process.
 """
 
 from __future__ import annotations
@@ -14,13 +14,8 @@ from torch.utils.data import Dataset
 from torch.utils.data import default_collate as _default_collate
 from torch.utils.data import default_convert as _default_convert
 
-from perdure.runtime.data.cpu_states import (
-    Watch,
-    capture,
-    restore,
-    seed_generators,
-    watchable,
-)
+from perdure.runtime import compat
+from perdure.runtime.data.cpu_states import capture, restore
 from perdure.runtime.data.sampler import Batch
 from perdure.runtime.data.seeding import batch_seed, in_worker, worker_seed
 from perdure.runtime.data.shard_plan import Tagged
@@ -45,22 +40,14 @@ class WorkerInit:
 class SeededDataset(Dataset[Any]):
     """Wraps a map-style dataset: each batch is fetched under its own seed.
 
-    In the main process, seeding costs the training loop ~65 us a batch (bench/loader_step.py:
-    swapping three generators' states in and out, cold in cache right after a step), and most
-    datasets draw nothing. So the first batch is fetched seeded and watched: a dataset that
-    did not draw has its later batches fetched as they are, each watched (`Watch`: a few bytes
-    of each generator's state before and after), and the first batch that drew is fetched
-    again, seeded, its draws undone; from then on every batch is seeded. A batch that drew
-    nothing is what a seeded fetch gives, so what a run trains on is the same either way. (The
-    first drawing batch of a dataset that draws only sometimes is fetched twice; a dataset
-    whose data depends on the generators' states without drawing from them, e.g. on
-    `torch.initial_seed()`, sees the training loop's states instead of the batch's.)
+    In a worker process the generators are reseeded before each batch. In the main process
+    the training loop's generator states are put back after the batch (`capture`/`restore`),
+    so data loading never shifts the loop's random stream; `fetch_ahead` fetches several
+    batches, each under its own seed, between one capture and one restore.
     """
 
     def __init__(self, dataset: Dataset[Any], seed: int) -> None:
         self.dataset, self.seed = dataset, seed
-        self.draws: bool | None = None  # None: not known yet
-        self._watch = Watch()
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -72,58 +59,36 @@ class SeededDataset(Dataset[Any]):
         if not isinstance(indices, Batch):
             return self._fetch(list(indices))
         if in_worker():
-            seed_cpu_generators(batch_seed(self.seed, indices.epoch, indices.cursor,
-                                           indices.rank))
+            seed_cpu_generators(self._seed_of(indices))
             return self._fetch(list(indices))
-        if self.draws is False:
-            outer = self._watch.before()
-            try:
-                got = self._fetch(list(indices))
-            except BaseException:
-                if self._watch.drew():  # a loop that skips a failed batch keeps its stream
-                    restore(outer)
-                raise
-            if not self._watch.drew():
-                return got
-            restore(outer)  # it drew: its draws are undone and the batch fetched seeded
-            self.draws = True
-        return self._seeded(indices)
-
-    def fetch_ahead(self, batches: list[Batch]) -> list[list[Any]] | None:
-        """The samples of several batches, fetched back to back under one watch, for a dataset
-        known to draw nothing (one watch costs a batch ~30 us right after a training step,
-        bench/loader_step.py). None, the generators as they were before, when any fetch drew
-        or raised: the caller then fetches the batches one by one (`__getitems__`), so each
-        is seeded or raises exactly where it would have."""
-        if self.draws is not False or in_worker():
-            return None
-        outer = self._watch.before()
-        got: list[list[Any]] | None = None
-        try:
-            got = [self._fetch(list(batch)) for batch in batches]
-        except Exception:
-            pass  # fetched again one by one: the error is raised at its own batch
-        finally:  # also on an interrupt: the loop's stream is left as it was
-            drew = self._watch.drew()
-            if drew:
-                restore(outer)
-        return None if drew else got
-
-    def _seeded(self, indices: Batch) -> list[Any]:
-        """Fetch under the batch's seed, the training loop's states put back after; the first
-        time, also see whether the dataset drew."""
-        seed = batch_seed(self.seed, indices.epoch, indices.cursor, indices.rank)
         saved = capture()
         try:
-            seed_generators(seed)
-            if self.draws is not None or not watchable():
-                return self._fetch(list(indices))
-            self._watch.before()
-            got = self._fetch(list(indices))
-            self.draws = self._watch.drew()
-            return got
+            seed_cpu_generators(self._seed_of(indices))
+            return self._fetch(list(indices))
         finally:
             restore(saved)
+
+    def fetch_ahead(self, batches: list[Batch]) -> list[list[Any]] | None:
+        """The samples of several batches, each fetched under its own seed, the loop's states
+        put back once after them all. None (the states as they were) when a fetch raised: the
+        caller then fetches the batches one by one (`__getitems__`), so that the error is
+        raised at its own batch."""
+        if in_worker():
+            return None
+        saved = capture()
+        try:
+            got = []
+            for batch in batches:
+                seed_cpu_generators(self._seed_of(batch))
+                got.append(self._fetch(list(batch)))
+            return got
+        except Exception:
+            return None
+        finally:  # also on an interrupt: the loop's stream is left as it was
+            restore(saved)
+
+    def _seed_of(self, batch: Batch) -> int:
+        return batch_seed(self.seed, batch.epoch, batch.cursor, batch.rank)
 
     def _fetch(self, indices: list[int]) -> list[Any]:
         inner = getattr(self.dataset, "__getitems__", None)
@@ -150,9 +115,7 @@ class TaggedBatch:
 
     def pin_memory(self) -> TaggedBatch:
         """Pin the batch (DataLoader's pin_memory thread calls this)."""
-        from torch.utils.data._utils.pin_memory import pin_memory
-
-        pinned = pin_memory(self.data)  # type: ignore[no-untyped-call]
+        pinned = compat.pin_memory(self.data)
         return TaggedBatch(pinned, self.stream, self.done, self.offset)
 
 

@@ -40,9 +40,9 @@ from perdure.runtime.data.shards import ShardDataset
 __all__ = ["ElasticLoader"]
 
 HELD_BACK_MAX = 8  # batches a reading-ahead loop may hold: Lightning holds 1
-# Without worker processes, batches of a dataset that draws nothing are fetched (and, with
-# the default collate, collated) this many at a time, as long as they hold at most
-# READ_AHEAD_BYTES in all: one watch of the generators, and warm caches, for the lot.
+# Without worker processes, batches are fetched (and, with the default collate, collated) this
+# many at a time, as long as they hold at most READ_AHEAD_BYTES in all: one swap of the
+# generators' states, and warm caches, for the lot.
 READ_AHEAD_MAX, READ_AHEAD_BYTES = 8, 1 << 20
 _FORBIDDEN = ("batch_sampler", "sampler", "shuffle")
 
@@ -90,13 +90,12 @@ class ElasticLoader:
     `prefetch_batches=0` turns it off.
 
     `read_ahead` (map-style, without worker processes): fetch this many batches at a time.
-    None (default): up to READ_AHEAD_MAX, holding at most READ_AHEAD_BYTES of batches, once
-    the first batch showed the dataset draws nothing, and one at a time with a `prefetch` (a
+    None (default): up to READ_AHEAD_MAX, holding at most READ_AHEAD_BYTES of batches (sized
+    from the first batch), and one at a time with a `prefetch` (a
     dataset read from afar: batches past what it was asked to prefetch would wait); 1: one
     batch per `next()`, as DataLoader does (for a dataset whose samples depend on what the
-    training loop did since the last batch). Batches are the same either way; a dataset that
-    draws is always fetched one batch at a time, and a collate_fn of your own always runs at
-    `next()`.
+    training loop did since the last batch). Batches are the same either way (each is fetched
+    under its own seed), and a collate_fn of your own always runs at `next()`.
     """
 
     def __init__(
@@ -310,12 +309,12 @@ class ElasticLoader:
         return self._fetched(loader.dataset, loader.collate_fn)  # type: ignore[arg-type]
 
     def _fetched(self, dataset: SeededDataset, collate: Callable[[Any], Any]) -> Iterator[Any]:
-        """Batches fetched in this process: one at a time until the dataset is known to draw
-        nothing, then `_ahead` at a time (see `read_ahead`)."""
+        """Batches fetched in this process: the first alone, then `_ahead` at a time (see
+        `read_ahead`)."""
         batches = iter(self.sampler)
         ahead = 0  # not known before this iterator's first batch
         while True:
-            group = list(islice(batches, ahead if ahead > 1 and dataset.draws is False else 1))
+            group = list(islice(batches, ahead if ahead > 1 else 1))
             if not group:
                 return
             got = dataset.fetch_ahead(group) if len(group) > 1 else None

@@ -27,7 +27,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
-from perdure.runtime.data.cpu_states import CpuState, capture, restore, seed_generators
+from perdure.runtime.data.cpu_states import CpuState, capture, restore
 from perdure.runtime.rng import derive_seed, seed_cpu_generators
 
 __all__ = [
@@ -70,7 +70,7 @@ def isolated_seed(seed: int) -> Iterator[None]:
         return
     saved = capture()
     try:
-        seed_generators(seed)  # seed_cpu_generators(seed), in a few microseconds
+        seed_cpu_generators(seed)
         yield
     finally:
         restore(saved)
