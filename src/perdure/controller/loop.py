@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 
-from perdure.backends.base import Backend, HoldsSpares, LaunchError
+from perdure.backends.base import Backend, HoldsSpares, LaunchError, NodeInfo
 from perdure.controller import backoff, vet
 from perdure.controller.collect import Collector
 from perdure.controller.intervals import IntervalShell
@@ -109,11 +109,7 @@ class Controller:
         self.store.checkpoint_in_background()
         self.collector.start()  # collections between ticks, not inside them
         stored = self.store.nodes()
-        nodes = {
-            n.name: Node(n.name, n.slots, stored[n.name].state if n.name in stored else
-                         Node(n.name, n.slots).state, n.gpus or 0, n.gpu_ids)
-            for n in self.backend.nodes()
-        }
+        nodes = {n.name: _merged(n, stored.get(n.name)) for n in self.backend.nodes()}
         self.store.save_nodes(nodes.values())
         readable, unreadable = self.store.unfinished()
         jobs = {j.id: j for j in readable}
@@ -420,3 +416,12 @@ class Controller:
     def rest(self, idle_s: float) -> None:
         """The work between two ticks `idle_s` apart: the garbage collections due."""
         self.collector.between_ticks(idle_s)
+
+
+def _merged(found: NodeInfo, stored: Node | None) -> Node:
+    """A node the backend has, with what the store kept of it: its state, quarantine and
+    strikes (a quarantine outlives the controller)."""
+    if stored is None:
+        return Node(found.name, found.slots, gpus=found.gpus or 0, gpu_ids=found.gpu_ids)
+    return Node(found.name, found.slots, stored.state, found.gpus or 0, found.gpu_ids,
+                stored.fence, stored.strikes)

@@ -20,6 +20,7 @@ from perdure.core.events import (
     ErrorInfo,
     LaunchFailed,
     LaunchQueued,
+    NodeCheckFailed,
     Observation,
     ReplicaExited,
     ReplicaProgress,
@@ -77,6 +78,7 @@ FIELDS: dict[type, dict[str, Callable[[Any], bool]]] = {
                       "restores": lambda v: isinstance(v, tuple) and all(map(_str, v))},
     Command: {"kind": _str, "target": _str, "time": _num,
               "hold": lambda v: isinstance(v, bool)},
+    NodeCheckFailed: {"node": _str, "message": _str, "time": _num},
 }
 
 

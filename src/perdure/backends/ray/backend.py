@@ -302,7 +302,7 @@ class RayBackend:
                 del self._down[name]
                 self._agents.pop(name, None)
                 self._spares.forget(name)
-                out.append(Command("restore-node", name, time.time()))
+                out.append(Command("node-back", name, time.time()))
         self._live = {n: v for n, v in live.items() if n not in self._down}
 
     def _drained(self, name: str, node_id: str, deadline_ms: int,
