@@ -74,7 +74,8 @@ class Store:
             raise StoreError(describe_error(path, exc)) from None
 
     def _add_columns(self) -> None:
-        """Columns added since a state dir was made (its tables exist without them)."""
+        """Columns added since the schema was first written (a new state dir gets them here
+        too)."""
         nodes = {r[1] for r in self.db.execute("PRAGMA table_info(nodes)")}
         if "gpus" not in nodes:
             self.db.execute("ALTER TABLE nodes ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0")

@@ -182,7 +182,7 @@ def test_a_failed_preflight_quarantines_at_once_and_moves_replicas() -> None:
     sim.step()
     node = sim.snap.nodes[bad]
     assert node.fence == "health check failed: gpu 0: matmul 12 TFLOP/s under the floor 40"
-    assert any(m.startswith(f"move worker-") and f"off node {bad} (quarantined" in m
+    assert any(m.startswith("move worker-") and f"off node {bad} (quarantined" in m
                for m in sim.messages(j)), sim.messages(j)
     job = sim.run_until(j, {JobState.RUNNING}, steps=200)
     assert bad not in {r.node for r in job.replicas}
