@@ -70,3 +70,29 @@ def test_a_node_that_segfaults_replicas_is_quarantined_and_the_job_succeeds(
     assert r.returncode == 0, r.stdout + r.stderr
     listed = perdure.cli("node", "ls").stdout
     assert "QUARANTINED" not in listed, listed
+
+
+CHECK = """\
+import os, sys
+if os.environ["PERDURE_NODE"] == "b":
+    print("PASS cpu: fine")
+    print("FAIL gpu 0 ecc: 3 uncorrected ECC errors since the driver loaded")
+    sys.exit(1)
+print("PASS all")
+"""
+
+
+def test_a_node_failing_its_preflight_gets_no_replica(perdure: Perdure) -> None:
+    check = perdure.write("check.py", CHECK)
+    nodes = cluster(perdure, ["a", "b", "c"], preflight=["python", str(check)],
+                    timeout_seconds=60)
+    spec = perdure.spec("pre", 2, ["python", "-c", "pass"])
+    r = perdure.cli("run", str(spec), "--cluster", str(nodes), timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = perdure.describe("pre")
+    assert {x["node"] for x in d["replicas"]} == {"a", "c"}
+    assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+    listed = perdure.cli("node", "ls").stdout
+    b = next(line for line in listed.splitlines() if line.startswith("b "))
+    assert b.endswith(f"QUARANTINED  health check failed: `python {check}` exited 1: FAIL gpu "
+                      "0 ecc: 3 uncorrected ECC errors since the driver loaded"), b
