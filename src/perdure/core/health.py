@@ -12,7 +12,8 @@ The rule, from the cluster file's `health` (core/healthspec.py):
 - a replica that failed the same way on two different nodes is the script's fault: those
   strikes count against neither node;
 - a node with `max_node_failures` strikes that count is QUARANTINED (fenced): nothing new is
-  placed there and its replicas move as for a drain, until `perdure node restore`;
+  placed there and its replicas move as for a drain, until `perdure node restore` (the only
+  ready node is not fenced: nothing could move; an event says so);
 - a failed preflight check fences its node at once.
 """
 
@@ -123,8 +124,14 @@ def strike(t: Tick, name: str, s: Strike) -> None:
     if node.fence or len(against) < limits.max_node_failures:
         return
     window = f"{limits.window_seconds:g}s"
-    fence(t, name, f"{plural(len(against), 'failure')} within {window}: "
-                   + "; ".join(x.describe() for x in against))
+    reason = (f"{plural(len(against), 'failure')} within {window}: "
+              + "; ".join(x.describe() for x in against))
+    if not any(n.schedulable for n in t.nodes.values() if n.name != name):
+        # Fencing the only node would stop everything and move nothing: say it instead.
+        t.event(None, "health", f"node {name} not quarantined, being the only ready node: "
+                                f"{reason}")
+        return
+    fence(t, name, reason)
 
 
 def _unfence_excused(t: Tick, name: str) -> None:

@@ -78,7 +78,7 @@ def test_a_node_that_keeps_crashing_replicas_is_quarantined_and_left_out() -> No
         if sim.snap.nodes["b"].fence:
             break
     b = sim.snap.nodes["b"]
-    assert b.fence.startswith("2 failures within 86400s: SIGSEGV of worker-"), b.fence
+    assert b.fence.startswith("2 failures within 604800s: SIGSEGV of worker-"), b.fence
     assert not b.schedulable and b.shown == "QUARANTINED"
     fenced = [m for m in sim.messages(None) if "QUARANTINED" in m]
     assert len(fenced) == 1 and fenced[0].startswith("node b QUARANTINED: 2 failures")
@@ -114,7 +114,7 @@ def test_a_backend_seeing_a_lost_node_again_keeps_its_quarantine() -> None:
         sim.command("node-back", "b")
         sim.step()
     b = sim.snap.nodes["b"]
-    assert b.fence == "2 failures within 86400s: node lost; node lost", b.fence
+    assert b.fence == "2 failures within 604800s: node lost; node lost", b.fence
     assert not b.schedulable
     assert any("node b is back but stays QUARANTINED" in m for m in sim.messages(None))
 
@@ -187,3 +187,13 @@ def test_a_failed_preflight_quarantines_at_once_and_moves_replicas() -> None:
     job = sim.run_until(j, {JobState.RUNNING}, steps=200)
     assert bad not in {r.node for r in job.replicas}
     assert all(r.restarts == 0 for r in job.replicas)
+
+
+def test_the_only_ready_node_is_not_fenced() -> None:
+    sim = Sim(nodes={"local": 2}, script=segv_on("local"))  # type: ignore[arg-type]
+    j = sim.submit(two_replicas(max_job_retries=2))  # type: ignore[arg-type]
+    sim.run_until(j, {JobState.FAILED}, steps=400)
+    node = sim.snap.nodes["local"]
+    assert not node.fence and node.schedulable
+    assert any(m.startswith("node local not quarantined, being the only ready node: 2 "
+                            "failures") for m in sim.messages(None)), sim.messages(None)
