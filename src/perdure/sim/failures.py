@@ -15,6 +15,15 @@ Each category gives its rate as `count` (over the reference), `per_gpu_day`, or 
 nodes), job (every replica). kind: transient (a restart on the same node helps) or hardware
 (the node leaves for `repair_hours`). `hang: true`: the process does not exit; the job stalls
 until a hang detector acts (the policy's: NCCL's timeout or perdure's watchdog).
+
+Repeat offenders (lemon nodes), optional:
+
+    repeat_offenders: {share: 0.01, factor: 50, kinds: [hardware]}
+
+`share` of the cluster's nodes fail `factor` times as often as the others in the categories
+of those `kinds`; the categories' total rate stays what they say (the lemons take their part
+of it). A failure of a lemon hits one of them chosen uniformly (none if it is not running the
+job: quarantined, or idle); the others hit the job's other nodes, as without lemons.
 """
 
 from __future__ import annotations
@@ -30,7 +39,10 @@ from perdure.core.spec import parse_model
 from perdure.core.specbase import SpecModel
 from perdure.sim.sourcefile import read_source
 
-BUILTIN = ("llama3",)
+BUILTIN = ("llama3", "llama3-lemons")
+
+
+Kind = Literal["transient", "hardware"]
 
 
 class Reference(SpecModel):
@@ -58,10 +70,21 @@ class Category(SpecModel):
         return self
 
 
+class RepeatOffenders(SpecModel):
+    share: float = Field(gt=0, lt=1)  # of the cluster's nodes
+    factor: float = Field(ge=1)  # a lemon's failure rate over another node's
+    kinds: list[Kind] = Field(default_factory=lambda: list[Kind](["hardware"]))
+
+    def lemon_odds(self) -> float:
+        """The chance that a failure of one of `kinds` is a lemon's."""
+        return self.share * self.factor / (self.share * self.factor + 1 - self.share)
+
+
 class FailureFile(SpecModel):
     reference: Reference | None = None
     switch_nodes: int = Field(16, ge=1)
     categories: list[Category] = Field(min_length=1, max_length=256)
+    repeat_offenders: RepeatOffenders | None = None
 
     @model_validator(mode="after")
     def _reference(self) -> FailureFile:
@@ -87,11 +110,13 @@ def load(source: str) -> FailureFile:
 
 @dataclass(frozen=True)
 class Draw:
-    """One failure: when (seconds from the start), which category, which node index."""
+    """One failure: when (seconds from the start), which category, which node index, and
+    (with repeat offenders) whether it is a lemon's."""
 
     time: float
     category: Category
     node_index: int
+    lemon: bool = False
 
 
 def draws(f: FailureFile, gpus: int, nodes: int, seconds: float, seed: int) -> list[Draw]:
@@ -99,15 +124,27 @@ def draws(f: FailureFile, gpus: int, nodes: int, seconds: float, seed: int) -> l
     a Poisson process per category (its rate x the GPUs), a uniformly chosen node."""
     rng = random.Random(seed)
     out: list[Draw] = []
+    lemons = f.repeat_offenders
     for c in f.categories:
         per_second = f.rate(c) * gpus / 86400.0
         if per_second <= 0:
             continue
+        odds = lemons.lemon_odds() if lemons is not None and c.kind in lemons.kinds else 0.0
         t = 0.0
         while True:
             t += -math.log(1.0 - rng.random()) / per_second
             if t >= seconds:
                 break
-            out.append(Draw(t, c, rng.randrange(nodes)))
+            node = rng.randrange(nodes)
+            # drawn only where lemons exist: a file without them keeps its draws
+            out.append(Draw(t, c, node, lemon=bool(odds) and rng.random() < odds))
     out.sort(key=lambda d: d.time)
     return out
+
+
+def lemon_nodes(f: FailureFile, names: list[str], seed: int) -> set[str]:
+    """Which of the cluster's nodes are repeat offenders (the same for every policy)."""
+    if f.repeat_offenders is None:
+        return set()
+    count = max(1, round(f.repeat_offenders.share * len(names)))
+    return set(random.Random(f"lemons-{seed}").sample(sorted(names), min(count, len(names))))
