@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from test_sim import CAL
 
 from perdure.core.spec import JobSpec
 from perdure.sim import failures, policies
 from perdure.sim.engine import FENCED_REPAIR_HOURS, Engine, Result
 from perdure.sim.failures import Category, Draw
-from test_sim import CAL
 
 
 def test_llama3_lemons_keeps_table_5_and_concentrates_hardware_failures() -> None:
