@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 
-from perdure.backends.base import Backend, HoldsSpares, LaunchError, NodeInfo
+from perdure.backends.base import Backend, FencesNodes, HoldsSpares, LaunchError, NodeInfo
 from perdure.controller import backoff, vet
 from perdure.controller.collect import Collector
 from perdure.controller.intervals import IntervalShell
@@ -90,6 +90,7 @@ class Controller:
         self._poll_failing = False
         self._tick_refused = False
         self._spares: frozenset[str] = frozenset()  # spare nodes the backend was told of
+        self._fenced: dict[str, str] | None = None  # quarantines the backend was told of
         # A submitted job whose replicas are being read, a part a tick (`_load`)
         self._loading: tuple[str, Generator[None, None, Job | None]] | None = None
         self.collector = Collector()
@@ -116,6 +117,7 @@ class Controller:
         for err in unreadable:
             self._fail_unreadable(err)
         self.snapshot = Snapshot(jobs, nodes, self.snapshot.quotas)
+        self._tell_fenced()
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
         self.pending.extend(self._adopt([r.launch_id for r in alive if r.launch_id]))
@@ -239,6 +241,8 @@ class Controller:
                 self._forget_node_dir(i)
         self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
                                  outcome.snapshot.index)
+        if outcome.nodes_changed:
+            self._tell_fenced()
         spares = frozenset(n for j in jobs.values() for n in j.spares)
         if spares != self._spares and isinstance(self.backend, HoldsSpares):
             self._spares = spares  # the backend warms them (Ray: the nodes' pools)
@@ -254,6 +258,19 @@ class Controller:
         self.tick_seconds.append(time.perf_counter() - began)
         self.tick_cpu_seconds.append(time.thread_time() - cpu)
         return outcome
+
+    def _tell_fenced(self) -> None:
+        """The backend that enforces quarantines itself learns the quarantined nodes."""
+        fenced = {n.name: n.fence for n in self.snapshot.nodes.values() if n.fence}
+        if fenced == self._fenced or not isinstance(self.backend, FencesNodes):
+            return
+        self._fenced = fenced
+        try:
+            self.backend.fence_nodes(fenced)
+        except Exception as exc:  # a Slurm command failing: said, tried at the next change
+            self._start_events.append(Event(self.clock(), None, "internal",
+                                            f"could not tell the backend of quarantined "
+                                            f"nodes: {vet.error_words(exc)}"))
 
     def _refused_tick(self, observations: list[Observation], exc: OSError) -> Outcome:
         """A tick the machine refused (no descriptor left to probe a port with): nothing is

@@ -115,8 +115,9 @@ def _forgive_lost_peer(t: Tick, job: Job, node: str) -> None:
 def _drain_node(t: Tick, c: Command) -> None:
     if t.set_node(c.target, NodeState.DRAINING) is None:
         return
-    t.event(None, "node", f"node {c.target} draining: maintenance notice to its replicas")
-    t.move_off(c.target, "maintenance", f"drain {c.target}")
+    said = f" ({c.why})" if c.why else ""
+    t.event(None, "node", f"node {c.target} draining{said}: maintenance notice to its replicas")
+    t.move_off(c.target, c.why or "maintenance", f"drain {c.target}")
 
 
 def _preempt_node(t: Tick, c: Command) -> None:

@@ -130,6 +130,7 @@ class Command:
     target: str  # job id or node name
     time: float
     hold: bool = False  # preempt: stay SUSPENDED until resumed
+    why: str = ""  # a backend's drain-node: the platform's reason (Slurm's, Ray's)
 
 
 @dataclass(frozen=True)

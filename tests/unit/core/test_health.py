@@ -10,7 +10,7 @@ import pytest
 from sim import SETTINGS, Sim, spec
 
 from perdure.backends.fake import FakeRun
-from perdure.core.events import ErrorInfo, Launch, NodeCheckFailed
+from perdure.core.events import Command, ErrorInfo, Launch, NodeCheckFailed
 from perdure.core.health import machine_fault
 from perdure.core.healthspec import HealthSpec
 from perdure.core.policy import Failure
@@ -197,3 +197,15 @@ def test_the_only_ready_node_is_not_fenced() -> None:
     assert not node.fence and node.schedulable
     assert any(m.startswith("node local not quarantined, being the only ready node: 2 "
                             "failures") for m in sim.messages(None)), sim.messages(None)
+
+
+def test_a_drain_command_carries_the_platforms_reason_into_the_events() -> None:
+    s = Sim(nodes={"a": 1, "b": 1})
+    j = s.submit(spec())
+    job = s.run_until(j, {JobState.RUNNING})
+    node = job.replicas[0].node
+    s.pending.append(Command("drain-node", str(node), s.now, why="Slurm drains it: fan"))
+    s.step()
+    assert f"node {node} draining (Slurm drains it: fan): maintenance notice to its replicas" \
+        in s.messages(None)
+    assert f"move worker-0 off node {node} (Slurm drains it: fan, no restart)" in s.messages(j)
