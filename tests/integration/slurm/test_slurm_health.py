@@ -6,6 +6,7 @@ taken, with Slurm's reason in the job's events."""
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +34,13 @@ def with_health(p: SlurmPerdure, **slurm: Any) -> str:
 def resume(p: SlurmPerdure, node: str) -> None:
     with contextlib.suppress(Exception):
         p.slurm.run("scontrol", "update", f"nodename={node}", "state=resume")
+
+
+def finish(p: SlurmPerdure, flag: Path, job: str) -> None:
+    """Let the replicas end: the job succeeds."""
+    flag.touch()
+    d = p.wait(job, lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
+    assert d["state"] == "SUCCEEDED", d["events"][-10:]
 
 
 def node_state(p: SlurmPerdure, node: str) -> tuple[str, str]:
@@ -74,9 +82,7 @@ def test_a_quarantined_host_is_drained_excluded_and_replaced_by_the_spare(
         p.wait("quick", lambda d: d["state"] in ("RUNNING", "SUCCEEDED"), timeout=120)
         shown = p.slurm.run("scontrol", "show", "job", "-o", _slurm_job(p, ".quick-"))
         assert "ExcNodeList=b " in shown, shown
-        flag.touch()
-        d = p.wait("fenced", lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
-        assert d["state"] == "SUCCEEDED", d["events"][-10:]
+        finish(p, flag, "fenced")
     finally:
         stop_controller(controller)
         resume(p, "b")
@@ -108,9 +114,7 @@ def test_a_host_slurm_drains_has_its_replicas_moved_first(slurm_perdure: SlurmPe
         assert any(m == "move worker-1 off node b (Slurm drains it: fan failing, no restart)"
                    for m in messages), messages
         assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
-        flag.touch()
-        d = p.wait("drained", lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
-        assert d["state"] == "SUCCEEDED", d["events"][-10:]
+        finish(p, flag, "drained")
     finally:
         stop_controller(controller)
         resume(p, "b")
