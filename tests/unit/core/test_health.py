@@ -209,3 +209,16 @@ def test_a_drain_command_carries_the_platforms_reason_into_the_events() -> None:
     assert f"node {node} draining (Slurm drains it: fan): maintenance notice to its replicas" \
         in s.messages(None)
     assert f"move worker-0 off node {node} (Slurm drains it: fan, no restart)" in s.messages(j)
+
+
+def test_a_job_that_cannot_fit_without_the_quarantined_node_says_so() -> None:
+    sim = Sim(nodes={"a": 1, "b": 1})
+    sim.pending.append(NodeCheckFailed("b", "FAIL memory: 12 MiB available", sim.now))
+    sim.step()
+    j = sim.submit(two_replicas())  # type: ignore[arg-type]
+    for _ in range(5):
+        sim.step()
+    job = sim.job(j)
+    assert job.state is JobState.QUEUED
+    assert job.wait_reason.endswith("(b quarantined: `perdure node ls` says why, `perdure node "
+                                    "restore` lifts it)"), job.wait_reason
