@@ -10,7 +10,8 @@ The rule, from the cluster file's `health` (core/healthspec.py):
   node; an exception of the script, its OOM, a lost peer or a notice is none;
 - strikes older than `window_seconds` are forgotten;
 - a replica that failed the same way on two different nodes is the script's fault: those
-  strikes count against neither node;
+  strikes count against neither node; nodes lost together (SHARED_LOSS_SECONDS apart) lost
+  what they share (a switch, a rack's power): those losses count against none of them;
 - a node with `max_node_failures` strikes that count is QUARANTINED (fenced): nothing new is
   placed there and its replicas move as for a drain, until `perdure node restore` (the only
   ready node is not fenced: nothing could move; an event says so);
@@ -20,6 +21,7 @@ The rule, from the cluster file's `health` (core/healthspec.py):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import signal
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +33,8 @@ from perdure.core.tick import Tick
 
 NODE_LOST = "node lost"
 HEALTH_CHECK = "health check"
+# Nodes lost this close together lost something they share (a switch, a rack's power)
+SHARED_LOSS_SECONDS = 30.0
 
 _NATIVE = {int(s): s.name for s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL)}
 # Errors of the GPU or its driver, as CUDA and the kernel word them. A device-side assert or
@@ -94,11 +98,26 @@ def _script_faults(nodes: Iterable[Node]) -> set[tuple[str, str, str]]:
     return twice
 
 
+def _shared_losses(nodes: Iterable[Node]) -> set[tuple[str, float]]:
+    """(node, time) of each loss that came with another node's (SHARED_LOSS_SECONDS apart):
+    what the nodes share failed (a switch, a rack's power), not each of them."""
+    losses = sorted((s.time, n.name) for n in nodes for s in n.strikes if s.kind == NODE_LOST)
+    shared: set[tuple[str, float]] = set()
+    for (t1, n1), (t2, n2) in itertools.pairwise(losses):
+        if t2 - t1 <= SHARED_LOSS_SECONDS and n1 != n2:
+            shared |= {(n1, t1), (n2, t2)}
+    return shared
+
+
 def counted(node: Node, nodes: Mapping[str, Node]) -> list[Strike]:
-    """The strikes that count against `node`: all but the script's own faults."""
+    """The strikes that count against `node`: all but the script's own faults and the losses
+    it shared with other nodes."""
     mine = [s for s in node.strikes if s.replica]
     excused = _script_faults(nodes.values()) if mine else set()
-    return [s for s in node.strikes if (s.job, s.replica, s.kind) not in excused]
+    lost = any(s.kind == NODE_LOST for s in node.strikes)
+    shared = _shared_losses(nodes.values()) if lost else set()
+    return [s for s in node.strikes if (s.job, s.replica, s.kind) not in excused
+            and (node.name, s.time) not in shared]
 
 
 def strike(t: Tick, name: str, s: Strike) -> None:
@@ -120,6 +139,14 @@ def strike(t: Tick, name: str, s: Strike) -> None:
         for other in where:
             _unfence_excused(t, other)
         return
+    if s.kind == NODE_LOST:
+        together = sorted(n.name for n in t.nodes.values() if n.name != name and any(
+            x.kind == NODE_LOST and abs(x.time - s.time) <= SHARED_LOSS_SECONDS
+            for x in n.strikes))
+        for other in together:  # a fence their earlier losses alone earned is lifted
+            _unfence_excused(t, other)
+        if together:
+            return
     against = counted(node, t.nodes)
     if node.fence or len(against) < limits.max_node_failures:
         return

@@ -222,3 +222,26 @@ def test_a_job_that_cannot_fit_without_the_quarantined_node_says_so() -> None:
     assert job.state is JobState.QUEUED
     assert job.wait_reason.endswith("(b quarantined: `perdure node ls` says why, `perdure node "
                                     "restore` lifts it)"), job.wait_reason
+
+
+def test_nodes_lost_together_lost_what_they_share() -> None:
+    """A switch takes a, b and c at once, twice: none of them is at fault; b lost alone
+    afterwards is, with its shared losses not counted."""
+    sim = Sim(nodes={"a": 1, "b": 1, "c": 1, "d": 1},
+              settings=settings(max_node_failures=2))  # type: ignore[arg-type]
+    for _ in range(2):
+        for node in ("a", "b", "c"):
+            sim.command("fail-node", node)
+        sim.step()
+        for node in ("a", "b", "c"):
+            sim.command("node-back", node)
+        sim.step(60.0)
+    assert not any(n.fence for n in sim.snap.nodes.values()), sim.messages(None)
+    sim.command("fail-node", "b")
+    sim.step()
+    assert not sim.snap.nodes["b"].fence  # one loss of its own
+    sim.command("node-back", "b")
+    sim.step(60.0)
+    sim.command("fail-node", "b")
+    sim.step()
+    assert sim.snap.nodes["b"].fence == "2 failures within 604800s: node lost; node lost"
