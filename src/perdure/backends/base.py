@@ -133,6 +133,17 @@ class HoldsSpares(Protocol):
         ...
 
 
+@runtime_checkable
+class FencesNodes(Protocol):
+    """A backend that enforces quarantines on its own scheduler's side (Slurm: `--exclude`
+    from every later allocation, and with `slurm.drain_bad_nodes` a drain in Slurm)."""
+
+    def fence_nodes(self, fenced: dict[str, str]) -> None:
+        """The quarantined nodes now (node -> reason), after each tick that changed them and
+        at the controller's start. Never blocks for long."""
+        ...
+
+
 def error_info(error: object) -> ErrorInfo | None:
     """A recorded error (an exit record's `error`, the error file's) as the core's ErrorInfo;
     None for anything that is not one."""

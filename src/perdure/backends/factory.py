@@ -33,8 +33,12 @@ def make_backend(cluster: ClusterSpec, state_dir: Path) -> Backend:
     nodes = [NodeInfo(n.name, n.slots, gpus=n.gpus or 0) for n in cluster.nodes]
     if cluster.backend == "local":
         from perdure.backends.local import LocalBackend
+        from perdure.backends.preflight import Preflight
 
-        return LocalBackend(state_dir, fixed_nodes(cluster), transport=cluster.transport)
+        health = cluster.health
+        check = Preflight(health.preflight, health.timeout_seconds) if health.preflight else None
+        return LocalBackend(state_dir, fixed_nodes(cluster), transport=cluster.transport,
+                            preflight=check)
     if cluster.backend == "fake":
         from perdure.backends.fake import FakeBackend
 

@@ -80,7 +80,7 @@ def make_controller(ctx: Ctx, store: Store, cluster: ClusterSpec,
     interpreter = "python" if cluster.backend in ("ray", "slurm") else python()
     settings = LaunchSettings(state_dir=str(ctx.state_dir), python=interpreter,
                               job_secret=lambda job_id: job_secret(secret, job_id),
-                              node_dir=node_dir(ctx.state_dir))
+                              node_dir=node_dir(ctx.state_dir), health=cluster.health)
     try:
         return Controller(ctx.state_dir, store, backend, cluster, settings)
     except ValueError as exc:  # a bad setting in the environment ($PERDURE_MTBF_PRIOR_SECONDS)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from perdure.cli import export, jobs, ops, sim
+from perdure.cli import export, healthcheck, jobs, ops, sim
 from perdure.cli.argv import hoist_state_dir
 from perdure.cli.common import Ctx, describe_cluster, load_cluster, load_spec, new_job
 from perdure.cli.terminal import visible
@@ -71,6 +71,7 @@ jobs.register(app)
 sim.register(app)
 ops.register(app)
 export.register(app)
+healthcheck.register(app)
 app.command()(serve)
 
 

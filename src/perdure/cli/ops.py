@@ -115,7 +115,8 @@ def preempt_node(c: typer.Context, node: str) -> None:
 
 @node_app.command("restore")
 def restore(c: typer.Context, node: str) -> None:
-    """Bring a failed or drained node back."""
+    """Bring a failed, drained or quarantined node back (a quarantine's failures are
+    forgotten)."""
     _node_command(c, "restore-node", node)
 
 
@@ -126,11 +127,13 @@ def node_ls(c: typer.Context) -> None:
     stored = ctx.reader().nodes()
     declared = {n.name: n.gpus for n in load_cluster(ctx, None).nodes}
     for name, slots in _node_slots(ctx).items():
-        state = stored[name].state.value if name in stored else "READY"
+        node = stored.get(name)
+        state = node.shown if node is not None else "READY"
         # the controller records what it found; before it ran, what the file declares
-        gpus = stored[name].gpus if name in stored else declared.get(name)
+        gpus = node.gpus if node is not None else declared.get(name)
         shown = "" if not gpus else f"{plural(gpus, 'GPU')}  "
-        say(f"{name:<12} {plural(slots, 'slot') + '  ':<9}{shown}{state}")
+        why = f"  {node.fence}" if node is not None and node.fence else ""
+        say(f"{name:<12} {plural(slots, 'slot') + '  ':<9}{shown}{state}{why}")
     if line := inspector(ctx).pool_summary():
         say(line)
 

@@ -97,6 +97,7 @@ DESCRIPTIONS: dict[str, str] = {
     "slurm.sbatch_args": "extra sbatch options, appended as given; not those perdure sets "
                          "or reads back (--job-name, --nodelist, --output, --signal, ...)",
     "slurm.shared_dirs": "paths mounted at the same place on every node (as `ray.shared_dirs`)",
+    "slurm.drain_bad_nodes": "drain a node perdure quarantines in Slurm too, with the reason",
     "nodes": "virtual nodes, each a failure domain (with `ray`: omit to discover them)",
     "nodes[].name": "lowercase letters, digits and `-`",
     "nodes[].slots": "capacity, in pool `slots`",
@@ -104,6 +105,14 @@ DESCRIPTIONS: dict[str, str] = {
     "queues[].name": "a name specs give as `queue`",
     "queues[].quota": "at most this many slots in use by the queue's jobs (none: no limit)",
     "transport": "how replicas reach the controller: files in the state dir, or the network",
+    "health": "when a node is quarantined, and the check it must pass first "
+              "(docs/guides/node-health.md)",
+    "health.max_node_failures": "machine failures within the window that quarantine a node "
+                                "(0: never)",
+    "health.window_seconds": "how long a failure counts against its node",
+    "health.preflight": "argv run on a node before an attempt's replicas start there "
+                        "(e.g. `[perdure, health-check]`); a failure quarantines it",
+    "health.timeout_seconds": "a preflight that runs longer fails",
 }
 
 

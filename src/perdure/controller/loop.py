@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 
-from perdure.backends.base import Backend, HoldsSpares, LaunchError
+from perdure.backends.base import Backend, FencesNodes, HoldsSpares, LaunchError, NodeInfo
 from perdure.controller import backoff, vet
 from perdure.controller.collect import Collector
 from perdure.controller.intervals import IntervalShell
@@ -92,6 +92,7 @@ class Controller:
         self._poll_failing = False
         self._tick_refused = False
         self._spares: frozenset[str] = frozenset()  # spare nodes the backend was told of
+        self._fenced: dict[str, str] | None = None  # quarantines the backend was told of
         # A submitted job whose replicas are being read, a part a tick (`_load`)
         self._loading: tuple[str, Generator[None, None, Job | None]] | None = None
         self.collector = Collector()
@@ -111,17 +112,14 @@ class Controller:
         self.store.checkpoint_in_background()
         self.collector.start()  # collections between ticks, not inside them
         stored = self.store.nodes()
-        nodes = {
-            n.name: Node(n.name, n.slots, stored[n.name].state if n.name in stored else
-                         Node(n.name, n.slots).state, n.gpus or 0, n.gpu_ids)
-            for n in self.backend.nodes()
-        }
+        nodes = {n.name: _merged(n, stored.get(n.name)) for n in self.backend.nodes()}
         self.store.save_nodes(nodes.values())
         readable, unreadable = self.store.unfinished()
         jobs = {j.id: j for j in readable}
         for err in unreadable:
             self._fail_unreadable(err)
         self.snapshot = Snapshot(jobs, nodes, self.snapshot.quotas)
+        self._tell_fenced()
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
         self.pending.extend(self._adopt([r.launch_id for r in alive if r.launch_id]))
@@ -245,6 +243,8 @@ class Controller:
                 self._forget_node_dir(i)
         self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
                                  outcome.snapshot.index)
+        if outcome.nodes_changed:
+            self._tell_fenced()
         spares = frozenset(n for j in jobs.values() for n in j.spares)
         if spares != self._spares and isinstance(self.backend, HoldsSpares):
             self._spares = spares  # the backend warms them (Ray: the nodes' pools)
@@ -260,6 +260,19 @@ class Controller:
         self.tick_seconds.append(time.perf_counter() - began)
         self.tick_cpu_seconds.append(time.thread_time() - cpu)
         return outcome
+
+    def _tell_fenced(self) -> None:
+        """The backend that enforces quarantines itself learns the quarantined nodes."""
+        fenced = {n.name: n.fence for n in self.snapshot.nodes.values() if n.fence}
+        if fenced == self._fenced or not isinstance(self.backend, FencesNodes):
+            return
+        self._fenced = fenced
+        try:
+            self.backend.fence_nodes(fenced)
+        except Exception as exc:  # a Slurm command failing: said, tried at the next change
+            self._start_events.append(Event(self.clock(), None, "internal",
+                                            f"could not tell the backend of quarantined "
+                                            f"nodes: {vet.error_words(exc)}"))
 
     def _refused_tick(self, observations: list[Observation], exc: OSError) -> Outcome:
         """A tick the machine refused (no descriptor left to probe a port with): nothing is
@@ -424,3 +437,12 @@ class Controller:
     def rest(self, idle_s: float) -> None:
         """The work between two ticks `idle_s` apart: the garbage collections due."""
         self.collector.between_ticks(idle_s)
+
+
+def _merged(found: NodeInfo, stored: Node | None) -> Node:
+    """A node the backend has, with what the store kept of it: its state, quarantine and
+    strikes (a quarantine outlives the controller)."""
+    if stored is None:
+        return Node(found.name, found.slots, gpus=found.gpus or 0, gpu_ids=found.gpu_ids)
+    return Node(found.name, found.slots, stored.state, found.gpus or 0, found.gpu_ids,
+                stored.fence, stored.strikes)

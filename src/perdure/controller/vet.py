@@ -20,6 +20,7 @@ from perdure.core.events import (
     ErrorInfo,
     LaunchFailed,
     LaunchQueued,
+    NodeCheckFailed,
     Observation,
     ReplicaExited,
     ReplicaProgress,
@@ -77,7 +78,8 @@ FIELDS: dict[type, dict[str, Callable[[Any], bool]]] = {
                       "step_seconds": _optional(_num), "save_seconds": _optional(_num),
                       "restores": lambda v: isinstance(v, tuple) and all(map(_str, v))},
     Command: {"kind": _str, "target": _str, "time": _num,
-              "hold": lambda v: isinstance(v, bool)},
+              "hold": lambda v: isinstance(v, bool), "why": _str},
+    NodeCheckFailed: {"node": _str, "message": _str, "time": _num},
 }
 
 

@@ -51,8 +51,13 @@ def _kind(reason: str) -> str:
 
 
 def _wait(t: Tick, job: Job, reason: str) -> None:
-    """Note why a job waits, with an event only when the kind of reason changes."""
+    """Note why a job waits, with an event only when the kind of reason changes; quarantined
+    nodes (which hold no capacity) are named."""
     if _kind(job.wait_reason) != _kind(reason):
+        fenced = sorted(n.name for n in t.nodes.values() if n.fence)  # once per new reason
+        if fenced:
+            reason += (f" ({some_of(fenced)} quarantined: `perdure node ls` says why, "
+                       "`perdure node restore` lifts it)")
         job.wait_reason = reason
         t.event(job, "waiting", reason)
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from perdure.core import health
 from perdure.core.events import Command
 from perdure.core.launchenv import master_node
 from perdure.core.model import Job, JobError
+from perdure.core.records import Strike
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 from perdure.core.text import plural
 from perdure.core.tick import Tick
@@ -89,6 +91,7 @@ def _fail_node(t: Tick, c: Command) -> None:
                                          "new round (no restart counted)")
                 t.restart(job, [], notice=None, why=f"node {c.target} lost")
     t.kill_node(c.target)
+    health.strike(t, c.target, Strike(c.time, health.NODE_LOST))
 
 
 def _launched_towards(job: Job, node: str) -> bool:
@@ -112,18 +115,9 @@ def _forgive_lost_peer(t: Tick, job: Job, node: str) -> None:
 def _drain_node(t: Tick, c: Command) -> None:
     if t.set_node(c.target, NodeState.DRAINING) is None:
         return
-    t.event(None, "node", f"node {c.target} draining: maintenance notice to its replicas")
-    for job_id, job in list(t.jobs.items()):
-        on_node = [r for r in job.replicas if r.node == c.target and r.alive]
-        if not on_node or job.after_stop is not None:
-            continue
-        mine = t.touch(job_id)
-        assert mine is not None
-        job = mine
-        moving = [r for r in job.replicas if r.node == c.target and r.alive]
-        names = ", ".join(r.name for r in moving)
-        t.event(job, "decision", f"move {names} off node {c.target} (maintenance, no restart)")
-        t.restart(job, moving, notice="maintenance", why=f"drain {c.target}")
+    said = f" ({c.why})" if c.why else ""
+    t.event(None, "node", f"node {c.target} draining{said}: maintenance notice to its replicas")
+    t.move_off(c.target, c.why or "maintenance", f"drain {c.target}")
 
 
 def _preempt_node(t: Tick, c: Command) -> None:
@@ -140,7 +134,20 @@ def _preempt_node(t: Tick, c: Command) -> None:
 
 
 def _restore_node(t: Tick, c: Command) -> None:
+    """The user's `perdure node restore`: back to READY, its quarantine lifted."""
+    fenced = health.lift(t, c.target)
     if t.set_node(c.target, NodeState.READY) is not None:
+        lifted = "; quarantine lifted, its failures forgotten" if fenced else ""
+        t.event(None, "node", f"node {c.target} restored: ready for replicas{lifted}")
+
+
+def _node_back(t: Tick, c: Command) -> None:
+    """The backend sees a lost node again: READY, but a quarantine stays until restored."""
+    node = t.set_node(c.target, NodeState.READY)
+    if node is not None and node.fence:
+        t.event(None, "node", f"node {c.target} is back but stays QUARANTINED "
+                              f"({node.fence}); `perdure node restore {c.target}` lifts it")
+    elif node is not None:
         t.event(None, "node", f"node {c.target} restored: ready for replicas")
 
 
@@ -153,6 +160,7 @@ COMMANDS: dict[str, Callable[[Tick, Command], None]] = {
     "preempt-node": _preempt_node,
     "drain-node": _drain_node,
     "restore-node": _restore_node,
+    "node-back": _node_back,
 }
 
 __all__ = ["COMMANDS", "ReplicaState"]

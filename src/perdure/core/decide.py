@@ -11,7 +11,7 @@ import signal
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from perdure.core import admission, elastic, spares
+from perdure.core import admission, elastic, health, spares
 from perdure.core.commands import COMMANDS
 from perdure.core.events import (
     QUEUED_IN_BACKEND,
@@ -20,6 +20,7 @@ from perdure.core.events import (
     Hung,
     LaunchFailed,
     LaunchQueued,
+    NodeCheckFailed,
     Observation,
     ReplicaExited,
     ReplicaProgress,
@@ -37,7 +38,7 @@ from perdure.core.policy import (
     escalate,
     is_peer_error,
 )
-from perdure.core.records import Event
+from perdure.core.records import Event, Strike
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 from perdure.core.text import all_of, plural
 from perdure.core.tick import Snapshot, Tick
@@ -171,6 +172,9 @@ class _Decider(Tick):
         if isinstance(obs, Command):
             self.command(obs)
             return
+        if isinstance(obs, NodeCheckFailed):
+            health.fence(self, obs.node, f"{health.HEALTH_CHECK} failed: {obs.message}")
+            return
         job = self.touch(job_of_launch(obs.launch_id))
         r = self._replica(job, obs.launch_id) if job else None
         if job is None or r is None:
@@ -283,10 +287,12 @@ class _Decider(Tick):
             return
         if was_stopping or job.after_stop is not None:
             if self.caused_the_round(job, f, obs.time):
+                self.blame_node(job, r, f, obs.time)
                 self.recharge(job, r, f)
                 return
             self.stopped(job, r, f)
             return
+        self.blame_node(job, r, f, obs.time)
         verdict = classify(f, job.spec)
         if verdict.reason == "node lost":  # the node's fault, not the replica's: nothing spent
             reason = ("node lost, a membership change (no restart counted)" if job.elastic
@@ -296,6 +302,12 @@ class _Decider(Tick):
             verdict = crash_loop(verdict, f, r.error_repeats)
         self.apply(job, r, verdict, f"{r.name} exited {_status(f)}: {reason}")
         self._unsettled[job.id] = job  # it may have been the last of a group still starting
+
+    def blame_node(self, job: Job, r: Replica, f: Failure, when: float) -> None:
+        """A failure that points at the machine is a strike against the replica's node."""
+        kind = health.machine_fault(f)
+        if kind is not None and r.node is not None:
+            health.strike(self, r.node, Strike(when, kind, job.id, r.name))
 
     def caused_the_round(self, job: Job, f: Failure, exit_time: float) -> bool:
         """Whether `f`, an exit seen while this round's replicas stop, is what failed first.

@@ -127,17 +127,29 @@ class Hung:
 class Command:
     """A user's command, delivered through the store: cancel, preempt, resume, node actions.
 
-    kind: cancel | preempt | resume | fail-node | drain-node | restore-node
+    kind: cancel | preempt | resume | fail-node | drain-node | preempt-node | restore-node
+    (the user's: lifts a quarantine too) | node-back (a backend sees a lost node again)
     """
 
     kind: str
     target: str  # job id or node name
     time: float
     hold: bool = False  # preempt: stay SUSPENDED until resumed
+    why: str = ""  # a backend's drain-node: the platform's reason (Slurm's, Ray's)
+
+
+@dataclass(frozen=True)
+class NodeCheckFailed:
+    """A node failed its preflight check (the cluster file's `health: preflight`): it is
+    quarantined at once. `message` is the check's own words (its failing lines)."""
+
+    node: str
+    message: str
+    time: float
 
 
 Observation = (ReplicaStarted | ReplicaExited | LaunchFailed | LaunchQueued | ReplicaProgress
-               | Hung | Command)
+               | Hung | Command | NodeCheckFailed)
 
 
 # ---- decisions ------------------------------------------------------------------------------

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from perdure.core.events import Launch
+from perdure.core.healthspec import HealthSpec
 from perdure.core.layout import Layout, PoolBase
 from perdure.core.model import Job, Replica
 from perdure.core.resume import resume_args
@@ -34,6 +35,8 @@ class LaunchSettings:
     # ticks cost no time). Bounds the tick of a 16,384-replica job (bench/controller.py:
     # at 512, 512 relaunches made a tick of ~40 ms of CPU by themselves).
     launches_per_tick: int | None = 256
+    # The cluster file's `health`: when a node is quarantined (core/health.py)
+    health: HealthSpec = field(default_factory=lambda: HealthSpec())
 
 
 # Read by the supervisor and the runtime (perdure.runtime.ranks), which core cannot import.

@@ -51,7 +51,7 @@ def step(t: Tick, job_id: str) -> None:
         return
     batch, rest = job.plan[:limit], job.plan[limit:]
     lost = sorted({node for _, node, _ in batch
-                   if node not in t.nodes or not t.nodes[node].state.schedulable})
+                   if node not in t.nodes or not t.nodes[node].schedulable})
     if lost:
         replan(t, job, f"node {', '.join(lost)} is no longer ready")
         return

@@ -11,6 +11,32 @@ from typing import Any
 from perdure.core.states import NodeState
 
 
+@dataclass(frozen=True)
+class Strike:
+    """A failure that pointed at a node (core/health.py): when, what kind, and whose.
+
+    `job` and `replica` are empty for a failure of the node itself (lost, failed a check)."""
+
+    time: float
+    kind: str  # "SIGSEGV", "NCCL CUDA error", "node lost", "health check", ...
+    job: str = ""
+    replica: str = ""
+
+    def to_json(self) -> list[Any]:
+        return [self.time, self.kind, self.job, self.replica]
+
+    @classmethod
+    def from_json(cls, d: list[Any]) -> Strike:
+        return cls(float(d[0]), str(d[1]), str(d[2]), str(d[3]))
+
+    def describe(self) -> str:
+        whose = f" of {self.replica} ({self.job})" if self.replica else ""
+        return f"{self.kind}{whose}"
+
+
+QUARANTINED = "QUARANTINED"  # what a fenced node shows instead of its state
+
+
 @dataclass
 class Node:
     name: str
@@ -20,10 +46,26 @@ class Node:
     # What CUDA_VISIBLE_DEVICES calls each of the node's GPUs (index i -> gpu_ids[i]); empty:
     # "0".."gpus-1", or (Ray) whatever the node's own scheduler hands out.
     gpu_ids: tuple[str, ...] = ()
+    # Quarantined (core/health.py): why; empty while it is not. Orthogonal to `state`: a
+    # lost node comes back READY from its backend and stays fenced until `node restore`.
+    fence: str = ""
+    strikes: tuple[Strike, ...] = ()  # the failures held against it, within the window
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state.schedulable and not self.fence
+
+    @property
+    def shown(self) -> str:
+        """The state a person sees: QUARANTINED while fenced, else the lifecycle state."""
+        return QUARANTINED if self.fence else self.state.value
+
+    def health_json(self) -> dict[str, Any]:
+        return {"fence": self.fence, "strikes": [s.to_json() for s in self.strikes]}
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "slots": self.slots, "state": self.state.value,
-                "gpus": self.gpus}
+                "gpus": self.gpus, **self.health_json()}
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ class Capacity:
                 self.node_used[node] = self.node_used.get(node, 0) + slots
             for node, held in job.gpu_usage.items():
                 self.gpus_used.setdefault(node, set()).update(held)
-        ready = [n for n in nodes.values() if n.state.schedulable]
+        ready = [n for n in nodes.values() if n.schedulable]
         self.ready = {n.name: n.slots for n in ready}
         self.ready_gpus = {n.name: n.gpus for n in ready}
         self.healthy = sum(self.ready.values())

@@ -14,6 +14,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from perdure import storageurl
 from perdure.core import sbatchargs, yamlload
+from perdure.core.healthspec import HealthSpec
 from perdure.core.specbase import FLOAT_LIMIT as FLOAT_LIMIT
 from perdure.core.specbase import INT_LIMIT as INT_LIMIT
 from perdure.core.specbase import MAX_STRING as MAX_STRING
@@ -367,6 +368,8 @@ class SlurmSpec(_Model):
     time_limit: str = "24:00:00"  # of one allocation (sbatch --time)
     sbatch_args: list[str] = Field(default_factory=list)  # appended to every sbatch, as given
     shared_dirs: list[str] = Field(default_factory=list)  # as `ray: shared_dirs`
+    # A node perdure quarantines is drained in Slurm too, with the reason (scontrol)
+    drain_bad_nodes: bool = False
 
     @field_validator("time_limit")
     @classmethod
@@ -423,6 +426,8 @@ class ClusterSpec(_Model):
     # How replicas reach the controller: files in the state dir (one host), or the network
     # through the controller's relay (hosts without the state dir; always so on ray).
     transport: Literal["file", "net"] = "file"
+    # When a node is quarantined and what it must pass first (core/healthspec.py)
+    health: HealthSpec = Field(default_factory=HealthSpec)  # type: ignore[arg-type]
 
     _address = field_validator("address")(_no_credentials)
 

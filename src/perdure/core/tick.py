@@ -174,6 +174,20 @@ class Tick:
         if group:
             job.unstopped = later
 
+    def move_off(self, node: str, what: str, why: str) -> None:
+        """Move every live replica on `node` elsewhere under a maintenance notice (each saves
+        at its next checkpoint when one is near, or exits at once); no restart counted."""
+        for job_id, seen in list(self.jobs.items()):
+            if seen.after_stop is not None or not any(
+                    r.node == node and r.alive for r in seen.replicas):
+                continue
+            job = self.touch(job_id)
+            assert job is not None
+            moving = [r for r in job.replicas if r.node == node and r.alive]
+            names = ", ".join(r.name for r in moving)
+            self.event(job, "decision", f"move {names} off node {node} ({what}, no restart)")
+            self.restart(job, moving, notice="maintenance", why=why)
+
     def unblame(self, job: Job) -> Replica:
         """Give back the restart this round charged to `job.blamed` (its lost-peer exit was
         collateral); the blamed replica."""

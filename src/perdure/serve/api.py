@@ -252,6 +252,6 @@ def drain(request: Request, name: str) -> dict[str, Any]:
 
 
 @router.post("/nodes/{name}/restore", status_code=202, response_model=Accepted,
-             summary="Bring a failed or drained node back")
+             summary="Bring a failed, drained or quarantined node back")
 def restore(request: Request, name: str) -> dict[str, Any]:
     return _node_command(request, "restore-node", name)

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from perdure.core.records import QUARANTINED
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.serve.views import GoodputCache
 from perdure.store.sqlite import TERMINAL, Store, UnreadableJob
@@ -45,9 +46,9 @@ class StoreCollector(Collector):
             f" {TERMINAL} OR updated > ?", (time.time() - RECENT_SECONDS,)).fetchall()
         yield from self._per_job(store, recent)
         nodes = GaugeMetricFamily("perdure_nodes", "Nodes in each state.", labels=["state"])
-        stored = [n.state.value for n in store.nodes().values()]
-        for ns in NodeState:
-            nodes.add_metric([ns.value], stored.count(ns.value))
+        stored = [n.shown for n in store.nodes().values()]
+        for shown in (*(ns.value for ns in NodeState), QUARANTINED):
+            nodes.add_metric([shown], stored.count(shown))
         yield nodes
 
     def _per_job(self, store: Store, rows: list[tuple[str, str, float, str]]

@@ -54,7 +54,8 @@ class LogChunkOut(BaseModel):
 
 class NodeOut(BaseModel):
     name: str
-    state: str
+    state: str  # READY, DRAINING, DRAINED, DOWN, or QUARANTINED while fenced
+    reason: str = ""  # why it is QUARANTINED (the failures held against it)
     slots: int
     used: int
     free: int

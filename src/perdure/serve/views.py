@@ -144,8 +144,8 @@ def nodes(store: Store, cluster: ClusterSpec) -> list[dict[str, Any]]:
     out = []
     for n in known:
         u = used.get(n.name, 0)
-        out.append({"name": n.name, "state": n.state.value, "slots": n.slots, "used": u,
-                    "free": max(0, n.slots - u) if n.state.schedulable else 0,
+        out.append({"name": n.name, "state": n.shown, "reason": n.fence, "slots": n.slots,
+                    "used": u, "free": max(0, n.slots - u) if n.schedulable else 0,
                     "gpus": n.gpus, "gpus_used": gpus.get(n.name, 0)})
     return out
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ from perdure.core.events import (
     Stop,
 )
 from perdure.core.goodput import Goodput, LaunchReport, account
+from perdure.core.healthspec import HealthSpec
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job, make_replicas
 from perdure.core.records import Node
@@ -42,6 +43,9 @@ from perdure.sim.policies import Policy
 from perdure.sim.training import Training
 
 DEFAULT_INTERVAL_SECONDS = 1800.0  # a spec that sets no interval
+# A quarantined node goes to a deep repair (an assumption: parts swapped after diagnosis,
+# three days) and comes back healthy: restored, no longer a repeat offender.
+FENCED_REPAIR_HOURS = 72.0
 # Training's restore sources in the runtime's words (what a replica reports, and the
 # controller's interval reads: only restores from the checkpoint set its interval)
 REPORTED = {"checkpoint": interval.CHECKPOINT, "node-local snapshot": interval.SNAPSHOT_LOCAL,
@@ -63,6 +67,8 @@ class Counts:
     retries: int = 0
     manual: int = 0
     node_losses: int = 0
+    fenced: int = 0  # nodes quarantined
+    lemon_hits: int = 0  # interruptions a repeat offender caused
     restores: dict[str, int] = field(default_factory=dict)
 
 
@@ -85,7 +91,8 @@ class Engine:
 
     def __init__(self, spec: JobSpec, nodes: dict[str, tuple[int, int]], draws: Iterable[Draw],
                  calib: Calibration, policy: Policy, seconds: float,
-                 switch_nodes: int = 16) -> None:
+                 switch_nodes: int = 16, lemons: frozenset[str] = frozenset(),
+                 lemon_kinds: frozenset[str] = frozenset()) -> None:
         self.spec, self.policy, self.calib = policy.apply(spec), policy, calib
         self.horizon, self.draws, self.switch_nodes = seconds, draws, switch_nodes
         self.node_order = list(nodes)
@@ -100,8 +107,10 @@ class Engine:
         self.ports = itertools.count(30000)
         # every launch of a tick at once: the simulated clock charges launches their
         # calibrated cost, not the controller's spreading of a tick's CPU time
-        self.settings = LaunchSettings(state_dir="/sim", python="python",
-                                       launches_per_tick=None)
+        self.settings = LaunchSettings(
+            state_dir="/sim", python="python", launches_per_tick=None,
+            health=HealthSpec() if policy.fencing else HealthSpec(max_node_failures=0))
+        self.lemons, self.lemon_kinds = set(lemons), lemon_kinds
         self.train = Training(calib, policy.snapshots)
         self.watchdog = Watchdog()
         self.record, self.cluster = interval.JobRecord(), interval.Cluster()
@@ -164,6 +173,8 @@ class Engine:
         held = jobs[self.job_id].spares if self.job_id in jobs else {}
         self.spare_since = {n: self.spare_since.get(n, self.now) for n in held}
         ended = [j for i, j in out.snapshot.jobs.items() if j.state.terminal]
+        if out.nodes_changed:
+            self.fenced(out.snapshot.nodes)
         self.snap = Snapshot(jobs, out.snapshot.nodes, out.snapshot.quotas, out.snapshot.index)
         for d in out.decisions:
             if isinstance(d, Launch):
@@ -184,6 +195,17 @@ class Engine:
                                    for j in jobs.values()):
             self.waking = True
             self.at(self.now + WAKE_SECONDS, self.wake)
+
+    def fenced(self, nodes: Mapping[str, Node]) -> None:
+        """Nodes the core quarantined this tick go to a deep repair and come back healthy."""
+        for name, node in nodes.items():
+            if node.fence and not self.snap.nodes[name].fence:
+                self.counts.fenced += 1
+                self.at(self.now + FENCED_REPAIR_HOURS * 3600, self.repaired, name)
+
+    def repaired(self, name: str) -> None:
+        self.lemons.discard(name)
+        self.command("restore-node", name)
 
     def wake(self) -> None:
         self.waking = False
@@ -305,6 +327,7 @@ class Engine:
             return
         c = d.category
         self.counts.interruptions += 1
+        self.counts.lemon_hits += d.lemon
         self.stop_training(self.now, keeps_snapshot=self.snapshot_survives(c.kind, hit))
         self.cluster.failures += 1
         self.record.failures += 1
@@ -314,7 +337,8 @@ class Engine:
             self.node_lost = True
             for node in hit:
                 self.at(self.now + detect, self.command, "fail-node", node)
-                self.at(self.now + c.repair_hours * 3600, self.command, "restore-node", node)
+                # back as the backend sees it: a quarantine stays (core/commands.py)
+                self.at(self.now + c.repair_hours * 3600, self.command, "node-back", node)
             if c.hang and self.policy.hangs == "nccl":
                 self.at(self.now + detect, self.abort_all)
         elif c.hang and self.policy.hangs == "nccl":
@@ -352,11 +376,24 @@ class Engine:
             return []
         if d.category.scope == "job":
             return busy
-        node = busy[d.node_index % len(busy)]
+        node = self.struck(d, busy)
+        if node is None:
+            return []
         if d.category.scope != "switch":
             return [node]
         i = self.node_pos[node] // self.switch_nodes * self.switch_nodes
         return self.node_order[i:i + self.switch_nodes]
+
+    def struck(self, d: Draw, busy: list[str]) -> str | None:
+        """The node a failure strikes: a repeat offender's (None when that one runs nothing
+        of the job: quarantined, or idle), else one of the job's other nodes."""
+        if d.lemon:
+            lemons = sorted(self.lemons)
+            node = lemons[d.node_index % len(lemons)] if lemons else None
+            return node if node in busy else None
+        if self.lemons and d.category.kind in self.lemon_kinds:
+            busy = [n for n in busy if n not in self.lemons] or busy
+        return busy[d.node_index % len(busy)]
 
     def detection(self, hang: bool, seconds: float) -> float:
         if not hang:

@@ -19,6 +19,15 @@ until a hang detector acts (the policy's: NCCL's timeout or perdure's watchdog).
 A run that would meet more than MAX_EXPECTED_FAILURES (1,000,000) failures on average (the
 rates x the job's GPUs x the days) is refused, naming the category's rate field; under it the
 failures are drawn as the simulation reaches them, so memory does not grow with their number.
+
+Repeat offenders (lemon nodes), optional:
+
+    repeat_offenders: {share: 0.01, factor: 50, kinds: [hardware]}
+
+`share` of the cluster's nodes fail `factor` times as often as the others in the categories
+of those `kinds`; the categories' total rate stays what they say (the lemons take their part
+of it). A failure of a lemon hits one of them chosen uniformly (none if it is not running the
+job: quarantined, or idle); the others hit the job's other nodes, as without lemons.
 """
 
 from __future__ import annotations
@@ -36,10 +45,13 @@ from perdure.core.spec import parse_model
 from perdure.core.specbase import SpecModel
 from perdure.sim.sourcefile import read_source
 
-BUILTIN = ("llama3",)
+BUILTIN = ("llama3", "llama3-lemons")
 # The most failures a simulation meets on average: each goes through the real core, so a run
 # over it would take days (and a rate typed a million times too high, forever).
 MAX_EXPECTED_FAILURES = 1_000_000
+
+
+Kind = Literal["transient", "hardware"]
 
 
 class Reference(SpecModel):
@@ -67,10 +79,21 @@ class Category(SpecModel):
         return self
 
 
+class RepeatOffenders(SpecModel):
+    share: float = Field(gt=0, lt=1)  # of the cluster's nodes
+    factor: float = Field(ge=1)  # a lemon's failure rate over another node's
+    kinds: list[Kind] = Field(default_factory=lambda: list[Kind](["hardware"]))
+
+    def lemon_odds(self) -> float:
+        """The chance that a failure of one of `kinds` is a lemon's."""
+        return self.share * self.factor / (self.share * self.factor + 1 - self.share)
+
+
 class FailureFile(SpecModel):
     reference: Reference | None = None
     switch_nodes: int = Field(16, ge=1)
     categories: list[Category] = Field(min_length=1, max_length=256)
+    repeat_offenders: RepeatOffenders | None = None
 
     @model_validator(mode="after")
     def _reference(self) -> FailureFile:
@@ -96,11 +119,13 @@ def load(source: str) -> FailureFile:
 
 @dataclass(frozen=True)
 class Draw:
-    """One failure: when (seconds from the start), which category, which node index."""
+    """One failure: when (seconds from the start), which category, which node index, and
+    (with repeat offenders) whether it is a lemon's."""
 
     time: float
     category: Category
     node_index: int
+    lemon: bool = False
 
 
 def expected(f: FailureFile, gpus: int, seconds: float) -> float:
@@ -138,29 +163,34 @@ class Draws:
                  seed: int) -> None:
         self.nodes, self.seconds = nodes, seconds
         rng = random.Random(seed)
-        self.streams: list[tuple[Category, float, tuple[object, ...]]] = []
+        lemons = f.repeat_offenders
+        self.streams: list[tuple[Category, float, float, tuple[object, ...]]] = []
         for c in f.categories:
             per_second = f.rate(c) * gpus / 86400.0
             if per_second <= 0:
                 continue
-            self.streams.append((c, per_second, rng.getstate()))
-            for _ in self._stream(rng, c, per_second):
+            odds = lemons.lemon_odds() if lemons is not None and c.kind in lemons.kinds else 0.0
+            self.streams.append((c, per_second, odds, rng.getstate()))
+            for _ in self._stream(rng, c, per_second, odds):
                 pass
 
-    def _stream(self, rng: random.Random, c: Category, per_second: float) -> Iterator[Draw]:
+    def _stream(self, rng: random.Random, c: Category, per_second: float,
+                odds: float) -> Iterator[Draw]:
         t = 0.0
         while True:
             t += -math.log(1.0 - rng.random()) / per_second
             if t >= self.seconds:
                 return
-            yield Draw(t, c, rng.randrange(self.nodes))
+            node = rng.randrange(self.nodes)
+            # drawn only where lemons exist: a file without them keeps its draws
+            yield Draw(t, c, node, lemon=bool(odds) and rng.random() < odds)
 
     def __iter__(self) -> Iterator[Draw]:
         streams = []
-        for c, per_second, state in self.streams:
+        for c, per_second, odds, state in self.streams:
             rng = random.Random()
             rng.setstate(state)
-            streams.append(self._stream(rng, c, per_second))
+            streams.append(self._stream(rng, c, per_second, odds))
         return heapq.merge(*streams, key=lambda d: d.time)  # stable: ties in category order
 
 
@@ -169,3 +199,11 @@ def draws(f: FailureFile, gpus: int, nodes: int, seconds: float, seed: int) -> D
     check_expected)."""
     check_expected(f, gpus, seconds)
     return Draws(f, gpus, nodes, seconds, seed)
+
+
+def lemon_nodes(f: FailureFile, names: list[str], seed: int) -> set[str]:
+    """Which of the cluster's nodes are repeat offenders (the same for every policy)."""
+    if f.repeat_offenders is None:
+        return set()
+    count = max(1, round(f.repeat_offenders.share * len(names)))
+    return set(random.Random(f"lemons-{seed}").sample(sorted(names), min(count, len(names))))

@@ -26,6 +26,9 @@ class Policy:
     # ... and a copy in a peer's memory (the elastic Snapshotter's holder): they outlive a lost
     # node unless its peer (half the ring away, `choose_peer`) is lost with it
     peers: bool = False
+    # Quarantine nodes by the cluster file's default `health` rule (core/health.py); off:
+    # a node is never fenced, however often it fails
+    fencing: bool = False
 
     def apply(self, spec: JobSpec) -> JobSpec:
         """The spec this policy runs: its checkpoint interval, its hang detector."""
@@ -53,7 +56,13 @@ POLICIES = {
         Policy("perdure-best",
                "auto interval (Young/Daly over the failures the checkpoint restores), "
                "node-local and peer snapshots (peer copies: the elastic runtime's "
-               "Snapshotter), warm standbys, warm spare nodes, the watchdog",
+               "Snapshotter), warm standbys, warm spare nodes, the watchdog, bad nodes "
+               "quarantined (health: 2 failures in a week)",
+               interval="auto", hangs="watchdog", warm=True, spares=2, snapshots=True,
+               peers=True, fencing=True),
+        Policy("perdure-best-unfenced",
+               "perdure-best without quarantine: a node that keeps failing is used again "
+               "each time it comes back",
                interval="auto", hangs="watchdog", warm=True, spares=2, snapshots=True,
                peers=True),
         Policy("perdure-node-snapshots",

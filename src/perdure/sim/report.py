@@ -29,7 +29,10 @@ def simulate(spec: JobSpec, cluster: ClusterSpec, failures: FailureFile, calib: 
     """Every policy against the same failure draw (same seed: the same faults, in order)."""
     nodes = {n.name: (n.slots, n.gpus or 0) for n in cluster.nodes}
     draws = failure_files.draws(failures, gpus_of(spec), len(nodes), days * 86400, seed)
-    return [Engine(spec, nodes, draws, calib, p, days * 86400, failures.switch_nodes).run()
+    lemons = frozenset(failure_files.lemon_nodes(failures, list(nodes), seed))
+    kinds = frozenset(failures.repeat_offenders.kinds if failures.repeat_offenders else ())
+    return [Engine(spec, nodes, draws, calib, p, days * 86400, failures.switch_nodes,
+                   lemons, kinds).run()
             for p in policies]
 
 
@@ -38,6 +41,8 @@ def to_json(results: list[Result], meta: dict[str, Any]) -> dict[str, Any]:
         "policy": r.policy.name, "about": r.policy.about, "ettr": r.ettr,
         "goodput": r.goodput.goodput, "interruptions": r.counts.interruptions,
         "node_losses": r.counts.node_losses, "restarts": r.counts.restarts,
+        "nodes_quarantined": r.counts.fenced, "repeat_offender_interruptions":
+            r.counts.lemon_hits,
         "job_retries": r.counts.retries, "manual_interventions": r.counts.manual,
         "restores": r.counts.restores,
         "badput_hours": {k: v / HOURS for k, v in r.goodput.badput.items()},
@@ -48,16 +53,17 @@ def to_json(results: list[Result], meta: dict[str, Any]) -> dict[str, Any]:
 def table(results: list[Result], meta: dict[str, Any]) -> str:
     cats = [c for c in (*CATEGORIES, "manual")
             if any(r.goodput.badput.get(c, 0.0) > 0 for r in results)]
-    head = (f"{'policy':<20} {'ETTR':>6} {'interr.':>7} {'restarts':>8} {'retries':>7} "
-            f"{'manual':>6}  " + " ".join(f"{c[:12]:>12}" for c in cats))
+    head = (f"{'policy':<22} {'ETTR':>6} {'interr.':>7} {'restarts':>8} {'retries':>7} "
+            f"{'manual':>6} {'fenced':>6}  " + " ".join(f"{c[:12]:>12}" for c in cats))
     lines = [f"{meta['spec']} on {meta['nodes']} nodes ({meta['gpus']} GPUs), "
              f"{meta['days']:g} days, failures {meta['failures']}, calibration "
              f"{meta['calibration']}, seed {meta['seed']}",
              "badput in hours (the categories of `perdure describe`)", "", head]
     for r in results:
         bad = " ".join(f"{r.goodput.badput.get(c, 0.0) / HOURS:12.2f}" for c in cats)
-        lines.append(f"{r.policy.name:<20} {r.ettr:6.1%} {r.counts.interruptions:7d} "
-                     f"{r.counts.restarts:8d} {r.counts.retries:7d} {r.counts.manual:6d}  {bad}")
+        lines.append(f"{r.policy.name:<22} {r.ettr:6.1%} {r.counts.interruptions:7d} "
+                     f"{r.counts.restarts:8d} {r.counts.retries:7d} {r.counts.manual:6d} "
+                     f"{r.counts.fenced:6d}  {bad}")
     lines += ["", *(f"{r.policy.name}: {r.policy.about}" for r in results),
               f"(simulated in {meta['seconds']:.1f} s)"]
     return "\n".join(lines)

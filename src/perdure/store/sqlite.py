@@ -19,7 +19,7 @@ from typing import Any
 
 from perdure.core.events import Command
 from perdure.core.model import Job, Replica
-from perdure.core.records import Event, Node
+from perdure.core.records import Event, Node, Strike
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
 from perdure.secrecy import redact
@@ -73,10 +73,13 @@ class Store:
             raise StoreError(describe_error(path, exc)) from None
 
     def _add_columns(self) -> None:
-        """Columns added since a state dir was made (its tables exist without them)."""
+        """Columns added since the schema was first written (a new state dir gets them here
+        too)."""
         nodes = {r[1] for r in self.db.execute("PRAGMA table_info(nodes)")}
         if "gpus" not in nodes:
             self.db.execute("ALTER TABLE nodes ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0")
+        if "health" not in nodes:
+            self.db.execute("ALTER TABLE nodes ADD COLUMN health TEXT NOT NULL DEFAULT ''")
 
     def close(self) -> None:
         self._stop_checkpoints.set()
@@ -316,11 +319,12 @@ class Store:
     # ---- nodes -------------------------------------------------------------------------
 
     def nodes(self) -> dict[str, Node]:
+        """The nodes as the controller last stored them, quarantines and strikes included."""
         try:
-            rows = self.db.execute("SELECT name, slots, state, gpus FROM nodes").fetchall()
-        except sqlite3.OperationalError:  # read-only, made before GPUs: none were declared
-            rows = [(*r, 0) for r in self.db.execute("SELECT name, slots, state FROM nodes")]
-        return {r[0]: Node(r[0], r[1], NodeState(r[2]), r[3]) for r in rows}
+            rows = self.db.execute("SELECT name, slots, state, gpus, health FROM nodes").fetchall()
+        except sqlite3.OperationalError:  # read-only, made before GPUs or health: none kept
+            rows = [(*r, 0, "") for r in self.db.execute("SELECT name, slots, state FROM nodes")]
+        return {r[0]: _node(*r) for r in rows}
 
     def save_nodes(self, nodes: Iterable[Node]) -> None:
         with self.transaction():
@@ -329,8 +333,9 @@ class Store:
     def _put_nodes(self, nodes: Iterable[Node]) -> None:
         self.db.execute("DELETE FROM nodes")
         self.db.executemany(
-            "INSERT INTO nodes(name, slots, state, gpus) VALUES (?,?,?,?)",
-            [(n.name, n.slots, n.state.value, n.gpus) for n in nodes],
+            "INSERT INTO nodes(name, slots, state, gpus, health) VALUES (?,?,?,?,?)",
+            [(n.name, n.slots, n.state.value, n.gpus,
+              json.dumps(n.health_json()) if n.fence or n.strikes else "") for n in nodes],
         )
 
     # ---- ticks and events --------------------------------------------------------------
@@ -382,3 +387,10 @@ class Store:
             ).fetchall()
         # redacted again when read: a row an older perdure stored may hold credentials
         return [StoredEvent(i, t, j, k, redact(m)) for i, t, j, k, m in rows]
+
+
+def _node(name: str, slots: int, state: str, gpus: int, health: str) -> Node:
+    """A node row: its quarantine and strikes in `health` (JSON; empty: none)."""
+    kept = json.loads(health) if health else {}
+    return Node(name, slots, NodeState(state), gpus, fence=kept.get("fence", ""),
+                strikes=tuple(Strike.from_json(s) for s in kept.get("strikes", ())))

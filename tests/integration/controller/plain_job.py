@@ -2,7 +2,8 @@
 
 Every step depends on the last (SGD with momentum, data drawn from a generator seeded by the
 step), so a resume from anything but the exact saved state ends with other weights. Rank 0
-writes the final weights' SHA-256 to $OUT/result.json.
+writes the final weights' SHA-256 to $OUT/result.json. With SEGV_ON_NODE=b, a replica that
+runs on node b dies of SIGSEGV 3 steps after it started (a bad machine: test_node_health).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from perdure.runtime import Checkpointer, goodput
 
 STEPS = int(os.environ.get("STEPS", "60"))
 STEP_TIME = float(os.environ.get("STEP_TIME", "0.05"))
+BAD_NODE = os.environ.get("SEGV_ON_NODE")
 
 ctx = perdure.init(seed=0)
 model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
@@ -31,7 +34,10 @@ ckpt = Checkpointer(keep=2)  # the spec's checkpoint settings; maybe_save does t
 state = {"model": model, "optim": optim}
 step = ckpt.restore_latest(state) or 0
 print(f"rank {ctx.rank} attempt {ctx.attempt}: resumed at step {step}", flush=True)
+crash_at = step + 3 if BAD_NODE and os.environ.get("PERDURE_NODE") == BAD_NODE else None
 while step < STEPS:
+    if step == crash_at:
+        os.kill(os.getpid(), signal.SIGSEGV)
     with goodput.step(step + 1):
         g = torch.Generator().manual_seed(1000 * step + ctx.rank)
         x = torch.randn(4, 8, generator=g)

@@ -29,10 +29,12 @@ from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.replicas import check_launch, kill_leftovers
 from perdure.backends.local.spawner import Spawner
 from perdure.backends.local.transport import LaunchTransport
+from perdure.backends.preflight import Preflight
 from perdure.backends.stacks import StackDump, dump_pid
 from perdure.core.events import (
     Launch,
     LaunchFailed,
+    NodeCheckFailed,
     Observation,
     ReplicaExited,
     ReplicaStarted,
@@ -85,6 +87,10 @@ class LocalBackend:
     launch the pool lets its template and standbys go, until the next one.
 
     `transport`: how replicas reach the controller, "file" or "net" (see `transport`).
+
+    `preflight`: the cluster file's `health: preflight` check, run on a node before an
+    attempt's first replica there (backends/preflight.py); a node that fails it is reported
+    (`NodeCheckFailed`: the core quarantines it) and its held launches wait for their stop.
     """
 
     def __init__(
@@ -97,6 +103,7 @@ class LocalBackend:
         warm_pool: int | str | None = None,
         warm_idle: float | None = None,
         transport: str = "file",
+        preflight: Preflight | None = None,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise RuntimeError(
@@ -126,6 +133,9 @@ class LocalBackend:
         # Who gives up launches in claim.json: this backend, not just this process.
         self._identity = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns()}"
         self._transport = LaunchTransport(state_dir, transport)
+        self._preflight = preflight
+        self._blocked: dict[str, Launch] = {}  # held by a failed check until stopped
+        self._unstarted: list[Observation] = []  # exits of held launches that were stopped
 
     def nodes(self) -> list[NodeInfo]:
         """The configured virtual nodes."""
@@ -138,6 +148,11 @@ class LocalBackend:
         check_launch(launch, self._node_names, self._inherit_env)
         if launch.launch_id in self._active:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: that launch is already running")
+        if self._preflight is not None and not self._preflight.admit(launch):
+            return  # held while its node's check runs (`poll` starts it)
+        self._start(launch)
+
+    def _start(self, launch: Launch) -> None:
         directory = os.path.join(self._launches, launch.launch_id)
         try:
             os.mkdir(directory, 0o700)
@@ -192,12 +207,26 @@ class LocalBackend:
         if tracked is not None:
             self._request_stop(tracked, stop.signal, max(0.0, stop.grace), stop.reason,
                                stop.notice, max(0.0, stop.delay))
+        else:
+            self._never_started(stop.launch_id, stop.signal)
+
+    def _never_started(self, launch_id: str, sig: int) -> None:
+        """A launch held by its node's check (or by a failed one) is stopped: it exits as
+        if `sig` had ended it, without ever starting."""
+        held = self._blocked.pop(launch_id, None)
+        if held is None and self._preflight is not None:
+            held = self._preflight.drop(launch_id)
+        if held is not None:
+            self._unstarted.append(ReplicaExited(launch_id, 128 + sig, time.time(), signal=sig))
 
     def kill_node(self, node: str) -> None:
         """Chaos: SIGKILL every replica on `node` now (their exits come through poll)."""
         for tracked in list(self._active.values()):
             if tracked.node == node:
                 self._request_stop(tracked, signal.SIGKILL, 0.0, f"node {node} killed")
+        for launch_id, launch in list(self._blocked.items()):
+            if launch.node == node:
+                self._never_started(launch_id, signal.SIGKILL)
 
     def _request_stop(self, tracked: _Tracked, sig: int, grace: float, reason: str,
                       notice: str | None = None, delay: float = 0.0) -> None:
@@ -222,12 +251,29 @@ class LocalBackend:
 
     def poll(self) -> list[Observation]:
         """What happened since the last poll: replicas started, exited, or lost (non-blocking)."""
-        observations: list[Observation] = []
+        observations, self._unstarted = self._unstarted, []
+        if self._preflight is not None:
+            self._checked(observations)
         now = time.monotonic()
         self._transport.ensure()
         for tracked in list(self._active.values()):
             self._observe(tracked, observations, now)
         return observations
+
+    def _checked(self, out: list[Observation]) -> None:
+        """Nodes whose preflight ended: start what they held, or report the node failed."""
+        assert self._preflight is not None
+        for verdict in self._preflight.poll():
+            if not verdict.passed:
+                out.append(NodeCheckFailed(verdict.node, verdict.message, time.time()))
+                self._blocked.update((x.launch_id, x) for x in verdict.held)
+                continue
+            for launch in verdict.held:
+                try:
+                    self._start(launch)
+                except Exception as exc:  # as the controller's launch would have said
+                    out.append(LaunchFailed(launch.launch_id, str(exc), time.time(),
+                                            user_error=getattr(exc, "user_error", False)))
 
     def _observe(self, tracked: _Tracked, out: list[Observation], now: float) -> None:
         if not tracked.started and os.path.exists(tracked.status_path):
@@ -391,6 +437,8 @@ class LocalBackend:
         self._active.clear()
         self._spawner.close()
         self._transport.close()
+        if self._preflight is not None:
+            self._preflight.close()
 
     def cleanup(self, keep_last: int = 100) -> int:
         """Delete the directories of finished launches but the newest `keep_last`; the count."""

@@ -302,7 +302,7 @@ class RayBackend:
                 del self._down[name]
                 self._agents.pop(name, None)
                 self._spares.forget(name)
-                out.append(Command("restore-node", name, time.time()))
+                out.append(Command("node-back", name, time.time()))
         self._live = {n: v for n, v in live.items() if n not in self._down}
 
     def _drained(self, name: str, node_id: str, deadline_ms: int,
@@ -314,7 +314,7 @@ class RayBackend:
         self._live.pop(name, None)
         self._spares.forget(name)
         kind = "preempt-node" if deadline_ms else "drain-node"
-        out.append(Command(kind, name, time.time()))
+        out.append(Command(kind, name, time.time(), why="Ray drains it"))
 
     def _lose_node(self, name: str, out: list[Observation]) -> None:
         """A node is gone: fail it (before its replicas' exits, so they are not charged)."""

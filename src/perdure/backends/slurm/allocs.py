@@ -77,9 +77,10 @@ def slurm_env(secret: str | None = None) -> dict[str, str]:
     return env
 
 
-def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, warning: int) -> None:
+def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, warning: int,
+           exclude: list[str] | None = None) -> None:
     alloc.slurm_id = slurmcmd.submit(spec, f"{prefix}{alloc.job_id}.{alloc.attempt}",
-                                     alloc.nodes, alloc.cpus, warning, alloc.gpus)
+                                     alloc.nodes, alloc.cpus, warning, alloc.gpus, exclude)
     alloc.warning = warning
     alloc.state = "PENDING"
 

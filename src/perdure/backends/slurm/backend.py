@@ -37,6 +37,7 @@ from perdure.backends.slurm import slurmcmd
 from perdure.backends.slurm.holds import AllocHolds
 from perdure.backends.slurm.hub import Agent, Hub, load_secret
 from perdure.backends.slurm.links import AgentLinks
+from perdure.backends.slurm.platform import PlatformWatch
 from perdure.backends.slurm.reports import Tracked
 from perdure.core.events import (
     Command,
@@ -54,6 +55,7 @@ RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back (s
 PORT_SECONDS = 5.0
 WARNING_MARGIN = 10  # seconds added to the grace for the time limit's warning
 ADDRESS_ENV = "PERDURE_SLURM_ADDRESS"  # the address agents reach this controller at
+DRAIN_REASON_CHARS = 200  # of the reason perdure gives Slurm's drain (sinfo shows it)
 
 
 class SlurmBackend(AgentLinks, AllocHolds):
@@ -82,6 +84,8 @@ class SlurmBackend(AgentLinks, AllocHolds):
         self._pending: list[Observation] = []
         self._spares: dict[tuple[str, str], set[str]] = {}  # (job, attempt) -> spare nodes
         self._next_squeue = self._next_sinfo = 0.0
+        self._fenced: dict[str, str] = {}  # quarantined nodes (core/health.py) -> why
+        self._platform = PlatformWatch(self.spec.partition)
 
     # ---- attach -----------------------------------------------------------------------------
 
@@ -194,10 +198,28 @@ class SlurmBackend(AgentLinks, AllocHolds):
         if self._down and now >= self._next_sinfo:
             self._next_sinfo = now + SINFO_SECONDS
             self._restore(now, out)
+        busy = {t.launch.node for t in self._active.values()}
+        self._platform.step(busy, self._fenced.keys(), out)
         self._dispatch(out)
         self._release(now)
         self._procs = [p for p in self._procs if p.poll() is None]
         return out
+
+    def fence_nodes(self, fenced: dict[str, str]) -> None:
+        """Quarantined nodes: excluded from every later allocation; with
+        `slurm.drain_bad_nodes`, each newly quarantined one drained in Slurm with the reason."""
+        new = [n for n in fenced if n not in self._fenced]
+        self._fenced = dict(fenced)
+        if not self.spec.drain_bad_nodes:
+            return
+        failed = []
+        for node in new:
+            try:
+                slurmcmd.drain(node, f"perdure quarantine: {fenced[node]}"[:DRAIN_REASON_CHARS])
+            except slurmcmd.SlurmError as exc:
+                failed.append(f"{node}: {exc}")
+        if failed:
+            raise slurmcmd.SlurmError("could not drain " + "; ".join(failed))
 
     def _submit(self, out: list[Observation]) -> None:
         for alloc in self._allocs:
@@ -214,7 +236,8 @@ class SlurmBackend(AgentLinks, AllocHolds):
                 grace = float(launches[0].launch.env.get("PERDURE_GRACE_SECONDS", "30"))
                 alloc.warning = int(grace) + WARNING_MARGIN
             try:
-                al.submit(alloc, self.spec, self.prefix, alloc.warning)
+                exclude = sorted(set(self._fenced) - set(alloc.nodes))
+                al.submit(alloc, self.spec, self.prefix, alloc.warning, exclude)
             except slurmcmd.SlurmError as err:
                 alloc.ending = True
                 for t in launches:

@@ -155,4 +155,4 @@ class AgentLinks:
                 self._seen_down.add(node)
             elif node in self._seen_down or now - since > RESTORE_SECONDS:
                 del self._down[node]
-                out.append(Command("restore-node", node, time.time()))
+                out.append(Command("node-back", node, time.time()))

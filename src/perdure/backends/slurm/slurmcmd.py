@@ -84,15 +84,18 @@ def run(args: list[str], timeout: float = TIMEOUT, stdin: str | None = None) -> 
 
 
 def sbatch_args(spec: SlurmSpec, name: str, nodes: list[str], cpus: int,
-                warning: int, gpus: int = 0) -> list[str]:
+                warning: int, gpus: int = 0, exclude: list[str] | None = None) -> list[str]:
     """sbatch's arguments for a holder job over `nodes` (`cpus` and `gpus` per node), with
-    the time limit's warning `warning` seconds before it. No side effects."""
+    the time limit's warning `warning` seconds before it, never on the `exclude`d
+    (quarantined) nodes. No side effects."""
     args = ["sbatch", "--parsable", f"--job-name={name}", f"--time={spec.time_limit}",
             f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1",
             f"--cpus-per-task={cpus}", "--no-kill", "--output=/dev/null", "--chdir=/",
             f"--signal=B:USR1@{warning}"]
     if gpus:
         args.append(f"--gres=gpu:{gpus}")  # per node: the node agent's step takes them all
+    if exclude:
+        args.append(f"--exclude={','.join(sorted(exclude))}")
     if spec.partition:
         args.append(f"--partition={spec.partition}")
     if spec.account:
@@ -103,9 +106,9 @@ def sbatch_args(spec: SlurmSpec, name: str, nodes: list[str], cpus: int,
 
 
 def submit(spec: SlurmSpec, name: str, nodes: list[str], cpus: int, warning: int,
-           gpus: int = 0) -> str:
+           gpus: int = 0, exclude: list[str] | None = None) -> str:
     """Submit a holder job; its Slurm job id."""
-    out = run(sbatch_args(spec, name, nodes, cpus, warning, gpus), stdin=HOLDER)
+    out = run(sbatch_args(spec, name, nodes, cpus, warning, gpus, exclude), stdin=HOLDER)
     return out.strip().split(";")[0]
 
 
@@ -156,6 +159,58 @@ def nodes(partition: str | None) -> list[SlurmNode]:
     if partition:
         args.append(f"--partition={partition}")
     return parse_nodes(run(args))
+
+
+DRAINING = ("drain", "drng", "drained")  # sinfo %t, without its `*` (not responding) mark
+
+
+def parse_drains(text: str) -> dict[str, str]:
+    """sinfo -N -o '%N|%t|%E' lines: the draining or drained nodes and Slurm's reason for
+    each. No side effects."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(SEP)
+        if len(parts) == 3 and parts[1].rstrip("*~#!%$@^-") in DRAINING:
+            out[parts[0]] = "" if parts[2] in ("none", "(null)") else parts[2]
+    return out
+
+
+def drains(partition: str | None) -> dict[str, str]:
+    """Nodes Slurm drains (DRAIN, DRAINING, DRAINED), each with its reason."""
+    args = ["sinfo", "-h", "-N", "-o", SEP.join(["%N", "%t", "%E"])]
+    if partition:
+        args.append(f"--partition={partition}")
+    return parse_drains(run(args))
+
+
+@dataclass(frozen=True)
+class Reservation:
+    name: str
+    start: str  # Slurm's local time, as it prints it: 2026-12-06T07:00:00
+    nodes: str  # compressed node list
+    maint: bool  # Flags=MAINT
+
+
+def parse_reservations(text: str) -> list[Reservation]:
+    """`scontrol show reservation -o` lines (one reservation each). No side effects."""
+    out = []
+    for line in text.splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if "ReservationName" in fields:
+            flags = fields.get("Flags", "").split(",")
+            out.append(Reservation(fields["ReservationName"], fields.get("StartTime", ""),
+                                   fields.get("Nodes", ""), "MAINT" in flags))
+    return out
+
+
+def reservations() -> list[Reservation]:
+    text = run(["scontrol", "show", "reservation", "-o"])
+    return [] if "No reservations" in text else parse_reservations(text)
+
+
+def drain(node: str, reason: str) -> None:
+    """Drain `node` in Slurm with `reason` (nothing new starts there; running steps go on)."""
+    run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
 
 
 def cancel(job_id: str) -> None:

@@ -34,7 +34,8 @@ function draw(body, nodes, reload) {
     fill.style.width = `${n.slots ? Math.min(1, n.used / n.slots) * 100 : 0}%`;
     return h("tr", { "data-node": n.name },
       h("td", { class: "strong" }, n.name),
-      h("td", {}, badge(n.state, "node")),
+      h("td", {}, badge(n.state, "node"),
+        n.reason ? h("div", { class: "muted small node-reason" }, n.reason) : null),
       h("td", {}, h("span", { class: "slots" }, h("span", { class: "slots-track" }, fill),
         h("span", { class: "gp-num" }, `${n.used} / ${n.slots}`))),
       h("td", { class: "num" }, n.free),
