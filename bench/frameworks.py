@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # clusterjobs, which the harness imports
+sys.path.insert(0, str(ROOT))  # tests.helpers.clusterjobs, which the harness imports
 sys.path.insert(0, str(ROOT / "tests" / "integration" / "frameworks"))
 from fwharness import Job, kill_leftovers  # noqa: E402
 

@@ -31,16 +31,16 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # tests.helpers.s3server
 
 import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
+from tests.helpers.s3server import MotoServer, make_bucket  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter  # noqa: E402
 
 from perdure.runtime.checkpoint import Checkpointer  # noqa: E402
 from perdure.runtime.s3.client import S3Client  # noqa: E402
-from s3server import MotoServer, make_bucket  # noqa: E402
 
 
 def build(mb: int) -> dict[str, Any]:

@@ -50,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.append(str(HERE))
 sys.path.append(str(ROOT / "tests" / "integration" / "slurm"))
+sys.path.append(str(ROOT))  # tests.helpers.nshosts, which the cluster imports
 import recovery  # noqa: E402  (bench/recovery.py: the baseline's worker, the timeline figures)
 from cluster import SlurmCluster  # noqa: E402
 

@@ -1,16 +1,11 @@
 import secrets
 import signal
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-# tests/unit/core holds the pure simulation harness (sim.py) the core tests import.
-sys.path.insert(0, str(Path(__file__).parent / "unit" / "core"))
-sys.path.insert(0, str(Path(__file__).parent))
-from s3server import S3, FaultProxy, MotoServer, make_bucket
+from tests.helpers.s3server import S3, FaultProxy, MotoServer, make_bucket
 
 # A shell without job control starts `pytest ... &` with SIGINT ignored, and every process a test
 # starts would inherit that: the tests that stop a controller with Ctrl-C (SIGINT) would wait

@@ -37,9 +37,11 @@ sys.exit(1 if failed else 0)
 """
 
 
-def test_every_bench_script_imports_as_run() -> None:
+def test_every_bench_script_imports_as_run(tmp_path: Path) -> None:
     scripts = sorted(str(p) for p in BENCH.glob("*.py"))
     assert len(scripts) > 20
+    # run from elsewhere: `-c` puts the working directory first on sys.path, and the repository
+    # root there would hide a script that cannot find tests.helpers on its own
     done = subprocess.run([sys.executable, "-c", PROBE, str(BENCH.parent), *scripts],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]

@@ -50,3 +50,26 @@ def test_importing_the_runtime_is_cheap() -> None:
     code = "import sys, perdure.runtime, perdure; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# The one module of cli/ that may import serve/: the `perdure serve` command starts the server.
+SERVE_COMMAND = SRC / "cli" / "serve.py"
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "serve").rglob("*.py")), ids=lambda p: p.name)
+def test_serve_never_imports_the_cli(path: Path) -> None:
+    for name in imports(path):
+        assert not name.startswith("perdure.cli"), f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("path", sorted(p for p in (SRC / "cli").rglob("*.py")
+                                        if p != SERVE_COMMAND), ids=lambda p: p.name)
+def test_the_cli_never_imports_serve(path: Path) -> None:
+    for name in imports(path):
+        assert not name.startswith("perdure.serve"), f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "views").rglob("*.py")), ids=lambda p: p.name)
+def test_views_import_neither_the_cli_nor_serve(path: Path) -> None:
+    for name in imports(path):
+        assert not name.startswith(("perdure.cli", "perdure.serve")), f"{path.name} imports {name}"

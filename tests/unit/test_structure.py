@@ -1,7 +1,8 @@
 """No import cycles anywhere (STYLE 17), no private names crossing core/'s modules, and
 backends that never reach up into the controller, the CLI or the server (DESIGN layout).
 
-The cycle check covers the whole tree: src/perdure, bench/ and the tests' helpers. Lazy
+The cycle check covers the whole tree: src/perdure, bench/ and the tests' helpers (the
+package tests.helpers by its dotted name). Lazy
 imports (inside functions) and TYPE_CHECKING imports count: a cycle deferred to run time is
 still a cycle. `from package import name` is an edge to the submodule `name` when it is one,
 else to the package; a bare `import helper` in bench/ or tests/ is the file beside the
@@ -17,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "perdure"
 TREES = (ROOT / "src", ROOT / "bench", ROOT / "tests")
+HELPERS = ROOT / "tests" / "helpers"
 
 
 def _modules() -> dict[str, Path]:
@@ -25,8 +27,9 @@ def _modules() -> dict[str, Path]:
     mods: dict[str, Path] = {}
     for base in TREES:
         for path in sorted(base.rglob("*.py")):
-            if base.name == "src":
-                parts = path.relative_to(base).with_suffix("").parts
+            if base.name == "src" or path.parent == HELPERS:
+                parts = path.relative_to(base.parent if path.parent == HELPERS else base
+                                         ).with_suffix("").parts
                 parts = parts[:-1] if parts[-1] == "__init__" else parts
                 mods[".".join(parts)] = path
             else:

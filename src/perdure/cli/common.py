@@ -4,29 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
-import shutil
 import stat
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, NoReturn
 
 import typer
 
-from perdure.backends.base import Inspector, NodeInfo
+from perdure.backends.base import Inspector
 from perdure.cli.terminal import visible
+from perdure.controller.newjob import make_job
 from perdure.core import yamlload
-from perdure.core.launchenv import workdir
-from perdure.core.model import Job, make_replicas
-from perdure.core.records import Node
-from perdure.core.scheduler import Capacity, can_ever_fit
+from perdure.core.model import Job
 from perdure.core.spec import (
     ClusterSpec,
     JobSpec,
     SpecError,
-    check_job_fits,
     default_cluster,
     parse_cluster,
     parse_job_spec,
@@ -132,83 +126,6 @@ def remember_cluster(ctx: Ctx, path: Path | None) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(text)
     tmp.replace(copy)
-
-
-def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec) -> Job:
-    """A new job of `spec` (relative paths resolve against spec_dir), once it is known to fit
-    the cluster and (local backend) its working directory and commands exist; SpecError
-    naming the field otherwise."""
-    check_job_fits(spec, cluster)
-    job_id = f"{spec.name}-{secrets.token_hex(3)}"
-    now = time.time()
-    job = Job(id=job_id, spec=spec, spec_dir=spec_dir, created=now,
-              replicas=make_replicas(spec), updated=now)
-    if cluster.backend == "local":
-        check_fixed_capacity(job, cluster)
-        check_local_launch(job)
-    return job
-
-
-def check_fixed_capacity(job: Job, cluster: ClusterSpec) -> None:
-    """A job the local backend's nodes could never hold, even empty, is refused now: waiting
-    for capacity is for capacity that is busy or down, not for capacity that does not exist."""
-    from perdure.backends.factory import fixed_nodes
-
-    infos = fixed_nodes(cluster)
-    cap = Capacity({n.name: Node(n.name, n.slots, gpus=n.gpus or 0) for n in infos}, {}, [])
-    if can_ever_fit(job, cap):
-        return
-    if job.spec.total_gpus:
-        _refuse_gpus(job, cap, infos)
-    nodes = ", ".join(f"{n.name} ({n.slots})" for n in cluster.nodes)
-    widest = max(p.slots for p in job.spec.pools)
-    raise SpecError(
-        f"pools: the job needs {plural(job.slots, 'slot')} "
-        f"({plural(job.spec.total_replicas, 'replica')}, up to {plural(widest, 'slot')} each) "
-        f"and the cluster's nodes have {cap.healthy} in all: "
-        f"{nodes}. Declare more slots in a cluster file (nodes: [{{name: local, slots: "
-        f"{max(job.slots, widest)}}}]) and pass it with --cluster")
-
-
-def _refuse_gpus(job: Job, cap: Capacity, infos: list[NodeInfo]) -> None:
-    """SpecError for a GPU job the nodes could never hold, when GPUs are why."""
-    widest = max(p.gpus for p in job.spec.pools)
-    most = max((n.gpus or 0 for n in infos), default=0)
-    if job.spec.total_gpus <= cap.healthy_gpus and widest <= most:
-        return  # GPUs would do: slots (or packing both) are the problem
-    nodes = ", ".join(f"{n.name} ({n.gpus or 0})" for n in infos)
-    raise SpecError(
-        f"pools: the job needs {job.spec.total_gpus} GPUs ({job.spec.total_replicas} replicas, "
-        f"up to {widest} GPUs each, all of a replica's on one node) and the cluster's nodes "
-        f"have {cap.healthy_gpus} in all, at most {most} on one: {nodes}. Ask for fewer GPUs "
-        "per replica, or declare the nodes' GPUs in a cluster file (nodes: [{name: a, slots: "
-        f"16, gpus: 8}}]; without `gpus` a node has this host's: CUDA_VISIBLE_DEVICES, else "
-        "`nvidia-smi -L`)")
-
-
-def check_local_launch(job: Job) -> None:
-    """What the local backend would refuse at launch, said now: the working directory and
-    each pool's executable (looked up as the replica will: relative to the working directory,
-    or on the PATH its environment gets)."""
-    cwd = workdir(job)
-    where = "workdir" if job.spec.workdir else "the spec's directory"
-    if not os.path.isdir(cwd):
-        raise SpecError(f"{where}: {cwd} is not a directory; create it or fix `workdir`")
-    for i, pool in enumerate(job.spec.pools):
-        exe = pool.command[0]
-        field = f"pools.{i}.command"
-        if exe in ("python", "python3"):
-            continue  # replaced by the interpreter perdure runs under
-        if os.sep in exe:
-            path = os.path.join(cwd, exe)
-            if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-                problem = "does not exist" if not os.path.exists(path) else "is not executable"
-                raise SpecError(f"{field}: {path} {problem} (relative paths start at {where})")
-            continue
-        path_var = {**os.environ, **job.spec.env, **pool.env}.get("PATH", os.defpath)
-        if shutil.which(exe, path=path_var) is None:
-            raise SpecError(f"{field}: {exe!r} is not on the replica's PATH ({path_var}); "
-                            "give the full path or fix PATH in `env`")
 
 
 def inspector(ctx: Ctx) -> Inspector:

@@ -15,7 +15,6 @@ import typer
 from perdure.backends.base import Backend, BackendBusy, BackendSettingError, BackendUnavailable
 from perdure.backends.factory import check_environment, make_backend
 from perdure.backends.relay.secrets import SecretError, job_secret, state_secret
-from perdure.cli import jobview
 from perdure.cli.common import (
     Ctx,
     die,
@@ -27,17 +26,18 @@ from perdure.cli.common import (
     python,
     remember_cluster,
 )
-from perdure.cli.reports import elastic_changes, format_elastic, format_goodput, goodput
 from perdure.cli.runprogress import RunProgress
 from perdure.cli.terminal import say, visible
-from perdure.cli.watchreport import format_watchdog, watchdog_json
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.controller.usercommands import controller_running, start_hint
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
-from perdure.core.resume import STARTS_OVER
 from perdure.core.spec import ClusterSpec
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob, make_state_dir
+from perdure.views import jobview
+from perdure.views.describe import describe_json
+from perdure.views.reports import elastic_changes, format_elastic, format_goodput, goodput
+from perdure.views.watchreport import format_watchdog
 
 ClusterOpt = Annotated[
     Path | None, typer.Option("--cluster", help="Cluster file: nodes and queue quotas.")
@@ -308,44 +308,6 @@ def _ls_error(row: dict[str, Any]) -> str:
     return ""
 
 
-def describe_json(store: Store, job: Job, state_dir: Path) -> dict[str, Any]:
-    events = store.events(job.id)
-    reader = inspector(Ctx(state_dir))
-    g = goodput(reader, job, events)
-    return {
-        "id": job.id,
-        "name": job.name,
-        "state": job.state.value,
-        "queue_reason": jobview.queue_reason(job),
-        "queue": job.spec.queue,
-        "priority": job.priority,
-        "attempt": job.attempt,
-        "created": job.created,
-        "step": jobview.step(g, job),
-        "total_steps": g.total_steps,
-        **jobview.errors_json(job),
-        "checkpoint": {"failed_saves": job.failed_saves, "alert": job.save_alert,
-                       "last_error": job.save_error or None},
-        "retries": job.retries,
-        # the last relaunch that lost its work without a word from the script (core.resume)
-        "starts_over": next((e.message for e in reversed(events) if e.kind == STARTS_OVER),
-                            None),
-        "replicas": [{**jobview.replica_json(r), "gpus": r.gpus,
-                      "devices": list(r.devices) if r.gpus else [],
-                      "procs": _procs(job, r.pool)} for r in job.replicas],
-        "spares": dict(job.spares),
-        "goodput": g.to_json(),
-        "elastic": [{"time": c.time, "what": c.what, "cost_seconds": c.cost_s, "cost": c.cost}
-                    for c in elastic_changes(reader, job, events)],
-        "watchdog": watchdog_json(events),
-        "events": [{"time": e.time, "kind": e.kind, "message": e.message} for e in events],
-    }
-
-
-def _procs(job: Job, pool: str) -> int:
-    return next(p.procs_per_replica for p in job.spec.pools if p.name == pool)
-
-
 def _replica_line(r: dict[str, Any]) -> str:
     """One replica in `describe`: where it runs, its processes and GPUs (those it holds on its
     node, by index) when it has more than one or any."""
@@ -364,7 +326,8 @@ def describe(
     store = ctx.reader()
     job = store.job(ctx.resolve(store, job_ref))
     assert job is not None
-    d = describe_json(store, job, ctx.state_dir)
+    reader = inspector(ctx)
+    d = describe_json(store, job, reader)
     if as_json:
         typer.echo(json.dumps(d, indent=2))  # JSON escapes control characters itself
         return
@@ -389,7 +352,6 @@ def describe(
         held = ", ".join(d["spares"]) or "none free yet"
         say(f"Spare nodes: {held} ({len(d['spares'])} of {job.spec.total_spares})")
     events = store.events(job.id)
-    reader = inspector(ctx)
     g = goodput(reader, job, events)
     for line in [*format_goodput(g), *format_elastic(elastic_changes(reader, job, events), g),
                  *format_watchdog(d["watchdog"])]:

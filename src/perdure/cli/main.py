@@ -13,9 +13,9 @@ import typer
 from perdure.cli import export, healthcheck, jobs, ops, sim
 from perdure.cli.argv import hoist_state_dir
 from perdure.cli.common import Ctx, describe_cluster, load_cluster, load_spec, new_job
+from perdure.cli.serve import serve
 from perdure.cli.terminal import visible
 from perdure.core.text import plural
-from perdure.serve.command import serve
 from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
 
 app = typer.Typer(

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from perdure.backends.base import Inspector
-from perdure.cli import jobview
-from perdure.cli.reports import goodput
 from perdure.cli.terminal import say, visible
 from perdure.core.goodput import Goodput
 from perdure.store.sqlite import Store
+from perdure.views import jobview
+from perdure.views.reports import goodput
 
 if TYPE_CHECKING:
     from rich.console import Console

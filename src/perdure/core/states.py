@@ -78,7 +78,7 @@ class ErrorCode(str, Enum):
 
 # Every allowed transition and when it happens: the lifecycle above as data. The docs'
 # lifecycle page is generated from these, and every tick of the core's tests is checked
-# against them (tests/unit/core/sim.py).
+# against them (tests/helpers/sim.py).
 JOB_TRANSITIONS: dict[JobState, tuple[tuple[JobState, str], ...]] = {
     JobState.QUEUED: (
         (JobState.PENDING, "admitted: its queue's quota and the cluster's capacity were found"),

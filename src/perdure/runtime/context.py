@@ -102,20 +102,14 @@ def _drain_reports() -> None:
 _context: Context | None = None
 
 
-def stop_is_notice(stop_file: str | None = None) -> bool:
+def is_notice(t: transport.Transport) -> bool:
     """Whether the SIGTERM just received is a notice to save (preemption, maintenance).
 
-    Under perdure the backend records the stop request before signalling (the file
-    `stop_file`, default: what this process's transport says, from $PERDURE_STOP_FILE or the
-    controller's relay); a request without a notice is a plain stop (a new rendezvous round
-    after a peer failed, a cancel). A SIGTERM from anywhere else (a scheduler, a person), or
-    with no request readable, counts as a notice.
+    Under perdure the backend records the stop request before signalling (read through `t`:
+    the file $PERDURE_STOP_FILE or the controller's relay); a request without a notice is a
+    plain stop (a new rendezvous round after a peer failed, a cancel). A SIGTERM from anywhere
+    else (a scheduler, a person), or with no request readable, counts as a notice.
     """
-    t = transport.FileTransport(stop_file=stop_file) if stop_file else transport.current()
-    return _is_notice(t)
-
-
-def _is_notice(t: transport.Transport) -> bool:
     request = t.stop_request()
     return request is None or request.get("notice") is not None
 
@@ -126,7 +120,7 @@ def _install_preemption_handler(ctx: Context) -> None:
     carrier = transport.current()  # made now: a signal handler must not take its lock
 
     def on_notice(signum: int, frame: FrameType | None) -> None:
-        if _is_notice(carrier):
+        if is_notice(carrier):
             ctx._stop.set()
             return
         # A plain stop: nothing to save. Die of the signal as a process without this handler

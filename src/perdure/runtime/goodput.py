@@ -199,10 +199,6 @@ def snapshot_restored(step: int, seconds: float, where: str) -> None:
     checkpoint_restored(step, seconds, source)
 
 
-def data_waited(seconds: float) -> None:
-    reporter().emit("data_wait", seconds=seconds)
-
-
 def note(message: str) -> None:
     """Something the job's owner should see in its events (`perdure describe`), sent once
     and waited for (up to NOTE_SECONDS: notes are rare), so that a replica that ends right

@@ -17,7 +17,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from perdure.cli.common import make_job
+from perdure.controller.newjob import make_job
 from perdure.controller.usercommands import CommandRefused, send_job_command, send_node_command
 from perdure.core.model import Job
 from perdure.core.spec import SpecError, parse_job_spec
@@ -92,7 +92,7 @@ def list_jobs(
 @router.get("/jobs/{job_id}", summary="One job: what `perdure describe --json` prints")
 def get_job(request: Request, job_id: str) -> dict[str, Any]:
     ctx = _ctx(request)
-    return views.describe(ctx.store(), ctx.state_dir, _job(ctx, job_id))
+    return views.describe(ctx.store(), ctx.reader, _job(ctx, job_id))
 
 
 @router.get("/jobs/{job_id}/timeline", summary="States, attempts and marks over time")

@@ -1,7 +1,7 @@
 """What the API shows, computed by the code the CLI uses; reads only (the store, logs, reports).
 
-This is the one module of serve/ that calls into the CLI's reading code (`describe_json`,
-goodput, the log location): when those move, only the calls here change.
+It calls perdure.views (`describe_json`, the goodput account), the code `perdure describe`
+and `ls` call too, so the API and the CLI show a job the same.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from perdure.backends.base import Inspector
-from perdure.cli import jobview
-from perdure.cli.jobs import describe_json
-from perdure.cli.reports import accounted_launches, goodput
 from perdure.core.events import QUEUED_IN_BACKEND
 from perdure.core.model import Job
 from perdure.core.records import Node
 from perdure.core.spec import ClusterSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
+from perdure.views import jobview
+from perdure.views.describe import describe_json
+from perdure.views.reports import accounted_launches, goodput
 
 # How long a running job's goodput (and step) is reused by the jobs list: short, so that the
 # list and the job's page agree on the step.
@@ -28,9 +28,9 @@ LIVE_GOODPUT_SECONDS = 1.0
 MAX_MARKS = 2000  # timeline marks per job; more are counted, not drawn
 
 
-def describe(store: Store, state_dir: Path, job: Job) -> dict[str, Any]:
+def describe(store: Store, reader: Inspector, job: Job) -> dict[str, Any]:
     """Exactly what `perdure describe --json` prints."""
-    return describe_json(store, job, state_dir)
+    return describe_json(store, job, reader)
 
 
 LOG_SUFFIXES = {"all": "log", "stderr": "err", "stdout": "out"}

@@ -129,7 +129,7 @@ def _last_tick(text: str) -> int:
 
 def big_state(tmp: Path) -> str:
     """1,000 jobs in a store and a 10 MB log for the newest (served without a controller)."""
-    from perdure.cli.common import make_job
+    from perdure.controller.newjob import make_job
     from perdure.core.spec import default_cluster, parse_job_spec
     from perdure.core.states import JobState, ReplicaState
     from perdure.store.sqlite import Store

@@ -15,8 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from serve_harness import PERDURE, Server, cancel_all, start_server, stop_server
-
-from s3server import S3
+from tests.helpers.s3server import S3
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.s3_long  # ~25 s unloaded: outside the default suite (make test-s3)

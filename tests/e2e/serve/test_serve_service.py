@@ -12,8 +12,8 @@ import pytest
 
 from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend
-from perdure.cli.common import make_job
 from perdure.controller.loop import Controller
+from perdure.controller.newjob import make_job
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.spec import ClusterSpec, NodeSpec, parse_job_spec
 from perdure.serve.auth import Auth

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from clusterjobs import controller_conftest
+from tests.helpers.clusterjobs import controller_conftest
 
 HERE = Path(__file__).resolve().parent
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]

@@ -17,8 +17,7 @@ from typing import Any
 
 import torch
 import yaml
-
-from clusterjobs import controller_conftest
+from tests.helpers.clusterjobs import controller_conftest
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "unmodified"
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]

@@ -4,14 +4,9 @@ build.sh; containerd, runc or root missing). `make test-k8s` runs the long tests
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from k8scluster import K8sCluster, K8sUnavailable
 
 

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import k8simages as images
-
-from nshosts import free_subnet
+from tests.helpers.nshosts import free_subnet
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "cluster.sh"

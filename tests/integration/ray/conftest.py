@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from clusterjobs import (
+from tests.helpers.clusterjobs import (
     controller_conftest,
     ddp_spec,
     describe,
@@ -28,7 +27,6 @@ from clusterjobs import (
 )
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 _cc = controller_conftest()

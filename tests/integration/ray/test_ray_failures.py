@@ -6,10 +6,10 @@ import subprocess
 import time
 
 import pytest
+from tests.helpers.clusterjobs import wait_state, wait_step
+from tests.helpers.stopping import stop_controller
 
-from clusterjobs import wait_state, wait_step
 from conftest import RayPerdure, ddp_spec, describe, final_sha, named_actors
-from stopping import stop_controller
 
 
 def node_state(p: RayPerdure, name: str) -> str:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.helpers.clusterjobs import wait_state, wait_step
+from tests.helpers.s3server import free_port, make_bucket, moto_python
+from tests.helpers.stopping import stop_controller
 
-from clusterjobs import wait_state, wait_step
 from conftest import RayPerdure, ddp_spec
-from s3server import free_port, make_bucket, moto_python
-from stopping import stop_controller
 
 pytestmark = pytest.mark.ray_long
 

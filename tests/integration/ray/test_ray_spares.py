@@ -7,10 +7,10 @@ import time
 
 import pytest
 from test_ray_warm import agent_pool
+from tests.helpers.stopping import stop_controller
 
 from conftest import RayPerdure, named_actors
 from perdure.backends.local import layout
-from stopping import stop_controller
 
 HOLD = "import time; time.sleep(600)\n"  # a script: `python -c` never starts warm
 # A launch that takes a spare actor starts its replica this soon after the call reached it

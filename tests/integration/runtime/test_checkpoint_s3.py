@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import torch
+from tests.helpers.s3server import S3, make_bucket
 from torch import nn
 
 from perdure.runtime.checkpoint import Checkpointer, SavePolicy
 from perdure.runtime.s3.client import S3Client
-from s3server import S3, make_bucket
 
 BIG = 3 << 20  # float32 elements: a 12 MiB tensor, uploaded in two parts (5 MiB and the rest)
 

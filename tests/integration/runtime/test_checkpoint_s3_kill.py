@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.helpers.s3server import S3
 
 from perdure.runtime.checkpoint import Checkpointer
-from s3server import S3
 
 KILLEE = Path(__file__).with_name("s3_killee.py")
 pytestmark = pytest.mark.s3_long

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from tests.helpers.loader_epochs import epochs_of
 from torch.utils.data import Dataset
 
-from loader_epochs import epochs_of
 from perdure.runtime import CachedVolume, ElasticSampler, ShardDataset
 from perdure.runtime.data import ENV_MIN_FREE_BYTES, ElasticLoader
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.helpers.s3server import S3
 
 from perdure.runtime import CachedVolume, ElasticSampler
 from perdure.runtime.data import ElasticLoader
 from perdure.runtime.s3.client import S3Client
-from s3server import S3
 
 SHARDS = 16
 SIZE = 256 << 10

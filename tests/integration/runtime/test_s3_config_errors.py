@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from tests.helpers.s3server import S3
 
 from perdure.runtime.s3.client import S3Client
-from s3server import S3
 
 PASSWORD = "endpoint-password-0123456789"
 

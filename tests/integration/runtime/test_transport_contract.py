@@ -20,10 +20,16 @@ from perdure.backends.local import layout
 from perdure.controller.publish import publish_round
 from perdure.core.events import Rendezvous
 from perdure.runtime import goodput
-from perdure.runtime.context import stop_is_notice
+from perdure.runtime.context import is_notice
 from perdure.runtime.elastic.rendezvous import RoundWatcher, read_round
 from perdure.runtime.errors import read_error_file, write_error_file
-from perdure.runtime.transport import NetTransport, Transport, TransportError, from_env
+from perdure.runtime.transport import (
+    NetTransport,
+    Transport,
+    TransportError,
+    current,
+    from_env,
+)
 
 KINDS = ["file", "net"]
 
@@ -101,12 +107,12 @@ def test_the_stop_notice_tells_a_notice_from_a_plain_stop(kind: str, tmp_path: P
     stop = tmp_path / "launches" / launch_id() / "stop.json"
     with transport_of(kind, tmp_path) as t:
         _use(t, tmp_path, monkeypatch)
-        assert t.stop_request() is None and stop_is_notice()  # nothing written: someone else
+        assert t.stop_request() is None and is_notice(current())  # nothing written: someone else
         layout.write_json(stop, {"signal": 15, "deadline": 0, "reason": "r", "notice": None})
-        assert not stop_is_notice()  # the backend's plain stop (a new round, a cancel)
+        assert not is_notice(current())  # the backend's plain stop (a new round, a cancel)
         layout.write_json(stop, {"signal": 15, "deadline": 0, "reason": "r",
                                  "notice": "preemption"})
-        assert stop_is_notice()
+        assert is_notice(current())
 
 
 def _use(t: Transport, state: Path, monkeypatch: pytest.MonkeyPatch) -> None:

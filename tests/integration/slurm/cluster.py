@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nshosts import free_subnet
+from tests.helpers.nshosts import free_subnet
 
 SCRIPT = Path(__file__).resolve().with_name("cluster.sh")
 NODES = ("a", "b", "c")

@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from clusterjobs import controller_conftest, final_sha, local_reference_sha, nodes_field
-from clusterjobs import ddp_spec as _ddp_spec
+from cluster import NODES, SlurmCluster, SlurmUnavailable
+from tests.helpers.clusterjobs import (
+    controller_conftest,
+    final_sha,
+    local_reference_sha,
+    nodes_field,
+)
+from tests.helpers.clusterjobs import ddp_spec as _ddp_spec
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from cluster import NODES, SlurmCluster, SlurmUnavailable  # noqa: E402
 
 _cc = controller_conftest()
 Perdure = _cc.Perdure

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.helpers.stopping import stop_controller
 
 from conftest import SlurmPerdure
-from stopping import stop_controller
 
 SPREAD = {"a": 2, "b": 2}
 HELLO = ("import os, socket, sys, time; print('hello from', socket.gethostname(), "

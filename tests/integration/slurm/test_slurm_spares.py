@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from tests.helpers.stopping import stop_controller
 
 from conftest import SlurmPerdure
-from stopping import stop_controller
 
 THREE = {"a": 2, "b": 2, "c": 2}
 

@@ -4,7 +4,7 @@ like a started job; once the allocation starts it goes PENDING, then RUNNING."""
 
 from __future__ import annotations
 
-from sim import Sim, spec
+from tests.helpers.sim import Sim, spec
 
 from perdure.backends.fake import FakeBackend
 from perdure.core.events import (

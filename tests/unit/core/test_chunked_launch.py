@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sim import SETTINGS, Sim, spec
+from tests.helpers.sim import SETTINGS, Sim, spec
 
 from perdure.core.events import Launch, Rendezvous
 from perdure.core.model import Job

@@ -8,7 +8,7 @@ import dataclasses
 import random
 
 import pytest
-from sim import SETTINGS, Sim, spec
+from tests.helpers.sim import SETTINGS, Sim, spec
 
 from perdure.backends.fake import FakeRun
 from perdure.core.counts import Counts

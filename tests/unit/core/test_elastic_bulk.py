@@ -13,7 +13,7 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim import SETTINGS, spec
+from tests.helpers.sim import SETTINGS, spec
 
 from perdure.core import elastic
 from perdure.core.events import Rendezvous

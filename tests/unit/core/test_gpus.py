@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sim import Sim, spec
+from tests.helpers.sim import Sim, spec
 
 from perdure.backends.fake import FakeRun
 from perdure.core.devices import split_host_gpus

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from sim import Sim, spec
+from tests.helpers.sim import Sim, spec
 
 from perdure.core import interval as iv
 from perdure.core.events import ReplicaProgress

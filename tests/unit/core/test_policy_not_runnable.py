@@ -4,7 +4,7 @@ failure without an exception ends with the replica's last stderr lines."""
 from __future__ import annotations
 
 import pytest
-from sim import Sim, spec
+from tests.helpers.sim import Sim, spec
 
 from perdure.backends.fake import FakeRun
 from perdure.core.events import ErrorInfo

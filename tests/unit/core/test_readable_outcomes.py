@@ -3,7 +3,7 @@ finish after the primary succeeded, plural words (issue 19, sections 1 and 3).""
 
 from __future__ import annotations
 
-from sim import Sim, spec
+from tests.helpers.sim import Sim, spec
 
 from perdure.backends.fake import FakeRun
 from perdure.core.events import ErrorInfo, Launch

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sim import Sim, spec
+from tests.helpers.sim import Sim, spec
 
 from perdure.backends.fake import FakeRun
 from perdure.core.events import Launch

@@ -3,7 +3,7 @@ at the runtime's threshold, a note when saves work again (the core, on a simulat
 
 from __future__ import annotations
 
-from sim import Sim, spec
+from tests.helpers.sim import Sim, spec
 
 from perdure.backends.local.progress import ProgressReader
 from perdure.core.events import ReplicaProgress

@@ -3,7 +3,7 @@ once, another sought, all let go when the attempt ends."""
 
 from __future__ import annotations
 
-from sim import Sim, spec
+from tests.helpers.sim import Sim, spec
 
 from perdure.core.events import Launch
 from perdure.core.states import JobState

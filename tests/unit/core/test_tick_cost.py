@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from sim import SETTINGS, Sim, spec
+from tests.helpers.sim import SETTINGS, Sim, spec
 
 from perdure.core.states import JobState
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sim import SETTINGS, Sim, spec
+from tests.helpers.sim import SETTINGS, Sim, spec
 
 from perdure.backends.fake import FakeRun
 from perdure.core.events import ErrorInfo, Launch, ReplicaExited

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from perdure.runtime.context import stop_is_notice
+from perdure.runtime.context import is_notice
+from perdure.runtime.transport import FileTransport, current
 
 SCRIPT = """
 import sys, time
@@ -28,18 +29,18 @@ sys.exit(3)
 """
 
 
-def test_stop_is_notice_reads_the_stop_request(tmp_path: Path) -> None:
+def test_is_notice_reads_the_stop_request(tmp_path: Path) -> None:
     stop = tmp_path / "stop.json"
-    assert stop_is_notice(None)  # not under perdure: any SIGTERM is a notice
-    assert stop_is_notice(str(stop))  # no request written: someone else sent it
+    assert is_notice(current())  # not under perdure: any SIGTERM is a notice
+    assert is_notice(FileTransport(stop_file=str(stop)))  # no request written: someone else sent it
     stop.write_text(json.dumps({"signal": 15, "notice": "preemption"}))
-    assert stop_is_notice(str(stop))
+    assert is_notice(FileTransport(stop_file=str(stop)))
     stop.write_text(json.dumps({"signal": 15, "notice": "maintenance"}))
-    assert stop_is_notice(str(stop))
+    assert is_notice(FileTransport(stop_file=str(stop)))
     stop.write_text(json.dumps({"signal": 15, "notice": None, "reason": "restart: new round 2"}))
-    assert not stop_is_notice(str(stop))
+    assert not is_notice(FileTransport(stop_file=str(stop)))
     stop.write_text("{half")
-    assert stop_is_notice(str(stop))
+    assert is_notice(FileTransport(stop_file=str(stop)))
 
 
 @pytest.mark.parametrize(("notice", "expected"), [("preemption", 75), (None, -signal.SIGTERM)])

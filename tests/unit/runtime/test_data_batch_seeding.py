@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from tests.helpers.loader_epochs import epochs_of
 from torch.utils.data import Dataset
 
-from loader_epochs import epochs_of
 from perdure.runtime import ElasticSampler
 from perdure.runtime.data import ElasticLoader
 from perdure.runtime.data.sampler import Batch

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import torch
+from tests.helpers.loader_epochs import epochs_of
 from torch.utils.data import Dataset
 
-from loader_epochs import epochs_of
 from perdure.runtime import ElasticSampler
 from perdure.runtime.data import ElasticLoader
 from perdure.runtime.data.loader import READ_AHEAD_MAX

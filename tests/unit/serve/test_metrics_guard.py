@@ -9,7 +9,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from perdure.cli.common import make_job
+from perdure.controller.newjob import make_job
 from perdure.core.model import Job
 from perdure.core.spec import default_cluster, parse_job_spec
 from perdure.serve.app import create_app

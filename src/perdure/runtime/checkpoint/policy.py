@@ -60,11 +60,6 @@ class SavePolicy:
                     f"SavePolicy.on_busy is {self.on_busy!r}; it must be 'wait' or 'skip'."
                 ) from None
 
-    @property
-    def uses_clock(self) -> bool:
-        """True when decisions depend on time, so ranks must agree on them (they vote)."""
-        return self.every_seconds is not None
-
     def due(self, step: int, now: float, last_step: int | None, last_time: float | None) -> bool:
         """Whether ``step`` is due: `decide` without its reason (called every step)."""
         return (self.due_by_steps(step, last_step)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MOTO_VENV = Path(os.environ.get("PERDURE_MOTO_VENV") or ROOT / ".venv-moto")
 MOTO_PIN = "moto[server]==5.2.5"
 

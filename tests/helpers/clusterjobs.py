@@ -1,7 +1,7 @@
 """The pieces the Ray and the Slurm integration tests share: the controller tests' `Perdure`
 harness, examples/ddp_mlp as a job spec, its final weights, and waits on a running job.
 
-Importable as `clusterjobs` (tests/conftest.py puts tests/ on sys.path); each cluster's
+`tests.helpers.clusterjobs`; each cluster's
 conftest re-exports what its tests take `from conftest import ...`.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 EXAMPLE = TESTS.parent / "examples" / "ddp_mlp"
 EPOCHS = 4  # of the ddp_mlp runs whose final weights are compared with the local backend's
 STEP = re.compile(r"^step (\d+) ", re.M)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from perdure.cli import jobview
 from perdure.cli.runprogress import progress_text
 from perdure.core.goodput import Goodput
 from perdure.core.model import Job, JobError, Replica
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, ReplicaState
+from perdure.views import jobview
 
 SPEC = JobSpec.model_validate({"name": "j", "pools": [{"name": "w", "command": ["x"]}]})
 

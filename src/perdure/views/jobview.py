@@ -95,8 +95,3 @@ def duration(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-def goodput_text(g: Goodput) -> str:
-    """`91.2%`, `no progress reported` or `not started`."""
-    return g.status
