@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.helpers.stopping import stop_controller
 
 from conftest import SlurmPerdure
-from stopping import stop_controller
 
 THREE = {"a": 2, "b": 2, "c": 2}
 WAIT = ("import os, signal, time\n"
