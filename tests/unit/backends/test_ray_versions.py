@@ -26,9 +26,9 @@ def ray_error(cluster_ray: str, cluster_python: str | None = None) -> str:
 def test_a_ray_mismatch_names_both_versions_and_what_to_install() -> None:
     import ray
 
-    line = mismatch_line(ray_error("2.40.0"), "10.0.0.1:6379")
+    line = mismatch_line(ray_error("2.39.0"), "10.0.0.1:6379")
     assert line == (f"ray: the controller has ray {ray.__version__}, the cluster at "
-                    "10.0.0.1:6379 runs ray 2.40.0; install ray==2.40.0 where perdure runs (a "
+                    "10.0.0.1:6379 runs ray 2.39.0; install ray==2.39.0 where perdure runs (a "
                     "Ray client must match its cluster's version)")
 
 
