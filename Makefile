@@ -11,14 +11,16 @@ STAMP := $(VENV)/.perdure-installed
 venv: $(STAMP)
 
 # Each step says what it is and how long it took: a first build takes minutes of pip -q.
-$(STAMP): pyproject.toml
+# The versions are constraints.txt's (today's, exact): the tests always see the same packages.
+$(STAMP): pyproject.toml constraints.txt
 	@echo "Building $(VENV) (once; later runs reuse it): torch 2.13.0 for CPU, then perdure"
 	@scripts/timed "1/4 a Python virtual environment in $(VENV)" \
 	    sh -c 'test -x $(BIN)/python || $(PY) -m venv $(VENV)'
 	@scripts/timed "2/4 an up-to-date pip" $(BIN)/pip install -q --upgrade pip
-	@scripts/timed "3/4 torch 2.13.0, the CPU wheel (the longest step)" $(BIN)/pip install -q torch==2.13.0
+	@scripts/timed "3/4 torch 2.13.0, the CPU wheel (the longest step)" \
+	    $(BIN)/pip install -q -c constraints.txt torch
 	@scripts/timed "4/4 perdure and its extras: test, serve, ray, hf, lightning" \
-	    $(BIN)/pip install -q -e '.[test,serve,ray,hf,lightning]'
+	    $(BIN)/pip install -q -c constraints.txt -e '.[test,serve,ray,hf,lightning]'
 	@touch $(STAMP)
 	@echo "$(VENV) is ready"
 
@@ -45,7 +47,7 @@ test-ray: $(STAMP) moto-venv
 	$(BIN)/python -m pytest -q -m 'ray_long' tests/integration/ray
 
 bench-ray: $(STAMP)
-	$(BIN)/pip install -q -e '.[bench-ray]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[bench-ray]'
 	flock /tmp/perdure-heavy.lock $(BIN)/python bench/ray.py
 
 # A real Slurm cluster of namespace hosts (root; apt-get install slurm-wlm munge): the long runs.

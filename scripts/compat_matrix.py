@@ -95,7 +95,8 @@ CELLS = [
          ("torch", "lightning")),
     Cell("lightning-2.6", [DEFAULT_TORCH, "lightning==2.6.6"], {"frameworks": LIGHTNING},
          ("torch", "lightning")),
-    Cell("ray-2.40", [DEFAULT_TORCH, "ray==2.40.0"], {"ray": RAY}, ("torch", "ray")),
+    # Ray's floor is its newest here (pyproject: the backend's tests fail on 2.40-2.50 and the
+    # drain test on 2.55); a second cell joins when a newer Ray installs.
     Cell("ray-2.60", [DEFAULT_TORCH, "ray==2.60.0"], {"ray": RAY}, ("torch", "ray")),
 ]
 

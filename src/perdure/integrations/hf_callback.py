@@ -27,6 +27,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 import perdure
+from perdure.integrations import hf_compat
 from perdure.runtime import StopVote, goodput
 from perdure.runtime.checkpoint import folders
 
@@ -57,6 +58,7 @@ class PerdureCallback(TrainerCallback):  # type: ignore[misc]
                     control: TrainerControl, **kwargs: Any) -> None:
         if args.output_dir == TRAINER_DEFAULT_OUTPUT_DIR and self.ctx.checkpoint_dir:
             args.output_dir = self.ctx.checkpoint_dir
+        hf_compat.load_on_indexed_cpu(args.device)
         trainer = _calling_trainer()
         if getattr(trainer, "perdure_checkpoints", False):
             self.manage_folders = False

@@ -13,7 +13,8 @@ PerdureCallback (which it includes) it adds:
   remaining sample of the epoch exactly once. It drops an epoch's last, partial global batch
   (as `dataloader_drop_last=True` would) so that every rank gets a full batch.
 At the same number of replicas a killed or preempted run ends bit-identical to an
-uninterrupted one.
+uninterrupted one. Where it hooks into the Trainer differs between transformers 4.57 and 5
+(see hf_compat).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from transformers import Trainer, TrainerState
 
 from perdure.integrations.hf_callback import PerdureCallback
+from perdure.integrations.hf_compat import SPLIT_TRAINING_LOOP, EpochShift
 from perdure.runtime import Checkpointer, ElasticLoader, ElasticSampler, goodput
 from perdure.runtime.checkpoint import RankLocal
 from perdure.runtime.rng import rng_state, set_rng_state
@@ -63,11 +65,12 @@ class PerdureTrainer(Trainer):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self._ckpt: Checkpointer | None = None
         self._loader: ElasticLoader | None = None
+        self._shifted: EpochShift | None = None  # the loop's view of it (transformers 4.57)
         self._resumed_step: int | None = None
 
     # ---- data -----------------------------------------------------------------------------
 
-    def get_train_dataloader(self) -> ElasticLoader:
+    def get_train_dataloader(self) -> ElasticLoader | EpochShift:  # type: ignore[override]
         if self.train_dataset is None:
             raise ValueError("PerdureTrainer: training requires a train_dataset.")
         args = self.args
@@ -78,7 +81,10 @@ class PerdureTrainer(Trainer):  # type: ignore[misc]
         self._loader = ElasticLoader(self.train_dataset, sampler,
                                      collate_fn=self.data_collator,
                                      num_workers=args.dataloader_num_workers)
-        return self._loader
+        if SPLIT_TRAINING_LOOP:
+            return self._loader
+        self._shifted = EpochShift(self._loader)
+        return self._shifted
 
     # ---- checkpoints ----------------------------------------------------------------------
 
@@ -110,10 +116,41 @@ class PerdureTrainer(Trainer):  # type: ignore[misc]
     def _init_training_state(self, max_steps: int, num_update_steps_per_epoch: int,
                              num_train_epochs: int, resume_from_checkpoint: Any,
                              trial: Any) -> tuple[int, int]:
-        """Fresh state, then the Trainer's state and the data position from the newest
-        committed checkpoint; the epoch to start in comes from the data position."""
+        """transformers 5: fresh state, then the Trainer's state and the data position from
+        the newest committed checkpoint; the epoch to start in comes from the data position."""
         super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
                                      None, trial)
+        if not self._restore_light():
+            return 0, 0
+        self.state.init_training_references(  # type: ignore[no-untyped-call]
+            self, max_steps, num_train_epochs, trial)
+        return self._first_epoch(), 0
+
+    def _prepare_for_training(self, max_steps: int, train_dataloader: Any,
+                              resume_from_checkpoint: Any) -> Any:
+        """transformers 5: wrap the model, make the optimizer and scheduler, then load their
+        state."""
+        out = super()._prepare_for_training(  # type: ignore[no-untyped-call]
+            max_steps, train_dataloader, None)
+        self._restore_heavy()
+        return out
+
+    def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
+        """transformers 4.57: called (with no checkpoint) once the model is wrapped and the
+        optimizer and scheduler are made, after the fresh TrainerState: restore everything
+        here (the loop then calls init_training_references itself), and shift the loop's
+        epochs (it counts from 0) to the restored one."""
+        if SPLIT_TRAINING_LOOP:
+            super()._load_optimizer_and_scheduler(checkpoint)
+            return
+        if self._restore_light():
+            assert self._shifted is not None
+            self._shifted.shift = self._first_epoch()
+            self._restore_heavy()
+
+    def _restore_light(self) -> bool:
+        """The Trainer's state and the data position from the newest committed checkpoint;
+        False when there is none."""
         began = time.perf_counter()
         light = self._perdure_state(heavy=False)
         self._resumed_step = self.checkpointer().restore_latest(light)
@@ -121,29 +158,28 @@ class PerdureTrainer(Trainer):  # type: ignore[misc]
             print(f"perdure: {line}", flush=True)
         self._restore_seconds = time.perf_counter() - began
         if self._resumed_step is None:
-            return 0, 0
-        loaded = light["trainer"].loaded
-        self.state = TrainerState(**loaded)
-        self.state.init_training_references(  # type: ignore[no-untyped-call]
-            self, max_steps, num_train_epochs, trial)
-        assert self._loader is not None
-        finished = len(self._loader) == 0  # saved at the epoch's last step: start the next
-        return self._loader.epoch + int(finished), 0
+            return False
+        self.state = TrainerState(**light["trainer"].loaded)
+        return True
 
-    def _prepare_for_training(self, max_steps: int, train_dataloader: Any,
-                              resume_from_checkpoint: Any) -> Any:
-        """Wrap the model, make the optimizer and scheduler, then load their state."""
-        out = super()._prepare_for_training(  # type: ignore[no-untyped-call]
-            max_steps, train_dataloader, None)
-        if self._resumed_step is not None:
-            began = time.perf_counter()
-            heavy = self._perdure_state(heavy=True)
-            self.checkpointer().restore(heavy, self._resumed_step)
-            set_rng_state(heavy["rng"].value)
-            self._restore_seconds += time.perf_counter() - began
-            print(f"perdure: resumed from step {self._resumed_step} "
-                  f"({self.checkpointer().url}) in {self._restore_seconds:.2f}s", flush=True)
-        return out
+    def _first_epoch(self) -> int:
+        """The epoch the restored data position is in; the next one when it was saved at
+        that epoch's last step."""
+        assert self._loader is not None
+        finished = len(self._loader) == 0
+        return int(self._loader.epoch) + int(finished)
+
+    def _restore_heavy(self) -> None:
+        """The model, optimizer, scheduler and RNG state of the step `_restore_light` found."""
+        if self._resumed_step is None:
+            return
+        began = time.perf_counter()
+        heavy = self._perdure_state(heavy=True)
+        self.checkpointer().restore(heavy, self._resumed_step)
+        set_rng_state(heavy["rng"].value)
+        self._restore_seconds += time.perf_counter() - began
+        print(f"perdure: resumed from step {self._resumed_step} "
+              f"({self.checkpointer().url}) in {self._restore_seconds:.2f}s", flush=True)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any,
               **kwargs: Any) -> Any:

@@ -7,8 +7,11 @@
 - PerdureCheckpointIO writes every Lightning checkpoint through perdure's Checkpointer: async
   (training waits for the copy only), atomic (a commit marker written last; a checkpoint
   a replica died while writing is never loaded), checksummed, DCP format. The `.ckpt` path
-  Lightning names holds a small pointer to the committed step; `latest()` points at the
-  newest committed checkpoint (and names the partial ones it skipped).
+  Lightning names holds a small pointer to the step at once, and the whole checkpoint, as
+  Lightning's own CheckpointIO writes it, once that step is committed (torch.load and a
+  Trainer without perdure read it; see lightning_files). `latest()` points at the newest
+  committed checkpoint (and names the partial ones it skipped). `url` and the paths Lightning
+  names may be fsspec URLs (s3://...).
 - PerdureCallback reports steps and saves to perdure (goodput, the hang watchdog); on a
   preemption notice the ranks agree on a step (StopVote), save it, wait for the commit and
   exit suspended: the job resumes there with no step lost.
@@ -34,22 +37,22 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import CombinedLoader
 
 import perdure
+from perdure.integrations import lightning_files as files
+from perdure.integrations.lightning_compat import LOAD_TAKES_WEIGHTS_ONLY
 from perdure.runtime import Checkpointer, ElasticLoader, StopVote, goodput
 from perdure.runtime.checkpoint import commit
 from perdure.runtime.rng import rng_state, set_rng_state
 
 __all__ = ["PerdureCallback", "PerdureCheckpointIO"]
 
-POINTER_KIND = "perdure-lightning-checkpoint"
 RNG_KEY = "perdure_rng"  # every rank's RNG state, in the checkpoint
 
 
@@ -65,6 +68,8 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
         self.keep = keep
         self._ckpt: Checkpointer | None = None
         self._saved: int | None = None
+        self._files = files.PortableWriter(self.url)
+        self._unsettled: list[tuple[int, str]] = []  # names whose step may still be saving
 
     def checkpointer(self) -> Checkpointer:
         # Lightning's DDP writes on rank 0 only (the state is replicated), and every rank
@@ -77,16 +82,28 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
                         storage_options: Any | None = None) -> None:
         step = int(checkpoint["global_step"])
         if step != self._saved:  # ModelCheckpoint may save one step under two names
-            state = {"skeleton": json.dumps(_skeleton(checkpoint)), "lightning": checkpoint}
-            self.checkpointer().save(step, state)
+            state = {"skeleton": json.dumps(files.skeleton(checkpoint)),
+                     "lightning": checkpoint}
+            self.checkpointer().save(step, state)  # after the previous save has ended
             self._saved = step
-        _write_pointer(Path(path), step)
+            self._settle(before=step)
+        path = str(path)
+        files.write_pointer(path, step)
+        self._unsettled.append((step, path))
 
     def load_checkpoint(self, path: Any, map_location: Any | None = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
-        """The checkpoint `path` points at: its step, if committed, else the newest committed
-        one before it (a save that never finished is never loaded)."""
-        wanted = _read_pointer(Path(path))
+        """The checkpoint at `path`: a whole one as it is; a pointer's step, if committed, else
+        the newest committed one before it (a save that never finished is never loaded)."""
+        path = str(path)
+        try:
+            wanted = files.read_pointer(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{path}: no such checkpoint; resume with ckpt_path=PerdureCheckpointIO.latest() "
+                "(None when there is none)") from None
+        if wanted is None:
+            return _torch_load(path, map_location, weights_only)
         ckpt = self.checkpointer()
         committed = [s for s in ckpt.steps() if s <= wanted]
         if not committed:
@@ -97,16 +114,13 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
         step = committed[-1]
         if step != wanted:
             _note(f"checkpoint step {wanted} ({path}) was never committed: loading step {step}")
-        head: dict[str, Any] = {"skeleton": None}
-        ckpt.restore(head, step)
-        state = {"lightning": _template(json.loads(head["skeleton"]))}
-        ckpt.restore(state, step)
-        loaded: dict[str, Any] = state["lightning"]
-        return loaded
+        return files.load_step(ckpt, step)
 
     def remove_checkpoint(self, path: Any) -> None:
         """Lightning's retention removes the name; the Checkpointer keeps the last `keep`."""
-        Path(path).unlink(missing_ok=True)
+        path = str(path)
+        self._unsettled = [(s, p) for s, p in self._unsettled if p != path]
+        self._files.remove(path)
 
     def latest(self) -> str | None:
         """A pointer to the newest committed checkpoint, for `fit(ckpt_path=...)`; None when
@@ -120,17 +134,28 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
             _note(f"skipped checkpoints a replica never finished: {'; '.join(skipped)}")
         if not steps:
             return None
-        path = Path(self.url) / f"latest-rank{_rank()}.ckpt"
-        _write_pointer(path, steps[-1])
-        return str(path)
+        path = files.join(self.url, f"latest-rank{_rank()}.pointer")
+        files.write_pointer(path, steps[-1])
+        return path
 
     def wait(self) -> None:
         """Until the last save is committed (raises its error, if it failed)."""
         if self._ckpt is not None:
             self._ckpt.wait()
+            self._settle(before=None)
 
     def teardown(self) -> None:
+        """Until the last save is committed and every name holds its whole checkpoint."""
         self.wait()
+        self._files.wait()
+
+    def _settle(self, before: int | None) -> None:
+        """Hand the names of the saves that have ended (every step before `before`; None:
+        all) to the writer of whole checkpoints."""
+        ended = [(s, p) for s, p in self._unsettled if before is None or s < before]
+        self._unsettled = [(s, p) for s, p in self._unsettled if (s, p) not in ended]
+        for step, path in ended:
+            self._files.submit(step, path)
 
 
 class PerdureCallback(Callback):  # type: ignore[misc]
@@ -204,7 +229,7 @@ class PerdureCallback(Callback):  # type: ignore[misc]
     def _save(self, trainer: Trainer) -> None:
         io = trainer.strategy.checkpoint_io
         root = io.url if isinstance(io, PerdureCheckpointIO) else trainer.default_root_dir
-        path = os.path.join(root, f"preempted-step{trainer.global_step}.ckpt")
+        path = files.join(str(root), f"preempted-step{trainer.global_step}.ckpt")
         trainer.save_checkpoint(path)  # every rank: Lightning's collective save
         if isinstance(io, PerdureCheckpointIO):
             io.wait()
@@ -275,33 +300,6 @@ def _restore_positions(trainer: Trainer, states: list[dict[str, Any]]) -> None:
         setattr(progress, count, getattr(progress, count) + shift)
 
 
-def _skeleton(value: Any) -> Any:
-    """The checkpoint's shape as JSON: tensors as their shape and dtype, containers kept."""
-    if isinstance(value, torch.Tensor):
-        return {"__tensor__": list(value.shape), "dtype": str(value.dtype).split(".")[-1]}
-    if isinstance(value, dict):
-        return {"__dict__": [[_key(k), _skeleton(v)] for k, v in value.items()]}
-    if isinstance(value, (list, tuple)):
-        return {"__list__": [_skeleton(v) for v in value], "tuple": isinstance(value, tuple)}
-    return None  # a plain value: loaded as it was saved
-
-
-def _key(key: Any) -> Any:
-    return key if isinstance(key, (str, int, float, bool)) or key is None else str(key)
-
-
-def _template(skeleton: Any) -> Any:
-    """Empty tensors and containers in the checkpoint's shape: what a restore fills in."""
-    if not isinstance(skeleton, dict):
-        return None
-    if "__tensor__" in skeleton:
-        return torch.empty(skeleton["__tensor__"], dtype=getattr(torch, skeleton["dtype"]))
-    if "__dict__" in skeleton:
-        return {k: _template(v) for k, v in skeleton["__dict__"]}
-    items = [_template(v) for v in skeleton["__list__"]]
-    return tuple(items) if skeleton["tuple"] else items
-
-
 def _gather(value: Any) -> list[Any]:
     import torch.distributed as dist
 
@@ -312,23 +310,14 @@ def _gather(value: Any) -> list[Any]:
     return out
 
 
-def _write_pointer(path: Path, step: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"kind": POINTER_KIND, "step": step}))
-    os.replace(tmp, path)
-
-
-def _read_pointer(path: Path) -> int:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path} is not a checkpoint PerdureCheckpointIO wrote ({exc}); "
-                         "resume with ckpt_path=PerdureCheckpointIO.latest()") from None
-    if not isinstance(data, dict) or data.get("kind") != POINTER_KIND:
-        raise ValueError(f"{path} is not a checkpoint PerdureCheckpointIO wrote; resume with "
-                         "ckpt_path=PerdureCheckpointIO.latest()")
-    return int(data["step"])
+def _torch_load(path: str, map_location: Any, weights_only: bool | None) -> dict[str, Any]:
+    """A whole checkpoint, read as Lightning's own CheckpointIO reads it."""
+    torch_io = TorchCheckpointIO()
+    kwargs: dict[str, Any] = {} if map_location is None else {"map_location": map_location}
+    if LOAD_TAKES_WEIGHTS_ONLY:
+        kwargs["weights_only"] = weights_only
+    loaded: dict[str, Any] = torch_io.load_checkpoint(path, **kwargs)
+    return loaded
 
 
 def _note(message: str) -> None:

@@ -32,7 +32,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-RAY = str(Path(sys.executable).with_name("ray"))
+# The Ray the test clusters run: the test venv's own (so a venv per Ray version selects it),
+# or PERDURE_TEST_RAY (the `ray` command of another venv).
+RAY = os.environ.get("PERDURE_TEST_RAY") or str(Path(sys.executable).with_name("ray"))
 REGISTRY = Path("/tmp/perdure-test-hosts")  # <suffix>.json per live cluster: who made it
 STALE_SECONDS = 6 * 3600  # an unrecorded namespace of ours this old belongs to no live run
 HEAD_PORT = 6379
@@ -181,6 +183,7 @@ class Hosts:
     temp_root: Path
     hosts: dict[str, Host] = field(default_factory=dict)
     veths: list[str] = field(default_factory=list)
+    ray: str = RAY  # the `ray` command the hosts run
 
     @property
     def gateway(self) -> str:
@@ -284,7 +287,7 @@ class Hosts:
         host = self.hosts[name]
         host.starts += 1
         host.temp_dir.mkdir(parents=True, exist_ok=True)
-        cmd = ["ip", "netns", "exec", host.netns, RAY, "start",
+        cmd = ["ip", "netns", "exec", host.netns, self.ray, "start",
                f"--node-ip-address={host.address}", f"--temp-dir={host.temp_dir}",
                "--disable-usage-stats", f"--num-cpus={host.cpus}",
                f"--object-store-memory={OBJECT_STORE_BYTES}",
@@ -334,7 +337,7 @@ class Hosts:
             "ticks": _start_ticks(os.getpid()), "bridge": self.bridge}))
 
 
-def check_possible() -> None:
+def check_possible(ray: str = RAY) -> None:
     """Raise HostsUnavailable, with the reason, when this machine cannot make the hosts."""
     if sys.platform != "linux":
         raise HostsUnavailable(f"network namespaces need Linux (this is {sys.platform})")
@@ -342,24 +345,24 @@ def check_possible() -> None:
         raise HostsUnavailable("making network namespaces needs root (run the Ray tests as root)")
     if shutil.which("ip") is None:
         raise HostsUnavailable("the `ip` command (iproute2) is not installed")
-    if not Path(RAY).exists():
-        raise HostsUnavailable(f"{RAY} is missing: install the ray extra (pip install "
+    if not Path(ray).exists():
+        raise HostsUnavailable(f"{ray} is missing: install the ray extra (pip install "
                                "'perdure[ray]')")
 
 
 def make_hosts(slots: dict[str, int], *, head_cpus: int = 1,
-               cpus: dict[str, int] | None = None, start: bool = True) -> Hosts:
+               cpus: dict[str, int] | None = None, start: bool = True, ray: str = RAY) -> Hosts:
     """A bridge, a head host and one host per perdure node (`perdure_node_<name>`: slots), each
     with as many Ray CPUs as slots unless `cpus` says otherwise; Ray is started on them unless
-    `start` is False (the network alone).
+    `start` is False (the network alone); `ray`: the `ray` command they run.
 
     On any failure the partial set-up is torn down before the error propagates.
     """
-    check_possible()
+    check_possible(ray)
     clean_stale()
     suffix = f"{random.Random(os.getpid() ^ time.time_ns()).randrange(16**4):04x}"
     hosts = Hosts(suffix, _pick_subnet(), f"prb{suffix}",
-                  Path(tempfile.mkdtemp(prefix="prd", dir="/tmp")))
+                  Path(tempfile.mkdtemp(prefix="prd", dir="/tmp")), ray=ray)
     hosts.register()  # before anything exists: a run killed now is cleaned up by the next
     try:
         try:

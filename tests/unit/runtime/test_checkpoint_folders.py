@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from perdure.backends.local.progress import ProgressReader
 from perdure.runtime.checkpoint import folders
 from perdure.runtime.checkpoint.folders import Folder, choose
@@ -40,6 +42,28 @@ def test_agree_resume_moves_newer_incomplete_folders_aside(tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == \
         ["checkpoint-10", "checkpoint-x", "incomplete-checkpoint-20"]
     assert folders.agree_resume(tmp_path).incomplete == ()
+
+
+@pytest.mark.parametrize("squatter", ["file", "symlink to a folder", "dangling symlink",
+                                      "folder"])
+def test_whatever_sits_at_the_aside_name_is_replaced(tmp_path: Path, squatter: str) -> None:
+    """A resume used to fail on every retry when a file or a symlink sat at
+    incomplete-checkpoint-N (rmtree ignored it, then the rename failed)."""
+    (tmp_path / "checkpoint-20" / "weights").mkdir(parents=True)
+    aside = tmp_path / "incomplete-checkpoint-20"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("kept")
+    if squatter == "file":
+        aside.write_text("not a folder")
+    elif squatter == "folder":
+        (aside / "old").mkdir(parents=True)
+    else:
+        aside.symlink_to(elsewhere if squatter == "symlink to a folder" else tmp_path / "gone")
+    choice = folders.agree_resume(tmp_path)
+    assert choice.name is None and choice.incomplete == ("checkpoint-20",)
+    assert aside.is_dir() and not aside.is_symlink() and (aside / "weights").is_dir()
+    assert (elsewhere / "keep").read_text() == "kept"  # a symlink's target is left alone
 
 
 def test_runtime_notes_reach_the_controller_before_any_step(tmp_path: Path) -> None:

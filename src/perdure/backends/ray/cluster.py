@@ -21,6 +21,7 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from perdure.backends.base import BackendBusy, BackendUnavailable, NodeInfo
+from perdure.backends.ray import versions
 from perdure.backends.ray.actors import (
     ACTOR_CONCURRENCY,
     PIN,
@@ -51,10 +52,16 @@ def connect(spec: RaySpec) -> None:
     """ray.init against the cluster file's address, once per process."""
     if ray.is_initialized():
         return
+    old = versions.below_floor(ray.__version__)
+    if old is not None:
+        raise BackendUnavailable(old)
     try:
         ray.init(address=spec.address, namespace=spec.namespace, log_to_driver=False,
                  logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as err:
+        mismatch = versions.mismatch_line(str(err), spec.address)
+        if mismatch is not None:
+            raise BackendUnavailable(mismatch) from None
         raise BackendUnavailable(
             f"ray: address {spec.address!r}: cannot connect to the Ray cluster ({err}); start "
             "it with `ray start --head` or fix the cluster file's `ray: address`") from None

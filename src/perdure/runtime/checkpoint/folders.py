@@ -107,9 +107,16 @@ def _move_aside(root: Path, names: Sequence[str]) -> None:
     """Rename incomplete folders out of the framework's `<prefix>N` pattern (kept to inspect)."""
     for name in names:
         target = root / f"{ASIDE_PREFIX}{name}"
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
+        _remove(target)
         os.replace(root / name, target)
+
+
+def _remove(path: Path) -> None:
+    """Whatever sits at `path` (an earlier aside folder, a file, a symlink: never followed)."""
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
 
 
 def agree_resume(root: str | os.PathLike[str], prefix: str = "checkpoint-") -> Choice:
