@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from s3server import S3
+from tests.helpers.s3server import S3
 
 pytest.importorskip("lightning")
 

@@ -7,7 +7,7 @@ import dataclasses
 import signal
 
 import pytest
-from sim import SETTINGS, Sim, spec
+from tests.helpers.sim import SETTINGS, Sim, spec
 
 from perdure.backends.fake import FakeRun
 from perdure.core.events import Command, ErrorInfo, Launch, NodeCheckFailed
