@@ -109,6 +109,10 @@ def venv_of(cell: Cell) -> Path:
     return cache_dir() / cell.name
 
 
+# GBs of CUDA wheels per torch cell: a slow or dropped download is retried, not a failed cell.
+PIP = ["-q", "--retries", "10", "--timeout", "120"]
+
+
 def build(cell: Cell, log: Path) -> float:
     """Make (or reuse) the cell's venv; the seconds it took (0 when reused)."""
     venv = venv_of(cell)
@@ -121,8 +125,8 @@ def build(cell: Cell, log: Path) -> float:
     venv.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as out:
         for command in ([sys.executable, "-m", "venv", str(venv)],
-                        [str(venv / "bin" / "pip"), "install", "-q", *cell.requirements],
-                        [str(venv / "bin" / "pip"), "install", "-q", *COMMON]):
+                        [str(venv / "bin" / "pip"), "install", *PIP, *cell.requirements],
+                        [str(venv / "bin" / "pip"), "install", *PIP, *COMMON]):
             out.write(f"$ {' '.join(command)}\n")
             out.flush()
             subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=True)
