@@ -15,10 +15,10 @@ import re
 from importlib.util import find_spec
 from pathlib import Path
 
-TORCH_RANGE = ">=2.6,<2.15"
-"""As pyproject.toml's dependency states it."""
 SUPPORTED = (2, 6), (2, 15)
 """(major, minor) of the oldest supported torch, and of the first unsupported one after it."""
+TORCH_RANGE = f">={SUPPORTED[0][0]}.{SUPPORTED[0][1]},<{SUPPORTED[1][0]}.{SUPPORTED[1][1]}"
+"""As pyproject.toml's dependency states it."""
 
 
 def torch_version(text: str) -> tuple[int, int] | None:
@@ -35,7 +35,9 @@ def unsupported_torch(text: str) -> str | None:
     low, high = SUPPORTED
     if version is None or low <= version < high:
         return None
-    return (f"perdure needs torch {TORCH_RANGE} (2.6 to 2.14) and this environment has torch "
+    newest = f"{high[0]}.{high[1] - 1}" if high[1] else f"{high[0] - 1}.x"
+    return (f"perdure needs torch {TORCH_RANGE} ({low[0]}.{low[1]} to {newest}) and this "
+            f"environment has torch "
             f"{text}: install a supported one (pip install 'torch{TORCH_RANGE}') or use an "
             "environment that has one.")
 
