@@ -29,7 +29,10 @@ def test_all_gather_single_gathers_on_every_version(tmp_path: Path) -> None:
     """Two real gloo ranks gather through whichever call this torch has."""
     script = (
         "import sys, torch, torch.distributed as dist\n"
-        "from perdure.runtime import compat\n"
+        "from perdure.runtime import compat, exitguard\n"
+        # (as perdure.init does: an async work's last release can otherwise hang
+        # destroy_process_group; seen at 2.6 on a loaded machine)
+        "exitguard.install()\n"
         "rank = int(sys.argv[1])\n"
         f"dist.init_process_group('gloo', init_method='file://{tmp_path}/store', rank=rank,"
         " world_size=2)\n"
