@@ -4,6 +4,8 @@ Every step depends on the last (SGD with momentum, data drawn from a generator s
 step), so a resume from anything but the exact saved state ends with other weights. Rank 0
 writes the final weights' SHA-256 to $OUT/result.json. With SEGV_ON_NODE=b, a replica that
 runs on node b dies of SIGSEGV 3 steps after it started (a bad machine: test_node_health).
+With HOLD_AT=N, every rank waits before step N+1 until $OUT/go exists (so a test can act on
+a run at a known step however loaded the machine is).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from perdure.runtime import Checkpointer, goodput
 STEPS = int(os.environ.get("STEPS", "60"))
 STEP_TIME = float(os.environ.get("STEP_TIME", "0.05"))
 BAD_NODE = os.environ.get("SEGV_ON_NODE")
+HOLD_AT = int(os.environ.get("HOLD_AT", "-1"))
 
 ctx = perdure.init(seed=0)
 model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
@@ -38,6 +41,8 @@ crash_at = step + 3 if BAD_NODE and os.environ.get("PERDURE_NODE") == BAD_NODE e
 while step < STEPS:
     if step == crash_at:
         os.kill(os.getpid(), signal.SIGSEGV)
+    while step == HOLD_AT and not (Path(os.environ["OUT"]) / "go").exists():
+        time.sleep(0.05)
     with goodput.step(step + 1):
         g = torch.Generator().manual_seed(1000 * step + ctx.rank)
         x = torch.randn(4, 8, generator=g)

@@ -81,9 +81,10 @@ def test_a_job_that_can_never_get_its_gpus_is_refused_at_submit(
 
 
 def ddp_spec(p: Perdure, name: str, replicas: int, procs: int, out: Path, steps: int = 60,
-             step_time: float = 0.05) -> Path:
+             step_time: float = 0.05, hold_at: int = -1) -> Path:
     return p.spec(name=name, replicas=replicas, command=["python", str(HERE / "plain_job.py")],
-                  env={"OUT": str(out), "STEPS": str(steps), "STEP_TIME": str(step_time)},
+                  env={"OUT": str(out), "STEPS": str(steps), "STEP_TIME": str(step_time),
+                       "HOLD_AT": str(hold_at)},
                   checkpoint={"dir": str(out / "ckpt"), "every_steps": 5},
                   pool={"procs_per_replica": procs})
 
@@ -120,12 +121,13 @@ def test_a_killed_local_rank_fails_its_replica_which_restarts(
         perdure: Perdure, tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()
-    run = perdure.popen("run", str(ddp_spec(perdure, "pairs", 2, 2, out)), "--cluster",
-                        str(perdure.cluster({"a": 2, "b": 2})))
+    run = perdure.popen("run", str(ddp_spec(perdure, "pairs", 2, 2, out, hold_at=10)),
+                        "--cluster", str(perdure.cluster({"a": 2, "b": 2})))
     try:
-        wait_step(perdure, "pairs", 12)
+        wait_step(perdure, "pairs", 10)  # every rank then holds until $OUT/go exists
         victim = ranks_of(perdure, "pairs", "worker-1")[1]  # local rank 1 of replica 1: RANK 3
         os.kill(victim["pid"], signal.SIGKILL)
+        (out / "go").touch()
         output, _ = run.communicate(timeout=300)
     finally:
         if run.poll() is None:
