@@ -157,7 +157,9 @@ def build(cell: Cell, log: Path) -> float:
             out.flush()
             subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=True)
 
-        run([sys.executable, "-m", "venv", str(venv)])
+        # a layer's Python is its base's: the base's compiled wheels are for that version
+        python = str(venv_of(base) / "bin" / "python") if base else sys.executable
+        run([python, "-m", "venv", str(venv)])
         if base:
             # after the layer's own site-packages on sys.path: pip sees the base's packages
             # as installed and leaves them there, what it adds or upgrades goes in the layer
