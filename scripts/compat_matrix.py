@@ -9,7 +9,10 @@ in it, a table of what passed.
 Venvs live in $PERDURE_COMPAT_DIR (default ~/.cache/perdure-compat), one folder per cell, built
 from the registry's wheels on first use and reused while the cell's requirements are the same
 (a stamp file holds them). Each torch wheel brings its CUDA libraries: ~4-7 GB a venv;
-`--prune` removes a cell's venv once its tests ran. Tests run with this checkout's sources
+`--prune` removes a cell's venv once its tests ran. A cell with a `base` (a framework's floor
+at the torch floor) is a small venv layered on its base cell's: a .pth file puts the base's
+site-packages after its own, so it has the base's torch without a second download, and pip
+installs only what the base lacks. Tests run with this checkout's sources
 (PYTHONPATH=src). The results of the cells run are merged into docs/compat-matrix.json, from
 which docs/guides/versions.md's "Supported versions" table is generated (a unit test fails
 when the page is stale). Exits 1 when a test failed in any cell run.
@@ -62,9 +65,12 @@ QUICK = ["tests/unit/runtime/test_compat.py", "tests/unit/test_versions.py",
 TORCH_GROUPS = {"unit": RUNTIME_UNIT, "integration": RUNTIME_INTEGRATION, "demo": DEMO,
                 "quick": QUICK}
 OPTIONAL_GROUPS = {"quick"}  # run only when --groups names them
-HF = ["tests/integration/frameworks/test_transformers_callback.py",
+# The frameworks' exactness tests (kill, preemption, another world size) are frameworks_long,
+# which pyproject's addopts leaves out: a framework cell runs every test of its files.
+EVERY_MARK = ["-m", "frameworks_long or not frameworks_long"]
+HF = [*EVERY_MARK, "tests/integration/frameworks/test_transformers_callback.py",
       "tests/integration/frameworks/test_transformers_trainer.py"]
-LIGHTNING = ["tests/integration/frameworks/test_lightning.py"]
+LIGHTNING = [*EVERY_MARK, "tests/integration/frameworks/test_lightning.py"]
 RAY = ["tests/integration/ray"]
 
 
@@ -76,6 +82,7 @@ class Cell:
     requirements: list[str]
     groups: dict[str, list[str]] = field(default_factory=dict)
     versions: tuple[str, ...] = ("torch",)  # the packages whose versions the table shows
+    base: str | None = None  # the cell whose venv this one layers on (its torch and COMMON)
 
 
 # The matrix: every torch minor from the floor to the newest that installs (pyproject's range),
@@ -95,6 +102,11 @@ CELLS = [
          ("torch", "lightning")),
     Cell("lightning-2.6", [DEFAULT_TORCH, "lightning==2.6.6"], {"frameworks": LIGHTNING},
          ("torch", "lightning")),
+    # The frameworks' floors at the torch floor, layered on the torch-2.6 venv.
+    Cell("torch-2.6-hf", ["transformers>=4.57,<4.58", "accelerate>=1.10,<1.11"],
+         {"frameworks": HF}, ("torch", "transformers", "accelerate"), base="torch-2.6"),
+    Cell("torch-2.6-lightning", ["lightning==2.4.0"], {"frameworks": LIGHTNING},
+         ("torch", "lightning"), base="torch-2.6"),
     # Ray's floor is its newest here (pyproject: the backend's tests fail on 2.40-2.50 and the
     # drain test on 2.55); a second cell joins when a newer Ray installs.
     Cell("ray-2.60", [DEFAULT_TORCH, "ray==2.60.0"], {"ray": RAY}, ("torch", "ray")),
@@ -113,23 +125,50 @@ def venv_of(cell: Cell) -> Path:
 PIP = ["-q", "--retries", "10", "--timeout", "120"]
 
 
+def cell_named(name: str) -> Cell:
+    return next(c for c in CELLS if c.name == name)
+
+
+def site_packages(venv: Path) -> Path:
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return Path(subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True,
+                               text=True, check=True).stdout.strip())
+
+
 def build(cell: Cell, log: Path) -> float:
-    """Make (or reuse) the cell's venv; the seconds it took (0 when reused)."""
+    """Make (or reuse) the cell's venv, and its base's first; the seconds it took (0 when
+    reused)."""
+    began = time.monotonic()
+    base = cell_named(cell.base) if cell.base else None
+    took = build(base, log) if base else 0.0
     venv = venv_of(cell)
     stamp = venv / ".perdure-compat"
     wanted = json.dumps([*cell.requirements, *COMMON])
+    if base:  # a new base venv makes a new layer
+        wanted = json.dumps([(venv_of(base) / ".perdure-compat").read_text(), cell.requirements])
     if stamp.exists() and stamp.read_text() == wanted:
-        return 0.0
-    began = time.monotonic()
+        return took
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
+    pip = [str(venv / "bin" / "pip"), "install", *PIP]
     with log.open("a") as out:
-        for command in ([sys.executable, "-m", "venv", str(venv)],
-                        [str(venv / "bin" / "pip"), "install", *PIP, *cell.requirements],
-                        [str(venv / "bin" / "pip"), "install", *PIP, *COMMON]):
+        def run(command: list[str]) -> None:
             out.write(f"$ {' '.join(command)}\n")
             out.flush()
             subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=True)
+
+        # a layer's Python is its base's: the base's compiled wheels are for that version
+        python = str(venv_of(base) / "bin" / "python") if base else sys.executable
+        run([python, "-m", "venv", str(venv)])
+        if base:
+            # after the layer's own site-packages on sys.path: pip sees the base's packages
+            # as installed and leaves them there, what it adds or upgrades goes in the layer
+            (site_packages(venv) / "perdure_compat_base.pth").write_text(
+                f"{site_packages(venv_of(base))}\n")
+            run([*pip, *cell.requirements])
+        else:
+            run([*pip, *cell.requirements])
+            run([*pip, *COMMON])
     stamp.write_text(wanted)
     return time.monotonic() - began
 
@@ -323,7 +362,7 @@ def main() -> int:
         results = load_results()  # as it is now: another run may have written other cells
         results[cell.name] = record
         save_results(results)
-        if args.prune:
+        if args.prune and not any(c.base == cell.name for c in cells):
             shutil.rmtree(venv_of(cell), ignore_errors=True)
     print()
     print(table(results, [c.name for c in cells if c.name in results]))

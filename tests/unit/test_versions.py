@@ -106,3 +106,20 @@ def test_the_matrix_reads_pytests_closing_line() -> None:
         "passed": 40, "failed": 3, "skipped": 2}
     assert matrix.counts("== 1 error, 5 passed in 3s ==") == {"passed": 5, "failed": 1,
                                                                "skipped": 0}
+
+
+def test_the_frameworks_floors_are_tested_at_the_torch_floor() -> None:
+    """The layered cells install exactly the floors pyproject declares, on the torch floor."""
+    matrix = _matrix()
+    declared = matrix.declared()
+    layered = [c for c in matrix.CELLS if c.base]
+    assert {c.name for c in layered} == {"torch-2.6-hf", "torch-2.6-lightning"}
+    for cell in layered:
+        base = matrix.cell_named(cell.base)
+        assert base.base is None and base.requirements == [f"torch=={matrix.TORCH_RELEASES[0]}"]
+        assert versions.torch_version(matrix.TORCH_RELEASES[0]) == versions.SUPPORTED[0]
+        for requirement in cell.requirements:
+            found = re.match(r"([a-z]+)(?:>=|==)(\d+\.\d+)", requirement)
+            assert found is not None, requirement
+            assert declared[found[1]].startswith(f">={found[2]},"), (requirement, declared)
+        assert "frameworks_long or not frameworks_long" in cell.groups["frameworks"]

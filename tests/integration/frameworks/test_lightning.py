@@ -104,7 +104,8 @@ def test_kill_resumes_bit_identically(jobs: list[Job], tmp_path: Path, baseline:
 @pytest.mark.frameworks_long
 def test_preemption_saves_and_loses_no_step(jobs: list[Job], tmp_path: Path,
                                             baseline: str) -> None:
-    job = Job(tmp_path, "pl", SCRIPT, 2, env={"STEP_TIME": "0.1"})
+    # the notice must land in the 35 steps after step 5: ~9 s, room for the CLI under load
+    job = Job(tmp_path, "pl", SCRIPT, 2, env={"STEP_TIME": "0.25"})
     jobs.append(job)
     run = job.start()
     job.wait_for("step 5", lambda: job.step() >= 5)

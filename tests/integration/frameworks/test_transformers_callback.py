@@ -74,7 +74,8 @@ def test_kill_during_a_save_skips_the_half_written_checkpoint(jobs: list[Job], t
 @pytest.mark.frameworks_long
 def test_preemption_saves_where_the_ranks_agree_and_loses_no_step(
         jobs: list[Job], tmp_path: Path, baseline: str) -> None:
-    job = Job(tmp_path, "hf", SCRIPT, 2, env={"STEP_TIME": "0.1"})
+    # the notice must land in the 35 steps after step 5: ~9 s, room for the CLI under load
+    job = Job(tmp_path, "hf", SCRIPT, 2, env={"STEP_TIME": "0.25"})
     jobs.append(job)
     run = job.start()
     job.wait_for("step 5", lambda: job.step() >= 5)

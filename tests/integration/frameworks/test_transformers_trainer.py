@@ -57,7 +57,8 @@ def test_kill_resumes_bit_identically_from_perdures_checkpoint(
 @pytest.mark.frameworks_long
 def test_preemption_resumes_bit_identically_with_no_step_lost(
         jobs: list[Job], tmp_path: Path, baseline: str) -> None:
-    job = Job(tmp_path, "hft", SCRIPT, 2, args=PERDURE, env={"STEP_TIME": "0.1"})
+    # the notice must land in the 35 steps after step 5: ~9 s, room for the CLI under load
+    job = Job(tmp_path, "hft", SCRIPT, 2, args=PERDURE, env={"STEP_TIME": "0.25"})
     jobs.append(job)
     run = job.start()
     job.wait_for("step 5", lambda: job.step() >= 5)
