@@ -15,6 +15,11 @@ and a port that is free there. It also owns the node's spawner (the local backen
 pool of warm standbys): a launch actor hands its launch to it, so a replica that can start warm
 runs in an interpreter that has imported torch already; the supervisor that runs it is then
 not the actor's child, and watches the actor's process instead of relying on PDEATHSIG.
+
+With the cluster file's `health: preflight` (in the launch record), a launch actor has its
+node's agent run the check (`NodeAgent.check`: once per attempt of a job on the node) before
+its replica starts; a launch whose node failed answers `started` with the check's words (the
+controller quarantines the node) and ends, unstarted, when it is stopped.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from perdure.backends.local import layout, procs
 from perdure.backends.local.nodeenv import interface_env
 from perdure.backends.local.pulls import FILES, pull_launch
 from perdure.backends.local.replicas import kill_leftovers, signal_replica
+from perdure.backends.preflight import NodeGate, check_env
 
 RESOURCE_PREFIX = "perdure_node_"
 # A launch or agent asks for this much of its node's resource: it pins the actor to the node
@@ -152,7 +158,7 @@ class LaunchActor:
             env["PERDURE_REPORT_DIR"] = self.dir
         env.update({k: v for k, v in network_env().items() if k not in env})
         spec = {
-            **record,
+            **{k: v for k, v in record.items() if k != "preflight"},
             "command": command,
             "env": env,
             "inherit_env": True,
@@ -167,12 +173,51 @@ class LaunchActor:
         self.supervisor: subprocess.Popen[bytes] | None = None
         self.via = "cold"
         self._exited = threading.Event()
+        self._hold = threading.Lock()  # a stop and the check's end do not cross
+        self.held = "preflight" in record  # until the node's check passed
+        self.check_failed: str | None = None
+        if self.held:
+            threading.Thread(target=self._check, args=(record, env), daemon=True).start()
+        else:
+            self._start(record)
+
+    def _start(self, record: dict[str, Any]) -> None:
         spawner = self._to_agent(str(record["node"]), record.get("warm") or ["auto", 600.0])
         if spawner is None:
             self._start_cold()
         else:
             self.via = "agent"
         threading.Thread(target=self._watch, args=(spawner,), daemon=True).start()
+
+    def _check(self, record: dict[str, Any], env: dict[str, str]) -> None:
+        """The node's check, by its agent (here when the agent does not answer); then the
+        replica starts, or it is held until stopped."""
+        check, node = record["preflight"], str(record["node"])
+        argv, timeout = list(check["argv"]), float(check["timeout"])
+        key = f"{record['job_id']}.{env.get('PERDURE_ATTEMPT', '')}"
+        env, cwd = check_env(env, node), record.get("cwd")
+        outcome: dict[str, Any] | None = None
+        try:
+            agent = self._agent or node_agent(node, ray.get_runtime_context().namespace,
+                                              *(record.get("warm") or ["auto", 600.0]))
+            while outcome is None:
+                outcome = ray.get(agent.check.remote(key, argv, timeout, env, cwd, 1.0),
+                                  timeout=AGENT_SECONDS)
+        except Exception as err:  # a dead agent: the check runs here
+            print(f"launch {self.launch_id}: the node agent did not check the node ({err}); "
+                  "checking here", file=sys.stderr)
+            gate = NodeGate(argv, timeout)
+            while (got := gate.outcome(key, env, cwd, 1.0)) is None:
+                pass
+            outcome = {"passed": got.passed, "message": got.message}
+        with self._hold:
+            if not self.held:
+                return  # stopped while the check ran
+            if not outcome["passed"]:
+                self.check_failed = str(outcome["message"])
+                return
+            self.held = False
+        self._start(record)
 
     def _idle(self, owner: dict[str, Any]) -> None:
         """A spare nobody gave a launch leaves once the controller that made it is gone (its
@@ -254,6 +299,8 @@ class LaunchActor:
             if status is not None:  # and how it came to start, for the recovery phases
                 return {**status, "actor_created": self.created, "via": self.via,
                         "prestarted": self.prestarted}
+            if self.check_failed is not None:
+                return {"check_failed": self.check_failed}
             if self._exited.is_set():
                 return None
             time.sleep(0.02)
@@ -283,6 +330,14 @@ class LaunchActor:
             return
         if os.path.exists(os.path.join(self.dir, layout.EXIT)):
             return
+        with self._hold:
+            if self.held:  # never started: it ends unstarted
+                self.held = False
+                layout.write_json(os.path.join(self.dir, layout.EXIT), {
+                    "exit_code": 128 + sig, "signal": sig, "time": time.time(),
+                    "unstarted": f"stopped ({reason}) while held by the node's check"})
+                self._exited.set()
+                return
         layout.write_json(os.path.join(self.dir, layout.STOP),
                           layout.stop_record(sig, grace, reason, notice, delay))
         status = self._read(layout.STATUS)
@@ -318,6 +373,7 @@ class NodeAgent:
         self.launches = os.path.join(node_dir(), layout.LAUNCHES)
         self._spawner = Spawner(self.launches, warm_pool, warm_idle)
         self._lock = threading.Lock()  # calls run in threads of their own
+        self._gates: dict[tuple[tuple[str, ...], float], NodeGate] = {}
 
     def spawn(self, directory: str) -> dict[str, int]:
         """Have the spawner start the launch in `directory` (warm if it can); the spawner's
@@ -325,6 +381,17 @@ class NodeAgent:
         with self._lock:
             pid = self._spawner.send(directory).pid
         return _identity(pid)
+
+    def check(self, key: str, argv: list[str], timeout: float, env: dict[str, str],
+              cwd: str | None, wait: float) -> dict[str, Any] | None:
+        """The outcome of the node's check (the cluster file's `health: preflight`) for
+        `key`, one attempt of a job: run once, the outcome kept; None while it runs after
+        `wait` s (ask again)."""
+        with self._lock:
+            gate = self._gates.setdefault((tuple(argv), timeout), NodeGate(argv, timeout))
+        outcome = gate.outcome(key, env, cwd, wait)
+        return None if outcome is None else {"passed": outcome.passed,
+                                             "message": outcome.message}
 
     def prewarm(self) -> None:
         """Start filling the warm pool now, before a launch needs it."""

@@ -41,6 +41,7 @@ from perdure.core.events import (
     Command,
     Launch,
     LaunchFailed,
+    NodeCheckFailed,
     Observation,
     ReplicaExited,
     ReplicaStarted,
@@ -81,6 +82,9 @@ class RayBackend:
         # Launch actors started ahead of need per node (ValueError naming its variable)
         self._spares = SpareActors(self.ns, size_setting(), self._warm)
         self._ports_ahead = PortsAhead()
+        health = cluster.health  # its preflight runs on each node by the launch's actor
+        self._preflight = ({"argv": list(health.preflight), "timeout": health.timeout_seconds}
+                           if health.preflight else None)
 
     def _attach(self) -> None:
         """Connect, take the namespace, start the relay: on first use, once the controller
@@ -127,11 +131,13 @@ class RayBackend:
             env["MASTER_ADDR"] = master.address
             env["MASTER_PORT"] = self._master_port(launch.job_id, master.name,
                                                    env.get("MASTER_PORT", "0"))
-        record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
-                  "replica": launch.replica, "node": launch.node,
-                  "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                  "memory_mb": launch.memory_mb, "warm": list(self._warm),
-                  "gpus": launch.gpus, "log_max_bytes": self._log_max_bytes}
+        record: dict[str, Any] = {
+            "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
+            "node": launch.node, "command": list(launch.command), "env": env,
+            "cwd": launch.cwd, "memory_mb": launch.memory_mb, "warm": list(self._warm),
+            "gpus": launch.gpus, "log_max_bytes": self._log_max_bytes}
+        if self._preflight is not None:
+            record["preflight"] = self._preflight
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
         if mirror.read_record(layout.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
@@ -176,6 +182,11 @@ class RayBackend:
     def hold_spares(self, nodes: frozenset[str]) -> None:
         """Spare nodes are kept warm: their agents' pools filled ahead of need."""
         self._spares.hold(nodes)
+
+    def fence_nodes(self, fenced: dict[str, str]) -> None:
+        """Quarantined nodes (core/health.py) get nothing placed there: no spare launch
+        actors wait on them, and their agents' pools are not kept warm."""
+        self._spares.fence(frozenset(fenced))
 
     # ---- stop -------------------------------------------------------------------------------
 
@@ -233,6 +244,9 @@ class RayBackend:
             self._report_failed(tracked, f"launch {tracked.launch_id}: {err}", out)
             return
         news = replies.read(tracked.asked, tracked.started, value)
+        if news.check_failed is not None and not tracked.meta.get("check_failed"):
+            tracked.meta["check_failed"] = True  # said once: the core quarantines the node
+            out.append(NodeCheckFailed(tracked.node, news.check_failed, time.time()))
         if news.started is not None:
             pid, started_at, status = news.started
             tracked.started = True

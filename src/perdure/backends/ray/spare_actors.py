@@ -105,6 +105,7 @@ class SpareActors:
         self._not_before: dict[str, float] = {}
         self._restarted: set[str] = set()  # nodes where a launch took a spare
         self.held: frozenset[str] = frozenset()  # spare nodes jobs hold (`hold_spares`)
+        self.fenced: frozenset[str] = frozenset()  # quarantined nodes: no spares there
         self._next_prewarm = 0.0
 
     def attach(self, token: str) -> None:
@@ -123,6 +124,8 @@ class SpareActors:
             self.forget(gone)
         now = time.monotonic()
         for name, node in live.items():
+            if name in self.fenced:
+                continue
             have = self._spares.setdefault(name, deque())
             if any(not self._alive(s) for s in have):
                 have = self._spares[name] = deque(s for s in have if self._alive(s))
@@ -148,9 +151,18 @@ class SpareActors:
         if not self.held or now < self._next_prewarm:
             return
         self._next_prewarm = now + PREWARM_SECONDS
-        for node in sorted(self.held & set(live)):
+        for node in sorted((self.held & set(live)) - self.fenced):
             with contextlib.suppress(RayError, ValueError):
                 agent(node).prewarm.remote()
+
+    def fence(self, nodes: frozenset[str]) -> None:
+        """The quarantined nodes now: their spares are killed and none is started there
+        until they are restored."""
+        for node in nodes - self.fenced:
+            for spare in self._spares.pop(node, deque()):
+                with contextlib.suppress(RayError, ValueError):
+                    ray.kill(spare.actor)
+        self.fenced = nodes
 
     def take(self, node: str) -> tuple[str, Any] | None:
         """A spare on `node` (the oldest: the likeliest to be running), or None."""

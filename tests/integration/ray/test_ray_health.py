@@ -1,0 +1,82 @@
+"""Node health on Ray (issue 38): the cluster file's preflight runs on each node before an
+attempt's replicas start there; a host that fails it is quarantined, its replicas go
+elsewhere, and nothing is placed on it until `perdure node restore` lifts the quarantine."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import yaml
+from tests.helpers.stopping import stop_controller
+
+from conftest import RayPerdure
+
+# Fails on host b for the job named pre (its first job), passes everywhere else; each run
+# leaves a mark naming its node and job.
+CHECK = """import os, pathlib, sys
+node, job = os.environ["PERDURE_NODE"], os.environ["PERDURE_JOB_ID"]
+pathlib.Path({marks!r}, f"{{node}}.{{job.split('-')[0]}}").touch()
+print("PASS cpu: matmul fine")
+if node == "b" and job.startswith("pre-"):
+    print("FAIL gpu 0 ecc: 3 uncorrected ECC errors since the driver loaded")
+    sys.exit(1)
+"""
+RAN = ("import os, pathlib\n"
+       "pathlib.Path({ran!r}, os.environ['PERDURE_JOB_ID'].split('-')[0] + '.' + "
+       "os.environ['PERDURE_REPLICA']).write_text(os.environ['PERDURE_NODE'])")
+
+
+def finished(p: RayPerdure, name: str) -> dict[str, Any]:
+    d = p.wait(name, lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=180)
+    assert d["state"] == "SUCCEEDED", d["events"][-10:]
+    return d
+
+
+@pytest.mark.ray_long
+@pytest.mark.timeout(400)
+def test_a_ray_host_failing_its_preflight_is_fenced_until_restored(
+        ray_perdure: RayPerdure) -> None:
+    p = ray_perdure
+    marks, ran = p.root / "checked", p.root / "ran"
+    marks.mkdir()
+    ran.mkdir()
+    check = p.write("check.py", CHECK.format(marks=str(marks)))
+    cluster = p.ray_cluster({"a": 4, "b": 2})  # best fit puts a 2-replica job on b
+    data = yaml.safe_load(cluster.read_text())
+    data["health"] = {"preflight": ["python", str(check)], "timeout_seconds": 60}
+    cluster.write_text(yaml.safe_dump(data))
+    command = ["python", "-c", RAN.format(ran=str(ran))]
+    ctl = p.popen("controller", "--cluster", str(cluster))
+    try:
+        began = time.monotonic()
+        p.cli("submit", str(p.spec("pre", 2, command)), "--cluster", str(cluster))
+        d = finished(p, "pre")
+        took = time.monotonic() - began
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]  # type: ignore
+        messages = [e["message"] for e in d["events"]]
+        assert "move worker-0, worker-1 off node b (quarantined, no restart)" in messages, (
+            messages)
+        assert {x.name for x in marks.iterdir()} >= {"a.pre", "b.pre"}
+        why = (f"health check failed: `python {check}` exited 1: FAIL gpu 0 ecc: 3 "
+               "uncorrected ECC errors since the driver loaded")
+        listed = p.cli("node", "ls").stdout
+        b = next(x for x in listed.splitlines() if x.startswith("b "))
+        assert b.endswith(f"QUARANTINED  {why}"), listed
+
+        # Quarantined: a job that best fit would put on b goes to a.
+        p.cli("submit", str(p.spec("fenced", 2, command)), "--cluster", str(cluster))
+        finished(p, "fenced")
+        # Restored: b takes work again (and passes the check, for this job).
+        p.cli("node", "restore", "b")
+        p.cli("submit", str(p.spec("back", 2, command)), "--cluster", str(cluster))
+        finished(p, "back")
+        where = {x.name: x.read_text() for x in ran.iterdir()}
+        assert where == {"pre.worker-0": "a", "pre.worker-1": "a",
+                         "fenced.worker-0": "a", "fenced.worker-1": "a",
+                         "back.worker-0": "b", "back.worker-1": "b"}, where
+        assert "b.back" in {x.name for x in marks.iterdir()}
+        print(f"pre: placed on a after b failed its check in {took:.1f}s")
+    finally:
+        stop_controller(ctl)
