@@ -1,14 +1,19 @@
 """Node health on Ray (issue 38): the cluster file's preflight runs on each node before an
 attempt's replicas start there; a host that fails it is quarantined, its replicas go
-elsewhere, and nothing is placed on it until `perdure node restore` lifts the quarantine."""
+elsewhere, and nothing is placed on it until `perdure node restore` lifts the quarantine; a
+host Ray drains has its replicas moved before it is taken."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from test_ray_preemption import ray_node_id
 from tests.helpers.stopping import stop_controller
 
 from conftest import RayPerdure
@@ -78,5 +83,49 @@ def test_a_ray_host_failing_its_preflight_is_fenced_until_restored(
                          "back.worker-0": "b", "back.worker-1": "b"}, where
         assert "b.back" in {x.name for x in marks.iterdir()}
         print(f"pre: placed on a after b failed its check in {took:.1f}s")
+    finally:
+        stop_controller(ctl)
+
+
+WAIT = ("import os, pathlib, time\n"
+        "ran = pathlib.Path({ran!r})\n"
+        "(ran / (os.environ['PERDURE_REPLICA'] + '.' + os.environ['PERDURE_NODE'])).touch()\n"
+        "while not (ran / 'finish').exists():\n    time.sleep(0.2)")
+
+
+@pytest.mark.ray_long
+@pytest.mark.timeout(300)
+def test_a_host_ray_drains_has_its_replicas_moved(ray_perdure: RayPerdure) -> None:
+    """`ray drain-node` without a deadline (an operator's maintenance): the replicas move
+    to another host, keeping their identity, no restart charged, Ray named as the cause."""
+    p = ray_perdure
+    ran = p.root / "ran"
+    ran.mkdir()
+    cluster = p.ray_cluster({"a": 4, "b": 2})  # best fit puts the job on b
+    spec = p.spec("drained", 2, ["python", "-c", WAIT.format(ran=str(ran))])
+    ctl = p.popen("controller", "--cluster", str(cluster))
+    try:
+        p.cli("submit", str(spec), "--cluster", str(cluster))
+        d = p.wait("drained", lambda d: d["state"] == "RUNNING", timeout=120)
+        assert {x["node"] for x in d["replicas"]} == {"b"}, d["replicas"]
+        ray_cli = str(Path(sys.executable).with_name("ray"))
+        subprocess.run([ray_cli, "drain-node", "--address", p.hosts.head_address, "--node-id",
+                        ray_node_id(p, "b"), "--reason", "DRAIN_NODE_REASON_PREEMPTION",
+                        "--reason-message", "host maintenance"], check=True,
+                       capture_output=True, timeout=60, env=p.hosts.env())
+        began = time.monotonic()
+        d = p.wait("drained", lambda d: d["state"] == "RUNNING" and all(
+            x["node"] == "a" for x in d["replicas"]), timeout=120)
+        took = time.monotonic() - began
+        messages = [e["message"] for e in d["events"]]
+        assert "move worker-0, worker-1 off node b (Ray drains it, no restart)" in messages, (
+            messages)
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+        assert d["attempt"] == 1 and d["retries"] == {}
+        (ran / "finish").touch()
+        finished(p, "drained")
+        assert {x.name for x in ran.iterdir()} == {"worker-0.b", "worker-1.b", "worker-0.a",
+                                                    "worker-1.a", "finish"}
+        print(f"drained: replicas on a {took:.1f}s after the drain")
     finally:
         stop_controller(ctl)
