@@ -27,6 +27,7 @@ from perdure.runtime.transport.base import ENV_JOB_SECRET
 
 FAILING_LINES = 3  # of a failed check's output, quoted in the node's quarantine reason
 POLL_SECONDS = 0.05  # how often a waiting caller looks at a running check
+RECHECK_SECONDS = 60.0  # an agent's failed check stands this long, then runs again if asked
 
 
 def resolve(argv: Sequence[str]) -> list[str]:
@@ -176,37 +177,47 @@ class Preflight:
 
 class NodeGate:
     """The check as a node agent runs it (the Ray node agent, the Slurm agent step): once per
-    key (a job's attempt) on this node, the outcome kept; callers from any thread wait for it
-    a bounded time (`outcome`)."""
+    key (a job's attempt) on this node; callers from any thread wait for it a bounded time
+    (`outcome`). A pass is kept; a failure stands for `recheck` seconds (the rest of the
+    attempt's launches get it too), after which the next caller (the node was restored)
+    runs the check again."""
 
-    def __init__(self, argv: Sequence[str], timeout: float) -> None:
-        self.argv, self.timeout = resolve(argv), timeout
+    def __init__(self, argv: Sequence[str], timeout: float,
+                 recheck: float = RECHECK_SECONDS) -> None:
+        self.argv, self.timeout, self.recheck = resolve(argv), timeout, recheck
         self.shown = " ".join(argv)
         self._lock = threading.Lock()
         self._running: dict[str, Check] = {}
-        self._done: dict[str, Outcome] = {}
+        self._done: dict[str, tuple[Outcome, float]] = {}
 
     def outcome(self, key: str, env: dict[str, str], cwd: str | None,
                 wait: float) -> Outcome | None:
-        """The outcome of the check for `key` (started now if it never ran, with `env`
+        """The outcome of the check for `key` (started now if it has not run, with `env`
         over this process's environment), waiting up to `wait` s; None while it runs."""
         deadline = time.monotonic() + wait
         while True:
             with self._lock:
-                if key in self._done:
-                    return self._done[key]
-                check = self._running.get(key)
-                if check is None:
-                    check = self._running[key] = Check(
-                        self.argv, self.shown, self.timeout, {**os.environ, **env}, cwd)
-                ended = check.poll()
-                if ended is not None:
-                    del self._running[key]
-                    self._done[key] = ended
-                    return ended
+                ended = self._step(key, env, cwd)
+            if ended is not None:
+                return ended
             if time.monotonic() >= deadline:
                 return None
             time.sleep(POLL_SECONDS)
+
+    def _step(self, key: str, env: dict[str, str], cwd: str | None) -> Outcome | None:
+        now = time.monotonic()
+        done = self._done.get(key)
+        if done is not None and (done[0].passed or now - done[1] < self.recheck):
+            return done[0]
+        check = self._running.get(key)
+        if check is None:
+            check = self._running[key] = Check(self.argv, self.shown, self.timeout,
+                                               {**os.environ, **env}, cwd)
+        ended = check.poll()
+        if ended is not None:
+            del self._running[key]
+            self._done[key] = (ended, now)
+        return ended
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

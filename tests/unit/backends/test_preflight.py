@@ -88,7 +88,7 @@ def test_a_node_gate_runs_once_per_key_for_every_thread() -> None:
         bad = gate.outcome("job.2", {**env, "KEY": "bad"}, d, 10)
         assert bad == Outcome(False, "`sh -c echo run >> \"$RUNS\"; sleep 0.3; test \"$KEY\" "
                                      "= good` exited 1")
-        assert gate.outcome("job.2", env, d, 0) == bad  # kept, not run again
+        assert gate.outcome("job.2", env, d, 0) == bad  # it stands a while: not run again
         with open(runs) as f:
             assert len(f.read().split()) == 2
     assert gate.outcome("job.3", {"RUNS": os.devnull}, None, 0) is None  # running: ask again
@@ -97,3 +97,15 @@ def test_a_node_gate_runs_once_per_key_for_every_thread() -> None:
 def test_a_check_sees_the_job_but_not_its_relay_secret() -> None:
     env = check_env({"PERDURE_JOB_ID": "j", "PERDURE_JOB_SECRET": "s3cret"}, "b")
     assert env == {"PERDURE_JOB_ID": "j", "PERDURE_NODE": "b"}
+
+
+def test_a_failed_node_check_runs_again_after_a_while() -> None:
+    """A node restored after its check failed is checked again by the next launch."""
+    gate = NodeGate(["sh", "-c", 'test -e "$OK"'], 10, recheck=0.2)
+    with tempfile.TemporaryDirectory() as d:
+        ok = os.path.join(d, "ok")
+        assert not gate.outcome("job.1", {"OK": ok}, None, 10).passed  # type: ignore[union-attr]
+        open(ok, "w").close()  # repaired
+        assert not gate.outcome("job.1", {"OK": ok}, None, 10).passed  # type: ignore[union-attr]
+        time.sleep(0.3)
+        assert gate.outcome("job.1", {"OK": ok}, None, 10) == Outcome(True, "")

@@ -1,4 +1,4 @@
-"""What runs on the Ray nodes: one detached actor per launch, one agent per perdure node.
+"""What runs on the Ray nodes for each launch: a detached actor of its own.
 
 `LaunchActor` (named `launch:<launch id>`) runs the local backend's supervisor for its launch
 in a launch directory on its own node, so a replica on Ray has exactly the local backend's
@@ -10,11 +10,9 @@ A launch actor is either made for its launch (the record given to the constructo
 ahead of need as a spare (`spare_actors`) and handed its launch by `begin`: a Ray worker takes
 ~1.7 s to start here, which a restart then does not wait for.
 
-`NodeAgent` (named `agent:<node>`) answers what a node knows: its address and interpreter,
-and a port that is free there. It also owns the node's spawner (the local backend's, with its
-pool of warm standbys): a launch actor hands its launch to it, so a replica that can start warm
-runs in an interpreter that has imported torch already; the supervisor that runs it is then
-not the actor's child, and watches the actor's process instead of relying on PDEATHSIG.
+A launch actor hands its launch to its node's agent (`nodeagent`), whose spawner starts it
+warm when it can; the supervisor that runs it is then not the actor's child, and watches the
+actor's process instead of relying on PDEATHSIG.
 
 With the cluster file's `health: preflight` (in the launch record), a launch actor has its
 node's agent run the check (`NodeAgent.check`: once per attempt of a job on the node) before
@@ -25,13 +23,10 @@ controller quarantines the node) and ends, unstarted, when it is stopped.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
@@ -43,12 +38,8 @@ from perdure.backends.local.nodeenv import interface_env
 from perdure.backends.local.pulls import FILES, pull_launch
 from perdure.backends.local.replicas import kill_leftovers, signal_replica
 from perdure.backends.preflight import NodeGate, check_env
+from perdure.backends.ray.nodeagent import identity, node_address, node_agent, node_dir
 
-RESOURCE_PREFIX = "perdure_node_"
-# A launch or agent asks for this much of its node's resource: it pins the actor to the node
-# without taking a slot (the controller accounts for slots itself).
-PIN = 0.001
-ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a stop
 AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
 # The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
 # while its template imports torch), else this actor starts it cold.
@@ -58,26 +49,6 @@ BEGIN_SECONDS = 30.0  # a call that comes before `begin` waits this long for it
 # and leaves after this many checks in a row that say no (a loaded GCS may miss one answer).
 IDLE_CHECK_SECONDS = 5.0
 IDLE_MISSES = 3
-
-
-def node_address() -> str:
-    """The address Ray reaches this node at."""
-    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-
-
-def node_dir() -> str:
-    """This Ray node's own directory for perdure (inside its session dir: nothing shared)."""
-    try:
-        from ray._private import worker  # the session dir has no public accessor
-
-        base = worker._global_node.get_session_dir_path()  # type: ignore[attr-defined,union-attr]
-    except Exception:
-        base = tempfile.gettempdir()
-    # One per namespace: each controller's agent has a spawner and warm pool of its own.
-    namespace = ray.get_runtime_context().namespace.replace(os.sep, "_")
-    path = os.path.join(base, "perdure", namespace)
-    os.makedirs(os.path.join(path, layout.LAUNCHES), exist_ok=True)
-    return path
 
 
 def network_env() -> dict[str, str]:
@@ -97,13 +68,7 @@ def _owner() -> dict[str, int]:
     death, ray.kill, the memory monitor) takes its replica with it. The supervisor watches it
     (`Supervisor._watch_owner`), as a supervisor the node agent's spawner forked is not its
     child; one started here also has PDEATHSIG."""
-    return _identity(os.getpid())
-
-
-def _identity(pid: int) -> dict[str, int]:
-    """A process as pid and start time (a pid alone may be reused)."""
-    own = procs.stat(pid)
-    return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
+    return identity(os.getpid())
 
 
 class LaunchActor:
@@ -362,68 +327,6 @@ class LaunchActor:
         ray.actor.exit_actor()  # type: ignore[no-untyped-call]
 
 
-class NodeAgent:
-    """What a perdure node knows about itself, for the controller; and the node's spawner with
-    its pool of warm standbys (the local backend's: `spawner`, `zygote`, `pool`), which the
-    launch actors of this node hand their launches to. The spawner exits with this agent."""
-
-    def __init__(self, warm_pool: int | str = "auto", warm_idle: float = 600.0) -> None:
-        from perdure.backends.local.spawner import Spawner
-
-        self.launches = os.path.join(node_dir(), layout.LAUNCHES)
-        self._spawner = Spawner(self.launches, warm_pool, warm_idle)
-        self._lock = threading.Lock()  # calls run in threads of their own
-        self._gates: dict[tuple[tuple[str, ...], float], NodeGate] = {}
-
-    def spawn(self, directory: str) -> dict[str, int]:
-        """Have the spawner start the launch in `directory` (warm if it can); the spawner's
-        process. Never waits for the launch to start."""
-        with self._lock:
-            pid = self._spawner.send(directory).pid
-        return _identity(pid)
-
-    def check(self, key: str, argv: list[str], timeout: float, env: dict[str, str],
-              cwd: str | None, wait: float) -> dict[str, Any] | None:
-        """The outcome of the node's check (the cluster file's `health: preflight`) for
-        `key`, one attempt of a job: run once, the outcome kept; None while it runs after
-        `wait` s (ask again)."""
-        with self._lock:
-            gate = self._gates.setdefault((tuple(argv), timeout), NodeGate(argv, timeout))
-        outcome = gate.outcome(key, env, cwd, wait)
-        return None if outcome is None else {"passed": outcome.passed,
-                                             "message": outcome.message}
-
-    def prewarm(self) -> None:
-        """Start filling the warm pool now, before a launch needs it."""
-        with self._lock:
-            self._spawner.prewarm()
-
-    def warm_status(self) -> dict[str, Any] | None:
-        """The pool as the spawner last wrote it (`pool.Pool._write_status`), or None."""
-        from perdure.backends.local.pool import STATUS_FILE
-
-        return layout.read_json(os.path.join(self.launches, STATUS_FILE))
-
-    def info(self) -> dict[str, Any]:
-        return {"address": node_address(), "python": sys.executable,
-                "node_id": ray.get_runtime_context().get_node_id(), "dir": node_dir()}
-
-    def pull(self, launch_id: str, offsets: dict[str, int]) -> dict[str, bytes]:
-        """A launch's streams, as `LaunchActor.pull`, once its actor is gone (killed by
-        Ray's memory monitor, say): what the replica printed last is still on this node."""
-        if os.sep in launch_id or launch_id in ("", ".", ".."):
-            raise ValueError(f"not a launch id: {launch_id!r}")
-        return pull_launch(os.path.join(self.launches, launch_id), offsets)
-
-    def free_port(self) -> int:
-        """A port nothing listens on now on this node (the OS picks it: no clash)."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            # Never listens: asks the OS for a port free on every interface, as rank 0's
-            # TCPStore (torch binds it on every interface) will need it.
-            s.bind(("", 0))
-            return int(s.getsockname()[1])
-
-
 def _lock_token(name: str) -> str | None:
     """The token of the namespace's controller lock, None if there is none (or no answer)."""
     try:
@@ -434,19 +337,3 @@ def _lock_token(name: str) -> str | None:
         return None
 
 
-def node_agent(node: str, namespace: str, warm_pool: int | str = "auto",
-               warm_idle: float = 600.0) -> Any:
-    """The node's agent, created on first use (with its warm pool's size and idle time; one
-    that exists keeps its own); it lives as long as its Ray node (Ray starts it again when it
-    dies there: Ray's memory monitor may pick it)."""
-    return remote_class(NodeAgent).options(
-        name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
-        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1,
-        max_concurrency=ACTOR_CONCURRENCY,
-    ).remote(warm_pool, warm_idle)
-
-
-@functools.cache
-def remote_class(cls: type) -> Any:
-    """The Ray actor class of `cls`, made once per process (each is exported to the GCS)."""
-    return ray.remote(cls)

@@ -33,8 +33,8 @@ from perdure.backends.local import layout, logcap, warm
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
-from perdure.backends.ray.actors import RESOURCE_PREFIX, node_agent
 from perdure.backends.ray.mirror import Mirror
+from perdure.backends.ray.nodeagent import RESOURCE_PREFIX, node_agent
 from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
 from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_from_agent
 from perdure.core.events import (
@@ -214,7 +214,9 @@ class RayBackend:
             self._next_nodes = now + NODES_SECONDS
             self._check_nodes(out)
             self._spares.fill(self._live)
-            self._spares.prewarm(self._live, self._agent)
+            self._spares.prewarm(self._live, self._agent, self._preflight)
+            out.extend(NodeCheckFailed(node, why, time.time())
+                       for node, why in self._spares.failed_checks())
         waiting = {t.waiting: t for t in self._active.values() if t.waiting is not None}
         if waiting:
             ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
