@@ -1,7 +1,8 @@
 """Node health on Ray (issue 38): the cluster file's preflight runs on each node before an
 attempt's replicas start there; a host that fails it is quarantined, its replicas go
 elsewhere, and nothing is placed on it until `perdure node restore` lifts the quarantine; a
-host Ray drains has its replicas moved before it is taken."""
+host Ray drains has its replicas moved before it is taken; a held spare host is checked
+before its warm pool fills."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from test_ray_preemption import ray_node_id
+from test_ray_warm import agent_pool
 from tests.helpers.stopping import stop_controller
 
 from conftest import RayPerdure
@@ -28,9 +30,16 @@ if node == "b" and job.startswith("pre-"):
     print("FAIL gpu 0 ecc: 3 uncorrected ECC errors since the driver loaded")
     sys.exit(1)
 """
+HOLD = "import time; time.sleep(600)\n"
 RAN = ("import os, pathlib\n"
        "pathlib.Path({ran!r}, os.environ['PERDURE_JOB_ID'].split('-')[0] + '.' + "
        "os.environ['PERDURE_REPLICA']).write_text(os.environ['PERDURE_NODE'])")
+
+
+def node_line(p: RayPerdure, node: str) -> str:
+    """The node's line of `perdure node ls`."""
+    listed = p.cli("node", "ls").stdout
+    return next(x for x in listed.splitlines() if x.startswith(f"{node} "))
 
 
 def finished(p: RayPerdure, name: str) -> dict[str, Any]:
@@ -127,5 +136,40 @@ def test_a_host_ray_drains_has_its_replicas_moved(ray_perdure: RayPerdure) -> No
         assert {x.name for x in ran.iterdir()} == {"worker-0.b", "worker-1.b", "worker-0.a",
                                                     "worker-1.a", "finish"}
         print(f"drained: replicas on a {took:.1f}s after the drain")
+    finally:
+        stop_controller(ctl)
+
+
+# Fails on host a when it is checked as a spare (no job's attempt: no PERDURE_JOB_ID).
+SPARE_CHECK = """import os, sys
+if os.environ["PERDURE_NODE"] == "a" and "PERDURE_JOB_ID" not in os.environ:
+    print("FAIL disk staging: /tmp: 0.1 GiB free (floor 1)")
+    sys.exit(1)
+"""
+
+
+@pytest.mark.ray_long
+@pytest.mark.timeout(300)
+def test_a_spare_host_failing_its_preflight_is_fenced_before_its_pool_warms(
+        ray_perdure: RayPerdure) -> None:
+    p = ray_perdure
+    check = p.write("check.py", SPARE_CHECK)
+    cluster = p.ray_cluster({"a": 4, "b": 2})  # the job on b, a held as its spare
+    data = yaml.safe_load(cluster.read_text())
+    data["health"] = {"preflight": ["python", str(check)], "timeout_seconds": 60}
+    cluster.write_text(yaml.safe_dump(data))
+    spec = p.spec("spared", 2, ["python", str(p.write("hold.py", HOLD))], pool={"spares": 1})
+    ctl = p.popen("controller", "--cluster", str(cluster))
+    try:
+        p.cli("submit", str(spec), "--cluster", str(cluster))
+        deadline = time.monotonic() + 120
+        while "QUARANTINED" not in (a := node_line(p, "a")):
+            assert time.monotonic() < deadline, a
+            time.sleep(1)
+        assert a.endswith(f"QUARANTINED  health check failed: `python {check}` exited 1: "
+                          "FAIL disk staging: /tmp: 0.1 GiB free (floor 1)"), a
+        d = p.wait("spared", lambda d: d["state"] == "RUNNING", timeout=60)
+        assert {x["node"] for x in d["replicas"]} == {"b"} and not d.get("spares"), d
+        assert agent_pool(p, "a").get("ready", 0) == 0  # never warmed
     finally:
         stop_controller(ctl)
