@@ -173,7 +173,9 @@ class NodeAgent:
                 for lid, offsets in dict(frame["launches"]).items():
                     directory = os.path.join(self.launches_dir, str(lid))
                     if os.path.isdir(directory):
-                        self.launches[str(lid)] = _Launch(directory, offsets)
+                        was = self.launches.get(str(lid))
+                        launch = self.launches[str(lid)] = _Launch(directory, offsets)
+                        launch.held = was is not None and was.held  # still waits for the check
             return {"known": [lid for lid in frame["launches"] if lid in self.launches]}
         elif op == "stop":
             self._stop(str(frame["launch_id"]), int(frame["signal"]), float(frame["grace"]),
