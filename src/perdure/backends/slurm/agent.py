@@ -35,16 +35,18 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perdure.backends.local import layout, procs
 from perdure.backends.local.nodeenv import interface_env, node_command
 from perdure.backends.local.pulls import pull_launch
 from perdure.backends.local.replicas import kill_leftovers
 from perdure.backends.local.spawner import Spawner
-from perdure.backends.preflight import NodeGate, Outcome
 from perdure.backends.slurm.step import PREFLIGHT_ENV, node_dir
 from perdure.runtime.transport.wire import FrameError, mac, parse_addr, recv_frame, send_frame
+
+if TYPE_CHECKING:
+    from perdure.backends.preflight import Outcome
 
 PUSH_SECONDS = 0.2
 CHUNK = 128 << 10  # bytes of one stream per report (a report stays well under a frame)
@@ -81,7 +83,7 @@ class NodeAgent:
         self.spawn_lock = threading.Lock()  # the spawner is fed from two threads
         check = json.loads(os.environ.pop(PREFLIGHT_ENV, "") or "null")
         self.check: dict[str, Any] | None = check
-        self.checked: Outcome | None = None if check else Outcome(True, "")
+        self.checked: Outcome | None = None  # the node's check, once it ended
         self.sent_check = False
         self.notice: str | None = None
         self.address = ""
@@ -134,6 +136,8 @@ class NodeAgent:
     def _preflight(self) -> None:
         """Run the node's check; then fill the warm pool and start the held launches, or
         hold them for good (reported: the controller quarantines the node and stops them)."""
+        from perdure.backends.preflight import NodeGate  # only where a check is asked for
+
         assert self.check is not None
         gate = NodeGate(self.check["argv"], float(self.check["timeout"]))
         env = {**dict(self.check.get("env") or {}), "PERDURE_NODE": self.node}
@@ -216,7 +220,7 @@ class NodeAgent:
             "preflight_timeout": float(self.check["timeout"]) if self.check else 0.0})
         with self.lock:
             launch = self.launches[lid] = _Launch(directory, {})
-            launch.held = not (self.checked and self.checked.passed)
+            launch.held = self.check is not None and not (self.checked and self.checked.passed)
         if not launch.held:
             with self.spawn_lock:
                 self.spawner.send(directory)
