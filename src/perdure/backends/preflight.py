@@ -1,13 +1,13 @@
 """The cluster file's `health: preflight`: a check run on a node before an attempt's
-replicas start there (node-side; the local backend, the Ray node agent and the Slurm agent
-step each hold one gate).
+replicas (or a spare's warm pool) start there. Node-side: the local backend holds launches
+at a `Preflight` gate; the Ray node agent and the Slurm agent step each keep a `NodeGate`.
 
-Side effects: starts the check as a child process (never waits for it: `poll` reaps it) and
-kills one that runs past its timeout. The rule it serves (a failed check quarantines the
-node) is core/health.py's; this only runs the check and says how it went.
+Side effects: starts the check as a child process (`Check`; never waited for unboundedly:
+`poll` reaps it) and kills one that runs past its timeout. The rule it serves (a failed check
+quarantines the node) is core/health.py's; this only runs the check and says how it went.
 
 A node passes once per attempt of a job: a replica restarted in the same attempt on the same
-node starts without a new check. Launches wait (held here) while their node's check runs.
+node starts without a new check. Launches wait while their node's check runs.
 """
 
 from __future__ import annotations
@@ -16,14 +16,18 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
 from perdure.core.events import Launch
+from perdure.runtime.transport.base import ENV_JOB_SECRET
 
 FAILING_LINES = 3  # of a failed check's output, quoted in the node's quarantine reason
+POLL_SECONDS = 0.05  # how often a waiting caller looks at a running check
+RECHECK_SECONDS = 60.0  # an agent's failed check stands this long, then runs again if asked
 
 
 def resolve(argv: Sequence[str]) -> list[str]:
@@ -36,6 +40,13 @@ def resolve(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
+def check_env(launch_env: dict[str, str], node: str | None = None) -> dict[str, str]:
+    """What a node's check runs with: a launch's environment (the job's) and PERDURE_NODE,
+    without the secret that admits a replica to the controller's relay."""
+    env = {k: v for k, v in launch_env.items() if k != ENV_JOB_SECRET}
+    return env if node is None else {**env, "PERDURE_NODE": node}
+
+
 def failing_lines(output: str) -> str:
     """What a failed check said: its FAIL lines, else its last lines."""
     lines = [x.strip() for x in output.splitlines() if x.strip()]
@@ -43,16 +54,60 @@ def failing_lines(output: str) -> str:
     return "; ".join((failed or lines)[-FAILING_LINES:])
 
 
-@dataclass
-class _Check:
-    node: str
-    proc: subprocess.Popen[bytes] | None  # None: it could not even start (exit 127)
-    output: IO[bytes]
-    deadline: float
-    held: list[Launch] = field(default_factory=list)
+@dataclass(frozen=True)
+class Outcome:
+    """How one check ended: whether it passed, and why not (its failing lines)."""
 
-    def exit_code(self) -> int | None:
-        return 127 if self.proc is None else self.proc.poll()
+    passed: bool
+    message: str
+
+
+class Check:
+    """One run of the check on this node: started at once, never waited for here (`poll`
+    reaps it; one past its timeout is killed)."""
+
+    def __init__(self, argv: Sequence[str], shown: str, timeout: float,
+                 env: dict[str, str], cwd: str | None) -> None:
+        self.shown, self.timeout = shown, timeout
+        self.output: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115  # closed by poll
+        self.proc: subprocess.Popen[bytes] | None = None  # None: it could not even start
+        self.deadline = time.monotonic() + timeout
+        try:
+            self.proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL,
+                                         stdout=self.output, stderr=subprocess.STDOUT,
+                                         env=env, cwd=cwd if cwd and os.path.isdir(cwd) else None,
+                                         start_new_session=True)
+        except OSError as exc:  # not found, not executable: the check fails
+            self.output.write(f"FAIL preflight could not start: {exc}".encode())
+
+    def poll(self) -> Outcome | None:
+        """The outcome once the check ended (or ran past its timeout), else None."""
+        code = 127 if self.proc is None else self.proc.poll()
+        late = code is None and time.monotonic() >= self.deadline
+        if code is None and not late:
+            return None
+        if late and self.proc is not None:
+            _kill(self.proc)
+        self.output.seek(0)
+        text = self.output.read().decode(errors="replace")
+        self.output.close()
+        if code == 0:
+            return Outcome(True, "")
+        why = f"timed out after {self.timeout:g}s" if late else f"`{self.shown}` exited {code}"
+        said = failing_lines(text)
+        return Outcome(False, f"{why}: {said}" if said else why)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _kill(self.proc)
+        self.output.close()
+
+
+@dataclass
+class _Held:
+    node: str
+    check: Check
+    held: list[Launch] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -73,7 +128,7 @@ class Preflight:
         self.argv, self.timeout = resolve(argv), timeout
         self.shown = " ".join(argv)  # as the cluster file says it
         self._passed: set[tuple[str, str, str]] = set()  # (node, job, attempt)
-        self._running: dict[tuple[str, str, str], _Check] = {}
+        self._running: dict[tuple[str, str, str], _Held] = {}
 
     @staticmethod
     def _key(launch: Launch) -> tuple[str, str, str]:
@@ -84,66 +139,85 @@ class Preflight:
         key = self._key(launch)
         if key in self._passed:
             return True
-        check = self._running.get(key)
-        if check is None:
-            check = self._running[key] = self._start(launch)
-        check.held.append(launch)
+        running = self._running.get(key)
+        if running is None:
+            env = {**os.environ, **check_env(launch.env, launch.node)}
+            check = Check(self.argv, self.shown, self.timeout, env, launch.cwd)
+            running = self._running[key] = _Held(launch.node, check)
+        running.held.append(launch)
         return False
-
-    def _start(self, launch: Launch) -> _Check:
-        output = tempfile.TemporaryFile()  # noqa: SIM115  # closed by `poll` or `close`
-        env = {**os.environ, **launch.env, "PERDURE_NODE": launch.node}
-        cwd = launch.cwd if os.path.isdir(launch.cwd) else None
-        proc: subprocess.Popen[bytes] | None = None
-        try:
-            proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=output,
-                                    stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                    start_new_session=True)
-        except OSError as exc:  # not found, not executable: the check fails
-            output.write(f"FAIL preflight could not start: {exc}".encode())
-        return _Check(launch.node, proc, output, time.monotonic() + self.timeout)
 
     def drop(self, launch_id: str) -> Launch | None:
         """Forget a held launch (it was stopped before its check ended); the launch."""
-        for check in self._running.values():
-            for launch in check.held:
+        for running in self._running.values():
+            for launch in running.held:
                 if launch.launch_id == launch_id:
-                    check.held.remove(launch)
+                    running.held.remove(launch)
                     return launch
         return None
 
     def poll(self) -> list[Verdict]:
         """The checks that ended since the last poll (one past its timeout is killed)."""
         out = []
-        now = time.monotonic()
-        for key, check in list(self._running.items()):
-            code = check.exit_code()
-            late = code is None and now >= check.deadline
-            if code is None and not late:
+        for key, running in list(self._running.items()):
+            outcome = running.check.poll()
+            if outcome is None:
                 continue
-            if late and check.proc is not None:
-                _kill(check.proc)
             del self._running[key]
-            check.output.seek(0)
-            text = check.output.read().decode(errors="replace")
-            check.output.close()
-            if code == 0:
+            if outcome.passed:
                 self._passed.add(key)
-                out.append(Verdict(check.node, True, "", check.held))
-                continue
-            why = (f"timed out after {self.timeout:g}s" if late
-                   else f"`{self.shown}` exited {code}")
-            said = failing_lines(text)
-            out.append(Verdict(check.node, False, f"{why}: {said}" if said else why,
-                               check.held))
+            out.append(Verdict(running.node, outcome.passed, outcome.message, running.held))
         return out
 
     def close(self) -> None:
-        for check in self._running.values():
-            if check.proc is not None:
-                _kill(check.proc)
-            check.output.close()
+        for running in self._running.values():
+            running.check.close()
         self._running.clear()
+
+
+class NodeGate:
+    """The check as a node agent runs it (the Ray node agent, the Slurm agent step): once per
+    key (a job's attempt) on this node; callers from any thread wait for it a bounded time
+    (`outcome`). A pass is kept; a failure stands for `recheck` seconds (the rest of the
+    attempt's launches get it too), after which the next caller (the node was restored)
+    runs the check again."""
+
+    def __init__(self, argv: Sequence[str], timeout: float,
+                 recheck: float = RECHECK_SECONDS) -> None:
+        self.argv, self.timeout, self.recheck = resolve(argv), timeout, recheck
+        self.shown = " ".join(argv)
+        self._lock = threading.Lock()
+        self._running: dict[str, Check] = {}
+        self._done: dict[str, tuple[Outcome, float]] = {}
+
+    def outcome(self, key: str, env: dict[str, str], cwd: str | None,
+                wait: float) -> Outcome | None:
+        """The outcome of the check for `key` (started now if it has not run, with `env`
+        over this process's environment), waiting up to `wait` s; None while it runs."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                ended = self._step(key, env, cwd)
+            if ended is not None:
+                return ended
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(POLL_SECONDS)
+
+    def _step(self, key: str, env: dict[str, str], cwd: str | None) -> Outcome | None:
+        now = time.monotonic()
+        done = self._done.get(key)
+        if done is not None and (done[0].passed or now - done[1] < self.recheck):
+            return done[0]
+        check = self._running.get(key)
+        if check is None:
+            check = self._running[key] = Check(self.argv, self.shown, self.timeout,
+                                               {**os.environ, **env}, cwd)
+        ended = check.poll()
+        if ended is not None:
+            del self._running[key]
+            self._done[key] = (ended, now)
+        return ended
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -13,6 +14,7 @@ import pytest
 from tests.helpers.stopping import stop_controller
 
 from conftest import SlurmPerdure
+from perdure.backends.slurm.allocs import name_prefix
 
 SPREAD = {"a": 2, "b": 2}
 HELLO = ("import os, socket, sys, time; print('hello from', socket.gethostname(), "
@@ -22,8 +24,10 @@ HELLO = ("import os, socket, sys, time; print('hello from', socket.gethostname()
 
 
 def slurm_jobs(p: SlurmPerdure) -> list[list[str]]:
+    """This test's allocations (Slurm still lists an earlier test's that ended a moment ago)."""
     out = p.slurm.run("squeue", "-h", "-t", "all", "-o", "%i %j %T %N")
-    return [line.split() for line in out.splitlines()]
+    ours = name_prefix(os.path.realpath(p.state))
+    return [row for row in map(str.split, out.splitlines()) if row[1].startswith(ours)]
 
 
 @pytest.mark.timeout(240)

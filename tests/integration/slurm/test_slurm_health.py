@@ -87,8 +87,12 @@ def test_a_quarantined_host_is_drained_excluded_and_replaced_by_the_spare(
 
 
 def _slurm_job(p: SlurmPerdure, part: str) -> str:
+    return _slurm_jobs(p, part)[0]
+
+
+def _slurm_jobs(p: SlurmPerdure, part: str) -> list[str]:
     lines = p.slurm.run("squeue", "-h", "-t", "all", "-o", "%i %j").splitlines()
-    return next(x.split()[0] for x in lines if part in x)
+    return [x.split()[0] for x in lines if part in x]
 
 
 @pytest.mark.slurm_long
@@ -116,3 +120,57 @@ def test_a_host_slurm_drains_has_its_replicas_moved_first(slurm_perdure: SlurmPe
     finally:
         stop_controller(controller)
         resume(p, "b")
+
+
+# Each replica says where it ran; the primary ends once worker-1 has run (on a good node).
+RAN = ("import os, pathlib, time\n"
+       "ran = pathlib.Path({ran!r})\n"
+       "(ran / os.environ['PERDURE_REPLICA']).write_text(os.environ['PERDURE_NODE'])\n"
+       "while not (ran / 'worker-1').exists():\n    time.sleep(0.2)\n"
+       "time.sleep(1)")
+CHECK = """import os, pathlib, sys
+node, attempt = os.environ["PERDURE_NODE"], os.environ["PERDURE_ATTEMPT"]
+pathlib.Path({marks!r}, f"{{node}}.{{attempt}}").touch()
+print("PASS cpu: matmul fine")
+if node == "b":
+    print("FAIL gpu 0 ecc: 3 uncorrected ECC errors since the driver loaded")
+    sys.exit(1)
+"""
+
+
+@pytest.mark.slurm_long
+@pytest.mark.timeout(400)
+def test_a_host_failing_its_preflight_gets_no_replica(slurm_perdure: SlurmPerdure) -> None:
+    p = slurm_perdure
+    marks = p.root / "checked"
+    marks.mkdir()
+    check = p.write("check.py", CHECK.format(marks=str(marks)))
+    ran = p.root / "ran"
+    ran.mkdir()
+    spec = p.spec("pre", replicas=2, command=["python", "-c", RAN.format(ran=str(ran))],
+                  pool={"slots": 2})
+    path = p.slurm_cluster(THREE)
+    data = yaml.safe_load(path.read_text())
+    data["health"] = {"preflight": ["python", str(check)], "timeout_seconds": 60}
+    path.write_text(yaml.safe_dump(data))
+    controller = p.popen("controller", "--cluster", str(path))
+    try:
+        p.cli("submit", str(spec), "--cluster", str(path))
+        d = p.wait("pre", lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=240)
+        assert d["state"] == "SUCCEEDED", d["events"][-10:]
+        assert sorted(x["node"] for x in d["replicas"]) == ["a", "c"], d["replicas"]
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+        assert sorted(x.name for x in marks.iterdir()) == ["a.1", "b.1", "c.1"]
+        assert {x.name: x.read_text() for x in ran.iterdir()} == {"worker-0": "a",
+                                                                   "worker-1": "c"}
+        why = (f"health check failed: `python {check}` exited 1: FAIL "
+               "gpu 0 ecc: 3 uncorrected ECC errors since the driver loaded")
+        messages = [e["message"] for e in d["events"]]
+        assert "move worker-1 off node b (quarantined, no restart)" in messages, messages
+        listed = p.cli("node", "ls").stdout
+        b = next(x for x in listed.splitlines() if x.startswith("b "))
+        assert b.endswith(f"QUARANTINED  {why}"), listed
+        shown = [p.slurm.run("scontrol", "show", "job", "-o", x) for x in _slurm_jobs(p, ".pre-")]
+        assert any("ExcNodeList=b " in x for x in shown), shown  # c's came after the fence
+    finally:
+        stop_controller(controller)

@@ -1,12 +1,15 @@
 """The preflight gate (backends/preflight.py) with real child processes: a node passes once
 per attempt, a check past its timeout fails, a command that cannot start fails, and a held
-launch can be dropped."""
+launch can be dropped; an agent's gate runs once per key for all its threads."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-from perdure.backends.preflight import Preflight, Verdict
+from perdure.backends.preflight import NodeGate, Outcome, Preflight, Verdict, check_env
 from perdure.core.events import Launch
 
 
@@ -70,3 +73,39 @@ def test_a_held_launch_can_be_dropped() -> None:
     assert p.drop(held.launch_id) == held
     assert p.drop(held.launch_id) is None
     p.close()
+
+
+def test_a_node_gate_runs_once_per_key_for_every_thread() -> None:
+    """The Ray node agent and the Slurm agent step: callers from several threads wait for
+    one run per key; the outcome is kept (a failed one too)."""
+    gate = NodeGate(["sh", "-c", 'echo run >> "$RUNS"; sleep 0.3; test "$KEY" = good'], 10)
+    with tempfile.TemporaryDirectory() as d:
+        runs = os.path.join(d, "runs")
+        env = {"RUNS": runs, "KEY": "good"}
+        with ThreadPoolExecutor(4) as pool:
+            outcomes = list(pool.map(lambda _: gate.outcome("job.1", env, None, 10), range(4)))
+        assert outcomes == [Outcome(True, "")] * 4
+        bad = gate.outcome("job.2", {**env, "KEY": "bad"}, d, 10)
+        assert bad == Outcome(False, "`sh -c echo run >> \"$RUNS\"; sleep 0.3; test \"$KEY\" "
+                                     "= good` exited 1")
+        assert gate.outcome("job.2", env, d, 0) == bad  # it stands a while: not run again
+        with open(runs) as f:
+            assert len(f.read().split()) == 2
+    assert gate.outcome("job.3", {"RUNS": os.devnull}, None, 0) is None  # running: ask again
+
+
+def test_a_check_sees_the_job_but_not_its_relay_secret() -> None:
+    env = check_env({"PERDURE_JOB_ID": "j", "PERDURE_JOB_SECRET": "s3cret"}, "b")
+    assert env == {"PERDURE_JOB_ID": "j", "PERDURE_NODE": "b"}
+
+
+def test_a_failed_node_check_runs_again_after_a_while() -> None:
+    """A node restored after its check failed is checked again by the next launch."""
+    gate = NodeGate(["sh", "-c", 'test -e "$OK"'], 10, recheck=0.2)
+    with tempfile.TemporaryDirectory() as d:
+        ok = os.path.join(d, "ok")
+        assert not gate.outcome("job.1", {"OK": ok}, None, 10).passed  # type: ignore[union-attr]
+        open(ok, "w").close()  # repaired
+        assert not gate.outcome("job.1", {"OK": ok}, None, 10).passed  # type: ignore[union-attr]
+        time.sleep(0.3)
+        assert gate.outcome("job.1", {"OK": ok}, None, 10) == Outcome(True, "")

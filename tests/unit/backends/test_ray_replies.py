@@ -47,6 +47,14 @@ def test_a_never_started_launch_says_why() -> None:
     assert isinstance(failed, LaunchFailed) and "supervisor exited" in failed.message
 
 
+def test_a_launch_held_by_a_failed_node_check_says_why_then_waits_for_its_stop() -> None:
+    news = read(STARTED, False, {"check_failed": "`check` exited 1: FAIL gpu 0"})
+    assert news.check_failed == "`check` exited 1: FAIL gpu 0" and news.ask == EXIT
+    assert news.started is None and news.exited is None
+    stopped = {"exit_code": 143, "signal": 15, "time": 7.0, "unstarted": "stopped (moved)"}
+    assert read(EXIT, False, stopped).exited == stopped
+
+
 def test_a_status_repeated_after_the_start_reports_nothing_new() -> None:
     news = read(EXIT, True, STATUS)
     assert news.started is None and news.exited is None and news.ask == EXIT

@@ -1,6 +1,6 @@
 """The Slurm side of node health, without a cluster: quarantined nodes in sbatch's
 `--exclude`, Slurm's drains and maintenance reservations read from its output, and the
-warnings turned into perdure's node commands."""
+warnings turned into perdure's node commands, and what the agents check their node with."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from perdure.backends.slurm import platform, slurmcmd
+from perdure.backends.slurm import allocs, platform, slurmcmd
+from perdure.core.events import Launch
+from perdure.core.healthspec import HealthSpec
 from perdure.core.spec import SlurmSpec
 
 SEP = slurmcmd.SEP
@@ -81,3 +83,22 @@ def test_a_maintenance_reservation_soon_warns_of_its_nodes(
     monkeypatch.setattr(slurmcmd, "expand", lambda nodes: nodes.split(","))
     got = platform.PlatformWatch("main").warnings(time.time())
     assert got == {"b": f"Slurm maintenance reservation maint starts at {soon}"}
+
+
+def test_an_allocations_agents_check_their_node_in_the_jobs_environment() -> None:
+    health = HealthSpec(preflight=["perdure", "health-check"], timeout_seconds=30)
+    alloc = allocs.Alloc("job-1", "2", ["a", "b"])
+    env = {"PERDURE_ATTEMPT": "2", "PERDURE_CHECKPOINT_DIR": "/ckpt", "PERDURE_JOB_SECRET": "x"}
+    older = Launch("job-1.1.w-0.1", "job-1", "worker-0", "a", ("true",),
+                   {"PERDURE_ATTEMPT": "1"}, "/old", None, "/tmp/x")
+    mine = Launch("job-1.2.w-0.1", "job-1", "worker-0", "a", ("true",), env, "/work", None,
+                  "/tmp/x")
+    other = Launch("job-9.2.w-0.1", "job-9", "worker-0", "a", ("true",), {}, "/", None, "/x")
+    assert allocs.node_check(alloc, health, [other, older, mine]) == {
+        "argv": ["perdure", "health-check"], "timeout": 30.0, "cwd": "/work",
+        "env": {"PERDURE_ATTEMPT": "2", "PERDURE_CHECKPOINT_DIR": "/ckpt",
+                "PERDURE_JOB_ID": "job-1"}}  # never the relay's secret
+    spare = allocs.node_check(alloc, health, [])  # a spare's allocation: no launch of its own
+    assert spare is not None and spare["env"] == {"PERDURE_JOB_ID": "job-1",
+                                                  "PERDURE_ATTEMPT": "2"}
+    assert allocs.node_check(alloc, HealthSpec(), [mine]) is None  # no preflight

@@ -1,4 +1,4 @@
-"""What runs on the Ray nodes: one detached actor per launch, one agent per perdure node.
+"""What runs on the Ray nodes for each launch: a detached actor of its own.
 
 `LaunchActor` (named `launch:<launch id>`) runs the local backend's supervisor for its launch
 in a launch directory on its own node, so a replica on Ray has exactly the local backend's
@@ -10,23 +10,23 @@ A launch actor is either made for its launch (the record given to the constructo
 ahead of need as a spare (`spare_actors`) and handed its launch by `begin`: a Ray worker takes
 ~1.7 s to start here, which a restart then does not wait for.
 
-`NodeAgent` (named `agent:<node>`) answers what a node knows: its address and interpreter,
-and a port that is free there. It also owns the node's spawner (the local backend's, with its
-pool of warm standbys): a launch actor hands its launch to it, so a replica that can start warm
-runs in an interpreter that has imported torch already; the supervisor that runs it is then
-not the actor's child, and watches the actor's process instead of relying on PDEATHSIG.
+A launch actor hands its launch to its node's agent (`nodeagent`), whose spawner starts it
+warm when it can; the supervisor that runs it is then not the actor's child, and watches the
+actor's process instead of relying on PDEATHSIG.
+
+With the cluster file's `health: preflight` (in the launch record), a launch actor has its
+node's agent run the check (`NodeAgent.check`: once per attempt of a job on the node) before
+its replica starts; a launch whose node failed answers `started` with the check's words (the
+controller quarantines the node) and ends, unstarted, when it is stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
@@ -37,12 +37,9 @@ from perdure.backends.local import layout, procs
 from perdure.backends.local.nodeenv import interface_env
 from perdure.backends.local.pulls import FILES, pull_launch
 from perdure.backends.local.replicas import kill_leftovers, signal_replica
+from perdure.backends.preflight import NodeGate, check_env
+from perdure.backends.ray.nodeagent import identity, node_address, node_agent, node_dir
 
-RESOURCE_PREFIX = "perdure_node_"
-# A launch or agent asks for this much of its node's resource: it pins the actor to the node
-# without taking a slot (the controller accounts for slots itself).
-PIN = 0.001
-ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a stop
 AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
 # The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
 # while its template imports torch), else this actor starts it cold.
@@ -52,26 +49,6 @@ BEGIN_SECONDS = 30.0  # a call that comes before `begin` waits this long for it
 # and leaves after this many checks in a row that say no (a loaded GCS may miss one answer).
 IDLE_CHECK_SECONDS = 5.0
 IDLE_MISSES = 3
-
-
-def node_address() -> str:
-    """The address Ray reaches this node at."""
-    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-
-
-def node_dir() -> str:
-    """This Ray node's own directory for perdure (inside its session dir: nothing shared)."""
-    try:
-        from ray._private import worker  # the session dir has no public accessor
-
-        base = worker._global_node.get_session_dir_path()  # type: ignore[attr-defined,union-attr]
-    except Exception:
-        base = tempfile.gettempdir()
-    # One per namespace: each controller's agent has a spawner and warm pool of its own.
-    namespace = ray.get_runtime_context().namespace.replace(os.sep, "_")
-    path = os.path.join(base, "perdure", namespace)
-    os.makedirs(os.path.join(path, layout.LAUNCHES), exist_ok=True)
-    return path
 
 
 def network_env() -> dict[str, str]:
@@ -91,13 +68,7 @@ def _owner() -> dict[str, int]:
     death, ray.kill, the memory monitor) takes its replica with it. The supervisor watches it
     (`Supervisor._watch_owner`), as a supervisor the node agent's spawner forked is not its
     child; one started here also has PDEATHSIG."""
-    return _identity(os.getpid())
-
-
-def _identity(pid: int) -> dict[str, int]:
-    """A process as pid and start time (a pid alone may be reused)."""
-    own = procs.stat(pid)
-    return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
+    return identity(os.getpid())
 
 
 class LaunchActor:
@@ -152,7 +123,7 @@ class LaunchActor:
             env["PERDURE_REPORT_DIR"] = self.dir
         env.update({k: v for k, v in network_env().items() if k not in env})
         spec = {
-            **record,
+            **{k: v for k, v in record.items() if k != "preflight"},
             "command": command,
             "env": env,
             "inherit_env": True,
@@ -167,12 +138,51 @@ class LaunchActor:
         self.supervisor: subprocess.Popen[bytes] | None = None
         self.via = "cold"
         self._exited = threading.Event()
+        self._hold = threading.Lock()  # a stop and the check's end do not cross
+        self.held = "preflight" in record  # until the node's check passed
+        self.check_failed: str | None = None
+        if self.held:
+            threading.Thread(target=self._check, args=(record, env), daemon=True).start()
+        else:
+            self._start(record)
+
+    def _start(self, record: dict[str, Any]) -> None:
         spawner = self._to_agent(str(record["node"]), record.get("warm") or ["auto", 600.0])
         if spawner is None:
             self._start_cold()
         else:
             self.via = "agent"
         threading.Thread(target=self._watch, args=(spawner,), daemon=True).start()
+
+    def _check(self, record: dict[str, Any], env: dict[str, str]) -> None:
+        """The node's check, by its agent (here when the agent does not answer); then the
+        replica starts, or it is held until stopped."""
+        check, node = record["preflight"], str(record["node"])
+        argv, timeout = list(check["argv"]), float(check["timeout"])
+        key = f"{record['job_id']}.{env.get('PERDURE_ATTEMPT', '')}"
+        env, cwd = check_env(env, node), record.get("cwd")
+        outcome: dict[str, Any] | None = None
+        try:
+            agent = self._agent or node_agent(node, ray.get_runtime_context().namespace,
+                                              *(record.get("warm") or ["auto", 600.0]))
+            while outcome is None:
+                outcome = ray.get(agent.check.remote(key, argv, timeout, env, cwd, 1.0),
+                                  timeout=AGENT_SECONDS)
+        except Exception as err:  # a dead agent: the check runs here
+            print(f"launch {self.launch_id}: the node agent did not check the node ({err}); "
+                  "checking here", file=sys.stderr)
+            gate = NodeGate(argv, timeout)
+            while (got := gate.outcome(key, env, cwd, 1.0)) is None:
+                pass
+            outcome = {"passed": got.passed, "message": got.message}
+        with self._hold:
+            if not self.held:
+                return  # stopped while the check ran
+            if not outcome["passed"]:
+                self.check_failed = str(outcome["message"])
+                return
+            self.held = False
+        self._start(record)
 
     def _idle(self, owner: dict[str, Any]) -> None:
         """A spare nobody gave a launch leaves once the controller that made it is gone (its
@@ -254,6 +264,8 @@ class LaunchActor:
             if status is not None:  # and how it came to start, for the recovery phases
                 return {**status, "actor_created": self.created, "via": self.via,
                         "prestarted": self.prestarted}
+            if self.check_failed is not None:
+                return {"check_failed": self.check_failed}
             if self._exited.is_set():
                 return None
             time.sleep(0.02)
@@ -283,6 +295,14 @@ class LaunchActor:
             return
         if os.path.exists(os.path.join(self.dir, layout.EXIT)):
             return
+        with self._hold:
+            if self.held:  # never started: it ends unstarted
+                self.held = False
+                layout.write_json(os.path.join(self.dir, layout.EXIT), {
+                    "exit_code": 128 + sig, "signal": sig, "time": time.time(),
+                    "unstarted": f"stopped ({reason}) while held by the node's check"})
+                self._exited.set()
+                return
         layout.write_json(os.path.join(self.dir, layout.STOP),
                           layout.stop_record(sig, grace, reason, notice, delay))
         status = self._read(layout.STATUS)
@@ -307,56 +327,6 @@ class LaunchActor:
         ray.actor.exit_actor()  # type: ignore[no-untyped-call]
 
 
-class NodeAgent:
-    """What a perdure node knows about itself, for the controller; and the node's spawner with
-    its pool of warm standbys (the local backend's: `spawner`, `zygote`, `pool`), which the
-    launch actors of this node hand their launches to. The spawner exits with this agent."""
-
-    def __init__(self, warm_pool: int | str = "auto", warm_idle: float = 600.0) -> None:
-        from perdure.backends.local.spawner import Spawner
-
-        self.launches = os.path.join(node_dir(), layout.LAUNCHES)
-        self._spawner = Spawner(self.launches, warm_pool, warm_idle)
-        self._lock = threading.Lock()  # calls run in threads of their own
-
-    def spawn(self, directory: str) -> dict[str, int]:
-        """Have the spawner start the launch in `directory` (warm if it can); the spawner's
-        process. Never waits for the launch to start."""
-        with self._lock:
-            pid = self._spawner.send(directory).pid
-        return _identity(pid)
-
-    def prewarm(self) -> None:
-        """Start filling the warm pool now, before a launch needs it."""
-        with self._lock:
-            self._spawner.prewarm()
-
-    def warm_status(self) -> dict[str, Any] | None:
-        """The pool as the spawner last wrote it (`pool.Pool._write_status`), or None."""
-        from perdure.backends.local.pool import STATUS_FILE
-
-        return layout.read_json(os.path.join(self.launches, STATUS_FILE))
-
-    def info(self) -> dict[str, Any]:
-        return {"address": node_address(), "python": sys.executable,
-                "node_id": ray.get_runtime_context().get_node_id(), "dir": node_dir()}
-
-    def pull(self, launch_id: str, offsets: dict[str, int]) -> dict[str, bytes]:
-        """A launch's streams, as `LaunchActor.pull`, once its actor is gone (killed by
-        Ray's memory monitor, say): what the replica printed last is still on this node."""
-        if os.sep in launch_id or launch_id in ("", ".", ".."):
-            raise ValueError(f"not a launch id: {launch_id!r}")
-        return pull_launch(os.path.join(self.launches, launch_id), offsets)
-
-    def free_port(self) -> int:
-        """A port nothing listens on now on this node (the OS picks it: no clash)."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            # Never listens: asks the OS for a port free on every interface, as rank 0's
-            # TCPStore (torch binds it on every interface) will need it.
-            s.bind(("", 0))
-            return int(s.getsockname()[1])
-
-
 def _lock_token(name: str) -> str | None:
     """The token of the namespace's controller lock, None if there is none (or no answer)."""
     try:
@@ -367,19 +337,3 @@ def _lock_token(name: str) -> str | None:
         return None
 
 
-def node_agent(node: str, namespace: str, warm_pool: int | str = "auto",
-               warm_idle: float = 600.0) -> Any:
-    """The node's agent, created on first use (with its warm pool's size and idle time; one
-    that exists keeps its own); it lives as long as its Ray node (Ray starts it again when it
-    dies there: Ray's memory monitor may pick it)."""
-    return remote_class(NodeAgent).options(
-        name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
-        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1,
-        max_concurrency=ACTOR_CONCURRENCY,
-    ).remote(warm_pool, warm_idle)
-
-
-@functools.cache
-def remote_class(cls: type) -> Any:
-    """The Ray actor class of `cls`, made once per process (each is exported to the GCS)."""
-    return ray.remote(cls)

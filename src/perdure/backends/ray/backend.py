@@ -33,14 +33,15 @@ from perdure.backends.local import layout, logcap, warm
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
-from perdure.backends.ray.actors import RESOURCE_PREFIX, node_agent
 from perdure.backends.ray.mirror import Mirror
+from perdure.backends.ray.nodeagent import RESOURCE_PREFIX, node_agent
 from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
 from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_from_agent
 from perdure.core.events import (
     Command,
     Launch,
     LaunchFailed,
+    NodeCheckFailed,
     Observation,
     ReplicaExited,
     ReplicaStarted,
@@ -81,6 +82,9 @@ class RayBackend:
         # Launch actors started ahead of need per node (ValueError naming its variable)
         self._spares = SpareActors(self.ns, size_setting(), self._warm)
         self._ports_ahead = PortsAhead()
+        health = cluster.health  # its preflight runs on each node by the launch's actor
+        self._preflight = ({"argv": list(health.preflight), "timeout": health.timeout_seconds}
+                           if health.preflight else None)
 
     def _attach(self) -> None:
         """Connect, take the namespace, start the relay: on first use, once the controller
@@ -127,11 +131,13 @@ class RayBackend:
             env["MASTER_ADDR"] = master.address
             env["MASTER_PORT"] = self._master_port(launch.job_id, master.name,
                                                    env.get("MASTER_PORT", "0"))
-        record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
-                  "replica": launch.replica, "node": launch.node,
-                  "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                  "memory_mb": launch.memory_mb, "warm": list(self._warm),
-                  "gpus": launch.gpus, "log_max_bytes": self._log_max_bytes}
+        record: dict[str, Any] = {
+            "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
+            "node": launch.node, "command": list(launch.command), "env": env,
+            "cwd": launch.cwd, "memory_mb": launch.memory_mb, "warm": list(self._warm),
+            "gpus": launch.gpus, "log_max_bytes": self._log_max_bytes}
+        if self._preflight is not None:
+            record["preflight"] = self._preflight
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
         if mirror.read_record(layout.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
@@ -177,6 +183,11 @@ class RayBackend:
         """Spare nodes are kept warm: their agents' pools filled ahead of need."""
         self._spares.hold(nodes)
 
+    def fence_nodes(self, fenced: dict[str, str]) -> None:
+        """Quarantined nodes (core/health.py) get nothing placed there: no spare launch
+        actors wait on them, and their agents' pools are not kept warm."""
+        self._spares.fence(frozenset(fenced))
+
     # ---- stop -------------------------------------------------------------------------------
 
     def stop(self, stop: Stop) -> None:
@@ -203,7 +214,9 @@ class RayBackend:
             self._next_nodes = now + NODES_SECONDS
             self._check_nodes(out)
             self._spares.fill(self._live)
-            self._spares.prewarm(self._live, self._agent)
+            self._spares.prewarm(self._live, self._agent, self._preflight)
+            out.extend(NodeCheckFailed(node, why, time.time())
+                       for node, why in self._spares.failed_checks())
         waiting = {t.waiting: t for t in self._active.values() if t.waiting is not None}
         if waiting:
             ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
@@ -233,6 +246,9 @@ class RayBackend:
             self._report_failed(tracked, f"launch {tracked.launch_id}: {err}", out)
             return
         news = replies.read(tracked.asked, tracked.started, value)
+        if news.check_failed is not None and not tracked.meta.get("check_failed"):
+            tracked.meta["check_failed"] = True  # said once: the core quarantines the node
+            out.append(NodeCheckFailed(tracked.node, news.check_failed, time.time()))
         if news.started is not None:
             pid, started_at, status = news.started
             tracked.started = True

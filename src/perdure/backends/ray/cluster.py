@@ -22,11 +22,11 @@ from ray.exceptions import RayActorError, RayError
 
 from perdure.backends.base import BackendBusy, BackendUnavailable, NodeInfo
 from perdure.backends.ray import versions
-from perdure.backends.ray.actors import (
+from perdure.backends.ray.actors import LaunchActor
+from perdure.backends.ray.nodeagent import (
     ACTOR_CONCURRENCY,
     PIN,
     RESOURCE_PREFIX,
-    LaunchActor,
     remote_class,
 )
 from perdure.core.spec import RaySpec

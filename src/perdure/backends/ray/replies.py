@@ -1,11 +1,12 @@
 """What a launch actor's answer means, given the question it answers.
 
 The controller asks a launch's actor one thing at a time: `started` (its status record once
-the replica runs; None when the replica ended before one existed, or the wait ran out) or
-`exit` (its exit record once it ended; None when the wait ran out). Answers are read by the
-question that was asked, never guessed from the order they come in: a replica that ends
-before its start record is read (a quick replica, a loaded machine) answers `exit` with an
-exit record, which is its end, not its start.
+the replica runs; None when the replica ended before one existed, or the wait ran out; the
+check's words when its node failed its preflight check: it never starts) or `exit` (its exit
+record once it ended; None when the wait ran out). Answers are read by the question that
+was asked, never guessed from the order they come in: a replica that ends before its start
+record is read (a quick replica, a loaded machine) answers `exit` with an exit record, which
+is its end, not its start.
 
 No side effects: `read` maps (question, answer) to what to report and what to ask next;
 `exit_observation` an exit record (and the error the replica sent) to the core's observation.
@@ -38,6 +39,7 @@ class Next:
     ask: str | None
     started: tuple[int, float, dict[str, Any]] | None = None
     exited: dict[str, Any] | None = None
+    check_failed: str | None = None  # its node failed its preflight check: why
 
 
 def _start(record: dict[str, Any]) -> tuple[int, float, dict[str, Any]] | None:
@@ -70,6 +72,8 @@ def read(asked: str, started: bool, answer: Any) -> Next:
     start = _start(answer)
     if start is not None:
         return Next(EXIT, started=None if started else start)
+    if isinstance(answer.get("check_failed"), str) and asked == STARTED:
+        return Next(EXIT, check_failed=answer["check_failed"])  # held until it is stopped
     raise UnexpectedReply(f"the answer to {asked!r} is neither a status nor an exit record: "
                           f"{answer!r:.300}")
 

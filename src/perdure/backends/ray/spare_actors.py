@@ -105,6 +105,8 @@ class SpareActors:
         self._not_before: dict[str, float] = {}
         self._restarted: set[str] = set()  # nodes where a launch took a spare
         self.held: frozenset[str] = frozenset()  # spare nodes jobs hold (`hold_spares`)
+        self.fenced: frozenset[str] = frozenset()  # quarantined nodes: no spares there
+        self._checks: dict[str, Any] = {}  # node -> its agent's answer to a checked prewarm
         self._next_prewarm = 0.0
 
     def attach(self, token: str) -> None:
@@ -123,6 +125,8 @@ class SpareActors:
             self.forget(gone)
         now = time.monotonic()
         for name, node in live.items():
+            if name in self.fenced:
+                continue
             have = self._spares.setdefault(name, deque())
             if any(not self._alive(s) for s in have):
                 have = self._spares[name] = deque(s for s in have if self._alive(s))
@@ -142,15 +146,44 @@ class SpareActors:
         """The spare nodes jobs hold now: their pools are asked to fill at the next poll."""
         self.held, self._next_prewarm = nodes, 0.0
 
-    def prewarm(self, live: dict[str, rc.RayNode], agent: Callable[[str], Any]) -> None:
-        """Have the held spare nodes' agents fill their warm pools (now and then)."""
+    def prewarm(self, live: dict[str, rc.RayNode], agent: Callable[[str], Any],
+                check: dict[str, Any] | None = None) -> None:
+        """Have the held spare nodes' agents fill their warm pools (now and then); with
+        `check` (the cluster file's preflight: argv, timeout), once the node passed it."""
         now = time.monotonic()
         if not self.held or now < self._next_prewarm:
             return
         self._next_prewarm = now + PREWARM_SECONDS
-        for node in sorted(self.held & set(live)):
+        for node in sorted((self.held & set(live)) - self.fenced):
             with contextlib.suppress(RayError, ValueError):
-                agent(node).prewarm.remote()
+                asked = {**check, "env": {"PERDURE_NODE": node}} if check else None
+                ref = agent(node).prewarm.remote(asked)
+                if check is not None:
+                    self._checks[node] = ref
+
+    def failed_checks(self) -> list[tuple[str, str]]:
+        """(node, why) of the held spare nodes whose check failed since the last call."""
+        if not self._checks:
+            return []
+        nodes = {ref: node for node, ref in self._checks.items()}
+        ready, _ = ray.wait(list(nodes), num_returns=len(nodes), timeout=0)
+        out = []
+        for ref in ready:
+            del self._checks[nodes[ref]]
+            with contextlib.suppress(RayError):
+                answer = ray.get(ref, timeout=0)
+                if isinstance(answer, dict) and answer.get("passed") is False:
+                    out.append((nodes[ref], str(answer.get("message"))))
+        return out
+
+    def fence(self, nodes: frozenset[str]) -> None:
+        """The quarantined nodes now: their spares are killed and none is started there
+        until they are restored."""
+        for node in nodes - self.fenced:
+            for spare in self._spares.pop(node, deque()):
+                with contextlib.suppress(RayError, ValueError):
+                    ray.kill(spare.actor)
+        self.fenced = nodes
 
     def take(self, node: str) -> tuple[str, Any] | None:
         """A spare on `node` (the oldest: the likeliest to be running), or None."""

@@ -14,6 +14,12 @@ exit is pushed only in a report that brings none of its bytes, so the controller
 whole log when it sees the end. A lost connection is tried again until the allocation ends.
 SIGTERM (Slurm's preemption notice, with the partition's GraceTime) is reported, not obeyed.
 
+With the cluster file's `health: preflight` (in $PERDURE_SLURM_PREFLIGHT), the agent first
+runs the check on its node, once: its allocation is one attempt of one job. Its warm pool
+fills and its launches start only once the check passed; a failed check is reported (the
+controller quarantines the node) and the launches it holds never start: each ends, unstarted,
+when the controller stops it.
+
 Side effects: processes (the spawner, supervisors, replicas), the launch directories, a TCP
 connection to the hub.
 """
@@ -22,21 +28,25 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import signal
 import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perdure.backends.local import layout, procs
 from perdure.backends.local.nodeenv import interface_env, node_command
 from perdure.backends.local.pulls import pull_launch
 from perdure.backends.local.replicas import kill_leftovers
 from perdure.backends.local.spawner import Spawner
-from perdure.backends.slurm.step import node_dir
+from perdure.backends.slurm.step import PREFLIGHT_ENV, node_dir
 from perdure.runtime.transport.wire import FrameError, mac, parse_addr, recv_frame, send_frame
+
+if TYPE_CHECKING:
+    from perdure.backends.preflight import Outcome
 
 PUSH_SECONDS = 0.2
 CHUNK = 128 << 10  # bytes of one stream per report (a report stays well under a frame)
@@ -53,6 +63,7 @@ class _Launch:
         self.sent_status = False
         self.sent_exit = False
         self.since = time.monotonic()
+        self.held = False  # waits for the node's check
 
 
 class NodeAgent:
@@ -69,6 +80,11 @@ class NodeAgent:
                                else warm_pool, warm_idle)
         self.launches: dict[str, _Launch] = {}
         self.lock = threading.Lock()
+        self.spawn_lock = threading.Lock()  # the spawner is fed from two threads
+        check = json.loads(os.environ.pop(PREFLIGHT_ENV, "") or "null")
+        self.check: dict[str, Any] | None = check
+        self.checked: Outcome | None = None  # the node's check, once it ended
+        self.sent_check = False
         self.notice: str | None = None
         self.address = ""
         self.identity = {"pid": os.getpid(), "start_ticks": _ticks(os.getpid())}
@@ -89,7 +105,10 @@ class NodeAgent:
 
     def serve(self) -> None:
         """Connect, report and obey until the allocation ends (this process is killed)."""
-        self.spawner.prewarm()
+        if self.check is None:
+            self.spawner.prewarm()
+        else:
+            threading.Thread(target=self._preflight, daemon=True, name="preflight").start()
         while True:
             try:
                 sock = self.connect()
@@ -110,8 +129,30 @@ class NodeAgent:
                 pass
             sock.close()
             with self.lock:  # the next controller says what it already has (sync)
+                self.sent_check = False
                 for launch in self.launches.values():
                     launch.sent_status = launch.sent_exit = False
+
+    def _preflight(self) -> None:
+        """Run the node's check; then fill the warm pool and start the held launches, or
+        hold them for good (reported: the controller quarantines the node and stops them)."""
+        from perdure.backends.preflight import NodeGate  # only where a check is asked for
+
+        assert self.check is not None
+        gate = NodeGate(self.check["argv"], float(self.check["timeout"]))
+        env = {**dict(self.check.get("env") or {}), "PERDURE_NODE": self.node}
+        while (outcome := gate.outcome("attempt", env, self.check.get("cwd"), 1.0)) is None:
+            pass
+        with self.lock:
+            self.checked = outcome
+            held = [x for x in self.launches.values() if x.held] if outcome.passed else []
+            for launch in held:
+                launch.held, launch.since = False, time.monotonic()
+        if outcome.passed:
+            with self.spawn_lock:
+                self.spawner.prewarm()
+                for launch in held:
+                    self.spawner.send(launch.dir)
 
     def _read(self, sock: socket.socket, lock: threading.Lock) -> None:
         try:
@@ -136,7 +177,9 @@ class NodeAgent:
                 for lid, offsets in dict(frame["launches"]).items():
                     directory = os.path.join(self.launches_dir, str(lid))
                     if os.path.isdir(directory):
-                        self.launches[str(lid)] = _Launch(directory, offsets)
+                        was = self.launches.get(str(lid))
+                        launch = self.launches[str(lid)] = _Launch(directory, offsets)
+                        launch.held = was is not None and was.held  # still waits for the check
             return {"known": [lid for lid in frame["launches"] if lid in self.launches]}
         elif op == "stop":
             self._stop(str(frame["launch_id"]), int(frame["signal"]), float(frame["grace"]),
@@ -172,15 +215,28 @@ class NodeAgent:
             "created": time.time(), "owner": self.identity,
             # Slurm signals every process of the step at once on a preemption: the supervisor
             # then gives the replica the job's grace period to save, not its own default
-            "self_stop_grace": float(env.get("PERDURE_GRACE_SECONDS", "10"))})
+            "self_stop_grace": float(env.get("PERDURE_GRACE_SECONDS", "10")),
+            # the launch's step waits this much longer for it while the node's check runs
+            "preflight_timeout": float(self.check["timeout"]) if self.check else 0.0})
         with self.lock:
-            self.launches[lid] = _Launch(directory, {})
-        self.spawner.send(directory)
+            launch = self.launches[lid] = _Launch(directory, {})
+            launch.held = self.check is not None and not (self.checked and self.checked.passed)
+        if not launch.held:
+            with self.spawn_lock:
+                self.spawner.send(directory)
 
     def _stop(self, lid: str, sig: int, grace: float, reason: str, notice: Any) -> None:
         directory = os.path.join(self.launches_dir, lid)
         if not os.path.isdir(directory) or os.path.exists(os.path.join(directory, layout.EXIT)):
             return
+        with self.lock:
+            launch = self.launches.get(lid)
+            if launch is not None and launch.held:  # never started: it ends unstarted
+                launch.held = False
+                layout.write_json(os.path.join(directory, layout.EXIT), {
+                    "exit_code": 128 + sig, "signal": sig, "time": time.time(),
+                    "unstarted": f"stopped ({reason}) while held by the node's check"})
+                return
         layout.write_json(os.path.join(directory, layout.STOP), {
             "signal": sig, "deadline": time.time() + grace, "reason": reason, "notice": notice})
         status = layout.read_json(os.path.join(directory, layout.STATUS))
@@ -218,6 +274,8 @@ class NodeAgent:
             if item:
                 items[lid] = item
         report: dict[str, Any] = {"t": "report", "launches": items}
+        if self.checked is not None and not self.checked.passed and not self.sent_check:
+            report["check_failed"] = self.checked.message
         if self.notice is not None:
             report["notice"] = self.notice
         return report
@@ -226,6 +284,8 @@ class NodeAgent:
         record = layout.read_json(os.path.join(launch.dir, layout.EXIT))
         if record is not None:
             return record
+        if launch.held:
+            return None
         claim = layout.read_json(os.path.join(launch.dir, layout.CLAIM))
         if claim is None:
             if time.monotonic() - launch.since < CLAIM_SECONDS:
@@ -247,6 +307,7 @@ class NodeAgent:
 
     def _sent(self, report: dict[str, Any]) -> None:
         with self.lock:
+            self.sent_check = self.sent_check or "check_failed" in report
             for lid, item in report["launches"].items():
                 launch = self.launches.get(lid)
                 if launch is None:

@@ -13,13 +13,20 @@ Side effects: sbatch, scancel and srun processes.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from perdure.backends.preflight import check_env
 from perdure.backends.slurm import slurmcmd
+from perdure.backends.slurm.step import PREFLIGHT_ENV
+from perdure.core.events import Launch
+from perdure.core.healthspec import HealthSpec
 from perdure.core.spec import SlurmSpec
 
 SECRET_ENV = "PERDURE_SLURM_SECRET"
@@ -67,14 +74,15 @@ class Alloc:
         return f"Slurm job {self.slurm_id or '(unsubmitted)'} {self.state}{why}"
 
 
-def slurm_env(secret: str | None = None) -> dict[str, str]:
+def slurm_env(secret: str | None = None, extra: dict[str, str] | None = None
+              ) -> dict[str, str]:
     """This process's environment for srun and sbatch, without the SLURM_* variables of any
     job the controller itself may run in (they would retarget srun), SLURM_CONF kept."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     if secret is not None:
         env[SECRET_ENV] = secret
-    return env
+    return {**env, **(extra or {})}
 
 
 def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, warning: int,
@@ -98,25 +106,46 @@ def srun_args(alloc: Alloc, node: str, name: str, argv: list[str], gpus: bool = 
 
 
 def step(alloc: Alloc, node: str, name: str, argv: list[str], log: str,
-         secret: str | None = None, gpus: bool = False) -> subprocess.Popen[bytes]:
-    """Start a step of `alloc` on `node` running `argv` (never waits for it)."""
+         secret: str | None = None, gpus: bool = False,
+         extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a step of `alloc` on `node` running `argv`, with `extra` in its environment
+    (never waits for it)."""
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it
     try:
         return subprocess.Popen(
             srun_args(alloc, node, name, argv, gpus),
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=slurm_env(secret),
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=slurm_env(secret, extra),
             start_new_session=True, close_fds=True)
     finally:
         out.close()
 
 
+def node_check(alloc: Alloc, health: HealthSpec, launches: Iterable[Launch]
+               ) -> dict[str, Any] | None:
+    """What the agents of `alloc` check their node with (the cluster file's `health:
+    preflight`), in the environment of its attempt's launches (a spare's allocation has
+    none: its job's). No side effects."""
+    if not health.preflight:
+        return None
+    mine = [x for x in launches if x.job_id == alloc.job_id]
+    like = next((x for x in mine if x.env.get("PERDURE_ATTEMPT") == alloc.attempt),
+                mine[0] if mine else None)
+    env = check_env(like.env) if like is not None else {}
+    env.update(PERDURE_JOB_ID=alloc.job_id, PERDURE_ATTEMPT=alloc.attempt)
+    return {"argv": list(health.preflight), "timeout": health.timeout_seconds, "env": env,
+            "cwd": like.cwd if like is not None else None}
+
+
 def start_agent(alloc: Alloc, node: str, hub: str, secret: str, warm: tuple[object, float],
-                logs: str) -> subprocess.Popen[bytes]:
+                logs: str, check: dict[str, Any] | None = None) -> subprocess.Popen[bytes]:
+    """The node agent's step; `check`: the node's preflight ({argv, timeout, env, cwd})."""
     alloc.agents[node] = time.monotonic()
     argv = [sys.executable, "-m", "perdure.backends.slurm.agent", hub, node, str(warm[0]),
             f"{warm[1]:g}"]
+    extra = {PREFLIGHT_ENV: json.dumps(check)} if check is not None else None
     return step(alloc, node, "perdure-agent", argv,
-                os.path.join(logs, f"agent-{alloc.slurm_id}-{node}.log"), secret, gpus=True)
+                os.path.join(logs, f"agent-{alloc.slurm_id}-{node}.log"), secret, gpus=True,
+                extra=extra)
 
 
 def start_watcher(alloc: Alloc, node: str, launch_id: str, logs: str

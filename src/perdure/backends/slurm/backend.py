@@ -8,7 +8,9 @@ controller's hub (`hub`); each launch is handed to its node's agent, which runs 
 local backend's supervisor through its spawner and warm pool, and a step named after the
 launch (`step`) shows the replica to Slurm. A restart is a new launch in the allocation the
 attempt holds: no new queue wait. A launch on a node the allocation lacks (a replacement)
-gets a further allocation of that node.
+gets a further allocation of that node. With the cluster file's `health: preflight` each
+agent checks its node before its warm pool and launches start there (`agent`); a node that
+fails is quarantined (core) and left out of every later allocation (`fence_nodes`).
 
 Agents push their launches' status, exit, logs and progress (kept where the local backend
 keeps them: `perdure logs` reads them on this login node) and a heartbeat. An agent that goes
@@ -86,6 +88,8 @@ class SlurmBackend(AgentLinks, AllocHolds):
         self._next_squeue = self._next_sinfo = 0.0
         self._fenced: dict[str, str] = {}  # quarantined nodes (core/health.py) -> why
         self._platform = PlatformWatch(self.spec.partition)
+        self._health = cluster.health  # its preflight runs on each node by the agent
+        self._checks_failed: set[tuple[str, str]] = set()  # (allocation, node) reported
 
     # ---- attach -----------------------------------------------------------------------------
 
@@ -291,8 +295,10 @@ class SlurmBackend(AgentLinks, AllocHolds):
         assert self.hub is not None
         for node in alloc.nodes:
             if node not in alloc.agents:
+                check = al.node_check(alloc, self._health,
+                                      (t.launch for t in self._active.values()))
                 self._procs.append(al.start_agent(alloc, node, self.hub.address,
-                                                  self.hub.secret, self._warm, self.dir))
+                                                  self.hub.secret, self._warm, self.dir, check))
 
     def _notice(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
         """A preemption or time-limit notice for `alloc`: the job saves and suspends."""

@@ -4,7 +4,9 @@
 (it is told what the controller already has of its launches), its reports (applied by
 `reports`), its end. An agent gone while its allocation still runs, or silent for
 HEARTBEAT_SECONDS, is a lost node: a `fail-node` before its replicas' exits, so that none is
-charged. A lost node is restored once Slurm has shown it down and usable again.
+charged. A lost node is restored once Slurm has shown it down and usable again. An agent
+whose node failed its preflight check says so once: a `NodeCheckFailed` (the core
+quarantines the node).
 
 Side effects: through the backend: the mirror files, messages to agents, squeue and sinfo.
 """
@@ -20,7 +22,7 @@ from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm import reports, slurmcmd
 from perdure.backends.slurm.hub import Agent, Hub
 from perdure.backends.slurm.reports import Tracked
-from perdure.core.events import Command, LaunchFailed, Observation
+from perdure.core.events import Command, LaunchFailed, NodeCheckFailed, Observation
 from perdure.core.spec import SlurmSpec
 
 HEARTBEAT_SECONDS = 3.0  # an agent silent this long is on a lost node
@@ -39,6 +41,7 @@ class AgentLinks:
     _down: dict[str, float]
     _seen_down: set[str]
     _addresses: dict[str, str]
+    _checks_failed: set[tuple[str, str]]
 
     if TYPE_CHECKING:  # SlurmBackend's, which this half calls
         def _refresh(self, out: list[Observation]) -> None: ...
@@ -88,6 +91,11 @@ class AgentLinks:
             self._refresh(out)
             if alloc in self._allocs and alloc.running:
                 self._notice(alloc, str(frame["notice"]), out)
+        failed = frame.get("check_failed")
+        if failed and (agent.alloc, agent.node) not in self._checks_failed:
+            self._checks_failed.add((agent.alloc, agent.node))  # the node's preflight
+            self._log(f"node {agent.node} failed its check: {failed}")
+            out.append(NodeCheckFailed(agent.node, str(failed), time.time()))
         items = frame.get("launches")
         for lid, item in (items.items() if isinstance(items, dict) else []):
             tracked = self._active.get(lid)

@@ -18,6 +18,8 @@ import time
 from perdure.backends.local import layout, procs
 
 START_SECONDS = 120.0  # the agent writes the launch (and a supervisor claims it) within this
+# The node agent's check (the cluster file's `health: preflight`): {argv, timeout, env, cwd}
+PREFLIGHT_ENV = "PERDURE_SLURM_PREFLIGHT"
 
 
 def node_dir(node: str) -> str:
@@ -27,10 +29,17 @@ def node_dir(node: str) -> str:
 
 
 def wait(directory: str) -> int:
-    """The replica's exit code once it has ended (1 when it never started)."""
-    deadline = time.monotonic() + START_SECONDS
+    """The replica's exit code once it has ended (1 when it never started; a launch held by
+    the node's check and stopped there ends with the signal that stopped it)."""
+    began, held = time.monotonic(), None
     while (claim := layout.read_json(os.path.join(directory, layout.CLAIM))) is None:
-        if time.monotonic() >= deadline:
+        unstarted = layout.read_json(os.path.join(directory, layout.EXIT))
+        if unstarted is not None:
+            return int(unstarted.get("exit_code", 1)) & 0xFF
+        if held is None:  # how long the node's check may hold it, once the agent wrote it
+            record = layout.read_json(os.path.join(directory, layout.LAUNCH))
+            held = None if record is None else float(record.get("preflight_timeout") or 0)
+        if time.monotonic() - began >= START_SECONDS + (held or 0.0):
             return 1
         time.sleep(0.1)
     pid = int(claim.get("supervisor_pid") or 0)

@@ -1,0 +1,151 @@
+"""The node agent: one detached actor per perdure node (and controller namespace), named
+`agent:<node>`.
+
+It answers what a node knows (its address and interpreter, a port that is free there), owns
+the node's spawner with its pool of warm standbys (the local backend's: a launch actor hands
+its launch to it, so a replica that can start warm runs in an interpreter that has imported
+torch already), and runs the node's preflight check (the cluster file's `health:
+preflight`) for the launches of an attempt, and before a spare node's pool is warmed.
+
+Side effects: the spawner and its standbys, the check's processes, this node's perdure dir.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+import tempfile
+import threading
+from typing import Any
+
+import ray
+
+from perdure.backends.local import layout, procs
+from perdure.backends.local.pulls import pull_launch
+from perdure.backends.preflight import NodeGate
+
+RESOURCE_PREFIX = "perdure_node_"
+# A launch or agent asks for this much of its node's resource: it pins the actor to the node
+# without taking a slot (the controller accounts for slots itself).
+PIN = 0.001
+ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a stop
+
+
+def node_address() -> str:
+    """The address Ray reaches this node at."""
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+
+def node_dir() -> str:
+    """This Ray node's own directory for perdure (inside its session dir: nothing shared)."""
+    try:
+        from ray._private import worker  # the session dir has no public accessor
+
+        base = worker._global_node.get_session_dir_path()  # type: ignore[attr-defined,union-attr]
+    except Exception:
+        base = tempfile.gettempdir()
+    # One per namespace: each controller's agent has a spawner and warm pool of its own.
+    namespace = ray.get_runtime_context().namespace.replace(os.sep, "_")
+    path = os.path.join(base, "perdure", namespace)
+    os.makedirs(os.path.join(path, layout.LAUNCHES), exist_ok=True)
+    return path
+
+
+def identity(pid: int) -> dict[str, int]:
+    """A process as pid and start time (a pid alone may be reused)."""
+    own = procs.stat(pid)
+    return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
+
+
+class NodeAgent:
+    """What a perdure node knows about itself, for the controller; and the node's spawner with
+    its pool of warm standbys (the local backend's: `spawner`, `zygote`, `pool`), which the
+    launch actors of this node hand their launches to. The spawner exits with this agent."""
+
+    def __init__(self, warm_pool: int | str = "auto", warm_idle: float = 600.0) -> None:
+        from perdure.backends.local.spawner import Spawner
+
+        self.launches = os.path.join(node_dir(), layout.LAUNCHES)
+        self._spawner = Spawner(self.launches, warm_pool, warm_idle)
+        self._lock = threading.Lock()  # calls run in threads of their own
+        self._gates: dict[tuple[tuple[str, ...], float], NodeGate] = {}
+
+    def spawn(self, directory: str) -> dict[str, int]:
+        """Have the spawner start the launch in `directory` (warm if it can); the spawner's
+        process. Never waits for the launch to start."""
+        with self._lock:
+            pid = self._spawner.send(directory).pid
+        return identity(pid)
+
+    def _gate(self, argv: list[str], timeout: float) -> NodeGate:
+        with self._lock:
+            return self._gates.setdefault((tuple(argv), timeout), NodeGate(argv, timeout))
+
+    def check(self, key: str, argv: list[str], timeout: float, env: dict[str, str],
+              cwd: str | None, wait: float) -> dict[str, Any] | None:
+        """The outcome of the node's check (the cluster file's `health: preflight`) for
+        `key`, one attempt of a job (`NodeGate`); None while it runs after `wait` s (ask
+        again)."""
+        outcome = self._gate(argv, timeout).outcome(key, env, cwd, wait)
+        return None if outcome is None else {"passed": outcome.passed,
+                                             "message": outcome.message}
+
+    def prewarm(self, check: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Start filling the warm pool now, before a launch needs it. With `check` (the
+        node's preflight: argv, timeout, env) only once the node passed it, as a spare node
+        held for no attempt in particular; its outcome (None: no check, or still running)."""
+        outcome = None
+        if check is not None:
+            argv, timeout = list(check["argv"]), float(check["timeout"])
+            outcome = self.check("spare", argv, timeout, dict(check["env"]), None,
+                                 timeout + 5.0)
+            if outcome is None or not outcome["passed"]:
+                return outcome
+        with self._lock:
+            self._spawner.prewarm()
+        return outcome
+
+    def warm_status(self) -> dict[str, Any] | None:
+        """The pool as the spawner last wrote it (`pool.Pool._write_status`), or None."""
+        from perdure.backends.local.pool import STATUS_FILE
+
+        return layout.read_json(os.path.join(self.launches, STATUS_FILE))
+
+    def info(self) -> dict[str, Any]:
+        return {"address": node_address(), "python": sys.executable,
+                "node_id": ray.get_runtime_context().get_node_id(), "dir": node_dir()}
+
+    def pull(self, launch_id: str, offsets: dict[str, int]) -> dict[str, bytes]:
+        """A launch's streams, as `LaunchActor.pull`, once its actor is gone (killed by
+        Ray's memory monitor, say): what the replica printed last is still on this node."""
+        if os.sep in launch_id or launch_id in ("", ".", ".."):
+            raise ValueError(f"not a launch id: {launch_id!r}")
+        return pull_launch(os.path.join(self.launches, launch_id), offsets)
+
+    def free_port(self) -> int:
+        """A port nothing listens on now on this node (the OS picks it: no clash)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # Never listens: asks the OS for a port free on every interface, as rank 0's
+            # TCPStore (torch binds it on every interface) will need it.
+            s.bind(("", 0))
+            return int(s.getsockname()[1])
+
+
+def node_agent(node: str, namespace: str, warm_pool: int | str = "auto",
+               warm_idle: float = 600.0) -> Any:
+    """The node's agent, created on first use (with its warm pool's size and idle time; one
+    that exists keeps its own); it lives as long as its Ray node (Ray starts it again when it
+    dies there: Ray's memory monitor may pick it)."""
+    return remote_class(NodeAgent).options(
+        name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
+        resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1,
+        max_concurrency=ACTOR_CONCURRENCY,
+    ).remote(warm_pool, warm_idle)
+
+
+@functools.cache
+def remote_class(cls: type) -> Any:
+    """The Ray actor class of `cls`, made once per process (each is exported to the GCS)."""
+    return ray.remote(cls)
