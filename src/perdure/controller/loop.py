@@ -16,7 +16,6 @@ from pathlib import Path
 
 from perdure.backends.base import Backend, FencesNodes, HoldsSpares, LaunchError, NodeInfo
 from perdure.controller import backoff, vet
-from perdure.controller.collect import Collector
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
 from perdure.controller.publish import free_ports, publish_round
@@ -95,7 +94,6 @@ class Controller:
         self._fenced: dict[str, str] | None = None  # quarantines the backend was told of
         # A submitted job whose replicas are being read, a part a tick (`_load`)
         self._loading: tuple[str, Generator[None, None, Job | None]] | None = None
-        self.collector = Collector()
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -110,7 +108,6 @@ class Controller:
         """Load unfinished jobs, merge node states, and re-attach to running replicas."""
         self.acquire()
         self.store.checkpoint_in_background()
-        self.collector.start()  # collections between ticks, not inside them
         stored = self.store.nodes()
         nodes = {n.name: _merged(n, stored.get(n.name)) for n in self.backend.nodes()}
         self.store.save_nodes(nodes.values())
@@ -158,7 +155,6 @@ class Controller:
             return [LaunchFailed(lid, why, self.clock()) for lid in launch_ids]
 
     def close(self) -> None:
-        self.collector.close()
         self.watch.close()
         self.backend.close()
         if self._lock_fd is not None:
@@ -243,6 +239,7 @@ class Controller:
                 self._forget_node_dir(i)
         self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
                                  outcome.snapshot.index)
+        self.intervals.publish()
         if outcome.nodes_changed:
             self._tell_fenced()
         spares = frozenset(n for j in jobs.values() for n in j.spares)
@@ -428,15 +425,8 @@ class Controller:
                 return
             if exit_when_idle and self.idle():
                 return
-            nap = len(self.pending) < OBSERVATIONS_PER_TICK  # else: no news waits for a nap
-            began = time.perf_counter()
-            self.rest(self.interval if nap else 0.0)
-            if nap:
-                time.sleep(max(0.0, self.interval - (time.perf_counter() - began)))
-
-    def rest(self, idle_s: float) -> None:
-        """The work between two ticks `idle_s` apart: the garbage collections due."""
-        self.collector.between_ticks(idle_s)
+            if len(self.pending) < OBSERVATIONS_PER_TICK:  # else: no news waits for a nap
+                time.sleep(self.interval)
 
 
 def _merged(found: NodeInfo, stored: Node | None) -> Node:

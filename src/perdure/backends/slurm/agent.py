@@ -30,7 +30,8 @@ import threading
 import time
 from typing import Any
 
-from perdure.backends.local import layout, procs
+from perdure import statedir
+from perdure.backends.local import procs
 from perdure.backends.local.nodeenv import interface_env, node_command
 from perdure.backends.local.pulls import pull_launch
 from perdure.backends.local.replicas import kill_leftovers
@@ -63,7 +64,7 @@ class NodeAgent:
         self.node = node
         self.alloc = os.environ.get("SLURM_JOB_ID", "")
         self.secret = os.environ.pop(SECRET_ENV, "")
-        self.launches_dir = os.path.join(node_dir(node), layout.LAUNCHES)
+        self.launches_dir = os.path.join(node_dir(node), statedir.LAUNCHES)
         os.makedirs(self.launches_dir, exist_ok=True)
         self.spawner = Spawner(self.launches_dir, int(warm_pool) if warm_pool.isdigit()
                                else warm_pool, warm_idle)
@@ -155,7 +156,7 @@ class NodeAgent:
         if os.sep in lid or lid in ("", ".", ".."):
             return
         directory = os.path.join(self.launches_dir, lid)
-        if os.path.exists(os.path.join(directory, layout.LAUNCH)):
+        if os.path.exists(os.path.join(directory, statedir.LAUNCH)):
             return  # sent again after a reconnect: it runs already
         os.makedirs(directory, exist_ok=True)
         env = dict(record["env"])
@@ -163,7 +164,7 @@ class NodeAgent:
         if "CUDA_VISIBLE_DEVICES" in env:
             env["CUDA_VISIBLE_DEVICES"] = replica_gpus(env["CUDA_VISIBLE_DEVICES"],
                                                        os.environ.get("CUDA_VISIBLE_DEVICES"))
-        layout.write_json(os.path.join(directory, layout.LAUNCH), {
+        statedir.write_json(os.path.join(directory, statedir.LAUNCH), {
             **record, "command": node_command(list(record["command"])), "env": env,
             "inherit_env": True, "memory_mechanism": record.get("memory_mechanism", "auto"),
             "stdout": os.path.join(directory, "stdout.log"),
@@ -179,11 +180,11 @@ class NodeAgent:
 
     def _stop(self, lid: str, sig: int, grace: float, reason: str, notice: Any) -> None:
         directory = os.path.join(self.launches_dir, lid)
-        if not os.path.isdir(directory) or os.path.exists(os.path.join(directory, layout.EXIT)):
+        if not os.path.isdir(directory) or os.path.exists(os.path.join(directory, statedir.EXIT)):
             return
-        layout.write_json(os.path.join(directory, layout.STOP), {
+        statedir.write_json(os.path.join(directory, statedir.STOP), {
             "signal": sig, "deadline": time.time() + grace, "reason": reason, "notice": notice})
-        status = layout.read_json(os.path.join(directory, layout.STATUS))
+        status = statedir.read_json(os.path.join(directory, statedir.STATUS))
         if status is not None:  # else the supervisor reads stop.json once it has started
             procs.send_signal(int(status["supervisor_pid"]),
                               int(status["supervisor_start_ticks"]), signal.SIGUSR1)
@@ -198,7 +199,7 @@ class NodeAgent:
         for lid, launch in launches:
             item: dict[str, Any] = {}
             if not launch.sent_status:
-                status = layout.read_json(os.path.join(launch.dir, layout.STATUS))
+                status = statedir.read_json(os.path.join(launch.dir, statedir.STATUS))
                 if status is not None:
                     item["status"] = status
             if budget <= 0:  # the rest next time; its exit waits for its bytes
@@ -223,10 +224,10 @@ class NodeAgent:
         return report
 
     def _ended(self, launch: _Launch) -> dict[str, Any] | None:
-        record = layout.read_json(os.path.join(launch.dir, layout.EXIT))
+        record = statedir.read_json(os.path.join(launch.dir, statedir.EXIT))
         if record is not None:
             return record
-        claim = layout.read_json(os.path.join(launch.dir, layout.CLAIM))
+        claim = statedir.read_json(os.path.join(launch.dir, statedir.CLAIM))
         if claim is None:
             if time.monotonic() - launch.since < CLAIM_SECONDS:
                 return None
@@ -235,14 +236,14 @@ class NodeAgent:
         pid = int(claim.get("supervisor_pid") or 0)
         if pid and procs.is_alive(pid, int(claim.get("supervisor_start_ticks") or 0)):
             return None
-        record = layout.read_json(os.path.join(launch.dir, layout.EXIT))  # raced its write
+        record = statedir.read_json(os.path.join(launch.dir, statedir.EXIT))  # raced its write
         if record is not None:
             return record
-        kill_leftovers(layout.read_json(os.path.join(launch.dir, layout.STATUS)) or {},
+        kill_leftovers(statedir.read_json(os.path.join(launch.dir, statedir.STATUS)) or {},
                        launch.dir)
         return {"spawn_error": f"the supervisor of {os.path.basename(launch.dir)} exited "
                                "without recording the replica's exit; see "
-                               f"{os.path.join(launch.dir, layout.SUPERVISOR_LOG)} on node "
+                               f"{os.path.join(launch.dir, statedir.SUPERVISOR_LOG)} on node "
                                f"{self.node}", "time": time.time()}
 
     def _sent(self, report: dict[str, Any]) -> None:

@@ -15,7 +15,8 @@ import sys
 import tempfile
 import time
 
-from perdure.backends.local import layout, procs
+from perdure import statedir
+from perdure.backends.local import procs
 
 START_SECONDS = 120.0  # the agent writes the launch (and a supervisor claims it) within this
 
@@ -29,20 +30,20 @@ def node_dir(node: str) -> str:
 def wait(directory: str) -> int:
     """The replica's exit code once it has ended (1 when it never started)."""
     deadline = time.monotonic() + START_SECONDS
-    while (claim := layout.read_json(os.path.join(directory, layout.CLAIM))) is None:
+    while (claim := statedir.read_json(os.path.join(directory, statedir.CLAIM))) is None:
         if time.monotonic() >= deadline:
             return 1
         time.sleep(0.1)
     pid = int(claim.get("supervisor_pid") or 0)
     if pid:
         procs.wait_gone(pid, int(claim.get("supervisor_start_ticks") or 0))
-    record = layout.read_json(os.path.join(directory, layout.EXIT)) or {}
+    record = statedir.read_json(os.path.join(directory, statedir.EXIT)) or {}
     return int(record.get("exit_code", 1)) & 0xFF
 
 
 def main() -> None:
     node, launch_id = sys.argv[1], sys.argv[2]
-    sys.exit(wait(os.path.join(node_dir(node), layout.LAUNCHES, launch_id)))
+    sys.exit(wait(os.path.join(node_dir(node), statedir.LAUNCHES, launch_id)))
 
 
 if __name__ == "__main__":
