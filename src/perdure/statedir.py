@@ -11,7 +11,8 @@ A state dir (`--state-dir`) holds:
 - `rdzv/<job>/`: an elastic job's `round.json`, its replicas' markers and stores;
 - `intervals/<job>.json`: the checkpoint interval the controller chose (`every: auto`);
 - `checkpoints/<job>/`: a job's checkpoints when its spec names no directory;
-- `slurm/`: the Slurm backend's own records.
+- `slurm/`: the Slurm backend's own: `allocs.json` (its allocations), `slurm.log`, `hub.json`
+  (where its node agents connect) and `secret.json` (theirs).
 
 A launch dir holds records each written by one side only, always atomically:
 
@@ -65,6 +66,7 @@ CHECKPOINTS = "checkpoints"
 RDZV = "rdzv"
 ROUND = "round.json"
 SLURM = "slurm"
+ALLOCS, SLURM_LOG, HUB, SLURM_SECRET = "allocs.json", "slurm.log", "hub.json", "secret.json"
 
 LAUNCH = "launch.json"
 CLAIM = "claim.json"

@@ -167,9 +167,9 @@ class NodeAgent:
         statedir.write_json(os.path.join(directory, statedir.LAUNCH), {
             **record, "command": node_command(list(record["command"])), "env": env,
             "inherit_env": True, "memory_mechanism": record.get("memory_mechanism", "auto"),
-            "stdout": os.path.join(directory, "stdout.log"),
-            "stderr": os.path.join(directory, "stderr.log"),
-            "output": os.path.join(directory, "output.log"),  # both streams, in order
+            "stdout": os.path.join(directory, statedir.STREAMS["out"]),
+            "stderr": os.path.join(directory, statedir.STREAMS["err"]),
+            "output": os.path.join(directory, statedir.STREAMS["log"]),  # both, in order
             "created": time.time(), "owner": self.identity,
             # Slurm signals every process of the step at once on a preemption: the supervisor
             # then gives the replica the job's grace period to save, not its own default

@@ -248,7 +248,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
         self._save()
 
     def _save(self) -> None:
-        statedir.write_json(os.path.join(self.dir, "allocs.json"), {"allocations": [
+        statedir.write_json(os.path.join(self.dir, statedir.ALLOCS), {"allocations": [
             {"slurm_id": a.slurm_id, "job_id": a.job_id, "attempt": a.attempt,
              "nodes": a.nodes, "state": a.state, "reason": a.reason} for a in self._allocs]})
 
@@ -285,7 +285,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
     def _log(self, line: str) -> None:
         """One line of what Slurm did to the allocations (<state>/slurm/slurm.log)."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
-        with open(os.path.join(self.dir, "slurm.log"), "a") as f:
+        with open(os.path.join(self.dir, statedir.SLURM_LOG), "a") as f:
             f.write(f"{stamp} {line}\n")
 
     def _start_agents(self, alloc: al.Alloc) -> None:
