@@ -113,10 +113,8 @@ def private_dirs(path: PathLike) -> None:
     if os.path.isdir(path):
         return
     private_dirs(os.path.dirname(path))
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
-    except FileExistsError:
-        return
 
 
 def write_atomically(path: PathLike, data: str | bytes | Iterable[bytes | memoryview], *,
@@ -127,8 +125,9 @@ def write_atomically(path: PathLike, data: str | bytes | Iterable[bytes | memory
     only a killed process."""
     directory, name = os.path.split(os.fspath(path))
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    chunks = [data.encode()] if isinstance(data, str) else [data] if isinstance(data, bytes) \
-        else data
+    if isinstance(data, str):
+        data = data.encode()
+    chunks = [data] if isinstance(data, bytes) else data
     try:
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as f:
             for chunk in chunks:

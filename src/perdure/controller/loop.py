@@ -8,6 +8,7 @@ still runs.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import time
@@ -50,6 +51,8 @@ OBSERVATIONS_PER_TICK = 256
 # Replica rows of a submitted job read a tick: a 16,384-replica job is read over 4 ticks of
 # ~20 ms instead of one of ~90 ms (bench/controller.py --only big).
 LOAD_ROWS_PER_TICK = 4096
+# Every so many ticks the garbage collection after a tick is a full one (`tick`).
+FULL_COLLECTION_EVERY = 100
 
 
 class ControllerBusy(RuntimeError):
@@ -94,6 +97,7 @@ class Controller:
         self._fenced: dict[str, str] | None = None  # quarantines the backend was told of
         # A submitted job whose replicas are being read, a part a tick (`_load`)
         self._loading: tuple[str, Generator[None, None, Job | None]] | None = None
+        self._ticks = 0
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -210,7 +214,19 @@ class Controller:
         return False, None
 
     def tick(self) -> Outcome:
-        """One pass: gather observations, decide, commit, then act and publish."""
+        """One pass: gather observations, decide, commit, then act and publish; then collect
+        its garbage (every FULL_COLLECTION_EVERY ticks, all of it). No collection runs inside
+        a tick: in a big job's tick it would scan tens of thousands of new records."""
+        gc.disable()
+        try:
+            outcome = self._tick()
+        finally:
+            gc.enable()
+        self._ticks += 1
+        gc.collect(2 if self._ticks % FULL_COLLECTION_EVERY == 0 else 1)
+        return outcome
+
+    def _tick(self) -> Outcome:
         began, cpu = time.perf_counter(), time.thread_time()
         news = self.pending + self._poll()
         self.pending = news[OBSERVATIONS_PER_TICK:]
