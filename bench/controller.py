@@ -34,7 +34,7 @@ from pathlib import Path
 from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
 from perdure.backends.local import LocalBackend
-from perdure.controller.loop import OBSERVATIONS_PER_TICK, Controller
+from perdure.controller.loop import Controller
 from perdure.core.events import Launch
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job, make_replicas
@@ -266,16 +266,6 @@ def big_job(state: Path, nodes: int, per_node: int, elastic: bool,
     return ctl, store, backend, job.id
 
 
-def rest(ctl: Controller) -> float:
-    """What `Controller.run` does between ticks (its collections), without the nap; the
-    seconds it took. A controller without `rest` (an older tree) does nothing there."""
-    began = time.perf_counter()
-    if hasattr(ctl, "rest"):
-        busy = len(ctl.pending) >= OBSERVATIONS_PER_TICK
-        ctl.rest(0.0 if busy else ctl.interval)
-    return time.perf_counter() - began
-
-
 def bench_big(nodes: int, per_node: int) -> None:
     """Admission, a node failure and the group restart (or elastic shrink) it causes, for
     one job of nodes x per_node replicas: each phase's ticks until the job is RUNNING again."""
@@ -293,10 +283,8 @@ def bench_big(nodes: int, per_node: int) -> None:
                     store.command(command, "n00003")
                 first = len(ctl.tick_seconds)
                 began = time.perf_counter()
-                rests: list[float] = []
                 for _ in range(200):
                     ctl.tick()
-                    rests.append(rest(ctl))
                     now[0] += 0.25
                     job = ctl.snapshot.jobs.get(job_id)
                     if job is not None and job.state.value == "RUNNING" and (
@@ -308,9 +296,7 @@ def bench_big(nodes: int, per_node: int) -> None:
                       f"p99 {pct(t, 99) * 1e3:7.1f} ms  max {max(t) * 1e3:7.1f} ms  "
                       f"(CPU p99 {pct(cpu, 99) * 1e3:6.1f} ms)  "
                       f"phase {time.perf_counter() - began:5.2f} s  "
-                      f"launches {len(backend.launched)}  "
-                      f"between ticks p99 {pct(rests, 99) * 1e3:5.1f} max {max(rests) * 1e3:5.1f} "
-                      f"ms")
+                      f"launches {len(backend.launched)}")
             ctl.close()
             store.close()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -39,7 +39,8 @@ sys.path.insert(0, str(HERE.parent / "tests" / "integration" / "ray"))
 import recovery  # noqa: E402
 from hosts import Hosts, make_hosts  # noqa: E402
 
-from perdure.backends.local import layout, procs  # noqa: E402
+from perdure import statedir  # noqa: E402
+from perdure.backends.local import procs  # noqa: E402
 
 KILL_ACTORS = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
                "[ray.kill(ray.get_actor(a['name'], namespace=sys.argv[2])) "
@@ -60,9 +61,9 @@ def _ray_cluster(root: Path, hosts: Hosts, namespace: str) -> Path:
 def _kill_replica(state: Path, rank: int) -> bool:
     """SIGKILL the running replica of `rank` (same pid namespace as the hosts: netns only)."""
     launch = recovery._current_launch(state, f"worker-{rank}")
-    status = layout.read_json(state / layout.LAUNCHES / launch / layout.STATUS) \
+    status = statedir.read_json(state / statedir.LAUNCHES / launch / statedir.STATUS) \
         if launch else None
-    if status is None or (state / layout.LAUNCHES / str(launch) / layout.EXIT).exists():
+    if status is None or (state / statedir.LAUNCHES / str(launch) / statedir.EXIT).exists():
         return False
     return bool(procs.send_signal(int(status["pid"]), int(status["start_ticks"]),
                                   signal.SIGKILL))
@@ -128,9 +129,9 @@ def _pool_memory(hosts: Hosts, state: Path) -> str:
     sizes): every process forked from the spawner that is not a running replica or its
     supervisor."""
     running: set[int] = set()
-    for d in (state / layout.LAUNCHES).glob("recovery-*"):
-        status = layout.read_json(d / layout.STATUS)
-        if status is not None and not (d / layout.EXIT).exists():
+    for d in (state / statedir.LAUNCHES).glob("recovery-*"):
+        status = statedir.read_json(d / statedir.STATUS)
+        if status is not None and not (d / statedir.EXIT).exists():
             running |= {int(status["pid"]), int(status["supervisor_pid"])}
     pool = [pid for pid in hosts.hosts["a"].pids()
             if pid not in running and b"local.zygote" in _cmdline(pid)]
@@ -173,8 +174,8 @@ def report(outcomes: list[recovery.Outcome]) -> None:
 
 def _warm_used(root: Path) -> str:
     """How many of the run's launches started in a warm standby."""
-    statuses = [layout.read_json(d / layout.STATUS) or {}
-                for d in (root / "state" / layout.LAUNCHES).glob("recovery-*")]
+    statuses = [statedir.read_json(d / statedir.STATUS) or {}
+                for d in (root / "state" / statedir.LAUNCHES).glob("recovery-*")]
     started = [s for s in statuses if s]
     return f"{sum(bool(s.get('warm')) for s in started)} of {len(started)} launches started warm"
 

@@ -12,6 +12,7 @@ from typing import ClassVar, NoReturn
 
 import typer
 
+from perdure import statedir
 from perdure.backends.base import Inspector
 from perdure.cli.terminal import visible
 from perdure.controller.newjob import make_job
@@ -27,8 +28,6 @@ from perdure.core.spec import (
 )
 from perdure.core.text import plural
 from perdure.store.sqlite import JobRefError, Store, StoreError, make_state_dir
-
-CLUSTER_COPY = "cluster.yaml"
 
 
 def die(message: str, code: int = 2) -> NoReturn:
@@ -55,7 +54,7 @@ class Ctx:
 
     def _open(self, create: bool) -> Store:
         try:
-            return Store(self.state_dir / "perdure.db", create=create)
+            return Store(self.state_dir / statedir.DB, create=create)
         except StoreError as exc:
             die(str(exc))
 
@@ -94,7 +93,7 @@ def load_spec(path: Path) -> JobSpec:
 
 def load_cluster(ctx: Ctx, path: Path | None) -> ClusterSpec:
     """The cluster file given, else the one the state dir remembers, else the default."""
-    copy = ctx.state_dir / CLUSTER_COPY
+    copy = ctx.state_dir / statedir.CLUSTER_COPY
     source = path if path is not None else (copy if copy.exists() else None)
     if source is None:
         return default_cluster(os.cpu_count() or 1)
@@ -120,12 +119,8 @@ def remember_cluster(ctx: Ctx, path: Path | None) -> None:
         return
     text = read_bytes(path, "cluster file")
     make_state_dir(ctx.state_dir)
-    copy = ctx.state_dir / CLUSTER_COPY
-    tmp = copy.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(text)
-    tmp.replace(copy)
+    copy = ctx.state_dir / statedir.CLUSTER_COPY
+    statedir.write_atomically(copy, text)
 
 
 def inspector(ctx: Ctx) -> Inspector:

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from perdure import statedir
 from perdure.cli import export, healthcheck, jobs, ops, sim
 from perdure.cli.argv import hoist_state_dir
 from perdure.cli.common import Ctx, describe_cluster, load_cluster, load_spec, new_job
@@ -86,7 +87,7 @@ def main() -> None:
     except (StoreError, UnreadableJob) as exc:
         _fail(str(exc))
     except sqlite3.Error as exc:  # the state dir broke under a command: full, I/O error
-        where = Ctx.current.state_dir / "perdure.db" if Ctx.current else Path("perdure.db")
+        where = Ctx.current.state_dir / statedir.DB if Ctx.current else Path(statedir.DB)
         _fail(describe_error(where, exc))
     except OSError as exc:
         if exc.filename is None:

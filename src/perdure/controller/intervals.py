@@ -1,6 +1,7 @@
 """`checkpoint.every: auto` in the controller: measure, choose (core.interval), publish.
 
-Side effects: writes `<state>/intervals/<job>.json`, which the replicas' `maybe_save` follows
+Side effects: `IntervalShell.publish` (after the tick that chose them commits) writes
+`<state>/intervals/<job>.json`, which the replicas' `maybe_save` follows
 ($PERDURE_CHECKPOINT_INTERVAL_FILE). `publish_interval` is the one place that carries an
 interval to the replicas, as `publish_round` carries an elastic round: a network transport
 replaces that function's body, not its callers.
@@ -16,11 +17,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
+from perdure import statedir
 from perdure.core import interval as iv
 from perdure.core.events import Observation, ReplicaProgress
-from perdure.core.launchenv import LaunchSettings, interval_path, job_of_launch
+from perdure.core.launchenv import job_of_launch
 from perdure.core.model import Job
 from perdure.core.records import Event
 from perdure.core.states import JobState
@@ -47,11 +48,9 @@ def prior_mtbf() -> float:
 
 def publish_interval(state_dir: str, job_id: str, chosen: iv.Interval, now: float) -> None:
     """Hand a job's checkpoint interval to its replicas (atomically: a reader sees all or none)."""
-    path = interval_path(job_id, LaunchSettings(state_dir=state_dir, python=""))
+    path = statedir.interval_path(state_dir, job_id)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    Path(tmp).write_text(json.dumps({**chosen.to_json(), "time": now}))
-    os.replace(tmp, path)
+    statedir.write_atomically(path, json.dumps({**chosen.to_json(), "time": now}))
 
 
 class _Seen:
@@ -83,6 +82,7 @@ class IntervalShell:
         self.cluster = iv.Cluster(prior=self.prior)
         self._gone = iv.Cluster()  # what jobs that left this controller's view had seen
         self._last: float | None = None
+        self.due: list[tuple[str, iv.Interval, float]] = []  # chosen; published after commit
 
     def step(self, jobs: Mapping[str, Job], observations: list[Observation],
              now: float) -> list[Event]:
@@ -93,7 +93,14 @@ class IntervalShell:
             return []
         dt, self._last = (now - self._last if self._last is not None else 0.0), now
         self._account(jobs, dt)
-        return self._publish(jobs, now)
+        return self._choose(jobs, now)
+
+    def publish(self) -> None:
+        """Write the intervals chosen since the last call (the tick that chose them has
+        committed its events)."""
+        due, self.due = self.due, []
+        for job_id, chosen, now in due:
+            publish_interval(self.state_dir, job_id, chosen, now)
 
     def _note(self, jobs: Mapping[str, Job], obs: ReplicaProgress) -> None:
         """A save's cost; where each restore came from (only the failures the checkpoint had
@@ -125,7 +132,7 @@ class IntervalShell:
             self._gone.failures + sum(r.failures for r in self.records.values()),
             self._gone.seconds + sum(r.seconds for r in self.records.values()), self.prior)
 
-    def _publish(self, jobs: Mapping[str, Job], now: float) -> list[Event]:
+    def _choose(self, jobs: Mapping[str, Job], now: float) -> list[Event]:
         events = []
         for job in jobs.values():
             ck = job.spec.checkpoint
@@ -137,7 +144,7 @@ class IntervalShell:
                 continue
             was = f" (was {rec.published.seconds:.1f}s)" if rec.published else ""
             rec.published = chosen
-            publish_interval(self.state_dir, job.id, chosen, now)
+            self.due.append((job.id, chosen, now))
             events.append(Event(now, job.id, "checkpoint",
                                 f"checkpoint interval {chosen.explain()}{was}"))
         return events

@@ -16,7 +16,8 @@ import os
 import time
 from pathlib import Path
 
-LOCK_FILE = "controller.lock"
+from perdure import statedir
+
 START_WAIT_SECONDS = 0.5
 
 
@@ -25,7 +26,7 @@ def try_lock(state_dir: Path, pid: bool = False) -> int | None:
 
     pid: write this process's id into the file (a controller does; a passing tool does not).
     """
-    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(state_dir / statedir.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

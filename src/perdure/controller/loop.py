@@ -8,6 +8,7 @@ still runs.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import time
@@ -16,7 +17,6 @@ from pathlib import Path
 
 from perdure.backends.base import Backend, FencesNodes, HoldsSpares, LaunchError, NodeInfo
 from perdure.controller import backoff, vet
-from perdure.controller.collect import Collector
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
 from perdure.controller.publish import free_ports, publish_round
@@ -51,6 +51,8 @@ OBSERVATIONS_PER_TICK = 256
 # Replica rows of a submitted job read a tick: a 16,384-replica job is read over 4 ticks of
 # ~20 ms instead of one of ~90 ms (bench/controller.py --only big).
 LOAD_ROWS_PER_TICK = 4096
+# Every so many ticks the garbage collection after a tick is a full one (`tick`).
+FULL_COLLECTION_EVERY = 100
 
 
 class ControllerBusy(RuntimeError):
@@ -95,7 +97,7 @@ class Controller:
         self._fenced: dict[str, str] | None = None  # quarantines the backend was told of
         # A submitted job whose replicas are being read, a part a tick (`_load`)
         self._loading: tuple[str, Generator[None, None, Job | None]] | None = None
-        self.collector = Collector()
+        self._ticks = 0
 
     # ---- start and reconcile ----------------------------------------------------------
 
@@ -110,7 +112,6 @@ class Controller:
         """Load unfinished jobs, merge node states, and re-attach to running replicas."""
         self.acquire()
         self.store.checkpoint_in_background()
-        self.collector.start()  # collections between ticks, not inside them
         stored = self.store.nodes()
         nodes = {n.name: _merged(n, stored.get(n.name)) for n in self.backend.nodes()}
         self.store.save_nodes(nodes.values())
@@ -158,7 +159,6 @@ class Controller:
             return [LaunchFailed(lid, why, self.clock()) for lid in launch_ids]
 
     def close(self) -> None:
-        self.collector.close()
         self.watch.close()
         self.backend.close()
         if self._lock_fd is not None:
@@ -214,7 +214,19 @@ class Controller:
         return False, None
 
     def tick(self) -> Outcome:
-        """One pass: gather observations, decide, commit, then act and publish."""
+        """One pass: gather observations, decide, commit, then act and publish; then collect
+        its garbage (every FULL_COLLECTION_EVERY ticks, all of it). No collection runs inside
+        a tick: in a big job's tick it would scan tens of thousands of new records."""
+        gc.disable()
+        try:
+            outcome = self._tick()
+        finally:
+            gc.enable()
+        self._ticks += 1
+        gc.collect(2 if self._ticks % FULL_COLLECTION_EVERY == 0 else 1)
+        return outcome
+
+    def _tick(self) -> Outcome:
         began, cpu = time.perf_counter(), time.thread_time()
         news = self.pending + self._poll()
         self.pending = news[OBSERVATIONS_PER_TICK:]
@@ -243,6 +255,7 @@ class Controller:
                 self._forget_node_dir(i)
         self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
                                  outcome.snapshot.index)
+        self.intervals.publish()
         if outcome.nodes_changed:
             self._tell_fenced()
         spares = frozenset(n for j in jobs.values() for n in j.spares)
@@ -428,15 +441,8 @@ class Controller:
                 return
             if exit_when_idle and self.idle():
                 return
-            nap = len(self.pending) < OBSERVATIONS_PER_TICK  # else: no news waits for a nap
-            began = time.perf_counter()
-            self.rest(self.interval if nap else 0.0)
-            if nap:
-                time.sleep(max(0.0, self.interval - (time.perf_counter() - began)))
-
-    def rest(self, idle_s: float) -> None:
-        """The work between two ticks `idle_s` apart: the garbage collections due."""
-        self.collector.between_ticks(idle_s)
+            if len(self.pending) < OBSERVATIONS_PER_TICK:  # else: no news waits for a nap
+                time.sleep(self.interval)
 
 
 def _merged(found: NodeInfo, stored: Node | None) -> Node:

@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perdure.controller.lock import LOCK_FILE, release, try_lock
+from perdure import statedir
+from perdure.controller.lock import release, try_lock
 from perdure.core.commands import COMMANDS
 from perdure.core.events import Command
 from perdure.core.launchenv import LaunchSettings
@@ -99,7 +100,7 @@ def _try_lock(state_dir: Path) -> int | None:
     try:
         return try_lock(state_dir)
     except OSError as exc:
-        raise CommandRefused(f"{state_dir / LOCK_FILE}: cannot be opened ({exc.strerror}); "
+        raise CommandRefused(f"{state_dir / statedir.LOCK}: cannot be opened ({exc.strerror}); "
                              "check the state dir's permissions and free space") from None
 
 

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from perdure import statedir
 from perdure.backends.stacks import DumpsStacks, StackDump
 from perdure.core import stacks as st
 from perdure.core.events import Command, Hung, Observation, ReplicaProgress
@@ -46,7 +47,7 @@ def sample_seconds() -> float:
 
 def stacks_path(state_dir: Path, job_id: str, attempt: int, replica: str) -> Path:
     """`logs/<job>/attempt-N/<replica>.stacks`, beside the replica's .out and .err."""
-    return state_dir / "logs" / job_id / f"attempt-{attempt}" / f"{replica}.stacks"
+    return Path(statedir.log_dir(state_dir, job_id, attempt)) / f"{replica}.stacks"
 
 
 class WatchShell:
@@ -169,7 +170,7 @@ class WatchShell:
             written.append(path)
         v = verdict(suspect, summaries)
         where = "; ".join(v.where)
-        folder = written[0].parent if written else self.state_dir / "logs"
+        folder = written[0].parent if written else self.state_dir / statedir.LOGS
         report = (f"HANG: {v.laggard.replica} blamed ({v.reason}); no rank advanced for "
                   f"{suspect.stalled_for:.0f}s (hang_seconds {suspect.hang_seconds:g}). "
                   f"Where each rank was: {where}. Stacks: {folder}/<replica>.stacks")

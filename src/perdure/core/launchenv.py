@@ -9,6 +9,7 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from perdure import statedir
 from perdure.core.events import Launch
 from perdure.core.healthspec import HealthSpec
 from perdure.core.layout import Layout, PoolBase
@@ -57,7 +58,7 @@ def workdir(job: Job) -> str:
 def checkpoint_dir(job: Job, s: LaunchSettings) -> str:
     if job.spec.checkpoint.dir:
         return _resolve(job.spec_dir, job.spec.checkpoint.dir)
-    return posixpath.join(s.state_dir, "checkpoints", job.id)
+    return statedir.checkpoints_dir(s.state_dir, job.id)
 
 
 def launch_id(job: Job, r: Replica) -> str:
@@ -65,21 +66,11 @@ def launch_id(job: Job, r: Replica) -> str:
     return f"{job.id}.{job.attempt}.{r.name}.{r.launches}"
 
 
-def rendezvous_dir(job_id: str, s: LaunchSettings) -> str:
-    """Where an elastic job's rounds are published (round.json) and its stores live."""
-    return posixpath.join(s.state_dir, "rdzv", job_id)
-
-
-def interval_path(job_id: str, s: LaunchSettings) -> str:
-    """Where the controller publishes a job's checkpoint interval (`checkpoint.every: auto`)."""
-    return posixpath.join(s.state_dir, "intervals", f"{job_id}.json")
-
-
 def interval_env(job: Job, s: LaunchSettings) -> dict[str, str]:
     """The spec's checkpoint interval for the runtime's `Checkpointer.maybe_save`."""
     ck = job.spec.checkpoint
     if ck.every == "auto":
-        return {"PERDURE_CHECKPOINT_INTERVAL_FILE": interval_path(job.id, s)}
+        return {"PERDURE_CHECKPOINT_INTERVAL_FILE": statedir.interval_path(s.state_dir, job.id)}
     env = {}  # every_steps: contract_env, which every backend and the export share
     if ck.every_seconds:
         seconds = min(ck.every_seconds, ck.max_interval_seconds)
@@ -239,11 +230,11 @@ def _pool_base(job: Job, pool: PoolSpec, s: LaunchSettings, layout: Layout) -> P
         env["PERDURE_JOB_SECRET"] = s.job_secret(job.id)
     env["PERDURE_MASTER_NODE"] = master_node(job)
     if job.elastic:
-        env["PERDURE_RDZV_DIR"] = rendezvous_dir(job.id, s)
+        env["PERDURE_RDZV_DIR"] = statedir.rendezvous_dir(s.state_dir, job.id)
         env["PERDURE_MIN_WORLD_SIZE"] = str(job.min_members)
     env.update(interval_env(job, s))
     local = node_dir(job.id, s)
     if local is not None:
         env["PERDURE_NODE_DIR"] = local
-    return PoolBase(tuple(command), env, posixpath.join(s.state_dir, "launches"),
-                    posixpath.join(s.state_dir, "logs", job.id, f"attempt-{job.attempt}"))
+    return PoolBase(tuple(command), env, posixpath.join(s.state_dir, statedir.LAUNCHES),
+                    statedir.log_dir(s.state_dir, job.id, job.attempt))

@@ -19,12 +19,12 @@ import json
 import os
 import queue
 import threading
-import uuid
 from typing import Any
 
 import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
 
+from perdure import statedir
 from perdure.runtime import Checkpointer
 
 __all__ = ["POINTER_KIND", "PortableWriter", "join", "load_step", "read_pointer",
@@ -151,12 +151,7 @@ def _put(path: str, data: bytes) -> None:
     parent = os.path.dirname(path.rstrip("/"))
     if "://" not in path:
         os.makedirs(parent or ".", exist_ok=True)
-        tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        statedir.write_atomically(path, data, durable=True, mode=0o666)  # the umask decides
         return
     fs.makedirs(parent, exist_ok=True)
     fs.pipe_file(path, data)

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from perdure import statedir
 from perdure.runtime import transport
 from perdure.runtime.errorfile import (
     MAX_MESSAGE_CHARS,
@@ -31,7 +32,6 @@ from perdure.runtime.errorfile import (
     read_error_file,
     split_exception_line,
 )
-from perdure.runtime.transport.files import write_atomically
 
 __all__ = [
     "ERROR_FILE_ENV",
@@ -123,7 +123,7 @@ def write_error_file(exc: BaseException, path: str | Path | None = None) -> Path
             "pid": os.getpid(),
         }
         if path is not None:
-            write_atomically(Path(path), json.dumps(payload))
+            statedir.write_atomically(path, json.dumps(payload))
         else:
             target = transport.current().write_error(payload)
     except Exception as err:  # an exception whose __str__ fails, a full disk, ...

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from perdure import statedir
 from perdure.store.sqlite import make_state_dir
 
-TOKEN_FILE = "api-token"
 COOKIE = "perdure_session"
 CSRF_HEADER = "x-perdure-csrf"  # the dashboard's script sends it on every POST
 SESSION_SECONDS = 7 * 86400
@@ -38,7 +38,7 @@ class TokenError(RuntimeError):
 
 
 def token_path(state_dir: Path) -> Path:
-    return state_dir / TOKEN_FILE
+    return state_dir / statedir.TOKEN
 
 
 def load_or_create_token(state_dir: Path) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perdure import statedir
 from perdure.backends.base import Inspector
 from perdure.backends.factory import make_inspector
 from perdure.core.spec import ClusterSpec
@@ -47,7 +48,7 @@ class ServeContext:
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:
-        self.stores = Stores(self.state_dir / "perdure.db")
+        self.stores = Stores(self.state_dir / statedir.DB)
         self.reader = make_inspector(self.cluster, self.state_dir)
         self.goodput = GoodputCache(self.reader)
         self.metrics = Metrics(self.stores.get, self.goodput)

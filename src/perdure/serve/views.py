@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perdure import statedir
 from perdure.backends.base import Inspector
 from perdure.core.events import QUEUED_IN_BACKEND
 from perdure.core.model import Job
@@ -40,7 +41,7 @@ def log_file(state_dir: Path, job: Job, replica: str, attempt: int, stream: str)
     """The file `perdure logs` reads for a replica's attempt (stream: 'all' (both streams
     merged in order) | 'stderr' | 'stdout'); an attempt run before logs were merged has
     only its stderr to show for 'all'."""
-    base = state_dir / "logs" / job.id / f"attempt-{attempt}"
+    base = Path(statedir.log_dir(state_dir, job.id, attempt))
     path = base / f"{replica}.{LOG_SUFFIXES[stream]}"
     if stream == "all" and not path.exists() and (base / f"{replica}.err").exists():
         return base / f"{replica}.err"

@@ -37,6 +37,7 @@ from perdure.core.spec import JobSpec
 from perdure.core.states import JobState
 from perdure.core.tick import Snapshot, needs_placement
 from perdure.core.watchdog import Watchdog
+from perdure.runtime.peerring import choose_peer
 from perdure.sim.calibration import Calibration
 from perdure.sim.failures import Draw
 from perdure.sim.policies import Policy
@@ -351,18 +352,19 @@ class Engine:
 
     def snapshot_survives(self, kind: str, hit: list[str]) -> bool:
         """Whether the newest snapshot outlives a failure of the nodes `hit`: after a transient
-        fault the replicas restart where their node-local files are; lost nodes keep it only
-        through peer copies, and only if no lost node's peer was lost with it (the peer is
-        the node half the ring away, as the runtime's choose_peer takes the replica half the
-        ring of ranks away: one replica per node here, ranks in node order)."""
+        fault the replicas restart where their node-local files are; the replicas of lost
+        nodes keep it only through peer copies, and only if each one's peer (the runtime's
+        rule, `choose_peer`, over the running replicas in rank order) was not lost with it."""
         if kind != "hardware":
             return True
         if not self.policy.peers:
             return False
-        busy = self.busy_nodes()
-        lost = set(hit) & set(busy)
-        ring = {n: busy[(i + len(busy) // 2) % len(busy)] for i, n in enumerate(busy)}
-        return len(lost) < len(busy) and not any(ring[n] in lost for n in lost)
+        lost = set(hit)
+        where = {p.launch.replica: p.launch.node for p in self.procs.values() if p.alive}
+        ring = [(r.name, where[r.name]) for r in self.snap.jobs[self.job_id].replicas
+                if r.name in where]
+        peers = [choose_peer(ring, name) for name, node in ring if node in lost]
+        return all(peer is not None and where[peer] not in lost for peer in peers)
 
     def busy_nodes(self) -> list[str]:
         """Nodes running the job's replicas, in node order."""

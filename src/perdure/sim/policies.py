@@ -24,7 +24,7 @@ class Policy:
     spares: int = 0  # the spec's `spares`: whole nodes held warm for a lost node's replicas
     snapshots: bool = False  # in-memory snapshots, node-local (they outlive the process)
     # ... and a copy in a peer's memory (the elastic Snapshotter's holder): they outlive a lost
-    # node unless its peer (half the ring away, `choose_peer`) is lost with it
+    # node unless its peer (the runtime's `choose_peer`) is lost with it
     peers: bool = False
     # Quarantine nodes by the cluster file's default `health` rule (core/health.py); off:
     # a node is never fenced, however often it fails

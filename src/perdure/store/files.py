@@ -9,6 +9,8 @@ import os
 from contextlib import suppress
 from pathlib import Path
 
+from perdure import statedir
+
 
 def make_state_dir(path: Path) -> None:
     """Create a state dir readable by its owner only: specs' env values, the API token and
@@ -22,7 +24,7 @@ def make_state_dir(path: Path) -> None:
     with suppress(FileExistsError):
         path.mkdir(mode=0o700)
     info = path.stat()
-    if info.st_mode & 0o077 and info.st_uid == os.getuid() and (path / "perdure.db").exists():
+    if info.st_mode & 0o077 and info.st_uid == os.getuid() and (path / statedir.DB).exists():
         os.chmod(path, 0o700)
 
 

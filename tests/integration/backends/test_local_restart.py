@@ -25,7 +25,8 @@ from test_local_support import (
     wait_started,
 )
 
-from perdure.backends.local import LocalBackend, layout
+from perdure import statedir
+from perdure.backends.local import LocalBackend
 from perdure.core.events import LaunchFailed, ReplicaExited, ReplicaStarted, Stop
 
 __all__ = ["backend"]
@@ -90,10 +91,10 @@ def test_adopt_reports_unknown_and_never_started_launches(tmp_path: Path) -> Non
     # The controller died between writing launch.json and spawning the supervisor.
     marker = tmp_path / "ran"
     launch = make_launch(tmp_path, f"open('{marker}', 'w').close()", launch_id="orphan")
-    orphan = Path(layout.launch_dir(state.resolve(), "orphan"))
+    orphan = Path(statedir.launch_dir(state.resolve(), "orphan"))
     orphan.mkdir(parents=True)
-    layout.write_json(
-        orphan / layout.LAUNCH,
+    statedir.write_json(
+        orphan / statedir.LAUNCH,
         {
             "launch_id": "orphan",
             "node": "a",
@@ -119,9 +120,9 @@ def test_adopt_reports_unknown_and_never_started_launches(tmp_path: Path) -> Non
         check=False,
     )
     assert late.returncode == 0
-    assert not marker.exists() and not (orphan / layout.STATUS).exists()
-    assert not (orphan / layout.EXIT).exists()
-    assert "gave this launch up" in (orphan / layout.SUPERVISOR_LOG).read_text()
+    assert not marker.exists() and not (orphan / statedir.STATUS).exists()
+    assert not (orphan / statedir.EXIT).exists()
+    assert "gave this launch up" in (orphan / statedir.SUPERVISOR_LOG).read_text()
 
 
 def test_adopting_a_launch_whose_supervisor_is_still_starting_gives_it_up(

@@ -8,14 +8,15 @@ import sys
 import time
 from pathlib import Path
 
-from perdure.backends.local import layout, procs
+from perdure import statedir
+from perdure.backends.local import procs
 
 
 def _launch(directory: Path, owner: subprocess.Popen[bytes]) -> None:
     info = procs.stat(owner.pid)
     assert info is not None
     directory.mkdir(parents=True)
-    layout.write_json(directory / layout.LAUNCH, {
+    statedir.write_json(directory / statedir.LAUNCH, {
         "launch_id": directory.name, "command": ["sleep", "60"], "env": {},
         "cwd": str(directory), "memory_mb": None, "inherit_env": True,
         "stdout": str(directory / "out.log"), "stderr": str(directory / "err.log"),
@@ -25,12 +26,12 @@ def _launch(directory: Path, owner: subprocess.Popen[bytes]) -> None:
 def _status(directory: Path, timeout: float = 20) -> dict[str, int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status = layout.read_json(directory / layout.STATUS)
+        status = statedir.read_json(directory / statedir.STATUS)
         if status is not None:
             return status
         time.sleep(0.02)
     raise AssertionError(f"the supervisor did not start the replica: "
-                         f"{(directory / layout.SUPERVISOR_LOG).read_text()}")
+                         f"{(directory / statedir.SUPERVISOR_LOG).read_text()}")
 
 
 def test_supervisor_and_replica_die_with_the_owner(tmp_path: Path) -> None:
@@ -50,7 +51,7 @@ def test_supervisor_and_replica_die_with_the_owner(tmp_path: Path) -> None:
         assert procs.wait_gone(replica.pid, replica.start_ticks, timeout=5), "replica outlived"
         assert supervisor.wait(timeout=5) == -9  # as PDEATHSIG would have killed it
         assert time.monotonic() - began < 2.0
-        assert not (directory / layout.EXIT).exists()  # its launch actor is gone: nobody reads
+        assert not (directory / statedir.EXIT).exists()  # its launch actor is gone: nobody reads
     finally:
         for proc in (owner, supervisor):
             if proc.poll() is None:
@@ -64,13 +65,13 @@ def test_an_owner_gone_before_the_start_starts_nothing_that_lingers(tmp_path: Pa
     directory = tmp_path / "launches" / "orphan"
     directory.mkdir(parents=True)
     # the owner's start ticks no longer match any live process: it counts as gone
-    layout.write_json(directory / layout.LAUNCH, {
+    statedir.write_json(directory / statedir.LAUNCH, {
         "launch_id": "orphan", "command": ["sleep", "60"], "env": {}, "cwd": str(directory),
         "memory_mb": None, "stdout": str(directory / "out.log"),
         "stderr": str(directory / "err.log"), "owner": {"pid": owner.pid, "start_ticks": 1}})
     supervisor = subprocess.run([sys.executable, "-m", "perdure.backends.local.supervisor",
                                  str(directory)], timeout=20, check=False)
     assert supervisor.returncode == -9
-    status = layout.read_json(directory / layout.STATUS)
+    status = statedir.read_json(directory / statedir.STATUS)
     if status is not None:  # it may have started the replica before the watch fired
         assert procs.wait_gone(int(status["pid"]), int(status["start_ticks"]), timeout=5)

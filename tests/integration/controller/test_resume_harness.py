@@ -29,7 +29,8 @@ from typing import IO, Any
 import yaml
 
 from conftest import PERDURE, Perdure
-from perdure.backends.local import layout, signal_replica
+from perdure import statedir
+from perdure.backends.local import signal_replica
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
 TMP_DIR = re.compile(r"^step-(\d{8,})\.tmp-")
@@ -156,7 +157,7 @@ def run_clean(p: Perdure, s: Settings, cluster: Path, name: str = "clean",
 def current_launch(state: Path, job_id: str, replica: str) -> str | None:
     """The id of the newest launch of `replica` of `job_id` (`<job>.<attempt>.<replica>.<n>`)."""
     found = []
-    for d in (state / layout.LAUNCHES).glob(f"{job_id}.*.{replica}.*"):
+    for d in (state / statedir.LAUNCHES).glob(f"{job_id}.*.{replica}.*"):
         _, attempt, _, n = d.name.rsplit(".", 3)
         found.append((int(attempt), int(n), d.name))
     return max(found)[2] if found else None
@@ -169,8 +170,8 @@ def stop_leftovers(state: Path) -> None:
     /proc environment names no job and the fixture's sweep by environment misses it; the
     launch records name every replica's process.
     """
-    for d in (state / layout.LAUNCHES).glob("*"):
-        if (d / layout.STATUS).exists() and not (d / layout.EXIT).exists():
+    for d in (state / statedir.LAUNCHES).glob("*"):
+        if (d / statedir.STATUS).exists() and not (d / statedir.EXIT).exists():
             with contextlib.suppress(ProcessLookupError, OSError, ValueError, KeyError):
                 signal_replica(state, d.name, signal.SIGKILL)
 
@@ -316,7 +317,7 @@ class FaultyRun:
         raise AssertionError(f"no checkpoint save started in {timeout:.0f}s")
 
     def _uncommitted(self, launch: str, step: int) -> bool:
-        exit_record = self.p.state / layout.LAUNCHES / launch / layout.EXIT
+        exit_record = self.p.state / statedir.LAUNCHES / launch / statedir.EXIT
         deadline = time.time() + 30
         while not exit_record.exists() and time.time() < deadline:
             time.sleep(0.05)

@@ -1,7 +1,6 @@
-"""round.json's members are one join of names, nodes and fixed texts (controller.publish):
-what replicas read back (rendezvous.read_round) is the full round, the same document the
-plain encoding of every member writes, round after round of shrinks, grows and moves, with
-names JSON must escape among them or not."""
+"""round.json as the controller publishes it (controller.publish): what replicas read back
+(rendezvous.read_round) is the full round, round after round of shrinks, grows and moves,
+with names JSON must escape among them or not, and no temporary file is left beside it."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ NAMES = [*PLAIN, 'odd "quoted"\\name', "nœud-ü", "tab\there"]
 
 
 def plain(d: Rendezvous) -> dict[str, object]:
-    """The round as a dict per member, encoded whole (as perdure wrote it before)."""
+    """The round as a dict per member."""
     return {"job_id": d.job_id, "attempt": d.attempt, "round": d.round, "reason": d.reason,
             "time": d.time, "world_size": len(d.members),
             "members": [{"replica": n, "rank": i, "node": node}
@@ -30,7 +29,7 @@ def plain(d: Rendezvous) -> dict[str, object]:
 @pytest.mark.parametrize("seed", range(8))
 def test_rounds_read_back_whole(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
-    names = PLAIN if seed % 2 else NAMES  # plain names are joined as they are
+    names = PLAIN if seed % 2 else NAMES
     where = {n: rng.choice(["a", "b", "c", 'n"1'] if seed % 4 < 2 else ["a", "b"])
              for n in names}
     for number in range(12):

@@ -10,7 +10,7 @@ from test_ray_warm import agent_pool
 from tests.helpers.stopping import stop_controller
 
 from conftest import RayPerdure, named_actors
-from perdure.backends.local import layout
+from perdure import statedir
 
 HOLD = "import time; time.sleep(600)\n"  # a script: `python -c` never starts warm
 # A launch that takes a spare actor starts its replica this soon after the call reached it
@@ -21,8 +21,8 @@ QUICK_SECONDS = 1.5
 def _statuses(p: RayPerdure, job: str) -> dict[str, dict[str, object]]:
     """launch id -> the status record of each of the job's launches that started."""
     out = {}
-    for d in (p.state / layout.LAUNCHES).glob(f"{job}*"):
-        status = layout.read_json(d / layout.STATUS)
+    for d in (p.state / statedir.LAUNCHES).glob(f"{job}*"):
+        status = statedir.read_json(d / statedir.STATUS)
         if status is not None:
             out[d.name] = status
     return out
@@ -119,7 +119,7 @@ def test_a_relaunch_takes_a_spare_launch_actor(ray_perdure: RayPerdure) -> None:
         assert second["prestarted"] is True, second
         assert float(second["started_at"]) - float(second["actor_created"]) \
             < QUICK_SECONDS, second  # type: ignore[arg-type]
-        record = layout.read_json(p.state / layout.LAUNCHES / launch / layout.LAUNCH) or {}
+        record = statedir.read_json(p.state / statedir.LAUNCHES / launch / statedir.LAUNCH) or {}
         assert str(record.get("actor", "")).startswith("spare:a:"), record
         # the spare it took is replaced: node a has its spares again
         _spares_up(p, {"a"})

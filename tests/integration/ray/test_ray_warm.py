@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from conftest import RayPerdure, kill_actors, named_actors
-from perdure.backends.local import layout, procs
+from perdure import statedir
+from perdure.backends.local import procs
 
 HOLD = "import os, time; print('replica', os.getpid(), flush=True); time.sleep(600)"
 
@@ -26,8 +27,8 @@ def _started(p: RayPerdure, seen: set[str], timeout: float = 60,
     """The next launch (not in `seen`) whose replica started: its id and status record."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for d in sorted((p.state / layout.LAUNCHES).glob(f"{prefix}*")):
-            status = layout.read_json(d / layout.STATUS)
+        for d in sorted((p.state / statedir.LAUNCHES).glob(f"{prefix}*")):
+            status = statedir.read_json(d / statedir.STATUS)
             if d.name not in seen and status is not None:
                 seen.add(d.name)
                 return d.name, status
@@ -56,7 +57,7 @@ def test_relaunch_starts_warm_and_dies_with_its_launch_actor(ray_perdure: RayPer
         assert ticks is not None, status
         # The launch actor dies (ray.kill, as the node's death or Ray's memory monitor would
         # kill it): the replica, a warm standby forked by the agent's spawner, dies with it.
-        record = layout.read_json(p.state / layout.LAUNCHES / first / layout.LAUNCH) or {}
+        record = statedir.read_json(p.state / statedir.LAUNCHES / first / statedir.LAUNCH) or {}
         subprocess.run([sys.executable, "-c", KILL_ONE, p.hosts.head_address, p.namespace,
                         record.get("actor") or f"launch:{first}"], check=True, timeout=60,
                        env=p.hosts.env())
@@ -66,7 +67,7 @@ def test_relaunch_starts_warm_and_dies_with_its_launch_actor(ray_perdure: RayPer
         second, again = _started(p, seen, timeout=60)
         assert again["warm"] is True and again["via"] == "agent", again
         assert again["started_at"] - again["actor_created"] < 3.0, again
-        record = layout.read_json(p.state / layout.LAUNCHES / second / layout.LAUNCH) or {}
+        record = statedir.read_json(p.state / statedir.LAUNCHES / second / statedir.LAUNCH) or {}
         # what the warm replica printed on its node comes back to the controller's machine
         assert _log_soon(Path(record["log_prefix"] + ".out"), f"replica {again['pid']}")
         p.cli("cancel", "hold")
@@ -128,7 +129,7 @@ def test_the_controllers_pool_settings_reach_the_nodes(ray_perdure: RayPerdure,
     r = p.cli("run", str(p.spec("cold", command=["python", str(script)])), "--cluster", cluster,
               check=False)
     assert r.returncode == 0, r.stdout + r.stderr
-    cold = [layout.read_json(d / layout.STATUS) or {}
-            for d in (p.state / layout.LAUNCHES).glob("cold*")]
+    cold = [statedir.read_json(d / statedir.STATUS) or {}
+            for d in (p.state / statedir.LAUNCHES).glob("cold*")]
     assert [(s.get("warm"), s.get("via")) for s in cold] == [(False, "agent")], cold
     assert agent_pool(p, "a")["disabled"], "a pool of 0 is off"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from transport_pair import JOB, launch_id, net_env, start_relay, transport_of
 
-from perdure.backends.local import layout
+from perdure import statedir
 from perdure.controller.publish import publish_round
 from perdure.core.events import Rendezvous
 from perdure.runtime import goodput
@@ -108,9 +108,9 @@ def test_the_stop_notice_tells_a_notice_from_a_plain_stop(kind: str, tmp_path: P
     with transport_of(kind, tmp_path) as t:
         _use(t, tmp_path, monkeypatch)
         assert t.stop_request() is None and is_notice(current())  # nothing written: someone else
-        layout.write_json(stop, {"signal": 15, "deadline": 0, "reason": "r", "notice": None})
+        statedir.write_json(stop, {"signal": 15, "deadline": 0, "reason": "r", "notice": None})
         assert not is_notice(current())  # the backend's plain stop (a new round, a cancel)
-        layout.write_json(stop, {"signal": 15, "deadline": 0, "reason": "r",
+        statedir.write_json(stop, {"signal": 15, "deadline": 0, "reason": "r",
                                  "notice": "preemption"})
         assert is_notice(current())
 
@@ -190,7 +190,7 @@ def test_a_plain_stop_reaches_a_replica_over_the_relay(tmp_path: Path) -> None:
         assert proc.stdout.readline().strip() == "ready"
         stop = tmp_path / "launches" / launch_id() / "stop.json"
         stop.parent.mkdir(parents=True, exist_ok=True)
-        layout.write_json(stop, {"signal": 15, "deadline": 0, "reason": "new round 2",
+        statedir.write_json(stop, {"signal": 15, "deadline": 0, "reason": "new round 2",
                                  "notice": None})
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == -signal.SIGTERM

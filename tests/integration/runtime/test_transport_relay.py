@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from transport_pair import JOB, SECRET, launch_id, net_env, start_relay
 
+from perdure import statedir
 from perdure.backends.relay import server as relay_module
-from perdure.backends.relay.server import RELAY_FILE, Relay, RelayError
+from perdure.backends.relay.server import Relay, RelayError
 from perdure.runtime.elastic.barrier import Formed, meet
 from perdure.runtime.elastic.rendezvous import Member, Round
 from perdure.runtime.transport import NetTransport, TransportError, from_env
@@ -137,7 +138,7 @@ def test_the_relay_listens_only_where_it_is_told(tmp_path: Path,
     r = start_relay(tmp_path)
     try:
         assert r.address == f"127.0.0.1:{r.port}"
-        recorded = json.loads((tmp_path / RELAY_FILE).read_text())
+        recorded = json.loads((tmp_path / statedir.RELAY).read_text())
         assert (recorded["bind"], recorded["port"]) == ("127.0.0.1", r.port)
         with pytest.raises(RelayError, match="recorded in"):  # its port is taken: say why
             start_relay(tmp_path)

@@ -9,17 +9,18 @@ import pytest
 
 pytest.importorskip("ray")
 
+from perdure import statedir
 from perdure.backends.local.inspector import LocalInspector
-from perdure.backends.ray.actors import FILES, pull_launch
+from perdure.backends.ray.actors import pull_launch
 from perdure.backends.ray.mirror import Mirror
 
 
 def test_the_merged_log_is_pulled_and_mirrored_for_perdure_logs(tmp_path: Path) -> None:
     node = tmp_path / "node-launch"
     node.mkdir()
-    (node / FILES["out"]).write_text("said 1\n")
-    (node / FILES["err"]).write_text("tick 1\n")
-    (node / FILES["log"]).write_text("tick 1\nsaid 1\n")
+    (node / statedir.STREAMS["out"]).write_text("said 1\n")
+    (node / statedir.STREAMS["err"]).write_text("tick 1\n")
+    (node / statedir.STREAMS["log"]).write_text("tick 1\nsaid 1\n")
     state = tmp_path / "state"
     prefix = str(state / "logs" / "job-1" / "attempt-1" / "worker-0")
     mirror = Mirror(str(state), "job-1.1.worker-0.1", prefix)

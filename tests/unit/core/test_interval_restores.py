@@ -103,6 +103,8 @@ def test_the_controller_feeds_only_reported_sources_into_the_interval(tmp_path: 
     events = shell.step({"j-1": job}, obs, 2.0)
     rec = shell.records["j-1"]
     assert (rec.replicas, rec.restores, rec.from_checkpoint) == (2, 2, 0)
+    assert not (tmp_path / "intervals").exists()  # published after the tick commits
+    shell.publish()
     published = json.loads((tmp_path / "intervals" / "j-1.json").read_text())
     assert published["share"] == pytest.approx(0.5) and published["restores"] == 2
     assert any("2 replica restores" in e.message for e in events), events

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from perdure.runtime.elastic import Member, Round, read_round
+from perdure.runtime.elastic import Round, read_round
 from perdure.runtime.elastic.rendezvous import RoundWatcher, mark_ready, ready_round
-from perdure.runtime.elastic.snapshot import choose_peer
+from perdure.runtime.peerring import choose_peer
 
 
 def doc(round_no: int, members: list[tuple[str, str]], attempt: int = 1,
@@ -111,5 +111,4 @@ def test_ready_markers_say_which_round_a_replica_joins(tmp_path: Path) -> None:
 ])
 def test_the_peer_is_half_the_ring_away_on_another_node(members: list[tuple[str, str]], me: str,
                                                       peer: str | None) -> None:
-    ms = tuple(Member(r, i, n) for i, (r, n) in enumerate(members))
-    assert choose_peer(ms, me) == peer
+    assert choose_peer(members, me) == peer

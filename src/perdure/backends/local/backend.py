@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo, error_info
-from perdure.backends.local import layout, logcap, procs, warm
+from perdure.backends.local import logcap, procs, warm
 from perdure.backends.local.memory import MECHANISMS, cgroup_parent
-from perdure.backends.local.pool import STATUS_FILE as WARM_STATUS_FILE
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.replicas import check_launch, kill_leftovers
 from perdure.backends.local.spawner import Spawner
@@ -66,8 +66,8 @@ class _Tracked:
     exit_path: str = ""
 
     def __post_init__(self) -> None:
-        self.status_path = os.path.join(self.dir, layout.STATUS)
-        self.exit_path = os.path.join(self.dir, layout.EXIT)
+        self.status_path = os.path.join(self.dir, statedir.STATUS)
+        self.exit_path = os.path.join(self.dir, statedir.EXIT)
 
 
 class LocalBackend:
@@ -117,8 +117,8 @@ class LocalBackend:
             )
         cgroup_parent()  # a bad $PERDURE_CGROUP_PARENT is said now, not hidden by the fallback
         # Strings, not Paths: launch() is on the controller's hot path.
-        self._launches = os.path.join(os.path.realpath(state_dir), layout.LAUNCHES)
-        layout.private_dirs(self._launches)
+        self._launches = os.path.join(os.path.realpath(state_dir), statedir.LAUNCHES)
+        statedir.private_dirs(self._launches)
         os.chmod(self._launches, 0o700)  # one made by an older perdure was 0755
         self._spawner = Spawner(
             self._launches, warm.pool_size(warm_pool), warm.idle_seconds(warm_idle)
@@ -162,8 +162,8 @@ class LocalBackend:
                 "every launch needs a new id"
             ) from None
         try:
-            layout.write_json(
-                os.path.join(directory, layout.LAUNCH),
+            statedir.write_json(
+                os.path.join(directory, statedir.LAUNCH),
                 {
                     "launch_id": launch.launch_id,
                     "job_id": launch.job_id,
@@ -196,7 +196,7 @@ class LocalBackend:
 
     def warm_pool_status(self) -> dict[str, Any] | None:
         """The pool as the spawner last wrote it: size, ready, warming, used, disabled."""
-        return layout.read_json(os.path.join(self._launches, WARM_STATUS_FILE))
+        return statedir.read_json(os.path.join(self._launches, statedir.WARM_STATUS))
 
     # ---- stop -------------------------------------------------------------------------------
 
@@ -232,8 +232,8 @@ class LocalBackend:
                       notice: str | None = None, delay: float = 0.0) -> None:
         if os.path.exists(tracked.exit_path):
             return
-        layout.write_json(os.path.join(tracked.dir, layout.STOP),
-                          layout.stop_record(sig, grace, reason, notice, delay))
+        statedir.write_json(os.path.join(tracked.dir, statedir.STOP),
+                          statedir.stop_record(sig, grace, reason, notice, delay))
         # Before status.json the supervisor may not yet guard against SIGUSR1 (it would die of
         # it); it reads stop.json itself right after writing status.json.
         if os.path.exists(tracked.status_path):
@@ -241,7 +241,7 @@ class LocalBackend:
 
     def _signal_supervisor(self, tracked: _Tracked, sig: int) -> None:
         if tracked.supervisor is None:
-            status = layout.read_json(tracked.status_path) or {}
+            status = statedir.read_json(tracked.status_path) or {}
             if "supervisor_pid" not in status:
                 return
             tracked.supervisor = (status["supervisor_pid"], status["supervisor_start_ticks"])
@@ -291,7 +291,7 @@ class LocalBackend:
                 self._report_lost(tracked, out)
 
     def _report_started(self, tracked: _Tracked, out: list[Observation]) -> None:
-        status = layout.read_json(tracked.status_path)
+        status = statedir.read_json(tracked.status_path)
         if status is None:
             return
         tracked.started, tracked.status = True, status
@@ -305,7 +305,7 @@ class LocalBackend:
                                                           time.monotonic(), final=True)):
             out.append(p)
         self._progress.forget(tracked.launch_id)
-        record = layout.read_json(tracked.exit_path) or {}
+        record = statedir.read_json(tracked.exit_path) or {}
         self._active.pop(tracked.launch_id, None)
         if "spawn_error" in record or "exit_code" not in record:
             message = record.get("spawn_error", f"{tracked.exit_path} is unreadable")
@@ -331,12 +331,12 @@ class LocalBackend:
         """Whether the supervisor died, or never started and the launch was given up."""
         tracked.next_check = now + LIVENESS_CHECK_SECONDS
         if tracked.supervisor is None:
-            owner = layout.read_json(os.path.join(tracked.dir, layout.CLAIM)) or {}
+            owner = statedir.read_json(os.path.join(tracked.dir, statedir.CLAIM)) or {}
             if not owner:
                 spawner_alive = tracked.spawner is not None and tracked.spawner.poll() is None
                 if spawner_alive and now - tracked.sent_at < START_TIMEOUT_SECONDS:
                     return False  # still on its way
-                owner = layout.claim(tracked.dir, self._abandon_record())
+                owner = statedir.claim(tracked.dir, self._abandon_record())
             if "abandoned_by" in owner:
                 return True
             tracked.supervisor = (owner["supervisor_pid"], owner["supervisor_start_ticks"])
@@ -344,9 +344,9 @@ class LocalBackend:
 
     def _report_lost(self, tracked: _Tracked, out: list[Observation]) -> None:
         self._active.pop(tracked.launch_id, None)
-        owner = layout.read_json(os.path.join(tracked.dir, layout.CLAIM)) or {}
+        owner = statedir.read_json(os.path.join(tracked.dir, statedir.CLAIM)) or {}
         out.append(LaunchFailed(tracked.launch_id, self._lost_message(tracked, owner), time.time()))
-        status = tracked.status or layout.read_json(tracked.status_path) or {}
+        status = tracked.status or statedir.read_json(tracked.status_path) or {}
         kill_leftovers(status, tracked.dir)
 
     def _abandon_record(self) -> dict[str, Any]:
@@ -367,7 +367,7 @@ class LocalBackend:
                 else "was not started: the spawner exited"
             )
             return f"the supervisor of launch {lid} {why}; nothing ran. See {early_log}"
-        log = os.path.join(tracked.dir, layout.SUPERVISOR_LOG)
+        log = os.path.join(tracked.dir, statedir.SUPERVISOR_LOG)
         where = f"{_last_line(log)}See {log}." if os.path.exists(log) else f"See {early_log}."
         return (
             f"the supervisor of launch {lid} died without recording the replica's exit (a "
@@ -398,7 +398,7 @@ class LocalBackend:
             if launch_id in self._active:
                 continue
             directory = os.path.join(self._launches, launch_id)
-            spec = layout.read_json(os.path.join(directory, layout.LAUNCH))
+            spec = statedir.read_json(os.path.join(directory, statedir.LAUNCH))
             if spec is None or "/" in launch_id or launch_id in ("", ".", ".."):
                 out.append(
                     LaunchFailed(
@@ -413,7 +413,7 @@ class LocalBackend:
             if not os.path.exists(tracked.status_path) and not os.path.exists(tracked.exit_path):
                 # Its supervisor may be starting, or may never have been spawned: claim the
                 # launch as abandoned; a supervisor that comes later then starts nothing.
-                owner = layout.claim(directory, self._abandon_record())
+                owner = statedir.claim(directory, self._abandon_record())
                 if "abandoned_by" in owner:
                     out.append(
                         LaunchFailed(
@@ -446,7 +446,7 @@ class LocalBackend:
             entry
             for entry in os.scandir(self._launches)
             if entry.name not in self._active
-            and os.path.exists(os.path.join(entry.path, layout.EXIT))
+            and os.path.exists(os.path.join(entry.path, statedir.EXIT))
         ]
         finished.sort(key=lambda entry: entry.stat().st_mtime, reverse=True)
         for entry in finished[keep_last:]:

@@ -11,17 +11,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from perdure import statedir
 from perdure.backends.base import LaunchRecord, Stream
-from perdure.backends.local import layout
 from perdure.backends.local.replicas import signal_replica
 
-PROGRESS = "progress.jsonl"
 READ_CHUNK = 1 << 20
 
 
 def log_path(state_dir: Path, job_id: str, attempt: int, replica: str, stream: Stream) -> Path:
     """Where a replica's log of one attempt is kept (every launch of it appends there)."""
-    return state_dir / "logs" / job_id / f"attempt-{attempt}" / f"{replica}.{stream}"
+    return Path(statedir.log_dir(state_dir, job_id, attempt)) / f"{replica}.{stream}"
 
 
 def progress_records(path: Path) -> list[dict[str, Any]]:
@@ -67,23 +66,23 @@ class LocalInspector:
 
     def launch_records(self, job_id: str, replica: str) -> list[LaunchRecord]:
         out = []
-        root = self.state_dir / layout.LAUNCHES
+        root = self.state_dir / statedir.LAUNCHES
         for d in sorted(root.glob(f"{job_id}.*.{replica}.*"), key=_launch_order):
-            status = layout.read_json(d / layout.STATUS) or {}
-            exit_ = layout.read_json(d / layout.EXIT) or {}
+            status = statedir.read_json(d / statedir.STATUS) or {}
+            exit_ = statedir.read_json(d / statedir.EXIT) or {}
             started = status.get("started_at")
             if started is None:
                 continue
             # From when the controller launched it (launch.json), so that startup also counts
             # a launch held for a warm standby before its supervisor started.
             try:
-                launched = min(float(started), (d / layout.LAUNCH).stat().st_mtime)
+                launched = min(float(started), (d / statedir.LAUNCH).stat().st_mtime)
             except OSError:
                 launched = float(started)
             exited = exit_.get("time")
             out.append(LaunchRecord(d.name, launched, float(started),
                                     None if exited is None else float(exited),
-                                    progress_records(d / PROGRESS)))
+                                    progress_records(d / statedir.PROGRESS)))
         return out
 
 

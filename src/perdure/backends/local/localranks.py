@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
-from perdure.backends.local import layout, procs
+from perdure import statedir
+from perdure.backends.local import procs
 from perdure.integrations.autoinstall import with_boot
 from perdure.runtime.ranks import local_rank_env, rank_file
 
@@ -27,11 +28,11 @@ def child_env(spec: dict[str, Any], directory: str, local_rank: int = 0) -> dict
     in `directory` (no side effects)."""
     env = dict(os.environ) if spec.get("inherit_env", True) else {}
     env.update(local_rank_env(spec["env"], local_rank))
-    error_file = os.path.join(directory, rank_file(layout.ERROR, local_rank))
+    error_file = os.path.join(directory, rank_file(statedir.ERROR, local_rank))
     env["PERDURE_ERROR_FILE"] = error_file
     env["TORCHELASTIC_ERROR_FILE"] = error_file  # torchelastic's own @record writes here
     # Written before any stop signal: the runtime reads it to tell a notice from a plain stop.
-    env["PERDURE_STOP_FILE"] = os.path.join(directory, layout.STOP)
+    env["PERDURE_STOP_FILE"] = os.path.join(directory, statedir.STOP)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["PATH"] = python_first(env.get("PATH", ""), spec["command"][0])
     env["PYTHONPATH"] = with_boot(env.get("PYTHONPATH", ""))

@@ -19,7 +19,8 @@ import socket
 import sys
 import time
 
-from perdure.backends.local import layout, localranks, procs, warm
+from perdure import statedir
+from perdure.backends.local import localranks, procs, warm
 from perdure.backends.local.standby import launch_fits, standby_env
 from perdure.backends.local.template import Template
 from perdure.backends.local.template import enabled as template_enabled
@@ -28,7 +29,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-STATUS_FILE = ".warm.json"
 # Launches that can start warm arriving within this many seconds of each other are one group.
 GROUP_GAP = 2.0
 # Standbys used up are replaced once no launch has come for this long: importing torch costs
@@ -45,7 +45,7 @@ MAX_FAILURES = 3
 def summary(state_dir: str | os.PathLike[str]) -> str | None:
     """One line on the warm pool of the state dir's local backend, for `perdure node ls`;
     None when it never had one."""
-    status = layout.read_json(os.path.join(state_dir, layout.LAUNCHES, STATUS_FILE))
+    status = statedir.read_json(os.path.join(state_dir, statedir.LAUNCHES, statedir.WARM_STATUS))
     if status is None:
         return None
     pid = status.get("spawner_pid")
@@ -92,7 +92,7 @@ class Pool:
         self.template: Template | None = None
         self.template_failed = False
         self.held: list[tuple[str, float]] = []  # (launch directory, start it cold after)
-        self.status_path = os.path.join(launches_dir, STATUS_FILE)
+        self.status_path = os.path.join(launches_dir, statedir.WARM_STATUS)
         self.env = standby_env(dict(os.environ))
         self.active = False
         self.slots: dict[int, _Slot] = {}
@@ -149,7 +149,7 @@ class Pool:
                 if self.failures >= MAX_FAILURES:
                     self.disabled = (
                         f"{self.failures} standbys in a row exited before they were ready; "
-                        f"see {os.path.join(os.path.dirname(self.status_path), layout.EARLY_LOG)}"
+                        f"see {os.path.join(os.path.dirname(self.status_path), statedir.EARLY_LOG)}"
                     )
                     print(f"warm pool: turned off: {self.disabled}", file=sys.stderr)
             self.refill()
@@ -277,7 +277,7 @@ class Pool:
             self.size = min(self._group, warm.AUTO_MAX)
 
     def _eligible(self, directory: str) -> bool:
-        spec = layout.read_json(os.path.join(directory, layout.LAUNCH))
+        spec = statedir.read_json(os.path.join(directory, statedir.LAUNCH))
         if spec is None:
             return False  # the supervisor will report it
         child = localranks.child_env(spec, directory)
@@ -340,6 +340,6 @@ class Pool:
             "spawner_pid": os.getpid(),
         }
         try:
-            layout.write_json(self.status_path, status)
+            statedir.write_json(self.status_path, status)
         except OSError:
             return  # the launches directory is gone (a test cleaned up): nothing to tell

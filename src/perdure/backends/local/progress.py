@@ -16,9 +16,9 @@ import os
 import time
 from typing import Any
 
+from perdure import statedir
 from perdure.core.events import ReplicaProgress
 
-FILE = "progress.jsonl"
 CHECK_SECONDS = 0.5
 
 
@@ -37,7 +37,7 @@ class ProgressReader:
         if now < self._next.get(launch_id, 0.0) and not final:
             return None
         self._next[launch_id] = now + CHECK_SECONDS
-        path = os.path.join(directory, FILE)
+        path = os.path.join(directory, statedir.PROGRESS)
         offset = self._offsets.get(launch_id, 0)
         try:
             if os.stat(path).st_size <= offset:

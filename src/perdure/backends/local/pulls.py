@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 
+from perdure import statedir
+
 PULL_LIMIT = 1 << 20  # bytes of one stream per pull: a pull is one small message
-FILES = {"out": "stdout.log", "err": "stderr.log", "log": "output.log",
-         "progress": "progress.jsonl"}
+FILES = {**statedir.STREAMS, "progress": statedir.PROGRESS}
 
 
 RESTARTED = "restarted"  # in a pull: the streams read again from their start (trimmed)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from perdure.backends.local import layout, logcap
+from perdure import statedir
+from perdure.backends.local import logcap
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class Logs:
         keys) and append this launch's header to each."""
         stdout_path, stderr_path = self.spec["stdout"], self.spec["stderr"]
         for path in (stdout_path, stderr_path):
-            layout.private_dirs(os.path.dirname(path) or ".")
+            statedir.private_dirs(os.path.dirname(path) or ".")
         self.out_fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.err_fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         header = self.header_text = _header(self.spec["launch_id"])

@@ -12,8 +12,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from perdure import statedir
 from perdure.backends.base import LaunchError
-from perdure.backends.local import layout, procs
+from perdure.backends.local import procs
 from perdure.backends.local.memory import remove_cgroup
 from perdure.core.events import Launch
 from perdure.runtime.ranks import rank_file
@@ -74,16 +75,16 @@ def signal_replica(state_dir: Path | str, launch_id: str, sig: int) -> int:
     Usable from any process (`perdure chaos kill`). Raises ProcessLookupError when the replica
     has not started, has exited, or its pid now belongs to another process.
     """
-    directory = layout.launch_dir(os.path.realpath(state_dir), launch_id)
-    status_path = os.path.join(directory, layout.STATUS)
-    status = layout.read_json(status_path)
+    directory = statedir.launch_dir(os.path.realpath(state_dir), launch_id)
+    status_path = os.path.join(directory, statedir.STATUS)
+    status = statedir.read_json(status_path)
     if status is None:
         raise ProcessLookupError(
             f"replica of launch {launch_id} has not started ({status_path} does not exist); "
             "check the launch id with `perdure describe`"
         )
     pid = int(status["pid"])
-    if os.path.exists(os.path.join(directory, layout.EXIT)) or not procs.send_signal(
+    if os.path.exists(os.path.join(directory, statedir.EXIT)) or not procs.send_signal(
         pid, int(status["start_ticks"]), sig
     ):
         raise ProcessLookupError(f"replica of launch {launch_id} (pid {pid}) has already exited")
@@ -103,7 +104,7 @@ def kill_leftovers(status: dict[str, Any], directory: str) -> None:
         since = int(proc["start_ticks"])
         leftovers = procs.session_members(int(proc["pid"]), since)
         if not isinstance(status.get("cgroup"), str):
-            error_file = os.path.join(directory, rank_file(layout.ERROR, rank))
+            error_file = os.path.join(directory, rank_file(statedir.ERROR, rank))
             leftovers += procs.environ_members(os.fsencode(f"PERDURE_ERROR_FILE={error_file}"),
                                                since)
         for member in leftovers:

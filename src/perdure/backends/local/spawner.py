@@ -12,8 +12,8 @@ import os
 import subprocess
 import sys
 
+from perdure import statedir
 from perdure.backends.base import LaunchError
-from perdure.backends.local import layout
 
 _ZYGOTE_CODE = "from perdure.backends.local.zygote import main; main()"
 
@@ -28,7 +28,7 @@ class Spawner:
         self.warm_idle = warm_idle
         # The spawner and its supervisors print here until a supervisor has opened its own
         # supervisor.log (an import error, say); one descriptor for all of them.
-        self.log_path = os.path.join(launches_dir, layout.EARLY_LOG)
+        self.log_path = os.path.join(launches_dir, statedir.EARLY_LOG)
         self._log = os.open(
             self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
         )

@@ -37,7 +37,8 @@ import signal
 import sys
 import time
 
-from perdure.backends.local import layout, localranks, memory, procs
+from perdure import statedir
+from perdure.backends.local import localranks, memory, procs
 from perdure.backends.local.localranks import RANK_STOP_GRACE_SECONDS, child_env
 from perdure.backends.local.replicalogs import Logs
 from perdure.backends.local.spawnerror import spawn_failure
@@ -68,9 +69,9 @@ class Supervisor:
         self.dir = directory
         self.standby = standby
         self.warm = False
-        spec = layout.read_json(self._file(layout.LAUNCH))
+        spec = statedir.read_json(self._file(statedir.LAUNCH))
         if spec is None:
-            raise SystemExit(f"supervisor: {self._file(layout.LAUNCH)} is missing or unreadable")
+            raise SystemExit(f"supervisor: {self._file(statedir.LAUNCH)} is missing or unreadable")
         self.spec: dict[str, Any] = spec
         self.limit: memory.NoLimit = memory.NoLimit()
         self.pid = 0  # local rank 0's process
@@ -99,7 +100,7 @@ class Supervisor:
             "supervisor_pid": self.own_pid,
             "supervisor_start_ticks": own.start_ticks if own else 0,
         }
-        if layout.claim(self.dir, me) != me:
+        if statedir.claim(self.dir, me) != me:
             print("supervisor: a restarted controller gave this launch up; not starting it")
             self._dismiss_standby()
             return 0
@@ -119,7 +120,7 @@ class Supervisor:
             self.limit.close()
             self.logs.close_relay()
             message, user_error = spawn_failure(self.spec, err)
-            layout.write_json(self._file(layout.EXIT), {
+            statedir.write_json(self._file(statedir.EXIT), {
                 "spawn_error": message, "user_error": user_error, "time": time.time()})
             print(f"supervisor: {message}", file=sys.stderr)
             return 1
@@ -214,8 +215,8 @@ class Supervisor:
         own = procs.stat(self.own_pid)
         child = procs.stat(self.pid)
         ticks = child.start_ticks if child else 0
-        layout.write_json(
-            self._file(layout.STATUS),
+        statedir.write_json(
+            self._file(statedir.STATUS),
             {
                 "supervisor_pid": self.own_pid,
                 "supervisor_start_ticks": own.start_ticks if own else 0,
@@ -280,11 +281,11 @@ class Supervisor:
         if self.limit.over_limit(rss):
             self._kill_groups(signal.SIGKILL)
         self.next_sample = now + (self.limit.poll_interval or IDLE_WAKE_SECONDS)
-        if os.path.exists(self._file(layout.STOP)):  # in case a SIGUSR1 was lost
+        if os.path.exists(self._file(statedir.STOP)):  # in case a SIGUSR1 was lost
             self._check_stop()
 
     def _check_stop(self) -> None:
-        request = layout.read_json(self._file(layout.STOP))
+        request = statedir.read_json(self._file(statedir.STOP))
         if request is None:
             return
         sig, deadline = int(request["signal"]), float(request["deadline"])
@@ -301,8 +302,8 @@ class Supervisor:
         seen as soon as a one-process replica's."""
         grace = 0.0 if localranks.killed(self.pids, failed) else RANK_STOP_GRACE_SECONDS
         deadline = time.time() + grace
-        if not os.path.exists(self._file(layout.STOP)):
-            layout.write_json(self._file(layout.STOP), {
+        if not os.path.exists(self._file(statedir.STOP)):
+            statedir.write_json(self._file(statedir.STOP), {
                 "signal": int(signal.SIGTERM), "deadline": deadline,
                 "reason": f"local rank {failed} of the replica failed", "notice": None})
             self.applied_stop = (int(signal.SIGTERM), deadline)  # ours: not applied twice
@@ -347,8 +348,8 @@ class Supervisor:
         oom = self.limit.oom_killed()
         self.limit.close()  # before exit.json: once the exit is seen, nothing is left behind
         tail = self._stderr_tail() if exit_code != 0 else ""
-        layout.write_json(
-            self._file(layout.EXIT),
+        statedir.write_json(
+            self._file(statedir.EXIT),
             {
                 "exit_code": exit_code,
                 "signal": sig,
@@ -371,7 +372,7 @@ class Supervisor:
         return read_stderr_tail(self.spec["stderr"], self.logs.err_offset, STDERR_TAIL_BYTES)
 
     def _error(self, rank: int, tail: str) -> dict[str, str] | None:
-        error = read_error_file(self._file(rank_file(layout.ERROR, rank)))
+        error = read_error_file(self._file(rank_file(statedir.ERROR, rank)))
         if error is not None:
             return error
         return parse_traceback(tail) or parse_abort(tail)
@@ -394,7 +395,7 @@ def serve(directory: str, standby: Standby | None = None) -> int:
     # From here on, what the supervisor prints goes to its own log (the backend gave it a
     # shared one, which it cannot open per launch without slowing launch() down).
     log = os.open(
-        os.path.join(directory, layout.SUPERVISOR_LOG),
+        os.path.join(directory, statedir.SUPERVISOR_LOG),
         os.O_WRONLY | os.O_CREAT | os.O_APPEND,
         0o600,
     )

@@ -33,9 +33,10 @@ from typing import Any
 
 import ray
 
-from perdure.backends.local import layout, procs
+from perdure import statedir
+from perdure.backends.local import procs
 from perdure.backends.local.nodeenv import interface_env
-from perdure.backends.local.pulls import FILES, pull_launch
+from perdure.backends.local.pulls import pull_launch
 from perdure.backends.local.replicas import kill_leftovers, signal_replica
 from perdure.backends.preflight import NodeGate, check_env
 from perdure.backends.ray.nodeagent import identity, node_address, node_agent, node_dir
@@ -109,7 +110,7 @@ class LaunchActor:
     def _setup(self, record: dict[str, Any]) -> None:
         self.created = time.time()  # the launch reached its node (for the recovery phases)
         self.launch_id = str(record["launch_id"])
-        self.dir = os.path.join(node_dir(), layout.LAUNCHES, self.launch_id)
+        self.dir = os.path.join(node_dir(), statedir.LAUNCHES, self.launch_id)
         os.makedirs(self.dir, exist_ok=True)
         command = list(record["command"])
         if command[0] in ("python", "python3"):
@@ -128,13 +129,13 @@ class LaunchActor:
             "env": env,
             "inherit_env": True,
             "memory_mechanism": record.get("memory_mechanism", "auto"),
-            "stdout": os.path.join(self.dir, FILES["out"]),
-            "stderr": os.path.join(self.dir, FILES["err"]),
-            "output": os.path.join(self.dir, FILES["log"]),
+            "stdout": os.path.join(self.dir, statedir.STREAMS["out"]),
+            "stderr": os.path.join(self.dir, statedir.STREAMS["err"]),
+            "output": os.path.join(self.dir, statedir.STREAMS["log"]),
             "created": self.created,
             "owner": _owner(),
         }
-        layout.write_json(os.path.join(self.dir, layout.LAUNCH), spec)
+        statedir.write_json(os.path.join(self.dir, statedir.LAUNCH), spec)
         self.supervisor: subprocess.Popen[bytes] | None = None
         self.via = "cold"
         self._exited = threading.Event()
@@ -218,7 +219,7 @@ class LaunchActor:
             return None
 
     def _start_cold(self) -> None:
-        log = open(os.path.join(self.dir, layout.SUPERVISOR_LOG), "ab")  # noqa: SIM115
+        log = open(os.path.join(self.dir, statedir.SUPERVISOR_LOG), "ab")  # noqa: SIM115
         self.supervisor = subprocess.Popen(
             [sys.executable, "-m", "perdure.backends.local.supervisor", self.dir],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_in_supervisor,
@@ -229,7 +230,7 @@ class LaunchActor:
     def _watch(self, spawner: dict[str, int] | None) -> None:
         """Set `_exited` when the supervisor that claimed the launch is gone."""
         deadline = time.monotonic() + CLAIM_SECONDS
-        while (claim := self._read(layout.CLAIM)) is None:
+        while (claim := self._read(statedir.CLAIM)) is None:
             if self.supervisor is not None and self.supervisor.poll() is not None:
                 break  # ours exited before claiming (a broken install)
             if self.supervisor is None and (time.monotonic() >= deadline or not (
@@ -247,7 +248,7 @@ class LaunchActor:
         self._exited.set()
 
     def _read(self, name: str) -> dict[str, Any] | None:
-        return layout.read_json(os.path.join(self.dir, name))
+        return statedir.read_json(os.path.join(self.dir, name))
 
     def where(self) -> dict[str, Any]:
         """The node this launch runs on (address, pid of the actor) and its directory."""
@@ -260,7 +261,7 @@ class LaunchActor:
         if not self._began(timeout):
             return None
         while time.monotonic() < deadline:
-            status = self._read(layout.STATUS)
+            status = self._read(statedir.STATUS)
             if status is not None:  # and how it came to start, for the recovery phases
                 return {**status, "actor_created": self.created, "via": self.via,
                         "prestarted": self.prestarted}
@@ -276,14 +277,14 @@ class LaunchActor:
         began = time.monotonic()
         if self._began(timeout) and self._exited.wait(max(0.0, timeout - (time.monotonic()
                                                                            - began))):
-            record = self._read(layout.EXIT)
+            record = self._read(statedir.EXIT)
             if record is not None:
                 return record
             code = "" if self.supervisor is None else f" ({self.supervisor.returncode})"
-            kill_leftovers(self._read(layout.STATUS) or {}, self.dir)
+            kill_leftovers(self._read(statedir.STATUS) or {}, self.dir)
             return {"spawn_error": f"the supervisor of launch {self.launch_id} exited"
                                    f"{code} without recording the replica's exit; see "
-                                   f"{os.path.join(self.dir, layout.SUPERVISOR_LOG)} on "
+                                   f"{os.path.join(self.dir, statedir.SUPERVISOR_LOG)} on "
                                    f"{node_address()}",
                     "time": time.time()}
         return None
@@ -293,19 +294,19 @@ class LaunchActor:
         """Write the stop request (the runtime reads it) and tell the supervisor."""
         if not self._began():
             return
-        if os.path.exists(os.path.join(self.dir, layout.EXIT)):
+        if os.path.exists(os.path.join(self.dir, statedir.EXIT)):
             return
         with self._hold:
             if self.held:  # never started: it ends unstarted
                 self.held = False
-                layout.write_json(os.path.join(self.dir, layout.EXIT), {
+                statedir.write_json(os.path.join(self.dir, statedir.EXIT), {
                     "exit_code": 128 + sig, "signal": sig, "time": time.time(),
                     "unstarted": f"stopped ({reason}) while held by the node's check"})
                 self._exited.set()
                 return
-        layout.write_json(os.path.join(self.dir, layout.STOP),
-                          layout.stop_record(sig, grace, reason, notice, delay))
-        status = self._read(layout.STATUS)
+        statedir.write_json(os.path.join(self.dir, statedir.STOP),
+                          statedir.stop_record(sig, grace, reason, notice, delay))
+        status = self._read(statedir.STATUS)
         if status is not None:  # else the supervisor reads stop.json once it has started it
             procs.send_signal(int(status["supervisor_pid"]),
                               int(status["supervisor_start_ticks"]), signal.SIGUSR1)

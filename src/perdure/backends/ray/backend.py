@@ -28,8 +28,9 @@ from ray.exceptions import (
     RayError,
 )
 
+from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import layout, logcap, warm
+from perdure.backends.local import logcap, warm
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
@@ -65,7 +66,7 @@ class RayBackend:
         self.spec: RaySpec = cluster.ray or RaySpec()
         self.ns = self.spec.namespace
         self.state_dir = os.path.realpath(state_dir)
-        os.makedirs(os.path.join(self.state_dir, layout.LAUNCHES), exist_ok=True)
+        os.makedirs(os.path.join(self.state_dir, statedir.LAUNCHES), exist_ok=True)
         self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
         self._lock: Any = None
         self._transport: LaunchTransport | None = None
@@ -139,11 +140,11 @@ class RayBackend:
         if self._preflight is not None:
             record["preflight"] = self._preflight
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
-        if mirror.read_record(layout.LAUNCH) is not None:
+        if mirror.read_record(statedir.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
                               "launch needs a new id")
         spare = None if launch.gpus else self._spares.take(launch.node)
-        mirror.write_record(layout.LAUNCH, {**record, "log_prefix": launch.log_prefix,
+        mirror.write_record(statedir.LAUNCH, {**record, "log_prefix": launch.log_prefix,
                                             "created": time.time(),
                                             "actor": spare[0] if spare else None})
         try:
@@ -195,7 +196,7 @@ class RayBackend:
         if tracked is not None:
             grace, delay = max(0.0, stop.grace), max(0.0, stop.delay)
             # The relay answers the replica's "is this a notice?" from this record.
-            tracked.mirror.write_record(layout.STOP, layout.stop_record(
+            tracked.mirror.write_record(statedir.STOP, statedir.stop_record(
                 stop.signal, grace, stop.reason, stop.notice, delay))
             tracked.actor.stop.remote(stop.signal, grace, stop.reason, stop.notice, delay)
 
@@ -252,7 +253,7 @@ class RayBackend:
         if news.started is not None:
             pid, started_at, status = news.started
             tracked.started = True
-            tracked.mirror.write_record(layout.STATUS, status)
+            tracked.mirror.write_record(statedir.STATUS, status)
             out.append(ReplicaStarted(tracked.launch_id, pid, started_at))
         if news.exited is not None:
             self._report_exit(tracked, news.exited, out)
@@ -269,13 +270,13 @@ class RayBackend:
     def _report_exit(self, tracked: Tracked, record: dict[str, Any],
                      out: list[Observation]) -> None:
         final_pull(tracked)
-        tracked.mirror.write_record(layout.EXIT, record)
+        tracked.mirror.write_record(statedir.EXIT, record)
         self._active.pop(tracked.launch_id, None)
         tracked.actor.release.remote()
         error = None
         if record.get("exit_code", 0) != 0:  # what the replica sent the relay beats its stderr
             rank = record.get("local_rank")
-            name = rank_file(layout.ERROR, rank if isinstance(rank, int) else 0)
+            name = rank_file(statedir.ERROR, rank if isinstance(rank, int) else 0)
             error = read_error_file(os.path.join(tracked.mirror.dir, name))
         out.append(replies.exit_observation(tracked.launch_id, record, error))
 
@@ -290,7 +291,7 @@ class RayBackend:
         if not tracked.lost:
             pull_from_agent(tracked, self._agent(tracked.node))
         why = "its node was lost" if tracked.lost else text.splitlines()[0][:300]
-        tracked.mirror.write_record(layout.EXIT, {"exit_code": 137, "signal": 9, "oom": oom,
+        tracked.mirror.write_record(statedir.EXIT, {"exit_code": 137, "signal": 9, "oom": oom,
                                                   "time": time.time(), "lost": why})
         out.append(ReplicaExited(launch_id=tracked.launch_id, exit_code=128 + signal.SIGKILL,
                                  time=time.time(), signal=int(signal.SIGKILL), oom=oom))
@@ -367,8 +368,8 @@ class RayBackend:
         for launch_id in launch_ids:
             if launch_id in self._active:
                 continue
-            mirror_dir = os.path.join(self.state_dir, layout.LAUNCHES, launch_id)
-            record = layout.read_json(os.path.join(mirror_dir, layout.LAUNCH))
+            mirror_dir = statedir.launch_dir(self.state_dir, launch_id)
+            record = statedir.read_json(os.path.join(mirror_dir, statedir.LAUNCH))
             actor = (rc.find_launch(launch_id, self.ns, record.get("actor"))
                      if record is not None else None)
             if record is None or actor is None:

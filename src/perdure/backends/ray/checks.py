@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 
+from perdure import statedir
 from perdure.core.spec import ClusterSpec, JobSpec, SpecError
 
 
@@ -25,7 +26,7 @@ def check_shared_checkpoint(spec: JobSpec, spec_dir: str, state_dir: str,
         path = raw.removeprefix("file://")
         path = path if posixpath.isabs(path) else posixpath.join(spec_dir, path)
     else:
-        path = posixpath.join(state_dir, "checkpoints")
+        path = posixpath.join(state_dir, statedir.CHECKPOINTS)
     path = posixpath.normpath(path)
     section = cluster.ray if cluster.backend == "ray" else cluster.slurm
     shared = [posixpath.normpath(d) for d in (section.shared_dirs if section else [])]

@@ -7,9 +7,10 @@ the replica's process there.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from perdure.backends.local import layout
+from perdure import statedir
 from perdure.backends.local.inspector import LocalInspector
 from perdure.core.spec import ClusterSpec, RaySpec
 
@@ -30,8 +31,8 @@ class RayInspector(LocalInspector):
 
         cluster.connect(self.spec)
         # a launch that took a spare launch actor has that actor's name in its record
-        record = layout.read_json(str(self.state_dir / layout.LAUNCHES / launch_id
-                                      / layout.LAUNCH)) or {}
+        directory = statedir.launch_dir(self.state_dir, launch_id)
+        record = statedir.read_json(os.path.join(directory, statedir.LAUNCH)) or {}
         actor = cluster.find_launch(launch_id, self.spec.namespace, record.get("actor"))
         if actor is None:
             raise ProcessLookupError(f"launch {launch_id} has no actor in Ray namespace "

@@ -14,32 +14,31 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from perdure.backends.local import layout, logcap
+from perdure import statedir
+from perdure.backends.local import logcap
 from perdure.backends.local.pulls import RESTARTED
-
-OFFSETS = "mirror.json"
 
 
 class Mirror:
     """The copy of one launch's streams in the controller's state dir."""
 
     def __init__(self, state_dir: str, launch_id: str, log_prefix: str) -> None:
-        self.dir = os.path.join(state_dir, layout.LAUNCHES, launch_id)
+        self.dir = statedir.launch_dir(state_dir, launch_id)
         os.makedirs(self.dir, exist_ok=True)
         self.paths = {"out": log_prefix + ".out", "err": log_prefix + ".err",
                       "log": log_prefix + ".log",
-                      "progress": os.path.join(self.dir, "progress.jsonl")}
+                      "progress": os.path.join(self.dir, statedir.PROGRESS)}
         self.offsets: dict[str, int] = {k: 0 for k in self.paths}
         self.log_max_bytes = logcap.max_bytes()
-        saved = layout.read_json(os.path.join(self.dir, OFFSETS))
+        saved = statedir.read_json(os.path.join(self.dir, statedir.MIRROR))
         if saved:
             self.offsets.update({k: int(v) for k, v in saved.items() if k in self.paths})
 
     def write_record(self, name: str, record: dict[str, Any]) -> None:
-        layout.write_json(os.path.join(self.dir, name), record)
+        statedir.write_json(os.path.join(self.dir, name), record)
 
     def read_record(self, name: str) -> dict[str, Any] | None:
-        return layout.read_json(os.path.join(self.dir, name))
+        return statedir.read_json(os.path.join(self.dir, name))
 
     def append(self, chunks: dict[str, bytes]) -> bool:
         """Append what a pull brought; whether there was anything."""
@@ -59,5 +58,5 @@ class Mirror:
             self.offsets[stream] += len(data)
             grew = True
         if grew:
-            layout.write_json(os.path.join(self.dir, OFFSETS), dict(self.offsets))
+            statedir.write_json(os.path.join(self.dir, statedir.MIRROR), dict(self.offsets))
         return grew

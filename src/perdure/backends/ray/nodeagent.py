@@ -22,7 +22,8 @@ from typing import Any
 
 import ray
 
-from perdure.backends.local import layout, procs
+from perdure import statedir
+from perdure.backends.local import procs
 from perdure.backends.local.pulls import pull_launch
 from perdure.backends.preflight import NodeGate
 
@@ -49,7 +50,7 @@ def node_dir() -> str:
     # One per namespace: each controller's agent has a spawner and warm pool of its own.
     namespace = ray.get_runtime_context().namespace.replace(os.sep, "_")
     path = os.path.join(base, "perdure", namespace)
-    os.makedirs(os.path.join(path, layout.LAUNCHES), exist_ok=True)
+    os.makedirs(os.path.join(path, statedir.LAUNCHES), exist_ok=True)
     return path
 
 
@@ -67,7 +68,7 @@ class NodeAgent:
     def __init__(self, warm_pool: int | str = "auto", warm_idle: float = 600.0) -> None:
         from perdure.backends.local.spawner import Spawner
 
-        self.launches = os.path.join(node_dir(), layout.LAUNCHES)
+        self.launches = os.path.join(node_dir(), statedir.LAUNCHES)
         self._spawner = Spawner(self.launches, warm_pool, warm_idle)
         self._lock = threading.Lock()  # calls run in threads of their own
         self._gates: dict[tuple[tuple[str, ...], float], NodeGate] = {}
@@ -109,9 +110,7 @@ class NodeAgent:
 
     def warm_status(self) -> dict[str, Any] | None:
         """The pool as the spawner last wrote it (`pool.Pool._write_status`), or None."""
-        from perdure.backends.local.pool import STATUS_FILE
-
-        return layout.read_json(os.path.join(self.launches, STATUS_FILE))
+        return statedir.read_json(os.path.join(self.launches, statedir.WARM_STATUS))
 
     def info(self) -> dict[str, Any]:
         return {"address": node_address(), "python": sys.executable,

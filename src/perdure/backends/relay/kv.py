@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from perdure import statedir
+
 __all__ = ["KV", "KVError", "Stores"]
 
 STORE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")  # .match: no trailing newline
@@ -166,7 +168,7 @@ class Stores:
             kv = self._open.get((job, name))
             if kv is None:
                 self._evict(now)
-                kv = KV(self.state_dir / "rdzv" / job / "kv" / f"{name}.jsonl")
+                kv = KV(Path(statedir.rendezvous_dir(self.state_dir, job)) / "kv" / f"{name}.jsonl")
                 self._open[(job, name)] = kv
             kv.used = now
             return kv

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from perdure import statedir
 from perdure.runtime.ranks import rank_file
 from perdure.runtime.transport.files import FileTransport
 
@@ -27,9 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["OPS", "Peer", "RelayFiles"]
 
-LAUNCHES = "launches"  # <state>/launches/<launch id>/ (perdure.backends.local.layout)
-STOP, ERROR = "stop.json", "error.json"
-_ACKED = ".progress-acked"  # the last progress batch appended: (client token, sequence)
 
 
 @dataclass(frozen=True)
@@ -61,10 +59,10 @@ class RelayFiles:
         self._lock = threading.Lock()
 
     def rdzv(self, peer: Peer) -> FileTransport:
-        return FileTransport(rdzv_dir=self.state_dir / "rdzv" / peer.job)
+        return FileTransport(rdzv_dir=Path(statedir.rendezvous_dir(self.state_dir, peer.job)))
 
     def launch_dir(self, peer: Peer) -> Path:
-        d = self.state_dir / LAUNCHES / peer.launch
+        d = Path(statedir.launch_dir(self.state_dir, peer.launch))
         if peer.launch not in self._made:
             d.mkdir(parents=True, exist_ok=True)  # a backend that keeps none here (Ray)
             self._made.add(peer.launch)
@@ -72,18 +70,19 @@ class RelayFiles:
 
     def launch(self, peer: Peer) -> FileTransport:
         d = self.launch_dir(peer)
-        return FileTransport(report_dir=d, stop_file=str(d / STOP), error_file=str(d / ERROR))
+        return FileTransport(report_dir=d, stop_file=str(d / statedir.STOP),
+                             error_file=str(d / statedir.ERROR))
 
     def append_progress(self, peer: Peer, client: str, seq: int, lines: list[str]) -> None:
         """Append a batch once, even when the replica re-sends it (its answer was lost)."""
         d = self.launch_dir(peer)
         with self._lock:  # one launch's batches arrive one at a time; this keeps them whole
-            acked = self._acked.get(peer.launch) or _read_acked(d / _ACKED)
+            acked = self._acked.get(peer.launch) or _read_acked(d / statedir.PROGRESS_ACKED)
             if acked == (client, seq) or (acked[0] == client and acked[1] >= seq):
                 return
             FileTransport(report_dir=d).append_progress(lines)
             self._acked[peer.launch] = (client, seq)
-            _write_acked(d / _ACKED, client, seq)
+            _write_acked(d / statedir.PROGRESS_ACKED, client, seq)
 
 
 def _write_acked(path: Path, client: str, seq: int) -> None:
@@ -131,7 +130,8 @@ def _error(relay: Relay, peer: Peer, req: dict[str, Any]) -> str | None:
     rank = record.get("local_rank")
     if isinstance(rank, int) and 0 < rank < 1024:  # a replica's other processes: their own
         d = relay.files.launch_dir(peer)
-        return FileTransport(error_file=str(d / rank_file(ERROR, rank))).write_error(record)
+        error_file = str(d / rank_file(statedir.ERROR, rank))
+        return FileTransport(error_file=error_file).write_error(record)
     return relay.files.launch(peer).write_error(record)
 
 

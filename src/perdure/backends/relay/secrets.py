@@ -18,12 +18,12 @@ import secrets
 import time
 from pathlib import Path
 
+from perdure import statedir
 from perdure.store.sqlite import make_state_dir
 
-__all__ = ["ENV_JOB_SECRET", "SECRET_FILE", "SecretError", "job_secret", "state_secret"]
+__all__ = ["ENV_JOB_SECRET", "SecretError", "job_secret", "state_secret"]
 
 ENV_JOB_SECRET = "PERDURE_JOB_SECRET"
-SECRET_FILE = "secret"
 _SIZE = 32
 
 
@@ -36,7 +36,7 @@ def state_secret(state_dir: Path) -> bytes:
 
     Two processes creating it at once agree: O_EXCL lets one write it, the other reads it.
     """
-    path = state_dir / SECRET_FILE
+    path = state_dir / statedir.SECRET
     try:
         make_state_dir(state_dir)
         try:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from perdure import statedir
 from perdure.backends.relay.kv import Stores
 from perdure.backends.relay.ops import OPS, Peer, RelayFiles
 from perdure.backends.relay.secrets import job_secret, state_secret
@@ -48,10 +49,9 @@ from perdure.runtime.transport.base import (
 )
 from perdure.runtime.transport.wire import MAX_FRAME, FrameError, mac, recv_frame, send_frame
 
-__all__ = ["RELAY_FILE", "Relay", "RelayError"]
+__all__ = ["Relay", "RelayError"]
 
 log = logging.getLogger("perdure.relay")
-RELAY_FILE = "relay.json"
 HANDSHAKE_SECONDS = 5.0  # an unauthenticated connection gets this long to prove itself
 IDLE_SECONDS = 900.0  # an authenticated connection idle this long is closed
 MAX_CONNECTIONS = 2048
@@ -79,7 +79,7 @@ def _default_replicas(state_dir: Path) -> Callable[[str], Collection[str] | None
         from perdure.core.model import make_replicas
         from perdure.core.spec import JobSpec
 
-        db = sqlite3.connect(f"file:{state_dir / 'perdure.db'}?mode=ro", uri=True, timeout=5)
+        db = sqlite3.connect(f"file:{state_dir / statedir.DB}?mode=ro", uri=True, timeout=5)
         try:
             row = db.execute("SELECT spec FROM jobs WHERE id = ?", (job,)).fetchone()
         except sqlite3.Error:
@@ -171,10 +171,9 @@ class Relay:
         server = _bind(host, port, state)
         relay = cls(state, server, advertise or host, secret_of or _default_secret(state),
                     replicas_of or _default_replicas(state))
-        tmp = state / f".{RELAY_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"host": relay.host, "bind": host, "port": relay.port,
-                                   "pid": os.getpid(), "started": time.time()}))
-        os.replace(tmp, state / RELAY_FILE)
+        statedir.write_atomically(state / statedir.RELAY, json.dumps({
+            "host": relay.host, "bind": host, "port": relay.port, "pid": os.getpid(),
+            "started": time.time()}), mode=0o666)
         log.info("relay listening on %s:%d", host, relay.port)
         return relay
 
@@ -282,7 +281,7 @@ class Relay:
 
 def _read_record(state: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads((state / RELAY_FILE).read_text())
+        doc = json.loads((state / statedir.RELAY).read_text())
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -300,7 +299,7 @@ def _bind(host: str, port: int, state: Path) -> _Server:
             if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
                 raise RelayError(
                     f"cannot listen on {host}:{port} ({exc.strerror}); the relay's port is "
-                    f"recorded in {state / RELAY_FILE} so that running replicas find it again: "
+                    f"recorded in {state / statedir.RELAY} so that running replicas find it again: "
                     "free that port, or delete the file if no replica of this state dir runs"
                 ) from None
             time.sleep(0.1)

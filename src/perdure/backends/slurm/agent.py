@@ -37,7 +37,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from perdure.backends.local import layout, procs
+from perdure import statedir
+from perdure.backends.local import procs
 from perdure.backends.local.nodeenv import interface_env, node_command
 from perdure.backends.local.pulls import pull_launch
 from perdure.backends.local.replicas import kill_leftovers
@@ -74,7 +75,7 @@ class NodeAgent:
         self.node = node
         self.alloc = os.environ.get("SLURM_JOB_ID", "")
         self.secret = os.environ.pop(SECRET_ENV, "")
-        self.launches_dir = os.path.join(node_dir(node), layout.LAUNCHES)
+        self.launches_dir = os.path.join(node_dir(node), statedir.LAUNCHES)
         os.makedirs(self.launches_dir, exist_ok=True)
         self.spawner = Spawner(self.launches_dir, int(warm_pool) if warm_pool.isdigit()
                                else warm_pool, warm_idle)
@@ -198,7 +199,7 @@ class NodeAgent:
         if os.sep in lid or lid in ("", ".", ".."):
             return
         directory = os.path.join(self.launches_dir, lid)
-        if os.path.exists(os.path.join(directory, layout.LAUNCH)):
+        if os.path.exists(os.path.join(directory, statedir.LAUNCH)):
             return  # sent again after a reconnect: it runs already
         os.makedirs(directory, exist_ok=True)
         env = dict(record["env"])
@@ -206,12 +207,12 @@ class NodeAgent:
         if "CUDA_VISIBLE_DEVICES" in env:
             env["CUDA_VISIBLE_DEVICES"] = replica_gpus(env["CUDA_VISIBLE_DEVICES"],
                                                        os.environ.get("CUDA_VISIBLE_DEVICES"))
-        layout.write_json(os.path.join(directory, layout.LAUNCH), {
+        statedir.write_json(os.path.join(directory, statedir.LAUNCH), {
             **record, "command": node_command(list(record["command"])), "env": env,
             "inherit_env": True, "memory_mechanism": record.get("memory_mechanism", "auto"),
-            "stdout": os.path.join(directory, "stdout.log"),
-            "stderr": os.path.join(directory, "stderr.log"),
-            "output": os.path.join(directory, "output.log"),  # both streams, in order
+            "stdout": os.path.join(directory, statedir.STREAMS["out"]),
+            "stderr": os.path.join(directory, statedir.STREAMS["err"]),
+            "output": os.path.join(directory, statedir.STREAMS["log"]),  # both, in order
             "created": time.time(), "owner": self.identity,
             # Slurm signals every process of the step at once on a preemption: the supervisor
             # then gives the replica the job's grace period to save, not its own default
@@ -227,19 +228,19 @@ class NodeAgent:
 
     def _stop(self, lid: str, sig: int, grace: float, reason: str, notice: Any) -> None:
         directory = os.path.join(self.launches_dir, lid)
-        if not os.path.isdir(directory) or os.path.exists(os.path.join(directory, layout.EXIT)):
+        if not os.path.isdir(directory) or os.path.exists(os.path.join(directory, statedir.EXIT)):
             return
         with self.lock:
             launch = self.launches.get(lid)
             if launch is not None and launch.held:  # never started: it ends unstarted
                 launch.held = False
-                layout.write_json(os.path.join(directory, layout.EXIT), {
+                statedir.write_json(os.path.join(directory, statedir.EXIT), {
                     "exit_code": 128 + sig, "signal": sig, "time": time.time(),
                     "unstarted": f"stopped ({reason}) while held by the node's check"})
                 return
-        layout.write_json(os.path.join(directory, layout.STOP), {
+        statedir.write_json(os.path.join(directory, statedir.STOP), {
             "signal": sig, "deadline": time.time() + grace, "reason": reason, "notice": notice})
-        status = layout.read_json(os.path.join(directory, layout.STATUS))
+        status = statedir.read_json(os.path.join(directory, statedir.STATUS))
         if status is not None:  # else the supervisor reads stop.json once it has started
             procs.send_signal(int(status["supervisor_pid"]),
                               int(status["supervisor_start_ticks"]), signal.SIGUSR1)
@@ -254,7 +255,7 @@ class NodeAgent:
         for lid, launch in launches:
             item: dict[str, Any] = {}
             if not launch.sent_status:
-                status = layout.read_json(os.path.join(launch.dir, layout.STATUS))
+                status = statedir.read_json(os.path.join(launch.dir, statedir.STATUS))
                 if status is not None:
                     item["status"] = status
             if budget <= 0:  # the rest next time; its exit waits for its bytes
@@ -281,12 +282,12 @@ class NodeAgent:
         return report
 
     def _ended(self, launch: _Launch) -> dict[str, Any] | None:
-        record = layout.read_json(os.path.join(launch.dir, layout.EXIT))
+        record = statedir.read_json(os.path.join(launch.dir, statedir.EXIT))
         if record is not None:
             return record
         if launch.held:
             return None
-        claim = layout.read_json(os.path.join(launch.dir, layout.CLAIM))
+        claim = statedir.read_json(os.path.join(launch.dir, statedir.CLAIM))
         if claim is None:
             if time.monotonic() - launch.since < CLAIM_SECONDS:
                 return None
@@ -295,14 +296,14 @@ class NodeAgent:
         pid = int(claim.get("supervisor_pid") or 0)
         if pid and procs.is_alive(pid, int(claim.get("supervisor_start_ticks") or 0)):
             return None
-        record = layout.read_json(os.path.join(launch.dir, layout.EXIT))  # raced its write
+        record = statedir.read_json(os.path.join(launch.dir, statedir.EXIT))  # raced its write
         if record is not None:
             return record
-        kill_leftovers(layout.read_json(os.path.join(launch.dir, layout.STATUS)) or {},
+        kill_leftovers(statedir.read_json(os.path.join(launch.dir, statedir.STATUS)) or {},
                        launch.dir)
         return {"spawn_error": f"the supervisor of {os.path.basename(launch.dir)} exited "
                                "without recording the replica's exit; see "
-                               f"{os.path.join(launch.dir, layout.SUPERVISOR_LOG)} on node "
+                               f"{os.path.join(launch.dir, statedir.SUPERVISOR_LOG)} on node "
                                f"{self.node}", "time": time.time()}
 
     def _sent(self, report: dict[str, Any]) -> None:

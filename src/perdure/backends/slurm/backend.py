@@ -30,8 +30,9 @@ import signal
 import subprocess
 import time
 
+from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import layout, logcap, warm
+from perdure.backends.local import logcap, warm
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
@@ -66,9 +67,9 @@ class SlurmBackend(AgentLinks, AllocHolds):
     def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
         self.spec: SlurmSpec = cluster.slurm or SlurmSpec()
         self.state_dir = os.path.realpath(state_dir)
-        self.dir = os.path.join(self.state_dir, "slurm")
-        layout.private_dirs(self.dir)
-        os.makedirs(os.path.join(self.state_dir, layout.LAUNCHES), exist_ok=True)
+        self.dir = os.path.join(self.state_dir, statedir.SLURM)
+        statedir.private_dirs(self.dir)
+        os.makedirs(os.path.join(self.state_dir, statedir.LAUNCHES), exist_ok=True)
         self.prefix = al.name_prefix(self.state_dir)
         self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
@@ -131,13 +132,13 @@ class SlurmBackend(AgentLinks, AllocHolds):
         if launch.launch_id in self._active:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
-        if mirror.read_record(layout.LAUNCH) is not None:
+        if mirror.read_record(statedir.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
                               "launch needs a new id")
         env = self._transport.env(launch)  # the relay: rounds, reports, errors, notices
         launch = dataclasses.replace(launch, env=env)
         alloc = self._alloc_for(launch)
-        mirror.write_record(layout.LAUNCH, {
+        mirror.write_record(statedir.LAUNCH, {
             "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
             "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})
         self._active[launch.launch_id] = Tracked(launch, alloc, mirror)
@@ -170,7 +171,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
             return
         grace = max(0.0, stop.grace)
         # The relay answers the replica's "is this a notice?" from this record.
-        tracked.mirror.write_record(layout.STOP, {
+        tracked.mirror.write_record(statedir.STOP, {
             "signal": int(stop.signal), "deadline": time.time() + grace,
             "reason": stop.reason, "notice": stop.notice})
         agent = self._agent_of(tracked)
@@ -251,7 +252,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
         self._save()
 
     def _save(self) -> None:
-        layout.write_json(os.path.join(self.dir, "allocs.json"), {"allocations": [
+        statedir.write_json(os.path.join(self.dir, statedir.ALLOCS), {"allocations": [
             {"slurm_id": a.slurm_id, "job_id": a.job_id, "attempt": a.attempt,
              "nodes": a.nodes, "state": a.state, "reason": a.reason} for a in self._allocs]})
 
@@ -288,7 +289,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
     def _log(self, line: str) -> None:
         """One line of what Slurm did to the allocations (<state>/slurm/slurm.log)."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
-        with open(os.path.join(self.dir, "slurm.log"), "a") as f:
+        with open(os.path.join(self.dir, statedir.SLURM_LOG), "a") as f:
             f.write(f"{stamp} {line}\n")
 
     def _start_agents(self, alloc: al.Alloc) -> None:
@@ -348,7 +349,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
             if not agent.send({"op": "launch", "record": record}):
                 continue  # its connection just ended: the node's loss follows
             tracked.dispatched = True
-            tracked.mirror.write_record(layout.LAUNCH, {
+            tracked.mirror.write_record(statedir.LAUNCH, {
                 **record, "log_prefix": launch.log_prefix, "created": time.time(),
                 "slurm_job": tracked.alloc.slurm_id})
             self._procs.append(al.start_watcher(tracked.alloc, launch.node, launch.launch_id,
@@ -405,8 +406,8 @@ class SlurmBackend(AgentLinks, AllocHolds):
         for lid in launch_ids:
             if lid in self._active:
                 continue
-            record = layout.read_json(os.path.join(self.state_dir, layout.LAUNCHES, lid,
-                                                   layout.LAUNCH))
+            record = statedir.read_json(
+                os.path.join(statedir.launch_dir(self.state_dir, lid), statedir.LAUNCH))
             alloc = next((a for a in self._allocs if record is not None
                           and a.slurm_id == record.get("slurm_job")), None)
             if record is None or alloc is None or record.get("node") not in alloc.nodes:

@@ -24,11 +24,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from perdure.backends.local import layout
+from perdure import statedir
 from perdure.runtime.transport.wire import FrameError, mac, recv_frame, send_frame
 
-HUB_FILE = "hub.json"
-SECRET_FILE = "secret.json"
 HANDSHAKE_SECONDS = 5.0
 BIND_RETRY_SECONDS = 5.0  # a previous controller's socket may still be closing
 AGENT_ROLE = "agent"  # the handshake's launch field: an agent speaks for no launch
@@ -36,11 +34,11 @@ AGENT_ROLE = "agent"  # the handshake's launch field: an agent speaks for no lau
 
 def load_secret(directory: str) -> str:
     """The state dir's secret for its agents, made once (0600)."""
-    path = os.path.join(directory, SECRET_FILE)
-    record = layout.read_json(path)
+    path = os.path.join(directory, statedir.SLURM_SECRET)
+    record = statedir.read_json(path)
     if record is None:
-        layout.write_json(path, {"secret": secrets.token_hex(32)})
-        record = layout.read_json(path)
+        statedir.write_json(path, {"secret": secrets.token_hex(32)})
+        record = statedir.read_json(path)
     assert record is not None
     return str(record["secret"])
 
@@ -78,12 +76,12 @@ class Hub:
         self._ids = itertools.count(1)
         self._sock = self._bind(host)
         self.address = f"{host}:{self._sock.getsockname()[1]}"
-        layout.write_json(os.path.join(directory, HUB_FILE), {"address": self.address})
+        statedir.write_json(os.path.join(directory, statedir.HUB), {"address": self.address})
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="slurm-hub").start()
 
     def _bind(self, host: str) -> socket.socket:
-        record = layout.read_json(os.path.join(self.directory, HUB_FILE)) or {}
+        record = statedir.read_json(os.path.join(self.directory, statedir.HUB)) or {}
         port = 0
         if str(record.get("address", "")).startswith(host + ":"):
             port = int(str(record["address"]).rsplit(":", 1)[1])

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from perdure import statedir
 from perdure.backends.base import error_info
-from perdure.backends.local import layout
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm.allocs import Alloc
 from perdure.core.events import Launch, LaunchFailed, Observation, ReplicaExited, ReplicaStarted
@@ -52,13 +52,13 @@ def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation]) -> boo
     status = item.get("status")
     if isinstance(status, dict) and not tracked.started:
         tracked.started = True
-        tracked.mirror.write_record(layout.STATUS, status)
+        tracked.mirror.write_record(statedir.STATUS, status)
         out.append(ReplicaStarted(tracked.launch.launch_id, int(status["pid"]),
                                   float(status["started_at"])))
     record = item.get("exit")
     if not isinstance(record, dict):
         return False
-    tracked.mirror.write_record(layout.EXIT, record)
+    tracked.mirror.write_record(statedir.EXIT, record)
     out.append(exit_observation(tracked, record))
     return True
 
@@ -72,7 +72,7 @@ def exit_observation(tracked: Tracked, record: dict[str, Any]) -> Observation:
     code = int(record["exit_code"])
     error = record.get("error")
     if code != 0:  # what the replica sent the relay beats its stderr
-        error = read_error_file(os.path.join(tracked.mirror.dir, layout.ERROR)) or error
+        error = read_error_file(os.path.join(tracked.mirror.dir, statedir.ERROR)) or error
     return ReplicaExited(
         launch_id=lid, exit_code=code, time=float(record["time"]),
         signal=record.get("signal"), oom=bool(record.get("oom")), error=error_info(error),
@@ -81,7 +81,7 @@ def exit_observation(tracked: Tracked, record: dict[str, Any]) -> Observation:
 
 def lost(tracked: Tracked, why: str) -> Observation:
     """A dispatched launch whose node or allocation is gone: killed with it."""
-    tracked.mirror.write_record(layout.EXIT, {"exit_code": 137, "signal": 9,
+    tracked.mirror.write_record(statedir.EXIT, {"exit_code": 137, "signal": 9,
                                               "time": time.time(), "lost": why})
     return ReplicaExited(tracked.launch.launch_id, 128 + signal.SIGKILL, time.time(),
                          signal=int(signal.SIGKILL))

@@ -15,7 +15,8 @@ import sys
 import tempfile
 import time
 
-from perdure.backends.local import layout, procs
+from perdure import statedir
+from perdure.backends.local import procs
 
 START_SECONDS = 120.0  # the agent writes the launch (and a supervisor claims it) within this
 # The node agent's check (the cluster file's `health: preflight`): {argv, timeout, env, cwd}
@@ -32,12 +33,12 @@ def wait(directory: str) -> int:
     """The replica's exit code once it has ended (1 when it never started; a launch held by
     the node's check and stopped there ends with the signal that stopped it)."""
     began, held = time.monotonic(), None
-    while (claim := layout.read_json(os.path.join(directory, layout.CLAIM))) is None:
-        unstarted = layout.read_json(os.path.join(directory, layout.EXIT))
+    while (claim := statedir.read_json(os.path.join(directory, statedir.CLAIM))) is None:
+        unstarted = statedir.read_json(os.path.join(directory, statedir.EXIT))
         if unstarted is not None:
             return int(unstarted.get("exit_code", 1)) & 0xFF
         if held is None:  # how long the node's check may hold it, once the agent wrote it
-            record = layout.read_json(os.path.join(directory, layout.LAUNCH))
+            record = statedir.read_json(os.path.join(directory, statedir.LAUNCH))
             held = None if record is None else float(record.get("preflight_timeout") or 0)
         if time.monotonic() - began >= START_SECONDS + (held or 0.0):
             return 1
@@ -45,13 +46,13 @@ def wait(directory: str) -> int:
     pid = int(claim.get("supervisor_pid") or 0)
     if pid:
         procs.wait_gone(pid, int(claim.get("supervisor_start_ticks") or 0))
-    record = layout.read_json(os.path.join(directory, layout.EXIT)) or {}
+    record = statedir.read_json(os.path.join(directory, statedir.EXIT)) or {}
     return int(record.get("exit_code", 1)) & 0xFF
 
 
 def main() -> None:
     node, launch_id = sys.argv[1], sys.argv[2]
-    sys.exit(wait(os.path.join(node_dir(node), layout.LAUNCHES, launch_id)))
+    sys.exit(wait(os.path.join(node_dir(node), statedir.LAUNCHES, launch_id)))
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from perdure import statedir
 from perdure.runtime import transport
 from perdure.runtime.transport import Where
-from perdure.runtime.transport.files import ROUND_FILE
 
 __all__ = [
-    "ROUND_FILE",
     "Member",
     "Round",
     "RoundWatcher",
@@ -96,7 +95,7 @@ class Round:
                      partial=generation)
 
     @classmethod
-    def from_json(cls, doc: Any, where: str = ROUND_FILE) -> Round:
+    def from_json(cls, doc: Any, where: str = statedir.ROUND) -> Round:
         """Parse what the controller wrote; a bad document raises ValueError naming the field."""
         try:
             members = tuple(
@@ -128,7 +127,7 @@ def read_round(where: Where) -> Round | None:
     none has been published yet."""
     t = transport.of(where)
     _, doc = t.round_doc(None)
-    return None if doc is None else Round.from_json(doc, f"{ROUND_FILE} in {t.where()}")
+    return None if doc is None else Round.from_json(doc, f"{statedir.ROUND} in {t.where()}")
 
 
 class RoundWatcher:
@@ -142,7 +141,7 @@ class RoundWatcher:
     def latest(self) -> Round | None:
         stamp, doc = self.transport.round_doc(self._stamp)
         if doc is not None:
-            rnd = Round.from_json(doc, f"{ROUND_FILE} in {self.transport.where()}")
+            rnd = Round.from_json(doc, f"{statedir.ROUND} in {self.transport.where()}")
             self._stamp = stamp
             # rounds only go up within an attempt; never step back to an older read
             if self._round is None or _newer(rnd, self._round):

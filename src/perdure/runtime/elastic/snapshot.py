@@ -25,19 +25,20 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perdure import statedir
 from perdure.runtime import goodput
 from perdure.runtime.checkpoint.worker import PersistWorker
 from perdure.runtime.elastic import codec
 from perdure.runtime.elastic import holder as hd
-from perdure.runtime.elastic.rendezvous import Member
 from perdure.runtime.elastic.state import Buffers, apply, capture, check_state, kind_of, unwrap
+from perdure.runtime.peerring import choose_peer
 from perdure.runtime.ranks import process_name
 from perdure.runtime.transport import Transport
 from perdure.runtime.transport import current as current_transport
@@ -63,26 +64,6 @@ class SnapshotInfo:
     peer: str | None = None  # the replica whose holder has a copy (None: not replicated)
     source: str = "memory"  # for load(): "memory", "file" or "peer:<replica>"
     seconds: float = 0.0  # for load(): time to agree, fetch and apply
-
-
-def choose_peer(members: Sequence[Member], me: str) -> str | None:
-    """The replica that holds `me`'s copy: the one half the ring of ranks away, or the first
-    after it on another node; else the next.
-
-    Half the ring away, not next door: schedulers place neighbouring ranks on neighbouring
-    nodes, which share a switch, a rack, a power feed; a fault that takes a switch's nodes
-    then leaves each lost replica's copy on a node outside it. No side effects. None when
-    `me` is alone or not a member.
-    """
-    names = [m.replica for m in members]
-    if me not in names or len(names) < 2:
-        return None
-    i = names.index(me)
-    ring = list(members[i + 1:]) + list(members[:i])
-    half = len(members) // 2 - 1  # ring[half] is rank i + n/2
-    my_node = members[i].node
-    other = next((m for m in ring[half:] + ring[:half] if m.node != my_node), None)
-    return (other or ring[0]).replica
 
 
 def _tree(tree: Any) -> dict[str, Any]:
@@ -273,20 +254,15 @@ class Snapshotter:
             return None
         members = self.manager.members if self.manager else ()
         if members:
-            return choose_peer(members, self.replica)
+            return choose_peer([(m.replica, m.node) for m in members], self.replica)
         others = sorted(a.replica for a in self._registered()
                         if a.replica != self.replica)
         return others[0] if others else None
 
     def _write_file(self, step: int, chunks: list[memoryview]) -> None:
         assert self.holder_dir is not None
-        _private_dirs(self.holder_dir)  # weights: the user's only, even in a shared /dev/shm
-        final = self.holder_dir / f"snap-{step:012d}.bin"
-        tmp = self.holder_dir / f".snap-{step:012d}.{os.getpid()}.tmp"
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.replace(tmp, final)  # complete or absent, never partial
+        statedir.private_dirs(self.holder_dir)  # weights: the user's only (/dev/shm)
+        statedir.write_atomically(self.holder_dir / f"snap-{step:012d}.bin", chunks)
         for old in sorted(self.holder_dir.glob("snap-*.bin"))[:-self.keep]:
             old.unlink(missing_ok=True)
 
@@ -372,15 +348,6 @@ class Snapshotter:
         if self._holder is not None:
             self._holder.close()
             self._holder = None
-
-
-def _private_dirs(path: Path) -> None:
-    """Create `path` and its missing parents, each 0700."""
-    if path.is_dir():
-        return
-    _private_dirs(path.parent)
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
 
 
 def _agree(mine: list[int]) -> int | None:

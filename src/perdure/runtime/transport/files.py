@@ -21,31 +21,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 import time
 from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
+from perdure import statedir
 from perdure.runtime.transport.base import HolderRecord
 
-__all__ = ["PROGRESS_FILE", "ROUND_FILE", "FileTransport", "write_atomically"]
-
-ROUND_FILE = "round.json"
-PROGRESS_FILE = "progress.jsonl"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file beside it and a rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:  # 0600: reports (errors, progress) are the user's only, like the rest of a state dir
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
-                       encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+__all__ = ["FileTransport"]
 
 
 def _read_json(path: Path) -> Any:
@@ -98,7 +82,7 @@ class FileTransport:
     # ---- membership rounds and markers ---------------------------------------------------
 
     def round_doc(self, since: Hashable | None) -> tuple[Hashable | None, Any]:
-        path = self._rdzv() / ROUND_FILE
+        path = self._rdzv() / statedir.ROUND
         try:
             st = os.stat(path)
             stamp: Hashable = (st.st_ino, st.st_mtime_ns, st.st_size)  # a rename: new inode
@@ -118,7 +102,7 @@ class FileTransport:
 
     def _write_marker(self, path: Path, doc: dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, json.dumps(doc))
+        statedir.write_atomically(path, json.dumps(doc))
 
     def mark_ready(self, attempt: int, replica: str, round_no: int) -> None:
         self._write_marker(self._marker("ready", f"{attempt}-{replica}"),
@@ -172,14 +156,14 @@ class FileTransport:
     def write_error(self, payload: dict[str, Any]) -> str | None:
         if not self.error_file:
             return None
-        write_atomically(Path(self.error_file), json.dumps(payload))
+        statedir.write_atomically(Path(self.error_file), json.dumps(payload))
         return self.error_file
 
     def append_progress(self, lines: list[str]) -> None:
         if self.report_dir is None or not lines:
             return
         # one append: a reader never sees half a line from a live process
-        fd = os.open(self.report_dir / PROGRESS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+        fd = os.open(self.report_dir / statedir.PROGRESS, os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                      0o644)
         try:
             os.write(fd, ("\n".join(lines) + "\n").encode())
