@@ -70,8 +70,9 @@ class JobSet:
     def up(self, timeout: float = 120) -> None:
         self.dir.mkdir(exist_ok=True)
         self.cluster.kubectl("apply", "--server-side", "-f", str(CRD))
-        self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                             "crd/jobsets.jobset.x-k8s.io")
+        self.cluster.wait_for("crd jobsets.jobset.x-k8s.io", lambda crd: any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in crd.get("status", {}).get("conditions") or []))
         self._serving_cert()
         (self.dir / "config.yaml").write_text(CONFIG.format(certs=self.dir / "certs"))
         self._start("jobset-controller", [str(BINARY), "--kubeconfig",
