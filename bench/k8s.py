@@ -21,12 +21,14 @@ and containerd, runc from apt. One cluster from tests/integration/k8s/k8scluster
 
 Rank 0 appends one line per finished step to a timeline (bench/recovery.py's). Once the first
 step is done, a rank is SIGKILLed every `--interval` s for `--window` s (ranks 1, 2, 3, 0, ...
-in turn), then the worker host of rank 1 dies (every process of its namespace) and, once its
-node is NotReady, its Node object is deleted (what a cloud's node controller does for a
-vanished machine; without it the dead host's pods stay Terminating and block the JobSet's
-foreground deletion). Figures: recovery (a kill -> the first step of a process started after
-it, median), goodput over the window from its first step (bench/recovery.py's), and the node
-loss: the death -> NotReady, and -> the next step done by a new process. Every figure is also
+in turn; a kill due while the job has not stepped again since the last is skipped, and one
+goes only to a process of the JobSet's current restart attempt, not to an old pod's), then
+the worker host of rank 1 dies (every process of its namespace) and, once its node is NotReady,
+its Node object is deleted (what a cloud's node controller does for a vanished machine;
+without it the dead host's pods stay Terminating and block the JobSet's foreground deletion).
+Figures: recovery (a kill -> the first step of a process started after it, median), goodput
+over the window from its first step (bench/recovery.py's), and the node loss: the death ->
+NotReady, and -> the next step done by a new process. Every figure is also
 given as a ratio to the JobSet's, measured in the same run.
 """
 
@@ -36,6 +38,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -103,25 +106,43 @@ def wait_first_step(timeline: Path, timeout: float = 400) -> None:
     raise SystemExit(f"no step in {timeout:.0f}s; see {timeline.parent}")
 
 
-def run_window(out: recovery.Outcome, interval: float, kill: Callable[[int], bool]) -> None:
+def recovered(timeline: Path, since: float) -> bool:
+    """Whether a process started after `since` (the last kill) has finished a step."""
+    records = recovery.read_timeline(timeline)[0]
+    before = {r["pid"] for r in records if r["t"] <= since}
+    return any(r["t"] > since and r["pid"] not in before for r in records)
+
+
+def run_window(out: recovery.Outcome, interval: float, kill: Callable[[int], bool],
+               timeline: Path) -> None:
+    """A kill every `interval` s; one due while the job is still recovering from the last is
+    skipped (so that every kill's recovery is measured to its end)."""
     t0 = out.started = time.time()
     n = 1
     while (due := t0 + n * interval) < t0 + out.duration:
         time.sleep(max(0.0, due - time.time()))
-        if kill(n % recovery.REPLICAS["mlp"]):
+        if (not out.kills or recovered(timeline, out.kills[-1])) and kill(
+                n % recovery.REPLICAS["mlp"]):
             out.kills.append(time.time())
-        else:  # that rank was not running (still recovering)
+        else:
             out.skipped += 1
         n += 1
     time.sleep(max(0.0, t0 + out.duration - time.time()))
 
 
-def rank1_node(cluster: K8sCluster) -> str:
+def attempt(cluster: K8sCluster) -> int | None:
+    """The JobSet's restart attempt now (its status.restarts)."""
+    with contextlib.suppress(RuntimeError):
+        return int(cluster.get("jobset", NAME).get("status", {}).get("restarts", 0))
+    return None
+
+
+def rank1_node(cluster: K8sCluster, jobset: bool) -> str:
     """The worker host running rank 1's pod now (a JobSet's or perdure's: by its env)."""
     pid = None
-    deadline = time.time() + 120
+    deadline = time.time() + 300
     while pid is None and time.time() < deadline:
-        pid = rank_pid(NAME, 1)
+        pid = rank_pid(NAME, 1, attempt(cluster) if jobset else None)
         time.sleep(0.5)
     if pid is None:
         raise SystemExit("rank 1 is not running: no host to lose")
@@ -141,10 +162,11 @@ def node_ready(cluster: K8sCluster, node: str) -> bool:
     return False
 
 
-def host_loss(cluster: K8sCluster, timeline: Path, settle: float = 300) -> dict[str, Any]:
+def host_loss(cluster: K8sCluster, timeline: Path, jobset: bool, settle: float = 400
+              ) -> dict[str, Any]:
     """Kill rank 1's host; delete its Node once NotReady; when the next step of a new process
     came."""
-    node = rank1_node(cluster)
+    node = rank1_node(cluster, jobset)
     before = {r["pid"] for r in recovery.read_timeline(timeline)[0]}
     killed = time.time()
     cluster.kill(node)
@@ -188,8 +210,9 @@ def run_jobset(cluster: K8sCluster, root: Path, args: argparse.Namespace
     timeline = root / "timeline.jsonl"
     try:
         wait_first_step(timeline)
-        run_window(out, args.interval, lambda r: _kill(rank_pid(NAME, r)))
-        loss = host_loss(cluster, timeline)
+        run_window(out, args.interval,
+                   lambda r: _kill(rank_pid(NAME, r, attempt(cluster))), timeline)
+        loss = host_loss(cluster, timeline, jobset=True)
         status = cluster.get("jobset", NAME).get("status", {})
         loss["restarts"] = status.get("restarts")
     finally:
@@ -215,8 +238,8 @@ def run_perdure(cluster: K8sCluster, root: Path, args: argparse.Namespace
         subprocess.run([*base, "submit", str(spec), "--cluster", str(cluster_file)],
                        check=True, capture_output=True, env=env)
         wait_first_step(timeline)
-        run_window(out, args.interval, lambda r: _kill(rank_pid(NAME, r)))
-        loss = host_loss(cluster, timeline)
+        run_window(out, args.interval, lambda r: _kill(rank_pid(NAME, r)), timeline)
+        loss = host_loss(cluster, timeline, jobset=False)
     finally:
         ctl.send_signal(signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -224,6 +247,14 @@ def run_perdure(cluster: K8sCluster, root: Path, args: argparse.Namespace
         subprocess.run([*base, "cancel", NAME], capture_output=True, env=env)
     finish(out, timeline)
     return out, loss
+
+
+def keep(cluster: K8sCluster, root: Path) -> None:
+    """The cluster's daemon logs and events, kept beside the timelines."""
+    with contextlib.suppress(OSError, RuntimeError, subprocess.SubprocessError):
+        (root / "events.txt").write_text(cluster.kubectl("get", "events", "-A", "-o", "wide",
+                                                         "--sort-by=.lastTimestamp"))
+    shutil.copytree(cluster.base / "log", root / "cluster-log", dirs_exist_ok=True)
 
 
 def _f(x: float | None, unit: str = "s") -> str:
@@ -278,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
         refused = kubernetes_refused(bench_spec(root / "check", args),
                                      perdure_cluster_file(cluster, root / "check"))
         if refused:
+            shutil.rmtree(root, ignore_errors=True)
             raise SystemExit(f"bench/k8s.py: the perdure half needs `backend: kubernetes`, "
                              f"which this perdure refuses ({refused}); run --backends jobset "
                              "for the baseline alone")
@@ -293,6 +325,7 @@ def main(argv: list[str] | None = None) -> None:
             cluster.sh("kubectl", "wait", "--for=condition=Ready", "node", "--all",
                        "--timeout=120s", check=False)
     finally:
+        keep(cluster, root)
         cluster.down()
     report(results)
     print(f"logs and timelines under {root}")

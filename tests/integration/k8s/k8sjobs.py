@@ -84,12 +84,14 @@ def for_test_cluster(jobset: dict[str, Any], shared: Path) -> dict[str, Any]:
     return out
 
 
-def rank_pid(job: str, rank: int) -> int | None:
-    """The live training process of `job`'s rank `rank`, found by its environment."""
+def rank_pid(job: str, rank: int, attempt: int | None = None) -> int | None:
+    """The live training process of `job`'s rank `rank`, found by its environment; with
+    `attempt`, only one of that JobSet restart attempt (not an old pod's, still stopping)."""
     for proc in psutil.process_iter(["environ", "status"]):
         with contextlib.suppress(psutil.Error):
             env = proc.info["environ"] or {}
             if env.get("PERDURE_JOB_ID") == job and env.get("RANK") == str(rank) \
-                    and proc.info["status"] != "zombie" and "python" in proc.name():
+                    and proc.info["status"] != "zombie" and "python" in proc.name() \
+                    and attempt in (None, int(env.get("PERDURE_JOBSET_RESTARTS", -1))):
                 return int(proc.pid)
     return None
