@@ -51,10 +51,13 @@ def ddp_spec(root: Path, name: str, epochs: int, replicas: int = 4, step_time: f
     return path
 
 
-def export_jobset(spec: Path) -> tuple[dict[str, Any], str]:
-    """`perdure export k8s SPEC --image <the tools image>`: the JobSet and the CLI's stderr."""
+def export_jobset(spec: Path, crd: Path | None = None) -> tuple[dict[str, Any], str]:
+    """`perdure export k8s SPEC --image <the tools image>` (checked against the CRD file
+    `crd` too when given): the JobSet and the CLI's stderr."""
+    check = ["--crd", str(crd)] if crd is not None else []
     r = subprocess.run([*PERDURE, "export", "k8s", str(spec), "--image", TOOLS_IMAGE,
-                        "--namespace", "default"], capture_output=True, text=True, timeout=120,
+                        "--namespace", "default", *check], capture_output=True, text=True,
+                       timeout=120,
                        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     if r.returncode != 0:
         raise RuntimeError(f"perdure export k8s failed: {r.stderr.strip()}")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from k8scluster import K8sCluster, K8sUnavailable
 from k8sjobs import ddp_spec, export_jobset, for_test_cluster, rank_pid
-from k8sjobset import JobSet
+from k8sjobset import CRD, JobSet
 from tests.helpers.clusterjobs import EPOCHS, local_reference_sha
 
 
@@ -69,7 +69,7 @@ def test_exported_ddp_job_completes_and_a_killed_rank_restarts_the_jobset(
     timeline = root / "timeline.jsonl"
     spec = ddp_spec(root, "ddp-js", EPOCHS, step_time=0.1,
                     extra_args=("--timeline", str(timeline)))
-    exported, warnings = export_jobset(spec)
+    exported, warnings = export_jobset(spec, CRD)  # the controller's own, whole CRD
     assert "checkpoint.dir" in warnings  # a path, not a URL: the test mounts it on every host
     k8s.kubectl("apply", "-f", "-", input=json.dumps(for_test_cluster(exported, root)))
     try:
