@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
 .PHONY: demo test test-frameworks test-ray bench-ray test-slurm bench-slurm test-k8s k8s-cluster \
+	k8s-jobset bench-k8s \
 	soak lint bench venv clean test-serve-fuzz test-transport spec-reference test-gpu moto-venv \
 	bench-s3 test-s3 docs docs-serve docs-reference test-compat
 
@@ -59,12 +60,19 @@ bench-slurm: $(STAMP)
 
 # A real Kubernetes cluster of namespace hosts (root; apt-get install containerd runc
 # containernetworking-plugins busybox-static): its components built from Go modules once
-# (k8s-cluster, into ~/.cache/perdure-k8s or PERDURE_K8S_CACHE), then the long runs.
+# (k8s-cluster, into ~/.cache/perdure-k8s or PERDURE_K8S_CACHE), and the JobSet controller
+# (k8s-jobset, beside them), then the long runs.
 k8s-cluster:
 	k8s/cluster/build.sh
 
+k8s-jobset:
+	k8s/jobset/build.sh
+
 test-k8s: $(STAMP)
 	flock /tmp/perdure-heavy.lock $(BIN)/python -m pytest -q -m 'k8s_long or not k8s_long' tests/integration/k8s
+
+bench-k8s: $(STAMP)
+	flock /tmp/perdure-heavy.lock $(BIN)/python bench/k8s.py
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak
