@@ -11,6 +11,7 @@ reads its records out of order would.
 from __future__ import annotations
 
 import heapq
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,7 +114,7 @@ class FakeBackend:
         elif stop.launch_id in self.procs:
             self._exit(stop.launch_id, 128 + stop.signal, stop.signal, None)
 
-    def kill(self, launch_id: str, sig: int = 9) -> None:
+    def kill(self, launch_id: str, sig: int = signal.SIGKILL) -> None:
         """Chaos for tests: the replica dies by `sig` now."""
         if launch_id in self.procs:
             self._exit(launch_id, 128 + sig, sig, None)
@@ -121,7 +122,7 @@ class FakeBackend:
     def kill_node(self, node: str) -> None:
         for lid, p in list(self.procs.items()):
             if p.launch.node == node:
-                self.kill(lid, 9)
+                self.kill(lid)
 
     def poll(self) -> list[Observation]:
         if self._poll_errors:

@@ -13,6 +13,7 @@ node starts without a new check. Launches wait (held here) while their node's ch
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -148,7 +149,7 @@ class Preflight:
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     try:
-        os.killpg(proc.pid, 9)
+        os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         proc.kill()
     proc.wait()

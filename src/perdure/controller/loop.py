@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -45,11 +46,11 @@ from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 Listener = Callable[[StoredEvent], None]
 COMMANDS_PER_TICK = 8
 # The backend's news taken into one tick; the rest waits, in order, for the next ticks (as
-# if the backend had reported it later): 16,384 replicas starting at once are seen over a
-# few ticks of bounded cost instead of one long one (bench/controller.py --only big).
+# if the backend had reported it later): a big job's replicas starting at once are seen over
+# a few ticks of bounded cost instead of one long one.
 OBSERVATIONS_PER_TICK = 256
-# Replica rows of a submitted job read a tick: a 16,384-replica job is read over 4 ticks of
-# ~20 ms instead of one of ~90 ms (bench/controller.py --only big).
+# Replica rows of a submitted job read a tick: a big job is read over several short ticks
+# instead of one long one.
 LOAD_ROWS_PER_TICK = 4096
 
 
@@ -137,7 +138,7 @@ class Controller:
         for job in jobs.values():  # a stop decided before a crash may never have been sent
             for r in job.replicas:
                 if r.state is ReplicaState.STOPPING and r.launch_id:
-                    self._apply(Stop(r.launch_id, 15, job.spec.restart.stop_grace_seconds,
+                    self._apply(Stop(r.launch_id, signal.SIGTERM, job.spec.restart.stop_grace_seconds,
                                      "re-sent after controller restart"))
 
     def _fail_unreadable(self, err: UnreadableJob) -> None:
@@ -146,7 +147,7 @@ class Controller:
         if running:  # stop what may still run of it: its record is gone
             self.pending.extend(self._adopt(running))
             for lid in running:
-                self._apply(Stop(lid, 15, 5.0, "its job cannot be read back"))
+                self._apply(Stop(lid, signal.SIGTERM, 5.0, "its job cannot be read back"))
 
     def _adopt(self, launch_ids: list[str]) -> list[Observation]:
         """Re-attach to running launches; a backend that fails to fails those launches
@@ -326,7 +327,7 @@ class Controller:
                     f"the backend sent an unexpected reply ({why}): {vet.describe(reply)}"))
                 continue
             out.append(instead)
-            self._deferred.append(Stop(instead.launch_id, 9, 0.0, "unexpected backend reply"))
+            self._deferred.append(Stop(instead.launch_id, signal.SIGKILL, 0.0, "unexpected backend reply"))
         return out
 
     def _decide(self, observations: list[Observation], now: float) -> Outcome:
@@ -353,7 +354,7 @@ class Controller:
             instead = vet.failed(obs, f"the controller failed on it: {vet.error_words(first)}", now)
             if instead is not None and instead not in bad:
                 kept.append(instead)
-                self._deferred.append(Stop(instead.launch_id, 9, 0.0,
+                self._deferred.append(Stop(instead.launch_id, signal.SIGKILL, 0.0,
                                            "unexpected backend reply"))
         return decide(self.snapshot, kept, now, self.ports, self.settings)
 
@@ -378,7 +379,7 @@ class Controller:
                     f"could not carry out {type(d).__name__}: {vet.error_words(exc)}; trying again "
                     "each tick"))
         else:
-            if self._refused:  # hashing a 16,384-member round costs ~1 ms: only if needed
+            if self._refused:  # hashing a big round is not free: only if needed
                 self._refused.discard(d)
 
     def _launch(self, d: Launch) -> None:

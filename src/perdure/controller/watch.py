@@ -135,8 +135,7 @@ class WatchShell:
             # the first sample one period after the job is first seen running
             if now < self._next_sample.setdefault(job.id, now + self.sample_every):
                 continue
-            # its launches only when a sample is due: 16,384 of them were ~2.5 ms of every
-            # sweep's tick (bench/controller.py --only big)
+            # its launches only when a sample is due: listing them is a pass over the job
             launches = running_launches(job)
             if launches is None:
                 continue

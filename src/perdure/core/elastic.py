@@ -19,9 +19,8 @@ from perdure.core.model import Job, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Tick
 
-# Passes over a job's replicas are made in C (map, compress, set algebra): a 16,384-replica
-# job's round is published, shrunk and grown in a few ms a pass (bench/controller.py --only
-# big), by the states' plain string values (an Enum's hash is a Python call, a str's is C).
+# Passes over a job's replicas are made in C (map, compress, set algebra), by the states'
+# plain string values (an Enum's hash is a Python call, a str's is C).
 _NAME = operator.attrgetter("name")
 _NODE = operator.attrgetter("node")
 _RANK = operator.attrgetter("rank")
@@ -124,7 +123,7 @@ def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[st
 def _on_node(job: Job, node: str | None, alive: bool = False) -> list[Replica]:
     """The job's replicas on `node`, in rank order (picked in C). With `alive`, those that
     may still have a process are sure to be among them, the others may not: found through
-    the layout's entry for the node (a few replicas, not a pass over 16,384) when the ones
+    the layout's entry for the node (a few replicas, not a pass over the job) when the ones
     alive there hold all the slots counted on it."""
     if alive and node is not None and job.layout is not None:
         found = [x for x in job.named(job.layout.places.get(node, ())) if x.node == node]
@@ -145,7 +144,7 @@ def joined(t: Tick, job: Job) -> None:
     if job.count(ReplicaState.STARTING) or len(job.members) == len(job.replicas):
         return  # some are still starting, or every replica is a member already
     members = job.member_set()
-    # the few not members, in one pass (C); a member set of 16,384 is not scanned twice
+    # the few not members, in one pass (C); the member set is not scanned twice
     others = list(itertools.compress(job.replicas, map(operator.not_, map(
         members.__contains__, map(_NAME, job.replicas)))))
     new = [x.name for x in others if x.state is ReplicaState.RUNNING and not _down(t, x.node)]

@@ -32,8 +32,7 @@ class LaunchSettings:
     node_dir: str | None = None
     # A tick sends at most this many launches; a job placing more sends the rest over the
     # next ticks, in rank order, keeping its placement (None: all at once; the simulator's
-    # ticks cost no time). Bounds the tick of a 16,384-replica job (bench/controller.py:
-    # at 512, 512 relaunches made a tick of ~40 ms of CPU by themselves).
+    # ticks cost no time). Bounds the tick of a big job (docs/benchmarks.md).
     launches_per_tick: int | None = 256
     # The cluster file's `health`: when a node is quarantined (core/health.py)
     health: HealthSpec = field(default_factory=lambda: HealthSpec())
@@ -200,7 +199,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
     env["PERDURE_LAUNCH_ID"] = lid
     env["PERDURE_REPORT_DIR"] = _under(base.reports, lid)
     # a member's round rank; "is it one?" through the round's set, which the job keeps
-    # anyway: a replacement (no member) builds no rank map of 16,384 members
+    # anyway: a replacement (no member) builds no rank map of every member
     members = job.member_set() if layout.members is job.members else layout.member_rank
     if job.elastic and r.name in members:
         env["RANK"] = str(layout.member_rank[r.name])

@@ -3,12 +3,11 @@ LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, each replica's first RANK and RO
 WORLD_SIZE, and an elastic round's member ranks.
 
 No side effects. A layout is computed once for all replicas launched together (a tick that
-launches 256 of a 16,384-replica job stays linear in those 256), and is kept while the job's
+launches a few replicas of a big job stays linear in those few), and is kept while the job's
 replicas stay where they are: a new elastic round renumbers its members only
 (`Layout.renumbered`), and a few replicas placed on other nodes move only their nodes' entries
 (`Layout.moved`), each equal to the layout `Layout.of` computes anew (tests/unit/core/
-test_layout_bulk.py). At 16,384 replicas `of` takes ~6 ms, `moved` ~0.5 for a node's
-replicas, `renumbered` no pass (bench/controller.py --only big, docs/benchmarks.md).
+test_layout_bulk.py); `renumbered` makes no pass over the replicas.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ def _runs(keys: list[_K]) -> list[tuple[_K, int]] | None:
 
 def _places(at: Mapping[str, str | None]) -> dict[str, tuple[str, ...]]:
     """Each node's replicas in `at`'s order, nodes first seen first (torchrun's group
-    order): sliced in C when each node's replicas are side by side, as a 16,384-replica
+    order): sliced in C when each node's replicas are side by side, as a big
     job's are; else one pass."""
     names = list(at)
     runs = _runs(list(at.values()))
@@ -243,7 +242,7 @@ class Layout:
            where: Mapping[str, str] | None = None,
            planned: Sequence[Planned] = ()) -> Layout:
         """`launching`: the replicas launched with it (None: all), the only ones given
-        CUDA_VISIBLE_DEVICES (a tick that launches a few of 16,384 looks only at those);
+        CUDA_VISIBLE_DEVICES (a tick that launches a few looks only at those);
         `where`: nodes of replicas placed but not launched yet (their own `node` is unset);
         `planned`: more of those, as the job's plan holds them (its nodes count over
         `where`'s)."""

@@ -45,7 +45,7 @@ def step(t: Tick, job_id: str) -> None:
         return
     if job.elastic and not job.members:
         # A big elastic job's round 0 is published by the tick after its placement, and
-        # its layout built by the one after that (each ~10-15 ms at 16,384 replicas): no
+        # its layout built by the one after that (each a pass over the job): no
         # launch before its round (a controller that died before it publishes it then).
         publish(t, job, {r.name for r in job.replicas}, "admitted")
         return

@@ -156,7 +156,7 @@ class Tick:
         # the restart asked for.
         budget = self.settings.launches_per_tick
         later: list[int] = []
-        # States read in one pass (C): the loop below is the tick's only one over 16,384
+        # States read in one pass (C): the loop below is the tick's only one over the job
         for x, state in zip(job.replicas, job.states(), strict=True):
             if not group and x.name not in names:
                 continue
@@ -274,13 +274,13 @@ class Tick:
         limit = self.settings.launches_per_tick
         # A layout agrees with the job's plan: the plan grows only here, once the layout
         # fits (or was built for) its new entries, and a new plan comes with no layout
-        # (`drop_plan`); so only `placed` is checked against it, not the 16,384 planned.
+        # (`drop_plan`); so only `placed` is checked against it, not the whole plan.
         # A layout of this round moves the replicas placed elsewhere (a replacement: its
         # node's entries only); a new round's is built anew.
         if job.layout is not None and job.layout.key == key_of(job):
             job.layout = job.layout.moved(job, placed)
         elif limit is not None and len(job.replicas) > limit:
-            # A big job's new layout (~10 ms at 16,384 replicas) is built by the next tick,
+            # A big job's new layout is built by the next tick,
             # which sends the first of these: this one placed them (they hold their slots),
             # and that is enough work for one tick.
             job.layout = None

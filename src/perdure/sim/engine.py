@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,11 +182,11 @@ class Engine:
                 self.launch(d, d.node in warm_spares)
             elif isinstance(d, Stop):
                 self.at(self.now + min(self.calib.stop_seconds, d.grace), self.exited,
-                        d.launch_id, 128 + 15, 15)
+                        d.launch_id, 128 + signal.SIGTERM, signal.SIGTERM)
             elif isinstance(d, KillNode):
                 for lid, p in self.procs.items():
                     if p.alive and p.launch.node == d.node:
-                        self.at(self.now, self.exited, lid, 128 + 9, 9)
+                        self.at(self.now, self.exited, lid, 128 + signal.SIGKILL, signal.SIGKILL)
         for job in ended:
             self.ended(job)
         after = self.job_state()
