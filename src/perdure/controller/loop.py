@@ -138,7 +138,8 @@ class Controller:
         for job in jobs.values():  # a stop decided before a crash may never have been sent
             for r in job.replicas:
                 if r.state is ReplicaState.STOPPING and r.launch_id:
-                    self._apply(Stop(r.launch_id, signal.SIGTERM, job.spec.restart.stop_grace_seconds,
+                    grace = job.spec.restart.stop_grace_seconds
+                    self._apply(Stop(r.launch_id, signal.SIGTERM, grace,
                                      "re-sent after controller restart"))
 
     def _fail_unreadable(self, err: UnreadableJob) -> None:
@@ -327,7 +328,8 @@ class Controller:
                     f"the backend sent an unexpected reply ({why}): {vet.describe(reply)}"))
                 continue
             out.append(instead)
-            self._deferred.append(Stop(instead.launch_id, signal.SIGKILL, 0.0, "unexpected backend reply"))
+            self._deferred.append(Stop(instead.launch_id, signal.SIGKILL, 0.0,
+                                       "unexpected backend reply"))
         return out
 
     def _decide(self, observations: list[Observation], now: float) -> Outcome:

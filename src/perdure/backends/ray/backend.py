@@ -274,8 +274,9 @@ class RayBackend:
         if not tracked.lost:
             pull_from_agent(tracked, self._agent(tracked.node))
         why = "its node was lost" if tracked.lost else text.splitlines()[0][:300]
-        tracked.mirror.write_record(layout.EXIT, {"exit_code": 128 + signal.SIGKILL, "signal": signal.SIGKILL, "oom": oom,
-                                                  "time": time.time(), "lost": why})
+        tracked.mirror.write_record(layout.EXIT, {
+            "exit_code": 128 + signal.SIGKILL, "signal": signal.SIGKILL, "oom": oom,
+            "time": time.time(), "lost": why})
         out.append(ReplicaExited(launch_id=tracked.launch_id, exit_code=128 + signal.SIGKILL,
                                  time=time.time(), signal=int(signal.SIGKILL), oom=oom))
 
