@@ -8,7 +8,7 @@ Time comes in as `now`; rendezvous ports come from the `ports` iterator the shel
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from perdure.core import admission, elastic, health, spares
@@ -381,40 +381,49 @@ class _Decider(Tick):
     # ---- verdicts ------------------------------------------------------------------------
 
     def apply(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
-        if v.action is Action.SUCCEED:
-            job.error = None
-            self.event(job, "decision", f"succeed: {reason}")
-            self.end(job, JobState.SUCCEEDED)
-        elif v.action is Action.DONE:
-            self.event(job, "decision", f"done: {reason}")
-        elif v.action is Action.SUSPEND:
-            self.event(job, "decision", f"suspend job: {reason}")
-            job.state = JobState.SUSPENDING
-            self.event(job, "state", "SUSPENDING: a replica saved and asked to be resumed")
-            self.end(job, JobState.SUSPENDED, notice="preemption")
-        elif v.action in (Action.RESTART, Action.MOVE):
-            if v.action is Action.RESTART and v.reason != "node lost":
-                r.restarts += 1
-            collateral = v.reason == "peer lost" and not job.elastic
-            job.blamed, job.round_began = (r.name, self.now) if collateral else (None, None)
-            if v.code is not None and v.message:
-                job.error = JobError(v.code, v.message)
-            self.event(job, "decision", f"restart {reason}")
-            if job.elastic:
-                elastic.lose(self, job, r, reason)
-            else:
-                self.restart(job, [r], notice=None, why="restart")
-        elif v.action is Action.RETRY:
-            assert v.code is not None
-            job.retries[v.code.value] = job.retries.get(v.code.value, 0) + 1
+        """Carry out the failure policy's verdict on `r` (a handler per action: _ACTIONS)."""
+        _ACTIONS[v.action](self, job, r, v, reason)
+
+    def succeed(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        job.error = None
+        self.event(job, "decision", f"succeed: {reason}")
+        self.end(job, JobState.SUCCEEDED)
+
+    def done(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        self.event(job, "decision", f"done: {reason}")
+
+    def suspend(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        self.event(job, "decision", f"suspend job: {reason}")
+        job.state = JobState.SUSPENDING
+        self.event(job, "state", "SUSPENDING: a replica saved and asked to be resumed")
+        self.end(job, JobState.SUSPENDED, notice="preemption")
+
+    def restart_replica(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        """RESTART (a restart counted, unless its node was lost) or MOVE (none)."""
+        if v.action is Action.RESTART and v.reason != "node lost":
+            r.restarts += 1
+        collateral = v.reason == "peer lost" and not job.elastic
+        job.blamed, job.round_began = (r.name, self.now) if collateral else (None, None)
+        if v.code is not None and v.message:
             job.error = JobError(v.code, v.message)
-            self.event(job, "decision", f"retry job: {reason}")
-            self.end(job, JobState.QUEUED)
-        elif v.action is Action.FAIL:
-            assert v.code is not None
-            job.error = JobError(v.code, v.message)
-            self.event(job, "decision", f"fail job: {reason}")
-            self.end(job, JobState.FAILED)
+        self.event(job, "decision", f"restart {reason}")
+        if job.elastic:
+            elastic.lose(self, job, r, reason)
+        else:
+            self.restart(job, [r], notice=None, why="restart")
+
+    def retry(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        assert v.code is not None
+        job.retries[v.code.value] = job.retries.get(v.code.value, 0) + 1
+        job.error = JobError(v.code, v.message)
+        self.event(job, "decision", f"retry job: {reason}")
+        self.end(job, JobState.QUEUED)
+
+    def fail(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        assert v.code is not None
+        job.error = JobError(v.code, v.message)
+        self.event(job, "decision", f"fail job: {reason}")
+        self.end(job, JobState.FAILED)
 
     # ---- commands ------------------------------------------------------------------------
 
@@ -428,3 +437,13 @@ class _Decider(Tick):
     def schedule(self) -> None:
         admission.schedule(self)
 
+
+_ACTIONS: dict[Action, Callable[[_Decider, Job, Replica, Verdict, str], None]] = {
+    Action.SUCCEED: _Decider.succeed,
+    Action.DONE: _Decider.done,
+    Action.SUSPEND: _Decider.suspend,
+    Action.RESTART: _Decider.restart_replica,
+    Action.MOVE: _Decider.restart_replica,
+    Action.RETRY: _Decider.retry,
+    Action.FAIL: _Decider.fail,
+}
