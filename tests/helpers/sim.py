@@ -72,7 +72,6 @@ class Sim:
         self.snap = Snapshot({}, {n: Node(n, s) for n, s in self.nodes.items()}, self.quotas)
         self.pending: list[Observation] = []
         self.events: list[Event] = []
-        self.ports = itertools.count(30000)
         self.ids = itertools.count(1)
         self.finished: dict[str, Job] = {}
 
@@ -99,7 +98,7 @@ class Sim:
         small = sum(len(j.replicas) for j in self.snap.jobs.values()) <= 64
         given = {i: j.to_json() for i, j in self.snap.jobs.items()} if small else {}
         before = dict(self.snap.jobs) if small else {}
-        out = decide(self.snap, obs, self.now, self.ports, self.settings)
+        out = decide(self.snap, obs, self.now, self.settings)
         assert all(self.snap.jobs[i].to_json() == d for i, d in given.items()), \
             "decide changed a job of the snapshot it was given"
         check_transitions(before, out.snapshot.jobs)

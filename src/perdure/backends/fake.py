@@ -10,13 +10,16 @@ reads its records out of order would.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+import itertools
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.masterport import MasterPorts
 from perdure.core.events import (
     ErrorInfo,
     Launch,
@@ -74,6 +77,10 @@ class FakeBackend:
         self._injected: list[object] = []
         self._late: list[Observation] = []  # starts held back until the poll after the exit
         self._poll_errors: list[Exception] = []
+        self._masters, self._ports = MasterPorts(), itertools.count(30000)
+
+    def _next_port(self) -> str:
+        return str(next(self._ports))
 
     def inject(self, *replies: object) -> None:
         """Chaos for tests: the next poll returns these as well, whatever they are."""
@@ -87,6 +94,9 @@ class FakeBackend:
         return list(self._nodes)
 
     def launch(self, launch: Launch) -> None:
+        if launch.master_key:
+            port = self._masters.port(launch.job_id, launch.master_key, self._next_port)
+            launch = dataclasses.replace(launch, env={**launch.env, "MASTER_PORT": port})
         run = self.script(launch)
         if run.fail_launch:
             raise LaunchError(f"fake launch failure for {launch.launch_id}")

@@ -20,7 +20,7 @@ from perdure.controller import backoff, vet
 from perdure.controller.collect import Collector
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
-from perdure.controller.publish import free_ports, publish_round
+from perdure.controller.publish import publish_round
 from perdure.controller.resumes import ResumeShell
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
@@ -75,7 +75,6 @@ class Controller:
         self.state_dir, self.store, self.backend = state_dir, store, backend
         self.cluster, self.settings, self.clock, self.interval = cluster, settings, clock, interval
         self.listeners: list[Listener] = []
-        self.ports = free_ports()
         self.snapshot = Snapshot({}, {}, {q.name: q.quota for q in cluster.queues})
         self.pending: list[Observation] = []
         self._start_events: list[Event] = []  # written by the first tick
@@ -91,7 +90,6 @@ class Controller:
         self.intervals = IntervalShell(settings.state_dir)
         self.resumes = ResumeShell()
         self._poll_failing = False
-        self._tick_refused = False
         self._spares: frozenset[str] = frozenset()  # spare nodes the backend was told of
         self._fenced: dict[str, str] | None = None  # quarantines the backend was told of
         # A submitted job whose replicas are being read, a part a tick (`_load`)
@@ -226,11 +224,7 @@ class Controller:
         observations += found
         self._start_events += noted
         self._start_events += self.intervals.step(self.snapshot.jobs, observations, now)
-        try:
-            outcome = self._decide(observations, now)
-        except OSError as exc:  # EMFILE probing a free port: nothing was decided
-            return self._refused_tick(observations, exc)
-        self._tick_refused = False
+        outcome = self._decide(observations, now)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
         events, self._start_events = [*self._start_events, *outcome.events], []
         stored = self.store.commit_tick(
@@ -275,17 +269,6 @@ class Controller:
             self._start_events.append(Event(self.clock(), None, "internal",
                                             f"could not tell the backend of quarantined "
                                             f"nodes: {vet.error_words(exc)}"))
-
-    def _refused_tick(self, observations: list[Observation], exc: OSError) -> Outcome:
-        """A tick the machine refused (no descriptor left to probe a port with): nothing is
-        decided or lost; its observations wait for the next tick, and it is said once."""
-        self.pending = [*observations, *self.pending]
-        self.ports = free_ports()  # the old generator ended with the error
-        if not self._tick_refused:
-            self._start_events.append(Event(self.clock(), None, "internal",
-                                            f"could not decide: {exc}; trying again each tick"))
-        self._tick_refused = True
-        return Outcome(self.snapshot, [], [], frozenset(), False)
 
     def _forget_node_dir(self, job_id: str) -> None:
         """Remove what an ended job kept on this node ($PERDURE_NODE_DIR: snapshots in tmpfs)."""
@@ -336,7 +319,7 @@ class Controller:
         """`decide`; should the core fail on some backend reply all the same, each reply it
         fails on is replaced by its launch's failure and the tick goes on."""
         try:
-            return decide(self.snapshot, observations, now, self.ports, self.settings)
+            return decide(self.snapshot, observations, now, self.settings)
         except Exception as exc:
             launches: list[Observation] = [o for o in observations
                                            if not isinstance(o, Command)]
@@ -346,7 +329,7 @@ class Controller:
         bad: list[Observation] = []
         for obs in launches:  # the core is pure: trying an observation alone changes nothing
             try:
-                decide(self.snapshot, [obs], now, self.ports, self.settings)
+                decide(self.snapshot, [obs], now, self.settings)
             except Exception:
                 bad.append(obs)
         if not bad:
@@ -358,7 +341,7 @@ class Controller:
                 kept.append(instead)
                 self._deferred.append(Stop(instead.launch_id, signal.SIGKILL, 0.0,
                                            "unexpected backend reply"))
-        return decide(self.snapshot, kept, now, self.ports, self.settings)
+        return decide(self.snapshot, kept, now, self.settings)
 
     def _apply(self, d: Decision) -> None:
         """Carry out a decision (a launch: `_launch`); other decisions the OS refuses are

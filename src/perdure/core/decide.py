@@ -2,13 +2,13 @@
 
 No side effects: it reads the snapshot, never mutates it, and returns the next snapshot, the
 decisions for the shell to carry out (launch, stop, kill node) and the events that explain them.
-Time comes in as `now`; rendezvous ports come from the `ports` iterator the shell supplies.
+Time comes in as `now`; it binds no socket (rank 0's port is the backend's choice).
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from perdure.core import admission, elastic, health, spares
@@ -60,11 +60,10 @@ def decide(
     snap: Snapshot,
     observations: Iterable[Observation],
     now: float,
-    ports: Iterator[int],
     settings: LaunchSettings,
 ) -> Outcome:
     """One tick: apply the observations (earliest first), then place and admit."""
-    tick = _Decider(snap, now, ports, settings)
+    tick = _Decider(snap, now, settings)
     for obs in sorted(observations, key=lambda o: o.time):
         tick.observe(obs)
     tick.settle()

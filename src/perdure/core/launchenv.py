@@ -179,6 +179,12 @@ def master_node(job: Job) -> str:
     return (rank0.node or "") if rank0 is not None else ""
 
 
+def master_key(job: Job) -> str:
+    """Which launches share a master: those of one attempt, and of one round where a round
+    is a group restart (an elastic job's rounds keep the attempt's master)."""
+    return f"{job.id}-{job.attempt}" + ("" if job.elastic else f".{job.round}")
+
+
 def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None = None) -> Launch:
     """The Launch decision for replica `r` of `job` as placed now (`layout`: Layout.of(job),
     given when several replicas are launched at once; it keeps what they share)."""
@@ -218,6 +224,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
         log_prefix=_under(base.logs, r.name),
         gpus=r.gpus,
         resume=resume_args(job, r, pool),
+        master_key=master_key(job),
     )
 
 
@@ -228,7 +235,7 @@ def _pool_base(job: Job, pool: PoolSpec, s: LaunchSettings, layout: Layout) -> P
         command[0] = s.python
     facts = ReplicaFacts(
         rank="", world_size=str(layout.world), role_rank="", master_addr=s.master_addr,
-        master_port=str(job.master_port or 0), run_id=f"{job.id}-{job.attempt}",
+        master_port="0", run_id=f"{job.id}-{job.attempt}",
         attempt=str(job.attempt), round=str(job.round), replica="", restart_count="",
         job_id=job.id, checkpoint_dir=checkpoint_dir(job, s), layout={},
     )

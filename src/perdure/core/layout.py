@@ -141,7 +141,7 @@ class Layout:
     bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
     # What it was computed for: the job's (attempt, round, master port); a later launch of
     # the same round reuses it (`moved`: the replicas it places elsewhere move).
-    key: tuple[int, int, int | None] = field(default=(0, 0, None), compare=False, repr=False)
+    key: tuple[int, int] = field(default=(0, 0), compare=False, repr=False)
     # node -> {replica: LOCAL_RANK}, made for a node when one of its replicas launches
     _indexes: dict[str, dict[str, int]] = field(default_factory=dict, compare=False,
                                                 repr=False)
@@ -276,9 +276,9 @@ class Layout:
                       key=key_of(job))
 
 
-def key_of(job: Job) -> tuple[int, int, int | None]:
-    """What a layout is computed for: the job's attempt, round and master port."""
-    return job.attempt, job.round, job.master_port
+def key_of(job: Job) -> tuple[int, int]:
+    """What a layout is computed for: the job's attempt and round."""
+    return job.attempt, job.round
 
 
 def gpu_env(job: Job, nodes: Mapping[str, Node],

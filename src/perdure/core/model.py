@@ -102,7 +102,6 @@ class Job:
     state: JobState = JobState.QUEUED
     attempt: int = 0
     round: int = 0  # rendezvous round within the attempt
-    master_port: int | None = None
     replicas: list[Replica] = field(default_factory=list)
     retries: dict[str, int] = field(default_factory=dict)  # spent job retries by error code
     error: JobError | None = None

@@ -10,7 +10,7 @@ import dataclasses
 import itertools
 import operator
 import signal
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from perdure.core.counts import ALIVE
@@ -92,7 +92,6 @@ class Tick:
 
     snap: Snapshot
     now: float
-    ports: Iterator[int]
     settings: LaunchSettings
     jobs: dict[str, Job] = field(init=False)
     nodes: dict[str, Node] = field(init=False)
@@ -149,7 +148,6 @@ class Tick:
         group = job.spec.restart.scope == "group" and not job.elastic
         if group:
             job.round += 1
-            job.master_port = next(self.ports)
             drop_plan(job)  # the new round places and launches them all again
         # A tick sends at most launches_per_tick stops; the other replicas of a group are
         # stopped by the next ticks (core.plan), and an exit of theirs before then is one
@@ -230,7 +228,7 @@ class Tick:
         if job.after_stop is None or job.alive_replicas():
             return
         final, job.after_stop = job.after_stop, None
-        job.waiting_since, job.master_port = None, None
+        job.waiting_since = None
         job.spares = {}  # an ended attempt holds nothing
         job.backend_queue = ""
         if final is JobState.QUEUED or final is JobState.SUSPENDED:

@@ -105,7 +105,6 @@ class Engine:
         self.seq = itertools.count()
         self.obs: list[Observation] = []
         self.procs: dict[str, Proc] = {}
-        self.ports = itertools.count(30000)
         # every launch of a tick at once: the simulated clock charges launches their
         # calibrated cost, not the controller's spreading of a tick's CPU time
         self.settings = LaunchSettings(
@@ -162,7 +161,7 @@ class Engine:
     def tick(self) -> None:
         obs, self.obs = self.obs, []
         before = self.job_state()
-        out = decide(self.snap, obs, self.now, self.ports, self.settings)
+        out = decide(self.snap, obs, self.now, self.settings)
         for e in out.events:
             if e.kind == "decision" and e.message.startswith("restart"):
                 self.counts.restarts += 1

@@ -8,7 +8,6 @@ earlier version decide."""
 from __future__ import annotations
 
 import copy
-import itertools
 import random
 
 from hypothesis import given, settings
@@ -115,7 +114,7 @@ def random_tick(rng: random.Random) -> tuple[Tick, Job]:
     job.round = rng.randint(0, 3)
     nodes = {x: Node(x, 8, rng.choice([NodeState.READY, NodeState.DOWN])) for x in NODES}
     snap = Snapshot({job.id: job}, nodes, {"default": None})
-    t = Tick(snap, 5.0, iter(itertools.count(30000)), SETTINGS)
+    t = Tick(snap, 5.0, SETTINGS)
     return t, t.touch(job.id)  # type: ignore[return-value]
 
 
