@@ -27,7 +27,7 @@ from perdure.core.events import (
     ReplicaStarted,
 )
 from perdure.core.launchenv import LaunchSettings, job_of_launch, replica_of_launch
-from perdure.core.model import Job, JobError, Replica
+from perdure.core.model import Blame, Job, JobError, Replica
 from perdure.core.policy import (
     EXIT_SUSPENDED,
     Action,
@@ -315,8 +315,8 @@ class _Decider(Tick):
         "peer lost" exit can be seen a tick before the dead replica's own. A replica that
         exited before the restart was decided, of a failure of its own, is the cause.
         """
-        return (job.blamed is not None and f.replica != job.blamed
-                and job.round_began is not None and exit_time < job.round_began
+        blame = job.blame
+        return (blame is not None and f.replica != blame.replica and exit_time < blame.since
                 and job.after_stop is None and f.exit_code != 0 and f.notice is None
                 and not is_peer_error(f.error))
 
@@ -402,7 +402,7 @@ class _Decider(Tick):
         if v.action is Action.RESTART and v.reason != "node lost":
             r.restarts += 1
         collateral = v.reason == "peer lost" and not job.elastic
-        job.blamed, job.round_began = (r.name, self.now) if collateral else (None, None)
+        job.blame = Blame(r.name, self.now) if collateral else None
         if v.code is not None and v.message:
             job.error = JobError(v.code, v.message)
         self.event(job, "decision", f"restart {reason}")

@@ -34,7 +34,7 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
             where: Mapping[str, str] | None = None) -> None:
     """Start round `job.round + 1` (or round 0 of an attempt) with `members` (any order:
     they are put in rank order); `where`: nodes of members placed but not launched yet (as
-    are those of `job.plan`)."""
+    are those of `job.scratch.plan`)."""
     names, nodes = _in_rank_order(job, members, where)
     job.members = tuple(names)
     if reason != "admitted":
@@ -43,8 +43,9 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
         job.id, job.attempt, job.round, tuple(zip(job.members, nodes, strict=True)),
         reason, t.now,
     ))
-    if job.layout is not None:  # its members' ranks changed: launches still to send get new
-        job.layout = job.layout.renumbered(job)  # ones (nobody moved)
+    scratch = job.scratch
+    if scratch.layout is not None:  # its members' ranks changed: launches still to send get
+        scratch.layout = scratch.layout.renumbered(job)  # new ones (nobody moved)
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
 
 
@@ -62,8 +63,9 @@ def _in_rank_order(job: Job, members: Collection[str], where: Mapping[str, str] 
         picked = list(itertools.compress(names, mask))
         places = itertools.compress(range(len(mask)), mask)  # type: ignore[assignment]
     nodes = map(_NODE, chosen)
-    if job.plan:  # the plan's ranks are places in job.replicas
-        planned = dict(zip(map(_FIRST, job.plan), map(_SECOND, job.plan), strict=True))
+    plan = job.scratch.plan
+    if plan:  # the plan's ranks are places in job.replicas
+        planned = dict(zip(map(_FIRST, plan), map(_SECOND, plan), strict=True))
         nodes = map(planned.get, places, nodes)
     if where:
         nodes = map(where.get, picked, nodes)
@@ -112,9 +114,10 @@ def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[st
     aside: every member but those when the only replicas neither up nor planned are
     among `lost` (counted: a lost node's exits pass here once each, the scan only once)."""
     up = job.count(ReplicaState.STARTING) + job.count(ReplicaState.RUNNING)
-    if len(job.replicas) - up - len(job.plan) == sum(x.state.value not in _UP for x in lost):
+    plan = job.scratch.plan
+    if len(job.replicas) - up - len(plan) == sum(x.state.value not in _UP for x in lost):
         return members
-    planned = set(map(_FIRST, job.plan))
+    planned = set(map(_FIRST, plan))
     kept = map(operator.or_, map(_UP.__contains__, map(_VALUE, map(_STATE, job.replicas))),
                map(planned.__contains__, map(_RANK, job.replicas)))
     return set(itertools.compress(map(_NAME, job.replicas), kept)) & members
@@ -125,8 +128,9 @@ def _on_node(job: Job, node: str | None, alive: bool = False) -> list[Replica]:
     may still have a process are sure to be among them, the others may not: found through
     the layout's entry for the node (a few replicas, not a pass over the job) when the ones
     alive there hold all the slots counted on it."""
-    if alive and node is not None and job.layout is not None:
-        found = [x for x in job.named(job.layout.places.get(node, ())) if x.node == node]
+    layout = job.scratch.layout
+    if alive and node is not None and layout is not None:
+        found = [x for x in job.named(layout.places.get(node, ())) if x.node == node]
         if sum(x.slots for x in found if x.alive) == job.counts().slots.get(node, 0):
             return found
     on = map(operator.eq, itertools.repeat(node), map(_NODE, job.replicas))

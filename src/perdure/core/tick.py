@@ -58,17 +58,17 @@ class JobIndex:
 
 def needs_placement(job: Job) -> bool:
     """A started job with replicas waiting for a node (a restart, a move, a new round) that
-    are not placed already (`Job.plan`: launches still to send)."""
+    are not placed already (`Scratch.plan`: launches still to send)."""
     if not ((job.state in (JobState.PENDING, JobState.RUNNING) or job.in_backend_queue)
             and job.after_stop is None):
         return False
-    return job.count(ReplicaState.WAITING) > len(job.plan)
+    return job.count(ReplicaState.WAITING) > len(job.scratch.plan)
 
 
 def drop_plan(job: Job) -> None:
     """Forget the launches and stops still to send (the round or attempt they belonged to
     is over)."""
-    job.plan, job.unlaunched, job.layout, job.unstopped = (), 0, None, []
+    job.scratch.plan, job.scratch.layout, job.unlaunched, job.unstopped = (), None, 0, []
 
 
 @dataclass(frozen=True)
@@ -187,11 +187,12 @@ class Tick:
             self.restart(job, moving, notice="maintenance", why=why)
 
     def unblame(self, job: Job) -> Replica:
-        """Give back the restart this round charged to `job.blamed` (its lost-peer exit was
+        """Give back the restart this round charged to `job.blame` (its lost-peer exit was
         collateral); the blamed replica."""
-        blamed = job.own(next(x for x in job.replicas if x.name == job.blamed))
+        assert job.blame is not None
+        blamed = job.own(next(x for x in job.replicas if x.name == job.blame.replica))
         blamed.restarts = max(0, blamed.restarts - 1)
-        job.blamed = job.round_began = None
+        job.blame = None
         return blamed
 
     def stop(self, job: Job, r: Replica, grace: float, reason: str, *, relaunch: bool = False,
@@ -275,17 +276,18 @@ class Tick:
         # (`drop_plan`); so only `placed` is checked against it, not the whole plan.
         # A layout of this round moves the replicas placed elsewhere (a replacement: its
         # node's entries only); a new round's is built anew.
-        if job.layout is not None and job.layout.key == key_of(job):
-            job.layout = job.layout.moved(job, placed)
+        scratch = job.scratch
+        if scratch.layout is not None and scratch.layout.key == key_of(job):
+            scratch.layout = scratch.layout.moved(job, placed)
         elif limit is not None and len(job.replicas) > limit:
             # A big job's new layout is built by the next tick,
             # which sends the first of these: this one placed them (they hold their slots),
             # and that is enough work for one tick.
-            job.layout = None
+            scratch.layout = None
             self._plan(job, todo, placed, gpus)
             return
         else:  # replicas placed earlier, not launched yet (the plan), count in the layout
-            job.layout = Layout.of(job, self.nodes, (), placed, job.plan)
+            scratch.layout = Layout.of(job, self.nodes, (), placed, scratch.plan)
         if limit is not None and len(todo) > limit:
             self._plan(job, todo[limit:], placed, gpus)
             todo = todo[:limit]
@@ -299,9 +301,9 @@ class Tick:
         # built in C (zip, map): 16,000 of them at an admission
         held = (list(map(tuple, map(gpus.get, names, itertools.repeat(())))) if gpus
                 else [()] * len(rest))
-        job.plan = job.plan + tuple(zip(map(_RANK, rest), map(placed.__getitem__, names),
-                                        held, strict=True))
-        job.unlaunched = len(job.plan)
+        plan = job.scratch.plan + tuple(zip(map(_RANK, rest), map(placed.__getitem__, names),
+                                            held, strict=True))
+        job.scratch.plan, job.unlaunched = plan, len(plan)
 
     def send(self, job: Job, batch: list[tuple[Replica, str, list[int]]]) -> None:
         """The launches of `batch` (replica, node, GPUs), with the job's layout."""
@@ -310,9 +312,10 @@ class Tick:
             r = job.own(r)
             r.node, r.devices = node, gpus
             mine.append(r)
-        if job.layout is None:
-            job.layout = Layout.of(job, self.nodes, (), planned=job.plan)
-        layout = dataclasses.replace(job.layout, devices=gpu_env(job, self.nodes, among=mine))
+        scratch = job.scratch
+        if scratch.layout is None:
+            scratch.layout = Layout.of(job, self.nodes, (), planned=scratch.plan)
+        layout = dataclasses.replace(scratch.layout, devices=gpu_env(job, self.nodes, among=mine))
         self.sent += len(mine)
         self._starts_over(job, [r for r in mine if r.launches])
         for r in mine:
