@@ -130,7 +130,7 @@ def _on_node(job: Job, node: str | None, alive: bool = False) -> list[Replica]:
     alive there hold all the slots counted on it."""
     layout = job.scratch.layout
     if alive and node is not None and layout is not None:
-        found = [x for x in job.named(layout.places.get(node, ())) if x.node == node]
+        found = [x for x in job.named(set(layout.places.get(node, ()))) if x.node == node]
         if sum(x.slots for x in found if x.alive) == job.counts().slots.get(node, 0):
             return found
     on = map(operator.eq, itertools.repeat(node), map(_NODE, job.replicas))

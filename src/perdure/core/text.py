@@ -1,13 +1,10 @@
-"""Words for what perdure prints: counts with their noun in the right number; and names as
-JSON strings without an encoder call per name.
+"""Words for what perdure prints: counts with their noun in the right number, lists cut
+short, and whether a name is a JSON string as it is.
 
 No side effects.
 """
 
 from __future__ import annotations
-
-import json
-from collections.abc import Sequence
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
@@ -32,11 +29,3 @@ def plain(text: str) -> bool:
     """Whether `text` is a JSON string's content as it is: printable ASCII, no quote or
     backslash (string methods in C, faster than a regex over a round's names)."""
     return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
-
-
-def json_names(names: Sequence[str]) -> str:
-    """The JSON array of `names`: one join when they are plain, as a job's replica names
-    are (faster than the encoder)."""
-    if names and plain("".join(names)):
-        return '["' + '", "'.join(names) + '"]'
-    return json.dumps(list(names))

@@ -25,7 +25,6 @@ from typing import Any
 
 from perdure.core.model import Job, Replica
 from perdure.core.states import ReplicaState
-from perdure.core.text import json_names
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS replicas (
@@ -73,7 +72,7 @@ class ReplicaRows:
         del d["members"]
         kept = self._members.get(job.id)
         if kept is None or kept[0] is not job.members:
-            kept = (job.members, json_names(job.members))
+            kept = (job.members, json.dumps(list(job.members)))
             if isinstance(job.members, tuple):  # never changed in place: safe to keep
                 self._members[job.id] = kept
         return f'{json.dumps(d)[:-1]}, "members": {kept[1]}}}'
