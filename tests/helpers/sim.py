@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perdure.backends.base import NodeInfo
@@ -78,8 +78,7 @@ class Sim:
     def submit(self, s: JobSpec) -> str:
         job_id = f"{s.name}-{next(self.ids)}"
         job = Job(job_id, s, "/work", self.now, replicas=make_replicas(s))
-        self.snap = Snapshot({**self.snap.jobs, job_id: job}, self.snap.nodes, self.snap.quotas,
-                             self.snap.index)
+        self.snap = replace(self.snap, jobs={**self.snap.jobs, job_id: job})
         self.pending.append(Command("submit", job_id, self.now))
         return job_id
 
@@ -119,8 +118,7 @@ class Sim:
                 self.finished[i] = j
             else:
                 jobs[i] = j
-        self.snap = Snapshot(jobs, out.snapshot.nodes, out.snapshot.quotas,
-                             out.snapshot.index)
+        self.snap = replace(out.snapshot, jobs=jobs)
         return out
 
     def run_until(self, job_id: str, states: set[JobState], steps: int = 500,

@@ -8,6 +8,7 @@ still runs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -192,8 +193,8 @@ class Controller:
             out.append(cmd)
         if new_jobs:
             # new jobs reach the index through their submit command (it touches them)
-            self.snapshot = Snapshot({**self.snapshot.jobs, **new_jobs}, self.snapshot.nodes,
-                                     self.snapshot.quotas, self.snapshot.index)
+            self.snapshot = dataclasses.replace(self.snapshot,
+                                                jobs={**self.snapshot.jobs, **new_jobs})
         return out
 
     def _load(self, job_id: str) -> tuple[bool, Job | None]:
@@ -237,8 +238,7 @@ class Controller:
             if jobs[i].state.terminal:
                 del jobs[i]
                 self._forget_node_dir(i)
-        self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
-                                 outcome.snapshot.index)
+        self.snapshot = dataclasses.replace(outcome.snapshot, jobs=jobs)
         if outcome.nodes_changed:
             self._tell_fenced()
         spares = frozenset(n for j in jobs.values() for n in j.spares)

@@ -161,7 +161,7 @@ class _Decider(Tick):
             job.__dict__.pop("gpu_usage", None)
             job.seal()  # committed: the next tick's clone shares all its replicas
             self.decisions.extend(spares.holds(self.snap.jobs.get(i), job))
-        snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index())
+        snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index(), self.layouts)
         return Outcome(snap, self.decisions, self.events, frozenset(self.changed),
                        self.nodes_changed)
 

@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping, Set
 
 from perdure.core.counts import ALIVE
 from perdure.core.events import Rendezvous
+from perdure.core.layout import Layout
 from perdure.core.model import Job, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Tick
@@ -43,9 +44,9 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
         job.id, job.attempt, job.round, tuple(zip(job.members, nodes, strict=True)),
         reason, t.now,
     ))
-    scratch = job.scratch
-    if scratch.layout is not None:  # its members' ranks changed: launches still to send get
-        scratch.layout = scratch.layout.renumbered(job)  # new ones (nobody moved)
+    layout = t.layouts.get(job.id)
+    if layout is not None:  # its members' ranks changed: launches still to send get new
+        t.layouts[job.id] = layout.renumbered(job)  # ones (nobody moved)
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
 
 
@@ -91,7 +92,8 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     if r.name not in members:
         return  # left with its node in an earlier round
     resize = job.spec.elastic.mode == "resize"  # else pause: the node's others count too
-    together = ([x for x in _on_node(job, r.node, alive=resize) if x is not r and x.name in members]
+    on_node = _on_node(job, r.node, t.layouts.get(job.id), alive=resize)
+    together = ([x for x in on_node if x is not r and x.name in members]
                 if _down(t, r.node) else [])
     if not resize and any(not x.alive for x in together):
         return  # left with its node in an earlier round
@@ -123,12 +125,12 @@ def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[st
     return set(itertools.compress(map(_NAME, job.replicas), kept)) & members
 
 
-def _on_node(job: Job, node: str | None, alive: bool = False) -> list[Replica]:
+def _on_node(job: Job, node: str | None, layout: Layout | None,
+             alive: bool = False) -> list[Replica]:
     """The job's replicas on `node`, in rank order (picked in C). With `alive`, those that
     may still have a process are sure to be among them, the others may not: found through
     the layout's entry for the node (a few replicas, not a pass over the job) when the ones
     alive there hold all the slots counted on it."""
-    layout = job.scratch.layout
     if alive and node is not None and layout is not None:
         found = [x for x in job.named(set(layout.places.get(node, ()))) if x.node == node]
         if sum(x.slots for x in found if x.alive) == job.counts().slots.get(node, 0):

@@ -15,14 +15,11 @@ import operator
 from collections import Counter, deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from perdure.core.counts import ALIVE, Counts, kept
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, ReplicaState
-
-if TYPE_CHECKING:  # core.layout computes a Layout from a Job: only its type is needed here
-    from perdure.core.layout import Layout
 
 _T = TypeVar("_T")
 _STATE = operator.attrgetter("state")
@@ -65,33 +62,26 @@ class Blame:
 @dataclass
 class Scratch:
     """What the controller keeps of a job in memory only, never stored (a restarted
-    controller starts with none: `Job.unlaunched` tells it a plan was lost).
+    controller has none: `Job.unlaunched` tells it a plan was lost).
 
-    plan: replicas placed for this round whose launches are not sent yet (a launch of more
-      than LaunchSettings.launches_per_tick is sent over several ticks): (rank, node, GPUs)
-      in rank order. They hold their slots and keep the torchrun layout of the placement;
-      the replicas themselves stay WAITING until sent.
-    layout: the layout the plan's launches share (kept by core.tick), None: built again.
-    members: this round's members and the same as a set, built on first use
-      (`Job.member_set`) and shared by clones while the round lasts.
-    owned, was, counted: a tick's copy on write. `owned`: ids of the replicas this copy made
-      (`Job.own`); the others are shared with the job cloned and never changed in place.
-      `was`: place -> the replica there when cloned, for each place owned (None outside a
-      tick). `counted`: the counts of the replicas as cloned (None: counted on first use),
-      or outside a tick those `Job.seal` left.
+    plan: replicas placed for this round whose launches are not sent yet (core.plan), as
+      (rank, node, GPUs) in rank order: they hold their slots and stay WAITING until sent.
+    members: this round's members, and as a set (`Job.member_set`), shared by clones.
+    owned, was, counted: a tick's copy on write (`Job.own`): ids of the replicas this copy
+      made (the others are shared: never changed in place); place -> the replica there when
+      cloned (None outside a tick); the counts as cloned, or those `Job.seal` left.
     """
 
     plan: tuple[Planned, ...] = ()
-    layout: Layout | None = None
     members: tuple[tuple[str, ...], frozenset[str]] | None = None
     owned: set[int] = field(default_factory=set)
     was: dict[int, Replica] | None = None
     counted: Counts | None = None
 
     def cloned(self) -> Scratch:
-        """A tick's clone's: plan, layout and member set shared, nothing owned yet, and the
-        counts of a committed job (`seal`) kept, for they are those of the shared replicas."""
-        return Scratch(self.plan, self.layout, self.members, set(), {},
+        """A tick's clone's: plan and member set shared, nothing owned yet, and the counts
+        of a committed job (`seal`) kept, for they are those of the shared replicas."""
+        return Scratch(self.plan, self.members, set(), {},
                        self.counted if self.was is None else None)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from perdure.core.elastic import publish
 from perdure.core.model import Job
 from perdure.core.text import plural
-from perdure.core.tick import Tick, drop_plan
+from perdure.core.tick import Tick
 
 
 def step(t: Tick, job_id: str) -> None:
@@ -67,7 +67,7 @@ def replan(t: Tick, job: Job, why: str) -> None:
     """The plan cannot be sent as placed: a group job starts a new round (every replica
     placed and launched again, under one layout); another places the rest anew."""
     count = job.unlaunched
-    drop_plan(job)
+    t.drop_plan(job)
     t.active = True
     if job.after_stop is not None:
         return

@@ -65,18 +65,15 @@ def needs_placement(job: Job) -> bool:
     return job.count(ReplicaState.WAITING) > len(job.scratch.plan)
 
 
-def drop_plan(job: Job) -> None:
-    """Forget the launches and stops still to send (the round or attempt they belonged to
-    is over)."""
-    job.scratch.plan, job.scratch.layout, job.unlaunched, job.unstopped = (), None, 0, []
-
-
 @dataclass(frozen=True)
 class Snapshot:
     jobs: Mapping[str, Job]  # unfinished jobs (the shell drops terminal ones after commit)
     nodes: Mapping[str, Node]
     quotas: Mapping[str, int | None]
     index: JobIndex | None = None  # None: computed from `jobs`
+    # Job id -> the layout its launches of the current placement share (a plan's launches
+    # sent by later ticks get it too); never stored: a job without one builds it again.
+    layouts: Mapping[str, Layout] = field(default_factory=dict)
 
     def job_index(self) -> JobIndex:
         return self.index if self.index is not None else JobIndex.of(self.jobs)
@@ -95,6 +92,7 @@ class Tick:
     settings: LaunchSettings
     jobs: dict[str, Job] = field(init=False)
     nodes: dict[str, Node] = field(init=False)
+    layouts: dict[str, Layout] = field(init=False)
     decisions: list[Decision] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     changed: set[str] = field(default_factory=set)
@@ -109,6 +107,7 @@ class Tick:
     def __post_init__(self) -> None:
         self.jobs = dict(self.snap.jobs)
         self.nodes = dict(self.snap.nodes)
+        self.layouts = dict(self.snap.layouts)
 
     # ---- bookkeeping -------------------------------------------------------------------
 
@@ -135,6 +134,12 @@ class Tick:
         self.nodes_changed = self.active = True
         return self.nodes[name]
 
+    def drop_plan(self, job: Job) -> None:
+        """Forget the launches and stops still to send, and their layout (the round or
+        attempt they belonged to is over)."""
+        job.scratch.plan, job.unlaunched, job.unstopped = (), 0, []
+        self.layouts.pop(job.id, None)
+
     def index(self) -> JobIndex:
         return self.snap.job_index().updated(self.jobs, self.changed)
 
@@ -148,7 +153,7 @@ class Tick:
         group = job.spec.restart.scope == "group" and not job.elastic
         if group:
             job.round += 1
-            drop_plan(job)  # the new round places and launches them all again
+            self.drop_plan(job)  # the new round places and launches them all again
         # A tick sends at most launches_per_tick stops; the other replicas of a group are
         # stopped by the next ticks (core.plan), and an exit of theirs before then is one
         # the restart asked for.
@@ -210,7 +215,7 @@ class Tick:
     def end(self, job: Job, final: JobState, notice: str | None = None) -> None:
         """Stop every replica; the job becomes `final` once all are down."""
         job.after_stop = final
-        drop_plan(job)
+        self.drop_plan(job)
         grace = (job.spec.preemption.grace_seconds if notice
                  else job.spec.restart.stop_grace_seconds)
         for x in job.own_all():
@@ -252,7 +257,7 @@ class Tick:
         self.active = True
 
     def reset(self, job: Job) -> None:
-        drop_plan(job)
+        self.drop_plan(job)
         for x in job.own_all():
             x.restarts_before += x.restarts
             x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
@@ -276,18 +281,17 @@ class Tick:
         # (`drop_plan`); so only `placed` is checked against it, not the whole plan.
         # A layout of this round moves the replicas placed elsewhere (a replacement: its
         # node's entries only); a new round's is built anew.
-        scratch = job.scratch
-        if scratch.layout is not None and scratch.layout.key == key_of(job):
-            scratch.layout = scratch.layout.moved(job, placed)
+        kept = self.layouts.get(job.id)
+        if kept is not None and kept.key == key_of(job):
+            self.layouts[job.id] = kept.moved(job, placed)
         elif limit is not None and len(job.replicas) > limit:
-            # A big job's new layout is built by the next tick,
-            # which sends the first of these: this one placed them (they hold their slots),
-            # and that is enough work for one tick.
-            scratch.layout = None
+            # A big job's new layout is built by the next tick, which sends the first of
+            # these: this one placed them (they hold their slots), enough work for one tick.
+            self.layouts.pop(job.id, None)
             self._plan(job, todo, placed, gpus)
             return
         else:  # replicas placed earlier, not launched yet (the plan), count in the layout
-            scratch.layout = Layout.of(job, self.nodes, (), placed, scratch.plan)
+            self.layouts[job.id] = Layout.of(job, self.nodes, (), placed, job.scratch.plan)
         if limit is not None and len(todo) > limit:
             self._plan(job, todo[limit:], placed, gpus)
             todo = todo[:limit]
@@ -312,10 +316,10 @@ class Tick:
             r = job.own(r)
             r.node, r.devices = node, gpus
             mine.append(r)
-        scratch = job.scratch
-        if scratch.layout is None:
-            scratch.layout = Layout.of(job, self.nodes, (), planned=scratch.plan)
-        layout = dataclasses.replace(scratch.layout, devices=gpu_env(job, self.nodes, among=mine))
+        kept = self.layouts.get(job.id)
+        if kept is None:
+            kept = self.layouts[job.id] = Layout.of(job, self.nodes, (), planned=job.scratch.plan)
+        layout = dataclasses.replace(kept, devices=gpu_env(job, self.nodes, among=mine))
         self.sent += len(mine)
         self._starts_over(job, [r for r in mine if r.launches])
         for r in mine:

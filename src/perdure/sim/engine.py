@@ -13,7 +13,7 @@ import heapq
 import itertools
 import signal
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perdure.core import interval
@@ -175,7 +175,7 @@ class Engine:
         ended = [j for i, j in out.snapshot.jobs.items() if j.state.terminal]
         if out.nodes_changed:
             self.fenced(out.snapshot.nodes)
-        self.snap = Snapshot(jobs, out.snapshot.nodes, out.snapshot.quotas, out.snapshot.index)
+        self.snap = replace(out.snapshot, jobs=jobs)
         for d in out.decisions:
             if isinstance(d, Launch):
                 self.launch(d, d.node in warm_spares)
@@ -220,8 +220,7 @@ class Engine:
     def submit(self) -> None:
         self.job_id = f"{self.spec.name}-{next(self.jobs)}"
         job = Job(self.job_id, self.spec, "/sim", self.now, replicas=make_replicas(self.spec))
-        self.snap = Snapshot({**self.snap.jobs, self.job_id: job}, self.snap.nodes,
-                             self.snap.quotas)
+        self.snap = replace(self.snap, jobs={**self.snap.jobs, self.job_id: job}, index=None)
         self.obs.append(Command("submit", self.job_id, self.now))
         if not self.timeline:
             self.timeline.append((self.now, "QUEUED"))

@@ -100,8 +100,9 @@ def random_tick(rng: random.Random) -> tuple[Tick, Job]:
         r.state = (ReplicaState.RUNNING if steady and rng.random() < 0.9
                    else rng.choice(list(ReplicaState)))
         r.node = rng.choice([None, *NODES])
+    layouts = {}
     if rng.random() < 0.5:  # a layout, its nodes' entries stale for some replicas
-        job.scratch.layout = Layout.of(job)
+        layouts[job.id] = Layout.of(job)
         for r in rng.sample(job.replicas, rng.randint(0, min(3, n))):
             r.node = rng.choice([None, *NODES])
     if rng.random() < 0.2:  # ranks not in place order
@@ -113,7 +114,7 @@ def random_tick(rng: random.Random) -> tuple[Tick, Job]:
                                key=lambda name: int(name[2:])))
     job.round = rng.randint(0, 3)
     nodes = {x: Node(x, 8, rng.choice([NodeState.READY, NodeState.DOWN])) for x in NODES}
-    snap = Snapshot({job.id: job}, nodes, {"default": None})
+    snap = Snapshot({job.id: job}, nodes, {"default": None}, layouts=layouts)
     t = Tick(snap, 5.0, SETTINGS)
     return t, t.touch(job.id)  # type: ignore[return-value]
 
