@@ -79,9 +79,6 @@ class FakeBackend:
         self._poll_errors: list[Exception] = []
         self._masters, self._ports = MasterPorts(), itertools.count(30000)
 
-    def _next_port(self) -> str:
-        return str(next(self._ports))
-
     def inject(self, *replies: object) -> None:
         """Chaos for tests: the next poll returns these as well, whatever they are."""
         self._injected.extend(replies)
@@ -95,7 +92,8 @@ class FakeBackend:
 
     def launch(self, launch: Launch) -> None:
         if launch.master_key:
-            port = self._masters.port(launch.job_id, launch.master_key, self._next_port)
+            port = self._masters.port(launch.job_id, launch.master_key,
+                                      lambda: str(next(self._ports)))
             launch = dataclasses.replace(launch, env={**launch.env, "MASTER_PORT": port})
         run = self.script(launch)
         if run.fail_launch:

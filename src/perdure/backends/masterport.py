@@ -7,7 +7,6 @@ Side effects: `local_port` binds and closes a socket on 127.0.0.1.
 from __future__ import annotations
 
 import socket
-from collections import deque
 from collections.abc import Callable
 
 # What a launch gets when rank 0's node could not give a port (it is going: the group
@@ -28,24 +27,16 @@ class MasterPorts:
         if known is not None and known[0] == key:
             return known[1]
         port = probe()
+        if known is not None and port == known[1]:
+            port = probe()  # the last round's master may hold it still
         if port is None:
             return NO_PORT
         self._ports[job_id] = (key, port)
         return port
 
 
-class LocalPorts:
-    """Ports free on this machine now, never one of the last few given (a round's old
-    master may still hold its port while the new round starts)."""
-
-    def __init__(self) -> None:
-        self._recent: deque[str] = deque(maxlen=64)
-
-    def __call__(self) -> str:
-        while True:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
-                port = str(s.getsockname()[1])
-            if port not in self._recent:
-                self._recent.append(port)
-                return port
+def local_port() -> str:
+    """A port free on this machine now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])

@@ -29,7 +29,7 @@ from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.replicas import check_launch, kill_leftovers
 from perdure.backends.local.spawner import Spawner
 from perdure.backends.local.transport import LaunchTransport
-from perdure.backends.masterport import LocalPorts, MasterPorts
+from perdure.backends.masterport import MasterPorts, local_port
 from perdure.backends.preflight import Preflight
 from perdure.backends.stacks import StackDump, dump_pid
 from perdure.core.events import (
@@ -134,7 +134,7 @@ class LocalBackend:
         # Who gives up launches in claim.json: this backend, not just this process.
         self._identity = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns()}"
         self._transport = LaunchTransport(state_dir, transport)
-        self._masters, self._free_port = MasterPorts(), LocalPorts()
+        self._masters = MasterPorts()
         self._preflight = preflight
         self._blocked: dict[str, Launch] = {}  # held by a failed check until stopped
         self._unstarted: list[Observation] = []  # exits of held launches that were stopped
@@ -167,7 +167,7 @@ class LocalBackend:
         try:
             if launch.master_key:  # every node is this machine: rank 0's port is free here
                 env["MASTER_PORT"] = self._masters.port(launch.job_id, launch.master_key,
-                                                        self._free_port)
+                                                        local_port)
             layout.write_json(
                 os.path.join(directory, layout.LAUNCH),
                 {
