@@ -155,6 +155,11 @@ class LocalBackend:
         self._start(launch)
 
     def _start(self, launch: Launch) -> None:
+        env = self._transport.env(launch)
+        if launch.master_key:  # every node is this machine: rank 0's port is free here
+            # (probed before the launch dir exists: a refusal leaves nothing to clean)
+            env["MASTER_PORT"] = self._masters.port(launch.job_id, launch.master_key,
+                                                    local_port)
         directory = os.path.join(self._launches, launch.launch_id)
         try:
             os.mkdir(directory, 0o700)
@@ -163,11 +168,7 @@ class LocalBackend:
                 f"launch id {launch.launch_id!r} was already used ({directory} exists); "
                 "every launch needs a new id"
             ) from None
-        env = self._transport.env(launch)
         try:
-            if launch.master_key:  # every node is this machine: rank 0's port is free here
-                env["MASTER_PORT"] = self._masters.port(launch.job_id, launch.master_key,
-                                                        local_port)
             layout.write_json(
                 os.path.join(directory, layout.LAUNCH),
                 {
