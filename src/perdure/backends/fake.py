@@ -10,7 +10,6 @@ reads its records out of order would.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 import signal
@@ -91,10 +90,9 @@ class FakeBackend:
         return list(self._nodes)
 
     def launch(self, launch: Launch) -> None:
-        if launch.master_key:
-            port = self._masters.port(launch.job_id, launch.master_key,
-                                      lambda: str(next(self._ports)))
-            launch = dataclasses.replace(launch, env={**launch.env, "MASTER_PORT": port})
+        if launch.master_key:  # the env is this launch's own (core.launchenv builds one each)
+            launch.env["MASTER_PORT"] = self._masters.port(launch.job_id, launch.master_key,
+                                                           lambda: str(next(self._ports)))
         run = self.script(launch)
         if run.fail_launch:
             raise LaunchError(f"fake launch failure for {launch.launch_id}")

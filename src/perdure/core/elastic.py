@@ -132,7 +132,7 @@ def _on_node(job: Job, node: str | None, layout: Layout | None,
     the layout's entry for the node (a few replicas, not a pass over the job) when the ones
     alive there hold all the slots counted on it."""
     if alive and node is not None and layout is not None:
-        found = [x for x in job.named(set(layout.places.get(node, ()))) if x.node == node]
+        found = [x for x in job.named(layout.places.get(node, ())) if x.node == node]
         if sum(x.slots for x in found if x.alive) == job.counts().slots.get(node, 0):
             return found
     on = map(operator.eq, itertools.repeat(node), map(_NODE, job.replicas))
