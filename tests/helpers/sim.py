@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perdure.backends.base import NodeInfo
@@ -72,15 +72,13 @@ class Sim:
         self.snap = Snapshot({}, {n: Node(n, s) for n, s in self.nodes.items()}, self.quotas)
         self.pending: list[Observation] = []
         self.events: list[Event] = []
-        self.ports = itertools.count(30000)
         self.ids = itertools.count(1)
         self.finished: dict[str, Job] = {}
 
     def submit(self, s: JobSpec) -> str:
         job_id = f"{s.name}-{next(self.ids)}"
         job = Job(job_id, s, "/work", self.now, replicas=make_replicas(s))
-        self.snap = Snapshot({**self.snap.jobs, job_id: job}, self.snap.nodes, self.snap.quotas,
-                             self.snap.index)
+        self.snap = replace(self.snap, jobs={**self.snap.jobs, job_id: job})
         self.pending.append(Command("submit", job_id, self.now))
         return job_id
 
@@ -99,7 +97,7 @@ class Sim:
         small = sum(len(j.replicas) for j in self.snap.jobs.values()) <= 64
         given = {i: j.to_json() for i, j in self.snap.jobs.items()} if small else {}
         before = dict(self.snap.jobs) if small else {}
-        out = decide(self.snap, obs, self.now, self.ports, self.settings)
+        out = decide(self.snap, obs, self.now, self.settings)
         assert all(self.snap.jobs[i].to_json() == d for i, d in given.items()), \
             "decide changed a job of the snapshot it was given"
         check_transitions(before, out.snapshot.jobs)
@@ -120,8 +118,7 @@ class Sim:
                 self.finished[i] = j
             else:
                 jobs[i] = j
-        self.snap = Snapshot(jobs, out.snapshot.nodes, out.snapshot.quotas,
-                             out.snapshot.index)
+        self.snap = replace(out.snapshot, jobs=jobs)
         return out
 
     def run_until(self, job_id: str, states: set[JobState], steps: int = 500,

@@ -11,11 +11,14 @@ reads its records out of order would.
 from __future__ import annotations
 
 import heapq
+import itertools
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.masterport import MasterPorts
 from perdure.core.events import (
     ErrorInfo,
     Launch,
@@ -73,6 +76,7 @@ class FakeBackend:
         self._injected: list[object] = []
         self._late: list[Observation] = []  # starts held back until the poll after the exit
         self._poll_errors: list[Exception] = []
+        self._masters, self._ports = MasterPorts(), itertools.count(30000)
 
     def inject(self, *replies: object) -> None:
         """Chaos for tests: the next poll returns these as well, whatever they are."""
@@ -86,6 +90,9 @@ class FakeBackend:
         return list(self._nodes)
 
     def launch(self, launch: Launch) -> None:
+        if launch.master_key:  # the env is this launch's own (core.launchenv builds one each)
+            launch.env["MASTER_PORT"] = self._masters.port(launch.job_id, launch.master_key,
+                                                           lambda: str(next(self._ports)))
         run = self.script(launch)
         if run.fail_launch:
             raise LaunchError(f"fake launch failure for {launch.launch_id}")
@@ -113,7 +120,7 @@ class FakeBackend:
         elif stop.launch_id in self.procs:
             self._exit(stop.launch_id, 128 + stop.signal, stop.signal, None)
 
-    def kill(self, launch_id: str, sig: int = 9) -> None:
+    def kill(self, launch_id: str, sig: int = signal.SIGKILL) -> None:
         """Chaos for tests: the replica dies by `sig` now."""
         if launch_id in self.procs:
             self._exit(launch_id, 128 + sig, sig, None)
@@ -121,7 +128,7 @@ class FakeBackend:
     def kill_node(self, node: str) -> None:
         for lid, p in list(self.procs.items()):
             if p.launch.node == node:
-                self.kill(lid, 9)
+                self.kill(lid)
 
     def poll(self) -> list[Observation]:
         if self._poll_errors:

@@ -13,6 +13,7 @@ node starts without a new check. Launches wait while their node's check runs.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -222,7 +223,7 @@ class NodeGate:
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     try:
-        os.killpg(proc.pid, 9)
+        os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         proc.kill()
     proc.wait()

@@ -65,8 +65,7 @@ class _Seen:
         if job.attempt != self.attempt:
             self.carried += self.restarts
             self.attempt, self.restarts = job.attempt, 0
-        # counted as the ticks change replicas (core.counts): a sum over 16,384 replicas was
-        # ~1.3 ms of the tick that accounted (bench/controller.py --only big)
+        # counted as the ticks change replicas (core.counts), not summed over every replica
         self.restarts = max(self.restarts, job.count_restarts())
         return self.carried + self.restarts + sum(job.retries.values())
 

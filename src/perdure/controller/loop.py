@@ -8,9 +8,11 @@ still runs.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -19,7 +21,7 @@ from perdure.backends.base import Backend, FencesNodes, HoldsSpares, LaunchError
 from perdure.controller import backoff, vet
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
-from perdure.controller.publish import free_ports, publish_round
+from perdure.controller.publish import publish_round
 from perdure.controller.resumes import ResumeShell
 from perdure.controller.watch import WatchShell
 from perdure.core.decide import Outcome, decide
@@ -45,11 +47,11 @@ from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 Listener = Callable[[StoredEvent], None]
 COMMANDS_PER_TICK = 8
 # The backend's news taken into one tick; the rest waits, in order, for the next ticks (as
-# if the backend had reported it later): 16,384 replicas starting at once are seen over a
-# few ticks of bounded cost instead of one long one (bench/controller.py --only big).
+# if the backend had reported it later): a big job's replicas starting at once are seen over
+# a few ticks of bounded cost instead of one long one.
 OBSERVATIONS_PER_TICK = 256
-# Replica rows of a submitted job read a tick: a 16,384-replica job is read over 4 ticks of
-# ~20 ms instead of one of ~90 ms (bench/controller.py --only big).
+# Replica rows of a submitted job read a tick: a big job is read over several short ticks
+# instead of one long one.
 LOAD_ROWS_PER_TICK = 4096
 # Every so many ticks the garbage collection after a tick is a full one (`tick`).
 FULL_COLLECTION_EVERY = 100
@@ -76,7 +78,6 @@ class Controller:
         self.state_dir, self.store, self.backend = state_dir, store, backend
         self.cluster, self.settings, self.clock, self.interval = cluster, settings, clock, interval
         self.listeners: list[Listener] = []
-        self.ports = free_ports()
         self.snapshot = Snapshot({}, {}, {q.name: q.quota for q in cluster.queues})
         self.pending: list[Observation] = []
         self._start_events: list[Event] = []  # written by the first tick
@@ -92,7 +93,6 @@ class Controller:
         self.intervals = IntervalShell(settings.state_dir)
         self.resumes = ResumeShell()
         self._poll_failing = False
-        self._tick_refused = False
         self._spares: frozenset[str] = frozenset()  # spare nodes the backend was told of
         self._fenced: dict[str, str] | None = None  # quarantines the backend was told of
         # A submitted job whose replicas are being read, a part a tick (`_load`)
@@ -138,7 +138,8 @@ class Controller:
         for job in jobs.values():  # a stop decided before a crash may never have been sent
             for r in job.replicas:
                 if r.state is ReplicaState.STOPPING and r.launch_id:
-                    self._apply(Stop(r.launch_id, 15, job.spec.restart.stop_grace_seconds,
+                    grace = job.spec.restart.stop_grace_seconds
+                    self._apply(Stop(r.launch_id, signal.SIGTERM, grace,
                                      "re-sent after controller restart"))
 
     def _fail_unreadable(self, err: UnreadableJob) -> None:
@@ -147,7 +148,7 @@ class Controller:
         if running:  # stop what may still run of it: its record is gone
             self.pending.extend(self._adopt(running))
             for lid in running:
-                self._apply(Stop(lid, 15, 5.0, "its job cannot be read back"))
+                self._apply(Stop(lid, signal.SIGTERM, 5.0, "its job cannot be read back"))
 
     def _adopt(self, launch_ids: list[str]) -> list[Observation]:
         """Re-attach to running launches; a backend that fails to fails those launches
@@ -192,8 +193,8 @@ class Controller:
             out.append(cmd)
         if new_jobs:
             # new jobs reach the index through their submit command (it touches them)
-            self.snapshot = Snapshot({**self.snapshot.jobs, **new_jobs}, self.snapshot.nodes,
-                                     self.snapshot.quotas, self.snapshot.index)
+            self.snapshot = dataclasses.replace(self.snapshot,
+                                                jobs={**self.snapshot.jobs, **new_jobs})
         return out
 
     def _load(self, job_id: str) -> tuple[bool, Job | None]:
@@ -236,11 +237,7 @@ class Controller:
         observations += found
         self._start_events += noted
         self._start_events += self.intervals.step(self.snapshot.jobs, observations, now)
-        try:
-            outcome = self._decide(observations, now)
-        except OSError as exc:  # EMFILE probing a free port: nothing was decided
-            return self._refused_tick(observations, exc)
-        self._tick_refused = False
+        outcome = self._decide(observations, now)
         changed = [outcome.snapshot.jobs[i] for i in outcome.changed_jobs]
         events, self._start_events = [*self._start_events, *outcome.events], []
         stored = self.store.commit_tick(
@@ -253,8 +250,7 @@ class Controller:
             if jobs[i].state.terminal:
                 del jobs[i]
                 self._forget_node_dir(i)
-        self.snapshot = Snapshot(jobs, outcome.snapshot.nodes, outcome.snapshot.quotas,
-                                 outcome.snapshot.index)
+        self.snapshot = dataclasses.replace(outcome.snapshot, jobs=jobs)
         self.intervals.publish()
         if outcome.nodes_changed:
             self._tell_fenced()
@@ -286,17 +282,6 @@ class Controller:
             self._start_events.append(Event(self.clock(), None, "internal",
                                             f"could not tell the backend of quarantined "
                                             f"nodes: {vet.error_words(exc)}"))
-
-    def _refused_tick(self, observations: list[Observation], exc: OSError) -> Outcome:
-        """A tick the machine refused (no descriptor left to probe a port with): nothing is
-        decided or lost; its observations wait for the next tick, and it is said once."""
-        self.pending = [*observations, *self.pending]
-        self.ports = free_ports()  # the old generator ended with the error
-        if not self._tick_refused:
-            self._start_events.append(Event(self.clock(), None, "internal",
-                                            f"could not decide: {exc}; trying again each tick"))
-        self._tick_refused = True
-        return Outcome(self.snapshot, [], [], frozenset(), False)
 
     def _forget_node_dir(self, job_id: str) -> None:
         """Remove what an ended job kept on this node ($PERDURE_NODE_DIR: snapshots in tmpfs)."""
@@ -339,14 +324,15 @@ class Controller:
                     f"the backend sent an unexpected reply ({why}): {vet.describe(reply)}"))
                 continue
             out.append(instead)
-            self._deferred.append(Stop(instead.launch_id, 9, 0.0, "unexpected backend reply"))
+            self._deferred.append(Stop(instead.launch_id, signal.SIGKILL, 0.0,
+                                       "unexpected backend reply"))
         return out
 
     def _decide(self, observations: list[Observation], now: float) -> Outcome:
         """`decide`; should the core fail on some backend reply all the same, each reply it
         fails on is replaced by its launch's failure and the tick goes on."""
         try:
-            return decide(self.snapshot, observations, now, self.ports, self.settings)
+            return decide(self.snapshot, observations, now, self.settings)
         except Exception as exc:
             launches: list[Observation] = [o for o in observations
                                            if not isinstance(o, Command)]
@@ -356,7 +342,7 @@ class Controller:
         bad: list[Observation] = []
         for obs in launches:  # the core is pure: trying an observation alone changes nothing
             try:
-                decide(self.snapshot, [obs], now, self.ports, self.settings)
+                decide(self.snapshot, [obs], now, self.settings)
             except Exception:
                 bad.append(obs)
         if not bad:
@@ -366,9 +352,9 @@ class Controller:
             instead = vet.failed(obs, f"the controller failed on it: {vet.error_words(first)}", now)
             if instead is not None and instead not in bad:
                 kept.append(instead)
-                self._deferred.append(Stop(instead.launch_id, 9, 0.0,
+                self._deferred.append(Stop(instead.launch_id, signal.SIGKILL, 0.0,
                                            "unexpected backend reply"))
-        return decide(self.snapshot, kept, now, self.ports, self.settings)
+        return decide(self.snapshot, kept, now, self.settings)
 
     def _apply(self, d: Decision) -> None:
         """Carry out a decision (a launch: `_launch`); other decisions the OS refuses are
@@ -391,7 +377,7 @@ class Controller:
                     f"could not carry out {type(d).__name__}: {vet.error_words(exc)}; trying again "
                     "each tick"))
         else:
-            if self._refused:  # hashing a 16,384-member round costs ~1 ms: only if needed
+            if self._refused:  # hashing a big round is not free: only if needed
                 self._refused.discard(d)
 
     def _launch(self, d: Launch) -> None:

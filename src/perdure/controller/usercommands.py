@@ -111,7 +111,7 @@ def _apply_alone(store: Store, state_dir: Path, c: Command) -> str | None:
     if job is None or job.state.terminal or any(r.alive for r in job.replicas):
         return None
     snap = Snapshot({job.id: job}, store.nodes(), {})
-    t = Tick(snap, c.time, iter(()), LaunchSettings(str(state_dir), ""))
+    t = Tick(snap, c.time, LaunchSettings(str(state_dir), ""))
     COMMANDS[c.kind](t, c)
     after = t.jobs[job.id]
     if t.decisions or not t.changed or (after.state.terminal and job.attempt > 0):

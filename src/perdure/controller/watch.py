@@ -18,12 +18,11 @@ from typing import TypeVar
 from perdure import statedir
 from perdure.backends.stacks import DumpsStacks, StackDump
 from perdure.core import stacks as st
-from perdure.core.events import Command, Hung, Observation, ReplicaProgress
+from perdure.core.events import Hung, Observation, ReplicaProgress
 from perdure.core.launchenv import job_of_launch
 from perdure.core.model import Job
 from perdure.core.records import Event, Node
-from perdure.core.states import NodeState
-from perdure.core.straggler import Straggler, Stragglers
+from perdure.core.straggler import Stragglers, drain
 from perdure.core.watchdog import Suspect, Watchdog, running_launches, steady, verdict
 
 T = TypeVar("T")
@@ -86,29 +85,14 @@ class WatchShell:
 
     def _stragglers(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
                     now: float) -> tuple[list[Observation], list[Event]]:
-        """An event per straggler; with `stragglers: drain`, its node drained (the existing
-        path: a maintenance notice, the replicas save and move keeping their identity) when
-        another node can take work."""
+        """An event per straggler, and the drains of their nodes (core.straggler.drain)."""
         drains: list[Observation] = []
         events = []
         for s in self.stragglers.check(jobs):
-            events.append(Event(now, s.job_id, "straggler", s.message() + self._drain(
-                jobs[s.job_id], s, nodes, drains, now)))
+            command, said = drain(jobs[s.job_id], s, nodes, now)
+            drains.extend([command] if command else [])
+            events.append(Event(now, s.job_id, "straggler", s.message() + said))
         return drains, events
-
-    @staticmethod
-    def _drain(job: Job, s: Straggler, nodes: Mapping[str, Node], drains: list[Observation],
-               now: float) -> str:
-        if job.spec.watchdog.stragglers != "drain":
-            return ""
-        node = nodes.get(s.node)
-        if node is None or node.state is not NodeState.READY:
-            return f"; node {s.node} is not ready: nothing to drain"
-        if not any(n.state is NodeState.READY for n in nodes.values() if n.name != s.node):
-            return f"; not drained: no other node is ready to take {s.replica}"
-        drains.append(Command("drain-node", s.node, now))
-        return (f"; draining node {s.node}: {s.replica} moves at its next checkpoint "
-                f"(`perdure node restore {s.node}` takes the node back)")
 
     def _submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
         if self._pool is None:
@@ -136,8 +120,7 @@ class WatchShell:
             # the first sample one period after the job is first seen running
             if now < self._next_sample.setdefault(job.id, now + self.sample_every):
                 continue
-            # its launches only when a sample is due: 16,384 of them were ~2.5 ms of every
-            # sweep's tick (bench/controller.py --only big)
+            # its launches only when a sample is due: listing them is a pass over the job
             launches = running_launches(job)
             if launches is None:
                 continue

@@ -121,7 +121,7 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
     t.launch_budget -= len(job.replicas)
     cap.take_quota(job.spec.queue, job.slots)
     job.attempt += 1
-    job.round, job.master_port, job.wait_reason = 0, next(t.ports), ""
+    job.round, job.wait_reason = 0, ""
     job.waiting_since = None
     job.state = JobState.PENDING
     nodes = sorted(set(chosen.values()))

@@ -83,7 +83,7 @@ def _fail_node(t: Tick, c: Command) -> None:
         if any(r.node == c.target and r.state is ReplicaState.STOPPING for r in seen.replicas):
             job = t.touch(job_id)
             assert job is not None
-            if job.blamed is not None:
+            if job.blame is not None:
                 _forgive_lost_peer(t, job, c.target)
             if _launched_towards(job, c.target):
                 t.event(job, "decision", f"restart: node {c.target}, rank 0's, was lost while "

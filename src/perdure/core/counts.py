@@ -5,8 +5,8 @@ over all of them.
 No side effects. A tick's clone of a job (`Job.clone`) shares its replicas until it owns one
 to change it (`Job.own`), and notes which replica it replaced at each place. Its counts are
 those of the replicas as cloned (one pass, in C: map and Counter), corrected for each place
-it owns: a tick that changes 256 replicas of 16,384 asks "does any wait?", "are all up?",
-"which slots are held?" in time linear in the 256 (bench/controller.py --only big).
+it owns: a tick asks "does any wait?", "are all up?", "which slots are held?" in time
+linear in the replicas it changed.
 """
 
 from __future__ import annotations

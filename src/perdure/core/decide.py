@@ -2,13 +2,13 @@
 
 No side effects: it reads the snapshot, never mutates it, and returns the next snapshot, the
 decisions for the shell to carry out (launch, stop, kill node) and the events that explain them.
-Time comes in as `now`; rendezvous ports come from the `ports` iterator the shell supplies.
+Time comes in as `now`; it binds no socket (rank 0's port is the backend's choice).
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from perdure.core import admission, elastic, health, spares
@@ -27,7 +27,7 @@ from perdure.core.events import (
     ReplicaStarted,
 )
 from perdure.core.launchenv import LaunchSettings, job_of_launch, replica_of_launch
-from perdure.core.model import Job, JobError, Replica
+from perdure.core.model import Blame, Job, JobError, Replica
 from perdure.core.policy import (
     EXIT_SUSPENDED,
     Action,
@@ -60,11 +60,10 @@ def decide(
     snap: Snapshot,
     observations: Iterable[Observation],
     now: float,
-    ports: Iterator[int],
     settings: LaunchSettings,
 ) -> Outcome:
     """One tick: apply the observations (earliest first), then place and admit."""
-    tick = _Decider(snap, now, ports, settings)
+    tick = _Decider(snap, now, settings)
     for obs in sorted(observations, key=lambda o: o.time):
         tick.observe(obs)
     tick.settle()
@@ -162,7 +161,7 @@ class _Decider(Tick):
             job.__dict__.pop("gpu_usage", None)
             job.seal()  # committed: the next tick's clone shares all its replicas
             self.decisions.extend(spares.holds(self.snap.jobs.get(i), job))
-        snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index())
+        snap = Snapshot(self.jobs, self.nodes, self.snap.quotas, self.index(), self.layouts)
         return Outcome(snap, self.decisions, self.events, frozenset(self.changed),
                        self.nodes_changed)
 
@@ -316,8 +315,8 @@ class _Decider(Tick):
         "peer lost" exit can be seen a tick before the dead replica's own. A replica that
         exited before the restart was decided, of a failure of its own, is the cause.
         """
-        return (job.blamed is not None and f.replica != job.blamed
-                and job.round_began is not None and exit_time < job.round_began
+        blame = job.blame
+        return (blame is not None and f.replica != blame.replica and exit_time < blame.since
                 and job.after_stop is None and f.exit_code != 0 and f.notice is None
                 and not is_peer_error(f.error))
 
@@ -381,40 +380,49 @@ class _Decider(Tick):
     # ---- verdicts ------------------------------------------------------------------------
 
     def apply(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
-        if v.action is Action.SUCCEED:
-            job.error = None
-            self.event(job, "decision", f"succeed: {reason}")
-            self.end(job, JobState.SUCCEEDED)
-        elif v.action is Action.DONE:
-            self.event(job, "decision", f"done: {reason}")
-        elif v.action is Action.SUSPEND:
-            self.event(job, "decision", f"suspend job: {reason}")
-            job.state = JobState.SUSPENDING
-            self.event(job, "state", "SUSPENDING: a replica saved and asked to be resumed")
-            self.end(job, JobState.SUSPENDED, notice="preemption")
-        elif v.action in (Action.RESTART, Action.MOVE):
-            if v.action is Action.RESTART and v.reason != "node lost":
-                r.restarts += 1
-            collateral = v.reason == "peer lost" and not job.elastic
-            job.blamed, job.round_began = (r.name, self.now) if collateral else (None, None)
-            if v.code is not None and v.message:
-                job.error = JobError(v.code, v.message)
-            self.event(job, "decision", f"restart {reason}")
-            if job.elastic:
-                elastic.lose(self, job, r, reason)
-            else:
-                self.restart(job, [r], notice=None, why="restart")
-        elif v.action is Action.RETRY:
-            assert v.code is not None
-            job.retries[v.code.value] = job.retries.get(v.code.value, 0) + 1
+        """Carry out the failure policy's verdict on `r` (a handler per action: _ACTIONS)."""
+        _ACTIONS[v.action](self, job, r, v, reason)
+
+    def succeed(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        job.error = None
+        self.event(job, "decision", f"succeed: {reason}")
+        self.end(job, JobState.SUCCEEDED)
+
+    def done(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        self.event(job, "decision", f"done: {reason}")
+
+    def suspend(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        self.event(job, "decision", f"suspend job: {reason}")
+        job.state = JobState.SUSPENDING
+        self.event(job, "state", "SUSPENDING: a replica saved and asked to be resumed")
+        self.end(job, JobState.SUSPENDED, notice="preemption")
+
+    def restart_replica(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        """RESTART (a restart counted, unless its node was lost) or MOVE (none)."""
+        if v.action is Action.RESTART and v.reason != "node lost":
+            r.restarts += 1
+        collateral = v.reason == "peer lost" and not job.elastic
+        job.blame = Blame(r.name, self.now) if collateral else None
+        if v.code is not None and v.message:
             job.error = JobError(v.code, v.message)
-            self.event(job, "decision", f"retry job: {reason}")
-            self.end(job, JobState.QUEUED)
-        elif v.action is Action.FAIL:
-            assert v.code is not None
-            job.error = JobError(v.code, v.message)
-            self.event(job, "decision", f"fail job: {reason}")
-            self.end(job, JobState.FAILED)
+        self.event(job, "decision", f"restart {reason}")
+        if job.elastic:
+            elastic.lose(self, job, r, reason)
+        else:
+            self.restart(job, [r], notice=None, why="restart")
+
+    def retry(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        assert v.code is not None
+        job.retries[v.code.value] = job.retries.get(v.code.value, 0) + 1
+        job.error = JobError(v.code, v.message)
+        self.event(job, "decision", f"retry job: {reason}")
+        self.end(job, JobState.QUEUED)
+
+    def fail(self, job: Job, r: Replica, v: Verdict, reason: str) -> None:
+        assert v.code is not None
+        job.error = JobError(v.code, v.message)
+        self.event(job, "decision", f"fail job: {reason}")
+        self.end(job, JobState.FAILED)
 
     # ---- commands ------------------------------------------------------------------------
 
@@ -428,3 +436,13 @@ class _Decider(Tick):
     def schedule(self) -> None:
         admission.schedule(self)
 
+
+_ACTIONS: dict[Action, Callable[[_Decider, Job, Replica, Verdict, str], None]] = {
+    Action.SUCCEED: _Decider.succeed,
+    Action.DONE: _Decider.done,
+    Action.SUSPEND: _Decider.suspend,
+    Action.RESTART: _Decider.restart_replica,
+    Action.MOVE: _Decider.restart_replica,
+    Action.RETRY: _Decider.retry,
+    Action.FAIL: _Decider.fail,
+}

@@ -15,13 +15,13 @@ from collections.abc import Collection, Mapping, Set
 
 from perdure.core.counts import ALIVE
 from perdure.core.events import Rendezvous
+from perdure.core.layout import Layout
 from perdure.core.model import Job, Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Tick
 
-# Passes over a job's replicas are made in C (map, compress, set algebra): a 16,384-replica
-# job's round is published, shrunk and grown in a few ms a pass (bench/controller.py --only
-# big), by the states' plain string values (an Enum's hash is a Python call, a str's is C).
+# Passes over a job's replicas are made in C (map, compress, set algebra), by the states'
+# plain string values (an Enum's hash is a Python call, a str's is C).
 _NAME = operator.attrgetter("name")
 _NODE = operator.attrgetter("node")
 _RANK = operator.attrgetter("rank")
@@ -35,7 +35,7 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
             where: Mapping[str, str] | None = None) -> None:
     """Start round `job.round + 1` (or round 0 of an attempt) with `members` (any order:
     they are put in rank order); `where`: nodes of members placed but not launched yet (as
-    are those of `job.plan`)."""
+    are those of `job.scratch.plan`)."""
     names, nodes = _in_rank_order(job, members, where)
     job.members = tuple(names)
     if reason != "admitted":
@@ -44,8 +44,9 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
         job.id, job.attempt, job.round, tuple(zip(job.members, nodes, strict=True)),
         reason, t.now,
     ))
-    if job.layout is not None:  # its members' ranks changed: launches still to send get new
-        job.layout = job.layout.renumbered(job)  # ones (nobody moved)
+    layout = t.layouts.get(job.id)
+    if layout is not None:  # its members' ranks changed: launches still to send get new
+        t.layouts[job.id] = layout.renumbered(job)  # ones (nobody moved)
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
 
 
@@ -63,8 +64,9 @@ def _in_rank_order(job: Job, members: Collection[str], where: Mapping[str, str] 
         picked = list(itertools.compress(names, mask))
         places = itertools.compress(range(len(mask)), mask)  # type: ignore[assignment]
     nodes = map(_NODE, chosen)
-    if job.plan:  # the plan's ranks are places in job.replicas
-        planned = dict(zip(map(_FIRST, job.plan), map(_SECOND, job.plan), strict=True))
+    plan = job.scratch.plan
+    if plan:  # the plan's ranks are places in job.replicas
+        planned = dict(zip(map(_FIRST, plan), map(_SECOND, plan), strict=True))
         nodes = map(planned.get, places, nodes)
     if where:
         nodes = map(where.get, picked, nodes)
@@ -90,7 +92,8 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
     if r.name not in members:
         return  # left with its node in an earlier round
     resize = job.spec.elastic.mode == "resize"  # else pause: the node's others count too
-    together = ([x for x in _on_node(job, r.node, alive=resize) if x is not r and x.name in members]
+    on_node = _on_node(job, r.node, t.layouts.get(job.id), alive=resize)
+    together = ([x for x in on_node if x is not r and x.name in members]
                 if _down(t, r.node) else [])
     if not resize and any(not x.alive for x in together):
         return  # left with its node in an earlier round
@@ -113,21 +116,23 @@ def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[st
     aside: every member but those when the only replicas neither up nor planned are
     among `lost` (counted: a lost node's exits pass here once each, the scan only once)."""
     up = job.count(ReplicaState.STARTING) + job.count(ReplicaState.RUNNING)
-    if len(job.replicas) - up - len(job.plan) == sum(x.state.value not in _UP for x in lost):
+    plan = job.scratch.plan
+    if len(job.replicas) - up - len(plan) == sum(x.state.value not in _UP for x in lost):
         return members
-    planned = set(map(_FIRST, job.plan))
+    planned = set(map(_FIRST, plan))
     kept = map(operator.or_, map(_UP.__contains__, map(_VALUE, map(_STATE, job.replicas))),
                map(planned.__contains__, map(_RANK, job.replicas)))
     return set(itertools.compress(map(_NAME, job.replicas), kept)) & members
 
 
-def _on_node(job: Job, node: str | None, alive: bool = False) -> list[Replica]:
+def _on_node(job: Job, node: str | None, layout: Layout | None,
+             alive: bool = False) -> list[Replica]:
     """The job's replicas on `node`, in rank order (picked in C). With `alive`, those that
     may still have a process are sure to be among them, the others may not: found through
-    the layout's entry for the node (a few replicas, not a pass over 16,384) when the ones
+    the layout's entry for the node (a few replicas, not a pass over the job) when the ones
     alive there hold all the slots counted on it."""
-    if alive and node is not None and job.layout is not None:
-        found = [x for x in job.named(job.layout.places.get(node, ())) if x.node == node]
+    if alive and node is not None and layout is not None:
+        found = [x for x in job.named(layout.places.get(node, ())) if x.node == node]
         if sum(x.slots for x in found if x.alive) == job.counts().slots.get(node, 0):
             return found
     on = map(operator.eq, itertools.repeat(node), map(_NODE, job.replicas))
@@ -145,7 +150,7 @@ def joined(t: Tick, job: Job) -> None:
     if job.count(ReplicaState.STARTING) or len(job.members) == len(job.replicas):
         return  # some are still starting, or every replica is a member already
     members = job.member_set()
-    # the few not members, in one pass (C); a member set of 16,384 is not scanned twice
+    # the few not members, in one pass (C); the member set is not scanned twice
     others = list(itertools.compress(job.replicas, map(operator.not_, map(
         members.__contains__, map(_NAME, job.replicas)))))
     new = [x.name for x in others if x.state is ReplicaState.RUNNING and not _down(t, x.node)]

@@ -183,6 +183,9 @@ class Launch:
     log_prefix: str
     gpus: int = 0  # GPUs the replica holds (env CUDA_VISIBLE_DEVICES names them, where known)
     resume: ResumeArgs | None = None  # the shell appends its args when its glob matches
+    # The launches that share one master (rank 0's store): the backend gives every launch of
+    # a key the same MASTER_PORT, free on rank 0's node (backends/masterport.py).
+    master_key: str = ""
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,7 @@ class LaunchSettings:
     node_dir: str | None = None
     # A tick sends at most this many launches; a job placing more sends the rest over the
     # next ticks, in rank order, keeping its placement (None: all at once; the simulator's
-    # ticks cost no time). Bounds the tick of a 16,384-replica job (bench/controller.py:
-    # at 512, 512 relaunches made a tick of ~40 ms of CPU by themselves).
+    # ticks cost no time). Bounds the tick of a big job (docs/benchmarks.md).
     launches_per_tick: int | None = 256
     # The cluster file's `health`: when a node is quarantined (core/health.py)
     health: HealthSpec = field(default_factory=lambda: HealthSpec())
@@ -171,6 +170,12 @@ def master_node(job: Job) -> str:
     return (rank0.node or "") if rank0 is not None else ""
 
 
+def master_key(job: Job) -> str:
+    """Which launches share a master: those of one attempt, and of one round where a round
+    is a group restart (an elastic job's rounds keep the attempt's master)."""
+    return f"{job.id}-{job.attempt}" + ("" if job.elastic else f".{job.round}")
+
+
 def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None = None) -> Launch:
     """The Launch decision for replica `r` of `job` as placed now (`layout`: Layout.of(job),
     given when several replicas are launched at once; it keeps what they share)."""
@@ -191,7 +196,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
     env["PERDURE_LAUNCH_ID"] = lid
     env["PERDURE_REPORT_DIR"] = _under(base.reports, lid)
     # a member's round rank; "is it one?" through the round's set, which the job keeps
-    # anyway: a replacement (no member) builds no rank map of 16,384 members
+    # anyway: a replacement (no member) builds no rank map of every member
     members = job.member_set() if layout.members is job.members else layout.member_rank
     if job.elastic and r.name in members:
         env["RANK"] = str(layout.member_rank[r.name])
@@ -210,6 +215,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
         log_prefix=_under(base.logs, r.name),
         gpus=r.gpus,
         resume=resume_args(job, r, pool),
+        master_key=master_key(job),
     )
 
 
@@ -220,7 +226,7 @@ def _pool_base(job: Job, pool: PoolSpec, s: LaunchSettings, layout: Layout) -> P
         command[0] = s.python
     facts = ReplicaFacts(
         rank="", world_size=str(layout.world), role_rank="", master_addr=s.master_addr,
-        master_port=str(job.master_port or 0), run_id=f"{job.id}-{job.attempt}",
+        master_port="0", run_id=f"{job.id}-{job.attempt}",
         attempt=str(job.attempt), round=str(job.round), replica="", restart_count="",
         job_id=job.id, checkpoint_dir=checkpoint_dir(job, s), layout={},
     )

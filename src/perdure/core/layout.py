@@ -3,12 +3,11 @@ LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, each replica's first RANK and RO
 WORLD_SIZE, and an elastic round's member ranks.
 
 No side effects. A layout is computed once for all replicas launched together (a tick that
-launches 256 of a 16,384-replica job stays linear in those 256), and is kept while the job's
+launches a few replicas of a big job stays linear in those few), and is kept while the job's
 replicas stay where they are: a new elastic round renumbers its members only
 (`Layout.renumbered`), and a few replicas placed on other nodes move only their nodes' entries
 (`Layout.moved`), each equal to the layout `Layout.of` computes anew (tests/unit/core/
-test_layout_bulk.py). At 16,384 replicas `of` takes ~6 ms, `moved` ~0.5 for a node's
-replicas, `renumbered` no pass (bench/controller.py --only big, docs/benchmarks.md).
+test_layout_bulk.py); `renumbered` makes no pass over the replicas.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ def _runs(keys: list[_K]) -> list[tuple[_K, int]] | None:
 
 def _places(at: Mapping[str, str | None]) -> dict[str, tuple[str, ...]]:
     """Each node's replicas in `at`'s order, nodes first seen first (torchrun's group
-    order): sliced in C when each node's replicas are side by side, as a 16,384-replica
+    order): sliced in C when each node's replicas are side by side, as a big
     job's are; else one pass."""
     names = list(at)
     runs = _runs(list(at.values()))
@@ -142,7 +141,7 @@ class Layout:
     bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
     # What it was computed for: the job's (attempt, round, master port); a later launch of
     # the same round reuses it (`moved`: the replicas it places elsewhere move).
-    key: tuple[int, int, int | None] = field(default=(0, 0, None), compare=False, repr=False)
+    key: tuple[int, int] = field(default=(0, 0), compare=False, repr=False)
     # node -> {replica: LOCAL_RANK}, made for a node when one of its replicas launches
     _indexes: dict[str, dict[str, int]] = field(default_factory=dict, compare=False,
                                                 repr=False)
@@ -243,7 +242,7 @@ class Layout:
            where: Mapping[str, str] | None = None,
            planned: Sequence[Planned] = ()) -> Layout:
         """`launching`: the replicas launched with it (None: all), the only ones given
-        CUDA_VISIBLE_DEVICES (a tick that launches a few of 16,384 looks only at those);
+        CUDA_VISIBLE_DEVICES (a tick that launches a few looks only at those);
         `where`: nodes of replicas placed but not launched yet (their own `node` is unset);
         `planned`: more of those, as the job's plan holds them (its nodes count over
         `where`'s)."""
@@ -277,9 +276,9 @@ class Layout:
                       key=key_of(job))
 
 
-def key_of(job: Job) -> tuple[int, int, int | None]:
-    """What a layout is computed for: the job's attempt, round and master port."""
-    return job.attempt, job.round, job.master_port
+def key_of(job: Job) -> tuple[int, int]:
+    """What a layout is computed for: the job's attempt and round."""
+    return job.attempt, job.round
 
 
 def gpu_env(job: Job, nodes: Mapping[str, Node],

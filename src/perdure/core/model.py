@@ -1,8 +1,9 @@
 """The control plane's state: jobs and their replicas. Plain data, JSON round-trippable.
 
-No side effects. `decide` never mutates a Job it was given: it works on `clone()`s, which
+No side effects. A Job is the stored record; what the controller keeps of it in memory only
+is its `Scratch`. `decide` never mutates a Job it was given: it works on `clone()`s, which
 share their replicas with the job cloned until the tick changes one (`Job.own`, copy on write:
-a tick that changes a few of 16,384 replicas copies those few).
+a tick copies only the replicas it changes).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ Planned = tuple[int, str, tuple[int, ...]]  # a replica placed, not launched: ra
 
 
 def _shallow(obj: _T) -> _T:
-    """A field-for-field copy, much faster than dataclasses.replace on the tick's hot path."""
+    """A field-for-field copy (no __init__ or __post_init__ runs: cheaper than
+    dataclasses.replace on the tick's hot path)."""
     new = object.__new__(type(obj))
-    new.__dict__ = obj.__dict__.copy()  # twice as fast as update(): a big job clones 16,384
+    new.__dict__ = obj.__dict__.copy()
     return new
 
 
@@ -45,6 +47,42 @@ class JobError:
 
     def to_json(self) -> dict[str, str]:
         return {"code": self.code.value, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Blame:
+    """The replica charged for this round's group restart when its exit was a lost peer's
+    collateral ("connection closed by peer"), and when that restart was decided: a replica
+    whose own failure happened before then, reported later, takes the charge (see decide)."""
+
+    replica: str
+    since: float
+
+
+@dataclass
+class Scratch:
+    """What the controller keeps of a job in memory only, never stored (a restarted
+    controller has none: `Job.unlaunched` tells it a plan was lost).
+
+    plan: replicas placed for this round whose launches are not sent yet (core.plan), as
+      (rank, node, GPUs) in rank order: they hold their slots and stay WAITING until sent.
+    members: this round's members, and as a set (`Job.member_set`), shared by clones.
+    owned, was, counted: a tick's copy on write (`Job.own`): ids of the replicas this copy
+      made (the others are shared: never changed in place); place -> the replica there when
+      cloned (None outside a tick); the counts as cloned, or those `Job.seal` left.
+    """
+
+    plan: tuple[Planned, ...] = ()
+    members: tuple[tuple[str, ...], frozenset[str]] | None = None
+    owned: set[int] = field(default_factory=set)
+    was: dict[int, Replica] | None = None
+    counted: Counts | None = None
+
+    def cloned(self) -> Scratch:
+        """A tick's clone's: plan and member set shared, nothing owned yet, and the counts
+        of a committed job (`seal`) kept, for they are those of the shared replicas."""
+        return Scratch(self.plan, self.members, set(), {},
+                       self.counted if self.was is None else None)
 
 
 @dataclass
@@ -102,7 +140,6 @@ class Job:
     state: JobState = JobState.QUEUED
     attempt: int = 0
     round: int = 0  # rendezvous round within the attempt
-    master_port: int | None = None
     replicas: list[Replica] = field(default_factory=list)
     retries: dict[str, int] = field(default_factory=dict)  # spent job retries by error code
     error: JobError | None = None
@@ -122,45 +159,20 @@ class Job:
     save_alert: bool = False  # failed_saves reached the runtime's alert threshold
     # elastic: this round's replicas, rank order (a tuple: clones share it, and its set)
     members: tuple[str, ...] = ()
-    # The replica charged for this round's group restart when its exit was a lost peer's
-    # collateral ("connection closed by peer"), and when that restart was decided: a replica
-    # whose own failure happened before then, reported later, takes the charge (see decide).
-    blamed: str | None = None
-    round_began: float | None = None
+    blame: Blame | None = None  # a lost peer's collateral exit charged for this round
     spares: dict[str, int] = field(default_factory=dict)  # spare nodes held: node -> slots
     # While QUEUED in the backend's own scheduler (launches made, a Slurm allocation
     # pending): its reason there, e.g. "Slurm: Resources (Slurm job 12)". See `in_backend_queue`.
     backend_queue: str = ""
-    # Ids of the replicas this copy owns (made by `own`): the others are shared with the job
-    # it was cloned from and must not be changed in place. Not part of the job's state.
-    owned: set[int] = field(default_factory=set, repr=False, compare=False)
-    # Replicas placed for this round whose launches are not sent yet (a launch of more than
-    # LaunchSettings.launches_per_tick is sent over several ticks): (rank, node, GPUs) in
-    # rank order. They hold their slots and keep the torchrun layout of the placement; the
-    # replicas themselves stay WAITING until sent. Not stored: `unlaunched` is.
-    plan: tuple[Planned, ...] = field(default=(), repr=False, compare=False)
-    # The layout the plan's launches share (launchenv.Layout; core.tick keeps it), None:
-    # computed again. Not stored.
-    layout: Any = field(default=None, repr=False, compare=False)
     # How many replicas of this round were placed but not launched when the job was last
     # stored: a controller that finds this without its plan (it died mid-launch) restarts
-    # the round cleanly instead (core.tick.Tick.recover).
+    # the round cleanly instead (core.plan.replan).
     unlaunched: int = 0
     # Ranks of a group restart's replicas whose stops are still to be sent (a tick sends at
     # most launches_per_tick stops): they belong to the round that ended. Stored, never
     # changed in place (clones share it).
     unstopped: list[int] = field(default_factory=list)
-    # A tick's clone only: place -> the replica that was there when it was cloned, for each
-    # place it owns (`own`), and the counts of the replicas as cloned (computed on first
-    # use, or the sealed counts of the job cloned): `counts` corrects them for the owned
-    # places only. Outside a tick `was` is None, and `counted` the counts `seal` left (a
-    # job of a snapshot is never changed in place; `own` outside a tick drops them).
-    was: dict[int, Replica] | None = field(default=None, repr=False, compare=False)
-    counted: Counts | None = field(default=None, repr=False, compare=False)
-    # (members, the same as a set), made on first use (`member_set`) and shared by clones
-    # while the round lasts: a tick that asks "is it a member?" of 16,384 builds no set.
-    member_cache: tuple[tuple[str, ...], frozenset[str]] | None = field(
-        default=None, repr=False, compare=False)
+    scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -214,9 +226,7 @@ class Job:
         job.__dict__.pop("usage", None)
         job.__dict__.pop("gpu_usage", None)
         job.replicas = list(self.replicas)
-        job.owned = set()
-        # the counts of a committed job (`seal`) are those of the replicas the clone shares
-        job.was, job.counted = {}, self.counted if self.was is None else None
+        job.scratch = self.scratch.cloned()
         job.retries = dict(self.retries)
         job.spares = dict(self.spares)
         return job
@@ -227,16 +237,16 @@ class Job:
         i = r.rank
         if i >= len(self.replicas) or self.replicas[i].name != r.name:  # ranks not positions
             i = next(k for k, x in enumerate(self.replicas) if x.name == r.name)
-        at = self.replicas[i]
-        if id(at) in self.owned:
+        at, scratch = self.replicas[i], self.scratch
+        if id(at) in scratch.owned:
             return at
         mine = _shallow(at)
         self.replicas[i] = mine
-        self.owned.add(id(mine))
-        if self.was is not None:
-            self.was.setdefault(i, at)
+        scratch.owned.add(id(mine))
+        if scratch.was is not None:
+            scratch.was.setdefault(i, at)
         else:
-            self.counted = None  # changed outside a tick: counted again when asked
+            scratch.counted = None  # changed outside a tick: counted again when asked
         return mine
 
     def own_all(self) -> list[Replica]:
@@ -277,28 +287,29 @@ class Job:
 
     def counts(self) -> Counts:
         """Replicas per state and slots held per node (a fresh copy, the caller's to change).
-        A tick's clone counts only the replicas it owns again (core.counts): a tick asks of
-        a 16,384-replica job several times whether any waits, or all run."""
-        was = self.was
-        if was is None:
-            return Counts.of(self.replicas) if self.counted is None else self.counted.copy()
-        if len(was) * 4 > len(self.replicas):  # a full count is as cheap
+        A tick's clone counts only the replicas it owns again (core.counts): a tick asks
+        several times whether any waits, or all run."""
+        scratch = self.scratch
+        if scratch.was is None:
+            counted = scratch.counted
+            return Counts.of(self.replicas) if counted is None else counted.copy()
+        if len(scratch.was) * 4 > len(self.replicas):  # a full count is as cheap
             return Counts.of(self.replicas)
-        now, self.counted = kept(self.replicas, was, self.counted)
+        now, scratch.counted = kept(self.replicas, scratch.was, scratch.counted)
         return now
 
     def seal(self) -> None:
         """The tick that changed this copy is committed: it owns no replica any more (the
         next tick's clone shares them all), and its counts are kept for that clone."""
         counted = self.counts()
-        self.owned, self.was, self.counted = set(), None, counted
+        self.scratch.owned, self.scratch.was, self.scratch.counted = set(), None, counted
 
     def member_set(self) -> frozenset[str]:
         """This round's members as a set, built once a round (published rounds assign a
         new `members`; the set of the old one is not reused for it)."""
-        cache = self.member_cache
+        cache = self.scratch.members
         if cache is None or cache[0] is not self.members:
-            cache = self.member_cache = (self.members, frozenset(self.members))
+            cache = self.scratch.members = (self.members, frozenset(self.members))
         return cache[1]
 
     def count(self, state: ReplicaState) -> int:
@@ -307,22 +318,19 @@ class Job:
     def count_restarts(self) -> int:
         """The replicas' restarts in this attempt, in all: counted as ticks change them (no
         pass), or summed when not counted yet (a job as loaded: cheaper than a count)."""
-        if self.was is None and self.counted is None:
+        if self.scratch.was is None and self.scratch.counted is None:
             return sum(map(_RESTARTS, self.replicas))
         return self.counts().restarts
 
     def named(self, names: Collection[str]) -> list[Replica]:
         """The replicas named in `names`, in rank order: found by their ranks when they are
-        few (a replacement, a tick's 256 launches of 16,384: ~1 ms less than a pass), else
-        picked in one pass (C)."""
+        few (a tick's placement during a group restart), else picked in one pass (C)."""
         if len(names) * 8 < len(self.replicas):
             places = [i for i in map(self.rank_of, names)
                       if i is not None and i < len(self.replicas)]
             if len(places) == len(names) and all(
                     self.replicas[i].name == name for i, name in zip(places, names, strict=True)):
                 return list(map(self.replicas.__getitem__, sorted(places)))
-        elif len(names) >= len(self.replicas):
-            return list(self.replicas)
         return list(itertools.compress(self.replicas, map(names.__contains__,
                                                           map(_NAME, self.replicas))))
 
@@ -331,17 +339,17 @@ class Job:
         looks first among the replicas it changed (a relaunch tick of a group restart: the
         256 that exited), which is enough when the counts say no other waits unplaced;
         else one mask over the replicas, the plan's places cleared (C: map, compress)."""
-        left = self.count(ReplicaState.WAITING) - len(self.plan)
-        if self.was is not None and left <= len(self.was):
-            planned = set(map(_FIRST, self.plan))  # its ranks are places in `replicas`
-            mine = [i for i in sorted(self.was)
+        plan, was = self.scratch.plan, self.scratch.was
+        left = self.count(ReplicaState.WAITING) - len(plan)
+        if was is not None and left <= len(was):
+            planned = set(map(_FIRST, plan))  # its ranks are places in `replicas`
+            mine = [i for i in sorted(was)
                     if self.replicas[i].state is _WAITING and i not in planned]
             if len(mine) == left:
                 return list(map(self.replicas.__getitem__, mine))
         mask = list(map(_WAITING.__eq__, map(_STATE, self.replicas)))
-        if self.plan:
-            deque(map(mask.__setitem__, map(_FIRST, self.plan), itertools.repeat(False)),
-                  maxlen=0)
+        if plan:
+            deque(map(mask.__setitem__, map(_FIRST, plan), itertools.repeat(False)), maxlen=0)
         return list(itertools.compress(self.replicas, mask))
 
     def alive_replicas(self) -> list[Replica]:
@@ -366,7 +374,7 @@ class Job:
         for r in self.replicas:
             if r.node is not None and r.devices and r.state in ALIVE:
                 used.setdefault(r.node, []).extend(r.devices)
-        for _, node, devices in self.plan:
+        for _, node, devices in self.scratch.plan:
             if devices:
                 used.setdefault(node, []).extend(devices)
         return used
@@ -378,17 +386,18 @@ class Job:
         used = self.counts().slots
         for node, slots in self.spares.items():
             used[node] = used.get(node, 0) + slots
-        if not self.plan:
+        plan = self.scratch.plan
+        if not plan:
             return used
-        # in C (map, Counter): a group restart's plan holds 16,384, mostly of one size
+        # in C (map, Counter): a group restart's plan holds every replica, mostly of one size
         sizes = {p.slots for p in self.spec.pools}
         if len(sizes) == 1:
             each = sizes.pop()
-            for node, n in Counter(map(_SECOND, self.plan)).items():
+            for node, n in Counter(map(_SECOND, plan)).items():
                 used[node] = used.get(node, 0) + each * n
             return used
-        held = Counter(zip(map(_SECOND, self.plan), map(_SLOTS, map(
-            self.replicas.__getitem__, map(_FIRST, self.plan))), strict=True))
+        held = Counter(zip(map(_SECOND, plan), map(_SLOTS, map(
+            self.replicas.__getitem__, map(_FIRST, plan))), strict=True))
         for (node, each), n in held.items():
             used[node] = used.get(node, 0) + each * n
         return used
@@ -403,6 +412,8 @@ class Job:
         d["retries"] = dict(self.retries)
         d["members"] = list(self.members)
         d["spares"] = dict(self.spares)
+        blame = self.blame
+        d["blamed"], d["round_began"] = (blame.replica, blame.since) if blame else (None, None)
         if replicas:
             d["replicas"] = [r.to_json() for r in self.replicas]
         return d
@@ -417,15 +428,15 @@ class Job:
         d["error"] = JobError(ErrorCode(err["code"]), err["message"]) if err else None
         d["replicas"] = [Replica.from_json(r) for r in d["replicas"]]
         d["members"] = tuple(d.get("members", ()))
+        blamed, since = d.pop("blamed", None), d.pop("round_began", None)
+        d["blame"] = Blame(blamed, since) if blamed is not None and since is not None else None
         return cls(**d)
 
 
-# a tick's working state, never stored
-_TRANSIENT = ("owned", "plan", "layout", "was", "counted", "member_cache")
-_JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas", "members", "spares")
-_JOB_FIELDS = tuple(
-    f.name for f in dataclasses.fields(Job) if f.name not in ("spec", *_TRANSIENT, *_JSON_FIELDS)
-)
+_JSON_FIELDS = ("state", "after_stop", "error", "retries", "replicas", "members", "spares",
+                "blamed", "round_began")
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job)
+                    if f.name not in ("spec", "scratch", "blame", *_JSON_FIELDS))
 _REPLICA_FIELDS = tuple(f.name for f in dataclasses.fields(Replica) if f.name != "state")
 
 

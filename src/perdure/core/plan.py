@@ -1,5 +1,5 @@
 """Launches and stops sent over several ticks: a job that places more replicas than a tick
-may launch (`LaunchSettings.launches_per_tick`) keeps the rest as its plan (`Job.plan`), sent
+may launch (`LaunchSettings.launches_per_tick`) keeps the rest as its plan (`Scratch.plan`), sent
 in rank order by the next ticks; a group restart of more replicas than that stops the rest
 in the next ticks (`Job.unstopped`, stored: a restarted controller sends them).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from perdure.core.elastic import publish
 from perdure.core.model import Job
 from perdure.core.text import plural
-from perdure.core.tick import Tick, drop_plan
+from perdure.core.tick import Tick
 
 
 def step(t: Tick, job_id: str) -> None:
@@ -40,22 +40,23 @@ def step(t: Tick, job_id: str) -> None:
         limit -= len(stops)
     if not job.unlaunched or limit <= 0:
         return
-    if not job.plan:
+    if not job.scratch.plan:
         replan(t, job, "the controller restarted before sending them")
         return
     if job.elastic and not job.members:
         # A big elastic job's round 0 is published by the tick after its placement, and
-        # its layout built by the one after that (each ~10-15 ms at 16,384 replicas): no
+        # its layout built by the one after that (each a pass over the job): no
         # launch before its round (a controller that died before it publishes it then).
         publish(t, job, {r.name for r in job.replicas}, "admitted")
         return
-    batch, rest = job.plan[:limit], job.plan[limit:]
+    plan = job.scratch.plan
+    batch, rest = plan[:limit], plan[limit:]
     lost = sorted({node for _, node, _ in batch
                    if node not in t.nodes or not t.nodes[node].schedulable})
     if lost:
         replan(t, job, f"node {', '.join(lost)} is no longer ready")
         return
-    job.plan, job.unlaunched = rest, len(rest)
+    job.scratch.plan, job.unlaunched = rest, len(rest)
     t.send(job, [(job.replicas[rank], node, list(gpus)) for rank, node, gpus in batch])
     if not rest:
         t.event(job, "launch", f"launched the last {plural(len(batch), 'replica')} of the "
@@ -66,7 +67,7 @@ def replan(t: Tick, job: Job, why: str) -> None:
     """The plan cannot be sent as placed: a group job starts a new round (every replica
     placed and launched again, under one layout); another places the rest anew."""
     count = job.unlaunched
-    drop_plan(job)
+    t.drop_plan(job)
     t.active = True
     if job.after_stop is not None:
         return

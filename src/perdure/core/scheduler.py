@@ -135,8 +135,8 @@ class Capacity:
     def _fill(self, replicas: list[Replica], free: dict[str, int]) -> dict[str, str] | None:
         """`place` for replicas alike and without GPUs: best fit puts each on the node with
         fewest free slots that holds it, which stays the best until it is full, so nodes
-        are filled one by one in that order (16,384 replicas: one sort of the nodes, not a
-        search per replica). They get no GPUs: nothing is noted in `devices` (a launch
+        are filled one by one in that order (one sort of the nodes, not a search per
+        replica). They get no GPUs: nothing is noted in `devices` (a launch
         reads a replica absent there as given none)."""
         slots, n = replicas[0].slots, len(replicas)  # some replicas (_alike_cpu)
         gpus = any(self.ready_gpus.values())  # else no node's GPUs to look at (a CPU cluster)
@@ -161,7 +161,7 @@ class Capacity:
 
 
 def _alike_cpu(replicas: list[Replica]) -> bool:
-    # in C (map, set): 16,384 replicas
+    # in C (map, set)
     return bool(replicas) and set(map(_GPUS, replicas)) == {0} and len(
         set(map(_SLOTS, replicas))) == 1
 
@@ -169,8 +169,7 @@ def _alike_cpu(replicas: list[Replica]) -> bool:
 class _BestFit:
     """The node a replica fits best: min over (free GPUs if it wants GPUs, else whether the
     node has free GPUs; free slots; name) among nodes with room, found through buckets of
-    equal (free GPUs, free slots) instead of a scan of every node per replica (a job of
-    16,384 replicas on 2,048 nodes)."""
+    equal (free GPUs, free slots) instead of a scan of every node per replica."""
 
     def __init__(self, free: dict[str, int], gpus: Mapping[str, list[int]]) -> None:
         self.free, self.gpus = free, gpus

@@ -24,8 +24,10 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from perdure.core.events import ReplicaProgress
+from perdure.core.events import Command, ReplicaProgress
 from perdure.core.model import Job
+from perdure.core.records import Node
+from perdure.core.states import NodeState
 from perdure.core.watchdog import running_launches
 
 WINDOW_STEPS = 50
@@ -77,6 +79,23 @@ class _Round:
     sampled_out: set[str] = field(default_factory=set)  # by the stack-sample rule (once)
     telling: int = 0  # stack samples with ranks both inside and outside a collective
     outside: dict[str, int] = field(default_factory=dict)  # launch id -> such samples outside
+
+
+def drain(job: Job, s: Straggler, nodes: Mapping[str, Node],
+          now: float) -> tuple[Command | None, str]:
+    """The `stragglers: drain` rule: drain the straggler's node (a maintenance notice: its
+    replicas save and move, keeping their identity) when another node is ready to take its
+    work. The drain command, if any, and what the straggler's event adds about it."""
+    if job.spec.watchdog.stragglers != "drain":
+        return None, ""
+    node = nodes.get(s.node)
+    if node is None or node.state is not NodeState.READY:
+        return None, f"; node {s.node} is not ready: nothing to drain"
+    if not any(n.state is NodeState.READY for n in nodes.values() if n.name != s.node):
+        return None, f"; not drained: no other node is ready to take {s.replica}"
+    return Command("drain-node", s.node, now), (
+        f"; draining node {s.node}: {s.replica} moves at its next checkpoint "
+        f"(`perdure node restore {s.node}` takes the node back)")
 
 
 class Stragglers:

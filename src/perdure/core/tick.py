@@ -10,7 +10,7 @@ import dataclasses
 import itertools
 import operator
 import signal
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from perdure.core.counts import ALIVE
@@ -58,17 +58,11 @@ class JobIndex:
 
 def needs_placement(job: Job) -> bool:
     """A started job with replicas waiting for a node (a restart, a move, a new round) that
-    are not placed already (`Job.plan`: launches still to send)."""
+    are not placed already (`Scratch.plan`: launches still to send)."""
     if not ((job.state in (JobState.PENDING, JobState.RUNNING) or job.in_backend_queue)
             and job.after_stop is None):
         return False
-    return job.count(ReplicaState.WAITING) > len(job.plan)
-
-
-def drop_plan(job: Job) -> None:
-    """Forget the launches and stops still to send (the round or attempt they belonged to
-    is over)."""
-    job.plan, job.unlaunched, job.layout, job.unstopped = (), 0, None, []
+    return job.count(ReplicaState.WAITING) > len(job.scratch.plan)
 
 
 @dataclass(frozen=True)
@@ -77,6 +71,9 @@ class Snapshot:
     nodes: Mapping[str, Node]
     quotas: Mapping[str, int | None]
     index: JobIndex | None = None  # None: computed from `jobs`
+    # Job id -> the layout its launches of the current placement share (a plan's launches
+    # sent by later ticks get it too); never stored: a job without one builds it again.
+    layouts: Mapping[str, Layout] = field(default_factory=dict)
 
     def job_index(self) -> JobIndex:
         return self.index if self.index is not None else JobIndex.of(self.jobs)
@@ -92,10 +89,10 @@ class Tick:
 
     snap: Snapshot
     now: float
-    ports: Iterator[int]
     settings: LaunchSettings
     jobs: dict[str, Job] = field(init=False)
     nodes: dict[str, Node] = field(init=False)
+    layouts: dict[str, Layout] = field(init=False)
     decisions: list[Decision] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     changed: set[str] = field(default_factory=set)
@@ -110,6 +107,7 @@ class Tick:
     def __post_init__(self) -> None:
         self.jobs = dict(self.snap.jobs)
         self.nodes = dict(self.snap.nodes)
+        self.layouts = dict(self.snap.layouts)
 
     # ---- bookkeeping -------------------------------------------------------------------
 
@@ -136,6 +134,12 @@ class Tick:
         self.nodes_changed = self.active = True
         return self.nodes[name]
 
+    def drop_plan(self, job: Job) -> None:
+        """Forget the launches and stops still to send, and their layout (the round or
+        attempt they belonged to is over)."""
+        job.scratch.plan, job.unlaunched, job.unstopped = (), 0, []
+        self.layouts.pop(job.id, None)
+
     def index(self) -> JobIndex:
         return self.snap.job_index().updated(self.jobs, self.changed)
 
@@ -149,14 +153,13 @@ class Tick:
         group = job.spec.restart.scope == "group" and not job.elastic
         if group:
             job.round += 1
-            job.master_port = next(self.ports)
-            drop_plan(job)  # the new round places and launches them all again
+            self.drop_plan(job)  # the new round places and launches them all again
         # A tick sends at most launches_per_tick stops; the other replicas of a group are
         # stopped by the next ticks (core.plan), and an exit of theirs before then is one
         # the restart asked for.
         budget = self.settings.launches_per_tick
         later: list[int] = []
-        # States read in one pass (C): the loop below is the tick's only one over 16,384
+        # States read in one pass (C): the loop below is the tick's only one over the job
         for x, state in zip(job.replicas, job.states(), strict=True):
             if not group and x.name not in names:
                 continue
@@ -189,11 +192,12 @@ class Tick:
             self.restart(job, moving, notice="maintenance", why=why)
 
     def unblame(self, job: Job) -> Replica:
-        """Give back the restart this round charged to `job.blamed` (its lost-peer exit was
+        """Give back the restart this round charged to `job.blame` (its lost-peer exit was
         collateral); the blamed replica."""
-        blamed = job.own(next(x for x in job.replicas if x.name == job.blamed))
+        assert job.blame is not None
+        blamed = job.own(next(x for x in job.replicas if x.name == job.blame.replica))
         blamed.restarts = max(0, blamed.restarts - 1)
-        job.blamed = job.round_began = None
+        job.blame = None
         return blamed
 
     def stop(self, job: Job, r: Replica, grace: float, reason: str, *, relaunch: bool = False,
@@ -211,7 +215,7 @@ class Tick:
     def end(self, job: Job, final: JobState, notice: str | None = None) -> None:
         """Stop every replica; the job becomes `final` once all are down."""
         job.after_stop = final
-        drop_plan(job)
+        self.drop_plan(job)
         grace = (job.spec.preemption.grace_seconds if notice
                  else job.spec.restart.stop_grace_seconds)
         for x in job.own_all():
@@ -230,7 +234,7 @@ class Tick:
         if job.after_stop is None or job.alive_replicas():
             return
         final, job.after_stop = job.after_stop, None
-        job.waiting_since, job.master_port = None, None
+        job.waiting_since = None
         job.spares = {}  # an ended attempt holds nothing
         job.backend_queue = ""
         if final is JobState.QUEUED or final is JobState.SUSPENDED:
@@ -253,7 +257,7 @@ class Tick:
         self.active = True
 
     def reset(self, job: Job) -> None:
-        drop_plan(job)
+        self.drop_plan(job)
         for x in job.own_all():
             x.restarts_before += x.restarts
             x.state, x.node, x.restarts, x.exit_code = ReplicaState.WAITING, None, 0, None
@@ -274,20 +278,20 @@ class Tick:
         limit = self.settings.launches_per_tick
         # A layout agrees with the job's plan: the plan grows only here, once the layout
         # fits (or was built for) its new entries, and a new plan comes with no layout
-        # (`drop_plan`); so only `placed` is checked against it, not the 16,384 planned.
+        # (`drop_plan`); so only `placed` is checked against it, not the whole plan.
         # A layout of this round moves the replicas placed elsewhere (a replacement: its
         # node's entries only); a new round's is built anew.
-        if job.layout is not None and job.layout.key == key_of(job):
-            job.layout = job.layout.moved(job, placed)
+        kept = self.layouts.get(job.id)
+        if kept is not None and kept.key == key_of(job):
+            self.layouts[job.id] = kept.moved(job, placed)
         elif limit is not None and len(job.replicas) > limit:
-            # A big job's new layout (~10 ms at 16,384 replicas) is built by the next tick,
-            # which sends the first of these: this one placed them (they hold their slots),
-            # and that is enough work for one tick.
-            job.layout = None
+            # A big job's new layout is built by the next tick, which sends the first of
+            # these: this one placed them (they hold their slots), enough work for one tick.
+            self.layouts.pop(job.id, None)
             self._plan(job, todo, placed, gpus)
             return
         else:  # replicas placed earlier, not launched yet (the plan), count in the layout
-            job.layout = Layout.of(job, self.nodes, (), placed, job.plan)
+            self.layouts[job.id] = Layout.of(job, self.nodes, (), placed, job.scratch.plan)
         if limit is not None and len(todo) > limit:
             self._plan(job, todo[limit:], placed, gpus)
             todo = todo[:limit]
@@ -301,9 +305,9 @@ class Tick:
         # built in C (zip, map): 16,000 of them at an admission
         held = (list(map(tuple, map(gpus.get, names, itertools.repeat(())))) if gpus
                 else [()] * len(rest))
-        job.plan = job.plan + tuple(zip(map(_RANK, rest), map(placed.__getitem__, names),
-                                        held, strict=True))
-        job.unlaunched = len(job.plan)
+        plan = job.scratch.plan + tuple(zip(map(_RANK, rest), map(placed.__getitem__, names),
+                                            held, strict=True))
+        job.scratch.plan, job.unlaunched = plan, len(plan)
 
     def send(self, job: Job, batch: list[tuple[Replica, str, list[int]]]) -> None:
         """The launches of `batch` (replica, node, GPUs), with the job's layout."""
@@ -312,9 +316,10 @@ class Tick:
             r = job.own(r)
             r.node, r.devices = node, gpus
             mine.append(r)
-        if job.layout is None:
-            job.layout = Layout.of(job, self.nodes, (), planned=job.plan)
-        layout = dataclasses.replace(job.layout, devices=gpu_env(job, self.nodes, among=mine))
+        kept = self.layouts.get(job.id)
+        if kept is None:
+            kept = self.layouts[job.id] = Layout.of(job, self.nodes, (), planned=job.scratch.plan)
+        layout = dataclasses.replace(kept, devices=gpu_env(job, self.nodes, among=mine))
         self.sent += len(mine)
         self._starts_over(job, [r for r in mine if r.launches])
         for r in mine:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import signal
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perdure.core import interval
@@ -105,7 +106,6 @@ class Engine:
         self.seq = itertools.count()
         self.obs: list[Observation] = []
         self.procs: dict[str, Proc] = {}
-        self.ports = itertools.count(30000)
         # every launch of a tick at once: the simulated clock charges launches their
         # calibrated cost, not the controller's spreading of a tick's CPU time
         self.settings = LaunchSettings(
@@ -162,7 +162,7 @@ class Engine:
     def tick(self) -> None:
         obs, self.obs = self.obs, []
         before = self.job_state()
-        out = decide(self.snap, obs, self.now, self.ports, self.settings)
+        out = decide(self.snap, obs, self.now, self.settings)
         for e in out.events:
             if e.kind == "decision" and e.message.startswith("restart"):
                 self.counts.restarts += 1
@@ -176,17 +176,17 @@ class Engine:
         ended = [j for i, j in out.snapshot.jobs.items() if j.state.terminal]
         if out.nodes_changed:
             self.fenced(out.snapshot.nodes)
-        self.snap = Snapshot(jobs, out.snapshot.nodes, out.snapshot.quotas, out.snapshot.index)
+        self.snap = replace(out.snapshot, jobs=jobs)
         for d in out.decisions:
             if isinstance(d, Launch):
                 self.launch(d, d.node in warm_spares)
             elif isinstance(d, Stop):
                 self.at(self.now + min(self.calib.stop_seconds, d.grace), self.exited,
-                        d.launch_id, 128 + 15, 15)
+                        d.launch_id, 128 + signal.SIGTERM, signal.SIGTERM)
             elif isinstance(d, KillNode):
                 for lid, p in self.procs.items():
                     if p.alive and p.launch.node == d.node:
-                        self.at(self.now, self.exited, lid, 128 + 9, 9)
+                        self.at(self.now, self.exited, lid, 128 + signal.SIGKILL, signal.SIGKILL)
         for job in ended:
             self.ended(job)
         after = self.job_state()
@@ -221,8 +221,7 @@ class Engine:
     def submit(self) -> None:
         self.job_id = f"{self.spec.name}-{next(self.jobs)}"
         job = Job(self.job_id, self.spec, "/sim", self.now, replicas=make_replicas(self.spec))
-        self.snap = Snapshot({**self.snap.jobs, self.job_id: job}, self.snap.nodes,
-                             self.snap.quotas)
+        self.snap = replace(self.snap, jobs={**self.snap.jobs, self.job_id: job}, index=None)
         self.obs.append(Command("submit", self.job_id, self.now))
         if not self.timeline:
             self.timeline.append((self.now, "QUEUED"))

@@ -1,7 +1,7 @@
 """A job's replicas as rows of their own: a tick writes the replicas it changed, not the job.
 
-A job of 16,384 replicas is ~2 MB of JSON; rewriting it every tick that touched one replica
-cost most of a tick (bench/controller.py --only big). The job row keeps the job's own fields
+A big job's JSON is large, and rewriting it every tick that touched one replica would cost
+most of a tick. The job row keeps the job's own fields
 and how many replica rows it has (`replica_rows`); each replica is a row keyed by its
 position, as the list of its values (their names once, in the job row: half the cost of
 encoding each replica as an object). Rows are written in the tick's transaction, so a crash
@@ -9,8 +9,8 @@ leaves the job row and its replica rows as one committed tick left them.
 
 Which replicas changed is found against what this connection last wrote or read of the job:
 a tick changes a replica only on its own copy (`Job.own`: copy on write), so a replica that
-is the very object last written is unchanged, and a tick that changed 3 of 16,384 replicas
-encodes 3. A job this connection has not seen yet has all its rows written.
+is the very object last written is unchanged, and a tick encodes only the replicas it
+changed. A job this connection has not seen yet has all its rows written.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import Any
 
 from perdure.core.model import Job, Replica
 from perdure.core.states import ReplicaState
-from perdure.core.text import json_names
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS replicas (
@@ -66,14 +65,14 @@ class ReplicaRows:
         return {**job.to_json(replicas=False), COUNT_KEY: len(job.replicas), FIELDS_KEY: fields}
 
     def job_text(self, job: Job) -> str:
-        """`job_data` as JSON text. An elastic job's members (16,384 names) are encoded once
+        """`job_data` as JSON text. An elastic job's members are encoded once
         a round: a round's members are one tuple, shared by the copies every later tick
         makes of the job."""
         d = self.job_data(job)
         del d["members"]
         kept = self._members.get(job.id)
         if kept is None or kept[0] is not job.members:
-            kept = (job.members, json_names(job.members))
+            kept = (job.members, json.dumps(list(job.members)))
             if isinstance(job.members, tuple):  # never changed in place: safe to keep
                 self._members[job.id] = kept
         return f'{json.dumps(d)[:-1]}, "members": {kept[1]}}}'
@@ -88,7 +87,7 @@ class ReplicaRows:
             self.db.execute("DELETE FROM replicas WHERE job_id=? AND idx>=?",
                             (job.id, len(now)))
         else:
-            # identity per replica, in C (a Python loop over 16,384 costs a few ms a tick)
+            # identity per replica, compared in C rather than in a Python loop
             changed = list(itertools.compress(range(len(now)), map(operator.is_not, now, known)))
         if changed:
             self.db.executemany(
@@ -125,7 +124,7 @@ class ReplicaRows:
     def replicas(self, job_id: str, data: dict[str, Any]) -> list[Replica]:
         """A stored job's replicas, in rank order; ValueError (or KeyError) if unreadable.
         Built straight from the rows' values when they hold this version's fields in its
-        order: a 16,384-replica job loads in a fraction of the time `docs` takes."""
+        order, which is much faster than `docs` for a big job."""
         count = self.in_parts(data)
         if count is None:
             return [Replica.from_json(d) for d in self.docs(job_id, data)]

@@ -201,7 +201,7 @@ class Store:
 
     def job_in_parts(self, job_id: str, rows: int) -> Generator[None, None, Job | None]:
         """`job`, its replicas read `rows` rows a step: each `next` reads a part (the
-        controller steps it once a tick, so a 16,384-replica job is read over several ticks,
+        controller steps it once a tick, so a big job is read over several ticks,
         none of them long), and the last one returns the job as `job` would."""
         row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:

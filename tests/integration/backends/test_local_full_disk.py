@@ -135,8 +135,8 @@ def test_a_chatty_replica_stays_under_its_log_cap_on_a_small_disk(
 
 
 def test_running_out_of_descriptors_ends_nothing_and_charges_no_job(tmp_path: Path) -> None:
-    # EMFILE hits the controller wherever it next opens a file: a port probe at admission (a
-    # tick that decides nothing), the launch record (a held launch). Neither ends it.
+    # EMFILE hits the controller wherever it next opens a file: the backend's port probe or
+    # the launch record (a held launch). Neither ends it.
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     ctl, store = controller(state)
@@ -150,7 +150,7 @@ def test_running_out_of_descriptors_ends_nothing_and_charges_no_job(tmp_path: Pa
             while True:
                 hogs.append(os.open(os.devnull, os.O_RDONLY))
         for _ in range(10):
-            ctl.tick()  # raised OSError/StopIteration out of the port probe before
+            ctl.tick()
             time.sleep(0.05)
         now = store.job(one.id)
         assert now is not None and not now.state.terminal and now.retries == {}

@@ -44,7 +44,7 @@ def test_a_big_placement_is_sent_over_ticks_with_the_layout_of_one() -> None:
     assert [x.replica for x in sim.backend.launched] == [f"w-{i}" for i in range(10)]
     assert layout(sim.backend.launched) == layout(whole.backend.launched)
     job = sim.run_until(j, {JobState.RUNNING})
-    assert job.unlaunched == 0 and not job.plan
+    assert job.unlaunched == 0 and not job.scratch.plan
 
 
 def test_planned_replicas_hold_their_slots() -> None:
@@ -88,7 +88,7 @@ def test_a_controller_that_died_mid_plan_restarts_the_round() -> None:
     stored = sim.job(j).to_json()  # what the store holds: the count, not the plan
     assert stored["unlaunched"] == 6
     job = Job.from_json(stored, sim.job(j).spec)
-    assert not job.plan
+    assert not job.scratch.plan
     sim.snap = dataclasses.replace(sim.snap, jobs={j: job}, index=None)
     job = sim.run_until(j, {JobState.RUNNING})
     assert job.round == 1 and job.unlaunched == 0

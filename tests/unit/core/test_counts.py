@@ -92,7 +92,7 @@ def test_counts_in_random_ticks_equal_a_recount(seed: int,
     def checked(job: Job) -> Counts:
         got = counts(job)
         assert as_pair(got) == recount(job.replicas)
-        asked.append(job.was is not None)
+        asked.append(job.scratch.was is not None)
         return got
 
     monkeypatch.setattr(Job, "counts", checked)

@@ -8,7 +8,6 @@ earlier version decide."""
 from __future__ import annotations
 
 import copy
-import itertools
 import random
 
 from hypothesis import given, settings
@@ -32,7 +31,7 @@ UP = {ReplicaState.STARTING, ReplicaState.RUNNING}
 def ref_publish(t: Tick, job: Job, members: list[str], reason: str,
                 where: dict[str, str] | None = None) -> None:
     at = {r.name: r.node or "" for r in job.replicas}
-    at.update((job.replicas[rank].name, node) for rank, node, _ in job.plan)
+    at.update((job.replicas[rank].name, node) for rank, node, _ in job.scratch.plan)
     at.update(where or {})
     rank = {r.name: r.rank for r in job.replicas}
     job.members = tuple(sorted(members, key=lambda n: rank[n]))
@@ -59,7 +58,7 @@ def ref_lose(t: Tick, job: Job, r: Replica, why: str) -> None:
         return
     lost = [r, *(x for x in together if x.alive)]
     gone = {x.name for x in lost}
-    planned = {rank for rank, _, _ in job.plan}
+    planned = {rank for rank, _, _ in job.scratch.plan}
     survivors = [x.name for x in job.replicas if x.name in members and x.name not in gone
                  and (x.state in UP or x.rank in planned)]
     before = len(job.members)
@@ -101,21 +100,22 @@ def random_tick(rng: random.Random) -> tuple[Tick, Job]:
         r.state = (ReplicaState.RUNNING if steady and rng.random() < 0.9
                    else rng.choice(list(ReplicaState)))
         r.node = rng.choice([None, *NODES])
+    layouts = {}
     if rng.random() < 0.5:  # a layout, its nodes' entries stale for some replicas
-        job.layout = Layout.of(job)
+        layouts[job.id] = Layout.of(job)
         for r in rng.sample(job.replicas, rng.randint(0, min(3, n))):
             r.node = rng.choice([None, *NODES])
     if rng.random() < 0.2:  # ranks not in place order
         rng.shuffle(job.replicas)
     waiting = [i for i, r in enumerate(job.replicas) if r.state is ReplicaState.WAITING]
-    job.plan = tuple((i, rng.choice(NODES), ()) for i in sorted(rng.sample(
+    job.scratch.plan = tuple((i, rng.choice(NODES), ()) for i in sorted(rng.sample(
         waiting, rng.randint(0, len(waiting)))))
     job.members = tuple(sorted((r.name for r in job.replicas if rng.random() < 0.8),
                                key=lambda name: int(name[2:])))
     job.round = rng.randint(0, 3)
     nodes = {x: Node(x, 8, rng.choice([NodeState.READY, NodeState.DOWN])) for x in NODES}
-    snap = Snapshot({job.id: job}, nodes, {"default": None})
-    t = Tick(snap, 5.0, iter(itertools.count(30000)), SETTINGS)
+    snap = Snapshot({job.id: job}, nodes, {"default": None}, layouts=layouts)
+    t = Tick(snap, 5.0, SETTINGS)
     return t, t.touch(job.id)  # type: ignore[return-value]
 
 

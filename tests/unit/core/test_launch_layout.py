@@ -21,7 +21,7 @@ def placed(pools: list[dict[str, Any]], **fields: Any) -> Job:
     spec = JobSpec.model_validate({"name": "j", "env": {"LOCAL_RANK": "user", "A": "1"},
                                    "pools": pools, **fields})
     job = Job(id="j-1", spec=spec, spec_dir="/s", created=0.0, replicas=make_replicas(spec),
-              attempt=2, round=1, master_port=29500)
+              attempt=2, round=1)
     for i, r in enumerate(job.replicas):
         r.node, r.restarts, r.launches = ("a", "b")[i % 2], i % 3, 1
         r.launch_id = f"j-1.2.{r.name}.1"

@@ -43,8 +43,8 @@ def test_unplaced_are_the_waiting_not_planned(seed: int) -> None:
         for r in rng.sample(job.replicas, rng.randint(0, len(job.replicas))):
             job.own(r).state = rng.choice([ReplicaState.WAITING, ReplicaState.EXITED])
     waiting = [r.rank for r in job.replicas if r.state is ReplicaState.WAITING]
-    job.plan = tuple((rank, "n", ()) for rank in sorted(rng.sample(waiting, rng.randint(
+    job.scratch.plan = tuple((rank, "n", ()) for rank in sorted(rng.sample(waiting, rng.randint(
         0, len(waiting)))))
-    planned = {rank for rank, _, _ in job.plan}
+    planned = {rank for rank, _, _ in job.scratch.plan}
     assert job.unplaced() == [r for r in job.replicas
                               if r.state is ReplicaState.WAITING and r.rank not in planned]

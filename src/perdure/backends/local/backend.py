@@ -29,6 +29,7 @@ from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.replicas import check_launch, kill_leftovers
 from perdure.backends.local.spawner import Spawner
 from perdure.backends.local.transport import LaunchTransport
+from perdure.backends.masterport import MasterPorts, local_port
 from perdure.backends.preflight import Preflight
 from perdure.backends.stacks import StackDump, dump_pid
 from perdure.core.events import (
@@ -133,6 +134,7 @@ class LocalBackend:
         # Who gives up launches in claim.json: this backend, not just this process.
         self._identity = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns()}"
         self._transport = LaunchTransport(state_dir, transport)
+        self._masters = MasterPorts()
         self._preflight = preflight
         self._blocked: dict[str, Launch] = {}  # held by a failed check until stopped
         self._unstarted: list[Observation] = []  # exits of held launches that were stopped
@@ -153,6 +155,11 @@ class LocalBackend:
         self._start(launch)
 
     def _start(self, launch: Launch) -> None:
+        env = self._transport.env(launch)
+        if launch.master_key:  # every node is this machine: rank 0's port is free here
+            # (probed before the launch dir exists: a refusal leaves nothing to clean)
+            env["MASTER_PORT"] = self._masters.port(launch.job_id, launch.master_key,
+                                                    local_port)
         directory = os.path.join(self._launches, launch.launch_id)
         try:
             os.mkdir(directory, 0o700)
@@ -170,7 +177,7 @@ class LocalBackend:
                     "replica": launch.replica,
                     "node": launch.node,
                     "command": list(launch.command),
-                    "env": self._transport.env(launch),
+                    "env": env,
                     "inherit_env": self._inherit_env,
                     "cwd": os.path.abspath(launch.cwd),  # the supervisor runs in the launch dir
                     "memory_mb": launch.memory_mb,

@@ -1,7 +1,7 @@
 """The spawner: one warm process that forks a supervisor for each launch the backend sends it.
 
-Starting a fresh interpreter for every supervisor costs ~80 ms of CPU and delays every replica
-start by as much; `LocalBackend` instead starts this process once, and `launch()` only writes
+Starting a fresh interpreter for every supervisor costs CPU and delays every replica start
+by as much; `LocalBackend` instead starts this process once, and `launch()` only writes
 the launch directory to its stdin (one line per launch). The spawner has already imported the
 supervisor, so each fork is a supervisor ready to run within a millisecond or two, in a session
 of its own. It reaps the supervisors it forked; it exits when its stdin closes (the backend

@@ -32,6 +32,7 @@ from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local import logcap, warm
 from perdure.backends.local.transport import LaunchTransport
+from perdure.backends.masterport import MasterPorts
 from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
 from perdure.backends.ray.mirror import Mirror
@@ -55,7 +56,6 @@ from perdure.runtime.ranks import rank_file
 WAIT_SECONDS = 30.0  # how long one outstanding start/exit call waits on the node
 NODES_SECONDS = 0.5  # how often the GCS is asked which nodes are alive
 PROBE_SECONDS = 3.0  # an agent that does not answer within this is on a lost node
-DEAD_MASTER_PORT = 29500  # torch's default: what a launch whose rank 0's node is gone gets
 OOM_WORDS = ("OutOfMemory", "out of memory", "memory monitor")
 
 
@@ -74,7 +74,7 @@ class RayBackend:
         self._down: dict[str, str] = {}  # lost node -> the Ray node id it had
         self._next_nodes = 0.0
         self._active: dict[str, Tracked] = {}
-        self._ports: dict[tuple[str, str], str] = {}  # (job, controller's port) -> node's port
+        self._masters = MasterPorts()
         self._agents: dict[str, Any] = {}
         # Each node agent's pool of warm standbys, as the local backend's (ValueError: bad env)
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
@@ -130,8 +130,8 @@ class RayBackend:
         master = self._live.get(env.get("PERDURE_MASTER_NODE", ""))
         if master is not None:
             env["MASTER_ADDR"] = master.address
-            env["MASTER_PORT"] = self._master_port(launch.job_id, master.name,
-                                                   env.get("MASTER_PORT", "0"))
+            env["MASTER_PORT"] = self._masters.port(launch.job_id, launch.master_key,
+                                                    lambda: self._free_port(master.name))
         record: dict[str, Any] = {
             "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
             "node": launch.node, "command": list(launch.command), "env": env,
@@ -159,26 +159,23 @@ class RayBackend:
         self._ask(tracked, replies.STARTED)
         self._active[launch.launch_id] = tracked
 
-    def _master_port(self, job_id: str, node: str, asked: str) -> str:
-        """A port free on rank 0's node, the same for every launch given the same port."""
-        key = (job_id, asked)
-        if key not in self._ports:
-            port = self._ports_ahead.take(node)  # asked at the last restart: no wait
-            try:
-                port = port or str(ray.get(self._agent(node).free_port.remote(),
-                                           timeout=PROBE_SECONDS * 10))
-            except RayError as err:
-                if self._agent_answers(node):
-                    raise LaunchError(f"node {node} did not give a port: {err}") from None
-                # Rank 0's node is gone and not yet seen so (a replica that exits at once,
-                # as a survivor of that node's death does, is launched again before the
-                # GCS marks the node dead): lose it now. This launch goes on with a port
-                # nobody listens on; the node's loss restarts the group, charging no one.
-                self._lose_node(node, self._pending)
-                return asked if asked != "0" else str(DEAD_MASTER_PORT)
-            self._ports[key] = port
-            self._ports_ahead.ask(node, self._agent(node))  # for the next restart
-        return self._ports[key]
+    def _free_port(self, node: str) -> str | None:
+        """A port free on `node` (None: the node is gone)."""
+        port = self._ports_ahead.take(node)  # asked at the last restart: no wait
+        try:
+            port = port or str(ray.get(self._agent(node).free_port.remote(),
+                                       timeout=PROBE_SECONDS * 10))
+        except RayError as err:
+            if self._agent_answers(node):
+                raise LaunchError(f"node {node} did not give a port: {err}") from None
+            # Rank 0's node is gone and not yet seen so (a replica that exits at once, as a
+            # survivor of that node's death does, is launched again before the GCS marks
+            # the node dead): lose it now. This launch goes on with a port nobody listens
+            # on; the node's loss restarts the group, charging no one.
+            self._lose_node(node, self._pending)
+            return None
+        self._ports_ahead.ask(node, self._agent(node))  # for the next restart
+        return port
 
     def hold_spares(self, nodes: frozenset[str]) -> None:
         """Spare nodes are kept warm: their agents' pools filled ahead of need."""
@@ -291,8 +288,9 @@ class RayBackend:
         if not tracked.lost:
             pull_from_agent(tracked, self._agent(tracked.node))
         why = "its node was lost" if tracked.lost else text.splitlines()[0][:300]
-        tracked.mirror.write_record(statedir.EXIT, {"exit_code": 137, "signal": 9, "oom": oom,
-                                                  "time": time.time(), "lost": why})
+        tracked.mirror.write_record(statedir.EXIT, {
+            "exit_code": 128 + signal.SIGKILL, "signal": signal.SIGKILL, "oom": oom,
+            "time": time.time(), "lost": why})
         out.append(ReplicaExited(launch_id=tracked.launch_id, exit_code=128 + signal.SIGKILL,
                                  time=time.time(), signal=int(signal.SIGKILL), oom=oom))
 

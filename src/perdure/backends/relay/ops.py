@@ -86,7 +86,7 @@ class RelayFiles:
 
 
 def _write_acked(path: Path, client: str, seq: int) -> None:
-    """Overwrite in place with one fixed-size write (a rename per report costs ~0.3 ms; a
+    """Overwrite in place with one fixed-size write (cheaper than a rename per report; a
     torn record only makes a batch re-sent across a controller crash count twice)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
 import subprocess
@@ -34,6 +35,7 @@ from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local import logcap, warm
 from perdure.backends.local.transport import LaunchTransport
+from perdure.backends.masterport import MasterPorts
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm import slurmcmd
@@ -83,7 +85,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
         self._down: dict[str, float] = {}  # lost node -> when
         self._seen_down: set[str] = set()  # lost nodes Slurm has shown down since
         self._addresses: dict[str, str] = {}
-        self._ports: dict[tuple[str, str], str] = {}
+        self._masters = MasterPorts()
         self._pending: list[Observation] = []
         self._spares: dict[tuple[str, str], set[str]] = {}  # (job, attempt) -> spare nodes
         self._next_squeue = self._next_sinfo = 0.0
@@ -338,8 +340,9 @@ class SlurmBackend(AgentLinks, AllocHolds):
                 if master_agent is None:
                     continue  # rank 0's node agent is not up yet
                 env["MASTER_ADDR"] = master_agent.address
-                env["MASTER_PORT"] = self._master_port(tracked.launch.job_id, master_agent,
-                                                       env.get("MASTER_PORT", "0"))
+                env["MASTER_PORT"] = self._masters.port(
+                    tracked.launch.job_id, tracked.launch.master_key,
+                    functools.partial(self._free_port, master_agent))
             launch = tracked.launch
             record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
                       "replica": launch.replica, "node": launch.node,
@@ -362,16 +365,11 @@ class SlurmBackend(AgentLinks, AllocHolds):
                 return agent
         return None
 
-    def _master_port(self, job_id: str, agent: Agent, asked: str) -> str:
-        """A port free on rank 0's node, the same for every launch given the same port."""
-        key = (job_id, asked)
-        if key not in self._ports:
-            assert self.hub is not None
-            answer = self.hub.request(agent, {"op": "port"}, PORT_SECONDS)
-            if answer is None:
-                return asked  # its node is going: the group restarts anyway
-            self._ports[key] = str(answer["port"])
-        return self._ports[key]
+    def _free_port(self, agent: Agent) -> str | None:
+        """A port free on `agent`'s node (None: its node is going)."""
+        assert self.hub is not None
+        answer = self.hub.request(agent, {"op": "port"}, PORT_SECONDS)
+        return None if answer is None else str(answer["port"])
 
     def _release(self, now: float) -> None:
         """Give back allocations that hold no launch (after RELEASE_SECONDS: a restart's new

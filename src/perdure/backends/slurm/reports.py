@@ -81,7 +81,8 @@ def exit_observation(tracked: Tracked, record: dict[str, Any]) -> Observation:
 
 def lost(tracked: Tracked, why: str) -> Observation:
     """A dispatched launch whose node or allocation is gone: killed with it."""
-    tracked.mirror.write_record(statedir.EXIT, {"exit_code": 137, "signal": 9,
-                                              "time": time.time(), "lost": why})
+    tracked.mirror.write_record(statedir.EXIT, {
+        "exit_code": 128 + signal.SIGKILL, "signal": signal.SIGKILL, "time": time.time(),
+        "lost": why})
     return ReplicaExited(tracked.launch.launch_id, 128 + signal.SIGKILL, time.time(),
                          signal=int(signal.SIGKILL))

@@ -9,8 +9,8 @@ agreement between ranks, used only by the training thread).
 The small integer collectives of a save (its outcome gather and announcement, the agreements)
 run through buffers kept per group and length, read and written through NumPy views: no
 tensor is made or converted per call. Each torch call of a background thread hands the GIL to
-the training thread and back (~10-15 us of the training thread's time each, more when the two
-ranks' cores are busy), so a save's collectives make as few as they can.
+the training thread and back (training thread time each, more when the two ranks' cores are
+busy), so a save's collectives make as few as they can.
 
 Side effects: process-group creation and collectives.
 """

@@ -6,8 +6,8 @@ file's size and checksum, each item's length and checksum), then one broadcast o
 (the verdict is "ok", under the name every rank expects). Rank 0 rebuilds every rank's
 write results from the plan, which says which items each rank writes and in which order
 (items are written back to back from offset 0).
-A pickled gather and broadcast cost ~1.5 ms of each rank's CPU per save, most of a small
-save's persist; these two small tensor collectives cost a tenth of that.
+A pickled gather and broadcast cost most of a small save's persist in each rank's CPU;
+these two small tensor collectives cost a fraction of that.
 
 Anything else (a rank that failed, ranks that wrote to different directories) takes the
 pickled path, which carries the error texts: every rank sees every row, so all ranks choose

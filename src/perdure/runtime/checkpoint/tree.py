@@ -9,7 +9,7 @@ such as ``{"loader": {}}`` comes back instead of vanishing.
 A save flattens a state of the same layout every time (the same modules, optimizers and keys),
 and on the training thread: a `Flattener` keeps the last tree's layout (each container's type
 and keys, each leaf's key and path) and flattens a tree that has it again by following it,
-which builds no key and no path (~3x less CPU than walking). Following gives exactly what
+which builds no key and no path (less CPU than walking). Following gives exactly what
 walking gives, or stops, and then the tree is walked (and its layout kept).
 
 No side effects.

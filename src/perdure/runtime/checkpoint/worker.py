@@ -1,6 +1,6 @@
 """Long-lived background threads of a Checkpointer, each running the jobs handed to it in turn.
 
-A thread started per save cost about 2 ms of the ~4 ms a small save held training: creating
+A thread started per save cost about half of what a small save held training: creating
 the thread and waiting until a busy machine's scheduler first runs it. Handing a job to a
 thread that already waits costs a queue put. A Checkpointer keeps two: one that makes the
 deferred staging copies (at the process's priority: the optimizer's next step waits for them)

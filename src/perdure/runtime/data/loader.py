@@ -301,7 +301,7 @@ class ElasticLoader:
         """The DataLoader's batches. Without worker processes (and without pinning) they are
         fetched and collated here, by the very calls the DataLoader would make in this process
         (dataset `__getitems__`, then the collate function), minus the per-batch profiler
-        hooks and bookkeeping of its iterator: ~25 us a batch, a third of what it costs."""
+        hooks and bookkeeping of its iterator, a good part of what it costs."""
         loader = self.dataloader
         if loader.num_workers > 0 or loader.pin_memory:
             return loader

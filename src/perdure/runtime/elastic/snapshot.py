@@ -155,8 +155,8 @@ class Snapshotter:
         self._own: dict[int, tuple[int, dict[str, Any]]] = {}  # step -> (slot, tree)
         self._buffers = [Buffers() for _ in range(keep)]
         self._slot = 0
-        # One thread for every save: starting one per save held training ~2 ms (its creation
-        # and the wait until a busy machine first runs it). A snapshot still being sent when
+        # One thread for every save: starting one per save held training (its creation and
+        # the wait until a busy machine first runs it). A snapshot still being sent when
         # the process ends is of no use to anyone: the exit does not wait for it.
         self._worker = PersistWorker("perdure-snapshot", lower=False, finish_at_exit=False)
         self._done: threading.Event | None = None  # set once the last save was replicated
