@@ -33,6 +33,7 @@ def schedule(t: Tick) -> None:
             _place_waiting(t, cap, job.id)
         for job in admission_order(queued):
             _admit(t, cap, job)
+    spares.let_go_unfit(t)
     short = [j for j in t.jobs.values() if spares.short(j)]
     if short:
         held = [j for i, j in t.jobs.items() if i not in index.queued]

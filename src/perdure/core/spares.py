@@ -53,6 +53,20 @@ def settle(t: Tick, cap: Capacity, job: Job, placed: dict[str, str] | None) -> N
         cap.free -= slots
 
 
+def let_go_unfit(t: Tick) -> None:
+    """Spares on nodes that can no longer take a replica (lost, draining, quarantined) are let
+    go, named in an event; `seek` then looks for others."""
+    for seen in list(t.jobs.values()):
+        if not seen.spares or all(t.nodes[n].schedulable for n in seen.spares if n in t.nodes):
+            continue
+        job = t.touch(seen.id)
+        assert job is not None
+        for node in [n for n in job.spares if n not in t.nodes or not t.nodes[n].schedulable]:
+            del job.spares[node]
+            shown = t.nodes[node].shown if node in t.nodes else "gone"
+            t.event(job, "spare", f"spare node {node} let go ({shown}); seeking another spare")
+
+
 def short(job: Job) -> bool:
     """Whether a running attempt holds fewer spares than its spec asks for."""
     return (job.spares_wanted > len(job.spares) and job.state in _HOLDING

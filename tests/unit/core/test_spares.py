@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.helpers.sim import Sim, spec
 
-from perdure.core.events import Launch
+from perdure.core.events import Launch, NodeCheckFailed
 from perdure.core.states import JobState
 
 
@@ -91,3 +91,23 @@ def test_the_backend_is_told_which_spares_the_attempt_holds() -> None:
     for _ in range(5):
         holds += [d for d in sim.step().decisions if isinstance(d, HoldNodes)]
     assert holds[-1] == HoldNodes(j, 1, ()), holds
+
+
+def test_a_spare_whose_node_is_lost_or_quarantined_is_let_go_and_replaced() -> None:
+    sim = Sim(nodes={"a": 2, "b": 2, "c": 2, "d": 2, "e": 2})
+    j = sim.submit(spare_spec())  # type: ignore[arg-type]
+    job = sim.run_until(j, {JobState.RUNNING})
+    spare = next(iter(job.spares))
+    sim.command("fail-node", spare)
+    steps(sim)
+    job = sim.job(j)
+    assert spare not in job.spares and len(job.spares) == 1, job.spares
+    assert f"spare node {spare} let go (DOWN); seeking another spare" in sim.messages(j)
+    assert all(r.restarts == 0 for r in job.replicas)  # nothing of the job ran there
+    # a quarantined spare (its preflight failed) goes the same way
+    spare = next(iter(job.spares))
+    sim.pending.append(NodeCheckFailed(spare, "FAIL memory: 12 MiB available", sim.now))
+    steps(sim)
+    job = sim.job(j)
+    assert spare not in job.spares and len(job.spares) == 1, job.spares
+    assert f"spare node {spare} let go (QUARANTINED); seeking another spare" in sim.messages(j)
