@@ -3,10 +3,11 @@ killed rank restarted in its pod, as a user drives it from this machine."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
-from tests.helpers.clusterjobs import describe, wait_state, wait_step
+from tests.helpers.clusterjobs import STEP, describe, wait_state, wait_step
 from tests.helpers.stopping import stop_controller
 
 from conftest import K8sPerdure, ddp_spec, final_sha
@@ -33,3 +34,93 @@ def test_ddp_on_two_hosts_ends_with_the_local_backends_weights(
     on_b = next(x["name"] for x in d["replicas"] if x["node"] == "b")
     out = p.cli("logs", "plain", "--replica", on_b, "--stdout").stdout
     assert "step " in out, out[-2000:]  # a log from host b, pushed by its agent
+
+
+def replica_pid(p: K8sPerdure, job: str, replica: str) -> tuple[str, int, str]:
+    """(pod, pid in the pod, launch id) of `replica`'s running process, from the controller's
+    copy of its launch records."""
+    for record in sorted(p.state.glob(f"launches/{job}-*/launch.json"),
+                         key=lambda f: f.stat().st_mtime, reverse=True):
+        launch = json.loads(record.read_text())
+        status = record.with_name("status.json")
+        if launch.get("replica") == replica and status.exists() and not record.with_name(
+                "exit.json").exists():
+            return launch["pod"], int(json.loads(status.read_text())["pid"]), launch["launch_id"]
+    raise AssertionError(f"{replica} of {job} runs nowhere")
+
+
+def steps_logged(p: K8sPerdure, job: str) -> int:
+    return sum(len(STEP.findall(log.read_text()))
+               for log in p.state.glob(f"logs/{job}-*/attempt-*/worker-*.out"))
+
+
+def wait_more_steps(p: K8sPerdure, job: str, than: int, timeout: float = 120) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if steps_logged(p, job) > than:
+            return time.monotonic()
+        time.sleep(0.05)
+    raise AssertionError(f"{job}: no step logged after {than}")
+
+
+@pytest.mark.k8s_long
+@pytest.mark.timeout(600)
+def test_a_killed_rank_restarts_in_its_pod_no_pod_made_again(
+        k8s_perdure: K8sPerdure, local_sha: str) -> None:
+    p = k8s_perdure
+    cluster = str(p.k8s_cluster(TWO))
+    controller = p.popen("controller", "--cluster", cluster)
+    try:
+        p.cli("submit", str(ddp_spec(p, "killed", step_time=0.1)), "--cluster", cluster)
+        wait_state(p, "killed", ("RUNNING",), timeout=180)
+        wait_step(p, "killed", 15, timeout=180)
+        before = uids(p)
+        assert len(before) == 2, before
+        pod, pid, _ = replica_pid(p, "killed", "worker-3")
+        t0 = time.monotonic()
+        p.k8s.kubectl("exec", pod, "--", "kill", "-9", str(pid))
+        p.wait("killed", lambda d: any(x["restarts"] for x in d["replicas"]), timeout=60)
+        took = wait_more_steps(p, "killed", steps_logged(p, "killed")) - t0
+        print(f"killed rank: next step logged {took:.2f} s after the SIGKILL")
+        assert uids(p) == before  # the same pods throughout: the restart was in place
+        d = wait_state(p, "killed", ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=400)
+        assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-15:])
+        assert final_sha(p, "killed") == local_sha
+        made = [e for e in (p.state / "kubernetes" / "kubernetes.log").read_text().splitlines()
+                if " made for node " in e]
+        assert len(made) == 2, made  # no pod made again for the restart
+    finally:
+        stop_controller(controller)
+
+
+THREE = {"a": 2, "b": 2, "c": 2}
+
+
+@pytest.mark.k8s_long
+@pytest.mark.timeout(600)
+def test_host_b_dies_its_replicas_go_on_on_c_and_end_bit_identical(
+        k8s_perdure: K8sPerdure, local_sha: str) -> None:
+    p = k8s_perdure
+    cluster = str(p.k8s_cluster(THREE))
+    controller = p.popen("controller", "--cluster", cluster)
+    try:
+        p.cli("submit", str(ddp_spec(p, "moved", step_time=0.1)), "--cluster", cluster)
+        d = wait_state(p, "moved", ("RUNNING",), timeout=180)
+        assert sorted(x["node"] for x in d["replicas"]) == ["a", "a", "b", "b"], d["replicas"]
+        wait_step(p, "moved", 15, timeout=180)
+        killed_at, t0 = time.time(), time.monotonic()
+        p.k8s.kill("b")
+        p.wait("moved", lambda d: sorted(x["node"] for x in d["replicas"]) == [
+            "a", "a", "c", "c"], timeout=60)
+        took = wait_more_steps(p, "moved", steps_logged(p, "moved")) - t0
+        print(f"host lost: next step logged {took:.2f} s after host b died")
+        d = wait_state(p, "moved", ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=400)
+        assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-15:])
+        assert final_sha(p, "moved") == local_sha
+        lost = next((e for e in d["events"] if "node lost" in e["message"]
+                     or "node b was lost" in e["message"]), None)
+        assert lost is not None, [e["message"] for e in d["events"]]
+        assert lost["time"] - killed_at < 5, "the host's death took too long to notice"
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+    finally:
+        stop_controller(controller)
