@@ -124,3 +124,39 @@ def test_host_b_dies_its_replicas_go_on_on_c_and_end_bit_identical(
         assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
     finally:
         stop_controller(controller)
+
+
+def evict(p: K8sPerdure, pod: str) -> None:
+    """The eviction API, as `kubectl drain` and the cluster autoscaler use it."""
+    body = json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
+                       "metadata": {"name": pod, "namespace": "default"}})
+    p.k8s.kubectl("create", "--raw", f"/api/v1/namespaces/default/pods/{pod}/eviction",
+                  "-f", "-", input=body)
+
+
+@pytest.mark.k8s_long
+@pytest.mark.timeout(600)
+def test_an_evicted_pod_suspends_the_job_which_resumes_in_new_pods_bit_identical(
+        k8s_perdure: K8sPerdure, local_sha: str) -> None:
+    p = k8s_perdure
+    cluster = str(p.k8s_cluster(TWO))
+    controller = p.popen("controller", "--cluster", cluster)
+    try:
+        p.cli("submit", str(ddp_spec(p, "evicted", step_time=0.1, grace=20)), "--cluster",
+              cluster)
+        wait_state(p, "evicted", ("RUNNING",), timeout=180)
+        wait_step(p, "evicted", 15, timeout=180)
+        first = uids(p)
+        evict(p, sorted(first)[0])
+        d = wait_state(p, "evicted", ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=400)
+        assert d["state"] == "SUCCEEDED", (d["error"], d["events"][-20:])
+        messages = [e["message"] for e in d["events"]]
+        assert any(m.startswith("SUSPENDED") for m in messages), messages
+        assert d["attempt"] > 1, d["attempt"]
+        assert final_sha(p, "evicted") == local_sha
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+        made = [e for e in (p.state / "kubernetes" / "kubernetes.log").read_text().splitlines()
+                if " made for node " in e]
+        assert len(made) == 4, made  # new pods for the attempt after the suspension
+    finally:
+        stop_controller(controller)
