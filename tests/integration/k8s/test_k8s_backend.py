@@ -160,3 +160,35 @@ def test_an_evicted_pod_suspends_the_job_which_resumes_in_new_pods_bit_identical
         assert len(made) == 4, made  # new pods for the attempt after the suspension
     finally:
         stop_controller(controller)
+
+
+COUNT = ("import os, time; print('start', os.environ['PERDURE_RESTART_COUNT'], flush=True); "
+         "[print(i, flush=True) or time.sleep(1) for i in range(25)]")
+
+
+@pytest.mark.k8s_long
+@pytest.mark.timeout(300)
+def test_a_killed_controller_reattaches_to_its_pods_by_label(k8s_perdure: K8sPerdure) -> None:
+    p = k8s_perdure
+    cluster = str(p.k8s_cluster({"a": 1, "b": 1}))
+    first = p.popen("controller", "--cluster", cluster)
+    p.cli("submit", str(p.spec("again", replicas=2, command=["python", "-c", COUNT])),
+          "--cluster", cluster)
+    p.wait("again", lambda d: d["state"] == "RUNNING", timeout=120)
+    time.sleep(3)
+    pods = uids(p)
+    first.kill()  # the wrapper execs: this is the controller itself
+    first.wait(timeout=30)
+    second = p.popen("controller", "--cluster", cluster)
+    try:
+        d = wait_state(p, "again", ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=120)
+        assert d["state"] == "SUCCEEDED", d["events"]
+        assert any("re-attached to 2 replicas" in e["message"] for e in d["events"]), d
+        assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+        for log in p.state.glob("logs/again-*/attempt-1/worker-*.out"):
+            lines = log.read_text().splitlines()[1:]  # after perdure's header
+            assert lines == ["start 0", *map(str, range(25))], lines  # whole, once
+        made = (p.state / "kubernetes" / "kubernetes.log").read_text().count(" made for node ")
+        assert made == 2 and len(pods) == 2, (made, pods)  # the same pods throughout
+    finally:
+        stop_controller(second)

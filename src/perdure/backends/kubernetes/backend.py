@@ -148,6 +148,7 @@ class KubernetesBackend(PodStates):
         notes, labels = dict(meta.get("annotations") or {}), dict(meta.get("labels") or {})
         if pd.terminating(pod) or pd.NODE_ANNOTATION not in notes:
             return
+        self._pods[str(meta["name"])] = dict(pod)  # until the watch lists them again
         running = pd.phase(pod) == "Running"
         alloc = al.Alloc(str(notes[pd.JOB_ANNOTATION]), str(labels.get(pd.ATTEMPT_LABEL)),
                          [str(notes[pd.NODE_ANNOTATION])], slurm_id=str(meta["name"]),
