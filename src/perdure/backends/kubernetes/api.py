@@ -25,8 +25,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import yaml
+
+try:
+    import httpx
+except ImportError:  # the extra is not installed: say which
+    raise ImportError("backend: kubernetes needs httpx: pip install 'perdure[kubernetes]'"
+                      ) from None
 
 IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
 TIMEOUT = 30.0
