@@ -63,7 +63,7 @@ class PodStates(AgentLinks):
                 continue
             if not pd.node_ready(node) and alloc.running:
                 self._lose_node(alloc.nodes[0], f"node {alloc.nodes[0]} is NotReady", out)
-            elif pd.unschedulable(node) and self._holds_launches(alloc):
+            elif pd.unschedulable(node) and alloc.running and self._holds_launches(alloc):
                 self._notice(alloc, f"node {alloc.nodes[0]} was cordoned", out)
 
     def _take_events(self) -> None:
@@ -130,13 +130,14 @@ class PodStates(AgentLinks):
         self._lose_node(alloc.nodes[0], f"node {alloc.nodes[0]}: {why}", out)
 
     def _cannot_start(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
-        secret = "; make the Secret <job name>-credentials with a key per credential " \
-                 "variable" if "secret" in why.lower() else ""
+        secret = ("; make the Secret <job name>-credentials with a key per credential "
+                  "variable (kubectl create secret generic NAME --from-literal=VAR=...)"
+                  if "secret" in why.lower() else "")
         for tracked in [t for t in self._active.values() if t.alloc is alloc]:
             self._active.pop(tracked.launch.launch_id, None)
             out.append(LaunchFailed(tracked.launch.launch_id,
                                     f"Kubernetes cannot start pod {alloc.slurm_id}: {why}"
-                                    f"{secret}", time.time()))
+                                    f"{secret}", time.time(), user_error=True))
         self._delete(alloc, grace=0)
 
     def _ended(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
