@@ -93,3 +93,10 @@ def test_what_a_status_says() -> None:
             "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
     assert not pd.node_ready(node) and pd.unschedulable(node)
     assert [pd.quantity(q) for q in ("2", "1500m", "4k")] == [2, 1, 4000]
+
+
+def test_a_replicas_gpus_are_named_as_its_pod_sees_them() -> None:
+    seen: dict[str, int] = {}
+    assert pd.pod_gpus("4,5", seen) == "0,1"
+    assert pd.pod_gpus("6", seen) == "2"
+    assert pd.pod_gpus("5,4", seen) == "1,0"  # a restart in place: the same devices

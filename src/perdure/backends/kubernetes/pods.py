@@ -199,3 +199,14 @@ def node_address(node: dict[str, Any]) -> str | None:
         if a.get("type") == "InternalIP":
             return str(a.get("address"))
     return None
+
+
+def pod_gpus(chosen: str, seen: dict[str, int]) -> str:
+    """A replica's CUDA_VISIBLE_DEVICES in its pod: the controller names the node's GPUs
+    (`chosen`, e.g. "4,5"); the pod sees only those it was given, as 0..N-1. Each id the pod's
+    replicas were given keeps one position (`seen`, the pod's, updated here), so a restart in
+    place gets the same device. No side effects beyond `seen`."""
+    out = []
+    for word in (w.strip() for w in chosen.split(",") if w.strip()):
+        out.append(str(seen.setdefault(word, len(seen))))
+    return ",".join(out)
