@@ -31,7 +31,7 @@ import sys
 import time
 from urllib.parse import urlparse
 
-from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.base import BackendUnavailable, LaunchError, NodeInfo
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError, load_config
 from perdure.backends.kubernetes.podstate import PodStates
@@ -42,7 +42,14 @@ from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm.hub import Agent, Hub, load_secret
 from perdure.backends.slurm.reports import Tracked
-from perdure.core.events import Launch, LaunchFailed, Observation, ReplicaExited, Stop
+from perdure.core.events import (
+    HoldNodes,
+    Launch,
+    LaunchFailed,
+    Observation,
+    ReplicaExited,
+    Stop,
+)
 from perdure.core.spec import ClusterSpec
 from perdure.secrecy import is_secret
 
@@ -94,6 +101,11 @@ class KubernetesBackend(PodStates):
         self.tag = pd.state_tag(self.state_dir)
         self.api = Api(load_config(self.k8s.kubeconfig, self.k8s.context, self.k8s.namespace,
                                    self.dir))
+        try:  # before anything is started: a wrong server or credentials end here, in a line
+            self.api.call("GET", self.api.ns("pods"), params={"limit": "1"})
+        except KubeError as exc:
+            self.api.close()
+            raise BackendUnavailable(f"kubernetes: {exc}") from None
         self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
         self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
@@ -108,6 +120,8 @@ class KubernetesBackend(PodStates):
         self._addresses: dict[str, str] = {}
         self._ports: dict[tuple[str, str], str] = {}
         self._pending: list[Observation] = []
+        self._spares: dict[tuple[str, str], set[str]] = {}  # (job, attempt) -> spare nodes
+        self._gpus: dict[str, dict[str, int]] = {}  # pod -> node GPU id -> its position
         self._pods: dict[str, dict[str, object]] = {}
         self._nodes: dict[str, dict[str, object]] = {}
         self._seen: set[str] = set()
@@ -252,7 +266,7 @@ class KubernetesBackend(PodStates):
             if alloc.slurm_id or alloc.ending:
                 continue
             launches = [t.launch for t in self._active.values() if t.alloc is alloc]
-            if not launches:
+            if not launches and not self._holds_spare(alloc):
                 alloc.ending = True
                 continue
             alloc.slurm_id = pd.pod_name(alloc.job_id, alloc.attempt)
@@ -272,8 +286,15 @@ class KubernetesBackend(PodStates):
         self._allocs = [a for a in self._allocs if a.slurm_id or not a.ending]
 
     def _plan(self, alloc: al.Alloc, launches: list[Launch]) -> pd.PodPlan:
+        """What `alloc`'s pod is made with; a spare's (no launch yet) is sized as the
+        attempt's largest pod."""
         assert self.hub is not None
-        env = launches[0].env
+        attempt = [t.launch for t in self._active.values()
+                   if (t.alloc.job_id, t.alloc.attempt) == (alloc.job_id, alloc.attempt)]
+        if not launches:
+            per_node = {n: [x for x in attempt if x.node == n] for n in {x.node for x in attempt}}
+            launches = max(per_node.values(), key=len, default=[])
+        env = launches[0].env if launches else {}
         words = os.environ.get(HOST_DIRS_ENV, "").split(os.pathsep)
         host_dirs = tuple(f"{d}:ro" if ro == "ro" else d for d, ro in _pairs(words))
         python = sys.executable if host_dirs else "python"
@@ -289,6 +310,24 @@ class KubernetesBackend(PodStates):
             credentials=tuple(credential_names(env)), job_name=env.get("PERDURE_JOB_NAME", ""),
             host_dirs=host_dirs, env=extra)
 
+    def hold_nodes(self, hold: HoldNodes) -> None:
+        """The spare nodes `hold.job_id`'s attempt holds: an agent pod on each (made now,
+        its warm pool filled), so a lost node's replicas start on one at once: no pod to
+        make, no scheduling wait. A pod holding neither a launch nor a spare is deleted."""
+        self._attach()
+        key = (hold.job_id, str(hold.attempt))
+        self._spares[key] = set(hold.nodes)
+        if not hold.nodes:
+            del self._spares[key]
+            return
+        for node in hold.nodes:
+            if not any((a.job_id, a.attempt) == key and node in a.nodes
+                       and not (a.ending or a.noticed) for a in self._allocs):
+                self._allocs.append(al.Alloc(*key, [node]))
+
+    def _holds_spare(self, alloc: al.Alloc) -> bool:
+        return bool(self._spares.get((alloc.job_id, alloc.attempt), set()) & set(alloc.nodes))
+
     def _dispatch(self, out: list[Observation]) -> None:
         for tracked in list(self._active.values()):
             if tracked.dispatched or not tracked.alloc.running:
@@ -298,6 +337,10 @@ class KubernetesBackend(PodStates):
                 continue
             hidden = set(credential_names(tracked.launch.env))  # the pod has them
             env = {k: v for k, v in tracked.launch.env.items() if k not in hidden}
+            if env.get("CUDA_VISIBLE_DEVICES"):
+                env["CUDA_VISIBLE_DEVICES"] = pd.pod_gpus(
+                    env["CUDA_VISIBLE_DEVICES"],
+                    self._gpus.setdefault(tracked.alloc.slurm_id, {}))
             master = env.get("PERDURE_MASTER_NODE", "")
             if master and master not in self._down:
                 master_agent = self._master_agent(tracked.launch.job_id, master)
@@ -368,7 +411,8 @@ class KubernetesBackend(PodStates):
         """Stop watching: pods with launches, their agents and replicas run on (a restart
         re-attaches); pods that hold none are deleted now."""
         for alloc in list(self._allocs):
-            if alloc.slurm_id and not any(t.alloc is alloc for t in self._active.values()):
+            if alloc.slurm_id and not self._holds_spare(alloc) and not any(
+                    t.alloc is alloc for t in self._active.values()):
                 self._delete(alloc, grace=1)
         if self._watch is not None:
             self._watch.close()

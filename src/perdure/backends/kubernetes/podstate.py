@@ -49,8 +49,10 @@ class PodStates(AgentLinks):
     _nodes: dict[str, dict[str, Any]]
     _seen: set[str]  # pods the watch has shown (one missing from it since is gone)
 
-    if TYPE_CHECKING:
+    if TYPE_CHECKING:  # KubernetesBackend's, which this half calls
         def _attach(self) -> None: ...
+
+        def _holds_spare(self, alloc: al.Alloc) -> bool: ...
 
     def _refresh(self, out: list[Observation]) -> None:
         """Take in what the watches saw and act on each pod's and node's state."""
@@ -172,7 +174,7 @@ class PodStates(AgentLinks):
         for alloc in list(self._allocs):
             if not alloc.slurm_id:
                 continue
-            if self._holds_launches(alloc):
+            if self._holds_launches(alloc) or self._holds_spare(alloc):
                 alloc.idle_since = None
                 continue
             if alloc.idle_since is None:
