@@ -125,6 +125,7 @@ class KubernetesBackend(PodStates):
         self._pods: dict[str, dict[str, object]] = {}
         self._nodes: dict[str, dict[str, object]] = {}
         self._seen: set[str] = set()
+        self._watch_said: dict[str, str] = {}
 
     # ---- attach -----------------------------------------------------------------------------
 

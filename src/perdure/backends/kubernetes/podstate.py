@@ -48,6 +48,7 @@ class PodStates(AgentLinks):
     _pods: dict[str, dict[str, Any]]  # this state dir's pods by name, as last watched
     _nodes: dict[str, dict[str, Any]]
     _seen: set[str]  # pods the watch has shown (one missing from it since is gone)
+    _watch_said: dict[str, str]  # the last error of each watch written to the log
 
     if TYPE_CHECKING:  # KubernetesBackend's, which this half calls
         def _attach(self) -> None: ...
@@ -71,6 +72,10 @@ class PodStates(AgentLinks):
     def _take_events(self) -> None:
         if self._watch is None:
             return
+        for kind, error in list(self._watch.errors.items()):  # RBAC, a server away: said once
+            if error != self._watch_said.get(kind, ""):
+                self._watch_said[kind] = error
+                self._log(f"watch of {kind}: {error or 'working again'}")
         while True:
             try:
                 kind, what, obj = self._watch.events.get_nowait()

@@ -29,7 +29,7 @@ class Watch:
     def __init__(self, api: Api, selector: str) -> None:
         self.api = api
         self.events: queue.Queue[Event] = queue.Queue()
-        self.error = ""
+        self.errors: dict[str, str] = {}  # kind -> why its watch fails now ("": it works)
         self._closed = threading.Event()
         self._paths = {"pods": (api.ns("pods"), {"labelSelector": selector}),
                        "nodes": ("/api/v1/nodes", {})}
@@ -45,13 +45,13 @@ class Watch:
                 version = str(listed["metadata"].get("resourceVersion", ""))
                 self.events.put((kind, "SYNCED", {i["metadata"]["name"]: i
                                                   for i in listed.get("items") or []}))
-                self.error = ""
+                self.errors[kind] = ""
                 while not self._closed.is_set():
                     version = self._follow(kind, path, params, version)
             except (KubeError, OSError, ValueError, KeyError) as exc:
-                self.error = str(exc)
+                self.errors[kind] = str(exc)
             except Exception as exc:  # httpx's stream errors too: the watch never dies
-                self.error = f"{type(exc).__name__}: {exc}"
+                self.errors[kind] = f"{type(exc).__name__}: {exc}"
             self._closed.wait(RETRY_SECONDS)
 
     def _follow(self, kind: str, path: str, params: dict[str, str], version: str) -> str:
