@@ -31,12 +31,13 @@ import sys
 import time
 from urllib.parse import urlparse
 
+from perdure import statedir
 from perdure.backends.base import BackendUnavailable, LaunchError, NodeInfo
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError, load_config
 from perdure.backends.kubernetes.podstate import PodStates
 from perdure.backends.kubernetes.watch import Watch
-from perdure.backends.local import layout, logcap, warm
+from perdure.backends.local import logcap, warm
 from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
@@ -96,8 +97,8 @@ class KubernetesBackend(PodStates):
         self.k8s = cluster.kubernetes
         self.state_dir = os.path.realpath(state_dir)
         self.dir = os.path.join(self.state_dir, "kubernetes")
-        layout.private_dirs(self.dir)
-        os.makedirs(os.path.join(self.state_dir, layout.LAUNCHES), exist_ok=True)
+        statedir.private_dirs(self.dir)
+        os.makedirs(os.path.join(self.state_dir, statedir.LAUNCHES), exist_ok=True)
         self.tag = pd.state_tag(self.state_dir)
         self.api = Api(load_config(self.k8s.kubeconfig, self.k8s.context, self.k8s.namespace,
                                    self.dir))
@@ -126,6 +127,7 @@ class KubernetesBackend(PodStates):
         self._nodes: dict[str, dict[str, object]] = {}
         self._seen: set[str] = set()
         self._watch_said: dict[str, str] = {}
+        self._checks_failed: set[tuple[str, str]] = set()  # (pod, node): a preflight's
 
     # ---- attach -----------------------------------------------------------------------------
 
@@ -199,12 +201,12 @@ class KubernetesBackend(PodStates):
         if launch.launch_id in self._active:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
-        if mirror.read_record(layout.LAUNCH) is not None:
+        if mirror.read_record(statedir.LAUNCH) is not None:
             raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
                               "launch needs a new id")
         launch = dataclasses.replace(launch, env=self._transport.env(launch))
         alloc = self._alloc_for(launch)
-        mirror.write_record(layout.LAUNCH, {
+        mirror.write_record(statedir.LAUNCH, {
             "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
             "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})
         self._active[launch.launch_id] = Tracked(launch, alloc, mirror)
@@ -231,7 +233,7 @@ class KubernetesBackend(PodStates):
             return
         grace = max(0.0, stop.grace)
         # The relay answers the replica's "is this a notice?" from this record.
-        tracked.mirror.write_record(layout.STOP, {
+        tracked.mirror.write_record(statedir.STOP, {
             "signal": int(stop.signal), "deadline": time.time() + grace,
             "reason": stop.reason, "notice": stop.notice})
         agent = self._agents.get((tracked.alloc.slurm_id, tracked.launch.node))
@@ -359,7 +361,7 @@ class KubernetesBackend(PodStates):
             if not agent.send({"op": "launch", "record": record}):
                 continue  # its connection just ended: the node's loss follows
             tracked.dispatched = True
-            tracked.mirror.write_record(layout.LAUNCH, {
+            tracked.mirror.write_record(statedir.LAUNCH, {
                 **record, "env": {k: ("<secret>" if k in hidden else v)
                                   for k, v in launch.env.items()},
                 "log_prefix": launch.log_prefix, "created": time.time(),
@@ -391,8 +393,8 @@ class KubernetesBackend(PodStates):
         for lid in launch_ids:
             if lid in self._active:
                 continue
-            record = layout.read_json(os.path.join(self.state_dir, layout.LAUNCHES, lid,
-                                                   layout.LAUNCH))
+            record = statedir.read_json(os.path.join(self.state_dir, statedir.LAUNCHES, lid,
+                                                   statedir.LAUNCH))
             alloc = next((a for a in self._allocs if record is not None
                           and a.slurm_id == record.get("pod")), None)
             if record is None or alloc is None or record.get("node") not in alloc.nodes:
