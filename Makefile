@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@scripts/timed "2/4 an up-to-date pip" $(BIN)/pip install -q --upgrade pip
 	@scripts/timed "3/4 torch 2.13.0, the CPU wheel (the longest step)" \
 	    $(BIN)/pip install -q -c constraints.txt torch
-	@scripts/timed "4/4 perdure and its extras: test, serve, ray, hf, lightning" \
-	    $(BIN)/pip install -q -c constraints.txt -e '.[test,serve,ray,hf,lightning]'
+	@scripts/timed "4/4 perdure and its extras: test, serve, ray, hf, lightning, kubernetes" \
+	    $(BIN)/pip install -q -c constraints.txt -e '.[test,serve,ray,hf,lightning,kubernetes]'
 	@touch $(STAMP)
 	@echo "$(VENV) is ready"
 

@@ -51,8 +51,12 @@ def make_backend(cluster: ClusterSpec, state_dir: Path) -> Backend:
         from perdure.backends.slurm import SlurmBackend
 
         return SlurmBackend(state_dir, cluster)
-    raise ValueError(f"backend: {cluster.backend!r} is unknown; use 'local', 'ray', 'slurm' "
-                     "or 'fake'")
+    if cluster.backend == "kubernetes":
+        from perdure.backends.kubernetes import KubernetesBackend
+
+        return KubernetesBackend(state_dir, cluster)
+    raise ValueError(f"backend: {cluster.backend!r} is unknown; use 'local', 'ray', 'slurm', "
+                     "'kubernetes' or 'fake'")
 
 
 def make_inspector(cluster: ClusterSpec, state_dir: Path) -> Inspector:
@@ -65,6 +69,10 @@ def make_inspector(cluster: ClusterSpec, state_dir: Path) -> Inspector:
         from perdure.backends.slurm.inspector import SlurmInspector
 
         return SlurmInspector(state_dir)
+    if cluster.backend == "kubernetes":
+        from perdure.backends.kubernetes.inspector import KubernetesInspector
+
+        return KubernetesInspector(state_dir)
     from perdure.backends.local.inspector import LocalInspector
 
     return LocalInspector(state_dir)

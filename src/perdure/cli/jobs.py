@@ -76,8 +76,9 @@ def make_controller(ctx: Ctx, store: Store, cluster: ClusterSpec,
         secret = state_secret(ctx.state_dir)
     except SecretError as exc:
         die(str(exc))
-    # On Ray and Slurm, `python` stays `python`: the node's interpreter (resolved there).
-    interpreter = "python" if cluster.backend in ("ray", "slurm") else python()
+    # On Ray, Slurm and Kubernetes, `python` stays `python`: the node's interpreter (resolved
+    # there).
+    interpreter = "python" if cluster.backend in ("ray", "slurm", "kubernetes") else python()
     settings = LaunchSettings(state_dir=str(ctx.state_dir), python=interpreter,
                               job_secret=lambda job_id: job_secret(secret, job_id),
                               node_dir=node_dir(ctx.state_dir), health=cluster.health)

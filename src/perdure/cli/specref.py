@@ -98,6 +98,20 @@ DESCRIPTIONS: dict[str, str] = {
                          "or reads back (--job-name, --nodelist, --output, --signal, ...)",
     "slurm.shared_dirs": "paths mounted at the same place on every node (as `ray.shared_dirs`)",
     "slurm.drain_bad_nodes": "drain a node perdure quarantines in Slurm too, with the reason",
+    "kubernetes": "`backend: kubernetes` only: the cluster and what each agent pod is made with",
+    "kubernetes.kubeconfig": "null: $KUBECONFIG, else ~/.kube/config, else the pod's service "
+                             "account (in-cluster)",
+    "kubernetes.context": "the kubeconfig's context; null: its current context",
+    "kubernetes.namespace": "where the agent pods run; null: the context's, else default",
+    "kubernetes.image": "the agent pods' image: Python, torch, perdure and the job's code",
+    "kubernetes.service_account": "the agent pods' service account; null: none mounted",
+    "kubernetes.node_selector": "labels a node must have (besides its hostname)",
+    "kubernetes.tolerations": "the agent pods' tolerations (key, operator, value, effect, "
+                              "tolerationSeconds)",
+    "kubernetes.resources": "each agent pod's requests and limits; null: a CPU per replica "
+                            "and its GPUs (nvidia.com/gpu)",
+    "kubernetes.queue": "a Kueue LocalQueue (label kueue.x-k8s.io/queue-name): Kueue admits "
+                        "the pods; perdure's queues then take no quota",
     "nodes": "virtual nodes, each a failure domain (with `ray`: omit to discover them)",
     "nodes[].name": "lowercase letters, digits and `-`",
     "nodes[].slots": "capacity, in pool `slots`",

@@ -15,6 +15,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from perdure import storageurl
 from perdure.core import sbatchargs, yamlload
 from perdure.core.healthspec import HealthSpec
+from perdure.core.k8sspec import KubernetesSpec
 from perdure.core.specbase import FLOAT_LIMIT as FLOAT_LIMIT
 from perdure.core.specbase import INT_LIMIT as INT_LIMIT
 from perdure.core.specbase import MAX_STRING as MAX_STRING
@@ -417,10 +418,11 @@ def slurm_seconds(limit: str) -> int:
 class ClusterSpec(_Model):
     """Where replicas may run (virtual nodes, each a failure domain) and the queues' quotas."""
 
-    backend: Literal["local", "ray", "slurm", "fake"] = "local"
+    backend: Literal["local", "ray", "slurm", "kubernetes", "fake"] = "local"
     address: str | None = None
     ray: RaySpec | None = None  # backend ray only; nodes may then be omitted (discovered)
     slurm: SlurmSpec | None = None  # backend slurm only; nodes may be omitted (from sinfo)
+    kubernetes: KubernetesSpec | None = None  # backend kubernetes only (core/k8sspec.py)
     nodes: list[NodeSpec] = Field(default_factory=list, max_length=MAX_NODES)
     queues: list[QueueSpec] = Field(default_factory=lambda: [QueueSpec(name="default", quota=None)])
     # How replicas reach the controller: files in the state dir (one host), or the network
@@ -523,7 +525,23 @@ def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
         raise SpecError(f"{source}: slurm: only for `backend: slurm` (this cluster's backend "
                         f"is {cluster.backend!r}); remove the slurm section or set "
                         "backend: slurm")
+    _check_kubernetes(cluster, source)
     return cluster
+
+
+def _check_kubernetes(cluster: ClusterSpec, source: str) -> None:
+    if cluster.kubernetes is not None and cluster.backend != "kubernetes":
+        raise SpecError(f"{source}: kubernetes: only for `backend: kubernetes` (this cluster's "
+                        f"backend is {cluster.backend!r}); remove the kubernetes section or "
+                        "set backend: kubernetes")
+    if cluster.backend == "kubernetes" and cluster.kubernetes is None:
+        raise SpecError(f"{source}: kubernetes: `backend: kubernetes` needs a kubernetes "
+                        "section with at least `image:` (the agent pods' image)")
+    k8s = cluster.kubernetes
+    if k8s is not None and k8s.queue and any(q.quota is not None for q in cluster.queues):
+        raise SpecError(f"{source}: queues: kubernetes.queue {k8s.queue!r} lets Kueue hold the "
+                        "quota; a perdure quota as well would queue jobs twice: remove `quota` "
+                        "from queues or kubernetes.queue")
 
 
 def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:

@@ -1,0 +1,426 @@
+"""Run replicas on Kubernetes: an agent pod per node of an attempt, replicas as processes.
+
+`KubernetesBackend` implements `perdure.backends.base.Backend` as the Slurm backend does,
+with a pod where Slurm has an allocation: the first launch of an attempt on a node makes an
+agent pod there (`pods.manifest`: pinned by the node's hostname label, on the node's
+network); while Kubernetes (or Kueue) keeps it Pending the launches wait, and the job shows
+QUEUED with Kubernetes' reason. Once it runs, its node agent (`agent`, the Slurm backend's)
+connects to this controller's hub and runs each launch under the local supervisor, warm
+from its pool; logs, progress, exits and a heartbeat come back over that connection: nothing
+is shared but the network. A replica's restart is a new launch in the same pod: no pod is
+made again, no image pulled, no scheduling wait.
+
+What Kubernetes does to the pods is read from watches (`watch`, `podstate`): a pod deleted
+with a grace period (an eviction, `kubectl drain`) or a cordoned node is a preemption notice
+(the job saves and suspends; its next attempt gets new pods); a node NotReady, a pod
+force-deleted or failed, or an agent whose connection ends while its pod runs is a lost node
+(`fail-node`, its replicas move). A restarted controller finds its pods by their labels
+and its agents reconnect to the hub at the port it recorded.
+
+Pods hold no credentials of the spec: a job's credential variables are read from the Secret
+`<job name>-credentials`, and the agents' key to the hub from one the backend makes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import sys
+import time
+from urllib.parse import urlparse
+
+from perdure import statedir
+from perdure.backends.base import BackendUnavailable, LaunchError, NodeInfo
+from perdure.backends.kubernetes import pods as pd
+from perdure.backends.kubernetes.api import Api, KubeError, load_config
+from perdure.backends.kubernetes.podstate import PodStates
+from perdure.backends.kubernetes.watch import Watch
+from perdure.backends.local import logcap, warm
+from perdure.backends.local.transport import LaunchTransport
+from perdure.backends.ray.mirror import Mirror
+from perdure.backends.slurm import allocs as al
+from perdure.backends.slurm.hub import Agent, Hub, load_secret
+from perdure.backends.slurm.reports import Tracked
+from perdure.core.events import (
+    HoldNodes,
+    Launch,
+    LaunchFailed,
+    Observation,
+    ReplicaExited,
+    Stop,
+)
+from perdure.core.spec import ClusterSpec
+from perdure.secrecy import is_secret
+
+PORT_SECONDS = 5.0
+ADDRESS_ENV = "PERDURE_K8S_ADDRESS"  # the address agent pods reach this controller at
+# Directories every node has at the same path (a shared filesystem, or this machine's own
+# for a test cluster of namespace hosts), separated by ':', each read-only with a `:ro` tail
+# (PATH:ro): mounted into every agent pod, which then runs this controller's interpreter and
+# PYTHONPATH instead of the image's `python`.
+HOST_DIRS_ENV = "PERDURE_K8S_HOST_DIRS"
+OWN_ENV = ("PERDURE_",)  # perdure's variables are never credentials read from a Secret
+
+
+def own_address(server: str) -> str:
+    """This machine's address on the way to the API server (where pods reach it)."""
+    url = urlparse(server)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((socket.gethostbyname(url.hostname or "127.0.0.1"), url.port or 443))
+        return str(s.getsockname()[0])  # UDP: picks the route, sends nothing
+
+
+def _pairs(words: list[str]) -> list[tuple[str, str]]:
+    """PATH[:ro] items of a ':'-separated list (a `ro` word marks the path before it)."""
+    out: list[tuple[str, str]] = []
+    for word in words:
+        if word == "ro" and out:
+            out[-1] = (out[-1][0], "ro")
+        elif word:
+            out.append((word, ""))
+    return out
+
+
+def credential_names(env: dict[str, str]) -> list[str]:
+    """The variables of a launch read from the job's Secret, not sent. No side effects."""
+    return sorted(k for k, v in env.items() if is_secret(k, v) and not k.startswith(OWN_ENV))
+
+
+class KubernetesBackend(PodStates):
+    """Replicas as processes of per-attempt agent pods (see the module docstring)."""
+
+    def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
+        if cluster.kubernetes is None:
+            raise ValueError("kubernetes: `backend: kubernetes` needs a kubernetes section")
+        self.k8s = cluster.kubernetes
+        self.state_dir = os.path.realpath(state_dir)
+        self.dir = os.path.join(self.state_dir, "kubernetes")
+        statedir.private_dirs(self.dir)
+        os.makedirs(os.path.join(self.state_dir, statedir.LAUNCHES), exist_ok=True)
+        self.tag = pd.state_tag(self.state_dir)
+        self.api = Api(load_config(self.k8s.kubeconfig, self.k8s.context, self.k8s.namespace,
+                                   self.dir))
+        try:  # before anything is started: a wrong server or credentials end here, in a line
+            self.api.call("GET", self.api.ns("pods"), params={"limit": "1"})
+        except KubeError as exc:
+            self.api.close()
+            raise BackendUnavailable(f"kubernetes: {exc}") from None
+        self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
+        self._warm = (warm.pool_size(None), warm.idle_seconds(None))
+        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
+        self.hub: Hub | None = None
+        self._transport: LaunchTransport | None = None
+        self._watch: Watch | None = None
+        self._allocs: list[al.Alloc] = []
+        self._active: dict[str, Tracked] = {}
+        self._agents: dict[tuple[str, str], Agent] = {}
+        self._down: dict[str, float] = {}
+        self._seen_down: set[str] = set()
+        self._addresses: dict[str, str] = {}
+        self._ports: dict[tuple[str, str], str] = {}
+        self._pending: list[Observation] = []
+        self._spares: dict[tuple[str, str], set[str]] = {}  # (job, attempt) -> spare nodes
+        self._gpus: dict[str, dict[str, int]] = {}  # pod -> node GPU id -> its position
+        self._pods: dict[str, dict[str, object]] = {}
+        self._nodes: dict[str, dict[str, object]] = {}
+        self._seen: set[str] = set()
+        self._watch_said: dict[str, str] = {}
+        self._checks_failed: set[tuple[str, str]] = set()  # (pod, node): a preflight's
+
+    # ---- attach -----------------------------------------------------------------------------
+
+    @property
+    def selector(self) -> str:
+        return f"{pd.STATE_LABEL}={self.tag}"
+
+    def _attach(self) -> None:
+        """Start the hub and relay, make the agents' Secret, find this state dir's pods (a
+        restarted controller's) by label and watch them, on first use."""
+        if self.hub is not None:
+            return
+        host = os.environ.get(ADDRESS_ENV) or own_address(self.api.config.server)
+        self._transport = LaunchTransport(self.state_dir, "net", host=host)
+        self._transport.ensure()
+        self.hub = Hub(self.dir, host, load_secret(self.dir))
+        self._agent_secret(self.hub.secret)
+        listed = self.api.call("GET", self.api.ns("pods"), params={"labelSelector": self.selector})
+        for pod in listed.get("items") or []:
+            self._adopt_pod(pod)
+        self._watch = Watch(self.api, self.selector)
+
+    def _agent_secret(self, secret: str) -> None:
+        import base64
+
+        name = pd.agent_secret_name(self.tag)
+        body = {"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "labels": {pd.STATE_LABEL: self.tag}},
+                "data": {pd.AGENT_SECRET_KEY: base64.b64encode(secret.encode()).decode()}}
+        if self.api.call("POST", self.api.ns("secrets"), body, ok=(409,)) == {}:
+            self.api.call("PUT", self.api.ns("secrets", name), body)
+
+    def _adopt_pod(self, pod: dict[str, object]) -> None:
+        meta = dict(pod["metadata"])  # type: ignore[call-overload]
+        notes, labels = dict(meta.get("annotations") or {}), dict(meta.get("labels") or {})
+        if pd.terminating(pod) or pd.NODE_ANNOTATION not in notes:
+            return
+        self._pods[str(meta["name"])] = dict(pod)  # until the watch lists them again
+        running = pd.phase(pod) == "Running"
+        alloc = al.Alloc(str(notes[pd.JOB_ANNOTATION]), str(labels.get(pd.ATTEMPT_LABEL)),
+                         [str(notes[pd.NODE_ANNOTATION])], slurm_id=str(meta["name"]),
+                         state="RUNNING" if running else "PENDING", ran=running)
+        # its agent runs on: it connects to the hub again at the recorded address
+        alloc.agents = {alloc.nodes[0]: time.monotonic()} if running else {}
+        self._allocs.append(alloc)
+        self._seen.add(alloc.slurm_id)
+
+    def nodes(self) -> list[NodeInfo]:
+        self._attach()
+        if self._configured:
+            return list(self._configured)
+        params = {"labelSelector": ",".join(f"{k}={v}" for k, v in
+                                            self.k8s.node_selector.items())}
+        found = self.api.call("GET", "/api/v1/nodes", params=params).get("items") or []
+        out = []
+        for node in sorted(found, key=lambda n: str(n["metadata"]["name"])):
+            if pd.unschedulable(node):
+                continue
+            alloc = (node.get("status") or {}).get("allocatable") or {}
+            out.append(NodeInfo(str(node["metadata"]["name"]),
+                                max(1, pd.quantity(alloc.get("cpu", "1"))),
+                                pd.node_address(node),
+                                pd.quantity(alloc.get("nvidia.com/gpu", "0"))))
+        return out
+
+    # ---- launch and stop --------------------------------------------------------------------
+
+    def launch(self, launch: Launch) -> None:
+        self._attach()
+        assert self._transport is not None
+        if launch.launch_id in self._active:
+            raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
+        mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
+        if mirror.read_record(statedir.LAUNCH) is not None:
+            raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
+                              "launch needs a new id")
+        launch = dataclasses.replace(launch, env=self._transport.env(launch))
+        alloc = self._alloc_for(launch)
+        mirror.write_record(statedir.LAUNCH, {
+            "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
+            "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})
+        self._active[launch.launch_id] = Tracked(launch, alloc, mirror)
+
+    def _alloc_for(self, launch: Launch) -> al.Alloc:
+        """The pod this launch runs in: its attempt's on its node, else a new one."""
+        attempt = launch.env.get("PERDURE_ATTEMPT", "0")
+        for alloc in self._allocs:
+            if (alloc.job_id, alloc.attempt) == (launch.job_id, attempt) and not (
+                    alloc.ending or alloc.noticed) and launch.node in alloc.nodes:
+                return alloc
+        alloc = al.Alloc(launch.job_id, attempt, [launch.node])
+        self._allocs.append(alloc)
+        return alloc
+
+    def stop(self, stop: Stop) -> None:
+        tracked = self._active.get(stop.launch_id)
+        if tracked is None:
+            return
+        if not tracked.dispatched:  # still waiting for its pod: it never ran
+            self._active.pop(stop.launch_id)
+            self._pending.append(ReplicaExited(stop.launch_id, 128 + int(stop.signal),
+                                               time.time(), signal=int(stop.signal)))
+            return
+        grace = max(0.0, stop.grace)
+        # The relay answers the replica's "is this a notice?" from this record.
+        tracked.mirror.write_record(statedir.STOP, {
+            "signal": int(stop.signal), "deadline": time.time() + grace,
+            "reason": stop.reason, "notice": stop.notice})
+        agent = self._agents.get((tracked.alloc.slurm_id, tracked.launch.node))
+        if agent is not None:
+            agent.send({"op": "stop", "launch_id": stop.launch_id, "signal": int(stop.signal),
+                        "grace": grace, "reason": stop.reason, "notice": stop.notice})
+
+    def kill_node(self, node: str) -> None:
+        for tracked in list(self._active.values()):
+            if tracked.launch.node == node:
+                self.stop(Stop(tracked.launch.launch_id, signal.SIGKILL, 0.0,
+                               f"node {node} killed"))
+
+    # ---- observe ----------------------------------------------------------------------------
+
+    def poll(self) -> list[Observation]:
+        self._attach()
+        out, self._pending = self._pending, []
+        now = time.monotonic()
+        self._submit(out)
+        self._refresh(out)
+        self._drain(out)
+        self._heartbeats(now, out)
+        if self._down:
+            self._restore(now, out)
+        self._dispatch(out)
+        self._release(now)
+        return out
+
+    def _submit(self, out: list[Observation]) -> None:
+        """Make the pods of new allocations (one per attempt and node)."""
+        for alloc in self._allocs:
+            if alloc.slurm_id or alloc.ending:
+                continue
+            launches = [t.launch for t in self._active.values() if t.alloc is alloc]
+            if not launches and not self._holds_spare(alloc):
+                alloc.ending = True
+                continue
+            alloc.slurm_id = pd.pod_name(alloc.job_id, alloc.attempt)
+            alloc.state = "PENDING"
+            try:
+                self.api.call("POST", self.api.ns("pods"),
+                              pd.manifest(self.k8s, self._plan(alloc, launches)))
+            except KubeError as err:
+                alloc.ending = True
+                for launch in launches:
+                    self._active.pop(launch.launch_id, None)
+                    out.append(LaunchFailed(launch.launch_id, f"Kubernetes: {err}",
+                                            time.time()))
+            else:
+                self._log(f"{alloc.job_id} attempt {alloc.attempt}: pod {alloc.slurm_id} made "
+                          f"for node {alloc.nodes[0]}")
+        self._allocs = [a for a in self._allocs if a.slurm_id or not a.ending]
+
+    def _plan(self, alloc: al.Alloc, launches: list[Launch]) -> pd.PodPlan:
+        """What `alloc`'s pod is made with; a spare's (no launch yet) is sized as the
+        attempt's largest pod."""
+        assert self.hub is not None
+        attempt = [t.launch for t in self._active.values()
+                   if (t.alloc.job_id, t.alloc.attempt) == (alloc.job_id, alloc.attempt)]
+        if not launches:
+            per_node = {n: [x for x in attempt if x.node == n] for n in {x.node for x in attempt}}
+            launches = max(per_node.values(), key=len, default=[])
+        env = launches[0].env if launches else {}
+        words = os.environ.get(HOST_DIRS_ENV, "").split(os.pathsep)
+        host_dirs = tuple(f"{d}:ro" if ro == "ro" else d for d, ro in _pairs(words))
+        python = sys.executable if host_dirs else "python"
+        extra = (("PYTHONPATH", os.environ["PYTHONPATH"]),) if (
+            host_dirs and os.environ.get("PYTHONPATH")) else ()
+        return pd.PodPlan(
+            name=alloc.slurm_id, tag=self.tag, job_id=alloc.job_id, attempt=alloc.attempt,
+            node=alloc.nodes[0],
+            command=[python, "-m", "perdure.backends.kubernetes.agent", self.hub.address,
+                     alloc.nodes[0], str(self._warm[0]), f"{self._warm[1]:g}"],
+            cpus=max(1, len(launches)), gpus=sum(launch.gpus for launch in launches),
+            grace=float(env.get("PERDURE_GRACE_SECONDS", "30")),
+            credentials=tuple(credential_names(env)), job_name=env.get("PERDURE_JOB_NAME", ""),
+            host_dirs=host_dirs, env=extra)
+
+    def hold_nodes(self, hold: HoldNodes) -> None:
+        """The spare nodes `hold.job_id`'s attempt holds: an agent pod on each (made now,
+        its warm pool filled), so a lost node's replicas start on one at once: no pod to
+        make, no scheduling wait. A pod holding neither a launch nor a spare is deleted."""
+        self._attach()
+        key = (hold.job_id, str(hold.attempt))
+        self._spares[key] = set(hold.nodes)
+        if not hold.nodes:
+            del self._spares[key]
+            return
+        for node in hold.nodes:
+            if not any((a.job_id, a.attempt) == key and node in a.nodes
+                       and not (a.ending or a.noticed) for a in self._allocs):
+                self._allocs.append(al.Alloc(*key, [node]))
+
+    def _holds_spare(self, alloc: al.Alloc) -> bool:
+        return bool(self._spares.get((alloc.job_id, alloc.attempt), set()) & set(alloc.nodes))
+
+    def _dispatch(self, out: list[Observation]) -> None:
+        for tracked in list(self._active.values()):
+            if tracked.dispatched or not tracked.alloc.running:
+                continue
+            agent = self._agents.get((tracked.alloc.slurm_id, tracked.launch.node))
+            if agent is None:
+                continue
+            hidden = set(credential_names(tracked.launch.env))  # the pod has them
+            env = {k: v for k, v in tracked.launch.env.items() if k not in hidden}
+            if env.get("CUDA_VISIBLE_DEVICES"):
+                env["CUDA_VISIBLE_DEVICES"] = pd.pod_gpus(
+                    env["CUDA_VISIBLE_DEVICES"],
+                    self._gpus.setdefault(tracked.alloc.slurm_id, {}))
+            master = env.get("PERDURE_MASTER_NODE", "")
+            if master and master not in self._down:
+                master_agent = self._master_agent(tracked.launch.job_id, master)
+                if master_agent is None:
+                    continue  # rank 0's node agent is not up yet
+                env["MASTER_ADDR"] = master_agent.address
+                env["MASTER_PORT"] = self._master_port(tracked.launch.job_id, master_agent,
+                                                       env.get("MASTER_PORT", "0"))
+            launch = tracked.launch
+            record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
+                      "replica": launch.replica, "node": launch.node,
+                      "command": list(launch.command), "env": env, "cwd": launch.cwd,
+                      "memory_mb": launch.memory_mb, "gpus": launch.gpus,
+                      "log_max_bytes": self._log_max_bytes}
+            if not agent.send({"op": "launch", "record": record}):
+                continue  # its connection just ended: the node's loss follows
+            tracked.dispatched = True
+            tracked.mirror.write_record(statedir.LAUNCH, {
+                **record, "env": {k: ("<secret>" if k in hidden else v)
+                                  for k, v in launch.env.items()},
+                "log_prefix": launch.log_prefix, "created": time.time(),
+                "pod": tracked.alloc.slurm_id})
+
+    def _master_agent(self, job_id: str, node: str) -> Agent | None:
+        for (pod, name), agent in self._agents.items():
+            if name == node and any(a.slurm_id == pod and a.job_id == job_id
+                                    for a in self._allocs):
+                return agent
+        return None
+
+    def _master_port(self, job_id: str, agent: Agent, asked: str) -> str:
+        """A port free on rank 0's node, the same for every launch given the same port."""
+        key = (job_id, asked)
+        if key not in self._ports:
+            assert self.hub is not None
+            answer = self.hub.request(agent, {"op": "port"}, PORT_SECONDS)
+            if answer is None:
+                return asked  # its node is going: the group restarts anyway
+            self._ports[key] = str(answer["port"])
+        return self._ports[key]
+
+    # ---- restart ----------------------------------------------------------------------------
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        self._attach()
+        out: list[Observation] = []
+        for lid in launch_ids:
+            if lid in self._active:
+                continue
+            record = statedir.read_json(os.path.join(self.state_dir, statedir.LAUNCHES, lid,
+                                                   statedir.LAUNCH))
+            alloc = next((a for a in self._allocs if record is not None
+                          and a.slurm_id == record.get("pod")), None)
+            if record is None or alloc is None or record.get("node") not in alloc.nodes:
+                out.append(LaunchFailed(lid, f"launch {lid}: its pod is gone (it ended while "
+                                        "no controller watched)", time.time()))
+                continue
+            launch = Launch(lid, str(record["job_id"]), str(record["replica"]),
+                            str(record["node"]), tuple(record["command"]), dict(record["env"]),
+                            str(record["cwd"]), record.get("memory_mb"),
+                            str(record["log_prefix"]), int(record.get("gpus") or 0))
+            self._active[lid] = Tracked(launch, alloc, Mirror(self.state_dir, lid,
+                                                               launch.log_prefix),
+                                         dispatched=True)
+        return out
+
+    def close(self) -> None:
+        """Stop watching: pods with launches, their agents and replicas run on (a restart
+        re-attaches); pods that hold none are deleted now."""
+        for alloc in list(self._allocs):
+            if alloc.slurm_id and not self._holds_spare(alloc) and not any(
+                    t.alloc is alloc for t in self._active.values()):
+                self._delete(alloc, grace=1)
+        if self._watch is not None:
+            self._watch.close()
+        if self.hub is not None:
+            self.hub.close()
+        if self._transport is not None:
+            self._transport.close()
+        self.api.close()

@@ -1,0 +1,21 @@
+"""The Kubernetes backend's inspector: logs and launch records from the controller's copy.
+
+The backend copies every launch's logs and records into the state dir where the local backend
+keeps them, so `perdure logs` and `describe` read a Kubernetes job as a local one. Signals go
+to the replica's pod through its agent, which only the controller is connected to.
+"""
+
+from __future__ import annotations
+
+from perdure.backends.local.inspector import LocalInspector
+
+
+class KubernetesInspector(LocalInspector):
+    def pool_summary(self) -> str | None:
+        return None  # each agent pod has its own pool, on its node
+
+    def signal(self, launch_id: str, sig: int) -> int:
+        raise ProcessLookupError(
+            f"launch {launch_id}: signals to replicas in agent pods go through the "
+            "controller's node agents, not from here; use `perdure preempt`, `perdure cancel`"
+            ", or kubectl exec into the agent pod")
