@@ -107,6 +107,9 @@ CELLS = [
          {"frameworks": HF}, ("torch", "transformers", "accelerate"), base="torch-2.6"),
     Cell("torch-2.6-lightning", ["lightning==2.4.0"], {"frameworks": LIGHTNING},
          ("torch", "lightning"), base="torch-2.6"),
+    # transformers' floor at a mid-range torch (the issue's torch 2.10 user on transformers 4.57)
+    Cell("torch-2.10-hf", ["transformers>=4.57,<4.58", "accelerate>=1.10,<1.11"],
+         {"frameworks": HF}, ("torch", "transformers", "accelerate"), base="torch-2.10"),
     # Ray's floor is its newest here (pyproject: the backend's tests fail on 2.40-2.50 and the
     # drain test on 2.55); a second cell joins when a newer Ray installs.
     Cell("ray-2.60", [DEFAULT_TORCH, "ray==2.60.0"], {"ray": RAY}, ("torch", "ray")),
