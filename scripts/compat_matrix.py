@@ -13,9 +13,10 @@ from the registry's wheels on first use and reused while the cell's requirements
 at the torch floor) is a small venv layered on its base cell's: a .pth file puts the base's
 site-packages after its own, so it has the base's torch without a second download, and pip
 installs only what the base lacks. Tests run with this checkout's sources
-(PYTHONPATH=src). The results of the cells run are merged into docs/compat-matrix.json, from
-which docs/guides/versions.md's "Supported versions" table is generated (a unit test fails
-when the page is stale). Exits 1 when a test failed in any cell run.
+(PYTHONPATH=src, and a .pth file for the subprocesses that set their own env). The results of
+the cells run are merged into docs/compat-matrix.json, from which docs/guides/versions.md's
+"Supported versions" table is generated (a unit test fails when the page is stale). Exits 1
+when a test failed in any cell run.
 """
 
 from __future__ import annotations
@@ -201,8 +202,16 @@ def counts(output: str) -> dict[str, int]:
     return got
 
 
+def use_this_checkout(cell: Cell) -> None:
+    """Put this checkout's src on the cell's sys.path by a .pth file, as an editable install
+    would: PYTHONPATH alone does not reach a test's subprocess started with an env of its own.
+    Rewritten before each group, so it names the checkout that runs the cell."""
+    (site_packages(venv_of(cell)) / "perdure_checkout.pth").write_text(f"{ROOT / 'src'}\n")
+
+
 def run_group(cell: Cell, group: str, selection: list[str], log: Path,
               timeout: float) -> dict[str, int]:
+    use_this_checkout(cell)
     python = str(venv_of(cell) / "bin" / "python")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     env.pop("VIRTUAL_ENV", None)
