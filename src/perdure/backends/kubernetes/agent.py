@@ -21,10 +21,10 @@ import sys
 from typing import Any
 
 from perdure.backends.kubernetes.pods import POD_ENV
-from perdure.backends.slurm.agent import NodeAgent
+from perdure.backends.slurm.agent import HubAgent
 
 
-class PodAgent(NodeAgent):
+class PodAgent(HubAgent):
     def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float) -> None:
         super().__init__(hub, node, warm_pool, warm_idle)
         self.alloc = os.environ.get(POD_ENV, "")

@@ -67,7 +67,7 @@ class _Launch:
         self.held = False  # waits for the node's check
 
 
-class NodeAgent:
+class HubAgent:
     """See the module docstring."""
 
     def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float) -> None:
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4:
         sys.exit("usage: python -m perdure.backends.slurm.agent HUB NODE WARM_POOL WARM_IDLE")
-    agent = NodeAgent(args[0], args[1], args[2], float(args[3]))
+    agent = HubAgent(args[0], args[1], args[2], float(args[3]))
 
     def on_term(signum: int, frame: Any) -> None:
         agent.notice = "preempt"  # Slurm's preemption notice; the controller decides
