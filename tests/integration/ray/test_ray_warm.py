@@ -14,7 +14,7 @@ import pytest
 
 from conftest import RayPerdure, kill_actors, named_actors
 from perdure import statedir
-from perdure.backends.local import procs
+from perdure.backends.node import procs
 
 HOLD = "import os, time; print('replica', os.getpid(), flush=True); time.sleep(600)"
 

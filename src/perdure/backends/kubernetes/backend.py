@@ -37,8 +37,8 @@ from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError, load_config
 from perdure.backends.kubernetes.podstate import PodStates
 from perdure.backends.kubernetes.watch import Watch
-from perdure.backends.local import logcap, warm
-from perdure.backends.local.transport import LaunchTransport
+from perdure.backends.node import logcap, warm
+from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm.hub import Agent, Hub, load_secret

@@ -34,10 +34,10 @@ from typing import Any
 import ray
 
 from perdure import statedir
-from perdure.backends.local import procs
-from perdure.backends.local.nodeenv import interface_env
-from perdure.backends.local.pulls import pull_launch
-from perdure.backends.local.replicas import kill_leftovers, signal_replica
+from perdure.backends.node import procs
+from perdure.backends.node.nodeenv import interface_env
+from perdure.backends.node.pulls import pull_launch
+from perdure.backends.node.replicas import kill_leftovers, signal_replica
 from perdure.backends.preflight import NodeGate, check_env
 from perdure.backends.ray.nodeactor import identity, node_actor, node_address, node_dir
 
@@ -221,7 +221,7 @@ class LaunchActor:
     def _start_cold(self) -> None:
         log = open(os.path.join(self.dir, statedir.SUPERVISOR_LOG), "ab")  # noqa: SIM115
         self.supervisor = subprocess.Popen(
-            [sys.executable, "-m", "perdure.backends.local.supervisor", self.dir],
+            [sys.executable, "-m", "perdure.backends.node.supervisor", self.dir],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_in_supervisor,
             close_fds=True,
         )

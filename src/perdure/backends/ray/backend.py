@@ -30,9 +30,9 @@ from ray.exceptions import (
 
 from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import logcap, warm
-from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.masterport import MasterPorts
+from perdure.backends.node import logcap, warm
+from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
 from perdure.backends.ray.mirror import Mirror

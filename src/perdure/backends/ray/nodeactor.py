@@ -23,8 +23,8 @@ from typing import Any
 import ray
 
 from perdure import statedir
-from perdure.backends.local import procs
-from perdure.backends.local.pulls import pull_launch
+from perdure.backends.node import procs
+from perdure.backends.node.pulls import pull_launch
 from perdure.backends.preflight import NodeGate
 
 RESOURCE_PREFIX = "perdure_node_"
@@ -66,7 +66,7 @@ class NodeActor:
     launch actors of this node hand their launches to. The spawner exits with this agent."""
 
     def __init__(self, warm_pool: int | str = "auto", warm_idle: float = 600.0) -> None:
-        from perdure.backends.local.spawner import Spawner
+        from perdure.backends.node.spawner import Spawner
 
         self.launches = os.path.join(node_dir(), statedir.LAUNCHES)
         self._spawner = Spawner(self.launches, warm_pool, warm_idle)

@@ -38,11 +38,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from perdure import statedir
-from perdure.backends.local import procs
-from perdure.backends.local.nodeenv import interface_env, node_command
-from perdure.backends.local.pulls import pull_launch
-from perdure.backends.local.replicas import kill_leftovers
-from perdure.backends.local.spawner import Spawner
+from perdure.backends.node import procs
+from perdure.backends.node.nodeenv import interface_env, node_command
+from perdure.backends.node.pulls import pull_launch
+from perdure.backends.node.replicas import kill_leftovers
+from perdure.backends.node.spawner import Spawner
 from perdure.backends.slurm.step import PREFLIGHT_ENV, node_dir
 from perdure.runtime.transport.wire import FrameError, mac, parse_addr, recv_frame, send_frame
 

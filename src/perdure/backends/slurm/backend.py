@@ -33,9 +33,9 @@ import time
 
 from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import logcap, warm
-from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.masterport import MasterPorts
+from perdure.backends.node import logcap, warm
+from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm import slurmcmd

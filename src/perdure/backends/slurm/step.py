@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from perdure import statedir
-from perdure.backends.local import procs
+from perdure.backends.node import procs
 
 START_SECONDS = 120.0  # the agent writes the launch (and a supervisor claims it) within this
 # The node agent's check (the cluster file's `health: preflight`): {argv, timeout, env, cwd}
