@@ -231,7 +231,7 @@ def drop_cache(root: Path) -> None:
 def standby() -> subprocess.Popen[bytes]:
     """A warm standby interpreter as perdure's local backend keeps (torch imported): given a
     launch on stdin it runs this script's worker without a cold start."""
-    from perdure.backends.local.standby import STANDBY_CODE
+    from perdure.backends.node.standby import STANDBY_CODE
 
     ready_r, ready_w = os.pipe()
     proc = subprocess.Popen([sys.executable, "-c", STANDBY_CODE], stdin=subprocess.PIPE,

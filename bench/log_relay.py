@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perdure.backends.local.logrelay import LogRelay
+from perdure.backends.node.logrelay import LogRelay
 
 CHILD = """
 import sys, time

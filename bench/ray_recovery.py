@@ -40,7 +40,7 @@ import recovery  # noqa: E402
 from hosts import Hosts, make_hosts  # noqa: E402
 
 from perdure import statedir  # noqa: E402
-from perdure.backends.local import procs  # noqa: E402
+from perdure.backends.node import procs  # noqa: E402
 
 KILL_ACTORS = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
                "[ray.kill(ray.get_actor(a['name'], namespace=sys.argv[2])) "

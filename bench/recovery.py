@@ -267,7 +267,7 @@ def _describe(base: list[str], job: str) -> dict[str, Any]:
 
 
 def run_perdure(root: Path, args: argparse.Namespace, warm_pool: int | None) -> Outcome:
-    from perdure.backends.local import signal_replica
+    from perdure.backends.node.replicas import signal_replica
 
     state, timeline = root / "state", root / "timeline.jsonl"
     root.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from perdure.backends.local.localranks import RANK_STOP_GRACE_SECONDS
+from perdure.backends.node.localranks import RANK_STOP_GRACE_SECONDS
 
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
 SCRIPT = """

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure.backends.local import memory
+from perdure.backends.node import memory
 from perdure.backends.relay.secrets import job_secret, state_secret
 
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]

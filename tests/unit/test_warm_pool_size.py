@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from perdure.backends.local import pool as pool_mod
-from perdure.backends.local import warm
+from perdure.backends.node import pool as pool_mod
+from perdure.backends.node import warm
 
 
 def test_pool_size_parses_numbers_and_auto(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ from perdure.core.spec import ClusterSpec
 def check_environment() -> None:
     """BackendSettingError naming an unusable variable of the environment that the backends'
     node side reads (warm pool size and idle time, log cap), before anything is started."""
-    from perdure.backends.local import logcap, warm
+    from perdure.backends.node import logcap, warm
 
     try:
         warm.pool_size(None)
@@ -73,6 +73,6 @@ def make_inspector(cluster: ClusterSpec, state_dir: Path) -> Inspector:
         from perdure.backends.kubernetes.inspector import KubernetesInspector
 
         return KubernetesInspector(state_dir)
-    from perdure.backends.local.inspector import LocalInspector
+    from perdure.backends.node.inspector import LocalInspector
 
     return LocalInspector(state_dir)

@@ -25,7 +25,8 @@ from test_local_support import (
 )
 
 from perdure.backends.base import LaunchError
-from perdure.backends.local import LocalBackend, signal_replica
+from perdure.backends.local import LocalBackend
+from perdure.backends.node.replicas import signal_replica
 from perdure.core.events import LaunchFailed, ReplicaExited, ReplicaStarted, Stop
 
 __all__ = ["backend"]  # the fixture, imported for pytest

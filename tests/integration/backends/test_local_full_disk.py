@@ -20,7 +20,8 @@ import pytest
 from test_local_support import kill_everything
 
 from perdure.backends.base import NodeInfo
-from perdure.backends.local import LocalBackend, logcap
+from perdure.backends.local import LocalBackend
+from perdure.backends.node import logcap
 from perdure.controller.loop import Controller
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job, make_replicas

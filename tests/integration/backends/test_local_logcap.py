@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from test_local_support import NODES, collect, make_launch
 
-from perdure.backends.local import LocalBackend, logcap
+from perdure.backends.local import LocalBackend
+from perdure.backends.node import logcap
 
 FLOOD_THEN_EXIT = """
 import os

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from perdure.backends.local.logrelay import PARTIAL_SECONDS, LogRelay
+from perdure.backends.node.logrelay import PARTIAL_SECONDS, LogRelay
 
 WRITER = """
 import sys, time

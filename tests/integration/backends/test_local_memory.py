@@ -19,7 +19,9 @@ from test_local_support import (
     wait_for_file,
 )
 
-from perdure.backends.local import LocalBackend, memory, signal_replica
+from perdure.backends.local import LocalBackend
+from perdure.backends.node import memory
+from perdure.backends.node.replicas import signal_replica
 from perdure.core.events import LaunchFailed, ReplicaExited, ReplicaStarted
 
 # Touch every page so the allocation is resident, then linger.

@@ -115,7 +115,7 @@ def test_adopt_reports_unknown_and_never_started_launches(tmp_path: Path) -> Non
 
     # A supervisor that starts after all (it was only slow) must not run a replica now.
     late = subprocess.run(
-        [sys.executable, "-m", "perdure.backends.local.supervisor", str(orphan)],
+        [sys.executable, "-m", "perdure.backends.node.supervisor", str(orphan)],
         timeout=30,
         check=False,
     )

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from perdure.backends.base import NodeInfo
-from perdure.backends.local import LocalBackend, procs
+from perdure.backends.local import LocalBackend
+from perdure.backends.node import procs
 from perdure.core.events import Launch, Observation, ReplicaExited, ReplicaStarted
 
 NODES = [NodeInfo("a", 2), NodeInfo("b", 2)]

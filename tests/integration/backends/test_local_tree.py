@@ -23,7 +23,8 @@ from test_local_support import (
     wait_gone,
 )
 
-from perdure.backends.local import LocalBackend, memory
+from perdure.backends.local import LocalBackend
+from perdure.backends.node import memory
 from perdure.core.events import LaunchFailed, ReplicaExited
 
 

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from test_local_support import NODES, kill_everything, wait_gone
 
-from perdure.backends.local import LocalBackend, procs, warm, warm_pool_summary
+from perdure.backends.local import LocalBackend
+from perdure.backends.node import procs, warm
+from perdure.backends.node.pool import summary as warm_pool_summary
 from perdure.store.sqlite import Store
 
 

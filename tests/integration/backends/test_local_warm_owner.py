@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_local_support import wait_gone
 
-from perdure.backends.local import procs, warm
+from perdure.backends.node import procs, warm
 
 OWNER = """
 import os, sys, time

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from perdure import statedir
-from perdure.backends.local import procs
+from perdure.backends.node import procs
 
 
 def _launch(directory: Path, owner: subprocess.Popen[bytes]) -> None:
@@ -38,7 +38,7 @@ def test_supervisor_and_replica_die_with_the_owner(tmp_path: Path) -> None:
     owner = subprocess.Popen(["sleep", "60"])
     directory = tmp_path / "launches" / "owned"
     _launch(directory, owner)
-    supervisor = subprocess.Popen([sys.executable, "-m", "perdure.backends.local.supervisor",
+    supervisor = subprocess.Popen([sys.executable, "-m", "perdure.backends.node.supervisor",
                                    str(directory)], start_new_session=True)
     try:
         status = _status(directory)
@@ -69,7 +69,7 @@ def test_an_owner_gone_before_the_start_starts_nothing_that_lingers(tmp_path: Pa
         "launch_id": "orphan", "command": ["sleep", "60"], "env": {}, "cwd": str(directory),
         "memory_mb": None, "stdout": str(directory / "out.log"),
         "stderr": str(directory / "err.log"), "owner": {"pid": owner.pid, "start_ticks": 1}})
-    supervisor = subprocess.run([sys.executable, "-m", "perdure.backends.local.supervisor",
+    supervisor = subprocess.run([sys.executable, "-m", "perdure.backends.node.supervisor",
                                  str(directory)], timeout=20, check=False)
     assert supervisor.returncode == -9
     status = statedir.read_json(directory / statedir.STATUS)

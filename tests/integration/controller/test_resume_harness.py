@@ -30,7 +30,7 @@ import yaml
 
 from conftest import PERDURE, Perdure
 from perdure import statedir
-from perdure.backends.local import signal_replica
+from perdure.backends.node.replicas import signal_replica
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
 TMP_DIR = re.compile(r"^step-(\d{8,})\.tmp-")

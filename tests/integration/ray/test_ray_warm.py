@@ -14,7 +14,7 @@ import pytest
 
 from conftest import RayPerdure, kill_actors, named_actors
 from perdure import statedir
-from perdure.backends.local import procs
+from perdure.backends.node import procs
 
 HOLD = "import os, time; print('replica', os.getpid(), flush=True); time.sleep(600)"
 
@@ -95,7 +95,7 @@ AGENT_POOL = ("import json, ray, sys; ray.init(address=sys.argv[1], log_to_drive
 
 def agent_pool(p: RayPerdure, node: str) -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-c", AGENT_POOL, p.hosts.head_address, p.namespace,
-                        f"agent:{node}"], capture_output=True, text=True, timeout=60,
+                        f"node:{node}"], capture_output=True, text=True, timeout=60,
                        env=p.hosts.env(), check=True)
     status: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
     return status
@@ -122,8 +122,8 @@ def test_the_controllers_pool_settings_reach_the_nodes(ray_perdure: RayPerdure,
     assert pool["idle_seconds"] == 3 and not pool["active"] and pool["used"] == 1, pool
     # A pool of 0 on the controller: new agents keep none, launches start cold.
     kill_actors(p)
-    while "agent:a" in named_actors(p):  # gone before the next controller makes its own
-        assert time.monotonic() < deadline + 30, "agent:a outlived ray.kill"
+    while "node:a" in named_actors(p):  # gone before the next controller makes its own
+        assert time.monotonic() < deadline + 30, "node:a outlived ray.kill"
         time.sleep(0.5)
     monkeypatch.setenv("PERDURE_WARM_POOL", "0")
     r = p.cli("run", str(p.spec("cold", command=["python", str(script)])), "--cluster", cluster,

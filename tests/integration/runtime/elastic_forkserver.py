@@ -4,7 +4,7 @@ On 2 cores, `import torch` (~3.5 s of CPU) in every replica dominates these test
 them at once take ~8 s, and a replacement's import steals the CPU its survivors train on. The
 server imports torch and the worker once; each launch is a fork, a real process with its own
 gloo group, environment, log file and exit status (SIGKILL shows as -9, as with Popen). The
-local backend's warm pool does the same for real jobs (`backends/local/warm.py`).
+local backend's warm pool does the same for real jobs (`backends/node/warm.py`).
 
 Server side (`python elastic_forkserver.py`): reads one JSON launch per line from stdin
 ({"env", "args", "log", "status"}), forks, answers the child's pid on stdout, and writes each

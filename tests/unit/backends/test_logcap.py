@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure.backends.local import logcap
+from perdure.backends.node import logcap
 
 
 def test_a_log_over_its_cap_keeps_its_newest_half(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("ray")
 
 from perdure import statedir
-from perdure.backends.local.inspector import LocalInspector
+from perdure.backends.node.inspector import LocalInspector
 from perdure.backends.ray.actors import pull_launch
 from perdure.backends.ray.mirror import Mirror
 

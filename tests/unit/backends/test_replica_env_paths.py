@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from perdure.backends.local.localranks import python_first
-from perdure.backends.local.standby import env_matches
+from perdure.backends.node.localranks import python_first
+from perdure.backends.node.standby import env_matches
 from perdure.integrations.autoinstall import BOOT_DIR, with_boot, without_boot
 
 

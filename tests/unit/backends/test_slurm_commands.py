@@ -113,7 +113,7 @@ def test_a_gpu_pool_asks_slurm_for_gpus_per_node_and_the_agent_step_holds_them()
 
 
 def test_a_replicas_gpus_are_the_agents_slurm_gpus_at_the_chosen_positions() -> None:
-    from perdure.backends.slurm.agent import replica_gpus
+    from perdure.backends.agents.agent import replica_gpus
 
     assert replica_gpus("1,2", "4,5,6,7") == "5,6"
     assert replica_gpus("0", "0,1") == "0"

@@ -1,7 +1,7 @@
 """The node agent of an agent pod: `python -m perdure.backends.kubernetes.agent HUB NODE
 WARM_POOL WARM_IDLE`, the container's command.
 
-It is the Slurm backend's node agent (perdure.backends.slurm.agent: the local supervisor,
+It is the Slurm backend's node agent (perdure.backends.agents.agent: the local supervisor,
 spawner and warm pool; reports, logs and progress pushed to the controller's hub; no shared
 filesystem), speaking for its pod ($PERDURE_K8S_POD, from the downward API) where a Slurm
 agent speaks for its allocation. The hub's key comes from a Kubernetes Secret
@@ -20,11 +20,11 @@ import signal
 import sys
 from typing import Any
 
+from perdure.backends.agents.agent import HubAgent
 from perdure.backends.kubernetes.pods import POD_ENV
-from perdure.backends.slurm.agent import NodeAgent
 
 
-class PodAgent(NodeAgent):
+class PodAgent(HubAgent):
     def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float) -> None:
         super().__init__(hub, node, warm_pool, warm_idle)
         self.alloc = os.environ.get(POD_ENV, "")

@@ -32,17 +32,17 @@ import time
 from urllib.parse import urlparse
 
 from perdure import statedir
+from perdure.backends.agents.alloc import Alloc
+from perdure.backends.agents.hub import Agent, Hub, load_secret
+from perdure.backends.agents.reports import Tracked
 from perdure.backends.base import BackendUnavailable, LaunchError, NodeInfo
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError, load_config
 from perdure.backends.kubernetes.podstate import PodStates
 from perdure.backends.kubernetes.watch import Watch
-from perdure.backends.local import logcap, warm
-from perdure.backends.local.transport import LaunchTransport
+from perdure.backends.node import logcap, warm
+from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
-from perdure.backends.slurm import allocs as al
-from perdure.backends.slurm.hub import Agent, Hub, load_secret
-from perdure.backends.slurm.reports import Tracked
 from perdure.core.events import (
     HoldNodes,
     Launch,
@@ -113,7 +113,7 @@ class KubernetesBackend(PodStates):
         self.hub: Hub | None = None
         self._transport: LaunchTransport | None = None
         self._watch: Watch | None = None
-        self._allocs: list[al.Alloc] = []
+        self._allocs: list[Alloc] = []
         self._active: dict[str, Tracked] = {}
         self._agents: dict[tuple[str, str], Agent] = {}
         self._down: dict[str, float] = {}
@@ -167,7 +167,7 @@ class KubernetesBackend(PodStates):
             return
         self._pods[str(meta["name"])] = dict(pod)  # until the watch lists them again
         running = pd.phase(pod) == "Running"
-        alloc = al.Alloc(str(notes[pd.JOB_ANNOTATION]), str(labels.get(pd.ATTEMPT_LABEL)),
+        alloc = Alloc(str(notes[pd.JOB_ANNOTATION]), str(labels.get(pd.ATTEMPT_LABEL)),
                          [str(notes[pd.NODE_ANNOTATION])], slurm_id=str(meta["name"]),
                          state="RUNNING" if running else "PENDING", ran=running)
         # its agent runs on: it connects to the hub again at the recorded address
@@ -211,14 +211,14 @@ class KubernetesBackend(PodStates):
             "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})
         self._active[launch.launch_id] = Tracked(launch, alloc, mirror)
 
-    def _alloc_for(self, launch: Launch) -> al.Alloc:
+    def _alloc_for(self, launch: Launch) -> Alloc:
         """The pod this launch runs in: its attempt's on its node, else a new one."""
         attempt = launch.env.get("PERDURE_ATTEMPT", "0")
         for alloc in self._allocs:
             if (alloc.job_id, alloc.attempt) == (launch.job_id, attempt) and not (
                     alloc.ending or alloc.noticed) and launch.node in alloc.nodes:
                 return alloc
-        alloc = al.Alloc(launch.job_id, attempt, [launch.node])
+        alloc = Alloc(launch.job_id, attempt, [launch.node])
         self._allocs.append(alloc)
         return alloc
 
@@ -288,7 +288,7 @@ class KubernetesBackend(PodStates):
                           f"for node {alloc.nodes[0]}")
         self._allocs = [a for a in self._allocs if a.slurm_id or not a.ending]
 
-    def _plan(self, alloc: al.Alloc, launches: list[Launch]) -> pd.PodPlan:
+    def _plan(self, alloc: Alloc, launches: list[Launch]) -> pd.PodPlan:
         """What `alloc`'s pod is made with; a spare's (no launch yet) is sized as the
         attempt's largest pod."""
         assert self.hub is not None
@@ -326,9 +326,9 @@ class KubernetesBackend(PodStates):
         for node in hold.nodes:
             if not any((a.job_id, a.attempt) == key and node in a.nodes
                        and not (a.ending or a.noticed) for a in self._allocs):
-                self._allocs.append(al.Alloc(*key, [node]))
+                self._allocs.append(Alloc(*key, [node]))
 
-    def _holds_spare(self, alloc: al.Alloc) -> bool:
+    def _holds_spare(self, alloc: Alloc) -> bool:
         return bool(self._spares.get((alloc.job_id, alloc.attempt), set()) & set(alloc.nodes))
 
     def _dispatch(self, out: list[Observation]) -> None:

@@ -7,7 +7,7 @@ to the replica's pod through its agent, which only the controller is connected t
 
 from __future__ import annotations
 
-from perdure.backends.local.inspector import LocalInspector
+from perdure.backends.node.inspector import LocalInspector
 
 
 class KubernetesInspector(LocalInspector):

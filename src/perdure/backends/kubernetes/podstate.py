@@ -25,12 +25,12 @@ import queue
 import time
 from typing import TYPE_CHECKING, Any
 
+from perdure.backends.agents.alloc import Alloc
+from perdure.backends.agents.hub import Agent
+from perdure.backends.agents.links import AgentLinks
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError
 from perdure.backends.kubernetes.watch import Watch
-from perdure.backends.slurm import allocs as al
-from perdure.backends.slurm.hub import Agent
-from perdure.backends.slurm.links import AgentLinks
 from perdure.core.events import Command, LaunchFailed, LaunchQueued, Observation
 
 RELEASE_SECONDS = 5.0  # a pod with no launch this long is deleted
@@ -53,7 +53,7 @@ class PodStates(AgentLinks):
     if TYPE_CHECKING:  # KubernetesBackend's, which this half calls
         def _attach(self) -> None: ...
 
-        def _holds_spare(self, alloc: al.Alloc) -> bool: ...
+        def _holds_spare(self, alloc: Alloc) -> bool: ...
 
     def _refresh(self, out: list[Observation]) -> None:
         """Take in what the watches saw and act on each pod's and node's state."""
@@ -92,10 +92,10 @@ class PodStates(AgentLinks):
             if kind == "pods":
                 self._seen.update(self._pods)
 
-    def _holds_launches(self, alloc: al.Alloc) -> bool:
+    def _holds_launches(self, alloc: Alloc) -> bool:
         return any(t.alloc is alloc for t in self._active.values())
 
-    def _pod_state(self, alloc: al.Alloc, pod: dict[str, Any] | None,
+    def _pod_state(self, alloc: Alloc, pod: dict[str, Any] | None,
                    out: list[Observation]) -> None:
         node = alloc.nodes[0] if alloc.nodes else "?"
         if pod is None:
@@ -127,7 +127,7 @@ class PodStates(AgentLinks):
         else:
             self._gone_pod(alloc, f"its pod {alloc.slurm_id} is {phase}", out)
 
-    def _gone_pod(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
+    def _gone_pod(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
         """The pod is gone or going: a notice in force makes it the end of the attempt's hold
         there; otherwise its node is lost for the job."""
         alloc.state = "GONE"
@@ -136,7 +136,7 @@ class PodStates(AgentLinks):
             return
         self._lose_node(alloc.nodes[0], f"node {alloc.nodes[0]}: {why}", out)
 
-    def _cannot_start(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
+    def _cannot_start(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
         secret = ("; make the Secret <job name>-credentials with a key per credential "
                   "variable (kubectl create secret generic NAME --from-literal=VAR=...)"
                   if "secret" in why.lower() else "")
@@ -147,7 +147,7 @@ class PodStates(AgentLinks):
                                     f"{secret}", time.time(), user_error=True))
         self._delete(alloc, grace=0)
 
-    def _ended(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
+    def _ended(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
         """The pod is gone after its notice: what still ran in it went with it."""
         with contextlib.suppress(ValueError):
             self._allocs.remove(alloc)
@@ -156,7 +156,7 @@ class PodStates(AgentLinks):
         for tracked in [t for t in self._active.values() if t.alloc is alloc]:
             self._gone(tracked, why, out)
 
-    def _notice(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
+    def _notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
         """An eviction or a drain: the job saves and suspends (its next attempt gets new
         pods)."""
         if alloc.noticed:
@@ -165,7 +165,7 @@ class PodStates(AgentLinks):
         self._log(f"{alloc.job_id} attempt {alloc.attempt}: {why}: preempting the job")
         out.append(Command("preempt", alloc.job_id, time.time()))
 
-    def _queued(self, alloc: al.Alloc, reason: str, out: list[Observation]) -> None:
+    def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
         """The pod's launches wait in Kubernetes for `reason` ("": the pod runs)."""
         alloc.told = reason
         for tracked in [t for t in self._active.values() if t.alloc is alloc]:
@@ -191,7 +191,7 @@ class PodStates(AgentLinks):
                     now - alloc.idle_since >= RELEASE_SECONDS):
                 self._delete(alloc, grace=0 if not alloc.nodes else 1)
 
-    def _delete(self, alloc: al.Alloc, grace: int) -> None:
+    def _delete(self, alloc: Alloc, grace: int) -> None:
         alloc.ending = True
         with contextlib.suppress(ValueError):
             self._allocs.remove(alloc)

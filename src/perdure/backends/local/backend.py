@@ -23,13 +23,13 @@ from typing import Any
 
 from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo, error_info
-from perdure.backends.local import logcap, procs, warm
-from perdure.backends.local.memory import MECHANISMS, cgroup_parent
 from perdure.backends.local.progress import ProgressReader
-from perdure.backends.local.replicas import check_launch, kill_leftovers
-from perdure.backends.local.spawner import Spawner
-from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.masterport import MasterPorts, local_port
+from perdure.backends.node import logcap, procs, warm
+from perdure.backends.node.memory import MECHANISMS, cgroup_parent
+from perdure.backends.node.replicas import check_launch, kill_leftovers
+from perdure.backends.node.spawner import Spawner
+from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.preflight import Preflight
 from perdure.backends.stacks import StackDump, dump_pid
 from perdure.core.events import (

@@ -10,12 +10,12 @@ A launch actor is either made for its launch (the record given to the constructo
 ahead of need as a spare (`spare_actors`) and handed its launch by `begin`: a Ray worker takes
 ~1.7 s to start here, which a restart then does not wait for.
 
-A launch actor hands its launch to its node's agent (`nodeagent`), whose spawner starts it
+A launch actor hands its launch to its node's agent (`nodeactor`), whose spawner starts it
 warm when it can; the supervisor that runs it is then not the actor's child, and watches the
 actor's process instead of relying on PDEATHSIG.
 
 With the cluster file's `health: preflight` (in the launch record), a launch actor has its
-node's agent run the check (`NodeAgent.check`: once per attempt of a job on the node) before
+node's agent run the check (`NodeActor.check`: once per attempt of a job on the node) before
 its replica starts; a launch whose node failed answers `started` with the check's words (the
 controller quarantines the node) and ends, unstarted, when it is stopped.
 """
@@ -34,12 +34,12 @@ from typing import Any
 import ray
 
 from perdure import statedir
-from perdure.backends.local import procs
-from perdure.backends.local.nodeenv import interface_env
-from perdure.backends.local.pulls import pull_launch
-from perdure.backends.local.replicas import kill_leftovers, signal_replica
+from perdure.backends.node import procs
+from perdure.backends.node.nodeenv import interface_env
+from perdure.backends.node.pulls import pull_launch
+from perdure.backends.node.replicas import kill_leftovers, signal_replica
 from perdure.backends.preflight import NodeGate, check_env
-from perdure.backends.ray.nodeagent import identity, node_address, node_agent, node_dir
+from perdure.backends.ray.nodeactor import identity, node_actor, node_address, node_dir
 
 AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
 # The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
@@ -164,7 +164,7 @@ class LaunchActor:
         env, cwd = check_env(env, node), record.get("cwd")
         outcome: dict[str, Any] | None = None
         try:
-            agent = self._agent or node_agent(node, ray.get_runtime_context().namespace,
+            agent = self._agent or node_actor(node, ray.get_runtime_context().namespace,
                                               *(record.get("warm") or ["auto", 600.0]))
             while outcome is None:
                 outcome = ray.get(agent.check.remote(key, argv, timeout, env, cwd, 1.0),
@@ -190,7 +190,7 @@ class LaunchActor:
         namespace lock is gone, or another controller's): nothing else ends a detached actor.
         """
         with contextlib.suppress(Exception):  # else looked up when the launch comes
-            self._agent = node_agent(owner["node"], ray.get_runtime_context().namespace,
+            self._agent = node_actor(owner["node"], ray.get_runtime_context().namespace,
                                      *owner["warm"])
         misses = 0
         while not self._begun.wait(IDLE_CHECK_SECONDS):
@@ -209,7 +209,7 @@ class LaunchActor:
         """Hand the launch to the node agent's spawner; its process, or None (start cold).
         An agent that is gone (a node that came back) is made again here."""
         try:
-            agent = self._agent or node_agent(node, ray.get_runtime_context().namespace, *warm)
+            agent = self._agent or node_actor(node, ray.get_runtime_context().namespace, *warm)
             spawner: dict[str, int] = ray.get(agent.spawn.remote(self.dir),
                                               timeout=AGENT_SECONDS)
             return spawner
@@ -221,7 +221,7 @@ class LaunchActor:
     def _start_cold(self) -> None:
         log = open(os.path.join(self.dir, statedir.SUPERVISOR_LOG), "ab")  # noqa: SIM115
         self.supervisor = subprocess.Popen(
-            [sys.executable, "-m", "perdure.backends.local.supervisor", self.dir],
+            [sys.executable, "-m", "perdure.backends.node.supervisor", self.dir],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_in_supervisor,
             close_fds=True,
         )

@@ -30,13 +30,13 @@ from ray.exceptions import (
 
 from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import logcap, warm
-from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.masterport import MasterPorts
+from perdure.backends.node import logcap, warm
+from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
 from perdure.backends.ray.mirror import Mirror
-from perdure.backends.ray.nodeagent import RESOURCE_PREFIX, node_agent
+from perdure.backends.ray.nodeactor import RESOURCE_PREFIX, node_actor
 from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
 from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_from_agent
 from perdure.core.events import (
@@ -112,7 +112,7 @@ class RayBackend:
 
     def _agent(self, node: str) -> Any:
         if node not in self._agents:
-            self._agents[node] = node_agent(node, self.ns, *self._warm)
+            self._agents[node] = node_actor(node, self.ns, *self._warm)
         return self._agents[node]
 
     # ---- launch -----------------------------------------------------------------------------

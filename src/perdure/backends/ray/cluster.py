@@ -23,7 +23,7 @@ from ray.exceptions import RayActorError, RayError
 from perdure.backends.base import BackendBusy, BackendUnavailable, NodeInfo
 from perdure.backends.ray import versions
 from perdure.backends.ray.actors import LaunchActor
-from perdure.backends.ray.nodeagent import (
+from perdure.backends.ray.nodeactor import (
     ACTOR_CONCURRENCY,
     PIN,
     RESOURCE_PREFIX,

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from perdure import statedir
-from perdure.backends.local.inspector import LocalInspector
+from perdure.backends.node.inspector import LocalInspector
 from perdure.core.spec import ClusterSpec, RaySpec
 
 

@@ -15,8 +15,8 @@ import os
 from typing import Any
 
 from perdure import statedir
-from perdure.backends.local import logcap
-from perdure.backends.local.pulls import RESTARTED
+from perdure.backends.node import logcap
+from perdure.backends.node.pulls import RESTARTED
 
 
 class Mirror:

@@ -19,12 +19,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+from perdure.backends.agents.alloc import Alloc
+from perdure.backends.agents.nodedir import PREFLIGHT_ENV
 from perdure.backends.preflight import check_env
 from perdure.backends.slurm import slurmcmd
-from perdure.backends.slurm.step import PREFLIGHT_ENV
 from perdure.core.events import Launch
 from perdure.core.healthspec import HealthSpec
 from perdure.core.spec import SlurmSpec
@@ -43,35 +43,6 @@ def parse_name(prefix: str, name: str) -> tuple[str, str] | None:
         return None
     job_id, _, attempt = name[len(prefix):].rpartition(".")
     return (job_id, attempt) if job_id and attempt.isdigit() else None
-
-
-@dataclass
-class Alloc:
-    """One holder job: what it was asked for and what Slurm says of it."""
-
-    job_id: str
-    attempt: str
-    nodes: list[str]
-    slurm_id: str = ""  # "" until submitted
-    state: str = "UNSUBMITTED"
-    reason: str = ""
-    ran: bool = False  # it has been RUNNING
-    ending: bool = False  # cancelled by perdure, or ended: takes no more launches
-    noticed: bool = False  # its preemption or time-limit notice was passed on
-    told: str = ""  # the queue reason last passed on to the controller ("": none, or it ran)
-    agents: dict[str, float] = field(default_factory=dict)  # node -> when its step started
-    idle_since: float | None = None
-    cpus: int = 1
-    gpus: int = 0  # per node, for the node agent's step (its replicas take theirs from them)
-    warning: int = 40  # seconds before the time limit that Slurm warns the holder (USR1)
-
-    @property
-    def running(self) -> bool:
-        return self.state in slurmcmd.RUNNING_STATES
-
-    def describe(self) -> str:
-        why = f" ({self.reason})" if self.reason and self.reason != "None" else ""
-        return f"Slurm job {self.slurm_id or '(unsubmitted)'} {self.state}{why}"
 
 
 def slurm_env(secret: str | None = None, extra: dict[str, str] | None = None
@@ -140,7 +111,7 @@ def start_agent(alloc: Alloc, node: str, hub: str, secret: str, warm: tuple[obje
                 logs: str, check: dict[str, Any] | None = None) -> subprocess.Popen[bytes]:
     """The node agent's step; `check`: the node's preflight ({argv, timeout, env, cwd})."""
     alloc.agents[node] = time.monotonic()
-    argv = [sys.executable, "-m", "perdure.backends.slurm.agent", hub, node, str(warm[0]),
+    argv = [sys.executable, "-m", "perdure.backends.agents.agent", hub, node, str(warm[0]),
             f"{warm[1]:g}"]
     extra = {PREFLIGHT_ENV: json.dumps(check)} if check is not None else None
     return step(alloc, node, "perdure-agent", argv,

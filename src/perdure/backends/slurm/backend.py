@@ -32,18 +32,20 @@ import subprocess
 import time
 
 from perdure import statedir
+from perdure.backends.agents.alloc import Alloc
+from perdure.backends.agents.hub import Agent, Hub, load_secret
+from perdure.backends.agents.links import AgentLinks
+from perdure.backends.agents.reports import Tracked
 from perdure.backends.base import LaunchError, NodeInfo
-from perdure.backends.local import logcap, warm
-from perdure.backends.local.transport import LaunchTransport
 from perdure.backends.masterport import MasterPorts
+from perdure.backends.node import logcap, warm
+from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm import slurmcmd
 from perdure.backends.slurm.holds import AllocHolds
-from perdure.backends.slurm.hub import Agent, Hub, load_secret
-from perdure.backends.slurm.links import AgentLinks
 from perdure.backends.slurm.platform import PlatformWatch
-from perdure.backends.slurm.reports import Tracked
+from perdure.backends.slurm.restore import NodeRestore
 from perdure.core.events import (
     Command,
     Launch,
@@ -63,7 +65,7 @@ ADDRESS_ENV = "PERDURE_SLURM_ADDRESS"  # the address agents reach this controlle
 DRAIN_REASON_CHARS = 200  # of the reason perdure gives Slurm's drain (sinfo shows it)
 
 
-class SlurmBackend(AgentLinks, AllocHolds):
+class SlurmBackend(AgentLinks, AllocHolds, NodeRestore):
     """Replicas as job steps of per-attempt Slurm allocations (see the module docstring)."""
 
     def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
@@ -78,7 +80,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
         self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self.hub: Hub | None = None
         self._transport: LaunchTransport | None = None
-        self._allocs: list[al.Alloc] = []
+        self._allocs: list[Alloc] = []
         self._active: dict[str, Tracked] = {}
         self._agents: dict[tuple[str, str], Agent] = {}
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -109,7 +111,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
             ids = al.parse_name(self.prefix, info.name)
             if ids is None or not (info.running or info.state == "PENDING"):
                 continue
-            alloc = al.Alloc(ids[0], ids[1], slurmcmd.expand(info.nodes), slurm_id=info.job_id,
+            alloc = Alloc(ids[0], ids[1], slurmcmd.expand(info.nodes), slurm_id=info.job_id,
                              state=info.state, reason=info.reason, ran=info.running)
             # its agents run on: they connect to the hub again at the recorded address
             alloc.agents = {n: time.monotonic() for n in alloc.nodes} if alloc.ran else {}
@@ -145,7 +147,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
             "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})
         self._active[launch.launch_id] = Tracked(launch, alloc, mirror)
 
-    def _alloc_for(self, launch: Launch) -> al.Alloc:
+    def _alloc_for(self, launch: Launch) -> Alloc:
         """The allocation this launch runs in: its attempt's that holds its node, else the
         attempt's not yet submitted one (the node joins it), else a new one."""
         attempt = launch.env.get("PERDURE_ATTEMPT", "0")
@@ -158,7 +160,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
             if not alloc.slurm_id:
                 alloc.nodes.append(launch.node)
                 return alloc
-        alloc = al.Alloc(launch.job_id, attempt, [launch.node])
+        alloc = Alloc(launch.job_id, attempt, [launch.node])
         self._allocs.append(alloc)
         return alloc
 
@@ -294,7 +296,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
         with open(os.path.join(self.dir, statedir.SLURM_LOG), "a") as f:
             f.write(f"{stamp} {line}\n")
 
-    def _start_agents(self, alloc: al.Alloc) -> None:
+    def _start_agents(self, alloc: Alloc) -> None:
         assert self.hub is not None
         for node in alloc.nodes:
             if node not in alloc.agents:
@@ -303,14 +305,14 @@ class SlurmBackend(AgentLinks, AllocHolds):
                 self._procs.append(al.start_agent(alloc, node, self.hub.address,
                                                   self.hub.secret, self._warm, self.dir, check))
 
-    def _notice(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None:
+    def _notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
         """A preemption or time-limit notice for `alloc`: the job saves and suspends."""
         if alloc.noticed:
             return
         alloc.noticed = True
         out.append(Command("preempt", alloc.job_id, time.time()))
 
-    def _ended(self, alloc: al.Alloc, state: str, out: list[Observation]) -> None:
+    def _ended(self, alloc: Alloc, state: str, out: list[Observation]) -> None:
         """The allocation ended, not by perdure (which drops one it cancels): preempted or
         out of time -> the job suspends; cancelled from outside -> the job is cancelled."""
         alloc.ending = True
@@ -391,7 +393,7 @@ class SlurmBackend(AgentLinks, AllocHolds):
                     slurmcmd.cancel(alloc.slurm_id)
                 self._save()
 
-    def _superseded(self, alloc: al.Alloc) -> bool:
+    def _superseded(self, alloc: Alloc) -> bool:
         return any(t.launch.job_id == alloc.job_id
                    and t.launch.env.get("PERDURE_ATTEMPT") != alloc.attempt
                    for t in self._active.values())

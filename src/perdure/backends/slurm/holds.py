@@ -10,15 +10,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from perdure.backends.slurm import allocs as al
-from perdure.backends.slurm.reports import Tracked
+from perdure.backends.agents.alloc import Alloc
+from perdure.backends.agents.reports import Tracked
 from perdure.core.events import HoldNodes, LaunchQueued, Observation
 
 
 class AllocHolds:
     """See the module docstring."""
 
-    _allocs: list[al.Alloc]
+    _allocs: list[Alloc]
     _active: dict[str, Tracked]
     _spares: dict[tuple[str, str], set[str]]  # (job, attempt) -> the spare nodes it holds
 
@@ -44,14 +44,14 @@ class AllocHolds:
         if unsubmitted is not None:
             unsubmitted.nodes.extend(new)
             return
-        like = mine[0] if mine else al.Alloc(*key, [])
-        self._allocs.append(al.Alloc(*key, new, cpus=like.cpus, gpus=like.gpus,
+        like = mine[0] if mine else Alloc(*key, [])
+        self._allocs.append(Alloc(*key, new, cpus=like.cpus, gpus=like.gpus,
                                      warning=like.warning))
 
-    def _holds_spare(self, alloc: al.Alloc) -> bool:
+    def _holds_spare(self, alloc: Alloc) -> bool:
         return bool(self._spares.get((alloc.job_id, alloc.attempt), set()) & set(alloc.nodes))
 
-    def _queued(self, alloc: al.Alloc, reason: str, out: list[Observation]) -> None:
+    def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
         """Tell the controller that `alloc`'s launches wait in Slurm's queue for `reason`
         (the job shows QUEUED with it), or, with "", that the allocation started."""
         alloc.told = reason

@@ -7,7 +7,7 @@ the replica's node through its agent, which only the controller is connected to.
 
 from __future__ import annotations
 
-from perdure.backends.local.inspector import LocalInspector
+from perdure.backends.node.inspector import LocalInspector
 
 
 class SlurmInspector(LocalInspector):

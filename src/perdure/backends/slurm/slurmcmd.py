@@ -15,6 +15,7 @@ import socket
 import subprocess
 from dataclasses import dataclass
 
+from perdure.backends.agents.alloc import RUNNING_STATES
 from perdure.core.spec import SlurmSpec
 
 TIMEOUT = 30.0  # seconds one command may take (slurmctld answers in milliseconds)
@@ -29,7 +30,6 @@ trap 'note preempt' TERM
 while :; do sleep 1 & wait $!; done
 """
 NOTICES = ("perdure:timelimit", "perdure:preempt")
-RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING"})  # not COMPLETING: it ends
 
 
 class SlurmError(RuntimeError):

@@ -12,21 +12,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 
 from perdure import statedir
-from perdure.backends.local import procs
+from perdure.backends.agents.nodedir import node_dir
+from perdure.backends.node import procs
 
 START_SECONDS = 120.0  # the agent writes the launch (and a supervisor claims it) within this
-# The node agent's check (the cluster file's `health: preflight`): {argv, timeout, env, cwd}
-PREFLIGHT_ENV = "PERDURE_SLURM_PREFLIGHT"
-
-
-def node_dir(node: str) -> str:
-    """This allocation's directory for perdure on this node (node-local: nothing shared)."""
-    job = os.environ.get("SLURM_JOB_ID", "nojob")
-    return os.path.join(tempfile.gettempdir(), "perdure-slurm", f"{job}-{node}")
 
 
 def wait(directory: str) -> int:

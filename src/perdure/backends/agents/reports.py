@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from perdure import statedir
+from perdure.backends.agents.alloc import Alloc
 from perdure.backends.base import error_info
 from perdure.backends.ray.mirror import Mirror
-from perdure.backends.slurm.allocs import Alloc
 from perdure.core.events import Launch, LaunchFailed, Observation, ReplicaExited, ReplicaStarted
 from perdure.runtime.errorfile import read_error_file
 

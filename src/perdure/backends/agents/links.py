@@ -1,14 +1,15 @@
-"""The Slurm backend's links to its node agents: their reports, heartbeats and losses.
+"""An agent-based backend's links to its node agents: their reports, heartbeats and losses.
 
-`AgentLinks` is the half of `SlurmBackend` that reads what the hub received: an agent's hello
+`AgentLinks` is the half of `SlurmBackend` (and of `KubernetesBackend`) that reads what the
+hub received: an agent's hello
 (it is told what the controller already has of its launches), its reports (applied by
 `reports`), its end. An agent gone while its allocation still runs, or silent for
 HEARTBEAT_SECONDS, is a lost node: a `fail-node` before its replicas' exits, so that none is
-charged. A lost node is restored once Slurm has shown it down and usable again. An agent
+charged (each backend restores a lost node its own way: `_restore`). An agent
 whose node failed its preflight check says so once: a `NodeCheckFailed` (the core
 quarantines the node).
 
-Side effects: through the backend: the mirror files, messages to agents, squeue and sinfo.
+Side effects: through the backend: the mirror files, messages to agents, squeue.
 """
 
 from __future__ import annotations
@@ -18,24 +19,21 @@ import queue
 import time
 from typing import TYPE_CHECKING
 
-from perdure.backends.slurm import allocs as al
-from perdure.backends.slurm import reports, slurmcmd
-from perdure.backends.slurm.hub import Agent, Hub
-from perdure.backends.slurm.reports import Tracked
+from perdure.backends.agents import reports
+from perdure.backends.agents.alloc import Alloc
+from perdure.backends.agents.hub import Agent, Hub
+from perdure.backends.agents.reports import Tracked
 from perdure.core.events import Command, LaunchFailed, NodeCheckFailed, Observation
-from perdure.core.spec import SlurmSpec
 
 HEARTBEAT_SECONDS = 3.0  # an agent silent this long is on a lost node
 AGENT_START_SECONDS = 60.0  # an agent step that has not connected by then: its node is lost
-RESTORE_SECONDS = 60.0  # a lost node Slurm never showed down is restored after this
 
 
 class AgentLinks:
-    """See the module docstring; `SlurmBackend` holds the state and the Slurm side."""
+    """See the module docstring; the backend holds the state and its platform's side."""
 
-    spec: SlurmSpec
     hub: Hub | None
-    _allocs: list[al.Alloc]
+    _allocs: list[Alloc]
     _active: dict[str, Tracked]
     _agents: dict[tuple[str, str], Agent]
     _down: dict[str, float]
@@ -43,10 +41,10 @@ class AgentLinks:
     _addresses: dict[str, str]
     _checks_failed: set[tuple[str, str]]
 
-    if TYPE_CHECKING:  # SlurmBackend's, which this half calls
+    if TYPE_CHECKING:  # the backend's, which this half calls
         def _refresh(self, out: list[Observation]) -> None: ...
 
-        def _notice(self, alloc: al.Alloc, why: str, out: list[Observation]) -> None: ...
+        def _notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None: ...
 
         def _log(self, line: str) -> None: ...
 
@@ -148,19 +146,3 @@ class AgentLinks:
         out.append(Command("fail-node", node, time.time()))
         for tracked in [t for t in self._active.values() if t.launch.node == node]:
             self._gone(tracked, why, out)
-
-    def _restore(self, now: float, out: list[Observation]) -> None:
-        """A lost node is back once Slurm has shown it down and usable again."""
-        try:
-            found = {n.name: n for n in slurmcmd.nodes(self.spec.partition)}
-        except slurmcmd.SlurmError:
-            return
-        for node, since in list(self._down.items()):
-            info = found.get(node)
-            if info is None:
-                continue
-            if not info.usable:
-                self._seen_down.add(node)
-            elif node in self._seen_down or now - since > RESTORE_SECONDS:
-                del self._down[node]
-                out.append(Command("node-back", node, time.time()))

@@ -25,7 +25,7 @@ import signal
 import socket
 from collections.abc import Callable
 
-from perdure.backends.local import procs, warm, warmstart
+from perdure.backends.node import procs, warm, warmstart
 
 FORK_ENV = "PERDURE_WARM_FORK"
 

@@ -21,7 +21,7 @@ import os
 import select
 import signal
 
-from perdure.backends.local.standby import Standby
+from perdure.backends.node.standby import Standby
 from perdure.backends.settings import AUTO as AUTO  # warm.AUTO: the pool size "auto"
 from perdure.backends.settings import count_or_auto
 
@@ -109,7 +109,7 @@ def run_standby(link: socket.socket, forked: bool = False) -> int:
     from it, torch already imported); `link` is its end of a socket pair: it writes b"R" when
     ready and reads one launch directory (end of input: not needed, exit).
     """
-    from perdure.backends.local import supervisor
+    from perdure.backends.node import supervisor
 
     os.setsid()
     signal.pthread_sigmask(signal.SIG_BLOCK, supervisor.HANDLED_SIGNALS)

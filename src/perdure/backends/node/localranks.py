@@ -12,7 +12,7 @@ import os
 import sys
 
 from perdure import statedir
-from perdure.backends.local import procs
+from perdure.backends.node import procs
 from perdure.integrations.autoinstall import with_boot
 from perdure.runtime.ranks import local_rank_env, rank_file
 

@@ -20,10 +20,10 @@ import sys
 import time
 
 from perdure import statedir
-from perdure.backends.local import localranks, procs, warm
-from perdure.backends.local.standby import launch_fits, standby_env
-from perdure.backends.local.template import Template
-from perdure.backends.local.template import enabled as template_enabled
+from perdure.backends.node import localranks, procs, warm
+from perdure.backends.node.standby import launch_fits, standby_env
+from perdure.backends.node.template import Template
+from perdure.backends.node.template import enabled as template_enabled
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

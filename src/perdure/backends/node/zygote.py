@@ -15,7 +15,7 @@ It watches its owner (the process that started it) as well: when the owner is go
 what end of input does, even if a descriptor of its stdin survives in another process, and
 the template and standbys, which watch the same owner, exit with it.
 
-Run as `python -c "from perdure.backends.local.zygote import main; main()" [POOL_SIZE
+Run as `python -c "from perdure.backends.node.zygote import main; main()" [POOL_SIZE
 [IDLE_SECONDS [OWNER_PID]]]`.
 """
 
@@ -25,8 +25,8 @@ import os
 import select
 import sys
 
-from perdure.backends.local import procs, supervisor, warm
-from perdure.backends.local.pool import Pool
+from perdure.backends.node import procs, supervisor, warm
+from perdure.backends.node.pool import Pool
 
 REAP_SECONDS = 0.2
 PREWARM = b"+warm"

@@ -1,5 +1,5 @@
-"""The node agent: one detached actor per perdure node (and controller namespace), named
-`agent:<node>`.
+"""The node actor: one detached Ray actor per perdure node (and controller namespace), named
+`node:<node>` (the node's agent on Ray).
 
 It answers what a node knows (its address and interpreter, a port that is free there), owns
 the node's spawner with its pool of warm standbys (the local backend's: a launch actor hands
@@ -23,8 +23,8 @@ from typing import Any
 import ray
 
 from perdure import statedir
-from perdure.backends.local import procs
-from perdure.backends.local.pulls import pull_launch
+from perdure.backends.node import procs
+from perdure.backends.node.pulls import pull_launch
 from perdure.backends.preflight import NodeGate
 
 RESOURCE_PREFIX = "perdure_node_"
@@ -60,13 +60,13 @@ def identity(pid: int) -> dict[str, int]:
     return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
 
 
-class NodeAgent:
+class NodeActor:
     """What a perdure node knows about itself, for the controller; and the node's spawner with
     its pool of warm standbys (the local backend's: `spawner`, `zygote`, `pool`), which the
     launch actors of this node hand their launches to. The spawner exits with this agent."""
 
     def __init__(self, warm_pool: int | str = "auto", warm_idle: float = 600.0) -> None:
-        from perdure.backends.local.spawner import Spawner
+        from perdure.backends.node.spawner import Spawner
 
         self.launches = os.path.join(node_dir(), statedir.LAUNCHES)
         self._spawner = Spawner(self.launches, warm_pool, warm_idle)
@@ -132,13 +132,13 @@ class NodeAgent:
             return int(s.getsockname()[1])
 
 
-def node_agent(node: str, namespace: str, warm_pool: int | str = "auto",
+def node_actor(node: str, namespace: str, warm_pool: int | str = "auto",
                warm_idle: float = 600.0) -> Any:
     """The node's agent, created on first use (with its warm pool's size and idle time; one
     that exists keeps its own); it lives as long as its Ray node (Ray starts it again when it
     dies there: Ray's memory monitor may pick it)."""
-    return remote_class(NodeAgent).options(
-        name=f"agent:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
+    return remote_class(NodeActor).options(
+        name=f"node:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
         resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1,
         max_concurrency=ACTOR_CONCURRENCY,
     ).remote(warm_pool, warm_idle)

@@ -1,13 +1,13 @@
 """The node agent: one job step per node of an allocation, owning that node's replicas.
 
-`python -m perdure.backends.slurm.agent HUB NODE` runs as a step of the holder job
+`python -m perdure.backends.agents.agent HUB NODE` runs as a step of the holder job
 (`srun --overlap --jobid ...`). It owns the local backend's spawner with its pool of warm
 standbys, so a replica runs under the local supervisor with exactly the local backend's
 semantics (exit code and signal, error file, OOM over `memory_mb`, stop with grace then
 SIGKILL of the tree), and a restart starts warm. Launch directories live on this node
 (`$TMPDIR/perdure-slurm/<job>-<node>/launches/<launch id>`): nothing is shared.
 
-It connects to the controller's hub (perdure.backends.slurm.hub) with the secret in
+It connects to the controller's hub (perdure.backends.agents.hub) with the secret in
 $PERDURE_SLURM_SECRET and pushes a report every PUSH_SECONDS, which is also its heartbeat:
 each launch's status and exit once, and the new bytes of its logs and progress. A launch's
 exit is pushed only in a report that brings none of its bytes, so the controller has the
@@ -38,12 +38,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from perdure import statedir
-from perdure.backends.local import procs
-from perdure.backends.local.nodeenv import interface_env, node_command
-from perdure.backends.local.pulls import pull_launch
-from perdure.backends.local.replicas import kill_leftovers
-from perdure.backends.local.spawner import Spawner
-from perdure.backends.slurm.step import PREFLIGHT_ENV, node_dir
+from perdure.backends.agents.nodedir import PREFLIGHT_ENV, node_dir
+from perdure.backends.node import procs
+from perdure.backends.node.nodeenv import interface_env, node_command
+from perdure.backends.node.pulls import pull_launch
+from perdure.backends.node.replicas import kill_leftovers
+from perdure.backends.node.spawner import Spawner
 from perdure.runtime.transport.wire import FrameError, mac, parse_addr, recv_frame, send_frame
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class _Launch:
         self.held = False  # waits for the node's check
 
 
-class NodeAgent:
+class HubAgent:
     """See the module docstring."""
 
     def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float) -> None:
@@ -344,8 +344,8 @@ def _ticks(pid: int) -> int:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4:
-        sys.exit("usage: python -m perdure.backends.slurm.agent HUB NODE WARM_POOL WARM_IDLE")
-    agent = NodeAgent(args[0], args[1], args[2], float(args[3]))
+        sys.exit("usage: python -m perdure.backends.agents.agent HUB NODE WARM_POOL WARM_IDLE")
+    agent = HubAgent(args[0], args[1], args[2], float(args[3]))
 
     def on_term(signum: int, frame: Any) -> None:
         agent.notice = "preempt"  # Slurm's preemption notice; the controller decides

@@ -1,7 +1,7 @@
 """A warm standby interpreter: import torch now, run a replica's script later as if started cold.
 
 The supervisor that starts this process (see `warm`) runs it as
-`python -c "__import__('perdure.backends.local.warmstart')...main()"` in a session of its own,
+`python -c "__import__('perdure.backends.node.warmstart')...main()"` in a session of its own,
 with its stdin a pipe from the supervisor and fd 3 a pipe back to it. It imports PRELOAD (torch,
 numpy, ...; no ops, no threads of its own), writes one byte to fd 3 to say it is ready, and reads
 its launch from stdin: a JSON object with the target (`["script", path]` or
@@ -115,7 +115,7 @@ def _title(launch: dict[str, Any]) -> None:
     """`ps` shows the replica's command, as it would for a cold start (proctitle)."""
     kind, name = launch["target"]
     target = ["-m", name] if kind == "module" else [name]
-    from perdure.backends.local.proctitle import set_title
+    from perdure.backends.node.proctitle import set_title
 
     set_title([sys.executable, *target, *launch["args"]])
 

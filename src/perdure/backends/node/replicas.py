@@ -14,8 +14,8 @@ from typing import Any
 
 from perdure import statedir
 from perdure.backends.base import LaunchError
-from perdure.backends.local import procs
-from perdure.backends.local.memory import remove_cgroup
+from perdure.backends.node import procs
+from perdure.backends.node.memory import remove_cgroup
 from perdure.core.events import Launch
 from perdure.runtime.ranks import rank_file
 

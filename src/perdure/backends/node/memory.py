@@ -32,7 +32,7 @@ import time
 import zlib
 
 from perdure.backends.base import BackendSettingError
-from perdure.backends.local import procs
+from perdure.backends.node import procs
 
 MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rss")
 CGROUP_PARENT_ENV = "PERDURE_CGROUP_PARENT"

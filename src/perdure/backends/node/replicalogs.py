@@ -14,13 +14,13 @@ import os
 import time
 
 from perdure import statedir
-from perdure.backends.local import logcap
+from perdure.backends.node import logcap
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from perdure.backends.local.logrelay import LogRelay
+    from perdure.backends.node.logrelay import LogRelay
 
 
 class Logs:
@@ -53,7 +53,7 @@ class Logs:
         merged = self.spec.get("output")  # both streams in order (older launches: none)
         if not merged:
             return None
-        from perdure.backends.local.logrelay import LogRelay
+        from perdure.backends.node.logrelay import LogRelay
 
         self.relay = LogRelay(directory, {"out": self.spec["stdout"], "err": self.spec["stderr"]},
                               merged, self.header_text, self._limit(), self._trimmed)

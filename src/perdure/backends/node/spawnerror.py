@@ -10,7 +10,7 @@ import errno
 import os
 from typing import Any
 
-from perdure.backends.local import procs
+from perdure.backends.node import procs
 
 
 def spawn_failure(spec: dict[str, Any], err: Exception) -> tuple[str, bool]:

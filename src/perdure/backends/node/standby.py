@@ -16,14 +16,14 @@ import select
 import signal
 import sys
 
-from perdure.backends.local import procs
+from perdure.backends.node import procs
 from perdure.integrations.autoinstall import without_boot
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
 
-STANDBY_CODE = "__import__('perdure.backends.local.warmstart').backends.local.warmstart.main()"
+STANDBY_CODE = "__import__('perdure.backends.node.warmstart').backends.node.warmstart.main()"
 # Read when the interpreter, its site packages, the C libraries or torch start: a standby is
 # only good for a launch that agrees with it on all of these. OMP_NUM_THREADS is the
 # exception: the warm child applies it with torch.set_num_threads.
@@ -125,7 +125,7 @@ class Standby:
         """Fork the interpreter from this process, which has torch imported (a standby
         supervisor forked from the template): ready at once. `close`: descriptors the replica
         must not hold (the link to the spawner)."""
-        from perdure.backends.local import warmstart
+        from perdure.backends.node import warmstart
 
         command_r, command_w = os.pipe()
         ready_r, ready_w = os.pipe()

@@ -1,4 +1,4 @@
-"""The per-replica supervisor: `python -m perdure.backends.local.supervisor <launch dir>`.
+"""The per-replica supervisor: `python -m perdure.backends.node.supervisor <launch dir>`.
 
 One supervisor runs each replica. It outlives the controller (its own session), so the stop
 escalation, the memory limit and the exit record survive a controller crash:
@@ -38,11 +38,11 @@ import sys
 import time
 
 from perdure import statedir
-from perdure.backends.local import localranks, memory, procs
-from perdure.backends.local.localranks import RANK_STOP_GRACE_SECONDS, child_env
-from perdure.backends.local.replicalogs import Logs
-from perdure.backends.local.spawnerror import spawn_failure
-from perdure.backends.local.standby import Standby, launch_fits
+from perdure.backends.node import localranks, memory, procs
+from perdure.backends.node.localranks import RANK_STOP_GRACE_SECONDS, child_env
+from perdure.backends.node.replicalogs import Logs
+from perdure.backends.node.spawnerror import spawn_failure
+from perdure.backends.node.standby import Standby, launch_fits
 from perdure.runtime.abort import parse_abort
 from perdure.runtime.errorfile import (
     last_lines,
@@ -379,10 +379,10 @@ class Supervisor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: `python -m perdure.backends.local.supervisor <launch dir>`."""
+    """Entry point: `python -m perdure.backends.node.supervisor <launch dir>`."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m perdure.backends.local.supervisor <launch dir>", file=sys.stderr)
+        print("usage: python -m perdure.backends.node.supervisor <launch dir>", file=sys.stderr)
         return 2
     return serve(args[0])
 

@@ -15,7 +15,7 @@ import sys
 from perdure import statedir
 from perdure.backends.base import LaunchError
 
-_ZYGOTE_CODE = "from perdure.backends.local.zygote import main; main()"
+_ZYGOTE_CODE = "from perdure.backends.node.zygote import main; main()"
 
 
 class Spawner:

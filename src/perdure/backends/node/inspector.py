@@ -13,7 +13,7 @@ from typing import Any
 
 from perdure import statedir
 from perdure.backends.base import LaunchRecord, Stream
-from perdure.backends.local.replicas import signal_replica
+from perdure.backends.node.replicas import signal_replica
 
 READ_CHUNK = 1 << 20
 
@@ -48,7 +48,7 @@ class LocalInspector:
 
     def pool_summary(self) -> str | None:
         """The warm pool's state (its template and standbys go after an idle period)."""
-        from perdure.backends.local.pool import summary
+        from perdure.backends.node.pool import summary
 
         return summary(self.state_dir)
 

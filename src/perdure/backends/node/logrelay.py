@@ -31,7 +31,7 @@ import os
 import select
 import time
 
-from perdure.backends.local import logcap
+from perdure.backends.node import logcap
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

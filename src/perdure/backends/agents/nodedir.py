@@ -1,0 +1,19 @@
+"""Where a node agent keeps its launches on its node, and how it is told its node's check.
+Imports only what a supervisor imports (a replica's Slurm step reads it).
+
+No side effects.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# The node agent's check (the cluster file's `health: preflight`): {argv, timeout, env, cwd}
+PREFLIGHT_ENV = "PERDURE_SLURM_PREFLIGHT"
+
+
+def node_dir(node: str) -> str:
+    """This allocation's directory for perdure on this node (node-local: nothing shared)."""
+    job = os.environ.get("SLURM_JOB_ID", "nojob")
+    return os.path.join(tempfile.gettempdir(), "perdure-slurm", f"{job}-{node}")
