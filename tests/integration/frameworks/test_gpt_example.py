@@ -26,6 +26,7 @@ def gpt_job(root: Path, name: str, replicas: int, steps: int) -> Job:
     return Job(root, name, GPT, replicas, args=args)
 
 
+@pytest.mark.frameworks_long  # make test-frameworks
 def test_gpt_kill_resumes_bit_identically(jobs: list[Job], tmp_path: Path) -> None:
     base = gpt_job(tmp_path / "base", "gpt", 2, 24)
     jobs.append(base)

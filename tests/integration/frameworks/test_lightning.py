@@ -58,6 +58,7 @@ def begins(root: Path) -> list[int]:
     return [int(s) for s in (root / "steps.txt.begin").read_text().split()]
 
 
+@pytest.mark.frameworks_long  # make test-frameworks: the default suite keeps one Lightning run
 def test_one_process_resumes_mid_epoch_bit_identically(tmp_path: Path,
                                                        whole: dict[str, object]) -> None:
     """Resumed at step 20, the epoch still ends at its 64th step (it used to end 20 steps
@@ -67,6 +68,7 @@ def test_one_process_resumes_mid_epoch_bit_identically(tmp_path: Path,
     assert begins(tmp_path) == [0, 20]
 
 
+@pytest.mark.frameworks_long  # make test-frameworks: the default suite keeps one Lightning run
 def test_one_process_resumes_at_the_end_of_an_epoch(tmp_path: Path,
                                                     whole: dict[str, object]) -> None:
     """Saved at the epoch's last step, the resume trains the next epoch (it used to train

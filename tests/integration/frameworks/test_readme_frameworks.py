@@ -44,6 +44,7 @@ def run_section(page: str, root: Path, jobs: list[Job]) -> Path:
     return root
 
 
+@pytest.mark.frameworks_long  # make test-frameworks
 def test_the_hugging_face_guide_runs_as_written(tmp_path: Path, jobs: list[Job]) -> None:
     pytest.importorskip("transformers")
     root = run_section("hf-trainer.md", tmp_path, jobs)
@@ -54,6 +55,7 @@ def test_the_hugging_face_guide_runs_as_written(tmp_path: Path, jobs: list[Job])
         assert sorted(m.name for m in markers.iterdir()) == ["rank-0-of-2", "rank-1-of-2"]
 
 
+@pytest.mark.frameworks_long  # make test-frameworks
 def test_the_lightning_guide_runs_as_written(tmp_path: Path, jobs: list[Job]) -> None:
     pytest.importorskip("lightning")
     root = run_section("lightning.md", tmp_path, jobs)
