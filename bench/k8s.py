@@ -347,8 +347,8 @@ def keep(cluster: K8sCluster, root: Path) -> None:
     shutil.copytree(cluster.base / "log", root / "cluster-log", dirs_exist_ok=True)
 
 
-def _f(x: float | None, unit: str = "s") -> str:
-    return "-" if x is None else f"{x:.2f}{unit}"
+def _f(x: float | None, unit: str = "s", digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}{unit}"
 
 
 def _ratio(x: float | None, base: float | None) -> str:
@@ -370,7 +370,7 @@ def report(results: list[tuple[str, recovery.Outcome, dict[str, Any]]]) -> None:
     for _, out, loss in results:
         f = figures(out, loss)
         print(f"{out.name:32} {len(out.kills):5d} {_f(f['recovery']):>12} "
-              f"{_ratio(f['recovery'], base.get('recovery')):>6} {_f(f['goodput'], ''):>8} "
+              f"{_ratio(f['recovery'], base.get('recovery')):>6} {_f(f['goodput'], '', 3):>8} "
               f"{_ratio(f['goodput'], base.get('goodput')):>6} {_f(f['not_ready']):>8} "
               f"{_f(f['next_step']):>9} {_ratio(f['next_step'], base.get('next_step')):>6}")
         print(f"  recoveries: {', '.join(_f(r) for r in out.recoveries())}; "
