@@ -46,6 +46,8 @@ def test_host_b_dies_the_job_goes_on_with_a_replacement_and_ends_bit_identical(
                     or "node b was lost" in e["message"])
         assert lost["time"] - killed_at < 5, "the host's death took too long to notice"
         assert all(x["restarts"] == 0 for x in d["replicas"]), d["replicas"]
+        # the saves its replicas reported reached the controller: no "starts over" claim
+        assert not [e for e in d["events"] if e["kind"] == "starts-over"], d["events"]
     finally:
         stop(controller)
 

@@ -23,6 +23,7 @@ from perdure.backends.agents import reports
 from perdure.backends.agents.alloc import Alloc
 from perdure.backends.agents.hub import Agent, Hub
 from perdure.backends.agents.reports import Tracked
+from perdure.backends.local.progress import ProgressReader
 from perdure.core.events import Command, LaunchFailed, NodeCheckFailed, Observation
 
 HEARTBEAT_SECONDS = 3.0  # an agent silent this long is on a lost node
@@ -40,6 +41,7 @@ class AgentLinks:
     _seen_down: set[str]
     _addresses: dict[str, str]
     _checks_failed: set[tuple[str, str]]
+    _progress: ProgressReader  # the launches' progress, read from their mirrored copies
 
     if TYPE_CHECKING:  # the backend's, which this half calls
         def _refresh(self, out: list[Observation]) -> None: ...
@@ -105,7 +107,7 @@ class AgentLinks:
                 # a report from before a resync: ask for what the copy lacks
                 agent.send({"op": "track", "launches": {lid: dict(tracked.mirror.offsets)}})
                 continue
-            if reports.apply(tracked, item, out):
+            if reports.apply(tracked, item, out, self._progress):
                 self._active.pop(lid, None)
                 agent.send({"op": "forget", "launch_id": lid})
 

@@ -20,6 +20,7 @@ from typing import Any
 from perdure import statedir
 from perdure.backends.agents.alloc import Alloc
 from perdure.backends.base import error_info
+from perdure.backends.local.progress import ProgressReader
 from perdure.backends.ray.mirror import Mirror
 from perdure.core.events import Launch, LaunchFailed, Observation, ReplicaExited, ReplicaStarted
 from perdure.runtime.errorfile import read_error_file
@@ -44,8 +45,11 @@ def in_step(tracked: Tracked, item: dict[str, Any]) -> bool:
     return all(tracked.mirror.offsets.get(k, 0) == v for k, v in offsets.items())
 
 
-def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation]) -> bool:
-    """Copy the item into the launch's mirror and observe it; whether the launch ended."""
+def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation],
+          progress: ProgressReader) -> bool:
+    """Copy the item into the launch's mirror and observe it (its progress read from the copy
+    as the local backend reads its own: steps, saves, notes); whether the launch ended."""
+    lid = tracked.launch.launch_id
     chunks = item.get("chunks")
     if isinstance(chunks, dict):
         tracked.mirror.append({k: base64.b64decode(v) for k, v in chunks.items()})
@@ -53,11 +57,15 @@ def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation]) -> boo
     if isinstance(status, dict) and not tracked.started:
         tracked.started = True
         tracked.mirror.write_record(statedir.STATUS, status)
-        out.append(ReplicaStarted(tracked.launch.launch_id, int(status["pid"]),
-                                  float(status["started_at"])))
+        out.append(ReplicaStarted(lid, int(status["pid"]), float(status["started_at"])))
     record = item.get("exit")
+    # read whenever an item came (the agent paces them), so no throttle: final=True
+    if tracked.started and (p := progress.read(lid, tracked.mirror.dir, time.monotonic(),
+                                                final=True)):
+        out.append(p)  # what it reported last comes before its exit
     if not isinstance(record, dict):
         return False
+    progress.forget(lid)
     tracked.mirror.write_record(statedir.EXIT, record)
     out.append(exit_observation(tracked, record))
     return True

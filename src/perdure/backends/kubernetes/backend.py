@@ -40,6 +40,7 @@ from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError, load_config
 from perdure.backends.kubernetes.podstate import PodStates
 from perdure.backends.kubernetes.watch import Watch
+from perdure.backends.local.progress import ProgressReader
 from perdure.backends.node import logcap, warm
 from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
@@ -128,6 +129,7 @@ class KubernetesBackend(PodStates):
         self._seen: set[str] = set()
         self._watch_said: dict[str, str] = {}
         self._checks_failed: set[tuple[str, str]] = set()  # (pod, node): a preflight's
+        self._progress = ProgressReader()
 
     # ---- attach -----------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from perdure.backends.agents.hub import Agent, Hub, load_secret
 from perdure.backends.agents.links import AgentLinks
 from perdure.backends.agents.reports import Tracked
 from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
 from perdure.backends.node.transport import LaunchTransport
@@ -95,6 +96,7 @@ class SlurmBackend(AgentLinks, AllocHolds, NodeRestore):
         self._platform = PlatformWatch(self.spec.partition)
         self._health = cluster.health  # its preflight runs on each node by the agent
         self._checks_failed: set[tuple[str, str]] = set()  # (allocation, node) reported
+        self._progress = ProgressReader()
 
     # ---- attach -----------------------------------------------------------------------------
 
