@@ -54,6 +54,8 @@ def test_host_b_dies_replicas_move_to_a_and_b_comes_back(ray_perdure: RayPerdure
         assert all(x["restarts"] == 0 for x in d["replicas"]), (
             [(x["name"], x["restarts"]) for x in d["replicas"]],
             "\n".join(e["message"] for e in d["events"] if e["time"] > killed_at - 1))
+        # the saves its replicas reported reached the controller: no "starts over" claim
+        assert not [e for e in d["events"] if e["kind"] == "starts-over"], d["events"]
         if not comes_back:
             return
         # b comes back as a new Ray node with the same resource: the same perdure node. The

@@ -30,6 +30,7 @@ from ray.exceptions import (
 
 from perdure import statedir
 from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
 from perdure.backends.node.transport import LaunchTransport
@@ -75,6 +76,7 @@ class RayBackend:
         self._next_nodes = 0.0
         self._active: dict[str, Tracked] = {}
         self._masters = MasterPorts()
+        self._progress = ProgressReader()  # the launches' progress, from their mirrored copies
         self._agents: dict[str, Any] = {}
         # Each node agent's pool of warm standbys, as the local backend's (ValueError: bad env)
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
@@ -225,6 +227,10 @@ class RayBackend:
                 except Exception as err:  # an answer no launch can give: that launch fails
                     self._unexpected(tracked, err, out)
         pull_all(self._active.values(), now)
+        for tracked in list(self._active.values()):  # steps and saves from the copies
+            if tracked.started and (p := self._progress.read(tracked.launch_id,
+                                                             tracked.mirror.dir, now)):
+                out.append(p)
         return out
 
     def _ask(self, tracked: Tracked, question: str) -> None:
@@ -267,6 +273,10 @@ class RayBackend:
     def _report_exit(self, tracked: Tracked, record: dict[str, Any],
                      out: list[Observation]) -> None:
         final_pull(tracked)
+        if tracked.started and (p := self._progress.read(tracked.launch_id, tracked.mirror.dir,
+                                                          time.monotonic(), final=True)):
+            out.append(p)  # what it reported last comes before its exit
+        self._progress.forget(tracked.launch_id)
         tracked.mirror.write_record(statedir.EXIT, record)
         self._active.pop(tracked.launch_id, None)
         tracked.actor.release.remote()
