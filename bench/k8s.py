@@ -67,7 +67,7 @@ from k8simages import TOOLS_IMAGE  # noqa: E402
 from k8sjobs import PERDURE, ddp_spec, export_jobset, for_test_cluster, rank_pid  # noqa: E402
 from k8sjobset import JobSet  # noqa: E402
 
-from perdure.backends.local import procs  # noqa: E402
+from perdure.backends.node import procs  # noqa: E402
 
 NAME = "bench"
 NODES = ("a", "b", "c")
