@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from perdure import statedir
 from perdure.backends.agents.nodedir import PREFLIGHT_ENV, node_dir
+from perdure.backends.masterport import local_port
 from perdure.backends.node import procs
 from perdure.backends.node.nodeenv import interface_env, node_command
 from perdure.backends.node.pulls import pull_launch
@@ -189,9 +190,7 @@ class HubAgent:
             with self.lock:
                 self.launches.pop(str(frame["launch_id"]), None)
         elif op == "port":
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("", 0))  # free on every interface, as rank 0's TCPStore binds
-                return {"port": int(s.getsockname()[1])}
+            return {"port": int(local_port())}
         return None
 
     def _launch(self, record: dict[str, Any]) -> None:

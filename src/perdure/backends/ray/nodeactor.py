@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 import ray
 
 from perdure import statedir
+from perdure.backends.masterport import local_port
 from perdure.backends.node import procs
 from perdure.backends.node.pulls import pull_launch
 from perdure.backends.preflight import NodeGate
@@ -125,11 +125,7 @@ class NodeActor:
 
     def free_port(self) -> int:
         """A port nothing listens on now on this node (the OS picks it: no clash)."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            # Never listens: asks the OS for a port free on every interface, as rank 0's
-            # TCPStore (torch binds it on every interface) will need it.
-            s.bind(("", 0))
-            return int(s.getsockname()[1])
+        return int(local_port())
 
 
 def node_actor(node: str, namespace: str, warm_pool: int | str = "auto",
