@@ -11,8 +11,8 @@ pytest.importorskip("ray")
 
 from perdure import statedir
 from perdure.backends.node.inspector import LocalInspector
+from perdure.backends.node.mirror import Mirror
 from perdure.backends.ray.actors import pull_launch
-from perdure.backends.ray.mirror import Mirror
 
 
 def test_the_merged_log_is_pulled_and_mirrored_for_perdure_logs(tmp_path: Path) -> None:

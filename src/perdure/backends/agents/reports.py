@@ -21,7 +21,7 @@ from perdure import statedir
 from perdure.backends.agents.alloc import Alloc
 from perdure.backends.base import error_info
 from perdure.backends.local.progress import ProgressReader
-from perdure.backends.ray.mirror import Mirror
+from perdure.backends.node.mirror import Mirror
 from perdure.core.events import Launch, LaunchFailed, Observation, ReplicaExited, ReplicaStarted
 from perdure.runtime.errorfile import read_error_file
 

@@ -42,8 +42,8 @@ from perdure.backends.kubernetes.podstate import PodStates
 from perdure.backends.kubernetes.watch import Watch
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.node import logcap, warm
+from perdure.backends.node.mirror import Mirror
 from perdure.backends.node.transport import LaunchTransport
-from perdure.backends.ray.mirror import Mirror
 from perdure.core.events import (
     HoldNodes,
     Launch,

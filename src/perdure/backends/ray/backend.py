@@ -33,10 +33,10 @@ from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
+from perdure.backends.node.mirror import Mirror
 from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
 from perdure.backends.ray import replies
-from perdure.backends.ray.mirror import Mirror
 from perdure.backends.ray.nodeactor import RESOURCE_PREFIX, node_actor
 from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
 from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_from_agent

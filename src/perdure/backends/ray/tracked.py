@@ -18,8 +18,8 @@ from typing import Any
 import ray
 from ray.exceptions import ActorUnavailableError, RayError
 
+from perdure.backends.node.mirror import Mirror
 from perdure.backends.ray import replies
-from perdure.backends.ray.mirror import Mirror
 
 PULL_SECONDS = 0.5  # how often logs and progress are copied while a launch runs
 # A launch's actor died on a live node: its agent, which the same cause may have killed (Ray's

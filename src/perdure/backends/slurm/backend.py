@@ -40,8 +40,8 @@ from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
+from perdure.backends.node.mirror import Mirror
 from perdure.backends.node.transport import LaunchTransport
-from perdure.backends.ray.mirror import Mirror
 from perdure.backends.slurm import allocs as al
 from perdure.backends.slurm import slurmcmd
 from perdure.backends.slurm.holds import AllocHolds

@@ -1,9 +1,9 @@
-"""The controller's copy of what a launch on a Ray node wrote: logs, progress, its records.
+"""The controller's copy of what a launch on a remote node wrote: logs, progress, its records.
 
 Kept where the local backend keeps them (`<state>/logs/<job>/attempt-<n>/<replica>.out|err|log`,
 `<state>/launches/<id>/{launch,status,exit}.json` and `progress.jsonl`), so `perdure logs`,
-`describe` and the goodput account read a Ray job exactly as a local one, from the
-controller's machine. How far each stream was copied is recorded (`mirror.json`) so a
+`describe` and the goodput account read a Ray, Slurm or Kubernetes job exactly as a local
+one, from the controller's machine. How far each stream was copied is recorded (`mirror.json`) so a
 restarted controller goes on where the last one stopped. The copies keep under the same
 size cap as the node's files (logcap); a node file trimmed under its cap is read again from
 its start.
