@@ -1,15 +1,20 @@
-"""The backend protocol: a small surface the controller drives (launch / stop / poll / nodes),
+"""The backend: a small surface the controller drives (launch / stop / poll / nodes, and the
+capabilities every backend has by default: hold_nodes, fence_nodes, dump_stacks),
 and the inspector, what other processes (the CLI, serve) read and send: logs, signals, the
 launch records. Neither imports a backend: `perdure.backends.factory` picks one.
 """
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from perdure.core.events import ErrorInfo, Launch, Observation, Stop
+from perdure.core.events import ErrorInfo, HoldNodes, Launch, Observation, Stop
 from perdure.secrecy import redact
+
+if TYPE_CHECKING:  # imported where used: the node side imports this module on every start
+    from perdure.backends.stacks import StackDump
 
 
 class LaunchError(RuntimeError):
@@ -84,24 +89,33 @@ class Inspector(Protocol):
         ...
 
 
-class Backend(Protocol):
+class Backend(abc.ABC):
+    """Where replicas run, as the controller drives it: every backend subclasses this.
+
+    The abstract methods are what each backend must do. The capabilities after them
+    (`hold_nodes`, `fence_nodes`, `dump_stacks`) have defaults that do nothing (or, for
+    stacks, say that this backend cannot): a backend overrides those its platform has, and
+    the controller calls every one on every backend.
+    """
+
+    @abc.abstractmethod
     def nodes(self) -> list[NodeInfo]:
         """The nodes replicas may be placed on. A backend that sees nodes come and go (Ray)
         reports it through `poll` as fail-node / restore-node commands."""
-        ...
 
+    @abc.abstractmethod
     def launch(self, launch: Launch) -> None:
         """Start a replica without waiting for it; raise LaunchError when it cannot start."""
-        ...
 
+    @abc.abstractmethod
     def stop(self, stop: Stop) -> None:
         """Signal a replica now; it is killed when `stop.grace` runs out. Never blocks."""
-        ...
 
+    @abc.abstractmethod
     def poll(self) -> list[Observation]:
         """Observations since the last poll: replicas started, exited, lost."""
-        ...
 
+    @abc.abstractmethod
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
         """After a controller restart: track these launches again.
 
@@ -109,39 +123,41 @@ class Backend(Protocol):
         ended while nobody watched are reported as ReplicaExited; those the backend never
         started are reported as LaunchFailed.
         """
-        ...
 
+    @abc.abstractmethod
     def kill_node(self, node: str) -> None:
         """Chaos: SIGKILL every replica on `node` at once (its exits come through poll)."""
-        ...
 
-    # Optional: `hold_nodes(HoldNodes)`, the spare nodes a job's attempt holds now, for a
-    # backend that must allocate them (Slurm); the controller calls it only where defined.
-
+    @abc.abstractmethod
     def close(self) -> None:
         """Stop watching (replicas keep running: a controller restart adopts them)."""
-        ...
 
+    # ---- capabilities: the defaults do nothing ------------------------------------------
 
-@runtime_checkable
-class HoldsSpares(Protocol):
-    """A backend that keeps the spare nodes jobs hold (`spares: K`) warm for their next
-    replicas (Ray: each node's warm pool is its own, filled ahead of need)."""
-
-    def hold_spares(self, nodes: frozenset[str]) -> None:
-        """The spare nodes held now (after each tick that changed them). Never blocks."""
-        ...
-
-
-@runtime_checkable
-class FencesNodes(Protocol):
-    """A backend that enforces quarantines on its own scheduler's side (Slurm: `--exclude`
-    from every later allocation, and with `slurm.drain_bad_nodes` a drain in Slurm)."""
+    def hold_nodes(self, hold: HoldNodes) -> None:
+        """The spare nodes (`spares: K`) one attempt of a job holds now, all of them; an empty
+        tuple ends that attempt's hold. Sent after each tick that changed them and again at
+        the controller's start. A backend that allocates nodes itself keeps them in the
+        attempt's allocation (Slurm, Kubernetes); one with warm pools per node keeps the held
+        nodes' pools full (Ray). Default: nothing (the core counts them as used). Never
+        blocks for long."""
+        return
 
     def fence_nodes(self, fenced: dict[str, str]) -> None:
         """The quarantined nodes now (node -> reason), after each tick that changed them and
-        at the controller's start. Never blocks for long."""
-        ...
+        at the controller's start, for a backend that enforces quarantines on its own
+        scheduler's side (Slurm: `--exclude` from every later allocation). Default: nothing
+        (the core places nothing there). Never blocks for long."""
+        return
+
+    def dump_stacks(self, launch_id: str, timeout: float, nonblocking: bool = False
+                    ) -> StackDump:
+        """Every Python thread's stack of a running replica (never raises). `nonblocking`
+        reads without pausing it (for periodic samples; a frame may then be torn). Default:
+        a dump that says this backend cannot capture stacks."""
+        from perdure.backends.stacks import StackDump
+
+        return StackDump(error=f"the {type(self).__name__} cannot capture stacks")
 
 
 def error_info(error: object) -> ErrorInfo | None:

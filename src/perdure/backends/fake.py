@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.base import Backend, LaunchError, NodeInfo
 from perdure.backends.masterport import MasterPorts
 from perdure.core.events import (
     ErrorInfo,
+    HoldNodes,
     Launch,
     LaunchFailed,
     Observation,
@@ -55,8 +56,8 @@ class _Proc:
     reported_start: bool = False
 
 
-class FakeBackend:
-    """Implements the Backend protocol in memory."""
+class FakeBackend(Backend):
+    """The backend in memory; it keeps what it was told to hold (`holds`) and fence."""
 
     def __init__(
         self,
@@ -70,6 +71,8 @@ class FakeBackend:
         self.procs: dict[str, _Proc] = {}
         self.launched: list[Launch] = []
         self.stops: list[Stop] = []
+        self.holds: list[HoldNodes] = []  # every `hold_nodes`, in order
+        self.fenced: dict[str, str] = {}  # the last `fence_nodes`
         self._exits: list[Observation] = []
         self._new: list[str] = []  # launched, start not reported yet
         self._ends: list[tuple[float, str]] = []  # (end time, launch id) heap
@@ -156,6 +159,12 @@ class FakeBackend:
         now = self.clock()
         return [LaunchFailed(lid, "unknown launch", now) for lid in launch_ids
                 if lid not in self.procs]
+
+    def hold_nodes(self, hold: HoldNodes) -> None:
+        self.holds.append(hold)
+
+    def fence_nodes(self, fenced: dict[str, str]) -> None:
+        self.fenced = dict(fenced)
 
     def close(self) -> None:
         pass

@@ -1,4 +1,5 @@
-"""Capturing a replica's Python stacks, every thread: what backends that can do it offer.
+"""Capturing a replica's Python stacks, every thread: what a backend's `dump_stacks` returns
+(`Backend.dump_stacks`; the local backend reads its replicas with `dump_pid`).
 
 py-spy (`py-spy dump --json`) reads any CPython process's stacks from outside (ptrace), so
 replicas that never import perdure are covered too. Where it cannot attach (py-spy missing, no
@@ -16,7 +17,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -26,15 +27,6 @@ class StackDump:
     threads: list[dict[str, Any]] = field(default_factory=list)
     tool: str = "py-spy"
     error: str | None = None
-
-
-@runtime_checkable
-class DumpsStacks(Protocol):
-    def dump_stacks(self, launch_id: str, timeout: float, nonblocking: bool = False
-                    ) -> StackDump:
-        """Every Python thread's stack of a running replica (never raises). `nonblocking`
-        reads without pausing it (for periodic samples; a frame may then be torn)."""
-        ...
 
 
 def pyspy() -> str | None:

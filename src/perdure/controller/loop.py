@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 
-from perdure.backends.base import Backend, FencesNodes, HoldsSpares, LaunchError, NodeInfo
+from perdure.backends.base import Backend, LaunchError, NodeInfo
 from perdure.controller import backoff, vet
 from perdure.controller.intervals import IntervalShell
 from perdure.controller.lock import lock_for_controller, release
@@ -93,7 +93,6 @@ class Controller:
         self.intervals = IntervalShell(settings.state_dir)
         self.resumes = ResumeShell()
         self._poll_failing = False
-        self._spares: frozenset[str] = frozenset()  # spare nodes the backend was told of
         self._fenced: dict[str, str] | None = None  # quarantines the backend was told of
         # A submitted job whose replicas are being read, a part a tick (`_load`)
         self._loading: tuple[str, Generator[None, None, Job | None]] | None = None
@@ -124,7 +123,7 @@ class Controller:
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
         self.pending.extend(self._adopt([r.launch_id for r in alive if r.launch_id]))
-        for job in jobs.values():  # the spares its attempt holds (a Slurm allocation's nodes)
+        for job in jobs.values():  # the spares its attempt holds, told again (`hold_nodes`)
             if job.spares:
                 self._apply(HoldNodes(job.id, job.attempt, tuple(sorted(job.spares))))
         now = self.clock()
@@ -254,10 +253,6 @@ class Controller:
         self.intervals.publish()
         if outcome.nodes_changed:
             self._tell_fenced()
-        spares = frozenset(n for j in jobs.values() for n in j.spares)
-        if spares != self._spares and isinstance(self.backend, HoldsSpares):
-            self._spares = spares  # the backend warms them (Ray: the nodes' pools)
-            self.backend.hold_spares(spares)
         deferred, self._deferred = self._deferred, []
         for d in [*deferred, *outcome.decisions]:
             self._apply(d)
@@ -271,9 +266,9 @@ class Controller:
         return outcome
 
     def _tell_fenced(self) -> None:
-        """The backend that enforces quarantines itself learns the quarantined nodes."""
+        """The backend learns the quarantined nodes (one that enforces them itself: Slurm)."""
         fenced = {n.name: n.fence for n in self.snapshot.nodes.values() if n.fence}
-        if fenced == self._fenced or not isinstance(self.backend, FencesNodes):
+        if fenced == self._fenced:
             return
         self._fenced = fenced
         try:
@@ -412,9 +407,7 @@ class Controller:
         elif isinstance(d, Rendezvous):
             publish_round(Path(self.settings.state_dir), d)
         elif isinstance(d, HoldNodes):
-            hold = getattr(self.backend, "hold_nodes", None)  # only Slurm's holds nodes
-            if hold is not None:
-                hold(d)
+            self.backend.hold_nodes(d)
 
     def idle(self) -> bool:
         return not self.snapshot.jobs and not self.pending

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from perdure import statedir
-from perdure.backends.stacks import DumpsStacks, StackDump
+from perdure.backends.base import Backend
+from perdure.backends.stacks import StackDump
 from perdure.core import stacks as st
 from perdure.core.events import Hung, Observation, ReplicaProgress
 from perdure.core.launchenv import job_of_launch
@@ -52,7 +53,7 @@ def stacks_path(state_dir: Path, job_id: str, attempt: int, replica: str) -> Pat
 class WatchShell:
     """Runs beside the tick: `step` before each decide returns the verdicts that are ready."""
 
-    def __init__(self, state_dir: Path, backend: object,
+    def __init__(self, state_dir: Path, backend: Backend,
                  clock: Callable[[], float] = time.time) -> None:
         self.state_dir, self.backend, self.clock = state_dir, backend, clock
         self.core = Watchdog()
@@ -160,8 +161,6 @@ class WatchShell:
         return Hung(v.laggard.launch_id, self.clock(), v.message, report)
 
     def _dump(self, launch_id: str, nonblocking: bool = False) -> StackDump:
-        if not isinstance(self.backend, DumpsStacks):
-            return StackDump(error=f"the {type(self.backend).__name__} cannot capture stacks")
         try:
             return self.backend.dump_stacks(launch_id, STACK_TIMEOUT_SECONDS, nonblocking)
         except Exception as exc:  # a capture must never take the controller down

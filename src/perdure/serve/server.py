@@ -23,9 +23,10 @@ from typing import Any
 
 import uvicorn
 
-from perdure.backends.base import Backend
+from perdure.backends.base import Backend, NodeInfo
+from perdure.backends.stacks import StackDump
 from perdure.controller.loop import Controller
-from perdure.core.events import Launch, Observation, ReplicaExited, Stop
+from perdure.core.events import HoldNodes, Launch, Observation, ReplicaExited, Stop
 from perdure.serve.app import create_app
 from perdure.serve.context import ServeContext
 
@@ -37,8 +38,9 @@ class Layout(enum.Enum):
     API_THREAD = "api-thread"  # the controller in the main thread
 
 
-class MeasuredBackend:
-    """A backend whose polls feed the failure-detection histogram (exit -> observed)."""
+class MeasuredBackend(Backend):
+    """A backend whose polls feed the failure-detection histogram (exit -> observed); every
+    other call goes to the backend it wraps."""
 
     def __init__(self, inner: Backend, observe: Callable[[float], None],
                  clock: Callable[[], float]) -> None:
@@ -52,7 +54,7 @@ class MeasuredBackend:
                 self.observe(max(0.0, now - o.time))
         return observations
 
-    def nodes(self) -> Any:
+    def nodes(self) -> list[NodeInfo]:
         return self.inner.nodes()
 
     def launch(self, launch: Launch) -> None:
@@ -67,11 +69,18 @@ class MeasuredBackend:
     def kill_node(self, node: str) -> None:
         self.inner.kill_node(node)
 
+    def hold_nodes(self, hold: HoldNodes) -> None:
+        self.inner.hold_nodes(hold)
+
+    def fence_nodes(self, fenced: dict[str, str]) -> None:
+        self.inner.fence_nodes(fenced)
+
+    def dump_stacks(self, launch_id: str, timeout: float, nonblocking: bool = False
+                    ) -> StackDump:
+        return self.inner.dump_stacks(launch_id, timeout, nonblocking)
+
     def close(self) -> None:
         self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:  # the rest of the protocol, as it grows
-        return getattr(self.inner, name)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tests.helpers.sim import Sim, spec
 
+from perdure.backends.base import Backend, NodeInfo
 from perdure.backends.fake import FakeBackend
 from perdure.core.events import (
     QUEUED_IN_BACKEND,
@@ -19,7 +20,7 @@ from perdure.core.goodput import state_durations
 from perdure.core.states import JobState, ReplicaState
 
 
-class Queueing:
+class Queueing(Backend):
     """The fake backend behind a queue: launches wait (reported with `reason`) until released."""
 
     def __init__(self, inner: FakeBackend, reason: str = "Resources") -> None:
@@ -37,6 +38,15 @@ class Queueing:
 
     def kill_node(self, node: str) -> None:
         self.inner.kill_node(node)
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.inner.nodes()
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        return self.inner.adopt(launch_ids)
+
+    def close(self) -> None:
+        self.inner.close()
 
     def poll(self) -> list[Observation]:
         out: list[Observation] = []

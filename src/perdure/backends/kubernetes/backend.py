@@ -23,39 +23,31 @@ Pods hold no credentials of the spec: a job's credential variables are read from
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import signal
 import socket
 import sys
 import time
 from urllib.parse import urlparse
 
 from perdure import statedir
+from perdure.backends.agents import launches
 from perdure.backends.agents.alloc import Alloc
 from perdure.backends.agents.hub import Agent, Hub, load_secret
 from perdure.backends.agents.reports import Tracked
-from perdure.backends.base import BackendUnavailable, LaunchError, NodeInfo
+from perdure.backends.base import Backend, BackendUnavailable, NodeInfo
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError, load_config
 from perdure.backends.kubernetes.podstate import PodStates
 from perdure.backends.kubernetes.watch import Watch
 from perdure.backends.local.progress import ProgressReader
+from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
-from perdure.backends.node.mirror import Mirror
 from perdure.backends.node.transport import LaunchTransport
-from perdure.core.events import (
-    HoldNodes,
-    Launch,
-    LaunchFailed,
-    Observation,
-    ReplicaExited,
-    Stop,
-)
+from perdure.backends.spareholds import SpareHolds
+from perdure.core.events import HoldNodes, Launch, LaunchFailed, Observation, Stop
 from perdure.core.spec import ClusterSpec
 from perdure.secrecy import is_secret
 
-PORT_SECONDS = 5.0
 ADDRESS_ENV = "PERDURE_K8S_ADDRESS"  # the address agent pods reach this controller at
 # Directories every node has at the same path (a shared filesystem, or this machine's own
 # for a test cluster of namespace hosts), separated by ':', each read-only with a `:ro` tail
@@ -89,7 +81,7 @@ def credential_names(env: dict[str, str]) -> list[str]:
     return sorted(k for k, v in env.items() if is_secret(k, v) and not k.startswith(OWN_ENV))
 
 
-class KubernetesBackend(PodStates):
+class KubernetesBackend(PodStates, Backend):
     """Replicas as processes of per-attempt agent pods (see the module docstring)."""
 
     def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
@@ -120,9 +112,9 @@ class KubernetesBackend(PodStates):
         self._down: dict[str, float] = {}
         self._seen_down: set[str] = set()
         self._addresses: dict[str, str] = {}
-        self._ports: dict[tuple[str, str], str] = {}
+        self._masters = MasterPorts()
         self._pending: list[Observation] = []
-        self._spares: dict[tuple[str, str], set[str]] = {}  # (job, attempt) -> spare nodes
+        self._holds = SpareHolds()  # the spare nodes each attempt holds (`hold_nodes`)
         self._gpus: dict[str, dict[str, int]] = {}  # pod -> node GPU id -> its position
         self._pods: dict[str, dict[str, object]] = {}
         self._nodes: dict[str, dict[str, object]] = {}
@@ -200,18 +192,7 @@ class KubernetesBackend(PodStates):
     def launch(self, launch: Launch) -> None:
         self._attach()
         assert self._transport is not None
-        if launch.launch_id in self._active:
-            raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
-        mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
-        if mirror.read_record(statedir.LAUNCH) is not None:
-            raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
-                              "launch needs a new id")
-        launch = dataclasses.replace(launch, env=self._transport.env(launch))
-        alloc = self._alloc_for(launch)
-        mirror.write_record(statedir.LAUNCH, {
-            "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
-            "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})
-        self._active[launch.launch_id] = Tracked(launch, alloc, mirror)
+        launches.begin(self._active, self.state_dir, self._transport, launch, self._alloc_for)
 
     def _alloc_for(self, launch: Launch) -> Alloc:
         """The pod this launch runs in: its attempt's on its node, else a new one."""
@@ -225,29 +206,10 @@ class KubernetesBackend(PodStates):
         return alloc
 
     def stop(self, stop: Stop) -> None:
-        tracked = self._active.get(stop.launch_id)
-        if tracked is None:
-            return
-        if not tracked.dispatched:  # still waiting for its pod: it never ran
-            self._active.pop(stop.launch_id)
-            self._pending.append(ReplicaExited(stop.launch_id, 128 + int(stop.signal),
-                                               time.time(), signal=int(stop.signal)))
-            return
-        grace = max(0.0, stop.grace)
-        # The relay answers the replica's "is this a notice?" from this record.
-        tracked.mirror.write_record(statedir.STOP, {
-            "signal": int(stop.signal), "deadline": time.time() + grace,
-            "reason": stop.reason, "notice": stop.notice})
-        agent = self._agents.get((tracked.alloc.slurm_id, tracked.launch.node))
-        if agent is not None:
-            agent.send({"op": "stop", "launch_id": stop.launch_id, "signal": int(stop.signal),
-                        "grace": grace, "reason": stop.reason, "notice": stop.notice})
+        launches.stop(self._active, self._agents, stop, self._pending)
 
     def kill_node(self, node: str) -> None:
-        for tracked in list(self._active.values()):
-            if tracked.launch.node == node:
-                self.stop(Stop(tracked.launch.launch_id, signal.SIGKILL, 0.0,
-                               f"node {node} killed"))
+        launches.kill_node(self._active, self._agents, node, self._pending)
 
     # ---- observe ----------------------------------------------------------------------------
 
@@ -320,97 +282,41 @@ class KubernetesBackend(PodStates):
         its warm pool filled), so a lost node's replicas start on one at once: no pod to
         make, no scheduling wait. A pod holding neither a launch nor a spare is deleted."""
         self._attach()
-        key = (hold.job_id, str(hold.attempt))
-        self._spares[key] = set(hold.nodes)
-        if not hold.nodes:
-            del self._spares[key]
-            return
+        key = self._holds.update(hold)
         for node in hold.nodes:
             if not any((a.job_id, a.attempt) == key and node in a.nodes
                        and not (a.ending or a.noticed) for a in self._allocs):
                 self._allocs.append(Alloc(*key, [node]))
 
     def _holds_spare(self, alloc: Alloc) -> bool:
-        return bool(self._spares.get((alloc.job_id, alloc.attempt), set()) & set(alloc.nodes))
+        return self._holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
+
+    def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
+        """The pod's launches wait in Kubernetes for `reason` ("": the pod runs)."""
+        launches.queued(self._active, alloc, reason, "Kubernetes", f"pod {alloc.slurm_id}", out)
 
     def _dispatch(self, out: list[Observation]) -> None:
-        for tracked in list(self._active.values()):
-            if tracked.dispatched or not tracked.alloc.running:
-                continue
-            agent = self._agents.get((tracked.alloc.slurm_id, tracked.launch.node))
-            if agent is None:
-                continue
+        assert self.hub is not None
+        for tracked, agent in launches.ready(self._active, self._agents):
             hidden = set(credential_names(tracked.launch.env))  # the pod has them
             env = {k: v for k, v in tracked.launch.env.items() if k not in hidden}
             if env.get("CUDA_VISIBLE_DEVICES"):
                 env["CUDA_VISIBLE_DEVICES"] = pd.pod_gpus(
                     env["CUDA_VISIBLE_DEVICES"],
                     self._gpus.setdefault(tracked.alloc.slurm_id, {}))
-            master = env.get("PERDURE_MASTER_NODE", "")
-            if master and master not in self._down:
-                master_agent = self._master_agent(tracked.launch.job_id, master)
-                if master_agent is None:
-                    continue  # rank 0's node agent is not up yet
-                env["MASTER_ADDR"] = master_agent.address
-                env["MASTER_PORT"] = self._master_port(tracked.launch.job_id, master_agent,
-                                                       env.get("MASTER_PORT", "0"))
-            launch = tracked.launch
-            record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
-                      "replica": launch.replica, "node": launch.node,
-                      "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                      "memory_mb": launch.memory_mb, "gpus": launch.gpus,
-                      "log_max_bytes": self._log_max_bytes}
-            if not agent.send({"op": "launch", "record": record}):
-                continue  # its connection just ended: the node's loss follows
-            tracked.dispatched = True
-            tracked.mirror.write_record(statedir.LAUNCH, {
-                **record, "env": {k: ("<secret>" if k in hidden else v)
-                                  for k, v in launch.env.items()},
-                "log_prefix": launch.log_prefix, "created": time.time(),
-                "pod": tracked.alloc.slurm_id})
-
-    def _master_agent(self, job_id: str, node: str) -> Agent | None:
-        for (pod, name), agent in self._agents.items():
-            if name == node and any(a.slurm_id == pod and a.job_id == job_id
-                                    for a in self._allocs):
-                return agent
-        return None
-
-    def _master_port(self, job_id: str, agent: Agent, asked: str) -> str:
-        """A port free on rank 0's node, the same for every launch given the same port."""
-        key = (job_id, asked)
-        if key not in self._ports:
-            assert self.hub is not None
-            answer = self.hub.request(agent, {"op": "port"}, PORT_SECONDS)
-            if answer is None:
-                return asked  # its node is going: the group restarts anyway
-            self._ports[key] = str(answer["port"])
-        return self._ports[key]
+            if not launches.place_master(env, tracked.launch, self.hub, self._agents,
+                                         self._allocs, self._down, self._masters):
+                continue  # rank 0's node agent is not up yet
+            shown = {k: ("<secret>" if k in hidden else v) for k, v in tracked.launch.env.items()}
+            launches.hand(tracked, agent, env, self._log_max_bytes,
+                          {"env": shown, "pod": tracked.alloc.slurm_id})
 
     # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
         self._attach()
-        out: list[Observation] = []
-        for lid in launch_ids:
-            if lid in self._active:
-                continue
-            record = statedir.read_json(os.path.join(self.state_dir, statedir.LAUNCHES, lid,
-                                                   statedir.LAUNCH))
-            alloc = next((a for a in self._allocs if record is not None
-                          and a.slurm_id == record.get("pod")), None)
-            if record is None or alloc is None or record.get("node") not in alloc.nodes:
-                out.append(LaunchFailed(lid, f"launch {lid}: its pod is gone (it ended while "
-                                        "no controller watched)", time.time()))
-                continue
-            launch = Launch(lid, str(record["job_id"]), str(record["replica"]),
-                            str(record["node"]), tuple(record["command"]), dict(record["env"]),
-                            str(record["cwd"]), record.get("memory_mb"),
-                            str(record["log_prefix"]), int(record.get("gpus") or 0))
-            self._active[lid] = Tracked(launch, alloc, Mirror(self.state_dir, lid,
-                                                               launch.log_prefix),
-                                         dispatched=True)
-        return out
+        return launches.adopt(self._active, self._allocs, self.state_dir, launch_ids, "pod",
+                              "its pod is gone")
 
     def close(self) -> None:
         """Stop watching: pods with launches, their agents and replicas run on (a restart

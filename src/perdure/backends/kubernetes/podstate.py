@@ -31,7 +31,7 @@ from perdure.backends.agents.links import AgentLinks
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError
 from perdure.backends.kubernetes.watch import Watch
-from perdure.core.events import Command, LaunchFailed, LaunchQueued, Observation
+from perdure.core.events import Command, LaunchFailed, Observation
 
 RELEASE_SECONDS = 5.0  # a pod with no launch this long is deleted
 RESTORE_SECONDS = 10.0
@@ -54,6 +54,8 @@ class PodStates(AgentLinks):
         def _attach(self) -> None: ...
 
         def _holds_spare(self, alloc: Alloc) -> bool: ...
+
+        def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None: ...
 
     def _refresh(self, out: list[Observation]) -> None:
         """Take in what the watches saw and act on each pod's and node's state."""
@@ -164,13 +166,6 @@ class PodStates(AgentLinks):
         alloc.noticed = True
         self._log(f"{alloc.job_id} attempt {alloc.attempt}: {why}: preempting the job")
         out.append(Command("preempt", alloc.job_id, time.time()))
-
-    def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
-        """The pod's launches wait in Kubernetes for `reason` ("": the pod runs)."""
-        alloc.told = reason
-        for tracked in [t for t in self._active.values() if t.alloc is alloc]:
-            out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(),
-                                    "Kubernetes", f"pod {alloc.slurm_id}"))
 
     def _release(self, now: float) -> None:
         """Delete pods that hold no launch (after RELEASE_SECONDS: a restart's new launches

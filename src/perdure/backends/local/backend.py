@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perdure import statedir
-from perdure.backends.base import LaunchError, NodeInfo, error_info
+from perdure.backends.base import Backend, LaunchError, NodeInfo, error_info
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts, local_port
 from perdure.backends.node import logcap, procs, warm
@@ -71,7 +71,7 @@ class _Tracked:
         self.exit_path = os.path.join(self.dir, statedir.EXIT)
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Replicas as local processes, grouped into virtual nodes (each a failure domain).
 
     State lives in `<state_dir>/launches/<launch_id>/` (see `layout`). `memory_mechanism` is

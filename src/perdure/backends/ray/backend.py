@@ -29,7 +29,7 @@ from ray.exceptions import (
 )
 
 from perdure import statedir
-from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.base import Backend, LaunchError, NodeInfo
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
@@ -40,8 +40,10 @@ from perdure.backends.ray import replies
 from perdure.backends.ray.nodeactor import RESOURCE_PREFIX, node_actor
 from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
 from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_from_agent
+from perdure.backends.spareholds import SpareHolds
 from perdure.core.events import (
     Command,
+    HoldNodes,
     Launch,
     LaunchFailed,
     NodeCheckFailed,
@@ -60,7 +62,7 @@ PROBE_SECONDS = 3.0  # an agent that does not answer within this is on a lost no
 OOM_WORDS = ("OutOfMemory", "out of memory", "memory monitor")
 
 
-class RayBackend:
+class RayBackend(Backend):
     """Replicas as detached actors on Ray nodes (see the module docstring)."""
 
     def __init__(self, state_dir: Path | str, cluster: ClusterSpec) -> None:
@@ -85,6 +87,7 @@ class RayBackend:
         # Launch actors started ahead of need per node (ValueError naming its variable)
         self._spares = SpareActors(self.ns, size_setting(), self._warm)
         self._ports_ahead = PortsAhead()
+        self._holds = SpareHolds()  # the spare nodes each job's attempt holds
         health = cluster.health  # its preflight runs on each node by the launch's actor
         self._preflight = ({"argv": list(health.preflight), "timeout": health.timeout_seconds}
                            if health.preflight else None)
@@ -179,9 +182,13 @@ class RayBackend:
         self._ports_ahead.ask(node, self._agent(node))  # for the next restart
         return port
 
-    def hold_spares(self, nodes: frozenset[str]) -> None:
-        """Spare nodes are kept warm: their agents' pools filled ahead of need."""
-        self._spares.hold(nodes)
+    def hold_nodes(self, hold: HoldNodes) -> None:
+        """The spare nodes a job's attempt holds: those of every job are kept warm, their
+        agents' pools filled ahead of need (asked again whenever the set changes)."""
+        self._holds.update(hold)
+        held = self._holds.nodes()
+        if held != self._spares.held:
+            self._spares.hold(held)
 
     def fence_nodes(self, fenced: dict[str, str]) -> None:
         """Quarantined nodes (core/health.py) get nothing placed there: no spare launch

@@ -104,7 +104,7 @@ class SpareActors:
         self._spares: dict[str, deque[_Spare]] = {}
         self._not_before: dict[str, float] = {}
         self._restarted: set[str] = set()  # nodes where a launch took a spare
-        self.held: frozenset[str] = frozenset()  # spare nodes jobs hold (`hold_spares`)
+        self.held: frozenset[str] = frozenset()  # spare nodes jobs hold (`hold_nodes`)
         self.fenced: frozenset[str] = frozenset()  # quarantined nodes: no spares there
         self._checks: dict[str, Any] = {}  # node -> its agent's answer to a checked prewarm
         self._next_prewarm = 0.0

@@ -24,49 +24,38 @@ allocation that ends otherwise (scancel from outside) a `cancel`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
 import os
-import signal
 import subprocess
 import time
 
 from perdure import statedir
+from perdure.backends.agents import launches
 from perdure.backends.agents.alloc import Alloc
 from perdure.backends.agents.hub import Agent, Hub, load_secret
 from perdure.backends.agents.links import AgentLinks
 from perdure.backends.agents.reports import Tracked
-from perdure.backends.base import LaunchError, NodeInfo
+from perdure.backends.base import Backend, NodeInfo
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
-from perdure.backends.node.mirror import Mirror
 from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.slurm import allocs as al
-from perdure.backends.slurm import slurmcmd
-from perdure.backends.slurm.holds import AllocHolds
+from perdure.backends.slurm import holds, slurmcmd
 from perdure.backends.slurm.platform import PlatformWatch
 from perdure.backends.slurm.restore import NodeRestore
-from perdure.core.events import (
-    Command,
-    Launch,
-    LaunchFailed,
-    Observation,
-    ReplicaExited,
-    Stop,
-)
+from perdure.backends.spareholds import SpareHolds
+from perdure.core.events import Command, HoldNodes, Launch, LaunchFailed, Observation, Stop
 from perdure.core.spec import ClusterSpec, SlurmSpec
 
 SQUEUE_SECONDS = 0.5  # how often the allocations' states are read
 SINFO_SECONDS = 2.0  # how often lost nodes are looked at (to restore them)
 RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back (scancel)
-PORT_SECONDS = 5.0
 WARNING_MARGIN = 10  # seconds added to the grace for the time limit's warning
 ADDRESS_ENV = "PERDURE_SLURM_ADDRESS"  # the address agents reach this controller at
 DRAIN_REASON_CHARS = 200  # of the reason perdure gives Slurm's drain (sinfo shows it)
 
 
-class SlurmBackend(AgentLinks, AllocHolds, NodeRestore):
+class SlurmBackend(AgentLinks, NodeRestore, Backend):
     """Replicas as job steps of per-attempt Slurm allocations (see the module docstring)."""
 
     def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
@@ -90,7 +79,7 @@ class SlurmBackend(AgentLinks, AllocHolds, NodeRestore):
         self._addresses: dict[str, str] = {}
         self._masters = MasterPorts()
         self._pending: list[Observation] = []
-        self._spares: dict[tuple[str, str], set[str]] = {}  # (job, attempt) -> spare nodes
+        self._holds = SpareHolds()  # the spare nodes each attempt holds (`hold_nodes`)
         self._next_squeue = self._next_sinfo = 0.0
         self._fenced: dict[str, str] = {}  # quarantined nodes (core/health.py) -> why
         self._platform = PlatformWatch(self.spec.partition)
@@ -135,19 +124,7 @@ class SlurmBackend(AgentLinks, AllocHolds, NodeRestore):
     def launch(self, launch: Launch) -> None:
         self._attach()
         assert self._transport is not None
-        if launch.launch_id in self._active:
-            raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
-        mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
-        if mirror.read_record(statedir.LAUNCH) is not None:
-            raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
-                              "launch needs a new id")
-        env = self._transport.env(launch)  # the relay: rounds, reports, errors, notices
-        launch = dataclasses.replace(launch, env=env)
-        alloc = self._alloc_for(launch)
-        mirror.write_record(statedir.LAUNCH, {
-            "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
-            "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})
-        self._active[launch.launch_id] = Tracked(launch, alloc, mirror)
+        launches.begin(self._active, self.state_dir, self._transport, launch, self._alloc_for)
 
     def _alloc_for(self, launch: Launch) -> Alloc:
         """The allocation this launch runs in: its attempt's that holds its node, else the
@@ -167,32 +144,28 @@ class SlurmBackend(AgentLinks, AllocHolds, NodeRestore):
         return alloc
 
     def stop(self, stop: Stop) -> None:
-        tracked = self._active.get(stop.launch_id)
-        if tracked is None:
-            return
-        if not tracked.dispatched:  # still waiting for its allocation: it never ran
-            self._active.pop(stop.launch_id)
-            self._pending.append(ReplicaExited(stop.launch_id, 128 + int(stop.signal),
-                                               time.time(), signal=int(stop.signal)))
-            return
-        grace = max(0.0, stop.grace)
-        # The relay answers the replica's "is this a notice?" from this record.
-        tracked.mirror.write_record(statedir.STOP, {
-            "signal": int(stop.signal), "deadline": time.time() + grace,
-            "reason": stop.reason, "notice": stop.notice})
-        agent = self._agent_of(tracked)
-        if agent is not None:
-            agent.send({"op": "stop", "launch_id": stop.launch_id, "signal": int(stop.signal),
-                        "grace": grace, "reason": stop.reason, "notice": stop.notice})
+        launches.stop(self._active, self._agents, stop, self._pending)
 
     def kill_node(self, node: str) -> None:
-        for tracked in list(self._active.values()):
-            if tracked.launch.node == node:
-                self.stop(Stop(tracked.launch.launch_id, signal.SIGKILL, 0.0,
-                               f"node {node} killed"))
+        launches.kill_node(self._active, self._agents, node, self._pending)
 
-    def _agent_of(self, tracked: Tracked) -> Agent | None:
-        return self._agents.get((tracked.alloc.slurm_id, tracked.launch.node))
+    def hold_nodes(self, hold: HoldNodes) -> None:
+        """The spare nodes `hold.job_id`'s attempt holds: kept in its allocation (a further
+        one when that was already submitted) with an agent and warm pool each, so a lost
+        node's replicas launch on one at once, no new queue wait. An allocation that holds
+        neither a launch nor a spare is given back (`_release`)."""
+        self._attach()
+        key = self._holds.update(hold)
+        if hold.nodes:
+            holds.extend(self._allocs, key, hold.nodes)
+
+    def _holds_spare(self, alloc: Alloc) -> bool:
+        return self._holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
+
+    def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
+        """`alloc`'s launches wait in Slurm's queue for `reason` ("": it started)."""
+        launches.queued(self._active, alloc, reason, "Slurm", f"Slurm job {alloc.slurm_id}",
+                        out)
 
     # ---- observe ----------------------------------------------------------------------------
 
@@ -331,49 +304,16 @@ class SlurmBackend(AgentLinks, AllocHolds, NodeRestore):
     # ---- dispatch and release ---------------------------------------------------------------
 
     def _dispatch(self, out: list[Observation]) -> None:
-        for tracked in list(self._active.values()):
-            if tracked.dispatched or not tracked.alloc.running:
-                continue
-            agent = self._agent_of(tracked)
-            if agent is None:
-                continue
-            env = dict(tracked.launch.env)
-            master = env.get("PERDURE_MASTER_NODE", "")
-            if master and master not in self._down:
-                master_agent = self._master_agent(tracked.launch.job_id, master)
-                if master_agent is None:
-                    continue  # rank 0's node agent is not up yet
-                env["MASTER_ADDR"] = master_agent.address
-                env["MASTER_PORT"] = self._masters.port(
-                    tracked.launch.job_id, tracked.launch.master_key,
-                    functools.partial(self._free_port, master_agent))
-            launch = tracked.launch
-            record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
-                      "replica": launch.replica, "node": launch.node,
-                      "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                      "memory_mb": launch.memory_mb, "gpus": launch.gpus,
-                      "log_max_bytes": self._log_max_bytes}
-            if not agent.send({"op": "launch", "record": record}):
-                continue  # its connection just ended: the node's loss follows
-            tracked.dispatched = True
-            tracked.mirror.write_record(statedir.LAUNCH, {
-                **record, "log_prefix": launch.log_prefix, "created": time.time(),
-                "slurm_job": tracked.alloc.slurm_id})
-            self._procs.append(al.start_watcher(tracked.alloc, launch.node, launch.launch_id,
-                                                self.dir))
-
-    def _master_agent(self, job_id: str, node: str) -> Agent | None:
-        for (slurm_id, name), agent in self._agents.items():
-            if name == node and any(a.slurm_id == slurm_id and a.job_id == job_id
-                                    for a in self._allocs):
-                return agent
-        return None
-
-    def _free_port(self, agent: Agent) -> str | None:
-        """A port free on `agent`'s node (None: its node is going)."""
         assert self.hub is not None
-        answer = self.hub.request(agent, {"op": "port"}, PORT_SECONDS)
-        return None if answer is None else str(answer["port"])
+        for tracked, agent in launches.ready(self._active, self._agents):
+            env = dict(tracked.launch.env)
+            if not launches.place_master(env, tracked.launch, self.hub, self._agents,
+                                         self._allocs, self._down, self._masters):
+                continue  # rank 0's node agent is not up yet
+            if launches.hand(tracked, agent, env, self._log_max_bytes,
+                             {"slurm_job": tracked.alloc.slurm_id}):
+                self._procs.append(al.start_watcher(tracked.alloc, tracked.launch.node,
+                                                    tracked.launch.launch_id, self.dir))
 
     def _release(self, now: float) -> None:
         """Give back allocations that hold no launch (after RELEASE_SECONDS: a restart's new
@@ -404,26 +344,8 @@ class SlurmBackend(AgentLinks, AllocHolds, NodeRestore):
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
         self._attach()
-        out: list[Observation] = []
-        for lid in launch_ids:
-            if lid in self._active:
-                continue
-            record = statedir.read_json(
-                os.path.join(statedir.launch_dir(self.state_dir, lid), statedir.LAUNCH))
-            alloc = next((a for a in self._allocs if record is not None
-                          and a.slurm_id == record.get("slurm_job")), None)
-            if record is None or alloc is None or record.get("node") not in alloc.nodes:
-                out.append(LaunchFailed(lid, f"launch {lid}: its Slurm allocation is gone "
-                                        "(it ended while no controller watched)", time.time()))
-                continue
-            launch = Launch(lid, str(record["job_id"]), str(record["replica"]),
-                            str(record["node"]), tuple(record["command"]), dict(record["env"]),
-                            str(record["cwd"]), record.get("memory_mb"),
-                            str(record["log_prefix"]), int(record.get("gpus") or 0))
-            self._active[lid] = Tracked(launch, alloc, Mirror(self.state_dir, lid,
-                                                               launch.log_prefix),
-                                         dispatched=True)
-        return out
+        return launches.adopt(self._active, self._allocs, self.state_dir, launch_ids,
+                              "slurm_job", "its Slurm allocation is gone")
 
     def close(self) -> None:
         """Stop watching: allocations with launches, their agents and replicas run on (a
