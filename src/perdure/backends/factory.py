@@ -7,6 +7,13 @@ from pathlib import Path
 from perdure.backends.base import Backend, BackendSettingError, Inspector, NodeInfo
 from perdure.core.spec import ClusterSpec
 
+# The agent-based backends: where their replicas run, and the platform's own way to signal
+# one (perdure's signals go through the controller's node agents).
+AGENT_SIGNALS = {
+    "slurm": ("on Slurm nodes", "scancel --signal on the allocation"),
+    "kubernetes": ("in agent pods", "kubectl exec into the agent pod"),
+}
+
 
 def check_environment() -> None:
     """BackendSettingError naming an unusable variable of the environment that the backends'
@@ -44,15 +51,15 @@ def make_backend(cluster: ClusterSpec, state_dir: Path) -> Backend:
 
         return FakeBackend(nodes)
     if cluster.backend == "ray":
-        from perdure.backends.ray import RayBackend
+        from perdure.backends.ray.backend import RayBackend
 
         return RayBackend(state_dir, cluster)
     if cluster.backend == "slurm":
-        from perdure.backends.slurm import SlurmBackend
+        from perdure.backends.slurm.backend import SlurmBackend
 
         return SlurmBackend(state_dir, cluster)
     if cluster.backend == "kubernetes":
-        from perdure.backends.kubernetes import KubernetesBackend
+        from perdure.backends.kubernetes.backend import KubernetesBackend
 
         return KubernetesBackend(state_dir, cluster)
     raise ValueError(f"backend: {cluster.backend!r} is unknown; use 'local', 'ray', 'slurm', "
@@ -65,14 +72,10 @@ def make_inspector(cluster: ClusterSpec, state_dir: Path) -> Inspector:
         from perdure.backends.ray.inspector import RayInspector
 
         return RayInspector(state_dir, cluster)
-    if cluster.backend == "slurm":
-        from perdure.backends.slurm.inspector import SlurmInspector
+    if cluster.backend in AGENT_SIGNALS:
+        from perdure.backends.agents.inspector import AgentInspector
 
-        return SlurmInspector(state_dir)
-    if cluster.backend == "kubernetes":
-        from perdure.backends.kubernetes.inspector import KubernetesInspector
-
-        return KubernetesInspector(state_dir)
+        return AgentInspector(state_dir, *AGENT_SIGNALS[cluster.backend])
     from perdure.backends.node.inspector import LocalInspector
 
     return LocalInspector(state_dir)

@@ -32,10 +32,12 @@ from perdure.core.events import Launch, LaunchFailed, LaunchQueued, Observation,
 PORT_SECONDS = 5.0  # how long rank 0's agent has to name a free port
 
 
-def begin(active: dict[str, Tracked], state_dir: str, transport: LaunchTransport,
-          launch: Launch, alloc_for: Callable[[Launch], Alloc]) -> None:
+def begin(active: dict[str, Tracked], allocs: list[Alloc], state_dir: str,
+          transport: LaunchTransport, launch: Launch,
+          joins: Callable[[Launch, str], Alloc | None]) -> None:
     """Record a new launch (its env with the relay's variables) and track it in the
-    allocation `alloc_for` gives it; LaunchError for a launch id running or used before."""
+    allocation of its attempt that `joins` names, else in a new one of its node;
+    LaunchError for a launch id running or used before."""
     if launch.launch_id in active:
         raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
     mirror = Mirror(state_dir, launch.launch_id, launch.log_prefix)
@@ -43,7 +45,11 @@ def begin(active: dict[str, Tracked], state_dir: str, transport: LaunchTransport
         raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
                           "launch needs a new id")
     launch = dataclasses.replace(launch, env=transport.env(launch))  # rounds, reports, notices
-    alloc = alloc_for(launch)
+    attempt = launch.env.get("PERDURE_ATTEMPT", "0")
+    alloc = joins(launch, attempt)
+    if alloc is None:
+        alloc = Alloc(launch.job_id, attempt, [launch.node])
+        allocs.append(alloc)
     mirror.write_record(statedir.LAUNCH, {
         "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
         "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})

@@ -192,18 +192,13 @@ class KubernetesBackend(PodStates, Backend):
     def launch(self, launch: Launch) -> None:
         self._attach()
         assert self._transport is not None
-        launches.begin(self._active, self.state_dir, self._transport, launch, self._alloc_for)
+        launches.begin(self._active, self._allocs, self.state_dir, self._transport, launch,
+                       self._joins)
 
-    def _alloc_for(self, launch: Launch) -> Alloc:
-        """The pod this launch runs in: its attempt's on its node, else a new one."""
-        attempt = launch.env.get("PERDURE_ATTEMPT", "0")
-        for alloc in self._allocs:
-            if (alloc.job_id, alloc.attempt) == (launch.job_id, attempt) and not (
-                    alloc.ending or alloc.noticed) and launch.node in alloc.nodes:
-                return alloc
-        alloc = Alloc(launch.job_id, attempt, [launch.node])
-        self._allocs.append(alloc)
-        return alloc
+    def _joins(self, launch: Launch, attempt: str) -> Alloc | None:
+        """The pod this launch runs in: its attempt's on its node (None: a new one)."""
+        return next((a for a in self._allocs if (a.job_id, a.attempt) == (launch.job_id, attempt)
+                     and not (a.ending or a.noticed) and launch.node in a.nodes), None)
 
     def stop(self, stop: Stop) -> None:
         launches.stop(self._active, self._agents, stop, self._pending)

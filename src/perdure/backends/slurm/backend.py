@@ -124,12 +124,12 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
     def launch(self, launch: Launch) -> None:
         self._attach()
         assert self._transport is not None
-        launches.begin(self._active, self.state_dir, self._transport, launch, self._alloc_for)
+        launches.begin(self._active, self._allocs, self.state_dir, self._transport, launch,
+                       self._joins)
 
-    def _alloc_for(self, launch: Launch) -> Alloc:
+    def _joins(self, launch: Launch, attempt: str) -> Alloc | None:
         """The allocation this launch runs in: its attempt's that holds its node, else the
-        attempt's not yet submitted one (the node joins it), else a new one."""
-        attempt = launch.env.get("PERDURE_ATTEMPT", "0")
+        attempt's not yet submitted one (the node joins it); None: a new one."""
         mine = [a for a in self._allocs if a.job_id == launch.job_id
                 and a.attempt == attempt and not a.ending]
         for alloc in mine:
@@ -139,9 +139,7 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
             if not alloc.slurm_id:
                 alloc.nodes.append(launch.node)
                 return alloc
-        alloc = Alloc(launch.job_id, attempt, [launch.node])
-        self._allocs.append(alloc)
-        return alloc
+        return None
 
     def stop(self, stop: Stop) -> None:
         launches.stop(self._active, self._agents, stop, self._pending)

@@ -1,0 +1,32 @@
+"""The inspector of an agent-based backend (Slurm, Kubernetes): logs and launch records from
+the controller's copy.
+
+The backend copies every launch's logs and records into the state dir where the local backend
+keeps them (`node.mirror`), so `perdure logs` and `describe` read such a job as a local one.
+Signals go to a replica through its node's agent, which only the controller is connected to:
+from here the user is told what to use instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perdure.backends.node.inspector import LocalInspector
+
+
+class AgentInspector(LocalInspector):
+    """`where`: where the replicas run ("on Slurm nodes"); `instead`: the platform's own way
+    to signal them ("scancel --signal on the allocation")."""
+
+    def __init__(self, state_dir: Path | str, where: str, instead: str) -> None:
+        super().__init__(state_dir)
+        self.where, self.instead = where, instead
+
+    def pool_summary(self) -> str | None:
+        return None  # each node agent has its own pool, on its node
+
+    def signal(self, launch_id: str, sig: int) -> int:
+        raise ProcessLookupError(
+            f"launch {launch_id}: signals to replicas {self.where} go through the "
+            "controller's node agents, not from here; use `perdure preempt`, `perdure cancel`"
+            f", or {self.instead}")
