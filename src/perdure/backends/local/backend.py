@@ -14,16 +14,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perdure import statedir
 from perdure.backends.base import Backend, LaunchError, NodeInfo, error_info
 from perdure.backends.local.progress import ProgressReader
+from perdure.backends.local.tracked import Tracked, abandon_record, lost_message, supervisor_gone
 from perdure.backends.masterport import MasterPorts, local_port
 from perdure.backends.node import logcap, procs, warm
 from perdure.backends.node.memory import MECHANISMS, cgroup_parent
@@ -41,34 +40,6 @@ from perdure.core.events import (
     ReplicaStarted,
     Stop,
 )
-
-# How often each supervisor is checked for having died without writing exit.json: rare, so a
-# poll costs one stat per launch (for exit.json) most of the time.
-LIVENESS_CHECK_SECONDS = 0.25
-# A launch whose supervisor has not claimed it by then is given up (LaunchFailed), so that a
-# stuck spawner cannot hold a replica in limbo; a supervisor that comes later starts nothing.
-START_TIMEOUT_SECONDS = 60.0
-
-
-@dataclass
-class _Tracked:
-    """A launch this backend watches until its exit is reported."""
-
-    launch_id: str
-    node: str
-    dir: str
-    spawner: subprocess.Popen[bytes] | None = None  # the zygote asked to fork its supervisor
-    sent_at: float = 0.0  # time.monotonic() when the spawner was asked
-    supervisor: tuple[int, int] | None = None  # (pid, start ticks), from its claim
-    started: bool = False
-    status: dict[str, Any] = field(default_factory=dict)
-    next_check: float = 0.0
-    status_path: str = ""
-    exit_path: str = ""
-
-    def __post_init__(self) -> None:
-        self.status_path = os.path.join(self.dir, statedir.STATUS)
-        self.exit_path = os.path.join(self.dir, statedir.EXIT)
 
 
 class LocalBackend(Backend):
@@ -129,7 +100,7 @@ class LocalBackend(Backend):
         self._node_names = {node.name for node in nodes}
         self._memory_mechanism = memory_mechanism
         self._inherit_env = inherit_env
-        self._active: dict[str, _Tracked] = {}
+        self._active: dict[str, Tracked] = {}
         self._progress = ProgressReader()
         # Who gives up launches in claim.json: this backend, not just this process.
         self._identity = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns()}"
@@ -193,7 +164,7 @@ class LocalBackend(Backend):
         except BaseException:  # the disk is full, the spawner cannot start: nothing was sent,
             shutil.rmtree(directory, ignore_errors=True)  # so the same launch may try again
             raise
-        self._active[launch.launch_id] = _Tracked(
+        self._active[launch.launch_id] = Tracked(
             launch.launch_id, launch.node, directory, spawner=spawner, sent_at=time.monotonic()
         )
 
@@ -235,7 +206,7 @@ class LocalBackend(Backend):
             if launch.node == node:
                 self._never_started(launch_id, signal.SIGKILL)
 
-    def _request_stop(self, tracked: _Tracked, sig: int, grace: float, reason: str,
+    def _request_stop(self, tracked: Tracked, sig: int, grace: float, reason: str,
                       notice: str | None = None, delay: float = 0.0) -> None:
         if os.path.exists(tracked.exit_path):
             return
@@ -246,7 +217,7 @@ class LocalBackend(Backend):
         if os.path.exists(tracked.status_path):
             self._signal_supervisor(tracked, signal.SIGUSR1)
 
-    def _signal_supervisor(self, tracked: _Tracked, sig: int) -> None:
+    def _signal_supervisor(self, tracked: Tracked, sig: int) -> None:
         if tracked.supervisor is None:
             status = statedir.read_json(tracked.status_path) or {}
             if "supervisor_pid" not in status:
@@ -282,7 +253,7 @@ class LocalBackend(Backend):
                     out.append(LaunchFailed(launch.launch_id, str(exc), time.time(),
                                             user_error=getattr(exc, "user_error", False)))
 
-    def _observe(self, tracked: _Tracked, out: list[Observation], now: float) -> None:
+    def _observe(self, tracked: Tracked, out: list[Observation], now: float) -> None:
         if not tracked.started and os.path.exists(tracked.status_path):
             self._report_started(tracked, out)
         if os.path.exists(tracked.exit_path):
@@ -290,14 +261,14 @@ class LocalBackend(Backend):
             return
         if tracked.started and (p := self._progress.read(tracked.launch_id, tracked.dir, now)):
             out.append(p)
-        if now >= tracked.next_check and self._supervisor_gone(tracked, now):
+        if now >= tracked.next_check and supervisor_gone(tracked, now, self._identity):
             # It may have written exit.json and exited between the two checks.
             if os.path.exists(tracked.exit_path):
                 self._report_exit(tracked, out)
             else:
                 self._report_lost(tracked, out)
 
-    def _report_started(self, tracked: _Tracked, out: list[Observation]) -> None:
+    def _report_started(self, tracked: Tracked, out: list[Observation]) -> None:
         status = statedir.read_json(tracked.status_path)
         if status is None:
             return
@@ -306,7 +277,7 @@ class LocalBackend(Backend):
             tracked.supervisor = (status["supervisor_pid"], status["supervisor_start_ticks"])
         out.append(ReplicaStarted(tracked.launch_id, int(status["pid"]), status["started_at"]))
 
-    def _report_exit(self, tracked: _Tracked, out: list[Observation]) -> None:
+    def _report_exit(self, tracked: Tracked, out: list[Observation]) -> None:
         # What it reported last (a note, its last steps, flushed at its exit) comes first.
         if tracked.started and (p := self._progress.read(tracked.launch_id, tracked.dir,
                                                           time.monotonic(), final=True)):
@@ -334,52 +305,13 @@ class LocalBackend(Backend):
             )
         )
 
-    def _supervisor_gone(self, tracked: _Tracked, now: float) -> bool:
-        """Whether the supervisor died, or never started and the launch was given up."""
-        tracked.next_check = now + LIVENESS_CHECK_SECONDS
-        if tracked.supervisor is None:
-            owner = statedir.read_json(os.path.join(tracked.dir, statedir.CLAIM)) or {}
-            if not owner:
-                spawner_alive = tracked.spawner is not None and tracked.spawner.poll() is None
-                if spawner_alive and now - tracked.sent_at < START_TIMEOUT_SECONDS:
-                    return False  # still on its way
-                owner = statedir.claim(tracked.dir, self._abandon_record())
-            if "abandoned_by" in owner:
-                return True
-            tracked.supervisor = (owner["supervisor_pid"], owner["supervisor_start_ticks"])
-        return not procs.is_alive(*tracked.supervisor)
-
-    def _report_lost(self, tracked: _Tracked, out: list[Observation]) -> None:
+    def _report_lost(self, tracked: Tracked, out: list[Observation]) -> None:
         self._active.pop(tracked.launch_id, None)
         owner = statedir.read_json(os.path.join(tracked.dir, statedir.CLAIM)) or {}
-        out.append(LaunchFailed(tracked.launch_id, self._lost_message(tracked, owner), time.time()))
+        message = lost_message(tracked, owner, self._identity, self._spawner.log_path)
+        out.append(LaunchFailed(tracked.launch_id, message, time.time()))
         status = tracked.status or statedir.read_json(tracked.status_path) or {}
         kill_leftovers(status, tracked.dir)
-
-    def _abandon_record(self) -> dict[str, Any]:
-        return {"abandoned_by": self._identity, "pid": os.getpid(), "time": time.time()}
-
-    def _lost_message(self, tracked: _Tracked, owner: dict[str, Any]) -> str:
-        lid, early_log = tracked.launch_id, self._spawner.log_path
-        if owner.get("abandoned_by") not in (None, self._identity):
-            return (
-                f"launch {lid} was given up by another controller (pid {owner.get('pid')}) "
-                "before its supervisor started; nothing ran"
-            )
-        if "abandoned_by" in owner:
-            spawner_alive = tracked.spawner is not None and tracked.spawner.poll() is None
-            why = (
-                f"was not started within {START_TIMEOUT_SECONDS:.0f} s"
-                if spawner_alive
-                else "was not started: the spawner exited"
-            )
-            return f"the supervisor of launch {lid} {why}; nothing ran. See {early_log}"
-        log = os.path.join(tracked.dir, statedir.SUPERVISOR_LOG)
-        where = f"{_last_line(log)}See {log}." if os.path.exists(log) else f"See {early_log}."
-        return (
-            f"the supervisor of launch {lid} died without recording the replica's exit (a "
-            f"replica it had started died with it). {where}"
-        )
 
     def dump_stacks(self, launch_id: str, timeout: float = 10.0, nonblocking: bool = False
                     ) -> StackDump:
@@ -416,11 +348,11 @@ class LocalBackend(Backend):
                     )
                 )
                 continue
-            tracked = _Tracked(launch_id, str(spec.get("node", "")), directory)
+            tracked = Tracked(launch_id, str(spec.get("node", "")), directory)
             if not os.path.exists(tracked.status_path) and not os.path.exists(tracked.exit_path):
                 # Its supervisor may be starting, or may never have been spawned: claim the
                 # launch as abandoned; a supervisor that comes later then starts nothing.
-                owner = statedir.claim(directory, self._abandon_record())
+                owner = statedir.claim(directory, abandon_record(self._identity))
                 if "abandoned_by" in owner:
                     out.append(
                         LaunchFailed(
@@ -460,11 +392,3 @@ class LocalBackend(Backend):
             shutil.rmtree(entry.path, ignore_errors=True)
         return max(0, len(finished) - keep_last)
 
-
-def _last_line(log: str) -> str:
-    try:
-        with open(log, encoding="utf-8", errors="replace") as f:
-            lines = f.read().strip().splitlines()
-    except OSError:
-        return ""
-    return f"Its last words: {lines[-1][:500]}. " if lines else ""
