@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perdure.backends.base import Backend, BackendSettingError, Inspector, NodeInfo
-from perdure.core.spec import ClusterSpec
+from perdure.core.clusterspec import ClusterSpec
 
 
 def check_environment() -> None:

@@ -44,6 +44,7 @@ from perdure.backends.local.progress import ProgressReader
 from perdure.backends.node import logcap, warm
 from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray.mirror import Mirror
+from perdure.core.clusterspec import ClusterSpec
 from perdure.core.events import (
     HoldNodes,
     Launch,
@@ -52,7 +53,6 @@ from perdure.core.events import (
     ReplicaExited,
     Stop,
 )
-from perdure.core.spec import ClusterSpec
 from perdure.secrecy import is_secret
 
 PORT_SECONDS = 5.0

@@ -47,6 +47,7 @@ from perdure.backends.slurm import slurmcmd
 from perdure.backends.slurm.holds import AllocHolds
 from perdure.backends.slurm.platform import PlatformWatch
 from perdure.backends.slurm.restore import NodeRestore
+from perdure.core.clusterspec import ClusterSpec, SlurmSpec
 from perdure.core.events import (
     Command,
     Launch,
@@ -55,7 +56,6 @@ from perdure.core.events import (
     ReplicaExited,
     Stop,
 )
-from perdure.core.spec import ClusterSpec, SlurmSpec
 
 SQUEUE_SECONDS = 0.5  # how often the allocations' states are read
 SINFO_SECONDS = 2.0  # how often lost nodes are looked at (to restore them)
