@@ -35,10 +35,12 @@ from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
 from perdure.backends.local import LocalBackend
 from perdure.controller.loop import Controller
+from perdure.core.clusterspec import ClusterSpec, NodeSpec, QueueSpec
 from perdure.core.events import Launch
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.model import Job, make_replicas
-from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec, QueueSpec
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
+from perdure.core.spec import JobSpec
 from perdure.store.sqlite import Store
 
 # The worker notes when its Python starts and exits (before anything heavy is imported).

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from perdure.cli.main import main
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store

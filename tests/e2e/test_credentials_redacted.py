@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from perdure.core.spec import default_cluster
+from perdure.core.clusterspec import default_cluster
 from perdure.serve.app import create_app
 from perdure.serve.auth import Auth
 from perdure.serve.context import ServeContext

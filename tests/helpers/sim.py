@@ -11,8 +11,9 @@ from perdure.backends.fake import FakeBackend, FakeRun, Script
 from perdure.core.decide import Outcome, decide
 from perdure.core.events import Command, KillNode, Launch, LaunchFailed, Observation, Stop
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
 from perdure.core.records import Event, Node
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec, parse_job_spec
 from perdure.core.states import JOB_TRANSITIONS, REPLICA_TRANSITIONS, JobState
 from perdure.core.tick import Snapshot

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perdure.backends.base import Backend, BackendSettingError, Inspector, NodeInfo
-from perdure.core.spec import ClusterSpec
+from perdure.core.clusterspec import ClusterSpec
 
 # The agent-based backends: where their replicas run, and the platform's own way to signal
 # one (perdure's signals go through the controller's node agents).

@@ -17,15 +17,10 @@ from perdure.backends.base import Inspector
 from perdure.cli.terminal import visible
 from perdure.controller.newjob import make_job
 from perdure.core import yamlload
+from perdure.core.clusterspec import ClusterSpec, default_cluster, parse_cluster
 from perdure.core.model import Job
-from perdure.core.spec import (
-    ClusterSpec,
-    JobSpec,
-    SpecError,
-    default_cluster,
-    parse_cluster,
-    parse_job_spec,
-)
+from perdure.core.spec import JobSpec, parse_job_spec
+from perdure.core.specread import SpecError
 from perdure.core.text import plural
 from perdure.store.sqlite import JobRefError, Store, StoreError, make_state_dir
 

@@ -30,9 +30,9 @@ from perdure.cli.runprogress import RunProgress
 from perdure.cli.terminal import say, visible
 from perdure.controller.loop import Controller, ControllerBusy
 from perdure.controller.usercommands import controller_running, start_hint
+from perdure.core.clusterspec import ClusterSpec
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
-from perdure.core.spec import ClusterSpec
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob, make_state_dir
 from perdure.views import jobview
 from perdure.views.describe import describe_json

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from perdure.cli.common import load_spec, read_bytes
-from perdure.core.spec import SpecError, parse_cluster
+from perdure.core.clusterspec import parse_cluster
+from perdure.core.specread import SpecError
 from perdure.sim import calibrate as calibrating
 from perdure.sim import calibration, failures, policies, report
 

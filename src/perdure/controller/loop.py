@@ -24,6 +24,7 @@ from perdure.controller.lock import lock_for_controller, release
 from perdure.controller.publish import publish_round
 from perdure.controller.resumes import ResumeShell
 from perdure.controller.watch import WatchShell
+from perdure.core.clusterspec import ClusterSpec
 from perdure.core.decide import Outcome, decide
 from perdure.core.events import (
     Command,
@@ -39,7 +40,6 @@ from perdure.core.events import (
 from perdure.core.launchenv import LaunchSettings, job_of_launch, node_dir
 from perdure.core.model import Job
 from perdure.core.records import Event, Node
-from perdure.core.spec import ClusterSpec
 from perdure.core.states import ReplicaState
 from perdure.core.tick import Snapshot
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob

@@ -9,11 +9,14 @@ import shutil
 import time
 
 from perdure.backends.base import NodeInfo
+from perdure.core.clusterspec import ClusterSpec, check_job_fits
 from perdure.core.launchenv import workdir
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
 from perdure.core.records import Node
+from perdure.core.replica import make_replicas
 from perdure.core.scheduler import Capacity, can_ever_fit
-from perdure.core.spec import ClusterSpec, JobSpec, SpecError, check_job_fits
+from perdure.core.spec import JobSpec
+from perdure.core.specread import SpecError
 from perdure.core.text import plural
 
 

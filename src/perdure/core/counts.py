@@ -30,7 +30,7 @@ _RESTARTS = operator.attrgetter("restarts")
 
 
 class Counted(Protocol):
-    """What a count looks at of a replica (core.model.Replica)."""
+    """What a count looks at of a replica (core.replica.Replica)."""
 
     @property
     def state(self) -> ReplicaState: ...

@@ -27,7 +27,7 @@ from perdure.core.events import (
     ReplicaStarted,
 )
 from perdure.core.launchenv import LaunchSettings, job_of_launch, replica_of_launch
-from perdure.core.model import Blame, Job, JobError, Replica
+from perdure.core.model import Blame, Job, JobError
 from perdure.core.policy import (
     EXIT_SUSPENDED,
     Action,
@@ -39,6 +39,7 @@ from perdure.core.policy import (
     is_peer_error,
 )
 from perdure.core.records import Event, Strike
+from perdure.core.replica import Replica
 from perdure.core.states import ErrorCode, JobState, NodeState, ReplicaState
 from perdure.core.text import all_of, plural
 from perdure.core.tick import Snapshot, Tick

@@ -16,7 +16,8 @@ from collections.abc import Collection, Mapping, Set
 from perdure.core.counts import ALIVE
 from perdure.core.events import Rendezvous
 from perdure.core.layout import Layout
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
+from perdure.core.replica import Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Tick
 

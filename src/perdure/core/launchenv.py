@@ -13,7 +13,8 @@ from perdure import statedir
 from perdure.core.events import Launch
 from perdure.core.healthspec import HealthSpec
 from perdure.core.layout import Layout, PoolBase
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
+from perdure.core.replica import Replica
 from perdure.core.resume import resume_args
 from perdure.core.spec import JobSpec, PoolSpec
 

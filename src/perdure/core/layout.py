@@ -19,8 +19,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from perdure.core.model import Job, Planned, Replica
+from perdure.core.model import Job, Planned
 from perdure.core.records import Node
+from perdure.core.replica import Replica
 
 _NODE = operator.attrgetter("node")
 _NAME = operator.attrgetter("name")

@@ -11,7 +11,8 @@ import re
 from collections.abc import Sequence
 
 from perdure.core.events import ResumeArgs
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
+from perdure.core.replica import Replica
 from perdure.core.spec import LATEST, PoolSpec
 
 _NUMBER = re.compile(r"\d+")

@@ -14,8 +14,9 @@ import itertools
 import operator
 from collections.abc import Iterable, Iterator, Mapping
 
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
 from perdure.core.records import Node
+from perdure.core.replica import Replica
 from perdure.core.text import plural
 
 _NAME = operator.attrgetter("name")

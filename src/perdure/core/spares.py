@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from perdure.core.events import HoldNodes
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
+from perdure.core.replica import Replica
 from perdure.core.scheduler import Capacity
 from perdure.core.states import JobState
 from perdure.core.tick import Tick

@@ -1,4 +1,5 @@
-"""The job spec and the cluster file: pydantic models and their validation.
+"""The job spec: pydantic models and their validation. The cluster file's are in
+clusterspec.py; reading YAML into a model, and the errors, in specread.py.
 
 No side effects: parsing takes text, never reads files (the CLI reads them).
 """
@@ -7,37 +8,19 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from perdure import storageurl
-from perdure.core import sbatchargs, yamlload
-from perdure.core.healthspec import HealthSpec
-from perdure.core.k8sspec import KubernetesSpec
-from perdure.core.specbase import FLOAT_LIMIT as FLOAT_LIMIT
-from perdure.core.specbase import INT_LIMIT as INT_LIMIT
-from perdure.core.specbase import MAX_STRING as MAX_STRING
-from perdure.core.specbase import REFERENCE, SpecModel, did_you_mean
+from perdure.core.specbase import MAX_GPUS, MAX_NODES, NAME_RE, SpecModel
+from perdure.core.specread import HIDDEN_VALUE, parse_model
 from perdure.core.watchspec import IntervalFields, WatchdogSpec
-from perdure.secrecy import has_userinfo, redact
-
-NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")  # with .match: no trailing newline
 
 MAX_POOLS = 64
 MAX_REPLICAS = 16384  # per job, all pools together (bench/controller.py --only big)
-MAX_NODES = 16384
-MAX_GPUS = 1024  # per replica or node: more than any machine has
 MAX_PROCS = 1024  # local ranks per replica
-
-
-class SpecError(ValueError):
-    """A spec or cluster file that cannot be used; the message names the field and the fix."""
-
-
-HIDDEN_VALUE = "hidden_value"  # an error whose value is never shown (it may hold a password)
-
 
 _Model = SpecModel  # every model below: unknown fields refused, every value bounded
 
@@ -56,13 +39,6 @@ def _storage_url(v: str) -> str:
     why = storageurl.problem(v)
     if why:
         raise PydanticCustomError(HIDDEN_VALUE, "{why}", {"why": why})
-    return v
-
-
-def _no_credentials(v: str | None) -> str | None:
-    """An address field's value, refused (never echoed) when it holds user:password@."""
-    if v is not None and has_userinfo(v):
-        raise PydanticCustomError(HIDDEN_VALUE, "{why}", {"why": storageurl.CREDENTIALS})
     return v
 
 
@@ -326,245 +302,6 @@ class JobSpec(_Model):
         return sum(p.procs for p in self.pools)
 
 
-class NodeSpec(_Model):
-    name: str
-    slots: int = Field(ge=1)
-    gpus: int | None = Field(None, ge=0, le=MAX_GPUS, description=(
-        "GPUs of the node, given to replicas as slots are; omitted: the local backend "
-        "counts them (CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`, else 0), Ray "
-        "reads its node's GPU resource"))
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError("use lowercase letters, digits and '-'")
-        return v
-
-
-class QueueSpec(_Model):
-    name: str
-    quota: int | None = Field(None, ge=1)
-
-
-class RaySpec(_Model):
-    """`ray:` of a cluster file: which Ray cluster, and what every node of it mounts."""
-
-    address: str = "auto"  # "HEAD_HOST:6379", or "auto" (RAY_ADDRESS, else the local head)
-    namespace: str = "perdure"  # one controller drives one namespace at a time
-    # Paths mounted at the same place on every node (a shared filesystem, declared as such):
-    # a checkpoint dir under one of them is reachable by every replica.
-    shared_dirs: list[str] = Field(default_factory=list)
-
-    _address = field_validator("address")(_no_credentials)
-
-
-class SlurmSpec(_Model):
-    """`slurm:` of a cluster file: what each attempt's allocation (`sbatch`) asks Slurm for,
-    and what every node mounts."""
-
-    partition: str | None = "main"  # None: the cluster's default partition
-    account: str | None = None
-    qos: str | None = None
-    time_limit: str = "24:00:00"  # of one allocation (sbatch --time)
-    sbatch_args: list[str] = Field(default_factory=list)  # appended to every sbatch, as given
-    shared_dirs: list[str] = Field(default_factory=list)  # as `ray: shared_dirs`
-    # A node perdure quarantines is drained in Slurm too, with the reason (scontrol)
-    drain_bad_nodes: bool = False
-
-    @field_validator("time_limit")
-    @classmethod
-    def _time_limit(cls, v: str) -> str:
-        if not SLURM_TIME_RE.match(v):
-            raise ValueError("use Slurm's time format: MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or "
-                             "UNLIMITED")
-        if slurm_seconds(v) > MAX_SLURM_DAYS * 86400:
-            raise ValueError(f"more than {MAX_SLURM_DAYS} days; use UNLIMITED for no limit")
-        return v
-
-    @field_validator("sbatch_args")
-    @classmethod
-    def _sbatch_args(cls, v: list[str]) -> list[str]:
-        refused = sbatchargs.refusals(v)
-        if refused:  # one line each, at the argument's index
-            raise ValidationError.from_exception_data("sbatch_args", [
-                InitErrorDetails(type=PydanticCustomError("sbatch_arg", "{why}", {"why": why}),
-                                 loc=(i,), input=v[i]) for i, why in refused])
-        return v
-
-
-# sbatch --time: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S", or UNLIMITED; each number
-# bounded (and the whole by MAX_SLURM_DAYS), no trailing newline (\Z, not $)
-SLURM_TIME_RE = re.compile(
-    r"(\d{1,9}(:\d{1,9}){0,2}|\d{1,9}-\d{1,9}(:\d{1,9}){0,2}|UNLIMITED|INFINITE)\Z")
-MAX_SLURM_DAYS = 365
-
-
-def slurm_seconds(limit: str) -> int:
-    """Seconds of a time limit SLURM_TIME_RE accepts (UNLIMITED: 0). No side effects."""
-    if limit in ("UNLIMITED", "INFINITE"):
-        return 0
-    days, _, clock = limit.rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    if days:  # D-H[:M[:S]]
-        h, m, sec = [*parts, 0, 0][:3]
-    elif len(parts) == 3:  # H:M:S
-        h, m, sec = parts
-    else:  # M or M:S
-        h, (m, sec) = 0, [*parts, 0][:2]
-    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + sec
-
-
-class ClusterSpec(_Model):
-    """Where replicas may run (virtual nodes, each a failure domain) and the queues' quotas."""
-
-    backend: Literal["local", "ray", "slurm", "kubernetes", "fake"] = "local"
-    address: str | None = None
-    ray: RaySpec | None = None  # backend ray only; nodes may then be omitted (discovered)
-    slurm: SlurmSpec | None = None  # backend slurm only; nodes may be omitted (from sinfo)
-    kubernetes: KubernetesSpec | None = None  # backend kubernetes only (core/k8sspec.py)
-    nodes: list[NodeSpec] = Field(default_factory=list, max_length=MAX_NODES)
-    queues: list[QueueSpec] = Field(default_factory=lambda: [QueueSpec(name="default", quota=None)])
-    # How replicas reach the controller: files in the state dir (one host), or the network
-    # through the controller's relay (hosts without the state dir; always so on ray).
-    transport: Literal["file", "net"] = "file"
-    # When a node is quarantined and what it must pass first (core/healthspec.py)
-    health: HealthSpec = Field(default_factory=HealthSpec)  # type: ignore[arg-type]
-
-    _address = field_validator("address")(_no_credentials)
-
-    @model_validator(mode="after")
-    def _unique(self) -> ClusterSpec:
-        for what, names in (
-            ("node", [n.name for n in self.nodes]),
-            ("queue", [q.name for q in self.queues]),
-        ):
-            dup = sorted({n for n in names if names.count(n) > 1})
-            if dup:
-                raise ValueError(f"{what} names must be unique; repeated: {dup}")
-        return self
-
-
-def default_cluster(cores: int) -> ClusterSpec:
-    """One node `local` with as many slots as cores, one queue `default` without a quota."""
-    return ClusterSpec(nodes=[NodeSpec(name="local", slots=max(1, cores), gpus=None)])
-
-
-MAX_ERRORS = 20  # lines of errors shown; a hostile file may have thousands
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    """A value as it appears in an error, cut short, credentials hidden: errors never echo a
-    whole document, nor a password."""
-    text = redact(repr(value))
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
-_PLAIN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-def _loc_part(part: object) -> str:
-    """A field name or index as written; an odd key (empty, a newline, huge) quoted, cut."""
-    text = str(part)
-    return text if _PLAIN.match(text) else _short(text, 40)
-
-
-def _format_errors(err: ValidationError, source: str, model: type[SpecModel]) -> str:
-    lines = [f"{source}: invalid spec"]
-    errors = err.errors()
-    for e in errors[:MAX_ERRORS]:
-        loc = ".".join(_loc_part(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = did_you_mean(model, e["loc"])
-        value = e.get("input")
-        hidden = ("missing", "extra_forbidden", HIDDEN_VALUE)
-        shown = "" if e["type"] in hidden else f" (got {_short(value)})"
-        lines.append(f"  {loc}: {msg}{shown}")
-    if len(errors) > MAX_ERRORS:
-        lines.append(f"  ... and {len(errors) - MAX_ERRORS} more errors")
-    if any(e["type"] == "extra_forbidden" for e in errors):
-        lines.append(f"  ({REFERENCE})")
-    return "\n".join(lines)
-
-
-def _load_yaml(text: str | bytes, source: str) -> Any:
-    try:
-        if isinstance(text, bytes):
-            text = yamlload.decode(text)
-        data = yamlload.load(text)
-    except yamlload.YamlError as exc:
-        raise SpecError(f"{source}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: expected a mapping of fields at the top level")
-    return data
-
-
 def parse_job_spec(text: str | bytes, source: str = "spec") -> JobSpec:
     """Parse and validate a job spec from YAML text; raise SpecError naming each bad field."""
-    data = _load_yaml(text, source)
-    try:
-        return JobSpec.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(_format_errors(exc, source, JobSpec)) from None
-
-
-def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
-    """Parse and validate a cluster file from YAML text; raise SpecError naming each bad field."""
-    data = _load_yaml(text, source)
-    try:
-        cluster = ClusterSpec.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(_format_errors(exc, source, ClusterSpec)) from None
-    if cluster.backend == "local" and not cluster.nodes:
-        raise SpecError(f"{source}: nodes: the local backend needs at least one node")
-    if cluster.ray is not None and cluster.backend != "ray":
-        raise SpecError(f"{source}: ray: only for `backend: ray` (this cluster's backend is "
-                        f"{cluster.backend!r}); remove the ray section or set backend: ray")
-    if cluster.slurm is not None and cluster.backend != "slurm":
-        raise SpecError(f"{source}: slurm: only for `backend: slurm` (this cluster's backend "
-                        f"is {cluster.backend!r}); remove the slurm section or set "
-                        "backend: slurm")
-    _check_kubernetes(cluster, source)
-    return cluster
-
-
-def _check_kubernetes(cluster: ClusterSpec, source: str) -> None:
-    if cluster.kubernetes is not None and cluster.backend != "kubernetes":
-        raise SpecError(f"{source}: kubernetes: only for `backend: kubernetes` (this cluster's "
-                        f"backend is {cluster.backend!r}); remove the kubernetes section or "
-                        "set backend: kubernetes")
-    if cluster.backend == "kubernetes" and cluster.kubernetes is None:
-        raise SpecError(f"{source}: kubernetes: `backend: kubernetes` needs a kubernetes "
-                        "section with at least `image:` (the agent pods' image)")
-    k8s = cluster.kubernetes
-    if k8s is not None and k8s.queue and any(q.quota is not None for q in cluster.queues):
-        raise SpecError(f"{source}: queues: kubernetes.queue {k8s.queue!r} lets Kueue hold the "
-                        "quota; a perdure quota as well would queue jobs twice: remove `quota` "
-                        "from queues or kubernetes.queue")
-
-
-def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:
-    """Reject a job whose queue is unknown (a job larger than the cluster is the scheduler's)."""
-    queues = [q.name for q in cluster.queues]
-    if spec.queue not in queues:
-        raise SpecError(f"queue: unknown queue {spec.queue!r}; the cluster has {queues}")
-    quota = next(q.quota for q in cluster.queues if q.name == spec.queue)
-    if quota is not None and spec.total_slots > quota:
-        raise SpecError(
-            f"pools: the job needs {spec.total_slots} slots but queue {spec.queue!r} has a "
-            f"quota of {quota}: it could never start; use fewer replicas or slots, or raise "
-            "the quota in the cluster file"
-        )
-
-
-_M = TypeVar("_M", bound=SpecModel)
-
-
-def parse_model(model: type[_M], text: str | bytes, source: str) -> _M:
-    """Parse YAML text into `model` with the spec's bounded reader and error messages."""
-    data = _load_yaml(text, source)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(_format_errors(exc, source, model)) from None
+    return parse_model(JobSpec, text, source)

@@ -2,13 +2,14 @@
 bounded (finite, in range, no NUL byte, valid Unicode), whatever the model.
 
 No side effects. It lives apart from spec.py so that the sections defined in other modules
-(watchspec.py) inherit the same checks without an import cycle.
+(watchspec.py, clusterspec.py) inherit the same checks without an import cycle.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
+import re
 import typing
 from collections.abc import Sequence
 from enum import Enum
@@ -21,6 +22,11 @@ from pydantic import BaseModel, ConfigDict, field_validator
 INT_LIMIT = 2**31 - 1
 FLOAT_LIMIT = 1e9  # seconds: 31 years
 MAX_STRING = 32 * 1024  # characters in one value; exec refuses an argument over 128 KiB
+MAX_NODES = 16384
+MAX_GPUS = 1024  # per replica or node: more than any machine has
+
+# a job's, pool's or node's name; with .match (\Z: no trailing newline)
+NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 
 
 class SpecModel(BaseModel):

@@ -1,5 +1,5 @@
 """Words for what perdure prints: counts with their noun in the right number, lists cut
-short, and whether a name is a JSON string as it is.
+short.
 
 No side effects.
 """
@@ -24,8 +24,3 @@ def some_of(items: list[str], limit: int = 16) -> str:
         return ", ".join(items)
     return f"{', '.join(items[:limit])}, ... and {len(items) - limit:,} more"
 
-
-def plain(text: str) -> bool:
-    """Whether `text` is a JSON string's content as it is: printable ASCII, no quote or
-    backslash (string methods in C, faster than a regex over a round's names)."""
-    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text

@@ -17,8 +17,9 @@ from perdure.core.counts import ALIVE
 from perdure.core.events import Decision, KillNode, Stop
 from perdure.core.launchenv import LaunchSettings, build_launch, launch_id
 from perdure.core.layout import Layout, gpu_env, key_of
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
 from perdure.core.records import Event, Node
+from perdure.core.replica import Replica
 from perdure.core.resume import STARTS_OVER, from_the_beginning, says_it_resumes
 from perdure.core.states import JobState, NodeState, ReplicaState
 

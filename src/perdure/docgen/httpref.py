@@ -10,7 +10,7 @@ from perdure.docgen.text import cell
 
 
 def schema() -> dict[str, Any]:
-    from perdure.core.spec import default_cluster
+    from perdure.core.clusterspec import default_cluster
     from perdure.serve.app import create_app
     from perdure.serve.auth import Auth
     from perdure.serve.context import ServeContext

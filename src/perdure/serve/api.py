@@ -20,7 +20,8 @@ from starlette.concurrency import run_in_threadpool
 from perdure.controller.newjob import make_job
 from perdure.controller.usercommands import CommandRefused, send_job_command, send_node_command
 from perdure.core.model import Job
-from perdure.core.spec import SpecError, parse_job_spec
+from perdure.core.spec import parse_job_spec
+from perdure.core.specread import SpecError
 from perdure.core.states import JobState
 from perdure.serve import sse, views
 from perdure.serve.context import ServeContext

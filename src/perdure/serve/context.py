@@ -10,7 +10,7 @@ from pathlib import Path
 from perdure import statedir
 from perdure.backends.base import Inspector
 from perdure.backends.factory import make_inspector
-from perdure.core.spec import ClusterSpec
+from perdure.core.clusterspec import ClusterSpec
 from perdure.serve.auth import Auth
 from perdure.serve.metrics import Metrics
 from perdure.serve.views import GoodputCache

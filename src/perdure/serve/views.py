@@ -13,10 +13,10 @@ from typing import Any
 
 from perdure import statedir
 from perdure.backends.base import Inspector
+from perdure.core.clusterspec import ClusterSpec
 from perdure.core.events import QUEUED_IN_BACKEND
 from perdure.core.model import Job
 from perdure.core.records import Node
-from perdure.core.spec import ClusterSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 from perdure.views import jobview

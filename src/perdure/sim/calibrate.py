@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from perdure.core.spec import SpecError
+from perdure.core.specread import SpecError
 from perdure.sim.calibration import Calibration, dump
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from perdure.core.spec import parse_model
 from perdure.core.specbase import SpecModel
+from perdure.core.specread import parse_model
 from perdure.sim.sourcefile import read_source
 
 BUILTIN = ("h100-405b",)

@@ -32,8 +32,9 @@ from perdure.core.events import (
 from perdure.core.goodput import Goodput, LaunchReport, account
 from perdure.core.healthspec import HealthSpec
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
 from perdure.core.records import Node
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 from perdure.core.states import JobState
 from perdure.core.tick import Snapshot, needs_placement

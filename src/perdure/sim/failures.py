@@ -41,8 +41,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from perdure.core.spec import parse_model
 from perdure.core.specbase import SpecModel
+from perdure.core.specread import parse_model
 from perdure.sim.sourcefile import read_source
 
 BUILTIN = ("llama3", "llama3-lemons")

@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from perdure.core.clusterspec import ClusterSpec
 from perdure.core.goodput import CATEGORIES
-from perdure.core.spec import ClusterSpec, JobSpec
+from perdure.core.spec import JobSpec
 from perdure.sim import failures as failure_files
 from perdure.sim.calibration import Calibration
 from perdure.sim.engine import Engine, Result

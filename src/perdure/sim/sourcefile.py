@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib import resources
 
 from perdure.core import yamlload
-from perdure.core.spec import SpecError
+from perdure.core.specread import SpecError
 
 LIMIT = 4 * yamlload.SPEC.text  # bytes: up to 4 per character in UTF-8
 

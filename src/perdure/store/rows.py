@@ -23,7 +23,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
+from perdure.core.replica import Replica
 from perdure.core.states import ReplicaState
 
 SCHEMA = """

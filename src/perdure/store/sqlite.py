@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from perdure.core.events import Command
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
 from perdure.core.records import Event, Node, Strike
+from perdure.core.replica import Replica
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
 from perdure.secrecy import redact

@@ -11,7 +11,8 @@ import signal
 from typing import Any
 
 from perdure.core.goodput import Goodput
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
+from perdure.core.replica import Replica
 from perdure.core.states import JobState, ReplicaState
 
 # The states in which a job's error is its own; in any other, a failure was recovered from.

@@ -130,7 +130,8 @@ def _last_tick(text: str) -> int:
 def big_state(tmp: Path) -> str:
     """1,000 jobs in a store and a 10 MB log for the newest (served without a controller)."""
     from perdure.controller.newjob import make_job
-    from perdure.core.spec import default_cluster, parse_job_spec
+    from perdure.core.clusterspec import default_cluster
+    from perdure.core.spec import parse_job_spec
     from perdure.core.states import JobState, ReplicaState
     from perdure.store.sqlite import Store
 

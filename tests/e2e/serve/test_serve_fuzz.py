@@ -45,7 +45,7 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serv
 def app_schema() -> dict[str, Any]:
     """The schema the server serves, built from its app (schemathesis' lazy loader, which
     would fetch it from the live server, does not run under pytest 9)."""
-    from perdure.core.spec import default_cluster
+    from perdure.core.clusterspec import default_cluster
     from perdure.serve.app import create_app
     from perdure.serve.auth import Auth
     from perdure.serve.context import ServeContext

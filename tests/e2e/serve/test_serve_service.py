@@ -14,8 +14,9 @@ from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend
 from perdure.controller.loop import Controller
 from perdure.controller.newjob import make_job
+from perdure.core.clusterspec import ClusterSpec, NodeSpec
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.spec import ClusterSpec, NodeSpec, parse_job_spec
+from perdure.core.spec import parse_job_spec
 from perdure.serve.auth import Auth
 from perdure.serve.context import ServeContext
 from perdure.serve.server import Service, bind

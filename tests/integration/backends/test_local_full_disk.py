@@ -23,9 +23,11 @@ from perdure.backends.base import NodeInfo
 from perdure.backends.local import LocalBackend
 from perdure.backends.node import logcap
 from perdure.controller.loop import Controller
+from perdure.core.clusterspec import ClusterSpec, NodeSpec
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.model import Job, make_replicas
-from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
+from perdure.core.spec import JobSpec
 from perdure.store.sqlite import Store
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")

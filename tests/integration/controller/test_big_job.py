@@ -19,9 +19,11 @@ from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
 from perdure.controller import loop
 from perdure.controller.loop import OBSERVATIONS_PER_TICK, Controller
+from perdure.core.clusterspec import ClusterSpec, NodeSpec, QueueSpec
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.model import Job, make_replicas
-from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec, QueueSpec
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
+from perdure.core.spec import JobSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.rows import ReplicaRows
 from perdure.store.sqlite import Store

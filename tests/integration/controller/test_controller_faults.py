@@ -15,10 +15,12 @@ from pathlib import Path
 from perdure.backends.base import LaunchError, NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
 from perdure.controller.loop import Controller
+from perdure.core.clusterspec import ClusterSpec, NodeSpec
 from perdure.core.events import Launch, Observation, ReplicaExited, ReplicaStarted, Stop
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.model import Job, make_replicas
-from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
+from perdure.core.spec import JobSpec
 from perdure.store.sqlite import Store
 
 

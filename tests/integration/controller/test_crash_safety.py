@@ -7,14 +7,23 @@ import time
 
 from conftest import Perdure, alive_replica_processes
 
-# Replicas run ~8 s and log each launch; the primary exits 0 at the end.
-WORKER = ("import os, time; open(os.environ['LAUNCHES'], 'a').write(os.environ['PERDURE_REPLICA'] "
-          "+ '\\n'); time.sleep(8)")
+# Replicas log each launch, then run until the test creates $GO (so they outlive the first
+# controller and are re-attached by the second however loaded the machine is); the primary
+# exits 0 then. Exit 3 if $GO never comes: the job fails instead of hanging.
+WORKER = "\n".join([
+    "import os, sys, time",
+    "open(os.environ['LAUNCHES'], 'a').write(os.environ['PERDURE_REPLICA'] + '\\n')",
+    "deadline = time.time() + 300",
+    "while not os.path.exists(os.environ['GO']) and time.time() < deadline:",
+    "    time.sleep(0.05)",
+    "sys.exit(0 if os.path.exists(os.environ['GO']) else 3)",
+])
 
 
 def test_controller_sigkill_mid_run_reconciles(perdure: Perdure) -> None:
-    launches = perdure.root / "launches.txt"
-    spec = perdure.spec("crash", 3, ["python", "-c", WORKER], env={"LAUNCHES": str(launches)})
+    launches, go = perdure.root / "launches.txt", perdure.root / "go"
+    spec = perdure.spec("crash", 3, ["python", "-c", WORKER],
+                        env={"LAUNCHES": str(launches), "GO": str(go)})
     cluster = perdure.cluster({"a": 2, "b": 2})
     job = perdure.cli("submit", str(spec), "--cluster", str(cluster)).stdout.strip()
     ctl = perdure.popen("controller", "--cluster", str(cluster))
@@ -25,13 +34,17 @@ def test_controller_sigkill_mid_run_reconciles(perdure: Perdure) -> None:
     ctl.wait()
     time.sleep(1.0)
     assert sorted(alive_replica_processes(perdure.state)) == pids  # replicas kept running
-    again = perdure.cli("controller", "--exit-when-idle", timeout=120)
-    assert again.returncode == 0, again.stdout
+    again = perdure.popen("controller", "--exit-when-idle")
+    perdure.wait(job, lambda d: any("re-attached to 3 replicas" in e["message"]
+                                    for e in d["events"]), timeout=120)
+    assert sorted(alive_replica_processes(perdure.state)) == pids  # the same, not relaunched
+    go.touch()
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 0, out
     d = perdure.describe(job)
     assert d["state"] == "SUCCEEDED", d
     assert sorted(launches.read_text().split()) == ["worker-0", "worker-1", "worker-2"]
     assert alive_replica_processes(perdure.state) == []
-    assert any("re-attached to 3 replicas" in e["message"] for e in d["events"]), d["events"]
 
 
 def test_controller_killed_at_many_moments(perdure: Perdure) -> None:

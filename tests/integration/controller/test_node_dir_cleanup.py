@@ -10,8 +10,9 @@ from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
 from perdure.cli.common import new_job
 from perdure.controller.loop import Controller
+from perdure.core.clusterspec import default_cluster
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.spec import JobSpec, default_cluster
+from perdure.core.spec import JobSpec
 from perdure.store.sqlite import Store
 
 

@@ -33,7 +33,9 @@ from perdure import statedir
 from perdure.backends.node.replicas import signal_replica
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
+PACED = Path(__file__).resolve().parent / "paced_mlp.py"  # the example, trained as far as allowed
 TMP_DIR = re.compile(r"^step-(\d{8,})\.tmp-")
+STEP_DIR = re.compile(r"^step-(\d{8,})$")  # a committed save
 _RESUMED = re.compile(r"attempt (\d+) restart (\d+): resumed from (?:step (\d+)|scratch)")
 _STEP = re.compile(r"^step (\d+) ", re.M)
 _HEADER = re.compile(r"^=== \S+ started .* ===$", re.M)
@@ -128,9 +130,11 @@ def read_result(path: Path) -> Result:
     return Result(doc["sha256"], doc["steps"], [(int(e), int(i)) for e, i in doc["consumed"]])
 
 
-def write_spec(p: Perdure, name: str, s: Settings, **extra: Any) -> Path:
-    """A spec for the example with these settings; `extra` overrides top-level fields."""
-    command = ["python", str(EXAMPLE / "train.py"), "--epochs", str(s.epochs), "--samples",
+def write_spec(p: Perdure, name: str, s: Settings, script: Path = EXAMPLE / "train.py",
+               **extra: Any) -> Path:
+    """A spec for the example (or `script`, which runs it) with these settings; `extra`
+    overrides top-level fields."""
+    command = ["python", str(script), "--epochs", str(s.epochs), "--samples",
                str(s.samples), "--batch", str(s.batch), "--step-time", str(s.step_time),
                "--log-every", "1", "--snapshot-every", str(s.snapshot_every)]
     spec: dict[str, Any] = {
@@ -184,6 +188,9 @@ class FaultyRun:
     name: str
     settings: Settings
     cluster: Path
+    # Paced: the replicas train only as far as `allow` lets them (paced_mlp.py), from no step
+    # at all until the test says.
+    paced: bool = False
     job_id: str = ""
     controller: subprocess.Popen[bytes] | None = None
     faults: list[str] = field(default_factory=list)
@@ -196,8 +203,17 @@ class FaultyRun:
     def _cluster_args(self) -> list[str]:
         return ["--cluster", str(self.cluster)]
 
+    @property
+    def pace(self) -> Path:
+        return self.p.root / f"pace-{self.name}"
+
     def submit(self) -> None:
-        spec = write_spec(self.p, self.name, self.settings)
+        if self.paced:
+            self.allow(0)
+            spec = write_spec(self.p, self.name, self.settings, script=PACED,
+                              env={"PACE": str(self.pace)})
+        else:
+            spec = write_spec(self.p, self.name, self.settings)
         self.job_id = self.p.cli("submit", str(spec), *self._cluster_args()).stdout.strip()
         self.start_controller()
 
@@ -250,8 +266,19 @@ class FaultyRun:
         """Wait until a launch after the first `newer_than` has trained `steps` past its resume.
 
         Fails, naming what it saw, if the job finishes first: the run is too short for the
-        fault schedule.
+        fault schedule (a paced run cannot: see `train_to`).
         """
+        def trained(cur: Launch) -> bool:
+            return (cur.started and cur.last_step is not None
+                    and cur.last_step >= (cur.resumed or 0) + steps)
+        return self._wait_launch(trained, newer_than, timeout, f"trained {steps} steps")
+
+    def started(self, newer_than: int = 0, timeout: float = 180) -> Launch:
+        """Wait until a launch after the first `newer_than` has restored (its resume line)."""
+        return self._wait_launch(lambda cur: cur.started, newer_than, timeout, "restored")
+
+    def _wait_launch(self, ready: Callable[[Launch], bool], newer_than: int, timeout: float,
+                what: str) -> Launch:
         deadline = time.time() + timeout
         seen: list[Launch] = []
         while time.time() < deadline:
@@ -261,11 +288,28 @@ class FaultyRun:
                 if cur.done:
                     raise AssertionError(f"the job finished before the next fault could land "
                                          f"(faults so far: {self.faults}); lengthen the run")
-                base = cur.resumed or 0
-                if cur.started and cur.last_step is not None and cur.last_step >= base + steps:
+                if ready(cur):
                     return cur
             time.sleep(0.05)
-        raise AssertionError(f"no launch trained {steps} steps in {timeout:.0f}s; saw {seen}")
+        raise AssertionError(f"no launch {what} in {timeout:.0f}s; saw {seen}")
+
+    # ---- pacing (a paced run) -------------------------------------------------------------
+
+    def allow(self, step: int | None) -> None:
+        """Let the replicas train up to `step` (None: to the end), written atomically."""
+        if step is None:
+            self.pace.unlink(missing_ok=True)
+            return
+        tmp = self.pace.with_name(self.pace.name + ".tmp")
+        tmp.write_text(str(step))
+        os.replace(tmp, self.pace)
+
+    def train_to(self, steps: int, newer_than: int = 0) -> Launch:
+        """Let the next launch (after the first `newer_than`) train `steps` past its resume,
+        and wait until it has: it is held there until the test allows more."""
+        cur = self.started(newer_than)
+        self.allow((cur.resumed or 0) + steps)
+        return self.wait_training(steps, newer_than)
 
     # ---- faults ---------------------------------------------------------------------------
 
@@ -294,27 +338,47 @@ class FaultyRun:
         d = self.p.describe(self.job_id)
         return sorted({r["node"] for r in d["replicas"] if r["node"] and r["state"] == "RUNNING"})
 
-    def kill_during_save(self, replica: str = "worker-0", timeout: float = 120) -> bool:
+    def kill_during_save(self, replica: str = "worker-0", timeout: float = 120,
+                         paced_from: int | None = None) -> bool:
         """SIGKILL `replica` as soon as a new save starts; True if that save never committed.
 
         A save is in flight while its `step-N.tmp-*` directory exists: it is renamed to
         `step-N` by rank 0 once every rank's shard is durable. Killing rank 0 (worker-0) in
         that window always leaves the save uncommitted; other ranks usually do.
+
+        A paced run, its launch resumed at step `paced_from`, is let train just past its next
+        save, and past the one after whenever a save committed before the test saw it (a small
+        save is over in milliseconds, and a loaded machine may not run the test meanwhile).
+        Once the kill is sent it is held before the step killed, so its relaunch cannot save
+        that step again before `_uncommitted` looks.
         """
         launch = current_launch(self.p.state, self.job_id, replica)
         assert launch is not None, f"{replica} of {self.job_id} was never launched"
         before = set(os.listdir(self.ckpt))
+        if paced_from is not None:
+            self.allow(self._past_next_save(paced_from))
         deadline = time.time() + timeout
         while time.time() < deadline:
-            for name in os.listdir(self.ckpt):
+            for name in sorted(set(os.listdir(self.ckpt)) - before):
                 m = TMP_DIR.match(name)
-                if m and name not in before:
+                if m:
                     signal_replica(self.p.state, launch, signal.SIGKILL)
                     step = int(m.group(1))
+                    if paced_from is not None:
+                        self.allow(step - 1)
                     self.faults.append(f"SIGKILL {replica} during the save of step {step}")
                     return self._uncommitted(launch, step)
+                m = STEP_DIR.match(name)
+                if m and paced_from is not None:  # committed unseen: aim at the next save
+                    before.add(name)
+                    self.allow(self._past_next_save(int(m.group(1))))
             time.sleep(0.001)
         raise AssertionError(f"no checkpoint save started in {timeout:.0f}s")
+
+    def _past_next_save(self, step: int) -> int:
+        """Two steps past the first checkpoint save after `step`."""
+        every = self.settings.every
+        return (step // every + 1) * every + 2
 
     def _uncommitted(self, launch: str, step: int) -> bool:
         exit_record = self.p.state / statedir.LAUNCHES / launch / statedir.EXIT

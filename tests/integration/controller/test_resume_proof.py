@@ -6,7 +6,9 @@ a preemption (suspend, requeue, resume in a new attempt), a replica SIGKILLed wh
 checkpoint is being written, and the controller SIGKILLed and started again. The faulty run must
 succeed with the same final weights (SHA-256) as the clean run, train on every sample exactly
 once per epoch, and resume every relaunch from a checkpoint (a restart from scratch would
-also end with the same weights, so this is checked on its own).
+also end with the same weights, so this is checked on its own). The faulty run is paced
+(paced_mlp.py: the example, let train only as far as the schedule allows), so its faults land
+where they were drawn on a loaded machine too.
 
 Set PERDURE_TEST_SEED to replay a schedule; the seed in use is printed.
 """
@@ -27,28 +29,35 @@ SETTINGS = Settings()
 
 
 def inject_schedule(run: FaultyRun, rnd: random.Random) -> dict[str, Any]:
-    """Submit the job, inject the four faults while it trains, return its final description."""
+    """Submit the job, inject the four faults while it trains, return its final description.
+
+    The run is paced: its replicas train only as far as the schedule lets them, so each fault
+    lands at the step drawn for it and the job cannot end before the last one, however loaded
+    the machine is.
+    """
     run.submit()
     every = SETTINGS.every
     # 1. a replica SIGKILLed at a random step (group restart from the checkpoint)
-    run.wait_training(rnd.randint(every + 5, 3 * every))
+    run.train_to(rnd.randint(every + 5, 3 * every))
     run.kill_replica(f"worker-{rnd.randrange(SETTINGS.replicas)}")
-    # 2. a preemption: save, SUSPENDED, requeued, a new attempt resumes
-    run.wait_training(rnd.randint(2, every), newer_than=1)
+    # 2. a preemption: save, SUSPENDED, requeued, a new attempt resumes (the notice lets the
+    # replicas train past their limit to the step they agree to stop at)
+    run.train_to(rnd.randint(2, every), newer_than=1)
     run.preempt()
     run.wait_state(lambda d: any("SUSPENDED" in e["message"] for e in d["events"]), timeout=120)
     # 3. worker-0 (rank 0, which commits) SIGKILLed while a save is in flight
     for tries in range(3):  # a save that commits before the kill lands is a miss: retry
-        run.wait_training(1, newer_than=2 + tries)
-        if run.kill_during_save("worker-0"):
+        resumed = run.started(newer_than=2 + tries).resumed or 0
+        if run.kill_during_save("worker-0", paced_from=resumed):
             break
     else:
         raise AssertionError(f"three kills missed the save they aimed at: {run.faults}")
     # 4. the controller SIGKILLed while the job trains, started again after a while. Last:
-    # its replicas train on meanwhile, and on a loaded machine they may finish the job before
-    # the controller is back (a fault planned after this one then found the job done).
-    run.wait_training(rnd.randint(2, 5), newer_than=3 + tries)
+    # its replicas train on to the end meanwhile, and may finish the job before the
+    # controller is back.
+    run.train_to(rnd.randint(2, 5), newer_than=3 + tries)
     run.kill_controller()
+    run.allow(None)
     time.sleep(rnd.uniform(0.5, 2.0))
     run.start_controller()
     d = run.wait_state(lambda d: d["state"] in ("SUCCEEDED", "FAILED"), timeout=300)
@@ -66,7 +75,7 @@ def test_faulty_run_ends_bit_identical_to_a_clean_run(perdure: Perdure) -> None:
     assert clean.steps == SETTINGS.total_steps
     assert exactly_once_problems(clean.consumed, SETTINGS.samples, SETTINGS.epochs) == []
 
-    run = FaultyRun(perdure, "faulty", SETTINGS, cluster)
+    run = FaultyRun(perdure, "faulty", SETTINGS, cluster, paced=True)
     try:
         d = inject_schedule(run, rnd)
     finally:

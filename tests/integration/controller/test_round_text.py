@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure.controller.publish import publish_round
+from perdure.controller.publish import members_text, publish_round
 from perdure.core.events import Rendezvous
 from perdure.runtime.elastic.rendezvous import Member, read_round
 
@@ -45,3 +45,11 @@ def test_rounds_read_back_whole(tmp_path: Path, seed: int) -> None:
         assert rnd is not None and (rnd.round, rnd.attempt, rnd.reason) == (number, 2, d.reason)
         assert rnd.members == tuple(Member(n, i, where[n]) for i, n in enumerate(members))
         assert [p.name for p in path.parent.iterdir()] == ["round.json"]  # no temp file left
+
+
+def test_members_text_is_what_json_dumps_writes() -> None:
+    members = tuple((n, n[::-1]) for n in NAMES)
+    d = Rendezvous("job-1", 1, 0, members, "r", 1.0)
+    expected = json.dumps([{"replica": n, "node": node, "rank": i}
+                           for i, (n, node) in enumerate(members)])
+    assert f"[{members_text(d)}]" == expected

@@ -13,10 +13,12 @@ from pathlib import Path
 from perdure.backends.base import NodeInfo
 from perdure.backends.fake import FakeBackend, FakeRun
 from perdure.controller.loop import Controller
+from perdure.core.clusterspec import ClusterSpec, NodeSpec
 from perdure.core.events import HoldNodes
 from perdure.core.launchenv import LaunchSettings
-from perdure.core.model import Job, make_replicas
-from perdure.core.spec import ClusterSpec, JobSpec, NodeSpec
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
+from perdure.core.spec import JobSpec
 from perdure.core.states import JobState
 from perdure.store.sqlite import Store
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 from perdure.store.sqlite import JobRefError, Store, StoreError, UnreadableJob
 

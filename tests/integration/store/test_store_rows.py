@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
 from perdure.core.records import Event
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from perdure.backends.local.gpus import host_gpus, local_nodes
-from perdure.core.spec import NodeSpec
+from perdure.core.clusterspec import NodeSpec
 from perdure.runtime.abort import parse_abort
 
 LISTING = """GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-11111111-2222-3333-4444-555555555555)

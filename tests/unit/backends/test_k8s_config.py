@@ -11,7 +11,7 @@ import yaml
 from perdure.backends.base import BackendUnavailable
 from perdure.backends.factory import make_backend
 from perdure.backends.kubernetes.api import KubeError
-from perdure.core.spec import parse_cluster
+from perdure.core.clusterspec import parse_cluster
 
 
 def kubeconfig(path: Path, server: str) -> Path:

@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from perdure.backends.ray.checks import check_shared_checkpoint
-from perdure.core.spec import SpecError, parse_cluster, parse_job_spec
+from perdure.core.clusterspec import parse_cluster
+from perdure.core.spec import parse_job_spec
+from perdure.core.specread import SpecError
 
 RAY = "backend: ray\nray: {address: 'h:6379', shared_dirs: [/mnt/shared]}\n"
 JOB = "name: j\npools: [{name: w, command: [python, t.py]}]\n"

@@ -12,7 +12,8 @@ import pytest
 
 from perdure.backends.relay.secrets import SecretError, job_secret, state_secret
 from perdure.core.launchenv import LaunchSettings, build_launch
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 
 

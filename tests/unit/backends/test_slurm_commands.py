@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from perdure.backends.slurm import allocs, slurmcmd
-from perdure.core.spec import SlurmSpec, SpecError, parse_cluster
+from perdure.core.clusterspec import SlurmSpec, parse_cluster
+from perdure.core.specread import SpecError
 
 S = slurmcmd.SEP
 
@@ -128,8 +129,8 @@ def test_a_gpu_launch_reaches_sbatch_and_the_agent_through_the_backend(
     from pathlib import Path
 
     from perdure.backends.slurm import backend as sb
+    from perdure.core.clusterspec import parse_cluster
     from perdure.core.events import Launch
-    from perdure.core.spec import parse_cluster
 
     submitted: list[list[str]] = []
     monkeypatch.setattr(slurmcmd, "run", lambda args, timeout=0, stdin=None: (

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from perdure.backends.slurm import allocs, platform, slurmcmd
+from perdure.core.clusterspec import SlurmSpec
 from perdure.core.events import Launch
 from perdure.core.healthspec import HealthSpec
-from perdure.core.spec import SlurmSpec
 
 SEP = slurmcmd.SEP
 

@@ -13,7 +13,8 @@ from tests.helpers.sim import SETTINGS, Sim, spec
 from perdure.backends.fake import FakeRun
 from perdure.core.counts import Counts
 from perdure.core.events import Launch
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
+from perdure.core.replica import Replica
 from perdure.core.states import JobState, ReplicaState
 
 STATES = list(ReplicaState)

@@ -17,8 +17,9 @@ from tests.helpers.sim import SETTINGS, spec
 from perdure.core import elastic
 from perdure.core.events import Rendezvous
 from perdure.core.layout import Layout
-from perdure.core.model import Job, Replica
+from perdure.core.model import Job
 from perdure.core.records import Node
+from perdure.core.replica import Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Snapshot, Tick
 

@@ -8,11 +8,13 @@ from tests.helpers.sim import Sim, spec
 from perdure.backends.fake import FakeRun
 from perdure.core.devices import split_host_gpus
 from perdure.core.events import ErrorInfo, Launch
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
 from perdure.core.policy import Action, Failure, classify, nccl_kind
 from perdure.core.records import Node
+from perdure.core.replica import make_replicas
 from perdure.core.scheduler import Capacity, can_ever_fit, shortfall_message
-from perdure.core.spec import SpecError, parse_job_spec
+from perdure.core.spec import parse_job_spec
+from perdure.core.specread import SpecError
 from perdure.core.states import JobState
 from perdure.core.tick import Snapshot
 from perdure.runtime.ranks import device_index, local_rank_env, process_name, rank_file

@@ -14,7 +14,8 @@ from perdure.backends.local.progress import ProgressReader
 from perdure.controller.intervals import IntervalShell
 from perdure.core import interval as iv
 from perdure.core.events import ReplicaProgress
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 from perdure.core.states import JobState
 

@@ -10,8 +10,9 @@ import pytest
 
 from perdure.core.launchenv import LaunchSettings, build_launch
 from perdure.core.layout import Layout
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
 from perdure.core.records import Node
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 
 NODES = {"a": Node("a", 8, gpus=4), "b": Node("b", 8, gpus=4, gpu_ids=("7", "6", "5", "4"))}

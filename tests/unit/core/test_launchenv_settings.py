@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from perdure.core.launchenv import LaunchSettings, build_launch
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 
 

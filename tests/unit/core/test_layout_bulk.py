@@ -11,8 +11,9 @@ from collections import Counter
 import pytest
 
 from perdure.core.layout import Layout
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
 from perdure.core.records import Node
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 
 

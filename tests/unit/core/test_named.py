@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 from perdure.core.states import ReplicaState
 

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from perdure.core import scheduler
-from perdure.core.model import Replica
 from perdure.core.records import Node
+from perdure.core.replica import Replica
 from perdure.core.scheduler import Capacity
 
 

@@ -108,7 +108,8 @@ def test_preempting_a_script_that_cannot_save_says_what_is_lost() -> None:
 
 def test_lost_work_counts_steps_since_the_last_checkpoint() -> None:
     from perdure.core.decide import lost_work
-    from perdure.core.model import Job, make_replicas
+    from perdure.core.model import Job
+    from perdure.core.replica import make_replicas
 
     s = spec()
     job = Job("j", s, "/w", 0.0, replicas=make_replicas(s), step=160, checkpoint_step=150,

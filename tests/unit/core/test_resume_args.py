@@ -11,9 +11,11 @@ from tests.helpers.sim import Sim, spec
 from perdure.backends.fake import FakeRun
 from perdure.core.events import Launch
 from perdure.core.launchenv import LaunchSettings, build_launch
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
 from perdure.core.resume import appended, newest
-from perdure.core.spec import JobSpec, SpecError, parse_job_spec
+from perdure.core.spec import JobSpec, parse_job_spec
+from perdure.core.specread import SpecError
 from perdure.core.states import JobState
 
 NANOGPT = {"when_exists": "out/ckpt.pt", "args": ["--init_from=resume"]}

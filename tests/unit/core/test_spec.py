@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from perdure.core.spec import SpecError, parse_cluster, parse_job_spec
+from perdure.core.clusterspec import parse_cluster
+from perdure.core.spec import parse_job_spec
+from perdure.core.specread import SpecError
 
 GOOD = """
 name: mlp-ddp

@@ -19,8 +19,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perdure.core.model import Job, make_replicas
-from perdure.core.spec import SpecError, parse_cluster, parse_job_spec
+from perdure.core.clusterspec import parse_cluster
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
+from perdure.core.spec import parse_job_spec
+from perdure.core.specread import SpecError
 from perdure.store.sqlite import Store
 
 FAST = settings(max_examples=100, deadline=None, database=None, derandomize=True,

@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from perdure.core.spec import SpecError, parse_cluster, parse_job_spec
+from perdure.core.clusterspec import parse_cluster
+from perdure.core.spec import parse_job_spec
+from perdure.core.specread import SpecError
 
 POOL = "pools: [{name: w, command: [python, t.py]}]\n"
 LOL = "\n".join(
@@ -134,7 +136,8 @@ def test_watchdog_hang_seconds_is_finite_and_bounded(number: str) -> None:
 def test_every_spec_model_inherits_the_validated_base() -> None:
     from pydantic import BaseModel
 
-    from perdure.core.spec import ClusterSpec, JobSpec
+    from perdure.core.clusterspec import ClusterSpec
+    from perdure.core.spec import JobSpec
     from perdure.core.specbase import SpecModel
 
     seen: set[type] = set()

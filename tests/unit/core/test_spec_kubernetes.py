@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from perdure.core.spec import SpecError, parse_cluster
+from perdure.core.clusterspec import parse_cluster
+from perdure.core.specread import SpecError
 
 
 def cluster(section: object, **top: object) -> str:

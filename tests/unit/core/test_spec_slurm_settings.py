@@ -9,7 +9,9 @@ import json
 import pytest
 
 from perdure.backends.slurm import slurmcmd
-from perdure.core.spec import SlurmSpec, SpecError, parse_cluster, parse_job_spec
+from perdure.core.clusterspec import SlurmSpec, parse_cluster
+from perdure.core.spec import parse_job_spec
+from perdure.core.specread import SpecError
 
 
 def cluster(slurm: dict[str, object]) -> str:

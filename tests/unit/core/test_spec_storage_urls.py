@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from perdure.core.spec import SpecError, parse_cluster, parse_job_spec
+from perdure.core.clusterspec import parse_cluster
+from perdure.core.spec import parse_job_spec
+from perdure.core.specread import SpecError
 
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCY"
 TOKEN = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"

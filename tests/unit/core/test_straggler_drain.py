@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from perdure.core.events import Command
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
 from perdure.core.records import Node
+from perdure.core.replica import make_replicas
 from perdure.core.spec import parse_job_spec
 from perdure.core.states import NodeState
 from perdure.core.straggler import Straggler, drain

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from perdure.core import stacks
 from perdure.core.events import ReplicaProgress
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
 from perdure.core.spec import parse_job_spec
 from perdure.core.states import JobState, ReplicaState
 from perdure.core.watchdog import AUTO_FLOOR_SECONDS, RankAt, Suspect, Watchdog, verdict
@@ -106,7 +107,7 @@ def test_stack_summary_of_a_dump_without_a_main_thread_uses_the_first() -> None:
 def test_bad_watchdog_and_interval_fields_are_named() -> None:
     import pytest
 
-    from perdure.core.spec import SpecError
+    from perdure.core.specread import SpecError
 
     base = "name: j\npools: [{name: w, command: [python, t.py]}]\n"
     for text, needle in (

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from perdure.core import yamlload
-from perdure.core.spec import ClusterSpec, JobSpec
+from perdure.core.clusterspec import ClusterSpec
+from perdure.core.spec import JobSpec
 
 ROOT = Path(__file__).parents[3]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

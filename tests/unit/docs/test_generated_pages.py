@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from perdure.cli import specref
+from perdure.core.clusterspec import ClusterSpec
 from perdure.core.policy import DEFAULT_RULES
-from perdure.core.spec import ClusterSpec, JobSpec
+from perdure.core.spec import JobSpec
 from perdure.core.states import JOB_TRANSITIONS, REPLICA_TRANSITIONS, ErrorCode, JobState
 from perdure.docgen import START, Page, pages, splice, updated
 from perdure.docgen.__main__ import main

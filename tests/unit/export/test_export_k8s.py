@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perdure.core.launchenv import LaunchSettings, build_launch
-from perdure.core.model import Job, make_replicas
+from perdure.core.model import Job
+from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec, parse_job_spec
 from perdure.export.k8s import K8sOptions, export_k8s, literal, master_addr, to_yaml
 from perdure.export.k8s_schema import validate_export

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from perdure.core.spec import SpecError, parse_job_spec
+from perdure.core.spec import parse_job_spec
+from perdure.core.specread import SpecError
 from perdure.export.gaps import ExportError
 from perdure.export.k8s import K8sOptions, export_k8s
 from perdure.export.k8s_model import check_document

@@ -10,8 +10,9 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from perdure.controller.newjob import make_job
+from perdure.core.clusterspec import default_cluster
 from perdure.core.model import Job
-from perdure.core.spec import default_cluster, parse_job_spec
+from perdure.core.spec import parse_job_spec
 from perdure.serve.app import create_app
 from perdure.serve.auth import Auth
 from perdure.serve.context import ServeContext

@@ -10,9 +10,11 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from perdure.core.model import Job, make_replicas
+from perdure.core.clusterspec import ClusterSpec, NodeSpec
+from perdure.core.model import Job
 from perdure.core.records import Node
-from perdure.core.spec import ClusterSpec, NodeSpec, parse_job_spec
+from perdure.core.replica import make_replicas
+from perdure.core.spec import parse_job_spec
 from perdure.core.states import JobState, ReplicaState
 from perdure.serve import views
 from perdure.serve.models import NodeOut

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from perdure.core.clusterspec import ClusterSpec
 from perdure.core.records import Node, Strike
-from perdure.core.spec import ClusterSpec
 from perdure.serve import views
 from perdure.serve.models import NodeOut
 from perdure.store.sqlite import Store

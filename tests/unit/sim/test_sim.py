@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perdure.core.spec import JobSpec, SpecError
+from perdure.core.spec import JobSpec
+from perdure.core.specread import SpecError
 from perdure.sim import calibration, failures, policies
 from perdure.sim.calibration import Calibration
 from perdure.sim.engine import Engine

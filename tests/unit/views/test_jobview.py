@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from perdure.cli.runprogress import progress_text
 from perdure.core.goodput import Goodput
-from perdure.core.model import Job, JobError, Replica
+from perdure.core.model import Job, JobError
+from perdure.core.replica import Replica
 from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, ReplicaState
 from perdure.views import jobview

@@ -44,8 +44,8 @@ from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
 from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.spareholds import SpareHolds
+from perdure.core.clusterspec import ClusterSpec
 from perdure.core.events import HoldNodes, Launch, LaunchFailed, Observation, Stop
-from perdure.core.spec import ClusterSpec
 from perdure.secrecy import is_secret
 
 ADDRESS_ENV = "PERDURE_K8S_ADDRESS"  # the address agent pods reach this controller at

@@ -13,8 +13,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from perdure.backends.base import NodeInfo
+from perdure.core.clusterspec import NodeSpec
 from perdure.core.devices import split_host_gpus
-from perdure.core.spec import NodeSpec
 
 NVIDIA_SMI_TIMEOUT = 10.0
 _GPU_LINE = re.compile(r"^GPU (\d+):", re.MULTILINE)

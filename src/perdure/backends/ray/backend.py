@@ -41,6 +41,7 @@ from perdure.backends.ray.nodeactor import RESOURCE_PREFIX, node_actor
 from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
 from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_from_agent
 from perdure.backends.spareholds import SpareHolds
+from perdure.core.clusterspec import ClusterSpec, RaySpec
 from perdure.core.events import (
     Command,
     HoldNodes,
@@ -52,7 +53,6 @@ from perdure.core.events import (
     ReplicaStarted,
     Stop,
 )
-from perdure.core.spec import ClusterSpec, RaySpec
 from perdure.runtime.errorfile import read_error_file
 from perdure.runtime.ranks import rank_file
 

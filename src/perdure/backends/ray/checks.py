@@ -11,7 +11,9 @@ from __future__ import annotations
 import posixpath
 
 from perdure import statedir
-from perdure.core.spec import ClusterSpec, JobSpec, SpecError
+from perdure.core.clusterspec import ClusterSpec
+from perdure.core.spec import JobSpec
+from perdure.core.specread import SpecError
 
 
 def check_shared_checkpoint(spec: JobSpec, spec_dir: str, state_dir: str,

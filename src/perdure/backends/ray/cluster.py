@@ -29,7 +29,7 @@ from perdure.backends.ray.nodeactor import (
     RESOURCE_PREFIX,
     remote_class,
 )
-from perdure.core.spec import RaySpec
+from perdure.core.clusterspec import RaySpec
 
 LOCK_NAME = "controller-lock"
 HEAD_RESOURCE = "node:__internal_head__"  # what Ray's head node advertises (and only it)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from perdure import statedir
 from perdure.backends.node.inspector import LocalInspector
-from perdure.core.spec import ClusterSpec, RaySpec
+from perdure.core.clusterspec import ClusterSpec, RaySpec
 
 
 class RayInspector(LocalInspector):

@@ -76,7 +76,7 @@ def _default_replicas(state_dir: Path) -> Callable[[str], Collection[str] | None
     def replicas_of(job: str) -> Collection[str] | None:
         import sqlite3
 
-        from perdure.core.model import make_replicas
+        from perdure.core.replica import make_replicas
         from perdure.core.spec import JobSpec
 
         db = sqlite3.connect(f"file:{state_dir / statedir.DB}?mode=ro", uri=True, timeout=5)

@@ -25,9 +25,9 @@ from perdure.backends.agents.alloc import Alloc
 from perdure.backends.agents.nodedir import PREFLIGHT_ENV
 from perdure.backends.preflight import check_env
 from perdure.backends.slurm import slurmcmd
+from perdure.core.clusterspec import SlurmSpec
 from perdure.core.events import Launch
 from perdure.core.healthspec import HealthSpec
-from perdure.core.spec import SlurmSpec
 
 SECRET_ENV = "PERDURE_SLURM_SECRET"
 

@@ -44,8 +44,8 @@ from perdure.backends.slurm import holds, slurmcmd
 from perdure.backends.slurm.platform import PlatformWatch
 from perdure.backends.slurm.restore import NodeRestore
 from perdure.backends.spareholds import SpareHolds
+from perdure.core.clusterspec import ClusterSpec, SlurmSpec
 from perdure.core.events import Command, HoldNodes, Launch, LaunchFailed, Observation, Stop
-from perdure.core.spec import ClusterSpec, SlurmSpec
 
 SQUEUE_SECONDS = 0.5  # how often the allocations' states are read
 SINFO_SECONDS = 2.0  # how often lost nodes are looked at (to restore them)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 from perdure.backends.slurm import slurmcmd
+from perdure.core.clusterspec import SlurmSpec
 from perdure.core.events import Command, Observation
-from perdure.core.spec import SlurmSpec
 
 RESTORE_SECONDS = 60.0  # a lost node Slurm never showed down is restored after this
 

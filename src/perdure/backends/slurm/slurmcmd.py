@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 
 from perdure.backends.agents.alloc import RUNNING_STATES
-from perdure.core.spec import SlurmSpec
+from perdure.core.clusterspec import SlurmSpec
 
 TIMEOUT = 30.0  # seconds one command may take (slurmctld answers in milliseconds)
 SEP = "\x1f"  # field separator of our squeue/sinfo formats (never in a name or a reason)
