@@ -117,6 +117,8 @@ def main() -> None:
     # Every write was answered after its file was closed (and fsynced when asked): nothing is
     # left to flush. The interpreter's teardown with torch loaded costs ~0.5 s of CPU, which at
     # this process's lowest priority on a busy machine took over close()'s 10 s wait.
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)
 
 
