@@ -93,6 +93,15 @@ def test_the_versions_page_is_generated_from_pyproject_and_the_last_matrix_run()
     assert f"| torch | `{versions.TORCH_RANGE}` |" in page
 
 
+def test_readmes_supported_versions_table_is_generated() -> None:
+    matrix = _matrix()
+    text = (ROOT / "README.md").read_text()
+    assert matrix.readme(text, matrix.load_results()) == text, (
+        "README.md's supported-versions table is stale: run python3 scripts/compat_matrix.py "
+        "--docs-only")
+    assert f"| torch | `{versions.TORCH_RANGE}` |" in text
+
+
 def test_the_matrix_has_a_cell_for_every_supported_torch_minor() -> None:
     matrix = _matrix()
     minors = [versions.torch_version(v) for v in matrix.TORCH_RELEASES]
