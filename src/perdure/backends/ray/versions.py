@@ -13,7 +13,7 @@ import re
 
 __all__ = ["RAY_FLOOR", "below_floor", "mismatch_line"]
 
-RAY_FLOOR = "2.60"
+RAY_FLOOR = "2.50"
 
 _MISMATCH = re.compile(
     r"cluster was started with:\s*Ray: (?P<cluster_ray>\S+)\s*Python: (?P<cluster_py>\S+)"
