@@ -157,8 +157,8 @@ def draining_nodes() -> dict[str, int]:
 @functools.cache
 def _draining_reader() -> Callable[[], dict[Any, Any]]:
     """How this Ray reads its draining nodes, found once (both private API): the GCS client
-    Ray Serve reads them with, with a timeout (Ray 2.56 and later), else Ray's global state
-    accessor (`ray._private.state`; older Rays, whose GCS client has no such call)."""
+    Ray Serve reads them with, with a timeout (Ray 2.60), else Ray's global state accessor
+    (`ray._private.state`: older Rays such as 2.50, whose GCS client has no such call)."""
     gcs = gcs_client()
     if hasattr(gcs, "get_draining_nodes"):
         return functools.partial(gcs.get_draining_nodes, timeout=5)

@@ -2,8 +2,15 @@
 ray import, no side effects).
 
 `RAY_FLOOR` is the oldest Ray the backend is tested on (the ray extra's floor in
-pyproject.toml; a unit test holds the two equal). Ray's client and cluster must run the same
-Ray (and Python): `ray.init` refuses another with a multi-line "Version mismatch" error, which
+pyproject.toml; a unit test holds the two equal; scripts/compat_matrix.py's ray cells run every
+Ray test on it and on the newest). What differs across that range, and where the backend
+meets it: draining nodes are read through the GCS client where it has the call (2.60), else
+through Ray's global state accessor (2.50) (`cluster._draining_reader`, found once per
+process); the namespace lock is a detached actor on every version, as 2.50's GCS cancels a
+driver-owned actor whose driver it cannot call back (`nslock`).
+
+Ray's client and cluster must run the same Ray (and Python): `ray.init` refuses another with a
+multi-line "Version mismatch" error, which
 `mismatch_line` turns into one line that says what to install.
 """
 
