@@ -9,7 +9,9 @@ node sooner from its actors' calls failing, and asks the node's agent to be sure
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import platform
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,12 +43,29 @@ def connect(spec: RaySpec) -> None:
         ray.init(address=spec.address, namespace=spec.namespace, log_to_driver=False,
                  logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        mismatch = versions.mismatch_line(str(err), spec.address)
+        mismatch = versions.mismatch_line(str(err), spec.address) or _cluster_mismatch(spec)
         if mismatch is not None:
             raise BackendUnavailable(mismatch) from None
         raise BackendUnavailable(
             f"ray: address {spec.address!r}: cannot connect to the Ray cluster ({err}); start "
             "it with `ray start --head` or fix the cluster file's `ray: address`") from None
+
+
+def _cluster_mismatch(spec: RaySpec) -> str | None:
+    """The version line when the cluster runs another Ray or Python, as its GCS keeps them
+    (None: the same, or no answer): an older Ray client fails on a newer cluster before Ray
+    compares versions, with a ConnectionError that says nothing."""
+    try:
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # not public API
+
+        raw = GcsClient(address=spec.address).internal_kv_get(
+            b"CLUSTER_METADATA", namespace=b"cluster", timeout=5)
+        meta = json.loads(raw)
+        theirs = (str(meta["ray_version"]), str(meta["python_version"]))
+    except Exception:
+        return None
+    return versions.versions_line(*theirs, ray.__version__, platform.python_version(),
+                                  spec.address)
 
 
 def own_address() -> str:
