@@ -74,7 +74,11 @@ EVERY_MARK = ["-m", "frameworks_long or not frameworks_long"]
 HF = [*EVERY_MARK, "tests/integration/frameworks/test_transformers_callback.py",
       "tests/integration/frameworks/test_transformers_trainer.py"]
 LIGHTNING = [*EVERY_MARK, "tests/integration/frameworks/test_lightning.py"]
-RAY = ["tests/integration/ray"]
+# Every Ray test, ray_long ones included, but those that need more than the ray extra: S3
+# (s3fs) and the benchmark against Ray Train (the bench-ray extra).
+RAY = ["-m", "ray_long or not ray_long", "tests/integration/ray",
+       "--deselect", "tests/integration/ray/test_ray_s3.py",
+       "--deselect", "tests/integration/ray/test_ray_bench.py"]
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,9 @@ CELLS = [
     # transformers' floor at a mid-range torch (the issue's torch 2.10 user on transformers 4.57)
     Cell("torch-2.10-hf", ["transformers>=4.57,<4.58", "accelerate>=1.10,<1.11"],
          {"frameworks": HF}, ("torch", "transformers", "accelerate"), base="torch-2.10"),
-    # Ray's floor is its newest here (pyproject: the backend's tests fail on 2.40-2.50 and the
-    # drain test on 2.55); a second cell joins when a newer Ray installs.
+    # Ray's floor and its newest here (pyproject's ray extra); PERDURE_TEST_OTHER_RAY naming the
+    # other cell's `ray` command runs the version-mismatch test too.
+    Cell("ray-2.50", [DEFAULT_TORCH, "ray==2.50.1"], {"ray": RAY}, ("torch", "ray")),
     Cell("ray-2.60", [DEFAULT_TORCH, "ray==2.60.0"], {"ray": RAY}, ("torch", "ray")),
 ]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure.backends.ray.versions import RAY_FLOOR, below_floor, mismatch_line
+from perdure.backends.ray.versions import RAY_FLOOR, below_floor, mismatch_line, versions_line
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -56,3 +56,15 @@ def test_a_ray_older_than_the_floor_is_refused_in_one_line() -> None:
     assert below_floor(RAY_FLOOR + ".0") is None and below_floor("2.60.0") is None
     line = below_floor("2.9.3")
     assert line is not None and "2.9.3" in line and f"ray>={RAY_FLOOR}" in line
+
+
+def test_versions_read_from_the_cluster_make_the_same_line() -> None:
+    """An older client fails on a newer cluster before Ray compares versions: the backend
+    reads the cluster's from its GCS, and the line is the one Ray's own error gets."""
+    assert versions_line("2.60.0", "3.11.7", "2.50.1", "3.11.7", "10.0.0.1:6379") == (
+        "ray: the controller has ray 2.50.1, the cluster at 10.0.0.1:6379 runs ray 2.60.0; "
+        "install ray==2.60.0 where perdure runs (a Ray client must match its cluster's "
+        "version)")
+    line = versions_line("2.50.1", "3.12.1", "2.50.1", "3.11.7", "h:1")
+    assert line is not None and "Python 3.12.1" in line and "Python 3.11.7" in line
+    assert versions_line("2.50.1", "3.11.7", "2.50.1", "3.11.7", "h:1") is None

@@ -36,7 +36,7 @@ from perdure.backends.node import logcap, warm
 from perdure.backends.node.mirror import Mirror
 from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.ray import cluster as rc
-from perdure.backends.ray import replies
+from perdure.backends.ray import nslock, replies
 from perdure.backends.ray.nodeactor import RESOURCE_PREFIX, node_actor
 from perdure.backends.ray.spare_actors import PortsAhead, SpareActors, size_setting
 from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_from_agent
@@ -98,7 +98,7 @@ class RayBackend(Backend):
         if self._transport is not None:
             return
         rc.connect(self.spec)
-        self._lock, token = rc.take_lock(self.spec, f"state dir {self.state_dir}")
+        self._lock, token = nslock.take_lock(self.spec, f"state dir {self.state_dir}")
         self._spares.attach(token)
         # Replicas on every host reach the relay at the address this machine reaches Ray at.
         self._transport = LaunchTransport(self.state_dir, "net", host=rc.own_address())

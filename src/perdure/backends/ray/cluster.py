@@ -1,4 +1,4 @@
-"""The controller's view of the Ray cluster: connecting, the namespace lock, the nodes.
+"""The controller's view of the Ray cluster: connecting, the nodes (the namespace lock: nslock).
 
 A perdure node is the Ray node that advertises the custom resource `perdure_node_<name>`
 (its amount is the node's slots). Nodes are read from the GCS (`ray.nodes()`), which notices
@@ -9,18 +9,17 @@ node sooner from its actors' calls failing, and asks the node's agent to be sure
 from __future__ import annotations
 
 import functools
+import json
 import logging
-import os
+import platform
 import socket
-import time
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayError
 
-from perdure.backends.base import BackendBusy, BackendUnavailable, NodeInfo
+from perdure.backends.base import BackendUnavailable, NodeInfo
 from perdure.backends.ray import versions
 from perdure.backends.ray.actors import LaunchActor
 from perdure.backends.ray.nodeactor import (
@@ -29,23 +28,8 @@ from perdure.backends.ray.nodeactor import (
     RESOURCE_PREFIX,
     remote_class,
 )
+from perdure.backends.ray.nslock import gcs_client
 from perdure.core.clusterspec import RaySpec
-
-LOCK_NAME = "controller-lock"
-HEAD_RESOURCE = "node:__internal_head__"  # what Ray's head node advertises (and only it)
-LOCK_WAIT_SECONDS = 30.0  # a killed controller's lock goes with its driver, within seconds
-
-
-class NamespaceLock:
-    """Held (alive) by exactly one controller: it is owned by that controller's driver, so it
-    dies with it and a restarted controller can take it. Its token tells this controller's
-    spare launch actors (`spare_actors`) whether their controller still holds the namespace."""
-
-    def __init__(self) -> None:
-        self.token = uuid.uuid4().hex
-
-    def holder(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "token": self.token}
 
 
 def connect(spec: RaySpec) -> None:
@@ -59,7 +43,7 @@ def connect(spec: RaySpec) -> None:
         ray.init(address=spec.address, namespace=spec.namespace, log_to_driver=False,
                  logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        mismatch = versions.mismatch_line(str(err), spec.address)
+        mismatch = versions.mismatch_line(str(err), spec.address) or _cluster_mismatch(spec)
         if mismatch is not None:
             raise BackendUnavailable(mismatch) from None
         raise BackendUnavailable(
@@ -67,44 +51,21 @@ def connect(spec: RaySpec) -> None:
             "it with `ray start --head` or fix the cluster file's `ray: address`") from None
 
 
-def take_lock(spec: RaySpec, owner: str) -> tuple[Any, str]:
-    """The namespace's controller lock and its token; BackendBusy when another live
-    controller holds it."""
-    deadline = time.monotonic() + LOCK_WAIT_SECONDS
-    while True:
-        try:
-            # On the head node: a worker host's death must not take the lock with it (a
-            # second controller could then take over from a live one).
-            lock = remote_class(NamespaceLock).options(
-                name=LOCK_NAME, namespace=spec.namespace, num_cpus=0, max_restarts=0,
-                resources={HEAD_RESOURCE: PIN}).remote()
-            held = ray.get(lock.holder.remote(), timeout=30)
-            return lock, str(held["token"])
-        except RayActorError:  # it died starting (its worker was killed): take it again
-            if time.monotonic() >= deadline:
-                raise BackendUnavailable(
-                    f"ray: the controller lock of namespace {spec.namespace!r} at "
-                    f"{spec.address} died each time it started; see the head's Ray logs"
-                ) from None
-            time.sleep(0.5)
-        except ValueError:  # the name is taken: another controller, or a dead one's lock
-            holder = _live_holder(spec.namespace)
-            if holder is not None or time.monotonic() >= deadline:
-                raise BackendBusy(
-                    f"another controller (pid {holder.get('pid') if holder else '?'} on its "
-                    f"machine) drives Ray namespace {spec.namespace!r} at {spec.address}; stop "
-                    f"it, or give this one ({owner}) another `ray: namespace`") from None
-            time.sleep(0.5)
-
-
-def _live_holder(namespace: str) -> dict[str, Any] | None:
-    """What the lock's holder says, if it answers (a dead controller's lock does not)."""
+def _cluster_mismatch(spec: RaySpec) -> str | None:
+    """The version line when the cluster runs another Ray or Python, as its GCS keeps them
+    (None: the same, or no answer): an older Ray client fails on a newer cluster before Ray
+    compares versions, with a ConnectionError that says nothing."""
     try:
-        lock = ray.get_actor(LOCK_NAME, namespace=namespace)
-        holder: Any = ray.get(lock.holder.remote(), timeout=3)
-        return {"pid": holder["pid"]}
-    except (ValueError, RayError):
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # not public API
+
+        raw = GcsClient(address=spec.address).internal_kv_get(
+            b"CLUSTER_METADATA", namespace=b"cluster", timeout=5)
+        meta = json.loads(raw)
+        theirs = (str(meta["ray_version"]), str(meta["python_version"]))
+    except Exception:
         return None
+    return versions.versions_line(*theirs, ray.__version__, platform.python_version(),
+                                  spec.address)
 
 
 def own_address() -> str:
@@ -209,12 +170,17 @@ def find_launch(launch_id: str, namespace: str, name: str | None = None) -> Any 
 def draining_nodes() -> dict[str, int]:
     """Ray node ids being drained (a preemption or maintenance signal) -> deadline in ms
     (0: none)."""
-    return {str(k): int(v) for k, v in _gcs().get_draining_nodes(timeout=5).items()}
+    return {str(k): int(v) for k, v in _draining_reader()().items()}
 
 
 @functools.cache
-def _gcs() -> Any:
-    # Ray's own client of its GCS (what Ray Serve reads draining nodes with): not public API.
-    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+def _draining_reader() -> Callable[[], dict[Any, Any]]:
+    """How this Ray reads its draining nodes, found once (both private API): the GCS client
+    Ray Serve reads them with, with a timeout (Ray 2.60), else Ray's global state accessor
+    (`ray._private.state`: older Rays such as 2.50, whose GCS client has no such call)."""
+    gcs = gcs_client()
+    if hasattr(gcs, "get_draining_nodes"):
+        return functools.partial(gcs.get_draining_nodes, timeout=5)
+    from ray._private.state import state
 
-    return GcsClient(address=ray.get_runtime_context().gcs_address)
+    return state.get_draining_nodes  # type: ignore[no-any-return]

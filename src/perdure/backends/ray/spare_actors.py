@@ -35,6 +35,7 @@ import ray
 from ray.exceptions import RayError
 
 from perdure.backends.ray import cluster as rc
+from perdure.backends.ray import nslock
 from perdure.backends.settings import AUTO, count_or_auto
 
 ENV = "PERDURE_RAY_SPARE_ACTORS"
@@ -110,7 +111,7 @@ class SpareActors:
         self._next_prewarm = 0.0
 
     def attach(self, token: str) -> None:
-        self.owner = {"lock": rc.LOCK_NAME, "token": token}
+        self.owner = {"lock": nslock.LOCK_NAME, "token": token}
 
     def want(self, node: str, slots: int) -> int:
         if self.size is not None:

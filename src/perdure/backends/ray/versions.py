@@ -2,8 +2,15 @@
 ray import, no side effects).
 
 `RAY_FLOOR` is the oldest Ray the backend is tested on (the ray extra's floor in
-pyproject.toml; a unit test holds the two equal). Ray's client and cluster must run the same
-Ray (and Python): `ray.init` refuses another with a multi-line "Version mismatch" error, which
+pyproject.toml; a unit test holds the two equal; scripts/compat_matrix.py's ray cells run every
+Ray test on it and on the newest). What differs across that range, and where the backend
+meets it: draining nodes are read through the GCS client where it has the call (2.60), else
+through Ray's global state accessor (2.50) (`cluster._draining_reader`, found once per
+process); the namespace lock is a detached actor on every version, as 2.50's GCS cancels a
+driver-owned actor whose driver it cannot call back (`nslock`).
+
+Ray's client and cluster must run the same Ray (and Python): `ray.init` refuses another with a
+multi-line "Version mismatch" error, which
 `mismatch_line` turns into one line that says what to install.
 """
 
@@ -11,9 +18,9 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["RAY_FLOOR", "below_floor", "mismatch_line"]
+__all__ = ["RAY_FLOOR", "below_floor", "mismatch_line", "versions_line"]
 
-RAY_FLOOR = "2.60"
+RAY_FLOOR = "2.50"
 
 _MISMATCH = re.compile(
     r"cluster was started with:\s*Ray: (?P<cluster_ray>\S+)\s*Python: (?P<cluster_py>\S+)"
@@ -25,14 +32,23 @@ def mismatch_line(message: str, address: str) -> str | None:
     m = _MISMATCH.search(message)
     if m is None:
         return None
-    cluster, own = m["cluster_ray"], m["own_ray"]
-    if cluster != own:
-        return (f"ray: the controller has ray {own}, the cluster at {address} runs ray "
-                f"{cluster}; install ray=={cluster} where perdure runs (a Ray client must "
-                "match its cluster's version)")
-    return (f"ray: the controller runs Python {m['own_py']}, the cluster at {address} runs "
-            f"Python {m['cluster_py']}; run perdure with Python {m['cluster_py']} (Ray needs "
-            "the same Python on both sides)")
+    return versions_line(m["cluster_ray"], m["cluster_py"], m["own_ray"], m["own_py"], address)
+
+
+def versions_line(cluster_ray: str, cluster_py: str, own_ray: str, own_py: str,
+                  address: str) -> str | None:
+    """One line when the cluster's Ray or Python differs from the controller's, else None.
+    (An older client fails on a newer cluster before Ray compares versions: the backend then
+    reads the cluster's from its GCS and asks here.)"""
+    if cluster_ray != own_ray:
+        return (f"ray: the controller has ray {own_ray}, the cluster at {address} runs ray "
+                f"{cluster_ray}; install ray=={cluster_ray} where perdure runs (a Ray client "
+                "must match its cluster's version)")
+    if cluster_py != own_py:
+        return (f"ray: the controller runs Python {own_py}, the cluster at {address} runs "
+                f"Python {cluster_py}; run perdure with Python {cluster_py} (Ray needs the "
+                "same Python on both sides)")
+    return None
 
 
 def below_floor(version: str) -> str | None:
