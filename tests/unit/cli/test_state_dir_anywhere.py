@@ -16,6 +16,11 @@ from perdure.cli.argv import hoist_state_dir
      ["perdure", "--state-dir", "X", "export", "k8s", "s.yaml"]),
     (["perdure", "run", "s.yaml", "--", "--state-dir", "X"],
      ["perdure", "run", "s.yaml", "--", "--state-dir", "X"]),
+    # the last one wins, wherever each stands (typer takes the last)
+    (["perdure", "--state-dir", "A", "--state-dir", "B", "controller"],
+     ["perdure", "--state-dir", "A", "--state-dir", "B", "controller"]),
+    (["perdure", "--state-dir", "A", "ls", "--state-dir=B"],
+     ["perdure", "--state-dir", "A", "--state-dir=B", "ls"]),
 ])
 def test_state_dir_moves_before_the_subcommand(argv: list[str], expected: list[str]) -> None:
     assert hoist_state_dir(argv) == expected
