@@ -19,6 +19,7 @@ are removed first.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import json
 import os
@@ -266,7 +267,13 @@ class Hosts:
 
     def start(self, *names: str, timeout: float = 90, env: dict[str, str] | None = None) -> None:
         """`ray start` on hosts, at once (again after a kill: a new Ray node, same resources);
-        `env` adds to the Ray processes' environment (Ray's own settings, say)."""
+        `env` adds to the Ray processes' environment (Ray's own settings, say). Before Ray 2.60
+        one at a time: its worker nodes keep their session in the head's temp dir, and two
+        starting together race on its files ("timed out during startup")."""
+        if len(names) > 1 and _version(self.ray) < (2, 60):
+            for name in names:
+                self.start(name, timeout=timeout, env=env)
+            return
         procs = {name: subprocess.Popen(self._start_command(name), stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True,
                                         env={**self.env(), **(env or {})})
@@ -335,6 +342,13 @@ class Hosts:
         (REGISTRY / f"{self.suffix}.json").write_text(json.dumps({
             "suffix": self.suffix, "subnet": str(self.subnet), "pid": os.getpid(),
             "ticks": _start_ticks(os.getpid()), "bridge": self.bridge}))
+
+
+@functools.cache
+def _version(ray: str) -> tuple[int, ...]:
+    """The Ray version the `ray` command runs ("ray, version 2.50.1" -> (2, 50, 1))."""
+    out = subprocess.run([ray, "--version"], capture_output=True, text=True, timeout=60).stdout
+    return tuple(int(x) for x in out.split()[-1].split(".")[:3] if x.isdigit())
 
 
 def check_possible(ray: str = RAY) -> None:
