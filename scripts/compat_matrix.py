@@ -114,6 +114,11 @@ CELLS = [
          {"frameworks": HF}, ("torch", "transformers", "accelerate"), base="torch-2.6"),
     Cell("torch-2.6-lightning", ["lightning==2.4.0"], {"frameworks": LIGHTNING},
          ("torch", "lightning"), base="torch-2.6"),
+    # The frameworks' newest on the newest torch, layered on the torch-2.14 venv.
+    Cell("torch-2.14-hf", ["transformers>=5.25,<5.26", "accelerate>=1.16,<1.17"],
+         {"frameworks": HF}, ("torch", "transformers", "accelerate"), base="torch-2.14"),
+    Cell("torch-2.14-lightning", ["lightning==2.6.6"], {"frameworks": LIGHTNING},
+         ("torch", "lightning"), base="torch-2.14"),
     # transformers' floor at a mid-range torch (the issue's torch 2.10 user on transformers 4.57)
     Cell("torch-2.10-hf", ["transformers>=4.57,<4.58", "accelerate>=1.10,<1.11"],
          {"frameworks": HF}, ("torch", "transformers", "accelerate"), base="torch-2.10"),

@@ -122,10 +122,14 @@ def test_the_frameworks_floors_are_tested_at_the_torch_floor() -> None:
     (and transformers' floor on torch 2.10 too: the version users named in issue 34)."""
     matrix = _matrix()
     declared = matrix.declared()
-    layered = [c for c in matrix.CELLS if c.base]
+    newest = f"torch-{matrix.TORCH_RELEASES[-1].rsplit('.', 1)[0]}"
+    layered = [c for c in matrix.CELLS if c.base and c.base != newest]
     assert {c.name: c.base for c in layered} == {"torch-2.6-hf": "torch-2.6",
                                                  "torch-2.6-lightning": "torch-2.6",
                                                  "torch-2.10-hf": "torch-2.10"}
+    # and the frameworks' newest on the newest torch
+    assert {c.name for c in matrix.CELLS if c.base == newest} == {f"{newest}-hf",
+                                                                 f"{newest}-lightning"}
     assert versions.torch_version(matrix.TORCH_RELEASES[0]) == versions.SUPPORTED[0]
     for cell in layered:
         base = matrix.cell_named(cell.base)
