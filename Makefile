@@ -39,7 +39,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/ddp_mlp/demo.py
 
 test: $(STAMP) moto-venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-s3: $(STAMP) moto-venv
 	$(BIN)/python -m pytest -q -m 's3_long' tests/integration/runtime tests/e2e/serve
