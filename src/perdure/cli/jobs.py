@@ -6,7 +6,6 @@ import json
 import signal
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,9 +45,8 @@ ClusterOpt = Annotated[
 
 def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
     """One event as a line, made visible (see terminal): its message is user data."""
-    stamp = datetime.fromtimestamp(e.time).strftime("%H:%M:%S.%f")[:-3]
     who = f"{e.job_id} " if with_job and e.job_id else ""
-    return visible(f"{stamp} {who}[{e.kind}] {e.message}")
+    return visible(f"{jobview.clock(e.time)} {who}[{e.kind}] {e.message}")
 
 
 def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
@@ -276,10 +274,8 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
         if job is None:
             continue
         g = goodput(reader, job, store.events(job.id))
-        r.update({"step": jobview.step(g, job), "total_steps": g.total_steps,
-                  "goodput": g.goodput, "goodput_status": g.status,
-                  "running_seconds": g.running, **jobview.errors_json(job),
-                  "queue_reason": jobview.queue_reason(job)})
+        r.update({**jobview.progress_json(g, job), "running_seconds": g.running,
+                  **jobview.errors_json(job), "queue_reason": jobview.queue_reason(job)})
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

@@ -37,6 +37,8 @@ from perdure.serve.models import (
     Submitted,
 )
 from perdure.store.sqlite import JobRefError
+from perdure.views import jobview
+from perdure.views.describe import describe_json
 
 router = APIRouter(prefix="/api/v1", responses=ERRORS)
 
@@ -93,7 +95,7 @@ def list_jobs(
 @router.get("/jobs/{job_id}", summary="One job: what `perdure describe --json` prints")
 def get_job(request: Request, job_id: str) -> dict[str, Any]:
     ctx = _ctx(request)
-    return views.describe(ctx.store(), ctx.reader, _job(ctx, job_id))
+    return describe_json(ctx.store(), _job(ctx, job_id), ctx.reader)
 
 
 @router.get("/jobs/{job_id}/timeline", summary="States, attempts and marks over time")
@@ -138,9 +140,8 @@ async def get_logs(
     ctx = _ctx(request)
     job = _job(ctx, job_id)
     name = replica or job.primary.name
-    if name not in {r.name for r in job.replicas}:
-        raise HTTPException(404, f"job {job.id} has no replica {name!r}; it has "
-                                 f"{', '.join(r.name for r in job.replicas)}")
+    if (missing := jobview.missing_replica(job, name)) is not None:
+        raise HTTPException(404, missing)
     n = attempt if attempt is not None else max(job.attempt, 1)
     if n > max(job.attempt, 1):
         raise HTTPException(404, f"job {job.id} has no attempt {n}; attempts so far: "

@@ -1,8 +1,5 @@
-"""What the API shows, computed by the code the CLI uses; reads only (the store, logs, reports).
-
-It calls perdure.views (`describe_json`, the goodput account), the code `perdure describe`
-and `ls` call too, so the API and the CLI show a job the same.
-"""
+"""What the API shows beyond `describe`: jobs pages, nodes, timelines, log paths. Reads only;
+the goodput account and a job's words are perdure.views', as in the CLI."""
 
 from __future__ import annotations
 
@@ -20,18 +17,12 @@ from perdure.core.records import Node
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 from perdure.views import jobview
-from perdure.views.describe import describe_json
 from perdure.views.reports import accounted_launches, goodput
 
 # How long a running job's goodput (and step) is reused by the jobs list: short, so that the
 # list and the job's page agree on the step.
 LIVE_GOODPUT_SECONDS = 1.0
 MAX_MARKS = 2000  # timeline marks per job; more are counted, not drawn
-
-
-def describe(store: Store, reader: Inspector, job: Job) -> dict[str, Any]:
-    """Exactly what `perdure describe --json` prints."""
-    return describe_json(store, job, reader)
 
 
 LOG_SUFFIXES = {"all": "log", "stderr": "err", "stdout": "out"}
@@ -69,9 +60,7 @@ class GoodputCache:
             return {}
         if job is None:
             return {}
-        g = goodput(self.reader, job, store.events(job_id))
-        value = {"goodput": g.goodput, "goodput_status": g.status,
-                 "step": jobview.step(g, job), "total_steps": g.total_steps}
+        value = jobview.progress_json(goodput(self.reader, job, store.events(job_id)), job)
         self.entries[job_id] = (updated, now, value)
         return value
 
@@ -99,8 +88,6 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
     for jid, name, queue, prio, state, attempt, created, updated, data in rows:
         d = store.job_doc(jid, data)
         reps = d.get("replicas", [])
-        own = JobState(state) in jobview.FINAL_ERROR_STATES
-        error = d.get("error")
         progress = (cache.get(store, jid, updated, JobState(state).terminal) if attempt > 0
                     else {})  # never launched: nothing to account
         jobs.append({
@@ -111,8 +98,7 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
             "replicas_running": sum(r.get("state") == "RUNNING" for r in reps),
             "step": progress.get("step", d.get("step")),
             "total_steps": progress.get("total_steps"),
-            "error": error if own else None,
-            "last_failure": {**error, "recovered": True} if error and not own else None,
+            **jobview.stored_errors(JobState(state), d.get("error")),
             "goodput": progress.get("goodput"),
             "goodput_status": progress.get("goodput_status", "not started"),
         })
