@@ -19,14 +19,13 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 
-from perdure.backends.base import Backend, NodeInfo
-from perdure.backends.stacks import StackDump
+from perdure.backends.base import Backend
 from perdure.controller.loop import Controller
-from perdure.core.events import HoldNodes, Launch, Observation, ReplicaExited, Stop
+from perdure.core.events import Observation, ReplicaExited
 from perdure.serve.app import create_app
 from perdure.serve.context import ServeContext
 
@@ -38,9 +37,9 @@ class Layout(enum.Enum):
     API_THREAD = "api-thread"  # the controller in the main thread
 
 
-class MeasuredBackend(Backend):
+class MeasuredBackend:
     """A backend whose polls feed the failure-detection histogram (exit -> observed); every
-    other call goes to the backend it wraps."""
+    other attribute is the wrapped backend's."""
 
     def __init__(self, inner: Backend, observe: Callable[[float], None],
                  clock: Callable[[], float]) -> None:
@@ -54,33 +53,8 @@ class MeasuredBackend(Backend):
                 self.observe(max(0.0, now - o.time))
         return observations
 
-    def nodes(self) -> list[NodeInfo]:
-        return self.inner.nodes()
-
-    def launch(self, launch: Launch) -> None:
-        self.inner.launch(launch)
-
-    def stop(self, stop: Stop) -> None:
-        self.inner.stop(stop)
-
-    def adopt(self, launch_ids: list[str]) -> list[Observation]:
-        return self.inner.adopt(launch_ids)
-
-    def kill_node(self, node: str) -> None:
-        self.inner.kill_node(node)
-
-    def hold_nodes(self, hold: HoldNodes) -> None:
-        self.inner.hold_nodes(hold)
-
-    def fence_nodes(self, fenced: dict[str, str]) -> None:
-        self.inner.fence_nodes(fenced)
-
-    def dump_stacks(self, launch_id: str, timeout: float, nonblocking: bool = False
-                    ) -> StackDump:
-        return self.inner.dump_stacks(launch_id, timeout, nonblocking)
-
-    def close(self) -> None:
-        self.inner.close()
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -116,8 +90,9 @@ class Service:
         # graceful shutdown's deadline would cancel them (a traceback per stream)
         ctx.stopping = lambda: self.server.should_exit or self.stopping.is_set()
         if controller is not None:
-            controller.backend = MeasuredBackend(controller.backend, ctx.metrics.detection.observe,
-                                                 controller.clock)
+            measured = MeasuredBackend(controller.backend, ctx.metrics.detection.observe,
+                                       controller.clock)
+            controller.backend = cast(Backend, measured)
 
     @property
     def url(self) -> str:
