@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,6 @@ from perdure.cli.common import (
     load_spec,
     new_job,
     node_dir,
-    python,
     remember_cluster,
 )
 from perdure.cli.runprogress import RunProgress
@@ -74,9 +74,9 @@ def make_controller(ctx: Ctx, store: Store, cluster: ClusterSpec,
         secret = state_secret(ctx.state_dir)
     except SecretError as exc:
         die(str(exc))
-    # On Ray, Slurm and Kubernetes, `python` stays `python`: the node's interpreter (resolved
-    # there).
-    interpreter = "python" if cluster.backend in ("ray", "slurm", "kubernetes") else python()
+    # On Ray, Slurm and Kubernetes, `python` stays `python`: the node's interpreter.
+    remote = cluster.backend in ("ray", "slurm", "kubernetes")
+    interpreter = "python" if remote else sys.executable
     settings = LaunchSettings(state_dir=str(ctx.state_dir), python=interpreter,
                               job_secret=lambda job_id: job_secret(secret, job_id),
                               node_dir=node_dir(ctx.state_dir), health=cluster.health)

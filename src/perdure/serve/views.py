@@ -4,6 +4,7 @@ the goodput account and a job's words are perdure.views', as in the CLI."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,21 +106,21 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
     return {"total": total, "offset": offset, "limit": limit, "counts": counts, "jobs": jobs}
 
 
-def used_slots(store: Store, what: str = "slots") -> dict[str, int]:
-    """Slots (or GPUs: `what="gpus"`) held on each node, from the stored replicas of jobs
-    that hold capacity (Job.used_slots over the stored JSON: parsing every job's spec would
-    cost 100x)."""
+def held(store: Store) -> tuple[Counter[str], Counter[str]]:
+    """Slots and GPUs held on each node, from the stored replicas of jobs that hold capacity
+    (the stored JSON: parsing every job's spec would cost far more)."""
     holding = [s.value for s in JobState if s.holds_capacity]
     rows = store.db.execute(
         f"SELECT id, data FROM jobs WHERE state IN ({','.join('?' * len(holding))})", holding
     ).fetchall()
-    used: dict[str, int] = {}
+    slots: Counter[str] = Counter()
+    gpus: Counter[str] = Counter()
     for job_id, data in rows:
         for r in store.job_doc(job_id, data).get("replicas", []):
             if r.get("node") and ReplicaState(r["state"]).alive:
-                held = len(r.get("devices") or ()) if what == "gpus" else int(r.get("slots", 1))
-                used[r["node"]] = used.get(r["node"], 0) + held
-    return used
+                slots[r["node"]] += int(r.get("slots", 1))
+                gpus[r["node"]] += len(r.get("devices") or ())
+    return slots, gpus
 
 
 def nodes(store: Store, cluster: ClusterSpec) -> list[dict[str, Any]]:
@@ -127,14 +128,10 @@ def nodes(store: Store, cluster: ClusterSpec) -> list[dict[str, Any]]:
     stored = store.nodes()  # what the controller found at start; before that, the file's
     known = list(stored.values()) or [Node(n.name, n.slots, gpus=n.gpus or 0)
                                       for n in cluster.nodes]
-    used, gpus = used_slots(store), used_slots(store, "gpus")
-    out = []
-    for n in known:
-        u = used.get(n.name, 0)
-        out.append({"name": n.name, "state": n.shown, "reason": n.fence, "slots": n.slots,
-                    "used": u, "free": max(0, n.slots - u) if n.schedulable else 0,
-                    "gpus": n.gpus, "gpus_used": gpus.get(n.name, 0)})
-    return out
+    used, gpus = held(store)
+    return [{"name": n.name, "state": n.shown, "reason": n.fence, "slots": n.slots,
+             "used": used[n.name], "free": max(0, n.slots - used[n.name]) if n.schedulable else 0,
+             "gpus": n.gpus, "gpus_used": gpus[n.name]} for n in known]
 
 
 # (event kind, message prefix) -> timeline mark; the first match wins
