@@ -192,8 +192,7 @@ def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts,
     return _final_state(store, job.id)
 
 
-def _printer(job_id: str, after: int,
-             echo: Callable[[str], Any] = typer.echo) -> Callable[[StoredEvent], None]:
+def _printer(job_id: str, after: int, echo: Callable[[str], Any]) -> Callable[[StoredEvent], None]:
     """A listener printing the job's (and the cluster's) events after event `after`."""
     def listener(e: StoredEvent) -> None:
         if e.job_id in (job_id, None) and e.id > after:
@@ -242,12 +241,11 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
 
 
 def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts,
-           refresh: Callable[[], None] | None = None) -> str:
+           refresh: Callable[[], None]) -> str:
     """Run the controller until the job ends (or a second interrupt leaves it running)."""
     def done() -> bool:
         stop.poll()
-        if refresh is not None:
-            refresh()
+        refresh()
         return job.id not in ctl.snapshot.jobs
 
     try:

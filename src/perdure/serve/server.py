@@ -54,7 +54,7 @@ def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: the OS picks one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
-    # without it every keep-alive response waited ~40 ms for a delayed ACK (bench/serve.py).
+    # without it every keep-alive response waits for a delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
