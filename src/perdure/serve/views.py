@@ -18,7 +18,7 @@ from perdure.core.records import Node
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 from perdure.views import jobview
-from perdure.views.reports import accounted_launches, goodput
+from perdure.views.reports import STATE_KINDS, accounted_launches, goodput
 
 # How long a running job's goodput (and step) is reused by the jobs list: short, so that the
 # list and the job's page agree on the step.
@@ -151,7 +151,6 @@ MARKS: tuple[tuple[str, str, str], ...] = (
     ("exit", "", "exit"),
     ("launch-failed", "", "failure"),
 )
-STATE_KINDS = ("state", "running")
 ATTEMPT_ENDS = ("QUEUED", "SUSPENDED", "SUCCEEDED", "FAILED", "CANCELLED")
 
 
