@@ -2,9 +2,8 @@
 
 The controller ticks in a thread of its own while uvicorn serves from the main thread. A signal
 stops both: the API first, then the controller, whose replicas keep running for the next
-controller to adopt.
-A controller that raises stops the API too: a dashboard must never show a dead controller's
-jobs as if they were moving.
+controller to adopt. A controller that raises stops the API too: a dashboard must never show a
+dead controller's jobs as if they were moving.
 """
 
 from __future__ import annotations
@@ -17,22 +16,23 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import uvicorn
 
-from perdure.backends.base import Backend
+from perdure.backends.base import Backend, NodeInfo
+from perdure.backends.stacks import StackDump
 from perdure.controller.loop import Controller
-from perdure.core.events import Observation, ReplicaExited
+from perdure.core.events import HoldNodes, Launch, Observation, ReplicaExited, Stop
 from perdure.serve.app import create_app
 from perdure.serve.context import ServeContext
 
 GRACEFUL_SHUTDOWN_SECONDS = 1  # open event and log streams are cut after this
 
 
-class MeasuredBackend:
+class MeasuredBackend(Backend):
     """A backend whose polls feed the failure-detection histogram (exit -> observed); every
-    other attribute is the wrapped backend's."""
+    other call goes to the backend it wraps."""
 
     def __init__(self, inner: Backend, observe: Callable[[float], None],
                  clock: Callable[[], float]) -> None:
@@ -46,8 +46,33 @@ class MeasuredBackend:
                 self.observe(max(0.0, now - o.time))
         return observations
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def nodes(self) -> list[NodeInfo]:
+        return self.inner.nodes()
+
+    def launch(self, launch: Launch) -> None:
+        self.inner.launch(launch)
+
+    def stop(self, stop: Stop) -> None:
+        self.inner.stop(stop)
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        return self.inner.adopt(launch_ids)
+
+    def kill_node(self, node: str) -> None:
+        self.inner.kill_node(node)
+
+    def hold_nodes(self, hold: HoldNodes) -> None:
+        self.inner.hold_nodes(hold)
+
+    def fence_nodes(self, fenced: dict[str, str]) -> None:
+        self.inner.fence_nodes(fenced)
+
+    def dump_stacks(self, launch_id: str, timeout: float, nonblocking: bool = False
+                    ) -> StackDump:
+        return self.inner.dump_stacks(launch_id, timeout, nonblocking)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -82,9 +107,8 @@ class Service:
         # graceful shutdown's deadline would cancel them (a traceback per stream)
         ctx.stopping = lambda: self.server.should_exit or self.stopping.is_set()
         if controller is not None:
-            measured = MeasuredBackend(controller.backend, ctx.metrics.detection.observe,
-                                       controller.clock)
-            controller.backend = cast(Backend, measured)
+            controller.backend = MeasuredBackend(controller.backend, ctx.metrics.detection.observe,
+                                                 controller.clock)
 
     @property
     def url(self) -> str:
