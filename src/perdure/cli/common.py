@@ -25,9 +25,10 @@ from perdure.store.sqlite import JobRefError, Store, StoreError, make_state_dir
 
 
 def die(message: str) -> NoReturn:
+    """The error on stderr and exit 2, from a command or around the whole CLI."""
     # a spec's report is several lines; user values in it are quoted already (repr)
     typer.echo(visible(f"perdure: {message}", one_line=False), err=True)
-    raise typer.Exit(2)
+    raise SystemExit(2)
 
 
 @dataclass
