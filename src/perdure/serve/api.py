@@ -10,6 +10,7 @@ the candidates.
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -152,7 +153,7 @@ async def get_logs(
         start = offset if resume is None else resume
         return sse.response(sse.log_tail(ctx.store, job.id, path, start, ctx.stopping))
     chunk = read_chunk(path, offset, limit)
-    return {"replica": name, "attempt": n, "stream": stream, **chunk.to_json()}
+    return {"replica": name, "attempt": n, "stream": stream, **asdict(chunk)}
 
 
 def _spec_problem(exc: SpecError) -> dict[str, Any]:
