@@ -3,13 +3,12 @@
     .venv/bin/python bench/serve.py [--jobs 1000] [--replicas 10] [--rps 20] [--rounds 3]
 
 The load is bench/controller.py's scale load (1,000 jobs x 10 replicas on the fake backend with
-a real sqlite store, restarts and retries). The same controller run is measured three times:
-alone (the baseline), and with the API in the same process under a steady request load from
-another process (GET /api/v1/jobs, a job page = describe + timeline, in turn), once with the
-controller in a thread beside uvicorn and once with uvicorn in a thread beside the
-controller; the three runs are interleaved, round after round, and each ratio is against the
-same round's baseline. Latencies are printed against a floor measured in the same run: a
-static file through the same server, auth and middleware.
+a real sqlite store, restarts and retries). The same controller run is measured twice: alone
+(the baseline), and in `perdure serve`'s thread beside uvicorn under a steady request load from
+another process (GET /api/v1/jobs, a job page = describe + timeline, in turn); the two runs
+are interleaved, round after round, and each ratio is against the same round's baseline.
+Latencies are printed against a floor measured in the same run: a static file through the same
+server, auth and middleware.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from controller import pct, scale_load
@@ -33,7 +31,7 @@ from controller import pct, scale_load
 from perdure.controller.loop import Controller
 from perdure.serve.auth import Auth
 from perdure.serve.context import ServeContext
-from perdure.serve.server import Layout, Service, bind
+from perdure.serve.server import Service, bind
 
 TOKEN = "bench-token-" + "x" * 32
 TICK = 0.25  # fake seconds per tick, as bench/controller.py
@@ -60,7 +58,7 @@ def run_alone(n_jobs: int, replicas: int) -> list[float]:
         return list(ctl.tick_seconds)
 
 
-def run_with_api(n_jobs: int, replicas: int, rps: float, layout: Layout
+def run_with_api(n_jobs: int, replicas: int, rps: float
                  ) -> tuple[list[float], dict[str, list[float]]]:
     with tempfile.TemporaryDirectory() as d:
         state = Path(d)
@@ -68,7 +66,7 @@ def run_with_api(n_jobs: int, replicas: int, rps: float, layout: Layout
         ctl, store, _ = scale_load(state, n_jobs, replicas, now)
         ctx = ServeContext(state, ctl.cluster, Auth(TOKEN), state)
         sock = bind("127.0.0.1", 0)
-        service = Service(ctx, sock, ctl, layout, until=clock_driver(ctl, now))
+        service = Service(ctx, sock, ctl, until=clock_driver(ctl, now))
         ids = [r["id"] for r in store.job_rows()]
         (state / "ids.json").write_text(json.dumps(ids))
         load = subprocess.Popen([sys.executable, __file__, "--load", service.url.rstrip("/"),
@@ -125,27 +123,26 @@ def ms(xs: list[float], p: float) -> float:
 
 
 def report(n_jobs: int, replicas: int, rps: float, alone: list[list[float]],
-           runs: dict[Layout, list[tuple[list[float], dict[str, list[float]]]]]) -> None:
+           rounds: list[tuple[list[float], dict[str, list[float]]]]) -> None:
     print(f"\n## serve: {n_jobs} jobs x {replicas} replicas (fake backend, sqlite), "
           f"{rps:g} requests/s from another process, {len(alone)} interleaved rounds")
     base = [pct(t, 99) for t in alone]
     print("controller alone (baseline), tick p99 per round: "
           + ", ".join(f"{b * 1e3:.2f} ms" for b in base))
-    for layout, rounds in runs.items():
-        ratios = [pct(ticks, 99) / b for (ticks, _), b in zip(rounds, base, strict=True)]
-        print(f"\n### {layout.value}: tick p99 per round "
-              + ", ".join(f"{pct(t, 99) * 1e3:.2f} ms" for t, _ in rounds)
-              + "; ratio to the same round alone: "
-              + ", ".join(f"{r:.2f}x" for r in ratios)
-              + f" (median {statistics.median(ratios):.2f}x; goal <= 1.2x)")
-        lat = {k: [x for _, lt in rounds for x in lt[k]] for k in ("jobs", "job_page", "floor")}
-        floor = lat["floor"]
-        for name, label in (("jobs", "GET /api/v1/jobs (page of 50)"),
-                            ("job_page", "job page (describe + timeline)"),
-                            ("floor", "floor: GET /favicon.ico")):
-            xs = lat[name]
-            print(f"{label:<34} n {len(xs):4d}  p50 {ms(xs, 50):7.2f} ms  p99 {ms(xs, 99):7.2f}"
-                  f" ms  p50/floor {statistics.median(xs) / statistics.median(floor):6.1f}x")
+    ratios = [pct(ticks, 99) / b for (ticks, _), b in zip(rounds, base, strict=True)]
+    print("\n### with the API: tick p99 per round "
+          + ", ".join(f"{pct(t, 99) * 1e3:.2f} ms" for t, _ in rounds)
+          + "; ratio to the same round alone: "
+          + ", ".join(f"{r:.2f}x" for r in ratios)
+          + f" (median {statistics.median(ratios):.2f}x; goal <= 1.2x)")
+    lat = {k: [x for _, lt in rounds for x in lt[k]] for k in ("jobs", "job_page", "floor")}
+    floor = lat["floor"]
+    for name, label in (("jobs", "GET /api/v1/jobs (page of 50)"),
+                        ("job_page", "job page (describe + timeline)"),
+                        ("floor", "floor: GET /favicon.ico")):
+        xs = lat[name]
+        print(f"{label:<34} n {len(xs):4d}  p50 {ms(xs, 50):7.2f} ms  p99 {ms(xs, 99):7.2f}"
+              f" ms  p50/floor {statistics.median(xs) / statistics.median(floor):6.1f}x")
 
 
 def main() -> None:
@@ -160,15 +157,14 @@ def main() -> None:
         load_loop(args.load[0], float(args.load[1]), args.load[2])
         return
     os.environ.setdefault("PERDURE_WARM_POOL", "0")
-    # Rounds interleave the three runs, so a change in the machine's load between them
+    # Rounds interleave the two runs, so a change in the machine's load between them
     # (it is shared) shows up as a spread across rounds instead of as a false ratio.
     alone: list[list[float]] = []
-    runs: dict[Layout, Any] = {Layout.CONTROLLER_THREAD: [], Layout.API_THREAD: []}
+    served: list[tuple[list[float], dict[str, list[float]]]] = []
     for _ in range(args.rounds):
         alone.append(run_alone(args.jobs, args.replicas))
-        for layout, results in runs.items():
-            results.append(run_with_api(args.jobs, args.replicas, args.rps, layout))
-    report(args.jobs, args.replicas, args.rps, alone, runs)
+        served.append(run_with_api(args.jobs, args.replicas, args.rps))
+    report(args.jobs, args.replicas, args.rps, alone, served)
 
 
 if __name__ == "__main__":

@@ -34,11 +34,11 @@ class Result:
 class Floors:
     """The least each check accepts (the command's options)."""
 
-    cpu_gflops: float = 1.0
-    memory_mb: int = 1024
-    free_gb: float = 1.0
-    gpu_tflops: float = 1.0
-    gpu_memory_mb: int = 1024
+    cpu_gflops: float
+    memory_mb: int
+    free_gb: float
+    gpu_tflops: float
+    gpu_memory_mb: int
 
 
 def _matmul_rate(size: int, seconds: float, device: str = "cpu",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, NoReturn
@@ -25,10 +24,11 @@ from perdure.core.text import plural
 from perdure.store.sqlite import JobRefError, Store, StoreError, make_state_dir
 
 
-def die(message: str, code: int = 2) -> NoReturn:
+def die(message: str) -> NoReturn:
+    """The error on stderr and exit 2, from a command or around the whole CLI."""
     # a spec's report is several lines; user values in it are quoted already (repr)
     typer.echo(visible(f"perdure: {message}", one_line=False), err=True)
-    raise typer.Exit(code)
+    raise SystemExit(2)
 
 
 @dataclass
@@ -136,10 +136,6 @@ def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec,
         return make_job(spec, str(spec_path.resolve().parent), cluster)
     except SpecError as exc:
         die(f"{spec_path}: {exc}")
-
-
-def python() -> str:
-    return sys.executable
 
 
 def node_dir(state_dir: Path, shm: Path = Path("/dev/shm")) -> str | None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,7 +23,6 @@ from perdure.cli.common import (
     load_spec,
     new_job,
     node_dir,
-    python,
     remember_cluster,
 )
 from perdure.cli.runprogress import RunProgress
@@ -46,9 +45,8 @@ ClusterOpt = Annotated[
 
 def _fmt_event(e: StoredEvent, with_job: bool = False) -> str:
     """One event as a line, made visible (see terminal): its message is user data."""
-    stamp = datetime.fromtimestamp(e.time).strftime("%H:%M:%S.%f")[:-3]
     who = f"{e.job_id} " if with_job and e.job_id else ""
-    return visible(f"{stamp} {who}[{e.kind}] {e.message}")
+    return visible(f"{jobview.clock(e.time)} {who}[{e.kind}] {e.message}")
 
 
 def _backend(ctx: Ctx, cluster: ClusterSpec, source: Path | None) -> Backend:
@@ -76,9 +74,9 @@ def make_controller(ctx: Ctx, store: Store, cluster: ClusterSpec,
         secret = state_secret(ctx.state_dir)
     except SecretError as exc:
         die(str(exc))
-    # On Ray, Slurm and Kubernetes, `python` stays `python`: the node's interpreter (resolved
-    # there).
-    interpreter = "python" if cluster.backend in ("ray", "slurm", "kubernetes") else python()
+    # On Ray, Slurm and Kubernetes, `python` stays `python`: the node's interpreter.
+    remote = cluster.backend in ("ray", "slurm", "kubernetes")
+    interpreter = "python" if remote else sys.executable
     settings = LaunchSettings(state_dir=str(ctx.state_dir), python=interpreter,
                               job_secret=lambda job_id: job_secret(secret, job_id),
                               node_dir=node_dir(ctx.state_dir), health=cluster.health)
@@ -194,8 +192,7 @@ def _follow(store: Store, job: Job, ctl: Controller, stop: _Interrupts,
     return _final_state(store, job.id)
 
 
-def _printer(job_id: str, after: int,
-             echo: Callable[[str], Any] = typer.echo) -> Callable[[StoredEvent], None]:
+def _printer(job_id: str, after: int, echo: Callable[[str], Any]) -> Callable[[StoredEvent], None]:
     """A listener printing the job's (and the cluster's) events after event `after`."""
     def listener(e: StoredEvent) -> None:
         if e.job_id in (job_id, None) and e.id > after:
@@ -244,12 +241,11 @@ def run(c: typer.Context, spec: Path, cluster: ClusterOpt = None) -> None:
 
 
 def _drive(ctl: Controller, store: Store, job: Job, stop: _Interrupts,
-           refresh: Callable[[], None] | None = None) -> str:
+           refresh: Callable[[], None]) -> str:
     """Run the controller until the job ends (or a second interrupt leaves it running)."""
     def done() -> bool:
         stop.poll()
-        if refresh is not None:
-            refresh()
+        refresh()
         return job.id not in ctl.snapshot.jobs
 
     try:
@@ -276,10 +272,8 @@ def ls(c: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = Fals
         if job is None:
             continue
         g = goodput(reader, job, store.events(job.id))
-        r.update({"step": jobview.step(g, job), "total_steps": g.total_steps,
-                  "goodput": g.goodput, "goodput_status": g.status,
-                  "running_seconds": g.running, **jobview.errors_json(job),
-                  "queue_reason": jobview.queue_reason(job)})
+        r.update({**jobview.progress_json(g, job), "running_seconds": g.running,
+                  **jobview.errors_json(job), "queue_reason": jobview.queue_reason(job)})
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

@@ -9,6 +9,7 @@ import typer
 
 from perdure.backends.base import Inspector, Stream
 from perdure.cli.common import Ctx, die, inspector
+from perdure.views import jobview
 
 
 def logs(
@@ -29,9 +30,8 @@ def logs(
     job = store.job(ctx.resolve(store, job_ref))
     assert job is not None
     name = replica or job.primary.name
-    if name not in {r.name for r in job.replicas}:
-        die(f"job {job.id} has no replica {name!r}; it has "
-            f"{', '.join(r.name for r in job.replicas)}")
+    if (missing := jobview.missing_replica(job, name)) is not None:
+        die(missing)
     if stdout and stderr:
         die("--stdout and --stderr each select one stream; give neither for both, merged")
     n = attempt if attempt is not None else max(job.attempt, 1)

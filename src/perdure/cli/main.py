@@ -13,9 +13,8 @@ import typer
 from perdure import statedir
 from perdure.cli import export, healthcheck, jobs, ops, sim
 from perdure.cli.argv import hoist_state_dir
-from perdure.cli.common import Ctx, describe_cluster, load_cluster, load_spec, new_job
+from perdure.cli.common import Ctx, describe_cluster, die, load_cluster, load_spec, new_job
 from perdure.cli.serve import serve
-from perdure.cli.terminal import visible
 from perdure.core.text import plural
 from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
 
@@ -81,24 +80,18 @@ def main() -> None:
     try:
         sys.argv = hoist_state_dir(sys.argv)
     except ValueError as exc:
-        _fail(str(exc))
-    try:
+        die(str(exc))
+    try:  # the state dir, a file or the disk is the problem: one line
         app()
     except (StoreError, UnreadableJob) as exc:
-        _fail(str(exc))
+        die(str(exc))
     except sqlite3.Error as exc:  # the state dir broke under a command: full, I/O error
         where = Ctx.current.state_dir / statedir.DB if Ctx.current else Path(statedir.DB)
-        _fail(describe_error(where, exc))
+        die(describe_error(where, exc))
     except OSError as exc:
         if exc.filename is None:
             raise
-        _fail(f"{exc.filename}: {exc.strerror or exc}")
-
-
-def _fail(message: str) -> None:
-    """One line on stderr and exit 2: the state dir, a file or the disk is the problem."""
-    print(visible(f"perdure: {message}", one_line=False), file=sys.stderr)
-    raise SystemExit(2)
+        die(f"{exc.filename}: {exc.strerror or exc}")
 
 
 if __name__ == "__main__":

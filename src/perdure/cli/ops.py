@@ -11,6 +11,7 @@ from perdure.cli.common import Ctx, die, inspector, load_cluster
 from perdure.cli.terminal import say
 from perdure.controller.usercommands import CommandRefused, send_job_command, send_node_command
 from perdure.core.text import plural
+from perdure.views import jobview
 
 chaos_app = typer.Typer(help="Inject faults into running jobs and nodes.", no_args_is_help=True)
 node_app = typer.Typer(help="Node maintenance.", no_args_is_help=True)
@@ -61,10 +62,9 @@ def chaos_kill(
     store = ctx.reader()
     j = store.job(ctx.resolve(store, job))
     assert j is not None
-    r = next((x for x in j.replicas if x.name == replica), None)
-    if r is None:
-        die(f"job {j.id} has no replica {replica!r}; it has "
-            f"{', '.join(x.name for x in j.replicas)}")
+    if (missing := jobview.missing_replica(j, replica)) is not None:
+        die(missing)
+    r = next(x for x in j.replicas if x.name == replica)
     if sig.upper() not in SIGNALS:
         die(f"--signal {sig!r}: use one of {', '.join(SIGNALS)}")
     if not r.alive or r.launch_id is None:

@@ -34,6 +34,6 @@ def visible(text: object, one_line: bool = True) -> str:
     return s.translate(ONE_LINE if one_line else LINES)
 
 
-def say(line: object, err: bool = False) -> None:
+def say(line: object) -> None:
     """Print one line of a view, made visible."""
-    typer.echo(visible(line), err=err)
+    typer.echo(visible(line))

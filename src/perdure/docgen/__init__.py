@@ -1,10 +1,10 @@
 """The documentation's generated pages: reference and concepts written from the code.
 
 Each page under docs/ that holds generated text has it between two markers,
-`<!-- generated: NAME ... -->` and `<!-- generated: end -->` (the spec reference keeps the
-markers of perdure.cli.specref); the prose around them is hand-written. `python -m
-perdure.docgen` (`make docs-reference`) rewrites every block; `--check` exits 1 naming the
-stale pages, and tests/unit/docs fails on a stale one. No side effects but the page files.
+`<!-- generated: NAME ... -->` and `<!-- generated: end -->`; the prose around them is
+hand-written. `python -m perdure.docgen` (`make docs-reference`) rewrites every block;
+`--check` exits 1 naming the stale pages, and tests/unit/docs fails on a stale one. No side
+effects but the page files.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Page:
     """A page of docs/ and how its generated block is made."""
 
     path: str  # relative to the repository root
-    name: str  # the block's name in its start marker; "" for the spec reference's own markers
+    name: str  # the block's name in its start marker
     render: Callable[[], str]
 
 
@@ -39,11 +39,10 @@ def splice(text: str, name: str, body: str, where: str = "the page") -> str:
 
 def pages() -> list[Page]:
     """Every generated page (imports are inside: each generator imports what it documents)."""
-    from perdure.cli import specref
-    from perdure.docgen import cliref, coreref, httpref, pyref
+    from perdure.docgen import cliref, coreref, httpref, pyref, specref
 
     return [
-        Page("docs/reference/spec.md", "", specref.reference),
+        Page("docs/reference/spec.md", "spec", specref.reference),
         Page("docs/reference/cli.md", "cli", cliref.render),
         Page("docs/reference/python-api.md", "python-api", pyref.render),
         Page("docs/reference/http-api.md", "http-api", httpref.render),
@@ -55,9 +54,5 @@ def pages() -> list[Page]:
 
 def updated(page: Page, root: Path) -> tuple[str, str]:
     """(the page's text now, the text it should have)."""
-    from perdure.cli import specref
-
     text = (root / page.path).read_text()
-    if not page.name:
-        return text, specref.splice(text)
     return text, splice(text, page.name, page.render(), page.path)

@@ -29,9 +29,15 @@ from transformers import Trainer, TrainerState
 
 from perdure.integrations.hf_callback import PerdureCallback
 from perdure.integrations.hf_compat import SPLIT_TRAINING_LOOP, EpochShift
-from perdure.runtime import Checkpointer, ElasticLoader, ElasticSampler, goodput
+from perdure.runtime import (
+    Checkpointer,
+    ElasticLoader,
+    ElasticSampler,
+    goodput,
+    rng_state,
+    set_rng_state,
+)
 from perdure.runtime.checkpoint import RankLocal
-from perdure.runtime.rng import rng_state, set_rng_state
 
 __all__ = ["PerdureTrainer"]
 

@@ -47,9 +47,8 @@ from lightning.pytorch.utilities import CombinedLoader
 import perdure
 from perdure.integrations import lightning_files as files
 from perdure.integrations.lightning_compat import LOAD_TAKES_WEIGHTS_ONLY
-from perdure.runtime import Checkpointer, ElasticLoader, StopVote, goodput
+from perdure.runtime import Checkpointer, ElasticLoader, StopVote, goodput, rng_state, set_rng_state
 from perdure.runtime.checkpoint import commit
-from perdure.runtime.rng import rng_state, set_rng_state
 
 __all__ = ["PerdureCallback", "PerdureCheckpointIO"]
 

@@ -10,6 +10,7 @@ the candidates.
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -37,6 +38,8 @@ from perdure.serve.models import (
     Submitted,
 )
 from perdure.store.sqlite import JobRefError
+from perdure.views import jobview
+from perdure.views.describe import describe_json
 
 router = APIRouter(prefix="/api/v1", responses=ERRORS)
 
@@ -93,7 +96,7 @@ def list_jobs(
 @router.get("/jobs/{job_id}", summary="One job: what `perdure describe --json` prints")
 def get_job(request: Request, job_id: str) -> dict[str, Any]:
     ctx = _ctx(request)
-    return views.describe(ctx.store(), ctx.reader, _job(ctx, job_id))
+    return describe_json(ctx.store(), _job(ctx, job_id), ctx.reader)
 
 
 @router.get("/jobs/{job_id}/timeline", summary="States, attempts and marks over time")
@@ -138,9 +141,8 @@ async def get_logs(
     ctx = _ctx(request)
     job = _job(ctx, job_id)
     name = replica or job.primary.name
-    if name not in {r.name for r in job.replicas}:
-        raise HTTPException(404, f"job {job.id} has no replica {name!r}; it has "
-                                 f"{', '.join(r.name for r in job.replicas)}")
+    if (missing := jobview.missing_replica(job, name)) is not None:
+        raise HTTPException(404, missing)
     n = attempt if attempt is not None else max(job.attempt, 1)
     if n > max(job.attempt, 1):
         raise HTTPException(404, f"job {job.id} has no attempt {n}; attempts so far: "
@@ -151,7 +153,7 @@ async def get_logs(
         start = offset if resume is None else resume
         return sse.response(sse.log_tail(ctx.store, job.id, path, start, ctx.stopping))
     chunk = read_chunk(path, offset, limit)
-    return {"replica": name, "attempt": n, "stream": stream, **chunk.to_json()}
+    return {"replica": name, "attempt": n, "stream": stream, **asdict(chunk)}
 
 
 def _spec_problem(exc: SpecError) -> dict[str, Any]:

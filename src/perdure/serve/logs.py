@@ -21,10 +21,6 @@ class LogChunk:
     text: str
     exists: bool
 
-    def to_json(self) -> dict[str, object]:
-        return {"offset": self.offset, "next_offset": self.next_offset, "size": self.size,
-                "text": self.text, "exists": self.exists}
-
 
 def _complete_utf8(data: bytes) -> int:
     """How many leading bytes of `data` end on a whole UTF-8 character."""

@@ -1,16 +1,13 @@
 """Run the HTTP API and the controller in one process.
 
-The controller ticks in a thread of its own while uvicorn serves from the main thread
-(`Layout.CONTROLLER_THREAD`, the default); the other arrangement (`API_THREAD`) is kept for
-bench/serve.py, which measures both (docs/benchmarks.md). Either way a signal stops both: the
-API first, then the controller, whose replicas keep running for the next controller to adopt.
-A controller that raises stops the API too: a dashboard must never show a dead controller's
-jobs as if they were moving.
+The controller ticks in a thread of its own while uvicorn serves from the main thread. A signal
+stops both: the API first, then the controller, whose replicas keep running for the next
+controller to adopt. A controller that raises stops the API too: a dashboard must never show a
+dead controller's jobs as if they were moving.
 """
 
 from __future__ import annotations
 
-import enum
 import signal
 import socket
 import sys
@@ -31,11 +28,6 @@ from perdure.serve.app import create_app
 from perdure.serve.context import ServeContext
 
 GRACEFUL_SHUTDOWN_SECONDS = 1  # open event and log streams are cut after this
-
-
-class Layout(enum.Enum):
-    CONTROLLER_THREAD = "controller-thread"  # uvicorn in the main thread
-    API_THREAD = "api-thread"  # the controller in the main thread
 
 
 class MeasuredBackend(Backend):
@@ -87,7 +79,7 @@ def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: the OS picks one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
-    # without it every keep-alive response waited ~40 ms for a delayed ACK (bench/serve.py).
+    # without it every keep-alive response waits for a delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -100,9 +92,8 @@ class Service:
     """`perdure serve`: the API on a socket, and the controller when there is one."""
 
     def __init__(self, ctx: ServeContext, sock: socket.socket, controller: Controller | None,
-                 layout: Layout = Layout.CONTROLLER_THREAD,
                  until: Callable[[], bool] | None = None) -> None:
-        self.ctx, self.sock, self.controller, self.layout = ctx, sock, controller, layout
+        self.ctx, self.sock, self.controller = ctx, sock, controller
         self.until = until  # stop once this is true (benchmarks); checked after each tick
         self.stopping = threading.Event()
         self.failure: BaseException | None = None
@@ -130,18 +121,12 @@ class Service:
         try:
             if self.controller is None:
                 self.server.run(sockets=[self.sock])
-            elif self.layout is Layout.CONTROLLER_THREAD:
+            else:
                 worker = threading.Thread(target=self._drive, name="perdure-controller")
                 worker.start()
                 self.server.run(sockets=[self.sock])
                 self.stopping.set()
                 worker.join()
-            else:
-                api = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                       name="perdure-api")
-                api.start()
-                self._drive()
-                api.join()
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)

@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ async def log_tail(store: Callable[[], Store], job_id: str, path: Path,
         if offset is not None and chunk.size < offset:  # truncated or replaced: start over
             chunk = read_chunk(path, 0)
         if chunk.text or offset is None:
-            yield _message("log", chunk.to_json(), chunk.next_offset)
+            yield _message("log", asdict(chunk), chunk.next_offset)
             offset = chunk.next_offset
             quiet_since = time.monotonic()
             if chunk.next_offset < chunk.size:

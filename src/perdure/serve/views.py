@@ -1,12 +1,10 @@
-"""What the API shows, computed by the code the CLI uses; reads only (the store, logs, reports).
-
-It calls perdure.views (`describe_json`, the goodput account), the code `perdure describe`
-and `ls` call too, so the API and the CLI show a job the same.
-"""
+"""What the API shows beyond `describe`: jobs pages, nodes, timelines, log paths. Reads only;
+the goodput account and a job's words are perdure.views', as in the CLI."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,18 +18,12 @@ from perdure.core.records import Node
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 from perdure.views import jobview
-from perdure.views.describe import describe_json
-from perdure.views.reports import accounted_launches, goodput
+from perdure.views.reports import STATE_KINDS, accounted_launches, goodput
 
 # How long a running job's goodput (and step) is reused by the jobs list: short, so that the
 # list and the job's page agree on the step.
 LIVE_GOODPUT_SECONDS = 1.0
 MAX_MARKS = 2000  # timeline marks per job; more are counted, not drawn
-
-
-def describe(store: Store, reader: Inspector, job: Job) -> dict[str, Any]:
-    """Exactly what `perdure describe --json` prints."""
-    return describe_json(store, job, reader)
 
 
 LOG_SUFFIXES = {"all": "log", "stderr": "err", "stdout": "out"}
@@ -69,9 +61,7 @@ class GoodputCache:
             return {}
         if job is None:
             return {}
-        g = goodput(self.reader, job, store.events(job_id))
-        value = {"goodput": g.goodput, "goodput_status": g.status,
-                 "step": jobview.step(g, job), "total_steps": g.total_steps}
+        value = jobview.progress_json(goodput(self.reader, job, store.events(job_id)), job)
         self.entries[job_id] = (updated, now, value)
         return value
 
@@ -99,8 +89,6 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
     for jid, name, queue, prio, state, attempt, created, updated, data in rows:
         d = store.job_doc(jid, data)
         reps = d.get("replicas", [])
-        own = JobState(state) in jobview.FINAL_ERROR_STATES
-        error = d.get("error")
         progress = (cache.get(store, jid, updated, JobState(state).terminal) if attempt > 0
                     else {})  # never launched: nothing to account
         jobs.append({
@@ -111,29 +99,28 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
             "replicas_running": sum(r.get("state") == "RUNNING" for r in reps),
             "step": progress.get("step", d.get("step")),
             "total_steps": progress.get("total_steps"),
-            "error": error if own else None,
-            "last_failure": {**error, "recovered": True} if error and not own else None,
+            **jobview.stored_errors(JobState(state), d.get("error")),
             "goodput": progress.get("goodput"),
             "goodput_status": progress.get("goodput_status", "not started"),
         })
     return {"total": total, "offset": offset, "limit": limit, "counts": counts, "jobs": jobs}
 
 
-def used_slots(store: Store, what: str = "slots") -> dict[str, int]:
-    """Slots (or GPUs: `what="gpus"`) held on each node, from the stored replicas of jobs
-    that hold capacity (Job.used_slots over the stored JSON: parsing every job's spec would
-    cost 100x)."""
+def held(store: Store) -> tuple[Counter[str], Counter[str]]:
+    """Slots and GPUs held on each node, from the stored replicas of jobs that hold capacity
+    (the stored JSON: parsing every job's spec would cost far more)."""
     holding = [s.value for s in JobState if s.holds_capacity]
     rows = store.db.execute(
         f"SELECT id, data FROM jobs WHERE state IN ({','.join('?' * len(holding))})", holding
     ).fetchall()
-    used: dict[str, int] = {}
+    slots: Counter[str] = Counter()
+    gpus: Counter[str] = Counter()
     for job_id, data in rows:
         for r in store.job_doc(job_id, data).get("replicas", []):
             if r.get("node") and ReplicaState(r["state"]).alive:
-                held = len(r.get("devices") or ()) if what == "gpus" else int(r.get("slots", 1))
-                used[r["node"]] = used.get(r["node"], 0) + held
-    return used
+                slots[r["node"]] += int(r.get("slots", 1))
+                gpus[r["node"]] += len(r.get("devices") or ())
+    return slots, gpus
 
 
 def nodes(store: Store, cluster: ClusterSpec) -> list[dict[str, Any]]:
@@ -141,14 +128,10 @@ def nodes(store: Store, cluster: ClusterSpec) -> list[dict[str, Any]]:
     stored = store.nodes()  # what the controller found at start; before that, the file's
     known = list(stored.values()) or [Node(n.name, n.slots, gpus=n.gpus or 0)
                                       for n in cluster.nodes]
-    used, gpus = used_slots(store), used_slots(store, "gpus")
-    out = []
-    for n in known:
-        u = used.get(n.name, 0)
-        out.append({"name": n.name, "state": n.shown, "reason": n.fence, "slots": n.slots,
-                    "used": u, "free": max(0, n.slots - u) if n.schedulable else 0,
-                    "gpus": n.gpus, "gpus_used": gpus.get(n.name, 0)})
-    return out
+    used, gpus = held(store)
+    return [{"name": n.name, "state": n.shown, "reason": n.fence, "slots": n.slots,
+             "used": used[n.name], "free": max(0, n.slots - used[n.name]) if n.schedulable else 0,
+             "gpus": n.gpus, "gpus_used": gpus[n.name]} for n in known]
 
 
 # (event kind, message prefix) -> timeline mark; the first match wins
@@ -168,7 +151,6 @@ MARKS: tuple[tuple[str, str, str], ...] = (
     ("exit", "", "exit"),
     ("launch-failed", "", "failure"),
 )
-STATE_KINDS = ("state", "running")
 ATTEMPT_ENDS = ("QUEUED", "SUSPENDED", "SUCCEEDED", "FAILED", "CANCELLED")
 
 

@@ -1,33 +1,10 @@
 """Failure files: how often each kind of interruption happens, what it hits, how it is seen.
 
-No side effects but `load` (reads one file). A failure file is YAML:
-
-    reference: {gpus: 16384, days: 54}   # what `count` was observed over (rates per GPU-day)
-    switch_nodes: 16                     # nodes behind one switch (scope: switch)
-    categories:
-      - {name: faulty-gpu, count: 148, scope: gpu, kind: hardware, detect_seconds: 30,
-         repair_hours: 24}
-      - {name: software-bug, count: 54, scope: gpu, kind: transient, detect_seconds: 5}
-      - {name: nccl-watchdog, count: 7, scope: gpu, kind: transient, hang: true}
-
-Each category gives its rate as `count` (over the reference), `per_gpu_day`, or `mtbf_hours`
-(of one GPU). scope: gpu | node (one node's replica), switch (`switch_nodes` neighbouring
-nodes), job (every replica). kind: transient (a restart on the same node helps) or hardware
-(the node leaves for `repair_hours`). `hang: true`: the process does not exit; the job stalls
-until a hang detector acts (the policy's: NCCL's timeout or perdure's watchdog).
-
-A run that would meet more than MAX_EXPECTED_FAILURES (1,000,000) failures on average (the
-rates x the job's GPUs x the days) is refused, naming the category's rate field; under it the
-failures are drawn as the simulation reaches them, so memory does not grow with their number.
-
-Repeat offenders (lemon nodes), optional:
-
-    repeat_offenders: {share: 0.01, factor: 50, kinds: [hardware]}
-
-`share` of the cluster's nodes fail `factor` times as often as the others in the categories
-of those `kinds`; the categories' total rate stays what they say (the lemons take their part
-of it). A failure of a lemon hits one of them chosen uniformly (none if it is not running the
-job: quarantined, or idle); the others hit the job's other nodes, as without lemons.
+The format is docs/guides/planning.md's (and node-health.md's for `repeat_offenders`). A
+lemon's failure hits one of the lemons chosen uniformly (none if it runs nothing of the job:
+quarantined, or idle); the categories' total rate stays what the file says. A run that would
+meet over MAX_EXPECTED_FAILURES on average is refused naming the rate field; under it the
+failures are drawn as the simulation reaches them. No side effects but `load`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ page never disagree on it.
 from __future__ import annotations
 
 import signal
+from datetime import datetime
 from typing import Any
 
 from perdure.core.goodput import Goodput
@@ -22,11 +23,16 @@ FINAL_ERROR_STATES = (JobState.FAILED, JobState.CANCELLED)
 def errors_json(job: Job) -> dict[str, Any]:
     """`error`: why the job failed or was cancelled; `last_failure`: a failure it recovered
     from (restart, retry) while it runs or after it succeeded; the other one None."""
-    if job.error is None:
+    return stored_errors(job.state, job.error.to_json() if job.error else None)
+
+
+def stored_errors(state: JobState, error: dict[str, Any] | None) -> dict[str, Any]:
+    """`errors_json` from a job's state and its stored error."""
+    if error is None:
         return {"error": None, "last_failure": None}
-    if job.state in FINAL_ERROR_STATES:
-        return {"error": job.error.to_json(), "last_failure": None}
-    return {"error": None, "last_failure": {**job.error.to_json(), "recovered": True}}
+    if state in FINAL_ERROR_STATES:
+        return {"error": error, "last_failure": None}
+    return {"error": None, "last_failure": {**error, "recovered": True}}
 
 
 def queue_reason(job: Job) -> str | None:
@@ -47,6 +53,26 @@ def error_line(d: dict[str, Any]) -> str | None:
 def step(g: Goodput, job: Job) -> int | None:
     """The training step reached: the accounted replica's, else the controller's last report."""
     return g.last_step if g.last_step is not None else job.step
+
+
+def progress_json(g: Goodput, job: Job) -> dict[str, Any]:
+    """The step and goodput a jobs list shows (`perdure ls`, `GET /jobs`)."""
+    return {"step": step(g, job), "total_steps": g.total_steps, "goodput": g.goodput,
+            "goodput_status": g.status}
+
+
+def missing_replica(job: Job, name: str) -> str | None:
+    """The error for a replica name the job does not have; None when it has it."""
+    if any(r.name == name for r in job.replicas):
+        return None
+    return (f"job {job.id} has no replica {name!r}; it has "
+            f"{', '.join(r.name for r in job.replicas)}")
+
+
+def clock(t: float, ms: bool = True) -> str:
+    """`14:03:27.512` (`ms=False`: `14:03:27`), local time."""
+    text = datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")
+    return text[:-3] if ms else text[:8]
 
 
 def step_text(current: int | None, total: int | None) -> str:

@@ -14,6 +14,7 @@ from perdure.backends.base import Inspector
 from perdure.core.goodput import Goodput, LaunchReport, account
 from perdure.core.model import Job
 from perdure.store.sqlite import StoredEvent
+from perdure.views.jobview import clock
 
 ROUND = re.compile(r"^round (\d+): (.*)$")
 # Both sides of a hot-swap: (event kind, message prefix, what the time to RUNNING again is)
@@ -96,14 +97,8 @@ def format_elastic(changes: list[ElasticChange], g: Goodput) -> list[str]:
              "rebuilding groups):"]
     for c in changes:
         cost = f"{c.cost_s:7.2f}s" if c.cost_s is not None else "      - "
-        lines.append(f"  {_clock(c.time)} {cost}  {c.what}  [{c.cost}]")
+        lines.append(f"  {clock(c.time)} {cost}  {c.what}  [{c.cost}]")
     return lines
-
-
-def _clock(t: float) -> str:
-    from datetime import datetime
-
-    return datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
 
 
 def format_goodput(g: Goodput) -> list[str]:

@@ -6,10 +6,10 @@ Reads the job's events only (the controller records each verdict and interval as
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from perdure.store.sqlite import StoredEvent
+from perdure.views.jobview import clock
 
 INTERVAL_PREFIX = "checkpoint interval "
 
@@ -35,13 +35,9 @@ def format_watchdog(d: dict[str, Any]) -> list[str]:
     ci = d.get("checkpoint_interval")
     if ci:
         lines.append(f"Checkpoint interval (every: auto; {ci['changes']} published, last at "
-                     f"{_clock(ci['since'])}): {ci['chosen']}")
+                     f"{clock(ci['since'], ms=False)}): {ci['chosen']}")
     for h in d.get("hangs", []):
-        lines.append(f"Hang at {_clock(h['time'])}: {h['report']}")
+        lines.append(f"Hang at {clock(h['time'], ms=False)}: {h['report']}")
     for s in d.get("stragglers", []):
-        lines.append(f"Straggler at {_clock(s['time'])}: {s['report']}")
+        lines.append(f"Straggler at {clock(s['time'], ms=False)}: {s['report']}")
     return lines
-
-
-def _clock(t: float) -> str:
-    return datetime.fromtimestamp(t).strftime("%H:%M:%S")

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from perdure.cli import specref
 from perdure.core.clusterspec import ClusterSpec
 from perdure.core.policy import DEFAULT_RULES
 from perdure.core.spec import JobSpec
 from perdure.core.states import JOB_TRANSITIONS, REPLICA_TRANSITIONS, ErrorCode, JobState
-from perdure.docgen import START, Page, pages, splice, updated
+from perdure.docgen import START, Page, pages, specref, splice, updated
 from perdure.docgen.__main__ import main
 from perdure.docgen.coreref import ERROR_HELP, RULE_HELP
 
@@ -49,7 +48,7 @@ def test_every_spec_field_is_described() -> None:
     undescribed = [row[0] for model in (JobSpec, ClusterSpec) for row in specref.rows(model)
                    if row[3] == specref.UNDOCUMENTED]
     assert not undescribed, (f"describe {undescribed}: a Field(description=...) or an entry "
-                             "in perdure.cli.specref.DESCRIPTIONS")
+                             "in perdure.docgen.specref.DESCRIPTIONS")
 
 
 def test_every_error_code_and_rule_says_what_it_means() -> None:
