@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import os
 import shutil
 import threading
@@ -78,11 +77,5 @@ def reset_after_fork(volume: _Resettable) -> None:
 
 
 def copy_stream(stream: BinaryIO, out: BinaryIO) -> None:
-    """Copy all of `stream` into `out`: in the kernel (sendfile) when both are real files."""
-    try:
-        source_fd = stream.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        shutil.copyfileobj(stream, out, _CHUNK)
-        return
-    while os.sendfile(out.fileno(), source_fd, None, 8 * _CHUNK) > 0:
-        pass
+    """Copy all of `stream` into `out`."""
+    shutil.copyfileobj(stream, out, _CHUNK)

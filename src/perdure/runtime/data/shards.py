@@ -40,12 +40,12 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from perdure.runtime.data.batching import Tagged
 from perdure.runtime.data.seeding import CpuRngSlot, resolve_world, shard_seed
 from perdure.runtime.data.shard_plan import (
     STATE_VERSION,
     Plan,
     Stream,
-    Tagged,
     check_state,
     deal,
     merge_shard_states,
