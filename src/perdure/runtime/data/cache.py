@@ -23,6 +23,7 @@ import errno
 import hashlib
 import logging
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -33,7 +34,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from perdure.runtime.data.cache_io import copy_stream, file_lock, reset_after_fork
+from perdure.runtime.data.cache_io import file_lock, reset_after_fork
 from perdure.runtime.data.sources import Source, as_source, check_name
 
 __all__ = ["ENV_MIN_FREE_BYTES", "CachedFile", "CachedVolume", "plan_eviction"]
@@ -176,13 +177,8 @@ class CachedVolume(Dataset[Any]):
         if _touch(local):
             self._count("hits")
             return local
-        with self._lock:
-            pending = self._pending.pop(name, None)
-        if pending is not None:
-            try:
-                return pending.result()
-            except Exception as exc:  # the prefetch failed: try once more, in the open
-                _log.warning("prefetch of %s failed (%r); copying it again", name, exc)
+        with self._lock:  # a copy in flight holds the file's lock: _fetch waits for it
+            self._pending.pop(name, None)
         return self._fetch(name)
 
     # -- prefetching ------------------------------------------------------------------------
@@ -254,7 +250,7 @@ class CachedVolume(Dataset[Any]):
                 temp = os.path.join(self._meta, "tmp", f"{uuid.uuid4().hex}.part")
                 try:
                     with open(temp, "wb") as out:
-                        copy_stream(stream, out)
+                        shutil.copyfileobj(stream, out, 1 << 20)
                         copied = out.tell()
                     if copied != size:  # never cache a file cut short: a cache changes timing,
                         raise OSError(  # never the samples

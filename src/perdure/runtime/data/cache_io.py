@@ -1,6 +1,5 @@
-"""File-level helpers of the cache: inter-process locks that survive fork(), and copying.
-
-No policy here: CachedVolume decides what to lock and copy.
+"""The cache's inter-process file locks, made safe across fork(); CachedVolume decides what
+to lock.
 """
 
 from __future__ import annotations
@@ -8,15 +7,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
-__all__ = ["copy_stream", "file_lock", "reset_after_fork"]
-
-_CHUNK = 1 << 20
+__all__ = ["file_lock", "reset_after_fork"]
 
 
 class _Resettable(Protocol):
@@ -74,8 +70,3 @@ def file_lock(path: str) -> Iterator[None]:
 def reset_after_fork(volume: _Resettable) -> None:
     """Rebuild `volume`'s thread locks and pools in a forked child (its threads are gone)."""
     _volumes.add(volume)
-
-
-def copy_stream(stream: BinaryIO, out: BinaryIO) -> None:
-    """Copy all of `stream` into `out`."""
-    shutil.copyfileobj(stream, out, _CHUNK)

@@ -147,7 +147,7 @@ class ElasticLoader:
             batch_sampler=sampler,
             collate_fn=EmptyAwareCollate(user_collate or _default_collate),
             worker_init_fn=self._init,
-            generator=kwargs.pop("generator", None) or _private_generator(sampler.seed),
+            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(sampler.seed),
             **kwargs,
         )
 
@@ -173,7 +173,7 @@ class ElasticLoader:
             dataset,
             collate_fn=TagCollate(user_collate, batched),
             worker_init_fn=self._init,
-            generator=kwargs.pop("generator", None) or _private_generator(dataset.seed),
+            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(dataset.seed),
             **kwargs,
         )
 
@@ -380,10 +380,3 @@ def _nbytes(batch: Any) -> int | None:
 def _prefetch_of(dataset: Any) -> Callable[[Sequence[int]], Any] | None:
     method = getattr(dataset, "prefetch", None)
     return method if callable(method) else None
-
-
-def _private_generator(seed: int) -> torch.Generator:
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    return generator
-

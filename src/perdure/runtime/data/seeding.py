@@ -12,7 +12,6 @@ training's random stream.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
+from perdure.runtime.ranks import env_int
 from perdure.runtime.rng import derive_seed, seed_cpu_generators
 
 __all__ = [
@@ -101,16 +101,6 @@ class CpuRngSlot:
             restore(outer)
 
 
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
-
-
 def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """This process's (rank, world size): explicit values, else torch.distributed, else RANK and
     WORLD_SIZE from the environment, else (0, 1)."""
@@ -118,8 +108,7 @@ def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
         if dist.is_available() and dist.is_initialized():
             found_rank, found_size = dist.get_rank(), dist.get_world_size()
         else:
-            found_rank = _env_int("RANK") or 0
-            found_size = _env_int("WORLD_SIZE") or 1
+            found_rank, found_size = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
         rank = found_rank if rank is None else rank
         world_size = found_size if world_size is None else world_size
     if world_size < 1:

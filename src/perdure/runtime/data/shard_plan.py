@@ -1,7 +1,6 @@
 """The plan of a ShardDataset epoch: which shards each stream reads, and how far it got.
 
-Pure data and functions (no I/O): dealing shards over streams, the state checks, merging
-every rank's state into one, and the fixed-size int64 block that carries a rank's plan to its
+Pure data and functions (no I/O), and the int64 block that carries a rank's plan to its
 DataLoader worker processes.
 """
 
