@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import re
 
+from perdure.runtime.errorfile import MAX_MESSAGE_CHARS, split_prefix
+
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([\w:<>, ]+)'")
 _WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
-# What launchers and torch put before a line: `[rank1]:`, `[default0]:`, glog's `E1201 ...]`.
-_PREFIX = re.compile(r"^(?:\[[\w.-]+\]:\s?)+")
-MAX_MESSAGE_CHARS = 4096
 
 
 def parse_abort(text: str) -> dict[str, str] | None:
     """The last C++ exception that terminated the process, from the tail of its stderr."""
-    lines = [_PREFIX.sub("", line) for line in text.splitlines()]
+    lines = [split_prefix(line)[2] for line in text.splitlines()]
     found = None
     for i, line in enumerate(lines):
         match = _TERMINATE.search(line)

@@ -21,20 +21,11 @@ from typing import Any
 
 from perdure.runtime import exitguard, transport
 from perdure.runtime.errors import install_excepthook
+from perdure.runtime.ranks import device_index, env_int
 
 # The exit status that tells the controller "state saved, resume me" (EX_TEMPFAIL).
 EXIT_SUSPENDED = 75
 DEFAULT_COLLECTIVE_TIMEOUT = 120.0
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
 @dataclass
@@ -62,11 +53,7 @@ class Context:
 
     def exit_suspended(self) -> None:
         """Exit with the status that means "saved, resume me" (after the emergency save)."""
-        _shutdown_process_group()
-        _drain_reports()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_SUSPENDED)
+        self.finish(EXIT_SUSPENDED)
 
     def finish(self, code: int = 0) -> None:
         """Leave cleanly: tear the process group down and exit with `code` at once.
@@ -154,11 +141,9 @@ def _select_device(torch: Any) -> None:
     """Make this rank's GPU the current device, as torchrun scripts do with LOCAL_RANK: of the
     devices it sees (its replica's), local rank k of n takes the k-th share
     (`perdure.runtime.ranks.device_index`). A script that chose a device already keeps it."""
-    from perdure.runtime.ranks import device_index
-
     if torch.cuda.is_initialized() and torch.cuda.current_device() != 0:
         return
-    index = device_index(_env_int("LOCAL_RANK", 0), _env_int("LOCAL_WORLD_SIZE", 1),
+    index = device_index(env_int("LOCAL_RANK", 0), env_int("LOCAL_WORLD_SIZE", 1),
                          torch.cuda.device_count())
     torch.cuda.set_device(index)
 
@@ -184,13 +169,13 @@ def init(
     install_excepthook()
     exitguard.install()
     ctx = Context(
-        rank=_env_int("RANK", 0),
-        world_size=_env_int("WORLD_SIZE", 1),
-        local_rank=_env_int("LOCAL_RANK", 0),
+        rank=env_int("RANK", 0),
+        world_size=env_int("WORLD_SIZE", 1),
+        local_rank=env_int("LOCAL_RANK", 0),
         job_id=os.environ.get("PERDURE_JOB_ID", "local"),
         replica=os.environ.get("PERDURE_REPLICA", "worker-0"),
-        attempt=_env_int("PERDURE_ATTEMPT", 1),
-        restart_count=_env_int("PERDURE_RESTART_COUNT", 0),
+        attempt=env_int("PERDURE_ATTEMPT", 1),
+        restart_count=env_int("PERDURE_RESTART_COUNT", 0),
         checkpoint_dir=os.environ.get("PERDURE_CHECKPOINT_DIR"),
     )
     _install_preemption_handler(ctx)
@@ -199,23 +184,14 @@ def init(
     )
     if distributed:
         _init_process_group(backend, timeout, ctx.world_size)
-    chosen = seed if seed is not None else _env_seed()
-    if chosen is not None:
-        _seed(chosen)
+    if seed is None and os.environ.get("PERDURE_SEED"):
+        seed = env_int("PERDURE_SEED", 0)
+    if seed is not None:
+        from perdure.runtime.rng import seed_everything
+
+        seed_everything(seed)
     _context = ctx
     return ctx
-
-
-def _env_seed() -> int | None:
-    if not os.environ.get("PERDURE_SEED"):
-        return None
-    return _env_int("PERDURE_SEED", 0)
-
-
-def _seed(seed: int) -> None:
-    from perdure.runtime.rng import seed_everything
-
-    seed_everything(seed)
 
 
 def current() -> Context | None:

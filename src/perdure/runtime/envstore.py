@@ -1,19 +1,11 @@
 """torch's env:// rendezvous without its connect backoff: wait for the store, then connect.
 
-`init_process_group` with the default env:// method has rank 0 host a TCPStore at
-MASTER_ADDR:MASTER_PORT and every other rank connect to it. A rank that tries before rank 0
-listens is refused and torch's client backs off before trying again: measured on torch 2.13,
-4 ranks forked at once, a rank 0 that starts 50 ms after the others leaves them connected
-0.65 s later, 0.2 s late costs 0.5 s more. In a group restart the replicas start within
-tenths of a second of each other in any order, so this backoff was the largest part of
-bringing the new group up (docs/benchmarks.md, Recovery).
-
-`install()` wraps the registered env:// handler: a rank that does not host the store (rank
-!= 0, or every rank when TORCHELASTIC_USE_AGENT_STORE=True) first polls the port every
-POLL_SECONDS (a refused connect to a local address costs microseconds), then lets torch
-connect, at once. Nothing else changes: same store, same errors. perdure.init installs it;
-so does a warm standby interpreter before it runs a script, so unmodified DDP scripts gain
-too.
+Under env:// rank 0 hosts a TCPStore at MASTER_ADDR:MASTER_PORT and every other rank connects
+to it; a rank that tries before rank 0 listens is refused and torch's client backs off before
+trying again. In a group restart the replicas start in any order within tenths of a second,
+so that backoff is most of bringing the new group up. `install()` wraps the registered env://
+handler: a store client first polls the port every POLL_SECONDS, then lets torch connect at
+once. Same store, same errors. perdure.init and warm standby interpreters install it.
 
 Side effects: replaces torch's "env" rendezvous handler in this process (idempotent).
 """

@@ -24,10 +24,8 @@ if TYPE_CHECKING:  # typing and pathlib cost the supervisor start-up time; annot
 # whole C++ stack, and a traceback can be megabytes when a recursion limit is hit.
 MAX_MESSAGE_CHARS = 4096
 MAX_TRACEBACK_CHARS = 64 * 1024
-# The writer clips to the limits above, so its files stay well under 1 MiB; a file written
-# by someone else (torchelastic's @record does not clip) is still read whole up to
-# MAX_READ_BYTES, and past that its type and the start of its message are salvaged.
-MAX_FILE_BYTES = 1024 * 1024
+# A file written by someone else (torchelastic's @record does not clip) is read whole up to
+# MAX_READ_BYTES; past that its type and the start of its message are salvaged.
 MAX_READ_BYTES = 16 * 1024 * 1024
 
 _HEADER = "Traceback (most recent call last):"

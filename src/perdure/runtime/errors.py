@@ -1,10 +1,9 @@
 """Report a replica's uncaught exception to perdure: decorate `main` with `record`.
 
-perdure reads the error record the replica leaves (at `$PERDURE_ERROR_FILE` on one host, through
-the controller's relay on many: the replica's transport carries it) to say why it failed
-(`Termination reason: ValueError: bad shape`). `perdure.init()` installs the same reporting as
-an excepthook; `record` is for scripts that want it without `init()`. Both write the file and
-then let the exception propagate as usual. Only the standard library is imported here.
+perdure reads the error record the replica leaves (through its transport) to say why it
+failed (`Termination reason: ValueError: bad shape`). `perdure.init()` installs the same
+reporting as an excepthook; `record` is for scripts that want it without `init()`. Both write
+the record and let the exception propagate as usual. Only the standard library is imported.
 """
 
 from __future__ import annotations
@@ -24,26 +23,9 @@ from typing import ParamSpec, TypeVar
 
 from perdure import statedir
 from perdure.runtime import transport
-from perdure.runtime.errorfile import (
-    MAX_MESSAGE_CHARS,
-    MAX_TRACEBACK_CHARS,
-    clip,
-    parse_traceback,
-    read_error_file,
-    split_exception_line,
-)
+from perdure.runtime.errorfile import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, clip
 
-__all__ = [
-    "ERROR_FILE_ENV",
-    "install_excepthook",
-    "parse_traceback",
-    "read_error_file",
-    "record",
-    "split_exception_line",
-    "write_error_file",
-]
-
-ERROR_FILE_ENV = "PERDURE_ERROR_FILE"
+__all__ = ["install_excepthook", "record", "write_error_file"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -111,8 +93,7 @@ def write_error_file(exc: BaseException, path: str | Path | None = None) -> Path
         return None
     target: str | Path | None = path
     try:
-        # Clipped here (head and tail), so that the file stays small enough for any reader and
-        # for the relay's frame cap: a 5 MB message once made an unreadable file
+        # Clipped (head and tail): the file must fit any reader and the relay's frame cap
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         payload = {
             "type": type(exc).__name__,

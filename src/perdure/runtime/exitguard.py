@@ -1,25 +1,16 @@
 """Let torch's native threads settle before the interpreter finalizes.
 
-A gloo worker thread finishes a collective, then drops its reference to the work object; when
-Python has already dropped its own (the script called `wait()` and moved on), that last release
-frees tensors that need the GIL. If the main thread has meanwhile reached interpreter
-finalization, CPython ends any thread that takes the GIL with `pthread_exit`, whose unwind
-through gloo's noexcept destructor calls `std::terminate`: the replica dies of SIGABRT
-("terminate called without an active exception") after its script finished, and a finished
-job is retried. Seen on a loaded 2-core machine at the end of Hugging Face Trainer runs, one in
-~20 (cold or warm start alike).
+A gloo worker thread that drops the last reference to a finished work object frees tensors,
+which needs the GIL. If the main thread has meanwhile reached interpreter finalization,
+CPython ends that thread with `pthread_exit`, whose unwind through gloo's noexcept destructor
+calls `std::terminate`: the replica dies of SIGABRT after its script finished, and a finished
+job is retried. The same race can hang `destroy_process_group()`, whose main thread joins
+gloo's threads while holding the GIL one of them waits for.
 
-The same race hangs `torch.distributed.destroy_process_group()` forever: the main thread joins
-gloo's worker threads while holding the GIL that one of them waits for to free its last work
-(seen once: an unmodified DDP script printed its last line and never exited).
-
-`install()` registers, once, an exit function that sleeps in short steps (releasing the GIL)
-until no other thread of the process is runnable, for at most SETTLE_SECONDS: the thread that
-holds the last reference takes the GIL and frees the work before finalization starts. Exit
-functions run in reverse order of registration, so installing it early (perdure.init does)
-runs it after the exit functions that libraries registered later. It also makes
-`torch.distributed.destroy_process_group` settle the same way before it tears the group down
-(when torch.distributed is imported by then: a warm standby imports it before the script).
+`install()` registers an exit function that sleeps in short steps (releasing the GIL) until no
+other thread is runnable, for at most SETTLE_SECONDS; installed early (perdure.init does), it
+runs after the exit functions libraries registered later. It also makes
+`torch.distributed.destroy_process_group` settle the same way first.
 """
 
 from __future__ import annotations
@@ -30,8 +21,8 @@ import threading
 import time
 
 SETTLE_SECONDS = 0.5
-# Before destroy_process_group, which an elastic rebuild calls mid-run while perdure's own
-# threads (an upload, a data loader) may stay runnable: a gloo thread frees its work in ms.
+# Shorter before destroy_process_group: an elastic rebuild calls it mid-run, while perdure's
+# own threads may stay runnable.
 DESTROY_SETTLE_SECONDS = 0.1
 STEP_SECONDS = 0.005
 _installed: list[bool] = []

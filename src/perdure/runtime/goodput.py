@@ -1,13 +1,9 @@
 """Goodput reporting: what a replica did with its time, for `perdure describe`.
 
-A replica appends JSON lines to its launch's progress record through its transport
-(`$PERDURE_REPORT_DIR/progress.jsonl` on one host; the controller's relay, which appends to the
-same file, on many; nothing is written outside perdure): completed steps with their duration, the
-blocking part of checkpoint saves, restores, time waiting for data. Step lines are buffered
-and appended at most every FLUSH_EVERY seconds (and at exit), so reporting costs microseconds
-per step; checkpoint and restore records are appended at once. A replica SIGKILLed loses at
-most FLUSH_EVERY seconds of step records, which the account then counts as recovery instead of
-wasted progress.
+A replica appends JSON lines to its launch's progress record through its transport: completed
+steps with their duration, the blocking part of checkpoint saves, restores. Step records are
+buffered and appended at most every FLUSH_EVERY seconds (and at exit); the rest are appended
+at once. A replica SIGKILLed loses at most FLUSH_EVERY seconds of step records.
 
     from perdure.runtime import goodput
     goodput.total(steps)                # optional: an ETA and `step 160 / 6000`
@@ -31,8 +27,7 @@ from perdure.runtime.transport import FileTransport, Transport
 from perdure.runtime.transport import current as current_transport
 
 FLUSH_EVERY = 0.25
-# Where a restore came from, the `source` of a `restore` record (core.interval reads them: only
-# restores from the checkpoint set the checkpoint interval of `checkpoint.every: auto`)
+# The `source` of a `restore` record (core.interval reads it)
 FROM_CHECKPOINT = "checkpoint"
 FROM_NODE_SNAPSHOT = "snapshot-local"  # a node-local file ($PERDURE_NODE_DIR, /dev/shm)
 FROM_PEER_SNAPSHOT = "snapshot-peer"  # a peer replica's memory
@@ -134,8 +129,7 @@ def reporter() -> Reporter:
 
 
 class _Step:
-    """The context of `step(n)`: a class, not a generator-based context manager, because it
-    runs once per training step (a `contextmanager` costs several times as much)."""
+    """The context of `step(n)`."""
 
     __slots__ = ("began", "n")
 

@@ -11,12 +11,25 @@ No side effects; only the standard library (the supervisor imports it on every s
 
 from __future__ import annotations
 
+import os
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs the supervisor start-up time; annotations only
     from collections.abc import Mapping
 
 PROCS_ENV = "PERDURE_PROCS_PER_REPLICA"  # set only when more than 1
 GPUS_ENV = "PERDURE_GPUS"  # the replica's GPU count, set only when it has some
+
+
+def env_int(name: str, default: int) -> int:
+    """The integer in environment variable `name`, `default` when it is unset or empty."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
 def procs_of(env: dict[str, str]) -> int:

@@ -9,18 +9,12 @@ newest committed checkpoint, else the checkpoint.
     if snap is not None and step % 10 == 0:
         snap.save(step, state)                # a memcpy; written to tmpfs in the background
 
-A group restart replaces every process of the job, so a snapshot in a replica's memory dies
-with it; one in the node's tmpfs ($PERDURE_NODE_DIR, which perdure gives each job and removes
-when it ends) outlives the process. Snapshots are taken every few steps for the price of a
-memcpy, so the work a fault loses is bounded by the snapshot interval instead of the
-checkpoint interval, and reading one back from tmpfs costs less than a checkpoint restore.
-Persistent checkpoints stay the source of truth: a snapshot is used only when every rank holds
-it (Snapshotter.load agrees on the step) and it is at least as new as the newest committed
-checkpoint.
-
-Snapshots live under a directory per world size: a job restarted on another number of ranks
-restores from its checkpoint. After a restore at step s, snapshots newer than s are removed:
-they belong to the history that was just rolled back.
+A group restart replaces every process of the job, but a snapshot in the node's tmpfs
+($PERDURE_NODE_DIR, which perdure gives each job and removes when it ends) outlives them, so
+the work a fault loses is bounded by the snapshot interval instead of the checkpoint
+interval. A snapshot is used only when every rank holds it and it is at least as new as the
+newest committed checkpoint. Snapshots live under a directory per world size; after a restore
+at step s, snapshots newer than s are removed (they belong to the history rolled back).
 
 Side effects: reads and writes files under $PERDURE_NODE_DIR; collectives on the default group.
 """

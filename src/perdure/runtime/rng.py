@@ -71,9 +71,7 @@ def seed_everything(seed: int) -> int:
 
     Returns the seed. Seeds must be integers in [0, 2**64).
     """
-    _check_seed(seed)
-    random.seed(seed)
-    np.random.seed(_numpy_seed(seed))
+    seed_cpu_generators(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device, lazily
     return seed
 

@@ -7,19 +7,14 @@
             save_and_exit_suspended()
 
 A vote is a one-element all-reduce (MAX) of the ranks' flags, started in the background at one
-`poll` and read at the next, which the step in between has long finished: the wait is free,
-where a blocking all-reduce per step costs a round trip on the step's critical path. A flag
-passed to any `poll` counts until the next vote.
+`poll` and read at the next, so the step in between hides its wait. A flag passed to any
+`poll` counts until the next vote.
 
-How often the ranks vote:
-- `within=None` (the default): every step. A notice seen at step t stops every rank at step
-  t + 1.
-- `within=S` seconds: every N steps, where N steps take about S seconds (N >= 1, measured from
-  the time between votes; each vote also carries every rank's proposal and the smallest wins,
-  so all ranks agree on the next vote's step). A notice seen at step t stops every rank by step
-  t + N, i.e. at most about S seconds plus one step later; a vote costs 1/N as much per step.
-  Preemption notices leave tens of seconds, so S = 0.5 loses nothing that matters, while a
-  10 ms step would otherwise carry a collective of its own.
+- `within=None` (the default): a vote every step; a notice seen at step t stops every rank at
+  step t + 1.
+- `within=S` seconds: a vote every N steps, where N steps take about S seconds (measured
+  between votes; each vote carries every rank's proposal and the smallest wins). A notice
+  stops every rank at most about S seconds plus one step later.
 
 All ranks must call `poll` the same number of times (once per step), as they do any
 collective. Without a process group (or with one rank) the flag is the answer, at once.
@@ -91,8 +86,7 @@ class StopVote:
         return False, answered
 
     def quiet(self) -> bool:
-        """Whether the next `poll` only counts: no vote is in flight or due to start at it
-        (polls between the votes of a `within` vote cost well under a microsecond)."""
+        """Whether the next `poll` only counts: no vote is in flight or due to start at it."""
         return self._work is None and self._polls < self._next
 
     def _start(self, poll: int) -> None:

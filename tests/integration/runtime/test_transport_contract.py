@@ -22,7 +22,8 @@ from perdure.core.events import Rendezvous
 from perdure.runtime import goodput
 from perdure.runtime.context import is_notice
 from perdure.runtime.elastic.rendezvous import RoundWatcher, read_round
-from perdure.runtime.errors import read_error_file, write_error_file
+from perdure.runtime.errorfile import read_error_file
+from perdure.runtime.errors import write_error_file
 from perdure.runtime.transport import (
     NetTransport,
     Transport,

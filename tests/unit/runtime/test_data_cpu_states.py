@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from perdure.runtime.data import cpu_states
-from perdure.runtime.data.seeding import CpuRngSlot, isolated_seed
+from perdure.runtime.data.seeding import CpuRngSlot, capture, restore
 from perdure.runtime.rng import seed_cpu_generators
 
 
@@ -52,7 +51,7 @@ def test_restore_puts_back_the_exact_state(setup: Callable[[], None],
                                            work: str) -> None:
     setup()
     before = _legacy_state()
-    saved = cpu_states.capture()
+    saved = capture()
     seed_cpu_generators(99)
     if work == "uniform":
         np.random.rand(5)
@@ -64,27 +63,13 @@ def test_restore_puts_back_the_exact_state(setup: Callable[[], None],
     elif work == "reseed":
         np.random.seed(3)
         random.seed(3)
-    cpu_states.restore(saved)
+    restore(saved)
     assert _legacy_state() == before
     setup()
     expected = _draws()
     setup()
-    cpu_states.restore(cpu_states.capture())
+    restore(capture())
     assert _draws() == expected
-
-
-def test_isolated_seed_seeds_as_seed_cpu_generators_and_leaves_the_loop_alone() -> None:
-    seed_cpu_generators(123)
-    expected_inside = _draws()
-    seed_cpu_generators(1)
-    np.random.standard_normal()
-    expected_after = _draws()
-    seed_cpu_generators(1)
-    np.random.standard_normal()
-    with isolated_seed(123):
-        inside = _draws()
-    assert inside == expected_inside
-    assert _draws() == expected_after
 
 
 def test_a_slot_keeps_its_stream_apart_from_the_loop() -> None:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perdure.runtime.errorfile import read_stderr_tail
-from perdure.runtime.errors import parse_traceback, read_error_file
+from perdure.runtime.errorfile import parse_traceback, read_error_file, read_stderr_tail
 
 
 def _printed(exc: BaseException) -> str:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from perdure.runtime import errors
-from perdure.runtime.errors import install_excepthook, read_error_file, record, write_error_file
+from perdure.runtime.errorfile import read_error_file
+from perdure.runtime.errors import install_excepthook, record, write_error_file
 
 
 @pytest.fixture

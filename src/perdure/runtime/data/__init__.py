@@ -1,13 +1,6 @@
-"""perdure's data pipeline: exact resume on any world size, shard streams, a local file cache.
-
-- `ElasticSampler`: batches whose order is a pure function of (seed, epoch) and whose state is
-  one global cursor, so a resume on any world size consumes every sample once per epoch.
-- `ElasticLoader`: a DataLoader (workers, prefetching, persistent workers) whose state counts
-  the batches the training loop received, with per-batch seeds that replay after a resume.
-- `ShardDataset`: an IterableDataset over shards that checkpoints completed shards, the
-  current shard and the offset in it; `merge_shard_states` re-deals them on a new topology.
-- `CachedVolume`: files from slow storage copied to a shared local cache on first use, with
-  background prefetch and least-recently-used eviction under a free-space threshold.
+"""perdure's data pipeline: batches that resume exactly on any world size (`ElasticSampler`,
+`ElasticLoader`), shard streams (`ShardDataset`) and a local cache of slow storage
+(`CachedVolume`).
 """
 
 from perdure.runtime.data.cache import ENV_MIN_FREE_BYTES, CachedVolume

@@ -15,13 +15,11 @@ from torch.utils.data import default_collate as _default_collate
 from torch.utils.data import default_convert as _default_convert
 
 from perdure.runtime import compat
-from perdure.runtime.data.cpu_states import capture, restore
 from perdure.runtime.data.sampler import Batch
-from perdure.runtime.data.seeding import batch_seed, in_worker, worker_seed
-from perdure.runtime.data.shard_plan import Tagged
+from perdure.runtime.data.seeding import batch_seed, capture, in_worker, restore, worker_seed
 from perdure.runtime.rng import seed_cpu_generators
 
-__all__ = ["EmptyAwareCollate", "SeededDataset", "TagCollate", "TaggedBatch", "WorkerInit"]
+__all__ = ["EmptyAwareCollate", "SeededDataset", "TagCollate", "Tagged", "WorkerInit"]
 
 
 class WorkerInit:
@@ -61,20 +59,20 @@ class SeededDataset(Dataset[Any]):
         if in_worker():
             seed_cpu_generators(self._seed_of(indices))
             return self._fetch(list(indices))
-        saved = capture()
-        try:
-            seed_cpu_generators(self._seed_of(indices))
-            return self._fetch(list(indices))
-        finally:
-            restore(saved)
+        return self._fetch_seeded([indices])[0]
 
     def fetch_ahead(self, batches: list[Batch]) -> list[list[Any]] | None:
         """The samples of several batches, each fetched under its own seed, the loop's states
-        put back once after them all. None (the states as they were) when a fetch raised: the
-        caller then fetches the batches one by one (`__getitems__`), so that the error is
-        raised at its own batch."""
+        put back once after them all. None when a fetch raised: the caller then fetches the
+        batches one by one (`__getitems__`), so that the error is raised at its own batch."""
         if in_worker():
             return None
+        try:
+            return self._fetch_seeded(batches)
+        except Exception:
+            return None
+
+    def _fetch_seeded(self, batches: list[Batch]) -> list[list[Any]]:
         saved = capture()
         try:
             got = []
@@ -82,8 +80,6 @@ class SeededDataset(Dataset[Any]):
                 seed_cpu_generators(self._seed_of(batch))
                 got.append(self._fetch(list(batch)))
             return got
-        except Exception:
-            return None
         finally:  # also on an interrupt: the loop's stream is left as it was
             restore(saved)
 
@@ -107,16 +103,16 @@ class EmptyAwareCollate:
         return None if len(data) == 0 else self.collate(data)
 
 
-class TaggedBatch:
-    """A ShardDataset batch with its stream's position after it; ElasticLoader unwraps it."""
+class Tagged:
+    """A ShardDataset sample, or a collated batch of them, with its stream's position right
+    after it; ElasticLoader unwraps it."""
 
-    def __init__(self, data: Any, stream: int, done: int, offset: int) -> None:
-        self.data, self.stream, self.done, self.offset = data, stream, done, offset
+    def __init__(self, item: Any, stream: int, done: int, offset: int) -> None:
+        self.item, self.stream, self.done, self.offset = item, stream, done, offset
 
-    def pin_memory(self) -> TaggedBatch:
+    def pin_memory(self) -> Tagged:
         """Pin the batch (DataLoader's pin_memory thread calls this)."""
-        pinned = compat.pin_memory(self.data)
-        return TaggedBatch(pinned, self.stream, self.done, self.offset)
+        return Tagged(compat.pin_memory(self.item), self.stream, self.done, self.offset)
 
 
 class TagCollate:
@@ -126,7 +122,7 @@ class TagCollate:
         self.batched = batched
         self.collate = collate or (_default_collate if batched else _default_convert)
 
-    def __call__(self, data: Any) -> TaggedBatch:
+    def __call__(self, data: Any) -> Tagged:
         last: Tagged = data[-1] if self.batched else data
         payload = self.collate([t.item for t in data] if self.batched else data.item)
-        return TaggedBatch(payload, last.stream, last.done, last.offset)
+        return Tagged(payload, last.stream, last.done, last.offset)

@@ -2,24 +2,18 @@
 
 The first use of a file copies it to the cache directory and hands back the local path;
 later uses return that path at once. `prefetch()` copies files ahead on background threads
-while the training loop computes (`ElasticLoader` calls it with the coming batches).
+(`ElasticLoader` calls it with the coming batches).
 
-Safe to share one cache directory between DataLoader workers and ranks on a host:
-- a copy goes to a temporary file in the cache filesystem and is renamed into place, so no
-  partly copied file is ever visible under its name (a killed copier leaves only a temp file,
-  which a later eviction pass removes);
-- a per-file lock (fcntl.flock on one of 1024 lock files) makes one process copy a file while
-  the others wait for it and then use it;
-- eviction holds its own lock, so only one process evicts at a time.
+Safe to share one cache directory between DataLoader workers and ranks on a host: a copy
+goes to a temporary file and is renamed into place, so no partly copied file is ever visible
+under its name; a per-file lock (flock on one of 1024 lock files) makes one process copy a
+file while the others wait for it; eviction holds a lock of its own.
 
-Eviction: before each copy, if the cache filesystem's free space would fall under the
-threshold, the least recently used cached files (oldest mtime: every use touches the file)
-are deleted until it would not. The threshold is `min_free_bytes` if given, else the
-environment variable PERDURE_CACHE_MIN_FREE_BYTES (bytes), else 10% of the filesystem.
-Source files are assumed not to change while cached (a dataset volume); entries are keyed by
-the source and the file's relative path. A copy that ends short of the source's size is an
-error, never a cached file. `s3://bucket/prefix` sources go through perdure's S3 client
-(retries with backoff, parallel ranged reads; `pip install 'perdure[s3]'`).
+Eviction: before each copy, if free space would fall under the threshold, the least recently
+used files (oldest mtime: every use touches the file) are deleted until it would not. The
+threshold is `min_free_bytes`, else $PERDURE_CACHE_MIN_FREE_BYTES, else 10% of the
+filesystem. Source files are assumed not to change while cached. A copy that ends short of
+the source's size is an error, never a cached file.
 """
 
 from __future__ import annotations
@@ -29,6 +23,7 @@ import errno
 import hashlib
 import logging
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -39,7 +34,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from perdure.runtime.data.cache_io import copy_stream, file_lock, reset_after_fork
+from perdure.runtime.data.cache_io import file_lock, reset_after_fork
 from perdure.runtime.data.sources import Source, as_source, check_name
 
 __all__ = ["ENV_MIN_FREE_BYTES", "CachedFile", "CachedVolume", "plan_eviction"]
@@ -182,13 +177,8 @@ class CachedVolume(Dataset[Any]):
         if _touch(local):
             self._count("hits")
             return local
-        with self._lock:
-            pending = self._pending.pop(name, None)
-        if pending is not None:
-            try:
-                return pending.result()
-            except Exception as exc:  # the prefetch failed: try once more, in the open
-                _log.warning("prefetch of %s failed (%r); copying it again", name, exc)
+        with self._lock:  # a copy in flight holds the file's lock: _fetch waits for it
+            self._pending.pop(name, None)
         return self._fetch(name)
 
     # -- prefetching ------------------------------------------------------------------------
@@ -260,7 +250,7 @@ class CachedVolume(Dataset[Any]):
                 temp = os.path.join(self._meta, "tmp", f"{uuid.uuid4().hex}.part")
                 try:
                     with open(temp, "wb") as out:
-                        copy_stream(stream, out)
+                        shutil.copyfileobj(stream, out, 1 << 20)
                         copied = out.tell()
                     if copied != size:  # never cache a file cut short: a cache changes timing,
                         raise OSError(  # never the samples

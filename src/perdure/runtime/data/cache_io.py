@@ -1,23 +1,18 @@
-"""File-level helpers of the cache: inter-process locks that survive fork(), and copying.
-
-No policy here: CachedVolume decides what to lock and copy.
+"""The cache's inter-process file locks, made safe across fork(); CachedVolume decides what
+to lock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import os
-import shutil
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
-__all__ = ["copy_stream", "file_lock", "reset_after_fork"]
-
-_CHUNK = 1 << 20
+__all__ = ["file_lock", "reset_after_fork"]
 
 
 class _Resettable(Protocol):
@@ -75,14 +70,3 @@ def file_lock(path: str) -> Iterator[None]:
 def reset_after_fork(volume: _Resettable) -> None:
     """Rebuild `volume`'s thread locks and pools in a forked child (its threads are gone)."""
     _volumes.add(volume)
-
-
-def copy_stream(stream: BinaryIO, out: BinaryIO) -> None:
-    """Copy all of `stream` into `out`: in the kernel (sendfile) when both are real files."""
-    try:
-        source_fd = stream.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        shutil.copyfileobj(stream, out, _CHUNK)
-        return
-    while os.sendfile(out.fileno(), source_fd, None, 8 * _CHUNK) > 0:
-        pass

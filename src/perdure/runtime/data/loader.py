@@ -5,13 +5,7 @@ sampler's own position is not where the loop is. ElasticLoader counts the batche
 out, so a state taken after the loop received k batches resumes at batch k+1, whatever the
 workers had prefetched. Over a map-style dataset it drives an `ElasticSampler`; over a
 `ShardDataset` it tracks each worker's stream from positions the workers send back with
-every batch.
-
-Randomness replays after a resume (see `perdure.runtime.data.seeding`): before each batch of a
-map-style dataset the CPU generators are seeded from (seed, epoch, the batch's global cursor,
-rank); before each shard from (seed, epoch, shard); each worker starts from
-(seed, epoch, rank, worker id). The DataLoader draws its base seed from a private generator,
-so iterating it never shifts the training loop's torch random stream.
+every batch. Per-batch seeding: `perdure.runtime.data.seeding`.
 """
 
 from __future__ import annotations
@@ -40,9 +34,8 @@ from perdure.runtime.data.shards import ShardDataset
 __all__ = ["ElasticLoader"]
 
 HELD_BACK_MAX = 8  # batches a reading-ahead loop may hold: Lightning holds 1
-# Without worker processes, batches are fetched (and, with the default collate, collated) this
-# many at a time, as long as they hold at most READ_AHEAD_BYTES in all: one swap of the
-# generators' states, and warm caches, for the lot.
+# Without worker processes, batches are fetched this many at a time, holding at most
+# READ_AHEAD_BYTES in all: one swap of the generators' states for the lot.
 READ_AHEAD_MAX, READ_AHEAD_BYTES = 8, 1 << 20
 _FORBIDDEN = ("batch_sampler", "sampler", "shuffle")
 
@@ -90,12 +83,10 @@ class ElasticLoader:
     `prefetch_batches=0` turns it off.
 
     `read_ahead` (map-style, without worker processes): fetch this many batches at a time.
-    None (default): up to READ_AHEAD_MAX, holding at most READ_AHEAD_BYTES of batches (sized
-    from the first batch), and one at a time with a `prefetch` (a
-    dataset read from afar: batches past what it was asked to prefetch would wait); 1: one
-    batch per `next()`, as DataLoader does (for a dataset whose samples depend on what the
-    training loop did since the last batch). Batches are the same either way (each is fetched
-    under its own seed), and a collate_fn of your own always runs at `next()`.
+    None (default): up to READ_AHEAD_MAX, holding at most READ_AHEAD_BYTES of batches, and one
+    at a time with a `prefetch`; 1: one batch per `next()`, as DataLoader does (for a dataset
+    whose samples depend on what the loop did since the last batch). Batches are the same
+    either way, and a collate_fn of your own always runs at `next()`.
     """
 
     def __init__(
@@ -117,8 +108,8 @@ class ElasticLoader:
         self.num_workers = int(dataloader_kwargs.get("num_workers", 0))
         user_collate = dataloader_kwargs.pop("collate_fn", None)
         self._init = WorkerInit(0, dataloader_kwargs.pop("worker_init_fn", None))
-        # An iterator is current while no newer iter() was made (`_iteration`) and the
-        # position did not move (`_moves`: set_epoch, load_state_dict) since it started.
+        # An iterator is current while no newer iter() was made and the position did not
+        # move (set_epoch, load_state_dict) since it started.
         self._iteration = 0
         self._moves = 0
         self._dataset: ShardDataset[Any] | None = None
@@ -151,13 +142,12 @@ class ElasticLoader:
         self.sampler = sampler
         self._init.seed = sampler.seed
         self._epoch, self._cursor = sampler.epoch, sampler.cursor
-        self._collate_ahead = user_collate is None  # torch's default_collate draws nothing
         self.dataloader = DataLoader(
             SeededDataset(dataset, sampler.seed),
             batch_sampler=sampler,
             collate_fn=EmptyAwareCollate(user_collate or _default_collate),
             worker_init_fn=self._init,
-            generator=kwargs.pop("generator", None) or _private_generator(sampler.seed),
+            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(sampler.seed),
             **kwargs,
         )
 
@@ -183,7 +173,7 @@ class ElasticLoader:
             dataset,
             collate_fn=TagCollate(user_collate, batched),
             worker_init_fn=self._init,
-            generator=kwargs.pop("generator", None) or _private_generator(dataset.seed),
+            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(dataset.seed),
             **kwargs,
         )
 
@@ -298,10 +288,8 @@ class ElasticLoader:
             self._cursor = sampler.num_samples
 
     def _map_batches(self) -> Iterable[Any]:
-        """The DataLoader's batches. Without worker processes (and without pinning) they are
-        fetched and collated here, by the very calls the DataLoader would make in this process
-        (dataset `__getitems__`, then the collate function), minus the per-batch profiler
-        hooks and bookkeeping of its iterator, a good part of what it costs."""
+        """The DataLoader's batches; without worker processes (and without pinning) fetched and
+        collated here by the calls the DataLoader would make, several batches at a time."""
         loader = self.dataloader
         if loader.num_workers > 0 or loader.pin_memory:
             return loader
@@ -309,8 +297,7 @@ class ElasticLoader:
         return self._fetched(loader.dataset, loader.collate_fn)  # type: ignore[arg-type]
 
     def _fetched(self, dataset: SeededDataset, collate: Callable[[Any], Any]) -> Iterator[Any]:
-        """Batches fetched in this process: the first alone, then `_ahead` at a time (see
-        `read_ahead`)."""
+        """Batches fetched in this process: the first alone, then `_ahead` at a time."""
         batches = iter(self.sampler)
         ahead = 0  # not known before this iterator's first batch
         while True:
@@ -323,8 +310,6 @@ class ElasticLoader:
                     data = collate(dataset.__getitems__(batch))
                     ahead = ahead or self._ahead(data)
                     yield data
-            elif self._collate_ahead:
-                yield from _collated(collate, got)
             else:
                 for samples in got:
                     yield collate(samples)
@@ -363,26 +348,10 @@ class ElasticLoader:
             self._undo.append((tagged.stream, stream.done, stream.offset, plan.next_stream))
             stream.done, stream.offset = tagged.done, tagged.offset
             plan.next_stream = (tagged.stream + 1) % len(plan.streams)
-            yield tagged.data
+            yield tagged.item
         if self._current(token, moves):
             for stream in plan.streams:
                 stream.finish()  # includes a last partial batch that drop_last dropped
-
-
-def _collated(collate: Callable[[Any], Any], fetched: list[list[Any]]) -> Iterator[Any]:
-    """Collate every fetched batch back to back, then hand them out; an error is raised where
-    its batch would have been."""
-    done: list[Any] = []
-    error: Exception | None = None
-    for samples in fetched:
-        try:
-            done.append(collate(samples))
-        except Exception as exc:
-            error = exc
-            break
-    yield from done
-    if error is not None:
-        raise error
 
 
 def _nbytes(batch: Any) -> int | None:
@@ -411,10 +380,3 @@ def _nbytes(batch: Any) -> int | None:
 def _prefetch_of(dataset: Any) -> Callable[[Sequence[int]], Any] | None:
     method = getattr(dataset, "prefetch", None)
     return method if callable(method) else None
-
-
-def _private_generator(seed: int) -> torch.Generator:
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    return generator
-

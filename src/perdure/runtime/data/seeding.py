@@ -1,44 +1,41 @@
 """Seeds for data loading that replay after a resume, and the process's world (rank, size).
 
 Randomness in a data pipeline (augmentations in `__getitem__`, shuffles in a shard reader)
-replays after a resume only if each unit of work starts from a seed that does not depend on
-which worker happened to run it or on what that worker ran before. So perdure reseeds the
-global generators (Python, NumPy, torch CPU) before each unit of work:
-
-- map-style datasets under `ElasticLoader`: before each batch, from (seed, epoch, the batch's
-  global cursor, rank);
-- `ShardDataset`: before each shard, from (seed, epoch, shard index) — the same on any world
-  size and any number of workers;
-- each worker process at start-up, from (seed, epoch, rank, worker id) (`worker_seed`), for
-  randomness outside those units.
-
-In a worker process the global generators are simply reseeded. In the main process
-(`num_workers=0`) the training loop's own generator states are saved and restored around the
-data work, so data loading never shifts the training's random stream.
+replays after a resume only if each unit of work starts from a seed that depends neither on
+which worker ran it nor on what that worker ran before. So the CPU generators (Python, NumPy,
+torch) are reseeded before each batch of a map-style dataset, each shard of a `ShardDataset`
+and each worker process at start-up. In the main process (`num_workers=0`) the training
+loop's own generator states are saved and put back around the data work (`capture` and
+`restore`, through each library's public state API), so data loading never shifts the
+training's random stream.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import random
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
-from perdure.runtime.data.cpu_states import CpuState, capture, restore
+from perdure.runtime.ranks import env_int
 from perdure.runtime.rng import derive_seed, seed_cpu_generators
 
 __all__ = [
     "CpuRngSlot",
     "batch_seed",
+    "capture",
     "in_worker",
-    "isolated_seed",
     "resolve_world",
+    "restore",
     "shard_seed",
     "worker_seed",
 ]
+
+CpuState = tuple[Any, Any, torch.Tensor]
 
 
 def worker_seed(seed: int, epoch: int, rank: int, worker: int) -> int:
@@ -61,19 +58,16 @@ def in_worker() -> bool:
     return get_worker_info() is not None
 
 
-@contextmanager
-def isolated_seed(seed: int) -> Iterator[None]:
-    """Run the block with the CPU generators seeded; in the main process restore them after."""
-    if in_worker():
-        seed_cpu_generators(seed)
-        yield
-        return
-    saved = capture()
-    try:
-        seed_cpu_generators(seed)
-        yield
-    finally:
-        restore(saved)
+def capture() -> CpuState:
+    """The CPU generators' states now (NumPy's cached Gaussian and Python's included)."""
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def restore(state: CpuState) -> None:
+    """Put back what `capture()` returned: the next draws repeat exactly."""
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
 
 
 class CpuRngSlot:
@@ -107,16 +101,6 @@ class CpuRngSlot:
             restore(outer)
 
 
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
-
-
 def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """This process's (rank, world size): explicit values, else torch.distributed, else RANK and
     WORLD_SIZE from the environment, else (0, 1)."""
@@ -124,8 +108,7 @@ def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
         if dist.is_available() and dist.is_initialized():
             found_rank, found_size = dist.get_rank(), dist.get_world_size()
         else:
-            found_rank = _env_int("RANK") or 0
-            found_size = _env_int("WORLD_SIZE") or 1
+            found_rank, found_size = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
         rank = found_rank if rank is None else rank
         world_size = found_size if world_size is None else world_size
     if world_size < 1:

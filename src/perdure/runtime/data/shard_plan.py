@@ -1,7 +1,6 @@
 """The plan of a ShardDataset epoch: which shards each stream reads, and how far it got.
 
-Pure data and functions (no I/O): dealing shards over streams, the state checks, merging
-every rank's state into one, and the fixed-size int64 block that carries a rank's plan to its
+Pure data and functions (no I/O), and the int64 block that carries a rank's plan to its
 DataLoader worker processes.
 """
 
@@ -18,7 +17,6 @@ from perdure.runtime.data.sampler import epoch_order
 __all__ = [
     "Plan",
     "Stream",
-    "Tagged",
     "check_state",
     "deal",
     "merge_shard_states",
@@ -62,16 +60,6 @@ class Plan:
     num_workers: int
     streams: list[Stream] = field(default_factory=list)
     next_stream: int = 0  # the stream whose batch comes next (DataLoader's round robin)
-
-
-@dataclass
-class Tagged:
-    """A sample with the position of its stream right after it (used by ElasticLoader)."""
-
-    item: Any
-    stream: int
-    done: int
-    offset: int
 
 
 def shard_order(num_shards: int, seed: int, epoch: int, shuffle: bool) -> list[int]:

@@ -1,22 +1,16 @@
 """ShardDataset: stream samples from shards (files) and resume without replaying them.
 
 Each epoch the shards are put in an order that is a pure function of (seed, epoch) and dealt
-out by a global stride over every reader of the job: ranks x workers ("streams"; stream
-g = rank * max(1, num_workers) + worker, of S = world_size * max(1, num_workers)). Stream g
-reads order[g], order[g + S], ... one after another. Every rank must therefore use the same
-`num_workers`; `ElasticLoader` checks it across ranks when torch.distributed is initialised.
+by a global stride over every reader of the job, ranks x workers ("streams"): stream
+g = rank * max(1, num_workers) + worker of S reads order[g], order[g + S], ... So every rank
+must use the same `num_workers` (`ElasticLoader` checks it).
 
-A stream's position is (items done, samples into the current shard). A rank's state lists its
-streams' shards and positions: completed shards, the current shard and its offset. Such a
-state resumes on the same topology (rank, world size, num_workers) exactly, batch for batch.
-To resume on a different topology, gather every rank's state and merge them
-(`merge_shard_states`): the merged state holds the completed shards and the partly read ones
-with their offsets, and loads on any topology; nothing consumed is read again.
-
-A partly read shard is resumed by reading and discarding its first `offset` samples, so
-`read_shard` must yield a shard's samples in the same order every time. Shards are dealt
-whole, so ranks may get different numbers of samples: a DDP loop must tolerate uneven ends
-(e.g. torch's `Join`), as with any sharded stream.
+A rank's state (its streams' shards, items done, samples into the current shard) resumes on
+the same topology exactly, batch for batch; `merge_shard_states` of every rank's state loads
+on any topology, reading nothing consumed again. A partly read shard is resumed by reading and
+discarding its first `offset` samples, so `read_shard` must yield a shard's samples in the
+same order every time. Shards are dealt whole, so ranks may get different numbers of samples:
+a DDP loop must tolerate uneven ends (e.g. torch's `Join`).
 
 State layout (plain values), per rank::
 
@@ -40,12 +34,12 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from perdure.runtime.data.batching import Tagged
 from perdure.runtime.data.seeding import CpuRngSlot, resolve_world, shard_seed
 from perdure.runtime.data.shard_plan import (
     STATE_VERSION,
     Plan,
     Stream,
-    Tagged,
     check_state,
     deal,
     merge_shard_states,
@@ -180,8 +174,7 @@ class ShardDataset(IterableDataset[T], Generic[T]):
             "world_size": plan.world_size,
             "num_workers": plan.num_workers,
             "next_stream": plan.next_stream,
-            # Columns rather than one dict per stream: the keys stay the same whatever the
-            # number of streams, which keeps the layout of a flattened checkpoint fixed.
+            # Columns, not a dict per stream: a flattened checkpoint's keys stay fixed.
             "streams": {
                 "items": [[[s, o] for s, o in st.items] for st in plan.streams],
                 "done": [st.done for st in plan.streams],
@@ -236,8 +229,8 @@ class ShardDataset(IterableDataset[T], Generic[T]):
             advanced = False
             current = slot.call(partial(next, samples, _END))
             while current is not _END:
-                # Look one sample ahead so the position after a shard's last sample already
-                # points at the next shard: a resume then never reopens a finished shard.
+                # One sample ahead: after a shard's last sample the position already points at
+                # the next shard, so a resume never reopens a finished one.
                 following = slot.call(partial(next, samples, _END))
                 if following is _END:
                     stream.advance()

@@ -1,15 +1,9 @@
 """The S3 calls perdure makes, over s3fs, each retried (retry.py) and each upload verified.
 
-``put_file`` uploads a file in parts, several at once (multipart above ``part_bytes``), and
-checks the server's answer: the ETag it reports for what it stored (the MD5 it computed over
-the bytes, of each part for a multipart upload) must be the MD5 computed here while reading
-the parts. Whether each object is there with its size is confirmed again by the commit, in
-one listing of the checkpoint (persist.py). A close that "succeeded" proves nothing; this
-does. Reads are ranged GETs (``read_into`` fills a caller's buffer, in parallel parts).
-
-Credentials come from the ordinary AWS chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY,
-AWS_PROFILE and its files, instance roles) and the endpoint from AWS_ENDPOINT_URL, as boto
-reads them; options passed in go to s3fs. Nothing here logs them.
+An upload (in parallel parts above ``part_bytes``) is checked against the server's answer:
+the ETag it reports (the MD5 of what it stored, per part for a multipart upload) must be the
+MD5 computed here while reading. Reads are ranged GETs, in parallel parts. Credentials and
+endpoint come from the AWS chain as boto reads them; options passed in go to s3fs.
 
 Settings (environment): PERDURE_S3_PART_MB (part size, default 16), PERDURE_S3_CONCURRENCY
 (parts in flight per upload or read, default 8).

@@ -1,16 +1,12 @@
 """A seekable read-only stream over one S3 object, made of ranged GETs.
 
-A large ``readinto`` is fetched straight into the caller's buffer (a tensor's memory, for a
-restore) in parallel parts, and the next stretches of the same length are fetched ahead while
-the caller works on this one (restore reads each item front to back), up to ``depth`` in
-flight. Small reads (an archive's headers and directory) are served from a few cached blocks.
-
-A reader that knows which byte ranges it will read (``plan``: a restore knows every item's
-offset and length) makes both exact: read-ahead stops at the end of the range being read, and
-a small read near the end of a range fetches that range's tail, where a zip archive keeps its
-directory, so an item's headers cost two requests at most. A planned range of at most
-``WHOLE_MAX`` bytes is fetched whole in one request (and the next ones ahead of use), then read
-from memory: for small items the requests, not the bytes, are what costs.
+A large ``readinto`` is fetched straight into the caller's buffer in parallel parts, and the
+next stretches of the same length are fetched ahead, up to ``depth`` in flight. Small reads
+(an archive's headers and directory) are served from a few cached blocks. A reader that says
+which ranges it will read (``plan``, as a restore does) gets read-ahead that stops at each
+range's end, a range's tail (a zip's directory) for a small read near it, and ranges of at
+most ``WHOLE_MAX`` bytes fetched whole, ahead of use: for small items the requests, not the
+bytes, are what costs.
 
 Side effects: network I/O through the S3Client.
 """

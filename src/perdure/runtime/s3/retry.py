@@ -1,19 +1,16 @@
 """Retries for object-store calls: which errors are worth another try, and how long to wait.
 
-Transient: the server's 5xx answers (500 InternalError, 503 SlowDown / ServiceUnavailable),
-request timeouts and throttling, and the connection dropped, refused or reset (a server being
-restarted). Anything else (no such bucket, access denied, a key that is not there) is the
-answer and is raised at once; so is a client that its configuration makes fail before it
-sends anything (credentials encoded in AWS_ENDPOINT_URL, an endpoint that is no URL), raised
-as ConfigError saying so: botocore reports it as an HTTP client error that looks transient.
-Waits grow exponentially up to a cap, with full jitter, so that the ranks of a job that all
-hit the same throttled prefix do not retry in step.
+Transient: 5xx answers (500 InternalError, 503 SlowDown), timeouts, throttling, and dropped,
+refused or reset connections; anything else is the answer and is raised at once. A client
+whose configuration makes it fail before sending (credentials in AWS_ENDPOINT_URL, an endpoint
+that is no URL) raises ConfigError: botocore reports it as an error that looks transient.
+Waits grow exponentially up to a cap, with full jitter, so ranks that hit the same throttled
+prefix do not retry in step.
 
 Settings (environment): PERDURE_S3_ATTEMPTS (tries per call, default 6), PERDURE_S3_BACKOFF_S
 (the first wait's ceiling, default 0.2 s), PERDURE_S3_BACKOFF_CAP_S (default 5 s).
 
-Side effects: ``call`` sleeps between tries and logs each retry (the error's type and code,
-never request headers, so never credentials).
+Side effects: ``call`` sleeps between tries and logs each retry (never request headers).
 """
 
 from __future__ import annotations
