@@ -125,15 +125,9 @@ def inspector(ctx: Ctx) -> Inspector:
     return make_inspector(load_cluster(ctx, None), ctx.state_dir)
 
 
-def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec,
-            state_dir: Path | None = None) -> Job:
-    from perdure.backends.ray.checks import check_shared_checkpoint
-
+def new_job(spec: JobSpec, spec_path: Path, cluster: ClusterSpec, state_dir: Path) -> Job:
     try:
-        if state_dir is not None:
-            check_shared_checkpoint(spec, str(spec_path.resolve().parent),
-                                    os.path.realpath(state_dir), cluster)
-        return make_job(spec, str(spec_path.resolve().parent), cluster)
+        return make_job(spec, str(spec_path.resolve().parent), cluster, str(state_dir))
     except SpecError as exc:
         die(f"{spec_path}: {exc}")
 

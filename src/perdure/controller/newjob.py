@@ -9,6 +9,7 @@ import shutil
 import time
 
 from perdure.backends.base import NodeInfo
+from perdure.backends.ray.checks import check_shared_checkpoint
 from perdure.core.clusterspec import ClusterSpec, check_job_fits
 from perdure.core.launchenv import workdir
 from perdure.core.model import Job
@@ -20,11 +21,13 @@ from perdure.core.specread import SpecError
 from perdure.core.text import plural
 
 
-def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec) -> Job:
+def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec, state_dir: str) -> Job:
     """A new job of `spec` (relative paths resolve against spec_dir), once it is known to fit
-    the cluster and (local backend) its working directory and commands exist; SpecError
-    naming the field otherwise."""
+    the cluster, (Ray, Slurm) its checkpoints to land where every node reads them and (local
+    backend) its working directory and commands to exist; SpecError naming the field
+    otherwise."""
     check_job_fits(spec, cluster)
+    check_shared_checkpoint(spec, spec_dir, os.path.realpath(state_dir), cluster)
     job_id = f"{spec.name}-{secrets.token_hex(3)}"
     now = time.time()
     job = Job(id=job_id, spec=spec, spec_dir=spec_dir, created=now,

@@ -185,7 +185,8 @@ async def submit_job(request: Request, response: Response) -> Any:
     body = await request.body()  # at most MAX_SPEC_BYTES: BodyLimit refuses more as it comes
     try:
         text = body.decode("utf-8")
-        job = make_job(parse_job_spec(text, "spec"), str(ctx.workdir), ctx.cluster)
+        job = make_job(parse_job_spec(text, "spec"), str(ctx.workdir), ctx.cluster,
+                       str(ctx.state_dir))
     except UnicodeDecodeError:
         raise HTTPException(422, [{"loc": ["body"], "msg": "the spec is not UTF-8 text",
                                    "type": "spec"}]) from None

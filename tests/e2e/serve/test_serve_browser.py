@@ -139,7 +139,7 @@ def big_state(tmp: Path) -> str:
     jobs = []
     for i in range(1000):
         job = make_job(parse_job_spec(spec(f"bulk-{i % 7}-{i}", replicas=2)), str(tmp),
-                       default_cluster(2))
+                       default_cluster(2), str(tmp / "state"))
         job.created += i * 1e-3
         job.state = [JobState.SUCCEEDED, JobState.FAILED, JobState.QUEUED][i % 3]
         jobs.append(job)

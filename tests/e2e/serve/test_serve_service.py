@@ -53,7 +53,7 @@ def test_a_broken_controller_stops_the_api(tmp_path: Path,
                     time.sleep(0.02)
             spec = parse_job_spec("name: x\npools: [{name: w, command: [python]}]")
             store2 = Store(tmp_path / "perdure.db")
-            store2.submit(make_job(spec, str(tmp_path), cluster))
+            store2.submit(make_job(spec, str(tmp_path), cluster, str(tmp_path)))
             store2.close()
 
     threading.Thread(target=submit_when_up, daemon=True).start()

@@ -29,7 +29,7 @@ def _jobs_in_metrics(text: str) -> set[str]:
 
 
 def _stored(store: Store, tmp_path: Path, name: str) -> Job:
-    job = make_job(parse_job_spec(SPEC % name), str(tmp_path), default_cluster(2))
+    job = make_job(parse_job_spec(SPEC % name), str(tmp_path), default_cluster(2), str(tmp_path))
     store.submit(job)
     return job
 
@@ -87,7 +87,8 @@ def test_a_spec_that_would_not_read_back_is_never_stored(tmp_path: Path) -> None
     from perdure.store.sqlite import StoreError
 
     store = Store(tmp_path / "perdure.db")
-    job = make_job(parse_job_spec(SPEC % "inf"), str(tmp_path), default_cluster(2))
+    job = make_job(parse_job_spec(SPEC % "inf"), str(tmp_path), default_cluster(2),
+                   str(tmp_path))
     watchdog = job.spec.watchdog.model_construct(hang_seconds=math.inf, stragglers="report")
     spec = job.spec.model_copy(update={"watchdog": watchdog})
     with pytest.raises(StoreError, match="was not stored: its spec would not read back"):
