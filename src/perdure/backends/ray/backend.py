@@ -29,7 +29,7 @@ from ray.exceptions import (
 )
 
 from perdure import statedir
-from perdure.backends.base import Backend, LaunchError, NodeInfo
+from perdure.backends.base import Backend, LaunchError, NodeInfo, exit_observation, sent_error
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
@@ -53,8 +53,6 @@ from perdure.core.events import (
     ReplicaStarted,
     Stop,
 )
-from perdure.runtime.errorfile import read_error_file
-from perdure.runtime.ranks import rank_file
 
 WAIT_SECONDS = 30.0  # how long one outstanding start/exit call waits on the node
 NODES_SECONDS = 0.5  # how often the GCS is asked which nodes are alive
@@ -287,12 +285,8 @@ class RayBackend(Backend):
         tracked.mirror.write_record(statedir.EXIT, record)
         self._active.pop(tracked.launch_id, None)
         tracked.actor.release.remote()
-        error = None
-        if record.get("exit_code", 0) != 0:  # what the replica sent the relay beats its stderr
-            rank = record.get("local_rank")
-            name = rank_file(statedir.ERROR, rank if isinstance(rank, int) else 0)
-            error = read_error_file(os.path.join(tracked.mirror.dir, name))
-        out.append(replies.exit_observation(tracked.launch_id, record, error))
+        out.append(exit_observation(tracked.launch_id, record,
+                                    sent_error(tracked.mirror.dir, record)))
 
     def _actor_died(self, tracked: Tracked, err: RayError, out: list[Observation]) -> None:
         """The launch's actor is gone: its node died, Ray's memory monitor killed it, or
