@@ -2,13 +2,11 @@
 
 `LaunchActor` (named `launch:<launch id>`) runs the local backend's supervisor for its launch
 in a launch directory on its own node, so a replica on Ray has exactly the local backend's
-semantics: exit code and signal, the error file (written and read on that node), OOM over
-`memory_mb`, stop with grace then SIGKILL of the whole process group, the stop notice file.
-It outlives the controller (detached) and the supervisor dies with it. It keeps
+semantics. It outlives the controller (detached) and the supervisor dies with it. It keeps
 the launch's logs and progress reports on its node; the controller pulls them (`pull`).
 A launch actor is either made for its launch (the record given to the constructor) or started
-ahead of need as a spare (`spare_actors`) and handed its launch by `begin`: a Ray worker takes
-~1.7 s to start here, which a restart then does not wait for.
+ahead of need as a spare (`spare_actors`) and handed its launch by `begin`, so a restart does
+not wait for a Ray worker to start.
 
 A launch actor hands its launch to its node's agent (`nodeactor`), whose spawner starts it
 warm when it can; the supervisor that runs it is then not the actor's child, and watches the
@@ -52,12 +50,6 @@ IDLE_CHECK_SECONDS = 5.0
 IDLE_MISSES = 3
 
 
-def network_env() -> dict[str, str]:
-    """Make gloo and NCCL talk over the interface Ray reaches this node on (the user's own
-    settings win)."""
-    return interface_env(node_address())
-
-
 def _in_supervisor() -> None:
     # A supervisor this actor starts itself dies with it (see `_owner`).
     procs.load_libc()
@@ -75,10 +67,9 @@ def _owner() -> dict[str, int]:
 class LaunchActor:
     """Runs one replica under the local supervisor on this node (see the module docstring).
 
-    The supervisor comes from the node agent's spawner, which hands an eligible launch to a
-    warm standby (torch imported) when one is ready; when the agent does not take the launch
-    within AGENT_SECONDS, or its spawner has not started it by CLAIM_SECONDS, this actor starts
-    the supervisor cold itself. Whichever supervisor claims the launch first runs it.
+    When the node agent does not take the launch within AGENT_SECONDS, or its spawner has not
+    started it by CLAIM_SECONDS, this actor starts the supervisor cold itself. Whichever
+    supervisor claims the launch first runs it.
     """
 
     def __init__(self, record: dict[str, Any] | None = None,
@@ -122,7 +113,8 @@ class LaunchActor:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         if "PERDURE_TRANSPORT" not in env:  # without the relay, reports stay here to be pulled
             env["PERDURE_REPORT_DIR"] = self.dir
-        env.update({k: v for k, v in network_env().items() if k not in env})
+        # gloo and NCCL talk over the interface Ray reaches this node on (the user's own win)
+        env.update({k: v for k, v in interface_env(node_address()).items() if k not in env})
         spec = {
             **{k: v for k, v in record.items() if k != "preflight"},
             "command": command,
@@ -249,11 +241,6 @@ class LaunchActor:
 
     def _read(self, name: str) -> dict[str, Any] | None:
         return statedir.read_json(os.path.join(self.dir, name))
-
-    def where(self) -> dict[str, Any]:
-        """The node this launch runs on (address, pid of the actor) and its directory."""
-        self._began()
-        return {"address": node_address(), "pid": os.getpid(), "dir": self.dir}
 
     def started(self, timeout: float) -> dict[str, Any] | None:
         """Wait up to `timeout` s for the replica to start: its status record, else None."""

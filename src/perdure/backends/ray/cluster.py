@@ -1,9 +1,9 @@
-"""The controller's view of the Ray cluster: connecting, the nodes (the namespace lock: nslock).
+"""The controller's view of the Ray cluster: connecting, the GCS, the nodes, the actors.
 
 A perdure node is the Ray node that advertises the custom resource `perdure_node_<name>`
 (its amount is the node's slots). Nodes are read from the GCS (`ray.nodes()`), which notices
-a dead raylet only after its heartbeats time out (~15 s here); the backend learns of a lost
-node sooner from its actors' calls failing, and asks the node's agent to be sure.
+a dead raylet only after its heartbeats time out; the backend learns of a lost node sooner
+from its actors' calls failing, and asks the node's agent to be sure.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from perdure.backends.ray.nodeactor import (
     RESOURCE_PREFIX,
     remote_class,
 )
-from perdure.backends.ray.nslock import gcs_client
 from perdure.core.clusterspec import RaySpec
 
 
@@ -56,9 +55,7 @@ def _cluster_mismatch(spec: RaySpec) -> str | None:
     (None: the same, or no answer): an older Ray client fails on a newer cluster before Ray
     compares versions, with a ConnectionError that says nothing."""
     try:
-        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # not public API
-
-        raw = GcsClient(address=spec.address).internal_kv_get(
+        raw = gcs_client(spec.address).internal_kv_get(
             b"CLUSTER_METADATA", namespace=b"cluster", timeout=5)
         meta = json.loads(raw)
         theirs = (str(meta["ray_version"]), str(meta["python_version"]))
@@ -66,6 +63,14 @@ def _cluster_mismatch(spec: RaySpec) -> str | None:
         return None
     return versions.versions_line(*theirs, ray.__version__, platform.python_version(),
                                   spec.address)
+
+
+@functools.cache
+def gcs_client(address: str | None = None) -> Any:
+    """Ray's own client of a GCS (not public API): `address`'s, else this process's cluster's."""
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    return GcsClient(address=address or ray.get_runtime_context().gcs_address)
 
 
 def own_address() -> str:
