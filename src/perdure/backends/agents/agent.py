@@ -38,7 +38,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from perdure import statedir
-from perdure.backends.agents.nodedir import PREFLIGHT_ENV, node_dir
+from perdure.backends.agents.nodedir import AGENT_ROLE, PREFLIGHT_ENV, SECRET_ENV, node_dir
 from perdure.backends.masterport import local_port
 from perdure.backends.node import procs
 from perdure.backends.node.nodeenv import interface_env, node_command
@@ -54,8 +54,6 @@ PUSH_SECONDS = 0.2
 CHUNK = 128 << 10  # bytes of one stream per report (a report stays well under a frame)
 BUDGET = 512 << 10  # bytes of all streams in one report
 CLAIM_SECONDS = 60.0  # a launch unclaimed this long never started
-SECRET_ENV = "PERDURE_SLURM_SECRET"
-ROLE = "agent"
 
 
 class _Launch:
@@ -71,10 +69,11 @@ class _Launch:
 class HubAgent:
     """See the module docstring."""
 
-    def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float) -> None:
+    def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float,
+                 alloc: str) -> None:
         self.hub = parse_addr(hub, "hub")
         self.node = node
-        self.alloc = os.environ.get("SLURM_JOB_ID", "")
+        self.alloc = alloc  # what it speaks for: its Slurm job, its pod
         self.secret = os.environ.pop(SECRET_ENV, "")
         self.launches_dir = os.path.join(node_dir(node), statedir.LAUNCHES)
         os.makedirs(self.launches_dir, exist_ok=True)
@@ -98,7 +97,7 @@ class HubAgent:
         nonce = str(recv_frame(sock, limit=4096)["nonce"])
         self.address = sock.getsockname()[0]
         send_frame(sock, {"alloc": self.alloc, "node": self.node, "address": self.address,
-                          "mac": mac(self.secret, nonce, self.alloc, self.node, ROLE)})
+                          "mac": mac(self.secret, nonce, self.alloc, self.node, AGENT_ROLE)})
         answer = recv_frame(sock, limit=4096)
         if not answer.get("ok"):
             raise ConnectionError(f"the hub refused this agent: {answer.get('error')}")
@@ -340,14 +339,18 @@ def _ticks(pid: int) -> int:
     return own.start_ticks if own else 0
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, module: str = "perdure.backends.agents.agent",
+         alloc_env: str = "SLURM_JOB_ID", missing: str | None = None) -> None:
+    """Run the agent of the allocation `$alloc_env` names (`missing`: the error when unset)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4:
-        sys.exit("usage: python -m perdure.backends.agents.agent HUB NODE WARM_POOL WARM_IDLE")
-    agent = HubAgent(args[0], args[1], args[2], float(args[3]))
+        sys.exit(f"usage: python -m {module} HUB NODE WARM_POOL WARM_IDLE")
+    if missing is not None and not os.environ.get(alloc_env):
+        sys.exit(missing)
+    agent = HubAgent(args[0], args[1], args[2], float(args[3]), os.environ.get(alloc_env, ""))
 
     def on_term(signum: int, frame: Any) -> None:
-        agent.notice = "preempt"  # Slurm's preemption notice; the controller decides
+        agent.notice = "preempt"  # the platform's preemption notice; the controller decides
 
     signal.signal(signal.SIGTERM, on_term)
     agent.serve()
