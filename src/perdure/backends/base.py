@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -169,6 +170,13 @@ class Backend(abc.ABC):
         from perdure.backends.stacks import StackDump
 
         return StackDump(error=f"the {type(self).__name__} cannot capture stacks")
+
+
+def route_address(host: str, port: int) -> str:
+    """This machine's address on the way to `host` (where processes there reach it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((socket.gethostbyname(host), port))  # UDP: picks the route, sends nothing
+        return str(s.getsockname()[0])
 
 
 def error_info(error: object) -> ErrorInfo | None:

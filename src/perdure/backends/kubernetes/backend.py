@@ -1,21 +1,13 @@
 """Run replicas on Kubernetes: an agent pod per node of an attempt, replicas as processes.
 
-`KubernetesBackend` implements `perdure.backends.base.Backend` as the Slurm backend does,
-with a pod where Slurm has an allocation: the first launch of an attempt on a node makes an
-agent pod there (`pods.manifest`: pinned by the node's hostname label, on the node's
-network); while Kubernetes (or Kueue) keeps it Pending the launches wait, and the job shows
-QUEUED with Kubernetes' reason. Once it runs, its node agent (`agent`, the Slurm backend's)
-connects to this controller's hub and runs each launch under the local supervisor, warm
-from its pool; logs, progress, exits and a heartbeat come back over that connection: nothing
-is shared but the network. A replica's restart is a new launch in the same pod: no pod is
-made again, no image pulled, no scheduling wait.
-
-What Kubernetes does to the pods is read from watches (`watch`, `podstate`): a pod deleted
-with a grace period (an eviction, `kubectl drain`) or a cordoned node is a preemption notice
-(the job saves and suspends; its next attempt gets new pods); a node NotReady, a pod
-force-deleted or failed, or an agent whose connection ends while its pod runs is a lost node
-(`fail-node`, its replicas move). A restarted controller finds its pods by their labels
-and its agents reconnect to the hub at the port it recorded.
+As the Slurm backend, with a pod where Slurm has an allocation: the first launch of an attempt
+on a node makes an agent pod there (`pods.manifest`: pinned by the node's hostname label, on
+the node's network); while Kubernetes (or Kueue) keeps it Pending the launches wait, and the
+job shows QUEUED with Kubernetes' reason. Once it runs, its node agent connects to this
+controller's hub (`agents.links`): nothing is shared but the network. A replica's restart is a
+new launch in the same pod. What Kubernetes does to the pods is read from watches
+(`podstate`). A restarted controller finds its pods by their labels and its agents reconnect
+to the hub at the port it recorded.
 
 Pods hold no credentials of the spec: a job's credential variables are read from the Secret
 `<job name>-credentials`, and the agents' key to the hub from one the backend makes.
@@ -24,7 +16,6 @@ Pods hold no credentials of the spec: a job's credential variables are read from
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from urllib.parse import urlparse
@@ -32,7 +23,7 @@ from urllib.parse import urlparse
 from perdure import statedir
 from perdure.backends.agents.alloc import Alloc
 from perdure.backends.agents.links import AgentLinks
-from perdure.backends.base import Backend, BackendUnavailable, NodeInfo
+from perdure.backends.base import Backend, BackendUnavailable, NodeInfo, route_address
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError, load_config
 from perdure.backends.kubernetes.podstate import PodStates
@@ -54,9 +45,7 @@ OWN_ENV = ("PERDURE_",)  # perdure's variables are never credentials read from a
 def own_address(server: str) -> str:
     """This machine's address on the way to the API server (where pods reach it)."""
     url = urlparse(server)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((socket.gethostbyname(url.hostname or "127.0.0.1"), url.port or 443))
-        return str(s.getsockname()[0])  # UDP: picks the route, sends nothing
+    return route_address(url.hostname or "127.0.0.1", url.port or 443)
 
 
 def _pairs(words: list[str]) -> list[tuple[str, str]]:

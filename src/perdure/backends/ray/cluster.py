@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from perdure.backends.base import BackendUnavailable, NodeInfo
+from perdure.backends.base import BackendUnavailable, NodeInfo, route_address
 from perdure.backends.ray import versions
 from perdure.backends.ray.actors import LaunchActor
 from perdure.backends.ray.nodeactor import (
@@ -77,9 +77,7 @@ def own_address() -> str:
     """This machine's address on the way to the Ray cluster's GCS (where replicas on other
     hosts can reach it); not the machine's default address, which Ray's own guess would be."""
     host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((host, int(port)))  # UDP: picks the route, sends nothing
-        return str(s.getsockname()[0])
+    return route_address(host, int(port))
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,17 @@
 """Run replicas on a Slurm cluster: an allocation per attempt, a node agent per node.
 
-`SlurmBackend` implements `perdure.backends.base.Backend`. The first launches of an attempt
-submit a holder job over their nodes (`allocs`); while Slurm queues it the launches wait
-(Slurm's state and reason are in `<state>/slurm/allocs.json` and the controller's log). Once
-it runs, a node agent starts as a step on each node (`agent`) and connects to this
-controller's hub (`hub`); each launch is handed to its node's agent, which runs it under the
-local backend's supervisor through its spawner and warm pool, and a step named after the
-launch (`step`) shows the replica to Slurm. A restart is a new launch in the allocation the
-attempt holds: no new queue wait. A launch on a node the allocation lacks (a replacement)
-gets a further allocation of that node. With the cluster file's `health: preflight` each
-agent checks its node before its warm pool and launches start there (`agent`); a node that
-fails is quarantined (core) and left out of every later allocation (`fence_nodes`).
+The first launches of an attempt submit a holder job over their nodes (`allocs`); while Slurm
+queues it the launches wait (Slurm's state and reason are in `<state>/slurm/allocs.json` and
+the controller's log). Once it runs, a node agent starts as a step on each node and connects
+to this controller's hub; each launch is handed to its node's agent (`agents.links`), and a
+step named after the launch (`step`) shows the replica to Slurm. A restart is a new launch in
+the allocation the attempt holds: no new queue wait. A launch on a node the allocation lacks
+(a replacement) gets a further allocation of that node. A node that fails its preflight check
+is quarantined (core) and left out of every later allocation (`fence_nodes`).
 
-Agents push their launches' status, exit, logs and progress (kept where the local backend
-keeps them: `perdure logs` reads them on this login node) and a heartbeat. An agent that goes
-silent for HEARTBEAT_SECONDS, or whose connection ends while its allocation still runs, is
-a lost node (a `fail-node`: its replicas are lost with it, no restart charged); the node is
-restored once Slurm has seen it down and back. The holder's notices (the time limit's
-warning, a preemption's SIGTERM) and an agent's SIGTERM become a `preempt` of the job; an
-allocation that ends otherwise (scancel from outside) a `cancel`.
+A lost node is restored once Slurm has seen it down and back. The holder's notices (the time
+limit's warning, a preemption's SIGTERM) and an agent's SIGTERM become a `preempt` of the job;
+an allocation that ends otherwise (scancel from outside) a `cancel`.
 """
 
 from __future__ import annotations
@@ -33,7 +26,7 @@ from perdure.backends.agents.alloc import Alloc
 from perdure.backends.agents.links import AgentLinks
 from perdure.backends.base import Backend, NodeInfo
 from perdure.backends.slurm import allocs as al
-from perdure.backends.slurm import holds, slurmcmd
+from perdure.backends.slurm import slurmcmd
 from perdure.backends.slurm.platform import PlatformWatch
 from perdure.core.clusterspec import ClusterSpec, SlurmSpec
 from perdure.core.events import Command, HoldNodes, Launch, LaunchFailed, Observation, Stop
@@ -128,8 +121,17 @@ class SlurmBackend(Backend):
         neither a launch nor a spare is given back (`_release`)."""
         self._attach()
         key = self.links.holds.update(hold)
-        if hold.nodes:
-            holds.extend(self.links.allocs, key, hold.nodes)
+        mine = [a for a in self.links.allocs if (a.job_id, a.attempt) == key and not a.ending]
+        new = [n for n in hold.nodes if not any(n in a.nodes for a in mine)]
+        if not new:
+            return
+        unsubmitted = next((a for a in mine if not a.slurm_id), None)
+        if unsubmitted is not None:
+            unsubmitted.nodes.extend(new)
+            return
+        like = mine[0] if mine else Alloc(*key, [])
+        self.links.allocs.append(Alloc(*key, new, cpus=like.cpus, gpus=like.gpus,
+                                       warning=like.warning))
 
     def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
         """`alloc`'s launches wait in Slurm's queue for `reason` ("": it started)."""
