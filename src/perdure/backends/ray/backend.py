@@ -78,11 +78,10 @@ class RayBackend(Backend):
         self._masters = MasterPorts()
         self._progress = ProgressReader()  # the launches' progress, from their mirrored copies
         self._agents: dict[str, Any] = {}
-        # Each node agent's pool of warm standbys, as the local backend's (ValueError: bad env)
+        # ValueError naming the variable of the environment that is unusable:
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
-        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
+        self._log_max_bytes = logcap.max_bytes()
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
-        # Launch actors started ahead of need per node (ValueError naming its variable)
         self._spares = SpareActors(self.ns, size_setting(), self._warm)
         self._ports_ahead = PortsAhead()
         self._holds = SpareHolds()  # the spare nodes each job's attempt holds
@@ -255,8 +254,8 @@ class RayBackend(Backend):
             self._report_failed(tracked, f"launch {tracked.launch_id}: {err}", out)
             return
         news = replies.read(tracked.asked, tracked.started, value)
-        if news.check_failed is not None and not tracked.meta.get("check_failed"):
-            tracked.meta["check_failed"] = True  # said once: the core quarantines the node
+        if news.check_failed is not None and not tracked.check_failed:
+            tracked.check_failed = True  # the core quarantines the node
             out.append(NodeCheckFailed(tracked.node, news.check_failed, time.time()))
         if news.started is not None:
             pid, started_at, status = news.started

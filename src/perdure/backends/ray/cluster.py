@@ -137,9 +137,11 @@ def node_infos(configured: list[NodeInfo], live: dict[str, RayNode]) -> list[Nod
 
 
 def launch_actor(node: str, launch_id: str, namespace: str, record: dict[str, Any]) -> Any:
-    """Create the detached actor of a launch on `node` (never waits for it to start)."""
-    return remote_class(LaunchActor).options(**launch_options(node, launch_id, namespace,
-                                                         int(record.get("gpus", 0)))).remote(record)
+    """Create the detached actor of a launch on `node` (never waits for it to start), holding
+    the replica's GPUs (`num_gpus`: Ray then sets the actor's CUDA_VISIBLE_DEVICES, which the
+    replica inherits)."""
+    return remote_class(LaunchActor).options(**actor_options(
+        node, f"launch:{launch_id}", namespace, int(record.get("gpus", 0)))).remote(record)
 
 
 def spare_launch_actor(node: str, name: str, namespace: str, owner: dict[str, Any]) -> Any:
@@ -149,13 +151,8 @@ def spare_launch_actor(node: str, name: str, namespace: str, owner: dict[str, An
         **actor_options(node, name, namespace, 0)).remote(None, owner)
 
 
-def launch_options(node: str, launch_id: str, namespace: str, gpus: int) -> dict[str, Any]:
-    """The options of a launch's actor: pinned to its perdure node, holding the replica's GPUs
-    (`num_gpus`: Ray then sets the actor's CUDA_VISIBLE_DEVICES, which the replica inherits)."""
-    return actor_options(node, f"launch:{launch_id}", namespace, gpus)
-
-
 def actor_options(node: str, name: str, namespace: str, gpus: int) -> dict[str, Any]:
+    """A launch actor's options: pinned to its perdure node, taking no slot of it."""
     return {"name": name, "namespace": namespace, "lifetime": "detached",
             "resources": {RESOURCE_PREFIX + node: PIN}, "num_cpus": 0, "num_gpus": gpus,
             "max_restarts": 0, "max_concurrency": ACTOR_CONCURRENCY}
