@@ -53,6 +53,7 @@ from perdure.core.events import (
 HEARTBEAT_SECONDS = 3.0  # an agent silent this long is on a lost node
 AGENT_START_SECONDS = 60.0  # an agent step that has not connected by then: its node is lost
 PORT_SECONDS = 5.0  # how long rank 0's agent has to name a free port
+RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back
 
 
 class Platform(Protocol):
@@ -121,11 +122,23 @@ class AgentLinks:
         """Whether `alloc` holds neither a launch nor a spare (it may be given back)."""
         return not self.holds_spare(alloc) and not self.launches_of(alloc)
 
-    def superseded(self, alloc: Alloc) -> bool:
-        """Whether a later attempt of `alloc`'s job has begun."""
-        return any(t.launch.job_id == alloc.job_id
-                   and t.launch.env.get("PERDURE_ATTEMPT") != alloc.attempt
-                   for t in self.active.values())
+    def releasable(self, now: float) -> Iterator[Alloc]:
+        """The allocations to give back: those that held neither a launch nor a spare for
+        RELEASE_SECONDS (a restart's new launches come within milliseconds of the old ones'
+        exits), at once when nothing will come back to one: its nodes are lost, its job is
+        preempted, or a later attempt of its job has begun."""
+        for alloc in list(self.allocs):
+            if not alloc.slurm_id or not self.idle(alloc):
+                alloc.idle_since = None
+                continue
+            if alloc.idle_since is None:
+                alloc.idle_since = now
+            later = any(t.launch.job_id == alloc.job_id
+                        and t.launch.env.get("PERDURE_ATTEMPT") != alloc.attempt
+                        for t in self.active.values())
+            if not alloc.nodes or alloc.noticed or later or (
+                    now - alloc.idle_since >= RELEASE_SECONDS):
+                yield alloc
 
     def queued(self, alloc: Alloc, reason: str, platform: str, what: str,
                out: list[Observation]) -> None:

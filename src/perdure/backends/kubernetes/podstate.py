@@ -31,7 +31,6 @@ from perdure.backends.kubernetes.api import Api, KubeError
 from perdure.backends.kubernetes.watch import Watch
 from perdure.core.events import Command, LaunchFailed, Observation
 
-RELEASE_SECONDS = 5.0  # a pod with no launch this long is deleted
 RESTORE_SECONDS = 10.0
 
 
@@ -168,20 +167,8 @@ class PodStates:
         out.append(Command("preempt", alloc.job_id, time.time()))
 
     def release(self, now: float) -> None:
-        """Delete pods that hold no launch (after RELEASE_SECONDS: a restart's new launches
-        come within milliseconds of the old ones' exits; at once when nothing will come back:
-        its node was lost, the job was preempted, a later attempt began)."""
-        for alloc in list(self.links.allocs):
-            if not alloc.slurm_id:
-                continue
-            if not self.links.idle(alloc):
-                alloc.idle_since = None
-                continue
-            if alloc.idle_since is None:
-                alloc.idle_since = now
-            if not alloc.nodes or alloc.noticed or self.links.superseded(alloc) or (
-                    now - alloc.idle_since >= RELEASE_SECONDS):
-                self.delete(alloc, grace=0 if not alloc.nodes else 1)
+        for alloc in self.links.releasable(now):
+            self.delete(alloc, grace=0 if not alloc.nodes else 1)
 
     def delete(self, alloc: Alloc, grace: int) -> None:
         alloc.ending = True

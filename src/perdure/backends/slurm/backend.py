@@ -34,7 +34,6 @@ from perdure.core.events import Command, HoldNodes, Launch, LaunchFailed, Observ
 SQUEUE_SECONDS = 0.5  # how often the allocations' states are read
 SINFO_SECONDS = 2.0  # how often lost nodes are looked at (to restore them)
 RESTORE_SECONDS = 60.0  # a lost node Slurm never showed down is restored after this
-RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back (scancel)
 WARNING_MARGIN = 10  # seconds added to the grace for the time limit's warning
 ADDRESS_ENV = "PERDURE_SLURM_ADDRESS"  # the address agents reach this controller at
 DRAIN_REASON_CHARS = 200  # of the reason perdure gives Slurm's drain (sinfo shows it)
@@ -278,23 +277,12 @@ class SlurmBackend(Backend):
                                                     tracked.launch.launch_id, self.dir))
 
     def _release(self, now: float) -> None:
-        """Give back allocations that hold no launch (after RELEASE_SECONDS: a restart's new
-        launches come within milliseconds of the old ones' exits)."""
-        for alloc in list(self.links.allocs):
-            if not alloc.slurm_id or not self.links.idle(alloc):
-                alloc.idle_since = None
-                continue
-            if alloc.idle_since is None:
-                alloc.idle_since = now
-            # at once when nothing will come back to it: it is being preempted or timed out,
-            # or a later attempt of its job has begun
-            if alloc.noticed or self.links.superseded(alloc) or (
-                    now - alloc.idle_since >= RELEASE_SECONDS):
-                alloc.ending = True
-                self.links.allocs.remove(alloc)
-                with contextlib.suppress(slurmcmd.SlurmError):
-                    slurmcmd.cancel(alloc.slurm_id)
-                self._save()
+        for alloc in self.links.releasable(now):
+            alloc.ending = True
+            self.links.allocs.remove(alloc)
+            with contextlib.suppress(slurmcmd.SlurmError):
+                slurmcmd.cancel(alloc.slurm_id)
+            self._save()
 
     # ---- restart ----------------------------------------------------------------------------
 
