@@ -32,12 +32,13 @@ from typing import Any
 import ray
 
 from perdure import statedir
+from perdure.backends import launchdir
 from perdure.backends.node import procs
 from perdure.backends.node.nodeenv import interface_env
 from perdure.backends.node.pulls import pull_launch
-from perdure.backends.node.replicas import kill_leftovers, signal_replica
+from perdure.backends.node.replicas import signal_replica
 from perdure.backends.preflight import NodeGate, check_env
-from perdure.backends.ray.nodeactor import identity, node_actor, node_address, node_dir
+from perdure.backends.ray.nodeactor import node_actor, node_address, node_dir
 
 AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
 # The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
@@ -61,7 +62,7 @@ def _owner() -> dict[str, int]:
     death, ray.kill, the memory monitor) takes its replica with it. The supervisor watches it
     (`Supervisor._watch_owner`), as a supervisor the node agent's spawner forked is not its
     child; one started here also has PDEATHSIG."""
-    return identity(os.getpid())
+    return launchdir.identity(os.getpid())
 
 
 class LaunchActor:
@@ -115,19 +116,8 @@ class LaunchActor:
             env["PERDURE_REPORT_DIR"] = self.dir
         # gloo and NCCL talk over the interface Ray reaches this node on (the user's own win)
         env.update({k: v for k, v in interface_env(node_address()).items() if k not in env})
-        spec = {
-            **{k: v for k, v in record.items() if k != "preflight"},
-            "command": command,
-            "env": env,
-            "inherit_env": True,
-            "memory_mechanism": record.get("memory_mechanism", "auto"),
-            "stdout": os.path.join(self.dir, statedir.STREAMS["out"]),
-            "stderr": os.path.join(self.dir, statedir.STREAMS["err"]),
-            "output": os.path.join(self.dir, statedir.STREAMS["log"]),
-            "created": self.created,
-            "owner": _owner(),
-        }
-        statedir.write_json(os.path.join(self.dir, statedir.LAUNCH), spec)
+        launchdir.write_launch(self.dir, {k: v for k, v in record.items() if k != "preflight"},
+                               command, env, _owner(), created=self.created)
         self.supervisor: subprocess.Popen[bytes] | None = None
         self.via = "cold"
         self._exited = threading.Event()
@@ -268,12 +258,7 @@ class LaunchActor:
             if record is not None:
                 return record
             code = "" if self.supervisor is None else f" ({self.supervisor.returncode})"
-            kill_leftovers(self._read(statedir.STATUS) or {}, self.dir)
-            return {"spawn_error": f"the supervisor of launch {self.launch_id} exited"
-                                   f"{code} without recording the replica's exit; see "
-                                   f"{os.path.join(self.dir, statedir.SUPERVISOR_LOG)} on "
-                                   f"{node_address()}",
-                    "time": time.time()}
+            return launchdir.supervisor_lost(self.dir, node_address(), code)
         return None
 
     def stop(self, sig: int, grace: float, reason: str, notice: str | None,
@@ -286,17 +271,10 @@ class LaunchActor:
         with self._hold:
             if self.held:  # never started: it ends unstarted
                 self.held = False
-                statedir.write_json(os.path.join(self.dir, statedir.EXIT), {
-                    "exit_code": 128 + sig, "signal": sig, "time": time.time(),
-                    "unstarted": f"stopped ({reason}) while held by the node's check"})
+                launchdir.end_unstarted(self.dir, sig, reason)
                 self._exited.set()
                 return
-        statedir.write_json(os.path.join(self.dir, statedir.STOP),
-                          statedir.stop_record(sig, grace, reason, notice, delay))
-        status = self._read(statedir.STATUS)
-        if status is not None:  # else the supervisor reads stop.json once it has started it
-            procs.send_signal(int(status["supervisor_pid"]),
-                              int(status["supervisor_start_ticks"]), signal.SIGUSR1)
+        launchdir.stop(self.dir, sig, grace, reason, notice, delay)
 
     def signal(self, sig: int) -> int:
         """Signal the replica's own process (chaos); its pid; ProcessLookupError if gone."""

@@ -22,8 +22,8 @@ from typing import Any
 import ray
 
 from perdure import statedir
+from perdure.backends.launchdir import identity
 from perdure.backends.masterport import local_port
-from perdure.backends.node import procs
 from perdure.backends.node.pulls import pull_launch
 from perdure.backends.preflight import NodeGate
 
@@ -52,12 +52,6 @@ def node_dir() -> str:
     path = os.path.join(base, "perdure", namespace)
     os.makedirs(os.path.join(path, statedir.LAUNCHES), exist_ok=True)
     return path
-
-
-def identity(pid: int) -> dict[str, int]:
-    """A process as pid and start time (a pid alone may be reused)."""
-    own = procs.stat(pid)
-    return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
 
 
 class NodeActor:
