@@ -48,15 +48,16 @@ def own_address(server: str) -> str:
     return route_address(url.hostname or "127.0.0.1", url.port or 443)
 
 
-def _pairs(words: list[str]) -> list[tuple[str, str]]:
-    """PATH[:ro] items of a ':'-separated list (a `ro` word marks the path before it)."""
-    out: list[tuple[str, str]] = []
+def host_dirs(words: list[str]) -> tuple[str, ...]:
+    """The PATH and PATH:ro items of $PERDURE_K8S_HOST_DIRS split at ':' (a `ro` word marks
+    the path before it)."""
+    out: list[str] = []
     for word in words:
         if word == "ro" and out:
-            out[-1] = (out[-1][0], "ro")
+            out[-1] = out[-1].removesuffix(":ro") + ":ro"
         elif word:
-            out.append((word, ""))
-    return out
+            out.append(word)
+    return tuple(out)
 
 
 def credential_names(env: dict[str, str]) -> list[str]:
@@ -203,11 +204,10 @@ class KubernetesBackend(Backend):
             per_node = {n: [x for x in attempt if x.node == n] for n in {x.node for x in attempt}}
             launches = max(per_node.values(), key=len, default=[])
         env = launches[0].env if launches else {}
-        words = os.environ.get(HOST_DIRS_ENV, "").split(os.pathsep)
-        host_dirs = tuple(f"{d}:ro" if ro == "ro" else d for d, ro in _pairs(words))
-        python = sys.executable if host_dirs else "python"
+        mounts = host_dirs(os.environ.get(HOST_DIRS_ENV, "").split(os.pathsep))
+        python = sys.executable if mounts else "python"
         extra = (("PYTHONPATH", os.environ["PYTHONPATH"]),) if (
-            host_dirs and os.environ.get("PYTHONPATH")) else ()
+            mounts and os.environ.get("PYTHONPATH")) else ()
         return pd.PodPlan(
             name=alloc.slurm_id, tag=self.tag, job_id=alloc.job_id, attempt=alloc.attempt,
             node=alloc.nodes[0],
@@ -216,7 +216,7 @@ class KubernetesBackend(Backend):
             cpus=max(1, len(launches)), gpus=sum(launch.gpus for launch in launches),
             grace=float(env.get("PERDURE_GRACE_SECONDS", "30")),
             credentials=tuple(credential_names(env)), job_name=env.get("PERDURE_JOB_NAME", ""),
-            host_dirs=host_dirs, env=extra)
+            host_dirs=mounts, env=extra)
 
     def hold_nodes(self, hold: HoldNodes) -> None:
         """The spare nodes `hold.job_id`'s attempt holds: an agent pod on each (made now,
