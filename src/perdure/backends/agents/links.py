@@ -189,9 +189,8 @@ class AgentLinks:
             return
         grace = max(0.0, stop.grace)
         # The relay answers the replica's "is this a notice?" from this record.
-        tracked.mirror.write_record(statedir.STOP, {
-            "signal": int(stop.signal), "deadline": time.time() + grace,
-            "reason": stop.reason, "notice": stop.notice})
+        tracked.mirror.write_record(statedir.STOP, statedir.stop_record(
+            stop.signal, grace, stop.reason, stop.notice))
         agent = self._agent_of(tracked)
         if agent is not None:
             agent.send({"op": "stop", "launch_id": stop.launch_id, "signal": int(stop.signal),
