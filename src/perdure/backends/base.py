@@ -7,10 +7,22 @@ launch records. Neither imports a backend: `perdure.backends.factory` picks one.
 from __future__ import annotations
 
 import abc
+import os
+import socket
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from perdure.core.events import ErrorInfo, HoldNodes, Launch, Observation, Stop
+from perdure import statedir
+from perdure.core.events import (
+    ErrorInfo,
+    HoldNodes,
+    Launch,
+    LaunchFailed,
+    Observation,
+    ReplicaExited,
+    Stop,
+)
 from perdure.secrecy import redact
 
 if TYPE_CHECKING:  # imported where used: the node side imports this module on every start
@@ -160,6 +172,13 @@ class Backend(abc.ABC):
         return StackDump(error=f"the {type(self).__name__} cannot capture stacks")
 
 
+def route_address(host: str, port: int) -> str:
+    """This machine's address on the way to `host` (where processes there reach it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((socket.gethostbyname(host), port))  # UDP: picks the route, sends nothing
+        return str(s.getsockname()[0])
+
+
 def error_info(error: object) -> ErrorInfo | None:
     """A recorded error (an exit record's `error`, the error file's) as the core's ErrorInfo;
     None for anything that is not one."""
@@ -171,3 +190,36 @@ def error_info(error: object) -> ErrorInfo | None:
         traceback=redact(str(error.get("traceback", ""))),
         source=str(error.get("source", "error_file")),
     )
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def sent_error(directory: str, record: dict[str, Any]) -> dict[str, Any] | None:
+    """The error file a failed replica sent the relay (in its launch's `directory`), if any."""
+    if record.get("exit_code", 0) == 0:
+        return None
+    from perdure.runtime.errorfile import read_error_file
+    from perdure.runtime.ranks import rank_file
+
+    name = rank_file(statedir.ERROR, _int(record.get("local_rank")) or 0)
+    return read_error_file(os.path.join(directory, name))
+
+
+def exit_observation(launch_id: str, record: dict[str, Any],
+                     error_file: dict[str, Any] | None) -> ReplicaExited | LaunchFailed:
+    """A launch's exit record as the core's observation (`error_file`: what the replica sent
+    the relay, which beats the supervisor's guess from stderr)."""
+    if "exit_code" not in record:
+        return LaunchFailed(launch_id, str(record.get("spawn_error")),
+                            float(record.get("time", time.time())),
+                            user_error=record.get("user_error") is True)
+    rss = record.get("peak_rss_mb")
+    return ReplicaExited(
+        launch_id=launch_id, exit_code=int(record["exit_code"]), time=float(record["time"]),
+        signal=_int(record.get("signal")), oom=bool(record.get("oom")),
+        error=error_info(error_file or record.get("error")),
+        peak_rss_mb=float(rss) if isinstance(rss, int | float) else None,
+        local_rank=_int(record.get("local_rank")),
+        stderr_tail=str(record.get("stderr_tail") or ""))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from perdure.backends.kubernetes import pods as pd
-from perdure.backends.kubernetes.backend import _pairs, credential_names
+from perdure.backends.kubernetes.backend import credential_names, host_dirs
 from perdure.core.k8sspec import KubernetesSpec
 
 
@@ -60,8 +60,8 @@ def test_credentials_come_from_secrets_never_the_manifest() -> None:
 
 
 def test_host_dirs_mount_read_only_when_marked() -> None:
-    assert _pairs(["/usr", "ro", "/data", "", "/venv", "ro"]) == [
-        ("/usr", "ro"), ("/data", ""), ("/venv", "ro")]
+    assert host_dirs(["/usr", "ro", "/data", "", "/venv", "ro"]) == (
+        "/usr:ro", "/data", "/venv:ro")
     m = pd.manifest(KubernetesSpec(image="i"), plan(host_dirs=("/usr:ro", "/data")))
     mounts = m["spec"]["containers"][0]["volumeMounts"]
     assert [(x["mountPath"], x["readOnly"]) for x in mounts] == [("/usr", True),

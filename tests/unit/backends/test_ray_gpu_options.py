@@ -12,10 +12,10 @@ from perdure.backends.ray import cluster as rc
 
 
 def test_launch_actor_options_ask_ray_for_the_replicas_gpus() -> None:
-    options = rc.launch_options("a", "job.1.worker-0.1", "perdure", 4)
+    options = rc.actor_options("a", "launch:job.1.worker-0.1", "perdure", 4)
     assert options["num_gpus"] == 4 and options["num_cpus"] == 0
     assert options["resources"] == {rc.RESOURCE_PREFIX + "a": rc.PIN}
-    assert rc.launch_options("a", "x", "perdure", 0)["num_gpus"] == 0
+    assert rc.actor_options("a", "launch:x", "perdure", 0)["num_gpus"] == 0
 
 
 def test_node_gpus_come_from_the_cluster_file_else_from_ray() -> None:

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from perdure.backends.ray.replies import EXIT, STARTED, UnexpectedReply, exit_observation, read
+from perdure.backends.base import exit_observation
+from perdure.backends.ray.replies import EXIT, STARTED, UnexpectedReply, read
 from perdure.core.events import LaunchFailed, ReplicaExited
 
 STATUS = {"pid": 4242, "started_at": 100.0, "supervisor_pid": 4241, "via": "agent"}

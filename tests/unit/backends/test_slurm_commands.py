@@ -140,14 +140,14 @@ def test_a_gpu_launch_reaches_sbatch_and_the_agent_through_the_backend(
     cluster = parse_cluster("backend: slurm\nnodes: [{name: a, slots: 2, gpus: 4}]\n")
     backend = sb.SlurmBackend(Path(str(tmp_path)) / "state", cluster)
     try:
-        assert backend._log_max_bytes == 3 << 20
+        assert backend.links.log_max_bytes == 3 << 20
         for i in range(2):
             backend.launch(Launch(f"job-1.1.w-{i}.1", "job-1", f"w-{i}", "a",
                                   ("python", "t.py"), {"PERDURE_ATTEMPT": "1",
                                                        "CUDA_VISIBLE_DEVICES": f"{2 * i},"
                                                        f"{2 * i + 1}"},
                                   "/", None, str(Path(str(tmp_path)) / f"w{i}"), gpus=2))
-        tracked = backend._active["job-1.1.w-1.1"]
+        tracked = backend.links.active["job-1.1.w-1.1"]
         assert tracked.launch.gpus == 2
         backend._submit([])
         (args,) = submitted

@@ -38,12 +38,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from perdure import statedir
-from perdure.backends.agents.nodedir import PREFLIGHT_ENV, node_dir
+from perdure.backends import launchdir
+from perdure.backends.agents.nodedir import AGENT_ROLE, PREFLIGHT_ENV, SECRET_ENV, node_dir
 from perdure.backends.masterport import local_port
 from perdure.backends.node import procs
 from perdure.backends.node.nodeenv import interface_env, node_command
 from perdure.backends.node.pulls import pull_launch
-from perdure.backends.node.replicas import kill_leftovers
 from perdure.backends.node.spawner import Spawner
 from perdure.runtime.transport.wire import FrameError, mac, parse_addr, recv_frame, send_frame
 
@@ -54,8 +54,6 @@ PUSH_SECONDS = 0.2
 CHUNK = 128 << 10  # bytes of one stream per report (a report stays well under a frame)
 BUDGET = 512 << 10  # bytes of all streams in one report
 CLAIM_SECONDS = 60.0  # a launch unclaimed this long never started
-SECRET_ENV = "PERDURE_SLURM_SECRET"
-ROLE = "agent"
 
 
 class _Launch:
@@ -71,10 +69,11 @@ class _Launch:
 class HubAgent:
     """See the module docstring."""
 
-    def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float) -> None:
+    def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float,
+                 alloc: str) -> None:
         self.hub = parse_addr(hub, "hub")
         self.node = node
-        self.alloc = os.environ.get("SLURM_JOB_ID", "")
+        self.alloc = alloc  # what it speaks for: its Slurm job, its pod
         self.secret = os.environ.pop(SECRET_ENV, "")
         self.launches_dir = os.path.join(node_dir(node), statedir.LAUNCHES)
         os.makedirs(self.launches_dir, exist_ok=True)
@@ -89,7 +88,7 @@ class HubAgent:
         self.sent_check = False
         self.notice: str | None = None
         self.address = ""
-        self.identity = {"pid": os.getpid(), "start_ticks": _ticks(os.getpid())}
+        self.identity = launchdir.identity(os.getpid())
 
     # ---- connection -------------------------------------------------------------------------
 
@@ -98,7 +97,7 @@ class HubAgent:
         nonce = str(recv_frame(sock, limit=4096)["nonce"])
         self.address = sock.getsockname()[0]
         send_frame(sock, {"alloc": self.alloc, "node": self.node, "address": self.address,
-                          "mac": mac(self.secret, nonce, self.alloc, self.node, ROLE)})
+                          "mac": mac(self.secret, nonce, self.alloc, self.node, AGENT_ROLE)})
         answer = recv_frame(sock, limit=4096)
         if not answer.get("ok"):
             raise ConnectionError(f"the hub refused this agent: {answer.get('error')}")
@@ -206,18 +205,13 @@ class HubAgent:
         if "CUDA_VISIBLE_DEVICES" in env:
             env["CUDA_VISIBLE_DEVICES"] = replica_gpus(env["CUDA_VISIBLE_DEVICES"],
                                                        os.environ.get("CUDA_VISIBLE_DEVICES"))
-        statedir.write_json(os.path.join(directory, statedir.LAUNCH), {
-            **record, "command": node_command(list(record["command"])), "env": env,
-            "inherit_env": True, "memory_mechanism": record.get("memory_mechanism", "auto"),
-            "stdout": os.path.join(directory, statedir.STREAMS["out"]),
-            "stderr": os.path.join(directory, statedir.STREAMS["err"]),
-            "output": os.path.join(directory, statedir.STREAMS["log"]),  # both, in order
-            "created": time.time(), "owner": self.identity,
+        launchdir.write_launch(
+            directory, record, node_command(list(record["command"])), env, self.identity,
             # Slurm signals every process of the step at once on a preemption: the supervisor
             # then gives the replica the job's grace period to save, not its own default
-            "self_stop_grace": float(env.get("PERDURE_GRACE_SECONDS", "10")),
+            self_stop_grace=float(env.get("PERDURE_GRACE_SECONDS", "10")),
             # the launch's step waits this much longer for it while the node's check runs
-            "preflight_timeout": float(self.check["timeout"]) if self.check else 0.0})
+            preflight_timeout=float(self.check["timeout"]) if self.check else 0.0)
         with self.lock:
             launch = self.launches[lid] = _Launch(directory, {})
             launch.held = self.check is not None and not (self.checked and self.checked.passed)
@@ -233,16 +227,9 @@ class HubAgent:
             launch = self.launches.get(lid)
             if launch is not None and launch.held:  # never started: it ends unstarted
                 launch.held = False
-                statedir.write_json(os.path.join(directory, statedir.EXIT), {
-                    "exit_code": 128 + sig, "signal": sig, "time": time.time(),
-                    "unstarted": f"stopped ({reason}) while held by the node's check"})
+                launchdir.end_unstarted(directory, sig, reason)
                 return
-        statedir.write_json(os.path.join(directory, statedir.STOP), {
-            "signal": sig, "deadline": time.time() + grace, "reason": reason, "notice": notice})
-        status = statedir.read_json(os.path.join(directory, statedir.STATUS))
-        if status is not None:  # else the supervisor reads stop.json once it has started
-            procs.send_signal(int(status["supervisor_pid"]),
-                              int(status["supervisor_start_ticks"]), signal.SIGUSR1)
+        launchdir.stop(directory, sig, grace, reason, notice)
 
     # ---- reports ----------------------------------------------------------------------------
 
@@ -298,12 +285,7 @@ class HubAgent:
         record = statedir.read_json(os.path.join(launch.dir, statedir.EXIT))  # raced its write
         if record is not None:
             return record
-        kill_leftovers(statedir.read_json(os.path.join(launch.dir, statedir.STATUS)) or {},
-                       launch.dir)
-        return {"spawn_error": f"the supervisor of {os.path.basename(launch.dir)} exited "
-                               "without recording the replica's exit; see "
-                               f"{os.path.join(launch.dir, statedir.SUPERVISOR_LOG)} on node "
-                               f"{self.node}", "time": time.time()}
+        return launchdir.supervisor_lost(launch.dir, f"node {self.node}")
 
     def _sent(self, report: dict[str, Any]) -> None:
         with self.lock:
@@ -335,19 +317,18 @@ def replica_gpus(chosen: str, own: str | None) -> str:
     return ",".join(out)
 
 
-def _ticks(pid: int) -> int:
-    own = procs.stat(pid)
-    return own.start_ticks if own else 0
-
-
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, module: str = "perdure.backends.agents.agent",
+         alloc_env: str = "SLURM_JOB_ID", missing: str | None = None) -> None:
+    """Run the agent of the allocation `$alloc_env` names (`missing`: the error when unset)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 4:
-        sys.exit("usage: python -m perdure.backends.agents.agent HUB NODE WARM_POOL WARM_IDLE")
-    agent = HubAgent(args[0], args[1], args[2], float(args[3]))
+        sys.exit(f"usage: python -m {module} HUB NODE WARM_POOL WARM_IDLE")
+    if missing is not None and not os.environ.get(alloc_env):
+        sys.exit(missing)
+    agent = HubAgent(args[0], args[1], args[2], float(args[3]), os.environ.get(alloc_env, ""))
 
     def on_term(signum: int, frame: Any) -> None:
-        agent.notice = "preempt"  # Slurm's preemption notice; the controller decides
+        agent.notice = "preempt"  # the platform's preemption notice; the controller decides
 
     signal.signal(signal.SIGTERM, on_term)
     agent.serve()

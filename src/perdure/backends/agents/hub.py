@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perdure import statedir
+from perdure.backends.agents.nodedir import AGENT_ROLE
 from perdure.runtime.transport.wire import FrameError, mac, recv_frame, send_frame
 
 HANDSHAKE_SECONDS = 5.0
 BIND_RETRY_SECONDS = 5.0  # a previous controller's socket may still be closing
-AGENT_ROLE = "agent"  # the handshake's launch field: an agent speaks for no launch
 
 
 def load_secret(directory: str) -> str:

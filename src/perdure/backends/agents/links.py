@@ -1,64 +1,285 @@
-"""An agent-based backend's links to its node agents: their reports, heartbeats and losses.
+"""What an agent-based backend (Slurm, Kubernetes) does the same on either platform: its
+launches, from the controller's call to the node agent, and its links to those agents.
 
-`AgentLinks` is the half of `SlurmBackend` (and of `KubernetesBackend`) that reads what the
-hub received: an agent's hello
-(it is told what the controller already has of its launches), its reports (applied by
-`reports`), its end. An agent gone while its allocation still runs, or silent for
-HEARTBEAT_SECONDS, is a lost node: a `fail-node` before its replicas' exits, so that none is
-charged (each backend restores a lost node its own way: `_restore`). An agent
-whose node failed its preflight check says so once: a `NodeCheckFailed` (the core
-quarantines the node).
+A launch is recorded in the state dir and tracked until its allocation runs, then handed to
+its node's agent (with rank 0's address and port), stopped through that agent, and found
+again after a controller restart. The agents' reports are applied by `reports`. An agent
+gone while its allocation still runs, or silent for HEARTBEAT_SECONDS, is a lost node: a
+`fail-node` before its replicas' exits, so that none is charged; it is back once its platform
+has shown it down and usable again. An agent whose node failed its preflight check says so
+once: a `NodeCheckFailed` (the core quarantines the node).
 
-Side effects: through the backend: the mirror files, messages to agents, squeue.
+The backend holds an `AgentLinks` and adds what its platform does (`Platform`).
+
+Side effects: the launches' records and mirrors in the state dir, messages to agents, the
+backend's log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import os
 import queue
+import signal
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
+from perdure import statedir
 from perdure.backends.agents import reports
 from perdure.backends.agents.alloc import Alloc
-from perdure.backends.agents.hub import Agent, Hub
+from perdure.backends.agents.hub import Agent, Hub, load_secret
 from perdure.backends.agents.reports import Tracked
+from perdure.backends.base import LaunchError
 from perdure.backends.local.progress import ProgressReader
-from perdure.core.events import Command, LaunchFailed, NodeCheckFailed, Observation
+from perdure.backends.masterport import MasterPorts
+from perdure.backends.node import logcap, warm
+from perdure.backends.node.mirror import Mirror
+from perdure.backends.node.transport import LaunchTransport
+from perdure.backends.spareholds import SpareHolds
+from perdure.core.events import (
+    Command,
+    Launch,
+    LaunchFailed,
+    LaunchQueued,
+    NodeCheckFailed,
+    Observation,
+    ReplicaExited,
+    Stop,
+)
 
 HEARTBEAT_SECONDS = 3.0  # an agent silent this long is on a lost node
 AGENT_START_SECONDS = 60.0  # an agent step that has not connected by then: its node is lost
+PORT_SECONDS = 5.0  # how long rank 0's agent has to name a free port
+RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back
+
+
+class Platform(Protocol):
+    """What the backend's platform says of its allocations, asked when an agent reports a
+    notice or goes away."""
+
+    def refresh(self, out: list[Observation]) -> None:
+        """Read the allocations' states now and act on what changed."""
+
+    def notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
+        """A preemption notice for `alloc`: the job saves and suspends."""
 
 
 class AgentLinks:
-    """See the module docstring; the backend holds the state and its platform's side."""
+    """The launches, allocations and node agents of one agent-based backend.
 
-    hub: Hub | None
-    _allocs: list[Alloc]
-    _active: dict[str, Tracked]
-    _agents: dict[tuple[str, str], Agent]
-    _down: dict[str, float]
-    _seen_down: set[str]
-    _addresses: dict[str, str]
-    _checks_failed: set[tuple[str, str]]
-    _progress: ProgressReader  # the launches' progress, read from their mirrored copies
+    `log_path`: the backend's log of what its platform did (one line each)."""
 
-    if TYPE_CHECKING:  # the backend's, which this half calls
-        def _refresh(self, out: list[Observation]) -> None: ...
+    def __init__(self, state_dir: str, log_path: str) -> None:
+        self.state_dir = state_dir
+        self.log_path = log_path
+        self.warm = (warm.pool_size(None), warm.idle_seconds(None))
+        self.log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
+        self.hub: Hub | None = None
+        self.transport: LaunchTransport | None = None
+        self.allocs: list[Alloc] = []
+        self.active: dict[str, Tracked] = {}
+        self.agents: dict[tuple[str, str], Agent] = {}
+        self.down: dict[str, float] = {}  # lost node -> when
+        self.seen_down: set[str] = set()  # lost nodes the platform has shown down since
+        self.addresses: dict[str, str] = {}
+        self.checks_failed: set[tuple[str, str]] = set()  # (allocation, node) reported
+        self.progress = ProgressReader()  # the launches' progress, from their mirrored copies
+        self.masters = MasterPorts()
+        self.holds = SpareHolds()  # the spare nodes each attempt holds (`hold_nodes`)
+        self.pending: list[Observation] = []
+        os.makedirs(os.path.join(state_dir, statedir.LAUNCHES), exist_ok=True)
 
-        def _notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None: ...
+    def start(self, host: str, directory: str) -> Hub:
+        """Start the relay and the hub at `host` (the hub's files in `directory`)."""
+        self.transport = LaunchTransport(self.state_dir, "net", host=host)
+        self.transport.ensure()
+        self.hub = Hub(directory, host, load_secret(directory))
+        return self.hub
 
-        def _log(self, line: str) -> None: ...
+    def close(self) -> None:
+        if self.hub is not None:
+            self.hub.close()
+        if self.transport is not None:
+            self.transport.close()
 
-    def _gone(self, tracked: Tracked, why: str, out: list[Observation]) -> None:
-        """A launch whose agent is gone with its node or allocation: killed with it."""
-        self._active.pop(tracked.launch.launch_id, None)
-        if not tracked.dispatched:
-            out.append(LaunchFailed(tracked.launch.launch_id, why, time.time()))
+    def log(self, line: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        with open(self.log_path, "a") as f:
+            f.write(f"{stamp} {line}\n")
+
+    # ---- the allocations' launches and holds ------------------------------------------------
+
+    def launches_of(self, alloc: Alloc) -> list[Tracked]:
+        return [t for t in self.active.values() if t.alloc is alloc]
+
+    def holds_spare(self, alloc: Alloc) -> bool:
+        return self.holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
+
+    def idle(self, alloc: Alloc) -> bool:
+        """Whether `alloc` holds neither a launch nor a spare (it may be given back)."""
+        return not self.holds_spare(alloc) and not self.launches_of(alloc)
+
+    def releasable(self, now: float) -> Iterator[Alloc]:
+        """The allocations to give back: those that held neither a launch nor a spare for
+        RELEASE_SECONDS (a restart's new launches come within milliseconds of the old ones'
+        exits), at once when nothing will come back to one: its nodes are lost, its job is
+        preempted, or a later attempt of its job has begun."""
+        for alloc in list(self.allocs):
+            if not alloc.slurm_id or not self.idle(alloc):
+                alloc.idle_since = None
+                continue
+            if alloc.idle_since is None:
+                alloc.idle_since = now
+            later = any(t.launch.job_id == alloc.job_id
+                        and t.launch.env.get("PERDURE_ATTEMPT") != alloc.attempt
+                        for t in self.active.values())
+            if not alloc.nodes or alloc.noticed or later or (
+                    now - alloc.idle_since >= RELEASE_SECONDS):
+                yield alloc
+
+    def queued(self, alloc: Alloc, reason: str, platform: str, what: str,
+               out: list[Observation]) -> None:
+        """The allocation's launches wait in the platform's queue for `reason` (the job shows
+        QUEUED with it), or, with "", no longer: the allocation runs."""
+        alloc.told = reason
+        for tracked in self.launches_of(alloc):
+            out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(), platform,
+                                    what))
+
+    # ---- launch, stop, adopt ----------------------------------------------------------------
+
+    def launch(self, launch: Launch, joins: Callable[[Launch, str], Alloc | None]) -> None:
+        """Record a new launch (its env with the relay's variables) and track it in the
+        allocation of its attempt that `joins` names, else in a new one of its node;
+        LaunchError for a launch id running or used before."""
+        assert self.transport is not None
+        if launch.launch_id in self.active:
+            raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
+        mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
+        if mirror.read_record(statedir.LAUNCH) is not None:
+            raise LaunchError(f"launch id {launch.launch_id!r} was already used; every "
+                              "launch needs a new id")
+        launch = dataclasses.replace(launch, env=self.transport.env(launch))
+        attempt = launch.env.get("PERDURE_ATTEMPT", "0")
+        alloc = joins(launch, attempt)
+        if alloc is None:
+            alloc = Alloc(launch.job_id, attempt, [launch.node])
+            self.allocs.append(alloc)
+        mirror.write_record(statedir.LAUNCH, {
+            "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
+            "node": launch.node, "log_prefix": launch.log_prefix, "created": time.time()})
+        self.active[launch.launch_id] = Tracked(launch, alloc, mirror)
+
+    def _agent_of(self, tracked: Tracked) -> Agent | None:
+        return self.agents.get((tracked.alloc.slurm_id, tracked.launch.node))
+
+    def stop(self, stop: Stop) -> None:
+        """Stop a launch through its agent; one still waiting for its allocation never ran: it
+        exits at once (at the next poll) as if the signal had ended it."""
+        tracked = self.active.get(stop.launch_id)
+        if tracked is None:
             return
-        out.append(reports.lost(tracked, why))
+        if not tracked.dispatched:
+            self.active.pop(stop.launch_id)
+            self.pending.append(ReplicaExited(stop.launch_id, 128 + int(stop.signal),
+                                              time.time(), signal=int(stop.signal)))
+            return
+        grace = max(0.0, stop.grace)
+        # The relay answers the replica's "is this a notice?" from this record.
+        tracked.mirror.write_record(statedir.STOP, statedir.stop_record(
+            stop.signal, grace, stop.reason, stop.notice))
+        agent = self._agent_of(tracked)
+        if agent is not None:
+            agent.send({"op": "stop", "launch_id": stop.launch_id, "signal": int(stop.signal),
+                        "grace": grace, "reason": stop.reason, "notice": stop.notice})
 
-    def _drain(self, out: list[Observation]) -> None:
+    def kill_node(self, node: str) -> None:
+        for tracked in [t for t in self.active.values() if t.launch.node == node]:
+            self.stop(Stop(tracked.launch.launch_id, signal.SIGKILL, 0.0,
+                           f"node {node} killed"))
+
+    def adopt(self, launch_ids: list[str], where: str, gone: str) -> list[Observation]:
+        """After a controller restart: track again the launches whose allocation still runs
+        (its id in their record's `where` field); the others fail, `gone` saying why."""
+        out: list[Observation] = []
+        for lid in launch_ids:
+            if lid in self.active:
+                continue
+            record = statedir.read_json(os.path.join(statedir.launch_dir(self.state_dir, lid),
+                                                     statedir.LAUNCH))
+            alloc = next((a for a in self.allocs if record is not None
+                          and a.slurm_id == record.get(where)), None)
+            if record is None or alloc is None or record.get("node") not in alloc.nodes:
+                out.append(LaunchFailed(lid, f"launch {lid}: {gone} (it ended while no "
+                                        "controller watched)", time.time()))
+                continue
+            launch = Launch(lid, str(record["job_id"]), str(record["replica"]),
+                            str(record["node"]), tuple(record["command"]), dict(record["env"]),
+                            str(record["cwd"]), record.get("memory_mb"),
+                            str(record["log_prefix"]), int(record.get("gpus") or 0))
+            self.active[lid] = Tracked(launch, alloc,
+                                       Mirror(self.state_dir, lid, launch.log_prefix),
+                                       dispatched=True)
+        return out
+
+    # ---- dispatch ---------------------------------------------------------------------------
+
+    def ready(self) -> Iterator[tuple[Tracked, Agent]]:
+        """The launches not yet handed over whose allocation runs and whose agent is
+        connected."""
+        for tracked in list(self.active.values()):
+            agent = self._agent_of(tracked)
+            if not tracked.dispatched and tracked.alloc.running and agent is not None:
+                yield tracked, agent
+
+    def place_master(self, env: dict[str, str], launch: Launch) -> bool:
+        """Rank 0's address and port into `env` (a port free on its node, the same for every
+        launch of its master key); False while rank 0's node agent is not up yet. A launch
+        whose rank 0 node is lost keeps what it has: the group restarts anyway."""
+        master = env.get("PERDURE_MASTER_NODE", "")
+        if not master or master in self.down:
+            return True
+        agent = next((a for (alloc_id, name), a in self.agents.items() if name == master
+                      and any(x.slurm_id == alloc_id and x.job_id == launch.job_id
+                              for x in self.allocs)), None)
+        if agent is None:
+            return False
+        env["MASTER_ADDR"] = agent.address
+        env["MASTER_PORT"] = self.masters.port(launch.job_id, launch.master_key,
+                                               functools.partial(self._free_port, agent))
+        return True
+
+    def _free_port(self, agent: Agent) -> str | None:
+        """A port free on `agent`'s node (None: its node is going)."""
+        assert self.hub is not None
+        answer = self.hub.request(agent, {"op": "port"}, PORT_SECONDS)
+        return None if answer is None else str(answer["port"])
+
+    def hand(self, tracked: Tracked, agent: Agent, env: dict[str, str],
+             kept: Mapping[str, Any]) -> bool:
+        """Send the launch, with `env`, to its agent; once sent it is dispatched and its
+        record kept in the state dir with `kept` (where it runs; what it shows instead of the
+        env). False: the agent's connection just ended (the node's loss follows)."""
+        launch = tracked.launch
+        record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
+                  "replica": launch.replica, "node": launch.node,
+                  "command": list(launch.command), "env": env, "cwd": launch.cwd,
+                  "memory_mb": launch.memory_mb, "gpus": launch.gpus,
+                  "log_max_bytes": self.log_max_bytes}
+        if not agent.send({"op": "launch", "record": record}):
+            return False
+        tracked.dispatched = True
+        tracked.mirror.write_record(statedir.LAUNCH, {
+            **record, "log_prefix": launch.log_prefix, "created": time.time(), **kept})
+        return True
+
+    # ---- the agents' reports, heartbeats and losses -----------------------------------------
+
+    def drain(self, platform: Platform, out: list[Observation]) -> None:
+        """Take in what the hub received: hellos, reports, ends of connections."""
         assert self.hub is not None
         while True:
             try:
@@ -67,38 +288,39 @@ class AgentLinks:
                 return
             key = (agent.alloc, agent.node)
             if frame is None:
-                if self._agents.get(key) is agent:
-                    del self._agents[key]
-                    self._agent_lost(agent, "its agent's connection ended", out)
+                if self.agents.get(key) is agent:
+                    del self.agents[key]
+                    self._agent_lost(platform, agent, "its agent's connection ended", out)
             elif frame.get("t") == "hello":
-                old = self._agents.get(key)
+                old = self.agents.get(key)
                 if old is not None and old is not agent:
                     with contextlib.suppress(OSError):
                         old.sock.close()
-                self._agents[key] = agent
-                self._addresses[agent.node] = agent.address
+                self.agents[key] = agent
+                self.addresses[agent.node] = agent.address
                 agent.send({"op": "track", "launches": {
-                    t.launch.launch_id: dict(t.mirror.offsets) for t in self._active.values()
+                    t.launch.launch_id: dict(t.mirror.offsets) for t in self.active.values()
                     if t.dispatched and (t.alloc.slurm_id, t.launch.node) == key}})
             elif frame.get("t") == "report":
-                self._report(agent, frame, out)
+                self._report(platform, agent, frame, out)
 
-    def _report(self, agent: Agent, frame: dict[str, object], out: list[Observation]) -> None:
-        alloc = next((a for a in self._allocs if a.slurm_id == agent.alloc), None)
+    def _report(self, platform: Platform, agent: Agent, frame: dict[str, object],
+                out: list[Observation]) -> None:
+        alloc = next((a for a in self.allocs if a.slurm_id == agent.alloc), None)
         if frame.get("notice") and alloc is not None and not alloc.noticed:
-            # SIGTERM: a preemption's notice (the allocation runs on, for GraceTime), or
-            # a scancel (it is CANCELLED already): Slurm's state tells which
-            self._refresh(out)
-            if alloc in self._allocs and alloc.running:
-                self._notice(alloc, str(frame["notice"]), out)
+            # SIGTERM: a preemption's notice (the allocation runs on, for its grace), or
+            # a cancel (it has ended already): the platform's state tells which
+            platform.refresh(out)
+            if alloc in self.allocs and alloc.running:
+                platform.notice(alloc, str(frame["notice"]), out)
         failed = frame.get("check_failed")
-        if failed and (agent.alloc, agent.node) not in self._checks_failed:
-            self._checks_failed.add((agent.alloc, agent.node))  # the node's preflight
-            self._log(f"node {agent.node} failed its check: {failed}")
+        if failed and (agent.alloc, agent.node) not in self.checks_failed:
+            self.checks_failed.add((agent.alloc, agent.node))  # the node's preflight
+            self.log(f"node {agent.node} failed its check: {failed}")
             out.append(NodeCheckFailed(agent.node, str(failed), time.time()))
         items = frame.get("launches")
         for lid, item in (items.items() if isinstance(items, dict) else []):
-            tracked = self._active.get(lid)
+            tracked = self.active.get(lid)
             if tracked is None or (tracked.alloc.slurm_id, tracked.launch.node) != (
                     agent.alloc, agent.node):
                 agent.send({"op": "forget", "launch_id": lid})
@@ -107,44 +329,77 @@ class AgentLinks:
                 # a report from before a resync: ask for what the copy lacks
                 agent.send({"op": "track", "launches": {lid: dict(tracked.mirror.offsets)}})
                 continue
-            if reports.apply(tracked, item, out, self._progress):
-                self._active.pop(lid, None)
+            if reports.apply(tracked, item, out, self.progress):
+                self.active.pop(lid, None)
                 agent.send({"op": "forget", "launch_id": lid})
 
-    def _agent_lost(self, agent: Agent, why: str, out: list[Observation]) -> None:
+    def _agent_lost(self, platform: Platform, agent: Agent, why: str,
+                    out: list[Observation]) -> None:
         """An agent is gone. Its allocation still running: its node is lost. Ended: the
         allocation's end explains it (read now, so it is not mistaken for a node's death)."""
-        alloc = next((a for a in self._allocs if a.slurm_id == agent.alloc), None)
+        alloc = next((a for a in self.allocs if a.slurm_id == agent.alloc), None)
         if alloc is None or alloc.ending:
             return
-        self._refresh(out)
-        if alloc in self._allocs and alloc.running:
-            self._lose_node(agent.node, f"node {agent.node}: {why}", out)
+        platform.refresh(out)
+        if alloc in self.allocs and alloc.running:
+            self.lose_node(agent.node, f"node {agent.node}: {why}", out)
 
-    def _heartbeats(self, now: float, out: list[Observation]) -> None:
-        for key, agent in list(self._agents.items()):
+    def heartbeats(self, platform: Platform, now: float, out: list[Observation]) -> None:
+        for key, agent in list(self.agents.items()):
             if now - agent.last_seen > HEARTBEAT_SECONDS:
-                del self._agents[key]
+                del self.agents[key]
                 with contextlib.suppress(OSError):
                     agent.sock.close()
-                self._agent_lost(agent, f"no heartbeat for {HEARTBEAT_SECONDS:g}s", out)
-        for alloc in self._allocs:
+                self._agent_lost(platform, agent, f"no heartbeat for {HEARTBEAT_SECONDS:g}s",
+                                 out)
+        for alloc in self.allocs:
             for node, since in list(alloc.agents.items()):
-                if ((alloc.slurm_id, node) not in self._agents and node in alloc.nodes
+                if ((alloc.slurm_id, node) not in self.agents and node in alloc.nodes
                         and now - since > AGENT_START_SECONDS and alloc.running):
                     alloc.agents[node] = now  # once per wait
-                    self._lose_node(node, f"node {node}: its agent never connected", out)
+                    self.lose_node(node, f"node {node}: its agent never connected", out)
 
-    def _lose_node(self, node: str, why: str, out: list[Observation]) -> None:
+    def lose_node(self, node: str, why: str, out: list[Observation]) -> None:
         """A node is gone: fail it (before its replicas' exits, so they are not charged)."""
-        for alloc in self._allocs:
+        for alloc in self.allocs:
             if node in alloc.nodes:
                 alloc.nodes.remove(node)  # a replacement there gets a new allocation
-        if node in self._down:
+        if node in self.down:
             return
-        self._log(why)
-        self._down[node] = time.monotonic()
-        self._seen_down.discard(node)
+        self.log(why)
+        self.down[node] = time.monotonic()
+        self.seen_down.discard(node)
         out.append(Command("fail-node", node, time.time()))
-        for tracked in [t for t in self._active.values() if t.launch.node == node]:
-            self._gone(tracked, why, out)
+        for tracked in [t for t in self.active.values() if t.launch.node == node]:
+            self.gone(tracked, why, out)
+
+    def end(self, alloc: Alloc, said: str, why: str, out: list[Observation]) -> None:
+        """`alloc` has ended (logged with `said`): its launches went with it (`why`)."""
+        with contextlib.suppress(ValueError):
+            self.allocs.remove(alloc)
+        alloc.ending = True
+        self.log(f"{alloc.job_id} attempt {alloc.attempt}: {said}")
+        for tracked in self.launches_of(alloc):
+            self.gone(tracked, why, out)
+
+    def gone(self, tracked: Tracked, why: str, out: list[Observation]) -> None:
+        """A launch whose agent is gone with its node or allocation: killed with it."""
+        self.active.pop(tracked.launch.launch_id, None)
+        if not tracked.dispatched:
+            out.append(LaunchFailed(tracked.launch.launch_id, why, time.time()))
+            return
+        out.append(reports.lost(tracked, why))
+
+    def restore(self, usable: Mapping[str, bool], after: float, now: float,
+                out: list[Observation]) -> None:
+        """A lost node is back once its platform has shown it down and usable again
+        (`usable`: what it says of each node it knows), or `after` seconds from its loss
+        when it never showed it down."""
+        for node, since in list(self.down.items()):
+            if node not in usable:
+                continue
+            if not usable[node]:
+                self.seen_down.add(node)
+            elif node in self.seen_down or now - since > after:
+                del self.down[node]
+                out.append(Command("node-back", node, time.time()))

@@ -11,6 +11,8 @@ import tempfile
 
 # The node agent's check (the cluster file's `health: preflight`): {argv, timeout, env, cwd}
 PREFLIGHT_ENV = "PERDURE_SLURM_PREFLIGHT"
+SECRET_ENV = "PERDURE_SLURM_SECRET"  # the node agents' key to the hub
+AGENT_ROLE = "agent"  # the handshake's launch field: an agent speaks for no launch
 
 
 def node_dir(node: str) -> str:

@@ -11,7 +11,6 @@ Side effects: writes the launch's mirror (logs, records) in the state dir.
 from __future__ import annotations
 
 import base64
-import os
 import signal
 import time
 from dataclasses import dataclass
@@ -19,11 +18,10 @@ from typing import Any
 
 from perdure import statedir
 from perdure.backends.agents.alloc import Alloc
-from perdure.backends.base import error_info
+from perdure.backends.base import exit_observation, sent_error
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.node.mirror import Mirror
-from perdure.core.events import Launch, LaunchFailed, Observation, ReplicaExited, ReplicaStarted
-from perdure.runtime.errorfile import read_error_file
+from perdure.core.events import Launch, Observation, ReplicaExited, ReplicaStarted
 
 
 @dataclass
@@ -67,24 +65,8 @@ def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation],
         return False
     progress.forget(lid)
     tracked.mirror.write_record(statedir.EXIT, record)
-    out.append(exit_observation(tracked, record))
+    out.append(exit_observation(lid, record, sent_error(tracked.mirror.dir, record)))
     return True
-
-
-def exit_observation(tracked: Tracked, record: dict[str, Any]) -> Observation:
-    """A launch's exit record as the core's observation (the local backend's reading)."""
-    lid = tracked.launch.launch_id
-    if "exit_code" not in record:
-        return LaunchFailed(lid, str(record.get("spawn_error")),
-                            float(record.get("time", time.time())))
-    code = int(record["exit_code"])
-    error = record.get("error")
-    if code != 0:  # what the replica sent the relay beats its stderr
-        error = read_error_file(os.path.join(tracked.mirror.dir, statedir.ERROR)) or error
-    return ReplicaExited(
-        launch_id=lid, exit_code=code, time=float(record["time"]),
-        signal=record.get("signal"), oom=bool(record.get("oom")), error=error_info(error),
-        peak_rss_mb=record.get("peak_rss_mb"), stderr_tail=str(record.get("stderr_tail") or ""))
 
 
 def lost(tracked: Tracked, why: str) -> Observation:

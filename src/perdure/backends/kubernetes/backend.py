@@ -1,21 +1,13 @@
 """Run replicas on Kubernetes: an agent pod per node of an attempt, replicas as processes.
 
-`KubernetesBackend` implements `perdure.backends.base.Backend` as the Slurm backend does,
-with a pod where Slurm has an allocation: the first launch of an attempt on a node makes an
-agent pod there (`pods.manifest`: pinned by the node's hostname label, on the node's
-network); while Kubernetes (or Kueue) keeps it Pending the launches wait, and the job shows
-QUEUED with Kubernetes' reason. Once it runs, its node agent (`agent`, the Slurm backend's)
-connects to this controller's hub and runs each launch under the local supervisor, warm
-from its pool; logs, progress, exits and a heartbeat come back over that connection: nothing
-is shared but the network. A replica's restart is a new launch in the same pod: no pod is
-made again, no image pulled, no scheduling wait.
-
-What Kubernetes does to the pods is read from watches (`watch`, `podstate`): a pod deleted
-with a grace period (an eviction, `kubectl drain`) or a cordoned node is a preemption notice
-(the job saves and suspends; its next attempt gets new pods); a node NotReady, a pod
-force-deleted or failed, or an agent whose connection ends while its pod runs is a lost node
-(`fail-node`, its replicas move). A restarted controller finds its pods by their labels
-and its agents reconnect to the hub at the port it recorded.
+As the Slurm backend, with a pod where Slurm has an allocation: the first launch of an attempt
+on a node makes an agent pod there (`pods.manifest`: pinned by the node's hostname label, on
+the node's network); while Kubernetes (or Kueue) keeps it Pending the launches wait, and the
+job shows QUEUED with Kubernetes' reason. Once it runs, its node agent connects to this
+controller's hub (`agents.links`): nothing is shared but the network. A replica's restart is a
+new launch in the same pod. What Kubernetes does to the pods is read from watches
+(`podstate`). A restarted controller finds its pods by their labels and its agents reconnect
+to the hub at the port it recorded.
 
 Pods hold no credentials of the spec: a job's credential variables are read from the Secret
 `<job name>-credentials`, and the agents' key to the hub from one the backend makes.
@@ -24,26 +16,18 @@ Pods hold no credentials of the spec: a job's credential variables are read from
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from urllib.parse import urlparse
 
 from perdure import statedir
-from perdure.backends.agents import launches
 from perdure.backends.agents.alloc import Alloc
-from perdure.backends.agents.hub import Agent, Hub, load_secret
-from perdure.backends.agents.reports import Tracked
-from perdure.backends.base import Backend, BackendUnavailable, NodeInfo
+from perdure.backends.agents.links import AgentLinks
+from perdure.backends.base import Backend, BackendUnavailable, NodeInfo, route_address
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError, load_config
 from perdure.backends.kubernetes.podstate import PodStates
 from perdure.backends.kubernetes.watch import Watch
-from perdure.backends.local.progress import ProgressReader
-from perdure.backends.masterport import MasterPorts
-from perdure.backends.node import logcap, warm
-from perdure.backends.node.transport import LaunchTransport
-from perdure.backends.spareholds import SpareHolds
 from perdure.core.clusterspec import ClusterSpec
 from perdure.core.events import HoldNodes, Launch, LaunchFailed, Observation, Stop
 from perdure.secrecy import is_secret
@@ -54,26 +38,26 @@ ADDRESS_ENV = "PERDURE_K8S_ADDRESS"  # the address agent pods reach this control
 # (PATH:ro): mounted into every agent pod, which then runs this controller's interpreter and
 # PYTHONPATH instead of the image's `python`.
 HOST_DIRS_ENV = "PERDURE_K8S_HOST_DIRS"
+LOG_FILE = "kubernetes.log"  # what Kubernetes did to the pods, in <state>/kubernetes
 OWN_ENV = ("PERDURE_",)  # perdure's variables are never credentials read from a Secret
 
 
 def own_address(server: str) -> str:
     """This machine's address on the way to the API server (where pods reach it)."""
     url = urlparse(server)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((socket.gethostbyname(url.hostname or "127.0.0.1"), url.port or 443))
-        return str(s.getsockname()[0])  # UDP: picks the route, sends nothing
+    return route_address(url.hostname or "127.0.0.1", url.port or 443)
 
 
-def _pairs(words: list[str]) -> list[tuple[str, str]]:
-    """PATH[:ro] items of a ':'-separated list (a `ro` word marks the path before it)."""
-    out: list[tuple[str, str]] = []
+def host_dirs(words: list[str]) -> tuple[str, ...]:
+    """The PATH and PATH:ro items of $PERDURE_K8S_HOST_DIRS split at ':' (a `ro` word marks
+    the path before it)."""
+    out: list[str] = []
     for word in words:
         if word == "ro" and out:
-            out[-1] = (out[-1][0], "ro")
+            out[-1] = out[-1].removesuffix(":ro") + ":ro"
         elif word:
-            out.append((word, ""))
-    return out
+            out.append(word)
+    return tuple(out)
 
 
 def credential_names(env: dict[str, str]) -> list[str]:
@@ -81,7 +65,7 @@ def credential_names(env: dict[str, str]) -> list[str]:
     return sorted(k for k, v in env.items() if is_secret(k, v) and not k.startswith(OWN_ENV))
 
 
-class KubernetesBackend(PodStates, Backend):
+class KubernetesBackend(Backend):
     """Replicas as processes of per-attempt agent pods (see the module docstring)."""
 
     def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
@@ -91,7 +75,7 @@ class KubernetesBackend(PodStates, Backend):
         self.state_dir = os.path.realpath(state_dir)
         self.dir = os.path.join(self.state_dir, "kubernetes")
         statedir.private_dirs(self.dir)
-        os.makedirs(os.path.join(self.state_dir, statedir.LAUNCHES), exist_ok=True)
+        self.links = AgentLinks(self.state_dir, os.path.join(self.dir, LOG_FILE))
         self.tag = pd.state_tag(self.state_dir)
         self.api = Api(load_config(self.k8s.kubeconfig, self.k8s.context, self.k8s.namespace,
                                    self.dir))
@@ -100,28 +84,9 @@ class KubernetesBackend(PodStates, Backend):
         except KubeError as exc:
             self.api.close()
             raise BackendUnavailable(f"kubernetes: {exc}") from None
+        self.pods = PodStates(self.api, self.links)
         self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
-        self._warm = (warm.pool_size(None), warm.idle_seconds(None))
-        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
-        self.hub: Hub | None = None
-        self._transport: LaunchTransport | None = None
-        self._watch: Watch | None = None
-        self._allocs: list[Alloc] = []
-        self._active: dict[str, Tracked] = {}
-        self._agents: dict[tuple[str, str], Agent] = {}
-        self._down: dict[str, float] = {}
-        self._seen_down: set[str] = set()
-        self._addresses: dict[str, str] = {}
-        self._masters = MasterPorts()
-        self._pending: list[Observation] = []
-        self._holds = SpareHolds()  # the spare nodes each attempt holds (`hold_nodes`)
         self._gpus: dict[str, dict[str, int]] = {}  # pod -> node GPU id -> its position
-        self._pods: dict[str, dict[str, object]] = {}
-        self._nodes: dict[str, dict[str, object]] = {}
-        self._seen: set[str] = set()
-        self._watch_said: dict[str, str] = {}
-        self._checks_failed: set[tuple[str, str]] = set()  # (pod, node): a preflight's
-        self._progress = ProgressReader()
 
     # ---- attach -----------------------------------------------------------------------------
 
@@ -132,17 +97,14 @@ class KubernetesBackend(PodStates, Backend):
     def _attach(self) -> None:
         """Start the hub and relay, make the agents' Secret, find this state dir's pods (a
         restarted controller's) by label and watch them, on first use."""
-        if self.hub is not None:
+        if self.links.hub is not None:
             return
         host = os.environ.get(ADDRESS_ENV) or own_address(self.api.config.server)
-        self._transport = LaunchTransport(self.state_dir, "net", host=host)
-        self._transport.ensure()
-        self.hub = Hub(self.dir, host, load_secret(self.dir))
-        self._agent_secret(self.hub.secret)
+        self._agent_secret(self.links.start(host, self.dir).secret)
         listed = self.api.call("GET", self.api.ns("pods"), params={"labelSelector": self.selector})
         for pod in listed.get("items") or []:
-            self._adopt_pod(pod)
-        self._watch = Watch(self.api, self.selector)
+            self.pods.adopt_pod(pod)
+        self.pods.watch = Watch(self.api, self.selector)
 
     def _agent_secret(self, secret: str) -> None:
         import base64
@@ -153,21 +115,6 @@ class KubernetesBackend(PodStates, Backend):
                 "data": {pd.AGENT_SECRET_KEY: base64.b64encode(secret.encode()).decode()}}
         if self.api.call("POST", self.api.ns("secrets"), body, ok=(409,)) == {}:
             self.api.call("PUT", self.api.ns("secrets", name), body)
-
-    def _adopt_pod(self, pod: dict[str, object]) -> None:
-        meta = dict(pod["metadata"])  # type: ignore[call-overload]
-        notes, labels = dict(meta.get("annotations") or {}), dict(meta.get("labels") or {})
-        if pd.terminating(pod) or pd.NODE_ANNOTATION not in notes:
-            return
-        self._pods[str(meta["name"])] = dict(pod)  # until the watch lists them again
-        running = pd.phase(pod) == "Running"
-        alloc = Alloc(str(notes[pd.JOB_ANNOTATION]), str(labels.get(pd.ATTEMPT_LABEL)),
-                         [str(notes[pd.NODE_ANNOTATION])], slurm_id=str(meta["name"]),
-                         state="RUNNING" if running else "PENDING", ran=running)
-        # its agent runs on: it connects to the hub again at the recorded address
-        alloc.agents = {alloc.nodes[0]: time.monotonic()} if running else {}
-        self._allocs.append(alloc)
-        self._seen.add(alloc.slurm_id)
 
     def nodes(self) -> list[NodeInfo]:
         self._attach()
@@ -191,44 +138,43 @@ class KubernetesBackend(PodStates, Backend):
 
     def launch(self, launch: Launch) -> None:
         self._attach()
-        assert self._transport is not None
-        launches.begin(self._active, self._allocs, self.state_dir, self._transport, launch,
-                       self._joins)
+        self.links.launch(launch, self._joins)
 
     def _joins(self, launch: Launch, attempt: str) -> Alloc | None:
         """The pod this launch runs in: its attempt's on its node (None: a new one)."""
-        return next((a for a in self._allocs if (a.job_id, a.attempt) == (launch.job_id, attempt)
+        return next((a for a in self.links.allocs
+                     if (a.job_id, a.attempt) == (launch.job_id, attempt)
                      and not (a.ending or a.noticed) and launch.node in a.nodes), None)
 
     def stop(self, stop: Stop) -> None:
-        launches.stop(self._active, self._agents, stop, self._pending)
+        self.links.stop(stop)
 
     def kill_node(self, node: str) -> None:
-        launches.kill_node(self._active, self._agents, node, self._pending)
+        self.links.kill_node(node)
 
     # ---- observe ----------------------------------------------------------------------------
 
     def poll(self) -> list[Observation]:
         self._attach()
-        out, self._pending = self._pending, []
+        out, self.links.pending = self.links.pending, []
         now = time.monotonic()
         self._submit(out)
-        self._refresh(out)
-        self._drain(out)
-        self._heartbeats(now, out)
-        if self._down:
-            self._restore(now, out)
+        self.pods.refresh(out)
+        self.links.drain(self.pods, out)
+        self.links.heartbeats(self.pods, now, out)
+        if self.links.down:
+            self.pods.restore(now, out)
         self._dispatch(out)
-        self._release(now)
+        self.pods.release(now)
         return out
 
     def _submit(self, out: list[Observation]) -> None:
         """Make the pods of new allocations (one per attempt and node)."""
-        for alloc in self._allocs:
+        for alloc in self.links.allocs:
             if alloc.slurm_id or alloc.ending:
                 continue
-            launches = [t.launch for t in self._active.values() if t.alloc is alloc]
-            if not launches and not self._holds_spare(alloc):
+            launches = [t.launch for t in self.links.launches_of(alloc)]
+            if not launches and not self.links.holds_spare(alloc):
                 alloc.ending = True
                 continue
             alloc.slurm_id = pd.pod_name(alloc.job_id, alloc.attempt)
@@ -239,91 +185,76 @@ class KubernetesBackend(PodStates, Backend):
             except KubeError as err:
                 alloc.ending = True
                 for launch in launches:
-                    self._active.pop(launch.launch_id, None)
+                    self.links.active.pop(launch.launch_id, None)
                     out.append(LaunchFailed(launch.launch_id, f"Kubernetes: {err}",
                                             time.time()))
             else:
-                self._log(f"{alloc.job_id} attempt {alloc.attempt}: pod {alloc.slurm_id} made "
-                          f"for node {alloc.nodes[0]}")
-        self._allocs = [a for a in self._allocs if a.slurm_id or not a.ending]
+                self.links.log(f"{alloc.job_id} attempt {alloc.attempt}: pod {alloc.slurm_id} "
+                               f"made for node {alloc.nodes[0]}")
+        self.links.allocs = [a for a in self.links.allocs if a.slurm_id or not a.ending]
 
     def _plan(self, alloc: Alloc, launches: list[Launch]) -> pd.PodPlan:
         """What `alloc`'s pod is made with; a spare's (no launch yet) is sized as the
         attempt's largest pod."""
-        assert self.hub is not None
-        attempt = [t.launch for t in self._active.values()
+        hub = self.links.hub
+        assert hub is not None
+        attempt = [t.launch for t in self.links.active.values()
                    if (t.alloc.job_id, t.alloc.attempt) == (alloc.job_id, alloc.attempt)]
         if not launches:
             per_node = {n: [x for x in attempt if x.node == n] for n in {x.node for x in attempt}}
             launches = max(per_node.values(), key=len, default=[])
         env = launches[0].env if launches else {}
-        words = os.environ.get(HOST_DIRS_ENV, "").split(os.pathsep)
-        host_dirs = tuple(f"{d}:ro" if ro == "ro" else d for d, ro in _pairs(words))
-        python = sys.executable if host_dirs else "python"
+        mounts = host_dirs(os.environ.get(HOST_DIRS_ENV, "").split(os.pathsep))
+        python = sys.executable if mounts else "python"
         extra = (("PYTHONPATH", os.environ["PYTHONPATH"]),) if (
-            host_dirs and os.environ.get("PYTHONPATH")) else ()
+            mounts and os.environ.get("PYTHONPATH")) else ()
         return pd.PodPlan(
             name=alloc.slurm_id, tag=self.tag, job_id=alloc.job_id, attempt=alloc.attempt,
             node=alloc.nodes[0],
-            command=[python, "-m", "perdure.backends.kubernetes.agent", self.hub.address,
-                     alloc.nodes[0], str(self._warm[0]), f"{self._warm[1]:g}"],
+            command=[python, "-m", "perdure.backends.kubernetes.agent", hub.address,
+                     alloc.nodes[0], str(self.links.warm[0]), f"{self.links.warm[1]:g}"],
             cpus=max(1, len(launches)), gpus=sum(launch.gpus for launch in launches),
             grace=float(env.get("PERDURE_GRACE_SECONDS", "30")),
             credentials=tuple(credential_names(env)), job_name=env.get("PERDURE_JOB_NAME", ""),
-            host_dirs=host_dirs, env=extra)
+            host_dirs=mounts, env=extra)
 
     def hold_nodes(self, hold: HoldNodes) -> None:
         """The spare nodes `hold.job_id`'s attempt holds: an agent pod on each (made now,
         its warm pool filled), so a lost node's replicas start on one at once: no pod to
         make, no scheduling wait. A pod holding neither a launch nor a spare is deleted."""
         self._attach()
-        key = self._holds.update(hold)
+        key = self.links.holds.update(hold)
         for node in hold.nodes:
             if not any((a.job_id, a.attempt) == key and node in a.nodes
-                       and not (a.ending or a.noticed) for a in self._allocs):
-                self._allocs.append(Alloc(*key, [node]))
-
-    def _holds_spare(self, alloc: Alloc) -> bool:
-        return self._holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
-
-    def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
-        """The pod's launches wait in Kubernetes for `reason` ("": the pod runs)."""
-        launches.queued(self._active, alloc, reason, "Kubernetes", f"pod {alloc.slurm_id}", out)
+                       and not (a.ending or a.noticed) for a in self.links.allocs):
+                self.links.allocs.append(Alloc(*key, [node]))
 
     def _dispatch(self, out: list[Observation]) -> None:
-        assert self.hub is not None
-        for tracked, agent in launches.ready(self._active, self._agents):
+        for tracked, agent in self.links.ready():
             hidden = set(credential_names(tracked.launch.env))  # the pod has them
             env = {k: v for k, v in tracked.launch.env.items() if k not in hidden}
             if env.get("CUDA_VISIBLE_DEVICES"):
                 env["CUDA_VISIBLE_DEVICES"] = pd.pod_gpus(
                     env["CUDA_VISIBLE_DEVICES"],
                     self._gpus.setdefault(tracked.alloc.slurm_id, {}))
-            if not launches.place_master(env, tracked.launch, self.hub, self._agents,
-                                         self._allocs, self._down, self._masters):
+            if not self.links.place_master(env, tracked.launch):
                 continue  # rank 0's node agent is not up yet
             shown = {k: ("<secret>" if k in hidden else v) for k, v in tracked.launch.env.items()}
-            launches.hand(tracked, agent, env, self._log_max_bytes,
-                          {"env": shown, "pod": tracked.alloc.slurm_id})
+            self.links.hand(tracked, agent, env, {"env": shown, "pod": tracked.alloc.slurm_id})
 
     # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
         self._attach()
-        return launches.adopt(self._active, self._allocs, self.state_dir, launch_ids, "pod",
-                              "its pod is gone")
+        return self.links.adopt(launch_ids, "pod", "its pod is gone")
 
     def close(self) -> None:
         """Stop watching: pods with launches, their agents and replicas run on (a restart
         re-attaches); pods that hold none are deleted now."""
-        for alloc in list(self._allocs):
-            if alloc.slurm_id and not self._holds_spare(alloc) and not any(
-                    t.alloc is alloc for t in self._active.values()):
-                self._delete(alloc, grace=1)
-        if self._watch is not None:
-            self._watch.close()
-        if self.hub is not None:
-            self.hub.close()
-        if self._transport is not None:
-            self._transport.close()
+        for alloc in list(self.links.allocs):
+            if alloc.slurm_id and self.links.idle(alloc):
+                self.pods.delete(alloc, grace=1)
+        if self.pods.watch is not None:
+            self.pods.watch.close()
+        self.links.close()
         self.api.close()

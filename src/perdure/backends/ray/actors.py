@@ -2,13 +2,11 @@
 
 `LaunchActor` (named `launch:<launch id>`) runs the local backend's supervisor for its launch
 in a launch directory on its own node, so a replica on Ray has exactly the local backend's
-semantics: exit code and signal, the error file (written and read on that node), OOM over
-`memory_mb`, stop with grace then SIGKILL of the whole process group, the stop notice file.
-It outlives the controller (detached) and the supervisor dies with it. It keeps
+semantics. It outlives the controller (detached) and the supervisor dies with it. It keeps
 the launch's logs and progress reports on its node; the controller pulls them (`pull`).
 A launch actor is either made for its launch (the record given to the constructor) or started
-ahead of need as a spare (`spare_actors`) and handed its launch by `begin`: a Ray worker takes
-~1.7 s to start here, which a restart then does not wait for.
+ahead of need as a spare (`spare_actors`) and handed its launch by `begin`, so a restart does
+not wait for a Ray worker to start.
 
 A launch actor hands its launch to its node's agent (`nodeactor`), whose spawner starts it
 warm when it can; the supervisor that runs it is then not the actor's child, and watches the
@@ -34,12 +32,13 @@ from typing import Any
 import ray
 
 from perdure import statedir
+from perdure.backends import launchdir
 from perdure.backends.node import procs
 from perdure.backends.node.nodeenv import interface_env
 from perdure.backends.node.pulls import pull_launch
-from perdure.backends.node.replicas import kill_leftovers, signal_replica
+from perdure.backends.node.replicas import signal_replica
 from perdure.backends.preflight import NodeGate, check_env
-from perdure.backends.ray.nodeactor import identity, node_actor, node_address, node_dir
+from perdure.backends.ray.nodeactor import node_actor, node_address, node_dir
 
 AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
 # The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
@@ -50,12 +49,6 @@ BEGIN_SECONDS = 30.0  # a call that comes before `begin` waits this long for it
 # and leaves after this many checks in a row that say no (a loaded GCS may miss one answer).
 IDLE_CHECK_SECONDS = 5.0
 IDLE_MISSES = 3
-
-
-def network_env() -> dict[str, str]:
-    """Make gloo and NCCL talk over the interface Ray reaches this node on (the user's own
-    settings win)."""
-    return interface_env(node_address())
 
 
 def _in_supervisor() -> None:
@@ -69,16 +62,15 @@ def _owner() -> dict[str, int]:
     death, ray.kill, the memory monitor) takes its replica with it. The supervisor watches it
     (`Supervisor._watch_owner`), as a supervisor the node agent's spawner forked is not its
     child; one started here also has PDEATHSIG."""
-    return identity(os.getpid())
+    return launchdir.identity(os.getpid())
 
 
 class LaunchActor:
     """Runs one replica under the local supervisor on this node (see the module docstring).
 
-    The supervisor comes from the node agent's spawner, which hands an eligible launch to a
-    warm standby (torch imported) when one is ready; when the agent does not take the launch
-    within AGENT_SECONDS, or its spawner has not started it by CLAIM_SECONDS, this actor starts
-    the supervisor cold itself. Whichever supervisor claims the launch first runs it.
+    When the node agent does not take the launch within AGENT_SECONDS, or its spawner has not
+    started it by CLAIM_SECONDS, this actor starts the supervisor cold itself. Whichever
+    supervisor claims the launch first runs it.
     """
 
     def __init__(self, record: dict[str, Any] | None = None,
@@ -122,20 +114,10 @@ class LaunchActor:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         if "PERDURE_TRANSPORT" not in env:  # without the relay, reports stay here to be pulled
             env["PERDURE_REPORT_DIR"] = self.dir
-        env.update({k: v for k, v in network_env().items() if k not in env})
-        spec = {
-            **{k: v for k, v in record.items() if k != "preflight"},
-            "command": command,
-            "env": env,
-            "inherit_env": True,
-            "memory_mechanism": record.get("memory_mechanism", "auto"),
-            "stdout": os.path.join(self.dir, statedir.STREAMS["out"]),
-            "stderr": os.path.join(self.dir, statedir.STREAMS["err"]),
-            "output": os.path.join(self.dir, statedir.STREAMS["log"]),
-            "created": self.created,
-            "owner": _owner(),
-        }
-        statedir.write_json(os.path.join(self.dir, statedir.LAUNCH), spec)
+        # gloo and NCCL talk over the interface Ray reaches this node on (the user's own win)
+        env.update({k: v for k, v in interface_env(node_address()).items() if k not in env})
+        launchdir.write_launch(self.dir, {k: v for k, v in record.items() if k != "preflight"},
+                               command, env, _owner(), created=self.created)
         self.supervisor: subprocess.Popen[bytes] | None = None
         self.via = "cold"
         self._exited = threading.Event()
@@ -250,11 +232,6 @@ class LaunchActor:
     def _read(self, name: str) -> dict[str, Any] | None:
         return statedir.read_json(os.path.join(self.dir, name))
 
-    def where(self) -> dict[str, Any]:
-        """The node this launch runs on (address, pid of the actor) and its directory."""
-        self._began()
-        return {"address": node_address(), "pid": os.getpid(), "dir": self.dir}
-
     def started(self, timeout: float) -> dict[str, Any] | None:
         """Wait up to `timeout` s for the replica to start: its status record, else None."""
         deadline = time.monotonic() + timeout
@@ -281,12 +258,7 @@ class LaunchActor:
             if record is not None:
                 return record
             code = "" if self.supervisor is None else f" ({self.supervisor.returncode})"
-            kill_leftovers(self._read(statedir.STATUS) or {}, self.dir)
-            return {"spawn_error": f"the supervisor of launch {self.launch_id} exited"
-                                   f"{code} without recording the replica's exit; see "
-                                   f"{os.path.join(self.dir, statedir.SUPERVISOR_LOG)} on "
-                                   f"{node_address()}",
-                    "time": time.time()}
+            return launchdir.supervisor_lost(self.dir, node_address(), code)
         return None
 
     def stop(self, sig: int, grace: float, reason: str, notice: str | None,
@@ -299,17 +271,10 @@ class LaunchActor:
         with self._hold:
             if self.held:  # never started: it ends unstarted
                 self.held = False
-                statedir.write_json(os.path.join(self.dir, statedir.EXIT), {
-                    "exit_code": 128 + sig, "signal": sig, "time": time.time(),
-                    "unstarted": f"stopped ({reason}) while held by the node's check"})
+                launchdir.end_unstarted(self.dir, sig, reason)
                 self._exited.set()
                 return
-        statedir.write_json(os.path.join(self.dir, statedir.STOP),
-                          statedir.stop_record(sig, grace, reason, notice, delay))
-        status = self._read(statedir.STATUS)
-        if status is not None:  # else the supervisor reads stop.json once it has started it
-            procs.send_signal(int(status["supervisor_pid"]),
-                              int(status["supervisor_start_ticks"]), signal.SIGUSR1)
+        launchdir.stop(self.dir, sig, grace, reason, notice, delay)
 
     def signal(self, sig: int) -> int:
         """Signal the replica's own process (chaos); its pid; ProcessLookupError if gone."""

@@ -29,7 +29,7 @@ from ray.exceptions import (
 )
 
 from perdure import statedir
-from perdure.backends.base import Backend, LaunchError, NodeInfo
+from perdure.backends.base import Backend, LaunchError, NodeInfo, exit_observation, sent_error
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
@@ -53,8 +53,6 @@ from perdure.core.events import (
     ReplicaStarted,
     Stop,
 )
-from perdure.runtime.errorfile import read_error_file
-from perdure.runtime.ranks import rank_file
 
 WAIT_SECONDS = 30.0  # how long one outstanding start/exit call waits on the node
 NODES_SECONDS = 0.5  # how often the GCS is asked which nodes are alive
@@ -80,11 +78,10 @@ class RayBackend(Backend):
         self._masters = MasterPorts()
         self._progress = ProgressReader()  # the launches' progress, from their mirrored copies
         self._agents: dict[str, Any] = {}
-        # Each node agent's pool of warm standbys, as the local backend's (ValueError: bad env)
+        # ValueError naming the variable of the environment that is unusable:
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
-        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
+        self._log_max_bytes = logcap.max_bytes()
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
-        # Launch actors started ahead of need per node (ValueError naming its variable)
         self._spares = SpareActors(self.ns, size_setting(), self._warm)
         self._ports_ahead = PortsAhead()
         self._holds = SpareHolds()  # the spare nodes each job's attempt holds
@@ -257,8 +254,8 @@ class RayBackend(Backend):
             self._report_failed(tracked, f"launch {tracked.launch_id}: {err}", out)
             return
         news = replies.read(tracked.asked, tracked.started, value)
-        if news.check_failed is not None and not tracked.meta.get("check_failed"):
-            tracked.meta["check_failed"] = True  # said once: the core quarantines the node
+        if news.check_failed is not None and not tracked.check_failed:
+            tracked.check_failed = True  # the core quarantines the node
             out.append(NodeCheckFailed(tracked.node, news.check_failed, time.time()))
         if news.started is not None:
             pid, started_at, status = news.started
@@ -287,12 +284,8 @@ class RayBackend(Backend):
         tracked.mirror.write_record(statedir.EXIT, record)
         self._active.pop(tracked.launch_id, None)
         tracked.actor.release.remote()
-        error = None
-        if record.get("exit_code", 0) != 0:  # what the replica sent the relay beats its stderr
-            rank = record.get("local_rank")
-            name = rank_file(statedir.ERROR, rank if isinstance(rank, int) else 0)
-            error = read_error_file(os.path.join(tracked.mirror.dir, name))
-        out.append(replies.exit_observation(tracked.launch_id, record, error))
+        out.append(exit_observation(tracked.launch_id, record,
+                                    sent_error(tracked.mirror.dir, record)))
 
     def _actor_died(self, tracked: Tracked, err: RayError, out: list[Observation]) -> None:
         """The launch's actor is gone: its node died, Ray's memory monitor killed it, or

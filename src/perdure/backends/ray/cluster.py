@@ -1,9 +1,9 @@
-"""The controller's view of the Ray cluster: connecting, the nodes (the namespace lock: nslock).
+"""The controller's view of the Ray cluster: connecting, the GCS, the nodes, the actors.
 
 A perdure node is the Ray node that advertises the custom resource `perdure_node_<name>`
 (its amount is the node's slots). Nodes are read from the GCS (`ray.nodes()`), which notices
-a dead raylet only after its heartbeats time out (~15 s here); the backend learns of a lost
-node sooner from its actors' calls failing, and asks the node's agent to be sure.
+a dead raylet only after its heartbeats time out; the backend learns of a lost node sooner
+from its actors' calls failing, and asks the node's agent to be sure.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from perdure.backends.base import BackendUnavailable, NodeInfo
+from perdure.backends.base import BackendUnavailable, NodeInfo, route_address
 from perdure.backends.ray import versions
 from perdure.backends.ray.actors import LaunchActor
 from perdure.backends.ray.nodeactor import (
@@ -28,7 +28,6 @@ from perdure.backends.ray.nodeactor import (
     RESOURCE_PREFIX,
     remote_class,
 )
-from perdure.backends.ray.nslock import gcs_client
 from perdure.core.clusterspec import RaySpec
 
 
@@ -56,9 +55,7 @@ def _cluster_mismatch(spec: RaySpec) -> str | None:
     (None: the same, or no answer): an older Ray client fails on a newer cluster before Ray
     compares versions, with a ConnectionError that says nothing."""
     try:
-        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # not public API
-
-        raw = GcsClient(address=spec.address).internal_kv_get(
+        raw = gcs_client(spec.address).internal_kv_get(
             b"CLUSTER_METADATA", namespace=b"cluster", timeout=5)
         meta = json.loads(raw)
         theirs = (str(meta["ray_version"]), str(meta["python_version"]))
@@ -68,13 +65,19 @@ def _cluster_mismatch(spec: RaySpec) -> str | None:
                                   spec.address)
 
 
+@functools.cache
+def gcs_client(address: str | None = None) -> Any:
+    """Ray's own client of a GCS (not public API): `address`'s, else this process's cluster's."""
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    return GcsClient(address=address or ray.get_runtime_context().gcs_address)
+
+
 def own_address() -> str:
     """This machine's address on the way to the Ray cluster's GCS (where replicas on other
     hosts can reach it); not the machine's default address, which Ray's own guess would be."""
     host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((host, int(port)))  # UDP: picks the route, sends nothing
-        return str(s.getsockname()[0])
+    return route_address(host, int(port))
 
 
 @dataclass(frozen=True)
@@ -134,9 +137,11 @@ def node_infos(configured: list[NodeInfo], live: dict[str, RayNode]) -> list[Nod
 
 
 def launch_actor(node: str, launch_id: str, namespace: str, record: dict[str, Any]) -> Any:
-    """Create the detached actor of a launch on `node` (never waits for it to start)."""
-    return remote_class(LaunchActor).options(**launch_options(node, launch_id, namespace,
-                                                         int(record.get("gpus", 0)))).remote(record)
+    """Create the detached actor of a launch on `node` (never waits for it to start), holding
+    the replica's GPUs (`num_gpus`: Ray then sets the actor's CUDA_VISIBLE_DEVICES, which the
+    replica inherits)."""
+    return remote_class(LaunchActor).options(**actor_options(
+        node, f"launch:{launch_id}", namespace, int(record.get("gpus", 0)))).remote(record)
 
 
 def spare_launch_actor(node: str, name: str, namespace: str, owner: dict[str, Any]) -> Any:
@@ -146,13 +151,8 @@ def spare_launch_actor(node: str, name: str, namespace: str, owner: dict[str, An
         **actor_options(node, name, namespace, 0)).remote(None, owner)
 
 
-def launch_options(node: str, launch_id: str, namespace: str, gpus: int) -> dict[str, Any]:
-    """The options of a launch's actor: pinned to its perdure node, holding the replica's GPUs
-    (`num_gpus`: Ray then sets the actor's CUDA_VISIBLE_DEVICES, which the replica inherits)."""
-    return actor_options(node, f"launch:{launch_id}", namespace, gpus)
-
-
 def actor_options(node: str, name: str, namespace: str, gpus: int) -> dict[str, Any]:
+    """A launch actor's options: pinned to its perdure node, taking no slot of it."""
     return {"name": name, "namespace": namespace, "lifetime": "detached",
             "resources": {RESOURCE_PREFIX + node: PIN}, "num_cpus": 0, "num_gpus": gpus,
             "max_restarts": 0, "max_concurrency": ACTOR_CONCURRENCY}

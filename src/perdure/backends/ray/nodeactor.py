@@ -22,8 +22,8 @@ from typing import Any
 import ray
 
 from perdure import statedir
+from perdure.backends.launchdir import identity
 from perdure.backends.masterport import local_port
-from perdure.backends.node import procs
 from perdure.backends.node.pulls import pull_launch
 from perdure.backends.preflight import NodeGate
 
@@ -54,16 +54,8 @@ def node_dir() -> str:
     return path
 
 
-def identity(pid: int) -> dict[str, int]:
-    """A process as pid and start time (a pid alone may be reused)."""
-    own = procs.stat(pid)
-    return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
-
-
 class NodeActor:
-    """What a perdure node knows about itself, for the controller; and the node's spawner with
-    its pool of warm standbys (the local backend's: `spawner`, `zygote`, `pool`), which the
-    launch actors of this node hand their launches to. The spawner exits with this agent."""
+    """A perdure node's agent on Ray (see the module docstring); its spawner exits with it."""
 
     def __init__(self, warm_pool: int | str = "auto", warm_idle: float = 600.0) -> None:
         from perdure.backends.node.spawner import Spawner
@@ -113,8 +105,8 @@ class NodeActor:
         return statedir.read_json(os.path.join(self.launches, statedir.WARM_STATUS))
 
     def info(self) -> dict[str, Any]:
-        return {"address": node_address(), "python": sys.executable,
-                "node_id": ray.get_runtime_context().get_node_id(), "dir": node_dir()}
+        """Where it runs (the controller calls it to learn whether the node answers)."""
+        return {"address": node_address(), "python": sys.executable}
 
     def pull(self, launch_id: str, offsets: dict[str, int]) -> dict[str, bytes]:
         """A launch's streams, as `LaunchActor.pull`, once its actor is gone (killed by

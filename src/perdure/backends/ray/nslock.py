@@ -1,17 +1,14 @@
 """The namespace lock: one controller at a time drives a Ray namespace.
 
 The lock is a named actor on the head node, held by the controller that made it. It is
-detached, so its life does not hang on the GCS calling the controller's driver back: Ray 2.50's
-GCS cancels a driver-owned actor before it starts when the driver's advertised address does not
-answer (a driver behind a NAT, in a container, or beside the cluster's hosts as in the tests),
-where 2.60's keeps trying. Instead the lock watches its controller's Ray job and leaves once
-that job has ended (its driver exited or was killed), so a restarted controller can take it
-within about 1.5 s (measured here on 2.50 and 2.60).
+detached, so its life does not hang on the GCS calling the controller's driver back (a GCS may
+cancel a driver-owned actor whose driver's address does not answer: behind a NAT, in a
+container). Instead the lock watches its controller's Ray job and leaves once that job has
+ended, so a restarted controller can take it within seconds.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import time
@@ -22,6 +19,7 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from perdure.backends.base import BackendBusy, BackendUnavailable
+from perdure.backends.ray.cluster import gcs_client
 from perdure.backends.ray.nodeactor import PIN, remote_class
 from perdure.core.clusterspec import RaySpec
 
@@ -52,21 +50,13 @@ class NamespaceLock:
         os._exit(0)  # a detached actor ends only so (or killed); its name is free again
 
 
-@functools.cache
-def gcs_client() -> Any:
-    """Ray's own client of its GCS, for this process (not public API)."""
-    from ray._raylet import GcsClient  # type: ignore[attr-defined]
-
-    return GcsClient(address=ray.get_runtime_context().gcs_address)
-
-
 def job_ended(job_id: str) -> bool:
     """Whether the GCS says the Ray job `job_id` (hex) has ended; False when it does not
     answer (no answer is no proof)."""
     try:
         jobs = gcs_client().get_all_job_info(job_or_submission_id=job_id,
-                                    skip_submission_job_info_field=True,
-                                    skip_is_running_tasks_field=True, timeout=5)
+                                             skip_submission_job_info_field=True,
+                                             skip_is_running_tasks_field=True, timeout=5)
     except Exception:
         return False
     info = next((v for k, v in jobs.items() if k.hex() == job_id), None)

@@ -8,21 +8,16 @@ was asked, never guessed from the order they come in: a replica that ends before
 record is read (a quick replica, a loaded machine) answers `exit` with an exit record, which
 is its end, not its start.
 
-No side effects: `read` maps (question, answer) to what to report and what to ask next;
-`exit_observation` an exit record (and the error the replica sent) to the core's observation.
+No side effects: `read` maps (question, answer) to what to report and what to ask next.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from perdure.backends.base import error_info
-from perdure.core.events import LaunchFailed, ReplicaExited
-
-__all__ = ["EXIT", "STARTED", "Next", "UnexpectedReply", "exit_observation", "read"]
+__all__ = ["EXIT", "STARTED", "Next", "UnexpectedReply", "read"]
 
 STARTED, EXIT = "started", "exit"
 
@@ -76,22 +71,3 @@ def read(asked: str, started: bool, answer: Any) -> Next:
         return Next(EXIT, check_failed=answer["check_failed"])  # held until it is stopped
     raise UnexpectedReply(f"the answer to {asked!r} is neither a status nor an exit record: "
                           f"{answer!r:.300}")
-
-
-def exit_observation(launch_id: str, record: dict[str, Any],
-                     error_file: dict[str, Any] | None) -> ReplicaExited | LaunchFailed:
-    """The observation of an exit record that `read` accepted (`error_file`: what the replica
-    sent the relay, which beats the supervisor's guess from stderr)."""
-    if "exit_code" not in record:
-        return LaunchFailed(launch_id, str(record.get("spawn_error")),
-                            float(record.get("time", time.time())),
-                            user_error=record.get("user_error") is True)
-    signal, rank = record.get("signal"), record.get("local_rank")
-    rss = record.get("peak_rss_mb")
-    return ReplicaExited(
-        launch_id=launch_id, exit_code=int(record["exit_code"]), time=float(record["time"]),
-        signal=signal if isinstance(signal, int) and not isinstance(signal, bool) else None,
-        oom=bool(record.get("oom")), error=error_info(error_file or record.get("error")),
-        peak_rss_mb=float(rss) if isinstance(rss, int | float) else None,
-        local_rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
-        stderr_tail=str(record.get("stderr_tail") or ""))

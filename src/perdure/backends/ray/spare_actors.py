@@ -1,15 +1,12 @@
 """Spare launch actors: launch actors started on each node ahead of need.
 
-Ray starts a worker process for every new actor (~1.7 s here, most of a warm restart on Ray);
-a launch that takes a spare instead has its replica starting within milliseconds of the call
+Ray starts a worker process for every new actor, most of a warm restart on Ray; a launch that
+takes a spare instead has its replica starting within milliseconds of the call
 (`LaunchActor.begin`). Each live node keeps up to `size` spares, by default its slots (a group
 restart relaunches at most that many there at once), and twice its slots once a restart has
-taken spares there: a node lost just after a restart makes a second restart within a second
-or two (the first was sent before the loss was known: its launches on the surviving nodes are
-stopped and launched again for a new rank 0). Only nodes that restart pay for the deeper
-reserve. Spares taken are replaced a moment after the first of them, once the restart's own
-launches are on their way, so the new workers do not compete with them; further takes do not
-push that back.
+taken spares there: a node lost just after a restart makes a second restart at once. Spares
+taken are replaced a moment after the first of them, once the restart's own launches are on
+their way, so the new workers do not compete with them.
 
 A spare is a detached actor named `spare:<node>:<token>`; the launch it takes keeps that name
 in its record, so a controller that restarts finds it again (`cluster.find_launch`). A spare
@@ -17,8 +14,7 @@ nobody took leaves by itself once its controller no longer holds the namespace l
 `close` kills those of a controller that stops.
 
 Settings: `$PERDURE_RAY_SPARE_ACTORS` ("auto": each node's slots, twice that once a restart took
-some there, at most AUTO_MAX; a number
-from 0 to MAX: that many per node; 0 turns them off).
+some there, at most AUTO_MAX; a number from 0 to MAX: that many per node; 0 turns them off).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -40,7 +40,7 @@ class Tracked:
     pulling: Any = None
     next_pull: float = 0.0
     lost: bool = False  # its node was reported lost: report its exit as a kill
-    meta: dict[str, Any] = field(default_factory=dict)
+    check_failed: bool = False  # its node's failed check was reported (said once)
 
 
 def pull_all(launches: Iterable[Tracked], now: float) -> None:

@@ -2,13 +2,8 @@
 ray import, no side effects).
 
 `RAY_FLOOR` is the oldest Ray the backend is tested on (the ray extra's floor in
-pyproject.toml; a unit test holds the two equal; scripts/compat_matrix.py's ray cells run every
-Ray test). The backend is made for 2.50 as well, whose cell does not pass yet (pyproject.toml
-says why). What differs between 2.50 and 2.60, and where the backend meets it: draining nodes
-are read through the GCS client where it has the call (2.60), else through Ray's global state
-accessor (2.50) (`cluster._draining_reader`, found once per process); the namespace lock is a
-detached actor on every version, as 2.50's GCS cancels a driver-owned actor whose driver it
-cannot call back (`nslock`).
+pyproject.toml; a unit test holds the two equal). Where Rays differ the backend finds the way
+once per process (`cluster._draining_reader`).
 
 Ray's client and cluster must run the same Ray (and Python): `ray.init` refuses another with a
 multi-line "Version mismatch" error, which `mismatch_line` turns into one line that says what

@@ -22,14 +22,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from perdure.backends.agents.alloc import Alloc
-from perdure.backends.agents.nodedir import PREFLIGHT_ENV
+from perdure.backends.agents.nodedir import PREFLIGHT_ENV, SECRET_ENV
 from perdure.backends.preflight import check_env
 from perdure.backends.slurm import slurmcmd
 from perdure.core.clusterspec import SlurmSpec
 from perdure.core.events import Launch
 from perdure.core.healthspec import HealthSpec
-
-SECRET_ENV = "PERDURE_SLURM_SECRET"
 
 
 def name_prefix(state_dir: str) -> str:

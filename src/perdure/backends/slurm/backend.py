@@ -1,24 +1,17 @@
 """Run replicas on a Slurm cluster: an allocation per attempt, a node agent per node.
 
-`SlurmBackend` implements `perdure.backends.base.Backend`. The first launches of an attempt
-submit a holder job over their nodes (`allocs`); while Slurm queues it the launches wait
-(Slurm's state and reason are in `<state>/slurm/allocs.json` and the controller's log). Once
-it runs, a node agent starts as a step on each node (`agent`) and connects to this
-controller's hub (`hub`); each launch is handed to its node's agent, which runs it under the
-local backend's supervisor through its spawner and warm pool, and a step named after the
-launch (`step`) shows the replica to Slurm. A restart is a new launch in the allocation the
-attempt holds: no new queue wait. A launch on a node the allocation lacks (a replacement)
-gets a further allocation of that node. With the cluster file's `health: preflight` each
-agent checks its node before its warm pool and launches start there (`agent`); a node that
-fails is quarantined (core) and left out of every later allocation (`fence_nodes`).
+The first launches of an attempt submit a holder job over their nodes (`allocs`); while Slurm
+queues it the launches wait (Slurm's state and reason are in `<state>/slurm/allocs.json` and
+the controller's log). Once it runs, a node agent starts as a step on each node and connects
+to this controller's hub; each launch is handed to its node's agent (`agents.links`), and a
+step named after the launch (`step`) shows the replica to Slurm. A restart is a new launch in
+the allocation the attempt holds: no new queue wait. A launch on a node the allocation lacks
+(a replacement) gets a further allocation of that node. A node that fails its preflight check
+is quarantined (core) and left out of every later allocation (`fence_nodes`).
 
-Agents push their launches' status, exit, logs and progress (kept where the local backend
-keeps them: `perdure logs` reads them on this login node) and a heartbeat. An agent that goes
-silent for HEARTBEAT_SECONDS, or whose connection ends while its allocation still runs, is
-a lost node (a `fail-node`: its replicas are lost with it, no restart charged); the node is
-restored once Slurm has seen it down and back. The holder's notices (the time limit's
-warning, a preemption's SIGTERM) and an agent's SIGTERM become a `preempt` of the job; an
-allocation that ends otherwise (scancel from outside) a `cancel`.
+A lost node is restored once Slurm has seen it down and back. The holder's notices (the time
+limit's warning, a preemption's SIGTERM) and an agent's SIGTERM become a `preempt` of the job;
+an allocation that ends otherwise (scancel from outside) a `cancel`.
 """
 
 from __future__ import annotations
@@ -29,33 +22,24 @@ import subprocess
 import time
 
 from perdure import statedir
-from perdure.backends.agents import launches
 from perdure.backends.agents.alloc import Alloc
-from perdure.backends.agents.hub import Agent, Hub, load_secret
 from perdure.backends.agents.links import AgentLinks
-from perdure.backends.agents.reports import Tracked
 from perdure.backends.base import Backend, NodeInfo
-from perdure.backends.local.progress import ProgressReader
-from perdure.backends.masterport import MasterPorts
-from perdure.backends.node import logcap, warm
-from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.slurm import allocs as al
-from perdure.backends.slurm import holds, slurmcmd
+from perdure.backends.slurm import slurmcmd
 from perdure.backends.slurm.platform import PlatformWatch
-from perdure.backends.slurm.restore import NodeRestore
-from perdure.backends.spareholds import SpareHolds
 from perdure.core.clusterspec import ClusterSpec, SlurmSpec
 from perdure.core.events import Command, HoldNodes, Launch, LaunchFailed, Observation, Stop
 
 SQUEUE_SECONDS = 0.5  # how often the allocations' states are read
 SINFO_SECONDS = 2.0  # how often lost nodes are looked at (to restore them)
-RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back (scancel)
+RESTORE_SECONDS = 60.0  # a lost node Slurm never showed down is restored after this
 WARNING_MARGIN = 10  # seconds added to the grace for the time limit's warning
 ADDRESS_ENV = "PERDURE_SLURM_ADDRESS"  # the address agents reach this controller at
 DRAIN_REASON_CHARS = 200  # of the reason perdure gives Slurm's drain (sinfo shows it)
 
 
-class SlurmBackend(AgentLinks, NodeRestore, Backend):
+class SlurmBackend(Backend):
     """Replicas as job steps of per-attempt Slurm allocations (see the module docstring)."""
 
     def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
@@ -63,41 +47,23 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
         self.state_dir = os.path.realpath(state_dir)
         self.dir = os.path.join(self.state_dir, statedir.SLURM)
         statedir.private_dirs(self.dir)
-        os.makedirs(os.path.join(self.state_dir, statedir.LAUNCHES), exist_ok=True)
+        self.links = AgentLinks(self.state_dir, os.path.join(self.dir, statedir.SLURM_LOG))
         self.prefix = al.name_prefix(self.state_dir)
         self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
-        self._warm = (warm.pool_size(None), warm.idle_seconds(None))
-        self._log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
-        self.hub: Hub | None = None
-        self._transport: LaunchTransport | None = None
-        self._allocs: list[Alloc] = []
-        self._active: dict[str, Tracked] = {}
-        self._agents: dict[tuple[str, str], Agent] = {}
         self._procs: list[subprocess.Popen[bytes]] = []
-        self._down: dict[str, float] = {}  # lost node -> when
-        self._seen_down: set[str] = set()  # lost nodes Slurm has shown down since
-        self._addresses: dict[str, str] = {}
-        self._masters = MasterPorts()
-        self._pending: list[Observation] = []
-        self._holds = SpareHolds()  # the spare nodes each attempt holds (`hold_nodes`)
         self._next_squeue = self._next_sinfo = 0.0
         self._fenced: dict[str, str] = {}  # quarantined nodes (core/health.py) -> why
         self._platform = PlatformWatch(self.spec.partition)
         self._health = cluster.health  # its preflight runs on each node by the agent
-        self._checks_failed: set[tuple[str, str]] = set()  # (allocation, node) reported
-        self._progress = ProgressReader()
 
     # ---- attach -----------------------------------------------------------------------------
 
     def _attach(self) -> None:
         """Start the hub and relay, find this state dir's allocations (a restarted
         controller's), on first use once the controller holds the state dir."""
-        if self.hub is not None:
+        if self.links.hub is not None:
             return
-        host = os.environ.get(ADDRESS_ENV) or slurmcmd.own_address()
-        self._transport = LaunchTransport(self.state_dir, "net", host=host)
-        self._transport.ensure()
-        self.hub = Hub(self.dir, host, load_secret(self.dir))
+        self.links.start(os.environ.get(ADDRESS_ENV) or slurmcmd.own_address(), self.dir)
         for info in slurmcmd.jobs(self.prefix).values():
             ids = al.parse_name(self.prefix, info.name)
             if ids is None or not (info.running or info.state == "PENDING"):
@@ -106,15 +72,17 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
                              state=info.state, reason=info.reason, ran=info.running)
             # its agents run on: they connect to the hub again at the recorded address
             alloc.agents = {n: time.monotonic() for n in alloc.nodes} if alloc.ran else {}
-            self._allocs.append(alloc)
+            self.links.allocs.append(alloc)
 
     def nodes(self) -> list[NodeInfo]:
         self._attach()
         found = {n.name: n for n in slurmcmd.nodes(self.spec.partition)}
-        self._addresses.update({n.name: n.address for n in found.values()})
+        addresses = self.links.addresses
+        addresses.update({n.name: n.address for n in found.values()})
         if self._configured:  # GPUs the file leaves out are Slurm's count (its gres)
-            return [NodeInfo(n.name, n.slots, self._addresses.get(n.name),
-                             n.gpus if n.gpus is not None else _gpus(found.get(n.name)))
+            return [NodeInfo(n.name, n.slots, addresses.get(n.name),
+                             n.gpus if n.gpus is not None else
+                             found[n.name].gpus if n.name in found else 0)
                     for n in self._configured]
         return [NodeInfo(n.name, n.cpus, n.address, n.gpus)
                 for n in sorted(found.values(), key=lambda n: n.name)]
@@ -123,14 +91,12 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
 
     def launch(self, launch: Launch) -> None:
         self._attach()
-        assert self._transport is not None
-        launches.begin(self._active, self._allocs, self.state_dir, self._transport, launch,
-                       self._joins)
+        self.links.launch(launch, self._joins)
 
     def _joins(self, launch: Launch, attempt: str) -> Alloc | None:
         """The allocation this launch runs in: its attempt's that holds its node, else the
         attempt's not yet submitted one (the node joins it); None: a new one."""
-        mine = [a for a in self._allocs if a.job_id == launch.job_id
+        mine = [a for a in self.links.allocs if a.job_id == launch.job_id
                 and a.attempt == attempt and not a.ending]
         for alloc in mine:
             if launch.node in alloc.nodes:
@@ -142,10 +108,10 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
         return None
 
     def stop(self, stop: Stop) -> None:
-        launches.stop(self._active, self._agents, stop, self._pending)
+        self.links.stop(stop)
 
     def kill_node(self, node: str) -> None:
-        launches.kill_node(self._active, self._agents, node, self._pending)
+        self.links.kill_node(node)
 
     def hold_nodes(self, hold: HoldNodes) -> None:
         """The spare nodes `hold.job_id`'s attempt holds: kept in its allocation (a further
@@ -153,34 +119,41 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
         node's replicas launch on one at once, no new queue wait. An allocation that holds
         neither a launch nor a spare is given back (`_release`)."""
         self._attach()
-        key = self._holds.update(hold)
-        if hold.nodes:
-            holds.extend(self._allocs, key, hold.nodes)
-
-    def _holds_spare(self, alloc: Alloc) -> bool:
-        return self._holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
+        key = self.links.holds.update(hold)
+        mine = [a for a in self.links.allocs if (a.job_id, a.attempt) == key and not a.ending]
+        new = [n for n in hold.nodes if not any(n in a.nodes for a in mine)]
+        if not new:
+            return
+        unsubmitted = next((a for a in mine if not a.slurm_id), None)
+        if unsubmitted is not None:
+            unsubmitted.nodes.extend(new)
+            return
+        like = mine[0] if mine else Alloc(*key, [])
+        self.links.allocs.append(Alloc(*key, new, cpus=like.cpus, gpus=like.gpus,
+                                       warning=like.warning))
 
     def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
         """`alloc`'s launches wait in Slurm's queue for `reason` ("": it started)."""
-        launches.queued(self._active, alloc, reason, "Slurm", f"Slurm job {alloc.slurm_id}",
-                        out)
+        self.links.queued(alloc, reason, "Slurm", f"Slurm job {alloc.slurm_id}", out)
 
     # ---- observe ----------------------------------------------------------------------------
 
     def poll(self) -> list[Observation]:
         self._attach()
-        out, self._pending = self._pending, []
+        out, self.links.pending = self.links.pending, []
         now = time.monotonic()
         self._submit(out)
         if now >= self._next_squeue:
             self._next_squeue = now + SQUEUE_SECONDS
-            self._refresh(out)
-        self._drain(out)
-        self._heartbeats(now, out)
-        if self._down and now >= self._next_sinfo:
+            self.refresh(out)
+        self.links.drain(self, out)
+        self.links.heartbeats(self, now, out)
+        if self.links.down and now >= self._next_sinfo:
             self._next_sinfo = now + SINFO_SECONDS
-            self._restore(now, out)
-        busy = {t.launch.node for t in self._active.values()}
+            with contextlib.suppress(slurmcmd.SlurmError):
+                usable = {n.name: n.usable for n in slurmcmd.nodes(self.spec.partition)}
+                self.links.restore(usable, RESTORE_SECONDS, now, out)
+        busy = {t.launch.node for t in self.links.active.values()}
         self._platform.step(busy, self._fenced.keys(), out)
         self._dispatch(out)
         self._release(now)
@@ -204,11 +177,11 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
             raise slurmcmd.SlurmError("could not drain " + "; ".join(failed))
 
     def _submit(self, out: list[Observation]) -> None:
-        for alloc in self._allocs:
+        for alloc in self.links.allocs:
             if alloc.slurm_id or alloc.ending:
                 continue
-            launches = [t for t in self._active.values() if t.alloc is alloc]
-            if not launches and not self._holds_spare(alloc):
+            launches = self.links.launches_of(alloc)
+            if not launches and not self.links.holds_spare(alloc):
                 alloc.ending = True
                 continue
             if launches:  # else spares alone: sized as the attempt's first allocation
@@ -223,24 +196,25 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
             except slurmcmd.SlurmError as err:
                 alloc.ending = True
                 for t in launches:
-                    self._active.pop(t.launch.launch_id, None)
+                    self.links.active.pop(t.launch.launch_id, None)
                     out.append(LaunchFailed(t.launch.launch_id, f"sbatch: {err}", time.time()))
-        self._allocs = [a for a in self._allocs if a.slurm_id or not a.ending]
+        self.links.allocs = [a for a in self.links.allocs if a.slurm_id or not a.ending]
         self._save()
 
     def _save(self) -> None:
         statedir.write_json(os.path.join(self.dir, statedir.ALLOCS), {"allocations": [
             {"slurm_id": a.slurm_id, "job_id": a.job_id, "attempt": a.attempt,
-             "nodes": a.nodes, "state": a.state, "reason": a.reason} for a in self._allocs]})
+             "nodes": a.nodes, "state": a.state, "reason": a.reason}
+            for a in self.links.allocs]})
 
-    def _refresh(self, out: list[Observation]) -> None:
+    def refresh(self, out: list[Observation]) -> None:
         """Read the allocations' states from squeue and act on what changed."""
         try:
             infos = slurmcmd.jobs(self.prefix)
         except slurmcmd.SlurmError:
             return  # slurmctld busy or restarting: next time
         changed = False
-        for alloc in [a for a in self._allocs if a.slurm_id]:
+        for alloc in [a for a in self.links.allocs if a.slurm_id]:
             info = infos.get(alloc.slurm_id)
             state = info.state if info is not None else "GONE"
             changed |= (state, info.reason if info else "") != (alloc.state, alloc.reason)
@@ -251,7 +225,7 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
                     self._start_agents(alloc)
                     self._queued(alloc, "", out)
                 if info.comment in slurmcmd.NOTICES:
-                    self._notice(alloc, info.comment, out)
+                    self.notice(alloc, info.comment, out)
             elif state == "PENDING":
                 if alloc.reason not in ("", "None") and alloc.reason != alloc.told:
                     self._queued(alloc, alloc.reason, out)
@@ -259,26 +233,21 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
                 self._ended(alloc, state, out)
         if changed:
             self._save()
-            for alloc in self._allocs:
-                self._log(f"{alloc.job_id} attempt {alloc.attempt}: {alloc.describe()} "
-                          f"on {','.join(alloc.nodes)}")
-
-    def _log(self, line: str) -> None:
-        """One line of what Slurm did to the allocations (<state>/slurm/slurm.log)."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
-        with open(os.path.join(self.dir, statedir.SLURM_LOG), "a") as f:
-            f.write(f"{stamp} {line}\n")
+            for alloc in self.links.allocs:
+                self.links.log(f"{alloc.job_id} attempt {alloc.attempt}: {alloc.describe()} "
+                               f"on {','.join(alloc.nodes)}")
 
     def _start_agents(self, alloc: Alloc) -> None:
-        assert self.hub is not None
+        hub = self.links.hub
+        assert hub is not None
         for node in alloc.nodes:
             if node not in alloc.agents:
                 check = al.node_check(alloc, self._health,
-                                      (t.launch for t in self._active.values()))
-                self._procs.append(al.start_agent(alloc, node, self.hub.address,
-                                                  self.hub.secret, self._warm, self.dir, check))
+                                      (t.launch for t in self.links.active.values()))
+                self._procs.append(al.start_agent(alloc, node, hub.address, hub.secret,
+                                                  self.links.warm, self.dir, check))
 
-    def _notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
+    def notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
         """A preemption or time-limit notice for `alloc`: the job saves and suspends."""
         if alloc.noticed:
             return
@@ -288,76 +257,44 @@ class SlurmBackend(AgentLinks, NodeRestore, Backend):
     def _ended(self, alloc: Alloc, state: str, out: list[Observation]) -> None:
         """The allocation ended, not by perdure (which drops one it cancels): preempted or
         out of time -> the job suspends; cancelled from outside -> the job is cancelled."""
-        alloc.ending = True
-        self._allocs.remove(alloc)
-        self._log(f"{alloc.job_id} attempt {alloc.attempt}: {alloc.describe()}: ended")
-        if any(t.alloc is alloc for t in self._active.values()):
+        if self.links.launches_of(alloc):
             if state in ("PREEMPTED", "TIMEOUT", "REQUEUED", "NODE_FAIL") or alloc.noticed:
-                self._notice(alloc, state, out)
+                self.notice(alloc, state, out)
             else:
                 out.append(Command("cancel", alloc.job_id, time.time()))
-        for tracked in [t for t in self._active.values() if t.alloc is alloc]:
-            self._gone(tracked, f"its allocation ended ({alloc.describe()})", out)
+        self.links.end(alloc, f"{alloc.describe()}: ended",
+                       f"its allocation ended ({alloc.describe()})", out)
 
     # ---- dispatch and release ---------------------------------------------------------------
 
     def _dispatch(self, out: list[Observation]) -> None:
-        assert self.hub is not None
-        for tracked, agent in launches.ready(self._active, self._agents):
+        for tracked, agent in self.links.ready():
             env = dict(tracked.launch.env)
-            if not launches.place_master(env, tracked.launch, self.hub, self._agents,
-                                         self._allocs, self._down, self._masters):
+            if not self.links.place_master(env, tracked.launch):
                 continue  # rank 0's node agent is not up yet
-            if launches.hand(tracked, agent, env, self._log_max_bytes,
-                             {"slurm_job": tracked.alloc.slurm_id}):
+            if self.links.hand(tracked, agent, env, {"slurm_job": tracked.alloc.slurm_id}):
                 self._procs.append(al.start_watcher(tracked.alloc, tracked.launch.node,
                                                     tracked.launch.launch_id, self.dir))
 
     def _release(self, now: float) -> None:
-        """Give back allocations that hold no launch (after RELEASE_SECONDS: a restart's new
-        launches come within milliseconds of the old ones' exits)."""
-        for alloc in list(self._allocs):
-            if not alloc.slurm_id or self._holds_spare(alloc) or any(
-                    t.alloc is alloc for t in self._active.values()):
-                alloc.idle_since = None
-                continue
-            if alloc.idle_since is None:
-                alloc.idle_since = now
-            # at once when nothing will come back to it: it is being preempted or timed out,
-            # or a later attempt of its job has begun
-            if alloc.noticed or self._superseded(alloc) or (
-                    now - alloc.idle_since >= RELEASE_SECONDS):
-                alloc.ending = True
-                self._allocs.remove(alloc)
-                with contextlib.suppress(slurmcmd.SlurmError):
-                    slurmcmd.cancel(alloc.slurm_id)
-                self._save()
-
-    def _superseded(self, alloc: Alloc) -> bool:
-        return any(t.launch.job_id == alloc.job_id
-                   and t.launch.env.get("PERDURE_ATTEMPT") != alloc.attempt
-                   for t in self._active.values())
+        for alloc in self.links.releasable(now):
+            alloc.ending = True
+            self.links.allocs.remove(alloc)
+            with contextlib.suppress(slurmcmd.SlurmError):
+                slurmcmd.cancel(alloc.slurm_id)
+            self._save()
 
     # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
         self._attach()
-        return launches.adopt(self._active, self._allocs, self.state_dir, launch_ids,
-                              "slurm_job", "its Slurm allocation is gone")
+        return self.links.adopt(launch_ids, "slurm_job", "its Slurm allocation is gone")
 
     def close(self) -> None:
         """Stop watching: allocations with launches, their agents and replicas run on (a
         restart re-attaches); allocations that hold none are given back now."""
-        for alloc in self._allocs:
-            if alloc.slurm_id and not self._holds_spare(alloc) and not any(
-                    t.alloc is alloc for t in self._active.values()):
+        for alloc in self.links.allocs:
+            if alloc.slurm_id and self.links.idle(alloc):
                 with contextlib.suppress(slurmcmd.SlurmError):
                     slurmcmd.cancel(alloc.slurm_id)
-        if self.hub is not None:
-            self.hub.close()
-        if self._transport is not None:
-            self._transport.close()
-
-
-def _gpus(node: slurmcmd.SlurmNode | None) -> int:
-    return node.gpus if node is not None else 0
+        self.links.close()

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 from dataclasses import dataclass
 
 from perdure.backends.agents.alloc import RUNNING_STATES
+from perdure.backends.base import route_address
 from perdure.core.clusterspec import SlurmSpec
 
 TIMEOUT = 30.0  # seconds one command may take (slurmctld answers in milliseconds)
@@ -226,9 +226,7 @@ def own_address() -> str:
                 value = line.split("=", 1)[1].strip()  # head(10.0.0.1) or head
                 host = value.split("(")[1].rstrip(")") if "(" in value else value
                 break
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((socket.gethostbyname(host), 6817))  # UDP: picks the route, sends nothing
-        return str(s.getsockname()[0])
+    return route_address(host, 6817)
 
 
 def expand(nodelist: str) -> list[str]:
