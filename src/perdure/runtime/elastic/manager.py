@@ -1,21 +1,10 @@
 """The elastic Manager: keep the process alive across membership changes and rebuild its group.
 
-    manager = elastic.Manager()                       # the job's transport, PERDURE_REPLICA
-
-    @manager.elastic_retry()                          # mode and minimum from the job spec
-    def train() -> None:
-        manager.sync_state(state)                     # joiners get the survivors' state
-        ddp = DDP(model)                              # re-wrap: the group is new
-        for ...:
-            step()
-            manager.maybe_reconfigure()               # grow back at a step boundary
-
-A lost peer makes the next collective fail within ~50 ms (gloo); `elastic_retry` catches it
+A lost peer makes the next collective fail; `elastic_retry` catches that
 (`is_membership_error`), waits for a membership round that satisfies the minimum (pause mode:
-every replica), forms that round's group at its world size (`barrier.form_group`) and calls
-the function again, in the same process. Any other error propagates at once. Without a
-controller (no rendezvous: PERDURE_RDZV_DIR, or PERDURE_RDZV under the net transport) the
-Manager is a thin wrapper over a static world.
+every replica), forms that round's group and calls the function again, in the same process.
+Any other error propagates at once. Without a controller (no rendezvous) the Manager is a thin
+wrapper over a static world.
 
 Side effects: process-group creation, rounds and markers through the transport.
 """
@@ -33,6 +22,7 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
+from perdure.runtime import goodput
 from perdure.runtime.elastic.barrier import destroy_group
 from perdure.runtime.elastic.errors import (
     ElasticConfigWarning,
@@ -385,7 +375,8 @@ class Manager:
         rnd = self._membership.join(settings, min_round, broken, began + timeout, poll, timeout,
                                     partial_ok=not planned and settings.minimum is not None)
         waited = time.monotonic() - began
-        _report(rnd, waited)
+        goodput.reporter().emit("elastic", round=rnd.round, world_size=rnd.world_size,
+                                reason=rnd.reason, seconds=waited)
         return ElasticEvent(
             kind="changed" if planned else "lost", previous_round=before.round,
             round=rnd.round, previous_world_size=before.world_size,
@@ -417,10 +408,3 @@ def _distributed() -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
-
-
-def _report(rnd: Round, waited: float) -> None:
-    from perdure.runtime import goodput
-
-    goodput.reporter().emit("elastic", round=rnd.round, world_size=rnd.world_size,
-                            reason=rnd.reason, seconds=waited)

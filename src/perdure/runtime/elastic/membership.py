@@ -2,7 +2,7 @@
 
 The Manager's engine. After a loss it takes the newest round that includes this replica and
 satisfies the minimum (the same round again when nothing newer was published: a false alarm,
-or the controller has not reacted yet), forms its group with `barrier.form_group`, and in
+or the controller has not reacted yet), forms its group with `barrier.meet`, and in
 resize mode goes on with the members present after a grace period (a replacement still
 importing torch joins at a step boundary). A newer round published meanwhile wins.
 
@@ -62,7 +62,7 @@ class Membership:
     def joiners_ready(self, rnd: Round) -> bool:
         """Every member of `rnd` that is not in our group said it is up and joining `rnd`."""
         current = set(self.round.replicas) if self.round else set()
-        return all((rz.ready_round(self.transport, rnd.attempt, m.replica) or -1) >= rnd.round
+        return all((self.transport.ready_round(rnd.attempt, m.replica) or -1) >= rnd.round
                    for m in rnd.members if m.replica not in current)
 
     def wants_change(self) -> bool:
@@ -73,7 +73,7 @@ class Membership:
     def mark_finished(self) -> None:
         """The training loop returned in this member: replicas still joining can stop."""
         if self.attempt >= 0:
-            rz.mark_finished(self.transport, self.attempt, self.replica,
+            self.transport.mark_finished(self.attempt, self.replica,
                              self.round.round if self.round else -1)
 
     def acceptable(self, rnd: Round, settings: ElasticSettings) -> bool:
@@ -94,13 +94,13 @@ class Membership:
         while True:
             rnd = self._await_round(settings, min_round, deadline, poll, timeout)
             if self.round is None:  # a new replica: tell the members it is up
-                rz.mark_ready(self.transport, rnd.attempt, self.replica, rnd.round)
+                self.transport.mark_ready(rnd.attempt, self.replica, rnd.round)
             formed = self._form(rnd, settings, deadline, self._broken_generation(rnd, broken),
                                 self._partial_policy(rnd, settings) if partial_ok else None)
             if formed.status == "partial":
                 rnd = rnd.only(formed.present, formed.generation)
                 formed = self._form(rnd, settings, deadline, None, None)
-            if formed.status == "go":
+            if formed.status == "ok":
                 self._adopt(rnd, formed.generation)
                 return rnd
             self._check_finished()  # the barrier was left because the others are done
@@ -114,17 +114,20 @@ class Membership:
 
     def _form(self, rnd: Round, settings: ElasticSettings, deadline: float,
               broken: int | None, partial: bar.Partial | None) -> bar.Formed:
-        return bar.form_group(
+        bar.destroy_group()
+        formed, store = bar.meet(
             self.transport, rnd, self.replica, deadline=deadline,
             superseded=functools.partial(self._superseded, rnd, settings),
             broken_generation=broken, partial=partial,
-            on_excluded=functools.partial(rz.mark_ready, self.transport, rnd.attempt,
-                                          self.replica, rnd.round),
-            backend=self.backend, timeout_s=self.collective_timeout,
-        )
+            on_excluded=functools.partial(self.transport.mark_ready, rnd.attempt,
+                                          self.replica, rnd.round))
+        if formed.status == "ok":
+            bar.init_group(store, rnd, self.replica, formed.generation, self.backend,
+                           self.collective_timeout)
+        return formed
 
     def _check_finished(self) -> None:
-        if self.attempt >= 0 and rz.finished(self.transport, self.attempt):
+        if self.attempt >= 0 and self.transport.finished(self.attempt):
             raise GroupFinished(
                 f"{self.replica}: the other members finished training while this replica was "
                 "waiting to join; there is nothing left for it to do")
@@ -169,7 +172,7 @@ class Membership:
         return bar.Partial(time.monotonic() + self.join_grace, allowed)
 
     def _superseded(self, rnd: Round, settings: ElasticSettings) -> bool:
-        if self.attempt >= 0 and rz.finished(self.transport, self.attempt):
+        if self.attempt >= 0 and self.transport.finished(self.attempt):
             return True  # nobody will come: join() raises GroupFinished
         latest = self.latest()
         # a partial round is not superseded by its full version: that is a planned change

@@ -40,7 +40,7 @@ from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.state import Buffers, apply, capture, check_state, kind_of, unwrap
 from perdure.runtime.peerring import choose_peer
 from perdure.runtime.ranks import process_name
-from perdure.runtime.transport import Transport
+from perdure.runtime.transport import ENV_JOB_SECRET, Transport
 from perdure.runtime.transport import current as current_transport
 
 if TYPE_CHECKING:
@@ -139,10 +139,10 @@ class Snapshotter:
         own = process_name(self.replica, os.environ)
         self.holder_dir = Path(chosen) / job / own if chosen else None
         self._transport = self._registry_transport() if replicate else None
-        self._secret = os.environ.get(hd.ENV_SECRET, "")
+        self._secret = os.environ.get(ENV_JOB_SECRET, "")
         if self._transport is not None and not self._secret:
             log.warning("snapshots are not replicated to a peer: $%s is not set (perdure "
-                        "sets it for every replica it launches)", hd.ENV_SECRET)
+                        "sets it for every replica it launches)", ENV_JOB_SECRET)
             self._transport = None
         self._holder: hd.Holder | None = None
         if self._transport is not None:

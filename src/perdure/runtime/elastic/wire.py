@@ -25,11 +25,12 @@ import struct
 from types import TracebackType
 from typing import Any
 
-ENV_SECRET = "PERDURE_JOB_SECRET"
+from perdure.runtime.transport.base import ENV_JOB_SECRET
+from perdure.runtime.transport.wire import recv_exact
+
 MAX_HEADER = 64 << 10
 HANDSHAKE_SECONDS = 10.0  # a connection that does not speak within this is dropped
 _FRAME = struct.Struct(">Q")
-_CHUNK = 1 << 20
 _NONCE = 16
 
 
@@ -51,23 +52,6 @@ def send(sock: socket.socket, header: dict[str, Any], payload: bytes | bytearray
     sock.sendall(_FRAME.pack(len(body)) + body)
     if payload:
         sock.sendall(payload)
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytearray:
-    out = bytearray(n)  # filled in place: a snapshot is received without an extra copy
-    read_into(sock, memoryview(out))
-    return out
-
-
-def read_into(sock: socket.socket, view: memoryview) -> None:
-    view = view.cast("B")
-    got = 0
-    while got < view.nbytes:
-        k = sock.recv_into(view[got:], min(view.nbytes - got, _CHUNK))
-        if k == 0:
-            raise ConnectionError(f"peer closed the connection after {got} of {view.nbytes} "
-                                  "bytes")
-        got += k
 
 
 def recv_header(sock: socket.socket) -> dict[str, Any]:
@@ -109,7 +93,7 @@ class Accepted:
         doc = recv_header(self.sock)
         if not verified(self.secret, b"request", self.nonce, doc):
             send(self.sock, {"ok": False, "error": "not authenticated: this holder serves only "
-                             "its own job's replicas ($PERDURE_JOB_SECRET)"})
+                             f"its own job's replicas (${ENV_JOB_SECRET})"})
             return None
         self.peer_nonce = _nonce(doc)
         self.sock.settimeout(60.0)
@@ -118,9 +102,6 @@ class Accepted:
     def reply(self, doc: dict[str, Any], payload: bytes | bytearray = b"") -> None:
         send(self.sock, {**doc, "auth": mac(self.secret, b"reply", self.peer_nonce, doc)},
              payload)
-
-    def receive(self, size: int) -> bytearray:
-        return recv_exact(self.sock, size)
 
 
 class Connected:
@@ -160,9 +141,6 @@ class Connected:
             why = str(reply.get("error"))[:200]
             raise ConnectionError(f"{self.who} refused the request: {why}")
         return reply
-
-    def read_into(self, view: memoryview) -> None:
-        read_into(self.sock, view)
 
 
 def interface_for(master_addr: str) -> str:

@@ -39,7 +39,6 @@ __all__ = [
     "current",
     "from_env",
     "of",
-    "reset",
 ]
 
 Where = Transport | str | os.PathLike[str]
@@ -79,10 +78,3 @@ def of(where: Where) -> Transport:
     if isinstance(where, (str, os.PathLike)):
         return FileTransport(rdzv_dir=where)
     return where
-
-
-def reset() -> None:
-    """Forget the transport made so far (tests, and a forked standby given a new env)."""
-    global _current
-    with _lock:
-        _current = None

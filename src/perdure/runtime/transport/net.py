@@ -37,7 +37,7 @@ log = logging.getLogger("perdure.transport")
 WRITE_SECONDS = 60.0  # markers and holder records: a controller restart fits in this
 ERROR_SECONDS = 10.0  # the error record: the replica is exiting
 STOP_SECONDS = 2.0  # the stop notice is read in a signal handler
-POLL_SECONDS = 1.0  # reads polled in loops (finished, holders)
+POLL_SECONDS = 1.0  # reads polled in loops (the round, markers, holders)
 
 
 def _stamp(value: Any) -> Hashable | None:
@@ -91,40 +91,36 @@ class NetTransport:
     def _call(self, op: str, seconds: float, **args: Any) -> Any:
         return self.client.call(op, args, deadline=time.monotonic() + seconds)
 
+    def _poll(self, op: str, away: Any, **args: Any) -> Any:
+        """A read polled in a loop: `away` when the relay cannot be reached (Refused raises)."""
+        try:
+            return self._call(op, POLL_SECONDS, **args)
+        except Refused:
+            raise
+        except TransportError as exc:
+            log.debug("%s: the relay is away: %s", op, exc)
+            return away
+
     # ---- membership rounds and markers ---------------------------------------------------
 
     def round_doc(self, since: Hashable | None) -> tuple[Hashable | None, Any]:
-        try:
-            reply = self._call("round", POLL_SECONDS, since=since)
-        except Refused:
-            raise
-        except TransportError:  # the relay is away: nothing new can have been published
+        reply = self._poll("round", None, since=since)
+        if reply is None:  # the relay is away: nothing new can have been published
             return since, None
-        stamp = _stamp(reply.get("stamp"))
-        return stamp, reply.get("doc")
+        return _stamp(reply.get("stamp")), reply.get("doc")
 
     def mark_ready(self, attempt: int, replica: str, round_no: int) -> None:
         self._call("ready", WRITE_SECONDS, attempt=attempt, round=round_no, pid=os.getpid())
 
     def ready_round(self, attempt: int, replica: str) -> int | None:
-        try:
-            value = self._call("ready_round", POLL_SECONDS, attempt=attempt, replica=replica)
-        except Refused:
-            raise
-        except TransportError:
-            return None
+        value = self._poll("ready_round", None, attempt=attempt, replica=replica)
         return None if value is None else int(value)
 
     def mark_finished(self, attempt: int, replica: str, round_no: int) -> None:
         self._call("finished", WRITE_SECONDS, attempt=attempt, round=round_no)
 
     def finished(self, attempt: int) -> bool:
-        try:
-            return bool(self._call("is_finished", POLL_SECONDS, attempt=attempt))
-        except Refused:
-            raise
-        except TransportError:
-            return False
+        return bool(self._poll("is_finished", False, attempt=attempt))
 
     def round_store(self, name: str) -> Any:
         from perdure.runtime.transport.netstore import RelayStore
@@ -142,14 +138,7 @@ class NetTransport:
         self._call("holder", WRITE_SECONDS, record=dict(record))
 
     def holders(self) -> list[HolderRecord]:
-        try:
-            value = self._call("holders", POLL_SECONDS)
-        except Refused:
-            raise
-        except TransportError as exc:
-            log.warning("snapshot holders unknown for now: %s", exc)
-            return []
-        return [h for h in value if isinstance(h, dict)]
+        return [h for h in self._poll("holders", []) if isinstance(h, dict)]
 
     # ---- notices, errors, progress -------------------------------------------------------
 
