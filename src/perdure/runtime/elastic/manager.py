@@ -202,18 +202,15 @@ class Manager:
         if self.formed:
             return
         if self._membership is None:
-            self._init_static()
+            import torch.distributed as dist
+
+            if self._static.world_size > 1 and not dist.is_initialized():
+                dist.init_process_group(self.backend, timeout=datetime.timedelta(
+                    seconds=self.collective_timeout))
+            self._static_formed = True
             return
         self._membership.join(self.settings, 0, None, time.monotonic() + timeout,
                               poll_interval, timeout, partial_ok=False)
-
-    def _init_static(self) -> None:
-        import torch.distributed as dist
-
-        if self._static.world_size > 1 and not dist.is_initialized():
-            dist.init_process_group(self.backend, timeout=datetime.timedelta(
-                seconds=self.collective_timeout))
-        self._static_formed = True
 
     # ---- step-boundary changes ----------------------------------------------------------
 
@@ -265,9 +262,10 @@ class Manager:
         """
         step = state.get("step")
         mine = (int(self._live), int(step) if isinstance(step, int) else -1)
-        if self.world_size == 1 or not _distributed():
-            return mine[1] if self._live else None
         import torch.distributed as dist
+
+        if self.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+            return mine[1] if self._live else None
 
         from perdure.runtime.elastic.state import broadcast
 
@@ -402,9 +400,3 @@ def _exit_finished(done: GroupFinished) -> NoReturn:
     print(str(done), file=sys.stderr, flush=True)
     destroy_group()
     raise SystemExit(0)
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()

@@ -2,9 +2,8 @@
 
 The Manager's engine. After a loss it takes the newest round that includes this replica and
 satisfies the minimum (the same round again when nothing newer was published: a false alarm,
-or the controller has not reacted yet), forms its group with `barrier.meet`, and in
-resize mode goes on with the members present after a grace period (a replacement still
-importing torch joins at a step boundary). A newer round published meanwhile wins.
+or the controller has not reacted yet) and meets its members (barrier.py); in resize mode it
+goes on with the members present after a grace period. A newer round published meanwhile wins.
 
 Side effects: reads rounds and writes markers through the transport, forms process groups.
 """
@@ -76,8 +75,11 @@ class Membership:
             self.transport.mark_finished(self.attempt, self.replica,
                              self.round.round if self.round else -1)
 
+    def need(self, settings: ElasticSettings) -> int:
+        return settings.minimum if settings.minimum is not None else self.full_size
+
     def acceptable(self, rnd: Round, settings: ElasticSettings) -> bool:
-        need = settings.minimum if settings.minimum is not None else self.full_size
+        need = self.need(settings)
         same_attempt = rnd.attempt == self.attempt or self.attempt < 0
         return same_attempt and self.replica in rnd.replicas and rnd.world_size >= need
 
@@ -141,19 +143,14 @@ class Membership:
                     latest, settings):
                 return latest
             if time.monotonic() >= deadline:
-                raise TimeoutError(self._no_round_message(settings, latest, timeout))
+                seen = latest.describe() if latest else "none published yet"
+                raise TimeoutError(
+                    f"{self.replica}: no membership round with at least {self.need(settings)} "
+                    f"replicas including {self.replica} was published within {timeout:g}s "
+                    f"({settings.mode} mode, from the {settings.source}); latest: {seen} in "
+                    f"{self.transport.where()}. Raise timeout=, lower minimum_replicas, or see "
+                    "`perdure describe` for why replicas are missing.")
             time.sleep(poll)
-
-    def _no_round_message(self, settings: ElasticSettings, latest: Round | None,
-                          timeout: float) -> str:
-        need = settings.minimum if settings.minimum is not None else self.full_size
-        seen = latest.describe() if latest else "none published yet"
-        return (
-            f"{self.replica}: no membership round with at least {need} replicas including "
-            f"{self.replica} was published within {timeout:g}s ({settings.mode} mode, from the "
-            f"{settings.source}); latest: {seen} in {self.transport.where()}. Raise timeout=, "
-            "lower minimum_replicas, or see `perdure describe` for why replicas are missing."
-        )
 
     def _broken_generation(self, rnd: Round, broken: int | None) -> int | None:
         """Which generation of `rnd`'s store to move past (None: join the current one)."""
@@ -165,11 +162,8 @@ class Membership:
 
     def _partial_policy(self, rnd: Round, settings: ElasticSettings) -> bar.Partial:
         """After a loss: go on with the members present after `join_grace`, if enough."""
-
-        def allowed(present: tuple[str, ...]) -> bool:
-            return self.acceptable(rnd.only(present, 0), settings)
-
-        return bar.Partial(time.monotonic() + self.join_grace, allowed)
+        return bar.Partial(time.monotonic() + self.join_grace,
+                           lambda present: self.acceptable(rnd.only(present, 0), settings))
 
     def _superseded(self, rnd: Round, settings: ElasticSettings) -> bool:
         if self.attempt >= 0 and self.transport.finished(self.attempt):

@@ -39,8 +39,7 @@ class Round:
     time: float
     members: tuple[Member, ...]
     # >= 0: this round without the members that were not there when its group was formed
-    # (resize mode, after a loss: the survivors go on without a replacement that is still
-    # starting); the generation of the full round's store in which that was decided.
+    # (resize mode, after a loss), decided in this generation of the full round's store
     partial: int = -1
 
     @property
@@ -111,9 +110,7 @@ class Round:
 def read_round(where: Where) -> Round | None:
     """The round published in `where` (a rendezvous directory or a transport), or None when
     none has been published yet."""
-    t = transport.of(where)
-    _, doc = t.round_doc(None)
-    return None if doc is None else Round.from_json(doc, f"{statedir.ROUND} in {t.where()}")
+    return RoundWatcher(where).latest()
 
 
 class RoundWatcher:

@@ -1,14 +1,12 @@
 """The snapshot holder's wire: framed JSON headers, mutual authentication, where to bind.
 
-A frame is an 8-byte big-endian length, then a JSON object; payload bytes may follow. The
-server speaks first with a fresh nonce; the client's request carries its own nonce and
-`auth` = HMAC-SHA256(job secret, "request" + server nonce + the canonical request); every
-reply carries `auth` over the client's nonce the same way. Each side checks with
-`hmac.compare_digest` before it trusts anything: a stranger's request is refused before its
-payload is read, and a server without the secret is not believed. Headers are capped at
-`MAX_HEADER` bytes before they are read. Payloads are not encrypted or MACed: the holder keeps
-strangers out; it is no defence against an attacker on the wire (run jobs on a private
-network).
+A frame is an 8-byte big-endian length, then a JSON object (at most `MAX_HEADER` bytes, checked
+before it is read); payload bytes may follow. The server speaks first with a fresh nonce; the
+client's request carries its own nonce and `auth` = HMAC-SHA256(job secret, "request" + server
+nonce + the canonical request); every reply carries `auth` over the client's nonce the same
+way. So a stranger's request is refused before its payload is read, and a server without the
+secret is not believed. Payloads are neither encrypted nor MACed: run jobs on a private
+network.
 
 Side effects: socket I/O only.
 """
@@ -164,9 +162,8 @@ def interface_for(master_addr: str) -> str:
 def check_bind(host: str, what: str) -> None:
     """ValueError if `host` is a wildcard address (every interface) as the socket would read it.
 
-    `ipaddress` rejects spellings that the socket accepts (`0`, `0x0`, `0.0`: inet_aton's
-    forms of 0.0.0.0), so the address is resolved as `bind` resolves it and every result is
-    checked; a name that does not resolve is refused too (bind would fail on it anyway).
+    Resolved as `bind` resolves it: the socket takes spellings of 0.0.0.0 that `ipaddress`
+    does not (`0`, `0x0`, `0.0`).
     """
     if host in ("", "<broadcast>"):
         raise ValueError(f"{what}={host!r} would accept peers on every interface; name the "
