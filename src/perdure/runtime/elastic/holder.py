@@ -48,7 +48,6 @@ class HolderAddress:
     replica: str
     host: str
     port: int
-    pid: int = 0
 
 
 @dataclass

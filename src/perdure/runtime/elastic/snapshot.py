@@ -164,7 +164,7 @@ class Snapshotter:
         for doc in self._transport.holders():
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 out.append(hd.HolderAddress(str(doc["replica"]), str(doc["host"]),
-                                            int(doc["port"]), int(doc.get("pid", 0))))
+                                            int(doc["port"])))
         return out
 
     # ---- saving ---------------------------------------------------------------------------
