@@ -13,6 +13,7 @@ and offset.
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["decode", "encode", "read", "tensor_paths"]
+__all__ = ["encode", "file_reader", "read", "tensor_paths"]
 
 MAGIC = b"PDSNAP01"
 _ALIGN = 64
@@ -148,16 +149,11 @@ def read(read_into: ReadInto, size: int, target: Target | None = None) -> Any:
     return tree
 
 
-def decode(buf: bytes | bytearray) -> Any:
-    """The tree `encode` made, from one buffer (its tensors are new, not views of `buf`)."""
-    view, pos = memoryview(buf), 0
+def file_reader(f: io.BufferedIOBase, name: str) -> ReadInto:
+    """A `ReadInto` over a buffered binary file (its readinto fills a view unless at the end)."""
 
-    def read_into(dst: memoryview) -> None:
-        nonlocal pos
-        n = dst.nbytes
-        if pos + n > len(view):
-            raise ValueError(f"snapshot is truncated: {len(view)} bytes")
-        dst.cast("B")[:] = view[pos:pos + n]
-        pos += n
+    def read_into(view: memoryview) -> None:
+        if f.readinto(view) != view.nbytes:
+            raise ValueError(f"snapshot {name} is truncated")
 
-    return read(read_into, len(view))
+    return read_into

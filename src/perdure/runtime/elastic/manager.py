@@ -19,7 +19,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, MutableMapping
-from pathlib import Path
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from perdure.runtime import goodput
@@ -101,8 +100,6 @@ class Manager:
         if transport is None:
             transport = FileTransport(rdzv_dir=rdzv_dir) if rdzv_dir else current_transport()
         self.transport = transport
-        rdzv = transport.rdzv_dir if isinstance(transport, FileTransport) else None
-        self.rdzv_dir: Path | None = rdzv  # None under the net transport: see `elastic`
         static_rank, static_world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
         self.replica = replica or os.environ.get("PERDURE_REPLICA") or f"rank-{static_rank}"
         self.node = os.environ.get("PERDURE_NODE") or "local"
@@ -209,8 +206,7 @@ class Manager:
                     seconds=self.collective_timeout))
             self._static_formed = True
             return
-        self._membership.join(self.settings, 0, None, time.monotonic() + timeout,
-                              poll_interval, timeout, partial_ok=False)
+        self._membership.join(self.settings, 0, None, poll_interval, timeout, partial_ok=False)
 
     # ---- step-boundary changes ----------------------------------------------------------
 
@@ -370,7 +366,7 @@ class Manager:
         broken = None if planned else self._membership.generation
         # planned: a later round, or the full version of the partial one we are in
         min_round = before.round + (1 if planned and not before.is_partial else 0)
-        rnd = self._membership.join(settings, min_round, broken, began + timeout, poll, timeout,
+        rnd = self._membership.join(settings, min_round, broken, poll, timeout,
                                     partial_ok=not planned and settings.minimum is not None)
         waited = time.monotonic() - began
         goodput.reporter().emit("elastic", round=rnd.round, world_size=rnd.world_size,

@@ -86,13 +86,14 @@ class Membership:
     # ---- joining --------------------------------------------------------------------------
 
     def join(self, settings: ElasticSettings, min_round: int, broken: int | None,
-             deadline: float, poll: float, timeout: float, *, partial_ok: bool) -> Round:
+             poll: float, timeout: float, *, partial_ok: bool) -> Round:
         """Form the group of the newest acceptable round numbered >= `min_round`.
 
         broken: the generation of the current round whose group broke (after a loss).
         partial_ok: after a loss in resize mode, go on with the members present.
-        Raises TimeoutError at `deadline` (time.monotonic()).
+        Raises TimeoutError after `timeout` seconds.
         """
+        deadline = time.monotonic() + timeout
         while True:
             rnd = self._await_round(settings, min_round, deadline, poll, timeout)
             if self.round is None:  # a new replica: tell the members it is up

@@ -314,12 +314,8 @@ class Snapshotter:
             assert self.holder_dir is not None
             path = self.holder_dir / f"snap-{step:012d}.bin"
             with path.open("rb") as f:
-
-                def read_into(view: memoryview) -> None:
-                    if f.readinto(view) != view.nbytes:  # buffered: fills it unless at EOF
-                        raise ValueError(f"snapshot file {path} is truncated")
-
-                return _tree(codec.read(read_into, path.stat().st_size, into))
+                return _tree(codec.read(codec.file_reader(f, str(path)), path.stat().st_size,
+                                        into))
         peer = source.split(":", 1)[1]
         addr = next(a for a in self._registered() if a.replica == peer)
         return _tree(hd.fetch_with(addr, self.replica, step,
