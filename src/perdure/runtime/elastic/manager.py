@@ -256,15 +256,14 @@ class Manager:
         checkpoint instead). When every member is live at the same step nothing is sent:
         replicas that trained in lockstep (DDP) already agree.
         """
-        step = state.get("step")
-        mine = (int(self._live), int(step) if isinstance(step, int) else -1)
         import torch.distributed as dist
-
-        if self.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
-            return mine[1] if self._live else None
 
         from perdure.runtime.elastic.state import broadcast
 
+        step = state.get("step")
+        mine = (int(self._live), int(step) if isinstance(step, int) else -1)
+        if self.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+            return mine[1] if self._live else None
         everyone: list[Any] = [None] * self.world_size
         dist.all_gather_object(everyone, mine)
         live = [(s, -r) for r, (is_live, s) in enumerate(everyone) if is_live]
