@@ -235,10 +235,7 @@ def _shut_group_sockets() -> None:
 
 
 def destroy_group() -> None:
-    """Leave the current default process group, if any (a broken one included).
-
-    Shuts its connections down first (see `_group_sockets`), then destroys it.
-    """
+    """Leave the current default process group, if any (a broken one included)."""
     import torch.distributed as dist
 
     _shut_group_sockets()
