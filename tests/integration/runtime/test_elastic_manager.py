@@ -23,7 +23,7 @@ from perdure.runtime.elastic import (
     MembershipError,
     RetryLimit,
 )
-from perdure.runtime.elastic.rendezvous import mark_finished, mark_ready
+from perdure.runtime.transport import FileTransport
 
 LOST = "[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer."
 
@@ -147,7 +147,8 @@ def test_a_replica_still_joining_when_the_others_finish_exits_0(manager: Manager
     def train() -> None:
         raise AssertionError("there is no group of 2 to join")
 
-    threading.Timer(0.3, mark_finished, args=(rdzv, 1, "worker-1", 0)).start()
+    threading.Timer(0.3, FileTransport(rdzv_dir=rdzv).mark_finished,
+                    args=(1, "worker-1", 0)).start()
     began = time.monotonic()
     with pytest.raises(SystemExit) as done:
         train()
@@ -177,7 +178,7 @@ def test_nodes_fill_up_when_a_replica_on_another_node_is_ready(manager: Manager,
     assert manager.all_nodes == ["a", "b"] and manager.inactive_nodes == ["b"]
     assert manager.available_inactive_nodes == []  # worker-1 is not up yet
     assert not manager.should_reconfigure()
-    mark_ready(rdzv, 1, "worker-1", 1)
+    FileTransport(rdzv_dir=rdzv).mark_ready(1, "worker-1", 1)
     assert manager.available_inactive_nodes == ["b"]
     assert manager.should_reconfigure()
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
 import torch
 
-from perdure.runtime.elastic.codec import decode, encode
+from perdure.runtime.elastic.codec import encode, file_reader, read
+
+
+def decode(payload: bytes) -> object:
+    return read(file_reader(io.BytesIO(payload), "in memory"), len(payload))
 
 
 def roundtrip(tree: object) -> object:
-    return decode(bytearray(b"".join(bytes(c) for c in encode(tree))))
+    return decode(b"".join(bytes(c) for c in encode(tree)))
 
 
 def test_tensors_of_every_dtype_and_shape_come_back_equal() -> None:
@@ -52,16 +57,16 @@ def test_tensors_are_sent_as_views_not_copies() -> None:
     assert any(c.nbytes == 4000 and c.obj is not None for c in chunks[1:])
     with torch.no_grad():
         t.add_(1.0)  # the chunk shows the change: it is the tensor's own memory
-    back = decode(bytearray(b"".join(bytes(c) for c in chunks)))
+    back = decode(b"".join(bytes(c) for c in chunks))
     assert torch.equal(back["w"], t)  # type: ignore[index]
 
 
 def test_garbage_and_truncation_are_refused() -> None:
     payload = b"".join(bytes(c) for c in encode({"w": torch.randn(100)}))
     with pytest.raises(ValueError, match="bad magic"):
-        decode(bytearray(b"x" * len(payload)))
+        decode(b"x" * len(payload))
     with pytest.raises(ValueError, match="truncated"):
-        decode(bytearray(payload[:-64]))
+        decode(payload[:-64])
 
 
 def test_unsupported_values_are_named() -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from perdure.runtime.elastic import Round, read_round
-from perdure.runtime.elastic.rendezvous import RoundWatcher, mark_ready, ready_round
+from perdure.runtime.elastic.rendezvous import RoundWatcher
 from perdure.runtime.peerring import choose_peer
+from perdure.runtime.transport import FileTransport
 
 
 def doc(round_no: int, members: list[tuple[str, str]], attempt: int = 1,
@@ -89,12 +90,13 @@ def test_static_round_has_this_replica_at_its_rank() -> None:
 
 
 def test_ready_markers_say_which_round_a_replica_joins(tmp_path: Path) -> None:
-    assert ready_round(tmp_path, 1, "worker-2") is None
-    mark_ready(tmp_path, 1, "worker-2", 4)
-    assert ready_round(tmp_path, 1, "worker-2") == 4
-    assert ready_round(tmp_path, 2, "worker-2") is None  # per attempt
-    mark_ready(tmp_path, 1, "worker-2", 6)
-    assert ready_round(tmp_path, 1, "worker-2") == 6
+    t = FileTransport(rdzv_dir=tmp_path)
+    assert t.ready_round(1, "worker-2") is None
+    t.mark_ready(1, "worker-2", 4)
+    assert t.ready_round(1, "worker-2") == 4
+    assert t.ready_round(2, "worker-2") is None  # per attempt
+    t.mark_ready(1, "worker-2", 6)
+    assert t.ready_round(1, "worker-2") == 6
 
 
 @pytest.mark.parametrize(("members", "me", "peer"), [

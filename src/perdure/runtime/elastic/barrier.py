@@ -34,7 +34,7 @@ from perdure.runtime import transport
 from perdure.runtime.elastic.rendezvous import Round
 from perdure.runtime.transport import Where
 
-__all__ = ["Formed", "Partial", "destroy_group", "form_group", "meet"]
+__all__ = ["Formed", "Partial", "destroy_group", "init_group", "meet"]
 
 # Seconds between store checks while members gather: fast at first (members that detected a
 # loss arrive within milliseconds of each other), then slower, so that survivors waiting for a
@@ -61,7 +61,7 @@ class Partial:
 
 @dataclass(frozen=True)
 class Formed:
-    """How a barrier ended: "go" / "ok", "partial" (see `present`), "superseded", "timeout"."""
+    """How a barrier ended: "ok", "partial" (see `present`), "superseded" or "timeout"."""
 
     status: str
     generation: int
@@ -87,52 +87,43 @@ def _give_up(deadline: float, superseded: Callable[[], bool]) -> str | None:
     return "timeout" if time.monotonic() >= deadline else None
 
 
-def _present(store: Any, prefix: str, rnd: Round, replica: str, deadline: float,
-             superseded: Callable[[], bool], partial: Partial | None) -> str:
-    """Phase 1. Returns "ok", "partial:<names>", "superseded", "timeout" or "excluded"."""
-    key, count = f"{prefix}/present-decision", f"{prefix}/present"
-    if store.check([key]):  # settled before we came: we are not part of it
-        decision = _text(store.get(key))
-        return decision if decision in ("superseded", "timeout") else "excluded"
-    store.set(f"{prefix}/member/{replica}", str(os.getpid()))
-    store.add(count, 1)
-    backoff = _Backoff()
-    while True:
-        if store.check([key]):
-            decision = _text(store.get(key))
-            break
-        if int(store.add(count, 0)) >= rnd.world_size:
-            decision = _text(store.compare_set(key, "", "ok"))
-            break
-        give_up = _give_up(deadline, superseded)
-        if give_up is None and partial is not None and time.monotonic() >= partial.after:
-            here = tuple(r for r in rnd.replicas if store.check([f"{prefix}/member/{r}"]))
-            if partial.allowed(here):
-                give_up = "partial:" + ",".join(here)
-        if give_up is not None:
-            decision = _text(store.compare_set(key, "", give_up))
-            break
-        backoff.sleep()
-    if decision.startswith("partial:") and replica not in decision[8:].split(","):
-        return "excluded"  # registered just after the present members were read
-    return decision
-
-
-def _confirmed(store: Any, prefix: str, world: int, deadline: float,
-               superseded: Callable[[], bool]) -> str:
-    """Phase 2: every member confirms it is still here. Returns "ok", "superseded", "timeout"."""
-    key, count = f"{prefix}/confirmed-decision", f"{prefix}/confirmed"
-    store.add(count, 1)
+def _settle(store: Any, key: str, count: str, world: int, deadline: float,
+            superseded: Callable[[], bool], partial: Callable[[], str | None]) -> str:
+    """The decision at `key`: "ok" once `count` reaches `world`, else the first of
+    `partial()`, "superseded" and "timeout" to be seen (compare-and-set: one wins)."""
     backoff = _Backoff()
     while True:
         if store.check([key]):
             return _text(store.get(key))
         if int(store.add(count, 0)) >= world:
             return _text(store.compare_set(key, "", "ok"))
-        give_up = _give_up(deadline, superseded)
+        give_up = _give_up(deadline, superseded) or partial()
         if give_up is not None:
             return _text(store.compare_set(key, "", give_up))
         backoff.sleep()
+
+
+def _present(store: Any, prefix: str, rnd: Round, replica: str, deadline: float,
+             superseded: Callable[[], bool], partial: Partial | None) -> str:
+    """Phase 1. Returns "ok", "partial:<names>", "superseded", "timeout" or "excluded"."""
+    key = f"{prefix}/present-decision"
+    if store.check([key]):  # settled before we came: we are not part of it
+        decision = _text(store.get(key))
+        return decision if decision in ("superseded", "timeout") else "excluded"
+    store.set(f"{prefix}/member/{replica}", str(os.getpid()))
+    store.add(f"{prefix}/present", 1)
+
+    def go_partial() -> str | None:
+        if partial is None or time.monotonic() < partial.after:
+            return None
+        here = tuple(r for r in rnd.replicas if store.check([f"{prefix}/member/{r}"]))
+        return "partial:" + ",".join(here) if partial.allowed(here) else None
+
+    decision = _settle(store, key, f"{prefix}/present", rnd.world_size, deadline, superseded,
+                       go_partial)
+    if decision.startswith("partial:") and replica not in decision[8:].split(","):
+        return "excluded"  # registered just after the present members were read
+    return decision
 
 
 def _next_generation(store: Any, gen: int, deadline: float,
@@ -160,8 +151,14 @@ def meet(
     partial: Partial | None = None,
     on_excluded: Callable[[], None] | None = None,
 ) -> tuple[Formed, Any]:
-    """Both phases of `rnd`'s barrier as `replica`: status "ok" (every member is here and
-    alive), "partial", "superseded" or "timeout"; and the round's store (for "ok")."""
+    """Both phases of `rnd`'s barrier as `replica`, and the round's store (`init_group` next).
+
+    "ok": every member is here and alive. "partial": the members in `present` go on alone
+    (meet `rnd.only(present, generation)` next). "superseded": a newer round came first;
+    "timeout": `deadline` (time.monotonic()) passed first. broken_generation: the generation
+    whose group broke or was left partial (the next one is met). on_excluded(): called when a
+    generation was settled without this replica, before it waits for the next one.
+    """
     began = time.monotonic()
     store = transport.of(where).round_store(rnd.store_name)
     gen = _generation(store, broken_generation)
@@ -178,62 +175,33 @@ def meet(
     if decision.startswith("partial:"):
         present = tuple(decision[len("partial:"):].split(","))
         return Formed("partial", gen, time.monotonic() - began, present), store
-    if decision == "ok":
-        decision = _confirmed(store, f"g{gen}", rnd.world_size, deadline, superseded)
+    if decision == "ok":  # phase 2: a member that registered and then died is not waited for
+        store.add(f"g{gen}/confirmed", 1)
+        decision = _settle(store, f"g{gen}/confirmed-decision", f"g{gen}/confirmed",
+                           rnd.world_size, deadline, superseded, lambda: None)
     return Formed(decision, gen, time.monotonic() - began), store
 
 
-def form_group(
-    where: Where,
-    rnd: Round,
-    replica: str,
-    *,
-    deadline: float,
-    superseded: Callable[[], bool],
-    broken_generation: int | None = None,
-    partial: Partial | None = None,
-    on_excluded: Callable[[], None] | None = None,
-    backend: str = "gloo",
-    timeout_s: float = 60.0,
-) -> Formed:
-    """Form `rnd`'s process group as `replica` (leaving any current group first).
-
-    "go": the default process group is up at `rnd.world_size`. "partial": the members in
-    `present` go on alone (form `rnd.only(present, generation)` next). "superseded": a newer
-    round came first; "timeout": `deadline` (time.monotonic()) passed first.
-    broken_generation: the generation of this round's store whose group broke or was left
-    partial (the next one is formed). on_excluded(): called when a generation was settled
-    without this replica, before it waits for the next one (to say it is ready).
-    """
-    destroy_group()
-    formed, store = meet(where, rnd, replica, deadline=deadline, superseded=superseded,
-                         broken_generation=broken_generation, partial=partial,
-                         on_excluded=on_excluded)
-    if formed.status != "ok":
-        return formed
-    rank = rnd.rank_of(replica)
-    assert rank is not None
-    _init(backend, store, f"g{formed.generation}", rank, rnd.world_size, timeout_s)
-    return Formed("go", formed.generation, formed.waited_s)
-
-
-def _init(backend: str, store: Any, prefix: str, rank: int, world: int, timeout_s: float) -> None:
+def init_group(store: Any, rnd: Round, replica: str, generation: int, backend: str,
+               timeout_s: float) -> None:
+    """Form `rnd`'s default process group as `replica`, in the generation `meet` settled."""
     import torch.distributed as dist
 
+    rank = rnd.rank_of(replica)
+    assert rank is not None
     before = _socket_fds()
     dist.init_process_group(
-        backend, store=dist.PrefixStore(f"{prefix}/pg", store),  # type: ignore[attr-defined]
-        rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s),
+        backend, store=dist.PrefixStore(f"g{generation}/pg", store),  # type: ignore[attr-defined]
+        rank=rank, world_size=rnd.world_size, timeout=datetime.timedelta(seconds=timeout_s),
     )
     _group_sockets[:] = [(fd, link) for fd, link in _socket_fds().items()
                          if before.get(fd) != link]
 
 
 # The connections the current group opened (fd, "socket:[inode]"), recorded around its
-# init_process_group. Leaving a group shuts them down: a peer blocked in a collective waiting
-# on this process (alive, but gone from the group) then fails at once instead of at the
-# collective timeout. Neither destroy_process_group() nor gloo's abort() closes them (torch
-# 2.13, measured: a ring neighbour of the dead rank waited the full timeout).
+# init_process_group. Leaving a group shuts them down, so that a peer blocked in a collective
+# on this process (alive, but gone from the group) fails at once instead of at the collective
+# timeout: neither destroy_process_group() nor gloo's abort() closes them.
 _group_sockets: list[tuple[int, str]] = []
 
 
@@ -267,10 +235,7 @@ def _shut_group_sockets() -> None:
 
 
 def destroy_group() -> None:
-    """Leave the current default process group, if any (a broken one included).
-
-    Shuts its connections down first (see `_group_sockets`), then destroys it.
-    """
+    """Leave the current default process group, if any (a broken one included)."""
     import torch.distributed as dist
 
     _shut_group_sockets()

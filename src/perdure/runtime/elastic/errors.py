@@ -1,9 +1,7 @@
 """Tell a lost peer from a bug: the one exception type elastic code catches, and its classifier.
 
-No side effects. With gloo, the next collective in a survivor fails with a plain RuntimeError
-(`Connection reset by peer`, `Connection closed by peer`) within ~50 ms of a peer's death, and a
-hung peer shows up as `Timed out waiting ...` at the collective timeout. `is_membership_error`
-recognises those (anywhere in the exception's `__cause__` chain), and `MembershipError` is
+No side effects. A survivor's next collective fails with a plain RuntimeError from the backend
+when a peer dies or hangs; `is_membership_error` recognises those, and `MembershipError` is
 what perdure raises itself when the membership changes.
 """
 
@@ -43,14 +41,12 @@ class ElasticConfigWarning(UserWarning):
     """An explicit `elastic_retry` argument disagrees with the job spec's elastic settings."""
 
 
-# What torch.distributed backends say when a peer is gone or unresponsive. Matched against the
-# message (case-insensitive) of every exception in the cause chain. gloo (torch 2.13, measured):
-# "Read error ... Connection reset by peer", "Connection closed by peer", "Timed out waiting
-# 3000ms for recv operation", "Application timeout caused pair closure"; nccl: abort/watchdog.
+# What torch.distributed backends say when a peer is gone or unresponsive (gloo: a reset or
+# closed connection, a timed-out recv; nccl: abort or watchdog), matched case-insensitively.
 _LOST_PEER = re.compile(
     "|".join([
-        r"connection (?:reset|closed|refused) by peer",
         r"connection (?:reset|refused)",
+        r"connection closed by peer",
         r"broken pipe",
         r"timed out waiting",
         r"application timeout caused pair closure",
@@ -66,23 +62,6 @@ _LOST_PEER = re.compile(
 )
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and all(current is not s for s in seen):
-        seen.append(current)
-        current = current.__cause__
-    return seen
-
-
-def _is_network_error(exc: BaseException) -> bool:
-    try:
-        from torch.distributed import DistNetworkError
-    except ImportError:  # torch without distributed support
-        return False
-    return isinstance(exc, DistNetworkError)
-
-
 def is_membership_error(exc: BaseException) -> bool:
     """True when `exc` means a peer was lost (retry on a new group), False for anything else.
 
@@ -92,9 +71,16 @@ def is_membership_error(exc: BaseException) -> bool:
     in an except block is not mistaken for a lost peer). Everything else (a shape error, an
     OOM, KeyboardInterrupt) is a bug or a stop request and must propagate.
     """
-    for e in _chain(exc):
-        if isinstance(e, MembershipError) or _is_network_error(e):
+    import torch.distributed as dist
+
+    network = getattr(dist, "DistNetworkError", MembershipError)  # absent without distributed
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and all(e is not s for s in seen):
+        if isinstance(e, (MembershipError, network)):
             return True
         if isinstance(e, RuntimeError) and _LOST_PEER.search(str(e)):
             return True
+        seen.append(e)
+        e = e.__cause__
     return False

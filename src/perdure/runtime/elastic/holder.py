@@ -1,28 +1,24 @@
 """Peer memory for snapshots: a small TCP server in every replica that holds others' snapshots.
 
-Each replica runs one `Holder` (a daemon thread) and registers its address in
-`<registry>/<replica>.json` (under the job's rendezvous directory). A replica sends each
-snapshot to its peer's holder, which keeps the newest `keep` complete snapshots per replica in
-host memory; a replacement asks the holders for its own snapshots and fetches one, so it
-restores without reading persistent storage. A transfer cut short (the sender died mid-send) is
-discarded, never stored.
+Each replica runs one `Holder` (a daemon thread) and registers its address through the job's
+transport. A replica sends each snapshot to its peer's holder, which keeps the newest `keep`
+complete ones per replica in host memory; a replacement fetches its own from there, so it
+restores without reading persistent storage. A transfer cut short is never stored.
 
-Only the job's own replicas are served (wire.py: every request and reply carries an HMAC of
-the job's secret, `$PERDURE_JOB_SECRET`, over a fresh nonce of the other side, compared in
-constant time), so a stranger can neither store, list nor read a snapshot, and a process that
-took a dead holder's port is not believed. A `put` names one of the job's replicas (`allowed`)
-and a size under `max_bytes`, checked before anything is allocated. The holder binds to the
-interface the job uses (`interface_for(MASTER_ADDR)`), never to every interface.
+Only the job's own replicas are served (wire.py authenticates both sides with the job's
+secret), a `put` must name one of them (`allowed`) and fit under `max_bytes` before anything
+is allocated, and the holder binds to the one interface the job uses, never to every one.
 
 Requests: `put` {replica, step, size, meta} -> {ready}, payload -> {ok}; `list` {replica} ->
 {steps}; `get` {replica, step} -> {size, meta} + payload. Payloads are opaque bytes here
-(codec.py's format: a JSON header and raw tensor bytes, no pickle).
+(codec.py's format).
 
-Side effects: a listening socket and its threads; registry files.
+Side effects: a listening socket and its threads.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -33,10 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from perdure.runtime.elastic import wire
-from perdure.runtime.elastic.wire import ENV_SECRET, interface_for
+from perdure.runtime.elastic.wire import interface_for
+from perdure.runtime.transport.base import ENV_JOB_SECRET
+from perdure.runtime.transport.wire import recv_exact, recv_into
 
-__all__ = ["ENV_SECRET", "Holder", "HolderAddress", "fetch", "fetch_with", "interface_for",
-           "list_steps", "put"]
+__all__ = ["Holder", "HolderAddress", "fetch", "fetch_with", "list_steps", "put"]
 
 log = logging.getLogger("perdure.elastic")
 T = TypeVar("T")
@@ -51,7 +48,6 @@ class HolderAddress:
     replica: str
     host: str
     port: int
-    pid: int = 0
 
 
 @dataclass
@@ -112,7 +108,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         assert isinstance(size, int)
         conn.reply({"ok": True, "ready": True})
-        payload = conn.receive(size)  # allocated only now: authenticated and under the cap
+        payload = recv_exact(conn.sock, size)  # allocated only now: authenticated and under the cap
         meta = request.get("meta")
         holder.store(replica, step, payload, dict(meta) if isinstance(meta, dict) else {})
         conn.reply({"ok": True})
@@ -162,7 +158,7 @@ class Holder:
     def __init__(self, keep: int = 2, host: str = "127.0.0.1", *, secret: str,
                  allowed: Callable[[str], bool], max_bytes: int | None = None) -> None:
         if not secret:
-            raise ValueError(f"a snapshot holder needs the job's secret (${ENV_SECRET})")
+            raise ValueError(f"a snapshot holder needs the job's secret (${ENV_JOB_SECRET})")
         wire.check_bind(host, "host")
         self.keep = keep
         self.secret = secret
@@ -254,7 +250,7 @@ def fetch_with(addr: HolderAddress, replica: str, step: int,
         size = reply.get("size")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ConnectionError(f"holder {addr.replica} sent a bad size {size!r}")
-        return read(conn.read_into, size)
+        return read(functools.partial(recv_into, conn.sock), size)
 
 
 def fetch(addr: HolderAddress, replica: str, step: int, *, secret: str,

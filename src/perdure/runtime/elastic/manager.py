@@ -1,21 +1,10 @@
 """The elastic Manager: keep the process alive across membership changes and rebuild its group.
 
-    manager = elastic.Manager()                       # the job's transport, PERDURE_REPLICA
-
-    @manager.elastic_retry()                          # mode and minimum from the job spec
-    def train() -> None:
-        manager.sync_state(state)                     # joiners get the survivors' state
-        ddp = DDP(model)                              # re-wrap: the group is new
-        for ...:
-            step()
-            manager.maybe_reconfigure()               # grow back at a step boundary
-
-A lost peer makes the next collective fail within ~50 ms (gloo); `elastic_retry` catches it
+A lost peer makes the next collective fail; `elastic_retry` catches that
 (`is_membership_error`), waits for a membership round that satisfies the minimum (pause mode:
-every replica), forms that round's group at its world size (`barrier.form_group`) and calls
-the function again, in the same process. Any other error propagates at once. Without a
-controller (no rendezvous: PERDURE_RDZV_DIR, or PERDURE_RDZV under the net transport) the
-Manager is a thin wrapper over a static world.
+every replica), forms that round's group and calls the function again, in the same process.
+Any other error propagates at once. Without a controller (no rendezvous) the Manager is a thin
+wrapper over a static world.
 
 Side effects: process-group creation, rounds and markers through the transport.
 """
@@ -30,9 +19,9 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, MutableMapping
-from pathlib import Path
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
+from perdure.runtime import goodput
 from perdure.runtime.elastic.barrier import destroy_group
 from perdure.runtime.elastic.errors import (
     ElasticConfigWarning,
@@ -111,8 +100,6 @@ class Manager:
         if transport is None:
             transport = FileTransport(rdzv_dir=rdzv_dir) if rdzv_dir else current_transport()
         self.transport = transport
-        rdzv = transport.rdzv_dir if isinstance(transport, FileTransport) else None
-        self.rdzv_dir: Path | None = rdzv  # None under the net transport: see `elastic`
         static_rank, static_world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
         self.replica = replica or os.environ.get("PERDURE_REPLICA") or f"rank-{static_rank}"
         self.node = os.environ.get("PERDURE_NODE") or "local"
@@ -212,18 +199,14 @@ class Manager:
         if self.formed:
             return
         if self._membership is None:
-            self._init_static()
+            import torch.distributed as dist
+
+            if self._static.world_size > 1 and not dist.is_initialized():
+                dist.init_process_group(self.backend, timeout=datetime.timedelta(
+                    seconds=self.collective_timeout))
+            self._static_formed = True
             return
-        self._membership.join(self.settings, 0, None, time.monotonic() + timeout,
-                              poll_interval, timeout, partial_ok=False)
-
-    def _init_static(self) -> None:
-        import torch.distributed as dist
-
-        if self._static.world_size > 1 and not dist.is_initialized():
-            dist.init_process_group(self.backend, timeout=datetime.timedelta(
-                seconds=self.collective_timeout))
-        self._static_formed = True
+        self._membership.join(self.settings, 0, None, poll_interval, timeout, partial_ok=False)
 
     # ---- step-boundary changes ----------------------------------------------------------
 
@@ -273,14 +256,14 @@ class Manager:
         checkpoint instead). When every member is live at the same step nothing is sent:
         replicas that trained in lockstep (DDP) already agree.
         """
-        step = state.get("step")
-        mine = (int(self._live), int(step) if isinstance(step, int) else -1)
-        if self.world_size == 1 or not _distributed():
-            return mine[1] if self._live else None
         import torch.distributed as dist
 
         from perdure.runtime.elastic.state import broadcast
 
+        step = state.get("step")
+        mine = (int(self._live), int(step) if isinstance(step, int) else -1)
+        if self.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+            return mine[1] if self._live else None
         everyone: list[Any] = [None] * self.world_size
         dist.all_gather_object(everyone, mine)
         live = [(s, -r) for r, (is_live, s) in enumerate(everyone) if is_live]
@@ -382,10 +365,11 @@ class Manager:
         broken = None if planned else self._membership.generation
         # planned: a later round, or the full version of the partial one we are in
         min_round = before.round + (1 if planned and not before.is_partial else 0)
-        rnd = self._membership.join(settings, min_round, broken, began + timeout, poll, timeout,
+        rnd = self._membership.join(settings, min_round, broken, poll, timeout,
                                     partial_ok=not planned and settings.minimum is not None)
         waited = time.monotonic() - began
-        _report(rnd, waited)
+        goodput.reporter().emit("elastic", round=rnd.round, world_size=rnd.world_size,
+                                reason=rnd.reason, seconds=waited)
         return ElasticEvent(
             kind="changed" if planned else "lost", previous_round=before.round,
             round=rnd.round, previous_world_size=before.world_size,
@@ -411,16 +395,3 @@ def _exit_finished(done: GroupFinished) -> NoReturn:
     print(str(done), file=sys.stderr, flush=True)
     destroy_group()
     raise SystemExit(0)
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
-
-
-def _report(rnd: Round, waited: float) -> None:
-    from perdure.runtime import goodput
-
-    goodput.reporter().emit("elastic", round=rnd.round, world_size=rnd.world_size,
-                            reason=rnd.reason, seconds=waited)

@@ -2,9 +2,8 @@
 
 The Manager's engine. After a loss it takes the newest round that includes this replica and
 satisfies the minimum (the same round again when nothing newer was published: a false alarm,
-or the controller has not reacted yet), forms its group with `barrier.form_group`, and in
-resize mode goes on with the members present after a grace period (a replacement still
-importing torch joins at a step boundary). A newer round published meanwhile wins.
+or the controller has not reacted yet) and meets its members (barrier.py); in resize mode it
+goes on with the members present after a grace period. A newer round published meanwhile wins.
 
 Side effects: reads rounds and writes markers through the transport, forms process groups.
 """
@@ -62,7 +61,7 @@ class Membership:
     def joiners_ready(self, rnd: Round) -> bool:
         """Every member of `rnd` that is not in our group said it is up and joining `rnd`."""
         current = set(self.round.replicas) if self.round else set()
-        return all((rz.ready_round(self.transport, rnd.attempt, m.replica) or -1) >= rnd.round
+        return all((self.transport.ready_round(rnd.attempt, m.replica) or -1) >= rnd.round
                    for m in rnd.members if m.replica not in current)
 
     def wants_change(self) -> bool:
@@ -73,34 +72,38 @@ class Membership:
     def mark_finished(self) -> None:
         """The training loop returned in this member: replicas still joining can stop."""
         if self.attempt >= 0:
-            rz.mark_finished(self.transport, self.attempt, self.replica,
+            self.transport.mark_finished(self.attempt, self.replica,
                              self.round.round if self.round else -1)
 
+    def need(self, settings: ElasticSettings) -> int:
+        return settings.minimum if settings.minimum is not None else self.full_size
+
     def acceptable(self, rnd: Round, settings: ElasticSettings) -> bool:
-        need = settings.minimum if settings.minimum is not None else self.full_size
+        need = self.need(settings)
         same_attempt = rnd.attempt == self.attempt or self.attempt < 0
         return same_attempt and self.replica in rnd.replicas and rnd.world_size >= need
 
     # ---- joining --------------------------------------------------------------------------
 
     def join(self, settings: ElasticSettings, min_round: int, broken: int | None,
-             deadline: float, poll: float, timeout: float, *, partial_ok: bool) -> Round:
+             poll: float, timeout: float, *, partial_ok: bool) -> Round:
         """Form the group of the newest acceptable round numbered >= `min_round`.
 
         broken: the generation of the current round whose group broke (after a loss).
         partial_ok: after a loss in resize mode, go on with the members present.
-        Raises TimeoutError at `deadline` (time.monotonic()).
+        Raises TimeoutError after `timeout` seconds.
         """
+        deadline = time.monotonic() + timeout
         while True:
             rnd = self._await_round(settings, min_round, deadline, poll, timeout)
             if self.round is None:  # a new replica: tell the members it is up
-                rz.mark_ready(self.transport, rnd.attempt, self.replica, rnd.round)
+                self.transport.mark_ready(rnd.attempt, self.replica, rnd.round)
             formed = self._form(rnd, settings, deadline, self._broken_generation(rnd, broken),
                                 self._partial_policy(rnd, settings) if partial_ok else None)
             if formed.status == "partial":
                 rnd = rnd.only(formed.present, formed.generation)
                 formed = self._form(rnd, settings, deadline, None, None)
-            if formed.status == "go":
+            if formed.status == "ok":
                 self._adopt(rnd, formed.generation)
                 return rnd
             self._check_finished()  # the barrier was left because the others are done
@@ -114,17 +117,20 @@ class Membership:
 
     def _form(self, rnd: Round, settings: ElasticSettings, deadline: float,
               broken: int | None, partial: bar.Partial | None) -> bar.Formed:
-        return bar.form_group(
+        bar.destroy_group()
+        formed, store = bar.meet(
             self.transport, rnd, self.replica, deadline=deadline,
             superseded=functools.partial(self._superseded, rnd, settings),
             broken_generation=broken, partial=partial,
-            on_excluded=functools.partial(rz.mark_ready, self.transport, rnd.attempt,
-                                          self.replica, rnd.round),
-            backend=self.backend, timeout_s=self.collective_timeout,
-        )
+            on_excluded=functools.partial(self.transport.mark_ready, rnd.attempt,
+                                          self.replica, rnd.round))
+        if formed.status == "ok":
+            bar.init_group(store, rnd, self.replica, formed.generation, self.backend,
+                           self.collective_timeout)
+        return formed
 
     def _check_finished(self) -> None:
-        if self.attempt >= 0 and rz.finished(self.transport, self.attempt):
+        if self.attempt >= 0 and self.transport.finished(self.attempt):
             raise GroupFinished(
                 f"{self.replica}: the other members finished training while this replica was "
                 "waiting to join; there is nothing left for it to do")
@@ -138,19 +144,14 @@ class Membership:
                     latest, settings):
                 return latest
             if time.monotonic() >= deadline:
-                raise TimeoutError(self._no_round_message(settings, latest, timeout))
+                seen = latest.describe() if latest else "none published yet"
+                raise TimeoutError(
+                    f"{self.replica}: no membership round with at least {self.need(settings)} "
+                    f"replicas including {self.replica} was published within {timeout:g}s "
+                    f"({settings.mode} mode, from the {settings.source}); latest: {seen} in "
+                    f"{self.transport.where()}. Raise timeout=, lower minimum_replicas, or see "
+                    "`perdure describe` for why replicas are missing.")
             time.sleep(poll)
-
-    def _no_round_message(self, settings: ElasticSettings, latest: Round | None,
-                          timeout: float) -> str:
-        need = settings.minimum if settings.minimum is not None else self.full_size
-        seen = latest.describe() if latest else "none published yet"
-        return (
-            f"{self.replica}: no membership round with at least {need} replicas including "
-            f"{self.replica} was published within {timeout:g}s ({settings.mode} mode, from the "
-            f"{settings.source}); latest: {seen} in {self.transport.where()}. Raise timeout=, "
-            "lower minimum_replicas, or see `perdure describe` for why replicas are missing."
-        )
 
     def _broken_generation(self, rnd: Round, broken: int | None) -> int | None:
         """Which generation of `rnd`'s store to move past (None: join the current one)."""
@@ -162,14 +163,11 @@ class Membership:
 
     def _partial_policy(self, rnd: Round, settings: ElasticSettings) -> bar.Partial:
         """After a loss: go on with the members present after `join_grace`, if enough."""
-
-        def allowed(present: tuple[str, ...]) -> bool:
-            return self.acceptable(rnd.only(present, 0), settings)
-
-        return bar.Partial(time.monotonic() + self.join_grace, allowed)
+        return bar.Partial(time.monotonic() + self.join_grace,
+                           lambda present: self.acceptable(rnd.only(present, 0), settings))
 
     def _superseded(self, rnd: Round, settings: ElasticSettings) -> bool:
-        if self.attempt >= 0 and rz.finished(self.transport, self.attempt):
+        if self.attempt >= 0 and self.transport.finished(self.attempt):
             return True  # nobody will come: join() raises GroupFinished
         latest = self.latest()
         # a partial round is not superseded by its full version: that is a planned change

@@ -1,13 +1,9 @@
-"""Membership rounds from the controller, and replicas' ready and finished markers.
+"""Membership rounds as the controller publishes them (round.json, read through the transport).
 
-The controller publishes a round on every membership change (`publish_round` in
-perdure.controller.loop writes round.json; replicas read it through their transport: the file,
-or the controller's relay): the round number, why, and the members in rank order with their
-nodes. Rounds only go up within an attempt. A replica that starts after the round that
-includes it was published (a replacement) writes a ready marker, so the members grow the group
-only once it is really there (barrier.py forms the groups).
+A round is the round number, why, and the members in rank order with their nodes; rounds only
+go up within an attempt.
 
-Side effects: reads rounds, reads and writes markers, through the transport given.
+Side effects: `read_round` and `RoundWatcher` read through the transport given.
 """
 
 from __future__ import annotations
@@ -20,17 +16,7 @@ from perdure import statedir
 from perdure.runtime import transport
 from perdure.runtime.transport import Where
 
-__all__ = [
-    "Member",
-    "Round",
-    "RoundWatcher",
-    "finished",
-    "mark_finished",
-    "mark_ready",
-    "read_round",
-    "ready_round",
-]
-
+__all__ = ["Member", "Round", "RoundWatcher", "read_round"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +39,7 @@ class Round:
     time: float
     members: tuple[Member, ...]
     # >= 0: this round without the members that were not there when its group was formed
-    # (resize mode, after a loss: the survivors go on without a replacement that is still
-    # starting); the generation of the full round's store in which that was decided.
+    # (resize mode, after a loss), decided in this generation of the full round's store
     partial: int = -1
 
     @property
@@ -125,9 +110,7 @@ class Round:
 def read_round(where: Where) -> Round | None:
     """The round published in `where` (a rendezvous directory or a transport), or None when
     none has been published yet."""
-    t = transport.of(where)
-    _, doc = t.round_doc(None)
-    return None if doc is None else Round.from_json(doc, f"{statedir.ROUND} in {t.where()}")
+    return RoundWatcher(where).latest()
 
 
 class RoundWatcher:
@@ -144,33 +127,7 @@ class RoundWatcher:
             rnd = Round.from_json(doc, f"{statedir.ROUND} in {self.transport.where()}")
             self._stamp = stamp
             # rounds only go up within an attempt; never step back to an older read
-            if self._round is None or _newer(rnd, self._round):
+            old = self._round
+            if old is None or (rnd.attempt, rnd.round) > (old.attempt, old.round):
                 self._round = rnd
         return self._round
-
-
-def _newer(a: Round, b: Round) -> bool:
-    return (a.attempt, a.round) > (b.attempt, b.round)
-
-
-# ---- the end of training, and replacements saying "I am up and joining round N" ----------
-
-
-def mark_finished(where: Where, attempt: int, replica: str, round_no: int) -> None:
-    """Say that the training loop of `attempt` returned (written by every member that ends)."""
-    transport.of(where).mark_finished(attempt, replica, round_no)
-
-
-def finished(where: Where, attempt: int) -> bool:
-    """Whether the training loop of `attempt` has already returned in some member."""
-    return transport.of(where).finished(attempt)
-
-
-def mark_ready(where: Where, attempt: int, replica: str, round_no: int) -> None:
-    """Tell the members of `round_no` that this (new) replica is up and joining it."""
-    transport.of(where).mark_ready(attempt, replica, round_no)
-
-
-def ready_round(where: Where, attempt: int, replica: str) -> int | None:
-    """The newest round `replica` said it is joining, or None."""
-    return transport.of(where).ready_round(attempt, replica)

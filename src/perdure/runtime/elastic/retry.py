@@ -8,6 +8,7 @@ dropped silently (docs/guides/elastic.md).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -25,21 +26,16 @@ __all__ = [
 MODES = ("resize", "pause")
 
 
-class FromSpec:
+class FromSpec(enum.Enum):
     """The default of `minimum_replicas`: take it from the job spec (the environment)."""
 
-    _instance: FromSpec | None = None
-
-    def __new__(cls) -> FromSpec:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    FROM_SPEC = "FROM_SPEC"
 
     def __repr__(self) -> str:
         return "FROM_SPEC"
 
 
-FROM_SPEC: Final = FromSpec()
+FROM_SPEC: Final = FromSpec.FROM_SPEC
 
 
 @dataclass(frozen=True)

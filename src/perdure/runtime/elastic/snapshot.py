@@ -5,17 +5,15 @@
         snap.save(step, state)            # copies into host buffers, replicates in background
     info = snap.load(state)               # every rank: newest step all ranks hold; None if none
 
-`save` blocks training only for the copy into reusable host buffers (a memcpy); sending that
-copy to the peer's holder (a replica on another node where there is one) and writing it to an
-optional node-local directory (e.g. /dev/shm, which outlives the worker process) run in a
-background thread, straight from the buffers (codec.py: a JSON header and raw tensor bytes).
-A save that finds the previous one still in flight is skipped. `load` is a collective: the
-ranks agree on the newest step every one of them can restore (own memory, node-local file, or
-a peer's memory), so a replica killed during a snapshot makes everyone fall back to the
-previous one. Persistent checkpoints (Checkpointer) remain the fallback when `load` returns
-None.
+`save` blocks training only for the copy into reusable host buffers; a background thread
+sends that copy to the peer's holder (a replica on another node where there is one) and
+writes it to an optional node-local directory (e.g. /dev/shm, which outlives the worker). A
+save that finds the previous one still in flight is skipped. `load` is a collective: the ranks
+agree on the newest step every one of them can restore (own memory, node-local file, or a
+peer's memory), so a replica killed during a snapshot makes everyone fall back to the previous
+one. When `load` returns None, restore from a persistent checkpoint instead.
 
-Side effects: a holder thread and socket, a background thread per save, files in holder_dir.
+Side effects: a holder thread and socket, a background thread, files in holder_dir.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ from perdure.runtime.elastic import holder as hd
 from perdure.runtime.elastic.state import Buffers, apply, capture, check_state, kind_of, unwrap
 from perdure.runtime.peerring import choose_peer
 from perdure.runtime.ranks import process_name
-from perdure.runtime.transport import Transport
+from perdure.runtime.transport import ENV_JOB_SECRET
 from perdure.runtime.transport import current as current_transport
 
 if TYPE_CHECKING:
@@ -92,19 +90,6 @@ def _targets(state: Mapping[str, Any]) -> codec.Target:
     return target
 
 
-def _file_reader(f: Any) -> codec.ReadInto:
-    def read_into(view: memoryview) -> None:
-        view = view.cast("B")
-        got = 0
-        while got < view.nbytes:
-            k = f.readinto(view[got:])
-            if not k:
-                raise ValueError(f"snapshot file {f.name} is truncated")
-            got += k
-
-    return read_into
-
-
 class Snapshotter:
     """Keep this replica's state in host memory and in a peer's, every time `save` is called.
 
@@ -138,11 +123,13 @@ class Snapshotter:
         job = os.environ.get("PERDURE_JOB_ID", "local")
         own = process_name(self.replica, os.environ)
         self.holder_dir = Path(chosen) / job / own if chosen else None
-        self._transport = self._registry_transport() if replicate else None
-        self._secret = os.environ.get(hd.ENV_SECRET, "")
+        # holders are registered and found through the job's rendezvous, if it has one
+        found = self.manager.transport if self.manager else current_transport()
+        self._transport = found if replicate and found.elastic else None
+        self._secret = os.environ.get(ENV_JOB_SECRET, "")
         if self._transport is not None and not self._secret:
             log.warning("snapshots are not replicated to a peer: $%s is not set (perdure "
-                        "sets it for every replica it launches)", hd.ENV_SECRET)
+                        "sets it for every replica it launches)", ENV_JOB_SECRET)
             self._transport = None
         self._holder: hd.Holder | None = None
         if self._transport is not None:
@@ -155,9 +142,7 @@ class Snapshotter:
         self._own: dict[int, tuple[int, dict[str, Any]]] = {}  # step -> (slot, tree)
         self._buffers = [Buffers() for _ in range(keep)]
         self._slot = 0
-        # One thread for every save: starting one per save held training (its creation and
-        # the wait until a busy machine first runs it). A snapshot still being sent when
-        # the process ends is of no use to anyone: the exit does not wait for it.
+        # one thread for every save; a snapshot still in flight at exit is of no use to anyone
         self._worker = PersistWorker("perdure-snapshot", lower=False, finish_at_exit=False)
         self._done: threading.Event | None = None  # set once the last save was replicated
         self._error: BaseException | None = None
@@ -171,11 +156,6 @@ class Snapshotter:
             return True
         return any(a.replica == name for a in self._registered())
 
-    def _registry_transport(self) -> Transport | None:
-        """Where holders are registered and found: the job's rendezvous, if it has one."""
-        t = self.manager.transport if self.manager else current_transport()
-        return t if t.elastic else None
-
     def _registered(self) -> list[hd.HolderAddress]:
         """Every holder address registered (stale ones included: their connections fail)."""
         if self._transport is None:
@@ -184,7 +164,7 @@ class Snapshotter:
         for doc in self._transport.holders():
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 out.append(hd.HolderAddress(str(doc["replica"]), str(doc["host"]),
-                                            int(doc["port"]), int(doc.get("pid", 0))))
+                                            int(doc["port"])))
         return out
 
     # ---- saving ---------------------------------------------------------------------------
@@ -333,8 +313,9 @@ class Snapshotter:
         if source == "file":
             assert self.holder_dir is not None
             path = self.holder_dir / f"snap-{step:012d}.bin"
-            with path.open("rb", buffering=0) as f:
-                return _tree(codec.read(_file_reader(f), path.stat().st_size, into))
+            with path.open("rb") as f:
+                return _tree(codec.read(codec.file_reader(f, str(path)), path.stat().st_size,
+                                        into))
         peer = source.split(":", 1)[1]
         addr = next(a for a in self._registered() if a.replica == peer)
         return _tree(hd.fetch_with(addr, self.replica, step,

@@ -5,8 +5,8 @@ A state is a mapping of name -> nn.Module, Optimizer, tensor, object with `state
 None, and lists / tuples / dicts of those). A value wrapped in the Checkpointer's `RankLocal`
 (an RNG state, anything that differs per rank) is snapshotted like the value it wraps, but
 never broadcast: each rank keeps its own. `capture` turns it into a tree of tensors and plain
-values; tensors are copied into buffers that the next capture reuses when shapes match, so a
-snapshot costs a memcpy into warm memory (MACHINE-NOTES: fresh memory is ~17x slower).
+values; tensors are copied into buffers that the next capture reuses when shapes match (a
+memcpy into warm memory, not fresh memory to fault in).
 
 Side effects: `apply` and `broadcast` write into the user's objects; `capture` writes only into
 its buffers.
@@ -15,6 +15,7 @@ its buffers.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -26,15 +27,11 @@ __all__ = ["Buffers", "apply", "broadcast", "capture", "check_state", "kind_of",
 _PLAIN = (int, float, str, bool, type(None))
 
 
-_RANK_LOCAL: list[type] = []  # imported at first use (a cycle at import time); then kept
-
-
+@functools.cache
 def _rank_local() -> type:
-    if not _RANK_LOCAL:
-        from perdure.runtime.checkpoint import RankLocal
+    from perdure.runtime.checkpoint import RankLocal  # not at import time: a cycle
 
-        _RANK_LOCAL.append(RankLocal)
-    return _RANK_LOCAL[0]
+    return RankLocal
 
 
 def unwrap(value: Any) -> Any:
@@ -167,8 +164,8 @@ def apply(state: MutableMapping[str, Any], tree: Mapping[str, Any]) -> None:
             state[key] = copy.deepcopy(tree[key])
 
 
-def broadcast(state: MutableMapping[str, Any], src: int, group: Any = None) -> None:
-    """Make every rank's `state` equal to rank `src`'s, in place (a collective on `group`).
+def broadcast(state: MutableMapping[str, Any], src: int) -> None:
+    """Make every rank's `state` equal to rank `src`'s, in place (a collective).
 
     Module and tensor values are broadcast in place (one flat buffer per dtype); optimizer,
     stateful and plain values travel as objects; RankLocal values stay as they are.
@@ -176,7 +173,7 @@ def broadcast(state: MutableMapping[str, Any], src: int, group: Any = None) -> N
     import torch.distributed as dist
 
     check_state(state)
-    me = dist.get_rank(group)
+    me = dist.get_rank()
     tensors: list[torch.Tensor] = []
     objects: dict[str, Any] = {}
     shared = {k: v for k, v in state.items() if unwrap(v) is v}
@@ -189,28 +186,26 @@ def broadcast(state: MutableMapping[str, Any], src: int, group: Any = None) -> N
         elif me == src:
             objects[key] = value.state_dict() if kind == "stateful" else value
     box: list[Any] = [objects if me == src else None]
-    dist.broadcast_object_list(box, src=dist.get_global_rank(group, src) if group else src,
-                               group=group)
+    dist.broadcast_object_list(box, src=src)
     for key, value in shared.items():
         kind = kind_of(value)
         if kind == "stateful" and me != src:
             value.load_state_dict(box[0][key])
         elif kind == "value" and me != src:
             state[key] = box[0][key]
-    _broadcast_tensors(tensors, src, group)
+    _broadcast_tensors(tensors, src)
 
 
-def _broadcast_tensors(tensors: list[torch.Tensor], src: int, group: Any) -> None:
+def _broadcast_tensors(tensors: list[torch.Tensor], src: int) -> None:
     import torch.distributed as dist
 
     by_dtype: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
     for t in tensors:
         by_dtype.setdefault((t.dtype, t.device), []).append(t)
-    global_src = dist.get_global_rank(group, src) if group else src
     with torch.no_grad():
         for same in by_dtype.values():
             flat = torch.cat([t.detach().reshape(-1) for t in same])
-            dist.broadcast(flat, src=global_src, group=group)
+            dist.broadcast(flat, src=src)
             offset = 0
             for t in same:
                 n = t.numel()

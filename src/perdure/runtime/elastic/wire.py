@@ -1,14 +1,12 @@
 """The snapshot holder's wire: framed JSON headers, mutual authentication, where to bind.
 
-A frame is an 8-byte big-endian length, then a JSON object; payload bytes may follow. The
-server speaks first with a fresh nonce; the client's request carries its own nonce and
-`auth` = HMAC-SHA256(job secret, "request" + server nonce + the canonical request); every
-reply carries `auth` over the client's nonce the same way. Each side checks with
-`hmac.compare_digest` before it trusts anything: a stranger's request is refused before its
-payload is read, and a server without the secret is not believed. Headers are capped at
-`MAX_HEADER` bytes before they are read. Payloads are not encrypted or MACed: the holder keeps
-strangers out; it is no defence against an attacker on the wire (run jobs on a private
-network).
+A frame is an 8-byte big-endian length, then a JSON object (at most `MAX_HEADER` bytes, checked
+before it is read); payload bytes may follow. The server speaks first with a fresh nonce; the
+client's request carries its own nonce and `auth` = HMAC-SHA256(job secret, "request" + server
+nonce + the canonical request); every reply carries `auth` over the client's nonce the same
+way. So a stranger's request is refused before its payload is read, and a server without the
+secret is not believed. Payloads are neither encrypted nor MACed: run jobs on a private
+network.
 
 Side effects: socket I/O only.
 """
@@ -25,11 +23,12 @@ import struct
 from types import TracebackType
 from typing import Any
 
-ENV_SECRET = "PERDURE_JOB_SECRET"
+from perdure.runtime.transport.base import ENV_JOB_SECRET
+from perdure.runtime.transport.wire import recv_exact
+
 MAX_HEADER = 64 << 10
 HANDSHAKE_SECONDS = 10.0  # a connection that does not speak within this is dropped
 _FRAME = struct.Struct(">Q")
-_CHUNK = 1 << 20
 _NONCE = 16
 
 
@@ -51,23 +50,6 @@ def send(sock: socket.socket, header: dict[str, Any], payload: bytes | bytearray
     sock.sendall(_FRAME.pack(len(body)) + body)
     if payload:
         sock.sendall(payload)
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytearray:
-    out = bytearray(n)  # filled in place: a snapshot is received without an extra copy
-    read_into(sock, memoryview(out))
-    return out
-
-
-def read_into(sock: socket.socket, view: memoryview) -> None:
-    view = view.cast("B")
-    got = 0
-    while got < view.nbytes:
-        k = sock.recv_into(view[got:], min(view.nbytes - got, _CHUNK))
-        if k == 0:
-            raise ConnectionError(f"peer closed the connection after {got} of {view.nbytes} "
-                                  "bytes")
-        got += k
 
 
 def recv_header(sock: socket.socket) -> dict[str, Any]:
@@ -109,7 +91,7 @@ class Accepted:
         doc = recv_header(self.sock)
         if not verified(self.secret, b"request", self.nonce, doc):
             send(self.sock, {"ok": False, "error": "not authenticated: this holder serves only "
-                             "its own job's replicas ($PERDURE_JOB_SECRET)"})
+                             f"its own job's replicas (${ENV_JOB_SECRET})"})
             return None
         self.peer_nonce = _nonce(doc)
         self.sock.settimeout(60.0)
@@ -118,9 +100,6 @@ class Accepted:
     def reply(self, doc: dict[str, Any], payload: bytes | bytearray = b"") -> None:
         send(self.sock, {**doc, "auth": mac(self.secret, b"reply", self.peer_nonce, doc)},
              payload)
-
-    def receive(self, size: int) -> bytearray:
-        return recv_exact(self.sock, size)
 
 
 class Connected:
@@ -161,9 +140,6 @@ class Connected:
             raise ConnectionError(f"{self.who} refused the request: {why}")
         return reply
 
-    def read_into(self, view: memoryview) -> None:
-        read_into(self.sock, view)
-
 
 def interface_for(master_addr: str) -> str:
     """The address of this host's interface toward `master_addr`: where a job's listeners
@@ -186,9 +162,8 @@ def interface_for(master_addr: str) -> str:
 def check_bind(host: str, what: str) -> None:
     """ValueError if `host` is a wildcard address (every interface) as the socket would read it.
 
-    `ipaddress` rejects spellings that the socket accepts (`0`, `0x0`, `0.0`: inet_aton's
-    forms of 0.0.0.0), so the address is resolved as `bind` resolves it and every result is
-    checked; a name that does not resolve is refused too (bind would fail on it anyway).
+    Resolved as `bind` resolves it: the socket takes spellings of 0.0.0.0 that `ipaddress`
+    does not (`0`, `0x0`, `0.0`).
     """
     if host in ("", "<broadcast>"):
         raise ValueError(f"{what}={host!r} would accept peers on every interface; name the "

@@ -3,9 +3,8 @@
     from perdure.runtime import transport
     t = transport.current()       # chosen by PERDURE_TRANSPORT (file, the default, or net)
 
-See base.py for the protocol; files.py and net.py for the two implementations. Runtime
-modules (elastic rounds and barriers, snapshot discovery, the stop notice, the error record,
-goodput reports) go through `current()` and never open the contract files themselves.
+base.py holds the protocol; files.py and net.py its two implementations. Runtime modules go
+through `current()` and never open the contract files themselves.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ __all__ = [
     "current",
     "from_env",
     "of",
-    "reset",
 ]
 
 Where = Transport | str | os.PathLike[str]
@@ -79,10 +77,3 @@ def of(where: Where) -> Transport:
     if isinstance(where, (str, os.PathLike)):
         return FileTransport(rdzv_dir=where)
     return where
-
-
-def reset() -> None:
-    """Forget the transport made so far (tests, and a forked standby given a new env)."""
-    global _current
-    with _lock:
-        _current = None

@@ -1,13 +1,11 @@
 """The one contract between a replica's runtime and the controller, whatever carries it.
 
-Everything the runtime and the controller tell each other goes through a `Transport`:
-membership rounds (published by the controller), ready and finished markers, the store a
-round's members meet in, snapshot holders' addresses, the stop notice, the error record and
-progress reports. Two implementations: `FileTransport` (files in the controller's state dir,
-for replicas on its host) and `NetTransport` (a client of the controller's relay, for hosts
-that see neither its state dir nor its files). Callers never know which one they hold.
+Rounds, ready and finished markers, the store a round's members meet in, snapshot holders'
+addresses, the stop notice, the error record and progress reports all go through a
+`Transport`: `FileTransport` (files in the controller's state dir, on its host) or
+`NetTransport` (a client of the controller's relay). Callers never know which one they hold.
 
-No side effects here: the protocol, the environment's names, and small shared helpers.
+No side effects: the protocol and the environment's names.
 """
 
 from __future__ import annotations

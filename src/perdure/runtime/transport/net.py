@@ -5,17 +5,22 @@ cluster; the local backend with `transport: net`). The relay writes what it rece
 state dir in the file transport's layout, so the controller reads the same records either way.
 Reads that run on the training path (the round, at every step boundary) give the last answer
 when the relay is away instead of stalling; writes that must arrive (markers, the error
-record) are retried with backoff; progress records are queued and sent by a daemon thread.
+record) are retried with backoff. Progress records are queued and sent in order by a daemon
+thread, in numbered batches under the frame limit (a batch re-sent after a lost answer is
+appended once); while the relay is away they wait, up to MAX_PENDING_LINES (the oldest
+dropped first, and counted).
 
 Side effects: TCP connections to the relay; a daemon thread for progress records.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
+import threading
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from perdure.runtime.ranks import PROCS_ENV
@@ -28,8 +33,7 @@ from perdure.runtime.transport.base import (
 )
 from perdure.runtime.transport.client import Refused, RelayClient
 from perdure.runtime.transport.files import FileTransport
-from perdure.runtime.transport.sender import ProgressSender
-from perdure.runtime.transport.wire import parse_addr
+from perdure.runtime.transport.wire import MAX_FRAME, parse_addr
 
 __all__ = ["NetTransport"]
 
@@ -37,7 +41,10 @@ log = logging.getLogger("perdure.transport")
 WRITE_SECONDS = 60.0  # markers and holder records: a controller restart fits in this
 ERROR_SECONDS = 10.0  # the error record: the replica is exiting
 STOP_SECONDS = 2.0  # the stop notice is read in a signal handler
-POLL_SECONDS = 1.0  # reads polled in loops (finished, holders)
+POLL_SECONDS = 1.0  # reads polled in loops (the round, markers, holders)
+PROGRESS_SECONDS = 30.0  # one attempt to send a batch of progress; the sender then tries again
+MAX_PENDING_LINES = 100_000
+_BATCH_BYTES = MAX_FRAME // 2  # room for the request's own fields and JSON escaping
 
 
 def _stamp(value: Any) -> Hashable | None:
@@ -91,40 +98,36 @@ class NetTransport:
     def _call(self, op: str, seconds: float, **args: Any) -> Any:
         return self.client.call(op, args, deadline=time.monotonic() + seconds)
 
+    def _poll(self, op: str, away: Any, **args: Any) -> Any:
+        """A read polled in a loop: `away` when the relay cannot be reached (Refused raises)."""
+        try:
+            return self._call(op, POLL_SECONDS, **args)
+        except Refused:
+            raise
+        except TransportError as exc:
+            log.debug("%s: the relay is away: %s", op, exc)
+            return away
+
     # ---- membership rounds and markers ---------------------------------------------------
 
     def round_doc(self, since: Hashable | None) -> tuple[Hashable | None, Any]:
-        try:
-            reply = self._call("round", POLL_SECONDS, since=since)
-        except Refused:
-            raise
-        except TransportError:  # the relay is away: nothing new can have been published
+        reply = self._poll("round", None, since=since)
+        if reply is None:  # the relay is away: nothing new can have been published
             return since, None
-        stamp = _stamp(reply.get("stamp"))
-        return stamp, reply.get("doc")
+        return _stamp(reply.get("stamp")), reply.get("doc")
 
     def mark_ready(self, attempt: int, replica: str, round_no: int) -> None:
         self._call("ready", WRITE_SECONDS, attempt=attempt, round=round_no, pid=os.getpid())
 
     def ready_round(self, attempt: int, replica: str) -> int | None:
-        try:
-            value = self._call("ready_round", POLL_SECONDS, attempt=attempt, replica=replica)
-        except Refused:
-            raise
-        except TransportError:
-            return None
+        value = self._poll("ready_round", None, attempt=attempt, replica=replica)
         return None if value is None else int(value)
 
     def mark_finished(self, attempt: int, replica: str, round_no: int) -> None:
         self._call("finished", WRITE_SECONDS, attempt=attempt, round=round_no)
 
     def finished(self, attempt: int) -> bool:
-        try:
-            return bool(self._call("is_finished", POLL_SECONDS, attempt=attempt))
-        except Refused:
-            raise
-        except TransportError:
-            return False
+        return bool(self._poll("is_finished", False, attempt=attempt))
 
     def round_store(self, name: str) -> Any:
         from perdure.runtime.transport.netstore import RelayStore
@@ -142,14 +145,7 @@ class NetTransport:
         self._call("holder", WRITE_SECONDS, record=dict(record))
 
     def holders(self) -> list[HolderRecord]:
-        try:
-            value = self._call("holders", POLL_SECONDS)
-        except Refused:
-            raise
-        except TransportError as exc:
-            log.warning("snapshot holders unknown for now: %s", exc)
-            return []
-        return [h for h in value if isinstance(h, dict)]
+        return [h for h in self._poll("holders", []) if isinstance(h, dict)]
 
     # ---- notices, errors, progress -------------------------------------------------------
 
@@ -177,7 +173,7 @@ class NetTransport:
             return where
 
     def _send_progress(self, seq: int, lines: list[str]) -> None:
-        self._call("progress", 30.0, seq=seq, lines=lines)
+        self._call("progress", PROGRESS_SECONDS, seq=seq, lines=lines)
 
     def append_progress(self, lines: list[str]) -> None:
         if lines:
@@ -185,3 +181,76 @@ class NetTransport:
 
     def flush_progress(self, timeout: float) -> bool:
         return self._sender.flush(timeout)
+
+
+class ProgressSender:
+    """Sends queued lines with `send(seq, lines)` (raises TransportError on failure)."""
+
+    def __init__(self, send: Callable[[int, list[str]], None]) -> None:
+        self._send = send
+        self._pending: collections.deque[str] = collections.deque()
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._seq = 0
+        self.dropped = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, lines: list[str]) -> None:
+        with self._cond:
+            self._pending.extend(lines)
+            over = len(self._pending) - MAX_PENDING_LINES
+            for _ in range(max(0, over)):
+                self._pending.popleft()
+            self.dropped += max(0, over)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="perdure-progress",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _batch(self) -> list[str]:
+        out: list[str] = []
+        size = 0
+        while self._pending and (not out or size + len(self._pending[0]) < _BATCH_BYTES):
+            line = self._pending.popleft()
+            if len(line) >= _BATCH_BYTES:  # cannot be sent whole; nothing reads such a line
+                self.dropped += 1
+                continue
+            out.append(line)
+            size += len(line) + 8
+        return out
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                batch = self._batch()
+                self._in_flight = len(batch)
+                self._seq += 1
+                seq = self._seq
+            while batch:
+                try:
+                    self._send(seq, batch)
+                    break
+                except Refused as exc:  # will not change by retrying: say so, go on
+                    log.warning("%d progress records refused by the relay: %s", len(batch), exc)
+                    self.dropped += len(batch)
+                    break
+                except TransportError as exc:  # the relay is down: keep the batch, try again
+                    log.debug("progress not delivered yet: %s", exc)
+                    time.sleep(0.2)
+            with self._cond:
+                self._in_flight = 0
+                self._cond.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything queued was delivered; False if `timeout` passed first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._in_flight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True

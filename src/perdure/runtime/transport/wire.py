@@ -19,7 +19,8 @@ import socket
 import struct
 from typing import Any
 
-__all__ = ["MAX_FRAME", "FrameError", "mac", "parse_addr", "recv_frame", "send_frame"]
+__all__ = ["MAX_FRAME", "FrameError", "mac", "parse_addr", "recv_exact", "recv_frame", "recv_into",
+           "send_frame"]
 
 MAX_FRAME = 1 << 20  # bytes; progress batches are split to fit, error records are clipped
 PROTOCOL = "perdure-relay/1"
@@ -36,16 +37,21 @@ def mac(secret: str, nonce: str, job: str, replica: str, launch: str) -> str:
     return hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
+def recv_into(sock: socket.socket, view: memoryview) -> None:
+    """Fill `view` from `sock`; ConnectionError when the peer closes first."""
+    view = view.cast("B")
     got = 0
-    while got < n:
+    while got < view.nbytes:
         k = sock.recv_into(view[got:])
         if k == 0:
-            raise ConnectionError(f"connection closed after {got} of {n} bytes")
+            raise ConnectionError(f"connection closed after {got} of {view.nbytes} bytes")
         got += k
-    return bytes(buf)
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)  # filled in place: a snapshot is received without an extra copy
+    recv_into(sock, memoryview(buf))
+    return buf
 
 
 def send_frame(sock: socket.socket, doc: dict[str, Any]) -> None:
@@ -57,11 +63,11 @@ def send_frame(sock: socket.socket, doc: dict[str, Any]) -> None:
 
 def recv_frame(sock: socket.socket, limit: int = MAX_FRAME) -> dict[str, Any]:
     """One frame as a JSON object; FrameError when it is over `limit` or not an object."""
-    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+    (n,) = _LEN.unpack(recv_exact(sock, _LEN.size))
     if n > limit:  # checked before the body is read or allocated
         raise FrameError(f"a frame of {n} bytes is over the {limit}-byte limit")
     try:
-        doc = json.loads(_recv_exact(sock, n))
+        doc = json.loads(recv_exact(sock, n))
     except ValueError as exc:
         raise FrameError(f"a frame is not JSON: {exc}") from None
     if not isinstance(doc, dict):
