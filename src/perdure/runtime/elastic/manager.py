@@ -39,6 +39,7 @@ from perdure.runtime.elastic.retry import (
     RetryLimit,
     resolve_settings,
 )
+from perdure.runtime.ranks import env_int
 from perdure.runtime.transport import FileTransport, Transport
 from perdure.runtime.transport import current as current_transport
 
@@ -54,14 +55,6 @@ _current: Manager | None = None
 def current_manager() -> Manager | None:
     """The Manager this process made last, if any (the Snapshotter finds its peers through it)."""
     return _current
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "")
-    try:
-        return int(raw) if raw else default
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
 def _default_backend() -> str:
@@ -100,10 +93,10 @@ class Manager:
         if transport is None:
             transport = FileTransport(rdzv_dir=rdzv_dir) if rdzv_dir else current_transport()
         self.transport = transport
-        static_rank, static_world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+        static_rank, static_world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
         self.replica = replica or os.environ.get("PERDURE_REPLICA") or f"rank-{static_rank}"
         self.node = os.environ.get("PERDURE_NODE") or "local"
-        self.attempt = _env_int("PERDURE_ATTEMPT", -1)
+        self.attempt = env_int("PERDURE_ATTEMPT", -1)
         self.backend = backend or _default_backend()
         self.collective_timeout = float(
             collective_timeout
