@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from perdure.runtime.checkpoint import Checkpointer, CheckpointError, prepared, staging
+from perdure.runtime.checkpoint import Checkpointer, CheckpointError, staging
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.plan import make_plan, signature
 from perdure.runtime.checkpoint.staging import (
@@ -185,27 +185,6 @@ def test_staged_bytes_are_the_live_tensors_of_any_dtype_and_layout(shared: bool)
                 assert copy.grad_fn is None and not copy.requires_grad
     finally:
         buffers.close()
-
-
-def test_storages_are_looked_up_only_for_a_plan_that_may_defer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model, optim = trained()
-    state = {"model": model, "optim": optim}
-    looked: list[int] = []
-
-    def counted(state: Any) -> Any:
-        looked.append(1)
-        return optimizer_storages(state)
-
-    monkeypatch.setattr(prepared, "optimizer_storages", counted)
-    with Checkpointer(tmp_path) as ckpt:
-        ckpt.save(1, state)
-        ckpt.wait()
-        assert not looked  # a few kB in a few tensors: all copied in save(), nothing deferred
-        monkeypatch.setattr(staging, "DEFER_MIN_BYTES", 0)
-        ckpt.save(2, state)
-        assert looked and ckpt._inflight is not None and ckpt._inflight.gate is not None
 
 
 def test_a_plain_value_changed_in_place_is_saved_as_it_is_now() -> None:
