@@ -284,8 +284,8 @@ class Checkpointer:
             else commit.final_name(step)
         )
         self._last_step, self._last_time = step, time.monotonic()
-        job = SaveJob(step, dir_name, staged, self._buffers, self._plan.docs, comm.world,
-                      self._plan.layout, pending, background)
+        job = SaveJob(step, dir_name, staged, self._buffers, self._plan.metadata,
+                      self._plan.paths, comm.world, pending, background)
         return job, optimizers
 
     def _persister(self, comm: Comm) -> Persister:

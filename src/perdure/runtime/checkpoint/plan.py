@@ -26,14 +26,13 @@ from torch.distributed.checkpoint.default_planner import (
     create_default_global_save_plan,
     create_default_local_save_plan,
 )
-from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
+from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import SavePlan, WriteItem
 from torch.distributed.tensor import DTensor
 
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint import values
 from perdure.runtime.checkpoint.comm import Comm
-from perdure.runtime.checkpoint.documents import Documents
 from perdure.runtime.checkpoint.errors import UnsupportedValueError
 from perdure.runtime.checkpoint.metadata import Path, dcp_path
 from perdure.runtime.checkpoint.tree import flatten
@@ -57,8 +56,6 @@ class Plan:
     metadata: Metadata
     paths: dict[str, Path]
     token: str
-    layout: list[list[MetadataIndex]]  # every rank's items, in the order it writes them
-    docs: Documents  # the metadata documents every save of this plan writes
 
 
 def signature(flat: dict[str, Any], paths: dict[str, Path]) -> Signature:
@@ -128,9 +125,7 @@ def make_plan(
     md = dataclasses.replace(
         md, planner_data={fqn: dcp_path(p) for fqn, p in all_paths.items()}
     )
-    layout = [[item.index for item in plan.items] for plan in global_plans]
-    return Plan(sig, list(global_plans[comm.rank].items), md, all_paths, gathered[0][2], layout,
-                Documents(md, all_paths))
+    return Plan(sig, list(global_plans[comm.rank].items), md, all_paths, gathered[0][2])
 
 
 def _replicated_bytes(plans: list[SavePlan]) -> int:
