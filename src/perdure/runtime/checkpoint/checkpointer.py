@@ -39,8 +39,7 @@ from perdure.runtime.checkpoint.plan import Plan, Prepared, make_plan, prepare
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import HostBuffers, optimizer_storages
-from perdure.runtime.checkpoint.storage import Storage
-from perdure.runtime.checkpoint.urls import make_storage
+from perdure.runtime.checkpoint.storage import Storage, make_storage
 
 log = logging.getLogger("perdure.checkpoint")
 _PERSIST_MODES = ("thread", "process")
@@ -131,7 +130,6 @@ class Checkpointer:
         self._comm: Comm | None = None
         self._plan: Plan | None = None
         self._buffers: HostBuffers | None = None
-        self._committed: dict[str, commit.Committed] = {}  # the markers retention knows
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
         self._seq = 0
@@ -291,8 +289,7 @@ class Checkpointer:
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again
             self._writer = WriterProcess()
-        return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer,
-                         self._committed)
+        return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer)
 
     def wait(self) -> None:
         """Block until the last save is committed; raise its error (once) if it failed."""

@@ -32,8 +32,6 @@ from perdure.runtime import compat
 from perdure.runtime.checkpoint import checksum
 from perdure.runtime.checkpoint.shared import dtype_from_name, dtype_name
 
-__all__ = ["dtype_from_name", "dtype_name"]
-
 PathStep = tuple[str, Any]
 Path = tuple[PathStep, ...]
 

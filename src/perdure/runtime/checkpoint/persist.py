@@ -137,15 +137,12 @@ class Persister:
         keep: int | None,
         staging_dir: Path | None,
         writer: WriterProcess | None,
-        committed: dict[str, commit.Committed] | None = None,
     ) -> None:
         self.storage = storage
         self.comm = comm
         self.keep = keep
         self.staging_dir = staging_dir
         self.writer = writer
-        # The checkpoints whose commit markers are known (commit.retain): one per Checkpointer.
-        self.committed = {} if committed is None else committed
 
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
@@ -200,7 +197,7 @@ class Persister:
         # ends. The new checkpoint counts as saved even if cleaning up fails.
         start = time.perf_counter()
         try:
-            removed = commit.retain(self.storage, self.keep, current, self.committed)
+            removed = commit.retain(self.storage, self.keep, current)
         except Exception:
             log.exception("checkpoint retention in %s failed; will retry after the next save",
                           self.storage.url)
@@ -213,7 +210,6 @@ class Persister:
         # Without rename a save writes into its final directory: drop whatever an earlier
         # save of the same step left there (marker first), before any rank writes.
         problem = None
-        self.committed.pop(name, None)  # no longer complete, whatever happens next
         if self.comm.rank == 0:
             try:
                 if name in self.storage.list_names():
@@ -283,7 +279,6 @@ class Persister:
             errors.append(f"the ranks wrote to different directories {sorted(dirs)}")
             kind = "error"
         if errors:
-            self.committed.pop(job.dir_name, None)
             with contextlib.suppress(Exception):  # leftovers are removed by a later retention
                 self.storage.remove_tree(job.dir_name)
             return (kind, "; ".join(errors))
@@ -324,6 +319,5 @@ class Persister:
                 raise CheckpointError(f"{job.dir_name}/{file} has {found} bytes, not {size}")
         marker = commit.marker_doc(job.step, job.world, files, (algorithm, crcs))
         name = commit.publish(self.storage, job.dir_name, job.step, marker)
-        self.committed[name] = commit.Committed(name, job.step, marker)
         stats.extra["commit_s"] = time.perf_counter() - start
         return name

@@ -22,8 +22,9 @@ from perdure.runtime import compat
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointMismatchError
-from perdure.runtime.checkpoint.metadata import Checksums, Path, dtype_name
+from perdure.runtime.checkpoint.metadata import Checksums, Path
 from perdure.runtime.checkpoint.reader import SafeLoadPlanner, SafeReader, describe
+from perdure.runtime.checkpoint.shared import dtype_name
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.tree import flatten, unflatten
 

@@ -1,7 +1,8 @@
 """Reusable host buffers: the only copy training waits for, and only part of it.
 
 Buffers are allocated once per save plan (and pre-touched, since first-touch page faults make
-a copy into fresh memory ~17x slower) and reused by every later save with the same layout.
+a copy into fresh memory several times slower) and reused by every later save with the same
+layout.
 A rank stages only the items its plan assigns to it: with DDP, replicated tensors are split
 between ranks, so each rank copies about 1/world of the state (a small one is rank 0's alone:
 plan.SINGLE_WRITER_BYTES).
@@ -176,8 +177,7 @@ def _archive(value: Any) -> bytes:
 
 
 # Deferred copies go to a thread of their own, and the optimizer's next step waits for them:
-# ~0.1 ms of hand-offs, worth it only when the copies take longer than that. A small state's
-# (the ddp_mlp example's 16 tensors, 70 kB: ~40 us) are made in save() instead.
+# worth the hand-offs only when the copies take longer than those.
 DEFER_MIN_BYTES = 1 << 20
 DEFER_MIN_TENSORS = 64
 

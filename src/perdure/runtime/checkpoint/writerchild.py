@@ -115,8 +115,7 @@ def main() -> None:
     torch.set_num_threads(1)
     serve(socket.socket(fileno=fd))
     # Every write was answered after its file was closed (and fsynced when asked): nothing is
-    # left to flush. The interpreter's teardown with torch loaded costs ~0.5 s of CPU, which at
-    # this process's lowest priority on a busy machine took over close()'s 10 s wait.
+    # left to flush, and the interpreter's teardown with torch loaded is slow at this priority.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
