@@ -50,6 +50,16 @@ class _HashingStream:
         self._stream.flush()
 
 
+def _save(tensor: torch.Tensor, stream: _HashingStream) -> None:
+    try:
+        torch.save(tensor, stream)  # type: ignore[arg-type]
+    except RuntimeError as exc:
+        # Closing its archive after a failed write, torch raises its own error over the write's.
+        if isinstance(exc.__context__, OSError):
+            raise exc.__context__ from None
+        raise
+
+
 @dataclass(frozen=True)
 class Written:
     """What ``write_payloads`` wrote: each payload's (offset, length, checksum), the file's
@@ -74,7 +84,7 @@ def write_payloads(
             if isinstance(payload, bytes):
                 hashing.write(payload)
             else:
-                torch.save(payload, hashing)  # type: ignore[arg-type]
+                _save(payload, hashing)
             length = stream.tell() - start
             spans.append((start, length, hashing.crc))
             whole = checksum.combine(algorithm, whole, hashing.crc, length)
