@@ -104,7 +104,7 @@ def test_a_save_then_training_right_away_stores_the_step_it_was_given(
     model, optim = trained()
     ckpt = Checkpointer(tmp_path)
     ckpt.save(1, {"model": model, "optim": optim})
-    gate = ckpt._inflight.gate if ckpt._inflight is not None else None
+    gate = ckpt._runner.inflight.gate if ckpt._runner.inflight is not None else None
     assert (gate is not None) == (copies == "deferred")  # small copies are not worth a thread
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     for _ in range(3):
@@ -125,7 +125,7 @@ def test_sync_staging_defers_nothing(tmp_path: Path) -> None:
     model, optim = trained()
     ckpt = Checkpointer(tmp_path, stage="sync")
     ckpt.save(1, {"model": model, "optim": optim})
-    assert ckpt._inflight is None or ckpt._inflight.gate is None
+    assert ckpt._runner.inflight is None or ckpt._runner.inflight.gate is None
     ckpt.close()
     with pytest.raises(ValueError, match="stage is 'lazy'; it must be one of"):
         Checkpointer(tmp_path, stage="lazy")

@@ -32,7 +32,7 @@ from perdure.runtime.checkpoint.errors import (
     CheckpointError,
 )
 from perdure.runtime.checkpoint.failures import SaveFailures, alert_after_from_env
-from perdure.runtime.checkpoint.inflight import InFlight, SaveRunner
+from perdure.runtime.checkpoint.inflight import SaveRunner
 from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats, staging_base
 from perdure.runtime.checkpoint.plan import Plan, Prepared, make_plan, prepare
@@ -153,10 +153,6 @@ class Checkpointer:
         return self._runner.last
 
     @property
-    def _inflight(self) -> InFlight | None:
-        return self._runner.inflight
-
-    @property
     def url(self) -> str:
         """Where the checkpoints are."""
         return self.storage.url
@@ -206,7 +202,7 @@ class Checkpointer:
         stats = SaveStats(step=step, extra={"waited_s": time.perf_counter() - waited})
         if any(v[2] for v in votes):
             self._replan(prepared, comm)
-        job, optimizers = self._stage(stats, state, prepared, comm, background)
+        job, optimizers = self._stage(stats, state, prepared, comm)
         # What training waited for in save(), besides a previous save still in flight.
         stats.blocked_s = time.perf_counter() - entered - stats.extra["waited_s"]
         stats.extra["save_cpu_s"] = time.thread_time() - cpu
@@ -266,8 +262,8 @@ class Checkpointer:
             self._plan.items, shared=self.persist == "process", pin=pin
         )
 
-    def _stage(self, stats: SaveStats, state: Mapping[str, Any], prepared: Prepared, comm: Comm,
-               background: bool) -> tuple[SaveJob, list[torch.optim.Optimizer]]:
+    def _stage(self, stats: SaveStats, state: Mapping[str, Any], prepared: Prepared, comm: Comm
+               ) -> tuple[SaveJob, list[torch.optim.Optimizer]]:
         assert self._plan is not None and self._buffers is not None
         start = time.perf_counter()
         optimizers, defer = (optimizer_storages(state) if self.stage == "deferred"
@@ -283,7 +279,7 @@ class Checkpointer:
         )
         self._last_step, self._last_time = step, time.monotonic()
         job = SaveJob(step, dir_name, staged, self._buffers, self._plan.metadata,
-                      self._plan.paths, comm.world, pending, background)
+                      self._plan.paths, comm.world, pending)
         return job, optimizers
 
     def _persister(self, comm: Comm) -> Persister:

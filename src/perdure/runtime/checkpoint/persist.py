@@ -56,7 +56,6 @@ class SaveJob:
     paths: dict[str, KeyPath]
     world: int
     pending: list[Pending] = field(default_factory=list)  # copies staging left to us
-    background: bool = False  # runs in the Checkpointer's background threads
     gate: StepGate | None = None  # opened once the pending copies are done
     copied: bool = False  # the pending copies were made (stage_pending) ...
     problem: str | None = None  # ... and why they failed, if they did
@@ -147,7 +146,9 @@ class Persister:
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
         start, cpu = time.perf_counter(), time.thread_time()
-        problem = job.problem if job.copied else self._stage_pending(job, stats)
+        if not job.copied:
+            self.stage_pending(job, stats)
+        problem = job.problem
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
         mine = self._write_local(job) if problem is None else Shard(problem)
@@ -172,21 +173,16 @@ class Persister:
         return stats.name
 
     def stage_pending(self, job: SaveJob, stats: SaveStats) -> None:
-        """Make the copies staging deferred and open the gate, ahead of ``run`` (in a thread
-        at the training's priority: the optimizer's next step waits for them)."""
-        job.problem = self._stage_pending(job, stats)
-        job.copied = True
-
-    def _stage_pending(self, job: SaveJob, stats: SaveStats) -> str | None:
-        """Make the copies staging deferred, then let the optimizers step; why not, or None."""
+        """Make the copies staging deferred, then let the optimizers step, ahead of ``run`` (in
+        a thread at the training's priority: the optimizer's next step waits for them)."""
         start = time.perf_counter()
         try:
             copy_pending(job.pending)
-            return None
         except Exception as exc:
             log.error("rank %d: %s", self.comm.rank, exc)
-            return f"rank {self.comm.rank}: {exc}"
+            job.problem = f"rank {self.comm.rank}: {exc}"
         finally:
+            job.copied = True
             if job.gate is not None:
                 job.gate.open()
             stats.extra["deferred_s"] = time.perf_counter() - start

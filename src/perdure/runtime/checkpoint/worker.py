@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import threading
 import weakref
 from collections.abc import Callable
 
-from perdure.runtime.checkpoint.priority import lower_this_thread
-
 log = logging.getLogger("perdure.checkpoint")
+NICE = 19
 _Jobs = queue.SimpleQueue[tuple[Callable[[], None], threading.Event] | None]
 _WORKERS: list[weakref.ref[PersistWorker]] = []  # in the order made
 _WORKERS_LOCK = threading.Lock()
@@ -81,6 +81,16 @@ class PersistWorker:
                 self._jobs.put(None)
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+
+
+def lower_this_thread() -> None:
+    """Give the calling thread (or the writer process) the lowest CPU priority, so that it
+    takes the CPU time training leaves idle; Linux gives each thread its own nice value. Best
+    effort: where the kernel refuses, nothing changes."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (OSError, AttributeError):
+        log.debug("could not lower the checkpoint writer's CPU priority", exc_info=True)
 
 
 def _serve(jobs: _Jobs, lower: bool) -> None:

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from perdure.runtime.checkpoint.priority import lower_this_thread
 from perdure.runtime.checkpoint.shared import Slot, dtype_from_name, view_slot
+from perdure.runtime.checkpoint.worker import lower_this_thread
 from perdure.runtime.checkpoint.writer import write_payloads
 
 _HEADER = struct.Struct("!Q")
