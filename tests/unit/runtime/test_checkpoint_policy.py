@@ -44,3 +44,5 @@ def test_due_is_due_by_steps_or_by_clock() -> None:
     assert not both.due_by_clock(7, 59.0, 1, 0.0) and both.due_by_clock(7, 60.0, 1, 0.0)
     assert not both.due_by_clock(7, 60.0, 7, 0.0)  # this step was saved already
     assert not both.due_by_clock(7, 1e9, None, None)  # the first timed save waits
+    for step, now, last in ((20, 1.0, 3), (7, 61.0, 3), (7, 1.0, 3)):
+        assert both.due(step, now, last, 0.0) == both.decide(step, now, last, 0.0).save

@@ -60,6 +60,11 @@ class SavePolicy:
                     f"SavePolicy.on_busy is {self.on_busy!r}; it must be 'wait' or 'skip'."
                 ) from None
 
+    def due(self, step: int, now: float, last_step: int | None, last_time: float | None) -> bool:
+        """Whether ``step`` is due: `decide` without its reason (called every step)."""
+        return (self.due_by_steps(step, last_step)
+                or self.due_by_clock(step, now, last_step, last_time))
+
     def due_by_steps(self, step: int, last_step: int | None) -> bool:
         """Due by ``every_steps`` (the same answer on every rank)."""
         return self.every_steps is not None and step % self.every_steps == 0 \
