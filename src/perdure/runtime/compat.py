@@ -34,8 +34,7 @@ take which path:
 - ``WARM_IMPORTS``: what a warm start imports ahead of a script: ``torch._dynamo`` (which DDP's
   constructor imports) where it imports cleanly; a module missing or failing is skipped.
 
-DCP's own pieces are imported on first use (the checkpoint writer process imports this module
-with torch alone).
+DCP's own pieces are imported on first use, so that importing this module costs torch alone.
 
 Side effects: none at import beyond importing torch.
 """
@@ -61,8 +60,6 @@ concatenated into ``output``."""
 
 
 # ---- DCP's private pieces --------------------------------------------------------------------
-
-# Imported on first use: the writer process imports this module with torch alone.
 
 def dedup_save_plans(plans: list[Any], save_to_lowest_rank: bool) -> list[Any]:
     """DCP's deduplication of the items several ranks' plans hold (as DDP replicates
