@@ -90,7 +90,7 @@ def _burner(where: str, ms: float) -> Any:
         import queue
         import threading
 
-        from perdure.runtime.checkpoint.priority import lower_this_thread
+        from perdure.runtime.checkpoint.worker import lower_this_thread
 
         jobs: queue.SimpleQueue[int] = queue.SimpleQueue()
 

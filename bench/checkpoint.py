@@ -236,7 +236,7 @@ def perdure_save(ckpt: Checkpointer, state: dict[str, Any], step: int, train: An
     dist.barrier()
     state["step"] = step
     ckpt.save(step, state)
-    train(ckpt._inflight)
+    train(ckpt._runner.inflight)
     ckpt.wait()
     dist.barrier()  # rank 0's retention (after the commit) is done too
     stats = ckpt.last_save

@@ -4,9 +4,9 @@ left out or done another way, to see what that part costs the training steps aft
 - `save`: as shipped;
 - `blocking`: every save blocking (`async_save=False`): the whole save on the step's path;
 - `no-persist`: the save stages, then its persist only makes the deferred copies;
-- `collectives-only`: the persist reads the ranks' votes, then makes the two collectives of
-  a real one on the checkpoint's gloo data group (the outcome rows' all-gather, the verdict's
-  broadcast) and writes nothing;
+- `collectives-only`: the persist makes the two collectives of a real one on the
+  checkpoint's gloo data group (the outcomes' gather, the verdict's broadcast) and writes
+  nothing;
 - `store-only`: the same exchange through the job's TCPStore instead (each rank sets its row,
   rank 0 reads them all and sets the verdict, the others get it), for comparison;
 - `no-fsync`: os.fsync does nothing; `no-retain`: retention removes nothing.
@@ -41,8 +41,6 @@ def install(mode: str) -> None:
             if not job.copied:
                 self.stage_pending(job, stats)
             if exchange is not None:
-                if job.votes is not None:
-                    job.votes.result()
                 exchange(self.comm)
             stats.name = "not-persisted"
             return "not-persisted"
@@ -51,8 +49,8 @@ def install(mode: str) -> None:
 
 
 def _collectives(comm: Any) -> None:
-    comm.all_gather_ints([1] * ROW)
-    comm.broadcast_int(0)
+    comm.gather_object([1] * ROW)
+    comm.broadcast_object("ok")
 
 
 def _store() -> Any:

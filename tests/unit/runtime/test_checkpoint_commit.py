@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from perdure.runtime.checkpoint import commit
-from perdure.runtime.checkpoint.storage import FsspecStorage, LocalStorage, Storage
-from perdure.runtime.checkpoint.urls import make_storage
+from perdure.runtime.checkpoint.storage import FsspecStorage, LocalStorage, Storage, make_storage
 
 
 def write_checkpoint(storage: Storage, step: int, *, marker: bool = True, tmp: bool = False) -> str:
@@ -69,27 +68,6 @@ def test_retain_keeps_the_newest_and_removes_leftovers(storage: Storage) -> None
     assert commit.retain(storage, keep=None, current="step-00000004") == []
 
 
-def test_retain_reads_no_marker_it_knows_and_keeps_what_it_knows_current(
-    storage: Storage, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for step in (1, 2, 3):
-        write_checkpoint(storage, step)
-    known: dict[str, commit.Committed] = {}
-    assert commit.retain(storage, 2, "step-00000003", known) == ["step-00000001"]
-    assert sorted(known) == ["step-00000002", "step-00000003"]  # read once, then known
-    write_checkpoint(storage, 4)
-    known["step-00000004"] = commit.scan(storage).complete[-1]  # as a publish records it
-    reads: list[str] = []
-    real = storage.read_bytes
-    monkeypatch.setattr(storage, "read_bytes", lambda rel: reads.append(rel) or real(rel))
-    write_checkpoint(storage, 5, marker=False)  # not known: its marker is looked for
-    assert commit.retain(storage, 2, "step-00000004", known) == ["step-00000002",
-                                                                 "step-00000005"]
-    assert reads == [f"step-00000005/{commit.MARKER}"]
-    assert sorted(known) == ["step-00000003", "step-00000004"]
-    assert [c.step for c in commit.scan(storage).complete] == [3, 4]
-
-
 def test_publish_renames_where_it_can_and_replaces_a_resaved_step(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path)
     write_checkpoint(storage, 7)
@@ -128,8 +106,7 @@ def test_retention_removes_a_checkpoint_with_files_its_marker_does_not_list(
     storage.write_bytes("step-00000001/extra.log", b"someone's notes")
     storage.makedirs("step-00000001/sub")
     storage.write_bytes("step-00000001/sub/x", b"x")
-    known: dict[str, commit.Committed] = {}
-    assert commit.retain(storage, 2, "step-00000003", known) == ["step-00000001"]
+    assert commit.retain(storage, 2, "step-00000003") == ["step-00000001"]
     assert storage.list_names() == ["step-00000002", "step-00000003"]
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from perdure.runtime.checkpoint import Checkpointer, CheckpointError, prepared, staging
+from perdure.runtime.checkpoint import Checkpointer, CheckpointError, staging
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.plan import make_plan, signature
 from perdure.runtime.checkpoint.staging import (
@@ -104,7 +104,7 @@ def test_a_save_then_training_right_away_stores_the_step_it_was_given(
     model, optim = trained()
     ckpt = Checkpointer(tmp_path)
     ckpt.save(1, {"model": model, "optim": optim})
-    gate = ckpt._inflight.gate if ckpt._inflight is not None else None
+    gate = ckpt._runner.inflight.gate if ckpt._runner.inflight is not None else None
     assert (gate is not None) == (copies == "deferred")  # small copies are not worth a thread
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     for _ in range(3):
@@ -125,7 +125,7 @@ def test_sync_staging_defers_nothing(tmp_path: Path) -> None:
     model, optim = trained()
     ckpt = Checkpointer(tmp_path, stage="sync")
     ckpt.save(1, {"model": model, "optim": optim})
-    assert ckpt._inflight is None or ckpt._inflight.gate is None
+    assert ckpt._runner.inflight is None or ckpt._runner.inflight.gate is None
     ckpt.close()
     with pytest.raises(ValueError, match="stage is 'lazy'; it must be one of"):
         Checkpointer(tmp_path, stage="lazy")
@@ -185,27 +185,6 @@ def test_staged_bytes_are_the_live_tensors_of_any_dtype_and_layout(shared: bool)
                 assert copy.grad_fn is None and not copy.requires_grad
     finally:
         buffers.close()
-
-
-def test_storages_are_looked_up_only_for_a_plan_that_may_defer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model, optim = trained()
-    state = {"model": model, "optim": optim}
-    looked: list[int] = []
-
-    def counted(state: Any) -> Any:
-        looked.append(1)
-        return optimizer_storages(state)
-
-    monkeypatch.setattr(prepared, "optimizer_storages", counted)
-    with Checkpointer(tmp_path) as ckpt:
-        ckpt.save(1, state)
-        ckpt.wait()
-        assert not looked  # a few kB in a few tensors: all copied in save(), nothing deferred
-        monkeypatch.setattr(staging, "DEFER_MIN_BYTES", 0)
-        ckpt.save(2, state)
-        assert looked and ckpt._inflight is not None and ckpt._inflight.gate is not None
 
 
 def test_a_plain_value_changed_in_place_is_saved_as_it_is_now() -> None:

@@ -14,8 +14,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from perdure.runtime.checkpoint.state import tree_for_save
-from perdure.runtime.checkpoint.statedicts import param_names
+from perdure.runtime.checkpoint.state import fqn, param_names, tree_for_save
 
 
 class Tied(nn.Module):
@@ -74,3 +73,24 @@ def test_a_state_dict_hook_runs_at_every_save() -> None:
     for n in range(3):
         assert tree_for_save({"m": model}, 0)["m"]["calls"] is calls
         assert int(calls) == n + 1
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+        self.head = nn.Linear(4, 2)
+
+
+def _wrapped() -> list[nn.Module]:
+    net = _Net()
+    compiled = torch.compile(_Net())
+    inner = _Net()
+    inner.body = torch.compile(inner.body)  # type: ignore[assignment]
+    return [net, compiled, inner]
+
+
+@pytest.mark.parametrize("model", _wrapped(), ids=["plain", "compiled", "compiled-part"])
+def test_fqn_names_keys_as_torchs_state_dicts_do(model: nn.Module) -> None:
+    expected = list(get_model_state_dict(model))
+    assert sorted(fqn(model, k) for k in model.state_dict()) == sorted(expected)

@@ -7,8 +7,7 @@ import threading
 
 import pytest
 
-from perdure.runtime.checkpoint.priority import NICE
-from perdure.runtime.checkpoint.worker import PersistWorker
+from perdure.runtime.checkpoint.worker import NICE, PersistWorker
 
 
 @pytest.mark.parametrize("lower", [False, True])

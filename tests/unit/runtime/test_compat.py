@@ -1,14 +1,13 @@
 """perdure.runtime.compat: each version-dependent path gives what the newest torch's API gives.
 
 The fallback paths run for real where the installed torch needs them (make test-compat runs
-this file on every supported torch: all_gather_into_tensor before 2.13, the unaligned zip
-writer and a Metadata without a version on 2.6); where the installed torch has the newer
+this file on every supported torch: all_gather_into_tensor before 2.13, a Metadata without a
+version on 2.6); where the installed torch has the newer
 API, the fallback is also forced here, so both paths are checked on every version.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -17,8 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
 from perdure.runtime import compat
 
@@ -55,50 +52,6 @@ def test_all_gather_single_gathers_on_every_version(tmp_path: Path) -> None:
     assert compat.all_gather_single is expected
 
 
-@pytest.mark.parametrize("value", [torch.arange(6, dtype=torch.float64).reshape(2, 3),
-                                   torch.zeros(0, dtype=torch.int8), 7, {"lr": 0.1}])
-def test_save_without_crc_loads_back_on_this_torch(value: object) -> None:
-    out = io.BytesIO()
-    compat.save_without_crc(value, out)
-    back = torch.load(io.BytesIO(out.getvalue()), weights_only=True)
-    if isinstance(value, torch.Tensor):
-        assert torch.equal(back, value) and back.dtype == value.dtype
-    else:
-        assert back == value
-
-
-def test_save_without_crc_takes_the_writer_this_torch_has() -> None:
-    """2.7 on: the writer takes the alignment; 2.6: it does not; the path says which."""
-    aligned = hasattr(torch.serialization, "_get_storage_alignment")
-    assert compat.save_path() == ("aligned" if aligned else "unaligned")
-    assert compat.storage_alignment() == (
-        torch.serialization._get_storage_alignment() if aligned else 64)
-
-
-def test_save_falls_back_to_torch_save_when_the_private_writer_is_gone(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    def gone(stream: object) -> None:
-        raise AttributeError("module 'torch._C' has no attribute 'PyTorchFileWriter'")
-
-    monkeypatch.setattr(compat, "_writer_with_alignment", gone)
-    monkeypatch.setattr(compat, "_writer_without_alignment", gone)
-    save = compat._detect_save()
-    assert save is compat._plain_save
-    out = io.BytesIO()
-    save(torch.ones(3), out)
-    assert torch.equal(torch.load(io.BytesIO(out.getvalue()), weights_only=True), torch.ones(3))
-
-
-def test_an_archive_without_crc_is_what_torch_save_writes_but_the_crc() -> None:
-    """The same records as torch.save's archive (so any torch reads it), bar the checksums."""
-    tensor = torch.arange(100, dtype=torch.float32)
-    ours, theirs = io.BytesIO(), io.BytesIO()
-    compat.save_without_crc(tensor, ours)
-    torch.save(tensor, theirs)
-    assert len(ours.getvalue()) == len(theirs.getvalue())
-    assert torch.equal(torch.load(io.BytesIO(ours.getvalue()), weights_only=True), tensor)
-
-
 def test_versioned_metadata_has_a_version_only_where_dcp_has_the_field() -> None:
     from torch.distributed.checkpoint.metadata import Metadata
 
@@ -116,41 +69,6 @@ def test_narrow_cuts_like_dcps_own_helper(offsets: tuple[int, int],
     tensor = torch.arange(24).reshape(4, 6)
     expected = tensor[offsets[0]:offsets[0] + lengths[0], offsets[1]:offsets[1] + lengths[1]]
     assert torch.equal(compat.narrow(tensor, offsets, lengths), expected)
-
-
-class _Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
-        self.head = nn.Linear(4, 2)
-
-
-def _wrapped() -> list[nn.Module]:
-    net = _Net()
-    compiled = torch.compile(_Net())
-    inner = _Net()
-    inner.body = torch.compile(inner.body)  # type: ignore[assignment]
-    return [net, compiled, inner]
-
-
-@pytest.mark.parametrize("model", _wrapped(), ids=["plain", "compiled", "compiled-part"])
-def test_fqn_names_keys_as_torchs_state_dicts_do_on_both_paths(
-        model: nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
-    expected = list(get_model_state_dict(model))
-    assert sorted(compat.fqn(model, k) for k in model.state_dict()) == sorted(expected)
-    monkeypatch.setattr(compat, "_fqns", lambda: None)  # a torch without _get_fqns
-    assert sorted(compat.fqn(model, k) for k in model.state_dict()) == sorted(expected)
-
-
-def test_foreach_copy_copies_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    sources = [torch.arange(3.0), torch.ones(2, 2)]
-    targets = [torch.zeros(3), torch.zeros(2, 2)]
-    compat.foreach_copy(targets, sources)
-    assert all(torch.equal(t, s) for t, s in zip(targets, sources, strict=True))
-    monkeypatch.delattr(torch, "_foreach_copy_")
-    targets = [torch.zeros(3), torch.zeros(2, 2)]
-    compat.foreach_copy(targets, sources)
-    assert all(torch.equal(t, s) for t, s in zip(targets, sources, strict=True))
 
 
 def test_host_register_says_no_without_cuda() -> None:

@@ -2,7 +2,7 @@
 
 Public names: Checkpointer, SavePolicy, OnBusy, SaveDecision, SaveStats, RankLocal and the
 errors. Everything else in this package is internal. Names load on first use, so that the
-writer process (``python -m perdure.runtime.checkpoint.procwriter``) imports only what it needs.
+writer process (``python -m perdure.runtime.checkpoint.writerchild``) imports only what it needs.
 """
 
 from __future__ import annotations

@@ -32,17 +32,14 @@ from perdure.runtime.checkpoint.errors import (
     CheckpointError,
 )
 from perdure.runtime.checkpoint.failures import SaveFailures, alert_after_from_env
-from perdure.runtime.checkpoint.inflight import InFlight, SaveRunner
+from perdure.runtime.checkpoint.inflight import SaveRunner
 from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats, staging_base
-from perdure.runtime.checkpoint.plan import Plan, make_plan
+from perdure.runtime.checkpoint.plan import Plan, Prepared, make_plan, prepare
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
-from perdure.runtime.checkpoint.prepared import Go, Prepared, prepare
 from perdure.runtime.checkpoint.procwriter import WriterProcess
-from perdure.runtime.checkpoint.staging import HostBuffers
-from perdure.runtime.checkpoint.storage import Storage
-from perdure.runtime.checkpoint.tree import Flattener
-from perdure.runtime.checkpoint.urls import make_storage
+from perdure.runtime.checkpoint.staging import HostBuffers, optimizer_storages
+from perdure.runtime.checkpoint.storage import Storage, make_storage
 
 log = logging.getLogger("perdure.checkpoint")
 _PERSIST_MODES = ("thread", "process")
@@ -133,8 +130,6 @@ class Checkpointer:
         self._comm: Comm | None = None
         self._plan: Plan | None = None
         self._buffers: HostBuffers | None = None
-        self._flattener = Flattener()  # the last save's layout
-        self._committed: dict[str, commit.Committed] = {}  # the markers retention knows
         # Started now so that its imports are done by the first save.
         self._writer = WriterProcess() if persist == "process" else None
         self._seq = 0
@@ -156,10 +151,6 @@ class Checkpointer:
     def last_save(self) -> SaveStats | None:
         """The figures of the last save that finished (None before the first)."""
         return self._runner.last
-
-    @property
-    def _inflight(self) -> InFlight | None:
-        return self._runner.inflight
 
     @property
     def url(self) -> str:
@@ -193,35 +184,35 @@ class Checkpointer:
             raise ValueError(f"step is {step!r}; it must be an int >= 0.")
         entered, cpu = time.perf_counter(), time.thread_time()
         comm = self._comm_()
-        prepared, problem = prepare(state, comm.rank, deferred=self.stage == "deferred",
-                                    flattener=self._flattener)
+        prepared, problem = prepare(state, comm.rank)
         changed = prepared is not None and (
             self._plan is None or prepared.signature != self._plan.signature
         )
         background = self.async_save if blocking is None else not blocking
-        go = Go(step, comm, background, entered, tolerant, cpu)
-        busy = self._runner.busy
-        votes = comm.agree([int(problem is None), int(busy), int(changed), self._url_key])
+        votes = comm.agree([int(problem is None), int(self._runner.busy), int(changed),
+                            self._url_key])
         self._check_same_url(comm, votes)
         self._raise_if_unprepared(step, votes, problem)
         if any(v[1] for v in votes) and self.policy.on_busy is OnBusy.SKIP:
             log.info("skipped the save of step %d: the previous save is still persisting", step)
             return False
-        return self._go(go, prepared, replan=any(v[2] for v in votes))
-
-    def _go(self, go: Go, prepared: Prepared | None, replan: bool) -> bool:
+        assert prepared is not None
         waited = time.perf_counter()
         self._runner.finish()
-        assert prepared is not None
-        waited = time.perf_counter() - waited
-        if replan:
-            self._replan(prepared, go.comm)
-        stats = SaveStats(step=go.step, extra={"waited_s": waited})
-        self._launch(stats, prepared, go)
-        # What training was blocked for: the staging copy, or all of a blocking save.
-        if self.report_times:
+        stats = SaveStats(step=step, extra={"waited_s": time.perf_counter() - waited})
+        if any(v[2] for v in votes):
+            self._replan(prepared, comm)
+        job, optimizers = self._stage(stats, state, prepared, comm)
+        # What training waited for in save(), besides a previous save still in flight.
+        stats.blocked_s = time.perf_counter() - entered - stats.extra["waited_s"]
+        stats.extra["save_cpu_s"] = time.thread_time() - cpu
+        if background:
+            self._runner.hand_over(self._persister(comm), job, stats, optimizers)
+        else:
+            self._runner.run_now(self._persister(comm), job, stats, tolerant)
+        if self.report_times:  # the staging copy, or all of a blocking save
             goodput.checkpoint_saved(
-                go.step, stats.blocked_s if go.background else time.perf_counter() - go.entered)
+                step, stats.blocked_s if background else time.perf_counter() - entered)
         return True
 
     def maybe_save(self, step: int, state: Mapping[str, Any]) -> bool:
@@ -271,37 +262,30 @@ class Checkpointer:
             self._plan.items, shared=self.persist == "process", pin=pin
         )
 
-    def _launch(self, stats: SaveStats, prepared: Prepared, go: Go) -> None:
+    def _stage(self, stats: SaveStats, state: Mapping[str, Any], prepared: Prepared, comm: Comm
+               ) -> tuple[SaveJob, list[torch.optim.Optimizer]]:
         assert self._plan is not None and self._buffers is not None
-        step, comm, background = stats.step, go.comm, go.background
         start = time.perf_counter()
-        optimizers, defer = (prepared.optimizer_storages() if self._buffers.may_defer()
+        optimizers, defer = (optimizer_storages(state) if self.stage == "deferred"
                              else ([], frozenset()))
         staged, pending = self._buffers.stage(prepared.flat, defer)
         stats.extra["stage_s"] = time.perf_counter() - start
         self._seq += 1
+        step = stats.step
         dir_name = (
             commit.tmp_name(step, f"{self._plan.token}-{self._seq}")
             if self.storage.atomic_rename
             else commit.final_name(step)
         )
-        job = SaveJob(step, dir_name, staged, self._buffers, self._plan.docs, comm.world,
-                      self._plan.layout, pending, background)
         self._last_step, self._last_time = step, time.monotonic()
-        persister = self._persister(comm)
-        # What training waited for in save(), besides a previous save still in flight.
-        stats.blocked_s = time.perf_counter() - go.entered - stats.extra["waited_s"]
-        stats.extra["save_cpu_s"] = time.thread_time() - go.cpu
-        if background:
-            self._runner.hand_over(persister, job, stats, optimizers, bool(pending))
-        else:
-            self._runner.run_now(persister, job, stats, go.tolerant)
+        job = SaveJob(step, dir_name, staged, self._buffers, self._plan.metadata,
+                      self._plan.paths, comm.world, pending)
+        return job, optimizers
 
     def _persister(self, comm: Comm) -> Persister:
         if self.persist == "process" and self._writer is None:  # closed, then used again
             self._writer = WriterProcess()
-        return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer,
-                         self._committed)
+        return Persister(self.storage, comm, self.keep, self.staging_dir, self._writer)
 
     def wait(self) -> None:
         """Block until the last save is committed; raise its error (once) if it failed."""

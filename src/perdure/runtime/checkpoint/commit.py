@@ -27,7 +27,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,11 +67,6 @@ class Committed:
     name: str
     step: int
     marker: dict[str, Any]
-
-    def files(self) -> list[str]:
-        """The files its directory holds by its marker, the marker among them."""
-        listed = self.marker.get("files")
-        return [*listed, MARKER] if isinstance(listed, dict) else [MARKER]
 
 
 @dataclass(frozen=True)
@@ -140,13 +134,8 @@ def verify_file(marker: dict[str, Any], file: str, data: bytes) -> str | None:
     return None
 
 
-def scan(storage: Storage, verify: bool = True, known: Mapping[str, Committed] | None = None
-         ) -> Scan:
-    """List complete and partial checkpoints; ``verify`` also checks every listed file's size.
-
-    known: checkpoints whose commit marker is already known (this process published or read
-    it); such a directory is taken as it, its marker not read again (without ``verify``).
-    """
+def scan(storage: Storage, verify: bool = True) -> Scan:
+    """List complete and partial checkpoints; ``verify`` also checks every listed file's size."""
     complete: list[Committed] = []
     partial: list[Partial] = []
     for name in storage.list_names():
@@ -156,9 +145,6 @@ def scan(storage: Storage, verify: bool = True, known: Mapping[str, Committed] |
         step = int(match.group(1))
         if match.group(2):
             partial.append(Partial(name, step, _LEFTOVER[match.group(2)]))
-            continue
-        if known is not None and not verify and name in known:
-            complete.append(known[name])
             continue
         marker, problem = _check(storage, name, step, verify)
         if marker is None:
@@ -218,45 +204,32 @@ def publish(storage: Storage, staged: str, step: int, marker: dict[str, Any]) ->
     return final
 
 
-def remove_checkpoint(storage: Storage, name: str, files: list[str] | None = None) -> None:
-    """Delete a committed checkpoint so that no crash leaves it looking complete.
-
-    files: what its commit marker lists (``Committed.files``), when known: removed by name.
-    """
+def remove_checkpoint(storage: Storage, name: str) -> None:
+    """Delete a committed checkpoint so that no crash leaves it looking complete."""
     if storage.atomic_rename:
         doomed = f"{name}.trash-{new_token()}"
         storage.rename(name, doomed)
-        if files is None:
-            storage.remove_tree(doomed)
-        else:
-            storage.remove_listed(doomed, files)
+        storage.remove_tree(doomed)
     else:
         storage.remove_tree(f"{name}/{MARKER}")
         storage.remove_tree(name)
 
 
-def retain(storage: Storage, keep: int | None, current: str,
-           known: dict[str, Committed] | None = None) -> list[str]:
+def retain(storage: Storage, keep: int | None, current: str) -> list[str]:
     """Delete committed checkpoints beyond the newest ``keep`` and leftovers of crashed saves.
 
     ``current`` (the save just published) and the newest complete checkpoint (a re-save of an
     older step, after a fallback, is not newer than it) are never deleted. Returns the names
-    removed. known: the commit markers a Checkpointer published or read before (see ``scan``),
-    kept up to date here: retention then reads no marker it wrote itself.
+    removed.
     """
-    found = scan(storage, verify=False, known=known)
-    if known is not None:
-        known.clear()
-        known.update((c.name, c) for c in found.complete)
+    found = scan(storage, verify=False)
     removed: list[str] = []
     doomed = found.complete[:-keep] if keep is not None else []
     spared = {current, found.latest.name if found.latest else current}
     for committed in doomed:
         if committed.name not in spared:
-            remove_checkpoint(storage, committed.name, committed.files())
+            remove_checkpoint(storage, committed.name)
             removed.append(committed.name)
-            if known is not None:
-                known.pop(committed.name, None)
     for part in found.partial:
         if part.name != current:
             storage.remove_tree(part.name)

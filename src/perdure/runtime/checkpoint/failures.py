@@ -29,13 +29,6 @@ def alert_after_from_env() -> int:
     return positive_int(ENV_ALERT_AFTER, DEFAULT_ALERT_AFTER)
 
 
-def redact(text: str) -> str:
-    """``text`` with the values of this environment's secret variables blanked out and the
-    credentials of any URL hidden (an error message must never carry them into a log or an
-    event): perdure.secrecy's one rule. No side effects."""
-    return secrecy.redact(text, os.environ)
-
-
 class SaveFailures:
     """Consecutive failed saves of one Checkpointer, and the last one's reason."""
 
@@ -51,7 +44,8 @@ class SaveFailures:
     def failed(self, step: int, exc: BaseException, rank: int) -> None:
         """A save failed for good: count it, log it, report it (rank 0)."""
         self.consecutive += 1
-        self.last_error = redact(str(exc) if str(exc) else describe(exc))
+        # Never a secret into a log or an event.
+        self.last_error = secrecy.redact(str(exc) if str(exc) else describe(exc), os.environ)
         loud = self.alerting
         (log.error if loud else log.warning)(
             "checkpoint save of step %d failed (%d in a row%s); training goes on and the "

@@ -12,12 +12,9 @@ No side effects besides reading the stream given.
 
 from __future__ import annotations
 
-import ctypes
 import io
-import mmap
 import re
 import struct
-import threading
 import zipfile
 from typing import IO, Any
 
@@ -27,13 +24,6 @@ from perdure.runtime.checkpoint import checksum
 from perdure.runtime.seekable import SeekableReader
 
 _SLICE = 8 << 20
-_PAGE = mmap.PAGESIZE
-_PREFAULT_MIN = 1 << 20
-_MADV_POPULATE_WRITE = 23
-try:
-    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-except OSError:  # pragma: no cover - not a C library we can call
-    _LIBC = None
 _LOCAL = struct.Struct("<IHHHHHIIIHH")
 _LOCAL_SIG = 0x04034B50
 _STORAGE = re.compile(r"(^|/)data/\d+$")
@@ -143,28 +133,6 @@ def read_checked(
         _fill(stream, part)
         crc = checksum.update(algorithm, crc, part)
     return checksum.update(algorithm, crc, _read_exact(stream, length - head - size))
-
-
-def prefault(tensors: list[torch.Tensor]) -> None:
-    """Map the pages of freshly allocated CPU ``tensors`` in a background thread, so that the
-    reads into them do not each take a page fault (reading into untouched memory is several
-    times slower than into mapped memory). Uses MADV_POPULATE_WRITE, which maps pages without
-    writing them, so it is safe while reads fill the same memory; where the kernel lacks it
-    (before Linux 5.14), does nothing."""
-    spans = [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors
-             if t.device.type == "cpu" and t.numel() * t.element_size() >= _PREFAULT_MIN]
-    if spans and _LIBC is not None:
-        threading.Thread(target=_populate, args=(spans,), name="perdure-prefault",
-                         daemon=True).start()
-
-
-def _populate(spans: list[tuple[int, int]]) -> None:
-    assert _LIBC is not None
-    for ptr, size in spans:
-        start = ptr & ~(_PAGE - 1)
-        if _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(ptr + size - start),
-                         _MADV_POPULATE_WRITE) != 0:
-            return  # not supported here (EINVAL), or memory is short: the reads fault instead
 
 
 def _read_exact(stream: IO[bytes], n: int) -> bytes:

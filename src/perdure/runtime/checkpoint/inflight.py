@@ -71,13 +71,13 @@ class SaveRunner:
         self.finish()
 
     def hand_over(self, persister: Persister, job: SaveJob, stats: SaveStats,
-                  optimizers: list[torch.optim.Optimizer], pending: bool) -> None:
-        """Persist `job` in the background; `pending`: the stager first copies what only
-        `optimizers` change, and their next step waits for that copy."""
+                  optimizers: list[torch.optim.Optimizer]) -> None:
+        """Persist `job` in the background; with pending copies, the stager first copies what
+        only `optimizers` change, and their next step waits for that copy."""
         inflight = InFlight(threading.Event(), stats, tolerant=self.reports)
         self.inflight = inflight
         try:
-            if pending:  # the stager copies, opens the gate, then hands over to the worker
+            if job.pending:  # the stager copies, opens the gate, then hands over to the worker
                 job.gate = inflight.gate = StepGate(optimizers)
                 self._stager.submit(lambda: self._stage_then_persist(persister, job, inflight))
             else:

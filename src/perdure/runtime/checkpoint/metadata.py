@@ -12,6 +12,9 @@ No side effects.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import pickle
 from typing import Any
 
 import torch
@@ -23,12 +26,11 @@ from torch.distributed.checkpoint.metadata import (
     TensorProperties,
     TensorStorageMetadata,
 )
+from torch.distributed.checkpoint.storage import WriteResult
 
 from perdure.runtime import compat
 from perdure.runtime.checkpoint import checksum
 from perdure.runtime.checkpoint.shared import dtype_from_name, dtype_name
-
-__all__ = ["dtype_from_name", "dtype_name"]
 
 PathStep = tuple[str, Any]
 Path = tuple[PathStep, ...]
@@ -76,6 +78,23 @@ def encode_metadata(
     if checksums is not None:
         doc["checksum"] = checksums[0]
     return doc
+
+
+def _placed(md: Metadata, results: list[WriteResult]) -> Metadata:
+    return dataclasses.replace(md, storage_data={r.index: r.storage_data for r in results})
+
+
+def dcp_document(md: Metadata, results: list[WriteResult]) -> bytes:
+    """DCP's ``.metadata`` (a pickle, for stock readers): ``md`` with every item's place."""
+    return pickle.dumps(compat.versioned(_placed(md, results)))
+
+
+def json_document(md: Metadata, paths: dict[str, Path], results: list[WriteResult],
+                  crcs: list[int], algorithm: str) -> bytes:
+    """``perdure.json``: ``md`` with every item's place and checksum (``crcs``, one per
+    result), and the key paths."""
+    sums = (algorithm, {r.index: crc for r, crc in zip(results, crcs, strict=True)})
+    return json.dumps(encode_metadata(_placed(md, results), paths, sums)).encode()
 
 
 def decode_checksums(doc: dict[str, Any]) -> Checksums | None:

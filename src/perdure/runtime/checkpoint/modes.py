@@ -7,31 +7,17 @@ other users. Anywhere else the umask decides, as for any file the user writes (a
 shared checkpoint directory stays shared). A file is never created through a symbolic link
 planted at its name (the open fails), so its bytes go nowhere but where the checkpoint is.
 
-Each system call of a background save hands the GIL over and back beside a training thread,
-so these make few: a file is written through plain ``os.write`` calls (``open()`` adds an
-fstat, a terminal check and a seek per ``tell`` that a checkpoint file never needs), and the
-directory a save has just made is not asked again, file by file, whether it is private.
-
 Side effects: creates directories and files.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
-
-if TYPE_CHECKING:
-    from _typeshed import ReadableBuffer
+from typing import BinaryIO
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-_PRIVATE_FILE, _FILE = 0o600, 0o666  # what a file is created with (the umask takes its part)
-# The directory make_dirs made (or found) last and the mode a file made in it is created with:
-# a save makes its directory, then writes its files there. One slot: nothing to grow or expire.
-_last: tuple[str, int] = ("", _FILE)
 
 
 def is_private(path: str | os.PathLike[str]) -> bool:
@@ -47,77 +33,24 @@ def is_private(path: str | os.PathLike[str]) -> bool:
             current = parent
 
 
-def _directory(path: str) -> os.stat_result | None:
-    with contextlib.suppress(OSError):
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            return info
-    return None
-
-
 def make_dirs(path: str | os.PathLike[str]) -> None:
     """`mkdir -p path`, each new directory 0700 where the first existing one is private."""
-    global _last
-    path = os.path.abspath(path)
-    missing = [path]  # made, or found there when mkdir says it exists
-    above = os.path.dirname(path)
-    while (info := _directory(above)) is None and os.path.dirname(above) != above:
-        missing.append(above)
-        above = os.path.dirname(above)
-    private = info is not None and info.st_mode & 0o077 == 0
-    # A directory made here is 0700, or 0777 less the umask, which takes the same bits from
-    # its files' 0666: they take the mode of its parent's privacy. One that was there is asked.
-    mode = _PRIVATE_FILE if private else _FILE
+    mode = 0o700 if is_private(path) else 0o777
+    missing = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current) and os.path.dirname(current) != current:
+        missing.append(current)
+        current = os.path.dirname(current)
     for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o700 if private else 0o777)
-        except FileExistsError:
-            if directory == path:
-                mode = _file_mode(path)
-    _last = (path, mode)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, mode)
 
 
 def create(path: str | os.PathLike[str]) -> BinaryIO:
     """Open `path` for writing (created or truncated, never through a symlink at `path`):
     0600 in a private directory."""
-    where = os.path.dirname(os.path.abspath(path))
-    known, mode = _last
-    fd = os.open(path, _CREATE, mode if where == known else _file_mode(where))
-    return io.BufferedWriter(_Output(fd))
-
-
-def _file_mode(directory: str) -> int:
-    return _PRIVATE_FILE if is_private(directory) else _FILE
-
-
-class _Output(io.RawIOBase):
-    """A file written with plain system calls; it counts its own position (what ``tell``
-    answers), as it is only ever written from the start, in order."""
-
-    def __init__(self, fd: int) -> None:
-        super().__init__()
-        self._fd, self._at = fd, 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: ReadableBuffer) -> int:
-        written = os.write(self._fd, data)
-        self._at += written
-        return written
-
-    def tell(self) -> int:
-        return self._at
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                os.close(self._fd)
-            finally:
-                super().close()
+    mode = 0o600 if is_private(os.path.dirname(os.path.abspath(path))) else 0o666
+    return os.fdopen(os.open(path, _CREATE, mode), "wb")
 
 
 def private_dir(path: Path, what: str) -> Path:

@@ -21,14 +21,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.storage import WriteResult
 
 from perdure.runtime import compat
-from perdure.runtime.checkpoint import checksum, commit, modes, outcome
+from perdure.runtime.checkpoint import checksum, commit, modes
 from perdure.runtime.checkpoint.comm import Comm
-from perdure.runtime.checkpoint.documents import Documents
 from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointStorageError
-from perdure.runtime.checkpoint.outcome import Layout, Shard
+from perdure.runtime.checkpoint.metadata import Path as KeyPath
+from perdure.runtime.checkpoint.metadata import dcp_document, json_document
 from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import (
     HostBuffers,
@@ -51,14 +52,26 @@ class SaveJob:
     dir_name: str
     staged: list[StagedItem]
     buffers: HostBuffers
-    docs: Documents  # the plan's metadata documents
+    metadata: Metadata  # the plan's, without storage locations
+    paths: dict[str, KeyPath]
     world: int
-    layout: Layout  # each rank's items in write order (the plan's)
     pending: list[Pending] = field(default_factory=list)  # copies staging left to us
-    background: bool = False  # runs in the Checkpointer's background threads
     gate: StepGate | None = None  # opened once the pending copies are done
     copied: bool = False  # the pending copies were made (stage_pending) ...
     problem: str | None = None  # ... and why they failed, if they did
+
+
+@dataclass
+class Shard:
+    """One rank's outcome of writing its shard, as rank 0 gathers it (error: why it failed)."""
+
+    error: str | None
+    results: list[WriteResult] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)
+    crcs: dict[str, int] = field(default_factory=dict)  # file -> checksum of the whole file
+    item_crcs: list[int] = field(default_factory=list)  # one per result
+    dir_name: str = ""
+    storage: bool = False  # the error came from the storage, not from the state
 
 
 @dataclass
@@ -123,20 +136,19 @@ class Persister:
         keep: int | None,
         staging_dir: Path | None,
         writer: WriterProcess | None,
-        committed: dict[str, commit.Committed] | None = None,
     ) -> None:
         self.storage = storage
         self.comm = comm
         self.keep = keep
         self.staging_dir = staging_dir
         self.writer = writer
-        # The checkpoints whose commit markers are known (commit.retain): one per Checkpointer.
-        self.committed = {} if committed is None else committed
 
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
         start, cpu = time.perf_counter(), time.thread_time()
-        problem = job.problem if job.copied else self._stage_pending(job, stats)
+        if not job.copied:
+            self.stage_pending(job, stats)
+        problem = job.problem
         if not self.storage.atomic_rename:
             self._clear_in_place(job.dir_name, job.step)
         mine = self._write_local(job) if problem is None else Shard(problem)
@@ -144,38 +156,33 @@ class Persister:
         stats.extra["write_cpu_s"] = time.thread_time() - cpu
         if mine.error is None:
             stats.bytes_written = sum(mine.sizes.values())
-        outcomes = outcome.gather(self.comm, mine, job.layout, job.dir_name)
+        outcomes = self.comm.gather_object(mine)
         stats.extra["gathered_s"] = time.perf_counter() - start
         verdict: tuple[str, str] | None = None
         if outcomes is not None:  # rank 0
             decided = time.thread_time()
             verdict = self._decide(job, outcomes, stats, start)
             stats.extra["commit_cpu_s"] = time.thread_time() - decided
-        verdict = outcome.announce(self.comm, verdict, commit.final_name(job.step))
+        verdict = self.comm.broadcast_object(verdict)
         stats.persist_s = time.perf_counter() - start
         stats.extra["persist_cpu_s"] = time.thread_time() - cpu
         if verdict[0] != "ok":
             kind = CheckpointStorageError if verdict[0] == "storage" else CheckpointError
             raise kind(f"save of step {job.step} to {self.storage.url} failed: {verdict[1]}")
-        stats.name = verdict[1]
-        return str(verdict[1])
+        stats.name = str(verdict[1])
+        return stats.name
 
     def stage_pending(self, job: SaveJob, stats: SaveStats) -> None:
-        """Make the copies staging deferred and open the gate, ahead of ``run`` (in a thread
-        at the training's priority: the optimizer's next step waits for them)."""
-        job.problem = self._stage_pending(job, stats)
-        job.copied = True
-
-    def _stage_pending(self, job: SaveJob, stats: SaveStats) -> str | None:
-        """Make the copies staging deferred, then let the optimizers step; why not, or None."""
+        """Make the copies staging deferred, then let the optimizers step, ahead of ``run`` (in
+        a thread at the training's priority: the optimizer's next step waits for them)."""
         start = time.perf_counter()
         try:
             copy_pending(job.pending)
-            return None
         except Exception as exc:
             log.error("rank %d: %s", self.comm.rank, exc)
-            return f"rank {self.comm.rank}: {exc}"
+            job.problem = f"rank {self.comm.rank}: {exc}"
         finally:
+            job.copied = True
             if job.gate is not None:
                 job.gate.open()
             stats.extra["deferred_s"] = time.perf_counter() - start
@@ -186,7 +193,7 @@ class Persister:
         # ends. The new checkpoint counts as saved even if cleaning up fails.
         start = time.perf_counter()
         try:
-            removed = commit.retain(self.storage, self.keep, current, self.committed)
+            removed = commit.retain(self.storage, self.keep, current)
         except Exception:
             log.exception("checkpoint retention in %s failed; will retry after the next save",
                           self.storage.url)
@@ -199,7 +206,6 @@ class Persister:
         # Without rename a save writes into its final directory: drop whatever an earlier
         # save of the same step left there (marker first), before any rank writes.
         problem = None
-        self.committed.pop(name, None)  # no longer complete, whatever happens next
         if self.comm.rank == 0:
             try:
                 if name in self.storage.list_names():
@@ -269,7 +275,6 @@ class Persister:
             errors.append(f"the ranks wrote to different directories {sorted(dirs)}")
             kind = "error"
         if errors:
-            self.committed.pop(job.dir_name, None)
             with contextlib.suppress(Exception):  # leftovers are removed by a later retention
                 self.storage.remove_tree(job.dir_name)
             return (kind, "; ".join(errors))
@@ -294,31 +299,21 @@ class Persister:
             results += o.results
             item_crcs += o.item_crcs
         # DCP's own format, for stock readers; perdure reads the JSON
-        dcp_md = job.docs.dcp(results)
+        dcp_md = dcp_document(job.metadata, results)
         algorithm = checksum.ALGORITHM
-        doc = job.docs.json(results, item_crcs, algorithm)
+        doc = json_document(job.metadata, job.paths, results, item_crcs, algorithm)
         for name, data in ((commit.DCP_METADATA, dcp_md), (commit.METADATA_JSON, doc)):
             self.storage.write_bytes(f"{job.dir_name}/{name}", data)
             files[name] = len(data)
             crcs[name] = checksum.update(algorithm, 0, data)
-        # Every file where the marker will say, one listing where the store can; on a local
-        # file system this rank's own files have the sizes its writes returned: the other
-        # ranks' shards only.
-        own = _own(self.comm.rank) if self.storage.local_path("") is not None else ()
-        theirs = {f: n for f, n in files.items() if f not in own}
-        listed = self.storage.sizes(job.dir_name) if theirs else None
-        for file, size in theirs.items():
+        # Every file where the marker will say it is, in one listing where the store can.
+        listed = self.storage.sizes(job.dir_name)
+        for file, size in files.items():
             found = (listed.get(file) if listed is not None
                      else self.storage.size(f"{job.dir_name}/{file}"))
             if found != size:
                 raise CheckpointError(f"{job.dir_name}/{file} has {found} bytes, not {size}")
         marker = commit.marker_doc(job.step, job.world, files, (algorithm, crcs))
         name = commit.publish(self.storage, job.dir_name, job.step, marker)
-        self.committed[name] = commit.Committed(name, job.step, marker)
         stats.extra["commit_s"] = time.perf_counter() - start
         return name
-
-
-def _own(rank: int) -> tuple[str, ...]:
-    """The files of a save that ``rank`` (the committing one) writes itself."""
-    return shard_name(rank), commit.DCP_METADATA, commit.METADATA_JSON

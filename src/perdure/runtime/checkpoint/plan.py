@@ -1,4 +1,5 @@
-"""Which rank writes what: DCP's planner, run once per state layout and then reused.
+"""A save's state made ready on the training thread (flattened, plain values encoded, its
+layout's signature), and which rank writes what: DCP's planner, run once per layout and reused.
 
 Every rank sends its local plan to every other rank; each then runs DCP's deduplication (a
 tensor that several ranks hold, as DDP replicates parameters, is written by one of them) and
@@ -8,13 +9,15 @@ the lowest rank holding each writes it, and the ranks left with nothing write no
 The plan is cached under a signature of the layout (keys, shapes, dtypes, shards): a later
 save with the same layout plans nothing.
 
-Side effects: one all-gather on the checkpoint group in ``make_plan``; the rest is pure.
+Side effects: one all-gather on the checkpoint group in ``make_plan``; the rest only reads the
+state.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +26,16 @@ from torch.distributed.checkpoint.default_planner import (
     create_default_global_save_plan,
     create_default_local_save_plan,
 )
-from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
+from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import SavePlan, WriteItem
 from torch.distributed.tensor import DTensor
 
+from perdure.runtime.checkpoint import state as st
+from perdure.runtime.checkpoint import values
 from perdure.runtime.checkpoint.comm import Comm
-from perdure.runtime.checkpoint.documents import Documents
+from perdure.runtime.checkpoint.errors import UnsupportedValueError
 from perdure.runtime.checkpoint.metadata import Path, dcp_path
+from perdure.runtime.checkpoint.tree import flatten
 from perdure.runtime.compat import dedup_save_plans
 
 SINGLE_WRITER_BYTES = 1 << 20
@@ -50,8 +56,6 @@ class Plan:
     metadata: Metadata
     paths: dict[str, Path]
     token: str
-    layout: list[list[MetadataIndex]]  # every rank's items, in the order it writes them
-    docs: Documents  # the metadata documents every save of this plan writes
 
 
 def signature(flat: dict[str, Any], paths: dict[str, Path]) -> Signature:
@@ -73,6 +77,38 @@ def leaf_signature(fqn: str, value: Any, path: Path) -> tuple[Any, ...]:
     return (fqn, "t", value.dtype, value.shape, path)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """One rank's state flattened for a save, with its layout's signature."""
+
+    flat: dict[str, Any]
+    paths: dict[str, Path]
+    signature: Signature
+
+
+def prepare(state: Mapping[str, Any], rank: int) -> tuple[Prepared | None, BaseException | None]:
+    """``state`` ready to stage, or why not (the error is returned: every rank must still
+    vote)."""
+    try:
+        flat, paths = flatten(st.tree_for_save(st.check_state(state), rank))
+        parts = []  # the signature, made in the same pass
+        for fqn, value in flat.items():
+            kind = type(value)
+            if kind in values.PLAIN:
+                pass  # encoded as it is
+            elif kind is not torch.Tensor and not isinstance(value, torch.Tensor):
+                value = flat[fqn] = values.encode(value, fqn)  # never a tensor
+            elif value.layout != torch.strided:
+                raise UnsupportedValueError(
+                    f"state value {fqn!r} is a {value.layout} tensor; only dense (strided) "
+                    "tensors can be checkpointed. Convert it with .to_dense()."
+                )
+            parts.append(leaf_signature(fqn, value, paths[fqn]))
+        return Prepared(flat, paths, tuple(parts)), None
+    except Exception as exc:
+        return None, exc
+
+
 def make_plan(
     flat: dict[str, Any], paths: dict[str, Path], sig: Signature, token: str, comm: Comm
 ) -> Plan:
@@ -89,9 +125,7 @@ def make_plan(
     md = dataclasses.replace(
         md, planner_data={fqn: dcp_path(p) for fqn, p in all_paths.items()}
     )
-    layout = [[item.index for item in plan.items] for plan in global_plans]
-    return Plan(sig, list(global_plans[comm.rank].items), md, all_paths, gathered[0][2], layout,
-                Documents(md, all_paths))
+    return Plan(sig, list(global_plans[comm.rank].items), md, all_paths, gathered[0][2])
 
 
 def _replicated_bytes(plans: list[SavePlan]) -> int:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemBase, FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.futures import Future
@@ -32,46 +30,6 @@ log = logging.getLogger("perdure.checkpoint")
 _READERS = 4  # files read at once by one rank
 
 
-class _StorageFS(FileSystemBase):
-    """DCP's file-system interface over a Storage, for reading only."""
-
-    def __init__(self, storage: Storage) -> None:
-        self.storage = storage
-
-    @staticmethod
-    def _read_only(what: str) -> ValueError:
-        return ValueError(f"the restore reader only reads checkpoints; asked to {what}")
-
-    @contextmanager
-    def create_stream(self, path: Any, mode: str) -> Generator[io.IOBase, None, None]:
-        if "r" not in mode:
-            raise self._read_only(f"open {path} with mode {mode!r}")
-        with self.storage.open_read(str(path)) as stream:
-            yield stream  # type: ignore[misc]
-
-    def concat_path(self, path: Any, suffix: str) -> str:
-        return f"{path}/{suffix}"
-
-    def rename(self, path: Any, new_path: Any) -> None:
-        raise self._read_only(f"rename {path} to {new_path}")
-
-    def init_path(self, path: Any) -> str:
-        return str(path)
-
-    def mkdir(self, path: Any) -> None:
-        raise self._read_only(f"create the directory {path}")
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return True
-
-    def exists(self, path: Any) -> bool:
-        return self.storage.size(str(path)) is not None
-
-    def rm_file(self, path: Any) -> None:
-        raise self._read_only(f"delete {path}")
-
-
 class SafeReader(FileSystemReader):
     """Reads one checkpoint directory; its metadata is given (from the JSON), never unpickled.
 
@@ -83,10 +41,8 @@ class SafeReader(FileSystemReader):
     def __init__(
         self, storage: Storage, name: str, metadata: Metadata, checksums: Checksums | None
     ) -> None:
-        local = storage.local_path(name)
-        super().__init__(local if local is not None else name)
-        # DCP types this attribute as its FileSystem; any FileSystemBase works for reads.
-        self.fs = FileSystem() if local is not None else _StorageFS(storage)  # type: ignore[assignment]
+        super().__init__(name)
+        self._storage = storage
         self._metadata = metadata
         self._name = name
         self._checksums = checksums
@@ -120,7 +76,7 @@ class SafeReader(FileSystemReader):
 
     def _read_file(self, file: str, items: list[ReadItem], planner: LoadPlanner) -> None:
         items.sort(key=lambda i: self.storage_data[i.storage_index].offset)
-        with self.fs.create_stream(self.fs.concat_path(self.path, file), "rb") as stream:
+        with self._storage.open_read(f"{self._name}/{file}") as stream:
             plan = getattr(stream, "plan", None)  # a remote stream reads exactly these ahead
             if plan is not None:
                 plan([(self.storage_data[i.storage_index].offset,

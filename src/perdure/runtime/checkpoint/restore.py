@@ -19,12 +19,12 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 
 from perdure.runtime import compat
-from perdure.runtime.checkpoint import fastread
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError, CheckpointMismatchError
-from perdure.runtime.checkpoint.metadata import Checksums, Path, dtype_name
+from perdure.runtime.checkpoint.metadata import Checksums, Path
 from perdure.runtime.checkpoint.reader import SafeLoadPlanner, SafeReader, describe
+from perdure.runtime.checkpoint.shared import dtype_name
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.checkpoint.tree import flatten, unflatten
 
@@ -43,7 +43,7 @@ def restore(
 ) -> None:
     """Load checkpoint ``name`` into ``state`` (raises CheckpointMismatchError on a mismatch,
     CheckpointCorruptError when bytes differ from their ``checksums``, on every rank)."""
-    targets, by_key, problem = _match(state, name, md, paths, comm.rank)
+    by_key, problem = _match(state, name, md, paths, comm.rank)
     failed = [rank for rank, ok in enumerate(comm.agree([int(problem is None)])) if not ok[0]]
     if problem is not None:
         raise problem
@@ -53,15 +53,7 @@ def restore(
             "(their own error says why); no rank loaded anything."
         )
     assert by_key is not None
-    load: dict[str, Any] = {}
-    live = {id(t) for t in targets.values()}
-    fresh = []  # new tensors (an optimizer without state yet): their pages are untouched
-    for fqns in by_key.values():
-        for fqn, target in fqns.items():
-            load[fqn] = target
-            if isinstance(target, torch.Tensor) and id(target) not in live:
-                fresh.append(target)
-    fastread.prefault(fresh)  # meanwhile, DCP plans with the other ranks
+    load = {fqn: target for fqns in by_key.values() for fqn, target in fqns.items()}
     planner = SafeLoadPlanner()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
@@ -91,17 +83,17 @@ def _plain(exc: CheckpointException) -> CheckpointError:
 
 def _match(
     state: MutableMapping[str, Any], name: str, md: Metadata, paths: dict[str, Path], rank: int
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]] | None, BaseException | None]:
-    """The state's own tensors, and where each checkpoint key loads (or why it cannot)."""
+) -> tuple[dict[str, dict[str, Any]] | None, BaseException | None]:
+    """Where each checkpoint key loads (or why it cannot)."""
     try:
         entries = {
             fqn: {"kind": "tensor" if isinstance(e, TensorStorageMetadata) else "bytes"}
             for fqn, e in md.state_dict_metadata.items()
         }
         targets, _ = flatten(st.tree_for_restore(state, rank, entries))
-        return targets, plan_load(state, rank, name, targets, md, paths), None
+        return plan_load(state, rank, name, targets, md, paths), None
     except Exception as exc:
-        return {}, None, exc
+        return None, exc
 
 
 def plan_load(

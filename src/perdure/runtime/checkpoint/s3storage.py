@@ -60,8 +60,6 @@ class S3Storage(Storage):
         return self.client.sizes(self._p(rel))
 
     def rename(self, src: str, dst: str) -> None:
-        """Copy, then delete: S3 has no rename, which is why the commit protocol never renames
-        here (``atomic_rename`` is False; the commit marker alone decides completeness)."""
         self.client.move(self._p(src), self._p(dst))
 
     def remove_tree(self, rel: str) -> None:

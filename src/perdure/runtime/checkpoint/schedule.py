@@ -9,10 +9,10 @@ by itself, so the ranks agree on both as StopVote does: a small all-reduce start
 background at one call and read at the next, every N calls where N calls take about
 NOTICE_WITHIN seconds (0.5; $PERDURE_NOTICE_WITHIN). The vote carries the notice and whether
 some rank's clock says a save is due; every rank then saves (or stops) at the step that reads
-it. No call waits for the others on the step's critical path (a blocking all-gather every call
-cost a 3 ms DDP step ~10%), and the calls between votes touch no process group; a notice is
-acted on within ~0.5 s plus a step, well inside any `preemption.grace_seconds`, and a timed
-save comes as late, which intervals of minutes do not notice.
+it. No call waits for the others on the step's critical path, and the calls between votes
+touch no process group; a notice is acted on within ~0.5 s plus a step, well inside any
+`preemption.grace_seconds`, and a timed save comes as late, which intervals of minutes do not
+notice.
 
 Side effects: reads the published interval file; the collectives above.
 """

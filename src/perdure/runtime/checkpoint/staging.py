@@ -1,7 +1,8 @@
 """Reusable host buffers: the only copy training waits for, and only part of it.
 
 Buffers are allocated once per save plan (and pre-touched, since first-touch page faults make
-a copy into fresh memory ~17x slower) and reused by every later save with the same layout.
+a copy into fresh memory several times slower) and reused by every later save with the same
+layout.
 A rank stages only the items its plan assigns to it: with DDP, replicated tensors are split
 between ranks, so each rank copies about 1/world of the state (a small one is rank 0's alone:
 plan.SINGLE_WRITER_BYTES).
@@ -24,7 +25,6 @@ from __future__ import annotations
 import io
 import itertools
 import mmap
-import operator
 import os
 import threading
 import time
@@ -86,15 +86,11 @@ class HostBuffers:
                 dtype = item.tensor_data.properties.dtype
                 shape = tuple(item.tensor_data.chunk.sizes)
                 self.tensors[item.index] = torch.empty(shape, dtype=dtype, pin_memory=pin).zero_()
-        # Every save of the plan stages the same StagedItem for a tensor (its buffer), and
-        # copies the tensors with one call when they are all plain CPU tensors (`_sources`).
+        # Every save of the plan stages the same StagedItem for a tensor (its buffer).
         self._staged = [StagedItem(item, tensor=self.tensors.get(item.index)) for item in items]
         self._values = [(n, i) for n, i in enumerate(items) if i.type == WriteItemType.BYTE_IO]
         self._tensor_items = tensor_items
         self._copies = [self.tensors[item.index] for item in tensor_items]
-        self._fqns = [item.index.fqn for item in tensor_items]
-        self._dims = _origin_dims(tensor_items)
-        self._nbytes = sum(t.untyped_storage().nbytes() for t in self._copies)
 
     def _allocate_shared(self, items: list[WriteItem]) -> None:
         total = 0
@@ -122,11 +118,6 @@ class HostBuffers:
             self.pinned_bytes = base.numel()
             self._registered = ptr
 
-    def may_defer(self) -> bool:
-        """Whether some of this plan's copies could be worth deferring (`worth_deferring`): if
-        all of them would not be, no part of them is, and no storage need be looked up."""
-        return len(self.tensors) >= DEFER_MIN_TENSORS or self._nbytes >= DEFER_MIN_BYTES
-
     def stage(
         self, flat: dict[str, Any], defer: frozenset[int] = frozenset()
     ) -> tuple[list[StagedItem], list[Pending]]:
@@ -134,36 +125,14 @@ class HostBuffers:
         buffers, except CPU tensors whose storage is in ``defer`` (data pointers of what only
         an optimizer changes): those are returned as pending copies for the background, when
         they are worth a hand-off (`worth_deferring`)."""
-        staged = self._stage_values(flat)
-        sources = None if defer else self._sources(flat)
-        if sources is not None:
-            if sources:
-                with torch.no_grad():  # as copying from .detach(): buffers never track grads
-                    compat.foreach_copy(self._copies, sources)
-            return staged, []
+        staged = list(self._staged)
+        for n, item in self._values:  # each plain value serialised as it is now
+            staged[n] = StagedItem(item, data=_archive(flat[item.index.fqn]))
         pending = self._copy_each(flat, defer)
         if worth_deferring(pending):
             return staged, pending
         copy_pending(pending)
         return staged, []
-
-    def _stage_values(self, flat: dict[str, Any]) -> list[StagedItem]:
-        """Every item of the plan: the tensors' buffers, and each plain value serialised as it
-        is now."""
-        for n, item in self._values:
-            self._staged[n] = StagedItem(item, data=_archive(flat[item.index.fqn]))
-        return list(self._staged)
-
-    def _sources(self, flat: dict[str, Any]) -> list[torch.Tensor] | None:
-        """The tensor items' sources when all are plain CPU tensors at the plan's offset zero
-        (DCP's lookup then gives each tensor itself), in C calls; None otherwise."""
-        if self._dims is None:
-            return None
-        sources: list[Any] = list(map(flat.get, self._fqns))
-        if (set(map(type, sources)) <= {torch.Tensor} and all(map(_IS_CPU, sources))
-                and list(map(torch.Tensor.dim, sources)) == self._dims):
-            return sources
-        return None
 
     def _copy_each(self, flat: dict[str, Any], defer: frozenset[int]) -> list[Pending]:
         """Copy the tensor items one by one (shards, device tensors, subclasses); return the
@@ -200,32 +169,15 @@ class HostBuffers:
             self.fd = None
 
 
-_IS_CPU = operator.attrgetter("is_cpu")
-
-
 def _archive(value: Any) -> bytes:
-    """The ``torch.save`` archive of a plain value, without the CRC-32 (as tensors are
-    written)."""
+    """The ``torch.save`` archive of a plain value."""
     out = io.BytesIO()
-    compat.save_without_crc(value, out)
+    torch.save(value, out)
     return out.getvalue()
 
 
-def _origin_dims(items: list[WriteItem]) -> list[int] | None:
-    """Each item's dimensions, when every item's DCP index is at offset zero (a plain tensor's
-    always is); None otherwise."""
-    dims = []
-    for item in items:
-        offset = item.index.offset
-        if offset is None or any(offset):
-            return None
-        dims.append(len(offset))
-    return dims
-
-
 # Deferred copies go to a thread of their own, and the optimizer's next step waits for them:
-# ~0.1 ms of hand-offs, worth it only when the copies take longer than that. A small state's
-# (the ddp_mlp example's 16 tensors, 70 kB: ~40 us) are made in save() instead.
+# worth the hand-offs only when the copies take longer than those.
 DEFER_MIN_BYTES = 1 << 20
 DEFER_MIN_TENSORS = 64
 

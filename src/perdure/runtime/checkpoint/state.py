@@ -24,9 +24,12 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from perdure.runtime.checkpoint.errors import CheckpointMismatchError
-from perdure.runtime.checkpoint.statedicts import needs_torch_optimizer_io, param_names
 
 RANK_SUFFIX = "@rank"
+# The attribute each wrapper keeps its module under, which torch's state-dict names drop.
+_WRAPPED = {"module": "DistributedDataParallel", "_orig_mod": "OptimizedModule",
+            "_checkpoint_wrapped_module": "CheckpointWrapper",
+            "_fsdp_wrapped_module": "FullyShardedDataParallel"}
 
 
 class RankLocal:
@@ -141,6 +144,34 @@ def optimizer_tree(
     if optim.state or initialise:
         return dict(get_optimizer_state_dict(model, optim))
     return {"state": {}, "param_groups": _named_groups(optim, model)}
+
+
+def fqn(model: nn.Module, key: str) -> str:
+    """The name torch's distributed state dicts give ``key`` of ``model.state_dict()``: each
+    wrapper's own attribute dropped, found by walking the module tree. No side effects."""
+    names: list[str] = []
+    current: Any = model
+    for part in key.split("."):
+        wrapper = _WRAPPED.get(part)
+        if wrapper is None or wrapper not in {c.__name__ for c in type(current).__mro__}:
+            names.append(part)
+        current = getattr(current, part, None) if isinstance(current, nn.Module) else None
+    return ".".join(names)
+
+
+def param_names(model: nn.Module) -> dict[int, str]:
+    """id(parameter) -> its name as torch's distributed state dicts spell it."""
+    return {id(p): fqn(model, n) for n, p in model.named_parameters()}
+
+
+def needs_torch_optimizer_io(model: nn.Module) -> bool:
+    """True for models whose optimizer state torch's helpers must shape (DTensor, FSDP1)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(m, FullyShardedDataParallel) for m in model.modules()) or any(
+        isinstance(p, DTensor) for p in model.parameters()
+    )
 
 
 def _named_groups(optim: torch.optim.Optimizer, model: nn.Module) -> list[dict[str, Any]]:

@@ -3,7 +3,8 @@
 ``LocalStorage`` writes with fsync and publishes a checkpoint by renaming its directory (atomic
 on POSIX); under a private directory its files are 0600 and its directories 0700 (modes.py).
 ``S3Storage`` (s3storage.py) serves ``s3://`` with retries and verified uploads.
-``FsspecStorage`` serves every other fsspec filesystem (memory://, gcs://, chained URLs).
+``FsspecStorage`` serves every other fsspec filesystem (memory://, gcs://, chained URLs);
+``make_storage`` picks one for a URL.
 Object stores cannot rename a directory atomically, so there the commit marker alone
 decides whether a checkpoint is complete.
 
@@ -16,10 +17,10 @@ import contextlib
 import os
 import shutil
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from perdure import storageurl
 from perdure.runtime.checkpoint import modes
 
 ENV_DIR = "PERDURE_CHECKPOINT_DIR"
@@ -74,11 +75,6 @@ class Storage(ABC):
     def remove_tree(self, rel: str) -> None:
         """Delete ``rel`` and everything below it; a missing path is not an error."""
 
-    def remove_listed(self, rel: str, files: Iterable[str]) -> None:
-        """Delete directory ``rel``, which holds ``files`` (its commit marker says so) and
-        maybe more: where the store can, those files one by one, then whatever remains."""
-        self.remove_tree(rel)
-
     @abstractmethod
     def sync_dir(self, rel: str) -> None:
         """Make the entries of directory ``rel`` durable (fsync where that means something)."""
@@ -92,11 +88,6 @@ class Storage(ABC):
         """The local file system path of ``rel``, or None when storage is not local."""
 
 
-def _plain(name: object) -> bool:
-    """Whether ``name`` names an entry of the directory itself (no path, no NUL)."""
-    return isinstance(name, str) and name not in ("", ".", "..") and not {"/", "\0"} & set(name)
-
-
 class LocalStorage(Storage):
     """Checkpoints in a local (or NFS-mounted) directory."""
 
@@ -107,8 +98,6 @@ class LocalStorage(Storage):
         self.url = str(self.root)
 
     def _p(self, rel: str) -> str:
-        # A string, not a Path: a save makes ~20 of these, and pathlib's parsing cost more
-        # than the system calls they are for.
         return f"{self.url}/{rel}" if rel else self.url
 
     def list_names(self) -> list[str]:
@@ -143,32 +132,11 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             return None
 
-    # No ``sizes``: a listing stats every file too (scandir gives no sizes), after opening and
-    # reading the directory; a stat of each file asked about costs less.
-
     def rename(self, src: str, dst: str) -> None:
         os.rename(self._p(src), self._p(dst))
 
     def remove_tree(self, rel: str) -> None:
         shutil.rmtree(self._p(rel), ignore_errors=True)
-
-    def remove_listed(self, rel: str, files: Iterable[str]) -> None:
-        """An unlink per file and an rmdir, where rmtree opens, lists and stats the directory
-        first; rmtree after all when anything else is in it, or a name is not a plain one."""
-        path = self._p(rel)
-        names = list(files)
-        if all(_plain(name) for name in names):  # never a path outside ``rel``
-            try:
-                for name in names:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(f"{path}/{name}")
-                os.rmdir(path)
-                return
-            except FileNotFoundError:
-                return  # gone already
-            except OSError:
-                pass  # something else is in it (ENOTEMPTY), or a name is a directory
-        shutil.rmtree(path, ignore_errors=True)
 
     def sync_dir(self, rel: str) -> None:
         fd = os.open(self._p(rel), os.O_RDONLY)
@@ -226,9 +194,6 @@ class FsspecStorage(Storage):
             return None
 
     def rename(self, src: str, dst: str) -> None:
-        """Move ``src`` to ``dst`` (copy, then delete, on object stores): not atomic, which is
-        why the commit protocol never renames here (``atomic_rename`` is False: saves are
-        written in place and the commit marker alone decides completeness)."""
         self.fs.mv(self._p(src), self._p(dst), recursive=True)
 
     def remove_tree(self, rel: str) -> None:
@@ -244,3 +209,32 @@ class FsspecStorage(Storage):
 
     def local_path(self, rel: str) -> None:
         return None
+
+
+def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> Storage:
+    """Storage for ``url``: a path or file:// URL is local, any other fsspec URL is remote.
+
+    ``url`` None reads the environment variable PERDURE_CHECKPOINT_DIR (set by perdure's
+    controller from the job spec's ``checkpoint.dir``).
+    """
+    where = "Checkpointer url" if url is not None else ENV_DIR
+    if url is None:
+        url = os.environ.get(ENV_DIR)
+        if not url:
+            raise ValueError(
+                "Checkpointer url is None and PERDURE_CHECKPOINT_DIR is not set; pass a local "
+                "path or an fsspec URL (e.g. Checkpointer('./checkpoints'))."
+            )
+    text = os.fspath(url)
+    why = storageurl.problem(text, schemes=None)
+    if why:  # never quoted: it may hold a password (the URL may come from the environment)
+        raise ValueError(f"{where}: the checkpoint URL {why}")
+    if text.startswith("file://") and "::" not in text:
+        return LocalStorage(text[len("file://") :])
+    if "://" not in text and "::" not in text:
+        return LocalStorage(text)
+    if text.startswith("s3://"):  # imported when used: S3's client is not every job's
+        from perdure.runtime.checkpoint.s3storage import S3Storage
+
+        return S3Storage(text, **storage_options)
+    return FsspecStorage(text, **storage_options)

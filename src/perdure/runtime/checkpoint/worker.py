@@ -1,17 +1,14 @@
 """Long-lived background threads of a Checkpointer, each running the jobs handed to it in turn.
 
-A thread started per save cost about half of what a small save held training: creating
-the thread and waiting until a busy machine's scheduler first runs it. Handing a job to a
-thread that already waits costs a queue put. A Checkpointer keeps two: one that makes the
-deferred staging copies (at the process's priority: the optimizer's next step waits for them)
-and one that persists (at the lowest CPU and I/O priority, taking what training leaves idle;
-a thread cannot raise its priority again without privileges, hence two threads).
+A Checkpointer keeps two: one that makes the deferred staging copies (at the process's
+priority: the optimizer's next step waits for them) and one that persists (at the lowest CPU
+priority, taking what training leaves idle; a thread cannot raise its priority again without
+privileges, hence two threads).
 
 The threads are daemons, so that they never keep a finished program alive by themselves;
-instead, at interpreter exit every worker first finishes the jobs handed to it (as the
-per-save threads, which were not daemons, did), in the order the workers were made, so that a
-staging job's hand-over to its persist worker still runs. A worker whose thread is gone (after
-a fork) starts a new one at the next job.
+instead, at interpreter exit every worker first finishes the jobs handed to it, in the order
+the workers were made, so that a staging job's hand-over to its persist worker still runs. A
+worker whose thread is gone (after a fork) starts a new one at the next job.
 
 Side effects: starts threads; may lower their priority.
 """
@@ -20,14 +17,14 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import threading
 import weakref
 from collections.abc import Callable
 
-from perdure.runtime.checkpoint.priority import lower_this_thread
-
 log = logging.getLogger("perdure.checkpoint")
+NICE = 19
 _Jobs = queue.SimpleQueue[tuple[Callable[[], None], threading.Event] | None]
 _WORKERS: list[weakref.ref[PersistWorker]] = []  # in the order made
 _WORKERS_LOCK = threading.Lock()
@@ -36,7 +33,7 @@ _WORKERS_LOCK = threading.Lock()
 class PersistWorker:
     """Runs the callables handed to ``submit`` in order, in one thread of its own.
 
-    lower: the thread lowers its CPU and I/O priority before its first job.
+    lower: the thread lowers its CPU priority before its first job.
     finish_at_exit: the interpreter's exit waits for the jobs handed over (False: they end
     with the process, as work that only matters while it runs).
     """
@@ -84,6 +81,16 @@ class PersistWorker:
                 self._jobs.put(None)
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+
+
+def lower_this_thread() -> None:
+    """Give the calling thread (or the writer process) the lowest CPU priority, so that it
+    takes the CPU time training leaves idle; Linux gives each thread its own nice value. Best
+    effort: where the kernel refuses, nothing changes."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (OSError, AttributeError):
+        log.debug("could not lower the checkpoint writer's CPU priority", exc_info=True)
 
 
 def _serve(jobs: _Jobs, lower: bool) -> None:

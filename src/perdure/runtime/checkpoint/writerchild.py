@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from perdure.runtime.checkpoint.priority import lower_this_thread
 from perdure.runtime.checkpoint.shared import Slot, dtype_from_name, view_slot
+from perdure.runtime.checkpoint.worker import lower_this_thread
 from perdure.runtime.checkpoint.writer import write_payloads
 
 _HEADER = struct.Struct("!Q")
@@ -115,8 +115,7 @@ def main() -> None:
     torch.set_num_threads(1)
     serve(socket.socket(fileno=fd))
     # Every write was answered after its file was closed (and fsynced when asked): nothing is
-    # left to flush. The interpreter's teardown with torch loaded costs ~0.5 s of CPU, which at
-    # this process's lowest priority on a busy machine took over close()'s 10 s wait.
+    # left to flush, and the interpreter's teardown with torch loaded is slow at this priority.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
