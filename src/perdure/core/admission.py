@@ -103,7 +103,7 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         if _timer_due(t, job):
             _capacity_timeout(t, job, cap, in_attempt=False)
         else:
-            _wait(t, job, "waiting: " + shortfall_message(job, cap.healthy_slots(),
+            _wait(t, job, "waiting: " + shortfall_message(job, cap.healthy,
                                                           cap.healthy_gpus))
         return
     free_quota = cap.queue_free(seen.spec.queue)
@@ -116,7 +116,7 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         gpus = (f" and {plural(seen.spec.total_gpus, 'GPU')} ({cap.free_gpus()} GPUs free)"
                 if seen.spec.total_gpus else "")
         _note(t, seen, f"waiting for capacity: need {plural(seen.slots, 'slot')}{gpus}, "
-                       f"{max(cap.free_slots(), 0)} slots free of {cap.healthy_slots()}")
+                       f"{max(cap.free, 0)} slots free of {cap.healthy}")
         return
     job = _touch(t, seen)
     t.launch_budget -= len(job.replicas)
@@ -158,7 +158,7 @@ def _note(t: Tick, seen: Job, reason: str) -> None:
 def _capacity_timeout(t: Tick, job: Job, cap: Capacity, *, in_attempt: bool) -> None:
     """The bounded wait for capacity ran out: retry the job (at most 3 times), then fail."""
     code = ErrorCode.INSUFFICIENT_CAPACITY
-    message = shortfall_message(job, cap.healthy_slots(), cap.healthy_gpus)
+    message = shortfall_message(job, cap.healthy, cap.healthy_gpus)
     job.error = JobError(code, message)
     spent = job.retries.get(code.value, 0)
     job.waiting_since = t.now
