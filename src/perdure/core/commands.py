@@ -162,5 +162,3 @@ COMMANDS: dict[str, Callable[[Tick, Command], None]] = {
     "restore-node": _restore_node,
     "node-back": _node_back,
 }
-
-__all__ = ["COMMANDS", "ReplicaState"]

@@ -68,7 +68,7 @@ def decide(
     for obs in sorted(observations, key=lambda o: o.time):
         tick.observe(obs)
     tick.settle()
-    tick.schedule()
+    admission.schedule(tick)
     return tick.outcome()
 
 
@@ -167,7 +167,9 @@ class _Decider(Tick):
 
     def observe(self, obs: Observation) -> None:
         if isinstance(obs, Command):
-            self.command(obs)
+            handler = COMMANDS.get(obs.kind)
+            if handler is not None:
+                handler(self, obs)
             return
         if isinstance(obs, NodeCheckFailed):
             health.fence(self, obs.node, f"{health.HEALTH_CHECK} failed: {obs.message}")
@@ -418,18 +420,6 @@ class _Decider(Tick):
         job.error = JobError(v.code, v.message)
         self.event(job, "decision", f"fail job: {reason}")
         self.end(job, JobState.FAILED)
-
-    # ---- commands ------------------------------------------------------------------------
-
-    def command(self, c: Command) -> None:
-        handler = COMMANDS.get(c.kind)
-        if handler is not None:
-            handler(self, c)
-
-    # ---- placement and admission ---------------------------------------------------------
-
-    def schedule(self) -> None:
-        admission.schedule(self)
 
 
 _ACTIONS: dict[Action, Callable[[_Decider, Job, Replica, Verdict, str], None]] = {
