@@ -7,7 +7,6 @@ Time comes in as `now`; it binds no socket (rank 0's port is the backend's choic
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -37,6 +36,7 @@ from perdure.core.policy import (
     crash_loop,
     escalate,
     is_peer_error,
+    signal_text,
 )
 from perdure.core.records import Event, Strike
 from perdure.core.replica import Replica
@@ -101,12 +101,7 @@ def _count_repeats(r: Replica, f: Failure) -> None:
 
 def _status(f: Failure) -> str:
     where = f" in local rank {f.local_rank}" if f.local_rank is not None else ""
-    if f.signal:
-        try:
-            return f"{f.exit_code} ({signal.Signals(f.signal).name}){where}"
-        except ValueError:
-            return f"{f.exit_code} (signal {f.signal}){where}"
-    return f"{f.exit_code}{where}"
+    return f"{f.exit_code}{f' ({signal_text(f.signal)})' if f.signal else ''}{where}"
 
 
 class _Decider(Tick):

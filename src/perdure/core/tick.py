@@ -117,6 +117,12 @@ class Tick:
         job.updated = self.now
         return job
 
+    def mine(self, job_id: str) -> Job:
+        """`touch` of a job the tick has."""
+        job = self.touch(job_id)
+        assert job is not None
+        return job
+
     def event(self, job: Job | None, kind: str, message: str) -> None:
         self.events.append(Event(self.now, job.id if job else None, kind, message))
 
@@ -174,8 +180,7 @@ class Tick:
             if seen.after_stop is not None or not any(
                     r.node == node and r.alive for r in seen.replicas):
                 continue
-            job = self.touch(job_id)
-            assert job is not None
+            job = self.mine(job_id)
             moving = [r for r in job.replicas if r.node == node and r.alive]
             names = ", ".join(r.name for r in moving)
             self.event(job, "decision", f"move {names} off node {node} ({what}, no restart)")
