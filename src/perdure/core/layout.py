@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -91,7 +91,8 @@ class Layout:
     members: tuple[str, ...]  # elastic: this round's members, in rank order
     first_rank: Mapping[str, tuple[int, int]]  # replica -> (first RANK, first ROLE_RANK)
     world: int  # WORLD_SIZE: every process of every replica
-    devices: Mapping[str, str]  # replica -> CUDA_VISIBLE_DEVICES (absent: leave it alone)
+    # replica -> CUDA_VISIBLE_DEVICES (absent: leave it alone)
+    devices: Mapping[str, str] = field(default_factory=dict)
     # pool -> what every replica of it is launched with (build_launch fills it on first use)
     bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
     key: tuple[int, int] = field(default=(0, 0), compare=False, repr=False)  # key_of(job)
@@ -148,7 +149,7 @@ class Layout:
         if not moves:
             return self
         if not all(map(self.first_rank.__contains__, moves)):
-            return Layout.of(job, None, (), where)  # not a replica of its own: anew
+            return Layout.of(job, where)  # not a replica of its own: anew
         now = dict(at)
         now.update(moves)
         if self.own_group is not None:  # each replica its own group: nodes change nothing
@@ -173,15 +174,11 @@ class Layout:
                                    order=order, bases={}, devices={}, _indexes=indexes)
 
     @staticmethod
-    def of(job: Job, nodes: Mapping[str, Node] | None = None,
-           launching: Collection[str] | None = None,
-           where: Mapping[str, str] | None = None,
+    def of(job: Job, where: Mapping[str, str] | None = None,
            planned: Sequence[Planned] = ()) -> Layout:
-        """`launching`: the replicas launched with it (None: all), the only ones given
-        CUDA_VISIBLE_DEVICES (a tick that launches a few looks only at those);
-        `where`: nodes of replicas placed but not launched yet (their own `node` is unset);
+        """`where`: nodes of replicas placed but not launched yet (their own `node` is unset);
         `planned`: more of those, as the job's plan holds them (its nodes count over
-        `where`'s)."""
+        `where`'s). Without `devices`: each launch sets its own (`gpu_env`)."""
         pools = {p.name: p for p in job.spec.pools}
         names = list(map(_NAME, job.replicas))
         if len(planned) == len(names):  # every replica planned, in rank order: its nodes
@@ -208,8 +205,7 @@ class Layout:
         first = dict(zip(names, zip(starts, map(operator.mul, done, procs), strict=False),
                          strict=True))  # starts: one more, the world size
         return Layout(at, places, dict(zip(places, itertools.count())), own_group,
-                      job.members, first, starts[-1], gpu_env(job, nodes or {}, launching),
-                      key=key_of(job))
+                      job.members, first, starts[-1], key=key_of(job))
 
 
 def key_of(job: Job) -> tuple[int, int]:
@@ -217,17 +213,11 @@ def key_of(job: Job) -> tuple[int, int]:
     return job.attempt, job.round
 
 
-def gpu_env(job: Job, nodes: Mapping[str, Node],
-            launching: Collection[str] | None = None,
-            among: list[Replica] | None = None) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES of each placed replica (of those `launching`, or `among`, if
-    given): its own GPUs, in its node's names for them; "" (none) for a replica without GPUs
-    on a node that has some, unless the spec sets it."""
+def gpu_env(job: Job, nodes: Mapping[str, Node], replicas: list[Replica]) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each of `replicas` placed: its own GPUs, in its node's names
+    for them; "" (none) for a replica without GPUs on a node that has some, unless the spec
+    sets it."""
     out: dict[str, str] = {}
-    if among is None and launching is not None and not launching:
-        return out  # none launched with it (a layout built ahead of its launches)
-    replicas = among if among is not None else job.replicas if launching is None else [
-        x for x in job.replicas if x.name in launching]
     for x in replicas:
         node = nodes.get(x.node or "")
         if node is None or not (x.gpus or node.gpus):

@@ -276,7 +276,7 @@ class Tick:
             self._plan(job, todo, placed, gpus)
             return
         else:
-            self.layouts[job.id] = Layout.of(job, self.nodes, (), placed, job.scratch.plan)
+            self.layouts[job.id] = Layout.of(job, placed, job.scratch.plan)
         if limit is not None and len(todo) > limit:
             self._plan(job, todo[limit:], placed, gpus)
             todo = todo[:limit]
@@ -302,8 +302,8 @@ class Tick:
             mine.append(r)
         kept = self.layouts.get(job.id)
         if kept is None:
-            kept = self.layouts[job.id] = Layout.of(job, self.nodes, (), planned=job.scratch.plan)
-        layout = dataclasses.replace(kept, devices=gpu_env(job, self.nodes, among=mine))
+            kept = self.layouts[job.id] = Layout.of(job, planned=job.scratch.plan)
+        layout = dataclasses.replace(kept, devices=gpu_env(job, self.nodes, mine))
         self.sent += len(mine)
         self._starts_over(job, [r for r in mine if r.launches])
         for r in mine:

@@ -10,7 +10,6 @@ import pytest
 
 from perdure.core.layout import Layout
 from perdure.core.model import Job
-from perdure.core.records import Node
 from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
 
@@ -85,7 +84,7 @@ def test_bulk_layout_equals_one_replica_at_a_time(seed: int) -> None:
         plan = tuple((i, rng.choice(nodes), ()) for i in range(len(job.replicas))
                      if every or rng.random() < 0.3)
     planned = {job.replicas[i].name: node for i, node, _ in plan}  # over `where`
-    layout = Layout.of(job, {n: Node(n, 8, gpus=2) for n in nodes}, (), where, plan)
+    layout = Layout.of(job, where, plan)
     assert seen(layout, job) == one_by_one(job, {**where, **planned})
 
 
@@ -104,11 +103,10 @@ def test_a_layout_kept_over_moves_and_rounds_equals_one_built_anew(seed: int) ->
     if rng.random() < 0.2:
         rng.shuffle(job.replicas)
     names = [f"n{i}" for i in range(rng.randint(1, 7))]
-    nodes = {n: Node(n, 8) for n in names}
     for i, r in enumerate(job.replicas):
         r.node = names[i * len(names) // len(job.replicas)] if rng.random() < 0.9 else None
     job.members = tuple(r.name for r in job.replicas)
-    layout = Layout.of(job, nodes)
+    layout = Layout.of(job)
     for _ in range(6):
         if rng.random() < 0.4:
             job.round += 1
@@ -120,7 +118,7 @@ def test_a_layout_kept_over_moves_and_rounds_equals_one_built_anew(seed: int) ->
             layout = layout.moved(job, where)
             for r in job.replicas:  # launched there
                 r.node = where.get(r.name, r.node)
-        fresh = Layout.of(job, nodes)
+        fresh = Layout.of(job)
         assert seen(layout, job) == one_by_one(job, {})
         assert [layout.env(r) for r in job.replicas] == [fresh.env(r) for r in job.replicas]
         assert layout.key == fresh.key
