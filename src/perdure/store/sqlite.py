@@ -87,10 +87,8 @@ class Store:
         self.db.close()
 
     def checkpoint_in_background(self, every: float = 1.0) -> None:
-        """Move WAL checkpoints (and their fsync) off this connection onto a thread.
-
-        The controller's ticks then never pay for a checkpoint inside their commit.
-        """
+        """Move WAL checkpoints (and their fsync) off this connection, out of the ticks'
+        commits, onto a thread."""
         self.db.execute("PRAGMA wal_autocheckpoint=0")
 
         def loop() -> None:
@@ -197,9 +195,8 @@ class Store:
             return self._load(job_id, row[0], row[1]) if row else None
 
     def job_in_parts(self, job_id: str, rows: int) -> Generator[None, None, Job | None]:
-        """`job`, its replicas read `rows` rows a step: each `next` reads a part (the
-        controller steps it once a tick, so a big job is read over several ticks,
-        none of them long), and the last one returns the job as `job` would."""
+        """`job`, its replicas read `rows` rows a step (the controller steps it once a tick);
+        the last step returns the job as `job` would."""
         row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             return None
