@@ -209,4 +209,6 @@ def can_ever_fit(job: Job, cap: Capacity) -> bool:
     """Whether the healthy nodes could hold the job if nothing else ran."""
     if job.slots > cap.healthy or job.spec.total_gpus > cap.healthy_gpus:
         return False
+    if not job.spec.total_gpus and max(map(_SLOTS, job.replicas), default=0) == 1:
+        return True  # one slot each: any healthy slots do, no packing to try
     return Capacity(cap.nodes, {}, ()).place(job.replicas) is not None
