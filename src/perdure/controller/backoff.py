@@ -1,11 +1,9 @@
 """Launches the machine refused (disk full, too many open files), tried again later.
 
-Such a failure is the machine's, not the job's: retrying the attempt at once spent a job's
-whole budget in milliseconds, and the capacity it gave back went to the next queued job, whose
-launch failed the same way and spent a retry of its own. Instead the launch is held here, its
-replica keeping its place (and capacity), and tried again after a delay that doubles with each
-refusal (FIRST_SECONDS up to MAX_SECONDS); nobody's restarts or retries are spent. A stop for
-a held launch (a cancel, a preemption) drops it.
+Such a failure is the machine's, not the job's: a retry at once would spend the job's budget
+in milliseconds. The launch is held here, its replica keeping its place and capacity, and
+tried again after a delay that doubles with each refusal (FIRST_SECONDS up to MAX_SECONDS);
+nobody's restarts or retries are spent. A stop for a held launch drops it.
 
 No I/O: the controller passes the time in and carries the launches out.
 """

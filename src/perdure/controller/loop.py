@@ -46,12 +46,9 @@ from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
 
 Listener = Callable[[StoredEvent], None]
 COMMANDS_PER_TICK = 8
-# The backend's news taken into one tick; the rest waits, in order, for the next ticks (as
-# if the backend had reported it later): a big job's replicas starting at once are seen over
-# a few ticks of bounded cost instead of one long one.
+# The backend's news taken into one tick; the rest waits, in order, for the next ticks
 OBSERVATIONS_PER_TICK = 256
-# Replica rows of a submitted job read a tick: a big job is read over several short ticks
-# instead of one long one.
+# Replica rows of a submitted job read a tick (a big job is read over several ticks)
 LOAD_ROWS_PER_TICK = 4096
 # Every so many ticks the garbage collection after a tick is a full one (`tick`).
 FULL_COLLECTION_EVERY = 100
@@ -215,8 +212,7 @@ class Controller:
 
     def tick(self) -> Outcome:
         """One pass: gather observations, decide, commit, then act and publish; then collect
-        its garbage (every FULL_COLLECTION_EVERY ticks, all of it). No collection runs inside
-        a tick: in a big job's tick it would scan tens of thousands of new records."""
+        its garbage (every FULL_COLLECTION_EVERY ticks, all of it), never inside the tick."""
         gc.disable()
         try:
             outcome = self._tick()

@@ -64,8 +64,7 @@ def _wait(t: Tick, job: Job, reason: str) -> None:
 
 
 def _place_waiting(t: Tick, cap: Capacity, job_id: str) -> None:
-    job = t.touch(job_id)
-    assert job is not None
+    job = t.mine(job_id)
     todo = job.unplaced()
     chosen = cap.place(todo, prefer=spares.lend(cap, job, todo))
     spares.settle(t, cap, job, chosen)
@@ -97,13 +96,13 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
     if t.launch_budget <= 0:
         return  # bounded work per tick: the rest is admitted in the next ticks
     if not can_ever_fit(seen, cap):
-        job = _touch(t, seen)
+        job = t.mine(seen.id)
         if job.waiting_since is None:
             job.waiting_since = t.now
         if _timer_due(t, job):
             _capacity_timeout(t, job, cap, in_attempt=False)
         else:
-            _wait(t, job, "waiting: " + shortfall_message(job, cap.healthy_slots(),
+            _wait(t, job, "waiting: " + shortfall_message(job, cap.healthy,
                                                           cap.healthy_gpus))
         return
     free_quota = cap.queue_free(seen.spec.queue)
@@ -116,9 +115,9 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
         gpus = (f" and {plural(seen.spec.total_gpus, 'GPU')} ({cap.free_gpus()} GPUs free)"
                 if seen.spec.total_gpus else "")
         _note(t, seen, f"waiting for capacity: need {plural(seen.slots, 'slot')}{gpus}, "
-                       f"{max(cap.free_slots(), 0)} slots free of {cap.healthy_slots()}")
+                       f"{max(cap.free, 0)} slots free of {cap.healthy}")
         return
-    job = _touch(t, seen)
+    job = t.mine(seen.id)
     t.launch_budget -= len(job.replicas)
     cap.take_quota(job.spec.queue, job.slots)
     job.attempt += 1
@@ -135,12 +134,6 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
     t.launch(job, chosen, cap.devices)
 
 
-def _touch(t: Tick, seen: Job) -> Job:
-    job = t.touch(seen.id)
-    assert job is not None
-    return job
-
-
 def _note(t: Tick, seen: Job, reason: str) -> None:
     """Record a new wait reason (cloning the job only when the reason changed).
 
@@ -150,7 +143,7 @@ def _note(t: Tick, seen: Job, reason: str) -> None:
         if t.note_budget <= 0:
             return
         t.note_budget -= 1
-        job = _touch(t, seen)
+        job = t.mine(seen.id)
         job.waiting_since = None
         _wait(t, job, reason)
 
@@ -158,7 +151,7 @@ def _note(t: Tick, seen: Job, reason: str) -> None:
 def _capacity_timeout(t: Tick, job: Job, cap: Capacity, *, in_attempt: bool) -> None:
     """The bounded wait for capacity ran out: retry the job (at most 3 times), then fail."""
     code = ErrorCode.INSUFFICIENT_CAPACITY
-    message = shortfall_message(job, cap.healthy_slots(), cap.healthy_gpus)
+    message = shortfall_message(job, cap.healthy, cap.healthy_gpus)
     job.error = JobError(code, message)
     spent = job.retries.get(code.value, 0)
     job.waiting_since = t.now

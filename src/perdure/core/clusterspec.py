@@ -160,22 +160,11 @@ def parse_cluster(text: str | bytes, source: str = "cluster") -> ClusterSpec:
     cluster = parse_model(ClusterSpec, text, source)
     if cluster.backend == "local" and not cluster.nodes:
         raise SpecError(f"{source}: nodes: the local backend needs at least one node")
-    if cluster.ray is not None and cluster.backend != "ray":
-        raise SpecError(f"{source}: ray: only for `backend: ray` (this cluster's backend is "
-                        f"{cluster.backend!r}); remove the ray section or set backend: ray")
-    if cluster.slurm is not None and cluster.backend != "slurm":
-        raise SpecError(f"{source}: slurm: only for `backend: slurm` (this cluster's backend "
-                        f"is {cluster.backend!r}); remove the slurm section or set "
-                        "backend: slurm")
-    _check_kubernetes(cluster, source)
-    return cluster
-
-
-def _check_kubernetes(cluster: ClusterSpec, source: str) -> None:
-    if cluster.kubernetes is not None and cluster.backend != "kubernetes":
-        raise SpecError(f"{source}: kubernetes: only for `backend: kubernetes` (this cluster's "
-                        f"backend is {cluster.backend!r}); remove the kubernetes section or "
-                        "set backend: kubernetes")
+    for section in ("ray", "slurm", "kubernetes"):
+        if getattr(cluster, section) is not None and cluster.backend != section:
+            raise SpecError(f"{source}: {section}: only for `backend: {section}` (this "
+                            f"cluster's backend is {cluster.backend!r}); remove the {section} "
+                            f"section or set backend: {section}")
     if cluster.backend == "kubernetes" and cluster.kubernetes is None:
         raise SpecError(f"{source}: kubernetes: `backend: kubernetes` needs a kubernetes "
                         "section with at least `image:` (the agent pods' image)")
@@ -184,6 +173,7 @@ def _check_kubernetes(cluster: ClusterSpec, source: str) -> None:
         raise SpecError(f"{source}: queues: kubernetes.queue {k8s.queue!r} lets Kueue hold the "
                         "quota; a perdure quota as well would queue jobs twice: remove `quota` "
                         "from queues or kubernetes.queue")
+    return cluster
 
 
 def check_job_fits(spec: JobSpec, cluster: ClusterSpec) -> None:

@@ -81,8 +81,7 @@ def _fail_node(t: Tick, c: Command) -> None:
     for job_id, seen in list(t.jobs.items()):
         # Its replicas still being stopped: a round began before the node was seen lost.
         if any(r.node == c.target and r.state is ReplicaState.STOPPING for r in seen.replicas):
-            job = t.touch(job_id)
-            assert job is not None
+            job = t.mine(job_id)
             if job.blame is not None:
                 _forgive_lost_peer(t, job, c.target)
             if _launched_towards(job, c.target):
@@ -127,8 +126,7 @@ def _preempt_node(t: Tick, c: Command) -> None:
     t.event(None, "node", f"node {c.target} preempted: jobs on it suspend and are requeued")
     for job_id, seen in list(t.jobs.items()):
         if any(r.node == c.target and r.alive for r in seen.replicas):
-            job = t.touch(job_id)
-            assert job is not None
+            job = t.mine(job_id)
             suspend(t, job, Command("preempt", job_id, c.time),
                      f"node {c.target} preempted; notice sent")
 
@@ -162,5 +160,3 @@ COMMANDS: dict[str, Callable[[Tick, Command], None]] = {
     "restore-node": _restore_node,
     "node-back": _node_back,
 }
-
-__all__ = ["COMMANDS", "ReplicaState"]

@@ -1,12 +1,8 @@
 """How many replicas of a job are in each state, the slots they hold on each node and the
-restarts they made, kept up to date from the replicas a tick changes instead of counted again
-over all of them.
+restarts they made, kept up to date from the replicas a tick changes (`Job.own` notes them)
+instead of counted again over all of them.
 
-No side effects. A tick's clone of a job (`Job.clone`) shares its replicas until it owns one
-to change it (`Job.own`), and notes which replica it replaced at each place. Its counts are
-those of the replicas as cloned (one pass, in C: map and Counter), corrected for each place
-it owns: a tick asks "does any wait?", "are all up?", "which slots are held?" in time
-linear in the replicas it changed.
+No side effects.
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ from typing import Protocol
 from perdure.core.states import ReplicaState
 
 ALIVE = frozenset({ReplicaState.STARTING, ReplicaState.RUNNING, ReplicaState.STOPPING})
-# Counted by the states' plain string values: an Enum's hash is a Python call, a str's is C.
+# Counted by the states' plain string values, which hash faster than an Enum
 _ALIVE_VALUES = frozenset(s.value for s in ALIVE)
 _STATE = operator.attrgetter("state")
 _VALUE = operator.attrgetter("_value_")
@@ -54,7 +50,7 @@ class Counts:
 
     @staticmethod
     def of(replicas: Sequence[Counted]) -> Counts:
-        """Counted over every replica, in C where it can (map, compress, Counter)."""
+        """Counted over every replica."""
         values = list(map(_VALUE, map(_STATE, replicas)))
         alive = map(_ALIVE_VALUES.__contains__, values)
         nodes = map(_NODE, replicas)

@@ -7,7 +7,6 @@ Time comes in as `now`; it binds no socket (rank 0's port is the backend's choic
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -37,6 +36,7 @@ from perdure.core.policy import (
     crash_loop,
     escalate,
     is_peer_error,
+    signal_text,
 )
 from perdure.core.records import Event, Strike
 from perdure.core.replica import Replica
@@ -68,7 +68,7 @@ def decide(
     for obs in sorted(observations, key=lambda o: o.time):
         tick.observe(obs)
     tick.settle()
-    tick.schedule()
+    admission.schedule(tick)
     return tick.outcome()
 
 
@@ -101,21 +101,13 @@ def _count_repeats(r: Replica, f: Failure) -> None:
 
 def _status(f: Failure) -> str:
     where = f" in local rank {f.local_rank}" if f.local_rank is not None else ""
-    if f.signal:
-        try:
-            return f"{f.exit_code} ({signal.Signals(f.signal).name}){where}"
-        except ValueError:
-            return f"{f.exit_code} (signal {f.signal}){where}"
-    return f"{f.exit_code}{where}"
+    return f"{f.exit_code}{f' ({signal_text(f.signal)})' if f.signal else ''}{where}"
 
 
 class _Decider(Tick):
-    """A tick that observes, applies the failure policy and schedules.
-
-    Work per observation is constant: what looks at a whole job (is every replica up, does
-    an elastic group grow) runs once per job in `settle`, after the tick's observations, so
-    a tick stays linear in a job's replicas however many report at once.
-    """
+    """A tick that observes, applies the failure policy and schedules. What looks at a whole
+    job runs once per job in `settle`, after the observations: a tick stays linear in a
+    job's replicas however many report at once."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -130,13 +122,13 @@ class _Decider(Tick):
             found = job.replicas[rank]  # where make_replicas put it: no index to build
             return found if found.launch_id == lid else None  # else an earlier launch's
         index = self._by_launch.get(job.id)
-        if index is None:  # the tick's own copy: launch ids do not change before `schedule`
+        if index is None:  # launch ids do not change before `schedule`
             index = {r.launch_id: r for r in job.replicas if r.launch_id}
             self._by_launch[job.id] = index
         return index.get(lid)
 
     def _unstopped(self, job: Job) -> set[int]:
-        """`job.unstopped` as a set (built once per list: a tick sees 1,024 exits)."""
+        """`job.unstopped` as a set, built once per list."""
         seen = self._unstopped_sets.get(job.id)
         if seen is None or seen[0] is not job.unstopped:
             seen = self._unstopped_sets[job.id] = (job.unstopped, set(job.unstopped))
@@ -170,7 +162,9 @@ class _Decider(Tick):
 
     def observe(self, obs: Observation) -> None:
         if isinstance(obs, Command):
-            self.command(obs)
+            handler = COMMANDS.get(obs.kind)
+            if handler is not None:
+                handler(self, obs)
             return
         if isinstance(obs, NodeCheckFailed):
             health.fence(self, obs.node, f"{health.HEALTH_CHECK} failed: {obs.message}")
@@ -310,20 +304,17 @@ class _Decider(Tick):
             health.strike(self, r.node, Strike(when, kind, job.id, r.name))
 
     def caused_the_round(self, job: Job, f: Failure, exit_time: float) -> bool:
-        """Whether `f`, an exit seen while this round's replicas stop, is what failed first.
-
-        Survivors of a dead peer fail on their next collective within milliseconds, so their
-        "peer lost" exit can be seen a tick before the dead replica's own. A replica that
-        exited before the restart was decided, of a failure of its own, is the cause.
-        """
+        """Whether `f`, an exit seen while this round's replicas stop, is what failed first:
+        a survivor's "peer lost" exit can be seen a tick before the dead replica's own, which
+        exited before the restart was decided, of a failure of its own."""
         blame = job.blame
         return (blame is not None and f.replica != blame.replica and exit_time < blame.since
                 and job.after_stop is None and f.exit_code != 0 and f.notice is None
                 and not is_peer_error(f.error))
 
     def recharge(self, job: Job, r: Replica, f: Failure) -> None:
-        """Charge this round to `r`, whose failure came first, instead of the collateral exit;
-        and decide on `r`'s failure (an OOM fails the job, a transient code retries it)."""
+        """Charge this round to `r`, whose failure came first, instead of the collateral exit,
+        and decide on `r`'s failure."""
         blamed = self.unblame(job)
         verdict, reason = escalate(classify(f, job.spec), r.restarts, job.retries, job.spec)
         self.event(job, "decision", f"{r.name} exited {_status(f)} before {blamed.name}'s "
@@ -424,18 +415,6 @@ class _Decider(Tick):
         job.error = JobError(v.code, v.message)
         self.event(job, "decision", f"fail job: {reason}")
         self.end(job, JobState.FAILED)
-
-    # ---- commands ------------------------------------------------------------------------
-
-    def command(self, c: Command) -> None:
-        handler = COMMANDS.get(c.kind)
-        if handler is not None:
-            handler(self, c)
-
-    # ---- placement and admission ---------------------------------------------------------
-
-    def schedule(self) -> None:
-        admission.schedule(self)
 
 
 _ACTIONS: dict[Action, Callable[[_Decider, Job, Replica, Verdict, str], None]] = {

@@ -21,8 +21,6 @@ from perdure.core.replica import Replica
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.core.tick import Tick
 
-# Passes over a job's replicas are made in C (map, compress, set algebra), by the states'
-# plain string values (an Enum's hash is a Python call, a str's is C).
 _NAME = operator.attrgetter("name")
 _NODE = operator.attrgetter("node")
 _RANK = operator.attrgetter("rank")
@@ -46,8 +44,8 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
         reason, t.now,
     ))
     layout = t.layouts.get(job.id)
-    if layout is not None:  # its members' ranks changed: launches still to send get new
-        t.layouts[job.id] = layout.renumbered(job)  # ones (nobody moved)
+    if layout is not None:  # launches still to send get the new ranks
+        t.layouts[job.id] = layout.renumbered(job)
     t.event(job, "elastic", f"round {job.round}: {reason} (world size {len(job.members)})")
 
 
@@ -114,8 +112,7 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
 
 def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[str]:
     """The members up (not being stopped) or placed with their launch on its way, `lost`
-    aside: every member but those when the only replicas neither up nor planned are
-    among `lost` (counted: a lost node's exits pass here once each, the scan only once)."""
+    aside (no scan when the counts say every other replica is)."""
     up = job.count(ReplicaState.STARTING) + job.count(ReplicaState.RUNNING)
     plan = job.scratch.plan
     if len(job.replicas) - up - len(plan) == sum(x.state.value not in _UP for x in lost):
@@ -128,10 +125,8 @@ def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[st
 
 def _on_node(job: Job, node: str | None, layout: Layout | None,
              alive: bool = False) -> list[Replica]:
-    """The job's replicas on `node`, in rank order (picked in C). With `alive`, those that
-    may still have a process are sure to be among them, the others may not: found through
-    the layout's entry for the node (a few replicas, not a pass over the job) when the ones
-    alive there hold all the slots counted on it."""
+    """The job's replicas on `node`, in list order; with `alive`, only those that may still
+    have a process are sure to be among them (found through the layout's entry)."""
     if alive and node is not None and layout is not None:
         found = [x for x in job.named(layout.places.get(node, ())) if x.node == node]
         if sum(x.slots for x in found if x.alive) == job.counts().slots.get(node, 0):
@@ -151,7 +146,6 @@ def joined(t: Tick, job: Job) -> None:
     if job.count(ReplicaState.STARTING) or len(job.members) == len(job.replicas):
         return  # some are still starting, or every replica is a member already
     members = job.member_set()
-    # the few not members, in one pass (C); the member set is not scanned twice
     others = list(itertools.compress(job.replicas, map(operator.not_, map(
         members.__contains__, map(_NAME, job.replicas)))))
     new = [x.name for x in others if x.state is ReplicaState.RUNNING and not _down(t, x.node)]

@@ -80,34 +80,24 @@ class LaunchQueued:
     detail: str = ""
 
 
-
-
 @dataclass(frozen=True)
 class ReplicaProgress:
-    """A replica reported training progress (step) through the runtime.
-
-    `step` is None when the replica reported no step yet (only notes, say, before it exited).
-    `time` is when the controller saw it. `steps` steps finished since the last report, taking
-    `step_seconds` each on average; `save_seconds`: the longest blocking part of a checkpoint
-    save among them (None: no save). `notes`: messages the runtime asked to show as the job's
-    events (a skipped incomplete checkpoint). `failed_saves`: checkpoint saves that failed in
-    a row as of the last save outcome reported (None: none reported; 0: a save committed
-    after failures), `save_error` the last failure's reason, `alert_after` when the runtime
-    calls the run of failures an alert. `restores`: where each restore reported since the
-    last report came from (core.interval's words: the checkpoint, a snapshot, scratch).
-    """
+    """A replica reported training progress through the runtime; `time`: when the controller
+    saw it."""
 
     launch_id: str
-    step: int | None
+    step: int | None  # None: no step reported yet
     time: float
-    steps: int = 0
-    step_seconds: float | None = None
-    save_seconds: float | None = None
-    notes: tuple[str, ...] = ()
+    steps: int = 0  # steps finished since the last report
+    step_seconds: float | None = None  # their mean
+    save_seconds: float | None = None  # the longest blocking part of a save among them
+    notes: tuple[str, ...] = ()  # messages to show as the job's events
+    # Saves failed in a row as of the last outcome reported (None: none; 0: one committed),
+    # the last failure's reason, and from how many the runtime calls it an alert
     failed_saves: int | None = None
     save_error: str | None = None
     alert_after: int | None = None
-    restores: tuple[str, ...] = ()
+    restores: tuple[str, ...] = ()  # where each restore since the last report came from
 
 
 @dataclass(frozen=True)

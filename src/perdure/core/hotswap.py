@@ -74,8 +74,7 @@ def hot_swap(t: Tick, cap: Capacity, job: Job) -> bool:
     if need > 0 or need_gpus > 0:
         return False  # even preempting every lower-priority job would not be enough
     for seen in victims:
-        victim = t.touch(seen.id)
-        assert victim is not None
+        victim = t.mine(seen.id)
         why = f"hot-swap: capacity goes to {job.id} (priority {job.priority} > {victim.priority})"
         t.event(job, "decision", f"hot-swap: preempting {victim.id} (priority "
                                  f"{victim.priority}) to take its capacity{_least(seen, t)}")

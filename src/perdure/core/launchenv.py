@@ -32,9 +32,8 @@ class LaunchSettings:
     # A fast node-local directory (tmpfs) under which each job gets $PERDURE_NODE_DIR: what a
     # replica keeps there outlives its process (a group restart) but not the job.
     node_dir: str | None = None
-    # A tick sends at most this many launches; a job placing more sends the rest over the
-    # next ticks, in rank order, keeping its placement (None: all at once; the simulator's
-    # ticks cost no time). Bounds the tick of a big job (docs/benchmarks.md).
+    # A tick sends at most this many launches, the rest over the next ticks (core.plan;
+    # None: all at once, as the simulator's ticks cost no time)
     launches_per_tick: int | None = 256
     # The cluster file's `health`: when a node is quarantined (core/health.py)
     health: HealthSpec = field(default_factory=lambda: HealthSpec())
@@ -93,7 +92,7 @@ def replica_of_launch(launch_id: str) -> str:
 
 
 def _under(root: str, name: str) -> str:
-    """posixpath.join(root, name) for a relative `name`, at a fraction of its cost."""
+    """posixpath.join(root, name) for a relative `name`."""
     return f"{root}{name}" if root.endswith("/") or not root else f"{root}/{name}"
 
 
@@ -196,8 +195,7 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
     env["PERDURE_NODE"] = r.node or ""
     env["PERDURE_LAUNCH_ID"] = lid
     env["PERDURE_REPORT_DIR"] = _under(base.reports, lid)
-    # a member's round rank; "is it one?" through the round's set, which the job keeps
-    # anyway: a replacement (no member) builds no rank map of every member
+    # a replacement (no member) builds no rank map of every member
     members = job.member_set() if layout.members is job.members else layout.member_rank
     if job.elastic and r.name in members:
         env["RANK"] = str(layout.member_rank[r.name])

@@ -2,12 +2,10 @@
 LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, each replica's first RANK and ROLE_RANK,
 WORLD_SIZE, and an elastic round's member ranks.
 
-No side effects. A layout is computed once for all replicas launched together (a tick that
-launches a few replicas of a big job stays linear in those few), and is kept while the job's
-replicas stay where they are: a new elastic round renumbers its members only
-(`Layout.renumbered`), and a few replicas placed on other nodes move only their nodes' entries
-(`Layout.moved`), each equal to the layout `Layout.of` computes anew (tests/unit/core/
-test_layout_bulk.py); `renumbered` makes no pass over the replicas.
+No side effects. A layout is computed once for all replicas launched together and kept while
+they stay where they are: a new elastic round renumbers its members (`renumbered`), a
+replacement placed elsewhere moves its nodes' entries (`moved`), so a tick that launches a
+few replicas of a big job stays linear in those few.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -33,17 +31,14 @@ _K = TypeVar("_K")
 
 
 def _runs(keys: list[_K]) -> list[tuple[_K, int]] | None:
-    """Each key with how many times it comes in a row, when every key comes in one run
-    only (replicas of a node or a pool side by side, as placement and make_replicas put
-    them); None otherwise."""
+    """Each key with the length of its run, when every key comes in one run only (as
+    placement and make_replicas put a node's or a pool's replicas); None otherwise."""
     runs = [(key, len(list(same))) for key, same in itertools.groupby(keys)]
     return runs if len({key for key, _ in runs}) == len(runs) else None
 
 
 def _places(at: Mapping[str, str | None]) -> dict[str, tuple[str, ...]]:
-    """Each node's replicas in `at`'s order, nodes first seen first (torchrun's group
-    order): sliced in C when each node's replicas are side by side, as a big
-    job's are; else one pass."""
+    """Each node's replicas in `at`'s order, nodes first seen first (torchrun's group order)."""
     names = list(at)
     runs = _runs(list(at.values()))
     if runs is not None:
@@ -57,17 +52,17 @@ def _places(at: Mapping[str, str | None]) -> dict[str, tuple[str, ...]]:
     return {node: tuple(names) for node, names in grouped.items()}
 
 
-def _pool_positions(replicas: list[Replica]) -> tuple[dict[str, int], list[int]]:
-    """Replicas per pool, and each replica's position among its pool's (rank order)."""
+def _pool_positions(replicas: list[Replica]) -> list[int]:
+    """Each replica's position among its pool's (rank order)."""
     runs = _runs(list(map(_POOL, replicas)))
     if runs is not None:
-        return dict(runs), list(itertools.chain.from_iterable(range(n) for _, n in runs))
+        return list(itertools.chain.from_iterable(range(n) for _, n in runs))
     sizes: dict[str, int] = {}
     done = []
     for x in replicas:
         done.append(sizes.get(x.pool, 0))
         sizes[x.pool] = done[-1] + 1
-    return sizes, done
+    return done
 
 
 @dataclass(frozen=True)
@@ -80,69 +75,27 @@ class PoolBase:
     logs: str  # the attempt's log dir
 
 
-class _Local(Mapping[str, tuple[int, int]]):
-    """replica -> (LOCAL_RANK, LOCAL_WORLD_SIZE) of a placed replica: its place among its
-    node's replicas, looked up when asked (a launch asks for its own few)."""
-
-    def __init__(self, layout: Layout) -> None:
-        self._layout = layout
-
-    def __getitem__(self, name: str) -> tuple[int, int]:
-        node = self._layout.at[name]
-        if node is None:
-            raise KeyError(name)
-        index = self._layout.index_on(node)
-        return index[name], len(index)
-
-    def __iter__(self) -> Iterator[str]:
-        return (name for name, node in self._layout.at.items() if node is not None)
-
-    def __len__(self) -> int:
-        return sum(map(len, self._layout.places.values()))
-
-
-class _Group(Mapping[str, int]):
-    """replica -> GROUP_RANK: its node's place in the group order (0: placed nowhere)."""
-
-    def __init__(self, layout: Layout) -> None:
-        self._layout = layout
-
-    def __getitem__(self, name: str) -> int:
-        return self._layout.order.get(self._layout.at[name], 0)  # type: ignore[arg-type]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._layout.at)
-
-    def __len__(self) -> int:
-        return len(self._layout.at)
-
-
 @dataclass(frozen=True)
 class Layout:
     """Where a job's replicas are, computed once for all replicas launched together.
 
-    torchrun's "group" (node) is the virtual node for a job of one-process CPU replicas, as
-    before; a job with GPUs or with several processes per replica makes each replica its own
-    group (GROUP_RANK = the replica's rank), which is what `torch.cuda.set_device(LOCAL_RANK)`
-    needs when each replica sees only its own GPUs (`own_group` holds their LOCAL_WORLD_SIZE
-    and GROUP_RANK then).
+    torchrun's "group" is the node for a job of one-process CPU replicas; with GPUs or several
+    processes per replica each replica is its own group (GROUP_RANK = its rank), which is what
+    `torch.cuda.set_device(LOCAL_RANK)` needs when a replica sees only its own GPUs.
     """
 
     at: Mapping[str, str | None]  # replica -> its node (None: placed nowhere)
     places: Mapping[str, tuple[str, ...]]  # node -> its replicas, in rank order
     order: Mapping[str | None, int]  # node -> GROUP_RANK, first seen first
     own_group: Mapping[str, tuple[int, int]] | None  # replica -> (procs, rank): own group
-    pool_sizes: Mapping[str, int]
     members: tuple[str, ...]  # elastic: this round's members, in rank order
     first_rank: Mapping[str, tuple[int, int]]  # replica -> (first RANK, first ROLE_RANK)
     world: int  # WORLD_SIZE: every process of every replica
-    devices: Mapping[str, str]  # replica -> CUDA_VISIBLE_DEVICES (absent: leave it alone)
-    # pool -> what every replica of it is launched with (build_launch fills it on first use:
-    # a launch then costs its own few names, not the whole contract again)
+    # replica -> CUDA_VISIBLE_DEVICES (absent: leave it alone)
+    devices: Mapping[str, str] = field(default_factory=dict)
+    # pool -> what every replica of it is launched with (build_launch fills it on first use)
     bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
-    # What it was computed for: the job's (attempt, round, master port); a later launch of
-    # the same round reuses it (`moved`: the replicas it places elsewhere move).
-    key: tuple[int, int] = field(default=(0, 0), compare=False, repr=False)
+    key: tuple[int, int] = field(default=(0, 0), compare=False, repr=False)  # key_of(job)
     # node -> {replica: LOCAL_RANK}, made for a node when one of its replicas launches
     _indexes: dict[str, dict[str, int]] = field(default_factory=dict, compare=False,
                                                 repr=False)
@@ -154,23 +107,8 @@ class Layout:
         return len(self.own_group) if self.own_group is not None else max(1, len(self.places))
 
     @property
-    def local(self) -> Mapping[str, tuple[int, int]]:
-        """replica -> (LOCAL_RANK, LOCAL_WORLD_SIZE) of each placed replica."""
-        if self.own_group is not None:
-            return {name: (0, procs) for name, (procs, _) in self.own_group.items()}
-        return _Local(self)
-
-    @property
-    def group(self) -> Mapping[str, int]:
-        """replica -> GROUP_RANK."""
-        if self.own_group is not None:
-            return {name: rank for name, (_, rank) in self.own_group.items()}
-        return _Group(self)
-
-    @property
     def member_rank(self) -> Mapping[str, int]:
-        """elastic: this round's rank of each member (made on first use, and shared by the
-        copies each tick's launches make)."""
+        """elastic: this round's rank of each member (made on first use)."""
         if len(self._ranks) < len(self.members):
             self._ranks.update(zip(self.members, itertools.count()))
         return self._ranks
@@ -184,9 +122,7 @@ class Layout:
 
     def env(self, r: Replica) -> dict[str, str]:
         if self.own_group is not None:
-            procs, rank = self.own_group.get(r.name, (0, 0))
-            local_rank, local_size, group = (0, procs, rank) if r.name in self.own_group else (
-                0, 0, 0)
+            local_rank, (local_size, group) = 0, self.own_group.get(r.name, (0, 0))
         else:
             node = self.at.get(r.name)
             index = self.index_on(node) if node is not None else {}
@@ -205,15 +141,15 @@ class Layout:
                                    devices={}, _ranks={})
 
     def moved(self, job: Job, where: Mapping[str, str]) -> Layout:
-        """This layout with the replicas of `where` on those nodes (launched now): what
-        `of` computes for them, changing only their nodes' entries. Same round only."""
+        """This layout with the replicas of `where` on those nodes (launched now), as `of`
+        would compute it. Same round only."""
         at = self.at
         moves = dict(itertools.compress(where.items(), map(
             operator.ne, map(at.get, where.keys()), where.values())))
         if not moves:
             return self
         if not all(map(self.first_rank.__contains__, moves)):
-            return Layout.of(job, None, (), where)  # not a replica of its own: anew
+            return Layout.of(job, where)  # not a replica of its own: anew
         now = dict(at)
         now.update(moves)
         if self.own_group is not None:  # each replica its own group: nodes change nothing
@@ -238,15 +174,11 @@ class Layout:
                                    order=order, bases={}, devices={}, _indexes=indexes)
 
     @staticmethod
-    def of(job: Job, nodes: Mapping[str, Node] | None = None,
-           launching: Collection[str] | None = None,
-           where: Mapping[str, str] | None = None,
+    def of(job: Job, where: Mapping[str, str] | None = None,
            planned: Sequence[Planned] = ()) -> Layout:
-        """`launching`: the replicas launched with it (None: all), the only ones given
-        CUDA_VISIBLE_DEVICES (a tick that launches a few looks only at those);
-        `where`: nodes of replicas placed but not launched yet (their own `node` is unset);
+        """`where`: nodes of replicas placed but not launched yet (their own `node` is unset);
         `planned`: more of those, as the job's plan holds them (its nodes count over
-        `where`'s)."""
+        `where`'s). Without `devices`: each launch sets its own (`gpu_env`)."""
         pools = {p.name: p for p in job.spec.pools}
         names = list(map(_NAME, job.replicas))
         if len(planned) == len(names):  # every replica planned, in rank order: its nodes
@@ -269,12 +201,11 @@ class Layout:
         else:
             places = _places(at)
         starts = list(itertools.accumulate(procs, initial=0))
-        sizes, done = _pool_positions(job.replicas)
+        done = _pool_positions(job.replicas)
         first = dict(zip(names, zip(starts, map(operator.mul, done, procs), strict=False),
                          strict=True))  # starts: one more, the world size
-        return Layout(at, places, dict(zip(places, itertools.count())), own_group, sizes,
-                      job.members, first, starts[-1], gpu_env(job, nodes or {}, launching),
-                      key=key_of(job))
+        return Layout(at, places, dict(zip(places, itertools.count())), own_group,
+                      job.members, first, starts[-1], key=key_of(job))
 
 
 def key_of(job: Job) -> tuple[int, int]:
@@ -282,17 +213,11 @@ def key_of(job: Job) -> tuple[int, int]:
     return job.attempt, job.round
 
 
-def gpu_env(job: Job, nodes: Mapping[str, Node],
-            launching: Collection[str] | None = None,
-            among: list[Replica] | None = None) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES of each placed replica (of those `launching`, or `among`, if
-    given): its own GPUs, in its node's names for them; "" (none) for a replica without GPUs
-    on a node that has some, unless the spec sets it."""
+def gpu_env(job: Job, nodes: Mapping[str, Node], replicas: list[Replica]) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each of `replicas` placed: its own GPUs, in its node's names
+    for them; "" (none) for a replica without GPUs on a node that has some, unless the spec
+    sets it."""
     out: dict[str, str] = {}
-    if among is None and launching is not None and not launching:
-        return out  # none launched with it (a layout built ahead of its launches)
-    replicas = among if among is not None else job.replicas if launching is None else [
-        x for x in job.replicas if x.name in launching]
     for x in replicas:
         node = nodes.get(x.node or "")
         if node is None or not (x.gpus or node.gpus):

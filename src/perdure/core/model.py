@@ -1,10 +1,8 @@
-"""The control plane's state: jobs (their replicas are core/replica.py's). Plain data, JSON
-round-trippable.
+"""The control plane's state: jobs, JSON round-trippable (their replicas: core/replica.py).
 
-No side effects. A Job is the stored record; what the controller keeps of it in memory only
-is its `Scratch`. `decide` never mutates a Job it was given: it works on `clone()`s, which
-share their replicas with the job cloned until the tick changes one (`Job.own`, copy on write:
-a tick copies only the replicas it changes).
+No side effects. A Job is the stored record, its `Scratch` what the controller keeps in memory
+only. `decide` works on `clone()`s, which share their replicas with the job cloned until the
+tick changes one (`Job.own`: copy on write).
 """
 
 from __future__ import annotations
@@ -35,8 +33,7 @@ Planned = tuple[int, str, tuple[int, ...]]  # a replica placed, not launched: ra
 
 
 def _shallow(obj: _T) -> _T:
-    """A field-for-field copy (no __init__ or __post_init__ runs: cheaper than
-    dataclasses.replace on the tick's hot path)."""
+    """A field-for-field copy, no __init__ run."""
     new = object.__new__(type(obj))
     new.__dict__ = obj.__dict__.copy()
     return new
@@ -63,15 +60,15 @@ class Blame:
 
 @dataclass
 class Scratch:
-    """What the controller keeps of a job in memory only, never stored (a restarted
-    controller has none: `Job.unlaunched` tells it a plan was lost).
+    """What the controller keeps of a job in memory only (a restarted controller has none:
+    `Job.unlaunched` tells it a plan was lost).
 
-    plan: replicas placed for this round whose launches are not sent yet (core.plan), as
-      (rank, node, GPUs) in rank order: they hold their slots and stay WAITING until sent.
-    members: this round's members, and as a set (`Job.member_set`), shared by clones.
+    plan: replicas placed, launches not sent yet (core.plan), as (rank, node, GPUs) in rank
+      order: they hold their slots and stay WAITING until sent.
+    members: `Job.members` and its set (`Job.member_set`).
     owned, was, counted: a tick's copy on write (`Job.own`): ids of the replicas this copy
-      made (the others are shared: never changed in place); place -> the replica there when
-      cloned (None outside a tick); the counts as cloned, or those `Job.seal` left.
+      made; place -> the replica there when cloned (None outside a tick); the counts as
+      cloned, or those `Job.seal` left.
     """
 
     plan: tuple[Planned, ...] = ()
@@ -81,8 +78,7 @@ class Scratch:
     counted: Counts | None = None
 
     def cloned(self) -> Scratch:
-        """A tick's clone's: plan and member set shared, nothing owned yet, and the counts
-        of a committed job (`seal`) kept, for they are those of the shared replicas."""
+        """A tick's clone's: nothing owned yet; a sealed job's counts kept."""
         return Scratch(self.plan, self.members, set(), {},
                        self.counted if self.was is None else None)
 
@@ -101,8 +97,7 @@ class Job:
     replicas: list[Replica] = field(default_factory=list)
     retries: dict[str, int] = field(default_factory=dict)  # spent job retries by error code
     error: JobError | None = None
-    # What the job becomes once every replica is down: SUCCEEDED, FAILED, CANCELLED,
-    # SUSPENDED or QUEUED (a retry). None while nothing is ending.
+    # What the job becomes once every replica is down (None while nothing is ending)
     after_stop: JobState | None = None
     waiting_since: float | None = None  # waiting for capacity larger than the healthy total
     wait_reason: str = ""
@@ -115,20 +110,17 @@ class Job:
     failed_saves: int = 0  # checkpoint saves that failed in a row (the runtime's report)
     save_error: str = ""  # the last failed save's reason
     save_alert: bool = False  # failed_saves reached the runtime's alert threshold
-    # elastic: this round's replicas, rank order (a tuple: clones share it, and its set)
+    # elastic: this round's replicas, rank order (a tuple: clones share it)
     members: tuple[str, ...] = ()
     blame: Blame | None = None  # a lost peer's collateral exit charged for this round
     spares: dict[str, int] = field(default_factory=dict)  # spare nodes held: node -> slots
-    # While QUEUED in the backend's own scheduler (launches made, a Slurm allocation
-    # pending): its reason there, e.g. "Slurm: Resources (Slurm job 12)". See `in_backend_queue`.
+    # QUEUED in the backend's own scheduler: its reason there (`in_backend_queue`)
     backend_queue: str = ""
-    # How many replicas of this round were placed but not launched when the job was last
-    # stored: a controller that finds this without its plan (it died mid-launch) restarts
-    # the round cleanly instead (core.plan.replan).
+    # Replicas placed, not launched when last stored (`Scratch.plan` holds them; a
+    # controller that finds this without a plan restarts the round: core.plan.replan)
     unlaunched: int = 0
-    # Ranks of a group restart's replicas whose stops are still to be sent (a tick sends at
-    # most launches_per_tick stops): they belong to the round that ended. Stored, never
-    # changed in place (clones share it).
+    # Ranks of a group restart's replicas whose stops are still to be sent (core.plan);
+    # never changed in place (clones share it)
     unstopped: list[int] = field(default_factory=list)
     scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
 
@@ -155,9 +147,8 @@ class Job:
 
     @property
     def in_backend_queue(self) -> bool:
-        """QUEUED after admission: its launches wait in the backend's own queue (a Slurm
-        allocation pending). It holds its slots and quota and is stopped like a PENDING
-        job; the scheduler does not admit it again."""
+        """QUEUED after admission, its launches waiting in the backend's own queue (a Slurm
+        allocation pending): it holds its slots and quota like a PENDING job."""
         return self.state is JobState.QUEUED and bool(self.backend_queue)
 
     @property
@@ -178,8 +169,7 @@ class Job:
         return self.replicas[0]
 
     def clone(self) -> Job:
-        """A copy the tick may change; the spec (immutable) is shared, and so are the
-        replicas until `own` copies one to change it."""
+        """A copy the tick may change; it shares the spec, and the replicas until `own`."""
         job = _shallow(self)
         job.__dict__.pop("usage", None)
         job.__dict__.pop("gpu_usage", None)
@@ -190,8 +180,7 @@ class Job:
         return job
 
     def own(self, r: Replica) -> Replica:
-        """This copy's own replica at `r`'s place, to change (copied on first use: the job it
-        was cloned from keeps its own). Use what it returns, never `r` itself, from then on."""
+        """This copy's own replica at `r`'s place, to change; use it, never `r`, from then on."""
         i = r.rank
         if i >= len(self.replicas) or self.replicas[i].name != r.name:  # ranks not positions
             i = next(k for k, x in enumerate(self.replicas) if x.name == r.name)
@@ -208,7 +197,7 @@ class Job:
         return mine
 
     def own_all(self) -> list[Replica]:
-        """Every replica, owned (an attempt's end or start changes them all)."""
+        """Every replica, owned."""
         return [self.own(r) for r in self.replicas]
 
     def rank_of(self, name: str) -> int | None:
@@ -228,9 +217,7 @@ class Job:
 
     @functools.cached_property
     def ranked(self) -> bool:
-        """Whether the replicas are listed in rank order (as make_replicas lists them): any
-        of them picked in list order are then in rank order. Kept by the job's copies (a
-        replica's place never changes)."""
+        """Whether the replicas are listed in rank order (as make_replicas lists them)."""
         ranks = list(map(_RANK, self.replicas))
         return ranks == sorted(ranks)
 
@@ -240,13 +227,12 @@ class Job:
         return (-self.priority, self.created, self.id)
 
     def states(self) -> list[ReplicaState]:
-        """Each replica's state, in rank order (built without a Python loop)."""
+        """Each replica's state, in list order."""
         return list(map(_STATE, self.replicas))
 
     def counts(self) -> Counts:
-        """Replicas per state and slots held per node (a fresh copy, the caller's to change).
-        A tick's clone counts only the replicas it owns again (core.counts): a tick asks
-        several times whether any waits, or all run."""
+        """Replicas per state and slots held per node (a copy, the caller's to change); a
+        tick's clone recounts only the replicas it owns (core.counts)."""
         scratch = self.scratch
         if scratch.was is None:
             counted = scratch.counted
@@ -257,14 +243,13 @@ class Job:
         return now
 
     def seal(self) -> None:
-        """The tick that changed this copy is committed: it owns no replica any more (the
-        next tick's clone shares them all), and its counts are kept for that clone."""
+        """The tick that changed this copy is committed: it owns no replica any more, and its
+        counts are kept for the next tick's clone."""
         counted = self.counts()
         self.scratch.owned, self.scratch.was, self.scratch.counted = set(), None, counted
 
     def member_set(self) -> frozenset[str]:
-        """This round's members as a set, built once a round (published rounds assign a
-        new `members`; the set of the old one is not reused for it)."""
+        """This round's members as a set, built once a round."""
         cache = self.scratch.members
         if cache is None or cache[0] is not self.members:
             cache = self.scratch.members = (self.members, frozenset(self.members))
@@ -274,15 +259,13 @@ class Job:
         return self.counts().count(state)
 
     def count_restarts(self) -> int:
-        """The replicas' restarts in this attempt, in all: counted as ticks change them (no
-        pass), or summed when not counted yet (a job as loaded: cheaper than a count)."""
+        """The replicas' restarts in this attempt, in all."""
         if self.scratch.was is None and self.scratch.counted is None:
             return sum(map(_RESTARTS, self.replicas))
         return self.counts().restarts
 
     def named(self, names: Collection[str]) -> list[Replica]:
-        """The replicas named in `names`, in rank order: found by their ranks when they are
-        few (a tick's placement during a group restart), else picked in one pass (C)."""
+        """The replicas named in `names`, in list order (found by their ranks when few)."""
         if len(names) * 8 < len(self.replicas):
             places = [i for i in map(self.rank_of, names)
                       if i is not None and i < len(self.replicas)]
@@ -293,10 +276,8 @@ class Job:
                                                           map(_NAME, self.replicas))))
 
     def unplaced(self) -> list[Replica]:
-        """The WAITING replicas not placed already (`plan`), in rank order. A tick's copy
-        looks first among the replicas it changed (a relaunch tick of a group restart: the
-        256 that exited), which is enough when the counts say no other waits unplaced;
-        else one mask over the replicas, the plan's places cleared (C: map, compress)."""
+        """The WAITING replicas not placed already (`plan`), in list order: a tick's copy
+        looks among the replicas it changed when the counts say no other waits."""
         plan, was = self.scratch.plan, self.scratch.was
         left = self.count(ReplicaState.WAITING) - len(plan)
         if was is not None and left <= len(was):
@@ -310,12 +291,9 @@ class Job:
             deque(map(mask.__setitem__, map(_FIRST, plan), itertools.repeat(False)), maxlen=0)
         return list(itertools.compress(self.replicas, mask))
 
-    def alive_replicas(self) -> list[Replica]:
-        return [r for r in self.replicas if r.alive]
-
     @functools.cached_property
     def usage(self) -> dict[str, int]:
-        """used_slots(), cached while the job is unchanged (a tick drops it when it changes)."""
+        """used_slots(), cached while the job is unchanged."""
         return self.used_slots()
 
     @functools.cached_property
@@ -347,7 +325,6 @@ class Job:
         plan = self.scratch.plan
         if not plan:
             return used
-        # in C (map, Counter): a group restart's plan holds every replica, mostly of one size
         sizes = {p.slots for p in self.spec.pools}
         if len(sizes) == 1:
             each = sizes.pop()
@@ -361,8 +338,7 @@ class Job:
         return used
 
     def to_json(self, *, replicas: bool = True) -> dict[str, Any]:
-        """Everything but the spec (stored once, apart: it never changes); without
-        `replicas`, the replicas too are left out (the store keeps them as rows)."""
+        """Everything but the spec (stored apart), and without `replicas` the replicas too."""
         d = {f: getattr(self, f) for f in _JOB_FIELDS}
         d["state"] = self.state.value
         d["after_stop"] = self.after_stop.value if self.after_stop else None

@@ -1,15 +1,12 @@
 """Launches and stops sent over several ticks: a job that places more replicas than a tick
-may launch (`LaunchSettings.launches_per_tick`) keeps the rest as its plan (`Scratch.plan`), sent
-in rank order by the next ticks; a group restart of more replicas than that stops the rest
-in the next ticks (`Job.unstopped`, stored: a restarted controller sends them).
+may launch (`LaunchSettings.launches_per_tick`) keeps the rest as its plan (`Scratch.plan`),
+sent in rank order by the next ticks; a group restart stops the rest the same way
+(`Job.unstopped`, stored).
 
-No side effects. A planned replica holds its slots and GPUs, and its launch gets the layout
-of the whole placement (RANK, GROUP_RANK, MASTER_ADDR as if all were sent at once); it stays
-WAITING, its stored row unchanged, until its launch is sent; an elastic job's round 0 is
-published before its first launch is sent (the tick after the placement). The plan itself
-is not stored,
-only how many launches it still held (`Job.unlaunched`): a controller that died mid-plan finds
-the count without the plan, and the round starts again cleanly (`replan`).
+No side effects. A planned replica holds its slots and GPUs and stays WAITING until its
+launch, which gets the layout of the whole placement, is sent. The plan is not stored, only
+its length (`Job.unlaunched`): a controller that died mid-plan starts the round again
+(`replan`).
 """
 
 from __future__ import annotations
@@ -44,9 +41,7 @@ def step(t: Tick, job_id: str) -> None:
         replan(t, job, "the controller restarted before sending them")
         return
     if job.elastic and not job.members:
-        # A big elastic job's round 0 is published by the tick after its placement, and
-        # its layout built by the one after that (each a pass over the job): no
-        # launch before its round (a controller that died before it publishes it then).
+        # a big elastic job's round 0, published before its first launch
         publish(t, job, {r.name for r in job.replicas}, "admitted")
         return
     plan = job.scratch.plan

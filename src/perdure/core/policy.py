@@ -99,18 +99,19 @@ def is_peer_error(error: ErrorInfo | None) -> bool:
     )
 
 
+def signal_text(number: int) -> str:
+    """A signal's name (SIGKILL), or `signal N` for a number that has none."""
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def describe_exit(f: Failure) -> str:
     """`Replica worker-1 exited with a non-zero status of 1` (+ the signal's name)."""
-    text = f"Replica {f.replica} exited with a non-zero status of {f.exit_code}"
-    if f.local_rank is not None:
-        text = (f"Replica {f.replica} (local rank {f.local_rank}) exited with a non-zero status "
-                f"of {f.exit_code}")
-    if f.signal:
-        try:
-            text += f" ({_signal.Signals(f.signal).name})"
-        except ValueError:
-            text += f" (signal {f.signal})"
-    return text
+    who = f.replica if f.local_rank is None else f"{f.replica} (local rank {f.local_rank})"
+    text = f"Replica {who} exited with a non-zero status of {f.exit_code}"
+    return text + (f" ({signal_text(f.signal)})" if f.signal else "")
 
 
 # The shell's statuses for a command it could not run: not executable, not found. Nothing a

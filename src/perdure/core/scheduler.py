@@ -57,23 +57,16 @@ class Capacity:
         self.ready_gpus = {n.name: n.gpus for n in ready}
         self.healthy = sum(self.ready.values())
         self.healthy_gpus = sum(self.ready_gpus.values())
-        self.largest = max(self.ready.values(), default=0)
         self.free = sum(map(max, itertools.repeat(0), self._left()))
 
     def _left(self) -> Iterator[int]:
-        """Each schedulable node's slots less those held (in C: 2,048 nodes, every tick)."""
+        """Each schedulable node's slots less those held."""
         used = map(self.node_used.get, self.ready, itertools.repeat(0))
         return map(operator.sub, self.ready.values(), used)
 
     def free_gpus(self) -> int:
         """GPUs free on schedulable nodes (in all: a replica needs them on one node)."""
         return sum(len(self._free_gpus(n)) for n in self.ready)
-
-    def healthy_slots(self) -> int:
-        return self.healthy
-
-    def free_slots(self) -> int:
-        return self.free
 
     def queue_free(self, queue: str) -> int | None:
         quota = self.quotas.get(queue)
@@ -93,11 +86,8 @@ class Capacity:
         self, replicas: list[Replica], prefer: Mapping[str, str | None] | None = None
     ) -> dict[str, str] | None:
         """Nodes for every replica (all or none), best fit; takes the slots and GPUs when it
-        succeeds, and notes in `devices` which GPUs each replica gets (the caller sets them:
-        the replicas given may be the snapshot's, which a tick never changes).
-
-        `prefer` maps a replica to the node it should stay on when that node is schedulable
-        (a failed or draining node is not: replicas move off it by themselves).
+        succeeds and notes in `devices` which GPUs each replica gets (the caller sets them).
+        `prefer`: replica -> the node it should stay on while that node is schedulable.
         """
         if sum(map(_SLOTS, replicas)) > self.free:
             return None
@@ -134,11 +124,8 @@ class Capacity:
 
 
     def _fill(self, replicas: list[Replica], free: dict[str, int]) -> dict[str, str] | None:
-        """`place` for replicas alike and without GPUs: best fit puts each on the node with
-        fewest free slots that holds it, which stays the best until it is full, so nodes
-        are filled one by one in that order (one sort of the nodes, not a search per
-        replica). They get no GPUs: nothing is noted in `devices` (a launch
-        reads a replica absent there as given none)."""
+        """`place` for replicas alike and without GPUs: best fit fills the nodes one by one,
+        fewest free slots first (nothing is noted in `devices`: none)."""
         slots, n = replicas[0].slots, len(replicas)  # some replicas (_alike_cpu)
         gpus = any(self.ready_gpus.values())  # else no node's GPUs to look at (a CPU cluster)
         order = sorted((gpus and bool(self._free_gpus(node)), f, node)
@@ -151,7 +138,6 @@ class Capacity:
             return None
         del nodes[last + 1:], takes[last + 1:]
         takes[-1] = n - (ends[last - 1] if last else 0)
-        # each node's replicas named in C (repeat, chain, zip), not a loop per node
         at = itertools.chain.from_iterable(map(itertools.repeat, nodes, takes))
         chosen = dict(zip(map(_NAME, replicas), at, strict=True))
         held = map(operator.mul, takes, itertools.repeat(slots))
@@ -162,7 +148,6 @@ class Capacity:
 
 
 def _alike_cpu(replicas: list[Replica]) -> bool:
-    # in C (map, set)
     return bool(replicas) and set(map(_GPUS, replicas)) == {0} and len(
         set(map(_SLOTS, replicas))) == 1
 
@@ -224,15 +209,6 @@ def can_ever_fit(job: Job, cap: Capacity) -> bool:
     """Whether the healthy nodes could hold the job if nothing else ran."""
     if job.slots > cap.healthy or job.spec.total_gpus > cap.healthy_gpus:
         return False
-    widest = max(map(_SLOTS, job.replicas), default=0)
-    if not job.spec.total_gpus and (widest == 1 or widest * len(job.replicas) <= cap.largest):
-        return True  # fits without bin packing
-    free = {n: [s, cap.ready_gpus.get(n, 0)] for n, s in cap.ready.items()}
-    for r in sorted(job.replicas, key=lambda r: (-r.gpus, -r.slots)):
-        fits = [n for n, (s, g) in free.items() if s >= r.slots and g >= r.gpus]
-        if not fits:
-            return False
-        node = min(fits, key=lambda n: (free[n][1] if r.gpus else free[n][1] > 0, free[n][0], n))
-        free[node][0] -= r.slots
-        free[node][1] -= r.gpus
-    return True
+    if not job.spec.total_gpus and max(map(_SLOTS, job.replicas), default=0) == 1:
+        return True  # one slot each: any healthy slots do, no packing to try
+    return Capacity(cap.nodes, {}, ()).place(job.replicas) is not None

@@ -60,8 +60,7 @@ def let_go_unfit(t: Tick) -> None:
     for seen in list(t.jobs.values()):
         if not seen.spares or all(t.nodes[n].schedulable for n in seen.spares if n in t.nodes):
             continue
-        job = t.touch(seen.id)
-        assert job is not None
+        job = t.mine(seen.id)
         for node in [n for n in job.spares if n not in t.nodes or not t.nodes[n].schedulable]:
             del job.spares[node]
             shown = t.nodes[node].shown if node in t.nodes else "gone"
@@ -83,8 +82,7 @@ def seek(t: Tick, cap: Capacity, jobs: Iterable[Job]) -> None:
                 if n not in mine and n not in seen.spares and cap.node_used.get(n, 0) == 0]
         if not free:
             continue
-        job = t.touch(seen.id)
-        assert job is not None
+        job = t.mine(seen.id)
         for node in sorted(free)[:want - len(job.spares)]:
             slots = cap.ready[node]
             job.spares[node] = slots

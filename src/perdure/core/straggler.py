@@ -106,9 +106,7 @@ class Stragglers:
         launches = running_launches(job)
         if launches is None or obs.launch_id not in launches or not obs.steps:
             return
-        rnd = self.jobs.get(job.id)
-        if rnd is None or rnd.launches != launches:
-            rnd = self.jobs[job.id] = _Round(launches)
+        rnd = self._round(job.id, launches)
         if obs.step_seconds is not None:
             rnd.times.setdefault(obs.launch_id, _Times()).add(obs.steps, obs.step_seconds)
 
@@ -117,9 +115,7 @@ class Stragglers:
         launches = running_launches(job)
         if launches is None or set(inside) != launches or len(set(inside.values())) < 2:
             return
-        rnd = self.jobs.get(job.id)
-        if rnd is None or rnd.launches != launches:
-            rnd = self.jobs[job.id] = _Round(launches)
+        rnd = self._round(job.id, launches)
         rnd.telling += 1
         for lid, waiting in inside.items():
             rnd.outside[lid] = rnd.outside.get(lid, 0) + (not waiting)
@@ -133,11 +129,15 @@ class Stragglers:
                 continue
             if job.spec.watchdog.stragglers == "off" or running_launches(job) != rnd.launches:
                 continue
-            out.extend(self._round(job, rnd))
+            out.extend(self._by_times(job, rnd) or self._by_samples(job, rnd))
         return out
 
-    def _round(self, job: Job, rnd: _Round) -> list[Straggler]:
-        return self._by_times(job, rnd) or self._by_samples(job, rnd)
+    def _round(self, job_id: str, launches: frozenset[str]) -> _Round:
+        """The job's record of this round (a new one when its launches changed)."""
+        rnd = self.jobs.get(job_id)
+        if rnd is None or rnd.launches != launches:
+            rnd = self.jobs[job_id] = _Round(launches)
+        return rnd
 
     def _by_samples(self, job: Job, rnd: _Round) -> list[Straggler]:
         if rnd.telling < SAMPLES_NEEDED:

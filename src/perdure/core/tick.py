@@ -30,9 +30,8 @@ _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 @dataclass(frozen=True)
 class JobIndex:
-    """Which jobs the scheduler must look at: ids of queued jobs, of jobs with replicas to
-    place and of jobs with launches still to send. Kept up to date tick by tick so a tick does
-    not scan every job."""
+    """Ids of the jobs the scheduler must look at: queued, with replicas to place, with
+    launches or stops still to send. Updated by each tick from the jobs it changed."""
 
     queued: frozenset[str]
     placing: frozenset[str]
@@ -58,8 +57,7 @@ class JobIndex:
 
 
 def needs_placement(job: Job) -> bool:
-    """A started job with replicas waiting for a node (a restart, a move, a new round) that
-    are not placed already (`Scratch.plan`: launches still to send)."""
+    """A started job with WAITING replicas not placed already (`Scratch.plan`)."""
     if not ((job.state in (JobState.PENDING, JobState.RUNNING) or job.in_backend_queue)
             and job.after_stop is None):
         return False
@@ -72,8 +70,7 @@ class Snapshot:
     nodes: Mapping[str, Node]
     quotas: Mapping[str, int | None]
     index: JobIndex | None = None  # None: computed from `jobs`
-    # Job id -> the layout its launches of the current placement share (a plan's launches
-    # sent by later ticks get it too); never stored: a job without one builds it again.
+    # Job id -> the layout its launches of the current placement share; never stored
     layouts: Mapping[str, Layout] = field(default_factory=dict)
 
     def job_index(self) -> JobIndex:
@@ -82,11 +79,8 @@ class Snapshot:
 
 @dataclass
 class Tick:
-    """The context of one tick: its copies of the jobs and nodes, the decisions and events
-    so far, and the moves every part of a tick shares (stop, end, restart, launch).
-
-    `decide` runs a tick; admission, commands, elastic and hot-swap act through this.
-    """
+    """One tick: its copies of the jobs and nodes, the decisions and events so far, and the
+    moves every part of a tick shares (stop, end, restart, launch)."""
 
     snap: Snapshot
     now: float
@@ -99,8 +93,7 @@ class Tick:
     changed: set[str] = field(default_factory=set)
     nodes_changed: bool = False
     active: bool = False  # something changed capacity or demand: run admission
-    # Admissions stop for this tick once this many replicas were launched (ticks stay short;
-    # every replica of one attempt still launches in the same tick).
+    # Admissions stop for this tick once this many replicas were launched
     launch_budget: int = 64
     note_budget: int = 32  # wait reasons recorded per tick
     sent: int = 0  # launches and stops decided so far (core.plan sends the rest up to a limit)
@@ -124,6 +117,12 @@ class Tick:
         job.updated = self.now
         return job
 
+    def mine(self, job_id: str) -> Job:
+        """`touch` of a job the tick has."""
+        job = self.touch(job_id)
+        assert job is not None
+        return job
+
     def event(self, job: Job | None, kind: str, message: str) -> None:
         self.events.append(Event(self.now, job.id if job else None, kind, message))
 
@@ -136,8 +135,7 @@ class Tick:
         return self.nodes[name]
 
     def drop_plan(self, job: Job) -> None:
-        """Forget the launches and stops still to send, and their layout (the round or
-        attempt they belonged to is over)."""
+        """Forget the launches and stops still to send, and their layout."""
         job.scratch.plan, job.unlaunched, job.unstopped = (), 0, []
         self.layouts.pop(job.id, None)
 
@@ -155,12 +153,9 @@ class Tick:
         if group:
             job.round += 1
             self.drop_plan(job)  # the new round places and launches them all again
-        # A tick sends at most launches_per_tick stops; the other replicas of a group are
-        # stopped by the next ticks (core.plan), and an exit of theirs before then is one
-        # the restart asked for.
+        # At most launches_per_tick stops now; the next ticks send the rest (core.plan)
         budget = self.settings.launches_per_tick
         later: list[int] = []
-        # States read in one pass (C): the loop below is the tick's only one over the job
         for x, state in zip(job.replicas, job.states(), strict=True):
             if not group and x.name not in names:
                 continue
@@ -179,22 +174,20 @@ class Tick:
             job.unstopped = later
 
     def move_off(self, node: str, what: str, why: str) -> None:
-        """Move every live replica on `node` elsewhere under a maintenance notice (each saves
-        at its next checkpoint when one is near, or exits at once); no restart counted."""
+        """Move every live replica on `node` elsewhere under a maintenance notice; no restart
+        counted."""
         for job_id, seen in list(self.jobs.items()):
             if seen.after_stop is not None or not any(
                     r.node == node and r.alive for r in seen.replicas):
                 continue
-            job = self.touch(job_id)
-            assert job is not None
+            job = self.mine(job_id)
             moving = [r for r in job.replicas if r.node == node and r.alive]
             names = ", ".join(r.name for r in moving)
             self.event(job, "decision", f"move {names} off node {node} ({what}, no restart)")
             self.restart(job, moving, notice="maintenance", why=why)
 
     def unblame(self, job: Job) -> Replica:
-        """Give back the restart this round charged to `job.blame` (its lost-peer exit was
-        collateral); the blamed replica."""
+        """Give back the restart this round charged to `job.blame`; the blamed replica."""
         assert job.blame is not None
         blamed = job.own(next(x for x in job.replicas if x.name == job.blame.replica))
         blamed.restarts = max(0, blamed.restarts - 1)
@@ -232,7 +225,7 @@ class Tick:
         self.maybe_finish(job)
 
     def maybe_finish(self, job: Job) -> None:
-        if job.after_stop is None or job.alive_replicas():
+        if job.after_stop is None or any(r.alive for r in job.replicas):
             return
         final, job.after_stop = job.after_stop, None
         job.waiting_since = None
@@ -268,31 +261,22 @@ class Tick:
 
     def launch(self, job: Job, placed: Mapping[str, str],
                devices: Mapping[str, list[int]] | None = None) -> None:
-        """Launch the replicas named in `placed` on their nodes, with their GPUs (`devices`).
-        The layout is computed once for all of them: a tick's cost stays linear in a job's
-        replicas. Beyond `launches_per_tick`, the first ones (rank order) are sent now and
-        the rest become the job's plan, sent over the next ticks (core.plan): they hold their
-        slots, and the layout every launch gets is this one. A job of more replicas than
-        that which needs a new layout sends none now: the next tick builds it."""
+        """Launch the replicas named in `placed` on their nodes, with their GPUs (`devices`),
+        under one layout. Beyond `launches_per_tick` the rest become the job's plan, sent by
+        the next ticks (core.plan); a job that big which needs a new layout sends none now."""
         gpus = devices or {}
         todo = job.named(placed)
         limit = self.settings.launches_per_tick
-        # A layout agrees with the job's plan: the plan grows only here, once the layout
-        # fits (or was built for) its new entries, and a new plan comes with no layout
-        # (`drop_plan`); so only `placed` is checked against it, not the whole plan.
-        # A layout of this round moves the replicas placed elsewhere (a replacement: its
-        # node's entries only); a new round's is built anew.
+        # The plan grows only here, under this layout: only `placed` is new to it
         kept = self.layouts.get(job.id)
         if kept is not None and kept.key == key_of(job):
             self.layouts[job.id] = kept.moved(job, placed)
         elif limit is not None and len(job.replicas) > limit:
-            # A big job's new layout is built by the next tick, which sends the first of
-            # these: this one placed them (they hold their slots), enough work for one tick.
             self.layouts.pop(job.id, None)
             self._plan(job, todo, placed, gpus)
             return
-        else:  # replicas placed earlier, not launched yet (the plan), count in the layout
-            self.layouts[job.id] = Layout.of(job, self.nodes, (), placed, job.scratch.plan)
+        else:
+            self.layouts[job.id] = Layout.of(job, placed, job.scratch.plan)
         if limit is not None and len(todo) > limit:
             self._plan(job, todo[limit:], placed, gpus)
             todo = todo[:limit]
@@ -303,7 +287,6 @@ class Tick:
               gpus: Mapping[str, list[int]]) -> None:
         """`rest`, placed, become the end of the job's plan (sent by the next ticks)."""
         names = list(map(_NAME, rest))
-        # built in C (zip, map): 16,000 of them at an admission
         held = (list(map(tuple, map(gpus.get, names, itertools.repeat(())))) if gpus
                 else [()] * len(rest))
         plan = job.scratch.plan + tuple(zip(map(_RANK, rest), map(placed.__getitem__, names),
@@ -319,8 +302,8 @@ class Tick:
             mine.append(r)
         kept = self.layouts.get(job.id)
         if kept is None:
-            kept = self.layouts[job.id] = Layout.of(job, self.nodes, (), planned=job.scratch.plan)
-        layout = dataclasses.replace(kept, devices=gpu_env(job, self.nodes, among=mine))
+            kept = self.layouts[job.id] = Layout.of(job, planned=job.scratch.plan)
+        layout = dataclasses.replace(kept, devices=gpu_env(job, self.nodes, mine))
         self.sent += len(mine)
         self._starts_over(job, [r for r in mine if r.launches])
         for r in mine:
@@ -330,8 +313,8 @@ class Tick:
             self.decisions.append(build_launch(job, r, self.settings, layout))
 
     def _starts_over(self, job: Job, again: list[Replica]) -> None:
-        """Say so when replicas launched before start again with nothing that tells perdure
-        their script resumes: their work since the start is lost, and nobody would know."""
+        """Say so when replicas launched before start again with nothing that says their
+        script resumes: their work since the start is lost."""
         pools = {p.name: p for p in job.spec.pools}
         lost = [r.name for r in again if not says_it_resumes(job, pools[r.pool])]
         if lost:

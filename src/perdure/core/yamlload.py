@@ -31,7 +31,6 @@ SPEC = Limits(text=128 * 1024, depth=32, expanded=256 * 1024)
 # JobSet's CRD (v0.10) is ~800 K characters, nests ~40 levels and has no aliases (~1 M nodes
 # and characters): room for a few times its size, still refused in well under a second.
 CRD = Limits(text=4 * 1024 * 1024, depth=96, expanded=8 * 1024 * 1024)
-MAX_TEXT, MAX_DEPTH, MAX_EXPANDED = SPEC.text, SPEC.depth, SPEC.expanded
 
 # libyaml when PyYAML has it (faster on a CRD); the checks are the same either way.
 _CParser: Any = getattr(yaml, "CSafeLoader", None)

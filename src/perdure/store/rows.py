@@ -1,16 +1,12 @@
 """A job's replicas as rows of their own: a tick writes the replicas it changed, not the job.
 
-A big job's JSON is large, and rewriting it every tick that touched one replica would cost
-most of a tick. The job row keeps the job's own fields
-and how many replica rows it has (`replica_rows`); each replica is a row keyed by its
-position, as the list of its values (their names once, in the job row: half the cost of
-encoding each replica as an object). Rows are written in the tick's transaction, so a crash
-leaves the job row and its replica rows as one committed tick left them.
+The job row keeps the job's own fields and how many replica rows it has (`replica_rows`);
+each replica is a row keyed by its position, the list of its values (their names once, in
+the job row). Rows are written in the tick's transaction.
 
-Which replicas changed is found against what this connection last wrote or read of the job:
-a tick changes a replica only on its own copy (`Job.own`: copy on write), so a replica that
-is the very object last written is unchanged, and a tick encodes only the replicas it
-changed. A job this connection has not seen yet has all its rows written.
+A tick changes a replica only on its own copy (`Job.own`), so a replica that is the very
+object this connection last wrote or read is unchanged. A job this connection has not seen
+yet has all its rows written.
 """
 
 from __future__ import annotations

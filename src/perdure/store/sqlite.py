@@ -49,7 +49,7 @@ class Store:
         read-only mount is read, and one being made is waited for (store/reader.py).
         """
         self.path = path
-        self.rows: ReplicaRows | None = None
+        self.rows: ReplicaRows
         self._stop_checkpoints = threading.Event()
         try:
             if not create:  # a read-only mount, or a state dir `run` is making, reads too
@@ -87,10 +87,8 @@ class Store:
         self.db.close()
 
     def checkpoint_in_background(self, every: float = 1.0) -> None:
-        """Move WAL checkpoints (and their fsync) off this connection onto a thread.
-
-        The controller's ticks then never pay for a checkpoint inside their commit.
-        """
+        """Move WAL checkpoints (and their fsync) off this connection, out of the ticks'
+        commits, onto a thread."""
         self.db.execute("PRAGMA wal_autocheckpoint=0")
 
         def loop() -> None:
@@ -133,10 +131,6 @@ class Store:
 
     # ---- jobs --------------------------------------------------------------------------
 
-    def _rows(self) -> ReplicaRows:
-        assert self.rows is not None  # set once the connection opened
-        return self.rows
-
     def _load(self, job_id: str, data: str, spec: str,
               replicas: list[Replica] | None = None) -> Job:
         """A stored job with its replicas (read now, unless given); UnreadableJob if it
@@ -144,26 +138,26 @@ class Store:
         try:
             d = json.loads(data)
             if replicas is None:
-                replicas = self._rows().replicas(job_id, d)
+                replicas = self.rows.replicas(job_id, d)
             job = Job.from_json({**d, "replicas": []}, JobSpec.model_validate_json(spec))
             job.replicas = replicas
         except (ValueError, KeyError, TypeError) as exc:
             first = str(exc).splitlines()[0][:300]
             raise UnreadableJob(job_id, f"{type(exc).__name__}: {first}") from None
-        self._rows().loaded(job, d)
+        self.rows.loaded(job, d)
         return job
 
     def job_doc(self, job_id: str, data: str) -> dict[str, Any]:
         """A job row's data as one JSON document, its replicas included (for readers of
         the rows that need no Job: the dashboard, metrics); ValueError if unreadable."""
         d = json.loads(data)
-        d["replicas"] = self._rows().docs(job_id, d)
+        d["replicas"] = self.rows.docs(job_id, d)
         return dict(d)
 
     def _put_job(self, job: Job, *, new: bool = False) -> rows.Written:
         """Write the job row and its changed replica rows (in the caller's transaction);
         what `_rows().remember` takes once the transaction committed."""
-        data = redact(self._rows().job_text(job))  # its error: never a URL's credentials
+        data = redact(self.rows.job_text(job))  # its error: never a URL's credentials
         if new:
             spec = job.spec.model_dump_json()
             try:  # a spec that would not read back (JSON writes an infinity as null) stays out
@@ -178,20 +172,20 @@ class Store:
                 (job.id, job.name, job.spec.queue, job.priority, job.state.value, job.attempt,
                  job.created, job.updated, spec, data),
             )
-            self._rows().forget(job.id)  # a new job: every row is written
+            self.rows.forget(job.id)  # a new job: every row is written
         else:
             self.db.execute(
                 "UPDATE jobs SET state=?, attempt=?, updated=?, data=? WHERE id=?",
                 (job.state.value, job.attempt, job.updated, data, job.id),
             )
-        return self._rows().write(job)
+        return self.rows.write(job)
 
     def submit(self, job: Job) -> None:
         """Store a new job and tell the controller (one transaction)."""
         with self.transaction():
             written = self._put_job(job, new=True)
             self._command("submit", job.id, False, job.created)
-        self._rows().remember(job, written)
+        self.rows.remember(job, written)
 
     def job(self, job_id: str) -> Job | None:
         """The job, None if there is none; UnreadableJob if it cannot be read back."""
@@ -201,9 +195,8 @@ class Store:
             return self._load(job_id, row[0], row[1]) if row else None
 
     def job_in_parts(self, job_id: str, rows: int) -> Generator[None, None, Job | None]:
-        """`job`, its replicas read `rows` rows a step: each `next` reads a part (the
-        controller steps it once a tick, so a big job is read over several ticks,
-        none of them long), and the last one returns the job as `job` would."""
+        """`job`, its replicas read `rows` rows a step (the controller steps it once a tick);
+        the last step returns the job as `job` would."""
         row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             return None
@@ -216,7 +209,7 @@ class Store:
         replicas: list[Replica] = []
         while len(replicas) < count:
             try:
-                replicas += self._rows().part(job_id, count, len(replicas),
+                replicas += self.rows.part(job_id, count, len(replicas),
                                               min(count, len(replicas) + rows))
             except ValueError as exc:
                 raise UnreadableJob(job_id, f"ValueError: {exc}") from None
@@ -248,7 +241,7 @@ class Store:
         row = self.db.execute("SELECT data FROM jobs WHERE id=?", (err.job_id,)).fetchone()
         try:
             data = json.loads(row[0]) if row else {}
-            replicas = self._rows().docs(err.job_id, data) if isinstance(data, dict) else []
+            replicas = self.rows.docs(err.job_id, data) if isinstance(data, dict) else []
             running = [r["launch_id"] for r in replicas
                        if r.get("launch_id") and r.get("state") in ("STARTING", "RUNNING",
                                                                      "STOPPING")]
@@ -371,7 +364,7 @@ class Store:
                     (str(last_command),),
                 )
         for job, values in written:
-            self._rows().remember(job, values)
+            self.rows.remember(job, values)
         return stored
 
     def events(self, job_id: str | None = None, after: int = 0) -> list[StoredEvent]:

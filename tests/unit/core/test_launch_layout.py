@@ -4,12 +4,13 @@ CPU, GPU, multi-pool and elastic jobs and for a state dir with or without a trai
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from perdure.core.launchenv import LaunchSettings, build_launch
-from perdure.core.layout import Layout
+from perdure.core.layout import Layout, gpu_env
 from perdure.core.model import Job
 from perdure.core.records import Node
 from perdure.core.replica import make_replicas
@@ -43,9 +44,10 @@ def placed(pools: list[dict[str, Any]], **fields: Any) -> Job:
 def test_a_shared_layout_launches_each_replica_as_alone(job: Job, state_dir: str) -> None:
     settings = LaunchSettings(state_dir=state_dir, python="/py", node_dir="/dev/shm/p",
                               job_secret=lambda job_id: f"s-{job_id}")
-    shared = Layout.of(job, NODES)
+    shared = dataclasses.replace(Layout.of(job), devices=gpu_env(job, NODES, job.replicas))
     for r in job.replicas:
-        alone = build_launch(job, r, settings, Layout.of(job, NODES, {r.name: r.node}))
+        alone = build_launch(job, r, settings, dataclasses.replace(
+            Layout.of(job), devices=gpu_env(job, NODES, [r])))
         assert build_launch(job, r, settings, shared) == alone
         assert alone.env["LOCAL_RANK"] != "user"  # the contract's names win over the spec's
         assert alone.env["PERDURE_REPORT_DIR"].endswith(f"launches/{r.launch_id}")
