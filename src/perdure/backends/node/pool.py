@@ -1,23 +1,22 @@
 """The spawner's pool of warm standby replicas (see `warm`): fill, hand out, refill.
 
-Lives in the spawner process (`zygote`). The pool stays empty until a launch could use a
-standby (its command is `python SCRIPT ...` or `python -m MODULE ...`) or the backend asks
-for it (`LocalBackend.prewarm`): a job of `python -c` replicas never pays for importing torch
-in the background. From then on it keeps `size` standbys, each forked here and warming on its
-own (a few seconds of CPU), replaced REFILL_QUIET seconds after the last launch; a launch
-takes a ready one or, when none is ready, starts cold at once. Nothing here waits for a
-standby. After `idle` seconds without a launch that could start warm, it shrinks to zero (the
-template and every standby exit) until the next such launch. Its state is written to
-`.warm.json` in the launches directory for tests, benchmarks, `perdure node ls` (`summary`)
-and `LocalBackend.warm_pool_status`.
+Lives in the spawner (`zygote`). It stays empty until a launch could use a standby (`python
+SCRIPT ...` or `python -m MODULE ...`) or the backend asks (`+warm`), so a job of `python -c`
+replicas never imports torch in the background. Then it keeps `size` standbys (see
+`template`); a launch takes a ready one, waits for one while the template warms, or starts
+cold. After `idle` seconds without such a launch it lets them all go. Its
+state is in `.warm.json` (`summary`, `LocalBackend.warm_pool_status`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import sys
 import time
+from typing import Any
 
 from perdure import statedir
 from perdure.backends.node import localranks, procs, warm
@@ -25,21 +24,13 @@ from perdure.backends.node.standby import launch_fits, standby_env
 from perdure.backends.node.template import Template
 from perdure.backends.node.template import enabled as template_enabled
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 # Launches that can start warm arriving within this many seconds of each other are one group.
 GROUP_GAP = 2.0
-# Standbys used up are replaced once no launch has come for this long: importing torch costs
-# seconds of CPU, which the replicas just started (rendezvous, restore) need more.
+# Standbys used up are replaced once no launch has come for this long: the replicas just
+# started (rendezvous, restore) need the CPU more.
 REFILL_QUIET = 3.0
-# While the template warms, launches that can start warm wait for it this long at the most
-# (a cold start would import torch on its own, next to the template and to each other).
-HOLD_SECONDS = 30.0
-# Standbys that die before they are ready, in a row, before the pool gives up (torch that
-# cannot be imported, say): it must not burn the CPU forever.
-MAX_FAILURES = 3
+HOLD_SECONDS = 30.0  # the longest a launch waits for the template rather than start cold
+MAX_FAILURES = 3  # standbys dead before ready, in a row, before the pool turns itself off
 
 
 def summary(state_dir: str | os.PathLike[str]) -> str | None:
@@ -122,10 +113,6 @@ class Pool:
             self.template = Template.start(self.close_in_child)
             self._write_status()
 
-    def _warming(self) -> bool:
-        """Whether the template is still importing (standbys come once it is ready)."""
-        return self.template is not None and not self.template.ready
-
     def handle(self, fd: int) -> list[str]:
         """A socket is readable: a standby or the template is ready, or it exited. Returns
         launch directories to start cold (held ones, when the template is gone)."""
@@ -154,7 +141,7 @@ class Pool:
                     print(f"warm pool: turned off: {self.disabled}", file=sys.stderr)
             self.refill()
         self._write_status()
-        return self._release_held() if self.disabled else []
+        return self.release_held() if self.disabled else []
 
     def _template_event(self) -> list[str]:
         assert self.template is not None
@@ -172,7 +159,7 @@ class Pool:
                 slot.link.close()
                 del self.slots[fd]
         self.refill()
-        return self._release_held()
+        return self.release_held()
 
     def _serve_held(self) -> None:
         served = False
@@ -183,16 +170,13 @@ class Pool:
             self._refill_later()
         self._write_status()
 
-    def held_directories(self) -> list[str]:
-        """The held launches, to start cold: the spawner is exiting."""
-        return self._release_held()
-
-    def _release_held(self) -> list[str]:
+    def release_held(self) -> list[str]:
         """Every held launch, to start cold now."""
         out = [d for d, _ in self.held]
         self.held = []
         self._write_status()
         return out
+
     def take(self, directory: str) -> bool:
         """Hand `directory` to a ready standby if its launch can start warm, or hold it until
         one is (template warming or forking one); whether it took it."""
@@ -242,7 +226,8 @@ class Pool:
         self.slots.clear()
         if self.template is not None:
             self.template.close()
-            procs.kill_child(self.template.pid)  # it may be importing torch still
+            with contextlib.suppress(ProcessLookupError):  # it may be importing torch still
+                os.kill(self.template.pid, signal.SIGKILL)
             self.template = None
         self.active, self._refill_at = False, None
         self.shrunk_at = time.time()
@@ -285,7 +270,7 @@ class Pool:
 
     def refill(self) -> None:
         """Fork standbys until there are `size` (ready or warming); never waits for one."""
-        if self._warming():
+        if self.template is not None and not self.template.ready:
             return  # one import at a time: the template's
         while self.active and not self.disabled and len(self.slots) < self.size:
             self._fork()
@@ -306,7 +291,6 @@ class Pool:
         def standby() -> int:  # a standby supervisor that starts its own interpreter
             self.close_in_child()
             ours.close()
-            procs.stdin_from_devnull()  # not the spawner's launch pipe
             return warm.run_standby(theirs)
 
         pid = procs.fork_child(standby)

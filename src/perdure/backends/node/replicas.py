@@ -102,12 +102,11 @@ def kill_leftovers(status: dict[str, Any], directory: str) -> None:
         [{"pid": status["pid"], "start_ticks": status["start_ticks"]}] if "pid" in status else [])
     for rank, proc in enumerate(ranks):  # each local rank leads a session of its own
         since = int(proc["start_ticks"])
-        leftovers = procs.session_members(int(proc["pid"]), since)
+        entry = None  # a cgroup holds what left the session
         if not isinstance(status.get("cgroup"), str):
             error_file = os.path.join(directory, rank_file(statedir.ERROR, rank))
-            leftovers += procs.environ_members(os.fsencode(f"PERDURE_ERROR_FILE={error_file}"),
-                                               since)
-        for member in leftovers:
+            entry = os.fsencode(f"PERDURE_ERROR_FILE={error_file}")
+        for member in procs.leftovers(int(proc["pid"]), since, entry):
             procs.send_signal(member.pid, member.start_ticks, signal.SIGKILL)
     cgroup = status.get("cgroup")
     if isinstance(cgroup, str):

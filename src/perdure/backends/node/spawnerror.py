@@ -1,7 +1,5 @@
 """Why a replica could not start, as its exit record says it, and whether its command is to
-blame (then no retry can help: the job fails at once, naming the file).
-
-No side effects: it reads nothing but the file system's answer to "is this a file".
+blame (then no retry can help: the job fails at once, naming the file). No side effects.
 """
 
 from __future__ import annotations

@@ -1,33 +1,18 @@
 """The per-replica supervisor: `python -m perdure.backends.node.supervisor <launch dir>`.
 
-One supervisor runs each replica. It outlives the controller (its own session), so the stop
-escalation, the memory limit and the exit record survive a controller crash:
+One supervisor runs each replica, in a session of its own, so the stop escalation, the memory
+limit and the exit record survive a controller crash. It reads `launch.json`, claims the
+launch, prepares the memory limit (`memory`), starts the replica (each local rank of a
+`procs_per_replica` N > 1 replica in a session of its own, dying with the supervisor), writes
+`status.json`, then waits: stop requests (SIGUSR1: `stop.json`), RSS polling, and signals sent
+to itself (forwarded, SIGKILL after SELF_STOP_GRACE_SECONDS). The first rank to fail fails the
+replica and the others are stopped, as torchrun's agent does. At the end it kills whatever the
+replica left (group, cgroup, descendants: it is a subreaper) and writes `exit.json` (exit
+code, signal, OOM, peak RSS, the error reported), or `spawn_error` if nothing could start.
 
-1. read `launch.json`, prepare the memory limit, append a header to the replica's logs;
-2. start the replica in a session of its own (its pid is its process group), stdout/stderr
-   appended to the logs, with PR_SET_PDEATHSIG(SIGKILL) so it dies if the supervisor does;
-3. write `status.json`; then wait, handling stop requests (SIGUSR1: read `stop.json`, signal
-   the group, SIGKILL it at the deadline), RSS polling, and SIGTERM/SIGINT/SIGHUP sent to the
-   supervisor itself (forwarded to the replica, SIGKILL after 10 s);
-4. when the replica exits, SIGKILL whatever it left in its group, its cgroup (every replica
-   gets one where one can be made, see `memory`) or below the supervisor, and write
-   `exit.json`: exit code, signal, out-of-memory, exit time, peak RSS and the error it
-   reported (error file, else the traceback at the end of its stderr).
-
-A replica of `procs_per_replica` N > 1 is N processes (local ranks, each in a session of its
-own, with its own error file `error.K.json`; see `perdure.runtime.ranks`): the supervisor owns
-them all, and the first to fail fails the replica (torchrun's agent does the same): the others
-are stopped (SIGTERM, SIGKILL after RANK_STOP_GRACE_SECONDS) and `exit.json` reports that
-first failure's status, error and `local_rank`. The replica succeeds when every rank exits 0.
-
-A supervisor that was a warm standby (`warm`) starts the replica in the interpreter it holds,
-which has imported torch already, when the launch allows it (`"warm": true` in status.json),
-and cold otherwise. If the replica cannot be started, `exit.json` holds `spawn_error` instead.
-A launch that names an `owner` process (on Ray, the launch actor, which is not the parent of
-a supervisor its node agent's spawner forked) takes the supervisor and replica down with it.
-The local ranks' environments, polling and reaping are in `localranks`; the log files (header,
-relay, size cap) in `replicalogs`. This runs on every replica start, so it imports no torch,
-no subprocess, no pathlib, no typing (start-up time).
+A supervisor that was a warm standby (`warm`) runs the replica in its warm interpreter when
+the launch allows (`"warm": true` in status.json). A launch that names an `owner` process (a
+Ray launch actor, not its parent) takes the supervisor and replica down with it.
 """
 
 from __future__ import annotations
@@ -36,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 from perdure import statedir
 from perdure.backends.node import localranks, memory, procs
@@ -51,10 +37,6 @@ from perdure.runtime.errorfile import (
     read_stderr_tail,
 )
 from perdure.runtime.ranks import procs_of, rank_file
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 HANDLED_SIGNALS = procs.SUPERVISOR_SIGNALS
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
@@ -250,7 +232,6 @@ class Supervisor:
                 self.signal_at = None
             if now >= self.next_sample:
                 self._sample_memory(now)
-                self.logs.trim()
             later = (self.kill_at, self.signal_at[1] if self.signal_at else None)
             wake = min([self.next_sample, *(t for t in later if t is not None)])
             info = signal.sigtimedwait(HANDLED_SIGNALS, max(0.001, wake - time.time()))
@@ -276,7 +257,7 @@ class Supervisor:
         return running == 0
 
     def _sample_memory(self, now: float) -> None:
-        rss = sum(memory.tree_rss_bytes(pid) for pid in self.pids)
+        rss = procs.rss_bytes([p for pid in self.pids for p in procs.tree(pid)])
         self.peak_rss = max(self.peak_rss, rss)
         if self.limit.over_limit(rss):
             self._kill_groups(signal.SIGKILL)
@@ -336,7 +317,6 @@ class Supervisor:
         statuses, maxrss = localranks.reap(self.pids)
         localranks.reap_orphans(self.pids)
         self.logs.close_relay()  # before the traceback is read from stderr
-        self.logs.trim()  # what it wrote since the last trim (a relay has trimmed its files)
         rank = self.failed[0] if self.failed else 0
         code = os.waitstatus_to_exitcode(statuses[rank])
         sig = -code if code < 0 else None
@@ -347,7 +327,8 @@ class Supervisor:
         cgroup_peak = self.limit.peak_bytes()
         oom = self.limit.oom_killed()
         self.limit.close()  # before exit.json: once the exit is seen, nothing is left behind
-        tail = self._stderr_tail() if exit_code != 0 else ""
+        tail = read_stderr_tail(self.spec["stderr"], self.logs.err_offset,
+                                STDERR_TAIL_BYTES) if exit_code != 0 else ""
         statedir.write_json(
             self._file(statedir.EXIT),
             {
@@ -366,10 +347,6 @@ class Supervisor:
             },
         )
         return 0
-
-    def _stderr_tail(self) -> str:
-        self.logs.trim()  # the traceback is in the tail, which a trim keeps
-        return read_stderr_tail(self.spec["stderr"], self.logs.err_offset, STDERR_TAIL_BYTES)
 
     def _error(self, rank: int, tail: str) -> dict[str, str] | None:
         error = read_error_file(self._file(rank_file(statedir.ERROR, rank)))

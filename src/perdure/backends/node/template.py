@@ -1,20 +1,12 @@
 """The template: one interpreter that imports torch once; warm standbys are forked from it.
 
-Importing torch (and torch._dynamo, which DDP's constructor imports) costs seconds of CPU. A
-pool whose standbys each start an interpreter pays that once per standby, and the first
-replicas of a job, started before any standby is ready, pay it once each, all at the same time.
-The template pays it once: the spawner forks it when the pool is first needed; it imports
-`warmstart.PRELOAD`, says ready, then forks a standby supervisor for every socket the spawner
-sends it (SCM_RIGHTS). Such a standby is ready within milliseconds: its supervisor forks the
-replica's interpreter from itself, torch already imported (`warm.Standby.fork`), instead of
-starting one that imports it again.
-
-A process forked after `import torch` is what a DataLoader worker is; the template runs no
-torch op and never touches CUDA, so what it forks can. `PERDURE_WARM_FORK=0` turns the template
-off: standbys then start interpreters of their own.
-
-Side effects: forks processes; the template dies with the spawner (parent-death signal) and
-stops as soon as the spawner's owner is gone (`warm.owner_fds`), even while the spawner lives.
+Importing torch costs seconds of CPU; the template pays it once for the pool instead of once
+per standby (and per early replica, all at the same time). The spawner forks it when the pool
+is first needed; it imports `warmstart.PRELOAD`, says ready, then forks a standby supervisor
+for every socket the spawner sends it (SCM_RIGHTS), whose replica interpreter is forked from
+it in turn (`Standby.fork`): ready within milliseconds. It runs no torch op and never touches
+CUDA, as a DataLoader worker's parent. `PERDURE_WARM_FORK=0` turns it off (standbys then start
+interpreters of their own). It dies with the spawner and with the spawner's owner.
 """
 
 from __future__ import annotations
@@ -51,7 +43,6 @@ class Template:
         def template() -> int:
             close_in_child()
             ours.close()
-            procs.stdin_from_devnull()  # not the spawner's launch pipe
             return serve(theirs)
 
         pid = procs.fork_child(template)

@@ -1,22 +1,14 @@
 """The relay: the network end of the runtime's transport, for replicas elsewhere.
 
-A replica on a host that sees neither the state dir nor its files (a Ray node) reaches the
-controller here (perdure.runtime.transport.net is the client). The relay writes what it
-receives into the state dir in the file transport's layout, so that `describe`, goodput and
-error classification read the same files whichever transport delivered them, and keeps the
-jobs' rendezvous stores (kv.py), so that no training replica hosts them.
+A replica on a host that sees neither the state dir nor its files reaches the controller here
+(perdure.runtime.transport.net is the client). The relay writes what it receives into the state
+dir in the file transport's layout, so every reader sees the same files whichever transport
+delivered them, and keeps the jobs' rendezvous stores (kv.py).
 
-Who may talk to it: it binds only the address it is given; each connection answers a fresh
-nonce with HMAC(job secret, nonce, job, replica, launch) (checked with hmac.compare_digest),
-names a replica of that job (from the state dir's store) and a launch id of that replica;
-frames over 1 MiB are refused before they are read. A restarted controller binds the port
-recorded in `<state>/relay.json`, so replicas find it again at the same address.
-
-    relay = Relay.start(state_dir, host="10.0.0.1")
-    env = relay.launch_env(launch)     # the Launch's env with the net transport's variables
-    relay.close()
-
-Side effects: a listening socket and a thread per connection; files in the state dir.
+It binds only the address it is given; each connection answers a fresh nonce with HMAC(job
+secret, nonce, job, replica, launch), names a replica of that job and a launch id of that
+replica; frames over 1 MiB are refused before they are read. A restarted controller binds the
+port recorded in `<state>/relay.json`, so replicas find it again.
 """
 
 from __future__ import annotations
