@@ -273,7 +273,10 @@ def _parent_dir(version: str, group: str) -> str:
     else:
         holder = own_cgroup_dir(version)
         if version == "cgroup-v2":
-            _enable_v2_memory(holder)
+            if "memory" not in _read(os.path.join(holder, "cgroup.controllers")).split():
+                raise OSError(f"the memory controller is not available in {holder}")
+            # Fails (EBUSY) when `holder` has processes of its own and is not the root cgroup.
+            _write_controller(os.path.join(holder, "cgroup.subtree_control"))
         elif not os.path.exists(os.path.join(holder, "memory.limit_in_bytes")):
             raise OSError(f"{holder} is not a cgroup v1 memory directory")
         parent = os.path.join(holder, group)
@@ -281,13 +284,6 @@ def _parent_dir(version: str, group: str) -> str:
     if version == "cgroup-v2":
         _write_controller(os.path.join(parent, "cgroup.subtree_control"))
     return parent
-
-
-def _enable_v2_memory(holder: str) -> None:
-    if "memory" not in _read(os.path.join(holder, "cgroup.controllers")).split():
-        raise OSError(f"the memory controller is not available in {holder}")
-    # Fails (EBUSY) when `holder` has processes of its own and is not the root cgroup.
-    _write_controller(os.path.join(holder, "cgroup.subtree_control"))
 
 
 def _write_controller(subtree_control: str) -> None:

@@ -16,13 +16,12 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from perdure import statedir
-from perdure.backends.node import localranks, procs, warm
+from perdure.backends.node import localranks, procs, template, warm
 from perdure.backends.node.standby import launch_fits, standby_env
-from perdure.backends.node.template import Template
-from perdure.backends.node.template import enabled as template_enabled
 
 # Launches that can start warm arriving within this many seconds of each other are one group.
 GROUP_GAP = 2.0
@@ -57,12 +56,25 @@ def summary(state_dir: str | os.PathLike[str]) -> str | None:
 
 
 class _Slot:
+    """A process the pool forked (a standby supervisor or the template) and its socket, on
+    which it says ready (b"R") and whose end of input says it exited."""
+
     __slots__ = ("link", "pid", "ready")
 
     def __init__(self, link: socket.socket, pid: int) -> None:
         self.link = link
-        self.pid = pid
+        self.pid = pid  # 0: forked by the template
         self.ready = False
+
+    def said_ready(self) -> bool:
+        """Its socket is readable: True if it said ready, False if it is gone."""
+        try:
+            data = self.link.recv(16)
+        except OSError:
+            data = b""
+        if data:
+            self.ready = True
+        return bool(data)
 
 
 class Pool:
@@ -80,7 +92,7 @@ class Pool:
         self._group = 0  # eligible launches in the current group
         self._group_last = 0.0
         self._refill_at: float | None = None
-        self.template: Template | None = None
+        self.template: _Slot | None = None
         self.template_failed = False
         self.held: list[tuple[str, float]] = []  # (launch directory, start it cold after)
         self.status_path = os.path.join(launches_dir, statedir.WARM_STATUS)
@@ -97,7 +109,7 @@ class Pool:
 
     def fds(self) -> list[int]:
         """The standbys' sockets and the template's, to select on (readable: ready, or gone)."""
-        return [*self.slots, *([self.template.fileno()] if self.template else [])]
+        return [*self.slots, *([self.template.link.fileno()] if self.template else [])]
 
     def activate(self) -> None:
         """Start keeping `size` standbys now (idempotent)."""
@@ -109,24 +121,20 @@ class Pool:
 
     def _start_template(self) -> None:
         if self.template is None and not self.template_failed and not self.disabled \
-                and template_enabled():
-            self.template = Template.start(self.close_in_child)
+                and template.enabled():
+            self.template = self._forked(template.serve)
             self._write_status()
 
     def handle(self, fd: int) -> list[str]:
         """A socket is readable: a standby or the template is ready, or it exited. Returns
         launch directories to start cold (held ones, when the template is gone)."""
-        if self.template is not None and fd == self.template.fileno():
+        if self.template is not None and fd == self.template.link.fileno():
             return self._template_event()
         slot = self.slots.get(fd)
         if slot is None:
             return []  # dropped earlier in this round (its template exited)
-        try:
-            data = slot.link.recv(16)
-        except OSError:
-            data = b""
-        if data:
-            slot.ready, self.failures = True, 0
+        if slot.said_ready():
+            self.failures = 0
             self._serve_held()
         else:
             del self.slots[fd]
@@ -145,13 +153,13 @@ class Pool:
 
     def _template_event(self) -> list[str]:
         assert self.template is not None
-        if self.template.handle():
+        if self.template.said_ready():
             self.refill()  # standbys now, and for the held launches
             self._write_status()
             return []
         print("warm pool: the template exited; standbys start interpreters of their own",
               file=sys.stderr)
-        self.template.close()
+        self.template.link.close()
         self.template, self.template_failed = None, True
         # Slots asked of it that never came are lost with it: forget them.
         for fd, slot in list(self.slots.items()):
@@ -225,7 +233,7 @@ class Pool:
             slot.link.close()  # a standby supervisor at end of input dismisses its child
         self.slots.clear()
         if self.template is not None:
-            self.template.close()
+            self.template.link.close()
             with contextlib.suppress(ProcessLookupError):  # it may be importing torch still
                 os.kill(self.template.pid, signal.SIGKILL)
             self.template = None
@@ -277,25 +285,31 @@ class Pool:
         self._write_status()
 
     def _fork(self) -> None:
-        ours, theirs = socket.socketpair()
-        if self.template is not None and self.template.ready:
-            try:
-                self.template.fork_standby(theirs)
-            except OSError:
-                ours.close()  # the template is gone: its socket says so next
-            else:
-                self.slots[ours.fileno()] = _Slot(ours, 0)  # pid 0: forked by the template
-            theirs.close()
+        if self.template is None or not self.template.ready:
+            slot = self._forked(warm.run_standby)  # it starts its own interpreter
+            self.slots[slot.link.fileno()] = slot
             return
+        ours, theirs = socket.socketpair()
+        try:  # the template forks a standby supervisor serving `theirs` (SCM_RIGHTS)
+            socket.send_fds(self.template.link, [b"F"], [theirs.fileno()])
+        except OSError:
+            ours.close()  # the template is gone: its socket says so next
+        else:
+            self.slots[ours.fileno()] = _Slot(ours, 0)
+        theirs.close()
 
-        def standby() -> int:  # a standby supervisor that starts its own interpreter
+    def _forked(self, body: Callable[[socket.socket], int]) -> _Slot:
+        """Fork `body(link)`, `link` its end of a new socket pair; ours in a slot."""
+        ours, theirs = socket.socketpair()
+
+        def child() -> int:
             self.close_in_child()
             ours.close()
-            return warm.run_standby(theirs)
+            return body(theirs)
 
-        pid = procs.fork_child(standby)
+        pid = procs.fork_child(child)
         theirs.close()
-        self.slots[ours.fileno()] = _Slot(ours, pid)
+        return _Slot(ours, pid)
 
     def close_in_child(self) -> None:
         """In a process forked from the spawner: let go of every standby's socket."""
@@ -303,7 +317,7 @@ class Pool:
             slot.link.close()
         self.slots.clear()
         if self.template is not None:
-            self.template.close()
+            self.template.link.close()
             self.template = None
 
     def _write_status(self) -> None:

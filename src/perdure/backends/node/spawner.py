@@ -36,7 +36,7 @@ class Spawner:
     def send(self, directory: str) -> subprocess.Popen[bytes]:
         """Ask for a supervisor for `directory`; the spawner process that was asked."""
         line = (directory + "\n").encode()  # under PIPE_BUF: one atomic write
-        for attempt in range(2):
+        for _ in range(2):
             process = self._running()
             assert process.stdin is not None
             try:
@@ -44,16 +44,12 @@ class Spawner:
                 return process
             except BrokenPipeError:  # it died: start another one, once
                 self.process = None
-                if attempt == 1:
-                    raise LaunchError(
-                        f"the local backend's spawner exited at once; see {self.log_path}"
-                    ) from None
             except BlockingIOError:
                 raise LaunchError(
                     "the local backend's spawner is not reading its launches (64 KiB of them "
                     f"are queued); see {self.log_path}"
                 ) from None
-        raise AssertionError("unreachable")
+        raise LaunchError(f"the local backend's spawner exited at once; see {self.log_path}")
 
     def prewarm(self) -> None:
         """Have the spawner (started now if need be) fill its pool of warm standbys."""

@@ -17,6 +17,7 @@ Ray launch actor, not its parent) takes the supervisor and replica down with it.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -27,7 +28,6 @@ from perdure import statedir
 from perdure.backends.node import localranks, memory, procs
 from perdure.backends.node.localranks import RANK_STOP_GRACE_SECONDS, child_env
 from perdure.backends.node.replicalogs import Logs
-from perdure.backends.node.spawnerror import spawn_failure
 from perdure.backends.node.standby import Standby, launch_fits
 from perdure.runtime.abort import parse_abort
 from perdure.runtime.errorfile import (
@@ -101,7 +101,7 @@ class Supervisor:
             self._dismiss_standby()
             self.limit.close()
             self.logs.close_relay()
-            message, user_error = spawn_failure(self.spec, err)
+            message, user_error = _spawn_failure(self.spec, err)
             statedir.write_json(self._file(statedir.EXIT), {
                 "spawn_error": message, "user_error": user_error, "time": time.time()})
             print(f"supervisor: {message}", file=sys.stderr)
@@ -162,9 +162,8 @@ class Supervisor:
         return standby.pid
 
     def _watch_owner(self) -> None:
-        """Die with the launch's `owner` process (a Ray launch actor) when it is not our parent
-        (a node agent's spawner forked us), as PDEATHSIG would have us: kill the replica's
-        group and cgroup, then ourselves (the replica's PDEATHSIG takes what is left)."""
+        """Die with the launch's `owner` process (a Ray launch actor, not our parent) as
+        PDEATHSIG would have us: kill the replica's group and cgroup, then ourselves."""
         owner = self.spec.get("owner")
         if not owner:
             return
@@ -275,12 +274,10 @@ class Supervisor:
             self._stop(sig, deadline, float(request.get("signal_at") or 0.0))
 
     def _stop_other_ranks(self, failed: int) -> None:
-        """The replica failed with its local rank `failed`: stop the others now. A plain stop,
-        recorded first as the backend records one (the runtime would take a bare SIGTERM
-        for a preemption notice and try to save without the dead rank). A rank a signal
-        killed leaves the others nothing to finish (they wait on it in a collective, where
-        a SIGTERM handler never runs): they are killed at once, so the replica's exit is
-        seen as soon as a one-process replica's."""
+        """Local rank `failed` failed the replica: stop the others now, with a stop record as
+        the backend writes one (a bare SIGTERM would read as a preemption notice). After a
+        rank a signal killed they are killed at once: they wait on it in a collective, where
+        a SIGTERM handler never runs."""
         grace = 0.0 if localranks.killed(self.pids, failed) else RANK_STOP_GRACE_SECONDS
         deadline = time.time() + grace
         if not os.path.exists(self._file(statedir.STOP)):
@@ -355,6 +352,34 @@ class Supervisor:
         return parse_traceback(tail) or parse_abort(tail)
 
 
+def _spawn_failure(spec: dict[str, Any], err: Exception) -> tuple[str, bool]:
+    """What exit.json says of a replica that could not start, and whether its command is to
+    blame (then no retry can help: the job fails at once, naming the file)."""
+    exe = str(spec["command"][0])
+    path = _where(exe, spec)
+    code = err.errno if isinstance(err, procs.ExecError) else None
+    if code == errno.ENOEXEC:  # an executable file the kernel cannot run: no #! line
+        return (f"cannot start {exe!r}: {path} is not a program this system can run (exec: "
+                "Exec format error); a script needs a first line naming its interpreter, "
+                "such as #!/bin/sh or #!/usr/bin/env python3", True)
+    message = f"cannot start {exe!r}: {err}"
+    if code == errno.ENOENT and os.path.isfile(path):
+        message += " (the file exists: is the interpreter on its #! line missing?)"
+    return message, code in (errno.ENOENT, errno.EACCES)
+
+
+def _where(exe: str, spec: dict[str, Any]) -> str:
+    """The file `exe` names, as exec looks it up (relative to the replica's cwd, or on PATH)."""
+    if os.sep in exe:
+        return os.path.normpath(os.path.join(str(spec["cwd"]), exe))
+    env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
+    for folder in os.get_exec_path(env if env and "PATH" in env else None):
+        candidate = os.path.join(folder, exe)
+        if os.path.isfile(candidate):
+            return candidate
+    return exe
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: `python -m perdure.backends.node.supervisor <launch dir>`."""
     args = sys.argv[1:] if argv is None else argv
@@ -369,8 +394,7 @@ def serve(directory: str, standby: Standby | None = None) -> int:
     # Block the signals we handle before anything else, so none can kill us before the loop.
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
     directory = os.path.abspath(directory)
-    # From here on, what the supervisor prints goes to its own log (the backend gave it a
-    # shared one, which it cannot open per launch without slowing launch() down).
+    # What it prints goes to its own log from here on (until now: the spawner's shared one).
     log = os.open(
         os.path.join(directory, statedir.SUPERVISOR_LOG),
         os.O_WRONLY | os.O_CREAT | os.O_APPEND,

@@ -5,8 +5,8 @@ per standby (and per early replica, all at the same time). The spawner forks it 
 is first needed; it imports `warmstart.PRELOAD`, says ready, then forks a standby supervisor
 for every socket the spawner sends it (SCM_RIGHTS), whose replica interpreter is forked from
 it in turn (`Standby.fork`): ready within milliseconds. It runs no torch op and never touches
-CUDA, as a DataLoader worker's parent. `PERDURE_WARM_FORK=0` turns it off (standbys then start
-interpreters of their own). It dies with the spawner and with the spawner's owner.
+CUDA, so what it forks can, as a DataLoader worker can. `PERDURE_WARM_FORK=0` turns it off
+(standbys then start interpreters of their own). It dies with the spawner and its owner.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import os
 import select
 import signal
 import socket
-from collections.abc import Callable
 
 from perdure.backends.node import procs, warm, warmstart
 
@@ -25,49 +24,6 @@ FORK_ENV = "PERDURE_WARM_FORK"
 def enabled() -> bool:
     """Whether standbys are forked from a template ($PERDURE_WARM_FORK, default on)."""
     return os.environ.get(FORK_ENV, "1") != "0"
-
-
-class Template:
-    """The spawner's handle on its template process."""
-
-    def __init__(self, sock: socket.socket, pid: int) -> None:
-        self.sock = sock
-        self.pid = pid
-        self.ready = False
-
-    @classmethod
-    def start(cls, close_in_child: Callable[[], None]) -> Template:
-        """Fork the template; it warms in the background and writes b"R" when ready."""
-        ours, theirs = socket.socketpair()
-
-        def template() -> int:
-            close_in_child()
-            ours.close()
-            return serve(theirs)
-
-        pid = procs.fork_child(template)
-        theirs.close()
-        return cls(ours, pid)
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def handle(self) -> bool:
-        """Its socket is readable: True if it said ready, False if it is gone."""
-        try:
-            data = self.sock.recv(16)
-        except OSError:
-            data = b""
-        if data:
-            self.ready = True
-        return bool(data)
-
-    def fork_standby(self, link: socket.socket) -> None:
-        """Have the template fork a standby supervisor serving `link` (OSError: it is gone)."""
-        socket.send_fds(self.sock, [b"F"], [link.fileno()])
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def serve(sock: socket.socket) -> int:

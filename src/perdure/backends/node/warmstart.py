@@ -31,41 +31,33 @@ def main() -> None:
     """Import torch, say ready on fd 3, then run the launch read from stdin (none: exit)."""
     niced = lower_priority()
     preload()
-    launch = _await_launch()
-    if launch is None:
-        return
-    if niced is not None:
-        restore_priority(niced)
-    _start(launch)
-    try:
-        _run(launch["target"], list(launch["args"]))
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # reported as the interpreter would
-        _report(exc)
-        sys.exit(1)
+    sys.exit(run_forked(niced))
 
 
-def run_forked() -> int:
-    """`main` in a child forked from a process that has PRELOAD imported (see `template`):
-    say ready, run the launch, and return the exit status the interpreter would exit with,
-    having done what it does at exit (join threads, atexit functions, flush)."""
-    main = sys.modules["__main__"]  # the spawner's: give the script a __main__ of its own
+def run_forked(niced: int | None = None) -> int:
+    """Say ready, run the launch (first putting back the priority `niced`, if any), and return
+    the exit status the interpreter would exit with, having done what it does at exit (join
+    threads, atexit functions, flush). Also run in a child forked from a process that has
+    PRELOAD imported (see `template`)."""
+    main = sys.modules["__main__"]  # the forking process's: give the script one of its own
     fresh = type(main)("__main__")
     fresh.__dict__.update({k: v for k, v in main.__dict__.items() if k.startswith("__")})
     sys.modules["__main__"] = fresh
     launch = _await_launch()
     if launch is None:
         return 0
+    if niced is not None:
+        restore_priority(niced)
     _start(launch)
     code = 0
     try:
         _run(launch["target"], list(launch["args"]))
     except SystemExit as stop:
         code = _status(stop)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:  # printed, then die of it, as the interpreter does
+        _report(interrupt)
         _at_exit()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # die of it, as the interpreter does
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         code = 130
     except BaseException as exc:  # reported as the interpreter would

@@ -67,7 +67,3 @@ def _fork_supervisor(directory: str, pool: Pool) -> None:
         return supervisor.main([directory])
 
     procs.fork_child(supervise)
-
-
-if __name__ == "__main__":
-    main()
