@@ -98,9 +98,3 @@ def reap(pids: list[int]) -> tuple[list[int], int]:
         statuses.append(status)
         maxrss = max(maxrss, usage.ru_maxrss)
     return statuses, maxrss
-
-
-def kill_groups(pids: list[int], sig: int) -> None:
-    """`sig` to every rank's process group."""
-    for pid in pids:
-        procs.kill_group(pid, sig)

@@ -105,7 +105,8 @@ class Pool:
         self.idle = idle
         self._last_use = time.monotonic()
         self.shrunk_at: float | None = None  # wall clock, for `perdure node ls`
-        self._write_status()
+        self._written: dict[str, Any] | None = None
+        self.write_status()
 
     def fds(self) -> list[int]:
         """The standbys' sockets and the template's, to select on (readable: ready, or gone)."""
@@ -123,7 +124,6 @@ class Pool:
         if self.template is None and not self.template_failed and not self.disabled \
                 and template.enabled():
             self.template = self._forked(template.serve)
-            self._write_status()
 
     def handle(self, fd: int) -> list[str]:
         """A socket is readable: a standby or the template is ready, or it exited. Returns
@@ -148,14 +148,12 @@ class Pool:
                     )
                     print(f"warm pool: turned off: {self.disabled}", file=sys.stderr)
             self.refill()
-        self._write_status()
         return self.release_held() if self.disabled else []
 
     def _template_event(self) -> list[str]:
         assert self.template is not None
         if self.template.said_ready():
             self.refill()  # standbys now, and for the held launches
-            self._write_status()
             return []
         print("warm pool: the template exited; standbys start interpreters of their own",
               file=sys.stderr)
@@ -176,13 +174,11 @@ class Pool:
             served = True
         if served:
             self._refill_later()
-        self._write_status()
 
     def release_held(self) -> list[str]:
         """Every held launch, to start cold now."""
         out = [d for d, _ in self.held]
         self.held = []
-        self._write_status()
         return out
 
     def take(self, directory: str) -> bool:
@@ -200,7 +196,6 @@ class Pool:
                 self.held.append((directory, time.monotonic() + HOLD_SECONDS))
                 if self.template.ready:
                     self._fork()
-                self._write_status()
                 return True
             self._refill_later()
         return False
@@ -221,7 +216,6 @@ class Pool:
 
     def _refill_later(self) -> None:
         self._refill_at = time.monotonic() + REFILL_QUIET
-        self._write_status()
 
     def _used_now(self) -> None:
         self._last_use = time.monotonic()
@@ -240,7 +234,6 @@ class Pool:
         self.active, self._refill_at = False, None
         self.shrunk_at = time.time()
         print(f"warm pool: no launch for {self.idle:.0f}s; emptied", file=sys.stderr)
-        self._write_status()
 
     def due(self) -> list[str]:
         """Refill if the quiet period after the last launch is over, empty the pool after
@@ -259,7 +252,6 @@ class Pool:
             print(f"warm pool: the template is not ready after {HOLD_SECONDS:.0f}s; "
                   f"starting {len(late)} {noun} cold", file=sys.stderr)
             self.held = [(d, until) for d, until in self.held if now < until]
-            self._write_status()
         return late
 
     def _grow(self) -> None:
@@ -282,7 +274,6 @@ class Pool:
             return  # one import at a time: the template's
         while self.active and not self.disabled and len(self.slots) < self.size:
             self._fork()
-        self._write_status()
 
     def _fork(self) -> None:
         if self.template is None or not self.template.ready:
@@ -320,7 +311,8 @@ class Pool:
             self.template.link.close()
             self.template = None
 
-    def _write_status(self) -> None:
+    def write_status(self) -> None:
+        """Write `.warm.json` if the pool changed since it was last written."""
         ready = sum(slot.ready for slot in self.slots.values())
         status: dict[str, Any] = {
             "size": self.size,
@@ -337,7 +329,10 @@ class Pool:
             "shrunk_at": self.shrunk_at,
             "spawner_pid": os.getpid(),
         }
+        if status == self._written:
+            return
         try:
             statedir.write_json(self.status_path, status)
         except OSError:
             return  # the launches directory is gone (a test cleaned up): nothing to tell
+        self._written = status

@@ -288,7 +288,8 @@ class Supervisor:
         self._stop(signal.SIGTERM, deadline)
 
     def _kill_groups(self, sig: int) -> None:
-        localranks.kill_groups(self.pids, sig)
+        for pid in self.pids:
+            procs.kill_group(pid, sig)
 
     def _stop(self, sig: int, deadline: float, signal_at: float = 0.0) -> None:
         """`sig` now (or at `signal_at`: the replica may end by itself first), SIGKILL at

@@ -32,6 +32,7 @@ def main() -> None:
                 warm.idle_seconds(args[1] if len(args) > 1 else None))
     buffered = b""
     while True:
+        pool.write_status()
         ready, _, _ = select.select([0, *pool.fds(), *warm.owner_fds()], [], [], REAP_SECONDS)
         procs.reap_children()
         if warm.owner_gone(ready):
@@ -48,6 +49,7 @@ def main() -> None:
         if not chunk:
             for directory in pool.release_held():  # start what it was sent, then exit
                 _fork_supervisor(directory, pool)
+            pool.write_status()
             return
         buffered += chunk
         *lines, buffered = buffered.split(b"\n")

@@ -158,7 +158,7 @@ class Relay:
         """
         state = Path(state_dir)
         state.mkdir(parents=True, exist_ok=True)
-        recorded = _read_record(state)
+        recorded = statedir.read_json(state / statedir.RELAY)
         port = int(recorded.get("port", 0)) if recorded else 0
         server = _bind(host, port, state)
         relay = cls(state, server, advertise or host, secret_of or _default_secret(state),
@@ -269,14 +269,6 @@ class Relay:
             return {"ok": True, "value": op(self, peer, request)}
         except (ValueError, KeyError, TypeError) as exc:
             return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-
-
-def _read_record(state: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads((state / statedir.RELAY).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def _bind(host: str, port: int, state: Path) -> _Server:
