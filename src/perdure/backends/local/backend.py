@@ -202,16 +202,14 @@ class LocalBackend(Backend):
                           statedir.stop_record(sig, grace, reason, notice, delay))
         # Before status.json the supervisor may not yet guard against SIGUSR1 (it would die of
         # it); it reads stop.json itself right after writing status.json.
-        if os.path.exists(tracked.status_path):
-            self._signal_supervisor(tracked, signal.SIGUSR1)
-
-    def _signal_supervisor(self, tracked: Tracked, sig: int) -> None:
+        if not os.path.exists(tracked.status_path):
+            return
         if tracked.supervisor is None:
             status = statedir.read_json(tracked.status_path) or {}
             if "supervisor_pid" not in status:
                 return
             tracked.supervisor = (status["supervisor_pid"], status["supervisor_start_ticks"])
-        procs.send_signal(*tracked.supervisor, sig)  # verifies (pid, start time): no pid reuse
+        procs.send_signal(*tracked.supervisor, signal.SIGUSR1)  # checks the start time too
 
     # ---- observe ----------------------------------------------------------------------------
 

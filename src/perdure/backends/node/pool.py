@@ -2,8 +2,8 @@
 
 Lives in the spawner (`zygote`). It stays empty until a launch could use a standby (`python
 SCRIPT ...` or `python -m MODULE ...`) or the backend asks (`+warm`), so a job of `python -c`
-replicas never imports torch in the background. Then it keeps `size` standbys (see
-`template`); a launch takes a ready one, waits for one while the template warms, or starts
+replicas never imports torch in the background. Then it keeps `size` standbys, forked from
+the template; a launch takes a ready one, waits for one while the template warms, or starts
 cold. After `idle` seconds without such a launch it lets them all go. Its
 state is in `.warm.json` (`summary`, `LocalBackend.warm_pool_status`).
 """
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perdure import statedir
-from perdure.backends.node import localranks, procs, template, warm
+from perdure.backends.node import localranks, procs, warm
 from perdure.backends.node.standby import launch_fits, standby_env
 
 # Launches that can start warm arriving within this many seconds of each other are one group.
@@ -122,8 +122,8 @@ class Pool:
 
     def _start_template(self) -> None:
         if self.template is None and not self.template_failed and not self.disabled \
-                and template.enabled():
-            self.template = self._forked(template.serve)
+                and warm.template_enabled():
+            self.template = self._forked(warm.serve_template)
 
     def handle(self, fd: int) -> list[str]:
         """A socket is readable: a standby or the template is ready, or it exited. Returns

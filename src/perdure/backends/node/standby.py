@@ -116,6 +116,8 @@ class Standby:
                 os.setsid()
                 os.dup2(command_r, 0)
                 os.dup2(ready_w, 3)
+                os.set_inheritable(0, True)  # dup2 onto itself leaves close-on-exec set
+                os.set_inheritable(3, True)
                 for fd in {command_r, command_w, ready_r, ready_w, *close} - {0, 1, 2, 3}:
                     os.close(fd)
                 for sig in (*procs.SUPERVISOR_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ):

@@ -68,6 +68,9 @@ class Supervisor:
         self.next_sample = 0.0
         self.started_at = 0.0
         self.own_pid = os.getpid()
+        own = procs.stat(self.own_pid)
+        self.me = {"supervisor_pid": self.own_pid,  # in claim.json and status.json
+                   "supervisor_start_ticks": own.start_ticks if own else 0}
         self.logs = Logs(self.spec)
 
     def _file(self, name: str) -> str:
@@ -77,12 +80,7 @@ class Supervisor:
 
     def run(self) -> int:
         """Start the replica, supervise it, write exit.json; the exit status of the supervisor."""
-        own = procs.stat(self.own_pid)
-        me = {
-            "supervisor_pid": self.own_pid,
-            "supervisor_start_ticks": own.start_ticks if own else 0,
-        }
-        if statedir.claim(self.dir, me) != me:
+        if statedir.claim(self.dir, self.me) != self.me:
             print("supervisor: a restarted controller gave this launch up; not starting it")
             self._dismiss_standby()
             return 0
@@ -193,14 +191,12 @@ class Supervisor:
         self.limit.join()
 
     def _write_status(self) -> None:
-        own = procs.stat(self.own_pid)
         child = procs.stat(self.pid)
         ticks = child.start_ticks if child else 0
         statedir.write_json(
             self._file(statedir.STATUS),
             {
-                "supervisor_pid": self.own_pid,
-                "supervisor_start_ticks": own.start_ticks if own else 0,
+                **self.me,
                 "pid": self.pid,
                 "pgid": self.pid,
                 "start_ticks": ticks,

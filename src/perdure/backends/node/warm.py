@@ -7,7 +7,15 @@ launch's supervisor (`supervisor.serve`) and has its child, already warm, run th
 instead of fork + exec; it is the replica's parent as in a cold start, so supervision, stops,
 OOM detection, exit records and adoption are unchanged.
 
-This module holds the pool's settings, the owner watch and the standby supervisor's life.
+Importing torch costs seconds of CPU: the *template*, one interpreter the spawner forks when
+the pool is first needed, pays it once for the pool. It imports `warmstart.PRELOAD`, says
+ready, then forks a standby supervisor for every socket the spawner sends it (SCM_RIGHTS),
+whose interpreter is forked from it in turn (`Standby.fork`): ready within milliseconds. It
+runs no torch op and never touches CUDA, so what it forks can, as a DataLoader worker can.
+`PERDURE_WARM_FORK=0` turns it off (standbys then start interpreters of their own).
+
+This module holds the pool's settings, the owner watch (the template and standbys die with
+the spawner's owner), and the lives of the template and of a standby supervisor.
 """
 
 from __future__ import annotations
@@ -17,12 +25,13 @@ import select
 import signal
 import socket
 
-from perdure.backends.node import procs
+from perdure.backends.node import procs, warmstart
 from perdure.backends.node.standby import Standby
 from perdure.backends.settings import AUTO as AUTO  # warm.AUTO: the pool size "auto"
 from perdure.backends.settings import count_or_auto
 
 POOL_ENV = "PERDURE_WARM_POOL"
+FORK_ENV = "PERDURE_WARM_FORK"
 DEFAULT_POOL = 2
 # After this long without a launch that could start warm, the pool lets its template and
 # standbys go (hundreds of MB each).
@@ -131,3 +140,46 @@ def _read_directory(link: socket.socket, standby: Standby) -> str:
         if pidfd >= 0:
             os.close(pidfd)
     return os.fsdecode(received.strip())
+
+
+def template_enabled() -> bool:
+    """Whether standbys are forked from a template ($PERDURE_WARM_FORK, default on)."""
+    return os.environ.get(FORK_ENV, "1") != "0"
+
+
+def serve_template(sock: socket.socket) -> int:
+    """The template's life: warm, say ready, fork a standby per socket received, until EOF."""
+    procs.load_libc()
+    spawner = os.getppid()
+    procs.set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != spawner or owner_gone():  # it died before the signal was set
+        return 0
+    priority = warmstart.lower_priority()
+    warmstart.preload()
+    sock.sendall(b"R")
+    while True:
+        readable, _, _ = select.select([sock.fileno(), *owner_fds()], [], [], 0.5)
+        procs.reap_children()
+        if owner_gone(readable) or os.getppid() != spawner:
+            return 0  # the pool never outlives its owner: fork nothing more
+        if not readable:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 16, 8)
+        except OSError:
+            return 0
+        if not message:
+            return 0  # the spawner is gone
+        for fd in fds:
+            _fork_standby(fd, sock, priority)
+
+
+def _fork_standby(fd: int, sock: socket.socket, priority: int | None) -> None:
+    def standby() -> int:  # a standby supervisor whose replica is forked from it
+        sock.close()
+        if priority is not None:  # a supervisor must answer stops promptly
+            warmstart.restore_priority(priority)
+        return run_standby(socket.socket(fileno=fd), forked=True)
+
+    procs.fork_child(standby)
+    os.close(fd)

@@ -38,7 +38,7 @@ def run_forked(niced: int | None = None) -> int:
     """Say ready, run the launch (first putting back the priority `niced`, if any), and return
     the exit status the interpreter would exit with, having done what it does at exit (join
     threads, atexit functions, flush). Also run in a child forked from a process that has
-    PRELOAD imported (see `template`)."""
+    PRELOAD imported (the template, see `warm`)."""
     main = sys.modules["__main__"]  # the forking process's: give the script one of its own
     fresh = type(main)("__main__")
     fresh.__dict__.update({k: v for k, v in main.__dict__.items() if k.startswith("__")})

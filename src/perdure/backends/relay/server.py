@@ -124,13 +124,13 @@ class _Server(socketserver.ThreadingTCPServer):
 class Relay:
     """The relay of one state dir (see the module docstring); use `Relay.start`."""
 
-    def __init__(self, state_dir: Path, server: _Server, advertise: str,
+    def __init__(self, state_dir: Path, server: _Server, host: str,
                  secret_of: Callable[[str], str],
                  replicas_of: Callable[[str], Collection[str] | None]) -> None:
         self.state_dir = state_dir
         self._server = server
         server.relay = self
-        self.host = advertise
+        self.host = host  # the address replicas are told
         self.port = int(server.server_address[1])
         self.secret_of = secret_of
         self._replicas_of = replicas_of
@@ -147,21 +147,17 @@ class Relay:
 
     @classmethod
     def start(cls, state_dir: Path | str, host: str = "127.0.0.1", *,
-              advertise: str | None = None,
               secret_of: Callable[[str], str] | None = None,
               replicas_of: Callable[[str], Collection[str] | None] | None = None) -> Relay:
         """Listen on `host` (the port recorded in relay.json, else a free one), record it.
-
-        advertise: the address replicas are told (default `host`; needed when `host` is
-        0.0.0.0). secret_of / replicas_of: how a job's secret and replica names are found
-        (default: the state dir's secret and store).
-        """
+        secret_of / replicas_of: how a job's secret and replica names are found (default: the
+        state dir's secret and store)."""
         state = Path(state_dir)
         state.mkdir(parents=True, exist_ok=True)
         recorded = statedir.read_json(state / statedir.RELAY)
         port = int(recorded.get("port", 0)) if recorded else 0
         server = _bind(host, port, state)
-        relay = cls(state, server, advertise or host, secret_of or _default_secret(state),
+        relay = cls(state, server, host, secret_of or _default_secret(state),
                     replicas_of or _default_replicas(state))
         statedir.write_atomically(state / statedir.RELAY, json.dumps({
             "host": relay.host, "bind": host, "port": relay.port, "pid": os.getpid(),
