@@ -315,9 +315,7 @@ class Supervisor:
         code = os.waitstatus_to_exitcode(statuses[rank])
         sig = -code if code < 0 else None
         exit_code = 128 + sig if sig is not None else code
-        # ru_maxrss is in KiB on Linux (bytes on macOS).
-        rss_unit = 1 if sys.platform == "darwin" else 1024
-        peak = max(self.peak_rss, maxrss * rss_unit)
+        peak = max(self.peak_rss, maxrss * 1024)  # ru_maxrss is in KiB (Linux)
         cgroup_peak = self.limit.peak_bytes()
         oom = self.limit.oom_killed()
         self.limit.close()  # before exit.json: once the exit is seen, nothing is left behind
