@@ -311,12 +311,9 @@ class LocalBackend(Backend):
     # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
-        """Watch launches a previous controller started; never starts anything.
-
-        Reports ReplicaStarted for each adopted replica that had started (a controller that
-        died may not have recorded it), then ReplicaExited for those that ended meanwhile, and
-        LaunchFailed for unknown launches and those whose supervisor never ran or died.
-        """
+        """Watch launches a previous controller started; never starts anything. Reports
+        ReplicaStarted for those that had started, ReplicaExited for those that ended since,
+        LaunchFailed for unknown launches and those whose supervisor never ran or died."""
         out: list[Observation] = []
         self._transport.ensure()
         for launch_id in launch_ids:
@@ -355,10 +352,8 @@ class LocalBackend(Backend):
         return out
 
     def close(self) -> None:
-        """Stop watching; replicas keep running (a new backend can adopt them).
-
-        The spawner forks what it was already sent, then exits.
-        """
+        """Stop watching; replicas keep running (a new backend can adopt them). The spawner
+        forks what it was already sent, then exits."""
         self._active.clear()
         self._spawner.close()
         self._transport.close()

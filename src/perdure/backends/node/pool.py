@@ -78,12 +78,9 @@ class _Slot:
 
 
 class Pool:
-    """Up to `size` standbys, started on first need and refilled as they are used.
-
-    With `size` "auto" the pool keeps at least `warm.DEFAULT_POOL` and grows to the largest
-    group of warm-eligible launches it has seen (up to `warm.AUTO_MAX`), so that a group
-    restart of a job finds every one of its replicas a standby.
-    """
+    """Up to `size` standbys, started on first need and refilled as they are used. "auto"
+    grows from `warm.DEFAULT_POOL` to the largest group of launches that could start warm seen
+    together (up to `warm.AUTO_MAX`), so a group restart finds each replica a standby."""
 
     def __init__(self, size: int | str, launches_dir: str,
                  idle: float = warm.DEFAULT_IDLE_SECONDS) -> None:

@@ -99,10 +99,8 @@ def _boot_time() -> float:
 
 
 def send_signal(pid: int, start_ticks: int, sig: int) -> bool:
-    """Signal the process (pid, start_ticks); False when it is gone or the pid was reused.
-
-    With pidfds (Linux 5.3+) the check and the signal cannot race with pid reuse.
-    """
+    """Signal the process (pid, start_ticks); False when it is gone or the pid was reused
+    (with a pidfd the check and the signal cannot race with pid reuse)."""
     fd = pidfd(pid)
     try:
         if not is_alive(pid, start_ticks):

@@ -97,12 +97,9 @@ def owner_gone(ready: list[int] | None = None) -> bool:
 
 
 def run_standby(link: socket.socket, forked: bool = False) -> int:
-    """The standby supervisor: warm a child, say ready, then serve the launch it is given.
-
-    Runs in a child the spawner forked (or, `forked`, the template: then its child is forked
-    from it, torch already imported); `link` is its end of a socket pair: it writes b"R" when
-    ready and reads one launch directory (end of input: not needed, exit).
-    """
+    """The standby supervisor: warm a child (`forked`: forked from this process, a child of
+    the template), say b"R" on `link`, then serve the launch directory read from it (end of
+    input: not needed, exit)."""
     from perdure.backends.node import supervisor
 
     os.setsid()
