@@ -1,12 +1,10 @@
 """Run replicas as processes on this machine, each under a supervisor process of its own.
 
-`LocalBackend` implements `perdure.backends.base.Backend`. `launch` writes the launch record and
-hands its directory to a warm spawner process (`zygote`), which forks a supervisor
-(`supervisor`) for it; nothing waits for a process to start. The supervisor starts the replica,
-enforces its memory limit and stop deadline, and records its exit in the launch directory.
-`poll` turns those records into observations with one stat per active launch, so a controller
-can call it every tick. Supervisors run in sessions of their own: a controller that is killed
-leaves its replicas running, and a new controller `adopt`s them.
+`launch` writes the launch record and hands its directory to the spawner (`zygote`), which
+forks its supervisor; nothing waits for a process to start. `poll` turns the launch
+directories' records into observations with one stat per active launch. Supervisors run in
+sessions of their own: a controller that is killed leaves its replicas running, and a new
+controller `adopt`s them.
 """
 
 from __future__ import annotations
@@ -45,24 +43,14 @@ from perdure.core.events import (
 class LocalBackend(Backend):
     """Replicas as local processes, grouped into virtual nodes (each a failure domain).
 
-    State lives in `<state_dir>/launches/<launch_id>/` (see `layout`). `memory_mechanism` is
-    "auto" (cgroup v2, then v1, then RSS polling) or one of them by name. With `inherit_env`
-    a replica's environment is this process's environment overlaid with `Launch.env`; without
-    it, exactly `Launch.env` (plus the error-file variables).
-
-    `warm_pool` standby replicas (default `$PERDURE_WARM_POOL`, else "auto": 2, grown to the
-    largest group of replicas launched together, up to 8; 0 turns them off) are kept with
-    torch imported, from the first launch that can use one (or `prewarm()`) on: a
-    replica whose command is `python SCRIPT ...` or `python -m MODULE ...` then starts in one
-    in well under a second; others, and all when none is ready, start cold (see `warm`).
-    After `warm_idle` seconds (default `$PERDURE_WARM_IDLE_SECONDS`, else 600) without such a
-    launch the pool lets its template and standbys go, until the next one.
-
-    `transport`: how replicas reach the controller, "file" or "net" (see `transport`).
-
-    `preflight`: the cluster file's `health: preflight` check, run on a node before an
-    attempt's first replica there (backends/preflight.py); a node that fails it is reported
-    (`NodeCheckFailed`: the core quarantines it) and its held launches wait for their stop.
+    State lives in `<state_dir>/launches/<launch_id>/`. `memory_mechanism`: "auto" (cgroup
+    v2, then v1, then RSS polling) or one of them by name. With `inherit_env` a replica's
+    environment is this process's overlaid with `Launch.env`; without it, exactly `Launch.env`.
+    `warm_pool` / `warm_idle`: the warm standby pool's size and idle time (`warm`; default
+    `$PERDURE_WARM_POOL`, "auto", and `$PERDURE_WARM_IDLE_SECONDS`, 600). `transport`: "file"
+    or "net" (`transport`). `preflight`: the cluster file's `health: preflight` check, run on a
+    node before an attempt's first replica there; a node that fails it is reported
+    (`NodeCheckFailed`) and its held launches wait for their stop.
     """
 
     def __init__(
@@ -91,7 +79,7 @@ class LocalBackend(Backend):
         # Strings, not Paths: launch() is on the controller's hot path.
         self._launches = os.path.join(os.path.realpath(state_dir), statedir.LAUNCHES)
         statedir.private_dirs(self._launches)
-        os.chmod(self._launches, 0o700)  # one made by an older perdure was 0755
+        os.chmod(self._launches, 0o700)  # private_dirs leaves an existing one as it is
         self._spawner = Spawner(
             self._launches, warm.pool_size(warm_pool), warm.idle_seconds(warm_idle)
         )
@@ -214,16 +202,14 @@ class LocalBackend(Backend):
                           statedir.stop_record(sig, grace, reason, notice, delay))
         # Before status.json the supervisor may not yet guard against SIGUSR1 (it would die of
         # it); it reads stop.json itself right after writing status.json.
-        if os.path.exists(tracked.status_path):
-            self._signal_supervisor(tracked, signal.SIGUSR1)
-
-    def _signal_supervisor(self, tracked: Tracked, sig: int) -> None:
+        if not os.path.exists(tracked.status_path):
+            return
         if tracked.supervisor is None:
             status = statedir.read_json(tracked.status_path) or {}
             if "supervisor_pid" not in status:
                 return
             tracked.supervisor = (status["supervisor_pid"], status["supervisor_start_ticks"])
-        procs.send_signal(*tracked.supervisor, sig)  # verifies (pid, start time): no pid reuse
+        procs.send_signal(*tracked.supervisor, signal.SIGUSR1)  # checks the start time too
 
     # ---- observe ----------------------------------------------------------------------------
 
@@ -325,12 +311,9 @@ class LocalBackend(Backend):
     # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
-        """Watch launches a previous controller started; never starts anything.
-
-        Reports ReplicaStarted for each adopted replica that had started (a controller that
-        died may not have recorded it), then ReplicaExited for those that ended meanwhile, and
-        LaunchFailed for unknown launches and those whose supervisor never ran or died.
-        """
+        """Watch launches a previous controller started; never starts anything. Reports
+        ReplicaStarted for those that had started, ReplicaExited for those that ended since,
+        LaunchFailed for unknown launches and those whose supervisor never ran or died."""
         out: list[Observation] = []
         self._transport.ensure()
         for launch_id in launch_ids:
@@ -369,10 +352,8 @@ class LocalBackend(Backend):
         return out
 
     def close(self) -> None:
-        """Stop watching; replicas keep running (a new backend can adopt them).
-
-        The spawner forks what it was already sent, then exits.
-        """
+        """Stop watching; replicas keep running (a new backend can adopt them). The spawner
+        forks what it was already sent, then exits."""
         self._active.clear()
         self._spawner.close()
         self._transport.close()

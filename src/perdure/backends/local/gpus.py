@@ -1,8 +1,7 @@
 """Find the GPUs of this host: CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`, else none.
 
 Side effects: reads the environment and runs `nvidia-smi -L` (bounded by a timeout) when
-CUDA_VISIBLE_DEVICES is unset. Used by the local backend for nodes whose `gpus` the cluster
-file leaves out (and by any backend that runs replicas on this host).
+CUDA_VISIBLE_DEVICES is unset.
 """
 
 from __future__ import annotations

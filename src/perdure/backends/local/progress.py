@@ -1,10 +1,8 @@
 """Progress of local replicas: what their runtime appended to `progress.jsonl` since last read.
 
-The runtime (perdure.runtime.goodput) appends whole JSON lines to the launch directory's
-`progress.jsonl`. Each launch is read from where the last read stopped, at most every
-CHECK_SECONDS, with one stat when nothing is new, and summarised as one ReplicaProgress; once
-more when the launch has exited (`final`), so what a replica wrote just before its exit (a
-note, its last steps) arrives before the exit does.
+Each launch is read from where the last read stopped, at most every CHECK_SECONDS (one stat
+when nothing is new), and summarised as one ReplicaProgress; once more when it has exited
+(`final`), so what a replica wrote just before its exit arrives before the exit does.
 
 Side effects: reads files.
 """

@@ -1,9 +1,7 @@
 """A launch the local backend watches, and its supervisor's fate: alive, given up before it
-started (by this controller or another), or dead without recording the replica's exit, with
-the message a user reads for each.
-
-A launch is given up by claiming it (`statedir.claim`) with an abandon record: whoever claims
-first wins, so a supervisor that comes later starts nothing.
+started (by this controller or another: claimed with an abandon record, so a supervisor that
+comes later starts nothing), or dead without recording the replica's exit, with the message a
+user reads for each.
 
 Side effects: reads the launch's records, claims a launch it gives up, probes the supervisor's
 pid (with its start time: no pid reuse).

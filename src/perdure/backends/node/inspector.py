@@ -18,28 +18,6 @@ from perdure.backends.node.replicas import signal_replica
 READ_CHUNK = 1 << 20
 
 
-def log_path(state_dir: Path, job_id: str, attempt: int, replica: str, stream: Stream) -> Path:
-    """Where a replica's log of one attempt is kept (every launch of it appends there)."""
-    return Path(statedir.log_dir(state_dir, job_id, attempt)) / f"{replica}.{stream}"
-
-
-def progress_records(path: Path) -> list[dict[str, Any]]:
-    """The runtime's progress reports of a launch, one JSON object a line."""
-    out: list[dict[str, Any]] = []
-    try:
-        text = path.read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill: the rest still counts
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
-
-
 class LocalInspector:
     """Reads the files the local backend (and the Ray backend's mirror) keep in a state dir."""
 
@@ -54,8 +32,9 @@ class LocalInspector:
 
     def read_log(self, job_id: str, attempt: int, replica: str, stream: Stream,
                  offset: int) -> bytes | None:
+        path = Path(statedir.log_dir(self.state_dir, job_id, attempt)) / f"{replica}.{stream}"
         try:
-            with log_path(self.state_dir, job_id, attempt, replica, stream).open("rb") as f:
+            with path.open("rb") as f:
                 f.seek(offset)
                 return f.read(READ_CHUNK)
         except FileNotFoundError:
@@ -82,8 +61,25 @@ class LocalInspector:
             exited = exit_.get("time")
             out.append(LaunchRecord(d.name, launched, float(started),
                                     None if exited is None else float(exited),
-                                    progress_records(d / statedir.PROGRESS)))
+                                    _progress_records(d / statedir.PROGRESS)))
         return out
+
+
+def _progress_records(path: Path) -> list[dict[str, Any]]:
+    """The runtime's progress reports of a launch, one JSON object a line."""
+    out: list[dict[str, Any]] = []
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill: the rest still counts
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
 
 
 def _launch_order(d: Path) -> tuple[int, int, str]:

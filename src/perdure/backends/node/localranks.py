@@ -1,24 +1,18 @@
 """The local ranks of one replica as its supervisor owns them (`procs_per_replica` N: N
 processes, each in a session of its own; see `perdure.runtime.ranks`): their environments,
 which of them have exited and which failed first, and reaping them at the end.
-
-Part of the supervisor, which runs on every replica start: no torch, subprocess, pathlib or
-typing imports here either (start-up time).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from perdure import statedir
 from perdure.backends.node import procs
 from perdure.integrations.autoinstall import with_boot
 from perdure.runtime.ranks import local_rank_env, rank_file
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 RANK_STOP_GRACE_SECONDS = 5.0  # the other local ranks of a replica one of whose ranks failed
 
@@ -104,9 +98,3 @@ def reap(pids: list[int]) -> tuple[list[int], int]:
         statuses.append(status)
         maxrss = max(maxrss, usage.ru_maxrss)
     return statuses, maxrss
-
-
-def kill_groups(pids: list[int], sig: int) -> None:
-    """`sig` to every rank's process group."""
-    for pid in pids:
-        procs.kill_group(pid, sig)

@@ -1,19 +1,10 @@
 """A replica's log files under a size cap: past it, the oldest output goes and the tail stays.
 
-A replica that prints in a loop would fill the disk, and with it the state dir every other
-job needs. Each of its log files (stdout, stderr, both merged) is trimmed in place when it
-passes `max_bytes` (`$PERDURE_LOG_MAX_MB` of the controller, default 64 MiB per file): the
-newest half is moved to the front after a line saying how much was dropped, and the file is
-cut there. The log relay (logrelay), which writes the files as the bytes arrive, trims a file
-right after the write that took it over the cap, so no file is ever over it by more than one
-write (64 KiB, or a 1 MiB partial line) nor over it at all once that write is done, however
-soon the replica exits; nothing is lost but the dropped head. A launch without a relay (the
-replica holds the files itself) is trimmed by its supervisor about once a second and once more
-after the exit; output written during a trim may be lost there. The file keeps its name and
-inode, so `perdure logs` and the Ray mirror go on reading it; a reader that followed it past
-its new end starts again from the top.
-
-Side effects: reads, rewrites and truncates the given files.
+A replica that prints in a loop must not fill the disk the state dir needs. A log file over
+`max_bytes` (`$PERDURE_LOG_MAX_MB`, default 64 MiB per file) is trimmed in place: its newest
+half moves to the front after a line saying how much was dropped. It keeps its name and inode,
+so `perdure logs` and the mirrors go on reading it; a reader past its new end starts again
+from the top. The log relay trims a file right after the write that took it over the cap.
 """
 
 from __future__ import annotations

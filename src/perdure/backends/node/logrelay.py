@@ -1,27 +1,16 @@
 """A replica's output as a person reads it: stdout and stderr merged in the order they came.
 
 The supervisor gives the replica two FIFOs in its launch dir instead of the log files (a warm
-standby opens them by path, as it would the files) and a thread here copies what arrives to
-each stream's own file (`<replica>.out`, `.err`, byte for byte as before) and to one merged
-file (`<replica>.log`) in arrival order. A line is written to the merged file whole, so two
-streams never cut into each other's lines; a `\\r` ends a line there as `\\n` does (a progress
-bar redrawn with `\\r` shows each redraw). What is left of a line that has not ended is
-written anyway once it is PARTIAL_SECONDS old or PARTIAL_MAX_BYTES long, even while its stream
-keeps writing: the merged file is never far behind, and the relay holds at most that much of a
-stream in memory. Each read costs time in proportion to its own size (a stream without any
-newline is as cheap to copy as one with).
-
-Every file the relay writes stays under the launch's log cap (logcap) as the bytes arrive: a
-write that takes a file over the cap trims it at once, so the files are never over it by more
-than that one write (a read, CHUNK, or a partial line) and never over it at rest, however fast
-the replica writes and however soon it exits.
+standby opens them by path), and a thread per stream copies what arrives to the stream's own
+file (`<replica>.out`, `.err`) and to one merged file (`<replica>.log`). A line goes to the
+merged file whole, so two streams never cut into each other's lines; `\r` ends a line there as
+`\n` does. A line not ended yet is written anyway once it is PARTIAL_SECONDS old or
+PARTIAL_MAX_BYTES long. A write that takes a file over the log cap trims it at once (logcap),
+so no file is ever over it at rest, however soon the replica exits.
 
 The supervisor holds a write end of each FIFO itself, so a reader never sees an end of file
-before the replica opened its end; `close` (after the replica and everything it left are
-gone) lets go of those ends and waits for the readers to reach the end. Order: lines written
-microseconds apart on the two streams may still swap (as in `docker logs`); anything further
-apart is in order. Side effects: creates the FIFOs, writes and trims the files, a thread per
-stream. Standard library only, imported lazily (supervisor start-up time).
+before the replica opened its end; `close` lets go of them and waits for the readers. Lines
+written microseconds apart on the two streams may still swap (as in `docker logs`).
 """
 
 from __future__ import annotations
@@ -30,12 +19,9 @@ import contextlib
 import os
 import select
 import time
+from collections.abc import Callable
 
 from perdure.backends.node import logcap
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 PARTIAL_SECONDS = 0.2
 PARTIAL_MAX_BYTES = 1 << 20
@@ -54,7 +40,9 @@ class CappedFile:
         self.size = os.fstat(self.fd).st_size
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        _write_all(self.fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
         self.size += len(data)
         if self.limit and self.size > self.limit:
             shift, mark = logcap.trim(self.path, self.limit)
@@ -154,9 +142,3 @@ class LogRelay:
         for path in self.paths.values():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-
-
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

@@ -1,27 +1,15 @@
 """Hold a replica to its `memory_mb`: a cgroup of its own (v2 or v1), else RSS polling.
 
-Every replica gets a cgroup of its own whenever one can be made, with or without a limit:
-its whole process tree (`setsid` and double-forked descendants included) is killed at the
-end, and the kernel's OOM kills in it are counted (a host OOM kill is reported as out of
-memory, not as a plain SIGKILL). Where no cgroup can be made (or `rss` is chosen), the
-supervisor, a child subreaper, sweeps the replica's descendants instead.
+Every replica gets a cgroup whenever one can be made, with or without a limit, so that its
+whole process tree (`setsid` and double-forked descendants too) is killed at the end and a
+kernel OOM kill in it is reported as out of memory, not as a plain SIGKILL. Without one (or
+with `rss`) the supervisor, a child subreaper, sweeps the replica's descendants instead and
+polls the tree's RSS against the limit (shared pages count once per process: it errs on the
+side of killing early).
 
-`limit_for(launch_id, memory_mb, prefer, group)` picks the mechanism and prepares it; the supervisor
-then has the child join it before exec (`join`, async-signal-safe enough for a preexec hook),
-asks after the exit whether the kernel killed something for memory (`oom_killed`), kills what
-is left (`kill_all`) and removes the cgroup (`close`).
-
-- cgroup v2 (`memory.max`, `memory.events` oom_kill): users' machines; needs a delegated
-  subtree. Set `PERDURE_CGROUP_PARENT` to a writable cgroup directory to choose where.
-- cgroup v1 (`memory.limit_in_bytes`, `memory.oom_control` oom_kill): root on older hosts.
-- rss: the supervisor sums the RSS of the replica's process tree every 100 ms and SIGKILLs the
-  group when it is over the limit. Shared pages count once per process, so it errs on the side
-  of killing early.
-
-Each replica's cgroup is `<the supervisor's own cgroup>/<group>/<launch_id>`, so a limit the
-controller itself runs under still applies on top; `group` (`group_name`) is one per state
-dir, so two state dirs never share a replica cgroup's name. Paths are plain strings: pathlib
-costs the supervisor start-up time.
+A replica's cgroup is `$PERDURE_CGROUP_PARENT/<launch_id>`, else `<the supervisor's own
+cgroup>/<group>/<launch_id>` (a limit the controller runs under still applies on top;
+`group_name` is one per state dir).
 """
 
 from __future__ import annotations
@@ -32,7 +20,6 @@ import time
 import zlib
 
 from perdure.backends.base import BackendSettingError
-from perdure.backends.node import procs
 
 MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rss")
 CGROUP_PARENT_ENV = "PERDURE_CGROUP_PARENT"
@@ -90,7 +77,10 @@ class RssLimit(NoLimit):
 
 
 class _Cgroup(NoLimit):
-    """A cgroup of the replica's own; subclasses know the file names of one version."""
+    """A cgroup of the replica's own; subclasses name one version's files."""
+
+    events = ("", "")  # (file, key) counting the kernel's OOM kills
+    peak_file = ""
 
     def __init__(self, path: str, owns_parent: bool = False) -> None:
         self.path = path
@@ -105,10 +95,24 @@ class _Cgroup(NoLimit):
         finally:
             os.close(fd)
 
+    def oom_killed(self) -> bool:
+        name, key = self.events
+        for line in _read(os.path.join(self.dir, name)).splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == key:
+                return int(parts[1]) > 0
+        return False
+
+    def peak_bytes(self) -> int | None:
+        try:
+            return int(_read(os.path.join(self.dir, self.peak_file)).strip())
+        except ValueError:
+            return None
+
     def kill_all(self) -> None:
-        for pid in _read_ints(os.path.join(self.dir, "cgroup.procs")):
+        for word in _read(os.path.join(self.dir, "cgroup.procs")).split():
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(int(word), signal.SIGKILL)
             except ProcessLookupError:
                 continue
 
@@ -133,38 +137,17 @@ class _Cgroup(NoLimit):
             except OSError:
                 return
 
-    def _counter(self, name: str, key: str) -> int:
-        for line in _read(os.path.join(self.dir, name)).splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[0] == key:
-                return int(parts[1])
-        return 0
-
-    def _bytes(self, name: str) -> int | None:
-        try:
-            return int(_read(os.path.join(self.dir, name)).strip())
-        except ValueError:
-            return None
-
 
 class CgroupV1Limit(_Cgroup):
     mechanism = "cgroup-v1"
-
-    def oom_killed(self) -> bool:
-        return self._counter("memory.oom_control", "oom_kill") > 0
-
-    def peak_bytes(self) -> int | None:
-        return self._bytes("memory.max_usage_in_bytes")
+    events = ("memory.oom_control", "oom_kill")
+    peak_file = "memory.max_usage_in_bytes"
 
 
 class CgroupV2Limit(_Cgroup):
     mechanism = "cgroup-v2"
-
-    def oom_killed(self) -> bool:
-        return self._counter("memory.events", "oom_kill") > 0
-
-    def peak_bytes(self) -> int | None:
-        return self._bytes("memory.peak")
+    events = ("memory.events", "oom_kill")
+    peak_file = "memory.peak"
 
     def kill_all(self) -> None:
         kill = os.path.join(self.dir, "cgroup.kill")  # Linux 5.14+: kills every task at once
@@ -185,42 +168,28 @@ def group_name(launches_dir: str) -> str:
 def limit_for(
     launch_id: str, memory_mb: int | None, prefer: str = "auto", group: str = "perdure"
 ) -> NoLimit:
-    """Prepare the limit for one replica; raise MemoryLimitError if `prefer` is unavailable.
-
-    Without `memory_mb`: a cgroup without a limit where one can be made (see the module
-    docstring), else NoLimit."""
+    """Prepare the limit for one replica (without `memory_mb`: a cgroup without a limit where
+    one can be made, else NoLimit); MemoryLimitError if `prefer` is unavailable."""
     if prefer not in MECHANISMS:
         raise MemoryLimitError(
             f"memory mechanism {prefer!r} is unknown: use one of {', '.join(MECHANISMS)}"
         )
-    if memory_mb is None:
-        return _tracking(launch_id, prefer, group)
-    limit = memory_mb * 1024 * 1024
+    limit = None if memory_mb is None else memory_mb * 1024 * 1024
     errors: list[str] = []
     for version in ("cgroup-v2", "cgroup-v1"):
-        if prefer not in ("auto", version):
-            continue
-        try:
-            return _make_cgroup(version, launch_id, limit, group)
-        except OSError as err:
-            errors.append(f"{version}: {err}")
+        if prefer in ("auto", version):
+            try:
+                return _make_cgroup(version, launch_id, limit, group)
+            except OSError as err:
+                errors.append(f"{version}: {err}")
+    if limit is None:
+        return NoLimit()
     if prefer in ("auto", "rss"):
         return RssLimit(limit)
     raise MemoryLimitError(
         f"memory mechanism {prefer!r} is not available here ({'; '.join(errors)}); "
         "use memory_mechanism='auto' to fall back to RSS polling"
     )
-
-
-def _tracking(launch_id: str, prefer: str, group: str) -> NoLimit:
-    if prefer != "rss":
-        for version in ("cgroup-v2", "cgroup-v1"):
-            if prefer in ("auto", version):
-                try:
-                    return _make_cgroup(version, launch_id, None, group)
-                except OSError:
-                    continue
-    return NoLimit()
 
 
 def _make_cgroup(version: str, launch_id: str, limit: int | None, group: str) -> NoLimit:
@@ -304,7 +273,10 @@ def _parent_dir(version: str, group: str) -> str:
     else:
         holder = own_cgroup_dir(version)
         if version == "cgroup-v2":
-            _enable_v2_memory(holder)
+            if "memory" not in _read(os.path.join(holder, "cgroup.controllers")).split():
+                raise OSError(f"the memory controller is not available in {holder}")
+            # Fails (EBUSY) when `holder` has processes of its own and is not the root cgroup.
+            _write_controller(os.path.join(holder, "cgroup.subtree_control"))
         elif not os.path.exists(os.path.join(holder, "memory.limit_in_bytes")):
             raise OSError(f"{holder} is not a cgroup v1 memory directory")
         parent = os.path.join(holder, group)
@@ -312,13 +284,6 @@ def _parent_dir(version: str, group: str) -> str:
     if version == "cgroup-v2":
         _write_controller(os.path.join(parent, "cgroup.subtree_control"))
     return parent
-
-
-def _enable_v2_memory(holder: str) -> None:
-    if "memory" not in _read(os.path.join(holder, "cgroup.controllers")).split():
-        raise OSError(f"the memory controller is not available in {holder}")
-    # Fails (EBUSY) when `holder` has processes of its own and is not the root cgroup.
-    _write_controller(os.path.join(holder, "cgroup.subtree_control"))
 
 
 def _write_controller(subtree_control: str) -> None:
@@ -386,20 +351,9 @@ def _try_write(path: str, text: str) -> None:
         return
 
 
-def _read_ints(path: str) -> list[int]:
-    try:
-        return [int(word) for word in _read(path).split()]
-    except ValueError:
-        return []
-
-
 def remove_cgroup(path: str) -> None:
     """Kill what is left in a replica's cgroup and remove it (after its supervisor died)."""
     if os.path.isdir(path):
         group = os.path.basename(os.path.dirname(path))
         _Cgroup(path, owns_parent=group == "perdure" or group.startswith(GROUP_PREFIX)).close()
 
-
-def tree_rss_bytes(pid: int) -> int:
-    """The summed RSS of `pid` and its descendants."""
-    return procs.rss_bytes(procs.tree(pid))

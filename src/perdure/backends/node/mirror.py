@@ -1,12 +1,9 @@
 """The controller's copy of what a launch on a remote node wrote: logs, progress, its records.
 
-Kept where the local backend keeps them (`<state>/logs/<job>/attempt-<n>/<replica>.out|err|log`,
-`<state>/launches/<id>/{launch,status,exit}.json` and `progress.jsonl`), so `perdure logs`,
-`describe` and the goodput account read a Ray, Slurm or Kubernetes job exactly as a local
-one, from the controller's machine. How far each stream was copied is recorded (`mirror.json`) so a
-restarted controller goes on where the last one stopped. The copies keep under the same
-size cap as the node's files (logcap); a node file trimmed under its cap is read again from
-its start.
+Kept where the local backend keeps them, so `perdure logs`, `describe` and goodput read a
+cluster job exactly as a local one. How far each stream was copied is recorded (`mirror.json`)
+for a restarted controller; the copies keep under the node's log cap (logcap), and a node file
+trimmed under it is read again from its start.
 """
 
 from __future__ import annotations

@@ -1,45 +1,35 @@
 """The spawner's pool of warm standby replicas (see `warm`): fill, hand out, refill.
 
-Lives in the spawner process (`zygote`). The pool stays empty until a launch could use a
-standby (its command is `python SCRIPT ...` or `python -m MODULE ...`) or the backend asks
-for it (`LocalBackend.prewarm`): a job of `python -c` replicas never pays for importing torch
-in the background. From then on it keeps `size` standbys, each forked here and warming on its
-own (a few seconds of CPU), replaced REFILL_QUIET seconds after the last launch; a launch
-takes a ready one or, when none is ready, starts cold at once. Nothing here waits for a
-standby. After `idle` seconds without a launch that could start warm, it shrinks to zero (the
-template and every standby exit) until the next such launch. Its state is written to
-`.warm.json` in the launches directory for tests, benchmarks, `perdure node ls` (`summary`)
-and `LocalBackend.warm_pool_status`.
+Lives in the spawner (`zygote`). It stays empty until a launch could use a standby (`python
+SCRIPT ...` or `python -m MODULE ...`) or the backend asks (`+warm`), so a job of `python -c`
+replicas never imports torch in the background. Then it keeps `size` standbys, forked from
+the template; a launch takes a ready one, waits for one while the template warms, or starts
+cold. After `idle` seconds without such a launch it lets them all go. Its
+state is in `.warm.json` (`summary`, `LocalBackend.warm_pool_status`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from perdure import statedir
 from perdure.backends.node import localranks, procs, warm
 from perdure.backends.node.standby import launch_fits, standby_env
-from perdure.backends.node.template import Template
-from perdure.backends.node.template import enabled as template_enabled
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 # Launches that can start warm arriving within this many seconds of each other are one group.
 GROUP_GAP = 2.0
-# Standbys used up are replaced once no launch has come for this long: importing torch costs
-# seconds of CPU, which the replicas just started (rendezvous, restore) need more.
+# Standbys used up are replaced once no launch has come for this long: the replicas just
+# started (rendezvous, restore) need the CPU more.
 REFILL_QUIET = 3.0
-# While the template warms, launches that can start warm wait for it this long at the most
-# (a cold start would import torch on its own, next to the template and to each other).
-HOLD_SECONDS = 30.0
-# Standbys that die before they are ready, in a row, before the pool gives up (torch that
-# cannot be imported, say): it must not burn the CPU forever.
-MAX_FAILURES = 3
+HOLD_SECONDS = 30.0  # the longest a launch waits for the template rather than start cold
+MAX_FAILURES = 3  # standbys dead before ready, in a row, before the pool turns itself off
 
 
 def summary(state_dir: str | os.PathLike[str]) -> str | None:
@@ -66,21 +56,31 @@ def summary(state_dir: str | os.PathLike[str]) -> str | None:
 
 
 class _Slot:
+    """A process the pool forked (a standby supervisor or the template) and its socket, on
+    which it says ready (b"R") and whose end of input says it exited."""
+
     __slots__ = ("link", "pid", "ready")
 
     def __init__(self, link: socket.socket, pid: int) -> None:
         self.link = link
-        self.pid = pid
+        self.pid = pid  # 0: forked by the template
         self.ready = False
+
+    def said_ready(self) -> bool:
+        """Its socket is readable: True if it said ready, False if it is gone."""
+        try:
+            data = self.link.recv(16)
+        except OSError:
+            data = b""
+        if data:
+            self.ready = True
+        return bool(data)
 
 
 class Pool:
-    """Up to `size` standbys, started on first need and refilled as they are used.
-
-    With `size` "auto" the pool keeps at least `warm.DEFAULT_POOL` and grows to the largest
-    group of warm-eligible launches it has seen (up to `warm.AUTO_MAX`), so that a group
-    restart of a job finds every one of its replicas a standby.
-    """
+    """Up to `size` standbys, started on first need and refilled as they are used. "auto"
+    grows from `warm.DEFAULT_POOL` to the largest group of launches that could start warm seen
+    together (up to `warm.AUTO_MAX`), so a group restart finds each replica a standby."""
 
     def __init__(self, size: int | str, launches_dir: str,
                  idle: float = warm.DEFAULT_IDLE_SECONDS) -> None:
@@ -89,7 +89,7 @@ class Pool:
         self._group = 0  # eligible launches in the current group
         self._group_last = 0.0
         self._refill_at: float | None = None
-        self.template: Template | None = None
+        self.template: _Slot | None = None
         self.template_failed = False
         self.held: list[tuple[str, float]] = []  # (launch directory, start it cold after)
         self.status_path = os.path.join(launches_dir, statedir.WARM_STATUS)
@@ -102,11 +102,12 @@ class Pool:
         self.idle = idle
         self._last_use = time.monotonic()
         self.shrunk_at: float | None = None  # wall clock, for `perdure node ls`
-        self._write_status()
+        self._written: dict[str, Any] | None = None
+        self.write_status()
 
     def fds(self) -> list[int]:
         """The standbys' sockets and the template's, to select on (readable: ready, or gone)."""
-        return [*self.slots, *([self.template.fileno()] if self.template else [])]
+        return [*self.slots, *([self.template.link.fileno()] if self.template else [])]
 
     def activate(self) -> None:
         """Start keeping `size` standbys now (idempotent)."""
@@ -118,28 +119,19 @@ class Pool:
 
     def _start_template(self) -> None:
         if self.template is None and not self.template_failed and not self.disabled \
-                and template_enabled():
-            self.template = Template.start(self.close_in_child)
-            self._write_status()
-
-    def _warming(self) -> bool:
-        """Whether the template is still importing (standbys come once it is ready)."""
-        return self.template is not None and not self.template.ready
+                and warm.template_enabled():
+            self.template = self._forked(warm.serve_template)
 
     def handle(self, fd: int) -> list[str]:
         """A socket is readable: a standby or the template is ready, or it exited. Returns
         launch directories to start cold (held ones, when the template is gone)."""
-        if self.template is not None and fd == self.template.fileno():
+        if self.template is not None and fd == self.template.link.fileno():
             return self._template_event()
         slot = self.slots.get(fd)
         if slot is None:
             return []  # dropped earlier in this round (its template exited)
-        try:
-            data = slot.link.recv(16)
-        except OSError:
-            data = b""
-        if data:
-            slot.ready, self.failures = True, 0
+        if slot.said_ready():
+            self.failures = 0
             self._serve_held()
         else:
             del self.slots[fd]
@@ -153,18 +145,16 @@ class Pool:
                     )
                     print(f"warm pool: turned off: {self.disabled}", file=sys.stderr)
             self.refill()
-        self._write_status()
-        return self._release_held() if self.disabled else []
+        return self.release_held() if self.disabled else []
 
     def _template_event(self) -> list[str]:
         assert self.template is not None
-        if self.template.handle():
+        if self.template.said_ready():
             self.refill()  # standbys now, and for the held launches
-            self._write_status()
             return []
         print("warm pool: the template exited; standbys start interpreters of their own",
               file=sys.stderr)
-        self.template.close()
+        self.template.link.close()
         self.template, self.template_failed = None, True
         # Slots asked of it that never came are lost with it: forget them.
         for fd, slot in list(self.slots.items()):
@@ -172,7 +162,7 @@ class Pool:
                 slot.link.close()
                 del self.slots[fd]
         self.refill()
-        return self._release_held()
+        return self.release_held()
 
     def _serve_held(self) -> None:
         served = False
@@ -181,18 +171,13 @@ class Pool:
             served = True
         if served:
             self._refill_later()
-        self._write_status()
 
-    def held_directories(self) -> list[str]:
-        """The held launches, to start cold: the spawner is exiting."""
-        return self._release_held()
-
-    def _release_held(self) -> list[str]:
+    def release_held(self) -> list[str]:
         """Every held launch, to start cold now."""
         out = [d for d, _ in self.held]
         self.held = []
-        self._write_status()
         return out
+
     def take(self, directory: str) -> bool:
         """Hand `directory` to a ready standby if its launch can start warm, or hold it until
         one is (template warming or forking one); whether it took it."""
@@ -208,7 +193,6 @@ class Pool:
                 self.held.append((directory, time.monotonic() + HOLD_SECONDS))
                 if self.template.ready:
                     self._fork()
-                self._write_status()
                 return True
             self._refill_later()
         return False
@@ -229,7 +213,6 @@ class Pool:
 
     def _refill_later(self) -> None:
         self._refill_at = time.monotonic() + REFILL_QUIET
-        self._write_status()
 
     def _used_now(self) -> None:
         self._last_use = time.monotonic()
@@ -241,13 +224,13 @@ class Pool:
             slot.link.close()  # a standby supervisor at end of input dismisses its child
         self.slots.clear()
         if self.template is not None:
-            self.template.close()
-            procs.kill_child(self.template.pid)  # it may be importing torch still
+            self.template.link.close()
+            with contextlib.suppress(ProcessLookupError):  # it may be importing torch still
+                os.kill(self.template.pid, signal.SIGKILL)
             self.template = None
         self.active, self._refill_at = False, None
         self.shrunk_at = time.time()
         print(f"warm pool: no launch for {self.idle:.0f}s; emptied", file=sys.stderr)
-        self._write_status()
 
     def due(self) -> list[str]:
         """Refill if the quiet period after the last launch is over, empty the pool after
@@ -266,7 +249,6 @@ class Pool:
             print(f"warm pool: the template is not ready after {HOLD_SECONDS:.0f}s; "
                   f"starting {len(late)} {noun} cold", file=sys.stderr)
             self.held = [(d, until) for d, until in self.held if now < until]
-            self._write_status()
         return late
 
     def _grow(self) -> None:
@@ -285,33 +267,37 @@ class Pool:
 
     def refill(self) -> None:
         """Fork standbys until there are `size` (ready or warming); never waits for one."""
-        if self._warming():
+        if self.template is not None and not self.template.ready:
             return  # one import at a time: the template's
         while self.active and not self.disabled and len(self.slots) < self.size:
             self._fork()
-        self._write_status()
 
     def _fork(self) -> None:
-        ours, theirs = socket.socketpair()
-        if self.template is not None and self.template.ready:
-            try:
-                self.template.fork_standby(theirs)
-            except OSError:
-                ours.close()  # the template is gone: its socket says so next
-            else:
-                self.slots[ours.fileno()] = _Slot(ours, 0)  # pid 0: forked by the template
-            theirs.close()
+        if self.template is None or not self.template.ready:
+            slot = self._forked(warm.run_standby)  # it starts its own interpreter
+            self.slots[slot.link.fileno()] = slot
             return
+        ours, theirs = socket.socketpair()
+        try:  # the template forks a standby supervisor serving `theirs` (SCM_RIGHTS)
+            socket.send_fds(self.template.link, [b"F"], [theirs.fileno()])
+        except OSError:
+            ours.close()  # the template is gone: its socket says so next
+        else:
+            self.slots[ours.fileno()] = _Slot(ours, 0)
+        theirs.close()
 
-        def standby() -> int:  # a standby supervisor that starts its own interpreter
+    def _forked(self, body: Callable[[socket.socket], int]) -> _Slot:
+        """Fork `body(link)`, `link` its end of a new socket pair; ours in a slot."""
+        ours, theirs = socket.socketpair()
+
+        def child() -> int:
             self.close_in_child()
             ours.close()
-            procs.stdin_from_devnull()  # not the spawner's launch pipe
-            return warm.run_standby(theirs)
+            return body(theirs)
 
-        pid = procs.fork_child(standby)
+        pid = procs.fork_child(child)
         theirs.close()
-        self.slots[ours.fileno()] = _Slot(ours, pid)
+        return _Slot(ours, pid)
 
     def close_in_child(self) -> None:
         """In a process forked from the spawner: let go of every standby's socket."""
@@ -319,10 +305,11 @@ class Pool:
             slot.link.close()
         self.slots.clear()
         if self.template is not None:
-            self.template.close()
+            self.template.link.close()
             self.template = None
 
-    def _write_status(self) -> None:
+    def write_status(self) -> None:
+        """Write `.warm.json` if the pool changed since it was last written."""
         ready = sum(slot.ready for slot in self.slots.values())
         status: dict[str, Any] = {
             "size": self.size,
@@ -339,7 +326,10 @@ class Pool:
             "shrunk_at": self.shrunk_at,
             "spawner_pid": os.getpid(),
         }
+        if status == self._written:
+            return
         try:
             statedir.write_json(self.status_path, status)
         except OSError:
             return  # the launches directory is gone (a test cleaned up): nothing to tell
+        self._written = status

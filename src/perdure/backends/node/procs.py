@@ -1,9 +1,9 @@
 """Process helpers for the local backend: identity that survives pid reuse, signals, RSS.
 
-A process is identified by (pid, start ticks): the kernel's start time of the process in clock
-ticks since boot, read from /proc. A pid that was reused has a different start time, so a
-signal is never sent to a stranger. Linux only: /proc is read directly (the supervisor cannot
-afford psutil's import time), and prctl sets the parent-death signal and the subreaper.
+A process is identified by (pid, start ticks since boot, from /proc): a reused pid has another
+start time, so a signal is never sent to a stranger. Linux only: /proc is read directly (the
+supervisor cannot afford psutil's import time), prctl sets the parent-death signal and
+the subreaper.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -22,20 +23,13 @@ SUPERVISOR_SIGNALS = {signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIG
                       signal.SIGHUP}
 
 
-class ProcStat:
-    """What /proc/<pid>/stat says about a process (a plain class: dataclasses import slowly)."""
+class ProcStat(NamedTuple):
+    """What /proc/<pid>/stat says about a process."""
 
-    __slots__ = ("pgid", "pid", "ppid", "sid", "start_ticks", "state")
-
-    def __init__(
-        self, pid: int, state: str, ppid: int, pgid: int, sid: int, start_ticks: int
-    ) -> None:
-        self.pid = pid
-        self.state = state  # R, S, D, Z (zombie), ...
-        self.ppid = ppid
-        self.pgid = pgid
-        self.sid = sid
-        self.start_ticks = start_ticks
+    pid: int
+    state: str  # R, S, D, Z (zombie), ...
+    sid: int
+    start_ticks: int
 
     @property
     def alive(self) -> bool:
@@ -51,20 +45,21 @@ def stat(pid: int) -> ProcStat | None:
         return None
     # The command name is in parentheses and may itself contain spaces and parentheses.
     fields = raw[raw.rindex(b")") + 2 :].split()
-    return ProcStat(
-        pid=pid,
-        state=fields[0].decode(),
-        ppid=int(fields[1]),
-        pgid=int(fields[2]),
-        sid=int(fields[3]),
-        start_ticks=int(fields[19]),
-    )
+    return ProcStat(pid, fields[0].decode(), int(fields[3]), int(fields[19]))
 
 
 def is_alive(pid: int, start_ticks: int) -> bool:
     """Whether the process that had `start_ticks` still runs (a zombie counts as gone)."""
     info = stat(pid)
     return info is not None and info.start_ticks == start_ticks and info.alive
+
+
+def pidfd(pid: int) -> int:
+    """A pidfd of `pid` (the caller closes it); -1 when it is gone or pidfds are missing."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
 
 
 def wait_gone(pid: int, start_ticks: int, timeout: float | None = None) -> bool:
@@ -74,10 +69,7 @@ def wait_gone(pid: int, start_ticks: int, timeout: float | None = None) -> bool:
     import select
 
     deadline = None if timeout is None else time.monotonic() + timeout
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        fd = -1
+    fd = pidfd(pid)
     try:
         while is_alive(pid, start_ticks):  # checked with the pidfd open: no pid reuse race
             left = None if deadline is None else deadline - time.monotonic()
@@ -107,27 +99,22 @@ def _boot_time() -> float:
 
 
 def send_signal(pid: int, start_ticks: int, sig: int) -> bool:
-    """Signal the process (pid, start_ticks); False when it is gone or the pid was reused.
-
-    With pidfds (Linux 5.3+) the check and the signal cannot race with pid reuse.
-    """
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = -1
+    """Signal the process (pid, start_ticks); False when it is gone or the pid was reused
+    (with a pidfd the check and the signal cannot race with pid reuse)."""
+    fd = pidfd(pid)
     try:
         if not is_alive(pid, start_ticks):
             return False
-        if pidfd >= 0:
-            signal.pidfd_send_signal(pidfd, sig)
+        if fd >= 0:
+            signal.pidfd_send_signal(fd, sig)
         else:
             os.kill(pid, sig)
         return True
     except ProcessLookupError:
         return False
     finally:
-        if pidfd >= 0:
-            os.close(pidfd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def kill_group(pgid: int, sig: int) -> bool:
@@ -135,9 +122,7 @@ def kill_group(pgid: int, sig: int) -> bool:
     try:
         os.killpg(pgid, sig)
         return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a zombie-only group on some kernels
+    except (ProcessLookupError, PermissionError):  # a zombie-only group: EPERM on some kernels
         return False
 
 
@@ -195,38 +180,27 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
-def session_members(sid: int, min_start_ticks: int) -> list[ProcStat]:
-    """Live processes in session `sid` started no earlier than `min_start_ticks`.
-
-    Used to find what a replica left behind after its supervisor died: every replica runs in a
-    session of its own, and the start-time bound rules out a later session that reused the id.
-    """
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        info = stat(int(entry))
-        if info and info.sid == sid and info.alive and info.start_ticks >= min_start_ticks:
-            members.append(info)
-    return members
-
-
-def environ_members(entry: bytes, min_start_ticks: int) -> list[ProcStat]:
-    """Live processes (of this user) whose environment holds `entry` (b"NAME=value"), started
-    no earlier than `min_start_ticks`: a replica's descendants that left its session and were
-    reparented away, found by the variable its supervisor gave it (unless they cleared it)."""
+def leftovers(sid: int, min_start_ticks: int, entry: bytes | None = None) -> list[ProcStat]:
+    """Live processes started no earlier than `min_start_ticks` in session `sid` or, with
+    `entry` (b"NAME=value"), with it in their environment: what a replica left after its
+    supervisor died (every replica leads a session of its own; descendants that left it are
+    found by a variable its supervisor gave them, unless they cleared it). The start-time
+    bound rules out a later process that reused an id."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if entry not in f.read().split(b"\0"):
-                    continue
-        except OSError:  # gone, or another user's
-            continue
         info = stat(int(name))
-        if info and info.alive and info.start_ticks >= min_start_ticks:
+        if info is None or not info.alive or info.start_ticks < min_start_ticks:
+            continue
+        if info.sid != sid and entry is not None:
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if entry not in f.read().split(b"\0"):
+                        continue
+            except OSError:  # gone, or another user's
+                continue
+        if info.sid == sid or entry is not None:
             found.append(info)
     return found
 
@@ -235,8 +209,9 @@ _libc: list[ctypes.CDLL] = []
 
 
 def fork_child(body: Callable[[], int]) -> int:
-    """Fork; the child runs `body` and exits with its status, never returning (SystemExit is
-    honoured, any other exception printed, status 1). Returns the child's pid to the parent."""
+    """Fork; the child, its stdin /dev/null, runs `body` and exits with its status, never
+    returning (SystemExit is honoured, any other exception printed, status 1). Returns the
+    child's pid to the parent."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -244,6 +219,9 @@ def fork_child(body: Callable[[], int]) -> int:
         return pid
     code = 1  # pragma: no cover - the child
     try:
+        null = os.open(os.devnull, os.O_RDONLY)  # not the parent's launch pipe
+        os.dup2(null, 0)
+        os.close(null)
         code = body()
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else 1
@@ -268,21 +246,6 @@ def reap_children() -> None:
             return
         if pid == 0:
             return
-
-
-def kill_child(pid: int) -> None:
-    """SIGKILL a child of this process that has not been reaped (so its pid is still its own);
-    the caller's reaper reaps it."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-
-
-def stdin_from_devnull() -> None:
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
 
 
 def load_libc() -> None:

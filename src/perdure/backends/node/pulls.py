@@ -1,8 +1,6 @@
-"""What a launch on another host wrote, read in pieces for the controller's copy (`Mirror`).
-
-A node-side helper of the cluster backends (Ray's launch actors and node agents, Slurm's node
-agents): the launch directory's logs and progress reports from given offsets, one bounded
-chunk per stream, so that a pull is one small message.
+"""What a launch on another host wrote, read in pieces for the controller's copy (`Mirror`):
+the launch directory's logs and progress from given offsets, one bounded chunk per stream, so
+that a pull is one small message. A node-side helper of the cluster backends.
 
 Side effects: reads files only.
 """

@@ -1,11 +1,6 @@
-"""A replica's log files as its supervisor writes them: the header a launch appends, the
-files opened for the replica (or the relay's FIFOs, when the launch also wants both streams
-merged in order, `output`), and the size cap (logcap): the relay applies it as the bytes
-arrive; without a relay (a launch record of an older perdure) it is applied as the replica runs
-and once more after it exits.
-
-Part of the supervisor, which runs on every replica start: no torch, subprocess, pathlib or
-typing imports here either (start-up time).
+"""A replica's log files as its supervisor writes them: the header each launch appends, and
+the files opened for the replica, or the relay's FIFOs (logrelay) when the launch also wants
+both streams merged in order (`output`); the relay keeps the files under the log cap.
 """
 
 from __future__ import annotations
@@ -14,7 +9,6 @@ import os
 import time
 
 from perdure import statedir
-from perdure.backends.node import logcap
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,13 +44,15 @@ class Logs:
     def relay_streams(self, directory: str) -> dict[str, str] | None:
         """With a merged `output`, the replica writes into a relay's FIFOs instead of the files:
         make the relay and swap the descriptors; its FIFOs' paths (None: no relay)."""
-        merged = self.spec.get("output")  # both streams in order (older launches: none)
+        merged = self.spec.get("output")
         if not merged:
             return None
         from perdure.backends.node.logrelay import LogRelay
 
+        limit = self.spec.get("log_max_bytes")  # the log cap; 0: none
+        limit = limit if isinstance(limit, int) and limit > 0 else 0
         self.relay = LogRelay(directory, {"out": self.spec["stdout"], "err": self.spec["stderr"]},
-                              merged, self.header_text, self._limit(), self._trimmed)
+                              merged, self.header_text, limit, self._trimmed)
         streams = self.relay.paths
         fifo_out = os.open(streams["out"], os.O_WRONLY)
         fifo_err = os.open(streams["err"], os.O_WRONLY)
@@ -80,21 +76,6 @@ class Logs:
         """Drain and stop the relay, if any (before stderr's tail is read)."""
         if self.relay is not None:
             self.relay.close()
-
-    def trim(self) -> None:
-        """Keep the replica's log files under the launch's cap (logcap): the tail stays. A
-        relay keeps its files under it itself, as it writes them (a trim from here would race
-        its writes)."""
-        limit = self._limit()
-        if not limit or self.relay is not None:
-            return
-        for stream in sorted({self.spec["stdout"], self.spec["stderr"]}):
-            self._trimmed(stream, *logcap.trim(stream, limit))
-
-    def _limit(self) -> int:
-        """The launch's log cap in bytes; 0: none."""
-        limit = self.spec.get("log_max_bytes")
-        return limit if isinstance(limit, int) and limit > 0 else 0
 
     def _trimmed(self, path: str, shift: int, mark: int) -> None:
         """`path` was trimmed (logcap.trim's shift and mark): where this launch's stderr

@@ -92,22 +92,17 @@ def signal_replica(state_dir: Path | str, launch_id: str, sig: int) -> int:
 
 
 def kill_leftovers(status: dict[str, Any], directory: str) -> None:
-    """After a supervisor died: kill what its replica left (the replica died of PDEATHSIG).
-
-    Every replica leads a session of its own; its members started no earlier than it did.
-    Its cgroup, if it had one, holds the rest; else descendants that left the session are
-    found by the error-file variable its supervisor gave it (`localranks.child_env`).
-    """
+    """After a supervisor died: kill what its replica left (the replica died of PDEATHSIG):
+    its session, and its cgroup or, without one, what carries its error-file variable."""
     ranks = status.get("ranks") or (
         [{"pid": status["pid"], "start_ticks": status["start_ticks"]}] if "pid" in status else [])
     for rank, proc in enumerate(ranks):  # each local rank leads a session of its own
         since = int(proc["start_ticks"])
-        leftovers = procs.session_members(int(proc["pid"]), since)
+        entry = None  # a cgroup holds what left the session
         if not isinstance(status.get("cgroup"), str):
             error_file = os.path.join(directory, rank_file(statedir.ERROR, rank))
-            leftovers += procs.environ_members(os.fsencode(f"PERDURE_ERROR_FILE={error_file}"),
-                                               since)
-        for member in leftovers:
+            entry = os.fsencode(f"PERDURE_ERROR_FILE={error_file}")
+        for member in procs.leftovers(int(proc["pid"]), since, entry):
             procs.send_signal(member.pid, member.start_ticks, signal.SIGKILL)
     cgroup = status.get("cgroup")
     if isinstance(cgroup, str):

@@ -1,9 +1,8 @@
 """The backend's side of the spawner (`zygote`): start it, send it launches, close it.
 
-`launch()` must never wait for a process to start, so the pipe to the spawner is non-blocking
+`launch()` must never wait for a process to start: the pipe to the spawner is non-blocking
 and each launch is one atomic write of its directory. A spawner that died is replaced at the
-next launch; what it had been sent but not started is found by `LocalBackend.poll` (the
-launch is never claimed) and given up.
+next launch; what it had been sent but not started is given up by `LocalBackend.poll`.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ class Spawner:
     def send(self, directory: str) -> subprocess.Popen[bytes]:
         """Ask for a supervisor for `directory`; the spawner process that was asked."""
         line = (directory + "\n").encode()  # under PIPE_BUF: one atomic write
-        for attempt in range(2):
+        for _ in range(2):
             process = self._running()
             assert process.stdin is not None
             try:
@@ -45,16 +44,12 @@ class Spawner:
                 return process
             except BrokenPipeError:  # it died: start another one, once
                 self.process = None
-                if attempt == 1:
-                    raise LaunchError(
-                        f"the local backend's spawner exited at once; see {self.log_path}"
-                    ) from None
             except BlockingIOError:
                 raise LaunchError(
                     "the local backend's spawner is not reading its launches (64 KiB of them "
                     f"are queued); see {self.log_path}"
                 ) from None
-        raise AssertionError("unreachable")
+        raise LaunchError(f"the local backend's spawner exited at once; see {self.log_path}")
 
     def prewarm(self) -> None:
         """Have the spawner (started now if need be) fill its pool of warm standbys."""

@@ -1,11 +1,9 @@
 """A warm standby: an interpreter with torch imported, held by its supervisor-to-be.
 
-What the supervisor and the pool share about standbys (see `warm` for the pool's side): which
-launches can run in one (`launch_fits`), and the `Standby` handle that starts or forks the
-interpreter and hands it its launch. Only a launch whose argv is `[sys.executable, SCRIPT,
-...]` or `[sys.executable, "-m", MODULE, ...]` can start warm, and only when the environment
-variables read while the interpreter and torch start (`PYTHON*`, `LD_*`, ...) are those the
-standby started with. This module imports nothing the supervisor does not already import.
+What the supervisor and the pool share about standbys (`warm` is the pool's side): which
+launches can run in one (`launch_fits`: `[sys.executable, SCRIPT, ...]` or
+`[sys.executable, "-m", MODULE, ...]`, with the environment variables read while the
+interpreter and torch start equal to the standby's), and the `Standby` handle.
 """
 
 from __future__ import annotations
@@ -14,14 +12,12 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
+from collections.abc import Callable
 
 from perdure.backends.node import procs
 from perdure.integrations.autoinstall import without_boot
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import socket
 
 STANDBY_CODE = "__import__('perdure.backends.node.warmstart').backends.node.warmstart.main()"
 # Read when the interpreter, its site packages, the C libraries or torch start: a standby is
@@ -32,14 +28,10 @@ STARTUP_NAMES = ("HOME",)  # the user site-packages directory hangs off it
 APPLIED_AT_START = ("OMP_NUM_THREADS",)
 
 
-
-def target(command: list[str], executable: str = sys.executable) -> tuple[str, str] | None:
-    """("script", path) or ("module", name) when `command` can start warm; else None.
-
-    Only this interpreter, with no options: `-c`, `-u`, `-X ...` and other interpreters start
-    cold. No side effects.
-    """
-    if len(command) < 2 or command[0] != executable:
+def target(command: list[str]) -> tuple[str, str] | None:
+    """("script", path) or ("module", name) when `command` can start warm; else None: only
+    this interpreter with no options (`-c`, `-u`, `-X ...` start cold)."""
+    if len(command) < 2 or command[0] != sys.executable:
         return None
     if command[1] == "-m":
         module = command[2] if len(command) > 2 else ""
@@ -49,9 +41,15 @@ def target(command: list[str], executable: str = sys.executable) -> tuple[str, s
     return ("script", command[1])
 
 
-def target_args(command: list[str]) -> list[str]:
-    """The script's or module's own arguments (after `SCRIPT` or `-m MODULE`)."""
-    return list(command[3:] if command[1] == "-m" else command[2:])
+def launch_fits(
+    command: list[str], cwd: str, child: dict[str, str], standby: dict[str, str]
+) -> bool:
+    """Whether a launch can run in a standby started with env `standby` (no side effects).
+    A script must be a regular file: anything else is left to a cold start to report."""
+    found = target(command)
+    if found is None or not env_matches(child, standby):
+        return False
+    return found[0] == "module" or os.path.isfile(os.path.join(cwd, found[1]))
 
 
 def standby_env(base: dict[str, str]) -> dict[str, str]:
@@ -68,18 +66,12 @@ def env_matches(child: dict[str, str], standby: dict[str, str]) -> bool:
     child = {**child, "PYTHONPATH": without_boot(child.get("PYTHONPATH", ""))}
     if not child["PYTHONPATH"]:
         del child["PYTHONPATH"]
-    for env in (child, standby):
-        for key in env:
-            if _read_at_start(key) and child.get(key) != standby.get(key):
-                return False
+    for key in {*child, *standby} - set(APPLIED_AT_START):
+        read_at_start = key in STARTUP_NAMES or key.startswith(STARTUP_PREFIXES)
+        if read_at_start and child.get(key) != standby.get(key):
+            return False
     threads = child.get("OMP_NUM_THREADS")
     return threads is None or (threads.isdigit() and int(threads) > 0)
-
-
-def _read_at_start(key: str) -> bool:
-    if key in APPLIED_AT_START:
-        return False
-    return key in STARTUP_NAMES or key.startswith(STARTUP_PREFIXES)
 
 
 class Standby:
@@ -96,29 +88,7 @@ class Standby:
         """Start the interpreter in a session of its own; it dies with this process."""
         env = standby_env(dict(os.environ))
         argv = [sys.executable, "-c", STANDBY_CODE]
-        command_r, command_w = os.pipe()
-        ready_r, ready_w = os.pipe()
-        parent = os.getpid()
-        procs.load_libc()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            try:
-                os.setsid()
-                os.dup2(command_r, 0)
-                os.dup2(ready_w, 3)
-                os.set_inheritable(0, True)
-                os.set_inheritable(3, True)
-                signal.pthread_sigmask(signal.SIG_SETMASK, set())
-                for name in ("SIGPIPE", "SIGXFSZ"):
-                    signal.signal(getattr(signal, name), signal.SIG_DFL)
-                procs.set_parent_death_signal(signal.SIGKILL)
-                if os.getppid() == parent:
-                    os.execve(argv[0], argv, env)
-            finally:
-                os._exit(127)
-        os.close(command_r)
-        os.close(ready_w)
-        return cls(pid, command_w, ready_r, env)
+        return cls._fork(lambda: os.execve(argv[0], argv, env), [])
 
     @classmethod
     def fork(cls, close: list[int]) -> Standby:
@@ -127,6 +97,12 @@ class Standby:
         must not hold (the link to the spawner)."""
         from perdure.backends.node import warmstart
 
+        return cls._fork(warmstart.run_forked, close)
+
+    @classmethod
+    def _fork(cls, body: Callable[[], int], close: list[int]) -> Standby:
+        """Fork a child in a session of its own that dies with this process, stdin a pipe
+        from here and fd 3 (warmstart.READY_FD) a pipe back, and run `body` in it."""
         command_r, command_w = os.pipe()
         ready_r, ready_w = os.pipe()
         parent = os.getpid()
@@ -139,7 +115,9 @@ class Standby:
             try:
                 os.setsid()
                 os.dup2(command_r, 0)
-                os.dup2(ready_w, warmstart.READY_FD)
+                os.dup2(ready_w, 3)
+                os.set_inheritable(0, True)  # dup2 onto itself leaves close-on-exec set
+                os.set_inheritable(3, True)
                 for fd in {command_r, command_w, ready_r, ready_w, *close} - {0, 1, 2, 3}:
                     os.close(fd)
                 for sig in (*procs.SUPERVISOR_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ):
@@ -148,7 +126,7 @@ class Standby:
                 signal.pthread_sigmask(signal.SIG_SETMASK, set())
                 procs.set_parent_death_signal(signal.SIGKILL)
                 if os.getppid() == parent:
-                    code = warmstart.run_forked()
+                    code = body()
             except BaseException:
                 import traceback
 
@@ -178,7 +156,7 @@ class Standby:
             raise OSError(f"the standby interpreter (pid {self.pid}) cannot run {command[:3]}")
         message = {
             "target": list(found),
-            "args": target_args(command),
+            "args": command[3:] if command[1] == "-m" else command[2:],
             "env": env,
             "cwd": spec["cwd"],
             "stdout": spec["stdout"],
@@ -206,15 +184,3 @@ class Standby:
         except (ProcessLookupError, ChildProcessError):
             return
 
-
-def launch_fits(
-    command: list[str], cwd: str, child: dict[str, str], standby: dict[str, str]
-) -> bool:
-    """Whether a launch can run in a standby started with env `standby` (no side effects).
-
-    A script must be a regular file: anything else is left to a cold start to report.
-    """
-    found = target(command)
-    if found is None or not env_matches(child, standby):
-        return False
-    return found[0] == "module" or os.path.isfile(os.path.join(cwd, found[1]))

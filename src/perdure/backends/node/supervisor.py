@@ -1,47 +1,33 @@
 """The per-replica supervisor: `python -m perdure.backends.node.supervisor <launch dir>`.
 
-One supervisor runs each replica. It outlives the controller (its own session), so the stop
-escalation, the memory limit and the exit record survive a controller crash:
+One supervisor runs each replica, in a session of its own, so the stop escalation, the memory
+limit and the exit record survive a controller crash. It reads `launch.json`, claims the
+launch, prepares the memory limit (`memory`), starts the replica (each local rank of a
+`procs_per_replica` N > 1 replica in a session of its own, dying with the supervisor), writes
+`status.json`, then waits: stop requests (SIGUSR1: `stop.json`), RSS polling, and signals sent
+to itself (forwarded, SIGKILL after SELF_STOP_GRACE_SECONDS). The first rank to fail fails the
+replica and the others are stopped, as torchrun's agent does. At the end it kills whatever the
+replica left (group, cgroup, descendants: it is a subreaper) and writes `exit.json` (exit
+code, signal, OOM, peak RSS, the error reported), or `spawn_error` if nothing could start.
 
-1. read `launch.json`, prepare the memory limit, append a header to the replica's logs;
-2. start the replica in a session of its own (its pid is its process group), stdout/stderr
-   appended to the logs, with PR_SET_PDEATHSIG(SIGKILL) so it dies if the supervisor does;
-3. write `status.json`; then wait, handling stop requests (SIGUSR1: read `stop.json`, signal
-   the group, SIGKILL it at the deadline), RSS polling, and SIGTERM/SIGINT/SIGHUP sent to the
-   supervisor itself (forwarded to the replica, SIGKILL after 10 s);
-4. when the replica exits, SIGKILL whatever it left in its group, its cgroup (every replica
-   gets one where one can be made, see `memory`) or below the supervisor, and write
-   `exit.json`: exit code, signal, out-of-memory, exit time, peak RSS and the error it
-   reported (error file, else the traceback at the end of its stderr).
-
-A replica of `procs_per_replica` N > 1 is N processes (local ranks, each in a session of its
-own, with its own error file `error.K.json`; see `perdure.runtime.ranks`): the supervisor owns
-them all, and the first to fail fails the replica (torchrun's agent does the same): the others
-are stopped (SIGTERM, SIGKILL after RANK_STOP_GRACE_SECONDS) and `exit.json` reports that
-first failure's status, error and `local_rank`. The replica succeeds when every rank exits 0.
-
-A supervisor that was a warm standby (`warm`) starts the replica in the interpreter it holds,
-which has imported torch already, when the launch allows it (`"warm": true` in status.json),
-and cold otherwise. If the replica cannot be started, `exit.json` holds `spawn_error` instead.
-A launch that names an `owner` process (on Ray, the launch actor, which is not the parent of
-a supervisor its node agent's spawner forked) takes the supervisor and replica down with it.
-The local ranks' environments, polling and reaping are in `localranks`; the log files (header,
-relay, size cap) in `replicalogs`. This runs on every replica start, so it imports no torch,
-no subprocess, no pathlib, no typing (start-up time).
+A supervisor that was a warm standby (`warm`) runs the replica in its warm interpreter when
+the launch allows (`"warm": true` in status.json). A launch that names an `owner` process (a
+Ray launch actor, not its parent) takes the supervisor and replica down with it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
 import time
+from typing import Any
 
 from perdure import statedir
 from perdure.backends.node import localranks, memory, procs
 from perdure.backends.node.localranks import RANK_STOP_GRACE_SECONDS, child_env
 from perdure.backends.node.replicalogs import Logs
-from perdure.backends.node.spawnerror import spawn_failure
 from perdure.backends.node.standby import Standby, launch_fits
 from perdure.runtime.abort import parse_abort
 from perdure.runtime.errorfile import (
@@ -51,10 +37,6 @@ from perdure.runtime.errorfile import (
     read_stderr_tail,
 )
 from perdure.runtime.ranks import procs_of, rank_file
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 HANDLED_SIGNALS = procs.SUPERVISOR_SIGNALS
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
@@ -86,6 +68,9 @@ class Supervisor:
         self.next_sample = 0.0
         self.started_at = 0.0
         self.own_pid = os.getpid()
+        own = procs.stat(self.own_pid)
+        self.me = {"supervisor_pid": self.own_pid,  # in claim.json and status.json
+                   "supervisor_start_ticks": own.start_ticks if own else 0}
         self.logs = Logs(self.spec)
 
     def _file(self, name: str) -> str:
@@ -95,12 +80,7 @@ class Supervisor:
 
     def run(self) -> int:
         """Start the replica, supervise it, write exit.json; the exit status of the supervisor."""
-        own = procs.stat(self.own_pid)
-        me = {
-            "supervisor_pid": self.own_pid,
-            "supervisor_start_ticks": own.start_ticks if own else 0,
-        }
-        if statedir.claim(self.dir, me) != me:
+        if statedir.claim(self.dir, self.me) != self.me:
             print("supervisor: a restarted controller gave this launch up; not starting it")
             self._dismiss_standby()
             return 0
@@ -119,7 +99,7 @@ class Supervisor:
             self._dismiss_standby()
             self.limit.close()
             self.logs.close_relay()
-            message, user_error = spawn_failure(self.spec, err)
+            message, user_error = _spawn_failure(self.spec, err)
             statedir.write_json(self._file(statedir.EXIT), {
                 "spawn_error": message, "user_error": user_error, "time": time.time()})
             print(f"supervisor: {message}", file=sys.stderr)
@@ -180,9 +160,8 @@ class Supervisor:
         return standby.pid
 
     def _watch_owner(self) -> None:
-        """Die with the launch's `owner` process (a Ray launch actor) when it is not our parent
-        (a node agent's spawner forked us), as PDEATHSIG would have us: kill the replica's
-        group and cgroup, then ourselves (the replica's PDEATHSIG takes what is left)."""
+        """Die with the launch's `owner` process (a Ray launch actor, not our parent) as
+        PDEATHSIG would have us: kill the replica's group and cgroup, then ourselves."""
         owner = self.spec.get("owner")
         if not owner:
             return
@@ -212,14 +191,12 @@ class Supervisor:
         self.limit.join()
 
     def _write_status(self) -> None:
-        own = procs.stat(self.own_pid)
         child = procs.stat(self.pid)
         ticks = child.start_ticks if child else 0
         statedir.write_json(
             self._file(statedir.STATUS),
             {
-                "supervisor_pid": self.own_pid,
-                "supervisor_start_ticks": own.start_ticks if own else 0,
+                **self.me,
                 "pid": self.pid,
                 "pgid": self.pid,
                 "start_ticks": ticks,
@@ -250,7 +227,6 @@ class Supervisor:
                 self.signal_at = None
             if now >= self.next_sample:
                 self._sample_memory(now)
-                self.logs.trim()
             later = (self.kill_at, self.signal_at[1] if self.signal_at else None)
             wake = min([self.next_sample, *(t for t in later if t is not None)])
             info = signal.sigtimedwait(HANDLED_SIGNALS, max(0.001, wake - time.time()))
@@ -276,7 +252,7 @@ class Supervisor:
         return running == 0
 
     def _sample_memory(self, now: float) -> None:
-        rss = sum(memory.tree_rss_bytes(pid) for pid in self.pids)
+        rss = procs.rss_bytes([p for pid in self.pids for p in procs.tree(pid)])
         self.peak_rss = max(self.peak_rss, rss)
         if self.limit.over_limit(rss):
             self._kill_groups(signal.SIGKILL)
@@ -294,12 +270,10 @@ class Supervisor:
             self._stop(sig, deadline, float(request.get("signal_at") or 0.0))
 
     def _stop_other_ranks(self, failed: int) -> None:
-        """The replica failed with its local rank `failed`: stop the others now. A plain stop,
-        recorded first as the backend records one (the runtime would take a bare SIGTERM
-        for a preemption notice and try to save without the dead rank). A rank a signal
-        killed leaves the others nothing to finish (they wait on it in a collective, where
-        a SIGTERM handler never runs): they are killed at once, so the replica's exit is
-        seen as soon as a one-process replica's."""
+        """Local rank `failed` failed the replica: stop the others now, with a stop record as
+        the backend writes one (a bare SIGTERM would read as a preemption notice). After a
+        rank a signal killed they are killed at once: they wait on it in a collective, where
+        a SIGTERM handler never runs."""
         grace = 0.0 if localranks.killed(self.pids, failed) else RANK_STOP_GRACE_SECONDS
         deadline = time.time() + grace
         if not os.path.exists(self._file(statedir.STOP)):
@@ -310,7 +284,8 @@ class Supervisor:
         self._stop(signal.SIGTERM, deadline)
 
     def _kill_groups(self, sig: int) -> None:
-        localranks.kill_groups(self.pids, sig)
+        for pid in self.pids:
+            procs.kill_group(pid, sig)
 
     def _stop(self, sig: int, deadline: float, signal_at: float = 0.0) -> None:
         """`sig` now (or at `signal_at`: the replica may end by itself first), SIGKILL at
@@ -336,18 +311,16 @@ class Supervisor:
         statuses, maxrss = localranks.reap(self.pids)
         localranks.reap_orphans(self.pids)
         self.logs.close_relay()  # before the traceback is read from stderr
-        self.logs.trim()  # what it wrote since the last trim (a relay has trimmed its files)
         rank = self.failed[0] if self.failed else 0
         code = os.waitstatus_to_exitcode(statuses[rank])
         sig = -code if code < 0 else None
         exit_code = 128 + sig if sig is not None else code
-        # ru_maxrss is in KiB on Linux (bytes on macOS).
-        rss_unit = 1 if sys.platform == "darwin" else 1024
-        peak = max(self.peak_rss, maxrss * rss_unit)
+        peak = max(self.peak_rss, maxrss * 1024)  # ru_maxrss is in KiB (Linux)
         cgroup_peak = self.limit.peak_bytes()
         oom = self.limit.oom_killed()
         self.limit.close()  # before exit.json: once the exit is seen, nothing is left behind
-        tail = self._stderr_tail() if exit_code != 0 else ""
+        tail = read_stderr_tail(self.spec["stderr"], self.logs.err_offset,
+                                STDERR_TAIL_BYTES) if exit_code != 0 else ""
         statedir.write_json(
             self._file(statedir.EXIT),
             {
@@ -367,15 +340,39 @@ class Supervisor:
         )
         return 0
 
-    def _stderr_tail(self) -> str:
-        self.logs.trim()  # the traceback is in the tail, which a trim keeps
-        return read_stderr_tail(self.spec["stderr"], self.logs.err_offset, STDERR_TAIL_BYTES)
-
     def _error(self, rank: int, tail: str) -> dict[str, str] | None:
         error = read_error_file(self._file(rank_file(statedir.ERROR, rank)))
         if error is not None:
             return error
         return parse_traceback(tail) or parse_abort(tail)
+
+
+def _spawn_failure(spec: dict[str, Any], err: Exception) -> tuple[str, bool]:
+    """What exit.json says of a replica that could not start, and whether its command is to
+    blame (then no retry can help: the job fails at once, naming the file)."""
+    exe = str(spec["command"][0])
+    path = _where(exe, spec)
+    code = err.errno if isinstance(err, procs.ExecError) else None
+    if code == errno.ENOEXEC:  # an executable file the kernel cannot run: no #! line
+        return (f"cannot start {exe!r}: {path} is not a program this system can run (exec: "
+                "Exec format error); a script needs a first line naming its interpreter, "
+                "such as #!/bin/sh or #!/usr/bin/env python3", True)
+    message = f"cannot start {exe!r}: {err}"
+    if code == errno.ENOENT and os.path.isfile(path):
+        message += " (the file exists: is the interpreter on its #! line missing?)"
+    return message, code in (errno.ENOENT, errno.EACCES)
+
+
+def _where(exe: str, spec: dict[str, Any]) -> str:
+    """The file `exe` names, as exec looks it up (relative to the replica's cwd, or on PATH)."""
+    if os.sep in exe:
+        return os.path.normpath(os.path.join(str(spec["cwd"]), exe))
+    env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
+    for folder in os.get_exec_path(env if env and "PATH" in env else None):
+        candidate = os.path.join(folder, exe)
+        if os.path.isfile(candidate):
+            return candidate
+    return exe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -392,8 +389,7 @@ def serve(directory: str, standby: Standby | None = None) -> int:
     # Block the signals we handle before anything else, so none can kill us before the loop.
     signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
     directory = os.path.abspath(directory)
-    # From here on, what the supervisor prints goes to its own log (the backend gave it a
-    # shared one, which it cannot open per launch without slowing launch() down).
+    # What it prints goes to its own log from here on (until now: the spawner's shared one).
     log = os.open(
         os.path.join(directory, statedir.SUPERVISOR_LOG),
         os.O_WRONLY | os.O_CREAT | os.O_APPEND,

@@ -1,9 +1,8 @@
 """Which transport a backend's replicas use to reach the controller, and its relay.
 
-"file" (the default): the state dir's files, as every replica here can read them. "net": the
-controller's relay on 127.0.0.1, exactly as replicas on other hosts reach it, so that the
-whole runtime contract is exercised over the network on one machine (`transport: net` in the
-cluster file).
+"file" (the default): the state dir's files. "net": the controller's relay on 127.0.0.1, as
+replicas on other hosts reach it (`transport: net` in the cluster file), so the whole runtime
+contract runs over the network on one machine.
 
 Side effects: starts and stops the relay (a listening socket in this process).
 """

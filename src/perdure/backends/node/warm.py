@@ -1,18 +1,21 @@
 """Warm standby replicas: a supervisor-to-be holding an interpreter that has imported torch.
 
-A standby is two processes. The spawner (`zygote`, through `pool`) forks a *standby
-supervisor* in a session of its own; it starts a fresh interpreter (`warmstart`) as its child,
-with PR_SET_PDEATHSIG, which imports torch and says ready; the standby supervisor then tells
-the spawner it is ready and waits. When the spawner hands it a launch directory it becomes
-that launch's supervisor (`supervisor.serve`), and instead of fork + exec it has its child,
-already warm, run the script (`Standby.start_replica`). Since the supervisor is the replica's
-parent as in a cold start, supervision, stop escalation, OOM detection, exit records and
-adoption work unchanged.
+A standby is two processes: a *standby supervisor*, forked by the spawner (`zygote`, through
+`pool`) or the template in a session of its own, and its child interpreter (`warmstart`) that
+imports torch and says ready. Handed a launch directory, the standby supervisor becomes that
+launch's supervisor (`supervisor.serve`) and has its child, already warm, run the script
+instead of fork + exec; it is the replica's parent as in a cold start, so supervision, stops,
+OOM detection, exit records and adoption are unchanged.
 
-Which launches can start warm, and the `Standby` handle itself, are in `standby` (the
-supervisor needs them too); this module has the pool's size and the standby supervisor's life.
-This module imports nothing the supervisor does not already import, but for the few lines of
-`perdure.backends.settings`.
+Importing torch costs seconds of CPU: the *template*, one interpreter the spawner forks when
+the pool is first needed, pays it once for the pool. It imports `warmstart.PRELOAD`, says
+ready, then forks a standby supervisor for every socket the spawner sends it (SCM_RIGHTS),
+whose interpreter is forked from it in turn (`Standby.fork`): ready within milliseconds. It
+runs no torch op and never touches CUDA, so what it forks can, as a DataLoader worker can.
+`PERDURE_WARM_FORK=0` turns it off (standbys then start interpreters of their own).
+
+This module holds the pool's settings, the owner watch (the template and standbys die with
+the spawner's owner), and the lives of the template and of a standby supervisor.
 """
 
 from __future__ import annotations
@@ -20,29 +23,25 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 
+from perdure.backends.node import procs, warmstart
 from perdure.backends.node.standby import Standby
 from perdure.backends.settings import AUTO as AUTO  # warm.AUTO: the pool size "auto"
 from perdure.backends.settings import count_or_auto
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import socket
-
 POOL_ENV = "PERDURE_WARM_POOL"
+FORK_ENV = "PERDURE_WARM_FORK"
 DEFAULT_POOL = 2
 # After this long without a launch that could start warm, the pool lets its template and
-# standbys go (hundreds of MB each); the next such launch starts filling it again.
+# standbys go (hundreds of MB each).
 IDLE_ENV = "PERDURE_WARM_IDLE_SECONDS"
 DEFAULT_IDLE_SECONDS = 600.0
-# "auto" (the default): at least DEFAULT_POOL, grown to the largest group of launches seen
-# arriving together (a job's replicas, all restarted at once by a group restart), up to
-# AUTO_MAX; each standby holds an interpreter with torch imported (~300 MB).
-AUTO_MAX = 8
-# The most standbys a number may ask for: each holds an interpreter with torch (~225 MB), so
-# 32 is ~7 GB; beyond it a typo (100000) would fork until the machine gives out.
+AUTO_MAX = 8  # "auto": DEFAULT_POOL, grown to the largest group of launches seen together
+# Each standby holds an interpreter with torch: a typo (100000) must not fork until the
+# machine gives out.
 MAX_POOL = 32
-MAX_IDLE_SECONDS = 7 * 86400.0  # a week: longer is "forever", which is what 0 < x means
+MAX_IDLE_SECONDS = 7 * 86400.0
 
 
 def pool_size(value: int | str | None) -> int | str:
@@ -71,44 +70,36 @@ def idle_seconds(value: float | str | None) -> float:
     return seconds
 
 
-class _Owner:
-    """The spawner's owner (the backend's process: a controller, a Ray node agent) as a
-    pidfd, opened by the spawner and inherited by all it forks (template, standby
-    supervisors): readable once the owner has exited, however its pipe to the spawner fares
-    (a descriptor leaked into a surviving process keeps that pipe open)."""
-
-    fd = -1
+# The spawner's owner (a controller, a Ray node agent) as a pidfd, opened by the spawner and
+# inherited by all it forks: readable once the owner has exited, however its pipe to the
+# spawner fares (a descriptor leaked into a surviving process keeps that pipe open).
+_owner_fd = -1
 
 
 def watch_owner(pid: int) -> None:
     """In the spawner: watch `pid` from now on (no-op where pidfds are missing)."""
-    try:
-        _Owner.fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        _Owner.fd = -1
+    global _owner_fd
+    _owner_fd = procs.pidfd(pid)
 
 
 def owner_fds() -> list[int]:
     """The owner's pidfd, to select on with the rest (empty when none is watched)."""
-    return [_Owner.fd] if _Owner.fd >= 0 else []
+    return [_owner_fd] if _owner_fd >= 0 else []
 
 
 def owner_gone(ready: list[int] | None = None) -> bool:
     """Whether the owner has exited (its pidfd is in `ready`, or readable now)."""
-    if _Owner.fd < 0:
+    if _owner_fd < 0:
         return False
     if ready is None:
-        ready, _, _ = select.select([_Owner.fd], [], [], 0)
-    return _Owner.fd in ready
+        ready, _, _ = select.select([_owner_fd], [], [], 0)
+    return _owner_fd in ready
 
 
 def run_standby(link: socket.socket, forked: bool = False) -> int:
-    """The standby supervisor: warm a child, say ready, then serve the launch it is given.
-
-    Runs in a child the spawner forked (or, `forked`, the template: then its child is forked
-    from it, torch already imported); `link` is its end of a socket pair: it writes b"R" when
-    ready and reads one launch directory (end of input: not needed, exit).
-    """
+    """The standby supervisor: warm a child (`forked`: forked from this process, a child of
+    the template), say b"R" on `link`, then serve the launch directory read from it (end of
+    input: not needed, exit)."""
     from perdure.backends.node import supervisor
 
     os.setsid()
@@ -129,10 +120,7 @@ def run_standby(link: socket.socket, forked: bool = False) -> int:
 
 def _read_directory(link: socket.socket, standby: Standby) -> str:
     """The launch directory the spawner sends; "" at end of input or if the child died."""
-    try:
-        pidfd = os.pidfd_open(standby.pid)
-    except (AttributeError, OSError):
-        pidfd = -1
+    pidfd = procs.pidfd(standby.pid)
     watched = [link.fileno(), *owner_fds()] + ([pidfd] if pidfd >= 0 else [])
     received = b""
     try:
@@ -149,3 +137,46 @@ def _read_directory(link: socket.socket, standby: Standby) -> str:
         if pidfd >= 0:
             os.close(pidfd)
     return os.fsdecode(received.strip())
+
+
+def template_enabled() -> bool:
+    """Whether standbys are forked from a template ($PERDURE_WARM_FORK, default on)."""
+    return os.environ.get(FORK_ENV, "1") != "0"
+
+
+def serve_template(sock: socket.socket) -> int:
+    """The template's life: warm, say ready, fork a standby per socket received, until EOF."""
+    procs.load_libc()
+    spawner = os.getppid()
+    procs.set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != spawner or owner_gone():  # it died before the signal was set
+        return 0
+    priority = warmstart.lower_priority()
+    warmstart.preload()
+    sock.sendall(b"R")
+    while True:
+        readable, _, _ = select.select([sock.fileno(), *owner_fds()], [], [], 0.5)
+        procs.reap_children()
+        if owner_gone(readable) or os.getppid() != spawner:
+            return 0  # the pool never outlives its owner: fork nothing more
+        if not readable:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 16, 8)
+        except OSError:
+            return 0
+        if not message:
+            return 0  # the spawner is gone
+        for fd in fds:
+            _fork_standby(fd, sock, priority)
+
+
+def _fork_standby(fd: int, sock: socket.socket, priority: int | None) -> None:
+    def standby() -> int:  # a standby supervisor whose replica is forked from it
+        sock.close()
+        if priority is not None:  # a supervisor must answer stops promptly
+            warmstart.restore_priority(priority)
+        return run_standby(socket.socket(fileno=fd), forked=True)
+
+    procs.fork_child(standby)
+    os.close(fd)

@@ -1,20 +1,12 @@
 """A warm standby interpreter: import torch now, run a replica's script later as if started cold.
 
-The supervisor that starts this process (see `warm`) runs it as
-`python -c "__import__('perdure.backends.node.warmstart')...main()"` in a session of its own,
-with its stdin a pipe from the supervisor and fd 3 a pipe back to it. It imports PRELOAD (torch,
-numpy, ...; no ops, no threads of its own), writes one byte to fd 3 to say it is ready, and reads
-its launch from stdin: a JSON object with the target (`["script", path]` or
-`["module", name]`), `args`, `env`, `cwd`, `stdout` and `stderr`. An empty stdin means it is
-not needed: it exits at once.
-
-With the launch it becomes the replica: the launch's env replaces os.environ (torch's thread
-count follows its OMP_NUM_THREADS), it changes to cwd, its stdin is /dev/null and its
-stdout/stderr are appended to the log files, then the script runs in `__main__` with the
-sys.argv and sys.path[0] that `python SCRIPT ARGS...` or `python -m MODULE ARGS...` would
-give it. An uncaught exception is passed to sys.excepthook with the traceback starting at the
-script (as a cold start prints it) and the exit status is 1; SystemExit and KeyboardInterrupt
-leave through the interpreter as they would in a cold start.
+Started by a standby supervisor (see `warm`) with stdin a pipe from it and fd 3 a pipe back:
+it imports PRELOAD, writes one byte to fd 3, and reads its launch from stdin as JSON (target
+`["script", path]` or `["module", name]`, `args`, `env`, `cwd`, `stdout`, `stderr`; nothing:
+exit). Then it takes on the launch's environment, cwd and log files and runs the script in
+`__main__` with the sys.argv and sys.path[0] of `python SCRIPT ...` or `python -m MODULE ...`;
+an uncaught exception is printed through sys.excepthook from the script's first frame on, with
+exit status 1, as a cold start would.
 """
 
 from __future__ import annotations
@@ -23,75 +15,49 @@ import json
 import os
 import signal
 import sys
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from types import TracebackType
-    from typing import Any
+from types import TracebackType
+from typing import Any
 
 READY_FD = 3
+# What a training script imports, directly or on first use, that costs seconds: torch's modules
+# named by perdure.runtime.compat.WARM_IMPORTS, numpy, and perdure's runtime. A module that
+# fails to import is skipped: the script imports it itself, or not.
+PRELOAD = ("numpy", "perdure.runtime.context", "perdure.runtime.checkpoint.checkpointer",
+           "perdure.runtime.data", "perdure.runtime.elastic", "perdure.runtime.goodput",
+           "perdure.runtime.rng", "perdure.runtime.vote")
 
 
 def main() -> None:
     """Import torch, say ready on fd 3, then run the launch read from stdin (none: exit)."""
     niced = lower_priority()
     preload()
-    os.write(READY_FD, b"R")
-    os.close(READY_FD)
-    message = _read_all(0)
-    if not message:
-        return
-    launch: dict[str, Any] = json.loads(message)
-    if niced is not None:
-        restore_priority(niced)
-    _become(launch)
-    _guard_exit()
-    _integrations()
-    _title(launch)
-    try:
-        _run(launch["target"], list(launch["args"]))
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # reported as the interpreter would
-        _report(exc)
-        sys.exit(1)
+    sys.exit(run_forked(niced))
 
 
-# What a training script imports, directly or on first use, that costs seconds: torch's modules
-# named by perdure.runtime.compat.WARM_IMPORTS (torch._dynamo among them, which
-# DistributedDataParallel's constructor imports), numpy, and perdure's runtime. A module this
-# torch lacks, or that fails to import, is skipped: the script imports it itself, or not.
-PRELOAD = ("numpy", "perdure.runtime.context", "perdure.runtime.checkpoint.checkpointer",
-           "perdure.runtime.data", "perdure.runtime.elastic", "perdure.runtime.goodput",
-           "perdure.runtime.rng", "perdure.runtime.vote")
-
-
-def run_forked() -> int:
-    """`main` in a child forked from a process that has PRELOAD imported (see `template`):
-    say ready, run the launch, and return the exit status the interpreter would exit with,
-    having done what it does at exit (join threads, atexit functions, flush)."""
-    main = sys.modules["__main__"]  # the spawner's: give the script a __main__ of its own
+def run_forked(niced: int | None = None) -> int:
+    """Say ready, run the launch (first putting back the priority `niced`, if any), and return
+    the exit status the interpreter would exit with, having done what it does at exit (join
+    threads, atexit functions, flush). Also run in a child forked from a process that has
+    PRELOAD imported (the template, see `warm`)."""
+    main = sys.modules["__main__"]  # the forking process's: give the script one of its own
     fresh = type(main)("__main__")
     fresh.__dict__.update({k: v for k, v in main.__dict__.items() if k.startswith("__")})
     sys.modules["__main__"] = fresh
-    os.write(READY_FD, b"R")
-    os.close(READY_FD)
-    message = _read_all(0)
-    if not message:
+    launch = _await_launch()
+    if launch is None:
         return 0
-    launch: dict[str, Any] = json.loads(message)
-    _become(launch)
-    _guard_exit()
-    _integrations()
-    _title(launch)
+    if niced is not None:
+        restore_priority(niced)
+    _start(launch)
     code = 0
     try:
         _run(launch["target"], list(launch["args"]))
     except SystemExit as stop:
         code = _status(stop)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:  # printed, then die of it, as the interpreter does
+        _report(interrupt)
         _at_exit()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # die of it, as the interpreter does
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         code = 130
     except BaseException as exc:  # reported as the interpreter would
@@ -101,33 +67,38 @@ def run_forked() -> int:
     return code
 
 
-def _guard_exit() -> None:
-    """Let torch's threads settle before the interpreter finalizes and before the script's own
-    destroy_process_group (perdure.runtime.exitguard), for unmodified scripts too."""
+def _await_launch() -> dict[str, Any] | None:
+    """Say ready on READY_FD, then read the launch from stdin (None: not needed)."""
+    os.write(READY_FD, b"R")
+    os.close(READY_FD)
+    chunks = []
+    while chunk := os.read(0, 65536):
+        chunks.append(chunk)
+    return json.loads(b"".join(chunks)) if chunks else None
+
+
+def _start(launch: dict[str, Any]) -> None:
+    """Become the replica, with what a cold start has before its script runs: perdure's
+    exit guard (torch's threads settle before finalizing, perdure.runtime.exitguard) and
+    start-up hook (the spec's `integrations:`, autoinstall), and the title `ps` shows."""
+    _become(launch)
     try:
         from perdure.runtime import exitguard
     except ImportError:
-        return
-    exitguard.install()
-
-
-def _title(launch: dict[str, Any]) -> None:
-    """`ps` shows the replica's command, as it would for a cold start (proctitle)."""
-    kind, name = launch["target"]
-    target = ["-m", name] if kind == "module" else [name]
-    from perdure.backends.node.proctitle import set_title
-
-    set_title([sys.executable, *target, *launch["args"]])
-
-
-def _integrations() -> None:
-    """What perdure's start-up hook does in a cold interpreter (autoinstall: the spec's
-    `integrations:` in the script's Trainer)."""
+        pass
+    else:
+        exitguard.install()
     try:
         from perdure.integrations import autoinstall
     except ImportError:
-        return
-    autoinstall.install()
+        pass
+    else:
+        autoinstall.install()
+    from perdure.backends.node.proctitle import set_title
+
+    kind, name = launch["target"]
+    set_title([sys.executable, *(["-m", name] if kind == "module" else [name]),
+               *launch["args"]])
 
 
 def _status(stop: SystemExit) -> int:
@@ -185,25 +156,12 @@ def preload() -> None:
     except Exception:  # no usable torch: the script will say so itself
         return
     compat.preload((*compat.WARM_IMPORTS, *PRELOAD))
-    _fast_rendezvous()
-
-
-def _fast_rendezvous() -> None:
-    """Scripts run here, perdure's or unmodified, join their process group as soon as rank 0
-    listens instead of after torch's connect backoff (perdure.runtime.envstore)."""
-    try:
+    try:  # scripts join their process group as soon as rank 0 listens (envstore)
         from perdure.runtime import envstore
 
         envstore.install()
     except ImportError:  # torch without torch.distributed
         return
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _become(launch: dict[str, Any]) -> None:

@@ -1,19 +1,11 @@
 """The spawner: one warm process that forks a supervisor for each launch the backend sends it.
 
-Starting a fresh interpreter for every supervisor costs CPU and delays every replica start
-by as much; `LocalBackend` instead starts this process once, and `launch()` only writes
-the launch directory to its stdin (one line per launch). The spawner has already imported the
-supervisor, so each fork is a supervisor ready to run within a millisecond or two, in a session
-of its own. It reaps the supervisors it forked; it exits when its stdin closes (the backend
-closed or its controller died), and the supervisors it forked keep running.
-
-It also keeps the pool of warm standby replicas (`pool`): a launch that can start warm goes
-to a ready standby instead of a fresh supervisor. The line `+warm` starts filling the pool
-before any launch needs it. Standbys not yet used exit with the spawner.
-
-It watches its owner (the process that started it) as well: when the owner is gone it does
-what end of input does, even if a descriptor of its stdin survives in another process, and
-the template and standbys, which watch the same owner, exit with it.
+`LocalBackend` (and the node agents) start it once and write each launch directory to its
+stdin, a line each; it has the supervisor imported, so each fork is ready within a
+millisecond or two, in a session of its own. A launch that can start warm goes to a standby of
+its pool (`pool`); the line `+warm` fills the pool before any launch needs it. It exits when
+its stdin closes or its owner (the process that started it) is gone, having started what it
+was sent; the supervisors keep running, the template and unused standbys exit with it.
 
 Run as `python -c "from perdure.backends.node.zygote import main; main()" [POOL_SIZE
 [IDLE_SECONDS [OWNER_PID]]]`.
@@ -40,6 +32,7 @@ def main() -> None:
                 warm.idle_seconds(args[1] if len(args) > 1 else None))
     buffered = b""
     while True:
+        pool.write_status()
         ready, _, _ = select.select([0, *pool.fds(), *warm.owner_fds()], [], [], REAP_SECONDS)
         procs.reap_children()
         if warm.owner_gone(ready):
@@ -54,8 +47,9 @@ def main() -> None:
             continue
         chunk = b"" if warm.owner_gone() else os.read(0, 65536)
         if not chunk:
-            for directory in pool.held_directories():  # start what it was sent, then exit
+            for directory in pool.release_held():  # start what it was sent, then exit
                 _fork_supervisor(directory, pool)
+            pool.write_status()
             return
         buffered += chunk
         *lines, buffered = buffered.split(b"\n")
@@ -72,11 +66,6 @@ def _fork_supervisor(directory: str, pool: Pool) -> None:
         # A supervisor in a session of its own, not reading the spawner's stdin.
         pool.close_in_child()  # a standby must see the spawner's exit as end of input
         os.setsid()
-        procs.stdin_from_devnull()
         return supervisor.main([directory])
 
     procs.fork_child(supervise)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,9 @@
 """The rendezvous stores the relay keeps for replicas: key-value maps that outlive replicas.
 
 One `KV` per (job, store name). Every change is appended to `<state>/rdzv/<job>/kv/<name>.jsonl`
-before it is acknowledged, and a store is read back from there when first used, so a
-controller restart loses nothing a replica was told. A blocking wait is held here (up to a
-bound) on a condition, not polled by the replica. A store `add` carries the client's token
-and request number: a retried add (its answer was lost) is applied once.
-
-Side effects: appends to and reads the stores' files; nothing else.
+before it is acknowledged and read back on first use, so a controller restart loses nothing a
+replica was told. A wait is held here on a condition (up to a bound), not polled. An `add`
+carries the client's token and request number, so a retried add is applied once.
 """
 
 from __future__ import annotations

@@ -24,10 +24,9 @@ from perdure.runtime.transport.files import FileTransport
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-    from perdure.backends.relay.kv import Stores
+    from perdure.backends.relay.kv import KV, Stores
 
 __all__ = ["OPS", "Peer", "RelayFiles"]
-
 
 
 @dataclass(frozen=True)
@@ -135,30 +134,23 @@ def _error(relay: Relay, peer: Peer, req: dict[str, Any]) -> str | None:
     return relay.files.launch(peer).write_error(record)
 
 
-def _kv(name: str) -> Callable[[Relay, Peer, dict[str, Any]], Any]:
-    """A store operation on the peer's job's store `req["store"]`."""
+# Store operations, on the peer's job's store `req["store"]`.
+_KV_OPS: dict[str, Callable[[KV, dict[str, Any]], Any]] = {
+    "set": lambda kv, req: kv.set(str(req["key"]), str(req["value"])),
+    "get": lambda kv, req: kv.get(str(req["key"])),
+    "add": lambda kv, req: kv.add(str(req["key"]), int(req["amount"]), str(req["c"]),
+                                  int(req["i"])),
+    "cas": lambda kv, req: kv.cas(str(req["key"]), str(req["expected"]), str(req["desired"])),
+    "append": lambda kv, req: kv.append(str(req["key"]), str(req["value"])),
+    "delete": lambda kv, req: kv.delete(str(req["key"])),
+    "check": lambda kv, req: kv.check([str(k) for k in req["keys"]]),
+    "wait": lambda kv, req: kv.wait([str(k) for k in req["keys"]], float(req["hold"])),
+    "num_keys": lambda kv, req: kv.num_keys(),
+}
 
-    def op(relay: Relay, peer: Peer, req: dict[str, Any]) -> Any:
-        kv = relay.stores.get(peer.job, str(req["store"]))
-        if name == "set":
-            return kv.set(str(req["key"]), str(req["value"]))
-        if name == "get":
-            return kv.get(str(req["key"]))
-        if name == "add":
-            return kv.add(str(req["key"]), int(req["amount"]), str(req["c"]), int(req["i"]))
-        if name == "cas":
-            return kv.cas(str(req["key"]), str(req["expected"]), str(req["desired"]))
-        if name == "append":
-            return kv.append(str(req["key"]), str(req["value"]))
-        if name == "delete":
-            return kv.delete(str(req["key"]))
-        if name == "check":
-            return kv.check([str(k) for k in req["keys"]])
-        if name == "wait":
-            return kv.wait([str(k) for k in req["keys"]], float(req["hold"]))
-        return kv.num_keys()
 
-    return op
+def _kv(op: Callable[[KV, dict[str, Any]], Any]) -> Callable[[Relay, Peer, dict[str, Any]], Any]:
+    return lambda relay, peer, req: op(relay.stores.get(peer.job, str(req["store"])), req)
 
 
 def _since(value: Any) -> Any:
@@ -182,8 +174,7 @@ OPS: dict[str, Callable[[Relay, Peer, dict[str, Any]], Any]] = {
     "error": _error,
     "progress": lambda relay, peer, req: relay.files.append_progress(
         peer, str(req["c"]), int(req["seq"]), _lines(req["lines"])),
-    **{f"kv.{name}": _kv(name) for name in (
-        "set", "get", "add", "cas", "append", "delete", "check", "wait", "num_keys")},
+    **{f"kv.{name}": _kv(op) for name, op in _KV_OPS.items()},
 }
 
 

@@ -1,10 +1,8 @@
 """The state dir's secret and the per-job secrets derived from it.
 
-`<state dir>/secret` holds 32 random bytes, created once with mode 0600. A job's secret is
-HMAC-SHA256(state secret, job id), hex: every replica of the job gets it in its launch
-environment as `PERDURE_JOB_SECRET`, and every listener a job opens (snapshot holder,
-controller relay, rendezvous store) admits only peers that prove they know it. A job's secret
-never reveals the state secret or another job's secret.
+`<state dir>/secret` holds 32 random bytes (0600). A job's secret is HMAC-SHA256(state secret,
+job id), hex, given to its replicas as `PERDURE_JOB_SECRET`; every listener a job opens admits
+only peers that prove they know it, and it reveals no other secret.
 
 Side effects: `state_secret` creates the file when it is missing.
 """

@@ -1,22 +1,14 @@
 """The relay: the network end of the runtime's transport, for replicas elsewhere.
 
-A replica on a host that sees neither the state dir nor its files (a Ray node) reaches the
-controller here (perdure.runtime.transport.net is the client). The relay writes what it
-receives into the state dir in the file transport's layout, so that `describe`, goodput and
-error classification read the same files whichever transport delivered them, and keeps the
-jobs' rendezvous stores (kv.py), so that no training replica hosts them.
+A replica on a host that sees neither the state dir nor its files reaches the controller here
+(perdure.runtime.transport.net is the client). The relay writes what it receives into the state
+dir in the file transport's layout, so every reader sees the same files whichever transport
+delivered them, and keeps the jobs' rendezvous stores (kv.py).
 
-Who may talk to it: it binds only the address it is given; each connection answers a fresh
-nonce with HMAC(job secret, nonce, job, replica, launch) (checked with hmac.compare_digest),
-names a replica of that job (from the state dir's store) and a launch id of that replica;
-frames over 1 MiB are refused before they are read. A restarted controller binds the port
-recorded in `<state>/relay.json`, so replicas find it again at the same address.
-
-    relay = Relay.start(state_dir, host="10.0.0.1")
-    env = relay.launch_env(launch)     # the Launch's env with the net transport's variables
-    relay.close()
-
-Side effects: a listening socket and a thread per connection; files in the state dir.
+It binds only the address it is given; each connection answers a fresh nonce with HMAC(job
+secret, nonce, job, replica, launch), names a replica of that job and a launch id of that
+replica; frames over 1 MiB are refused before they are read. A restarted controller binds the
+port recorded in `<state>/relay.json`, so replicas find it again.
 """
 
 from __future__ import annotations
@@ -132,13 +124,13 @@ class _Server(socketserver.ThreadingTCPServer):
 class Relay:
     """The relay of one state dir (see the module docstring); use `Relay.start`."""
 
-    def __init__(self, state_dir: Path, server: _Server, advertise: str,
+    def __init__(self, state_dir: Path, server: _Server, host: str,
                  secret_of: Callable[[str], str],
                  replicas_of: Callable[[str], Collection[str] | None]) -> None:
         self.state_dir = state_dir
         self._server = server
         server.relay = self
-        self.host = advertise
+        self.host = host  # the address replicas are told
         self.port = int(server.server_address[1])
         self.secret_of = secret_of
         self._replicas_of = replicas_of
@@ -155,21 +147,17 @@ class Relay:
 
     @classmethod
     def start(cls, state_dir: Path | str, host: str = "127.0.0.1", *,
-              advertise: str | None = None,
               secret_of: Callable[[str], str] | None = None,
               replicas_of: Callable[[str], Collection[str] | None] | None = None) -> Relay:
         """Listen on `host` (the port recorded in relay.json, else a free one), record it.
-
-        advertise: the address replicas are told (default `host`; needed when `host` is
-        0.0.0.0). secret_of / replicas_of: how a job's secret and replica names are found
-        (default: the state dir's secret and store).
-        """
+        secret_of / replicas_of: how a job's secret and replica names are found (default: the
+        state dir's secret and store)."""
         state = Path(state_dir)
         state.mkdir(parents=True, exist_ok=True)
-        recorded = _read_record(state)
+        recorded = statedir.read_json(state / statedir.RELAY)
         port = int(recorded.get("port", 0)) if recorded else 0
         server = _bind(host, port, state)
-        relay = cls(state, server, advertise or host, secret_of or _default_secret(state),
+        relay = cls(state, server, host, secret_of or _default_secret(state),
                     replicas_of or _default_replicas(state))
         statedir.write_atomically(state / statedir.RELAY, json.dumps({
             "host": relay.host, "bind": host, "port": relay.port, "pid": os.getpid(),
@@ -277,14 +265,6 @@ class Relay:
             return {"ok": True, "value": op(self, peer, request)}
         except (ValueError, KeyError, TypeError) as exc:
             return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-
-
-def _read_record(state: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads((state / statedir.RELAY).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def _bind(host: str, port: int, state: Path) -> _Server:
