@@ -134,7 +134,7 @@ def _pool_memory(hosts: Hosts, state: Path) -> str:
         if status is not None and not (d / statedir.EXIT).exists():
             running |= {int(status["pid"]), int(status["supervisor_pid"])}
     pool = [pid for pid in hosts.hosts["a"].pids()
-            if pid not in running and b"local.zygote" in _cmdline(pid)]
+            if pid not in running and b"node.zygote" in _cmdline(pid)]
     sizes = [_memory_mb(pid) for pid in pool]
     return (f"host a: spawner + template + idle standbys: {len(pool)} processes, "
             f"PSS {sum(s[0] for s in sizes):.0f} MB, private {sum(s[1] for s in sizes):.0f} MB "
