@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from perdure.runtime.checkpoint import commit
-from perdure.runtime.checkpoint.storage import FsspecStorage, LocalStorage, Storage, make_storage
+from perdure.runtime.checkpoint.storage import FsspecStorage, LocalStorage, Storage
+from perdure.runtime.checkpoint.urls import make_storage
 
 
 def write_checkpoint(storage: Storage, step: int, *, marker: bool = True, tmp: bool = False) -> str:

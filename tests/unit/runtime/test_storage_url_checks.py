@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from perdure.runtime.checkpoint.storage import make_storage
+from perdure.runtime.checkpoint.urls import make_storage
 from perdure.runtime.data.sources import as_source
 
 SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCY"

@@ -39,7 +39,8 @@ from perdure.runtime.checkpoint.plan import Plan, Prepared, make_plan, prepare
 from perdure.runtime.checkpoint.policy import OnBusy, SavePolicy
 from perdure.runtime.checkpoint.procwriter import WriterProcess
 from perdure.runtime.checkpoint.staging import HostBuffers, optimizer_storages
-from perdure.runtime.checkpoint.storage import Storage, make_storage
+from perdure.runtime.checkpoint.storage import Storage
+from perdure.runtime.checkpoint.urls import make_storage
 
 log = logging.getLogger("perdure.checkpoint")
 _PERSIST_MODES = ("thread", "process")

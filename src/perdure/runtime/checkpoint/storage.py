@@ -4,7 +4,7 @@
 on POSIX); under a private directory its files are 0600 and its directories 0700 (modes.py).
 ``S3Storage`` (s3storage.py) serves ``s3://`` with retries and verified uploads.
 ``FsspecStorage`` serves every other fsspec filesystem (memory://, gcs://, chained URLs);
-``make_storage`` picks one for a URL.
+``urls.make_storage`` picks one for a URL.
 Object stores cannot rename a directory atomically, so there the commit marker alone
 decides whether a checkpoint is complete.
 
@@ -20,7 +20,6 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import IO, Any
 
-from perdure import storageurl
 from perdure.runtime.checkpoint import modes
 
 ENV_DIR = "PERDURE_CHECKPOINT_DIR"
@@ -209,32 +208,3 @@ class FsspecStorage(Storage):
 
     def local_path(self, rel: str) -> None:
         return None
-
-
-def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> Storage:
-    """Storage for ``url``: a path or file:// URL is local, any other fsspec URL is remote.
-
-    ``url`` None reads the environment variable PERDURE_CHECKPOINT_DIR (set by perdure's
-    controller from the job spec's ``checkpoint.dir``).
-    """
-    where = "Checkpointer url" if url is not None else ENV_DIR
-    if url is None:
-        url = os.environ.get(ENV_DIR)
-        if not url:
-            raise ValueError(
-                "Checkpointer url is None and PERDURE_CHECKPOINT_DIR is not set; pass a local "
-                "path or an fsspec URL (e.g. Checkpointer('./checkpoints'))."
-            )
-    text = os.fspath(url)
-    why = storageurl.problem(text, schemes=None)
-    if why:  # never quoted: it may hold a password (the URL may come from the environment)
-        raise ValueError(f"{where}: the checkpoint URL {why}")
-    if text.startswith("file://") and "::" not in text:
-        return LocalStorage(text[len("file://") :])
-    if "://" not in text and "::" not in text:
-        return LocalStorage(text)
-    if text.startswith("s3://"):  # imported when used: S3's client is not every job's
-        from perdure.runtime.checkpoint.s3storage import S3Storage
-
-        return S3Storage(text, **storage_options)
-    return FsspecStorage(text, **storage_options)
