@@ -25,7 +25,7 @@ def test_the_node_dir_is_handed_out_and_removed_when_the_job_ends(tmp_path: Path
     settings = LaunchSettings(str(state), "/usr/bin/python3", node_dir=str(shm))
     spec = JobSpec.model_validate({"name": "job", "pools": [
         {"name": "worker", "replicas": 2, "command": ["python", "t.py"]}]})
-    job = new_job(spec, tmp_path / "job.yaml", cluster)
+    job = new_job(spec, tmp_path / "job.yaml", cluster, state)
     store.submit(job)
     ctl = Controller(state, store, backend, cluster, settings, interval=0.005)
     ctl.start()
