@@ -128,6 +128,27 @@ def test_eviction_under_the_env_threshold_removes_the_least_recently_used(
     assert vol.stats["evictions"] == 1
 
 
+def test_a_threshold_other_data_keeps_unreachable_evicts_only_room_for_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A nearly full disk: emptying the cache cannot reach the threshold, so one copy evicts
+    one least recently used file, not the files other readers are using."""
+    size = 8 << 20
+    _make_source(tmp_path / "src", 4, size)
+    cache = tmp_path / "cache"
+    probe = CachedVolume(tmp_path / "src", cache)
+    for i in range(3):
+        probe.path(i)
+    for age, i in enumerate([1, 0, 2]):  # LRU order: 1, then 0, then 2
+        os.utime(probe.local_path(i), (1000 + age, 1000 + age))
+    monkeypatch.setenv(ENV_MIN_FREE_BYTES, str(probe.free_bytes() + 100 * size))
+    vol = CachedVolume(tmp_path / "src", cache)
+    vol.path(3)
+    present = [os.path.exists(vol.local_path(i)) for i in range(4)]
+    assert present == [True, False, True, True]
+    assert vol.stats["evictions"] == 1
+
+
 def test_threshold_defaults_to_ten_percent_and_rejects_bad_env(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,8 +10,9 @@ under its name; a per-file lock (flock on one of 1024 lock files) makes one proc
 file while the others wait for it; eviction holds a lock of its own.
 
 Eviction: before each copy, if free space would fall under the threshold, the least recently
-used files (oldest mtime: every use touches the file) are deleted until it would not. The
-threshold is `min_free_bytes`, else $PERDURE_CACHE_MIN_FREE_BYTES, else 10% of the
+used files (oldest mtime: every use touches the file) are deleted until it would not; when
+other data keeps the filesystem under it, only room for the copy is made (the cache keeps
+its size instead of emptying itself under its readers). The threshold is `min_free_bytes`, else $PERDURE_CACHE_MIN_FREE_BYTES, else 10% of the
 filesystem. Source files are assumed not to change while cached. A copy that ends short of
 the source's size is an error, never a cached file.
 """
@@ -286,15 +287,20 @@ class CachedVolume(Dataset[Any]):
         with file_lock(os.path.join(self._meta, "evict.lock")):
             for _ in range(3):  # others may write to the filesystem meanwhile
                 free = self.free_bytes()
-                victims = plan_eviction(self._scan(), free, need, min_free)
-                if not victims:
-                    break
+                if free - need >= min_free:
+                    return
+                files = self._scan()
+                # Other data holds the filesystem under the threshold: emptying the cache would
+                # not lift it and would take the files being read now (a reader then finds its
+                # file gone, again and again). Make room for this copy only, oldest first.
+                reachable = free + sum(f.size for f in files) - need >= min_free
+                victims = plan_eviction(files, free, need, min_free if reachable else free)
                 for victim in victims:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(victim.path)
                         self._count("evictions")
-                if self.free_bytes() - need >= min_free:
-                    return
+                if not victims or not reachable:
+                    break
         self._short_of_space(need, min_free)
 
     def _short_of_space(self, need: int, min_free: int) -> None:
@@ -309,8 +315,9 @@ class CachedVolume(Dataset[Any]):
         if not self._warned:
             self._warned = True
             _log.warning(
-                "cache %s: free space %d stays under the threshold %d bytes after evicting "
-                "every unused cached file; copying anyway (set %s to change the threshold)",
+                "cache %s: free space %d stays under the threshold %d bytes even with the "
+                "cache emptied; the cache keeps to its size and copies anyway (set %s to "
+                "change the threshold)",
                 self.cache_dir, free, min_free, ENV_MIN_FREE_BYTES,
             )
 
