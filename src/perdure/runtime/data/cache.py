@@ -12,9 +12,10 @@ file while the others wait for it; eviction holds a lock of its own.
 Eviction: before each copy, if free space would fall under the threshold, the least recently
 used files (oldest mtime: every use touches the file) are deleted until it would not; when
 other data keeps the filesystem under it, only room for the copy is made (the cache keeps
-its size instead of emptying itself under its readers). The threshold is `min_free_bytes`, else $PERDURE_CACHE_MIN_FREE_BYTES, else 10% of the
-filesystem. Source files are assumed not to change while cached. A copy that ends short of
-the source's size is an error, never a cached file.
+its size instead of emptying itself under its readers). The threshold is `min_free_bytes`,
+else $PERDURE_CACHE_MIN_FREE_BYTES, else 10% of the filesystem. Source files are assumed not
+to change while cached. A copy that ends short of the source's size is an error, never a
+cached file.
 """
 
 from __future__ import annotations
