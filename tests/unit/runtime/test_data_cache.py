@@ -105,22 +105,28 @@ def test_a_failed_prefetch_is_reported_and_retried_on_use(tmp_path: Path) -> Non
     assert Path(vol.path(1)).exists()
 
 
+def _three_cached(tmp_path: Path, size: int) -> CachedVolume:
+    """A source of 4 files of `size` bytes and a cache holding 0-2, least recently used
+    first: 1, then 0, then 2."""
+    _make_source(tmp_path / "src", 4, size)
+    probe = CachedVolume(tmp_path / "src", tmp_path / "cache")
+    for i in range(3):
+        probe.path(i)
+    for age, i in enumerate([1, 0, 2]):
+        os.utime(probe.local_path(i), (1000 + age, 1000 + age))
+    return probe
+
+
 def test_eviction_under_the_env_threshold_removes_the_least_recently_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     size = 8 << 20
-    _make_source(tmp_path / "src", 4, size)
-    cache = tmp_path / "cache"
-    probe = CachedVolume(tmp_path / "src", cache)
-    for i in range(3):
-        probe.path(i)
-    for age, i in enumerate([1, 0, 2]):  # LRU order: 1, then 0, then 2
-        os.utime(probe.local_path(i), (1000 + age, 1000 + age))
+    probe = _three_cached(tmp_path, size)
     # Copying file 3 must leave at least `threshold` free: that takes evicting exactly one
     # file (half a file of slack either way absorbs other writers on this filesystem).
     free = probe.free_bytes()
     monkeypatch.setenv(ENV_MIN_FREE_BYTES, str(free - size // 2))
-    vol = CachedVolume(tmp_path / "src", cache)
+    vol = CachedVolume(tmp_path / "src", tmp_path / "cache")
     assert vol.min_free_bytes() == free - size // 2
     vol.path(3)
     present = [os.path.exists(vol.local_path(i)) for i in range(4)]
@@ -134,15 +140,9 @@ def test_a_threshold_other_data_keeps_unreachable_evicts_only_room_for_the_copy(
     """A nearly full disk: emptying the cache cannot reach the threshold, so one copy evicts
     one least recently used file, not the files other readers are using."""
     size = 8 << 20
-    _make_source(tmp_path / "src", 4, size)
-    cache = tmp_path / "cache"
-    probe = CachedVolume(tmp_path / "src", cache)
-    for i in range(3):
-        probe.path(i)
-    for age, i in enumerate([1, 0, 2]):  # LRU order: 1, then 0, then 2
-        os.utime(probe.local_path(i), (1000 + age, 1000 + age))
+    probe = _three_cached(tmp_path, size)
     monkeypatch.setenv(ENV_MIN_FREE_BYTES, str(probe.free_bytes() + 100 * size))
-    vol = CachedVolume(tmp_path / "src", cache)
+    vol = CachedVolume(tmp_path / "src", tmp_path / "cache")
     vol.path(3)
     present = [os.path.exists(vol.local_path(i)) for i in range(4)]
     assert present == [True, False, True, True]
