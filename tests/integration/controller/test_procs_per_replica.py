@@ -121,7 +121,7 @@ def test_a_killed_local_rank_fails_its_replica_which_restarts(
         perdure: Perdure, tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()
-    run = perdure.popen("run", str(ddp_spec(perdure, "pairs", 2, 2, out, hold_at=10)),
+    run = perdure.popen("run", str(ddp_spec(perdure, "pairs", 2, 2, out, steps=30, hold_at=10)),
                         "--cluster", str(perdure.cluster({"a": 2, "b": 2})))
     try:
         wait_step(perdure, "pairs", 10)  # every rank then holds until $OUT/go exists
@@ -138,4 +138,4 @@ def test_a_killed_local_rank_fails_its_replica_which_restarts(
     decisions = [e["message"] for e in d["events"] if e["kind"] == "decision"]
     assert any("worker-1 exited 137 (SIGKILL) in local rank 1" in m for m in decisions), decisions
     assert d["replicas"][1]["restarts"] == 1
-    assert json.loads((out / "result.json").read_text())["steps"] == 60
+    assert json.loads((out / "result.json").read_text())["steps"] == 30

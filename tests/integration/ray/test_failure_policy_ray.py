@@ -22,11 +22,11 @@ assert _spec is not None and _spec.loader is not None
 policy: Any = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(policy)
 
-# One launch or two each: in the default suite.
-QUICK = ["test_uncaught_exception_fails_at_once_with_reason",
-         "test_over_memory_limit_fails_out_of_memory"]
+# One launch: in the default suite (the table itself runs on the local backend there).
+QUICK = ["test_uncaught_exception_fails_at_once_with_reason"]
 # Up to 24 launches (an actor each): `make test-ray`.
-LONG = ["test_exit_1_twice_then_0_succeeds_with_two_restarts",
+LONG = ["test_over_memory_limit_fails_out_of_memory",
+        "test_exit_1_twice_then_0_succeeds_with_two_restarts",
         "test_always_exit_3_fails_after_restarts_and_retries",
         "test_exit_134_retries_the_job",
         "test_traceback_without_runtime_is_recognised",

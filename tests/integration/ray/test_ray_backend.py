@@ -29,6 +29,7 @@ WHERE = ("import os, psutil, socket; "
          "import time; time.sleep(4 if os.environ['RANK'] == '0' else 0)")
 
 
+@pytest.mark.ray_long
 def test_logs_of_a_replica_on_node_b_and_master_on_rank_0s_node(ray_perdure: RayPerdure
                                                                 ) -> None:
     p = ray_perdure

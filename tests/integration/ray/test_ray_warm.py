@@ -42,6 +42,7 @@ def _gone(pid: int, ticks: int, timeout: float) -> float | None:
     return time.monotonic() - began if procs.wait_gone(pid, ticks, timeout) else None
 
 
+@pytest.mark.ray_long
 @pytest.mark.timeout(150)
 def test_relaunch_starts_warm_and_dies_with_its_launch_actor(ray_perdure: RayPerdure,
                                                              tmp_path: Path) -> None:

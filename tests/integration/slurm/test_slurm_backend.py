@@ -80,6 +80,7 @@ def test_cancel_while_running_stops_every_replica_and_gives_the_allocation_back(
         stop_controller(controller)
 
 
+@pytest.mark.slurm_long
 @pytest.mark.timeout(240)
 def test_scancel_from_outside_is_a_cancel(slurm_perdure: SlurmPerdure) -> None:
     p = slurm_perdure
@@ -101,6 +102,7 @@ def test_scancel_from_outside_is_a_cancel(slurm_perdure: SlurmPerdure) -> None:
         stop_controller(controller)
 
 
+@pytest.mark.slurm_long
 def test_queue_wait_is_queued_with_slurm_reason(slurm_perdure: SlurmPerdure) -> None:
     """A node held by someone else's job: the allocation waits in Slurm's queue, the job is
     QUEUED with Slurm's reason (Resources or Priority) in ls and describe, and it runs once
