@@ -1,41 +1,22 @@
-"""The pieces the Ray and the Slurm integration tests share: the controller tests' `Perdure`
-harness, examples/ddp_mlp as a job spec, its final weights, and waits on a running job.
-
-`tests.helpers.clusterjobs`; each cluster's
-conftest re-exports what its tests take `from conftest import ...`.
-"""
+"""What the Ray, Slurm and Kubernetes integration tests share: examples/ddp_mlp as a job spec,
+its final weights, and waits on a running job."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.helpers.harness import Perdure, kill_leftovers
 
 TESTS = Path(__file__).resolve().parents[1]
 EXAMPLE = TESTS.parent / "examples" / "ddp_mlp"
 EPOCHS = 4  # of the ddp_mlp runs whose final weights are compared with the local backend's
 STEP = re.compile(r"^step (\d+) ", re.M)
 
-
-def controller_conftest() -> Any:
-    """tests/integration/controller/conftest.py, under a name of its own (not `conftest`,
-    which each test directory's own conftest takes); loaded once per session."""
-    name = "perdure_controller_conftest"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, TESTS / "integration" / "controller" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def nodes_field(nodes: dict[str, int]) -> list[dict[str, Any]]:
@@ -66,11 +47,10 @@ def final_sha(p: Any, name: str) -> str:
 def local_reference_sha(root: Path, spec: Any = ddp_spec) -> str:
     """The final weights of an uninterrupted ddp_mlp run on the local backend, run under
     `root` with `spec` (a `ddp_spec`)."""
-    cc = controller_conftest()
-    p = cc.Perdure(root)
+    p = Perdure(root)
     local = p.write("local.yaml", {"backend": "local", "nodes": nodes_field({"a": 4})})
     r = p.cli("run", str(spec(p, "clean")), "--cluster", str(local), check=False, timeout=180)
-    cc._kill_leftovers(p.state)
+    kill_leftovers(p.state)
     assert r.returncode == 0, r.stdout + r.stderr
     return final_sha(p, "clean")
 

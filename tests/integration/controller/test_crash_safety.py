@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 
-from conftest import Perdure, alive_replica_processes
+from tests.helpers.harness import Perdure, alive_replica_processes
 
 # Replicas log each launch, then run until the test creates $GO (so they outlive the first
 # controller and are re-attached by the second however loaded the machine is); the primary

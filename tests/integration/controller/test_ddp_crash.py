@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 SCRIPT = Path(__file__).with_name("ddp_crash_job.py")
 

@@ -6,7 +6,7 @@ import re
 import time
 from pathlib import Path
 
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "ddp_mlp"
 

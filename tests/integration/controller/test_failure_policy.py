@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 
 def run(p: Perdure, spec, *args: str, timeout: float = 120):

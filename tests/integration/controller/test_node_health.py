@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 SCRIPT = Path(__file__).with_name("plain_job.py")
 

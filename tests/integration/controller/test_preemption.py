@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 # Runs until told to stop; on the notice it "saves" (a marker file) and exits suspended.
 SCRIPT = """

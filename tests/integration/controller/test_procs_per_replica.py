@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 from test_resume_harness import current_launch
-
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 HERE = Path(__file__).parent
 ENV_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+from tests.helpers.harness import PERDURE, Perdure
 
-from conftest import PERDURE, Perdure
 from perdure import statedir
 from perdure.backends.node.replicas import signal_replica
 

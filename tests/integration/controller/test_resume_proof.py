@@ -22,8 +22,7 @@ from typing import Any
 
 import pytest
 from test_resume_harness import FaultyRun, Settings, exactly_once_problems, run_clean
-
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 SETTINGS = Settings()
 

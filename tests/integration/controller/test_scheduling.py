@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 SLEEPER = ["python", "-c", "import time; time.sleep(600)"]
 

@@ -29,8 +29,7 @@ from test_resume_harness import (
     exactly_once_problems,
     run_clean,
 )
-
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 # 4000 steps of ~70 ms: the job trains on while each fault is injected (CLI calls take
 # seconds), so 50 faults take ~2500 of them.

@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from conftest import Perdure, alive_replica_processes
+from tests.helpers.harness import Perdure, alive_replica_processes
 
 STEPS = 60
 # No torch: goodput and the error hook need only the standard library.

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from test_resume_harness import Settings, read_result, run_clean, stop_leftovers, write_spec
-
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 HERE = Path(__file__).resolve().parent
 SETTINGS = Settings(epochs=2, samples=640, batch=16, replicas=2, every=10, step_time=0.02)

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from test_resume_harness import Settings, stop_leftovers, write_spec
-
-from conftest import Perdure
+from tests.helpers.harness import Perdure
 
 HERE = Path(__file__).resolve().parent
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.helpers.clusterjobs import controller_conftest
+from tests.helpers.harness import kill_leftovers
 
 HERE = Path(__file__).resolve().parent
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
@@ -147,9 +147,6 @@ def tracked_jobs() -> Iterator[list[Job]]:
     yield made
     for job in made:
         kill_leftovers(job.state)
-
-
-kill_leftovers = controller_conftest()._kill_leftovers
 
 
 def trained_samples(steps_file: Path) -> list[int]:

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unmodified import Run, direct, in_process, kill_leftovers, report, same_weights
+from tests.helpers.harness import kill_leftovers
+from unmodified import Run, direct, in_process, report, same_weights
 
 NANOGPT = ["nanogpt_like.py", "--out_dir=out", "--max_iters=40"]
 HF = ["hf_clm.py", "--output_dir", "out", "--max_steps", "20", "--save_steps", "5",

@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 import yaml
-from tests.helpers.clusterjobs import controller_conftest
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "unmodified"
 PERDURE = [sys.executable, "-m", "perdure.cli.main"]
@@ -148,9 +147,6 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
 def same_weights(a: Path, b: Path) -> bool:
     wa, wb = weights(a), weights(b)
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-
-
-kill_leftovers = controller_conftest()._kill_leftovers
 
 
 def report(shape: str, seconds: float) -> None:

@@ -7,10 +7,9 @@ import json
 import time
 
 import pytest
-from tests.helpers.clusterjobs import STEP, describe, wait_state, wait_step
+from k8stest import K8sPerdure, ddp_spec
+from tests.helpers.clusterjobs import STEP, describe, final_sha, wait_state, wait_step
 from tests.helpers.stopping import stop_controller
-
-from conftest import K8sPerdure, ddp_spec, final_sha
 
 TWO = {"a": 2, "b": 2}
 

@@ -8,9 +8,8 @@ import hashlib
 import json
 
 import pytest
+from k8stest import K8sPerdure
 from tests.helpers.clusterjobs import describe
-
-from conftest import K8sPerdure
 
 SHOW = ("import hashlib, os; print('token', hashlib.sha256(os.environ['API_TOKEN'].encode())"
         ".hexdigest(), flush=True)")

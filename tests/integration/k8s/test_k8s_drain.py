@@ -6,10 +6,9 @@ ends bit-identical to an uninterrupted one."""
 from __future__ import annotations
 
 import pytest
-from tests.helpers.clusterjobs import wait_state, wait_step
+from k8stest import K8sPerdure, ddp_spec
+from tests.helpers.clusterjobs import final_sha, wait_state, wait_step
 from tests.helpers.stopping import stop_controller
-
-from conftest import K8sPerdure, ddp_spec, final_sha
 
 
 @pytest.mark.k8s_long

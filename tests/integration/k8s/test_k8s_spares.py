@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from k8stest import K8sPerdure
 from tests.helpers.stopping import stop_controller
-
-from conftest import K8sPerdure
 
 
 @pytest.mark.k8s_long

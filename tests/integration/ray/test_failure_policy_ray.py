@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from conftest import RayPerdure
+from raytest import RayPerdure
 
 _path = Path(__file__).resolve().parents[1] / "controller" / "test_failure_policy.py"
 _spec = importlib.util.spec_from_file_location("perdure_failure_policy_cases", _path)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import RayPerdure, ddp_spec, describe, final_sha
+from raytest import RayPerdure
+from tests.helpers.clusterjobs import ddp_spec, describe, final_sha
 
 
 @pytest.mark.timeout(240)

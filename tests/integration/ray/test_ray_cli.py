@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from conftest import RayPerdure, describe
+from raytest import RayPerdure
+from tests.helpers.clusterjobs import describe
 
 
 @pytest.mark.ray_long

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import RayPerdure, describe
+from raytest import RayPerdure
+from tests.helpers.clusterjobs import describe
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "elastic_mlp"
 

@@ -6,10 +6,9 @@ import subprocess
 import time
 
 import pytest
-from tests.helpers.clusterjobs import wait_state, wait_step
+from raytest import RayPerdure, named_actors
+from tests.helpers.clusterjobs import ddp_spec, describe, final_sha, wait_state, wait_step
 from tests.helpers.stopping import stop_controller
-
-from conftest import RayPerdure, ddp_spec, describe, final_sha, named_actors
 
 
 def node_state(p: RayPerdure, name: str) -> str:

@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
+from raytest import RayPerdure
 from test_ray_preemption import ray_node_id
 from test_ray_warm import agent_pool
 from tests.helpers.stopping import stop_controller
-
-from conftest import RayPerdure
 
 # Fails on host b for the job named pre (its first job), passes everywhere else; each run
 # leaves a mark naming its node and job.

@@ -11,8 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from conftest import RayPerdure
+from raytest import RayPerdure
 
 GIB = 2**30
 HEADROOM = 2 * GIB  # the monitor fires once this much more is in use than now

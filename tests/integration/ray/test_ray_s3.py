@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers.clusterjobs import wait_state, wait_step
+from raytest import RayPerdure
+from tests.helpers.clusterjobs import ddp_spec, wait_state, wait_step
 from tests.helpers.s3server import free_port, make_bucket, moto_python
 from tests.helpers.stopping import stop_controller
-
-from conftest import RayPerdure, ddp_spec
 
 pytestmark = pytest.mark.ray_long
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from raytest import RayPerdure, named_actors
 from test_ray_warm import agent_pool
 from tests.helpers.stopping import stop_controller
 
-from conftest import RayPerdure, named_actors
 from perdure import statedir
 
 HOLD = "import time; time.sleep(600)\n"  # a script: `python -c` never starts warm

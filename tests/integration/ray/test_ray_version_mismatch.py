@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 from hosts import HostsUnavailable, make_hosts
-
-from conftest import RayPerdure
+from raytest import RayPerdure
 
 OTHER = os.environ.get("PERDURE_TEST_OTHER_RAY")  # `ray` of another Ray version's venv
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from raytest import RayPerdure, kill_actors, named_actors
 
-from conftest import RayPerdure, kill_actors, named_actors
 from perdure import statedir
 from perdure.backends.node import procs
 

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from slurmtest import SlurmPerdure
 from tests.helpers.stopping import stop_controller
 
-from conftest import SlurmPerdure
 from perdure.backends.slurm.allocs import name_prefix
 
 SPREAD = {"a": 2, "b": 2}

@@ -8,10 +8,9 @@ import time
 from typing import Any
 
 import pytest
-from tests.helpers.clusterjobs import wait_state, wait_step
+from slurmtest import SlurmPerdure, ddp_spec
+from tests.helpers.clusterjobs import final_sha, wait_state, wait_step
 from tests.helpers.stopping import stop_controller
-
-from conftest import SlurmPerdure, ddp_spec, final_sha
 
 THREE = {"a": 2, "b": 2, "c": 2}  # a job of 4 on a and b; c is free for a replacement
 

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from slurmtest import SlurmPerdure
 from tests.helpers.stopping import stop_controller
-
-from conftest import SlurmPerdure
 
 THREE = {"a": 2, "b": 2, "c": 2}
 WAIT = ("import os, signal, time\n"

@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from slurmtest import SlurmPerdure
 from tests.helpers.stopping import stop_controller
-
-from conftest import SlurmPerdure
 
 THREE = {"a": 2, "b": 2, "c": 2}
 
