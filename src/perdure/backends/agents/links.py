@@ -1,15 +1,8 @@
-"""What an agent-based backend (Slurm, Kubernetes) does the same on either platform: its
-launches, from the controller's call to the node agent, and its links to those agents.
+"""What the agent-based backends (Slurm, Kubernetes) do alike: their launches, from the
+controller's call to the node agent, and their links to those agents.
 
-A launch is recorded in the state dir and tracked until its allocation runs, then handed to
-its node's agent (with rank 0's address and port), stopped through that agent, and found
-again after a controller restart. The agents' reports are applied by `reports`. An agent
-gone while its allocation still runs, or silent for HEARTBEAT_SECONDS, is a lost node: a
-`fail-node` before its replicas' exits, so that none is charged; it is back once its platform
-has shown it down and usable again. An agent whose node failed its preflight check says so
-once: a `NodeCheckFailed` (the core quarantines the node).
-
-The backend holds an `AgentLinks` and adds what its platform does (`Platform`).
+An agent gone while its allocation still runs, or silent for HEARTBEAT_SECONDS, is a lost
+node; it is back once its platform has shown it down and usable again.
 
 Side effects: the launches' records and mirrors in the state dir, messages to agents, the
 backend's log.
@@ -17,6 +10,7 @@ backend's log.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import functools
@@ -32,7 +26,7 @@ from perdure.backends.agents import reports
 from perdure.backends.agents.alloc import Alloc
 from perdure.backends.agents.hub import Agent, Hub, load_secret
 from perdure.backends.agents.reports import Tracked
-from perdure.backends.base import LaunchError
+from perdure.backends.base import Backend, LaunchError
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
@@ -57,8 +51,7 @@ RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back
 
 
 class Platform(Protocol):
-    """What the backend's platform says of its allocations, asked when an agent reports a
-    notice or goes away."""
+    """What the backend's platform says of its allocations."""
 
     def refresh(self, out: list[Observation]) -> None:
         """Read the allocations' states now and act on what changed."""
@@ -68,9 +61,8 @@ class Platform(Protocol):
 
 
 class AgentLinks:
-    """The launches, allocations and node agents of one agent-based backend.
-
-    `log_path`: the backend's log of what its platform did (one line each)."""
+    """The launches, allocations and node agents of one agent-based backend; `log_path`:
+    its log of what its platform did."""
 
     def __init__(self, state_dir: str, log_path: str) -> None:
         self.state_dir = state_dir
@@ -93,7 +85,6 @@ class AgentLinks:
         os.makedirs(os.path.join(state_dir, statedir.LAUNCHES), exist_ok=True)
 
     def start(self, host: str, directory: str) -> Hub:
-        """Start the relay and the hub at `host` (the hub's files in `directory`)."""
         self.transport = LaunchTransport(self.state_dir, "net", host=host)
         self.transport.ensure()
         self.hub = Hub(directory, host, load_secret(directory))
@@ -119,14 +110,12 @@ class AgentLinks:
         return self.holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
 
     def idle(self, alloc: Alloc) -> bool:
-        """Whether `alloc` holds neither a launch nor a spare (it may be given back)."""
         return not self.holds_spare(alloc) and not self.launches_of(alloc)
 
     def releasable(self, now: float) -> Iterator[Alloc]:
-        """The allocations to give back: those that held neither a launch nor a spare for
-        RELEASE_SECONDS (a restart's new launches come within milliseconds of the old ones'
-        exits), at once when nothing will come back to one: its nodes are lost, its job is
-        preempted, or a later attempt of its job has begun."""
+        """The allocations idle for RELEASE_SECONDS (a restart's launches come within
+        milliseconds), or idle and with nothing to come back (nodes lost, job preempted, a
+        later attempt begun)."""
         for alloc in list(self.allocs):
             if not alloc.slurm_id or not self.idle(alloc):
                 alloc.idle_since = None
@@ -142,19 +131,36 @@ class AgentLinks:
 
     def queued(self, alloc: Alloc, reason: str, platform: str, what: str,
                out: list[Observation]) -> None:
-        """The allocation's launches wait in the platform's queue for `reason` (the job shows
-        QUEUED with it), or, with "", no longer: the allocation runs."""
+        """The allocation's launches wait in the platform's queue for `reason` ("": no
+        longer)."""
         alloc.told = reason
         for tracked in self.launches_of(alloc):
             out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(), platform,
                                     what))
 
+    def submit(self, make: Callable[[Alloc, list[Tracked]], str], out: list[Observation]
+               ) -> None:
+        """Submit the new allocations with `make` (its error, "" when it made one); one that
+        holds neither a launch nor a spare is dropped."""
+        for alloc in self.allocs:
+            if alloc.slurm_id or alloc.ending:
+                continue
+            launches = self.launches_of(alloc)
+            if not launches and not self.holds_spare(alloc):
+                alloc.ending = True
+                continue
+            error = make(alloc, launches)
+            if error:
+                alloc.ending = True
+                for tracked in launches:
+                    self.active.pop(tracked.launch.launch_id, None)
+                    out.append(LaunchFailed(tracked.launch.launch_id, error, time.time()))
+        self.allocs = [a for a in self.allocs if a.slurm_id or not a.ending]
+
     # ---- launch, stop, adopt ----------------------------------------------------------------
 
     def launch(self, launch: Launch, joins: Callable[[Launch, str], Alloc | None]) -> None:
-        """Record a new launch (its env with the relay's variables) and track it in the
-        allocation of its attempt that `joins` names, else in a new one of its node;
-        LaunchError for a launch id running or used before."""
+        """Record and track a new launch in the allocation `joins` names, else a new one."""
         assert self.transport is not None
         if launch.launch_id in self.active:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
@@ -177,8 +183,7 @@ class AgentLinks:
         return self.agents.get((tracked.alloc.slurm_id, tracked.launch.node))
 
     def stop(self, stop: Stop) -> None:
-        """Stop a launch through its agent; one still waiting for its allocation never ran: it
-        exits at once (at the next poll) as if the signal had ended it."""
+        """Stop a launch through its agent; one not yet dispatched exits at the next poll."""
         tracked = self.active.get(stop.launch_id)
         if tracked is None:
             return
@@ -202,8 +207,8 @@ class AgentLinks:
                            f"node {node} killed"))
 
     def adopt(self, launch_ids: list[str], where: str, gone: str) -> list[Observation]:
-        """After a controller restart: track again the launches whose allocation still runs
-        (its id in their record's `where` field); the others fail, `gone` saying why."""
+        """Track again the launches whose allocation (their record's `where`) still runs;
+        the others fail, `gone` saying why."""
         out: list[Observation] = []
         for lid in launch_ids:
             if lid in self.active:
@@ -228,17 +233,15 @@ class AgentLinks:
     # ---- dispatch ---------------------------------------------------------------------------
 
     def ready(self) -> Iterator[tuple[Tracked, Agent]]:
-        """The launches not yet handed over whose allocation runs and whose agent is
-        connected."""
+        """The launches to hand over: allocation running, agent connected."""
         for tracked in list(self.active.values()):
             agent = self._agent_of(tracked)
             if not tracked.dispatched and tracked.alloc.running and agent is not None:
                 yield tracked, agent
 
     def place_master(self, env: dict[str, str], launch: Launch) -> bool:
-        """Rank 0's address and port into `env` (a port free on its node, the same for every
-        launch of its master key); False while rank 0's node agent is not up yet. A launch
-        whose rank 0 node is lost keeps what it has: the group restarts anyway."""
+        """Rank 0's address and port into `env`; False while rank 0's agent is not up. A
+        lost rank 0 node changes nothing: the group restarts anyway."""
         master = env.get("PERDURE_MASTER_NODE", "")
         if not master or master in self.down:
             return True
@@ -253,16 +256,14 @@ class AgentLinks:
         return True
 
     def _free_port(self, agent: Agent) -> str | None:
-        """A port free on `agent`'s node (None: its node is going)."""
         assert self.hub is not None
         answer = self.hub.request(agent, {"op": "port"}, PORT_SECONDS)
         return None if answer is None else str(answer["port"])
 
     def hand(self, tracked: Tracked, agent: Agent, env: dict[str, str],
              kept: Mapping[str, Any]) -> bool:
-        """Send the launch, with `env`, to its agent; once sent it is dispatched and its
-        record kept in the state dir with `kept` (where it runs; what it shows instead of the
-        env). False: the agent's connection just ended (the node's loss follows)."""
+        """Send the launch to its agent and record it with `kept` (where it runs); False: the
+        agent's connection just ended (the node's loss follows)."""
         launch = tracked.launch
         record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
                   "replica": launch.replica, "node": launch.node,
@@ -279,7 +280,6 @@ class AgentLinks:
     # ---- the agents' reports, heartbeats and losses -----------------------------------------
 
     def drain(self, platform: Platform, out: list[Observation]) -> None:
-        """Take in what the hub received: hellos, reports, ends of connections."""
         assert self.hub is not None
         while True:
             try:
@@ -335,8 +335,7 @@ class AgentLinks:
 
     def _agent_lost(self, platform: Platform, agent: Agent, why: str,
                     out: list[Observation]) -> None:
-        """An agent is gone. Its allocation still running: its node is lost. Ended: the
-        allocation's end explains it (read now, so it is not mistaken for a node's death)."""
+        """An agent is gone: its node is lost if its allocation still runs (read now)."""
         alloc = next((a for a in self.allocs if a.slurm_id == agent.alloc), None)
         if alloc is None or alloc.ending:
             return
@@ -374,7 +373,6 @@ class AgentLinks:
             self.gone(tracked, why, out)
 
     def end(self, alloc: Alloc, said: str, why: str, out: list[Observation]) -> None:
-        """`alloc` has ended (logged with `said`): its launches went with it (`why`)."""
         with contextlib.suppress(ValueError):
             self.allocs.remove(alloc)
         alloc.ending = True
@@ -383,7 +381,6 @@ class AgentLinks:
             self.gone(tracked, why, out)
 
     def gone(self, tracked: Tracked, why: str, out: list[Observation]) -> None:
-        """A launch whose agent is gone with its node or allocation: killed with it."""
         self.active.pop(tracked.launch.launch_id, None)
         if not tracked.dispatched:
             out.append(LaunchFailed(tracked.launch.launch_id, why, time.time()))
@@ -392,9 +389,8 @@ class AgentLinks:
 
     def restore(self, usable: Mapping[str, bool], after: float, now: float,
                 out: list[Observation]) -> None:
-        """A lost node is back once its platform has shown it down and usable again
-        (`usable`: what it says of each node it knows), or `after` seconds from its loss
-        when it never showed it down."""
+        """A lost node is back once `usable` (the platform's word) has shown it down and
+        usable again, or usable `after` seconds from its loss."""
         for node, since in list(self.down.items()):
             if node not in usable:
                 continue
@@ -403,3 +399,49 @@ class AgentLinks:
             elif node in self.seen_down or now - since > after:
                 del self.down[node]
                 out.append(Command("node-back", node, time.time()))
+
+
+class AgentBackend(Backend):
+    """A backend whose replicas run under node agents (`links`); it adds its platform."""
+
+    links: AgentLinks
+    WHERE = ""  # the launch record's field naming its allocation
+    GONE = ""  # why an adopted launch whose allocation is gone fails
+
+    @abc.abstractmethod
+    def _attach(self) -> None:
+        """Start the hub and relay and find this state dir's allocations, on first use."""
+
+    @abc.abstractmethod
+    def _joins(self, launch: Launch, attempt: str) -> Alloc | None:
+        """The allocation a new launch runs in (None: a new one)."""
+
+    @abc.abstractmethod
+    def _give_back(self, alloc: Alloc, grace: int) -> None:
+        """End `alloc` on its platform."""
+
+    def launch(self, launch: Launch) -> None:
+        self._attach()
+        self.links.launch(launch, self._joins)
+
+    def stop(self, stop: Stop) -> None:
+        self.links.stop(stop)
+
+    def kill_node(self, node: str) -> None:
+        self.links.kill_node(node)
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        self._attach()
+        return self.links.adopt(launch_ids, self.WHERE, self.GONE)
+
+    def _release(self, now: float) -> None:
+        for alloc in self.links.releasable(now):
+            self._give_back(alloc, grace=1 if alloc.nodes else 0)
+
+    def close(self) -> None:
+        """Stop watching: allocations with launches run on (a restart re-attaches); those
+        that hold none are given back now."""
+        for alloc in list(self.links.allocs):
+            if alloc.slurm_id and self.links.idle(alloc):
+                self._give_back(alloc, grace=1)
+        self.links.close()

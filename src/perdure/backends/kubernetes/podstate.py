@@ -166,10 +166,6 @@ class PodStates:
         self.links.log(f"{alloc.job_id} attempt {alloc.attempt}: {why}: preempting the job")
         out.append(Command("preempt", alloc.job_id, time.time()))
 
-    def release(self, now: float) -> None:
-        for alloc in self.links.releasable(now):
-            self.delete(alloc, grace=0 if not alloc.nodes else 1)
-
     def delete(self, alloc: Alloc, grace: int) -> None:
         alloc.ending = True
         with contextlib.suppress(ValueError):

@@ -1,14 +1,8 @@
-"""Run replicas on a Ray cluster: a detached, named actor per launch on its perdure node.
+"""Run replicas on a Ray cluster: a detached, named launch actor (`actors`) per launch.
 
-`RayBackend` implements `perdure.backends.base.Backend`. Each launch is a `LaunchActor`
-(`actors`) that runs the local backend's supervisor on the Ray node advertising
-`perdure_node_<node>`; the backend keeps one outstanding call per launch (its start, then its
-exit) and collects the finished ones with `ray.wait(timeout=0)`, so `poll` never blocks. The
-launch's logs and progress reports are pulled into the controller's state dir (`mirror`).
-
-Nodes: a Ray node that is gone makes its perdure node fail (a `fail-node` command: its
-replicas are lost with it, no restart charged); a Ray node that comes back advertising the
-same resource restores it. A controller that restarts finds the launches' actors by name.
+One outstanding call per launch (its start, then its exit), collected with
+`ray.wait(timeout=0)`, so `poll` never blocks. A Ray node that is gone fails its perdure node
+(`fail-node`: no restart charged); it is back when a new Ray node advertises it.
 """
 
 from __future__ import annotations
@@ -61,8 +55,6 @@ OOM_WORDS = ("OutOfMemory", "out of memory", "memory monitor")
 
 
 class RayBackend(Backend):
-    """Replicas as detached actors on Ray nodes (see the module docstring)."""
-
     def __init__(self, state_dir: Path | str, cluster: ClusterSpec) -> None:
         self.spec: RaySpec = cluster.ray or RaySpec()
         self.ns = self.spec.namespace
@@ -90,8 +82,8 @@ class RayBackend(Backend):
                            if health.preflight else None)
 
     def _attach(self) -> None:
-        """Connect, take the namespace, start the relay: on first use, once the controller
-        holds its state dir (a `perdure run` that only follows a job never gets here)."""
+        """Connect, take the namespace, start the relay: on first use (a `perdure run` that
+        only follows a job never gets here)."""
         if self._transport is not None:
             return
         rc.connect(self.spec)
@@ -170,26 +162,20 @@ class RayBackend(Backend):
         except RayError as err:
             if self._agent_answers(node):
                 raise LaunchError(f"node {node} did not give a port: {err}") from None
-            # Rank 0's node is gone and not yet seen so (a replica that exits at once, as a
-            # survivor of that node's death does, is launched again before the GCS marks
-            # the node dead): lose it now. This launch goes on with a port nobody listens
-            # on; the node's loss restarts the group, charging no one.
+            # Rank 0's node is gone before the GCS says so: lose it now; the loss restarts
+            # the group, so this launch's port (nobody listens on it) does not matter.
             self._lose_node(node, self._pending)
             return None
         self._ports_ahead.ask(node, self._agent(node))  # for the next restart
         return port
 
     def hold_nodes(self, hold: HoldNodes) -> None:
-        """The spare nodes a job's attempt holds: those of every job are kept warm, their
-        agents' pools filled ahead of need (asked again whenever the set changes)."""
         self._holds.update(hold)
         held = self._holds.nodes()
         if held != self._spares.held:
             self._spares.hold(held)
 
     def fence_nodes(self, fenced: dict[str, str]) -> None:
-        """Quarantined nodes (core/health.py) get nothing placed there: no spare launch
-        actors wait on them, and their agents' pools are not kept warm."""
         self._spares.fence(frozenset(fenced))
 
     # ---- stop -------------------------------------------------------------------------------
@@ -268,7 +254,6 @@ class RayBackend(Backend):
             self._ask(tracked, news.ask)
 
     def _unexpected(self, tracked: Tracked, err: Exception, out: list[Observation]) -> None:
-        """An answer that makes no sense fails its launch, whose replica is stopped."""
         self._report_failed(tracked, f"launch {tracked.launch_id}: unexpected answer from its "
                                      f"actor ({type(err).__name__}: {str(err)[:400]})", out)
         with contextlib.suppress(Exception):
@@ -288,8 +273,8 @@ class RayBackend(Backend):
                                     sent_error(tracked.mirror.dir, record)))
 
     def _actor_died(self, tracked: Tracked, err: RayError, out: list[Observation]) -> None:
-        """The launch's actor is gone: its node died, Ray's memory monitor killed it, or
-        someone killed it. Its replica died with it (its supervisor watches the actor)."""
+        """The launch's actor is gone (its node died, Ray's memory monitor, a kill), and its
+        replica with it."""
         text = str(err)
         oom = any(w in text for w in OOM_WORDS)
         if not oom and not tracked.lost and not self._agent_answers(tracked.node):
@@ -332,9 +317,7 @@ class RayBackend(Backend):
 
     def _drained(self, name: str, node_id: str, deadline_ms: int,
                  out: list[Observation]) -> None:
-        """Ray drains a node: with a deadline (preemption) its jobs save, suspend and are
-        requeued; without one (maintenance) its replicas move, keeping their identity. Either
-        way it is back only as a new Ray node."""
+        """Ray drains a node: with a deadline a preemption, without one maintenance."""
         self._down[name] = node_id
         self._live.pop(name, None)
         self._spares.forget(name)
@@ -393,7 +376,6 @@ class RayBackend(Backend):
         return out
 
     def close(self) -> None:
-        """Stop watching (replicas keep running), stop the relay, let the namespace go."""
         self._active.clear()
         with contextlib.suppress(RayError):
             self._spares.close()
