@@ -1,10 +1,5 @@
-"""The inspector of an agent-based backend (Slurm, Kubernetes): logs and launch records from
-the controller's copy.
-
-The backend copies every launch's logs and records into the state dir where the local backend
-keeps them (`node.mirror`), so `perdure logs` and `describe` read such a job as a local one.
-Signals go to a replica through its node's agent, which only the controller is connected to:
-from here the user is told what to use instead.
+"""The inspector of an agent-based backend: logs and records from the controller's copy;
+signals only through the controller's node agents, so the user is told what to use instead.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""What a node agent's report says of one launch, applied to the controller's copy of it.
-
-A report item may carry the launch's new log and progress bytes (with the offsets they start
-at), its status record once it started, and its exit record once it ended (only in an item
-that brings no bytes: the copy is whole by then). Each becomes what the local backend would
-have written in the state dir, and the observation the core expects.
+"""What a node agent's report says of one launch, applied to the controller's copy of it
+(the files the local backend would have written) and observed.
 
 Side effects: writes the launch's mirror (logs, records) in the state dir.
 """
@@ -26,7 +22,6 @@ from perdure.core.events import Launch, Observation, ReplicaExited, ReplicaStart
 
 @dataclass
 class Tracked:
-    """A launch the backend watches: where it runs, and the controller's copy of it."""
 
     launch: Launch
     alloc: Alloc
@@ -45,8 +40,7 @@ def in_step(tracked: Tracked, item: dict[str, Any]) -> bool:
 
 def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation],
           progress: ProgressReader) -> bool:
-    """Copy the item into the launch's mirror and observe it (its progress read from the copy
-    as the local backend reads its own: steps, saves, notes); whether the launch ended."""
+    """Copy the item into the launch's mirror and observe it; whether the launch ended."""
     lid = tracked.launch.launch_id
     chunks = item.get("chunks")
     if isinstance(chunks, dict):

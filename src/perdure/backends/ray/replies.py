@@ -1,14 +1,7 @@
-"""What a launch actor's answer means, given the question it answers.
+"""What a launch actor's answer means, given the question it answers (`started` or `exit`).
 
-The controller asks a launch's actor one thing at a time: `started` (its status record once
-the replica runs; None when the replica ended before one existed, or the wait ran out; the
-check's words when its node failed its preflight check: it never starts) or `exit` (its exit
-record once it ended; None when the wait ran out). Answers are read by the question that
-was asked, never guessed from the order they come in: a replica that ends before its start
-record is read (a quick replica, a loaded machine) answers `exit` with an exit record, which
-is its end, not its start.
-
-No side effects: `read` maps (question, answer) to what to report and what to ask next.
+Answers are read by the question asked, never by the order they come in: a replica that ends
+before its start is read answers with an exit record, its end. No side effects.
 """
 
 from __future__ import annotations
@@ -28,8 +21,8 @@ class UnexpectedReply(ValueError):
 
 @dataclass(frozen=True)
 class Next:
-    """What an answer means: a start to report (pid, started at, the status record), an exit
-    record to report, and the next question (None: the launch is over)."""
+    """A start (pid, started at, status) and an exit to report; the next question (None:
+    over)."""
 
     ask: str | None
     started: tuple[int, float, dict[str, Any]] | None = None
