@@ -16,8 +16,7 @@ AGENT_SIGNALS = {
 
 
 def check_environment() -> None:
-    """BackendSettingError naming an unusable variable of the environment that the backends'
-    node side reads (warm pool size and idle time, log cap), before anything is started."""
+    """BackendSettingError naming an unusable variable the backends' node side reads."""
     from perdure.backends.node import logcap, warm
 
     try:

@@ -1,6 +1,5 @@
-"""A launch's directory on its node as a node agent drives it (the Ray launch actor, the Slurm
-and pod agents): the local supervisor's launch record, a stop, and the end of a launch that
-never started or whose supervisor left no exit record.
+"""A launch's directory on its node as a node agent drives it: the supervisor's launch
+record, a stop, and the end of a launch that never started or left no exit record.
 
 Side effects: files in the launch directory, signals to its supervisor and what it left.
 """
