@@ -28,13 +28,13 @@ from perdure.backends.agents.hub import Agent, Hub, load_secret
 from perdure.backends.agents.reports import Tracked
 from perdure.backends.base import Backend, LaunchError
 from perdure.backends.local.progress import ProgressReader
+from perdure.backends.lostnodes import LostNodes, killed
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
 from perdure.backends.node.mirror import Mirror
 from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.spareholds import SpareHolds
 from perdure.core.events import (
-    Command,
     Launch,
     LaunchFailed,
     LaunchQueued,
@@ -74,7 +74,7 @@ class AgentLinks:
         self.allocs: list[Alloc] = []
         self.active: dict[str, Tracked] = {}
         self.agents: dict[tuple[str, str], Agent] = {}
-        self.down: dict[str, float] = {}  # lost node -> when
+        self.lost = LostNodes()
         self.seen_down: set[str] = set()  # lost nodes the platform has shown down since
         self.addresses: dict[str, str] = {}
         self.checks_failed: set[tuple[str, str]] = set()  # (allocation, node) reported
@@ -243,7 +243,7 @@ class AgentLinks:
         """Rank 0's address and port into `env`; False while rank 0's agent is not up. A
         lost rank 0 node changes nothing: the group restarts anyway."""
         master = env.get("PERDURE_MASTER_NODE", "")
-        if not master or master in self.down:
+        if not master or master in self.lost:
             return True
         agent = next((a for (alloc_id, name), a in self.agents.items() if name == master
                       and any(x.slurm_id == alloc_id and x.job_id == launch.job_id
@@ -359,16 +359,13 @@ class AgentLinks:
                     self.lose_node(node, f"node {node}: its agent never connected", out)
 
     def lose_node(self, node: str, why: str, out: list[Observation]) -> None:
-        """A node is gone: fail it (before its replicas' exits, so they are not charged)."""
         for alloc in self.allocs:
             if node in alloc.nodes:
                 alloc.nodes.remove(node)  # a replacement there gets a new allocation
-        if node in self.down:
+        if not self.lost.lose(node, out):
             return
         self.log(why)
-        self.down[node] = time.monotonic()
         self.seen_down.discard(node)
-        out.append(Command("fail-node", node, time.time()))
         for tracked in [t for t in self.active.values() if t.launch.node == node]:
             self.gone(tracked, why, out)
 
@@ -385,20 +382,19 @@ class AgentLinks:
         if not tracked.dispatched:
             out.append(LaunchFailed(tracked.launch.launch_id, why, time.time()))
             return
-        out.append(reports.lost(tracked, why))
+        out.append(killed(tracked.launch.launch_id, tracked.mirror, why))
 
     def restore(self, usable: Mapping[str, bool], after: float, now: float,
                 out: list[Observation]) -> None:
         """A lost node is back once `usable` (the platform's word) has shown it down and
         usable again, or usable `after` seconds from its loss."""
-        for node, since in list(self.down.items()):
+        for node, (since, _) in list(self.lost.nodes.items()):
             if node not in usable:
                 continue
             if not usable[node]:
                 self.seen_down.add(node)
             elif node in self.seen_down or now - since > after:
-                del self.down[node]
-                out.append(Command("node-back", node, time.time()))
+                self.lost.back(node, out)
 
 
 class AgentBackend(Backend):

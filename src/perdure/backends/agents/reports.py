@@ -7,7 +7,6 @@ Side effects: writes the launch's mirror (logs, records) in the state dir.
 from __future__ import annotations
 
 import base64
-import signal
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ from perdure.backends.agents.alloc import Alloc
 from perdure.backends.base import exit_observation, sent_error
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.node.mirror import Mirror
-from perdure.core.events import Launch, Observation, ReplicaExited, ReplicaStarted
+from perdure.core.events import Launch, Observation, ReplicaStarted
 
 
 @dataclass
@@ -62,11 +61,3 @@ def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation],
     out.append(exit_observation(lid, record, sent_error(tracked.mirror.dir, record)))
     return True
 
-
-def lost(tracked: Tracked, why: str) -> Observation:
-    """A dispatched launch whose node or allocation is gone: killed with it."""
-    tracked.mirror.write_record(statedir.EXIT, {
-        "exit_code": 128 + signal.SIGKILL, "signal": signal.SIGKILL, "time": time.time(),
-        "lost": why})
-    return ReplicaExited(tracked.launch.launch_id, 128 + signal.SIGKILL, time.time(),
-                         signal=int(signal.SIGKILL))

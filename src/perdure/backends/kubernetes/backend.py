@@ -141,7 +141,7 @@ class KubernetesBackend(AgentBackend):
         self.pods.refresh(out)
         self.links.drain(self.pods, out)
         self.links.heartbeats(self.pods, now, out)
-        if self.links.down:
+        if self.links.lost.nodes:
             self.pods.restore(now, out)
         self._dispatch(out)
         self._release(now)

@@ -25,6 +25,7 @@ from ray.exceptions import (
 from perdure import statedir
 from perdure.backends.base import Backend, LaunchError, NodeInfo, exit_observation, sent_error
 from perdure.backends.local.progress import ProgressReader
+from perdure.backends.lostnodes import LostNodes, killed
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
 from perdure.backends.node.mirror import Mirror
@@ -37,13 +38,11 @@ from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_fro
 from perdure.backends.spareholds import SpareHolds
 from perdure.core.clusterspec import ClusterSpec, RaySpec
 from perdure.core.events import (
-    Command,
     HoldNodes,
     Launch,
     LaunchFailed,
     NodeCheckFailed,
     Observation,
-    ReplicaExited,
     ReplicaStarted,
     Stop,
 )
@@ -64,7 +63,7 @@ class RayBackend(Backend):
         self._lock: Any = None
         self._transport: LaunchTransport | None = None
         self._live: dict[str, rc.RayNode] = {}
-        self._down: dict[str, str] = {}  # lost node -> the Ray node id it had
+        self._lost = LostNodes()
         self._next_nodes = 0.0
         self._active: dict[str, Tracked] = {}
         self._masters = MasterPorts()
@@ -283,11 +282,7 @@ class RayBackend(Backend):
         if not tracked.lost:
             pull_from_agent(tracked, self._agent(tracked.node))
         why = "its node was lost" if tracked.lost else text.splitlines()[0][:300]
-        tracked.mirror.write_record(statedir.EXIT, {
-            "exit_code": 128 + signal.SIGKILL, "signal": signal.SIGKILL, "oom": oom,
-            "time": time.time(), "lost": why})
-        out.append(ReplicaExited(launch_id=tracked.launch_id, exit_code=128 + signal.SIGKILL,
-                                 time=time.time(), signal=int(signal.SIGKILL), oom=oom))
+        out.append(killed(tracked.launch_id, tracked.mirror, why, oom))
 
     def _report_failed(self, tracked: Tracked, message: str, out: list[Observation]) -> None:
         self._active.pop(tracked.launch_id, None)
@@ -308,37 +303,33 @@ class RayBackend(Backend):
             self._lose_node(name, out)
         for name, node in live.items():
             # Back only as a new Ray node: the GCS lists a dead one as alive for a while.
-            if name in self._down and node.node_id != self._down[name]:
-                del self._down[name]
+            if name in self._lost and node.node_id != self._lost.nodes[name][1]:
+                self._lost.back(name, out)
                 self._agents.pop(name, None)
                 self._spares.forget(name)
-                out.append(Command("node-back", name, time.time()))
-        self._live = {n: v for n, v in live.items() if n not in self._down}
+        self._live = {n: v for n, v in live.items() if n not in self._lost}
 
     def _drained(self, name: str, node_id: str, deadline_ms: int,
                  out: list[Observation]) -> None:
         """Ray drains a node: with a deadline a preemption, without one maintenance."""
-        self._down[name] = node_id
+        self._lost.lose(name, out, node_id, "preempt-node" if deadline_ms else "drain-node",
+                        "Ray drains it")
         self._live.pop(name, None)
         self._spares.forget(name)
-        kind = "preempt-node" if deadline_ms else "drain-node"
-        out.append(Command(kind, name, time.time(), why="Ray drains it"))
 
     def _lose_node(self, name: str, out: list[Observation]) -> None:
-        """A node is gone: fail it (before its replicas' exits, so they are not charged)."""
-        if name in self._down:
+        gone = self._live.get(name)
+        if not self._lost.lose(name, out, gone.node_id if gone is not None else ""):
             return
-        gone = self._live.pop(name, None)
-        self._down[name] = gone.node_id if gone is not None else ""
+        self._live.pop(name, None)
         self._agents.pop(name, None)
         self._spares.forget(name)
-        out.append(Command("fail-node", name, time.time()))
         for tracked in self._active.values():
             if tracked.node == name:
                 tracked.lost = True
 
     def _agent_answers(self, node: str) -> bool:
-        if node in self._down:
+        if node in self._lost:
             return False
         live = self._live.get(node)
         # The Ray call below waits out PROBE_SECONDS on a dead node (the GCS takes longer

@@ -125,7 +125,7 @@ class SlurmBackend(AgentBackend):
             self.refresh(out)
         self.links.drain(self, out)
         self.links.heartbeats(self, now, out)
-        if self.links.down and now >= self._next_sinfo:
+        if self.links.lost.nodes and now >= self._next_sinfo:
             self._next_sinfo = now + SINFO_SECONDS
             with contextlib.suppress(slurmcmd.SlurmError):
                 usable = {n.name: n.usable for n in slurmcmd.nodes(self.spec.partition)}
