@@ -47,7 +47,6 @@ class Agent:
     address: str
     sock: socket.socket
     last_seen: float = field(default_factory=time.monotonic)
-    closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, doc: dict[str, Any]) -> bool:
@@ -123,7 +122,6 @@ class Hub:
                     self.events.put((agent, frame))
         except (OSError, FrameError):
             pass
-        agent.closed = True
         with contextlib.suppress(OSError):
             conn.close()
         self.events.put((agent, None))

@@ -19,7 +19,7 @@ import queue
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from perdure import statedir
 from perdure.backends.agents import reports
@@ -27,6 +27,7 @@ from perdure.backends.agents.alloc import Alloc
 from perdure.backends.agents.hub import Agent, Hub, load_secret
 from perdure.backends.agents.reports import Tracked
 from perdure.backends.base import Backend, LaunchError
+from perdure.backends.launchdir import launch_record
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.lostnodes import LostNodes, killed
 from perdure.backends.masterport import MasterPorts
@@ -35,6 +36,7 @@ from perdure.backends.node.mirror import Mirror
 from perdure.backends.node.transport import LaunchTransport
 from perdure.backends.spareholds import SpareHolds
 from perdure.core.events import (
+    Command,
     Launch,
     LaunchFailed,
     LaunchQueued,
@@ -50,23 +52,19 @@ PORT_SECONDS = 5.0  # how long rank 0's agent has to name a free port
 RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back
 
 
-class Platform(Protocol):
-    """What the backend's platform says of its allocations."""
-
-    def refresh(self, out: list[Observation]) -> None:
-        """Read the allocations' states now and act on what changed."""
-
-    def notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
-        """A preemption notice for `alloc`: the job saves and suspends."""
+# Reads the allocations' states from the platform now and acts on what changed.
+Refresh = Callable[[list[Observation]], None]
 
 
 class AgentLinks:
     """The launches, allocations and node agents of one agent-based backend; `log_path`:
-    its log of what its platform did."""
+    its log of what its platform did; `platform`, `unit`: what the platform and one
+    allocation are called ("Slurm", "Slurm job")."""
 
-    def __init__(self, state_dir: str, log_path: str) -> None:
+    def __init__(self, state_dir: str, log_path: str, platform: str, unit: str) -> None:
         self.state_dir = state_dir
         self.log_path = log_path
+        self.platform, self.unit = platform, unit
         self.warm = (warm.pool_size(None), warm.idle_seconds(None))
         self.log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self.hub: Hub | None = None
@@ -129,14 +127,21 @@ class AgentLinks:
                     now - alloc.idle_since >= RELEASE_SECONDS):
                 yield alloc
 
-    def queued(self, alloc: Alloc, reason: str, platform: str, what: str,
-               out: list[Observation]) -> None:
+    def queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
         """The allocation's launches wait in the platform's queue for `reason` ("": no
         longer)."""
         alloc.told = reason
         for tracked in self.launches_of(alloc):
-            out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(), platform,
-                                    what))
+            out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(),
+                                    self.platform, f"{self.unit} {alloc.slurm_id}"))
+
+    def notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
+        """A preemption's notice for `alloc` (once): the job saves and suspends."""
+        if alloc.noticed:
+            return
+        alloc.noticed = True
+        self.log(f"{alloc.job_id} attempt {alloc.attempt}: {why}: preempting the job")
+        out.append(Command("preempt", alloc.job_id, time.time()))
 
     def submit(self, make: Callable[[Alloc, list[Tracked]], str], out: list[Observation]
                ) -> None:
@@ -265,11 +270,7 @@ class AgentLinks:
         """Send the launch to its agent and record it with `kept` (where it runs); False: the
         agent's connection just ended (the node's loss follows)."""
         launch = tracked.launch
-        record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
-                  "replica": launch.replica, "node": launch.node,
-                  "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                  "memory_mb": launch.memory_mb, "gpus": launch.gpus,
-                  "log_max_bytes": self.log_max_bytes}
+        record = launch_record(launch, env, self.log_max_bytes)
         if not agent.send({"op": "launch", "record": record}):
             return False
         tracked.dispatched = True
@@ -279,7 +280,7 @@ class AgentLinks:
 
     # ---- the agents' reports, heartbeats and losses -----------------------------------------
 
-    def drain(self, platform: Platform, out: list[Observation]) -> None:
+    def drain(self, refresh: Refresh, out: list[Observation]) -> None:
         assert self.hub is not None
         while True:
             try:
@@ -290,7 +291,7 @@ class AgentLinks:
             if frame is None:
                 if self.agents.get(key) is agent:
                     del self.agents[key]
-                    self._agent_lost(platform, agent, "its agent's connection ended", out)
+                    self._agent_lost(refresh, agent, "its agent's connection ended", out)
             elif frame.get("t") == "hello":
                 old = self.agents.get(key)
                 if old is not None and old is not agent:
@@ -302,17 +303,17 @@ class AgentLinks:
                     t.launch.launch_id: dict(t.mirror.offsets) for t in self.active.values()
                     if t.dispatched and (t.alloc.slurm_id, t.launch.node) == key}})
             elif frame.get("t") == "report":
-                self._report(platform, agent, frame, out)
+                self._report(refresh, agent, frame, out)
 
-    def _report(self, platform: Platform, agent: Agent, frame: dict[str, object],
+    def _report(self, refresh: Refresh, agent: Agent, frame: dict[str, object],
                 out: list[Observation]) -> None:
         alloc = next((a for a in self.allocs if a.slurm_id == agent.alloc), None)
         if frame.get("notice") and alloc is not None and not alloc.noticed:
             # SIGTERM: a preemption's notice (the allocation runs on, for its grace), or
             # a cancel (it has ended already): the platform's state tells which
-            platform.refresh(out)
+            refresh(out)
             if alloc in self.allocs and alloc.running:
-                platform.notice(alloc, str(frame["notice"]), out)
+                self.notice(alloc, str(frame["notice"]), out)
         failed = frame.get("check_failed")
         if failed and (agent.alloc, agent.node) not in self.checks_failed:
             self.checks_failed.add((agent.alloc, agent.node))  # the node's preflight
@@ -333,23 +334,23 @@ class AgentLinks:
                 self.active.pop(lid, None)
                 agent.send({"op": "forget", "launch_id": lid})
 
-    def _agent_lost(self, platform: Platform, agent: Agent, why: str,
+    def _agent_lost(self, refresh: Refresh, agent: Agent, why: str,
                     out: list[Observation]) -> None:
         """An agent is gone: its node is lost if its allocation still runs (read now)."""
         alloc = next((a for a in self.allocs if a.slurm_id == agent.alloc), None)
         if alloc is None or alloc.ending:
             return
-        platform.refresh(out)
+        refresh(out)
         if alloc in self.allocs and alloc.running:
             self.lose_node(agent.node, f"node {agent.node}: {why}", out)
 
-    def heartbeats(self, platform: Platform, now: float, out: list[Observation]) -> None:
+    def heartbeats(self, refresh: Refresh, now: float, out: list[Observation]) -> None:
         for key, agent in list(self.agents.items()):
             if now - agent.last_seen > HEARTBEAT_SECONDS:
                 del self.agents[key]
                 with contextlib.suppress(OSError):
                     agent.sock.close()
-                self._agent_lost(platform, agent, f"no heartbeat for {HEARTBEAT_SECONDS:g}s",
+                self._agent_lost(refresh, agent, f"no heartbeat for {HEARTBEAT_SECONDS:g}s",
                                  out)
         for alloc in self.allocs:
             for node, since in list(alloc.agents.items()):

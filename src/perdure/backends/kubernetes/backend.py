@@ -67,7 +67,8 @@ class KubernetesBackend(AgentBackend):
         self.state_dir = os.path.realpath(state_dir)
         self.dir = os.path.join(self.state_dir, "kubernetes")
         statedir.private_dirs(self.dir)
-        self.links = AgentLinks(self.state_dir, os.path.join(self.dir, LOG_FILE))
+        self.links = AgentLinks(self.state_dir, os.path.join(self.dir, LOG_FILE), "Kubernetes",
+                                "pod")
         self.tag = pd.state_tag(self.state_dir)
         self.api = Api(load_config(self.k8s.kubeconfig, self.k8s.context, self.k8s.namespace,
                                    self.dir))
@@ -139,8 +140,8 @@ class KubernetesBackend(AgentBackend):
         now = time.monotonic()
         self.links.submit(self._make_pod, out)
         self.pods.refresh(out)
-        self.links.drain(self.pods, out)
-        self.links.heartbeats(self.pods, now, out)
+        self.links.drain(self.pods.refresh, out)
+        self.links.heartbeats(self.pods.refresh, now, out)
         if self.links.lost.nodes:
             self.pods.restore(now, out)
         self._dispatch(out)

@@ -1,5 +1,4 @@
-"""What Kubernetes does to the agent pods and their nodes, as perdure's observations (the
-backend's `links.Platform`). Per pod:
+"""What Kubernetes does to the agent pods and their nodes, as perdure's observations. Per pod:
 
 | the API server says                                   | perdure does                          |
 | ----------------------------------------------------- | ------------------------------------- |
@@ -24,7 +23,7 @@ from perdure.backends.agents.links import AgentLinks
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError
 from perdure.backends.kubernetes.watch import Watch
-from perdure.core.events import Command, LaunchFailed, Observation
+from perdure.core.events import LaunchFailed, Observation
 
 RESTORE_SECONDS = 10.0
 
@@ -68,7 +67,7 @@ class PodStates:
             if not pd.node_ready(node) and alloc.running:
                 self.links.lose_node(alloc.nodes[0], f"node {alloc.nodes[0]} is NotReady", out)
             elif pd.unschedulable(node) and alloc.running and self.links.launches_of(alloc):
-                self.notice(alloc, f"node {alloc.nodes[0]} was cordoned", out)
+                self.links.notice(alloc, f"node {alloc.nodes[0]} was cordoned", out)
 
     def _take_events(self) -> None:
         if self.watch is None:
@@ -103,7 +102,8 @@ class PodStates:
         if pd.terminating(pod):
             alloc.state = "TERMINATING"
             if pd.graceful(pod) and self.links.launches_of(alloc):
-                self.notice(alloc, f"pod {alloc.slurm_id} is being deleted (evicted)", out)
+                self.links.notice(alloc, f"pod {alloc.slurm_id} is being deleted (evicted)",
+                                  out)
             elif not alloc.noticed:
                 self._gone_pod(alloc, f"its pod {alloc.slurm_id} was force-deleted", out)
             return
@@ -113,7 +113,7 @@ class PodStates:
             if not alloc.ran:
                 alloc.ran = True
                 alloc.agents[node] = time.monotonic()
-                self._queued(alloc, "", out)
+                self.links.queued(alloc, "", out)
         elif phase == "Pending":
             broken = pd.config_error(pod)
             if broken:
@@ -121,12 +121,9 @@ class PodStates:
                 return
             reason = pd.waiting_reason(pod)
             if reason and reason != alloc.told:
-                self._queued(alloc, reason, out)
+                self.links.queued(alloc, reason, out)
         else:
             self._gone_pod(alloc, f"its pod {alloc.slurm_id} is {phase}", out)
-
-    def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
-        self.links.queued(alloc, reason, "Kubernetes", f"pod {alloc.slurm_id}", out)
 
     def _gone_pod(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
         """The pod is gone: the end of a noticed pod, else its node is lost."""
@@ -146,13 +143,6 @@ class PodStates:
                                     f"Kubernetes cannot start pod {alloc.slurm_id}: {why}"
                                     f"{secret}", time.time(), user_error=True))
         self.delete(alloc, grace=0)
-
-    def notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
-        if alloc.noticed:
-            return
-        alloc.noticed = True
-        self.links.log(f"{alloc.job_id} attempt {alloc.attempt}: {why}: preempting the job")
-        out.append(Command("preempt", alloc.job_id, time.time()))
 
     def delete(self, alloc: Alloc, grace: int) -> None:
         alloc.ending = True

@@ -24,6 +24,7 @@ from ray.exceptions import (
 
 from perdure import statedir
 from perdure.backends.base import Backend, LaunchError, NodeInfo, exit_observation, sent_error
+from perdure.backends.launchdir import launch_record
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.lostnodes import LostNodes, killed
 from perdure.backends.masterport import MasterPorts
@@ -125,11 +126,7 @@ class RayBackend(Backend):
             env["MASTER_ADDR"] = master.address
             env["MASTER_PORT"] = self._masters.port(launch.job_id, launch.master_key,
                                                     lambda: self._free_port(master.name))
-        record: dict[str, Any] = {
-            "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
-            "node": launch.node, "command": list(launch.command), "env": env,
-            "cwd": launch.cwd, "memory_mb": launch.memory_mb, "warm": list(self._warm),
-            "gpus": launch.gpus, "log_max_bytes": self._log_max_bytes}
+        record = {**launch_record(launch, env, self._log_max_bytes), "warm": list(self._warm)}
         if self._preflight is not None:
             record["preflight"] = self._preflight
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)

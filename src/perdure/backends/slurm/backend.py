@@ -40,7 +40,8 @@ class SlurmBackend(AgentBackend):
         self.state_dir = os.path.realpath(state_dir)
         self.dir = os.path.join(self.state_dir, statedir.SLURM)
         statedir.private_dirs(self.dir)
-        self.links = AgentLinks(self.state_dir, os.path.join(self.dir, statedir.SLURM_LOG))
+        self.links = AgentLinks(self.state_dir, os.path.join(self.dir, statedir.SLURM_LOG),
+                                "Slurm", "Slurm job")
         self.prefix = al.name_prefix(self.state_dir)
         self._configured = [NodeInfo(n.name, n.slots, gpus=n.gpus) for n in cluster.nodes]
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -110,9 +111,6 @@ class SlurmBackend(AgentBackend):
         self.links.allocs.append(Alloc(*key, new, cpus=like.cpus, gpus=like.gpus,
                                        warning=like.warning))
 
-    def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
-        self.links.queued(alloc, reason, "Slurm", f"Slurm job {alloc.slurm_id}", out)
-
     # ---- observe ----------------------------------------------------------------------------
 
     def poll(self) -> list[Observation]:
@@ -123,8 +121,8 @@ class SlurmBackend(AgentBackend):
         if now >= self._next_squeue:
             self._next_squeue = now + SQUEUE_SECONDS
             self.refresh(out)
-        self.links.drain(self, out)
-        self.links.heartbeats(self, now, out)
+        self.links.drain(self.refresh, out)
+        self.links.heartbeats(self.refresh, now, out)
         if self.links.lost.nodes and now >= self._next_sinfo:
             self._next_sinfo = now + SINFO_SECONDS
             with contextlib.suppress(slurmcmd.SlurmError):
@@ -192,12 +190,12 @@ class SlurmBackend(AgentBackend):
                 if not alloc.ran:
                     alloc.ran = True
                     self._start_agents(alloc)
-                    self._queued(alloc, "", out)
+                    self.links.queued(alloc, "", out)
                 if info.comment in slurmcmd.NOTICES:
-                    self.notice(alloc, info.comment, out)
+                    self.links.notice(alloc, info.comment, out)
             elif state == "PENDING":
                 if alloc.reason not in ("", "None") and alloc.reason != alloc.told:
-                    self._queued(alloc, alloc.reason, out)
+                    self.links.queued(alloc, alloc.reason, out)
             else:
                 self._ended(alloc, state, out)
         if changed:
@@ -216,18 +214,12 @@ class SlurmBackend(AgentBackend):
                 self._procs.append(al.start_agent(alloc, node, hub.address, hub.secret,
                                                   self.links.warm, self.dir, check))
 
-    def notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
-        if alloc.noticed:
-            return
-        alloc.noticed = True
-        out.append(Command("preempt", alloc.job_id, time.time()))
-
     def _ended(self, alloc: Alloc, state: str, out: list[Observation]) -> None:
         """The allocation ended, not by perdure: preempted or out of time suspends the job,
         cancelled from outside cancels it."""
         if self.links.launches_of(alloc):
             if state in ("PREEMPTED", "TIMEOUT", "REQUEUED", "NODE_FAIL") or alloc.noticed:
-                self.notice(alloc, state, out)
+                self.links.notice(alloc, state, out)
             else:
                 out.append(Command("cancel", alloc.job_id, time.time()))
         self.links.end(alloc, f"{alloc.describe()}: ended",
