@@ -164,13 +164,9 @@ class Api:
         self.http = httpx.Client(base_url=config.server, verify=config.tls, headers=headers,
                                  timeout=TIMEOUT)
 
-    @property
-    def namespace(self) -> str:
-        return self.config.namespace
-
     def ns(self, kind: str, name: str = "") -> str:
         tail = f"/{name}" if name else ""
-        return f"/api/v1/namespaces/{self.namespace}/{kind}{tail}"
+        return f"/api/v1/namespaces/{self.config.namespace}/{kind}{tail}"
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None,
              params: dict[str, str] | None = None, ok: tuple[int, ...] = ()

@@ -65,14 +65,12 @@ class NodeActor:
             pid = self._spawner.send(directory).pid
         return identity(pid)
 
-    def _gate(self, argv: list[str], timeout: float) -> NodeGate:
-        with self._lock:
-            return self._gates.setdefault((tuple(argv), timeout), NodeGate(argv, timeout))
-
     def check(self, key: str, argv: list[str], timeout: float, env: dict[str, str],
               cwd: str | None, wait: float) -> dict[str, Any] | None:
         """The outcome of the node's check for `key` (`NodeGate.outcome`)."""
-        outcome = self._gate(argv, timeout).outcome(key, env, cwd, wait)
+        with self._lock:
+            gate = self._gates.setdefault((tuple(argv), timeout), NodeGate(argv, timeout))
+        outcome = gate.outcome(key, env, cwd, wait)
         return None if outcome is None else {"passed": outcome.passed,
                                              "message": outcome.message}
 

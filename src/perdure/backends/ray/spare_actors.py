@@ -163,8 +163,6 @@ class SpareActors:
     def take(self, node: str) -> tuple[str, Any] | None:
         """A spare on `node` (the oldest: the likeliest to be running), or None."""
         have = self._spares.get(node)
-        if not have:
-            return None
         while have:
             spare = have.popleft()
             if self._alive(spare):

@@ -49,11 +49,11 @@ def slurm_env(secret: str | None = None, extra: dict[str, str] | None = None
     return {**env, **(extra or {})}
 
 
-def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, warning: int,
-           exclude: list[str] | None = None) -> None:
-    alloc.slurm_id = slurmcmd.submit(spec, f"{prefix}{alloc.job_id}.{alloc.attempt}",
-                                     alloc.nodes, alloc.cpus, warning, alloc.gpus, exclude)
-    alloc.warning = warning
+def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, exclude: list[str]) -> None:
+    """Submit `alloc`'s holder job (`slurmcmd.HOLDER`)."""
+    args = slurmcmd.sbatch_args(spec, f"{prefix}{alloc.job_id}.{alloc.attempt}", alloc.nodes,
+                                alloc.cpus, alloc.warning, alloc.gpus, exclude)
+    alloc.slurm_id = slurmcmd.run(args, stdin=slurmcmd.HOLDER).strip().split(";")[0]
     alloc.state = "PENDING"
 
 

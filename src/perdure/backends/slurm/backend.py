@@ -164,7 +164,7 @@ class SlurmBackend(AgentBackend):
             alloc.warning = int(grace) + WARNING_MARGIN
         try:
             exclude = sorted(set(self._fenced) - set(alloc.nodes))
-            al.submit(alloc, self.spec, self.prefix, alloc.warning, exclude)
+            al.submit(alloc, self.spec, self.prefix, exclude)
         except slurmcmd.SlurmError as err:
             return f"sbatch: {err}"
         return ""

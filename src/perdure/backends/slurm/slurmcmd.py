@@ -98,12 +98,6 @@ def sbatch_args(spec: SlurmSpec, name: str, nodes: list[str], cpus: int,
     return [*args, *spec.sbatch_args]
 
 
-def submit(spec: SlurmSpec, name: str, nodes: list[str], cpus: int, warning: int,
-           gpus: int = 0, exclude: list[str] | None = None) -> str:
-    out = run(sbatch_args(spec, name, nodes, cpus, warning, gpus, exclude), stdin=HOLDER)
-    return out.strip().split(";")[0]
-
-
 JOB_FORMAT = SEP.join(["%i", "%j", "%T", "%r", "%N", "%k"])
 
 
@@ -146,11 +140,14 @@ def gres_gpus(gres: str) -> int:
     return total
 
 
+def sinfo(fields: list[str], partition: str | None) -> str:
+    """`sinfo -N` with `fields`, one line per node (and partition)."""
+    args = ["sinfo", "-h", "-N", "-o", SEP.join(fields)]
+    return run([*args, f"--partition={partition}"] if partition else args)
+
+
 def nodes(partition: str | None) -> list[SlurmNode]:
-    args = ["sinfo", "-h", "-N", "-o", SEP.join(["%N", "%c", "%t", "%o", "%G"])]
-    if partition:
-        args.append(f"--partition={partition}")
-    return parse_nodes(run(args))
+    return parse_nodes(sinfo(["%N", "%c", "%t", "%o", "%G"], partition))
 
 
 DRAINING = ("drain", "drng", "drained")  # sinfo %t, without its `*` (not responding) mark
@@ -167,10 +164,7 @@ def parse_drains(text: str) -> dict[str, str]:
 
 
 def drains(partition: str | None) -> dict[str, str]:
-    args = ["sinfo", "-h", "-N", "-o", SEP.join(["%N", "%t", "%E"])]
-    if partition:
-        args.append(f"--partition={partition}")
-    return parse_drains(run(args))
+    return parse_drains(sinfo(["%N", "%t", "%E"], partition))
 
 
 @dataclass(frozen=True)
