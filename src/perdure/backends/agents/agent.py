@@ -191,10 +191,8 @@ class HubAgent:
                                                        os.environ.get("CUDA_VISIBLE_DEVICES"))
         launchdir.write_launch(
             directory, record, node_command(list(record["command"])), env, self.identity,
-            # Slurm signals every process of the step at once on a preemption: the supervisor
-            # then gives the replica the job's grace period to save, not its own default
+            # Slurm signals the whole step on a preemption: the replica gets the job's grace
             self_stop_grace=float(env.get("PERDURE_GRACE_SECONDS", "10")),
-            # the launch's step waits this much longer for it while the node's check runs
             preflight_timeout=float(self.check["timeout"]) if self.check else 0.0)
         with self.lock:
             launch = self.launches[lid] = _Launch(directory, {})

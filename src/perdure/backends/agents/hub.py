@@ -33,9 +33,8 @@ def load_secret(directory: str) -> str:
     path = os.path.join(directory, statedir.SLURM_SECRET)
     record = statedir.read_json(path)
     if record is None:
-        statedir.write_json(path, {"secret": secrets.token_hex(32)})
-        record = statedir.read_json(path)
-    assert record is not None
+        record = {"secret": secrets.token_hex(32)}
+        statedir.write_json(path, record)
     return str(record["secret"])
 
 

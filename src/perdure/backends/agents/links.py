@@ -309,8 +309,7 @@ class AgentLinks:
                 out: list[Observation]) -> None:
         alloc = next((a for a in self.allocs if a.slurm_id == agent.alloc), None)
         if frame.get("notice") and alloc is not None and not alloc.noticed:
-            # SIGTERM: a preemption's notice (the allocation runs on, for its grace), or
-            # a cancel (it has ended already): the platform's state tells which
+            # a preemption's notice, or a cancel: the platform's state tells which
             refresh(out)
             if alloc in self.allocs and alloc.running:
                 self.notice(alloc, str(frame["notice"]), out)

@@ -26,10 +26,8 @@ from perdure.core.events import HoldNodes, Launch, Observation
 from perdure.secrecy import is_secret
 
 ADDRESS_ENV = "PERDURE_K8S_ADDRESS"  # the address agent pods reach this controller at
-# Directories every node has at the same path (a shared filesystem, or this machine's own
-# for a test cluster of namespace hosts), separated by ':', each read-only with a `:ro` tail
-# (PATH:ro): mounted into every agent pod, which then runs this controller's interpreter and
-# PYTHONPATH instead of the image's `python`.
+# Directories every node has at the same path (PATH or PATH:ro, ':'-separated), mounted into
+# every agent pod, which then runs this controller's interpreter instead of the image's.
 HOST_DIRS_ENV = "PERDURE_K8S_HOST_DIRS"
 LOG_FILE = "kubernetes.log"  # what Kubernetes did to the pods, in <state>/kubernetes
 OWN_ENV = ("PERDURE_",)  # perdure's variables are never credentials read from a Secret

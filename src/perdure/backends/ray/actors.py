@@ -30,14 +30,10 @@ from perdure.backends.preflight import NodeGate, check_env
 from perdure.backends.ray.nodeactor import node_actor, node_address, node_dir
 
 AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
-# The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
-# while its template imports torch), else this actor starts it cold.
-CLAIM_SECONDS = 40.0
+CLAIM_SECONDS = 40.0  # the agent's spawner starts it within this (its template may import)
 BEGIN_SECONDS = 30.0  # a call that comes before `begin` waits this long for it
-# A spare launch actor checks this often that its controller still holds the namespace lock,
-# and leaves after this many checks in a row that say no (a loaded GCS may miss one answer).
-IDLE_CHECK_SECONDS = 5.0
-IDLE_MISSES = 3
+IDLE_CHECK_SECONDS = 5.0  # how often a spare asks whether its controller holds the lock
+IDLE_MISSES = 3  # it leaves after this many noes in a row (a loaded GCS may miss one)
 
 
 def _in_supervisor() -> None:
@@ -84,8 +80,7 @@ class LaunchActor:
             command[0] = sys.executable  # the interpreter of this node, not the controller's
         env = dict(record["env"])
         if record.get("gpus") and "CUDA_VISIBLE_DEVICES" in os.environ:
-            # Ray chose this actor's GPUs (num_gpus) and set them here: they win over the
-            # controller's guess, which does not know which of the node's GPUs Ray gave.
+            # Ray chose this actor's GPUs: they win over the controller's guess.
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         if "PERDURE_TRANSPORT" not in env:  # without the relay, reports stay here to be pulled
             env["PERDURE_REPORT_DIR"] = self.dir

@@ -70,7 +70,6 @@ class RayBackend(Backend):
         self._masters = MasterPorts()
         self._progress = ProgressReader()  # the launches' progress, from their mirrored copies
         self._agents: dict[str, Any] = {}
-        # ValueError naming the variable of the environment that is unusable:
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
         self._log_max_bytes = logcap.max_bytes()
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
@@ -329,8 +328,7 @@ class RayBackend(Backend):
         if node in self._lost:
             return False
         live = self._live.get(node)
-        # The Ray call below waits out PROBE_SECONDS on a dead node (the GCS takes longer
-        # still to mark it dead); a raylet port that refuses settles it in a round trip.
+        # A raylet port that refuses settles it in a round trip, not PROBE_SECONDS.
         if live is not None and rc.raylet_refuses(live):
             return False
         try:

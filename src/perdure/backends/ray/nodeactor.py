@@ -24,9 +24,7 @@ from perdure.backends.node.pulls import pull_launch
 from perdure.backends.preflight import NodeGate
 
 RESOURCE_PREFIX = "perdure_node_"
-# A launch or agent asks for this much of its node's resource: it pins the actor to the node
-# without taking a slot (the controller accounts for slots itself).
-PIN = 0.001
+PIN = 0.001  # of its node's resource: pins an actor there, taking no slot
 ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a stop
 
 

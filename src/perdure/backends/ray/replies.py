@@ -10,8 +10,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EXIT", "STARTED", "Next", "UnexpectedReply", "read"]
-
 STARTED, EXIT = "started", "exit"
 
 
@@ -49,9 +47,8 @@ def _is_exit(record: dict[str, Any]) -> bool:
 def read(asked: str, started: bool, answer: Any) -> Next:
     """What `answer` to `asked` means for a launch whose start was (not) reported yet."""
     if answer is None:
-        # started: it ended without a status, or the wait ran out: ask for its end, which
-        # answers at once if it ended. exit: the wait ran out; a launch whose start was not
-        # seen yet (a slow start on a loaded machine) is asked for its start again.
+        # The wait ran out (or it ended unstarted): ask for its end, or for its start again
+        # while that was not seen (a slow start).
         return Next(EXIT if asked == STARTED or started else STARTED)
     if not isinstance(answer, dict) or asked not in (STARTED, EXIT):
         raise UnexpectedReply(f"the answer to {asked!r} is not a record: {answer!r:.300}")

@@ -17,9 +17,7 @@ from perdure.backends.node.mirror import Mirror
 from perdure.backends.ray import replies
 
 PULL_SECONDS = 0.5  # how often logs and progress are copied while a launch runs
-# A launch's actor died on a live node: its agent, which the same cause may have killed (Ray's
-# memory monitor picks several workers), has this long to be back and hand over the logs.
-AGENT_PULL_SECONDS = 10.0
+AGENT_PULL_SECONDS = 10.0  # for a dead actor's agent, maybe restarting, to hand the logs
 FINAL_PULL_SECONDS = 10.0
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["RAY_FLOOR", "below_floor", "mismatch_line", "versions_line"]
-
 RAY_FLOOR = "2.60"
 
 _MISMATCH = re.compile(
