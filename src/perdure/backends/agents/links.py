@@ -104,11 +104,10 @@ class AgentLinks:
     def launches_of(self, alloc: Alloc) -> list[Tracked]:
         return [t for t in self.active.values() if t.alloc is alloc]
 
-    def holds_spare(self, alloc: Alloc) -> bool:
-        return self.holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
-
     def idle(self, alloc: Alloc) -> bool:
-        return not self.holds_spare(alloc) and not self.launches_of(alloc)
+        """Whether `alloc` holds neither a launch nor a spare."""
+        return (not self.holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
+                and not self.launches_of(alloc))
 
     def releasable(self, now: float) -> Iterator[Alloc]:
         """The allocations idle for RELEASE_SECONDS (a restart's launches come within
@@ -150,10 +149,10 @@ class AgentLinks:
         for alloc in self.allocs:
             if alloc.slurm_id or alloc.ending:
                 continue
-            launches = self.launches_of(alloc)
-            if not launches and not self.holds_spare(alloc):
+            if self.idle(alloc):
                 alloc.ending = True
                 continue
+            launches = self.launches_of(alloc)
             error = make(alloc, launches)
             if error:
                 alloc.ending = True

@@ -33,11 +33,6 @@ LOG_FILE = "kubernetes.log"  # what Kubernetes did to the pods, in <state>/kuber
 OWN_ENV = ("PERDURE_",)  # perdure's variables are never credentials read from a Secret
 
 
-def own_address(server: str) -> str:
-    url = urlparse(server)
-    return route_address(url.hostname or "127.0.0.1", url.port or 443)
-
-
 def host_dirs(words: list[str]) -> tuple[str, ...]:
     """The PATH and PATH:ro items of $PERDURE_K8S_HOST_DIRS split at ':' (a `ro` word marks
     the path before it)."""
@@ -81,19 +76,18 @@ class KubernetesBackend(AgentBackend):
 
     # ---- attach -----------------------------------------------------------------------------
 
-    @property
-    def selector(self) -> str:
-        return f"{pd.STATE_LABEL}={self.tag}"
-
     def _attach(self) -> None:
         if self.links.hub is not None:
             return
-        host = os.environ.get(ADDRESS_ENV) or own_address(self.api.config.server)
+        server = urlparse(self.api.config.server)  # pods reach this machine on its way there
+        host = os.environ.get(ADDRESS_ENV) or route_address(server.hostname or "127.0.0.1",
+                                                            server.port or 443)
         self._agent_secret(self.links.start(host, self.dir).secret)
-        listed = self.api.call("GET", self.api.ns("pods"), params={"labelSelector": self.selector})
+        selector = f"{pd.STATE_LABEL}={self.tag}"
+        listed = self.api.call("GET", self.api.ns("pods"), params={"labelSelector": selector})
         for pod in listed.get("items") or []:
             self.pods.adopt_pod(pod)
-        self.pods.watch = Watch(self.api, self.selector)
+        self.pods.watch = Watch(self.api, selector)
 
     def _agent_secret(self, secret: str) -> None:
         import base64

@@ -166,9 +166,7 @@ class RayBackend(Backend):
 
     def hold_nodes(self, hold: HoldNodes) -> None:
         self._holds.update(hold)
-        held = self._holds.nodes()
-        if held != self._spares.held:
-            self._spares.hold(held)
+        self._spares.hold(self._holds.nodes())
 
     def fence_nodes(self, fenced: dict[str, str]) -> None:
         self._spares.fence(frozenset(fenced))

@@ -120,7 +120,9 @@ class SpareActors:
                 have.append(_Spare(actor_name, actor, actor.until_begun.remote()))
 
     def hold(self, nodes: frozenset[str]) -> None:
-        self.held, self._next_prewarm = nodes, 0.0
+        """The spare nodes jobs hold now: a change has their pools filled at the next poll."""
+        if nodes != self.held:
+            self.held, self._next_prewarm = nodes, 0.0
 
     def prewarm(self, live: dict[str, rc.RayNode], agent: Callable[[str], Any],
                 check: dict[str, Any] | None = None) -> None:

@@ -17,9 +17,8 @@ from perdure.core.clusterspec import SlurmSpec
 
 TIMEOUT = 30.0  # seconds one command may take (slurmctld answers in milliseconds)
 SEP = "\x1f"  # field separator of our squeue/sinfo formats (never in a name or a reason)
-# The holder job's script: it holds the allocation, and turns Slurm's signals into a notice
-# the controller reads from the job's comment (squeue %k): USR1 is the time limit's warning
-# (--signal=B:USR1@N), TERM a preemption's (with the partition's GraceTime).
+# The holder job's script: Slurm's signals become a notice in the job's comment (squeue %k):
+# USR1 the time limit's warning (--signal=B:USR1@N), TERM a preemption's.
 HOLDER = """#!/bin/sh
 note() { scontrol update JobId="$SLURM_JOB_ID" Comment="perdure:$1" >/dev/null 2>&1; }
 trap 'note timelimit' USR1
