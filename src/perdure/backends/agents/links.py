@@ -236,16 +236,19 @@ class AgentLinks:
 
     # ---- dispatch ---------------------------------------------------------------------------
 
-    def ready(self) -> Iterator[tuple[Tracked, Agent]]:
-        """The launches to hand over: allocation running, agent connected."""
+    def ready(self) -> Iterator[tuple[Tracked, Agent, dict[str, str]]]:
+        """The launches to hand over (allocation running, agent and rank 0's agent
+        connected), each with its env and rank 0's address and port."""
         for tracked in list(self.active.values()):
             agent = self._agent_of(tracked)
-            if not tracked.dispatched and tracked.alloc.running and agent is not None:
-                yield tracked, agent
+            env = dict(tracked.launch.env)
+            if (not tracked.dispatched and tracked.alloc.running and agent is not None
+                    and self._place_master(env, tracked.launch)):
+                yield tracked, agent, env
 
-    def place_master(self, env: dict[str, str], launch: Launch) -> bool:
-        """Rank 0's address and port into `env`; False while rank 0's agent is not up. A
-        lost rank 0 node changes nothing: the group restarts anyway."""
+    def _place_master(self, env: dict[str, str], launch: Launch) -> bool:
+        """False while rank 0's agent is not up; a lost rank 0 node changes nothing (the
+        group restarts anyway)."""
         master = env.get("PERDURE_MASTER_NODE", "")
         if not master or master in self.lost:
             return True

@@ -187,15 +187,13 @@ class KubernetesBackend(AgentBackend):
                 self.links.allocs.append(Alloc(*key, [node]))
 
     def _dispatch(self, out: list[Observation]) -> None:
-        for tracked, agent in self.links.ready():
+        for tracked, agent, env in self.links.ready():
             hidden = set(credential_names(tracked.launch.env))  # the pod has them
-            env = {k: v for k, v in tracked.launch.env.items() if k not in hidden}
+            env = {k: v for k, v in env.items() if k not in hidden}
             if env.get("CUDA_VISIBLE_DEVICES"):
                 env["CUDA_VISIBLE_DEVICES"] = pd.pod_gpus(
                     env["CUDA_VISIBLE_DEVICES"],
                     self._gpus.setdefault(tracked.alloc.slurm_id, {}))
-            if not self.links.place_master(env, tracked.launch):
-                continue  # rank 0's node agent is not up yet
             shown = {k: ("<secret>" if k in hidden else v) for k, v in tracked.launch.env.items()}
             self.links.hand(tracked, agent, env, {"env": shown, "pod": tracked.alloc.slurm_id})
 

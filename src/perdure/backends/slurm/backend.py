@@ -228,10 +228,7 @@ class SlurmBackend(AgentBackend):
     # ---- dispatch and give back -------------------------------------------------------------
 
     def _dispatch(self, out: list[Observation]) -> None:
-        for tracked, agent in self.links.ready():
-            env = dict(tracked.launch.env)
-            if not self.links.place_master(env, tracked.launch):
-                continue  # rank 0's node agent is not up yet
+        for tracked, agent, env in self.links.ready():
             if self.links.hand(tracked, agent, env, {"slurm_job": tracked.alloc.slurm_id}):
                 self._procs.append(al.start_watcher(tracked.alloc, tracked.launch.node,
                                                     tracked.launch.launch_id, self.dir))
