@@ -74,10 +74,8 @@ Stream = Literal["out", "err", "log"]  # stdout, stderr, both merged in the orde
 
 
 class Inspector(Protocol):
-    """What a process other than the controller reads from and sends to replicas.
-
-    Cheap to make (starts nothing); works while the controller runs and while it is down.
-    """
+    """What a process other than the controller reads from and sends to replicas; starts
+    nothing, and works whether the controller runs or not."""
 
     def read_log(self, job_id: str, attempt: int, replica: str, stream: Stream,
                  offset: int) -> bytes | None:

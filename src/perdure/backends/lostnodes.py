@@ -1,8 +1,6 @@
-"""What the cluster backends (Ray, Slurm, Kubernetes) do alike with a lost node: it fails once
-(`fail-node`, before its replicas' exits, so that none is charged), its launches end as killed,
-and it is given back (`node-back`) when its platform shows it again.
-
-Side effects: the killed launches' exit records in their mirrors.
+"""What the cluster backends do alike with a lost node: it fails once (`fail-node`, before
+its replicas' exits, so none is charged), its launches end killed, and it is back (`node-back`)
+when its platform shows it again. Side effects: the killed launches' exit records.
 """
 
 from __future__ import annotations

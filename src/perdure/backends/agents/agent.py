@@ -165,7 +165,6 @@ class HubAgent:
                         was = self.launches.get(str(lid))
                         launch = self.launches[str(lid)] = _Launch(directory, offsets)
                         launch.held = was is not None and was.held  # still waits for the check
-            return {"known": [lid for lid in frame["launches"] if lid in self.launches]}
         elif op == "stop":
             self._stop(str(frame["launch_id"]), int(frame["signal"]), float(frame["grace"]),
                        str(frame.get("reason", "")), frame.get("notice"))

@@ -10,8 +10,7 @@ from perdure.backends.node.inspector import LocalInspector
 
 
 class AgentInspector(LocalInspector):
-    """`where`: where the replicas run ("on Slurm nodes"); `instead`: the platform's own way
-    to signal them ("scancel --signal on the allocation")."""
+    """`where` the replicas run, and what to use `instead` (factory.AGENT_SIGNALS)."""
 
     def __init__(self, state_dir: Path | str, where: str, instead: str) -> None:
         super().__init__(state_dir)
