@@ -58,8 +58,7 @@ class Agent:
 
 
 class Hub:
-    """Accepts agents; their frames land on `events` as (agent, frame) and (agent, None) when
-    the connection ends."""
+    """Accepts agents; their frames land on `events` (a frame None: the connection ended)."""
 
     def __init__(self, directory: str, host: str, secret: str) -> None:
         self.directory = directory

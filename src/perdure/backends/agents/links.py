@@ -57,9 +57,8 @@ Refresh = Callable[[list[Observation]], None]
 
 
 class AgentLinks:
-    """The launches, allocations and node agents of one agent-based backend; `log_path`:
-    its log of what its platform did; `platform`, `unit`: what the platform and one
-    allocation are called ("Slurm", "Slurm job")."""
+    """The launches, allocations and node agents of one agent-based backend; `platform` and
+    `unit` name the platform and an allocation ("Slurm", "Slurm job")."""
 
     def __init__(self, state_dir: str, log_path: str, platform: str, unit: str) -> None:
         self.state_dir = state_dir
@@ -110,9 +109,8 @@ class AgentLinks:
                 and not self.launches_of(alloc))
 
     def releasable(self, now: float) -> Iterator[Alloc]:
-        """The allocations idle for RELEASE_SECONDS (a restart's launches come within
-        milliseconds), or idle and with nothing to come back (nodes lost, job preempted, a
-        later attempt begun)."""
+        """The allocations idle for RELEASE_SECONDS, or idle with nothing to come back (nodes
+        lost, job preempted, a later attempt begun)."""
         for alloc in list(self.allocs):
             if not alloc.slurm_id or not self.idle(alloc):
                 alloc.idle_since = None
@@ -127,8 +125,7 @@ class AgentLinks:
                 yield alloc
 
     def queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
-        """The allocation's launches wait in the platform's queue for `reason` ("": no
-        longer)."""
+        """The allocation's launches wait in the platform's queue for `reason` ("": no more)."""
         alloc.told = reason
         for tracked in self.launches_of(alloc):
             out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(),

@@ -57,8 +57,7 @@ class LaunchActor:
             threading.Thread(target=self._idle, args=(owner,), daemon=True).start()
 
     def until_begun(self) -> bool:
-        """Answers once this spare is given its launch: the controller's outstanding call
-        fails if the spare dies."""
+        """Answers once this spare has its launch (the call fails if the spare dies)."""
         self._begun.wait()
         return True
 
