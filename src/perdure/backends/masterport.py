@@ -34,7 +34,6 @@ class MasterPorts:
 
 
 def local_port() -> str:
-    """A port free on this machine now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return str(s.getsockname()[1])

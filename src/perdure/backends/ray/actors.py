@@ -255,7 +255,6 @@ class LaunchActor:
         return pull_launch(self.dir, offsets)
 
     def release(self) -> None:
-        """End this actor (the launch dir stays on the node)."""
         ray.actor.exit_actor()  # type: ignore[no-untyped-call]
 
 

@@ -29,7 +29,6 @@ ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a
 
 
 def node_address() -> str:
-    """The address Ray reaches this node at."""
     return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
 

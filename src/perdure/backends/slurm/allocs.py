@@ -99,7 +99,6 @@ def node_check(alloc: Alloc, health: HealthSpec, launches: Iterable[Launch]
 
 def start_agent(alloc: Alloc, node: str, hub: str, secret: str, warm: tuple[object, float],
                 logs: str, check: dict[str, Any] | None = None) -> subprocess.Popen[bytes]:
-    """The node agent's step."""
     alloc.agents[node] = time.monotonic()
     argv = [sys.executable, "-m", "perdure.backends.agents.agent", hub, node, str(warm[0]),
             f"{warm[1]:g}"]
