@@ -1,7 +1,5 @@
-"""The backend: a small surface the controller drives (launch / stop / poll / nodes, and the
-capabilities every backend has by default: hold_nodes, fence_nodes, dump_stacks),
-and the inspector, what other processes (the CLI, serve) read and send: logs, signals, the
-launch records. Neither imports a backend: `perdure.backends.factory` picks one.
+"""The backend the controller drives (launch / stop / poll / nodes, and capabilities with
+defaults), and the inspector other processes (the CLI, serve) read and signal through.
 """
 
 from __future__ import annotations
@@ -76,10 +74,8 @@ Stream = Literal["out", "err", "log"]  # stdout, stderr, both merged in the orde
 
 
 class Inspector(Protocol):
-    """What a process other than the controller reads from and sends to replicas.
-
-    Cheap to make (starts nothing); works while the controller runs and while it is down.
-    """
+    """What a process other than the controller reads from and sends to replicas; starts
+    nothing, and works whether the controller runs or not."""
 
     def read_log(self, job_id: str, attempt: int, replica: str, stream: Stream,
                  offset: int) -> bytes | None:
@@ -102,18 +98,12 @@ class Inspector(Protocol):
 
 
 class Backend(abc.ABC):
-    """Where replicas run, as the controller drives it: every backend subclasses this.
-
-    The abstract methods are what each backend must do. The capabilities after them
-    (`hold_nodes`, `fence_nodes`, `dump_stacks`) have defaults that do nothing (or, for
-    stacks, say that this backend cannot): a backend overrides those its platform has, and
-    the controller calls every one on every backend.
-    """
+    """Where replicas run, as the controller drives it. The capabilities after the abstract
+    methods default to doing nothing; a backend overrides those its platform has."""
 
     @abc.abstractmethod
     def nodes(self) -> list[NodeInfo]:
-        """The nodes replicas may be placed on. A backend that sees nodes come and go (Ray)
-        reports it through `poll` as fail-node / restore-node commands."""
+        """The nodes replicas may be placed on (their comings and goings come by `poll`)."""
 
     @abc.abstractmethod
     def launch(self, launch: Launch) -> None:
@@ -129,12 +119,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
-        """After a controller restart: track these launches again.
-
-        Launches still running are watched as if this backend had started them; those that
-        ended while nobody watched are reported as ReplicaExited; those the backend never
-        started are reported as LaunchFailed.
-        """
+        """After a controller restart: track these launches again (those that ended while
+        nobody watched are reported as ReplicaExited, those never started as LaunchFailed)."""
 
     @abc.abstractmethod
     def kill_node(self, node: str) -> None:
@@ -147,26 +133,21 @@ class Backend(abc.ABC):
     # ---- capabilities: the defaults do nothing ------------------------------------------
 
     def hold_nodes(self, hold: HoldNodes) -> None:
-        """The spare nodes (`spares: K`) one attempt of a job holds now, all of them; an empty
-        tuple ends that attempt's hold. Sent after each tick that changed them and again at
-        the controller's start. A backend that allocates nodes itself keeps them in the
-        attempt's allocation (Slurm, Kubernetes); one with warm pools per node keeps the held
-        nodes' pools full (Ray). Default: nothing (the core counts them as used). Never
-        blocks for long."""
+        """The spare nodes (`spares: K`) one attempt of a job holds now (an empty tuple ends
+        its hold), after each change and at the controller's start: kept allocated (Slurm,
+        Kubernetes) or with warm pools full (Ray). Never blocks for long."""
         return
 
     def fence_nodes(self, fenced: dict[str, str]) -> None:
-        """The quarantined nodes now (node -> reason), after each tick that changed them and
-        at the controller's start, for a backend that enforces quarantines on its own
-        scheduler's side (Slurm: `--exclude` from every later allocation). Default: nothing
-        (the core places nothing there). Never blocks for long."""
+        """The quarantined nodes now (node -> reason), after each change and at the
+        controller's start, for a backend whose scheduler enforces them too. Never blocks
+        for long."""
         return
 
     def dump_stacks(self, launch_id: str, timeout: float, nonblocking: bool = False
                     ) -> StackDump:
-        """Every Python thread's stack of a running replica (never raises). `nonblocking`
-        reads without pausing it (for periodic samples; a frame may then be torn). Default:
-        a dump that says this backend cannot capture stacks."""
+        """Every Python thread's stack of a running replica (never raises); `nonblocking`
+        reads without pausing it (a frame may then be torn)."""
         from perdure.backends.stacks import StackDump
 
         return StackDump(error=f"the {type(self).__name__} cannot capture stacks")
@@ -180,8 +161,7 @@ def route_address(host: str, port: int) -> str:
 
 
 def error_info(error: object) -> ErrorInfo | None:
-    """A recorded error (an exit record's `error`, the error file's) as the core's ErrorInfo;
-    None for anything that is not one."""
+    """A recorded error (an exit record's, the error file's) as the core's ErrorInfo."""
     if not isinstance(error, dict):
         return None
     return ErrorInfo(  # credentials in a URL a replica printed stop here (perdure.secrecy)

@@ -7,8 +7,7 @@ from pathlib import Path
 from perdure.backends.base import Backend, BackendSettingError, Inspector, NodeInfo
 from perdure.core.clusterspec import ClusterSpec
 
-# The agent-based backends: where their replicas run, and the platform's own way to signal
-# one (perdure's signals go through the controller's node agents).
+# The agent-based backends: where their replicas run, and the platform's way to signal one.
 AGENT_SIGNALS = {
     "slurm": ("on Slurm nodes", "scancel --signal on the allocation"),
     "kubernetes": ("in agent pods", "kubectl exec into the agent pod"),
@@ -16,8 +15,7 @@ AGENT_SIGNALS = {
 
 
 def check_environment() -> None:
-    """BackendSettingError naming an unusable variable of the environment that the backends'
-    node side reads (warm pool size and idle time, log cap), before anything is started."""
+    """BackendSettingError naming an unusable variable the backends' node side reads."""
     from perdure.backends.node import logcap, warm
 
     try:

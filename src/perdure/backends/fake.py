@@ -1,11 +1,5 @@
-"""A scriptable backend without processes, for tests and the scale benchmark.
-
-Each launch gets a `FakeRun` from the script (how long it runs and how it ends); time is the
-injected clock's, so tests step time instead of sleeping. Replies a real backend should never
-give can be scripted too: `inject` hands the controller anything at the next poll (a
-malformed record, a reply for an unknown launch), `fail_polls` makes polls raise, and
-`FakeRun(start_late=True)` reports a replica's start only after its exit, as a backend that
-reads its records out of order would.
+"""A scriptable backend without processes, for tests and the scale benchmark: each launch
+gets a `FakeRun` from the script, and time is the injected clock's.
 """
 
 from __future__ import annotations
@@ -57,7 +51,6 @@ class _Proc:
 
 
 class FakeBackend(Backend):
-    """The backend in memory; it keeps what it was told to hold (`holds`) and fence."""
 
     def __init__(
         self,

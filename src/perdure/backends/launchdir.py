@@ -1,6 +1,5 @@
-"""A launch's directory on its node as a node agent drives it (the Ray launch actor, the Slurm
-and pod agents): the local supervisor's launch record, a stop, and the end of a launch that
-never started or whose supervisor left no exit record.
+"""A launch's directory on its node as a node agent drives it: the supervisor's launch
+record, a stop, and the end of a launch that never started or left no exit record.
 
 Side effects: files in the launch directory, signals to its supervisor and what it left.
 """
@@ -15,12 +14,21 @@ from typing import Any
 from perdure import statedir
 from perdure.backends.node import procs
 from perdure.backends.node.replicas import kill_leftovers
+from perdure.core.events import Launch
 
 
 def identity(pid: int) -> dict[str, int]:
     """A process as pid and start time (a pid alone may be reused)."""
     own = procs.stat(pid)
     return {"pid": pid, "start_ticks": own.start_ticks if own else 0}
+
+
+def launch_record(launch: Launch, env: dict[str, str], log_max_bytes: int) -> dict[str, Any]:
+    """What a cluster backend sends its node of a launch, `env` as the replica gets it."""
+    return {"launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
+            "node": launch.node, "command": list(launch.command), "env": env,
+            "cwd": launch.cwd, "memory_mb": launch.memory_mb, "gpus": launch.gpus,
+            "log_max_bytes": log_max_bytes}
 
 
 def write_launch(directory: str, record: dict[str, Any], command: list[str],

@@ -9,9 +9,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 
-# What a launch gets when rank 0's node could not give a port (it is going: the group
-# restarts anyway): torch's default.
-NO_PORT = "29500"
+NO_PORT = "29500"  # torch's default, when rank 0's node is going (the group restarts)
 
 
 class MasterPorts:
@@ -36,7 +34,6 @@ class MasterPorts:
 
 
 def local_port() -> str:
-    """A port free on this machine now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return str(s.getsockname()[1])

@@ -1,13 +1,8 @@
-"""The cluster file's `health: preflight`: a check run on a node before an attempt's
-replicas (or a spare's warm pool) start there. Node-side: the local backend holds launches
-at a `Preflight` gate; the Ray node agent and the Slurm agent step each keep a `NodeGate`.
+"""The cluster file's `health: preflight`: a check run on a node once per attempt of a job,
+before its replicas (or a spare's warm pool) start there. The local backend holds launches at a
+`Preflight` gate; the node agents keep a `NodeGate`. What a failure means is core/health.py's.
 
-Side effects: starts the check as a child process (`Check`; never waited for unboundedly:
-`poll` reaps it) and kills one that runs past its timeout. The rule it serves (a failed check
-quarantines the node) is core/health.py's; this only runs the check and says how it went.
-
-A node passes once per attempt of a job: a replica restarted in the same attempt on the same
-node starts without a new check. Launches wait while their node's check runs.
+Side effects: the check's child process, killed past its timeout.
 """
 
 from __future__ import annotations
@@ -32,8 +27,7 @@ RECHECK_SECONDS = 60.0  # an agent's failed check stands this long, then runs ag
 
 
 def resolve(argv: Sequence[str]) -> list[str]:
-    """`perdure ...` and `python ...` as this interpreter runs them (a node whose PATH lacks
-    the venv still finds them)."""
+    """`perdure ...` and `python ...` as this interpreter runs them."""
     if argv and argv[0] == "perdure":
         return [sys.executable, "-m", "perdure.cli.main", *argv[1:]]
     if argv and argv[0] == "python":
@@ -42,8 +36,7 @@ def resolve(argv: Sequence[str]) -> list[str]:
 
 
 def check_env(launch_env: dict[str, str], node: str | None = None) -> dict[str, str]:
-    """What a node's check runs with: a launch's environment (the job's) and PERDURE_NODE,
-    without the secret that admits a replica to the controller's relay."""
+    """A launch's environment and PERDURE_NODE, without the relay's secret."""
     env = {k: v for k, v in launch_env.items() if k != ENV_JOB_SECRET}
     return env if node is None else {**env, "PERDURE_NODE": node}
 
@@ -57,15 +50,13 @@ def failing_lines(output: str) -> str:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one check ended: whether it passed, and why not (its failing lines)."""
 
     passed: bool
     message: str
 
 
 class Check:
-    """One run of the check on this node: started at once, never waited for here (`poll`
-    reaps it; one past its timeout is killed)."""
+    """One run of the check on this node, started at once; `poll` reaps it."""
 
     def __init__(self, argv: Sequence[str], shown: str, timeout: float,
                  env: dict[str, str], cwd: str | None) -> None:
@@ -82,7 +73,6 @@ class Check:
             self.output.write(f"FAIL preflight could not start: {exc}".encode())
 
     def poll(self) -> Outcome | None:
-        """The outcome once the check ended (or ran past its timeout), else None."""
         code = 127 if self.proc is None else self.proc.poll()
         late = code is None and time.monotonic() >= self.deadline
         if code is None and not late:
@@ -113,7 +103,6 @@ class _Held:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A check that ended: its node, whether it passed, why not, and the launches it held."""
 
     node: str
     passed: bool
@@ -122,8 +111,8 @@ class Verdict:
 
 
 class Preflight:
-    """Runs `argv` on a node before its first launch of each attempt; holds launches while
-    it runs. `poll` returns the checks that ended."""
+    """Runs the check before a node's first launch of each attempt, holding launches while
+    it runs."""
 
     def __init__(self, argv: Sequence[str], timeout: float) -> None:
         self.argv, self.timeout = resolve(argv), timeout
@@ -149,7 +138,7 @@ class Preflight:
         return False
 
     def drop(self, launch_id: str) -> Launch | None:
-        """Forget a held launch (it was stopped before its check ended); the launch."""
+        """Forget a held launch (stopped before its check ended)."""
         for running in self._running.values():
             for launch in running.held:
                 if launch.launch_id == launch_id:
@@ -158,7 +147,6 @@ class Preflight:
         return None
 
     def poll(self) -> list[Verdict]:
-        """The checks that ended since the last poll (one past its timeout is killed)."""
         out = []
         for key, running in list(self._running.items()):
             outcome = running.check.poll()
@@ -177,11 +165,8 @@ class Preflight:
 
 
 class NodeGate:
-    """The check as a node agent runs it (the Ray node agent, the Slurm agent step): once per
-    key (a job's attempt) on this node; callers from any thread wait for it a bounded time
-    (`outcome`). A pass is kept; a failure stands for `recheck` seconds (the rest of the
-    attempt's launches get it too), after which the next caller (the node was restored)
-    runs the check again."""
+    """The check as a node agent runs it, once per key (a job's attempt), for callers on any
+    thread; a failure stands for `recheck` seconds, then the next caller runs it again."""
 
     def __init__(self, argv: Sequence[str], timeout: float,
                  recheck: float = RECHECK_SECONDS) -> None:
@@ -193,8 +178,8 @@ class NodeGate:
 
     def outcome(self, key: str, env: dict[str, str], cwd: str | None,
                 wait: float) -> Outcome | None:
-        """The outcome of the check for `key` (started now if it has not run, with `env`
-        over this process's environment), waiting up to `wait` s; None while it runs."""
+        """The outcome of the check for `key` (started now if it has not run), waiting up to
+        `wait` s; None while it runs."""
         deadline = time.monotonic() + wait
         while True:
             with self._lock:

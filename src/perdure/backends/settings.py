@@ -10,9 +10,8 @@ AUTO = "auto"
 
 def count_or_auto(value: int | str | None, env: str, most: int,
                   problem: Callable[[int | str], str]) -> int | None:
-    """A count from `value`, or from `$env` when it is None (unset: "auto"): None for "auto",
-    else an integer from 0 to `most`; ValueError(problem(the value)) for anything else, so
-    that the message names the setting as its caller knows it."""
+    """A count from 0 to `most` from `value`, else `$env` (unset: "auto"); None for "auto";
+    ValueError(problem(the value)) for anything else."""
     raw: int | str = os.environ.get(env, AUTO) if value is None else value
     if raw == AUTO:
         return None

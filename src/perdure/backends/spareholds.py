@@ -1,12 +1,4 @@
-"""The spare nodes each job's attempt holds, as a backend keeps them from `hold_nodes`.
-
-The core decides which nodes an attempt holds (core/spares.py) and the controller tells the
-backend each change as a `HoldNodes`, per attempt: this keeps the last word of each, so a
-backend asks what one attempt holds (Slurm, Kubernetes: which allocations to keep) or what all
-hold together (Ray: which nodes' warm pools to keep full).
-
-No side effects.
-"""
+"""The spare nodes each job's attempt holds: the last `HoldNodes` of each. No side effects."""
 
 from __future__ import annotations
 
@@ -31,7 +23,6 @@ class SpareHolds:
         return key
 
     def of(self, job_id: str, attempt: str) -> frozenset[str]:
-        """The nodes one attempt holds (none once its hold ended)."""
         return self._held.get((job_id, attempt), frozenset())
 
     def among(self, job_id: str, attempt: str, nodes: Iterable[str]) -> bool:
@@ -39,5 +30,4 @@ class SpareHolds:
         return not self.of(job_id, attempt).isdisjoint(nodes)
 
     def nodes(self) -> frozenset[str]:
-        """Every node some attempt holds."""
         return frozenset().union(*self._held.values())

@@ -1,10 +1,8 @@
 """Capturing a replica's Python stacks, every thread: what a backend's `dump_stacks` returns
 (`Backend.dump_stacks`; the local backend reads its replicas with `dump_pid`).
 
-py-spy (`py-spy dump --json`) reads any CPython process's stacks from outside (ptrace), so
-replicas that never import perdure are covered too. Where it cannot attach (py-spy missing, no
-ptrace permission: not root and `kernel.yama.ptrace_scope` > 0 or no CAP_SYS_PTRACE, a
-non-CPython process, a process gone) the dump carries the reason instead of stacks.
+py-spy reads any CPython process's stacks from outside (ptrace); where it cannot attach
+(missing, no ptrace permission, a process gone) the dump carries the reason instead.
 
 Side effects: runs py-spy as a subprocess (bounded by a timeout).
 """

@@ -1,24 +1,11 @@
-"""The node agent: one job step per node of an allocation, owning that node's replicas.
+"""The node agent: one per node of an allocation (a Slurm step, a Kubernetes pod), owning
+that node's replicas through the local backend's spawner and supervisor.
 
-`python -m perdure.backends.agents.agent HUB NODE` runs as a step of the holder job
-(`srun --overlap --jobid ...`). It owns the local backend's spawner with its pool of warm
-standbys, so a replica runs under the local supervisor with exactly the local backend's
-semantics (exit code and signal, error file, OOM over `memory_mb`, stop with grace then
-SIGKILL of the tree), and a restart starts warm. Launch directories live on this node
-(`$TMPDIR/perdure-slurm/<job>-<node>/launches/<launch id>`): nothing is shared.
-
-It connects to the controller's hub (perdure.backends.agents.hub) with the secret in
-$PERDURE_SLURM_SECRET and pushes a report every PUSH_SECONDS, which is also its heartbeat:
-each launch's status and exit once, and the new bytes of its logs and progress. A launch's
-exit is pushed only in a report that brings none of its bytes, so the controller has the
-whole log when it sees the end. A lost connection is tried again until the allocation ends.
-SIGTERM (Slurm's preemption notice, with the partition's GraceTime) is reported, not obeyed.
-
-With the cluster file's `health: preflight` (in $PERDURE_SLURM_PREFLIGHT), the agent first
-runs the check on its node, once: its allocation is one attempt of one job. Its warm pool
-fills and its launches start only once the check passed; a failed check is reported (the
-controller quarantines the node) and the launches it holds never start: each ends, unstarted,
-when the controller stops it.
+It connects to the controller's hub and pushes a report every PUSH_SECONDS (its heartbeat):
+each launch's status and exit once, and the new bytes of its logs and progress; an exit only
+in a report that brings none of its bytes, so the controller has the whole log by then.
+SIGTERM (a preemption's notice) is reported, not obeyed. With `health: preflight` its launches
+start only once the node's check passed; a failed check is reported and they never start.
 
 Side effects: processes (the spawner, supervisors, replicas), the launch directories, a TCP
 connection to the hub.
@@ -67,8 +54,6 @@ class _Launch:
 
 
 class HubAgent:
-    """See the module docstring."""
-
     def __init__(self, hub: str, node: str, warm_pool: str, warm_idle: float,
                  alloc: str) -> None:
         self.hub = parse_addr(hub, "hub")
@@ -105,7 +90,6 @@ class HubAgent:
         return sock
 
     def serve(self) -> None:
-        """Connect, report and obey until the allocation ends (this process is killed)."""
         if self.check is None:
             self.spawner.prewarm()
         else:
@@ -136,7 +120,7 @@ class HubAgent:
 
     def _preflight(self) -> None:
         """Run the node's check; then fill the warm pool and start the held launches, or
-        hold them for good (reported: the controller quarantines the node and stops them)."""
+        hold them for good."""
         from perdure.backends.preflight import NodeGate  # only where a check is asked for
 
         assert self.check is not None
@@ -181,7 +165,6 @@ class HubAgent:
                         was = self.launches.get(str(lid))
                         launch = self.launches[str(lid)] = _Launch(directory, offsets)
                         launch.held = was is not None and was.held  # still waits for the check
-            return {"known": [lid for lid in frame["launches"] if lid in self.launches]}
         elif op == "stop":
             self._stop(str(frame["launch_id"]), int(frame["signal"]), float(frame["grace"]),
                        str(frame.get("reason", "")), frame.get("notice"))
@@ -207,10 +190,8 @@ class HubAgent:
                                                        os.environ.get("CUDA_VISIBLE_DEVICES"))
         launchdir.write_launch(
             directory, record, node_command(list(record["command"])), env, self.identity,
-            # Slurm signals every process of the step at once on a preemption: the supervisor
-            # then gives the replica the job's grace period to save, not its own default
+            # Slurm signals the whole step on a preemption: the replica gets the job's grace
             self_stop_grace=float(env.get("PERDURE_GRACE_SECONDS", "10")),
-            # the launch's step waits this much longer for it while the node's check runs
             preflight_timeout=float(self.check["timeout"]) if self.check else 0.0)
         with self.lock:
             launch = self.launches[lid] = _Launch(directory, {})
@@ -302,11 +283,8 @@ class HubAgent:
 
 
 def replica_gpus(chosen: str, own: str | None) -> str:
-    """A replica's CUDA_VISIBLE_DEVICES on this node: the controller names the node's GPUs
-    0..N-1 (`chosen`, e.g. "1,2"); Slurm gave this agent's step the node's GPUs of the
-    allocation as `own` (e.g. "4,5,6,7", or "0,1,2,3" when it constrains devices), so the
-    replica gets those at the chosen positions ("5,6"). Without `own` (no gres), `chosen`
-    stands. No side effects."""
+    """A replica's CUDA_VISIBLE_DEVICES: the step's own GPUs (`own`, "4,5,6,7") at the
+    positions the controller chose (`chosen`, "1,2" -> "5,6"). No side effects."""
     if own is None or not chosen.strip():
         return chosen
     ids = [x for x in own.split(",") if x]

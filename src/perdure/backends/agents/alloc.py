@@ -1,21 +1,17 @@
-"""An allocation: the nodes one attempt of a job holds, as the agent-based backends track it
-(a Slurm holder job, a Kubernetes agent pod), and what the platform says of it.
-
-No side effects.
+"""An allocation: the nodes one attempt of a job holds (a Slurm holder job, a Kubernetes
+agent pod), and what the platform says of it. No side effects.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# The states of a running allocation (Slurm's job states: the Kubernetes backend names its pods'
-# the same way). Not COMPLETING: it ends.
+# Slurm's job states of a running allocation (the Kubernetes backend names its pods' alike).
 RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING"})
 
 
 @dataclass
 class Alloc:
-    """One holder job: what it was asked for and what Slurm says of it."""
 
     job_id: str
     attempt: str

@@ -1,11 +1,8 @@
-"""The controller's end of the node agents' connections (the Slurm backend's own channel).
+"""The controller's end of the node agents' connections.
 
-Each node agent (a job step on its node) connects here, proves that it knows the state dir's
-Slurm secret (the relay's handshake: a fresh nonce, HMAC over it, the allocation and the node),
-then pushes a report every AGENT_PUSH_SECONDS: its heartbeat, and what changed in its launches
-(status, exit, new log and progress bytes). The controller sends it launches, stops and port
-requests on the same connection. A restarted controller binds the port recorded in
-`<state>/slurm/hub.json`, so the agents find it again.
+An agent proves it knows the state dir's secret (a nonce, HMAC over it, the allocation and the
+node), then pushes its reports; the controller sends launches, stops and port requests back.
+A restarted controller binds the port recorded in hub.json, so the agents find it again.
 
 Side effects: a listening socket, a thread per connection, hub.json.
 """
@@ -33,26 +30,22 @@ BIND_RETRY_SECONDS = 5.0  # a previous controller's socket may still be closing
 
 
 def load_secret(directory: str) -> str:
-    """The state dir's secret for its agents, made once (0600)."""
     path = os.path.join(directory, statedir.SLURM_SECRET)
     record = statedir.read_json(path)
     if record is None:
-        statedir.write_json(path, {"secret": secrets.token_hex(32)})
-        record = statedir.read_json(path)
-    assert record is not None
+        record = {"secret": secrets.token_hex(32)}
+        statedir.write_json(path, record)
     return str(record["secret"])
 
 
 @dataclass
 class Agent:
-    """One connected agent: its socket and when it last spoke."""
 
     alloc: str
     node: str
     address: str
     sock: socket.socket
     last_seen: float = field(default_factory=time.monotonic)
-    closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, doc: dict[str, Any]) -> bool:
@@ -65,8 +58,7 @@ class Agent:
 
 
 class Hub:
-    """Accepts agents; their frames land on `events` as (agent, frame) and (agent, None) when
-    the connection ends."""
+    """Accepts agents; their frames land on `events` (a frame None: the connection ended)."""
 
     def __init__(self, directory: str, host: str, secret: str) -> None:
         self.directory = directory
@@ -98,8 +90,8 @@ class Hub:
                 if time.monotonic() >= deadline:
                     if port == 0:
                         raise
-                    port = 0  # taken by someone else: agents of a dead controller re-read
-                    continue  # nothing, so they are lost; a new port is the best left
+                    port = 0  # taken by someone else: the old agents are lost anyway
+                    continue
                 time.sleep(0.2)
 
     def _accept(self) -> None:
@@ -128,7 +120,6 @@ class Hub:
                     self.events.put((agent, frame))
         except (OSError, FrameError):
             pass
-        agent.closed = True
         with contextlib.suppress(OSError):
             conn.close()
         self.events.put((agent, None))

@@ -1,10 +1,5 @@
-"""The inspector of an agent-based backend (Slurm, Kubernetes): logs and launch records from
-the controller's copy.
-
-The backend copies every launch's logs and records into the state dir where the local backend
-keeps them (`node.mirror`), so `perdure logs` and `describe` read such a job as a local one.
-Signals go to a replica through its node's agent, which only the controller is connected to:
-from here the user is told what to use instead.
+"""The inspector of an agent-based backend: logs and records from the controller's copy;
+signals only through the controller's node agents, so the user is told what to use instead.
 """
 
 from __future__ import annotations
@@ -15,8 +10,7 @@ from perdure.backends.node.inspector import LocalInspector
 
 
 class AgentInspector(LocalInspector):
-    """`where`: where the replicas run ("on Slurm nodes"); `instead`: the platform's own way
-    to signal them ("scancel --signal on the allocation")."""
+    """`where` the replicas run, and what to use `instead` (factory.AGENT_SIGNALS)."""
 
     def __init__(self, state_dir: Path | str, where: str, instead: str) -> None:
         super().__init__(state_dir)

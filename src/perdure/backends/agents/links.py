@@ -1,15 +1,8 @@
-"""What an agent-based backend (Slurm, Kubernetes) does the same on either platform: its
-launches, from the controller's call to the node agent, and its links to those agents.
+"""What the agent-based backends (Slurm, Kubernetes) do alike: their launches, from the
+controller's call to the node agent, and their links to those agents.
 
-A launch is recorded in the state dir and tracked until its allocation runs, then handed to
-its node's agent (with rank 0's address and port), stopped through that agent, and found
-again after a controller restart. The agents' reports are applied by `reports`. An agent
-gone while its allocation still runs, or silent for HEARTBEAT_SECONDS, is a lost node: a
-`fail-node` before its replicas' exits, so that none is charged; it is back once its platform
-has shown it down and usable again. An agent whose node failed its preflight check says so
-once: a `NodeCheckFailed` (the core quarantines the node).
-
-The backend holds an `AgentLinks` and adds what its platform does (`Platform`).
+An agent gone while its allocation still runs, or silent for HEARTBEAT_SECONDS, is a lost
+node; it is back once its platform has shown it down and usable again.
 
 Side effects: the launches' records and mirrors in the state dir, messages to agents, the
 backend's log.
@@ -17,6 +10,7 @@ backend's log.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import functools
@@ -25,15 +19,17 @@ import queue
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from perdure import statedir
 from perdure.backends.agents import reports
 from perdure.backends.agents.alloc import Alloc
 from perdure.backends.agents.hub import Agent, Hub, load_secret
 from perdure.backends.agents.reports import Tracked
-from perdure.backends.base import LaunchError
+from perdure.backends.base import Backend, LaunchError
+from perdure.backends.launchdir import launch_record
 from perdure.backends.local.progress import ProgressReader
+from perdure.backends.lostnodes import LostNodes, killed
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
 from perdure.backends.node.mirror import Mirror
@@ -56,25 +52,18 @@ PORT_SECONDS = 5.0  # how long rank 0's agent has to name a free port
 RELEASE_SECONDS = 5.0  # an allocation with no launch this long is given back
 
 
-class Platform(Protocol):
-    """What the backend's platform says of its allocations, asked when an agent reports a
-    notice or goes away."""
-
-    def refresh(self, out: list[Observation]) -> None:
-        """Read the allocations' states now and act on what changed."""
-
-    def notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
-        """A preemption notice for `alloc`: the job saves and suspends."""
+# Reads the allocations' states from the platform now and acts on what changed.
+Refresh = Callable[[list[Observation]], None]
 
 
 class AgentLinks:
-    """The launches, allocations and node agents of one agent-based backend.
+    """The launches, allocations and node agents of one agent-based backend; `platform` and
+    `unit` name the platform and an allocation ("Slurm", "Slurm job")."""
 
-    `log_path`: the backend's log of what its platform did (one line each)."""
-
-    def __init__(self, state_dir: str, log_path: str) -> None:
+    def __init__(self, state_dir: str, log_path: str, platform: str, unit: str) -> None:
         self.state_dir = state_dir
         self.log_path = log_path
+        self.platform, self.unit = platform, unit
         self.warm = (warm.pool_size(None), warm.idle_seconds(None))
         self.log_max_bytes = logcap.max_bytes()  # ValueError naming $PERDURE_LOG_MAX_MB
         self.hub: Hub | None = None
@@ -82,7 +71,7 @@ class AgentLinks:
         self.allocs: list[Alloc] = []
         self.active: dict[str, Tracked] = {}
         self.agents: dict[tuple[str, str], Agent] = {}
-        self.down: dict[str, float] = {}  # lost node -> when
+        self.lost = LostNodes()
         self.seen_down: set[str] = set()  # lost nodes the platform has shown down since
         self.addresses: dict[str, str] = {}
         self.checks_failed: set[tuple[str, str]] = set()  # (allocation, node) reported
@@ -93,7 +82,6 @@ class AgentLinks:
         os.makedirs(os.path.join(state_dir, statedir.LAUNCHES), exist_ok=True)
 
     def start(self, host: str, directory: str) -> Hub:
-        """Start the relay and the hub at `host` (the hub's files in `directory`)."""
         self.transport = LaunchTransport(self.state_dir, "net", host=host)
         self.transport.ensure()
         self.hub = Hub(directory, host, load_secret(directory))
@@ -115,18 +103,14 @@ class AgentLinks:
     def launches_of(self, alloc: Alloc) -> list[Tracked]:
         return [t for t in self.active.values() if t.alloc is alloc]
 
-    def holds_spare(self, alloc: Alloc) -> bool:
-        return self.holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
-
     def idle(self, alloc: Alloc) -> bool:
-        """Whether `alloc` holds neither a launch nor a spare (it may be given back)."""
-        return not self.holds_spare(alloc) and not self.launches_of(alloc)
+        """Whether `alloc` holds neither a launch nor a spare."""
+        return (not self.holds.among(alloc.job_id, alloc.attempt, alloc.nodes)
+                and not self.launches_of(alloc))
 
     def releasable(self, now: float) -> Iterator[Alloc]:
-        """The allocations to give back: those that held neither a launch nor a spare for
-        RELEASE_SECONDS (a restart's new launches come within milliseconds of the old ones'
-        exits), at once when nothing will come back to one: its nodes are lost, its job is
-        preempted, or a later attempt of its job has begun."""
+        """The allocations idle for RELEASE_SECONDS, or idle with nothing to come back (nodes
+        lost, job preempted, a later attempt begun)."""
         for alloc in list(self.allocs):
             if not alloc.slurm_id or not self.idle(alloc):
                 alloc.idle_since = None
@@ -140,21 +124,44 @@ class AgentLinks:
                     now - alloc.idle_since >= RELEASE_SECONDS):
                 yield alloc
 
-    def queued(self, alloc: Alloc, reason: str, platform: str, what: str,
-               out: list[Observation]) -> None:
-        """The allocation's launches wait in the platform's queue for `reason` (the job shows
-        QUEUED with it), or, with "", no longer: the allocation runs."""
+    def queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
+        """The allocation's launches wait in the platform's queue for `reason` ("": no more)."""
         alloc.told = reason
         for tracked in self.launches_of(alloc):
-            out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(), platform,
-                                    what))
+            out.append(LaunchQueued(tracked.launch.launch_id, reason, time.time(),
+                                    self.platform, f"{self.unit} {alloc.slurm_id}"))
+
+    def notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
+        """A preemption's notice for `alloc` (once): the job saves and suspends."""
+        if alloc.noticed:
+            return
+        alloc.noticed = True
+        self.log(f"{alloc.job_id} attempt {alloc.attempt}: {why}: preempting the job")
+        out.append(Command("preempt", alloc.job_id, time.time()))
+
+    def submit(self, make: Callable[[Alloc, list[Tracked]], str], out: list[Observation]
+               ) -> None:
+        """Submit the new allocations with `make` (its error, "" when it made one); one that
+        holds neither a launch nor a spare is dropped."""
+        for alloc in self.allocs:
+            if alloc.slurm_id or alloc.ending:
+                continue
+            if self.idle(alloc):
+                alloc.ending = True
+                continue
+            launches = self.launches_of(alloc)
+            error = make(alloc, launches)
+            if error:
+                alloc.ending = True
+                for tracked in launches:
+                    self.active.pop(tracked.launch.launch_id, None)
+                    out.append(LaunchFailed(tracked.launch.launch_id, error, time.time()))
+        self.allocs = [a for a in self.allocs if a.slurm_id or not a.ending]
 
     # ---- launch, stop, adopt ----------------------------------------------------------------
 
     def launch(self, launch: Launch, joins: Callable[[Launch, str], Alloc | None]) -> None:
-        """Record a new launch (its env with the relay's variables) and track it in the
-        allocation of its attempt that `joins` names, else in a new one of its node;
-        LaunchError for a launch id running or used before."""
+        """Record and track a new launch in the allocation `joins` names, else a new one."""
         assert self.transport is not None
         if launch.launch_id in self.active:
             raise LaunchError(f"cannot launch {launch.launch_id!r}: it is already running")
@@ -177,8 +184,7 @@ class AgentLinks:
         return self.agents.get((tracked.alloc.slurm_id, tracked.launch.node))
 
     def stop(self, stop: Stop) -> None:
-        """Stop a launch through its agent; one still waiting for its allocation never ran: it
-        exits at once (at the next poll) as if the signal had ended it."""
+        """Stop a launch through its agent; one not yet dispatched exits at the next poll."""
         tracked = self.active.get(stop.launch_id)
         if tracked is None:
             return
@@ -202,8 +208,8 @@ class AgentLinks:
                            f"node {node} killed"))
 
     def adopt(self, launch_ids: list[str], where: str, gone: str) -> list[Observation]:
-        """After a controller restart: track again the launches whose allocation still runs
-        (its id in their record's `where` field); the others fail, `gone` saying why."""
+        """Track again the launches whose allocation (their record's `where`) still runs;
+        the others fail, `gone` saying why."""
         out: list[Observation] = []
         for lid in launch_ids:
             if lid in self.active:
@@ -227,20 +233,21 @@ class AgentLinks:
 
     # ---- dispatch ---------------------------------------------------------------------------
 
-    def ready(self) -> Iterator[tuple[Tracked, Agent]]:
-        """The launches not yet handed over whose allocation runs and whose agent is
-        connected."""
+    def ready(self) -> Iterator[tuple[Tracked, Agent, dict[str, str]]]:
+        """The launches to hand over (allocation running, agent and rank 0's agent
+        connected), each with its env and rank 0's address and port."""
         for tracked in list(self.active.values()):
             agent = self._agent_of(tracked)
-            if not tracked.dispatched and tracked.alloc.running and agent is not None:
-                yield tracked, agent
+            env = dict(tracked.launch.env)
+            if (not tracked.dispatched and tracked.alloc.running and agent is not None
+                    and self._place_master(env, tracked.launch)):
+                yield tracked, agent, env
 
-    def place_master(self, env: dict[str, str], launch: Launch) -> bool:
-        """Rank 0's address and port into `env` (a port free on its node, the same for every
-        launch of its master key); False while rank 0's node agent is not up yet. A launch
-        whose rank 0 node is lost keeps what it has: the group restarts anyway."""
+    def _place_master(self, env: dict[str, str], launch: Launch) -> bool:
+        """False while rank 0's agent is not up; a lost rank 0 node changes nothing (the
+        group restarts anyway)."""
         master = env.get("PERDURE_MASTER_NODE", "")
-        if not master or master in self.down:
+        if not master or master in self.lost:
             return True
         agent = next((a for (alloc_id, name), a in self.agents.items() if name == master
                       and any(x.slurm_id == alloc_id and x.job_id == launch.job_id
@@ -253,22 +260,16 @@ class AgentLinks:
         return True
 
     def _free_port(self, agent: Agent) -> str | None:
-        """A port free on `agent`'s node (None: its node is going)."""
         assert self.hub is not None
         answer = self.hub.request(agent, {"op": "port"}, PORT_SECONDS)
         return None if answer is None else str(answer["port"])
 
     def hand(self, tracked: Tracked, agent: Agent, env: dict[str, str],
              kept: Mapping[str, Any]) -> bool:
-        """Send the launch, with `env`, to its agent; once sent it is dispatched and its
-        record kept in the state dir with `kept` (where it runs; what it shows instead of the
-        env). False: the agent's connection just ended (the node's loss follows)."""
+        """Send the launch to its agent and record it with `kept` (where it runs); False: the
+        agent's connection just ended (the node's loss follows)."""
         launch = tracked.launch
-        record = {"launch_id": launch.launch_id, "job_id": launch.job_id,
-                  "replica": launch.replica, "node": launch.node,
-                  "command": list(launch.command), "env": env, "cwd": launch.cwd,
-                  "memory_mb": launch.memory_mb, "gpus": launch.gpus,
-                  "log_max_bytes": self.log_max_bytes}
+        record = launch_record(launch, env, self.log_max_bytes)
         if not agent.send({"op": "launch", "record": record}):
             return False
         tracked.dispatched = True
@@ -278,8 +279,7 @@ class AgentLinks:
 
     # ---- the agents' reports, heartbeats and losses -----------------------------------------
 
-    def drain(self, platform: Platform, out: list[Observation]) -> None:
-        """Take in what the hub received: hellos, reports, ends of connections."""
+    def drain(self, refresh: Refresh, out: list[Observation]) -> None:
         assert self.hub is not None
         while True:
             try:
@@ -290,7 +290,7 @@ class AgentLinks:
             if frame is None:
                 if self.agents.get(key) is agent:
                     del self.agents[key]
-                    self._agent_lost(platform, agent, "its agent's connection ended", out)
+                    self._agent_lost(refresh, agent, "its agent's connection ended", out)
             elif frame.get("t") == "hello":
                 old = self.agents.get(key)
                 if old is not None and old is not agent:
@@ -302,17 +302,16 @@ class AgentLinks:
                     t.launch.launch_id: dict(t.mirror.offsets) for t in self.active.values()
                     if t.dispatched and (t.alloc.slurm_id, t.launch.node) == key}})
             elif frame.get("t") == "report":
-                self._report(platform, agent, frame, out)
+                self._report(refresh, agent, frame, out)
 
-    def _report(self, platform: Platform, agent: Agent, frame: dict[str, object],
+    def _report(self, refresh: Refresh, agent: Agent, frame: dict[str, object],
                 out: list[Observation]) -> None:
         alloc = next((a for a in self.allocs if a.slurm_id == agent.alloc), None)
         if frame.get("notice") and alloc is not None and not alloc.noticed:
-            # SIGTERM: a preemption's notice (the allocation runs on, for its grace), or
-            # a cancel (it has ended already): the platform's state tells which
-            platform.refresh(out)
+            # a preemption's notice, or a cancel: the platform's state tells which
+            refresh(out)
             if alloc in self.allocs and alloc.running:
-                platform.notice(alloc, str(frame["notice"]), out)
+                self.notice(alloc, str(frame["notice"]), out)
         failed = frame.get("check_failed")
         if failed and (agent.alloc, agent.node) not in self.checks_failed:
             self.checks_failed.add((agent.alloc, agent.node))  # the node's preflight
@@ -333,24 +332,23 @@ class AgentLinks:
                 self.active.pop(lid, None)
                 agent.send({"op": "forget", "launch_id": lid})
 
-    def _agent_lost(self, platform: Platform, agent: Agent, why: str,
+    def _agent_lost(self, refresh: Refresh, agent: Agent, why: str,
                     out: list[Observation]) -> None:
-        """An agent is gone. Its allocation still running: its node is lost. Ended: the
-        allocation's end explains it (read now, so it is not mistaken for a node's death)."""
+        """An agent is gone: its node is lost if its allocation still runs (read now)."""
         alloc = next((a for a in self.allocs if a.slurm_id == agent.alloc), None)
         if alloc is None or alloc.ending:
             return
-        platform.refresh(out)
+        refresh(out)
         if alloc in self.allocs and alloc.running:
             self.lose_node(agent.node, f"node {agent.node}: {why}", out)
 
-    def heartbeats(self, platform: Platform, now: float, out: list[Observation]) -> None:
+    def heartbeats(self, refresh: Refresh, now: float, out: list[Observation]) -> None:
         for key, agent in list(self.agents.items()):
             if now - agent.last_seen > HEARTBEAT_SECONDS:
                 del self.agents[key]
                 with contextlib.suppress(OSError):
                     agent.sock.close()
-                self._agent_lost(platform, agent, f"no heartbeat for {HEARTBEAT_SECONDS:g}s",
+                self._agent_lost(refresh, agent, f"no heartbeat for {HEARTBEAT_SECONDS:g}s",
                                  out)
         for alloc in self.allocs:
             for node, since in list(alloc.agents.items()):
@@ -360,21 +358,17 @@ class AgentLinks:
                     self.lose_node(node, f"node {node}: its agent never connected", out)
 
     def lose_node(self, node: str, why: str, out: list[Observation]) -> None:
-        """A node is gone: fail it (before its replicas' exits, so they are not charged)."""
         for alloc in self.allocs:
             if node in alloc.nodes:
                 alloc.nodes.remove(node)  # a replacement there gets a new allocation
-        if node in self.down:
+        if not self.lost.lose(node, out):
             return
         self.log(why)
-        self.down[node] = time.monotonic()
         self.seen_down.discard(node)
-        out.append(Command("fail-node", node, time.time()))
         for tracked in [t for t in self.active.values() if t.launch.node == node]:
             self.gone(tracked, why, out)
 
     def end(self, alloc: Alloc, said: str, why: str, out: list[Observation]) -> None:
-        """`alloc` has ended (logged with `said`): its launches went with it (`why`)."""
         with contextlib.suppress(ValueError):
             self.allocs.remove(alloc)
         alloc.ending = True
@@ -383,23 +377,66 @@ class AgentLinks:
             self.gone(tracked, why, out)
 
     def gone(self, tracked: Tracked, why: str, out: list[Observation]) -> None:
-        """A launch whose agent is gone with its node or allocation: killed with it."""
         self.active.pop(tracked.launch.launch_id, None)
         if not tracked.dispatched:
             out.append(LaunchFailed(tracked.launch.launch_id, why, time.time()))
             return
-        out.append(reports.lost(tracked, why))
+        out.append(killed(tracked.launch.launch_id, tracked.mirror, why))
 
     def restore(self, usable: Mapping[str, bool], after: float, now: float,
                 out: list[Observation]) -> None:
-        """A lost node is back once its platform has shown it down and usable again
-        (`usable`: what it says of each node it knows), or `after` seconds from its loss
-        when it never showed it down."""
-        for node, since in list(self.down.items()):
+        """A lost node is back once `usable` (the platform's word) has shown it down and
+        usable again, or usable `after` seconds from its loss."""
+        for node, (since, _) in list(self.lost.nodes.items()):
             if node not in usable:
                 continue
             if not usable[node]:
                 self.seen_down.add(node)
             elif node in self.seen_down or now - since > after:
-                del self.down[node]
-                out.append(Command("node-back", node, time.time()))
+                self.lost.back(node, out)
+
+
+class AgentBackend(Backend):
+    """A backend whose replicas run under node agents (`links`); it adds its platform."""
+
+    links: AgentLinks
+    WHERE = ""  # the launch record's field naming its allocation
+    GONE = ""  # why an adopted launch whose allocation is gone fails
+
+    @abc.abstractmethod
+    def _attach(self) -> None:
+        """Start the hub and relay and find this state dir's allocations, on first use."""
+
+    @abc.abstractmethod
+    def _joins(self, launch: Launch, attempt: str) -> Alloc | None:
+        """The allocation a new launch runs in (None: a new one)."""
+
+    @abc.abstractmethod
+    def _give_back(self, alloc: Alloc, grace: int) -> None:
+        """End `alloc` on its platform."""
+
+    def launch(self, launch: Launch) -> None:
+        self._attach()
+        self.links.launch(launch, self._joins)
+
+    def stop(self, stop: Stop) -> None:
+        self.links.stop(stop)
+
+    def kill_node(self, node: str) -> None:
+        self.links.kill_node(node)
+
+    def adopt(self, launch_ids: list[str]) -> list[Observation]:
+        self._attach()
+        return self.links.adopt(launch_ids, self.WHERE, self.GONE)
+
+    def _release(self, now: float) -> None:
+        for alloc in self.links.releasable(now):
+            self._give_back(alloc, grace=1 if alloc.nodes else 0)
+
+    def close(self) -> None:
+        """Stop watching: allocations with launches run on (a restart re-attaches); those
+        that hold none are given back now."""
+        for alloc in list(self.links.allocs):
+            if alloc.slurm_id and self.links.idle(alloc):
+                self._give_back(alloc, grace=1)
+        self.links.close()

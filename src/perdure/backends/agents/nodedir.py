@@ -1,7 +1,5 @@
-"""Where a node agent keeps its launches on its node, and how it is told its node's check.
-Imports only what a supervisor imports (a replica's Slurm step reads it).
-
-No side effects.
+"""Where a node agent keeps its launches, and its environment's names. No side effects
+(a replica's Slurm step imports it).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""What a node agent's report says of one launch, applied to the controller's copy of it.
-
-A report item may carry the launch's new log and progress bytes (with the offsets they start
-at), its status record once it started, and its exit record once it ended (only in an item
-that brings no bytes: the copy is whole by then). Each becomes what the local backend would
-have written in the state dir, and the observation the core expects.
+"""What a node agent's report says of one launch, applied to the controller's copy of it
+(the files the local backend would have written) and observed.
 
 Side effects: writes the launch's mirror (logs, records) in the state dir.
 """
@@ -11,7 +7,6 @@ Side effects: writes the launch's mirror (logs, records) in the state dir.
 from __future__ import annotations
 
 import base64
-import signal
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,12 +16,11 @@ from perdure.backends.agents.alloc import Alloc
 from perdure.backends.base import exit_observation, sent_error
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.node.mirror import Mirror
-from perdure.core.events import Launch, Observation, ReplicaExited, ReplicaStarted
+from perdure.core.events import Launch, Observation, ReplicaStarted
 
 
 @dataclass
 class Tracked:
-    """A launch the backend watches: where it runs, and the controller's copy of it."""
 
     launch: Launch
     alloc: Alloc
@@ -45,8 +39,7 @@ def in_step(tracked: Tracked, item: dict[str, Any]) -> bool:
 
 def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation],
           progress: ProgressReader) -> bool:
-    """Copy the item into the launch's mirror and observe it (its progress read from the copy
-    as the local backend reads its own: steps, saves, notes); whether the launch ended."""
+    """Copy the item into the launch's mirror and observe it; whether the launch ended."""
     lid = tracked.launch.launch_id
     chunks = item.get("chunks")
     if isinstance(chunks, dict):
@@ -68,11 +61,3 @@ def apply(tracked: Tracked, item: dict[str, Any], out: list[Observation],
     out.append(exit_observation(lid, record, sent_error(tracked.mirror.dir, record)))
     return True
 
-
-def lost(tracked: Tracked, why: str) -> Observation:
-    """A dispatched launch whose node or allocation is gone: killed with it."""
-    tracked.mirror.write_record(statedir.EXIT, {
-        "exit_code": 128 + signal.SIGKILL, "signal": signal.SIGKILL, "time": time.time(),
-        "lost": why})
-    return ReplicaExited(tracked.launch.launch_id, 128 + signal.SIGKILL, time.time(),
-                         signal=int(signal.SIGKILL))

@@ -1,17 +1,10 @@
 """The Kubernetes API server as perdure talks to it: plain HTTPS (httpx) with a kubeconfig's
-credentials, and watches as streamed GETs.
+credentials (certificates, token, tokenFile, an `exec` plugin; in a pod, the service
+account's), and watches as streamed GETs. The official client would bring a 40 MB generated
+package for the eight calls perdure makes.
 
-Why not the official `kubernetes` client: perdure needs eight calls (get, list, create,
-delete, evict-free watches of pods and nodes, a Secret) and httpx is already what its tests
-use; the official client brings a generated 40 MB package, requests, websocket-client and
-google-auth, and its watch is the same streamed GET. What a kubeconfig may hold and perdure
-reads: a cluster's `server`, `certificate-authority(-data)`, `insecure-skip-tls-verify`; a
-user's `client-certificate(-data)` and `client-key(-data)`, `token`, `tokenFile` and `exec`
-(a credential plugin, as `aws eks get-token` or `gke-gcloud-auth-plugin`); the context's
-namespace. Without a kubeconfig, inside a pod, the service account's token (in-cluster).
-
-Side effects: HTTPS requests; the client key and certificate of a kubeconfig that embeds
-them are written (0600) into the backend's private directory for the TLS library to read.
+Side effects: HTTPS requests; a kubeconfig's embedded client key and certificate are written
+(0600) into the backend's private directory for the TLS library to read.
 """
 
 from __future__ import annotations
@@ -72,7 +65,7 @@ def _named(doc: dict[str, Any], kind: str, name: str, source: str) -> dict[str, 
 
 def _file(value: str | None, data: str | None, base: str, private: str, name: str
           ) -> str | None:
-    """A path for a kubeconfig's file-or-data field (relative paths: to the kubeconfig)."""
+    """A path for a kubeconfig's file-or-data field."""
     if data:
         path = os.path.join(private, name)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -85,7 +78,7 @@ def _file(value: str | None, data: str | None, base: str, private: str, name: st
 
 
 def _exec_credential(spec: dict[str, Any], source: str) -> dict[str, Any]:
-    """Run a kubeconfig's credential plugin; the status it prints (token or certificate)."""
+    """Run a kubeconfig's credential plugin; the status it prints."""
     argv = [str(spec.get("command", "")), *map(str, spec.get("args") or [])]
     env = {**os.environ, **{str(e["name"]): str(e["value"]) for e in spec.get("env") or []}}
     try:
@@ -161,7 +154,7 @@ def _in_cluster(namespace: str | None) -> Config:
 
 
 class Api:
-    """Calls to one API server. Thread-safe (httpx clients are)."""
+    """Calls to one API server. Thread-safe."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -171,20 +164,14 @@ class Api:
         self.http = httpx.Client(base_url=config.server, verify=config.tls, headers=headers,
                                  timeout=TIMEOUT)
 
-    @property
-    def namespace(self) -> str:
-        return self.config.namespace
-
     def ns(self, kind: str, name: str = "") -> str:
-        """The path of `kind` (pods, secrets) in perdure's namespace."""
         tail = f"/{name}" if name else ""
-        return f"/api/v1/namespaces/{self.namespace}/{kind}{tail}"
+        return f"/api/v1/namespaces/{self.config.namespace}/{kind}{tail}"
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None,
              params: dict[str, str] | None = None, ok: tuple[int, ...] = ()
              ) -> dict[str, Any]:
-        """One request; its JSON answer. KubeError with the server's message on an error
-        status (none for a status in `ok`: then {})."""
+        """One request; its JSON answer ({} for a status in `ok`); KubeError otherwise."""
         try:
             r = self.http.request(method, path, json=body, params=params)
         except httpx.HTTPError as exc:
@@ -202,8 +189,7 @@ class Api:
         return out
 
     def watch(self, path: str, params: dict[str, str]) -> Iterator[dict[str, Any]]:
-        """The events of a watch (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) as they come;
-        ends when the server closes it (timeoutSeconds) or the connection breaks."""
+        """The events of a watch as they come, until the server or the connection ends it."""
         query = {**params, "watch": "1", "allowWatchBookmarks": "true"}
         timeout = httpx.Timeout(TIMEOUT, read=float(params.get("timeoutSeconds", 60)) + 10)
         with self.http.stream("GET", path, params=query, timeout=timeout) as r:

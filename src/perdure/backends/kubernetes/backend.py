@@ -1,16 +1,8 @@
 """Run replicas on Kubernetes: an agent pod per node of an attempt, replicas as processes.
 
-As the Slurm backend, with a pod where Slurm has an allocation: the first launch of an attempt
-on a node makes an agent pod there (`pods.manifest`: pinned by the node's hostname label, on
-the node's network); while Kubernetes (or Kueue) keeps it Pending the launches wait, and the
-job shows QUEUED with Kubernetes' reason. Once it runs, its node agent connects to this
-controller's hub (`agents.links`): nothing is shared but the network. A replica's restart is a
-new launch in the same pod. What Kubernetes does to the pods is read from watches
-(`podstate`). A restarted controller finds its pods by their labels and its agents reconnect
-to the hub at the port it recorded.
-
-Pods hold no credentials of the spec: a job's credential variables are read from the Secret
-`<job name>-credentials`, and the agents' key to the hub from one the backend makes.
+As the Slurm backend, with a pod where Slurm has an allocation; what Kubernetes does to the
+pods is read from watches (`podstate`). Pods hold no credentials of the spec: a job's
+credential variables are read from the Secret `<job name>-credentials`.
 """
 
 from __future__ import annotations
@@ -22,30 +14,23 @@ from urllib.parse import urlparse
 
 from perdure import statedir
 from perdure.backends.agents.alloc import Alloc
-from perdure.backends.agents.links import AgentLinks
-from perdure.backends.base import Backend, BackendUnavailable, NodeInfo, route_address
+from perdure.backends.agents.links import AgentBackend, AgentLinks
+from perdure.backends.agents.reports import Tracked
+from perdure.backends.base import BackendUnavailable, NodeInfo, route_address
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError, load_config
 from perdure.backends.kubernetes.podstate import PodStates
 from perdure.backends.kubernetes.watch import Watch
 from perdure.core.clusterspec import ClusterSpec
-from perdure.core.events import HoldNodes, Launch, LaunchFailed, Observation, Stop
+from perdure.core.events import HoldNodes, Launch, Observation
 from perdure.secrecy import is_secret
 
 ADDRESS_ENV = "PERDURE_K8S_ADDRESS"  # the address agent pods reach this controller at
-# Directories every node has at the same path (a shared filesystem, or this machine's own
-# for a test cluster of namespace hosts), separated by ':', each read-only with a `:ro` tail
-# (PATH:ro): mounted into every agent pod, which then runs this controller's interpreter and
-# PYTHONPATH instead of the image's `python`.
+# Directories every node has at the same path (PATH or PATH:ro, ':'-separated), mounted into
+# every agent pod, which then runs this controller's interpreter instead of the image's.
 HOST_DIRS_ENV = "PERDURE_K8S_HOST_DIRS"
 LOG_FILE = "kubernetes.log"  # what Kubernetes did to the pods, in <state>/kubernetes
 OWN_ENV = ("PERDURE_",)  # perdure's variables are never credentials read from a Secret
-
-
-def own_address(server: str) -> str:
-    """This machine's address on the way to the API server (where pods reach it)."""
-    url = urlparse(server)
-    return route_address(url.hostname or "127.0.0.1", url.port or 443)
 
 
 def host_dirs(words: list[str]) -> tuple[str, ...]:
@@ -65,8 +50,8 @@ def credential_names(env: dict[str, str]) -> list[str]:
     return sorted(k for k, v in env.items() if is_secret(k, v) and not k.startswith(OWN_ENV))
 
 
-class KubernetesBackend(Backend):
-    """Replicas as processes of per-attempt agent pods (see the module docstring)."""
+class KubernetesBackend(AgentBackend):
+    WHERE, GONE = "pod", "its pod is gone"
 
     def __init__(self, state_dir: os.PathLike[str] | str, cluster: ClusterSpec) -> None:
         if cluster.kubernetes is None:
@@ -75,7 +60,8 @@ class KubernetesBackend(Backend):
         self.state_dir = os.path.realpath(state_dir)
         self.dir = os.path.join(self.state_dir, "kubernetes")
         statedir.private_dirs(self.dir)
-        self.links = AgentLinks(self.state_dir, os.path.join(self.dir, LOG_FILE))
+        self.links = AgentLinks(self.state_dir, os.path.join(self.dir, LOG_FILE), "Kubernetes",
+                                "pod")
         self.tag = pd.state_tag(self.state_dir)
         self.api = Api(load_config(self.k8s.kubeconfig, self.k8s.context, self.k8s.namespace,
                                    self.dir))
@@ -90,21 +76,18 @@ class KubernetesBackend(Backend):
 
     # ---- attach -----------------------------------------------------------------------------
 
-    @property
-    def selector(self) -> str:
-        return f"{pd.STATE_LABEL}={self.tag}"
-
     def _attach(self) -> None:
-        """Start the hub and relay, make the agents' Secret, find this state dir's pods (a
-        restarted controller's) by label and watch them, on first use."""
         if self.links.hub is not None:
             return
-        host = os.environ.get(ADDRESS_ENV) or own_address(self.api.config.server)
+        server = urlparse(self.api.config.server)  # pods reach this machine on its way there
+        host = os.environ.get(ADDRESS_ENV) or route_address(server.hostname or "127.0.0.1",
+                                                            server.port or 443)
         self._agent_secret(self.links.start(host, self.dir).secret)
-        listed = self.api.call("GET", self.api.ns("pods"), params={"labelSelector": self.selector})
+        selector = f"{pd.STATE_LABEL}={self.tag}"
+        listed = self.api.call("GET", self.api.ns("pods"), params={"labelSelector": selector})
         for pod in listed.get("items") or []:
             self.pods.adopt_pod(pod)
-        self.pods.watch = Watch(self.api, self.selector)
+        self.pods.watch = Watch(self.api, selector)
 
     def _agent_secret(self, secret: str) -> None:
         import base64
@@ -134,23 +117,12 @@ class KubernetesBackend(Backend):
                                 pd.quantity(alloc.get("nvidia.com/gpu", "0"))))
         return out
 
-    # ---- launch and stop --------------------------------------------------------------------
-
-    def launch(self, launch: Launch) -> None:
-        self._attach()
-        self.links.launch(launch, self._joins)
+    # ---- launch ----------------------------------------------------------------------------
 
     def _joins(self, launch: Launch, attempt: str) -> Alloc | None:
-        """The pod this launch runs in: its attempt's on its node (None: a new one)."""
         return next((a for a in self.links.allocs
                      if (a.job_id, a.attempt) == (launch.job_id, attempt)
                      and not (a.ending or a.noticed) and launch.node in a.nodes), None)
-
-    def stop(self, stop: Stop) -> None:
-        self.links.stop(stop)
-
-    def kill_node(self, node: str) -> None:
-        self.links.kill_node(node)
 
     # ---- observe ----------------------------------------------------------------------------
 
@@ -158,44 +130,30 @@ class KubernetesBackend(Backend):
         self._attach()
         out, self.links.pending = self.links.pending, []
         now = time.monotonic()
-        self._submit(out)
+        self.links.submit(self._make_pod, out)
         self.pods.refresh(out)
-        self.links.drain(self.pods, out)
-        self.links.heartbeats(self.pods, now, out)
-        if self.links.down:
+        self.links.drain(self.pods.refresh, out)
+        self.links.heartbeats(self.pods.refresh, now, out)
+        if self.links.lost.nodes:
             self.pods.restore(now, out)
         self._dispatch(out)
-        self.pods.release(now)
+        self._release(now)
         return out
 
-    def _submit(self, out: list[Observation]) -> None:
-        """Make the pods of new allocations (one per attempt and node)."""
-        for alloc in self.links.allocs:
-            if alloc.slurm_id or alloc.ending:
-                continue
-            launches = [t.launch for t in self.links.launches_of(alloc)]
-            if not launches and not self.links.holds_spare(alloc):
-                alloc.ending = True
-                continue
-            alloc.slurm_id = pd.pod_name(alloc.job_id, alloc.attempt)
-            alloc.state = "PENDING"
-            try:
-                self.api.call("POST", self.api.ns("pods"),
-                              pd.manifest(self.k8s, self._plan(alloc, launches)))
-            except KubeError as err:
-                alloc.ending = True
-                for launch in launches:
-                    self.links.active.pop(launch.launch_id, None)
-                    out.append(LaunchFailed(launch.launch_id, f"Kubernetes: {err}",
-                                            time.time()))
-            else:
-                self.links.log(f"{alloc.job_id} attempt {alloc.attempt}: pod {alloc.slurm_id} "
-                               f"made for node {alloc.nodes[0]}")
-        self.links.allocs = [a for a in self.links.allocs if a.slurm_id or not a.ending]
+    def _make_pod(self, alloc: Alloc, tracked: list[Tracked]) -> str:
+        alloc.slurm_id = pd.pod_name(alloc.job_id, alloc.attempt)
+        alloc.state = "PENDING"
+        try:
+            self.api.call("POST", self.api.ns("pods"), pd.manifest(
+                self.k8s, self._plan(alloc, [t.launch for t in tracked])))
+        except KubeError as err:
+            return f"Kubernetes: {err}"
+        self.links.log(f"{alloc.job_id} attempt {alloc.attempt}: pod {alloc.slurm_id} "
+                       f"made for node {alloc.nodes[0]}")
+        return ""
 
     def _plan(self, alloc: Alloc, launches: list[Launch]) -> pd.PodPlan:
-        """What `alloc`'s pod is made with; a spare's (no launch yet) is sized as the
-        attempt's largest pod."""
+        """What `alloc`'s pod is made with; a spare's is sized as the attempt's largest pod."""
         hub = self.links.hub
         assert hub is not None
         attempt = [t.launch for t in self.links.active.values()
@@ -219,9 +177,8 @@ class KubernetesBackend(Backend):
             host_dirs=mounts, env=extra)
 
     def hold_nodes(self, hold: HoldNodes) -> None:
-        """The spare nodes `hold.job_id`'s attempt holds: an agent pod on each (made now,
-        its warm pool filled), so a lost node's replicas start on one at once: no pod to
-        make, no scheduling wait. A pod holding neither a launch nor a spare is deleted."""
+        """An agent pod on each held spare node, its warm pool filled: no pod to make and
+        no scheduling wait when a node is lost."""
         self._attach()
         key = self.links.holds.update(hold)
         for node in hold.nodes:
@@ -230,31 +187,21 @@ class KubernetesBackend(Backend):
                 self.links.allocs.append(Alloc(*key, [node]))
 
     def _dispatch(self, out: list[Observation]) -> None:
-        for tracked, agent in self.links.ready():
+        for tracked, agent, env in self.links.ready():
             hidden = set(credential_names(tracked.launch.env))  # the pod has them
-            env = {k: v for k, v in tracked.launch.env.items() if k not in hidden}
+            env = {k: v for k, v in env.items() if k not in hidden}
             if env.get("CUDA_VISIBLE_DEVICES"):
                 env["CUDA_VISIBLE_DEVICES"] = pd.pod_gpus(
                     env["CUDA_VISIBLE_DEVICES"],
                     self._gpus.setdefault(tracked.alloc.slurm_id, {}))
-            if not self.links.place_master(env, tracked.launch):
-                continue  # rank 0's node agent is not up yet
             shown = {k: ("<secret>" if k in hidden else v) for k, v in tracked.launch.env.items()}
             self.links.hand(tracked, agent, env, {"env": shown, "pod": tracked.alloc.slurm_id})
 
-    # ---- restart ----------------------------------------------------------------------------
-
-    def adopt(self, launch_ids: list[str]) -> list[Observation]:
-        self._attach()
-        return self.links.adopt(launch_ids, "pod", "its pod is gone")
+    def _give_back(self, alloc: Alloc, grace: int) -> None:
+        self.pods.delete(alloc, grace)
 
     def close(self) -> None:
-        """Stop watching: pods with launches, their agents and replicas run on (a restart
-        re-attaches); pods that hold none are deleted now."""
-        for alloc in list(self.links.allocs):
-            if alloc.slurm_id and self.links.idle(alloc):
-                self.pods.delete(alloc, grace=1)
+        super().close()
         if self.pods.watch is not None:
             self.pods.watch.close()
-        self.links.close()
         self.api.close()

@@ -1,12 +1,6 @@
-"""An attempt's agent pods: their names, labels and manifest, and what a pod's or a node's
-status says. No side effects.
-
-One pod per (job, attempt, node) holds that node for the attempt, as a Slurm allocation
-does: it runs the node agent (`python -m perdure.backends.kubernetes.agent`), which runs the
-replicas as processes and stays up across their restarts. Labels say whose a pod is, so a
-restarted controller finds its pods again: `perdure.dev/state` (a tag of the state dir),
-`perdure.dev/job`, `perdure.dev/attempt`; the node and the whole job id are annotations (a
-label value holds at most 63 characters).
+"""An attempt's agent pods (one per job, attempt and node): their names, labels and manifest,
+and what a pod's or a node's status says. Labels let a restarted controller find its pods;
+the node and the whole job id are annotations (a label holds 63 characters). No side effects.
 """
 
 from __future__ import annotations
@@ -37,7 +31,6 @@ def state_tag(state_dir: str) -> str:
 
 
 def agent_secret_name(tag: str) -> str:
-    """The Secret holding the agents' key to the controller's hub."""
     return f"perdure-{tag}-agents"
 
 
@@ -52,15 +45,13 @@ def _label(text: str) -> str:
 
 
 def pod_name(job_id: str, attempt: str) -> str:
-    """A new pod's name: the job and attempt, and a random tail (a replacement on the same
-    node in the same attempt never meets the name of one still terminating)."""
+    """A new pod's name, with a random tail: a replacement never meets one terminating."""
     head = re.sub(r"[^a-z0-9-]", "-", job_id.lower())[:40].strip("-") or "job"
     return f"perdure-{head}-{attempt}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)
 class PodPlan:
-    """What one agent pod is made with (besides the cluster file's section)."""
 
     name: str
     tag: str
@@ -87,8 +78,7 @@ def _resources(spec: KubernetesSpec, plan: PodPlan) -> dict[str, Any]:
 
 
 def manifest(spec: KubernetesSpec, plan: PodPlan) -> dict[str, Any]:
-    """The agent pod of `plan`: on its node (hostname label and the cluster file's selector),
-    on the node's network (replicas meet across nodes at the node's address), sharing one
+    """The agent pod of `plan`: pinned to its node, on the node's network, sharing one
     process namespace (the pause process reaps what the agent's children leave)."""
     labels = {STATE_LABEL: plan.tag, JOB_LABEL: _label(plan.job_id),
               ATTEMPT_LABEL: _label(plan.attempt)}
@@ -142,8 +132,7 @@ def terminating(pod: dict[str, Any]) -> bool:
 
 
 def graceful(pod: dict[str, Any]) -> bool:
-    """Deleted with a grace period (an eviction, a drain, a delete): its agent gets SIGTERM
-    and time; a force delete (grace 0) is a loss."""
+    """Deleted with a grace period (an eviction, a drain); a force delete is a loss."""
     return terminating(pod) and int(pod["metadata"].get("deletionGracePeriodSeconds") or 0) > 0
 
 
@@ -167,8 +156,7 @@ CONFIG_ERRORS = ("CreateContainerConfigError", "InvalidImageName", "ErrImageNeve
 
 
 def config_error(pod: dict[str, Any]) -> str | None:
-    """A waiting reason no wait cures (a Secret missing, an image absent that may not be
-    pulled): the pod never starts."""
+    """A waiting reason no wait cures (a Secret or an image missing)."""
     reason = waiting_reason(pod)
     return reason if reason.split(":")[0] in CONFIG_ERRORS else None
 
@@ -181,7 +169,6 @@ def node_ready(node: dict[str, Any]) -> bool:
 
 
 def unschedulable(node: dict[str, Any]) -> bool:
-    """Cordoned (kubectl cordon, drain): no new pod; the pods there are about to go."""
     return bool((node.get("spec") or {}).get("unschedulable"))
 
 
@@ -202,10 +189,8 @@ def node_address(node: dict[str, Any]) -> str | None:
 
 
 def pod_gpus(chosen: str, seen: dict[str, int]) -> str:
-    """A replica's CUDA_VISIBLE_DEVICES in its pod: the controller names the node's GPUs
-    (`chosen`, e.g. "4,5"); the pod sees only those it was given, as 0..N-1. Each id the pod's
-    replicas were given keeps one position (`seen`, the pod's, updated here), so a restart in
-    place gets the same device. No side effects beyond `seen`."""
+    """A replica's CUDA_VISIBLE_DEVICES in its pod, which sees its GPUs as 0..N-1: each of
+    the node's ids (`chosen`) keeps its position in `seen`, so a restart gets the same one."""
     out = []
     for word in (w.strip() for w in chosen.split(",") if w.strip()):
         out.append(str(seen.setdefault(word, len(seen))))

@@ -1,7 +1,4 @@
-"""What Kubernetes does to an attempt's agent pods and their nodes, as perdure's observations.
-
-`PodStates`, which `KubernetesBackend` holds, reads the watches (`watch`) and gives pods back;
-it is the platform (`links.Platform`) of the backend's links to its node agents. Per pod:
+"""What Kubernetes does to the agent pods and their nodes, as perdure's observations. Per pod:
 
 | the API server says                                   | perdure does                          |
 | ----------------------------------------------------- | ------------------------------------- |
@@ -10,9 +7,6 @@ it is the platform (`links.Platform`) of the backend's links to its node agents.
 | Running                                               | its agent's launches are dispatched   |
 | deleted with grace (eviction, drain), node cordoned   | `preempt` the job: save, SUSPENDED    |
 | gone, force-deleted, Failed; its node NotReady        | `fail-node`: its replicas move        |
-
-A lost node is back (`node-back`) once its Node is Ready and schedulable, having been seen
-otherwise (or RESTORE_SECONDS after a pod alone was lost there).
 
 Side effects: pod deletions, through the links: messages to agents, the mirror files.
 """
@@ -29,14 +23,12 @@ from perdure.backends.agents.links import AgentLinks
 from perdure.backends.kubernetes import pods as pd
 from perdure.backends.kubernetes.api import Api, KubeError
 from perdure.backends.kubernetes.watch import Watch
-from perdure.core.events import Command, LaunchFailed, Observation
+from perdure.core.events import LaunchFailed, Observation
 
 RESTORE_SECONDS = 10.0
 
 
 class PodStates:
-    """This state dir's pods and their nodes as the watches show them (see the module
-    docstring); `links` holds the allocations and their launches."""
 
     def __init__(self, api: Api, links: AgentLinks) -> None:
         self.api = api
@@ -48,7 +40,7 @@ class PodStates:
         self._watch_said: dict[str, str] = {}  # the last error of each watch, as logged
 
     def adopt_pod(self, pod: dict[str, Any]) -> None:
-        """Track a pod a restarted controller found by its label as an allocation."""
+        """Track a pod a restarted controller found by its label."""
         meta = dict(pod["metadata"])
         notes, labels = dict(meta.get("annotations") or {}), dict(meta.get("labels") or {})
         if pd.terminating(pod) or pd.NODE_ANNOTATION not in notes:
@@ -64,7 +56,6 @@ class PodStates:
         self._seen.add(alloc.slurm_id)
 
     def refresh(self, out: list[Observation]) -> None:
-        """Take in what the watches saw and act on each pod's and node's state."""
         self._take_events()
         live = [a for a in self.links.allocs if a.slurm_id and not a.ending]
         for alloc in live:
@@ -76,7 +67,7 @@ class PodStates:
             if not pd.node_ready(node) and alloc.running:
                 self.links.lose_node(alloc.nodes[0], f"node {alloc.nodes[0]} is NotReady", out)
             elif pd.unschedulable(node) and alloc.running and self.links.launches_of(alloc):
-                self.notice(alloc, f"node {alloc.nodes[0]} was cordoned", out)
+                self.links.notice(alloc, f"node {alloc.nodes[0]} was cordoned", out)
 
     def _take_events(self) -> None:
         if self.watch is None:
@@ -111,7 +102,8 @@ class PodStates:
         if pd.terminating(pod):
             alloc.state = "TERMINATING"
             if pd.graceful(pod) and self.links.launches_of(alloc):
-                self.notice(alloc, f"pod {alloc.slurm_id} is being deleted (evicted)", out)
+                self.links.notice(alloc, f"pod {alloc.slurm_id} is being deleted (evicted)",
+                                  out)
             elif not alloc.noticed:
                 self._gone_pod(alloc, f"its pod {alloc.slurm_id} was force-deleted", out)
             return
@@ -121,7 +113,7 @@ class PodStates:
             if not alloc.ran:
                 alloc.ran = True
                 alloc.agents[node] = time.monotonic()
-                self._queued(alloc, "", out)
+                self.links.queued(alloc, "", out)
         elif phase == "Pending":
             broken = pd.config_error(pod)
             if broken:
@@ -129,17 +121,12 @@ class PodStates:
                 return
             reason = pd.waiting_reason(pod)
             if reason and reason != alloc.told:
-                self._queued(alloc, reason, out)
+                self.links.queued(alloc, reason, out)
         else:
             self._gone_pod(alloc, f"its pod {alloc.slurm_id} is {phase}", out)
 
-    def _queued(self, alloc: Alloc, reason: str, out: list[Observation]) -> None:
-        """The pod's launches wait in Kubernetes for `reason` ("": the pod runs)."""
-        self.links.queued(alloc, reason, "Kubernetes", f"pod {alloc.slurm_id}", out)
-
     def _gone_pod(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
-        """The pod is gone or going: a notice in force makes it the end of the attempt's hold
-        there; otherwise its node is lost for the job."""
+        """The pod is gone: the end of a noticed pod, else its node is lost."""
         alloc.state = "GONE"
         if alloc.noticed or not alloc.nodes:
             self.links.end(alloc, why, why, out)
@@ -157,19 +144,6 @@ class PodStates:
                                     f"{secret}", time.time(), user_error=True))
         self.delete(alloc, grace=0)
 
-    def notice(self, alloc: Alloc, why: str, out: list[Observation]) -> None:
-        """An eviction or a drain: the job saves and suspends (its next attempt gets new
-        pods)."""
-        if alloc.noticed:
-            return
-        alloc.noticed = True
-        self.links.log(f"{alloc.job_id} attempt {alloc.attempt}: {why}: preempting the job")
-        out.append(Command("preempt", alloc.job_id, time.time()))
-
-    def release(self, now: float) -> None:
-        for alloc in self.links.releasable(now):
-            self.delete(alloc, grace=0 if not alloc.nodes else 1)
-
     def delete(self, alloc: Alloc, grace: int) -> None:
         alloc.ending = True
         with contextlib.suppress(ValueError):
@@ -179,7 +153,6 @@ class PodStates:
                           {"gracePeriodSeconds": grace}, ok=(404,))
 
     def restore(self, now: float, out: list[Observation]) -> None:
-        """Lost nodes back once their Node is Ready and schedulable again."""
         usable = {name: pd.node_ready(node) and not pd.unschedulable(node)
                   for name, node in self._nodes.items()}
         self.links.restore(usable, RESTORE_SECONDS, now, out)

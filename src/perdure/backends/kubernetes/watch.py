@@ -1,11 +1,8 @@
 """Watches of the API server: this state dir's pods and every node, as they change.
 
-A thread per watch lists what is there, then follows the changes from that list's
-resourceVersion (a streamed GET: the API server pushes each change as it commits it, so a
-node turning NotReady or a pod being evicted is seen here within milliseconds). A watch that
-ends (its timeout, a dropped connection, 410 Gone) lists again. Everything lands on one
-queue as (kind, event type, object), with ("pods"|"nodes", "SYNCED", {name: object}) after
-each list.
+A thread per watch lists, then follows the changes from that list's resourceVersion, and
+lists again when the watch ends. Events land on one queue as (kind, type, object), with
+(kind, "SYNCED", {name: object}) after each list.
 
 Side effects: two threads and their HTTPS connections.
 """

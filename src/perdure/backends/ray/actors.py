@@ -1,21 +1,10 @@
-"""What runs on the Ray nodes for each launch: a detached actor of its own.
+"""The detached actor of one launch on its Ray node (`launch:<launch id>`, or a spare's name).
 
-`LaunchActor` (named `launch:<launch id>`) runs the local backend's supervisor for its launch
-in a launch directory on its own node, so a replica on Ray has exactly the local backend's
-semantics. It outlives the controller (detached) and the supervisor dies with it. It keeps
-the launch's logs and progress reports on its node; the controller pulls them (`pull`).
-A launch actor is either made for its launch (the record given to the constructor) or started
-ahead of need as a spare (`spare_actors`) and handed its launch by `begin`, so a restart does
-not wait for a Ray worker to start.
-
-A launch actor hands its launch to its node's agent (`nodeactor`), whose spawner starts it
-warm when it can; the supervisor that runs it is then not the actor's child, and watches the
-actor's process instead of relying on PDEATHSIG.
-
-With the cluster file's `health: preflight` (in the launch record), a launch actor has its
-node's agent run the check (`NodeActor.check`: once per attempt of a job on the node) before
-its replica starts; a launch whose node failed answers `started` with the check's words (the
-controller quarantines the node) and ends, unstarted, when it is stopped.
+It runs the local backend's supervisor for its launch, so a replica on Ray has the local
+backend's semantics; the supervisor dies with the actor (it watches the actor's process). The
+launch goes to the node's agent (`nodeactor`) to start warm, else the actor starts it cold.
+With `health: preflight`, a launch whose node failed the check answers `started` with the
+check's words and ends, unstarted, when it is stopped.
 """
 
 from __future__ import annotations
@@ -41,37 +30,20 @@ from perdure.backends.preflight import NodeGate, check_env
 from perdure.backends.ray.nodeactor import node_actor, node_address, node_dir
 
 AGENT_SECONDS = 5.0  # the node agent takes a launch within this, else it starts cold
-# The agent's spawner starts a launch within this (it holds one for up to pool.HOLD_SECONDS
-# while its template imports torch), else this actor starts it cold.
-CLAIM_SECONDS = 40.0
+CLAIM_SECONDS = 40.0  # the agent's spawner starts it within this (its template may import)
 BEGIN_SECONDS = 30.0  # a call that comes before `begin` waits this long for it
-# A spare launch actor checks this often that its controller still holds the namespace lock,
-# and leaves after this many checks in a row that say no (a loaded GCS may miss one answer).
-IDLE_CHECK_SECONDS = 5.0
-IDLE_MISSES = 3
+IDLE_CHECK_SECONDS = 5.0  # how often a spare asks whether its controller holds the lock
+IDLE_MISSES = 3  # it leaves after this many noes in a row (a loaded GCS may miss one)
 
 
 def _in_supervisor() -> None:
-    # A supervisor this actor starts itself dies with it (see `_owner`).
     procs.load_libc()
     procs.set_parent_death_signal(signal.SIGKILL)
 
 
-def _owner() -> dict[str, int]:
-    """This actor's process, which the launch's supervisor dies with: a killed actor (node
-    death, ray.kill, the memory monitor) takes its replica with it. The supervisor watches it
-    (`Supervisor._watch_owner`), as a supervisor the node agent's spawner forked is not its
-    child; one started here also has PDEATHSIG."""
-    return launchdir.identity(os.getpid())
-
-
 class LaunchActor:
-    """Runs one replica under the local supervisor on this node (see the module docstring).
-
-    When the node agent does not take the launch within AGENT_SECONDS, or its spawner has not
-    started it by CLAIM_SECONDS, this actor starts the supervisor cold itself. Whichever
-    supervisor claims the launch first runs it.
-    """
+    """Runs one replica under the local supervisor on this node; whichever supervisor
+    claims the launch first (the agent's, or this actor's cold one) runs it."""
 
     def __init__(self, record: dict[str, Any] | None = None,
                  owner: dict[str, Any] | None = None) -> None:
@@ -85,14 +57,12 @@ class LaunchActor:
             threading.Thread(target=self._idle, args=(owner,), daemon=True).start()
 
     def until_begun(self) -> bool:
-        """Answers once this spare is given its launch: while it is idle, the controller's
-        call stays outstanding and fails only if the spare dies (Ray's memory monitor kills
-        the newest worker, often a spare: the controller then stops replacing it a while)."""
+        """Answers once this spare has its launch (the call fails if the spare dies)."""
         self._begun.wait()
         return True
 
     def begin(self, record: dict[str, Any]) -> None:
-        """Take the launch `record` and start its replica (once: a second call is ignored)."""
+        """Take the launch `record` and start its replica (a second call is ignored)."""
         with self._begin_lock:
             if self._begun.is_set():
                 return
@@ -109,15 +79,15 @@ class LaunchActor:
             command[0] = sys.executable  # the interpreter of this node, not the controller's
         env = dict(record["env"])
         if record.get("gpus") and "CUDA_VISIBLE_DEVICES" in os.environ:
-            # Ray chose this actor's GPUs (num_gpus) and set them here: they win over the
-            # controller's guess, which does not know which of the node's GPUs Ray gave.
+            # Ray chose this actor's GPUs: they win over the controller's guess.
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         if "PERDURE_TRANSPORT" not in env:  # without the relay, reports stay here to be pulled
             env["PERDURE_REPORT_DIR"] = self.dir
         # gloo and NCCL talk over the interface Ray reaches this node on (the user's own win)
         env.update({k: v for k, v in interface_env(node_address()).items() if k not in env})
         launchdir.write_launch(self.dir, {k: v for k, v in record.items() if k != "preflight"},
-                               command, env, _owner(), created=self.created)
+                               command, env, launchdir.identity(os.getpid()),
+                               created=self.created)
         self.supervisor: subprocess.Popen[bytes] | None = None
         self.via = "cold"
         self._exited = threading.Event()
@@ -138,8 +108,8 @@ class LaunchActor:
         threading.Thread(target=self._watch, args=(spawner,), daemon=True).start()
 
     def _check(self, record: dict[str, Any], env: dict[str, str]) -> None:
-        """The node's check, by its agent (here when the agent does not answer); then the
-        replica starts, or it is held until stopped."""
+        """The node's check, by its agent (here when it does not answer); then the replica
+        starts, or it is held until stopped."""
         check, node = record["preflight"], str(record["node"])
         argv, timeout = list(check["argv"]), float(check["timeout"])
         key = f"{record['job_id']}.{env.get('PERDURE_ATTEMPT', '')}"
@@ -168,9 +138,8 @@ class LaunchActor:
         self._start(record)
 
     def _idle(self, owner: dict[str, Any]) -> None:
-        """A spare nobody gave a launch leaves once the controller that made it is gone (its
-        namespace lock is gone, or another controller's): nothing else ends a detached actor.
-        """
+        """A spare with no launch leaves once its controller no longer holds the namespace
+        lock: nothing else ends a detached actor."""
         with contextlib.suppress(Exception):  # else looked up when the launch comes
             self._agent = node_actor(owner["node"], ray.get_runtime_context().namespace,
                                      *owner["warm"])
@@ -183,13 +152,12 @@ class LaunchActor:
                         os._exit(0)
 
     def _began(self, timeout: float = BEGIN_SECONDS) -> bool:
-        """Whether the launch has begun (calls may run before `begin` in this threaded actor:
-        the controller sends `begin` first, but Ray does not keep their order here)."""
+        """Whether the launch has begun (Ray does not keep the calls' order in a threaded
+        actor: one may come before `begin`)."""
         return self._begun.wait(timeout)
 
     def _to_agent(self, node: str, warm: list[Any]) -> dict[str, int] | None:
-        """Hand the launch to the node agent's spawner; its process, or None (start cold).
-        An agent that is gone (a node that came back) is made again here."""
+        """Hand the launch to the node agent's spawner; its process, or None (start cold)."""
         try:
             agent = self._agent or node_actor(node, ray.get_runtime_context().namespace, *warm)
             spawner: dict[str, int] = ray.get(agent.spawn.remote(self.dir),
@@ -263,7 +231,6 @@ class LaunchActor:
 
     def stop(self, sig: int, grace: float, reason: str, notice: str | None,
              delay: float = 0.0) -> None:
-        """Write the stop request (the runtime reads it) and tell the supervisor."""
         if not self._began():
             return
         if os.path.exists(os.path.join(self.dir, statedir.EXIT)):
@@ -283,18 +250,15 @@ class LaunchActor:
         return signal_replica(node_dir(), self.launch_id, sig)
 
     def pull(self, offsets: dict[str, int]) -> dict[str, bytes]:
-        """New bytes of the logs and progress reports since `offsets` (per stream)."""
         if not self._began():
             return {}
         return pull_launch(self.dir, offsets)
 
     def release(self) -> None:
-        """The controller has everything: end this actor (the launch dir stays on the node)."""
         ray.actor.exit_actor()  # type: ignore[no-untyped-call]
 
 
 def _lock_token(name: str) -> str | None:
-    """The token of the namespace's controller lock, None if there is none (or no answer)."""
     try:
         lock = ray.get_actor(name, namespace=ray.get_runtime_context().namespace)
         held: Any = ray.get(lock.holder.remote(), timeout=10)

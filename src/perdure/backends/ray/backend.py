@@ -1,14 +1,8 @@
-"""Run replicas on a Ray cluster: a detached, named actor per launch on its perdure node.
+"""Run replicas on a Ray cluster: a detached, named launch actor (`actors`) per launch.
 
-`RayBackend` implements `perdure.backends.base.Backend`. Each launch is a `LaunchActor`
-(`actors`) that runs the local backend's supervisor on the Ray node advertising
-`perdure_node_<node>`; the backend keeps one outstanding call per launch (its start, then its
-exit) and collects the finished ones with `ray.wait(timeout=0)`, so `poll` never blocks. The
-launch's logs and progress reports are pulled into the controller's state dir (`mirror`).
-
-Nodes: a Ray node that is gone makes its perdure node fail (a `fail-node` command: its
-replicas are lost with it, no restart charged); a Ray node that comes back advertising the
-same resource restores it. A controller that restarts finds the launches' actors by name.
+One outstanding call per launch (its start, then its exit), collected with
+`ray.wait(timeout=0)`, so `poll` never blocks. A Ray node that is gone fails its perdure node
+(`fail-node`: no restart charged); it is back when a new Ray node advertises it.
 """
 
 from __future__ import annotations
@@ -30,7 +24,9 @@ from ray.exceptions import (
 
 from perdure import statedir
 from perdure.backends.base import Backend, LaunchError, NodeInfo, exit_observation, sent_error
+from perdure.backends.launchdir import launch_record
 from perdure.backends.local.progress import ProgressReader
+from perdure.backends.lostnodes import LostNodes, killed
 from perdure.backends.masterport import MasterPorts
 from perdure.backends.node import logcap, warm
 from perdure.backends.node.mirror import Mirror
@@ -43,13 +39,11 @@ from perdure.backends.ray.tracked import Tracked, final_pull, pull_all, pull_fro
 from perdure.backends.spareholds import SpareHolds
 from perdure.core.clusterspec import ClusterSpec, RaySpec
 from perdure.core.events import (
-    Command,
     HoldNodes,
     Launch,
     LaunchFailed,
     NodeCheckFailed,
     Observation,
-    ReplicaExited,
     ReplicaStarted,
     Stop,
 )
@@ -61,8 +55,6 @@ OOM_WORDS = ("OutOfMemory", "out of memory", "memory monitor")
 
 
 class RayBackend(Backend):
-    """Replicas as detached actors on Ray nodes (see the module docstring)."""
-
     def __init__(self, state_dir: Path | str, cluster: ClusterSpec) -> None:
         self.spec: RaySpec = cluster.ray or RaySpec()
         self.ns = self.spec.namespace
@@ -72,13 +64,12 @@ class RayBackend(Backend):
         self._lock: Any = None
         self._transport: LaunchTransport | None = None
         self._live: dict[str, rc.RayNode] = {}
-        self._down: dict[str, str] = {}  # lost node -> the Ray node id it had
+        self._lost = LostNodes()
         self._next_nodes = 0.0
         self._active: dict[str, Tracked] = {}
         self._masters = MasterPorts()
         self._progress = ProgressReader()  # the launches' progress, from their mirrored copies
         self._agents: dict[str, Any] = {}
-        # ValueError naming the variable of the environment that is unusable:
         self._warm = (warm.pool_size(None), warm.idle_seconds(None))
         self._log_max_bytes = logcap.max_bytes()
         self._pending: list[Observation] = []  # nodes of the cluster file that are not up
@@ -90,8 +81,8 @@ class RayBackend(Backend):
                            if health.preflight else None)
 
     def _attach(self) -> None:
-        """Connect, take the namespace, start the relay: on first use, once the controller
-        holds its state dir (a `perdure run` that only follows a job never gets here)."""
+        """Connect, take the namespace, start the relay: on first use (a `perdure run` that
+        only follows a job never gets here)."""
         if self._transport is not None:
             return
         rc.connect(self.spec)
@@ -134,11 +125,7 @@ class RayBackend(Backend):
             env["MASTER_ADDR"] = master.address
             env["MASTER_PORT"] = self._masters.port(launch.job_id, launch.master_key,
                                                     lambda: self._free_port(master.name))
-        record: dict[str, Any] = {
-            "launch_id": launch.launch_id, "job_id": launch.job_id, "replica": launch.replica,
-            "node": launch.node, "command": list(launch.command), "env": env,
-            "cwd": launch.cwd, "memory_mb": launch.memory_mb, "warm": list(self._warm),
-            "gpus": launch.gpus, "log_max_bytes": self._log_max_bytes}
+        record = {**launch_record(launch, env, self._log_max_bytes), "warm": list(self._warm)}
         if self._preflight is not None:
             record["preflight"] = self._preflight
         mirror = Mirror(self.state_dir, launch.launch_id, launch.log_prefix)
@@ -170,26 +157,18 @@ class RayBackend(Backend):
         except RayError as err:
             if self._agent_answers(node):
                 raise LaunchError(f"node {node} did not give a port: {err}") from None
-            # Rank 0's node is gone and not yet seen so (a replica that exits at once, as a
-            # survivor of that node's death does, is launched again before the GCS marks
-            # the node dead): lose it now. This launch goes on with a port nobody listens
-            # on; the node's loss restarts the group, charging no one.
+            # Rank 0's node is gone before the GCS says so: lose it now; the loss restarts
+            # the group, so this launch's port (nobody listens on it) does not matter.
             self._lose_node(node, self._pending)
             return None
         self._ports_ahead.ask(node, self._agent(node))  # for the next restart
         return port
 
     def hold_nodes(self, hold: HoldNodes) -> None:
-        """The spare nodes a job's attempt holds: those of every job are kept warm, their
-        agents' pools filled ahead of need (asked again whenever the set changes)."""
         self._holds.update(hold)
-        held = self._holds.nodes()
-        if held != self._spares.held:
-            self._spares.hold(held)
+        self._spares.hold(self._holds.nodes())
 
     def fence_nodes(self, fenced: dict[str, str]) -> None:
-        """Quarantined nodes (core/health.py) get nothing placed there: no spare launch
-        actors wait on them, and their agents' pools are not kept warm."""
         self._spares.fence(frozenset(fenced))
 
     # ---- stop -------------------------------------------------------------------------------
@@ -268,7 +247,6 @@ class RayBackend(Backend):
             self._ask(tracked, news.ask)
 
     def _unexpected(self, tracked: Tracked, err: Exception, out: list[Observation]) -> None:
-        """An answer that makes no sense fails its launch, whose replica is stopped."""
         self._report_failed(tracked, f"launch {tracked.launch_id}: unexpected answer from its "
                                      f"actor ({type(err).__name__}: {str(err)[:400]})", out)
         with contextlib.suppress(Exception):
@@ -288,8 +266,8 @@ class RayBackend(Backend):
                                     sent_error(tracked.mirror.dir, record)))
 
     def _actor_died(self, tracked: Tracked, err: RayError, out: list[Observation]) -> None:
-        """The launch's actor is gone: its node died, Ray's memory monitor killed it, or
-        someone killed it. Its replica died with it (its supervisor watches the actor)."""
+        """The launch's actor is gone (its node died, Ray's memory monitor, a kill), and its
+        replica with it."""
         text = str(err)
         oom = any(w in text for w in OOM_WORDS)
         if not oom and not tracked.lost and not self._agent_answers(tracked.node):
@@ -298,11 +276,7 @@ class RayBackend(Backend):
         if not tracked.lost:
             pull_from_agent(tracked, self._agent(tracked.node))
         why = "its node was lost" if tracked.lost else text.splitlines()[0][:300]
-        tracked.mirror.write_record(statedir.EXIT, {
-            "exit_code": 128 + signal.SIGKILL, "signal": signal.SIGKILL, "oom": oom,
-            "time": time.time(), "lost": why})
-        out.append(ReplicaExited(launch_id=tracked.launch_id, exit_code=128 + signal.SIGKILL,
-                                 time=time.time(), signal=int(signal.SIGKILL), oom=oom))
+        out.append(killed(tracked.launch_id, tracked.mirror, why, oom))
 
     def _report_failed(self, tracked: Tracked, message: str, out: list[Observation]) -> None:
         self._active.pop(tracked.launch_id, None)
@@ -323,43 +297,36 @@ class RayBackend(Backend):
             self._lose_node(name, out)
         for name, node in live.items():
             # Back only as a new Ray node: the GCS lists a dead one as alive for a while.
-            if name in self._down and node.node_id != self._down[name]:
-                del self._down[name]
+            if name in self._lost and node.node_id != self._lost.nodes[name][1]:
+                self._lost.back(name, out)
                 self._agents.pop(name, None)
                 self._spares.forget(name)
-                out.append(Command("node-back", name, time.time()))
-        self._live = {n: v for n, v in live.items() if n not in self._down}
+        self._live = {n: v for n, v in live.items() if n not in self._lost}
 
     def _drained(self, name: str, node_id: str, deadline_ms: int,
                  out: list[Observation]) -> None:
-        """Ray drains a node: with a deadline (preemption) its jobs save, suspend and are
-        requeued; without one (maintenance) its replicas move, keeping their identity. Either
-        way it is back only as a new Ray node."""
-        self._down[name] = node_id
+        """Ray drains a node: with a deadline a preemption, without one maintenance."""
+        self._lost.lose(name, out, node_id, "preempt-node" if deadline_ms else "drain-node",
+                        "Ray drains it")
         self._live.pop(name, None)
         self._spares.forget(name)
-        kind = "preempt-node" if deadline_ms else "drain-node"
-        out.append(Command(kind, name, time.time(), why="Ray drains it"))
 
     def _lose_node(self, name: str, out: list[Observation]) -> None:
-        """A node is gone: fail it (before its replicas' exits, so they are not charged)."""
-        if name in self._down:
+        gone = self._live.get(name)
+        if not self._lost.lose(name, out, gone.node_id if gone is not None else ""):
             return
-        gone = self._live.pop(name, None)
-        self._down[name] = gone.node_id if gone is not None else ""
+        self._live.pop(name, None)
         self._agents.pop(name, None)
         self._spares.forget(name)
-        out.append(Command("fail-node", name, time.time()))
         for tracked in self._active.values():
             if tracked.node == name:
                 tracked.lost = True
 
     def _agent_answers(self, node: str) -> bool:
-        if node in self._down:
+        if node in self._lost:
             return False
         live = self._live.get(node)
-        # The Ray call below waits out PROBE_SECONDS on a dead node (the GCS takes longer
-        # still to mark it dead); a raylet port that refuses settles it in a round trip.
+        # A raylet port that refuses settles it in a round trip, not PROBE_SECONDS.
         if live is not None and rc.raylet_refuses(live):
             return False
         try:
@@ -393,7 +360,6 @@ class RayBackend(Backend):
         return out
 
     def close(self) -> None:
-        """Stop watching (replicas keep running), stop the relay, let the namespace go."""
         self._active.clear()
         with contextlib.suppress(RayError):
             self._spares.close()

@@ -1,9 +1,5 @@
-"""What a job needs to run on Ray that the local backend does not ask for (pure: no ray).
-
-No shared filesystem is assumed: a replica on another host sees neither the controller's
-state dir nor its files, so the checkpoint dir must be a URL every node reaches (fsspec:
-s3://, gs://, ...) or lie under a path the cluster file declares mounted on every node
-(`ray: shared_dirs`).
+"""The checkpoint dir of a job on other hosts: a URL every node reaches, or under the cluster
+file's `shared_dirs` (no shared filesystem is assumed). No side effects.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The controller's view of the Ray cluster: connecting, the GCS, the nodes, the actors.
 
-A perdure node is the Ray node that advertises the custom resource `perdure_node_<name>`
-(its amount is the node's slots). Nodes are read from the GCS (`ray.nodes()`), which notices
-a dead raylet only after its heartbeats time out; the backend learns of a lost node sooner
-from its actors' calls failing, and asks the node's agent to be sure.
+A perdure node is the Ray node that advertises the resource `perdure_node_<name>` (its amount
+is the node's slots).
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from perdure.core.clusterspec import RaySpec
 
 
 def connect(spec: RaySpec) -> None:
-    """ray.init against the cluster file's address, once per process."""
     if ray.is_initialized():
         return
     old = versions.below_floor(ray.__version__)
@@ -51,9 +48,8 @@ def connect(spec: RaySpec) -> None:
 
 
 def _cluster_mismatch(spec: RaySpec) -> str | None:
-    """The version line when the cluster runs another Ray or Python, as its GCS keeps them
-    (None: the same, or no answer): an older Ray client fails on a newer cluster before Ray
-    compares versions, with a ConnectionError that says nothing."""
+    """The version line when the cluster's GCS says it runs another Ray or Python (an older
+    client fails on a newer cluster with a ConnectionError that says nothing)."""
     try:
         raw = gcs_client(spec.address).internal_kv_get(
             b"CLUSTER_METADATA", namespace=b"cluster", timeout=5)
@@ -74,15 +70,13 @@ def gcs_client(address: str | None = None) -> Any:
 
 
 def own_address() -> str:
-    """This machine's address on the way to the Ray cluster's GCS (where replicas on other
-    hosts can reach it); not the machine's default address, which Ray's own guess would be."""
+    """This machine's address on the way to the Ray cluster's GCS."""
     host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
     return route_address(host, int(port))
 
 
 @dataclass(frozen=True)
 class RayNode:
-    """A live Ray node that is a perdure node."""
 
     name: str
     slots: int
@@ -111,9 +105,8 @@ REFUSED_SECONDS = 0.5  # a host that is up refuses at once; anything slower is n
 
 
 def raylet_refuses(node: RayNode) -> bool:
-    """Whether the node's raylet port refuses connections: its host is up and nothing
-    listens there, so the raylet is dead for sure. A host that does not answer at all (powered
-    off, cut off) gives no such proof: False, as for a raylet that accepts."""
+    """Whether the node's raylet port refuses connections (its raylet is dead for sure); a
+    host that does not answer is no proof."""
     if not node.port:
         return False
     try:
@@ -137,16 +130,14 @@ def node_infos(configured: list[NodeInfo], live: dict[str, RayNode]) -> list[Nod
 
 
 def launch_actor(node: str, launch_id: str, namespace: str, record: dict[str, Any]) -> Any:
-    """Create the detached actor of a launch on `node` (never waits for it to start), holding
-    the replica's GPUs (`num_gpus`: Ray then sets the actor's CUDA_VISIBLE_DEVICES, which the
-    replica inherits)."""
+    """Create the detached actor of a launch on `node`, holding the replica's GPUs."""
     return remote_class(LaunchActor).options(**actor_options(
         node, f"launch:{launch_id}", namespace, int(record.get("gpus", 0)))).remote(record)
 
 
 def spare_launch_actor(node: str, name: str, namespace: str, owner: dict[str, Any]) -> Any:
     """Start a launch actor on `node` ahead of its launch (no GPUs: a launch that needs some
-    gets an actor of its own); it waits for `begin`, or leaves once `owner` is gone."""
+    gets its own)."""
     return remote_class(LaunchActor).options(
         **actor_options(node, name, namespace, 0)).remote(None, owner)
 
@@ -159,8 +150,7 @@ def actor_options(node: str, name: str, namespace: str, gpus: int) -> dict[str, 
 
 
 def find_launch(launch_id: str, namespace: str, name: str | None = None) -> Any | None:
-    """The live actor of a launch (`name`: the spare's that took it, as its record keeps it),
-    or None."""
+    """The live actor of a launch (`name`: the spare's that took it), or None."""
     try:
         return ray.get_actor(name or f"launch:{launch_id}", namespace=namespace)
     except ValueError:
@@ -175,9 +165,8 @@ def draining_nodes() -> dict[str, int]:
 
 @functools.cache
 def _draining_reader() -> Callable[[], dict[Any, Any]]:
-    """How this Ray reads its draining nodes, found once (both private API): the GCS client
-    Ray Serve reads them with, with a timeout (Ray 2.60), else Ray's global state accessor
-    (`ray._private.state`: older Rays such as 2.50, whose GCS client has no such call)."""
+    """How this Ray reads its draining nodes (private API either way): its GCS client,
+    else, on older Rays, its global state accessor."""
     gcs = gcs_client()
     if hasattr(gcs, "get_draining_nodes"):
         return functools.partial(gcs.get_draining_nodes, timeout=5)

@@ -1,8 +1,5 @@
-"""The Ray backend's inspector: the controller's mirror for logs and records, Ray for signals.
-
-Logs and launch records are read where the Ray backend copies them (the state dir, as the
-local backend keeps them); a signal goes to the launch's actor on its node, which sends it to
-the replica's process there.
+"""The Ray backend's inspector: the controller's mirror for logs and records, the launch's
+actor for signals.
 """
 
 from __future__ import annotations

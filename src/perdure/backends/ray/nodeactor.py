@@ -1,11 +1,7 @@
-"""The node actor: one detached Ray actor per perdure node (and controller namespace), named
-`node:<node>` (the node's agent on Ray).
+"""The node's agent on Ray: one detached actor per perdure node and namespace, `node:<node>`.
 
-It answers what a node knows (its address and interpreter, a port that is free there), owns
-the node's spawner with its pool of warm standbys (the local backend's: a launch actor hands
-its launch to it, so a replica that can start warm runs in an interpreter that has imported
-torch already), and runs the node's preflight check (the cluster file's `health:
-preflight`) for the launches of an attempt, and before a spare node's pool is warmed.
+It owns the node's spawner with its warm pool (launch actors hand their launches to it), runs
+the node's preflight check, and answers what the node knows (address, a free port).
 
 Side effects: the spawner and its standbys, the check's processes, this node's perdure dir.
 """
@@ -28,26 +24,22 @@ from perdure.backends.node.pulls import pull_launch
 from perdure.backends.preflight import NodeGate
 
 RESOURCE_PREFIX = "perdure_node_"
-# A launch or agent asks for this much of its node's resource: it pins the actor to the node
-# without taking a slot (the controller accounts for slots itself).
-PIN = 0.001
+PIN = 0.001  # of its node's resource: pins an actor there, taking no slot
 ACTOR_CONCURRENCY = 16  # threads per actor: a wait for an exit must not block a stop
 
 
 def node_address() -> str:
-    """The address Ray reaches this node at."""
     return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
 
 def node_dir() -> str:
-    """This Ray node's own directory for perdure (inside its session dir: nothing shared)."""
+    """This Ray node's own directory for perdure, one per namespace, in its session dir."""
     try:
         from ray._private import worker  # the session dir has no public accessor
 
         base = worker._global_node.get_session_dir_path()  # type: ignore[attr-defined,union-attr]
     except Exception:
         base = tempfile.gettempdir()
-    # One per namespace: each controller's agent has a spawner and warm pool of its own.
     namespace = ray.get_runtime_context().namespace.replace(os.sep, "_")
     path = os.path.join(base, "perdure", namespace)
     os.makedirs(os.path.join(path, statedir.LAUNCHES), exist_ok=True)
@@ -55,7 +47,6 @@ def node_dir() -> str:
 
 
 class NodeActor:
-    """A perdure node's agent on Ray (see the module docstring); its spawner exits with it."""
 
     def __init__(self, warm_pool: int | str = "auto", warm_idle: float = 600.0) -> None:
         from perdure.backends.node.spawner import Spawner
@@ -66,29 +57,23 @@ class NodeActor:
         self._gates: dict[tuple[tuple[str, ...], float], NodeGate] = {}
 
     def spawn(self, directory: str) -> dict[str, int]:
-        """Have the spawner start the launch in `directory` (warm if it can); the spawner's
-        process. Never waits for the launch to start."""
+        """Have the spawner start the launch in `directory`; the spawner's process."""
         with self._lock:
             pid = self._spawner.send(directory).pid
         return identity(pid)
 
-    def _gate(self, argv: list[str], timeout: float) -> NodeGate:
-        with self._lock:
-            return self._gates.setdefault((tuple(argv), timeout), NodeGate(argv, timeout))
-
     def check(self, key: str, argv: list[str], timeout: float, env: dict[str, str],
               cwd: str | None, wait: float) -> dict[str, Any] | None:
-        """The outcome of the node's check (the cluster file's `health: preflight`) for
-        `key`, one attempt of a job (`NodeGate`); None while it runs after `wait` s (ask
-        again)."""
-        outcome = self._gate(argv, timeout).outcome(key, env, cwd, wait)
+        """The outcome of the node's check for `key` (`NodeGate.outcome`)."""
+        with self._lock:
+            gate = self._gates.setdefault((tuple(argv), timeout), NodeGate(argv, timeout))
+        outcome = gate.outcome(key, env, cwd, wait)
         return None if outcome is None else {"passed": outcome.passed,
                                              "message": outcome.message}
 
     def prewarm(self, check: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """Start filling the warm pool now, before a launch needs it. With `check` (the
-        node's preflight: argv, timeout, env) only once the node passed it, as a spare node
-        held for no attempt in particular; its outcome (None: no check, or still running)."""
+        """Start filling the warm pool now; with `check`, once the node passed it (the
+        check's outcome)."""
         outcome = None
         if check is not None:
             argv, timeout = list(check["argv"]), float(check["timeout"])
@@ -105,26 +90,21 @@ class NodeActor:
         return statedir.read_json(os.path.join(self.launches, statedir.WARM_STATUS))
 
     def info(self) -> dict[str, Any]:
-        """Where it runs (the controller calls it to learn whether the node answers)."""
         return {"address": node_address(), "python": sys.executable}
 
     def pull(self, launch_id: str, offsets: dict[str, int]) -> dict[str, bytes]:
-        """A launch's streams, as `LaunchActor.pull`, once its actor is gone (killed by
-        Ray's memory monitor, say): what the replica printed last is still on this node."""
+        """A launch's streams, as `LaunchActor.pull`, once its actor is gone."""
         if os.sep in launch_id or launch_id in ("", ".", ".."):
             raise ValueError(f"not a launch id: {launch_id!r}")
         return pull_launch(os.path.join(self.launches, launch_id), offsets)
 
     def free_port(self) -> int:
-        """A port nothing listens on now on this node (the OS picks it: no clash)."""
         return int(local_port())
 
 
 def node_actor(node: str, namespace: str, warm_pool: int | str = "auto",
                warm_idle: float = 600.0) -> Any:
-    """The node's agent, created on first use (with its warm pool's size and idle time; one
-    that exists keeps its own); it lives as long as its Ray node (Ray starts it again when it
-    dies there: Ray's memory monitor may pick it)."""
+    """The node's agent, created on first use; Ray starts it again when it dies."""
     return remote_class(NodeActor).options(
         name=f"node:{node}", namespace=namespace, lifetime="detached", get_if_exists=True,
         resources={RESOURCE_PREFIX + node: PIN}, num_cpus=0, max_restarts=-1,
@@ -134,5 +114,5 @@ def node_actor(node: str, namespace: str, warm_pool: int | str = "auto",
 
 @functools.cache
 def remote_class(cls: type) -> Any:
-    """The Ray actor class of `cls`, made once per process (each is exported to the GCS)."""
+    """The Ray actor class of `cls`, made once per process."""
     return ray.remote(cls)

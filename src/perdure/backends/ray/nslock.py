@@ -1,10 +1,7 @@
 """The namespace lock: one controller at a time drives a Ray namespace.
 
-The lock is a named actor on the head node, held by the controller that made it. It is
-detached, so its life does not hang on the GCS calling the controller's driver back (a GCS may
-cancel a driver-owned actor whose driver's address does not answer: behind a NAT, in a
-container). Instead the lock watches its controller's Ray job and leaves once that job has
-ended, so a restarted controller can take it within seconds.
+A detached named actor on the head node (a driver-owned one may be cancelled when the GCS
+cannot call the driver back, behind a NAT); it leaves once its controller's Ray job ended.
 """
 
 from __future__ import annotations
@@ -30,9 +27,8 @@ WATCH_SECONDS = 0.5  # how often the lock asks the GCS whether its controller's 
 
 
 class NamespaceLock:
-    """Held (alive) by exactly one controller, until that controller's Ray job ends. Its token
-    tells this controller's spare launch actors (`spare_actors`) whether their controller still
-    holds the namespace."""
+    """Held (alive) by one controller until its Ray job ends; its token tells the spare launch
+    actors whose it is."""
 
     def __init__(self, job_id: str, pid: int) -> None:
         self.token = uuid.uuid4().hex
@@ -51,8 +47,7 @@ class NamespaceLock:
 
 
 def job_ended(job_id: str) -> bool:
-    """Whether the GCS says the Ray job `job_id` (hex) has ended; False when it does not
-    answer (no answer is no proof)."""
+    """Whether the GCS says the Ray job `job_id` (hex) has ended (no answer: False)."""
     try:
         jobs = gcs_client().get_all_job_info(job_or_submission_id=job_id,
                                              skip_submission_job_info_field=True,
@@ -64,14 +59,12 @@ def job_ended(job_id: str) -> bool:
 
 
 def take_lock(spec: RaySpec, owner: str) -> tuple[Any, str]:
-    """The namespace's controller lock and its token; BackendBusy when another live
-    controller holds it."""
+    """The namespace's lock and its token; BackendBusy when another live controller has it."""
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     job_id = ray.get_runtime_context().get_job_id()
     while True:
         try:
-            # On the head node: a worker host's death must not take the lock with it (a
-            # second controller could then take over from a live one).
+            # On the head node: a worker host's death must not free it under a live owner.
             lock = remote_class(NamespaceLock).options(
                 name=LOCK_NAME, namespace=spec.namespace, lifetime="detached", num_cpus=0,
                 max_restarts=0, resources={HEAD_RESOURCE: PIN}).remote(job_id, os.getpid())
@@ -95,8 +88,7 @@ def take_lock(spec: RaySpec, owner: str) -> tuple[Any, str]:
 
 
 def _live_holder(namespace: str) -> dict[str, Any] | None:
-    """What the lock's holder says, if it answers and its controller's job goes on (a dead
-    controller's lock answers until it notices)."""
+    """What the lock's holder says, if its controller's job goes on."""
     try:
         lock = ray.get_actor(LOCK_NAME, namespace=namespace)
         holder: Any = ray.get(lock.holder.remote(), timeout=3)

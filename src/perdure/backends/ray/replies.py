@@ -1,14 +1,7 @@
-"""What a launch actor's answer means, given the question it answers.
+"""What a launch actor's answer means, given the question it answers (`started` or `exit`).
 
-The controller asks a launch's actor one thing at a time: `started` (its status record once
-the replica runs; None when the replica ended before one existed, or the wait ran out; the
-check's words when its node failed its preflight check: it never starts) or `exit` (its exit
-record once it ended; None when the wait ran out). Answers are read by the question that
-was asked, never guessed from the order they come in: a replica that ends before its start
-record is read (a quick replica, a loaded machine) answers `exit` with an exit record, which
-is its end, not its start.
-
-No side effects: `read` maps (question, answer) to what to report and what to ask next.
+Answers are read by the question asked, never by the order they come in: a replica that ends
+before its start is read answers with an exit record, its end. No side effects.
 """
 
 from __future__ import annotations
@@ -16,8 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
-
-__all__ = ["EXIT", "STARTED", "Next", "UnexpectedReply", "read"]
 
 STARTED, EXIT = "started", "exit"
 
@@ -28,8 +19,8 @@ class UnexpectedReply(ValueError):
 
 @dataclass(frozen=True)
 class Next:
-    """What an answer means: a start to report (pid, started at, the status record), an exit
-    record to report, and the next question (None: the launch is over)."""
+    """A start (pid, started at, status) and an exit to report; the next question (None:
+    over)."""
 
     ask: str | None
     started: tuple[int, float, dict[str, Any]] | None = None
@@ -56,9 +47,8 @@ def _is_exit(record: dict[str, Any]) -> bool:
 def read(asked: str, started: bool, answer: Any) -> Next:
     """What `answer` to `asked` means for a launch whose start was (not) reported yet."""
     if answer is None:
-        # started: it ended without a status, or the wait ran out: ask for its end, which
-        # answers at once if it ended. exit: the wait ran out; a launch whose start was not
-        # seen yet (a slow start on a loaded machine) is asked for its start again.
+        # The wait ran out (or it ended unstarted): ask for its end, or for its start again
+        # while that was not seen (a slow start).
         return Next(EXIT if asked == STARTED or started else STARTED)
     if not isinstance(answer, dict) or asked not in (STARTED, EXIT):
         raise UnexpectedReply(f"the answer to {asked!r} is not a record: {answer!r:.300}")

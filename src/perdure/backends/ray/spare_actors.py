@@ -1,20 +1,11 @@
-"""Spare launch actors: launch actors started on each node ahead of need.
+"""Spare launch actors, started on each node ahead of need: Ray starts a worker process for
+every new actor, most of a warm restart's time; a launch that takes a spare starts within
+milliseconds (`LaunchActor.begin`).
 
-Ray starts a worker process for every new actor, most of a warm restart on Ray; a launch that
-takes a spare instead has its replica starting within milliseconds of the call
-(`LaunchActor.begin`). Each live node keeps up to `size` spares, by default its slots (a group
-restart relaunches at most that many there at once), and twice its slots once a restart has
-taken spares there: a node lost just after a restart makes a second restart at once. Spares
-taken are replaced a moment after the first of them, once the restart's own launches are on
-their way, so the new workers do not compete with them.
-
-A spare is a detached actor named `spare:<node>:<token>`; the launch it takes keeps that name
-in its record, so a controller that restarts finds it again (`cluster.find_launch`). A spare
-nobody took leaves by itself once its controller no longer holds the namespace lock, and
-`close` kills those of a controller that stops.
-
-Settings: `$PERDURE_RAY_SPARE_ACTORS` ("auto": each node's slots, twice that once a restart took
-some there, at most AUTO_MAX; a number from 0 to MAX: that many per node; 0 turns them off).
+Each node keeps its slots' worth (twice that once a restart took some there: a node lost just
+after a restart makes a second one), refilled a moment after a restart took them so the new
+workers do not compete with it. `$PERDURE_RAY_SPARE_ACTORS`: "auto" (that, at most AUTO_MAX)
+or a number per node from 0 (off) to MAX.
 """
 
 from __future__ import annotations
@@ -36,38 +27,28 @@ from perdure.backends.settings import AUTO, count_or_auto
 
 ENV = "PERDURE_RAY_SPARE_ACTORS"
 AUTO_MAX, MAX = 8, 64
-# A node whose spare was just taken gets its replacement this much later: the worker Ray
-# starts for it would otherwise compete for the CPUs with the restart that took the spare.
 REFILL_DELAY_SECONDS = 1.0
-# A node whose spare died (Ray's memory monitor kills the newest worker first, which may be a
-# spare rather than the launch that uses the memory) gets none for this long: a spare started
-# again at once would be killed again, and the monitor would never reach the launch.
+# A node whose spare died gets none this long: Ray's memory monitor kills the newest worker
+# first, so a spare started again at once would die instead of the launch using the memory.
 DIED_BACKOFF_SECONDS = 60.0
-# A spare node's warm pool is asked to fill this often (each ask also keeps it from emptying
-# for want of launches, as a pool does after its idle time).
-PREWARM_SECONDS = 60.0
-# A port a node's agent found free is used for the next group restart's rank 0 there only
-# this soon after (the same bet on a port staying free as asking at launch, over a minute).
-PORT_AHEAD_SECONDS = 60.0
+PREWARM_SECONDS = 60.0  # a held spare node's pool is asked to fill this often
+PORT_AHEAD_SECONDS = 60.0  # a port found free ahead of a restart is used only this soon
 
 
 def size_setting(raw: str | None = None) -> int | None:
-    """Spares per node from `raw` or the environment: None for "auto" (the node's slots);
-    ValueError naming the variable otherwise."""
+    """Spares per node from `raw` or the environment: None for "auto"."""
     return count_or_auto(raw, ENV, MAX, lambda value: (
         f"${ENV}={value!r}: spare launch actors per Ray node must be {AUTO!r} (the node's "
         f"slots, at most {AUTO_MAX}) or an integer from 0 to {MAX}; 0 turns them off"))
 
 
 class PortsAhead:
-    """A free port asked of a node's agent ahead of the next group restart (each restart's
-    rank 0 needs a new one), so that restart's first launch does not wait for the answer."""
+    """A free port asked of a node's agent ahead of the next group restart's rank 0."""
 
     def __init__(self) -> None:
         self._ahead: dict[str, tuple[float, Any]] = {}
 
     def take(self, node: str) -> str | None:
-        """The port asked of `node` ahead, if it came back in time; else None (ask now)."""
         got = self._ahead.pop(node, None)
         if got is None or time.monotonic() - got[0] > PORT_AHEAD_SECONDS:
             return None
@@ -90,7 +71,7 @@ class _Spare:
 
 
 class SpareActors:
-    """The spare launch actors of one controller, per node (see the module docstring)."""
+    """The spare launch actors of one controller, per node."""
 
     def __init__(self, namespace: str, size: int | None,
                  warm: tuple[int | str, float] = ("auto", 600.0)) -> None:
@@ -115,7 +96,6 @@ class SpareActors:
         return min(slots * (2 if node in self._restarted else 1), AUTO_MAX)
 
     def fill(self, live: dict[str, rc.RayNode]) -> None:
-        """Start spares on live nodes that have fewer than they want (never waits)."""
         if self.owner is None:
             return
         for gone in set(self._spares) - set(live):
@@ -140,13 +120,14 @@ class SpareActors:
                 have.append(_Spare(actor_name, actor, actor.until_begun.remote()))
 
     def hold(self, nodes: frozenset[str]) -> None:
-        """The spare nodes jobs hold now: their pools are asked to fill at the next poll."""
-        self.held, self._next_prewarm = nodes, 0.0
+        """The spare nodes jobs hold now: a change has their pools filled at the next poll."""
+        if nodes != self.held:
+            self.held, self._next_prewarm = nodes, 0.0
 
     def prewarm(self, live: dict[str, rc.RayNode], agent: Callable[[str], Any],
                 check: dict[str, Any] | None = None) -> None:
-        """Have the held spare nodes' agents fill their warm pools (now and then); with
-        `check` (the cluster file's preflight: argv, timeout), once the node passed it."""
+        """Have the held spare nodes' agents fill their warm pools (now and then), after
+        the preflight `check` when there is one."""
         now = time.monotonic()
         if not self.held or now < self._next_prewarm:
             return
@@ -174,8 +155,7 @@ class SpareActors:
         return out
 
     def fence(self, nodes: frozenset[str]) -> None:
-        """The quarantined nodes now: their spares are killed and none is started there
-        until they are restored."""
+        """The quarantined nodes now: no spares there."""
         for node in nodes - self.fenced:
             for spare in self._spares.pop(node, deque()):
                 with contextlib.suppress(RayError, ValueError):
@@ -185,8 +165,6 @@ class SpareActors:
     def take(self, node: str) -> tuple[str, Any] | None:
         """A spare on `node` (the oldest: the likeliest to be running), or None."""
         have = self._spares.get(node)
-        if not have:
-            return None
         while have:
             spare = have.popleft()
             if self._alive(spare):
@@ -195,25 +173,22 @@ class SpareActors:
         return None
 
     def refill_later(self, node: str, now: float) -> None:
-        """A spare of `node` was taken at `now`: refill it REFILL_DELAY_SECONDS after the first
-        take of a burst (a refill pushed back by every take would never come during one)."""
+        """Refill `node` REFILL_DELAY_SECONDS after the first take of a burst (a refill
+        pushed back by every take would never come during one)."""
         self._restarted.add(node)
         if self._not_before.get(node, 0.0) <= now:
             self._not_before[node] = now + REFILL_DELAY_SECONDS
 
     @staticmethod
     def _alive(spare: _Spare) -> bool:
-        """False for a spare whose start failed, that died or that left (its watch ended)."""
         done, _ = ray.wait([spare.watch], timeout=0)
         return not done
 
     def forget(self, node: str) -> None:
-        """A node that is lost takes its spares with it."""
         self._spares.pop(node, None)
         self._not_before.pop(node, None)
 
     def close(self) -> None:
-        """Kill the spares nobody took (a launch's actor is never among them)."""
         for have in self._spares.values():
             for spare in have:
                 with contextlib.suppress(RayError, ValueError):

@@ -1,10 +1,5 @@
-"""One launch as the Ray backend follows it, and the copying of its logs and progress.
-
-A `Tracked` launch has at most one outstanding start/exit call (`waiting`) and one outstanding
-pull of its files (`pulling`). While it runs, `pull_all` copies what it wrote into the
-controller's state dir every `PULL_SECONDS` without blocking; once it ends, `final_pull` (its
-actor answers) or `pull_from_agent` (its actor died; the node's agent still has the files)
-copies the rest before the launch is forgotten.
+"""One launch as the Ray backend follows it, and the copying of its logs and progress into
+the controller's state dir: while it runs without blocking, then the rest once it ended.
 """
 
 from __future__ import annotations
@@ -22,9 +17,7 @@ from perdure.backends.node.mirror import Mirror
 from perdure.backends.ray import replies
 
 PULL_SECONDS = 0.5  # how often logs and progress are copied while a launch runs
-# A launch's actor died on a live node: its agent, which the same cause may have killed (Ray's
-# memory monitor picks several workers), has this long to be back and hand over the logs.
-AGENT_PULL_SECONDS = 10.0
+AGENT_PULL_SECONDS = 10.0  # for a dead actor's agent, maybe restarting, to hand the logs
 FINAL_PULL_SECONDS = 10.0
 
 
@@ -44,13 +37,11 @@ class Tracked:
 
 
 def pull_all(launches: Iterable[Tracked], now: float) -> None:
-    """Collect the pulls that are done and start the ones that are due; never blocks."""
     for tracked in launches:
         if tracked.pulling is not None:
             ready, _ = ray.wait([tracked.pulling], timeout=0)
             if not ready:
                 continue
-            # An actor that is gone has its exit reported through `waiting`.
             with contextlib.suppress(RayError):
                 tracked.mirror.append(ray.get(ready[0]))
             tracked.pulling = None
@@ -60,7 +51,6 @@ def pull_all(launches: Iterable[Tracked], now: float) -> None:
 
 
 def final_pull(tracked: Tracked) -> None:
-    """Copy everything the launch wrote before its actor is released."""
     if tracked.pulling is not None:
         with contextlib.suppress(RayError):
             tracked.mirror.append(ray.get(tracked.pulling, timeout=FINAL_PULL_SECONDS))
@@ -69,16 +59,14 @@ def final_pull(tracked: Tracked) -> None:
 
 
 def pull_from_agent(tracked: Tracked, agent: Any) -> None:
-    """What a launch whose actor died wrote last, from its node's agent (its files stay on
-    the node); nothing when the agent does not answer either."""
+    """What a launch whose actor died wrote last, from its node's agent."""
     tracked.pulling = None
     _drain(tracked, lambda offsets: agent.pull.remote(tracked.launch_id, offsets),
            AGENT_PULL_SECONDS)
 
 
 def _drain(tracked: Tracked, pull: Callable[[dict[str, int]], Any], seconds: float) -> None:
-    """Append what `pull` brings until nothing is new, each pull given `seconds` (an actor
-    being started again, as Ray restarts agents, is waited for)."""
+    """Append what `pull` brings until nothing is new, each pull given `seconds`."""
     for _ in range(64):
         deadline = time.monotonic() + seconds
         while True:

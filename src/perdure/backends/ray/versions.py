@@ -1,20 +1,10 @@
-"""Which Ray the Ray backend works with, and the one line a version mismatch gets (pure: no
-ray import, no side effects).
-
-`RAY_FLOOR` is the oldest Ray the backend is tested on (the ray extra's floor in
-pyproject.toml; a unit test holds the two equal). Where Rays differ the backend finds the way
-once per process (`cluster._draining_reader`).
-
-Ray's client and cluster must run the same Ray (and Python): `ray.init` refuses another with a
-multi-line "Version mismatch" error, which `mismatch_line` turns into one line that says what
-to install.
+"""Which Ray the Ray backend works with (`RAY_FLOOR`: the ray extra's floor), and the one line
+a version mismatch gets. No side effects.
 """
 
 from __future__ import annotations
 
 import re
-
-__all__ = ["RAY_FLOOR", "below_floor", "mismatch_line", "versions_line"]
 
 RAY_FLOOR = "2.60"
 
@@ -33,9 +23,7 @@ def mismatch_line(message: str, address: str) -> str | None:
 
 def versions_line(cluster_ray: str, cluster_py: str, own_ray: str, own_py: str,
                   address: str) -> str | None:
-    """One line when the cluster's Ray or Python differs from the controller's, else None.
-    (An older client fails on a newer cluster before Ray compares versions: the backend then
-    reads the cluster's from its GCS and asks here.)"""
+    """One line when the cluster's Ray or Python differs from the controller's, else None."""
     if cluster_ray != own_ray:
         return (f"ray: the controller has ray {own_ray}, the cluster at {address} runs ray "
                 f"{cluster_ray}; install ray=={cluster_ray} where perdure runs (a Ray client "

@@ -1,11 +1,6 @@
-"""The Slurm backend's allocations: one holder job per attempt (and one per further node).
-
-An `Alloc` is a holder job (`slurmcmd.HOLDER`) submitted with `--no-kill`, so that one node's
-failure does not end it on the others. Its name says whose it is:
-`perdure.<state dir tag>.<job id>.<attempt>`, so a restarted controller finds its allocations
-in squeue by name. Steps start in it with `srun --overlap --jobid`: the node agents and the
-replicas' steps (`srun` runs on this login node, in a session of its own, so a controller
-that dies leaves them running).
+"""The Slurm backend's allocations: holder jobs (`--no-kill`: one node's failure does not end
+them) named `perdure.<state dir tag>.<job id>.<attempt>` so a restarted controller finds
+them, and their steps (`srun --overlap`, in sessions of their own: they outlive a controller).
 
 Side effects: sbatch, scancel and srun processes.
 """
@@ -45,8 +40,8 @@ def parse_name(prefix: str, name: str) -> tuple[str, str] | None:
 
 def slurm_env(secret: str | None = None, extra: dict[str, str] | None = None
               ) -> dict[str, str]:
-    """This process's environment for srun and sbatch, without the SLURM_* variables of any
-    job the controller itself may run in (they would retarget srun), SLURM_CONF kept."""
+    """This process's environment for srun and sbatch, without the SLURM_* variables (but
+    SLURM_CONF) of a job the controller may run in: they would retarget srun."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     if secret is not None:
@@ -54,19 +49,18 @@ def slurm_env(secret: str | None = None, extra: dict[str, str] | None = None
     return {**env, **(extra or {})}
 
 
-def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, warning: int,
-           exclude: list[str] | None = None) -> None:
-    alloc.slurm_id = slurmcmd.submit(spec, f"{prefix}{alloc.job_id}.{alloc.attempt}",
-                                     alloc.nodes, alloc.cpus, warning, alloc.gpus, exclude)
-    alloc.warning = warning
+def submit(alloc: Alloc, spec: SlurmSpec, prefix: str, exclude: list[str]) -> None:
+    """Submit `alloc`'s holder job (`slurmcmd.HOLDER`)."""
+    args = slurmcmd.sbatch_args(spec, f"{prefix}{alloc.job_id}.{alloc.attempt}", alloc.nodes,
+                                alloc.cpus, alloc.warning, alloc.gpus, exclude)
+    alloc.slurm_id = slurmcmd.run(args, stdin=slurmcmd.HOLDER).strip().split(";")[0]
     alloc.state = "PENDING"
 
 
 def srun_args(alloc: Alloc, node: str, name: str, argv: list[str], gpus: bool = False
               ) -> list[str]:
-    """srun's arguments for a step of `alloc` on `node`; with `gpus`, the step holds the
-    allocation's GPUs on that node (Slurm sets CUDA_VISIBLE_DEVICES in it), else none of
-    them. No side effects."""
+    """srun's arguments for a step of `alloc` on `node`, holding the node's GPUs with
+    `gpus`. No side effects."""
     args = ["srun", "--overlap", f"--jobid={alloc.slurm_id}", f"--nodelist={node}",
             "--nodes=1", "--ntasks=1", f"--job-name={name}", "--kill-on-bad-exit=0", "--quiet"]
     if alloc.gpus:
@@ -77,8 +71,7 @@ def srun_args(alloc: Alloc, node: str, name: str, argv: list[str], gpus: bool = 
 def step(alloc: Alloc, node: str, name: str, argv: list[str], log: str,
          secret: str | None = None, gpus: bool = False,
          extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start a step of `alloc` on `node` running `argv`, with `extra` in its environment
-    (never waits for it)."""
+    """Start a step of `alloc` on `node` running `argv` (never waits for it)."""
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it
     try:
         return subprocess.Popen(
@@ -91,9 +84,8 @@ def step(alloc: Alloc, node: str, name: str, argv: list[str], log: str,
 
 def node_check(alloc: Alloc, health: HealthSpec, launches: Iterable[Launch]
                ) -> dict[str, Any] | None:
-    """What the agents of `alloc` check their node with (the cluster file's `health:
-    preflight`), in the environment of its attempt's launches (a spare's allocation has
-    none: its job's). No side effects."""
+    """The preflight check of `alloc`'s agents, in the environment of its attempt's (else
+    its job's) launches. No side effects."""
     if not health.preflight:
         return None
     mine = [x for x in launches if x.job_id == alloc.job_id]
@@ -107,7 +99,6 @@ def node_check(alloc: Alloc, health: HealthSpec, launches: Iterable[Launch]
 
 def start_agent(alloc: Alloc, node: str, hub: str, secret: str, warm: tuple[object, float],
                 logs: str, check: dict[str, Any] | None = None) -> subprocess.Popen[bytes]:
-    """The node agent's step; `check`: the node's preflight ({argv, timeout, env, cwd})."""
     alloc.agents[node] = time.monotonic()
     argv = [sys.executable, "-m", "perdure.backends.agents.agent", hub, node, str(warm[0]),
             f"{warm[1]:g}"]

@@ -1,9 +1,7 @@
-"""Slurm's own warnings that a node is about to be taken: a drain (DRAIN, DRAINING) or an
-upcoming maintenance reservation. A node running replicas that Slurm warns of is drained in
-perdure first (`drain-node` with Slurm's reason: its replicas save at their next checkpoint
-when one is near, else at once, and move), and comes back (`node-back`) once Slurm lets go.
+"""Slurm's warnings that a node is about to be taken (a drain, a maintenance reservation
+near): a busy node so warned is drained in perdure (`drain-node`), back once Slurm lets go.
 
-Side effects: sinfo and scontrol (through slurmcmd), at most every WATCH_SECONDS.
+Side effects: sinfo and scontrol, at most every WATCH_SECONDS.
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ def _starts(reservation: slurmcmd.Reservation) -> float | None:
 
 
 class PlatformWatch:
-    """Turns Slurm's drains and maintenance reservations into perdure's node commands."""
 
     def __init__(self, partition: str | None) -> None:
         self.partition = partition
@@ -48,8 +45,8 @@ class PlatformWatch:
         return found
 
     def step(self, busy: Set[str], fenced: Set[str], out: list[Observation]) -> None:
-        """Drain in perdure the busy nodes Slurm warns of (not those perdure fenced and
-        drained itself); a node Slurm no longer warns of is back."""
+        """Drain the busy nodes Slurm warns of (not those perdure fenced); a node Slurm no
+        longer warns of is back."""
         now = time.monotonic()
         if now < self._next or not (busy or self.warned):
             return

@@ -1,8 +1,5 @@
-"""Slurm's commands as perdure uses them: submit a holder job, read jobs and nodes, cancel.
-
-The Slurm commands are the interface (no Python binding): every call is a subprocess with a
-deadline, and its output is parsed by the pure functions below (tested on real output).
-A command that fails raises SlurmError with Slurm's own message.
+"""Slurm's commands as perdure uses them, each a subprocess with a deadline whose output the
+pure `parse_*` functions read; a failure raises SlurmError with Slurm's own message.
 
 Side effects: runs sbatch, squeue, sinfo, scontrol, scancel.
 """
@@ -20,9 +17,8 @@ from perdure.core.clusterspec import SlurmSpec
 
 TIMEOUT = 30.0  # seconds one command may take (slurmctld answers in milliseconds)
 SEP = "\x1f"  # field separator of our squeue/sinfo formats (never in a name or a reason)
-# The holder job's script: it holds the allocation, and turns Slurm's signals into a notice
-# the controller reads from the job's comment (squeue %k): USR1 is the time limit's warning
-# (--signal=B:USR1@N), TERM a preemption's (with the partition's GraceTime).
+# The holder job's script: Slurm's signals become a notice in the job's comment (squeue %k):
+# USR1 the time limit's warning (--signal=B:USR1@N), TERM a preemption's.
 HOLDER = """#!/bin/sh
 note() { scontrol update JobId="$SLURM_JOB_ID" Comment="perdure:$1" >/dev/null 2>&1; }
 trap 'note timelimit' USR1
@@ -38,7 +34,6 @@ class SlurmError(RuntimeError):
 
 @dataclass(frozen=True)
 class JobInfo:
-    """One Slurm job as squeue shows it."""
 
     job_id: str
     name: str
@@ -62,12 +57,10 @@ class SlurmNode:
 
     @property
     def usable(self) -> bool:
-        """Up and responding: Slurm would place a job on it."""
         return self.state in ("idle", "mix", "alloc", "comp")
 
 
 def run(args: list[str], timeout: float = TIMEOUT, stdin: str | None = None) -> str:
-    """Run one Slurm command; its stdout. SlurmError with Slurm's message on failure."""
     if shutil.which(args[0]) is None:
         raise SlurmError(f"{args[0]}: not found on PATH; install Slurm's client commands "
                          "(Debian: apt-get install slurm-client) on this login node")
@@ -85,9 +78,8 @@ def run(args: list[str], timeout: float = TIMEOUT, stdin: str | None = None) -> 
 
 def sbatch_args(spec: SlurmSpec, name: str, nodes: list[str], cpus: int,
                 warning: int, gpus: int = 0, exclude: list[str] | None = None) -> list[str]:
-    """sbatch's arguments for a holder job over `nodes` (`cpus` and `gpus` per node), with
-    the time limit's warning `warning` seconds before it, never on the `exclude`d
-    (quarantined) nodes. No side effects."""
+    """sbatch's arguments for a holder job over `nodes` (`cpus` and `gpus` per node), warned
+    `warning` seconds before its time limit. No side effects."""
     args = ["sbatch", "--parsable", f"--job-name={name}", f"--time={spec.time_limit}",
             f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1",
             f"--cpus-per-task={cpus}", "--no-kill", "--output=/dev/null", "--chdir=/",
@@ -103,13 +95,6 @@ def sbatch_args(spec: SlurmSpec, name: str, nodes: list[str], cpus: int,
     if spec.qos:
         args.append(f"--qos={spec.qos}")
     return [*args, *spec.sbatch_args]
-
-
-def submit(spec: SlurmSpec, name: str, nodes: list[str], cpus: int, warning: int,
-           gpus: int = 0, exclude: list[str] | None = None) -> str:
-    """Submit a holder job; its Slurm job id."""
-    out = run(sbatch_args(spec, name, nodes, cpus, warning, gpus, exclude), stdin=HOLDER)
-    return out.strip().split(";")[0]
 
 
 JOB_FORMAT = SEP.join(["%i", "%j", "%T", "%r", "%N", "%k"])
@@ -133,7 +118,7 @@ def jobs(prefix: str) -> dict[str, JobInfo]:
 
 
 def parse_nodes(text: str) -> list[SlurmNode]:
-    """sinfo -N -o '%N|%c|%t|%o|%G' lines (one per node and partition), each node once."""
+    """sinfo -N -o '%N|%c|%t|%o|%G' lines, each node once."""
     seen: dict[str, SlurmNode] = {}
     for line in text.splitlines():
         parts = line.split(SEP)
@@ -154,19 +139,21 @@ def gres_gpus(gres: str) -> int:
     return total
 
 
+def sinfo(fields: list[str], partition: str | None) -> str:
+    """`sinfo -N` with `fields`, one line per node (and partition)."""
+    args = ["sinfo", "-h", "-N", "-o", SEP.join(fields)]
+    return run([*args, f"--partition={partition}"] if partition else args)
+
+
 def nodes(partition: str | None) -> list[SlurmNode]:
-    args = ["sinfo", "-h", "-N", "-o", SEP.join(["%N", "%c", "%t", "%o", "%G"])]
-    if partition:
-        args.append(f"--partition={partition}")
-    return parse_nodes(run(args))
+    return parse_nodes(sinfo(["%N", "%c", "%t", "%o", "%G"], partition))
 
 
 DRAINING = ("drain", "drng", "drained")  # sinfo %t, without its `*` (not responding) mark
 
 
 def parse_drains(text: str) -> dict[str, str]:
-    """sinfo -N -o '%N|%t|%E' lines: the draining or drained nodes and Slurm's reason for
-    each. No side effects."""
+    """sinfo -N -o '%N|%t|%E' lines: the draining or drained nodes, each with its reason."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         parts = line.split(SEP)
@@ -176,11 +163,7 @@ def parse_drains(text: str) -> dict[str, str]:
 
 
 def drains(partition: str | None) -> dict[str, str]:
-    """Nodes Slurm drains (DRAIN, DRAINING, DRAINED), each with its reason."""
-    args = ["sinfo", "-h", "-N", "-o", SEP.join(["%N", "%t", "%E"])]
-    if partition:
-        args.append(f"--partition={partition}")
-    return parse_drains(run(args))
+    return parse_drains(sinfo(["%N", "%t", "%E"], partition))
 
 
 @dataclass(frozen=True)
@@ -209,7 +192,6 @@ def reservations() -> list[Reservation]:
 
 
 def drain(node: str, reason: str) -> None:
-    """Drain `node` in Slurm with `reason` (nothing new starts there; running steps go on)."""
     run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
 
 
@@ -218,7 +200,7 @@ def cancel(job_id: str) -> None:
 
 
 def own_address() -> str:
-    """This machine's address on the way to slurmctld (where agents on the nodes reach it)."""
+    """This machine's address on the way to slurmctld."""
     host = "127.0.0.1"
     with contextlib.suppress(SlurmError):
         for line in run(["scontrol", "show", "config"]).splitlines():

@@ -1,9 +1,5 @@
-"""A replica's job step: `srun ... python -m perdure.backends.slurm.step NODE LAUNCH_ID`.
-
-The node agent runs the replica (under its spawner, warm when it can); this step is how Slurm
-sees it: a step named after the launch that lives as long as the replica and ends with its
-exit code, so `squeue -s` and `sacct` show replicas, and a restarted controller finds the
-launches still running by their steps' names. Imports only what a supervisor imports.
+"""A replica's job step, named after its launch: how Slurm (`squeue -s`, `sacct`) sees the
+replica the node agent runs. It lives as long as the replica and ends with its exit code.
 
 Side effects: none but waiting (reads the launch's records on this node).
 """
@@ -22,8 +18,7 @@ START_SECONDS = 120.0  # the agent writes the launch (and a supervisor claims it
 
 
 def wait(directory: str) -> int:
-    """The replica's exit code once it has ended (1 when it never started; a launch held by
-    the node's check and stopped there ends with the signal that stopped it)."""
+    """The replica's exit code once it has ended (1 when it never started)."""
     began, held = time.monotonic(), None
     while (claim := statedir.read_json(os.path.join(directory, statedir.CLAIM))) is None:
         unstarted = statedir.read_json(os.path.join(directory, statedir.EXIT))
