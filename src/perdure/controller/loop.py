@@ -42,7 +42,8 @@ from perdure.core.model import Job
 from perdure.core.records import Event, Node
 from perdure.core.states import ReplicaState
 from perdure.core.tick import Snapshot
-from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
+from perdure.store.schema import StoredEvent, UnreadableJob
+from perdure.store.sqlite import Store
 
 Listener = Callable[[StoredEvent], None]
 COMMANDS_PER_TICK = 8

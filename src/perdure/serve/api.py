@@ -37,7 +37,7 @@ from perdure.serve.models import (
     Problem,
     Submitted,
 )
-from perdure.store.sqlite import JobRefError
+from perdure.store.schema import JobRefError
 from perdure.views import jobview
 from perdure.views.describe import describe_json
 

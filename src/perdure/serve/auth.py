@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from perdure import statedir
-from perdure.store.sqlite import make_state_dir
+from perdure.store.files import make_state_dir
 
 COOKIE = "perdure_session"
 CSRF_HEADER = "x-perdure-csrf"  # the dashboard's script sends it on every POST

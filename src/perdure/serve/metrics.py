@@ -20,7 +20,8 @@ from prometheus_client.registry import Collector
 from perdure.core.records import QUARANTINED
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.serve.views import GoodputCache
-from perdure.store.sqlite import TERMINAL, Store, UnreadableJob
+from perdure.store.schema import TERMINAL, UnreadableJob
+from perdure.store.sqlite import Store
 
 RECENT_SECONDS = 3600.0
 TICK_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

@@ -16,7 +16,8 @@ from perdure.core.events import QUEUED_IN_BACKEND
 from perdure.core.model import Job
 from perdure.core.records import Node
 from perdure.core.states import JobState, ReplicaState
-from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
+from perdure.store.schema import StoredEvent, UnreadableJob
+from perdure.store.sqlite import Store
 from perdure.views import jobview
 from perdure.views.reports import STATE_KINDS, accounted_launches, goodput
 

@@ -25,18 +25,18 @@ from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
 from perdure.secrecy import redact
 from perdure.store import rows
-from perdure.store.files import create_private
-from perdure.store.files import describe_error as describe_error  # its users import it here
-from perdure.store.files import make_state_dir as make_state_dir
+from perdure.store.files import create_private, describe_error, make_state_dir
 from perdure.store.reader import open_existing
 from perdure.store.rows import ReplicaRows
-from perdure.store.schema import SCHEMA as SCHEMA
-from perdure.store.schema import TERMINAL as TERMINAL
-from perdure.store.schema import JobRefError as JobRefError  # their users import them here
-from perdure.store.schema import StoredEvent as StoredEvent
-from perdure.store.schema import StoreError as StoreError
-from perdure.store.schema import UnreadableJob as UnreadableJob
-from perdure.store.schema import into_wal
+from perdure.store.schema import (
+    SCHEMA,
+    TERMINAL,
+    JobRefError,
+    StoredEvent,
+    StoreError,
+    UnreadableJob,
+    into_wal,
+)
 
 
 class Store:

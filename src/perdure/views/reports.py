@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from perdure.backends.base import Inspector
 from perdure.core.goodput import Goodput, LaunchReport, account
 from perdure.core.model import Job
-from perdure.store.sqlite import StoredEvent
+from perdure.store.schema import StoredEvent
 from perdure.views.jobview import clock
 
 ROUND = re.compile(r"^round (\d+): (.*)$")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perdure.store.sqlite import StoredEvent
+from perdure.store.schema import StoredEvent
 from perdure.views.jobview import clock
 
 INTERVAL_PREFIX = "checkpoint interval "
