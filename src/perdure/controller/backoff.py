@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 from perdure.core.events import Launch
 
-__all__ = ["FIRST_SECONDS", "MACHINE_ERRNOS", "MAX_SECONDS", "Backoff", "machine_errno"]
-
 # What the machine runs out of, not what the job got wrong: these clear up by themselves (or
 # by an operator), so waiting is right and failing the job is not.
 MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE,
@@ -49,12 +47,6 @@ class Backoff:
 
     def __init__(self) -> None:
         self._held: dict[str, _Held] = {}
-
-    def __contains__(self, launch_id: str) -> bool:
-        return launch_id in self._held
-
-    def __len__(self) -> int:
-        return len(self._held)
 
     def hold(self, launch: Launch, why: str, now: float) -> str | None:
         """Hold `launch` after a refusal; what to tell its job the first time (None after)."""

@@ -27,8 +27,6 @@ from perdure.core.events import (
     ReplicaStarted,
 )
 
-__all__ = ["Unexpected", "describe", "error_words", "failed", "vet"]
-
 RECORD_CHARS = 300  # of a bad record, quoted in the job's event
 
 

@@ -217,9 +217,6 @@ class Store:
                 yield
         return self._load(job_id, row[0], row[1], replicas)
 
-    def jobs(self, ids: Iterable[str]) -> list[Job]:
-        return [j for j in (self.job(i) for i in ids) if j is not None]
-
     def unfinished(self) -> tuple[list[Job], list[UnreadableJob]]:
         """Unfinished jobs, and those of them that cannot be read back."""
         good: list[Job] = []
