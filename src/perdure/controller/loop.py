@@ -35,6 +35,7 @@ from perdure.core.events import (
     LaunchFailed,
     Observation,
     Rendezvous,
+    ReplicaExited,
     Stop,
 )
 from perdure.core.launchenv import LaunchSettings, job_of_launch, node_dir
@@ -76,6 +77,8 @@ class Controller:
         self.state_dir, self.store, self.backend = state_dir, store, backend
         self.cluster, self.settings, self.clock, self.interval = cluster, settings, clock, interval
         self.listeners: list[Listener] = []
+        # told each polled exit's seconds from the exit to its observation (serve's /metrics)
+        self.on_exit: Callable[[float], None] | None = None
         self.snapshot = Snapshot({}, {}, {q.name: q.quota for q in cluster.queues})
         self.pending: list[Observation] = []
         self._start_events: list[Event] = []  # written by the first tick
@@ -294,7 +297,13 @@ class Controller:
             self._poll_failing = True
             return []
         self._poll_failing = False
-        return self._vetted(observations)
+        vetted = self._vetted(observations)
+        if self.on_exit is not None:
+            now = self.clock()
+            for o in vetted:
+                if isinstance(o, ReplicaExited):
+                    self.on_exit(max(0.0, now - o.time))
+        return vetted
 
     def _vetted(self, replies: object) -> list[Observation]:
         """The backend's replies that are what the protocol says; each other one fails its

@@ -20,59 +20,11 @@ from typing import Any
 
 import uvicorn
 
-from perdure.backends.base import Backend, NodeInfo
-from perdure.backends.stacks import StackDump
 from perdure.controller.loop import Controller
-from perdure.core.events import HoldNodes, Launch, Observation, ReplicaExited, Stop
 from perdure.serve.app import create_app
 from perdure.serve.context import ServeContext
 
 GRACEFUL_SHUTDOWN_SECONDS = 1  # open event and log streams are cut after this
-
-
-class MeasuredBackend(Backend):
-    """A backend whose polls feed the failure-detection histogram (exit -> observed); every
-    other call goes to the backend it wraps."""
-
-    def __init__(self, inner: Backend, observe: Callable[[float], None],
-                 clock: Callable[[], float]) -> None:
-        self.inner, self.observe, self.clock = inner, observe, clock
-
-    def poll(self) -> list[Observation]:
-        observations = self.inner.poll()
-        now = self.clock()
-        for o in observations:
-            if isinstance(o, ReplicaExited):
-                self.observe(max(0.0, now - o.time))
-        return observations
-
-    def nodes(self) -> list[NodeInfo]:
-        return self.inner.nodes()
-
-    def launch(self, launch: Launch) -> None:
-        self.inner.launch(launch)
-
-    def stop(self, stop: Stop) -> None:
-        self.inner.stop(stop)
-
-    def adopt(self, launch_ids: list[str]) -> list[Observation]:
-        return self.inner.adopt(launch_ids)
-
-    def kill_node(self, node: str) -> None:
-        self.inner.kill_node(node)
-
-    def hold_nodes(self, hold: HoldNodes) -> None:
-        self.inner.hold_nodes(hold)
-
-    def fence_nodes(self, fenced: dict[str, str]) -> None:
-        self.inner.fence_nodes(fenced)
-
-    def dump_stacks(self, launch_id: str, timeout: float, nonblocking: bool = False
-                    ) -> StackDump:
-        return self.inner.dump_stacks(launch_id, timeout, nonblocking)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -107,8 +59,7 @@ class Service:
         # graceful shutdown's deadline would cancel them (a traceback per stream)
         ctx.stopping = lambda: self.server.should_exit or self.stopping.is_set()
         if controller is not None:
-            controller.backend = MeasuredBackend(controller.backend, ctx.metrics.detection.observe,
-                                                 controller.clock)
+            controller.on_exit = ctx.metrics.detection.observe
 
     @property
     def url(self) -> str:
