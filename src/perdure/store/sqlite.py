@@ -43,11 +43,7 @@ class Store:
     """The sqlite store of one state dir (`<state_dir>/perdure.db`)."""
 
     def __init__(self, path: Path, *, create: bool = True) -> None:
-        """Open (with `create`, create) the database; StoreError naming the path and cause.
-
-        Without `create` (read-only commands) a missing state dir stays missing, one on a
-        read-only mount is read, and one being made is waited for (store/reader.py).
-        """
+        """Open (with `create`, create) the database; StoreError naming the path and cause."""
         self.path = path
         self.rows: ReplicaRows
         self._stop_checkpoints = threading.Event()
@@ -74,8 +70,7 @@ class Store:
             raise StoreError(describe_error(path, exc)) from None
 
     def _add_columns(self) -> None:
-        """Columns added since the schema was first written (a new state dir gets them here
-        too)."""
+        """Columns added since the schema was first written."""
         nodes = {r[1] for r in self.db.execute("PRAGMA table_info(nodes)")}
         if "gpus" not in nodes:
             self.db.execute("ALTER TABLE nodes ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0")
@@ -87,8 +82,7 @@ class Store:
         self.db.close()
 
     def checkpoint_in_background(self, every: float = 1.0) -> None:
-        """Move WAL checkpoints (and their fsync) off this connection, out of the ticks'
-        commits, onto a thread."""
+        """WAL checkpoints (and their fsync) on a thread, out of the ticks' commits."""
         self.db.execute("PRAGMA wal_autocheckpoint=0")
 
         def loop() -> None:
@@ -133,8 +127,7 @@ class Store:
 
     def _load(self, job_id: str, data: str, spec: str,
               replicas: list[Replica] | None = None) -> Job:
-        """A stored job with its replicas (read now, unless given); UnreadableJob if it
-        cannot be read back."""
+        """A stored job with its replicas (read now, unless given); UnreadableJob if bad."""
         try:
             d = json.loads(data)
             if replicas is None:
@@ -148,15 +141,13 @@ class Store:
         return job
 
     def job_doc(self, job_id: str, data: str) -> dict[str, Any]:
-        """A job row's data as one JSON document, its replicas included (for readers of
-        the rows that need no Job: the dashboard, metrics); ValueError if unreadable."""
+        """A job row's data with its replicas, as JSON (no Job); ValueError if unreadable."""
         d = json.loads(data)
         d["replicas"] = self.rows.docs(job_id, d)
         return dict(d)
 
     def _put_job(self, job: Job, *, new: bool = False) -> rows.Written:
-        """Write the job row and its changed replica rows (in the caller's transaction);
-        what `_rows().remember` takes once the transaction committed."""
+        """Write the job row and its changed replica rows; for `rows.remember` after commit."""
         data = redact(self.rows.job_text(job))  # its error: never a URL's credentials
         if new:
             spec = job.spec.model_dump_json()
@@ -195,8 +186,7 @@ class Store:
             return self._load(job_id, row[0], row[1]) if row else None
 
     def job_in_parts(self, job_id: str, rows: int) -> Generator[None, None, Job | None]:
-        """`job`, its replicas read `rows` rows a step (the controller steps it once a tick);
-        the last step returns the job as `job` would."""
+        """`job`, its replicas read `rows` rows a step (the controller steps it once a tick)."""
         row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             return None
@@ -218,7 +208,6 @@ class Store:
         return self._load(job_id, row[0], row[1], replicas)
 
     def unfinished(self) -> tuple[list[Job], list[UnreadableJob]]:
-        """Unfinished jobs, and those of them that cannot be read back."""
         good: list[Job] = []
         bad: list[UnreadableJob] = []
         with self._reading():
@@ -310,7 +299,6 @@ class Store:
     # ---- nodes -------------------------------------------------------------------------
 
     def nodes(self) -> dict[str, Node]:
-        """The nodes as the controller last stored them, quarantines and strikes included."""
         try:
             rows = self.db.execute("SELECT name, slots, state, gpus, health FROM nodes").fetchall()
         except sqlite3.OperationalError:  # read-only, made before GPUs or health: none kept
