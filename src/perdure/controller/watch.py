@@ -1,9 +1,6 @@
-"""The watchdog's shell: feeds progress to core.watchdog, captures stacks of stalled jobs, and
-hands the verdict (a `Hung` observation) to the next tick's decide.
-
-Side effects: runs stack captures (py-spy, through the backend) in a background thread so a
-tick never waits for them, and writes `<state>/logs/<job>/attempt-N/<replica>.stacks`
-(appended: a second hang in the same attempt adds its own section).
+"""The watchdog's shell: feeds progress to core.watchdog and core.straggler, captures the
+stacks of stalled jobs on a thread (a tick never waits for them) into each replica's
+`.stacks` file, and hands the verdict (`Hung`) to the next tick's decide.
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ SWEEP_SECONDS = 1.0
 
 
 def sample_seconds() -> float:
-    """How often each running multi-replica job's stacks are sampled for the straggler rule
-    (${ENV_SAMPLE}, default 30 s; 0 turns sampling off)."""
+    """Seconds between straggler samples of a job's stacks (${ENV_SAMPLE}, default 30; 0: off)."""
     value = os.environ.get(ENV_SAMPLE, "")
     try:
         seconds = float(value) if value else 30.0
@@ -46,12 +42,10 @@ def sample_seconds() -> float:
 
 
 def stacks_path(state_dir: Path, job_id: str, attempt: int, replica: str) -> Path:
-    """`logs/<job>/attempt-N/<replica>.stacks`, beside the replica's .out and .err."""
     return Path(statedir.log_dir(state_dir, job_id, attempt)) / f"{replica}.stacks"
 
 
 class WatchShell:
-    """Runs beside the tick: `step` before each decide returns the verdicts that are ready."""
 
     def __init__(self, state_dir: Path, backend: Backend,
                  clock: Callable[[], float] = time.time) -> None:
@@ -68,8 +62,8 @@ class WatchShell:
     def step(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
              observations: list[Observation], now: float
              ) -> tuple[list[Observation], list[Event]]:
-        """Note this tick's progress; start captures for newly stalled jobs; return the
-        verdicts of finished captures (and drains of stragglers' nodes), and straggler events."""
+        """Note this tick's progress and start captures; the verdicts ready (and drains of
+        stragglers' nodes), and straggler events."""
         for obs in observations:
             if isinstance(obs, ReplicaProgress):
                 job = jobs.get(job_of_launch(obs.launch_id))
@@ -86,7 +80,6 @@ class WatchShell:
 
     def _stragglers(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
                     now: float) -> tuple[list[Observation], list[Event]]:
-        """An event per straggler, and the drains of their nodes (core.straggler.drain)."""
         drains: list[Observation] = []
         events = []
         for s in self.stragglers.check(jobs):
@@ -101,8 +94,7 @@ class WatchShell:
         return self._pool.submit(fn, *args)
 
     def _sample(self, jobs: Mapping[str, Job], now: float) -> None:
-        """Hand finished stack samples to the straggler rule; start due ones (every
-        `sample_every` seconds per running job of two or more replicas)."""
+        """Hand finished stack samples to the straggler rule; start the due ones."""
         for job_id, f in list(self._samples.items()):
             if f.done():
                 del self._samples[job_id]
@@ -121,7 +113,6 @@ class WatchShell:
             # the first sample one period after the job is first seen running
             if now < self._next_sample.setdefault(job.id, now + self.sample_every):
                 continue
-            # its launches only when a sample is due: listing them is a pass over the job
             launches = running_launches(job)
             if launches is None:
                 continue
