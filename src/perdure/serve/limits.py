@@ -1,10 +1,7 @@
-"""Request body limits, enforced as the bytes arrive, before any route reads them.
+"""Request body limits per route, enforced as the bytes arrive, before any route reads them.
 
-Every route has a cap (`BODY_LIMITS`, else `DEFAULT_BODY_BYTES`), the unauthenticated login
-form included. A declared Content-Length over the cap is refused before a byte is read; a
-chunked body, or one without a Content-Length, is counted as it arrives and refused the moment
-it passes the cap. Either way the answer is 413 with `Connection: close`, so the server stops
-reading the rest: nothing but the cap is ever buffered.
+A declared Content-Length over the cap is refused before a byte is read, any other body the
+moment it passes the cap: 413 with `Connection: close`, so nothing past the cap is buffered.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ def body_limit(method: str, path: str) -> int:
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for a body over its route's cap, counted as it arrives."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -1,9 +1,7 @@
-"""Run the HTTP API and the controller in one process.
+"""Run the HTTP API and the controller (on a thread of its own) in one process.
 
-The controller ticks in a thread of its own while uvicorn serves from the main thread. A signal
-stops both: the API first, then the controller, whose replicas keep running for the next
-controller to adopt. A controller that raises stops the API too: a dashboard must never show a
-dead controller's jobs as if they were moving.
+A signal stops both, the replicas running on for the next controller. A controller that
+raises stops the API too: a dashboard must never show a dead controller's jobs as moving.
 """
 
 from __future__ import annotations
@@ -41,7 +39,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class Service:
-    """`perdure serve`: the API on a socket, and the controller when there is one."""
 
     def __init__(self, ctx: ServeContext, sock: socket.socket, controller: Controller | None,
                  until: Callable[[], bool] | None = None) -> None:
@@ -67,7 +64,7 @@ class Service:
         return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
     def run(self) -> int:
-        """Serve until a signal (or `until`); the exit status: 0, or 1 if the controller broke."""
+        """Serve until a signal (or `until`); 1 if the controller broke, else 0."""
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             if self.controller is None:

@@ -54,13 +54,9 @@ class ElasticChange:
 
 def elastic_changes(inspector: Inspector, job: Job,
                     events: list[StoredEvent]) -> list[ElasticChange]:
-    """Membership rounds after the first and hot-swaps, each with its cost to the job.
-
-    A round's cost is the time the accounted replica spent rebuilding its group for it (from
-    the loss, or the decision to grow, to the next group); a round it never formed (a newer
-    one came first) costs nothing of its own. A hot-swap that preempted a lower-priority job
-    costs this job the time until it was RUNNING again.
-    """
+    """Membership rounds after the first and hot-swaps, each with its cost to the job: the
+    accounted replica's group rebuild (none for a round superseded before it formed), or
+    the time until it was RUNNING again."""
     rebuilt: dict[int, float] = {}
     for launch in accounted_launches(inspector, job):
         for rec in launch.records:

@@ -1,8 +1,5 @@
-"""`perdure describe`'s watchdog part: hang verdicts (where each rank was), stragglers, and the
-checkpoint interval chosen for `every: auto` with its inputs and when it last changed.
-
-Reads the job's events only (the controller records each verdict and interval as an event).
-"""
+"""`perdure describe`'s watchdog part, from the job's events: hang verdicts, stragglers, and
+the checkpoint interval chosen for `every: auto`."""
 
 from __future__ import annotations
 
