@@ -95,15 +95,11 @@ class Controller:
 
     # ---- start and reconcile ----------------------------------------------------------
 
-    def acquire(self) -> None:
-        fd = lock_for_controller(self.state_dir)
-        if fd is None:
-            raise ControllerBusy(f"another controller is running on {self.state_dir}")
-        self._lock_fd = fd
-
     def start(self) -> None:
         """Load unfinished jobs, merge node states, and re-attach to running replicas."""
-        self.acquire()
+        self._lock_fd = lock_for_controller(self.state_dir)
+        if self._lock_fd is None:
+            raise ControllerBusy(f"another controller is running on {self.state_dir}")
         self.store.checkpoint_in_background()
         stored = self.store.nodes()
         nodes = {n.name: _merged(n, stored.get(n.name)) for n in self.backend.nodes()}
@@ -394,15 +390,12 @@ class Controller:
         elif isinstance(d, HoldNodes):
             self.backend.hold_nodes(d)
 
-    def idle(self) -> bool:
-        return not self.snapshot.jobs and not self.pending
-
     def run(self, until: Callable[[], bool] | None = None, exit_when_idle: bool = False) -> None:
         while True:
             self.tick()
             if until is not None and until():
                 return
-            if exit_when_idle and self.idle():
+            if exit_when_idle and not self.snapshot.jobs and not self.pending:
                 return
             if len(self.pending) < OBSERVATIONS_PER_TICK:  # else: no news waits for a nap
                 time.sleep(self.interval)

@@ -14,7 +14,6 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import uvicorn
 
@@ -65,7 +64,8 @@ class Service:
 
     def run(self) -> int:
         """Serve until a signal (or `until`); 1 if the controller broke, else 0."""
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, lambda *_: self.stop())
+                    for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             if self.controller is None:
                 self.server.run(sockets=[self.sock])
@@ -81,9 +81,6 @@ class Service:
             if self.controller is not None:
                 self.controller.close()
         return 1 if self.failure is not None else 0
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self.stop()
 
     def stop(self) -> None:
         self.stopping.set()

@@ -18,7 +18,7 @@ from perdure.core.states import JobState, ReplicaState
 from perdure.store.schema import StoredEvent, UnreadableJob
 from perdure.store.sqlite import Store
 from perdure.views import jobview
-from perdure.views.reports import STATE_KINDS, accounted_launches, goodput
+from perdure.views.reports import STATE_KINDS, accounted_launches, first_match, goodput
 
 LIVE_GOODPUT_SECONDS = 1.0  # short: the list and the job's page agree on the step
 MAX_MARKS = 2000  # timeline marks per job; more are counted, not drawn
@@ -146,11 +146,6 @@ MARKS: tuple[tuple[str, str, str], ...] = (
 ATTEMPT_ENDS = ("QUEUED", "SUSPENDED", "SUCCEEDED", "FAILED", "CANCELLED")
 
 
-def _mark(e: StoredEvent) -> str | None:
-    return next((m for kind, prefix, m in MARKS
-                 if e.kind == kind and e.message.startswith(prefix)), None)
-
-
 def timeline(reader: Inspector, job: Job, events: list[StoredEvent]) -> dict[str, Any]:
     """The job's states over time, its attempts, and marks (events, and the accounted
     replica's checkpoints and restores)."""
@@ -166,7 +161,7 @@ def timeline(reader: Inspector, job: Job, events: list[StoredEvent]) -> dict[str
         elif (e.kind == "state" and attempts and e.message.startswith(ATTEMPT_ENDS)
               and not e.message.startswith(QUEUED_IN_BACKEND)):
             attempts[-1]["end"] = attempts[-1]["end"] or e.time
-        kind = _mark(e)
+        kind = first_match(MARKS, e)
         if kind is not None:
             marks.append({"time": e.time, "kind": kind, "label": e.message})
     for launch in accounted_launches(reader, job):

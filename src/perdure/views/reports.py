@@ -73,7 +73,7 @@ def elastic_changes(inspector: Inspector, job: Job,
             seconds = rebuilt.get(n)
             out.append(ElasticChange(e.time, e.message, seconds, "group rebuilt" if seconds
                                      is not None else "no group of its own (superseded)"))
-        elif (measure := _hot_swap(e)) is not None:
+        elif (measure := first_match(HOT_SWAP, e)) is not None:
             back = next((x.time for x in events[i + 1:] if x.kind in STATE_KINDS
                          and x.message.startswith("RUNNING")), None)
             out.append(ElasticChange(e.time, e.message, None if back is None else back - e.time,
@@ -81,8 +81,9 @@ def elastic_changes(inspector: Inspector, job: Job,
     return out
 
 
-def _hot_swap(e: StoredEvent) -> str | None:
-    return next((m for kind, prefix, m in HOT_SWAP
+def first_match(table: tuple[tuple[str, str, str], ...], e: StoredEvent) -> str | None:
+    """The value of the first (event kind, message prefix, value) row that `e` matches."""
+    return next((v for kind, prefix, v in table
                  if e.kind == kind and e.message.startswith(prefix)), None)
 
 
