@@ -38,7 +38,6 @@ class _Held:
 
 
 class Backoff:
-
     def __init__(self) -> None:
         self._held: dict[str, _Held] = {}
 

@@ -62,7 +62,6 @@ class _Seen:
 
 
 class IntervalShell:
-
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
         self.records: dict[str, iv.JobRecord] = {}

@@ -1,4 +1,5 @@
-"""The state dir's controller lock (flock on `controller.lock`, the pid inside).
+"""The state dir's controller lock (flock on `controller.lock`, the pid inside; closing the
+descriptor releases it).
 
 A command-line tool takes it for a moment to act while no controller can start
 (controller/usercommands.py); a starting controller waits such a moment out.
@@ -39,7 +40,3 @@ def lock_for_controller(state_dir: Path) -> int | None:
         if fd is not None or time.monotonic() >= deadline:
             return fd
         time.sleep(0.05)
-
-
-def release(fd: int) -> None:
-    os.close(fd)  # closing the last descriptor drops the flock

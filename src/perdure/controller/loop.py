@@ -18,7 +18,7 @@ from pathlib import Path
 from perdure.backends.base import Backend, LaunchError, NodeInfo
 from perdure.controller import backoff, vet
 from perdure.controller.intervals import IntervalShell
-from perdure.controller.lock import lock_for_controller, release
+from perdure.controller.lock import lock_for_controller
 from perdure.controller.publish import publish_round
 from perdure.controller.resumes import ResumeShell
 from perdure.controller.watch import WatchShell
@@ -147,7 +147,7 @@ class Controller:
         self.watch.close()
         self.backend.close()
         if self._lock_fd is not None:
-            release(self._lock_fd)
+            os.close(self._lock_fd)
             self._lock_fd = None
 
     # ---- the tick ------------------------------------------------------------------------

@@ -19,7 +19,6 @@ KEPT = 64  # group launches remembered: the ranks of one are launched within a f
 
 
 class ResumeShell:
-
     def __init__(self) -> None:
         self._decided: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 

@@ -7,12 +7,13 @@ touching a replica or a node is applied here at once, under the controller lock.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from perdure import statedir
-from perdure.controller.lock import release, try_lock
+from perdure.controller.lock import try_lock
 from perdure.core.commands import COMMANDS
 from perdure.core.events import Command
 from perdure.core.launchenv import LaunchSettings
@@ -52,7 +53,7 @@ def controller_running(state_dir: Path) -> bool:
     fd = _try_lock(state_dir)
     if fd is None:
         return True
-    release(fd)
+    os.close(fd)
     return False
 
 
@@ -75,7 +76,7 @@ def send_job_command(store: Store, state_dir: Path, kind: str, job_id: str,
             store.command(kind, job_id, hold)
         return Sent(kind, job_id, state, applied=state is not None, controller=False)
     finally:
-        release(fd)
+        os.close(fd)
 
 
 def send_node_command(store: Store, state_dir: Path, kind: str, node: str) -> Sent:

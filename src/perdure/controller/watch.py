@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
 
 from perdure import statedir
 from perdure.backends.base import Backend
@@ -23,7 +22,6 @@ from perdure.core.records import Event, Node
 from perdure.core.straggler import Stragglers, drain
 from perdure.core.watchdog import Suspect, Watchdog, running_launches, steady, verdict
 
-T = TypeVar("T")
 STACK_TIMEOUT_SECONDS = 10.0
 ENV_SAMPLE = "PERDURE_STRAGGLER_SAMPLE_SECONDS"
 SWEEP_SECONDS = 1.0
@@ -41,18 +39,13 @@ def sample_seconds() -> float:
     return seconds
 
 
-def stacks_path(state_dir: Path, job_id: str, attempt: int, replica: str) -> Path:
-    return Path(statedir.log_dir(state_dir, job_id, attempt)) / f"{replica}.stacks"
-
-
 class WatchShell:
-
     def __init__(self, state_dir: Path, backend: Backend,
                  clock: Callable[[], float] = time.time) -> None:
         self.state_dir, self.backend, self.clock = state_dir, backend, clock
         self.core = Watchdog()
         self.stragglers = Stragglers()
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="perdure-stacks")  # lazy threads
         self._inflight: list[Future[Hung]] = []
         self.sample_every = sample_seconds()
         self._samples: dict[str, Future[dict[str, bool]]] = {}
@@ -75,7 +68,7 @@ class WatchShell:
         done = [f for f in self._inflight if f.done()]
         self._inflight = [f for f in self._inflight if not f.done()]
         for suspect in self.core.check(jobs, now):
-            self._inflight.append(self._submit(self.capture, suspect))
+            self._inflight.append(self._pool.submit(self.capture, suspect))
         return [*(f.result() for f in done), *drains], events
 
     def _stragglers(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
@@ -87,11 +80,6 @@ class WatchShell:
             drains.extend([command] if command else [])
             events.append(Event(now, s.job_id, "straggler", s.message() + said))
         return drains, events
-
-    def _submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="perdure-stacks")
-        return self._pool.submit(fn, *args)
 
     def _sample(self, jobs: Mapping[str, Job], now: float) -> None:
         """Hand finished stack samples to the straggler rule; start the due ones."""
@@ -117,7 +105,7 @@ class WatchShell:
             if launches is None:
                 continue
             self._next_sample[job.id] = now + self.sample_every
-            self._samples[job.id] = self._submit(self.sample, sorted(launches))
+            self._samples[job.id] = self._pool.submit(self.sample, sorted(launches))
 
     def sample(self, launches: list[str]) -> dict[str, bool]:
         """Launch id -> whether that rank waits in a collective now ({} if one is unreadable)."""
@@ -140,7 +128,8 @@ class WatchShell:
             dump = self._dump(rank.launch_id)
             summaries[rank.replica] = (st.unavailable(dump.error) if dump.error is not None
                                        else st.summarize(dump.threads))
-            path = stacks_path(self.state_dir, suspect.job_id, suspect.attempt, rank.replica)
+            path = (Path(statedir.log_dir(self.state_dir, suspect.job_id, suspect.attempt))
+                    / f"{rank.replica}.stacks")
             self._write(path, suspect, rank.replica, rank.step, dump)
             written.append(path)
         v = verdict(suspect, summaries)
@@ -168,5 +157,4 @@ class WatchShell:
             f.write(head + body)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -20,12 +20,7 @@ class BodyTooLarge(Exception):
     """A request body passed its route's cap while it was being read."""
 
 
-def body_limit(method: str, path: str) -> int:
-    return BODY_LIMITS.get((method, path.rstrip("/") or "/"), DEFAULT_BODY_BYTES)
-
-
 class BodyLimit:
-
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -33,7 +28,8 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = body_limit(scope["method"], scope["path"])
+        limit = BODY_LIMITS.get((scope["method"], scope["path"].rstrip("/") or "/"),
+                                DEFAULT_BODY_BYTES)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _too_large(send, limit)

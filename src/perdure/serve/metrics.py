@@ -26,7 +26,6 @@ DETECTION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.
 
 
 class StoreCollector(Collector):
-
     def __init__(self, store: Callable[[], Store], cache: GoodputCache) -> None:
         self.store, self.cache = store, cache
 
@@ -104,7 +103,6 @@ class StoreCollector(Collector):
 
 
 class Metrics:
-
     def __init__(self, store: Callable[[], Store], cache: GoodputCache) -> None:
         self.registry = CollectorRegistry()
         self.tick = Histogram("perdure_controller_tick_seconds", "Duration of controller ticks.",

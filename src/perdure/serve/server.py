@@ -38,7 +38,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class Service:
-
     def __init__(self, ctx: ServeContext, sock: socket.socket, controller: Controller | None,
                  until: Callable[[], bool] | None = None) -> None:
         self.ctx, self.sock, self.controller = ctx, sock, controller

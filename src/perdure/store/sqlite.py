@@ -353,17 +353,10 @@ class Store:
         return stored
 
     def events(self, job_id: str | None = None, after: int = 0) -> list[StoredEvent]:
-        if job_id is None:
-            rows = self.db.execute(
-                "SELECT id, time, job_id, kind, message FROM events WHERE id > ? ORDER BY id",
-                (after,),
-            ).fetchall()
-        else:
-            rows = self.db.execute(
-                "SELECT id, time, job_id, kind, message FROM events WHERE job_id=? AND id > ?"
-                " ORDER BY id",
-                (job_id, after),
-            ).fetchall()
+        of_job = "job_id=? AND " if job_id is not None else ""
+        args = (job_id, after) if job_id is not None else (after,)
+        rows = self.db.execute("SELECT id, time, job_id, kind, message FROM events WHERE "
+                               f"{of_job}id > ? ORDER BY id", args).fetchall()
         # redacted again when read: a row an older perdure stored may hold credentials
         return [StoredEvent(i, t, j, k, redact(m)) for i, t, j, k, m in rows]
 
