@@ -28,7 +28,8 @@ def open_existing(path: Path, wait: float = WAIT) -> sqlite3.Connection:
         time.sleep(POLL)
     db = _connect(path)
     try:
-        while not _has_tables(db):
+        while not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='jobs'"
+                             ).fetchone():
             if time.monotonic() >= deadline:
                 raise StoreError(_no_tables(path))
             time.sleep(POLL)
@@ -62,12 +63,6 @@ def _connect(path: Path) -> sqlite3.Connection:
                 raise
     assert first is not None
     raise first
-
-
-def _has_tables(db: sqlite3.Connection) -> bool:
-    row = db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND "
-                     "name='jobs'").fetchone()
-    return bool(row[0])
 
 
 def _no_tables(path: Path) -> str:

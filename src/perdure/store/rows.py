@@ -46,15 +46,11 @@ class ReplicaRows:
         self._known: dict[str, Written] = {}
         self._members: dict[str, tuple[tuple[str, ...], str]] = {}  # job id -> members, JSON
 
-    def job_data(self, job: Job) -> dict[str, Any]:
-        """The job row's data: the job without its replicas, and how many rows they are."""
-        fields = list(job.replicas[0].__dict__) if job.replicas else []
-        return {**job.to_json(replicas=False), COUNT_KEY: len(job.replicas), FIELDS_KEY: fields}
-
     def job_text(self, job: Job) -> str:
-        """`job_data` as JSON text; an elastic job's members (one tuple a round, shared by
-        the job's later copies) encoded once a round."""
-        d = self.job_data(job)
+        """The job row's data: the job without its replicas, their rows' count and fields; an
+        elastic job's members (one tuple a round, shared by its later copies) encoded once."""
+        fields = list(job.replicas[0].__dict__) if job.replicas else []
+        d = {**job.to_json(replicas=False), COUNT_KEY: len(job.replicas), FIELDS_KEY: fields}
         del d["members"]
         kept = self._members.get(job.id)
         if kept is None or kept[0] is not job.members:
