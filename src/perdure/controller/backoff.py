@@ -41,6 +41,9 @@ class Backoff:
     def __init__(self) -> None:
         self._held: dict[str, _Held] = {}
 
+    def __len__(self) -> int:
+        return len(self._held)
+
     def hold(self, launch: Launch, why: str, now: float) -> str | None:
         """Hold `launch` after a refusal; what to tell its job the first time (None after)."""
         held = self._held.get(launch.launch_id)
