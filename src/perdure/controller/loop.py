@@ -45,7 +45,6 @@ from perdure.core.tick import Snapshot
 from perdure.store.schema import StoredEvent, UnreadableJob
 from perdure.store.sqlite import Store
 
-Listener = Callable[[StoredEvent], None]
 COMMANDS_PER_TICK = 8
 OBSERVATIONS_PER_TICK = 256  # the rest waits, in order, for the next ticks
 LOAD_ROWS_PER_TICK = 4096  # replica rows of a submitted job read a tick
@@ -72,7 +71,7 @@ class Controller:
     ) -> None:
         self.state_dir, self.store, self.backend = state_dir, store, backend
         self.cluster, self.settings, self.clock, self.interval = cluster, settings, clock, interval
-        self.listeners: list[Listener] = []
+        self.listeners: list[Callable[[StoredEvent], None]] = []
         # told each polled exit's seconds from the exit to its observation (serve's /metrics)
         self.on_exit: Callable[[float], None] | None = None
         self.snapshot = Snapshot({}, {}, {q.name: q.quota for q in cluster.queues})

@@ -112,8 +112,7 @@ class Store:
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
-        """One snapshot for several reads (a job row and its replica rows from the same
-        tick); inside a transaction already open, that one."""
+        """One snapshot for several reads (a job row and its replica rows from one tick)."""
         if self.db.in_transaction:
             yield
             return
