@@ -3,6 +3,7 @@ queued with a line saying that no controller runs and how to start one."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_cli_hostile import perdure, store_job
 
-from perdure.controller.lock import lock_for_controller, release, try_lock
+from perdure.controller.lock import lock_for_controller, try_lock
 from perdure.core.states import JobState, ReplicaState
 from perdure.store.sqlite import Store
 
@@ -68,7 +69,7 @@ def test_with_a_controller_the_command_is_only_requested(capsys: pytest.CaptureF
     try:
         code, out, _ = perdure(capsys, tmp_path, "cancel", "live-000001")
     finally:
-        release(fd)
+        os.close(fd)
     assert code == 0 and out.strip() == "cancel requested for live-000001"
     assert kinds(tmp_path)[-1] == "cancel"
     assert state_of(tmp_path, "live-000001") is JobState.QUEUED
@@ -77,14 +78,14 @@ def test_with_a_controller_the_command_is_only_requested(capsys: pytest.CaptureF
 def test_a_command_holding_the_lock_for_a_moment_never_stops_a_controller(tmp_path: Path) -> None:
     fd = try_lock(tmp_path)
     assert fd is not None
-    threading.Timer(0.2, release, (fd,)).start()
+    threading.Timer(0.2, os.close, (fd,)).start()
     began = time.monotonic()
     mine = lock_for_controller(tmp_path)
     assert mine is not None and time.monotonic() - began < 2
     try:
         assert try_lock(tmp_path) is None  # and it holds it now
     finally:
-        release(mine)
+        os.close(mine)
 
 
 def test_a_lock_that_cannot_be_opened_is_one_line(capsys: pytest.CaptureFixture[str],
@@ -107,5 +108,5 @@ def test_submit_says_when_no_controller_will_pick_the_job_up(
     try:
         code, out, err = perdure(capsys, tmp_path / "state", "submit", str(spec))
     finally:
-        release(fd)
+        os.close(fd)
     assert code == 0 and err == ""

@@ -21,7 +21,9 @@ from perdure.core.model import Job
 from perdure.core.spec import JobSpec, parse_job_spec
 from perdure.core.specread import SpecError
 from perdure.core.text import plural
-from perdure.store.sqlite import JobRefError, Store, StoreError, make_state_dir
+from perdure.store.files import make_state_dir
+from perdure.store.schema import JobRefError, StoreError
+from perdure.store.sqlite import Store
 
 
 def die(message: str) -> NoReturn:

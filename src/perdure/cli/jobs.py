@@ -32,7 +32,9 @@ from perdure.controller.usercommands import controller_running, start_hint
 from perdure.core.clusterspec import ClusterSpec
 from perdure.core.launchenv import LaunchSettings
 from perdure.core.model import Job
-from perdure.store.sqlite import Store, StoredEvent, UnreadableJob, make_state_dir
+from perdure.store.files import make_state_dir
+from perdure.store.schema import StoredEvent, UnreadableJob
+from perdure.store.sqlite import Store
 from perdure.views import jobview
 from perdure.views.describe import describe_json
 from perdure.views.reports import elastic_changes, format_elastic, format_goodput, goodput

@@ -16,7 +16,8 @@ from perdure.cli.argv import hoist_state_dir
 from perdure.cli.common import Ctx, describe_cluster, die, load_cluster, load_spec, new_job
 from perdure.cli.serve import serve
 from perdure.core.text import plural
-from perdure.store.sqlite import StoreError, UnreadableJob, describe_error
+from perdure.store.files import describe_error
+from perdure.store.schema import StoreError, UnreadableJob
 
 app = typer.Typer(
     help="Run PyTorch training jobs that survive failure.",

@@ -1,5 +1,1 @@
 """The imperative shell around the pure core: tick loop, executor, clock."""
-
-from perdure.controller.loop import Controller, ControllerBusy
-
-__all__ = ["Controller", "ControllerBusy"]

@@ -1,11 +1,8 @@
 """Launches the machine refused (disk full, too many open files), tried again later.
 
-Such a failure is the machine's, not the job's: a retry at once would spend the job's budget
-in milliseconds. The launch is held here, its replica keeping its place and capacity, and
-tried again after a delay that doubles with each refusal (FIRST_SECONDS up to MAX_SECONDS);
-nobody's restarts or retries are spent. A stop for a held launch drops it.
-
-No I/O: the controller passes the time in and carries the launches out.
+Such a failure is the machine's, not the job's: the launch is held, its replica keeping its
+place, and tried again after a delay that doubles with each refusal, spending nobody's
+restarts or retries.
 """
 
 from __future__ import annotations
@@ -15,10 +12,6 @@ from dataclasses import dataclass
 
 from perdure.core.events import Launch
 
-__all__ = ["FIRST_SECONDS", "MACHINE_ERRNOS", "MAX_SECONDS", "Backoff", "machine_errno"]
-
-# What the machine runs out of, not what the job got wrong: these clear up by themselves (or
-# by an operator), so waiting is right and failing the job is not.
 MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE,
                             errno.ENOMEM, errno.EAGAIN})
 FIRST_SECONDS = 0.5
@@ -45,13 +38,8 @@ class _Held:
 
 
 class Backoff:
-    """The held launches, each with when to try it again."""
-
     def __init__(self) -> None:
         self._held: dict[str, _Held] = {}
-
-    def __contains__(self, launch_id: str) -> bool:
-        return launch_id in self._held
 
     def __len__(self) -> int:
         return len(self._held)
@@ -69,7 +57,6 @@ class Backoff:
                 "spending no restart or retry")
 
     def due(self, now: float) -> list[Launch]:
-        """The launches to try again now (`drop` one that started; `hold` one refused again)."""
         return [h.launch for h in self._held.values() if h.due <= now]
 
     def drop(self, launch_id: str) -> bool:

@@ -1,15 +1,8 @@
 """`checkpoint.every: auto` in the controller: measure, choose (core.interval), publish.
 
-Side effects: `IntervalShell.publish` (after the tick that chose them commits) writes
-`<state>/intervals/<job>.json`, which the replicas' `maybe_save` follows
-($PERDURE_CHECKPOINT_INTERVAL_FILE). `publish_interval` is the one place that carries an
-interval to the replicas, as `publish_round` carries an elastic round: a network transport
-replaces that function's body, not its callers.
-
-The record (save costs, failures, running time, where restores came from) lives in this
-controller's memory; after a controller restart a job's failures are read back from its record
-(restarts and retries), its running time and restore sources start from zero (every failure
-counts again until the replicas report restores from snapshots).
+The intervals go to `<state>/intervals/<job>.json` (the replicas' `maybe_save` follows it)
+after the tick that chose them commits. The record lives in memory: after a restart a job's
+failures are read back from its job record, its running time and restore sources start over.
 """
 
 from __future__ import annotations
@@ -31,8 +24,7 @@ ENV_PRIOR = "PERDURE_MTBF_PRIOR_SECONDS"
 
 
 def prior_mtbf() -> float:
-    """The MTBF a job is assumed to have before any failure is seen ($PERDURE_MTBF_PRIOR_SECONDS,
-    default one failure a day)."""
+    """The MTBF assumed before any failure is seen ($PERDURE_MTBF_PRIOR_SECONDS)."""
     value = os.environ.get(ENV_PRIOR)
     if not value:
         return iv.PRIOR_MTBF_SECONDS
@@ -47,7 +39,6 @@ def prior_mtbf() -> float:
 
 
 def publish_interval(state_dir: str, job_id: str, chosen: iv.Interval, now: float) -> None:
-    """Hand a job's checkpoint interval to its replicas (atomically: a reader sees all or none)."""
     path = statedir.interval_path(state_dir, job_id)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     statedir.write_atomically(path, json.dumps({**chosen.to_json(), "time": now}))
@@ -71,8 +62,6 @@ class _Seen:
 
 
 class IntervalShell:
-    """Per tick: note save costs; every ACCOUNT_SECONDS: running time, failures, publish."""
-
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
         self.records: dict[str, iv.JobRecord] = {}
@@ -95,15 +84,13 @@ class IntervalShell:
         return self._choose(jobs, now)
 
     def publish(self) -> None:
-        """Write the intervals chosen since the last call (the tick that chose them has
-        committed its events)."""
+        """Write the intervals chosen since the last call (their tick has committed)."""
         due, self.due = self.due, []
         for job_id, chosen, now in due:
             publish_interval(self.state_dir, job_id, chosen, now)
 
     def _note(self, jobs: Mapping[str, Job], obs: ReplicaProgress) -> None:
-        """A save's cost; where each restore came from (only the failures the checkpoint had
-        to recover set its interval)."""
+        """A save's cost; where each restore came from."""
         job = jobs.get(job_of_launch(obs.launch_id))
         if job is None or (obs.save_seconds is None and not obs.restores):
             return

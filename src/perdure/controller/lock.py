@@ -1,12 +1,8 @@
-"""The state dir's controller lock: one controller drives a state dir at a time.
+"""The state dir's controller lock (flock on `controller.lock`, the pid inside; closing the
+descriptor releases it).
 
-`<state dir>/controller.lock` is held (flock, exclusive) by the running controller, with its
-pid inside. A command-line tool takes it for a moment to learn that no controller runs and to
-act in its place while none can start (`controller/usercommands.py`); a controller that finds
-it taken tries again for `START_WAIT_SECONDS` before it gives up, so such a moment never
-stops one from starting.
-
-Side effects: creates the lock file (0600), takes and releases the lock.
+A command-line tool takes it for a moment to act while no controller can start
+(controller/usercommands.py); a starting controller waits such a moment out.
 """
 
 from __future__ import annotations
@@ -22,10 +18,8 @@ START_WAIT_SECONDS = 0.5
 
 
 def try_lock(state_dir: Path, pid: bool = False) -> int | None:
-    """The lock's descriptor if it was free (now held here), None when a controller holds it.
-
-    pid: write this process's id into the file (a controller does; a passing tool does not).
-    """
+    """The lock's descriptor if it was free (now held here; `pid`: this pid written in),
+    None when a controller holds it."""
     fd = os.open(state_dir / statedir.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -39,15 +33,10 @@ def try_lock(state_dir: Path, pid: bool = False) -> int | None:
 
 
 def lock_for_controller(state_dir: Path) -> int | None:
-    """`try_lock` for a starting controller: a tool holding the lock for a moment is waited
-    out; None when it stays taken (another controller runs)."""
+    """`try_lock` for a starting controller, waiting START_WAIT_SECONDS for a tool's moment."""
     deadline = time.monotonic() + START_WAIT_SECONDS
     while True:
         fd = try_lock(state_dir, pid=True)
         if fd is not None or time.monotonic() >= deadline:
             return fd
         time.sleep(0.05)
-
-
-def release(fd: int) -> None:
-    os.close(fd)  # closing the last descriptor drops the flock

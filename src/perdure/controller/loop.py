@@ -1,9 +1,7 @@
 """The controller: load -> observe -> decide -> commit -> apply, one tick at a time.
 
-Side effects live here and in the backend: the store is written once per tick, decisions are
-carried out after the commit, events are published after the commit. A controller killed at
-any moment is started again with `Controller.start()`, which reconciles with what the backend
-still runs.
+The store is written once per tick; decisions are carried out and events published after the
+commit. A controller killed at any moment reconciles with what the backend runs at `start()`.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from pathlib import Path
 from perdure.backends.base import Backend, LaunchError, NodeInfo
 from perdure.controller import backoff, vet
 from perdure.controller.intervals import IntervalShell
-from perdure.controller.lock import lock_for_controller, release
+from perdure.controller.lock import lock_for_controller
 from perdure.controller.publish import publish_round
 from perdure.controller.resumes import ResumeShell
 from perdure.controller.watch import WatchShell
@@ -35,23 +33,22 @@ from perdure.core.events import (
     LaunchFailed,
     Observation,
     Rendezvous,
+    ReplicaExited,
     Stop,
 )
 from perdure.core.launchenv import LaunchSettings, job_of_launch, node_dir
 from perdure.core.model import Job
 from perdure.core.records import Event, Node
 from perdure.core.states import ReplicaState
+from perdure.core.text import plural
 from perdure.core.tick import Snapshot
-from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
+from perdure.store.schema import StoredEvent, UnreadableJob
+from perdure.store.sqlite import Store
 
-Listener = Callable[[StoredEvent], None]
 COMMANDS_PER_TICK = 8
-# The backend's news taken into one tick; the rest waits, in order, for the next ticks
-OBSERVATIONS_PER_TICK = 256
-# Replica rows of a submitted job read a tick (a big job is read over several ticks)
-LOAD_ROWS_PER_TICK = 4096
-# Every so many ticks the garbage collection after a tick is a full one (`tick`).
-FULL_COLLECTION_EVERY = 100
+OBSERVATIONS_PER_TICK = 256  # the rest waits, in order, for the next ticks
+LOAD_ROWS_PER_TICK = 4096  # replica rows of a submitted job read a tick
+FULL_COLLECTION_EVERY = 100  # ticks
 
 
 class ControllerBusy(RuntimeError):
@@ -74,7 +71,9 @@ class Controller:
     ) -> None:
         self.state_dir, self.store, self.backend = state_dir, store, backend
         self.cluster, self.settings, self.clock, self.interval = cluster, settings, clock, interval
-        self.listeners: list[Listener] = []
+        self.listeners: list[Callable[[StoredEvent], None]] = []
+        # told each polled exit's seconds from the exit to its observation (serve's /metrics)
+        self.on_exit: Callable[[float], None] | None = None
         self.snapshot = Snapshot({}, {}, {q.name: q.quota for q in cluster.queues})
         self.pending: list[Observation] = []
         self._start_events: list[Event] = []  # written by the first tick
@@ -82,8 +81,7 @@ class Controller:
         self._lock_fd: int | None = None
         self.tick_seconds: list[float] = []
         self.tick_cpu_seconds: list[float] = []  # this thread's CPU: wall less waiting for it
-        # Stops, node kills and rounds the OS refused (disk full, EMFILE): tried again next tick.
-        self._deferred: list[Decision] = []
+        self._deferred: list[Decision] = []  # what the OS refused: tried again next tick
         self._refused: set[Decision] = set()  # reported once, not every tick it is retried
         self.held = backoff.Backoff()  # launches the machine refused, tried again later
         self.watch = WatchShell(state_dir, backend, clock)
@@ -91,22 +89,16 @@ class Controller:
         self.resumes = ResumeShell()
         self._poll_failing = False
         self._fenced: dict[str, str] | None = None  # quarantines the backend was told of
-        # A submitted job whose replicas are being read, a part a tick (`_load`)
         self._loading: tuple[str, Generator[None, None, Job | None]] | None = None
         self._ticks = 0
 
     # ---- start and reconcile ----------------------------------------------------------
 
-    def acquire(self) -> None:
-        """Take the state dir's controller lock; raise ControllerBusy when it is held."""
-        fd = lock_for_controller(self.state_dir)
-        if fd is None:
-            raise ControllerBusy(f"another controller is running on {self.state_dir}")
-        self._lock_fd = fd
-
     def start(self) -> None:
         """Load unfinished jobs, merge node states, and re-attach to running replicas."""
-        self.acquire()
+        self._lock_fd = lock_for_controller(self.state_dir)
+        if self._lock_fd is None:
+            raise ControllerBusy(f"another controller is running on {self.state_dir}")
         self.store.checkpoint_in_background()
         stored = self.store.nodes()
         nodes = {n.name: _merged(n, stored.get(n.name)) for n in self.backend.nodes()}
@@ -120,26 +112,22 @@ class Controller:
         self.last_command = self.store.last_command_id()
         alive = [r for j in jobs.values() for r in j.replicas if r.alive and r.launch_id]
         self.pending.extend(self._adopt([r.launch_id for r in alive if r.launch_id]))
-        for job in jobs.values():  # the spares its attempt holds, told again (`hold_nodes`)
-            if job.spares:
-                self._apply(HoldNodes(job.id, job.attempt, tuple(sorted(job.spares))))
         now = self.clock()
-        for job in jobs.values():  # in the job's history: the replicas outlived a controller
-            running = [r.name for r in job.replicas if r.alive and r.launch_id]
-            if running:
+        for job in jobs.values():
+            if job.spares:  # the spares its attempt holds, told again
+                self._apply(HoldNodes(job.id, job.attempt, tuple(sorted(job.spares))))
+            running = sum(1 for r in job.replicas if r.alive and r.launch_id)
+            if running:  # in the job's history: the replicas outlived a controller
                 self._start_events.append(Event(
-                    now, job.id, "controller",
-                    f"controller started (pid {os.getpid()}): re-attached to {len(running)} "
-                    f"replica{'s' if len(running) != 1 else ''} launched before it"))
-        for job in jobs.values():  # a stop decided before a crash may never have been sent
-            for r in job.replicas:
+                    now, job.id, "controller", f"controller started (pid {os.getpid()}): "
+                    f"re-attached to {plural(running, 'replica')} launched before it"))
+            for r in job.replicas:  # a stop decided before a crash may never have been sent
                 if r.state is ReplicaState.STOPPING and r.launch_id:
-                    grace = job.spec.restart.stop_grace_seconds
-                    self._apply(Stop(r.launch_id, signal.SIGTERM, grace,
+                    self._apply(Stop(r.launch_id, signal.SIGTERM,
+                                     job.spec.restart.stop_grace_seconds,
                                      "re-sent after controller restart"))
 
     def _fail_unreadable(self, err: UnreadableJob) -> None:
-        """A stored job that cannot be read back fails on its own; the others go on."""
         running = self.store.fail_unreadable(err, self.clock())
         if running:  # stop what may still run of it: its record is gone
             self.pending.extend(self._adopt(running))
@@ -147,8 +135,7 @@ class Controller:
                 self._apply(Stop(lid, signal.SIGTERM, 5.0, "its job cannot be read back"))
 
     def _adopt(self, launch_ids: list[str]) -> list[Observation]:
-        """Re-attach to running launches; a backend that fails to fails those launches
-        (INTERNAL: retried by the policy), never the controller's start."""
+        """Re-attach to running launches; a backend that fails to fails those launches."""
         try:
             return self._vetted(self.backend.adopt(launch_ids))
         except Exception as exc:
@@ -159,7 +146,7 @@ class Controller:
         self.watch.close()
         self.backend.close()
         if self._lock_fd is not None:
-            release(self._lock_fd)
+            os.close(self._lock_fd)
             self._lock_fd = None
 
     # ---- the tick ------------------------------------------------------------------------
@@ -167,7 +154,6 @@ class Controller:
     def _commands(self) -> list[Observation]:
         out: list[Observation] = []
         new_jobs: dict[str, Job] = {}
-        # At most COMMANDS_PER_TICK at once, so a burst of submissions cannot stall a tick.
         big = self.settings.launches_per_tick
         for cid, cmd in self.store.commands_after(self.last_command, COMMANDS_PER_TICK):
             if cmd.kind == "submit" and cmd.target not in self.snapshot.jobs:
@@ -194,8 +180,7 @@ class Controller:
         return out
 
     def _load(self, job_id: str) -> tuple[bool, Job | None]:
-        """The next part of a submitted job's replicas (LOAD_ROWS_PER_TICK): whether it is
-        read, and then the job (None if there is none)."""
+        """Read the next part of a submitted job: whether it is read, and then the job."""
         if self.settings.launches_per_tick is None:
             return True, self.store.job(job_id)
         if self._loading is None or self._loading[0] != job_id:
@@ -211,8 +196,7 @@ class Controller:
         return False, None
 
     def tick(self) -> Outcome:
-        """One pass: gather observations, decide, commit, then act and publish; then collect
-        its garbage (every FULL_COLLECTION_EVERY ticks, all of it), never inside the tick."""
+        """One pass: observe, decide, commit, act, publish; its garbage collected after it."""
         gc.disable()
         try:
             outcome = self._tick()
@@ -262,7 +246,6 @@ class Controller:
         return outcome
 
     def _tell_fenced(self) -> None:
-        """The backend learns the quarantined nodes (one that enforces them itself: Slurm)."""
         fenced = {n.name: n.fence for n in self.snapshot.nodes.values() if n.fence}
         if fenced == self._fenced:
             return
@@ -275,14 +258,12 @@ class Controller:
                                             f"nodes: {vet.error_words(exc)}"))
 
     def _forget_node_dir(self, job_id: str) -> None:
-        """Remove what an ended job kept on this node ($PERDURE_NODE_DIR: snapshots in tmpfs)."""
         local = node_dir(job_id, self.settings)
         if local is not None:
             shutil.rmtree(local, ignore_errors=True)
 
     def _poll(self) -> list[Observation]:
-        """The backend's news; a poll that fails (EMFILE, a backend's bug) is tried again next
-        tick, and what it returns is vetted before the core sees it."""
+        """The backend's news, vetted; a poll that fails is tried again next tick."""
         try:
             observations = self.backend.poll()
         except Exception as exc:  # no backend failure may end the controller
@@ -293,12 +274,17 @@ class Controller:
             self._poll_failing = True
             return []
         self._poll_failing = False
-        return self._vetted(observations)
+        vetted = self._vetted(observations)
+        if self.on_exit is not None:
+            now = self.clock()
+            for o in vetted:
+                if isinstance(o, ReplicaExited):
+                    self.on_exit(max(0.0, now - o.time))
+        return vetted
 
     def _vetted(self, replies: object) -> list[Observation]:
-        """The backend's replies that are what the protocol says; each other one fails its
-        launch (INTERNAL, said once with the reply, the launch stopped) or, naming none, is
-        reported and dropped."""
+        """The replies the protocol allows; each other one fails its launch (stopped) or,
+        naming none, is reported and dropped."""
         if not isinstance(replies, list | tuple):
             replies = [replies]
         out: list[Observation] = []
@@ -320,8 +306,7 @@ class Controller:
         return out
 
     def _decide(self, observations: list[Observation], now: float) -> Outcome:
-        """`decide`; should the core fail on some backend reply all the same, each reply it
-        fails on is replaced by its launch's failure and the tick goes on."""
+        """`decide`; each backend reply the core fails on is replaced by its launch's failure."""
         try:
             return decide(self.snapshot, observations, now, self.settings)
         except Exception as exc:
@@ -348,8 +333,7 @@ class Controller:
         return decide(self.snapshot, kept, now, self.settings)
 
     def _apply(self, d: Decision) -> None:
-        """Carry out a decision (a launch: `_launch`); other decisions the OS refuses are
-        tried again next tick. The controller goes on either way."""
+        """Carry out a decision; one the OS refuses is tried again next tick."""
         if isinstance(d, Launch):
             d, said = self.resumes.apply(d, self.clock())
             self._start_events += said  # written by the next tick
@@ -372,8 +356,8 @@ class Controller:
                 self._refused.discard(d)
 
     def _launch(self, d: Launch) -> None:
-        """Start a replica. The machine refusing it (disk full, EMFILE) holds it for a later
-        try, charged to nobody (`backoff`); any other failure fails the launch next tick."""
+        """Start a replica; the machine refusing it holds it (`backoff`), any other failure
+        fails the launch next tick."""
         try:
             self.backend.launch(d)
         except Exception as exc:  # LaunchError, OSError, or a backend's bug
@@ -405,24 +389,19 @@ class Controller:
         elif isinstance(d, HoldNodes):
             self.backend.hold_nodes(d)
 
-    def idle(self) -> bool:
-        return not self.snapshot.jobs and not self.pending
-
     def run(self, until: Callable[[], bool] | None = None, exit_when_idle: bool = False) -> None:
-        """Tick until `until()` is true (or, with exit_when_idle, no job is left)."""
         while True:
             self.tick()
             if until is not None and until():
                 return
-            if exit_when_idle and self.idle():
+            if exit_when_idle and not self.snapshot.jobs and not self.pending:
                 return
             if len(self.pending) < OBSERVATIONS_PER_TICK:  # else: no news waits for a nap
                 time.sleep(self.interval)
 
 
 def _merged(found: NodeInfo, stored: Node | None) -> Node:
-    """A node the backend has, with what the store kept of it: its state, quarantine and
-    strikes (a quarantine outlives the controller)."""
+    """A node the backend has, with its stored state, quarantine and strikes."""
     if stored is None:
         return Node(found.name, found.slots, gpus=found.gpus or 0, gpu_ids=found.gpu_ids)
     return Node(found.name, found.slots, stored.state, found.gpus or 0, found.gpu_ids,

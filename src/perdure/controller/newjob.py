@@ -22,10 +22,8 @@ from perdure.core.text import plural
 
 
 def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec, state_dir: str) -> Job:
-    """A new job of `spec` (relative paths resolve against spec_dir), once it is known to fit
-    the cluster, (Ray, Slurm) its checkpoints to land where every node reads them and (local
-    backend) its working directory and commands to exist; SpecError naming the field
-    otherwise."""
+    """A new job of `spec` (relative paths resolve against spec_dir); SpecError naming the
+    field when it could never run."""
     check_job_fits(spec, cluster)
     check_shared_checkpoint(spec, spec_dir, os.path.realpath(state_dir), cluster)
     job_id = f"{spec.name}-{secrets.token_hex(3)}"
@@ -39,8 +37,7 @@ def make_job(spec: JobSpec, spec_dir: str, cluster: ClusterSpec, state_dir: str)
 
 
 def check_fixed_capacity(job: Job, cluster: ClusterSpec) -> None:
-    """A job the local backend's nodes could never hold, even empty, is refused now: waiting
-    for capacity is for capacity that is busy or down, not for capacity that does not exist."""
+    """Refuse a job the local nodes could never hold, even empty."""
     from perdure.backends.factory import fixed_nodes
 
     infos = fixed_nodes(cluster)
@@ -60,7 +57,6 @@ def check_fixed_capacity(job: Job, cluster: ClusterSpec) -> None:
 
 
 def _refuse_gpus(job: Job, cap: Capacity, infos: list[NodeInfo]) -> None:
-    """SpecError for a GPU job the nodes could never hold, when GPUs are why."""
     widest = max(p.gpus for p in job.spec.pools)
     most = max((n.gpus or 0 for n in infos), default=0)
     if job.spec.total_gpus <= cap.healthy_gpus and widest <= most:
@@ -77,8 +73,7 @@ def _refuse_gpus(job: Job, cap: Capacity, infos: list[NodeInfo]) -> None:
 
 def check_local_launch(job: Job) -> None:
     """What the local backend would refuse at launch, said now: the working directory and
-    each pool's executable (looked up as the replica will: relative to the working directory,
-    or on the PATH its environment gets)."""
+    each pool's executable, looked up as the replica will."""
     cwd = workdir(job)
     where = "workdir" if job.spec.workdir else "the spec's directory"
     if not os.path.isdir(cwd):

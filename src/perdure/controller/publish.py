@@ -1,7 +1,4 @@
-"""What the controller hands its replicas outside the backend: an elastic job's round file.
-
-Side effects: writes `<state>/rdzv/<job>/round.json` atomically.
-"""
+"""What the controller hands its replicas outside the backend: an elastic job's round file."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ from perdure.core.events import Rendezvous
 
 
 def publish_round(state_dir: Path, d: Rendezvous) -> None:
-    """Write an elastic job's round for its replicas: `<state>/rdzv/<job>/round.json`,
-    atomically (a reader sees the old round or the new one)."""
+    """Write an elastic job's round to `<state>/rdzv/<job>/round.json`, atomically."""
     directory = statedir.rendezvous_dir(state_dir, d.job_id)
     os.makedirs(directory, exist_ok=True)
     head = json.dumps({"job_id": d.job_id, "attempt": d.attempt, "round": d.round,
@@ -26,8 +22,7 @@ def publish_round(state_dir: Path, d: Rendezvous) -> None:
 
 
 def members_text(d: Rendezvous) -> str:
-    """The members as json.dumps writes a list of {"replica", "node", "rank"} (the same
-    text): one entry at a time is 3 times faster than json.dumps of a dict per member, which
-    took most of a 16,384-replica elastic tick (docs/benchmarks.md)."""
+    """The members as json.dumps writes a list of {"replica", "node", "rank"}, 3 times
+    faster (it took most of a 16,384-replica elastic tick)."""
     return ", ".join(f'{{"replica": {quoted(name)}, "node": {quoted(node)}, "rank": {rank}}}'
                      for rank, (name, node) in enumerate(d.members))

@@ -1,8 +1,7 @@
-"""The shell's half of `resume:`: look a relaunch's glob up and append the pool's args.
+"""The shell's half of `resume:`: look a relaunch's glob up (core.resume decides the args).
 
-Side effects: reads the filesystem (glob, mtimes). The decision of what to append is
-core.resume's; this module only finds the matches, once per launch of a group (`key`), so
-every rank of a group restart gets the same command even if a checkpoint appears meanwhile.
+Once per launch of a group (`key`): every rank of a group restart gets the same command even
+if a checkpoint appears meanwhile.
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ KEPT = 64  # group launches remembered: the ranks of one are launched within a f
 
 
 class ResumeShell:
-    """Appends a launch's `resume:` args when its glob matches (one look-up per group)."""
-
     def __init__(self) -> None:
         self._decided: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
@@ -47,7 +44,6 @@ class ResumeShell:
 
 
 def _matches(pattern: str) -> list[tuple[str, float]]:
-    """(path, mtime) of every path `pattern` matches now (a vanished one is left out)."""
     found = []
     for path in glob.glob(pattern, recursive=True):
         try:

@@ -1,26 +1,19 @@
 """Users' commands (cancel, preempt, resume, node actions) as the CLI and the API send them.
 
-A command is stored for the controller's next tick, except in two cases answered here:
-
-- a finished job refuses every job command (`CommandRefused`): it would do nothing;
-- with no controller running, a job command that the core applies without touching a
-  replica or a node (cancel of a job that never ran, resume of a suspended one, a hold on a
-  queued one) is applied at once, by the core's own rule, while the controller lock is held
-  here so that none can start meanwhile. Any other command waits in the store for the next
-  controller (which reads every command it has not applied), and `Sent.controller` tells the
-  caller to say that none is running.
-
-Side effects: writes the store; takes and releases the controller lock for a moment.
+A command is stored for the controller's next tick, except: a finished job refuses every job
+command (`CommandRefused`); with no controller running, a job command the core applies without
+touching a replica or a node is applied here at once, under the controller lock.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from perdure import statedir
-from perdure.controller.lock import release, try_lock
+from perdure.controller.lock import try_lock
 from perdure.core.commands import COMMANDS
 from perdure.core.events import Command
 from perdure.core.launchenv import LaunchSettings
@@ -43,7 +36,6 @@ class Sent:
     controller: bool  # a controller was running to apply it
 
     def describe(self, state_dir: Path) -> str:
-        """One line for the user: what happened, and how to start a controller if needed."""
         if self.applied:
             return (f"{self.target} is {self.state}: no controller was running and nothing "
                     "had to be stopped, so the command was applied at once")
@@ -58,18 +50,16 @@ def start_hint(state_dir: Path) -> str:
 
 
 def controller_running(state_dir: Path) -> bool:
-    """Whether a controller holds the state dir's lock now (taken and dropped at once)."""
     fd = _try_lock(state_dir)
     if fd is None:
         return True
-    release(fd)
+    os.close(fd)
     return False
 
 
 def send_job_command(store: Store, state_dir: Path, kind: str, job_id: str,
                      hold: bool = False) -> Sent:
-    """Send `kind` (cancel, preempt, resume) to job `job_id`; CommandRefused for a finished
-    job or one that is gone."""
+    """Send `kind` (cancel, preempt, resume) to a job; CommandRefused for a finished one."""
     job = store.job(job_id)
     if job is None:
         raise CommandRefused(f"no job {job_id}")
@@ -86,11 +76,10 @@ def send_job_command(store: Store, state_dir: Path, kind: str, job_id: str,
             store.command(kind, job_id, hold)
         return Sent(kind, job_id, state, applied=state is not None, controller=False)
     finally:
-        release(fd)
+        os.close(fd)
 
 
 def send_node_command(store: Store, state_dir: Path, kind: str, node: str) -> Sent:
-    """Send a node command; a controller applies it (now, or when one starts)."""
     running = controller_running(state_dir)
     store.command(kind, node)
     return Sent(kind, node, None, applied=False, controller=running)
@@ -105,8 +94,8 @@ def _try_lock(state_dir: Path) -> int | None:
 
 
 def _apply_alone(store: Store, state_dir: Path, c: Command) -> str | None:
-    """Apply `c` as a tick would, when the core needs no replica stopped or started for it;
-    the job's new state, or None when it must wait for a controller."""
+    """Apply `c` as a tick would when it stops or starts nothing: the job's new state, or
+    None when it must wait for a controller."""
     job = store.job(c.target)
     if job is None or job.state.terminal or any(r.alive for r in job.replicas):
         return None

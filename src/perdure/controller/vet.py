@@ -1,12 +1,7 @@
 """Backend replies the controller can act on; anything else fails its launch, never the controller.
 
-A backend is code the controller does not control (a Ray actor's answer, a record a node wrote,
-a bug): whatever it returns is checked here, field by field, before the core sees it. An
-observation that is not what the protocol says becomes `LaunchFailed` for its launch (an
-INTERNAL error, retried by the failure policy) naming what was received; one that does not
-even name a launch is reported as an event and dropped.
-
-No side effects: plain checks over values.
+Whatever a backend returns (a Ray actor's answer, a record a node wrote, a bug) is checked here,
+field by field, before the core sees it.
 """
 
 from __future__ import annotations
@@ -26,8 +21,6 @@ from perdure.core.events import (
     ReplicaProgress,
     ReplicaStarted,
 )
-
-__all__ = ["Unexpected", "describe", "error_words", "failed", "vet"]
 
 RECORD_CHARS = 300  # of a bad record, quoted in the job's event
 
@@ -84,7 +77,6 @@ FIELDS: dict[type, dict[str, Callable[[Any], bool]]] = {
 
 
 def describe(obs: object) -> str:
-    """`obs` as quoted in an event: its repr, clipped."""
     try:
         text = repr(obs)
     except Exception as err:  # a reply whose repr fails is still named
@@ -93,13 +85,11 @@ def describe(obs: object) -> str:
 
 
 def error_words(exc: BaseException) -> str:
-    """An exception as an event says it: an OSError's own words, else its type too."""
     return str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
 
 
 def vet(obs: object) -> Observation:
-    """`obs` itself if it is an observation with every field as the protocol says; else
-    raise Unexpected saying which."""
+    """`obs` if every field is as the protocol says; else Unexpected saying which."""
     checks = FIELDS.get(type(obs))
     if checks is None:
         raise Unexpected(f"not an observation a backend may send ({type(obs).__name__})")
@@ -110,8 +100,7 @@ def vet(obs: object) -> Observation:
 
 
 def failed(obs: object, why: str, now: float) -> LaunchFailed | None:
-    """The launch failure that replaces a bad reply (INTERNAL: retried by the policy), or
-    None when the reply names no launch it could belong to."""
+    """The launch failure that replaces a bad reply; None when it names no launch."""
     launch_id = getattr(obs, "launch_id", None)
     if not isinstance(launch_id, str) or not _launch_id(launch_id):
         return None

@@ -1,9 +1,6 @@
-"""The watchdog's shell: feeds progress to core.watchdog, captures stacks of stalled jobs, and
-hands the verdict (a `Hung` observation) to the next tick's decide.
-
-Side effects: runs stack captures (py-spy, through the backend) in a background thread so a
-tick never waits for them, and writes `<state>/logs/<job>/attempt-N/<replica>.stacks`
-(appended: a second hang in the same attempt adds its own section).
+"""The watchdog's shell: feeds progress to core.watchdog and core.straggler, captures the
+stacks of stalled jobs on a thread (a tick never waits for them) into each replica's
+`.stacks` file, and hands the verdict (`Hung`) to the next tick's decide.
 """
 
 from __future__ import annotations
@@ -13,7 +10,6 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
 
 from perdure import statedir
 from perdure.backends.base import Backend
@@ -26,15 +22,13 @@ from perdure.core.records import Event, Node
 from perdure.core.straggler import Stragglers, drain
 from perdure.core.watchdog import Suspect, Watchdog, running_launches, steady, verdict
 
-T = TypeVar("T")
 STACK_TIMEOUT_SECONDS = 10.0
 ENV_SAMPLE = "PERDURE_STRAGGLER_SAMPLE_SECONDS"
 SWEEP_SECONDS = 1.0
 
 
 def sample_seconds() -> float:
-    """How often each running multi-replica job's stacks are sampled for the straggler rule
-    (${ENV_SAMPLE}, default 30 s; 0 turns sampling off)."""
+    """Seconds between straggler samples of a job's stacks (${ENV_SAMPLE}, default 30; 0: off)."""
     value = os.environ.get(ENV_SAMPLE, "")
     try:
         seconds = float(value) if value else 30.0
@@ -45,20 +39,13 @@ def sample_seconds() -> float:
     return seconds
 
 
-def stacks_path(state_dir: Path, job_id: str, attempt: int, replica: str) -> Path:
-    """`logs/<job>/attempt-N/<replica>.stacks`, beside the replica's .out and .err."""
-    return Path(statedir.log_dir(state_dir, job_id, attempt)) / f"{replica}.stacks"
-
-
 class WatchShell:
-    """Runs beside the tick: `step` before each decide returns the verdicts that are ready."""
-
     def __init__(self, state_dir: Path, backend: Backend,
                  clock: Callable[[], float] = time.time) -> None:
         self.state_dir, self.backend, self.clock = state_dir, backend, clock
         self.core = Watchdog()
         self.stragglers = Stragglers()
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="perdure-stacks")  # lazy threads
         self._inflight: list[Future[Hung]] = []
         self.sample_every = sample_seconds()
         self._samples: dict[str, Future[dict[str, bool]]] = {}
@@ -68,8 +55,8 @@ class WatchShell:
     def step(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
              observations: list[Observation], now: float
              ) -> tuple[list[Observation], list[Event]]:
-        """Note this tick's progress; start captures for newly stalled jobs; return the
-        verdicts of finished captures (and drains of stragglers' nodes), and straggler events."""
+        """Note this tick's progress and start captures; the verdicts ready (and drains of
+        stragglers' nodes), and straggler events."""
         for obs in observations:
             if isinstance(obs, ReplicaProgress):
                 job = jobs.get(job_of_launch(obs.launch_id))
@@ -81,12 +68,11 @@ class WatchShell:
         done = [f for f in self._inflight if f.done()]
         self._inflight = [f for f in self._inflight if not f.done()]
         for suspect in self.core.check(jobs, now):
-            self._inflight.append(self._submit(self.capture, suspect))
+            self._inflight.append(self._pool.submit(self.capture, suspect))
         return [*(f.result() for f in done), *drains], events
 
     def _stragglers(self, jobs: Mapping[str, Job], nodes: Mapping[str, Node],
                     now: float) -> tuple[list[Observation], list[Event]]:
-        """An event per straggler, and the drains of their nodes (core.straggler.drain)."""
         drains: list[Observation] = []
         events = []
         for s in self.stragglers.check(jobs):
@@ -95,14 +81,8 @@ class WatchShell:
             events.append(Event(now, s.job_id, "straggler", s.message() + said))
         return drains, events
 
-    def _submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="perdure-stacks")
-        return self._pool.submit(fn, *args)
-
     def _sample(self, jobs: Mapping[str, Job], now: float) -> None:
-        """Hand finished stack samples to the straggler rule; start due ones (every
-        `sample_every` seconds per running job of two or more replicas)."""
+        """Hand finished stack samples to the straggler rule; start the due ones."""
         for job_id, f in list(self._samples.items()):
             if f.done():
                 del self._samples[job_id]
@@ -121,12 +101,11 @@ class WatchShell:
             # the first sample one period after the job is first seen running
             if now < self._next_sample.setdefault(job.id, now + self.sample_every):
                 continue
-            # its launches only when a sample is due: listing them is a pass over the job
             launches = running_launches(job)
             if launches is None:
                 continue
             self._next_sample[job.id] = now + self.sample_every
-            self._samples[job.id] = self._submit(self.sample, sorted(launches))
+            self._samples[job.id] = self._pool.submit(self.sample, sorted(launches))
 
     def sample(self, launches: list[str]) -> dict[str, bool]:
         """Launch id -> whether that rank waits in a collective now ({} if one is unreadable)."""
@@ -149,7 +128,8 @@ class WatchShell:
             dump = self._dump(rank.launch_id)
             summaries[rank.replica] = (st.unavailable(dump.error) if dump.error is not None
                                        else st.summarize(dump.threads))
-            path = stacks_path(self.state_dir, suspect.job_id, suspect.attempt, rank.replica)
+            path = (Path(statedir.log_dir(self.state_dir, suspect.job_id, suspect.attempt))
+                    / f"{rank.replica}.stacks")
             self._write(path, suspect, rank.replica, rank.step, dump)
             written.append(path)
         v = verdict(suspect, summaries)
@@ -177,5 +157,4 @@ class WatchShell:
             f.write(head + body)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)

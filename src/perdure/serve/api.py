@@ -1,10 +1,6 @@
 """`/api/v1`: jobs, their events and logs, commands, nodes.
 
-Reads go to the store (and the files the CLI reads) through views.py; commands are sent
-exactly as `perdure cancel` and friends send them (controller/usercommands.py: a finished job
-refuses them, 409). Job references are resolved as the CLI resolves them: an id, an id prefix,
-or a name (the newest job of that name); an empty one is 400, an ambiguous one 409 listing
-the candidates.
+Job references and commands are the CLI's (Store.resolve, controller/usercommands.py).
 """
 
 from __future__ import annotations
@@ -37,7 +33,7 @@ from perdure.serve.models import (
     Problem,
     Submitted,
 )
-from perdure.store.sqlite import JobRefError
+from perdure.store.schema import JobRefError
 from perdure.views import jobview
 from perdure.views.describe import describe_json
 
@@ -54,8 +50,7 @@ def _ctx(request: Request) -> ServeContext:
 
 
 def _job(ctx: ServeContext, ref: str) -> Job:
-    """The job `ref` names, as the CLI resolves it: 400 for an empty reference, 409 listing
-    the candidates for an ambiguous one, 404 for none."""
+    """The job `ref` names: 400 for an empty reference, 409 for an ambiguous one, 404 for none."""
     store = ctx.store()
     try:
         job_id = store.resolve(ref)
@@ -70,8 +65,7 @@ def _job(ctx: ServeContext, ref: str) -> Job:
 
 
 def _last_event_id(request: Request) -> int | None:
-    """Where a reconnecting EventSource resumes (`Last-Event-ID`), None without one; 400 for
-    anything but an ASCII number below BIG."""
+    """Where a reconnecting EventSource resumes (`Last-Event-ID`), None without one."""
     given = request.headers.get("last-event-id", "").strip()
     if not given:
         return None
@@ -157,7 +151,7 @@ async def get_logs(
 
 
 def _spec_problem(exc: SpecError) -> dict[str, Any]:
-    """A 422 body naming each bad field, shaped like FastAPI's own validation errors."""
+    """A 422 body naming each bad field, shaped like FastAPI's validation errors."""
     text = str(exc)
     lines = text.splitlines()
     detail = []
@@ -199,8 +193,7 @@ async def submit_job(request: Request, response: Response) -> Any:
 
 
 def _job_command(request: Request, kind: str, ref: str, hold: bool = False) -> dict[str, Any]:
-    """What `perdure cancel|preempt|resume` does: a command in the store (409 for a finished
-    job; applied at once when no controller runs and nothing has to be stopped)."""
+    """What `perdure cancel|preempt|resume` does (409 for a finished job)."""
     ctx = _ctx(request)
     job = _job(ctx, ref)
     try:
@@ -237,7 +230,6 @@ def list_nodes(request: Request) -> list[dict[str, Any]]:
 
 
 def _node_command(request: Request, kind: str, name: str) -> dict[str, Any]:
-    """What `perdure node drain|restore` does: a command in the store."""
     ctx = _ctx(request)
     names = [n["name"] for n in views.nodes(ctx.store(), ctx.cluster)]
     if name not in names:

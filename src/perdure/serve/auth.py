@@ -1,15 +1,11 @@
 """Who may talk to `perdure serve`: the state dir's API token, sessions, cross-site checks.
 
-- The token lives in `<state dir>/api-token`, created once with mode 0600 (a file anyone else
-  can read is refused: the token is the only key to the API). The server follows the file:
-  replacing it (or deleting it) retires the old token and ends every session at once.
-- A request is authenticated by `Authorization: Bearer <token>` or by the dashboard's session
-  cookie, which the login form sets: a random session id that the server keeps (its hash) in
-  memory. Logging out ends it; so do its expiry, a new token and a server restart.
-- A state-changing request (POST) that rides on the cookie must come from the dashboard
-  itself: same origin (Origin / Sec-Fetch-Site) and the custom header the dashboard's
-  script sends, which a cross-site form cannot set. A bearer token is never sent by a browser
-  on its own, so bearer requests need no such check.
+- The token is `<state dir>/api-token` (0600; one others can read is refused). Replacing or
+  deleting the file retires the token and ends every session at once.
+- A request carries `Authorization: Bearer <token>` or the login form's session cookie (a
+  random id whose hash the server keeps in memory).
+- A POST riding on the cookie must come from the dashboard: same origin and the custom header
+  its script sends, which a cross-site form cannot set. Bearer requests need no such check.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from perdure import statedir
-from perdure.store.sqlite import make_state_dir
+from perdure.store.files import make_state_dir
 
 COOKIE = "perdure_session"
 CSRF_HEADER = "x-perdure-csrf"  # the dashboard's script sends it on every POST
@@ -42,8 +38,7 @@ def token_path(state_dir: Path) -> Path:
 
 
 def load_or_create_token(state_dir: Path) -> str:
-    """The API token of a state dir, created (mode 0600) on first use, in a state dir made
-    private first (`make_state_dir`): the token is never written into an open directory."""
+    """The API token of a state dir, created (0600, in a state dir made private) on first use."""
     path = token_path(state_dir)
     make_state_dir(state_dir)
     try:
@@ -80,10 +75,8 @@ def _key(session: str) -> str:
 
 
 class Auth:
-    """Checks requests against the token (followed in `path` when given) and keeps sessions.
-
-    Thread-safe: request handlers run in worker threads and on the event loop.
-    """
+    """Checks requests against the token (followed in `path` when given) and keeps sessions;
+    thread-safe."""
 
     def __init__(self, token: str, path: Path | None = None, *,
                  clock: Callable[[], float] = time.monotonic,
@@ -95,8 +88,7 @@ class Auth:
         self._lock = threading.Lock()
 
     def current(self) -> str | None:
-        """The token in force now: the file's, re-read when it changed; None when the file is
-        gone or unusable (then nothing is let in until it is fixed)."""
+        """The token in force: the file's, re-read when it changed; None when it is unusable."""
         if self.path is None:
             return self._token
         stamp = _stamp(self.path)
@@ -113,7 +105,6 @@ class Auth:
             return self._token
 
     def new_session(self) -> str:
-        """A new session id for the login cookie; the oldest session ends beyond MAX_SESSIONS."""
         session = secrets.token_urlsafe(32)
         now = self.clock()
         with self._lock:
@@ -139,7 +130,7 @@ class Auth:
         return expires is not None and expires > self.clock()
 
     def identify(self, headers: Mapping[str, str], cookies: Mapping[str, str]) -> str | None:
-        """'bearer', 'cookie', or None when the request carries no valid credential."""
+        """'bearer', 'cookie', or None."""
         authz = headers.get("authorization", "")
         scheme, _, given = authz.partition(" ")
         if scheme.lower() == "bearer" and self.token_ok(given.strip()):
@@ -151,7 +142,6 @@ class Auth:
 
 
 def cross_site(headers: Mapping[str, str], host: str) -> str | None:
-    """Why a cookie-authenticated POST is refused as cross-site, or None when it is not."""
     fetch_site = headers.get("sec-fetch-site")
     if fetch_site is not None and fetch_site not in ("same-origin", "none"):
         return f"cross-site request refused (Sec-Fetch-Site: {fetch_site})"

@@ -17,23 +17,6 @@ from perdure.serve.views import GoodputCache
 from perdure.store.sqlite import Store
 
 
-class Stores:
-    """One sqlite connection per thread (request threads, the event loop), opened on first use.
-
-    The controller keeps its own; WAL lets these read while it writes.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._local = threading.local()
-
-    def get(self) -> Store:
-        store: Store | None = getattr(self._local, "store", None)
-        if store is None:
-            store = self._local.store = Store(self.path)
-        return store
-
-
 @dataclass
 class ServeContext:
     state_dir: Path
@@ -42,16 +25,20 @@ class ServeContext:
     workdir: Path  # where jobs submitted through the API resolve relative paths
     # True once the server is shutting down: live streams end on it (serve/server.py sets it)
     stopping: Callable[[], bool] = field(default=lambda: False)
-    stores: Stores = field(init=False)
     reader: Inspector = field(init=False)  # the backend's launch records, logs and reports
     goodput: GoodputCache = field(init=False)
     metrics: Metrics = field(init=False)
+    _local: threading.local = field(init=False, default_factory=threading.local)
 
     def __post_init__(self) -> None:
-        self.stores = Stores(self.state_dir / statedir.DB)
         self.reader = make_inspector(self.cluster, self.state_dir)
         self.goodput = GoodputCache(self.reader)
-        self.metrics = Metrics(self.stores.get, self.goodput)
+        self.metrics = Metrics(self.store, self.goodput)
 
     def store(self) -> Store:
-        return self.stores.get()
+        """This thread's connection (request threads, the event loop), opened on first use;
+        the controller keeps its own, and WAL lets these read while it writes."""
+        store: Store | None = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = Store(self.state_dir / statedir.DB)
+        return store

@@ -1,8 +1,5 @@
-"""The ASGI layer in front of every route: authentication, cross-site checks, headers.
-
-Every response carries a strict Content-Security-Policy (scripts, styles and images only from
-this server, no inline code, no framing) and is never cached: it shows live state.
-"""
+"""The ASGI layer in front of every route: authentication, cross-site checks, and headers
+(a strict Content-Security-Policy; never cached: it shows live state)."""
 
 from __future__ import annotations
 

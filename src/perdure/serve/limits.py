@@ -1,10 +1,7 @@
-"""Request body limits, enforced as the bytes arrive, before any route reads them.
+"""Request body limits per route, enforced as the bytes arrive, before any route reads them.
 
-Every route has a cap (`BODY_LIMITS`, else `DEFAULT_BODY_BYTES`), the unauthenticated login
-form included. A declared Content-Length over the cap is refused before a byte is read; a
-chunked body, or one without a Content-Length, is counted as it arrives and refused the moment
-it passes the cap. Either way the answer is 413 with `Connection: close`, so the server stops
-reading the rest: nothing but the cap is ever buffered.
+A declared Content-Length over the cap is refused before a byte is read, any other body the
+moment it passes the cap: 413 with `Connection: close`, so nothing past the cap is buffered.
 """
 
 from __future__ import annotations
@@ -23,13 +20,7 @@ class BodyTooLarge(Exception):
     """A request body passed its route's cap while it was being read."""
 
 
-def body_limit(method: str, path: str) -> int:
-    return BODY_LIMITS.get((method, path.rstrip("/") or "/"), DEFAULT_BODY_BYTES)
-
-
 class BodyLimit:
-    """ASGI middleware: 413 for a body over its route's cap, counted as it arrives."""
-
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -37,7 +28,8 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = body_limit(scope["method"], scope["path"])
+        limit = BODY_LIMITS.get((scope["method"], scope["path"].rstrip("/") or "/"),
+                                DEFAULT_BODY_BYTES)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await _too_large(send, limit)

@@ -1,7 +1,4 @@
-"""Read a replica's log by byte offsets: a tail, a page before it, or what was appended.
-
-No state: every read opens the file, so a 10 MB log costs one bounded read, never a load.
-"""
+"""Read a replica's log by byte offsets: a tail, a page before it, or what was appended."""
 
 from __future__ import annotations
 
@@ -33,11 +30,8 @@ def _complete_utf8(data: bytes) -> int:
 
 
 def read_chunk(path: Path, offset: int | None, limit: int = CHUNK) -> LogChunk:
-    """From `offset` (None: the last `limit` bytes, starting at a line) at most `limit` bytes.
-
-    A negative offset counts from the end. The text never ends inside a UTF-8 character:
-    `next_offset` stops before it, and the next read returns it whole.
-    """
+    """At most `limit` bytes from `offset` (negative: from the end; None: the tail, from a
+    line's start), never ending inside a UTF-8 character."""
     limit = max(1, min(limit, CHUNK))
     try:
         f = path.open("rb")

@@ -1,10 +1,7 @@
-"""`/metrics`: Prometheus text format, read from the store at scrape time.
+"""`/metrics`: Prometheus text format; gauges read from the store at scrape time.
 
-Job, replica and node gauges come from the store (so they are right with or without a
-controller in this process); the tick and detection histograms are fed by the controller this
-process runs (empty under `--no-controller`). Per-job series cover unfinished jobs and jobs
-that ended within RECENT_SECONDS, so a scrape sees each job's final values without the label
-set growing with the store's history.
+The tick and detection histograms are fed by this process's controller. Per-job series cover
+unfinished jobs and those that ended within RECENT_SECONDS (final values, bounded labels).
 """
 
 from __future__ import annotations
@@ -20,7 +17,8 @@ from prometheus_client.registry import Collector
 from perdure.core.records import QUARANTINED
 from perdure.core.states import JobState, NodeState, ReplicaState
 from perdure.serve.views import GoodputCache
-from perdure.store.sqlite import TERMINAL, Store, UnreadableJob
+from perdure.store.schema import TERMINAL, UnreadableJob
+from perdure.store.sqlite import Store
 
 RECENT_SECONDS = 3600.0
 TICK_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -28,8 +26,6 @@ DETECTION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.
 
 
 class StoreCollector(Collector):
-    """Gauges and counters computed from the store on each scrape."""
-
     def __init__(self, store: Callable[[], Store], cache: GoodputCache) -> None:
         self.store, self.cache = store, cache
 
@@ -67,8 +63,7 @@ class StoreCollector(Collector):
             try:
                 states, spent, value, failed = self._job(store, row)
             except (UnreadableJob, ValueError, TypeError, KeyError, AttributeError):
-                # One job that cannot be read back (written by a bug or another version) must
-                # not fail every scrape: its series are left out, the controller fails it.
+                # an unreadable job's series are left out (the controller fails it)
                 continue
             for name in states:
                 by_state[name] = by_state.get(name, 0) + 1
@@ -86,8 +81,7 @@ class StoreCollector(Collector):
 
     def _job(self, store: Store, row: tuple[str, str, float, str]
              ) -> tuple[list[str], int, float | None, int]:
-        """One job's replica states (unfinished jobs only), retries spent, goodput and
-        checkpoint saves failed in a row."""
+        """Replica states (unfinished jobs), retries, goodput, saves failed in a row."""
         job_id, state, updated, data = row
         terminal = JobState(state).terminal
         d = json.loads(data) if terminal else store.job_doc(job_id, data)
@@ -109,8 +103,6 @@ class StoreCollector(Collector):
 
 
 class Metrics:
-    """The registry `/metrics` renders; the controller's thread feeds the histograms."""
-
     def __init__(self, store: Callable[[], Store], cache: GoodputCache) -> None:
         self.registry = CollectorRegistry()
         self.tick = Histogram("perdure_controller_tick_seconds", "Duration of controller ticks.",

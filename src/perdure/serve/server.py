@@ -1,9 +1,7 @@
-"""Run the HTTP API and the controller in one process.
+"""Run the HTTP API and the controller (on a thread of its own) in one process.
 
-The controller ticks in a thread of its own while uvicorn serves from the main thread. A signal
-stops both: the API first, then the controller, whose replicas keep running for the next
-controller to adopt. A controller that raises stops the API too: a dashboard must never show a
-dead controller's jobs as if they were moving.
+A signal stops both, the replicas running on for the next controller. A controller that
+raises stops the API too: a dashboard must never show a dead controller's jobs as moving.
 """
 
 from __future__ import annotations
@@ -16,63 +14,14 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import uvicorn
 
-from perdure.backends.base import Backend, NodeInfo
-from perdure.backends.stacks import StackDump
 from perdure.controller.loop import Controller
-from perdure.core.events import HoldNodes, Launch, Observation, ReplicaExited, Stop
 from perdure.serve.app import create_app
 from perdure.serve.context import ServeContext
 
 GRACEFUL_SHUTDOWN_SECONDS = 1  # open event and log streams are cut after this
-
-
-class MeasuredBackend(Backend):
-    """A backend whose polls feed the failure-detection histogram (exit -> observed); every
-    other call goes to the backend it wraps."""
-
-    def __init__(self, inner: Backend, observe: Callable[[float], None],
-                 clock: Callable[[], float]) -> None:
-        self.inner, self.observe, self.clock = inner, observe, clock
-
-    def poll(self) -> list[Observation]:
-        observations = self.inner.poll()
-        now = self.clock()
-        for o in observations:
-            if isinstance(o, ReplicaExited):
-                self.observe(max(0.0, now - o.time))
-        return observations
-
-    def nodes(self) -> list[NodeInfo]:
-        return self.inner.nodes()
-
-    def launch(self, launch: Launch) -> None:
-        self.inner.launch(launch)
-
-    def stop(self, stop: Stop) -> None:
-        self.inner.stop(stop)
-
-    def adopt(self, launch_ids: list[str]) -> list[Observation]:
-        return self.inner.adopt(launch_ids)
-
-    def kill_node(self, node: str) -> None:
-        self.inner.kill_node(node)
-
-    def hold_nodes(self, hold: HoldNodes) -> None:
-        self.inner.hold_nodes(hold)
-
-    def fence_nodes(self, fenced: dict[str, str]) -> None:
-        self.inner.fence_nodes(fenced)
-
-    def dump_stacks(self, launch_id: str, timeout: float, nonblocking: bool = False
-                    ) -> StackDump:
-        return self.inner.dump_stacks(launch_id, timeout, nonblocking)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -89,8 +38,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class Service:
-    """`perdure serve`: the API on a socket, and the controller when there is one."""
-
     def __init__(self, ctx: ServeContext, sock: socket.socket, controller: Controller | None,
                  until: Callable[[], bool] | None = None) -> None:
         self.ctx, self.sock, self.controller = ctx, sock, controller
@@ -107,8 +54,7 @@ class Service:
         # graceful shutdown's deadline would cancel them (a traceback per stream)
         ctx.stopping = lambda: self.server.should_exit or self.stopping.is_set()
         if controller is not None:
-            controller.backend = MeasuredBackend(controller.backend, ctx.metrics.detection.observe,
-                                                 controller.clock)
+            controller.on_exit = ctx.metrics.detection.observe
 
     @property
     def url(self) -> str:
@@ -116,8 +62,9 @@ class Service:
         return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
     def run(self) -> int:
-        """Serve until a signal (or `until`); the exit status: 0, or 1 if the controller broke."""
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        """Serve until a signal (or `until`); 1 if the controller broke, else 0."""
+        previous = {s: signal.signal(s, lambda *_: self.stop())
+                    for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             if self.controller is None:
                 self.server.run(sockets=[self.sock])
@@ -133,9 +80,6 @@ class Service:
             if self.controller is not None:
                 self.controller.close()
         return 1 if self.failure is not None else 0
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self.stop()
 
     def stop(self) -> None:
         self.stopping.set()

@@ -1,10 +1,8 @@
 """Server-sent event streams: a job's events and a replica's log as they are written.
 
-Each stream polls (the store, the log file) a few times a second, sends what is new with its
-position as the event id (a reconnecting EventSource resumes from `Last-Event-ID`), a comment
-every KEEPALIVE_SECONDS so proxies keep the connection, and an `end` event once the job has
-ended and nothing is left to send (the client then closes; it would otherwise reconnect).
-A stream also ends, without `end`, when the server stops (the client reconnects later).
+Each polls, sends what is new with its position as the event id (`Last-Event-ID` resumes), a
+keepalive comment when quiet, and an `end` event once the job has ended and all is sent (else
+the client would reconnect). A stream ends without `end` when the server stops.
 """
 
 from __future__ import annotations
@@ -48,8 +46,6 @@ def _ended(store: Store, job_id: str) -> bool:
 
 async def events(store: Callable[[], Store], job_id: str, after: int,
                  stopping: Callable[[], bool]) -> AsyncIterator[bytes]:
-    """The job's events after id `after`, then each new one as it is committed, until the job
-    ends or the server stops."""
     yield b"retry: 1000\n\n"
     last, quiet_since = after, time.monotonic()
     while not stopping():
@@ -73,8 +69,6 @@ async def events(store: Callable[[], Store], job_id: str, after: int,
 
 async def log_tail(store: Callable[[], Store], job_id: str, path: Path,
                    offset: int | None, stopping: Callable[[], bool]) -> AsyncIterator[bytes]:
-    """The log from `offset` (None: its tail), then what is appended, until the job ends or
-    the server stops."""
     yield b"retry: 1000\n\n"
     quiet_since = time.monotonic()
     while not stopping():

@@ -1,5 +1,4 @@
-"""What the API shows beyond `describe`: jobs pages, nodes, timelines, log paths. Reads only;
-the goodput account and a job's words are perdure.views', as in the CLI."""
+"""What the API shows beyond `describe`: jobs pages, nodes, timelines, log paths."""
 
 from __future__ import annotations
 
@@ -16,13 +15,12 @@ from perdure.core.events import QUEUED_IN_BACKEND
 from perdure.core.model import Job
 from perdure.core.records import Node
 from perdure.core.states import JobState, ReplicaState
-from perdure.store.sqlite import Store, StoredEvent, UnreadableJob
+from perdure.store.schema import StoredEvent, UnreadableJob
+from perdure.store.sqlite import Store
 from perdure.views import jobview
-from perdure.views.reports import STATE_KINDS, accounted_launches, goodput
+from perdure.views.reports import STATE_KINDS, accounted_launches, first_match, goodput
 
-# How long a running job's goodput (and step) is reused by the jobs list: short, so that the
-# list and the job's page agree on the step.
-LIVE_GOODPUT_SECONDS = 1.0
+LIVE_GOODPUT_SECONDS = 1.0  # short: the list and the job's page agree on the step
 MAX_MARKS = 2000  # timeline marks per job; more are counted, not drawn
 
 
@@ -30,9 +28,8 @@ LOG_SUFFIXES = {"all": "log", "stderr": "err", "stdout": "out"}
 
 
 def log_file(state_dir: Path, job: Job, replica: str, attempt: int, stream: str) -> Path:
-    """The file `perdure logs` reads for a replica's attempt (stream: 'all' (both streams
-    merged in order) | 'stderr' | 'stdout'); an attempt run before logs were merged has
-    only its stderr to show for 'all'."""
+    """The file `perdure logs` reads for a replica's attempt and stream (for 'all', an
+    attempt run before logs were merged has only its stderr)."""
     base = Path(statedir.log_dir(state_dir, job.id, attempt))
     path = base / f"{replica}.{LOG_SUFFIXES[stream]}"
     if stream == "all" and not path.exists() and (base / f"{replica}.err").exists():
@@ -43,13 +40,12 @@ def log_file(state_dir: Path, job: Job, replica: str, attempt: int, stream: str)
 @dataclass
 class GoodputCache:
     """Goodput per job for the jobs list: an ended job's never changes; a live one's is
-    reused for a few seconds (it reads every launch's progress file)."""
+    reused for LIVE_GOODPUT_SECONDS."""
 
     reader: Inspector
     entries: dict[str, tuple[float, float, dict[str, Any]]] = field(default_factory=dict)
 
     def get(self, store: Store, job_id: str, updated: float, terminal: bool) -> dict[str, Any]:
-        """{goodput, goodput_status, step, total_steps} as `describe` computes them."""
         now = time.monotonic()
         hit = self.entries.get(job_id)
         if hit is not None and hit[0] == updated and (terminal or
@@ -68,14 +64,12 @@ class GoodputCache:
 
 def job_page(store: Store, cache: GoodputCache, states: list[str], search: str | None,
              limit: int, offset: int) -> dict[str, Any]:
-    """One page of jobs, newest first, with the count in every state."""
     where, args = ["1=1"], []
     if states:
         where.append(f"state IN ({','.join('?' * len(states))})")
         args.extend(states)
     if search:
-        # instr, not LIKE: every character is literal, and LIKE's pattern would end at a NUL
-        # (`?q=%00` matched every job)
+        # instr, not LIKE: every character is literal (LIKE's pattern would end at a NUL)
         where.append("(instr(lower(name), lower(?)) > 0 OR instr(lower(id), lower(?)) > 0)")
         args.extend([search, search])
     cond = " AND ".join(where)
@@ -107,8 +101,7 @@ def job_page(store: Store, cache: GoodputCache, states: list[str], search: str |
 
 
 def held(store: Store) -> tuple[Counter[str], Counter[str]]:
-    """Slots and GPUs held on each node, from the stored replicas of jobs that hold capacity
-    (the stored JSON: parsing every job's spec would cost far more)."""
+    """Slots and GPUs held on each node, from the stored replicas (no job spec parsed)."""
     holding = [s.value for s in JobState if s.holds_capacity]
     rows = store.db.execute(
         f"SELECT id, data FROM jobs WHERE state IN ({','.join('?' * len(holding))})", holding
@@ -124,7 +117,6 @@ def held(store: Store) -> tuple[Counter[str], Counter[str]]:
 
 
 def nodes(store: Store, cluster: ClusterSpec) -> list[dict[str, Any]]:
-    """The cluster's nodes with their health and slots used / free."""
     stored = store.nodes()  # what the controller found at start; before that, the file's
     known = list(stored.values()) or [Node(n.name, n.slots, gpus=n.gpus or 0)
                                       for n in cluster.nodes]
@@ -154,15 +146,9 @@ MARKS: tuple[tuple[str, str, str], ...] = (
 ATTEMPT_ENDS = ("QUEUED", "SUSPENDED", "SUCCEEDED", "FAILED", "CANCELLED")
 
 
-def _mark(e: StoredEvent) -> str | None:
-    return next((m for kind, prefix, m in MARKS
-                 if e.kind == kind and e.message.startswith(prefix)), None)
-
-
 def timeline(reader: Inspector, job: Job, events: list[StoredEvent]) -> dict[str, Any]:
-    """The job's states over time, its attempts, and marks for launches, restarts,
-    suspensions, elastic changes, hot-swaps and checkpoints (from the accounted replica's
-    progress records, as goodput reads them)."""
+    """The job's states over time, its attempts, and marks (events, and the accounted
+    replica's checkpoints and restores)."""
     states = [{"time": e.time, "state": e.message.split(":", 1)[0]}
               for e in events if e.kind in STATE_KINDS]
     attempts: list[dict[str, Any]] = []
@@ -175,7 +161,7 @@ def timeline(reader: Inspector, job: Job, events: list[StoredEvent]) -> dict[str
         elif (e.kind == "state" and attempts and e.message.startswith(ATTEMPT_ENDS)
               and not e.message.startswith(QUEUED_IN_BACKEND)):
             attempts[-1]["end"] = attempts[-1]["end"] or e.time
-        kind = _mark(e)
+        kind = first_match(MARKS, e)
         if kind is not None:
             marks.append({"time": e.time, "kind": kind, "label": e.message})
     for launch in accounted_launches(reader, job):

@@ -1,7 +1,4 @@
-"""The state dir's files: made private to their owner, and sqlite's errors said in words.
-
-Used by the store before its connection opens; no sqlite connection here.
-"""
+"""The state dir's files: made private to their owner, and sqlite's errors said in words."""
 
 from __future__ import annotations
 
@@ -13,12 +10,11 @@ from perdure import statedir
 
 
 def make_state_dir(path: Path) -> None:
-    """Create a state dir readable by its owner only: specs' env values, the API token and
-    checkpoints may hold secrets. Every command that writes into one (serve, controller, run,
-    submit, the backends) calls this first, so whichever comes first makes it private.
+    """Create a state dir readable by its owner only (specs' env, the API token and
+    checkpoints may hold secrets); every command that writes into one calls this first.
 
-    A state dir of this user's that an older perdure left open (0755) is closed; a directory
-    that holds no perdure database yet is left as it is (`--state-dir .` is someone's project).
+    An open one of this user's with a perdure database in it is closed; a directory without
+    one is left as it is (`--state-dir .` is someone's project).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     with suppress(FileExistsError):
@@ -31,10 +27,8 @@ def make_state_dir(path: Path) -> None:
 def create_private(path: Path) -> None:
     """Create the database file owner-only, if it is not there yet.
 
-    Never opens (and so never closes) an existing database file: closing any descriptor of a
-    file drops every POSIX lock this process holds on it, those of its open sqlite connections
-    included, and another process's sqlite could then delete the WAL under them ("disk I/O
-    error" in a `perdure serve` after a `perdure describe` of the same state dir).
+    Never opens an existing one: closing any descriptor of a file drops every POSIX lock this
+    process holds on it, its sqlite connections' included ("disk I/O error" after).
     """
     if path.exists():
         return

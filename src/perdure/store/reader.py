@@ -1,15 +1,7 @@
-"""Opening a state dir's database for a command that does not create it (`ls`, `describe`,
-`logs`, `cancel`, ...): writable where it can be, read-only where the state dir is not this
-user's to write, and never an error for a state dir that a `perdure run` is making right now.
+"""Opening a state dir's database for a command that does not create it (`ls`, `cancel`, ...).
 
-- Writable first (commands like `cancel` write a command row). A state dir on a read-only
-  mount, or another user's, opens read-only instead (`mode=ro`; with no `-shm` file there to
-  share and none that can be made, `immutable=1`: what is on disk, nobody writing).
-- A state dir being made: its directory exists but is still empty, or its `perdure.db` has
-  no tables yet (`run` creates the file, then its tables in one transaction). Wait up to
-  `wait` seconds for the tables, then say in one line what the file is.
-
-Side effects: opens the database, sleeps while waiting.
+Writable where it can be, else read-only (another user's, a read-only mount), and a state dir
+that a `perdure run` is making (empty, or its database without tables yet) is waited for.
 """
 
 from __future__ import annotations
@@ -26,10 +18,8 @@ POLL = 0.02
 
 
 def open_existing(path: Path, wait: float = WAIT) -> sqlite3.Connection:
-    """A connection to the existing database at `path` with perdure's tables in it.
-
-    StoreError (one line) for no database, an empty file or a database of another program;
-    sqlite3.Error or OSError for what sqlite says (the caller words them)."""
+    """A connection to the existing database at `path` with perdure's tables in it;
+    StoreError for no database, an empty file or another program's."""
     deadline = time.monotonic() + wait
     while not path.is_file():
         if not _being_made(path.parent) or time.monotonic() >= deadline:
@@ -38,7 +28,8 @@ def open_existing(path: Path, wait: float = WAIT) -> sqlite3.Connection:
         time.sleep(POLL)
     db = _connect(path)
     try:
-        while not _has_tables(db):
+        while not db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='jobs'"
+                             ).fetchone():
             if time.monotonic() >= deadline:
                 raise StoreError(_no_tables(path))
             time.sleep(POLL)
@@ -49,7 +40,6 @@ def open_existing(path: Path, wait: float = WAIT) -> sqlite3.Connection:
 
 
 def _being_made(state_dir: Path) -> bool:
-    """A directory that exists and holds nothing yet (`run` makes it, then perdure.db)."""
     try:
         return state_dir.is_dir() and not os.listdir(state_dir)
     except OSError:
@@ -57,7 +47,7 @@ def _being_made(state_dir: Path) -> bool:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    """Writable if it can be, else read-only, else immutable; the first that can read."""
+    """Writable if it can be, else read-only, else immutable (nothing to share `-shm` with)."""
     first: sqlite3.Error | None = None
     for query in ("mode=rw", "mode=ro", "mode=ro&immutable=1"):
         db = sqlite3.connect(f"file:{path}?{query}", uri=True, timeout=30,
@@ -73,12 +63,6 @@ def _connect(path: Path) -> sqlite3.Connection:
                 raise
     assert first is not None
     raise first
-
-
-def _has_tables(db: sqlite3.Connection) -> bool:
-    row = db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND "
-                     "name='jobs'").fetchone()
-    return bool(row[0])
 
 
 def _no_tables(path: Path) -> str:

@@ -1,12 +1,8 @@
 """A job's replicas as rows of their own: a tick writes the replicas it changed, not the job.
 
-The job row keeps the job's own fields and how many replica rows it has (`replica_rows`);
-each replica is a row keyed by its position, the list of its values (their names once, in
-the job row). Rows are written in the tick's transaction.
-
-A tick changes a replica only on its own copy (`Job.own`), so a replica that is the very
-object this connection last wrote or read is unchanged. A job this connection has not seen
-yet has all its rows written.
+The job row keeps the job's fields, the replica rows' count and their values' names; a row is
+a replica's values. A tick changes a replica only on its own copy (`Job.own`), so a replica
+that is the very object this connection last wrote or read is unchanged.
 """
 
 from __future__ import annotations
@@ -33,13 +29,7 @@ CREATE TABLE IF NOT EXISTS replicas (
 COUNT_KEY = "replica_rows"  # in a job row's data: its replicas are rows (else: in the data)
 FIELDS_KEY = "replica_fields"  # the names of a replica row's values, in order
 
-Values = tuple[Any, ...]
 Written = tuple[Replica, ...]  # what `write` wrote, for `remember`
-
-
-def _values(r: Replica) -> Values:
-    """A replica's values in field order (its state, a str enum, encodes as its name)."""
-    return tuple(r.__dict__.values())
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
@@ -56,16 +46,11 @@ class ReplicaRows:
         self._known: dict[str, Written] = {}
         self._members: dict[str, tuple[tuple[str, ...], str]] = {}  # job id -> members, JSON
 
-    def job_data(self, job: Job) -> dict[str, Any]:
-        """The job row's data: the job without its replicas, and how many rows they are."""
-        fields = list(job.replicas[0].__dict__) if job.replicas else []
-        return {**job.to_json(replicas=False), COUNT_KEY: len(job.replicas), FIELDS_KEY: fields}
-
     def job_text(self, job: Job) -> str:
-        """`job_data` as JSON text. An elastic job's members are encoded once
-        a round: a round's members are one tuple, shared by the copies every later tick
-        makes of the job."""
-        d = self.job_data(job)
+        """The job row's data: the job without its replicas, their rows' count and fields; an
+        elastic job's members (one tuple a round, shared by its later copies) encoded once."""
+        fields = list(job.replicas[0].__dict__) if job.replicas else []
+        d = {**job.to_json(replicas=False), COUNT_KEY: len(job.replicas), FIELDS_KEY: fields}
         del d["members"]
         kept = self._members.get(job.id)
         if kept is None or kept[0] is not job.members:
@@ -75,8 +60,7 @@ class ReplicaRows:
         return f'{json.dumps(d)[:-1]}, "members": {kept[1]}}}'
 
     def write(self, job: Job) -> Written:
-        """Write the replicas of `job` that are not those last stored (in the caller's
-        transaction); what to `remember` once that transaction committed."""
+        """Write the replicas of `job` that are not those last stored; for `remember`."""
         now = tuple(job.replicas)
         known = self._known.get(job.id)
         if known is None or len(known) != len(now):
@@ -89,12 +73,11 @@ class ReplicaRows:
         if changed:
             self.db.executemany(
                 "INSERT OR REPLACE INTO replicas(job_id, idx, data) VALUES (?,?,?)",
-                [(job.id, i, _ENCODE(_values(now[i]))) for i in changed])
+                [(job.id, i, _ENCODE(tuple(now[i].__dict__.values()))) for i in changed])
         return now
 
     def remember(self, job: Job, values: Written) -> None:
-        """The tick that wrote `values` committed; a finished job is forgotten (never
-        written again by a controller)."""
+        """The tick that wrote `values` committed (a finished job is never written again)."""
         if job.state.terminal:
             self.forget(job.id)
         else:
@@ -105,9 +88,8 @@ class ReplicaRows:
         self._members.pop(job_id, None)
 
     def docs(self, job_id: str, data: dict[str, Any]) -> list[dict[str, Any]]:
-        """A stored job's replicas as JSON documents, in rank order (from its rows, or from
-        the job row itself as perdure stored them before rows). ValueError if rows are
-        missing."""
+        """A stored job's replicas as JSON, in rank order (from rows, or from a job row
+        stored before rows); ValueError if rows are missing."""
         if COUNT_KEY not in data:
             return list(data.get("replicas", []))
         count, fields = int(data[COUNT_KEY]), list(data[FIELDS_KEY])
@@ -119,9 +101,7 @@ class ReplicaRows:
         return [dict(zip(fields, json.loads(r[0]), strict=True)) for r in rows]
 
     def replicas(self, job_id: str, data: dict[str, Any]) -> list[Replica]:
-        """A stored job's replicas, in rank order; ValueError (or KeyError) if unreadable.
-        Built straight from the rows' values when they hold this version's fields in its
-        order, which is much faster than `docs` for a big job."""
+        """A stored job's replicas, in rank order; ValueError (or KeyError) if unreadable."""
         count = self.in_parts(data)
         if count is None:
             return [Replica.from_json(d) for d in self.docs(job_id, data)]
@@ -129,15 +109,14 @@ class ReplicaRows:
 
     @staticmethod
     def in_parts(data: dict[str, Any]) -> int | None:
-        """How many replica rows a job row's data counts, when they can be read in parts
-        (`part`); None when only whole (stored by an older version)."""
+        """The job row's replica row count when `part` can read them (this version's fields);
+        None when only whole."""
         if COUNT_KEY not in data or tuple(data.get(FIELDS_KEY, ())) != _FIELDS:
             return None
         return int(data[COUNT_KEY])
 
     def part(self, job_id: str, count: int, start: int, stop: int) -> list[Replica]:
-        """Replicas `start` to `stop` (rank order) of a job of `count` rows (`in_parts`);
-        ValueError if rows are missing."""
+        """Replicas `start` to `stop` of a job of `count` rows; ValueError if rows are missing."""
         rows = self.db.execute(
             "SELECT data FROM replicas WHERE job_id=? AND idx>=? AND idx<? ORDER BY idx",
             (job_id, start, stop)).fetchall()

@@ -1,7 +1,4 @@
-"""The store's tables, the errors it raises, and putting a new database into WAL mode.
-
-Side effects: `into_wal` runs a pragma on the connection it is given (and sleeps between tries).
-"""
+"""The store's tables, the errors it raises, and putting a new database into WAL mode."""
 
 from __future__ import annotations
 
@@ -67,9 +64,8 @@ class StoredEvent:
 
 
 def into_wal(db: sqlite3.Connection, limit: float = 30.0) -> None:
-    """Put the database in WAL mode. Two processes opening a new state dir at once (a
-    controller starting while `submit` runs) make sqlite answer "database is locked" at once,
-    without its busy handler: retry that for up to `limit` seconds."""
+    """Put the database in WAL mode, retrying "database is locked" (sqlite's busy handler
+    does not cover it: two processes opening a new state dir at once)."""
     deadline = time.monotonic() + limit
     delay = 0.005
     while True:

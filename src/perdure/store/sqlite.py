@@ -25,29 +25,25 @@ from perdure.core.spec import JobSpec
 from perdure.core.states import ErrorCode, JobState, NodeState
 from perdure.secrecy import redact
 from perdure.store import rows
-from perdure.store.files import create_private
-from perdure.store.files import describe_error as describe_error  # its users import it here
-from perdure.store.files import make_state_dir as make_state_dir
+from perdure.store.files import create_private, describe_error, make_state_dir
 from perdure.store.reader import open_existing
 from perdure.store.rows import ReplicaRows
-from perdure.store.schema import SCHEMA as SCHEMA
-from perdure.store.schema import TERMINAL as TERMINAL
-from perdure.store.schema import JobRefError as JobRefError  # their users import them here
-from perdure.store.schema import StoredEvent as StoredEvent
-from perdure.store.schema import StoreError as StoreError
-from perdure.store.schema import UnreadableJob as UnreadableJob
-from perdure.store.schema import into_wal
+from perdure.store.schema import (
+    SCHEMA,
+    TERMINAL,
+    JobRefError,
+    StoredEvent,
+    StoreError,
+    UnreadableJob,
+    into_wal,
+)
 
 
 class Store:
     """The sqlite store of one state dir (`<state_dir>/perdure.db`)."""
 
     def __init__(self, path: Path, *, create: bool = True) -> None:
-        """Open (with `create`, create) the database; StoreError naming the path and cause.
-
-        Without `create` (read-only commands) a missing state dir stays missing, one on a
-        read-only mount is read, and one being made is waited for (store/reader.py).
-        """
+        """Open (with `create`, create) the database; StoreError naming the path and cause."""
         self.path = path
         self.rows: ReplicaRows
         self._stop_checkpoints = threading.Event()
@@ -74,8 +70,7 @@ class Store:
             raise StoreError(describe_error(path, exc)) from None
 
     def _add_columns(self) -> None:
-        """Columns added since the schema was first written (a new state dir gets them here
-        too)."""
+        """Columns added since the schema was first written."""
         nodes = {r[1] for r in self.db.execute("PRAGMA table_info(nodes)")}
         if "gpus" not in nodes:
             self.db.execute("ALTER TABLE nodes ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0")
@@ -87,8 +82,7 @@ class Store:
         self.db.close()
 
     def checkpoint_in_background(self, every: float = 1.0) -> None:
-        """Move WAL checkpoints (and their fsync) off this connection, out of the ticks'
-        commits, onto a thread."""
+        """WAL checkpoints (and their fsync) on a thread, out of the ticks' commits."""
         self.db.execute("PRAGMA wal_autocheckpoint=0")
 
         def loop() -> None:
@@ -118,8 +112,7 @@ class Store:
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
-        """One snapshot for several reads (a job row and its replica rows from the same
-        tick); inside a transaction already open, that one."""
+        """One snapshot for several reads (a job row and its replica rows from one tick)."""
         if self.db.in_transaction:
             yield
             return
@@ -133,8 +126,7 @@ class Store:
 
     def _load(self, job_id: str, data: str, spec: str,
               replicas: list[Replica] | None = None) -> Job:
-        """A stored job with its replicas (read now, unless given); UnreadableJob if it
-        cannot be read back."""
+        """A stored job with its replicas (read now, unless given); UnreadableJob if bad."""
         try:
             d = json.loads(data)
             if replicas is None:
@@ -148,15 +140,13 @@ class Store:
         return job
 
     def job_doc(self, job_id: str, data: str) -> dict[str, Any]:
-        """A job row's data as one JSON document, its replicas included (for readers of
-        the rows that need no Job: the dashboard, metrics); ValueError if unreadable."""
+        """A job row's data with its replicas, as JSON (no Job); ValueError if unreadable."""
         d = json.loads(data)
         d["replicas"] = self.rows.docs(job_id, d)
         return dict(d)
 
     def _put_job(self, job: Job, *, new: bool = False) -> rows.Written:
-        """Write the job row and its changed replica rows (in the caller's transaction);
-        what `_rows().remember` takes once the transaction committed."""
+        """Write the job row and its changed replica rows; for `rows.remember` after commit."""
         data = redact(self.rows.job_text(job))  # its error: never a URL's credentials
         if new:
             spec = job.spec.model_dump_json()
@@ -195,8 +185,7 @@ class Store:
             return self._load(job_id, row[0], row[1]) if row else None
 
     def job_in_parts(self, job_id: str, rows: int) -> Generator[None, None, Job | None]:
-        """`job`, its replicas read `rows` rows a step (the controller steps it once a tick);
-        the last step returns the job as `job` would."""
+        """`job`, its replicas read `rows` rows a step (the controller steps it once a tick)."""
         row = self.db.execute("SELECT data, spec FROM jobs WHERE id=?", (job_id,)).fetchone()
         if row is None:
             return None
@@ -217,11 +206,7 @@ class Store:
                 yield
         return self._load(job_id, row[0], row[1], replicas)
 
-    def jobs(self, ids: Iterable[str]) -> list[Job]:
-        return [j for j in (self.job(i) for i in ids) if j is not None]
-
     def unfinished(self) -> tuple[list[Job], list[UnreadableJob]]:
-        """Unfinished jobs, and those of them that cannot be read back."""
         good: list[Job] = []
         bad: list[UnreadableJob] = []
         with self._reading():
@@ -313,7 +298,6 @@ class Store:
     # ---- nodes -------------------------------------------------------------------------
 
     def nodes(self) -> dict[str, Node]:
-        """The nodes as the controller last stored them, quarantines and strikes included."""
         try:
             rows = self.db.execute("SELECT name, slots, state, gpus, health FROM nodes").fetchall()
         except sqlite3.OperationalError:  # read-only, made before GPUs or health: none kept
@@ -368,17 +352,10 @@ class Store:
         return stored
 
     def events(self, job_id: str | None = None, after: int = 0) -> list[StoredEvent]:
-        if job_id is None:
-            rows = self.db.execute(
-                "SELECT id, time, job_id, kind, message FROM events WHERE id > ? ORDER BY id",
-                (after,),
-            ).fetchall()
-        else:
-            rows = self.db.execute(
-                "SELECT id, time, job_id, kind, message FROM events WHERE job_id=? AND id > ?"
-                " ORDER BY id",
-                (job_id, after),
-            ).fetchall()
+        of_job = "job_id=? AND " if job_id is not None else ""
+        args = (job_id, after) if job_id is not None else (after,)
+        rows = self.db.execute("SELECT id, time, job_id, kind, message FROM events WHERE "
+                               f"{of_job}id > ? ORDER BY id", args).fetchall()
         # redacted again when read: a row an older perdure stored may hold credentials
         return [StoredEvent(i, t, j, k, redact(m)) for i, t, j, k, m in rows]
 

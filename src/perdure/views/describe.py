@@ -14,8 +14,6 @@ from perdure.views.watchreport import watchdog_json
 
 
 def describe_json(store: Store, job: Job, reader: Inspector) -> dict[str, Any]:
-    """What `perdure describe --json` prints and `GET /jobs/{id}` returns; `reader` is the
-    backend's inspector (launch records for the goodput account)."""
     events = store.events(job.id)
     g = goodput(reader, job, events)
     return {

@@ -1,8 +1,6 @@
 """How a job reads to a person, the same in `describe`, `ls`, `run` and the API.
 
-No side effects: turns a job and its goodput account into words and JSON. The step shown
-everywhere is the goodput account's (the accounted replica's reports), so the list and a job's
-page never disagree on it.
+The step shown everywhere is the goodput account's, so the list and a job's page agree on it.
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ from perdure.core.model import Job
 from perdure.core.replica import Replica
 from perdure.core.states import JobState, ReplicaState
 
-# The states in which a job's error is its own; in any other, a failure was recovered from.
-FINAL_ERROR_STATES = (JobState.FAILED, JobState.CANCELLED)
+FINAL_ERROR_STATES = (JobState.FAILED, JobState.CANCELLED)  # in others: recovered from
 
 
 def errors_json(job: Job) -> dict[str, Any]:
@@ -36,12 +33,10 @@ def stored_errors(state: JobState, error: dict[str, Any] | None) -> dict[str, An
 
 
 def queue_reason(job: Job) -> str | None:
-    """Why a QUEUED job waits in the backend's own queue (Slurm's reason), else None."""
     return job.backend_queue if job.in_backend_queue else None
 
 
 def error_line(d: dict[str, Any]) -> str | None:
-    """The describe line for `errors_json`'s output, or None."""
     if d.get("error"):
         return f"Error: {d['error']['code']}: {d['error']['message']}"
     if d.get("last_failure"):
@@ -56,13 +51,11 @@ def step(g: Goodput, job: Job) -> int | None:
 
 
 def progress_json(g: Goodput, job: Job) -> dict[str, Any]:
-    """The step and goodput a jobs list shows (`perdure ls`, `GET /jobs`)."""
     return {"step": step(g, job), "total_steps": g.total_steps, "goodput": g.goodput,
             "goodput_status": g.status}
 
 
 def missing_replica(job: Job, name: str) -> str | None:
-    """The error for a replica name the job does not have; None when it has it."""
     if any(r.name == name for r in job.replicas):
         return None
     return (f"job {job.id} has no replica {name!r}; it has "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from perdure.backends.base import Inspector
 from perdure.core.goodput import Goodput, LaunchReport, account
 from perdure.core.model import Job
-from perdure.store.sqlite import StoredEvent
+from perdure.store.schema import StoredEvent
 from perdure.views.jobview import clock
 
 ROUND = re.compile(r"^round (\d+): (.*)$")
@@ -54,13 +54,9 @@ class ElasticChange:
 
 def elastic_changes(inspector: Inspector, job: Job,
                     events: list[StoredEvent]) -> list[ElasticChange]:
-    """Membership rounds after the first and hot-swaps, each with its cost to the job.
-
-    A round's cost is the time the accounted replica spent rebuilding its group for it (from
-    the loss, or the decision to grow, to the next group); a round it never formed (a newer
-    one came first) costs nothing of its own. A hot-swap that preempted a lower-priority job
-    costs this job the time until it was RUNNING again.
-    """
+    """Membership rounds after the first and hot-swaps, each with its cost to the job: the
+    accounted replica's group rebuild (none for a round superseded before it formed), or
+    the time until it was RUNNING again."""
     rebuilt: dict[int, float] = {}
     for launch in accounted_launches(inspector, job):
         for rec in launch.records:
@@ -77,7 +73,7 @@ def elastic_changes(inspector: Inspector, job: Job,
             seconds = rebuilt.get(n)
             out.append(ElasticChange(e.time, e.message, seconds, "group rebuilt" if seconds
                                      is not None else "no group of its own (superseded)"))
-        elif (measure := _hot_swap(e)) is not None:
+        elif (measure := first_match(HOT_SWAP, e)) is not None:
             back = next((x.time for x in events[i + 1:] if x.kind in STATE_KINDS
                          and x.message.startswith("RUNNING")), None)
             out.append(ElasticChange(e.time, e.message, None if back is None else back - e.time,
@@ -85,8 +81,9 @@ def elastic_changes(inspector: Inspector, job: Job,
     return out
 
 
-def _hot_swap(e: StoredEvent) -> str | None:
-    return next((m for kind, prefix, m in HOT_SWAP
+def first_match(table: tuple[tuple[str, str, str], ...], e: StoredEvent) -> str | None:
+    """The value of the first (event kind, message prefix, value) row that `e` matches."""
+    return next((v for kind, prefix, v in table
                  if e.kind == kind and e.message.startswith(prefix)), None)
 
 

@@ -1,14 +1,11 @@
-"""`perdure describe`'s watchdog part: hang verdicts (where each rank was), stragglers, and the
-checkpoint interval chosen for `every: auto` with its inputs and when it last changed.
-
-Reads the job's events only (the controller records each verdict and interval as an event).
-"""
+"""`perdure describe`'s watchdog part, from the job's events: hang verdicts, stragglers, and
+the checkpoint interval chosen for `every: auto`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from perdure.store.sqlite import StoredEvent
+from perdure.store.schema import StoredEvent
 from perdure.views.jobview import clock
 
 INTERVAL_PREFIX = "checkpoint interval "

@@ -12,7 +12,8 @@ import pytest
 from perdure.core.model import Job
 from perdure.core.replica import make_replicas
 from perdure.core.spec import JobSpec
-from perdure.store.sqlite import JobRefError, Store, StoreError, UnreadableJob
+from perdure.store.schema import JobRefError, StoreError, UnreadableJob
+from perdure.store.sqlite import Store
 
 SPEC = {"name": "a", "pools": [{"name": "w", "command": ["python"]}]}
 

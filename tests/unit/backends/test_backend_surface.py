@@ -57,10 +57,8 @@ def test_every_backend_class_is_a_backend() -> None:
     from perdure.backends.local.backend import LocalBackend
     from perdure.backends.ray.backend import RayBackend
     from perdure.backends.slurm.backend import SlurmBackend
-    from perdure.serve.server import MeasuredBackend
 
-    for cls in (LocalBackend, FakeBackend, RayBackend, SlurmBackend, KubernetesBackend,
-                MeasuredBackend):
+    for cls in (LocalBackend, FakeBackend, RayBackend, SlurmBackend, KubernetesBackend):
         assert issubclass(cls, Backend), cls
         assert not cls.__abstractmethods__, cls
 

@@ -84,7 +84,7 @@ def test_a_spec_that_would_not_read_back_is_never_stored(tmp_path: Path) -> None
 
     import pytest
 
-    from perdure.store.sqlite import StoreError
+    from perdure.store.schema import StoreError
 
     store = Store(tmp_path / "perdure.db")
     job = make_job(parse_job_spec(SPEC % "inf"), str(tmp_path), default_cluster(2),

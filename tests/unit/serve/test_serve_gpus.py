@@ -18,7 +18,8 @@ from perdure.core.spec import parse_job_spec
 from perdure.core.states import JobState, ReplicaState
 from perdure.serve import views
 from perdure.serve.models import NodeOut
-from perdure.store.sqlite import SCHEMA, Store
+from perdure.store.schema import SCHEMA
+from perdure.store.sqlite import Store
 
 SPEC = "name: j\npools: [{name: w, replicas: 2, gpus: 2, command: [python, t.py]}]\n"
 

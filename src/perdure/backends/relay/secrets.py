@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from perdure import statedir
-from perdure.store.sqlite import make_state_dir
+from perdure.store.files import make_state_dir
 
 __all__ = ["ENV_JOB_SECRET", "SecretError", "job_secret", "state_secret"]
 
