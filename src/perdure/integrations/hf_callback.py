@@ -13,7 +13,7 @@ With nothing else changed in the script:
   (`incomplete-checkpoint-N`) and named in the job's events;
 - `output_dir`, when the script leaves it at the Trainer's default, is the job's checkpoint dir.
 
-The rules (which folder is complete, which to resume) live in perdure.runtime.checkpoint.folders.
+The rules (which folder is complete, which to resume) live in `perdure.runtime.folders`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 import perdure
 from perdure.integrations import hf_compat
-from perdure.runtime import StopVote, goodput
-from perdure.runtime.checkpoint import folders
+from perdure.runtime import StopVote, folders, goodput
 
 __all__ = ["PerdureCallback"]  # and PerdureTrainer, loaded on first use
 

@@ -33,11 +33,11 @@ from perdure.runtime import (
     Checkpointer,
     ElasticLoader,
     ElasticSampler,
+    RankLocal,
     goodput,
     rng_state,
     set_rng_state,
 )
-from perdure.runtime.checkpoint import RankLocal
 
 __all__ = ["PerdureTrainer"]
 

@@ -48,7 +48,6 @@ import perdure
 from perdure.integrations import lightning_files as files
 from perdure.integrations.lightning_compat import LOAD_TAKES_WEIGHTS_ONLY
 from perdure.runtime import Checkpointer, ElasticLoader, StopVote, goodput, rng_state, set_rng_state
-from perdure.runtime.checkpoint import commit
 
 __all__ = ["PerdureCallback", "PerdureCheckpointIO"]
 
@@ -93,7 +92,8 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
     def load_checkpoint(self, path: Any, map_location: Any | None = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
         """The checkpoint at `path`: a whole one as it is; a pointer's step, if committed, else
-        the newest committed one before it (a save that never finished is never loaded)."""
+        the newest committed one before it (a save that never finished is never loaded, and is
+        named in the job's events)."""
         path = str(path)
         try:
             wanted = files.read_pointer(path)
@@ -113,7 +113,11 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
         step = committed[-1]
         if step != wanted:
             _note(f"checkpoint step {wanted} ({path}) was never committed: loading step {step}")
-        return files.load_step(ckpt, step)
+        loaded = files.load_step(ckpt, step)
+        if ckpt.skipped_partial:
+            skipped = "; ".join(ckpt.skipped_partial)
+            _note(f"skipped checkpoints a replica never finished: {skipped}")
+        return loaded
 
     def remove_checkpoint(self, path: Any) -> None:
         """Lightning's retention removes the name; the Checkpointer keeps the last `keep`."""
@@ -123,14 +127,8 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
 
     def latest(self) -> str | None:
         """A pointer to the newest committed checkpoint, for `fit(ckpt_path=...)`; None when
-        there is none. Partial checkpoints are skipped and named in the job's events."""
-        ckpt = self.checkpointer()
-        scan = commit.scan(ckpt.storage)
-        steps = [c.step for c in scan.complete]
-        newest = steps[-1] if steps else -1
-        skipped = [p.describe() for p in scan.partial if p.step > newest]
-        if skipped:
-            _note(f"skipped checkpoints a replica never finished: {'; '.join(skipped)}")
+        there is none."""
+        steps = self.checkpointer().steps()
         if not steps:
             return None
         path = files.join(self.url, f"latest-rank{_rank()}.pointer")
