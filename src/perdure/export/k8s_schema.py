@@ -1,4 +1,4 @@
-"""Offline checks of an exported JobSet against published schemas, beyond perdure's own model.
+"""Offline checks of an exported JobSet against published schemas.
 
 - Every replicatedJob's Job template against Kubernetes' OpenAPI schemas, strict (unknown fields
   rejected), through `kubernetes-validate` (the `k8s` extra; it ships the schemas).
@@ -17,7 +17,6 @@ from typing import Any
 
 from perdure.core import yamlload
 from perdure.export.gaps import ExportError
-from perdure.export.k8s_model import check_document, path_of
 
 # The oldest Kubernetes release where every field perdure emits is GA (Job successPolicy: 1.33).
 K8S_VERSION = "1.33"
@@ -28,6 +27,14 @@ INSTALL = "pip install 'perdure[k8s]'"
 def schemas_available() -> bool:
     """Whether Kubernetes' schemas are installed (the optional `k8s` extra)."""
     return importlib.util.find_spec("kubernetes_validate") is not None
+
+
+def path_of(loc: list[Any]) -> str:
+    """`spec.replicatedJobs[0].template` from a location ("spec", "replicatedJobs", 0, ...)."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
 
 
 def _describe(err: Any) -> str:
@@ -120,8 +127,6 @@ def validate_export(
 
     Returns notes on checks that could not run (Kubernetes' schemas not installed).
     """
-    for doc in documents:
-        check_document(doc)
     jobset = documents[-1]
     notes = []
     if schemas_available():
