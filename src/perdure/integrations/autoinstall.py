@@ -133,6 +133,13 @@ def _has_callback(callbacks: list[Any], cls: type) -> bool:
     return any(c is cls or isinstance(c, cls) for c in callbacks)
 
 
+def _add_callback(bound: Any, cls: type) -> None:
+    """A `cls()` appended to the call's callbacks, unless the script gave one."""
+    callbacks = _as_list(bound.arguments.get("callbacks"))
+    if not _has_callback(callbacks, cls):
+        bound.arguments["callbacks"] = [*callbacks, cls()]
+
+
 def _install_hf(cls: Any) -> None:
     original_init, original_add = cls.__init__, cls.add_callback
 
@@ -140,18 +147,16 @@ def _install_hf(cls: Any) -> None:
         from perdure.integrations.hf_callback import PerdureCallback
 
         bound = _bind(original_init, (self, *args), kwargs)
-        if bound is not None:
-            callbacks = _as_list(bound.arguments.get("callbacks"))
-            if not _has_callback(callbacks, PerdureCallback):
-                bound.arguments["callbacks"] = [*callbacks, PerdureCallback()]
-            original_init(*bound.args, **bound.kwargs)
+        if bound is None:
+            original_init(self, *args, **kwargs)
             return
-        original_init(self, *args, **kwargs)
+        _add_callback(bound, PerdureCallback)
+        original_init(*bound.args, **bound.kwargs)
 
     def add_callback(self: Any, callback: Any) -> None:
         from perdure.integrations.hf_callback import PerdureCallback
 
-        if (callback is PerdureCallback or isinstance(callback, PerdureCallback)) and (
+        if _has_callback([callback], PerdureCallback) and (
                 _has_callback(self.callback_handler.callbacks, PerdureCallback)):
             return  # perdure's is there already (the spec's integrations: put it in)
         original_add(self, callback)
@@ -172,9 +177,7 @@ def _install_lightning(cls: Any) -> None:
         if bound is None:
             original_init(self, *args, **kwargs)
             return
-        callbacks = _as_list(bound.arguments.get("callbacks"))
-        if not _has_callback(callbacks, PerdureCallback):
-            bound.arguments["callbacks"] = [*callbacks, PerdureCallback()]
+        _add_callback(bound, PerdureCallback)
         plugins = _as_list(bound.arguments.get("plugins"))
         io = next((p for p in plugins if isinstance(p, PerdureCheckpointIO)), None)
         if io is None and not any(isinstance(p, CheckpointIO) for p in plugins):

@@ -18,13 +18,6 @@ once from the installed Trainer's own methods, never from its version string.
   device is an indexed CPU and torch refuses it, PerdureCallback registers a deserializer
   that takes `cpu:<n>` as the CPU.
 
-What both lines share (and the integrations rely on): `TrainingArguments.output_dir` defaults
-to "trainer_output", `Trainer.processing_class` (4.57 also takes `tokenizer=`, deprecated),
-`_save_checkpoint(model, trial)`, `_save_rng_state(output_dir)`, `TrainerState` as a dataclass
-with `init_training_references`. The checkpoint-N folders' file names (safetensors,
-trainer_state.json, optimizer.pt, scheduler.pt, rng_state*.pth) are the Trainer's own on both;
-PerdureCallback reads none of them (its completion markers are its own).
-
 No side effects, but `load_on_indexed_cpu`'s registration.
 """
 

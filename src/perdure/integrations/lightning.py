@@ -10,23 +10,15 @@
   Lightning names holds a small pointer to the step at once, and the whole checkpoint, as
   Lightning's own CheckpointIO writes it, once that step is committed (torch.load and a
   Trainer without perdure read it; see lightning_files). `latest()` points at the newest
-  committed checkpoint (and names the partial ones it skipped). `url` and the paths Lightning
-  names may be fsspec URLs (s3://...).
+  committed checkpoint. `url` and the paths Lightning names may be fsspec URLs (s3://...).
 - PerdureCallback reports steps and saves to perdure (goodput, the hang watchdog); on a
   preemption notice the ranks agree on a step (StopVote), save it, wait for the commit and
   exit suspended: the job resumes there with no step lost.
-- Mid-epoch resume is exact when the train dataloader is perdure's `ElasticLoader`: Lightning
-  keeps a stateful loader's position in its checkpoint, and the loader's global cursor splits
-  the rest of the epoch over however many replicas the job resumes on. Lightning counts an
-  epoch as `len(loader)` batches from its first and resumes that count where it saved it; an
-  ElasticLoader's length is the steps left from its position, and the steps an epoch has
-  depend on the world size. So the callback restores the loader itself, once Lightning has
-  taken the epoch's length from the fresh loader, and sets Lightning's count of the epoch's
-  batches to the steps behind the restored position at this world size.
-- Over a ShardDataset (no length) Lightning reads one batch ahead and sets no epoch (it sets a
-  loader's sampler's, and a ShardDataset deals its own shards): the callback starts each
-  epoch's shards itself (else every epoch after the first finds them read, and a run with
-  max_steps never ends) and saves the position before the batch read ahead.
+- Mid-epoch resume is exact when the train dataloader is perdure's `ElasticLoader`, on however
+  many replicas the job resumes: an epoch's length depends on the world size, so the callback
+  restores the loader itself once Lightning has taken the epoch's length, and sets Lightning's
+  count of the epoch's batches to this world size's. Over a ShardDataset (no length) it starts
+  each epoch's shards itself and saves the position before the batch Lightning read ahead.
 """
 
 from __future__ import annotations
