@@ -18,8 +18,7 @@ import yaml
 from perdure.core.launchenv import ReplicaFacts, contract_env
 from perdure.core.spec import JobSpec, PoolSpec
 from perdure.export.gaps import ExportError, Gap
-from perdure.export.k8s_env import check_env
-from perdure.export.k8s_names import check_options, priority_class_name
+from perdure.export.k8s_names import check_env, check_options, priority_class_name
 from perdure.export.k8s_policy import map_failure_policy
 from perdure.secrecy import is_secret, redact
 
