@@ -60,7 +60,6 @@ WAKE_SECONDS = 30.0  # how often a job waiting for capacity is looked at again
 class Proc:
     launch: Launch
     started: bool = False
-    alive: bool = True
 
 
 @dataclass
@@ -185,9 +184,8 @@ class Engine:
                 self.at(self.now + min(self.calib.stop_seconds, d.grace), self.exited,
                         d.launch_id, 128 + signal.SIGTERM, signal.SIGTERM)
             elif isinstance(d, KillNode):
-                for lid, p in self.procs.items():
-                    if p.alive and p.launch.node == d.node:
-                        self.at(self.now, self.exited, lid, 128 + signal.SIGKILL, signal.SIGKILL)
+                for lid in self.launches_on([d.node]):
+                    self.at(self.now, self.exited, lid, 128 + signal.SIGKILL, signal.SIGKILL)
         for job in ended:
             self.ended(job)
         after = self.job_state()
@@ -309,15 +307,13 @@ class Engine:
 
     def started(self, lid: str) -> None:
         p = self.procs.get(lid)
-        if p is not None and p.alive and not p.started:
+        if p is not None and not p.started:
             p.started = True
             self.obs.append(ReplicaStarted(lid, 1, self.now))
 
     def exited(self, lid: str, code: int, sig: int | None) -> None:
-        p = self.procs.pop(lid, None)
-        if p is None or not p.alive:
+        if self.procs.pop(lid, None) is None:
             return
-        p.alive = False
         self.obs.append(ReplicaExited(lid, code, self.now, signal=sig))
 
     # ---- failures ------------------------------------------------------------------------
@@ -360,7 +356,7 @@ class Engine:
         if not self.policy.peers:
             return False
         lost = set(hit)
-        where = {p.launch.replica: p.launch.node for p in self.procs.values() if p.alive}
+        where = {p.launch.replica: p.launch.node for p in self.procs.values()}
         ring = [(r.name, where[r.name]) for r in self.snap.jobs[self.job_id].replicas
                 if r.name in where]
         peers = [choose_peer(ring, name) for name, node in ring if node in lost]
@@ -368,7 +364,7 @@ class Engine:
 
     def busy_nodes(self) -> list[str]:
         """Nodes running the job's replicas, in node order."""
-        return sorted({p.launch.node for p in self.procs.values() if p.alive},
+        return sorted({p.launch.node for p in self.procs.values()},
                       key=self.node_pos.__getitem__)
 
     def nodes_hit(self, d: Draw) -> list[str]:
@@ -406,16 +402,15 @@ class Engine:
         return self.watchdog.hang_seconds(job) if job is not None else seconds
 
     def launches_on(self, nodes: list[str]) -> list[str]:
-        return [lid for lid, p in self.procs.items() if p.alive and p.launch.node in nodes]
+        return [lid for lid, p in self.procs.items() if p.launch.node in nodes]
 
     def command(self, kind: str, node: str) -> None:
         self.obs.append(Command(kind, node, self.now))
 
     def abort_all(self) -> None:
         """NCCL's watchdog ends every rank of a hung collective with SIGABRT."""
-        for lid, p in list(self.procs.items()):
-            if p.alive:
-                self.exited(lid, 128 + 6, 6)
+        for lid in list(self.procs):
+            self.exited(lid, 128 + signal.SIGABRT, signal.SIGABRT)
 
     def hung(self, node: str) -> None:
         on = self.launches_on([node])
