@@ -1,18 +1,12 @@
 """`integrations: [transformers]` / `[lightning]` in a pool: perdure's integration in every
-Trainer an unmodified script makes, put there when the framework's Trainer module is imported.
+Trainer an unmodified script makes.
 
-A replica's interpreter calls `install()` as it starts: a cold one through `boot/`'s
-sitecustomize (the supervisor puts that directory on PYTHONPATH), a warm standby before it
-runs the script. `install` only adds an import hook; when `transformers.trainer` or
-`lightning.pytorch.trainer.trainer` is imported, its `Trainer` is wrapped:
-
-- in a pool that lists the framework: `Trainer(...)` gets perdure's `PerdureCallback` appended
-  (not when the script gave one) and, for Lightning, a `PerdureCheckpointIO` plugin (not when
-  the script gave a CheckpointIO of its own) whose newest committed checkpoint `fit` resumes
-  from when the script names none; the Hugging Face callback makes `train()` resume from the
-  newest complete `checkpoint-N` in `args.output_dir` itself;
-- in a pool that does not: the first Trainer made (rank 0, the job's first launch) sends the
-  job one event naming the spec line that would add the integration.
+A replica's interpreter calls `install()` as it starts (a cold one through `boot/`'s
+sitecustomize, a warm standby before it runs the script); it adds an import hook that wraps the
+framework's `Trainer` when its module is imported. In a pool that lists the framework, the
+Trainer gets perdure's callback (and, for Lightning, `PerdureCheckpointIO`, whose newest
+committed checkpoint `fit` resumes from) unless the script gave its own; in a pool that does
+not, the job's first Trainer sends one event naming the spec line that would add it.
 
 Nothing here imports a framework: this module is imported at every replica's start.
 """
