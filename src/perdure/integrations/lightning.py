@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -38,12 +39,15 @@ from lightning.pytorch.utilities import CombinedLoader
 
 import perdure
 from perdure.integrations import lightning_files as files
-from perdure.integrations.lightning_compat import LOAD_TAKES_WEIGHTS_ONLY
 from perdure.runtime import Checkpointer, ElasticLoader, StopVote, goodput, rng_state, set_rng_state
 
 __all__ = ["PerdureCallback", "PerdureCheckpointIO"]
 
 RNG_KEY = "perdure_rng"  # every rank's RNG state, in the checkpoint
+# Lightning 2.6's TorchCheckpointIO.load_checkpoint takes weights_only; 2.4's does not (torch's
+# default applies: the whole checkpoints PerdureCheckpointIO writes load either way).
+LOAD_TAKES_WEIGHTS_ONLY = "weights_only" in inspect.signature(
+    TorchCheckpointIO.load_checkpoint).parameters
 
 
 class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
