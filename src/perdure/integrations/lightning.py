@@ -4,21 +4,11 @@
     trainer = L.Trainer(callbacks=[PerdureCallback()], plugins=[io], ...)
     trainer.fit(model, ckpt_path=io.latest())   # None on the first run
 
-- PerdureCheckpointIO writes every Lightning checkpoint through perdure's Checkpointer: async
-  (training waits for the copy only), atomic (a commit marker written last; a checkpoint
-  a replica died while writing is never loaded), checksummed, DCP format. The `.ckpt` path
-  Lightning names holds a small pointer to the step at once, and the whole checkpoint, as
-  Lightning's own CheckpointIO writes it, once that step is committed (torch.load and a
-  Trainer without perdure read it; see lightning_files). `latest()` points at the newest
-  committed checkpoint. `url` and the paths Lightning names may be fsspec URLs (s3://...).
-- PerdureCallback reports steps and saves to perdure (goodput, the hang watchdog); on a
-  preemption notice the ranks agree on a step (StopVote), save it, wait for the commit and
-  exit suspended: the job resumes there with no step lost.
-- Mid-epoch resume is exact when the train dataloader is perdure's `ElasticLoader`, on however
-  many replicas the job resumes: an epoch's length depends on the world size, so the callback
-  restores the loader itself once Lightning has taken the epoch's length, and sets Lightning's
-  count of the epoch's batches to this world size's. Over a ShardDataset (no length) it starts
-  each epoch's shards itself and saves the position before the batch Lightning read ahead.
+PerdureCheckpointIO saves through perdure's Checkpointer (async, atomic, checksummed); the
+`.ckpt` path Lightning names holds a pointer to the step, then the whole checkpoint once that
+step is committed (lightning_files). PerdureCallback reports progress and turns a preemption
+notice into an agreed save and an exit "suspended". Over perdure's `ElasticLoader` a mid-epoch
+resume is exact on any number of replicas (docs/guides/lightning.md).
 """
 
 from __future__ import annotations
@@ -51,7 +41,7 @@ LOAD_TAKES_WEIGHTS_ONLY = "weights_only" in inspect.signature(
 
 
 class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
-    """Lightning checkpoints through perdure's Checkpointer (see the module docstring).
+    """Lightning checkpoints through perdure's Checkpointer (docs/guides/lightning.md).
 
     url: where the checkpoints go (default: $PERDURE_CHECKPOINT_DIR, else ./checkpoints).
     keep: committed checkpoints kept.
@@ -152,7 +142,8 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
 
 
 class PerdureCallback(Callback):  # type: ignore[misc]
-    """Progress to perdure; a preemption notice -> save -> exit suspended (module docstring)."""
+    """Progress to perdure; a preemption notice -> save -> exit suspended (see
+    docs/guides/lightning.md)."""
 
     def __init__(self, *, vote_within: float = 0.5) -> None:
         self.ctx = perdure.init()
@@ -207,7 +198,7 @@ class PerdureCallback(Callback):  # type: ignore[misc]
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         # Lightning would restore the loaders before it takes the epoch's length from them;
-        # on_train_start restores them instead (module docstring).
+        # on_train_start restores them instead (see _restore_positions).
         self._positions = _take_positions(checkpoint)
         states = checkpoint.get(RNG_KEY)
         # On another world size there is no state of this rank to continue: the data order
