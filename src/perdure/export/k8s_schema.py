@@ -53,8 +53,8 @@ def _first(errors: Iterable[Any]) -> Any | None:
                default=None)
 
 
-def check_job_templates(jobset: dict[str, Any]) -> str:
-    """Check each Job template against Kubernetes' schemas; return the version checked against."""
+def check_job_templates(jobset: dict[str, Any]) -> None:
+    """Check each Job template against Kubernetes' schemas."""
     import kubernetes_validate as kv
 
     for i, rj in enumerate(jobset["spec"]["replicatedJobs"]):
@@ -65,7 +65,6 @@ def check_job_templates(jobset: dict[str, Any]) -> str:
         except kv.ValidationError as exc:
             raise ExportError(f"JobSet spec.replicatedJobs[{i}].template.{_describe(exc)} "
                               f"(Kubernetes {K8S_VERSION}'s Job schema)") from None
-    return K8S_VERSION
 
 
 def crd_schema(text: str, source: str) -> dict[str, Any]:

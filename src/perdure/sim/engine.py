@@ -118,7 +118,7 @@ class Engine:
         self.counts = Counts()
         self.timeline: list[tuple[float, str]] = []
         self.launches: list[LaunchReport] = []
-        self.primary: tuple[str, float, list[dict[str, Any]]] | None = None
+        self.primary: tuple[float, list[dict[str, Any]]] | None = None  # launched, records
         self.hosted: set[str] = set()  # nodes whose warm pool this job has started
         self.spare_since: dict[str, float] = {}  # spare nodes the job holds, since when
         self.node_lost = False  # since the last start
@@ -248,9 +248,7 @@ class Engine:
         self.watchdog.progress(job, ReplicaProgress(
             job.primary.launch_id or "", self.train.step + 1, t0, steps=50,
             step_seconds=self.calib.step_seconds))
-        if self.primary is not None:
-            self.primary[2].extend(self.train.records)
-        self.train.records = []
+        self.take_records()
 
     def interval_seconds(self) -> float:
         if self.policy.interval == "auto" or self.spec.checkpoint.every == "auto":
@@ -278,8 +276,12 @@ class Engine:
         trained = self.train.interrupt(t, keeps_snapshot)
         self.record.seconds += trained
         self.cluster.seconds += trained
+        self.take_records()
+
+    def take_records(self) -> None:
+        """Training's records so far go to the primary's launch (the account reads them)."""
         if self.primary is not None:
-            self.primary[2].extend(self.train.records)
+            self.primary[1].extend(self.train.records)
         self.train.records = []
 
     # ---- replicas ------------------------------------------------------------------------
@@ -297,11 +299,11 @@ class Engine:
         job = self.snap.jobs[self.job_id]
         if d.replica == job.primary.name:
             self.close_primary(self.now)
-            self.primary = (d.launch_id, self.now, [])
+            self.primary = (self.now, [])
 
     def close_primary(self, t: float) -> None:
         if self.primary is not None:
-            _, launched, records = self.primary
+            launched, records = self.primary
             self.launches.append(LaunchReport(launched, t, records))
             self.primary = None
 
