@@ -10,7 +10,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,10 +137,8 @@ def gpus(floors: Floors) -> list[Result]:
 
     if not torch.cuda.is_available():
         return []
-    out: list[Result] = []
-    for i in range(torch.cuda.device_count()):
-        out.extend(check(i, floors) for check in GPU_CHECKS)
-    return out
+    return [check(i, floors) for i in range(torch.cuda.device_count())
+            for check in (_gpu_matmul, _gpu_memory, _gpu_ecc)]
 
 
 def _gpu_matmul(i: int, floors: Floors) -> Result:
@@ -187,6 +184,3 @@ def _gpu_ecc(i: int, floors: Floors) -> Result:
         return Result(f"gpu {i} ecc", True, f"not checked: NVML says {exc}")
     return Result(f"gpu {i} ecc", errors == 0,
                   f"{errors} uncorrected ECC errors since the driver loaded")
-
-
-GPU_CHECKS: tuple[Callable[[int, Floors], Result], ...] = (_gpu_matmul, _gpu_memory, _gpu_ecc)
