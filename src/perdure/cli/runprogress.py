@@ -1,9 +1,6 @@
-"""`perdure run`'s live progress: one rich progress line for the job while it runs.
-
-On a terminal the line is redrawn under the events as they print (step, steps/s, ETA when
-the script reported its total, goodput); piped, a plain `progress:` line is printed when it
-changed, at most every PLAIN_EVERY seconds, and once at the end. Side effects: reads the
-store and the progress records, prints.
+"""`perdure run`'s live progress: one rich progress line for the job while it runs (step,
+steps/s, ETA, goodput); piped, a plain `progress:` line when it changed, at most every
+PLAIN_EVERY seconds, and once at the end. Side effects: reads the store and progress, prints.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Offline checks of an exported JobSet against published schemas.
-
-- Every replicatedJob's Job template against Kubernetes' OpenAPI schemas, strict (unknown fields
-  rejected), through `kubernetes-validate` (the `k8s` extra; it ships the schemas).
-- The whole JobSet against the openAPIV3Schema of a JobSet CRD the user supplies (`--crd`),
-  through `jsonschema`. Unknown fields fail here too, as the API server's strict field
-  validation rejects them.
+"""Offline checks of an exported JobSet against published schemas, strict (unknown fields
+rejected, as the API server's strict field validation does): every Job template against
+Kubernetes' OpenAPI schemas (`kubernetes-validate`, the `k8s` extra), and the whole JobSet
+against the openAPIV3Schema of a JobSet CRD the user supplies (`--crd`, through `jsonschema`).
 
 No side effects beyond reading the packages' own schema files.
 """

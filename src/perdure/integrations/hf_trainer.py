@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers import Trainer, TrainerState
 
-from perdure.integrations.hf_callback import PerdureCallback
+from perdure.integrations.hf_callback import TRAINER_DEFAULT_OUTPUT_DIR, PerdureCallback
 from perdure.integrations.hf_compat import SPLIT_TRAINING_LOOP, EpochShift
 from perdure.runtime import (
     Checkpointer,
@@ -90,7 +90,7 @@ class PerdureTrainer(Trainer):  # type: ignore[misc]
     def checkpointer(self) -> Checkpointer:
         """perdure's Checkpointer over `output_dir` (made at first use, on every rank)."""
         if self._ckpt is None:
-            root = self.args.output_dir or "trainer_output"
+            root = self.args.output_dir or TRAINER_DEFAULT_OUTPUT_DIR
             # The callback reports each save and the resume, from the step's end and from
             # train(): spans that hold the Checkpointer's, which would otherwise count twice.
             self._ckpt = Checkpointer(root, keep=self.args.save_total_limit or 3,
