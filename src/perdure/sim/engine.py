@@ -79,8 +79,6 @@ class Result:
     policy: Policy
     goodput: Goodput
     counts: Counts
-    manual_seconds: float
-    days: float
 
     @property
     def ettr(self) -> float:
@@ -157,7 +155,7 @@ class Engine:
         if self.manual_seconds:
             g.badput["manual"] = self.manual_seconds
             g.badput["recovery"] = max(0.0, g.badput["recovery"] - self.manual_seconds)
-        return Result(self.policy, g, self.counts, self.manual_seconds, self.horizon / 86400)
+        return Result(self.policy, g, self.counts)
 
     def tick(self) -> None:
         obs, self.obs = self.obs, []
