@@ -77,17 +77,13 @@ def cpu(floors: Floors) -> Result:
                   f"matmul 256x256 at {rate:.1f} GFLOP/s (floor {floors.cpu_gflops:g})")
 
 
-def available_mb() -> int:
-    """MemAvailable of /proc/meminfo (what can be had without swapping), in MiB."""
+def memory(floors: Floors) -> Result:
+    """MemAvailable of /proc/meminfo: what can be had without swapping."""
+    have = 0
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) // 1024
-    return 0
-
-
-def memory(floors: Floors) -> Result:
-    have = available_mb()
+                have = int(line.split()[1]) // 1024
     return Result("memory", have >= floors.memory_mb,
                   f"{have} MiB available (floor {floors.memory_mb})")
 
