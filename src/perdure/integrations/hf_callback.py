@@ -82,11 +82,6 @@ class PerdureCallback(TrainerCallback):  # type: ignore[misc]
         goodput.checkpoint_restored(state.global_step or None, now - began)
         self._mark = now
 
-    def on_step_begin(self, args: TrainingArguments, state: TrainerState,
-                      control: TrainerControl, **kwargs: Any) -> None:
-        if self._mark is None:
-            self._mark = time.perf_counter()
-
     def on_step_end(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, **kwargs: Any) -> None:
         if self.vote.poll(self.ctx.should_stop):
