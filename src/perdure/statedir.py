@@ -1,35 +1,8 @@
 """The state dir's contract: every path and file name in it, and the one atomic write.
 
-A state dir (`--state-dir`) holds:
-
-- `perdure.db`: the job store (sqlite); `controller.lock`: held by the running controller;
-- `cluster.yaml`: the cluster file last given; `secret`: the state dir's secret;
-  `api-token`: the HTTP API's token; `relay.json`: where the relay listens;
-- `launches/<launch id>/`: one launch (below); `launches/.warm.json`: the warm pool's status;
-  `launches/.supervisors.log`: what supervisors print before they open their own log;
-- `logs/<job>/attempt-<n>/<replica>.{out,err,log,stacks}`: a replica's output and stacks;
-- `rdzv/<job>/`: an elastic job's `round.json`, its replicas' markers and stores;
-- `intervals/<job>.json`: the checkpoint interval the controller chose (`every: auto`);
-- `checkpoints/<job>/`: a job's checkpoints when its spec names no directory;
-- `slurm/`: the Slurm backend's own: `allocs.json` (its allocations), `slurm.log`, `hub.json`
-  (where its node agents connect) and `secret.json` (theirs).
-
-A launch dir holds records each written by one side only, always atomically:
-
-- `launch.json`: what to run (backend, before the supervisor starts);
-- `claim.json`: who owns the launch, created once and never replaced: the supervisor claims
-  it before starting the replica, or a restarted controller claims it as abandoned (its
-  supervisor never started), and a supervisor that finds it abandoned starts nothing;
-- `status.json`: the replica's process and how its memory is limited (supervisor, once started);
-- `stop.json`: the stop signal and the absolute kill deadline (backend, on stop);
-- `exit.json`: how the replica ended, or why it could not start (supervisor, last thing);
-- `error.json`: the replica's own error file (the training script, through perdure.runtime);
-- `progress.jsonl`: the runtime's progress records, appended one write at a time (and
-  `.progress-acked`: the relay's last batch appended for a remote replica);
-- `supervisor.log`: the supervisor's own stdout and stderr;
-- `stdout.log`, `stderr.log`, `output.log`: a remote replica's output, where a node agent
-  keeps it; `mirror.json`: how far the Ray backend's mirror has copied it.
-
+A state dir (`--state-dir`) holds the job store, the controller's lock and files, a directory
+per launch (`launches/<launch id>/`), each job's logs, rendezvous, interval and default
+checkpoints. A launch dir holds records each written by one side only, always atomically.
 Every file here is created 0600 and every directory 0700 (`private_dirs`): a launch record
 holds the job's `env`, which may hold API keys and holds the job's secret.
 
@@ -51,34 +24,40 @@ if TYPE_CHECKING:  # typing costs start-up time; annotations only
 
     PathLike = str | os.PathLike[str]
 
-DB = "perdure.db"
-LOCK = "controller.lock"
-CLUSTER_COPY = "cluster.yaml"
-SECRET = "secret"
-TOKEN = "api-token"
-RELAY = "relay.json"
-LAUNCHES = "launches"
-WARM_STATUS = ".warm.json"
-EARLY_LOG = ".supervisors.log"
-LOGS = "logs"
-INTERVALS = "intervals"
-CHECKPOINTS = "checkpoints"
-RDZV = "rdzv"
+# ---- in the state dir
+DB = "perdure.db"  # the job store (sqlite)
+LOCK = "controller.lock"  # held by the running controller
+CLUSTER_COPY = "cluster.yaml"  # the cluster file last given
+SECRET = "secret"  # the state dir's secret
+TOKEN = "api-token"  # the HTTP API's token
+RELAY = "relay.json"  # where the relay listens
+LAUNCHES = "launches"  # launches/<launch id>/: one launch (below)
+WARM_STATUS = ".warm.json"  # launches/.warm.json: the warm pool's status
+EARLY_LOG = ".supervisors.log"  # launches/: what supervisors print before their own log
+LOGS = "logs"  # logs/<job>/attempt-<n>/<replica>.{out,err,log,stacks}
+INTERVALS = "intervals"  # intervals/<job>.json: the interval the controller chose (`auto`)
+CHECKPOINTS = "checkpoints"  # checkpoints/<job>/: when the spec names no directory
+RDZV = "rdzv"  # rdzv/<job>/: an elastic job's round.json, its replicas' markers and stores
 ROUND = "round.json"
-SLURM = "slurm"
+SLURM = "slurm"  # the Slurm backend's: its allocations, log, node agents' hub and secret
 ALLOCS, SLURM_LOG, HUB, SLURM_SECRET = "allocs.json", "slurm.log", "hub.json", "secret.json"
 
-LAUNCH = "launch.json"
+# ---- in a launch dir, each written by one side
+LAUNCH = "launch.json"  # what to run (backend, before the supervisor starts)
+# Who owns the launch, created once and never replaced (`claim`): the supervisor before it
+# starts the replica, or a restarted controller as abandoned (then the supervisor starts
+# nothing).
 CLAIM = "claim.json"
-STATUS = "status.json"
-STOP = "stop.json"
-EXIT = "exit.json"
-ERROR = "error.json"
-PROGRESS = "progress.jsonl"
+STATUS = "status.json"  # the replica's process and its memory limit (supervisor, once started)
+STOP = "stop.json"  # the stop signal and the absolute kill deadline (backend, on stop)
+EXIT = "exit.json"  # how the replica ended, or why it could not start (supervisor, last)
+ERROR = "error.json"  # the replica's own error file (the script, through perdure.runtime)
+PROGRESS = "progress.jsonl"  # the runtime's progress records, appended one write at a time
 PROGRESS_ACKED = ".progress-acked"  # the relay's last batch appended: (client, sequence)
-SUPERVISOR_LOG = "supervisor.log"
+SUPERVISOR_LOG = "supervisor.log"  # the supervisor's own stdout and stderr
+# A remote replica's output, where a node agent keeps it
 STREAMS = {"out": "stdout.log", "err": "stderr.log", "log": "output.log"}
-MIRROR = "mirror.json"
+MIRROR = "mirror.json"  # how far the Ray backend's mirror has copied it
 
 
 def launch_dir(state_dir: PathLike, launch_id: str) -> str:

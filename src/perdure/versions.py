@@ -1,11 +1,8 @@
 """The torch versions perdure supports, and the one-line refusal of any other.
 
-pyproject.toml declares the same range (a unit test holds the two together). The range runs
-from the oldest torch the compatibility matrix tests (docs/compat-matrix.json) to one past
-the newest. ``import perdure`` calls `check_torch`: it reads the installed torch's version
-from torch/version.py, found without importing torch (a supervisor imports perdure too, and
-importlib.metadata alone costs it tens of milliseconds).
-
+pyproject.toml declares the same range (a unit test holds the two together): from the oldest
+torch docs/compat-matrix.json tests to one past the newest. `import perdure` calls `check_torch`,
+which reads torch/version.py without importing torch (a supervisor imports perdure too).
 No side effects beyond reading that file.
 """
 

@@ -73,3 +73,20 @@ def test_the_cli_never_imports_serve(path: Path) -> None:
 def test_views_import_neither_the_cli_nor_serve(path: Path) -> None:
     for name in imports(path):
         assert not name.startswith(("perdure.cli", "perdure.serve")), f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "integrations").rglob("*.py")),
+                         ids=lambda p: p.name)
+def test_integrations_use_only_the_public_runtime(path: Path) -> None:
+    import perdure.runtime
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("perdure.runtime.")]
+            assert not names, f"{path.name} imports {names}: use `from perdure.runtime import`"
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "perdure.runtime"):
+            assert node.module == "perdure.runtime", \
+                f"{path.name} imports from {node.module}: use `from perdure.runtime import`"
+            private = [a.name for a in node.names if a.name not in perdure.runtime.__all__]
+            assert not private, f"{path.name} imports {private}, not in perdure.runtime.__all__"

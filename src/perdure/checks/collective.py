@@ -57,8 +57,7 @@ def _gpu_rank(rank: int, world: int, port: int, results: Any) -> None:
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=TIMEOUT)
     try:
-        seconds, right = _timed_all_reduce(f"cuda:{rank}")
-        results[rank] = (seconds, right)
+        results[rank] = _timed_all_reduce(f"cuda:{rank}")
     finally:
         dist.destroy_process_group()
 
@@ -80,10 +79,7 @@ def node_gpus(min_gbps: float) -> Result | None:
         return Result("nccl all-reduce", False, f"{world} GPUs: {str(exc).strip()[-300:]}")
     seconds = max(s for s, _ in results.values())
     right = all(r for _, r in results.values())
-    rate = bus_gbps(ALL_REDUCE_MB * MIB, seconds, world)
-    return Result("nccl all-reduce", right and rate >= min_gbps,
-                  f"{world} GPUs, {ALL_REDUCE_MB} MiB: {_rate(rate)} bus bandwidth "
-                  f"(floor {min_gbps:g} GB/s){'' if right else '; WRONG SUM'}")
+    return _verdict("nccl all-reduce", f"{world} GPUs", seconds, right, world, min_gbps)
 
 
 def free_port() -> int:
@@ -92,8 +88,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _rate(gbps: float) -> str:
-    return "one GPU, nothing to move" if gbps == float("inf") else f"{gbps:.2f} GB/s"
+def _verdict(name: str, what: str, seconds: float, right: bool, world: int,
+             min_gbps: float) -> Result:
+    rate = bus_gbps(ALL_REDUCE_MB * MIB, seconds, world)
+    shown = "one GPU, nothing to move" if rate == float("inf") else f"{rate:.2f} GB/s"
+    return Result(name, right and rate >= min_gbps,
+                  f"{what}, {ALL_REDUCE_MB} MiB: {shown} bus bandwidth (floor {min_gbps:g} "
+                  f"GB/s){'' if right else '; WRONG SUM'}")
 
 
 def peers(address: str, rank: int, world: int, min_gbps: float) -> Result:
@@ -115,11 +116,8 @@ def peers(address: str, rank: int, world: int, min_gbps: float) -> Result:
         return Result("peers all-reduce", False, f"{backend}: {exc}")
     finally:
         dist.destroy_process_group()
-    rate = bus_gbps(ALL_REDUCE_MB * MIB, seconds, world)
-    return Result("peers all-reduce", right and rate >= min_gbps,
-                  f"{backend}, rank {rank} of {world} nodes, {ALL_REDUCE_MB} MiB: "
-                  f"{_rate(rate)} bus bandwidth (floor {min_gbps:g} GB/s)"
-                  + ("" if right else "; WRONG SUM"))
+    return _verdict("peers all-reduce", f"{backend}, rank {rank} of {world} nodes", seconds,
+                    right, world, min_gbps)
 
 
 def environment_rank() -> tuple[int, int]:

@@ -10,7 +10,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,17 +77,13 @@ def cpu(floors: Floors) -> Result:
                   f"matmul 256x256 at {rate:.1f} GFLOP/s (floor {floors.cpu_gflops:g})")
 
 
-def available_mb() -> int:
-    """MemAvailable of /proc/meminfo (what can be had without swapping), in MiB."""
+def memory(floors: Floors) -> Result:
+    """MemAvailable of /proc/meminfo: what can be had without swapping."""
+    have = 0
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) // 1024
-    return 0
-
-
-def memory(floors: Floors) -> Result:
-    have = available_mb()
+                have = int(line.split()[1]) // 1024
     return Result("memory", have >= floors.memory_mb,
                   f"{have} MiB available (floor {floors.memory_mb})")
 
@@ -138,10 +133,8 @@ def gpus(floors: Floors) -> list[Result]:
 
     if not torch.cuda.is_available():
         return []
-    out: list[Result] = []
-    for i in range(torch.cuda.device_count()):
-        out.extend(check(i, floors) for check in GPU_CHECKS)
-    return out
+    return [check(i, floors) for i in range(torch.cuda.device_count())
+            for check in (_gpu_matmul, _gpu_memory, _gpu_ecc)]
 
 
 def _gpu_matmul(i: int, floors: Floors) -> Result:
@@ -187,6 +180,3 @@ def _gpu_ecc(i: int, floors: Floors) -> Result:
         return Result(f"gpu {i} ecc", True, f"not checked: NVML says {exc}")
     return Result(f"gpu {i} ecc", errors == 0,
                   f"{errors} uncorrected ECC errors since the driver loaded")
-
-
-GPU_CHECKS: tuple[Callable[[int, Floors], Result], ...] = (_gpu_matmul, _gpu_memory, _gpu_ecc)

@@ -1,15 +1,12 @@
-"""`perdure run`'s live progress: one rich progress line for the job while it runs.
-
-On a terminal the line is redrawn under the events as they print (step, steps/s, ETA when
-the script reported its total, goodput); piped, a plain `progress:` line is printed when it
-changed, at most every PLAIN_EVERY seconds, and once at the end. Side effects: reads the
-store and the progress records, prints.
+"""`perdure run`'s live progress: one rich progress line for the job while it runs (step,
+steps/s, ETA, goodput); piped, a plain `progress:` line when it changed, at most every
+PLAIN_EVERY seconds, and once at the end. Side effects: reads the store and progress, prints.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
@@ -19,9 +16,6 @@ from perdure.core.goodput import Goodput
 from perdure.store.sqlite import Store
 from perdure.views import jobview
 from perdure.views.reports import goodput
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 REFRESH_SECONDS = 1.0
 PLAIN_EVERY = 10.0
@@ -41,12 +35,11 @@ def progress_text(g: Goodput, step: int | None) -> str:
 class RunProgress:
     """The progress line of one job (see the module docstring); a context manager."""
 
-    def __init__(self, store: Store, reader: Inspector, job_id: str,
-                 console: Console | None = None) -> None:
+    def __init__(self, store: Store, reader: Inspector, job_id: str) -> None:
         from rich.console import Console
 
         self.store, self.reader, self.job_id = store, reader, job_id
-        self.console = console or Console()
+        self.console = Console()
         self.next_refresh = 0.0
         self.next_plain = time.monotonic() + PLAIN_EVERY
         self.last_plain = ""

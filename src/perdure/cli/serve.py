@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from perdure.cli.common import Ctx, die, load_cluster
-from perdure.cli.jobs import make_controller
+from perdure.cli.jobs import ClusterOpt, make_controller
 from perdure.controller.loop import ControllerBusy
 
 
@@ -31,10 +31,7 @@ def serve(
         help="Address to listen on; anything but loopback needs --allow-remote.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535,
                                       help="Port (0: a free one, printed).")] = 8470,
-    cluster: Annotated[Path | None, typer.Option(
-        "--cluster", help="Cluster file: nodes and queue quotas.")] = None,
-    state_dir: Annotated[Path | None, typer.Option(
-        "--state-dir", help="The state dir to serve (default: perdure's --state-dir).")] = None,
+    cluster: ClusterOpt = None,
     no_controller: Annotated[bool, typer.Option(
         "--no-controller", help="Serve the API alone (a controller runs elsewhere).")] = False,
     allow_remote: Annotated[bool, typer.Option(
@@ -44,7 +41,7 @@ def serve(
     if not is_loopback(host) and not allow_remote:
         die(f"--host {host}: not a loopback address, so other machines could reach the API; "
             "pass --allow-remote to mean it (and serve it behind TLS)")
-    ctx: Ctx = Ctx(state_dir.resolve()) if state_dir is not None else c.obj
+    ctx: Ctx = c.obj
     try:
         from perdure.serve.auth import Auth, TokenError, load_or_create_token, token_path
         from perdure.serve.context import ServeContext

@@ -1,17 +1,11 @@
 """What the CLI prints of user data, made safe for a terminal: control characters shown, not
 obeyed.
 
-A replica's exception message, an event, a node's or a queue's reason: any of it may hold
-escape sequences (set the window title, erase the line, recolour) or a newline that forges a
-line of perdure's own (`controller: job SUCCEEDED`). Every CLI view (`run`, `controller`,
-`describe`, `ls`, `node ls`, errors) prints through `visible`, as `kubectl get/describe` do
-since CVE-2021-25743: ESC shows as `^[` and the other C0 controls in caret notation (`^G`),
-DEL as `^?`, C1 controls and the bidirectional overrides as `\\x9b` / `\\u202e`, a carriage
-return as `\\r`, and in a one-line field a newline as `\\n`. Tabs stay. Rich markup
-(`[red]`) is never interpreted in what the CLI prints. `perdure logs` stays raw, like
-`docker logs` and `kubectl logs`: it prints the replica's own output, which is its to colour.
-
-No side effects but `say`'s print.
+A replica's exception message, an event or a reason may hold escape sequences (set the window
+title, erase the line) or a newline that forges a line of perdure's own (`controller: job
+SUCCEEDED`): every CLI view prints through `visible`, as kubectl does since CVE-2021-25743, and
+never interprets Rich markup. `perdure logs` stays raw, like `kubectl logs`: it prints the
+replica's own output. No side effects but `say`'s print.
 """
 
 from __future__ import annotations

@@ -120,18 +120,7 @@ def lifecycle() -> str:
             out.append(f"| {first} | `{after.value}` | {cell(when)} |")
     out += ["", "### Node states", "", "| state | takes new replicas |", "| --- | --- |"]
     out += [f"| `{n.value}` | {_yes(n.schedulable)} |" for n in NodeState]
-    out += ["", "### Every transition at a glance", "", "```text", _main_path(), "```"]
     return "\n".join(out)
-
-
-def _main_path() -> str:
-    """The job states as one diagram line per state: where each can go."""
-    width = max(len(s.value) for s in JobState)
-    lines = []
-    for state in JobState:
-        targets = [to.value for to, _ in JOB_TRANSITIONS[state]]
-        lines.append(f"{state.value:<{width}} -> {' | '.join(targets) if targets else '(end)'}")
-    return "\n".join(lines)
 
 
 def _yes(flag: bool) -> str:

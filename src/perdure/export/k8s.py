@@ -18,8 +18,7 @@ import yaml
 from perdure.core.launchenv import ReplicaFacts, contract_env
 from perdure.core.spec import JobSpec, PoolSpec
 from perdure.export.gaps import ExportError, Gap
-from perdure.export.k8s_env import check_env
-from perdure.export.k8s_names import check_options, priority_class_name
+from perdure.export.k8s_names import check_env, check_options, priority_class_name
 from perdure.export.k8s_policy import map_failure_policy
 from perdure.secrecy import is_secret, redact
 
@@ -206,17 +205,6 @@ def _replicated_job(
     return {"name": pool.name, "replicas": 1, "template": {"spec": job}}
 
 
-def _metadata(spec: JobSpec, opts: K8sOptions, priority: str | None) -> dict[str, Any]:
-    labels = {QUEUE_LABEL: opts.queue or spec.queue}
-    if priority is not None:
-        labels[PRIORITY_LABEL] = priority
-    meta: dict[str, Any] = {"name": spec.name}
-    if opts.namespace is not None:
-        meta["namespace"] = opts.namespace
-    meta["labels"] = labels
-    return meta
-
-
 def _priority(spec: JobSpec, opts: K8sOptions) -> tuple[str | None, list[dict[str, Any]]]:
     """The WorkloadPriorityClass to name, and the one to create for the spec's priority."""
     if opts.priority_class is not None:
@@ -246,6 +234,12 @@ def export_k8s(spec: JobSpec, opts: K8sOptions) -> Export:
     policy = map_failure_policy(spec)
     ckpt, gaps = checkpoint_dir(spec)
     priority, extra = _priority(spec, opts)
+    meta: dict[str, Any] = {"name": spec.name}
+    if opts.namespace is not None:
+        meta["namespace"] = opts.namespace
+    meta["labels"] = {QUEUE_LABEL: opts.queue or spec.queue}
+    if priority is not None:
+        meta["labels"][PRIORITY_LABEL] = priority
     replicated, offset = [], 0
     for i, pool in enumerate(spec.pools):
         replicated.append(_replicated_job(spec, i, offset, ckpt, opts.image, policy.pod_rules))
@@ -253,7 +247,7 @@ def export_k8s(spec: JobSpec, opts: K8sOptions) -> Export:
     jobset = {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
-        "metadata": _metadata(spec, opts, priority),
+        "metadata": meta,
         "spec": {
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "successPolicy": {"operator": "Any", "targetReplicatedJobs": [spec.pools[0].name]},
@@ -306,21 +300,15 @@ def spec_gaps(spec: JobSpec) -> list[Gap]:
     if spec.workdir is not None and not posixpath.isabs(spec.workdir):
         gaps.append(Gap("workdir", f"{spec.workdir!r} is relative to the spec's directory, which "
                         "the image does not have; the container starts in the image's WORKDIR"))
-    gaps += _controller_settings(spec)
-    return gaps
-
-
-def _controller_settings(spec: JobSpec) -> list[Gap]:
-    """Settings of perdure's controller that a spec gave explicitly and Kubernetes lacks."""
-    out = []
+    # perdure's controller settings that the spec gave explicitly and Kubernetes lacks
     if "placement_timeout_seconds" in spec.scheduling.model_fields_set:
-        out.append(Gap("scheduling.placement_timeout_seconds", "Kueue has no per-job wait for "
+        gaps.append(Gap("scheduling.placement_timeout_seconds", "Kueue has no per-job wait for "
                        "capacity (waitForPodsReady is the cluster's setting)"))
     for name in ("stop_grace_seconds", "round_grace_seconds"):
         if name in spec.restart.model_fields_set:
-            out.append(Gap(f"restart.{name}", "a JobSet restart stops pods with "
-                           "terminationGracePeriodSeconds (preemption.grace_seconds)"))
-    return out
+            gaps.append(Gap(f"restart.{name}", "a JobSet restart stops pods with "
+                            "terminationGracePeriodSeconds (preemption.grace_seconds)"))
+    return gaps
 
 
 class _Dumper(yaml.SafeDumper):

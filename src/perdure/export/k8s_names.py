@@ -1,11 +1,15 @@
 """The names a JobSet export takes from its flags and the spec, checked before anything is built.
 
 No side effects. Each check raises ExportError naming the flag or field and what is allowed.
+A user's env name must be one Kubernetes takes (`[-._a-zA-Z][-._a-zA-Z0-9]*`, the rule every
+supported release enforces), and none perdure sets: it would shadow perdure's value in
+`$(NAME)` references (a `PERDURE_POD_INDEX: "7"` gave every pod `RANK=7`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from perdure.core.spec import JobSpec
 from perdure.export.gaps import ExportError
@@ -27,6 +31,9 @@ IMAGE = re.compile(
 MAX_IMAGE_NAME = 255
 INT32 = (-(2**31), 2**31 - 1)
 _POD_SUFFIX = 5  # the Job controller appends -<5 random characters> to each pod's name
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*\Z")  # .match: no trailing newline
+# Defaults perdure gives that a user may override (the contract's own names always win).
+OVERRIDABLE = frozenset({"OMP_NUM_THREADS"})
 
 
 def check_image(image: str) -> None:
@@ -82,3 +89,25 @@ def priority_class_name(priority: int) -> str:
     """The WorkloadPriorityClass made for a spec priority: perdure-priority-100, ...-minus-5."""
     sign = "minus-" if priority < 0 else ""
     return f"perdure-priority-{sign}{abs(priority)}"
+
+
+def _shown(name: str) -> str:
+    return name if ENV_NAME.match(name) else repr(name)[:80]
+
+
+def check_env(spec: JobSpec, reserved: Iterable[str]) -> None:
+    """Refuse an env name Kubernetes rejects, or one of the names perdure sets (`reserved`)."""
+    taken = set(reserved) - OVERRIDABLE
+    where = [("env", spec.env)] + [(f"pools.{i}.env", p.env) for i, p in enumerate(spec.pools)]
+    for field, env in where:
+        for name in env:
+            if not ENV_NAME.match(name):
+                raise ExportError(
+                    f"{field}.{_shown(name)}: Kubernetes refuses this environment variable "
+                    "name; use letters, digits, '_', '-' and '.', not starting with a digit "
+                    "(no spaces, tabs, newlines or non-ASCII characters)")
+            if name in taken:
+                raise ExportError(
+                    f"{field}.{name}: perdure sets {name} in every pod (torchrun's and "
+                    "perdure's environment); a value here would shadow it. Remove it, or "
+                    "rename it")

@@ -1,10 +1,7 @@
-"""Offline checks of an exported JobSet against published schemas, beyond perdure's own model.
-
-- Every replicatedJob's Job template against Kubernetes' OpenAPI schemas, strict (unknown fields
-  rejected), through `kubernetes-validate` (the `k8s` extra; it ships the schemas).
-- The whole JobSet against the openAPIV3Schema of a JobSet CRD the user supplies (`--crd`),
-  through `jsonschema`. Unknown fields fail here too, as the API server's strict field
-  validation rejects them.
+"""Offline checks of an exported JobSet against published schemas, strict (unknown fields
+rejected, as the API server's strict field validation does): every Job template against
+Kubernetes' OpenAPI schemas (`kubernetes-validate`, the `k8s` extra), and the whole JobSet
+against the openAPIV3Schema of a JobSet CRD the user supplies (`--crd`, through `jsonschema`).
 
 No side effects beyond reading the packages' own schema files.
 """
@@ -17,7 +14,6 @@ from typing import Any
 
 from perdure.core import yamlload
 from perdure.export.gaps import ExportError
-from perdure.export.k8s_model import check_document, path_of
 
 # The oldest Kubernetes release where every field perdure emits is GA (Job successPolicy: 1.33).
 K8S_VERSION = "1.33"
@@ -28,6 +24,14 @@ INSTALL = "pip install 'perdure[k8s]'"
 def schemas_available() -> bool:
     """Whether Kubernetes' schemas are installed (the optional `k8s` extra)."""
     return importlib.util.find_spec("kubernetes_validate") is not None
+
+
+def path_of(loc: list[Any]) -> str:
+    """`spec.replicatedJobs[0].template` from a location ("spec", "replicatedJobs", 0, ...)."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
 
 
 def _describe(err: Any) -> str:
@@ -46,8 +50,8 @@ def _first(errors: Iterable[Any]) -> Any | None:
                default=None)
 
 
-def check_job_templates(jobset: dict[str, Any]) -> str:
-    """Check each Job template against Kubernetes' schemas; return the version checked against."""
+def check_job_templates(jobset: dict[str, Any]) -> None:
+    """Check each Job template against Kubernetes' schemas."""
     import kubernetes_validate as kv
 
     for i, rj in enumerate(jobset["spec"]["replicatedJobs"]):
@@ -58,7 +62,6 @@ def check_job_templates(jobset: dict[str, Any]) -> str:
         except kv.ValidationError as exc:
             raise ExportError(f"JobSet spec.replicatedJobs[{i}].template.{_describe(exc)} "
                               f"(Kubernetes {K8S_VERSION}'s Job schema)") from None
-    return K8S_VERSION
 
 
 def crd_schema(text: str, source: str) -> dict[str, Any]:
@@ -120,8 +123,6 @@ def validate_export(
 
     Returns notes on checks that could not run (Kubernetes' schemas not installed).
     """
-    for doc in documents:
-        check_document(doc)
     jobset = documents[-1]
     notes = []
     if schemas_available():

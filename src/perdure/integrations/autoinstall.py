@@ -1,18 +1,12 @@
 """`integrations: [transformers]` / `[lightning]` in a pool: perdure's integration in every
-Trainer an unmodified script makes, put there when the framework's Trainer module is imported.
+Trainer an unmodified script makes.
 
-A replica's interpreter calls `install()` as it starts: a cold one through `boot/`'s
-sitecustomize (the supervisor puts that directory on PYTHONPATH), a warm standby before it
-runs the script. `install` only adds an import hook; when `transformers.trainer` or
-`lightning.pytorch.trainer.trainer` is imported, its `Trainer` is wrapped:
-
-- in a pool that lists the framework: `Trainer(...)` gets perdure's `PerdureCallback` appended
-  (not when the script gave one) and, for Lightning, a `PerdureCheckpointIO` plugin (not when
-  the script gave a CheckpointIO of its own) whose newest committed checkpoint `fit` resumes
-  from when the script names none; the Hugging Face callback makes `train()` resume from the
-  newest complete `checkpoint-N` in `args.output_dir` itself;
-- in a pool that does not: the first Trainer made (rank 0, the job's first launch) sends the
-  job one event naming the spec line that would add the integration.
+A replica's interpreter calls `install()` as it starts (a cold one through `boot/`'s
+sitecustomize, a warm standby before it runs the script); it adds an import hook that wraps the
+framework's `Trainer` when its module is imported. In a pool that lists the framework, the
+Trainer gets perdure's callback (and, for Lightning, `PerdureCheckpointIO`, whose newest
+committed checkpoint `fit` resumes from) unless the script gave its own; in a pool that does
+not, the job's first Trainer sends one event naming the spec line that would add it.
 
 Nothing here imports a framework: this module is imported at every replica's start.
 """
@@ -133,6 +127,13 @@ def _has_callback(callbacks: list[Any], cls: type) -> bool:
     return any(c is cls or isinstance(c, cls) for c in callbacks)
 
 
+def _add_callback(bound: Any, cls: type) -> None:
+    """A `cls()` appended to the call's callbacks, unless the script gave one."""
+    callbacks = _as_list(bound.arguments.get("callbacks"))
+    if not _has_callback(callbacks, cls):
+        bound.arguments["callbacks"] = [*callbacks, cls()]
+
+
 def _install_hf(cls: Any) -> None:
     original_init, original_add = cls.__init__, cls.add_callback
 
@@ -140,18 +141,16 @@ def _install_hf(cls: Any) -> None:
         from perdure.integrations.hf_callback import PerdureCallback
 
         bound = _bind(original_init, (self, *args), kwargs)
-        if bound is not None:
-            callbacks = _as_list(bound.arguments.get("callbacks"))
-            if not _has_callback(callbacks, PerdureCallback):
-                bound.arguments["callbacks"] = [*callbacks, PerdureCallback()]
-            original_init(*bound.args, **bound.kwargs)
+        if bound is None:
+            original_init(self, *args, **kwargs)
             return
-        original_init(self, *args, **kwargs)
+        _add_callback(bound, PerdureCallback)
+        original_init(*bound.args, **bound.kwargs)
 
     def add_callback(self: Any, callback: Any) -> None:
         from perdure.integrations.hf_callback import PerdureCallback
 
-        if (callback is PerdureCallback or isinstance(callback, PerdureCallback)) and (
+        if _has_callback([callback], PerdureCallback) and (
                 _has_callback(self.callback_handler.callbacks, PerdureCallback)):
             return  # perdure's is there already (the spec's integrations: put it in)
         original_add(self, callback)
@@ -172,9 +171,7 @@ def _install_lightning(cls: Any) -> None:
         if bound is None:
             original_init(self, *args, **kwargs)
             return
-        callbacks = _as_list(bound.arguments.get("callbacks"))
-        if not _has_callback(callbacks, PerdureCallback):
-            bound.arguments["callbacks"] = [*callbacks, PerdureCallback()]
+        _add_callback(bound, PerdureCallback)
         plugins = _as_list(bound.arguments.get("plugins"))
         io = next((p for p in plugins if isinstance(p, PerdureCheckpointIO)), None)
         if io is None and not any(isinstance(p, CheckpointIO) for p in plugins):

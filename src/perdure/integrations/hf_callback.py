@@ -1,19 +1,10 @@
 """perdure for the Hugging Face Trainer: `Trainer(..., callbacks=[PerdureCallback()])`
-(import it from `perdure.integrations.transformers`).
+(import it from `perdure.integrations.transformers`; docs/guides/hf-trainer.md says what it does).
 
-With nothing else changed in the script:
-- every optimizer step is reported to perdure (goodput, the hang watchdog, stragglers), and
-  each save's blocking time and each resume;
-- a preemption notice (SIGTERM from the controller) is agreed by all ranks (StopVote) and
-  becomes `should_save` + `should_training_stop`: the Trainer saves `checkpoint-N`, every rank
-  exits with the "suspended" status and the job resumes with no step lost;
-- after each rank's save, a marker records that rank finished `checkpoint-N`; on resume
-  `trainer.train()` (with no argument, or `True`, or a folder that is gone) is pointed at the
-  newest checkpoint every rank finished; newer, incomplete ones are moved aside
-  (`incomplete-checkpoint-N`) and named in the job's events;
-- `output_dir`, when the script leaves it at the Trainer's default, is the job's checkpoint dir.
-
-The rules (which folder is complete, which to resume) live in perdure.runtime.checkpoint.folders.
+Steps, saves and the resume are reported to perdure; a preemption notice, agreed by every rank,
+becomes a save and an exit "suspended". After each rank's save a marker records that it finished
+`checkpoint-N`, and `train()` resumes from the newest folder every rank finished. The rules
+(which folder is complete, which to resume) live in `perdure.runtime.folders`.
 """
 
 from __future__ import annotations
@@ -28,8 +19,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 import perdure
 from perdure.integrations import hf_compat
-from perdure.runtime import StopVote, goodput
-from perdure.runtime.checkpoint import folders
+from perdure.runtime import StopVote, folders, goodput
 
 __all__ = ["PerdureCallback"]  # and PerdureTrainer, loaded on first use
 
@@ -38,7 +28,7 @@ CHECKPOINT_PREFIX = "checkpoint-"
 
 
 class PerdureCallback(TrainerCallback):  # type: ignore[misc]
-    """Progress, preemption and safe resume for a stock Trainer (see the module docstring).
+    """Progress, preemption and safe resume for a stock Trainer (docs/guides/hf-trainer.md).
 
     vote_within: seconds; the ranks agree on a notice at most this long after it arrived
     (plus a step), without a collective on every step.
@@ -91,11 +81,6 @@ class PerdureCallback(TrainerCallback):  # type: ignore[misc]
         began = self._train_called if self._train_called is not None else now
         goodput.checkpoint_restored(state.global_step or None, now - began)
         self._mark = now
-
-    def on_step_begin(self, args: TrainingArguments, state: TrainerState,
-                      control: TrainerControl, **kwargs: Any) -> None:
-        if self._mark is None:
-            self._mark = time.perf_counter()
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, **kwargs: Any) -> None:

@@ -1,29 +1,16 @@
 """What differs between the transformers versions perdure supports (4.57 to 5.x), detected
 once from the installed Trainer's own methods, never from its version string.
 
-- `SPLIT_TRAINING_LOOP`: transformers 5 sets a run up in steps of their own,
-  `_init_training_state` (a fresh TrainerState; the epoch to start in) and
-  `_prepare_for_training` (the model wrapped, the optimizer and scheduler made): PerdureTrainer
-  restores in those. 4.57 does all of it inside one `_inner_training_loop`, and its epoch loop
-  always counts from 0 without a `checkpoint-N` folder: PerdureTrainer restores in
-  `_load_optimizer_and_scheduler` (which that loop calls, with no checkpoint, once the
-  optimizer and scheduler are made) and hands the loop a loader whose epoch numbers are
-  shifted by the restored epoch (`EpochShift`).
+- `SPLIT_TRAINING_LOOP`: transformers 5 sets a run up in steps of their own
+  (`_init_training_state`, `_prepare_for_training`), where PerdureTrainer restores; 4.57 does
+  all of it inside one `_inner_training_loop`, whose epochs always count from 0: PerdureTrainer
+  restores in `_load_optimizer_and_scheduler` and shifts the loop's epochs (`EpochShift`).
 
-- `load_on_indexed_cpu`: transformers 4.57 loads a checkpoint's optimizer state with
-  `map_location=args.device` when several processes train, and accelerate names a CPU process's
-  device `cpu:<local rank>`, a location torch's CPU deserializer refuses ("don't know how to
-  restore data location ... (tagged with cpu:0)"): a stock Trainer on CPU with DDP cannot
-  resume from its own checkpoint-N. transformers 5 loads onto "cpu". Where the Trainer's
-  device is an indexed CPU and torch refuses it, PerdureCallback registers a deserializer
-  that takes `cpu:<n>` as the CPU.
-
-What both lines share (and the integrations rely on): `TrainingArguments.output_dir` defaults
-to "trainer_output", `Trainer.processing_class` (4.57 also takes `tokenizer=`, deprecated),
-`_save_checkpoint(model, trial)`, `_save_rng_state(output_dir)`, `TrainerState` as a dataclass
-with `init_training_references`. The checkpoint-N folders' file names (safetensors,
-trainer_state.json, optimizer.pt, scheduler.pt, rng_state*.pth) are the Trainer's own on both;
-PerdureCallback reads none of them (its completion markers are its own).
+- `load_on_indexed_cpu`: with several processes, 4.57 loads a checkpoint's optimizer state with
+  `map_location=args.device`, and accelerate names a CPU process's device `cpu:<local rank>`,
+  which torch's CPU deserializer refuses: a stock Trainer on CPU with DDP cannot resume from its
+  own checkpoint-N. Where torch refuses it, PerdureCallback registers a deserializer that takes
+  `cpu:<n>` as the CPU (transformers 5 loads onto "cpu").
 
 No side effects, but `load_on_indexed_cpu`'s registration.
 """

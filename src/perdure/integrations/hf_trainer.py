@@ -1,20 +1,12 @@
-"""PerdureTrainer: a Hugging Face `Trainer` whose checkpoints and data order are perdure's.
+"""PerdureTrainer: a Hugging Face `Trainer` whose checkpoints and data order are perdure's
+(import it from `perdure.integrations.transformers`; docs/guides/hf-trainer.md).
 
-Import it from `perdure.integrations.transformers`. Against a stock Trainer with
-PerdureCallback (which it includes) it adds:
-- saves go through perdure's Checkpointer into `output_dir`: DCP format, one shard per rank,
-  a commit marker written last, checksums; training waits only for the copy into host
-  buffers, the write runs in the background (`save_steps` and `save_total_limit` still decide
-  when and how many);
-- the model, the optimizer, the LR scheduler, each rank's RNG state, the Trainer's state and
-  the data position come back from the newest committed checkpoint on every `train()`;
-- the train sampler is perdure's ElasticSampler (order: a pure function of the seed and the
-  epoch; position: one global cursor), so a resume on another number of replicas sees every
-  remaining sample of the epoch exactly once. It drops an epoch's last, partial global batch
-  (as `dataloader_drop_last=True` would) so that every rank gets a full batch.
-At the same number of replicas a killed or preempted run ends bit-identical to an
-uninterrupted one. Where it hooks into the Trainer differs between transformers 4.57 and 5
-(see hf_compat).
+Saves go through perdure's Checkpointer into `output_dir` (`save_steps` and `save_total_limit`
+still decide when and how many); every `train()` restores the model, optimizer, scheduler, each
+rank's RNG, the Trainer's state and the data position from the newest committed checkpoint. The
+train sampler is the ElasticSampler: it drops an epoch's last, partial global batch (as
+`dataloader_drop_last=True` would) so that every rank gets a full batch, on any number of
+replicas. Where it hooks into the Trainer differs between transformers 4.57 and 5 (hf_compat).
 """
 
 from __future__ import annotations
@@ -27,17 +19,17 @@ from typing import Any
 
 from transformers import Trainer, TrainerState
 
-from perdure.integrations.hf_callback import PerdureCallback
+from perdure.integrations.hf_callback import TRAINER_DEFAULT_OUTPUT_DIR, PerdureCallback
 from perdure.integrations.hf_compat import SPLIT_TRAINING_LOOP, EpochShift
 from perdure.runtime import (
     Checkpointer,
     ElasticLoader,
     ElasticSampler,
+    RankLocal,
     goodput,
     rng_state,
     set_rng_state,
 )
-from perdure.runtime.checkpoint import RankLocal
 
 __all__ = ["PerdureTrainer"]
 
@@ -57,7 +49,8 @@ class _TrainerStateBox:
 
 
 class PerdureTrainer(Trainer):  # type: ignore[misc]
-    """A Trainer with perdure's checkpoints and exact, elastic data resume (module docstring)."""
+    """A Trainer with perdure's checkpoints and exact, elastic data resume (see
+    docs/guides/hf-trainer.md)."""
 
     perdure_checkpoints = True  # tells PerdureCallback not to manage checkpoint-N folders
 
@@ -97,7 +90,7 @@ class PerdureTrainer(Trainer):  # type: ignore[misc]
     def checkpointer(self) -> Checkpointer:
         """perdure's Checkpointer over `output_dir` (made at first use, on every rank)."""
         if self._ckpt is None:
-            root = self.args.output_dir or "trainer_output"
+            root = self.args.output_dir or TRAINER_DEFAULT_OUTPUT_DIR
             # The callback reports each save and the resume, from the step's end and from
             # train(): spans that hold the Checkpointer's, which would otherwise count twice.
             self._ckpt = Checkpointer(root, keep=self.args.save_total_limit or 3,

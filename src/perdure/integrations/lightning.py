@@ -4,33 +4,16 @@
     trainer = L.Trainer(callbacks=[PerdureCallback()], plugins=[io], ...)
     trainer.fit(model, ckpt_path=io.latest())   # None on the first run
 
-- PerdureCheckpointIO writes every Lightning checkpoint through perdure's Checkpointer: async
-  (training waits for the copy only), atomic (a commit marker written last; a checkpoint
-  a replica died while writing is never loaded), checksummed, DCP format. The `.ckpt` path
-  Lightning names holds a small pointer to the step at once, and the whole checkpoint, as
-  Lightning's own CheckpointIO writes it, once that step is committed (torch.load and a
-  Trainer without perdure read it; see lightning_files). `latest()` points at the newest
-  committed checkpoint (and names the partial ones it skipped). `url` and the paths Lightning
-  names may be fsspec URLs (s3://...).
-- PerdureCallback reports steps and saves to perdure (goodput, the hang watchdog); on a
-  preemption notice the ranks agree on a step (StopVote), save it, wait for the commit and
-  exit suspended: the job resumes there with no step lost.
-- Mid-epoch resume is exact when the train dataloader is perdure's `ElasticLoader`: Lightning
-  keeps a stateful loader's position in its checkpoint, and the loader's global cursor splits
-  the rest of the epoch over however many replicas the job resumes on. Lightning counts an
-  epoch as `len(loader)` batches from its first and resumes that count where it saved it; an
-  ElasticLoader's length is the steps left from its position, and the steps an epoch has
-  depend on the world size. So the callback restores the loader itself, once Lightning has
-  taken the epoch's length from the fresh loader, and sets Lightning's count of the epoch's
-  batches to the steps behind the restored position at this world size.
-- Over a ShardDataset (no length) Lightning reads one batch ahead and sets no epoch (it sets a
-  loader's sampler's, and a ShardDataset deals its own shards): the callback starts each
-  epoch's shards itself (else every epoch after the first finds them read, and a run with
-  max_steps never ends) and saves the position before the batch read ahead.
+PerdureCheckpointIO saves through perdure's Checkpointer (async, atomic, checksummed); the
+`.ckpt` path Lightning names holds a pointer to the step, then the whole checkpoint once that
+step is committed (lightning_files). PerdureCallback reports progress and turns a preemption
+notice into an agreed save and an exit "suspended". Over perdure's `ElasticLoader` a mid-epoch
+resume is exact on any number of replicas (docs/guides/lightning.md).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -46,17 +29,19 @@ from lightning.pytorch.utilities import CombinedLoader
 
 import perdure
 from perdure.integrations import lightning_files as files
-from perdure.integrations.lightning_compat import LOAD_TAKES_WEIGHTS_ONLY
 from perdure.runtime import Checkpointer, ElasticLoader, StopVote, goodput, rng_state, set_rng_state
-from perdure.runtime.checkpoint import commit
 
 __all__ = ["PerdureCallback", "PerdureCheckpointIO"]
 
 RNG_KEY = "perdure_rng"  # every rank's RNG state, in the checkpoint
+# Lightning 2.6's TorchCheckpointIO.load_checkpoint takes weights_only; 2.4's does not (torch's
+# default applies: the whole checkpoints PerdureCheckpointIO writes load either way).
+LOAD_TAKES_WEIGHTS_ONLY = "weights_only" in inspect.signature(
+    TorchCheckpointIO.load_checkpoint).parameters
 
 
 class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
-    """Lightning checkpoints through perdure's Checkpointer (see the module docstring).
+    """Lightning checkpoints through perdure's Checkpointer (docs/guides/lightning.md).
 
     url: where the checkpoints go (default: $PERDURE_CHECKPOINT_DIR, else ./checkpoints).
     keep: committed checkpoints kept.
@@ -93,7 +78,8 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
     def load_checkpoint(self, path: Any, map_location: Any | None = None,
                         weights_only: bool | None = None) -> dict[str, Any]:
         """The checkpoint at `path`: a whole one as it is; a pointer's step, if committed, else
-        the newest committed one before it (a save that never finished is never loaded)."""
+        the newest committed one before it (a save that never finished is never loaded, and is
+        named in the job's events)."""
         path = str(path)
         try:
             wanted = files.read_pointer(path)
@@ -113,7 +99,11 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
         step = committed[-1]
         if step != wanted:
             _note(f"checkpoint step {wanted} ({path}) was never committed: loading step {step}")
-        return files.load_step(ckpt, step)
+        loaded = files.load_step(ckpt, step)
+        if ckpt.skipped_partial:
+            skipped = "; ".join(ckpt.skipped_partial)
+            _note(f"skipped checkpoints a replica never finished: {skipped}")
+        return loaded
 
     def remove_checkpoint(self, path: Any) -> None:
         """Lightning's retention removes the name; the Checkpointer keeps the last `keep`."""
@@ -123,14 +113,8 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
 
     def latest(self) -> str | None:
         """A pointer to the newest committed checkpoint, for `fit(ckpt_path=...)`; None when
-        there is none. Partial checkpoints are skipped and named in the job's events."""
-        ckpt = self.checkpointer()
-        scan = commit.scan(ckpt.storage)
-        steps = [c.step for c in scan.complete]
-        newest = steps[-1] if steps else -1
-        skipped = [p.describe() for p in scan.partial if p.step > newest]
-        if skipped:
-            _note(f"skipped checkpoints a replica never finished: {'; '.join(skipped)}")
+        there is none."""
+        steps = self.checkpointer().steps()
         if not steps:
             return None
         path = files.join(self.url, f"latest-rank{_rank()}.pointer")
@@ -158,7 +142,8 @@ class PerdureCheckpointIO(CheckpointIO):  # type: ignore[misc]
 
 
 class PerdureCallback(Callback):  # type: ignore[misc]
-    """Progress to perdure; a preemption notice -> save -> exit suspended (module docstring)."""
+    """Progress to perdure; a preemption notice -> save -> exit suspended (see
+    docs/guides/lightning.md)."""
 
     def __init__(self, *, vote_within: float = 0.5) -> None:
         self.ctx = perdure.init()
@@ -213,7 +198,7 @@ class PerdureCallback(Callback):  # type: ignore[misc]
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         # Lightning would restore the loaders before it takes the epoch's length from them;
-        # on_train_start restores them instead (module docstring).
+        # on_train_start restores them instead (see _restore_positions).
         self._positions = _take_positions(checkpoint)
         states = checkpoint.get(RNG_KEY)
         # On another world size there is no state of this rank to continue: the data order

@@ -1,15 +1,9 @@
 """The files PerdureCheckpointIO leaves where Lightning names them, at a path or an fsspec URL.
 
-A checkpoint's name (`epoch=1-step=120.ckpt`, `last.ckpt`) first holds a small pointer to the
-step perdure is saving (written at once: what `load_checkpoint` needs to resume from it); once
-that step is committed, a background thread replaces the pointer with the whole checkpoint as
-Lightning's own `TorchCheckpointIO` writes it (`torch.save` of the checkpoint dict, read back
-from the committed step): `torch.load` and a Trainer without perdure read it. The replacement
-is atomic (a temporary name, then a rename; an object store's put), so the name always holds
-one or the other. `PerdureCheckpointIO.teardown` waits for the last one.
-
-Paths go through fsspec (Lightning's `get_filesystem`): an `s3://` URL stays a URL, never a
-local `s3:` folder.
+A name (`last.ckpt`) first holds a small pointer to the step perdure is saving; once that step
+is committed, a background thread replaces it, atomically, with the whole checkpoint as
+Lightning's own `TorchCheckpointIO` writes it, so `torch.load` and a Trainer without perdure
+read it. Paths go through fsspec (Lightning's `get_filesystem`): `s3://` stays a URL.
 """
 
 from __future__ import annotations

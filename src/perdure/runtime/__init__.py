@@ -12,6 +12,8 @@ from typing import Any
 _EXPORTS = {
     "Checkpointer": "perdure.runtime.checkpoint",
     "SavePolicy": "perdure.runtime.checkpoint",
+    "RankLocal": "perdure.runtime.checkpoint",
+    "folders": "perdure.runtime.checkpoint.folders",
     "ElasticSampler": "perdure.runtime.data",
     "ElasticLoader": "perdure.runtime.data",
     "ShardDataset": "perdure.runtime.data",

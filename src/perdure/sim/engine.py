@@ -60,7 +60,6 @@ WAKE_SECONDS = 30.0  # how often a job waiting for capacity is looked at again
 class Proc:
     launch: Launch
     started: bool = False
-    alive: bool = True
 
 
 @dataclass
@@ -80,8 +79,6 @@ class Result:
     policy: Policy
     goodput: Goodput
     counts: Counts
-    manual_seconds: float
-    days: float
 
     @property
     def ettr(self) -> float:
@@ -119,7 +116,7 @@ class Engine:
         self.counts = Counts()
         self.timeline: list[tuple[float, str]] = []
         self.launches: list[LaunchReport] = []
-        self.primary: tuple[str, float, list[dict[str, Any]]] | None = None
+        self.primary: tuple[float, list[dict[str, Any]]] | None = None  # launched, records
         self.hosted: set[str] = set()  # nodes whose warm pool this job has started
         self.spare_since: dict[str, float] = {}  # spare nodes the job holds, since when
         self.node_lost = False  # since the last start
@@ -158,7 +155,7 @@ class Engine:
         if self.manual_seconds:
             g.badput["manual"] = self.manual_seconds
             g.badput["recovery"] = max(0.0, g.badput["recovery"] - self.manual_seconds)
-        return Result(self.policy, g, self.counts, self.manual_seconds, self.horizon / 86400)
+        return Result(self.policy, g, self.counts)
 
     def tick(self) -> None:
         obs, self.obs = self.obs, []
@@ -185,9 +182,8 @@ class Engine:
                 self.at(self.now + min(self.calib.stop_seconds, d.grace), self.exited,
                         d.launch_id, 128 + signal.SIGTERM, signal.SIGTERM)
             elif isinstance(d, KillNode):
-                for lid, p in self.procs.items():
-                    if p.alive and p.launch.node == d.node:
-                        self.at(self.now, self.exited, lid, 128 + signal.SIGKILL, signal.SIGKILL)
+                for lid in self.launches_on([d.node]):
+                    self.at(self.now, self.exited, lid, 128 + signal.SIGKILL, signal.SIGKILL)
         for job in ended:
             self.ended(job)
         after = self.job_state()
@@ -250,9 +246,7 @@ class Engine:
         self.watchdog.progress(job, ReplicaProgress(
             job.primary.launch_id or "", self.train.step + 1, t0, steps=50,
             step_seconds=self.calib.step_seconds))
-        if self.primary is not None:
-            self.primary[2].extend(self.train.records)
-        self.train.records = []
+        self.take_records()
 
     def interval_seconds(self) -> float:
         if self.policy.interval == "auto" or self.spec.checkpoint.every == "auto":
@@ -280,8 +274,12 @@ class Engine:
         trained = self.train.interrupt(t, keeps_snapshot)
         self.record.seconds += trained
         self.cluster.seconds += trained
+        self.take_records()
+
+    def take_records(self) -> None:
+        """Training's records so far go to the primary's launch (the account reads them)."""
         if self.primary is not None:
-            self.primary[2].extend(self.train.records)
+            self.primary[1].extend(self.train.records)
         self.train.records = []
 
     # ---- replicas ------------------------------------------------------------------------
@@ -299,25 +297,23 @@ class Engine:
         job = self.snap.jobs[self.job_id]
         if d.replica == job.primary.name:
             self.close_primary(self.now)
-            self.primary = (d.launch_id, self.now, [])
+            self.primary = (self.now, [])
 
     def close_primary(self, t: float) -> None:
         if self.primary is not None:
-            _, launched, records = self.primary
+            launched, records = self.primary
             self.launches.append(LaunchReport(launched, t, records))
             self.primary = None
 
     def started(self, lid: str) -> None:
         p = self.procs.get(lid)
-        if p is not None and p.alive and not p.started:
+        if p is not None and not p.started:
             p.started = True
             self.obs.append(ReplicaStarted(lid, 1, self.now))
 
     def exited(self, lid: str, code: int, sig: int | None) -> None:
-        p = self.procs.pop(lid, None)
-        if p is None or not p.alive:
+        if self.procs.pop(lid, None) is None:
             return
-        p.alive = False
         self.obs.append(ReplicaExited(lid, code, self.now, signal=sig))
 
     # ---- failures ------------------------------------------------------------------------
@@ -360,7 +356,7 @@ class Engine:
         if not self.policy.peers:
             return False
         lost = set(hit)
-        where = {p.launch.replica: p.launch.node for p in self.procs.values() if p.alive}
+        where = {p.launch.replica: p.launch.node for p in self.procs.values()}
         ring = [(r.name, where[r.name]) for r in self.snap.jobs[self.job_id].replicas
                 if r.name in where]
         peers = [choose_peer(ring, name) for name, node in ring if node in lost]
@@ -368,7 +364,7 @@ class Engine:
 
     def busy_nodes(self) -> list[str]:
         """Nodes running the job's replicas, in node order."""
-        return sorted({p.launch.node for p in self.procs.values() if p.alive},
+        return sorted({p.launch.node for p in self.procs.values()},
                       key=self.node_pos.__getitem__)
 
     def nodes_hit(self, d: Draw) -> list[str]:
@@ -406,16 +402,15 @@ class Engine:
         return self.watchdog.hang_seconds(job) if job is not None else seconds
 
     def launches_on(self, nodes: list[str]) -> list[str]:
-        return [lid for lid, p in self.procs.items() if p.alive and p.launch.node in nodes]
+        return [lid for lid, p in self.procs.items() if p.launch.node in nodes]
 
     def command(self, kind: str, node: str) -> None:
         self.obs.append(Command(kind, node, self.now))
 
     def abort_all(self) -> None:
         """NCCL's watchdog ends every rank of a hung collective with SIGABRT."""
-        for lid, p in list(self.procs.items()):
-            if p.alive:
-                self.exited(lid, 128 + 6, 6)
+        for lid in list(self.procs):
+            self.exited(lid, 128 + signal.SIGABRT, signal.SIGABRT)
 
     def hung(self, node: str) -> None:
         on = self.launches_on([node])

@@ -110,7 +110,7 @@ def expected(f: FailureFile, gpus: int, seconds: float) -> float:
     return sum(f.rate(c) for c in f.categories) * gpus * seconds / 86400.0
 
 
-def check_expected(f: FailureFile, gpus: int, seconds: float, name: str = "failure file") -> None:
+def check_expected(f: FailureFile, gpus: int, seconds: float, name: str) -> None:
     """ValueError naming the category's rate field that makes the run meet over
     MAX_EXPECTED_FAILURES failures on average (each is simulated, one after another)."""
     total = expected(f, gpus, seconds)
@@ -129,11 +129,9 @@ class Draws:
     """Every failure of a run of `seconds` on `gpus` GPUs over `nodes` nodes, in time order:
     a Poisson process per category (its rate x the GPUs), a uniformly chosen node.
 
-    Drawn as they are iterated (each iteration the same failures, from `seed`), so memory
-    stays the same however many there are: one pass at construction only advances the random
-    generator through each category to note where the next one begins, and iterating merges
-    the categories' streams, each from its own starting point. The draw is the one a single
-    generator makes category after category (a seed gives the failures it always gave).
+    Drawn as they are iterated, so memory stays flat however many there are; construction
+    notes where each category's stream begins in one generator's sequence (a seed gives
+    the failures it always gave).
     """
 
     def __init__(self, f: FailureFile, gpus: int, nodes: int, seconds: float,
@@ -169,13 +167,6 @@ class Draws:
             rng.setstate(state)
             streams.append(self._stream(rng, c, per_second, odds))
         return heapq.merge(*streams, key=lambda d: d.time)  # stable: ties in category order
-
-
-def draws(f: FailureFile, gpus: int, nodes: int, seconds: float, seed: int) -> Draws:
-    """The run's failures (see Draws); ValueError when there would be too many (see
-    check_expected)."""
-    check_expected(f, gpus, seconds)
-    return Draws(f, gpus, nodes, seconds, seed)
 
 
 def lemon_nodes(f: FailureFile, names: list[str], seed: int) -> set[str]:

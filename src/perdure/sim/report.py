@@ -25,18 +25,6 @@ def gpus_of(spec: JobSpec) -> int:
     return sum(p.replicas * (p.gpus or p.slots) for p in spec.pools)
 
 
-def simulate(spec: JobSpec, cluster: ClusterSpec, failures: FailureFile, calib: Calibration,
-             policies: list[Policy], days: float, seed: int) -> list[Result]:
-    """Every policy against the same failure draw (same seed: the same faults, in order)."""
-    nodes = {n.name: (n.slots, n.gpus or 0) for n in cluster.nodes}
-    draws = failure_files.draws(failures, gpus_of(spec), len(nodes), days * 86400, seed)
-    lemons = frozenset(failure_files.lemon_nodes(failures, list(nodes), seed))
-    kinds = frozenset(failures.repeat_offenders.kinds if failures.repeat_offenders else ())
-    return [Engine(spec, nodes, draws, calib, p, days * 86400, failures.switch_nodes,
-                   lemons, kinds).run()
-            for p in policies]
-
-
 def to_json(results: list[Result], meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "policies": [{
         "policy": r.policy.name, "about": r.policy.about, "ettr": r.ettr,
@@ -73,10 +61,18 @@ def table(results: list[Result], meta: dict[str, Any]) -> str:
 def run(spec: JobSpec, spec_name: str, cluster: ClusterSpec, failures: FailureFile,
         failures_name: str, calib: Calibration, calib_name: str, policies: list[Policy],
         days: float, seed: int) -> tuple[list[Result], dict[str, Any]]:
-    failure_files.check_expected(failures, gpus_of(spec), days * 86400, failures_name)
+    """Every policy against the same failure draw (same seed: the same faults, in order)."""
+    gpus, seconds = gpus_of(spec), days * 86400
+    failure_files.check_expected(failures, gpus, seconds, failures_name)
     began = time.perf_counter()
-    results = simulate(spec, cluster, failures, calib, policies, days, seed)
-    meta = {"spec": spec_name, "nodes": len(cluster.nodes), "gpus": gpus_of(spec),
-            "days": days, "failures": failures_name, "calibration": calib_name, "seed": seed,
+    nodes = {n.name: (n.slots, n.gpus or 0) for n in cluster.nodes}
+    draws = failure_files.Draws(failures, gpus, len(nodes), seconds, seed)
+    lemons = frozenset(failure_files.lemon_nodes(failures, list(nodes), seed))
+    kinds = frozenset(failures.repeat_offenders.kinds if failures.repeat_offenders else ())
+    results = [Engine(spec, nodes, draws, calib, p, seconds, failures.switch_nodes, lemons,
+                      kinds).run()
+               for p in policies]
+    meta = {"spec": spec_name, "nodes": len(cluster.nodes), "gpus": gpus, "days": days,
+            "failures": failures_name, "calibration": calib_name, "seed": seed,
             "seconds": time.perf_counter() - began}
     return results, meta

@@ -1,14 +1,9 @@
 """The training a simulated job does between interruptions, as the runtime would report it.
 
-No side effects. Steps take `step_seconds`; every `n` steps a persistent save blocks for
-`save_blocking_seconds` and is durable `persist_seconds` later (a save that comes while the
-previous one still persists waits for it first, as the Checkpointer's default `on_busy: wait`
-does: `save_wait`); with snapshots, every
-`snap_every` steps (the calibration's, or Young/Daly's) an in-memory snapshot blocks for
-`snapshot_blocking_seconds`.
-An interruption at time t ends the segment: what was done becomes the records the runtime
-writes (steps, checkpoint_save, restore) for `perdure.core.goodput.account`, and the next
-start restores from the newest state that survived.
+No side effects. Steps, persistent saves (a save waits for the previous one's persist, as the
+Checkpointer's default `on_busy: wait` does) and snapshots take the calibration's seconds; an
+interruption turns what was done into the records the runtime writes, for
+`perdure.core.goodput.account`, and the next start restores from the newest state that survived.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perdure.cli.argv import hoist_state_dir
+from perdure.cli.main import hoist_state_dir
 
 
 @pytest.mark.parametrize(("argv", "expected"), [

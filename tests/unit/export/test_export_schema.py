@@ -1,5 +1,5 @@
-"""Offline validation: a field a schema lacks fails with its path, in perdure's own model, in
-Kubernetes' Job schema and in a JobSet CRD; bad flags and CRD files name themselves."""
+"""Offline validation: a field a schema lacks fails with its path, in Kubernetes' Job schema
+and in a JobSet CRD; bad flags and CRD files name themselves."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from perdure.core.spec import parse_job_spec
 from perdure.core.specread import SpecError
 from perdure.export.gaps import ExportError
 from perdure.export.k8s import K8sOptions, export_k8s
-from perdure.export.k8s_model import check_document
 from perdure.export.k8s_schema import (
     check_against_crd,
     check_job_templates,
@@ -61,14 +60,6 @@ UNKNOWN = [  # (where, field, its path in the error)
 ]
 
 
-@pytest.mark.parametrize(("where", "field", "path"), UNKNOWN)
-def test_perdures_model_rejects_an_unknown_field_with_its_path(
-    where: list[str | int], field: str, path: str
-) -> None:
-    with pytest.raises(ExportError, match=rf"^JobSet {re.escape(path)}: unknown field$"):
-        check_document(with_field(where, field))
-
-
 @pytest.mark.parametrize(("where", "field", "path"), UNKNOWN[1:])
 def test_kubernetes_job_schema_rejects_an_unknown_field_with_its_path(
     where: list[str | int], field: str, path: str
@@ -89,11 +80,6 @@ def test_the_crd_rejects_an_unknown_field_with_its_path(
 
 
 def test_wrong_types_and_values_name_their_path() -> None:
-    with pytest.raises(ExportError, match=r"replicatedJobs\[0\].template.spec.completions: "):
-        check_document(with_field(["spec", "replicatedJobs", 0, "template", "spec"],
-                                  "completions", "4"))
-    with pytest.raises(ExportError, match=r"spec.failurePolicy.rules\[0\].action"):
-        check_document(with_field(["spec", "failurePolicy", "rules", 0], "action", "Retry"))
     pytest.importorskip("kubernetes_validate")
     with pytest.raises(ExportError, match=r"containers\[0\].resources.requests.cpu"):
         k8s_check(with_field([*CONTAINER, "resources", "requests"], "cpu", [1]))

@@ -43,10 +43,10 @@ def test_llama3_is_table_5() -> None:
     assert sum(c.count or 0 for c in f.categories) == 419
     gpu_days = 16384 * 54
     assert sum(f.rate(c) for c in f.categories) * gpu_days == pytest.approx(419)
-    got = list(failures.draws(f, 16384, 2048, 54 * 86400, seed=1))
+    got = list(failures.Draws(f, 16384, 2048, 54 * 86400, seed=1))
     assert 419 * 0.85 < len(got) < 419 * 1.15  # a Poisson draw of the same rates
     assert [d.time for d in got] == sorted(d.time for d in got)
-    assert got == list(failures.draws(f, 16384, 2048, 54 * 86400, seed=1))  # the same again
+    assert got == list(failures.Draws(f, 16384, 2048, 54 * 86400, seed=1))  # the same again
 
 
 def test_failures_are_drawn_as_the_simulation_meets_them() -> None:
@@ -59,7 +59,7 @@ def test_failures_are_drawn_as_the_simulation_meets_them() -> None:
     assert failures.expected(f, 1000, 100 * 86400 / 6) == pytest.approx(50_000)
     tracemalloc.start()
     try:
-        got = failures.draws(f, 1000, 125, 100 * 86400 / 6, seed=4)
+        got = failures.Draws(f, 1000, 125, 100 * 86400 / 6, seed=4)
         count, last = 0, 0.0
         for d in got:
             assert d.time >= last
@@ -78,7 +78,7 @@ def test_a_rate_over_the_cap_is_refused_naming_its_field() -> None:
     with pytest.raises(ValueError, match=r"^ff.yaml: categories\.1\.mtbf_hours \(storm: 0.001\) "
                        r".* at most 1,000,000 .*: lower the rate, --days or the job's GPUs$"):
         failures.check_expected(f, 1024, 86400.0, "ff.yaml")
-    failures.check_expected(f, 1, 86400.0)  # 24,000: fine
+    failures.check_expected(f, 1, 86400.0, "ff.yaml")  # 24,000: fine
 
 
 def test_failure_file_errors_name_the_field(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -20,7 +20,7 @@ def test_llama3_lemons_keeps_table_5_and_concentrates_hardware_failures() -> Non
     assert sum(c.count or 0 for c in f.categories) == 419  # the same interruptions in all
     odds = f.repeat_offenders.lemon_odds()
     assert odds == pytest.approx(0.5 / 1.49)  # 1% of nodes at 50x the rate
-    got = failures.draws(f, 16384, 2080, 54 * 86400, seed=3)
+    got = failures.Draws(f, 16384, 2080, 54 * 86400, seed=3)
     hardware = [d for d in got if d.category.kind == "hardware"]
     assert abs(sum(d.lemon for d in hardware) / len(hardware) - odds) < 0.08
     assert not any(d.lemon for d in got if d.category.kind == "transient")
@@ -30,7 +30,7 @@ def test_llama3_lemons_keeps_table_5_and_concentrates_hardware_failures() -> Non
     # a file without repeat offenders draws as it always did
     plain = failures.load("llama3")
     assert failures.lemon_nodes(plain, names, 3) == set()
-    assert not any(d.lemon for d in failures.draws(plain, 16384, 2048, 86400, seed=3))
+    assert not any(d.lemon for d in failures.Draws(plain, 16384, 2048, 86400, seed=3))
 
 
 NODES = {f"n{i}": (8, 0) for i in range(5)}  # 4 for the job, 1 free
