@@ -155,7 +155,6 @@ class ClusterSpec(SpecModel):
                                description=("when a node is quarantined, and the check it "
                                             "must pass first (docs/guides/node-health.md)"))
 
-
     _address = field_validator("address")(_no_credentials)
 
     @model_validator(mode="after")

@@ -49,7 +49,6 @@ class KubernetesSpec(SpecModel):
         "a Kueue LocalQueue (label kueue.x-k8s.io/queue-name): Kueue admits the pods; "
         "perdure's queues then take no quota"))
 
-
     @field_validator("namespace", "service_account", "queue")
     @classmethod
     def _dns_label(cls, v: str | None) -> str | None:

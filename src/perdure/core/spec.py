@@ -292,7 +292,6 @@ class JobSpec(_Model):
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec,  # type: ignore[arg-type]
                                    description="hung jobs and stragglers")
 
-
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:

@@ -51,7 +51,6 @@ class IntervalFields(SpecModel):
     max_interval_seconds: float = Field(14400.0, gt=0, description=(
         "never longer than this between checkpoints"))
 
-
     @model_validator(mode="after")
     def _one_way(self) -> IntervalFields:
         given = [n for n in ("every", "every_steps", "every_seconds")
