@@ -1,9 +1,5 @@
-"""The cluster file: where replicas may run (nodes, each a failure domain), the queues' quotas,
-and each backend's settings (`ray:`, `slurm:`; `kubernetes:` is core/k8sspec.py's, `health:`
-core/healthspec.py's). Pydantic models, their validation, and the check of a job against the
-cluster's queues.
-
-No side effects: parsing takes text, never reads files (the CLI reads them).
+"""The cluster file: nodes, queues and each backend's settings; the check of a job against the
+cluster's queues. No side effects: parsing takes text, never reads files.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The job spec: pydantic models and their validation. The cluster file's are in
-clusterspec.py; reading YAML into a model, and the errors, in specread.py.
-
-No side effects: parsing takes text, never reads files (the CLI reads them).
+"""The job spec: pydantic models and their validation. No side effects: parsing takes text,
+never reads files.
 """
 
 from __future__ import annotations
@@ -21,9 +19,6 @@ from perdure.core.watchspec import IntervalFields, WatchdogSpec
 MAX_POOLS = 64
 MAX_REPLICAS = 16384  # per job, all pools together (bench/controller.py --only big)
 MAX_PROCS = 1024  # local ranks per replica
-
-_Model = SpecModel  # every model below: unknown fields refused, every value bounded
-
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
     for key in env:
@@ -49,7 +44,7 @@ class RuleAction(str, Enum):
     IGNORE = "ignore"  # not a failure: the replica is done
 
 
-class RuleSpec(_Model):
+class RuleSpec(SpecModel):
     """A user failure rule, matched before the defaults. Every given condition must hold."""
 
     exit_codes: list[int] | None = Field(None, description="match these exit codes")
@@ -69,7 +64,7 @@ class RuleSpec(_Model):
         return self
 
 
-class RestartSpec(_Model):
+class RestartSpec(SpecModel):
     max_replica_restarts: int = Field(5, ge=0, description=(
         "restarts in place per replica before the job is retried"))
     max_job_retries: int = Field(3, ge=0, description=(
@@ -91,7 +86,7 @@ class RestartSpec(_Model):
         "the same for the survivors of a failed peer"))
 
 
-class SchedulingSpec(_Model):
+class SchedulingSpec(SpecModel):
     placement_timeout_seconds: float = Field(120.0, ge=0, description=(
         "how long a job waits for capacity before the attempt fails as INSUFFICIENT_CAPACITY"))
 
@@ -102,7 +97,7 @@ Integration = Literal["transformers", "lightning"]
 LATEST = "{latest}"  # in a `resume:` argument: the newest path the glob matched
 
 
-class ResumeSpec(_Model):
+class ResumeSpec(SpecModel):
     """How a script resumes (`resume:` of a pool): on every launch after the job's first, if
     `when_exists` matches a path, `args` are appended to the command."""
 
@@ -148,7 +143,7 @@ class ResumeSpec(_Model):
 _PLACEHOLDER = re.compile(r"\{[A-Za-z_]+\}")
 
 
-class PoolSpec(_Model):
+class PoolSpec(SpecModel):
     name: str = Field(description=(
         "the pool's name (replicas are `<pool>-<index>`), at most 32 characters"))
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description=(
@@ -238,7 +233,7 @@ class PoolSpec(_Model):
         return self.replicas * self.procs_per_replica
 
 
-class ElasticSpec(_Model):
+class ElasticSpec(SpecModel):
     mode: Literal["resize", "pause"] = Field("resize", description=(
         "`resize`: go on with the survivors; `pause`: wait for all"))
 
@@ -257,12 +252,12 @@ class CheckpointSpec(IntervalFields):
         return None if v is None else _storage_url(v)
 
 
-class PreemptionSpec(_Model):
+class PreemptionSpec(SpecModel):
     grace_seconds: float = Field(30.0, ge=0, description=(
         "time a replica has to save and exit after a notice"))
 
 
-class JobSpec(_Model):
+class JobSpec(SpecModel):
     """A training job: pools of replicas, the failure policy and the runtime's settings."""
 
     name: str = Field(description=(

@@ -1,5 +1,4 @@
-"""Words for what perdure prints: counts with their noun in the right number, lists cut short.
-"""
+"""Words for what perdure prints: counts with their noun in the right number, lists cut short."""
 
 from __future__ import annotations
 

@@ -23,7 +23,6 @@ from perdure.core.states import JobState, NodeState, ReplicaState
 
 _NAME = operator.attrgetter("name")
 _RANK = operator.attrgetter("rank")
-_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 
 @dataclass(frozen=True)

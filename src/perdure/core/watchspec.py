@@ -1,10 +1,6 @@
 """The spec's `watchdog` section: when a job counts as hung, what to do about stragglers.
 
-No side effects: pydantic models on the common validated base (specbase.SpecModel).
-
-    watchdog:
-      hang_seconds: auto     # or a number; auto = max(120, 20 x the job's p99 step time)
-      stragglers: report     # report | drain | off
+No side effects.
 """
 
 from __future__ import annotations
@@ -38,11 +34,7 @@ class WatchdogSpec(SpecModel):
 
 
 class IntervalFields(SpecModel):
-    """The interval fields of the spec's `checkpoint` section (CheckpointSpec inherits them).
-
-    `every: auto` has the controller choose the interval from data (Young/Daly, see
-    core/interval.py); `every_seconds` fixes it in time; `max_interval_seconds` bounds both.
-    """
+    """The interval fields of the spec's `checkpoint` section (CheckpointSpec inherits them)."""
 
     every: Literal["auto"] | None = Field(None, description=(
         "`auto`: the interval from data (Young/Daly)"))
