@@ -1,10 +1,11 @@
 """Node health: which failures point at the machine, and when a node is quarantined.
 
 No side effects beyond the tick's copies: `strike` and `fence` change its nodes and events.
-The rule (docs/guides/node-health.md): a failure that points at the machine (FAULTS) is a
-strike against its node, within `window_seconds`; the same failure of one replica on two nodes
-is the script's, and nodes lost together lost what they share: neither counts. A node with
-`max_node_failures` strikes is QUARANTINED until `perdure node restore`.
+The rule (docs/guides/node-health.md): a failure that points at the machine (FAULTS, a lost
+node) is a strike against its node, within `window_seconds`; the same failure of one replica on
+two nodes is the script's, and nodes lost together lost what they share: neither counts. A
+node with `max_node_failures` strikes, or a failed preflight check, is QUARANTINED until
+`perdure node restore`.
 """
 
 from __future__ import annotations

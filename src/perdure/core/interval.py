@@ -16,6 +16,7 @@ No side effects: measurements in, an interval out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -66,12 +67,7 @@ class Interval:
                 f"restores from the checkpoint, the others from snapshots)")
 
     def to_json(self) -> dict[str, float | int]:
-        return {"seconds": self.seconds, "cost": self.cost, "cost_measured": self.cost_measured,
-                "mtbf": self.mtbf, "job_failures": self.job_failures,
-                "job_seconds": self.job_seconds, "cluster_failures": self.cluster_failures,
-                "cluster_seconds": self.cluster_seconds, "failure_mtbf": self.failure_mtbf,
-                "restores": self.restores, "from_checkpoint": self.from_checkpoint,
-                "share": self.share}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "prior"}
 
 
 def young_daly(cost: float, mtbf: float, ceiling: float) -> float:
