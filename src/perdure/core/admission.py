@@ -47,13 +47,12 @@ def _timer_due(t: Tick, job: Job) -> bool:
 
 
 def _kind(reason: str) -> str:
-    """The kind of a wait reason ("waiting for quota"): its details change every tick."""
+    """A wait reason's kind ("waiting for quota"): its details change every tick."""
     return reason.split(":", 1)[0]
 
 
 def _wait(t: Tick, job: Job, reason: str) -> None:
-    """Note why a job waits, with an event only when the kind of reason changes; quarantined
-    nodes (which hold no capacity) are named."""
+    """Note why a job waits, with an event when the kind changes, naming quarantined nodes."""
     if _kind(job.wait_reason) != _kind(reason):
         fenced = sorted(n.name for n in t.nodes.values() if n.fence)  # once per new reason
         if fenced:
@@ -135,10 +134,8 @@ def _admit(t: Tick, cap: Capacity, seen: Job) -> None:
 
 
 def _note(t: Tick, seen: Job, reason: str) -> None:
-    """Record a new wait reason (cloning the job only when the reason changed).
+    """Record a new wait reason (cloning the job only when it changed), `note_budget` a tick."""
 
-    At most `note_budget` jobs a tick: a burst of submissions is noted over a few ticks.
-    """
     if _kind(seen.wait_reason) != _kind(reason) or seen.waiting_since is not None:
         if t.note_budget <= 0:
             return

@@ -1,9 +1,5 @@
-"""The cluster file: where replicas may run (nodes, each a failure domain), the queues' quotas,
-and each backend's settings (`ray:`, `slurm:`; `kubernetes:` is core/k8sspec.py's, `health:`
-core/healthspec.py's). Pydantic models, their validation, and the check of a job against the
-cluster's queues.
-
-No side effects: parsing takes text, never reads files (the CLI reads them).
+"""The cluster file: nodes, queues and each backend's settings; the check of a job against the
+cluster's queues. No side effects: parsing takes text, never reads files.
 """
 
 from __future__ import annotations
@@ -32,8 +28,8 @@ def _no_credentials(v: str | None) -> str | None:
 
 
 class NodeSpec(SpecModel):
-    name: str
-    slots: int = Field(ge=1)
+    name: str = Field(description="lowercase letters, digits and `-`")
+    slots: int = Field(ge=1, description="capacity, in pool `slots`")
     gpus: int | None = Field(None, ge=0, le=MAX_GPUS, description=(
         "GPUs of the node, given to replicas as slots are; omitted: the local backend "
         "counts them (CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`, else 0), Ray "
@@ -48,18 +44,21 @@ class NodeSpec(SpecModel):
 
 
 class QueueSpec(SpecModel):
-    name: str
-    quota: int | None = Field(None, ge=1)
+    name: str = Field(description="a name specs give as `queue`")
+    quota: int | None = Field(None, ge=1, description=(
+        "at most this many slots in use by the queue's jobs (none: no limit)"))
 
 
 class RaySpec(SpecModel):
     """`ray:` of a cluster file: which Ray cluster, and what every node of it mounts."""
 
-    address: str = "auto"  # "HEAD_HOST:6379", or "auto" (RAY_ADDRESS, else the local head)
-    namespace: str = "perdure"  # one controller drives one namespace at a time
-    # Paths mounted at the same place on every node (a shared filesystem, declared as such):
-    # a checkpoint dir under one of them is reachable by every replica.
-    shared_dirs: list[str] = Field(default_factory=list)
+    address: str = Field(default="auto", description=(
+        "`HOST:6379`, or `auto` (RAY_ADDRESS, else the local head)"))
+    namespace: str = Field(default="perdure", description=(
+        "one controller drives one namespace at a time"))
+    # a checkpoint dir under one of them is reachable by every replica
+    shared_dirs: list[str] = Field(default_factory=list, description=(
+        "paths mounted at the same place on every node"))
 
     _address = field_validator("address")(_no_credentials)
 
@@ -68,14 +67,22 @@ class SlurmSpec(SpecModel):
     """`slurm:` of a cluster file: what each attempt's allocation (`sbatch`) asks Slurm for,
     and what every node mounts."""
 
-    partition: str | None = "main"  # None: the cluster's default partition
-    account: str | None = None
-    qos: str | None = None
-    time_limit: str = "24:00:00"  # of one allocation (sbatch --time)
-    sbatch_args: list[str] = Field(default_factory=list)  # appended to every sbatch, as given
-    shared_dirs: list[str] = Field(default_factory=list)  # as `ray: shared_dirs`
-    # A node perdure quarantines is drained in Slurm too, with the reason (scontrol)
-    drain_bad_nodes: bool = False
+    partition: str | None = Field(default="main", description=(
+        "the partition of every allocation; null: the cluster's default"))
+    account: str | None = Field(default=None, description=(
+        "sbatch --account; null: the user's default"))
+    qos: str | None = Field(default=None, description=(
+        "sbatch --qos; null: the association's default"))
+    time_limit: str = Field(default="24:00:00", description=(
+        "one allocation's time limit (sbatch --time): MINUTES, HH:MM:SS, D-HH[:MM[:SS]] (at "
+        "most 365 days) or UNLIMITED"))
+    sbatch_args: list[str] = Field(default_factory=list, description=(
+        "extra sbatch options, appended as given; not those perdure sets or reads back "
+        "(--job-name, --nodelist, --output, --signal, ...)"))
+    shared_dirs: list[str] = Field(default_factory=list, description=(
+        "paths mounted at the same place on every node (as `ray.shared_dirs`)"))
+    drain_bad_nodes: bool = Field(default=False, description=(
+        "drain a node perdure quarantines in Slurm too, with the reason"))
 
     @field_validator("time_limit")
     @classmethod
@@ -123,18 +130,26 @@ def slurm_seconds(limit: str) -> int:
 class ClusterSpec(SpecModel):
     """Where replicas may run (virtual nodes, each a failure domain) and the queues' quotas."""
 
-    backend: Literal["local", "ray", "slurm", "kubernetes", "fake"] = "local"
-    address: str | None = None
-    ray: RaySpec | None = None  # backend ray only; nodes may then be omitted (discovered)
-    slurm: SlurmSpec | None = None  # backend slurm only; nodes may be omitted (from sinfo)
-    kubernetes: KubernetesSpec | None = None  # backend kubernetes only (core/k8sspec.py)
-    nodes: list[NodeSpec] = Field(default_factory=list, max_length=MAX_NODES)
-    queues: list[QueueSpec] = Field(default_factory=lambda: [QueueSpec(name="default", quota=None)])
-    # How replicas reach the controller: files in the state dir (one host), or the network
-    # through the controller's relay (hosts without the state dir; always so on ray).
-    transport: Literal["file", "net"] = "file"
-    # When a node is quarantined and what it must pass first (core/healthspec.py)
-    health: HealthSpec = Field(default_factory=HealthSpec)  # type: ignore[arg-type]
+    backend: Literal["local", "ray", "slurm", "kubernetes", "fake"] = Field(
+        default="local", description="where replicas run")
+    address: str | None = Field(default=None, description=(
+        "not used (older cluster files still load); a Ray head is `ray.address`"))
+    ray: RaySpec | None = Field(default=None, description="`backend: ray` only")
+    slurm: SlurmSpec | None = Field(default=None, description=(
+        "`backend: slurm` only: what each attempt's allocation (`sbatch`) asks for"))
+    kubernetes: KubernetesSpec | None = Field(default=None, description=(
+        "`backend: kubernetes` only: the cluster and what each agent pod is made with"))
+    nodes: list[NodeSpec] = Field(default_factory=list, max_length=MAX_NODES, description=(
+        "virtual nodes, each a failure domain (with `ray`: omit to discover them)"))
+    queues: list[QueueSpec] = Field(
+        default_factory=lambda: [QueueSpec(name="default", quota=None)],
+        description="queues and their quotas")
+    # the net relay serves hosts without the state dir (always so on ray)
+    transport: Literal["file", "net"] = Field(default="file", description=(
+        "how replicas reach the controller: files in the state dir, or the network"))
+    health: HealthSpec = Field(default_factory=HealthSpec,  # type: ignore[arg-type]
+                               description=("when a node is quarantined, and the check it "
+                                            "must pass first (docs/guides/node-health.md)"))
 
     _address = field_validator("address")(_no_credentials)
 

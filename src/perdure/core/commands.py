@@ -31,7 +31,6 @@ def _cancel(t: Tick, c: Command) -> None:
     job = t.touch(c.target)
     if job is None or job.state.terminal or job.state is JobState.CANCELLING:
         return
-    # The job's error from now on: not a failure it recovered from earlier.
     job.error = JobError(ErrorCode.CANCELLED, CANCELLED_MESSAGE)
     if job.awaiting_admission or job.state is JobState.SUSPENDED:
         job.state = JobState.CANCELLED
@@ -94,8 +93,7 @@ def _fail_node(t: Tick, c: Command) -> None:
 
 
 def _launched_towards(job: Job, node: str) -> bool:
-    """Whether replicas of this group round were launched while rank 0 was on `node`, now
-    lost: their MASTER_ADDR is that node's, where rank 0 will never be again."""
+    """Whether replicas of this group round were launched towards rank 0 on `node`, now lost."""
     return (not job.elastic and job.spec.restart.scope == "group" and job.after_stop is None
             and master_node(job) == node
             and any(r.node != node and r.state in (ReplicaState.STARTING, ReplicaState.RUNNING)
@@ -103,9 +101,8 @@ def _launched_towards(job: Job, node: str) -> bool:
 
 
 def _forgive_lost_peer(t: Tick, job: Job, node: str) -> None:
-    """A host's death is seen seconds after its peers' lost-peer exits (which take
-    milliseconds): a group restart charged to such an exit, while replicas on the node were
-    still being stopped for it, was the node's doing, and a lost node spends no restart."""
+    """A lost host is seen after its peers' lost-peer exits: the restart charged to one was
+    the node's doing, and a lost node spends no restart."""
     blamed = t.unblame(job)
     t.event(job, "decision", f"node {node} was lost: {blamed.name}'s lost-peer exit came "
                              f"from it, so {blamed.name}'s restart is not counted")

@@ -1,8 +1,5 @@
-"""How many replicas of a job are in each state, the slots they hold on each node and the
-restarts they made, kept up to date from the replicas a tick changes (`Job.own` notes them)
-instead of counted again over all of them.
-
-No side effects.
+"""How many replicas of a job are in each state, the slots they hold on each node and their
+restarts, kept up to date from the replicas a tick changes. No side effects.
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ class Counted(Protocol):
 
 
 class Counts:
-    """Replicas per state, slots held per node by replicas that may still have a process
-    (STARTING, RUNNING, STOPPING, placed on a node), and the replicas' restarts in all."""
+    """Replicas per state, slots held per node by live replicas, and their restarts."""
 
     __slots__ = ("restarts", "slots", "states")
 
@@ -50,7 +46,6 @@ class Counts:
 
     @staticmethod
     def of(replicas: Sequence[Counted]) -> Counts:
-        """Counted over every replica."""
         values = list(map(_VALUE, map(_STATE, replicas)))
         alive = map(_ALIVE_VALUES.__contains__, values)
         nodes = map(_NODE, replicas)
@@ -93,8 +88,8 @@ class Counts:
 
 def kept(replicas: Sequence[Counted], was: Mapping[int, Counted],
          base: Counts | None) -> tuple[Counts, Counts]:
-    """The counts of `replicas`, and those of the replicas as they were before the places
-    in `was` (place -> the replica there before) were taken: `base`, or counted now."""
+    """The counts of `replicas`, and of them as they were before `was` (place -> the replica
+    there before): `base`, or counted now."""
     if base is None:
         before = list(replicas)
         for i, old in was.items():

@@ -1,8 +1,7 @@
 """The control plane's step function: `decide(snapshot, observations, now)`.
 
-No side effects: it reads the snapshot, never mutates it, and returns the next snapshot, the
-decisions for the shell to carry out (launch, stop, kill node) and the events that explain them.
-Time comes in as `now`; it binds no socket (rank 0's port is the backend's choice).
+No side effects: it never mutates the snapshot; it returns the next one, the decisions for the
+shell to carry out and the events that explain them.
 """
 
 from __future__ import annotations
@@ -106,8 +105,7 @@ def _status(f: Failure) -> str:
 
 class _Decider(Tick):
     """A tick that observes, applies the failure policy and schedules. What looks at a whole
-    job runs once per job in `settle`, after the observations: a tick stays linear in a
-    job's replicas however many report at once."""
+    job runs once per job, in `settle`: a tick stays linear however many replicas report."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -128,7 +126,6 @@ class _Decider(Tick):
         return index.get(lid)
 
     def _unstopped(self, job: Job) -> set[int]:
-        """`job.unstopped` as a set, built once per list."""
         seen = self._unstopped_sets.get(job.id)
         if seen is None or seen[0] is not job.unstopped:
             seen = self._unstopped_sets[job.id] = (job.unstopped, set(job.unstopped))
@@ -197,8 +194,7 @@ class _Decider(Tick):
             self.hung(job, r, obs)
 
     def save_outcome(self, job: Job, obs: ReplicaProgress) -> None:
-        """Checkpoint saves that failed for good (training went on): an event for each, a
-        loud one when the run reaches the runtime's threshold, one when saves work again."""
+        """An event for each failed save, an alert at the runtime's threshold, one on recovery."""
         failed, before = obs.failed_saves or 0, job.failed_saves
         if failed > before:
             self.event(job, "checkpoint", f"checkpoint save failed ({failed} in a row): "
@@ -227,8 +223,7 @@ class _Decider(Tick):
         self.apply(job, r, verdict, f"{r.name} hung: {reason}")
 
     def queued(self, job: Job, r: Replica, obs: LaunchQueued) -> None:
-        """A launch waits in the backend's own queue (QUEUED, with its reason there), or left
-        it (PENDING again: its process is starting)."""
+        """A launch waits in the backend's own queue (QUEUED), or left it (PENDING again)."""
         if r.state is not ReplicaState.STARTING or job.after_stop is not None:
             return
         if not obs.reason:
@@ -304,17 +299,16 @@ class _Decider(Tick):
             health.strike(self, r.node, Strike(when, kind, job.id, r.name))
 
     def caused_the_round(self, job: Job, f: Failure, exit_time: float) -> bool:
-        """Whether `f`, an exit seen while this round's replicas stop, is what failed first:
-        a survivor's "peer lost" exit can be seen a tick before the dead replica's own, which
-        exited before the restart was decided, of a failure of its own."""
+        """Whether `f`, seen while this round stops, failed before the blamed lost-peer exit
+        (which can be seen a tick before the dead replica's own)."""
         blame = job.blame
         return (blame is not None and f.replica != blame.replica and exit_time < blame.since
                 and job.after_stop is None and f.exit_code != 0 and f.notice is None
                 and not is_peer_error(f.error))
 
     def recharge(self, job: Job, r: Replica, f: Failure) -> None:
-        """Charge this round to `r`, whose failure came first, instead of the collateral exit,
-        and decide on `r`'s failure."""
+        """Charge this round to `r`, whose failure came first, and decide on it."""
+
         blamed = self.unblame(job)
         verdict, reason = escalate(classify(f, job.spec), r.restarts, job.retries, job.spec)
         self.event(job, "decision", f"{r.name} exited {_status(f)} before {blamed.name}'s "

@@ -1,11 +1,8 @@
 """Which of a host's GPUs each virtual node of the local backend holds.
 
-No side effects: the backend finds the host's GPUs (`perdure.backends.local.gpus`) and passes
-them in. Virtual nodes share one host, so their GPUs must not overlap: nodes take the host's
-devices in the cluster file's order. A node that declares `gpus: N` takes the next N (ids past
-the host's last device are numbered on, "virtual" GPUs for tests and dry runs); the nodes that
-declare nothing share what is left, evenly, the first ones taking one more when it does not
-divide.
+No side effects. Nodes take the host's devices in the cluster file's order, never overlapping:
+`gpus: N` takes the next N (past the host's last, "virtual" GPUs for tests and dry runs); the
+nodes that declare nothing share what is left evenly.
 """
 
 from __future__ import annotations
@@ -37,6 +34,5 @@ def split_host_gpus(declared: Sequence[int | None], host: Sequence[str]) -> list
 
 
 def _after(ids: list[str], i: int) -> str:
-    """A virtual id past the host's devices: numbered on from the last numeric id."""
     numeric = [int(x) for x in ids if x.isdigit()]
     return str(i if not numeric else max(numeric) + 1 + i - len(ids))

@@ -1,10 +1,8 @@
 """Elastic jobs: membership rounds instead of restarts (docs/guides/elastic.md).
 
-No side effects. A replica of an elastic job that is lost (crash, node loss, move) does not
-stop the others: in `resize` mode the survivors go on as a smaller group when at least the
-minimum is left, and the job grows back when the replacement is up; in `pause` mode the
-survivors wait for the replacement at the same world size. Every change is a new round,
-published with a Rendezvous decision; membership changes spend no restarts.
+No side effects. A lost replica does not stop the others: `resize` goes on with the survivors
+(at least the minimum) and grows back, `pause` waits for the replacement. Every change is a
+new round, published with a Rendezvous decision, and spends no restart.
 """
 
 from __future__ import annotations
@@ -32,9 +30,8 @@ _ALIVE = frozenset(s.value for s in ALIVE)
 
 def publish(t: Tick, job: Job, members: Collection[str], reason: str,
             where: Mapping[str, str] | None = None) -> None:
-    """Start round `job.round + 1` (or round 0 of an attempt) with `members` (any order:
-    they are put in rank order); `where`: nodes of members placed but not launched yet (as
-    are those of `job.scratch.plan`)."""
+    """Start round `job.round + 1` (or an attempt's round 0) with `members` in rank order;
+    `where`: nodes of members placed but not launched yet."""
     names, nodes = _in_rank_order(job, members, where)
     job.members = tuple(names)
     if reason != "admitted":
@@ -51,8 +48,7 @@ def publish(t: Tick, job: Job, members: Collection[str], reason: str,
 
 def _in_rank_order(job: Job, members: Collection[str], where: Mapping[str, str] | None
                    ) -> tuple[list[str], list[str]]:
-    """The names in `members`, in rank order, and each one's node: the plan's or `where`'s
-    for one placed but not launched yet, else its own ("" if none)."""
+    """The names in `members`, in rank order, and each one's node ("" if none)."""
     wanted = members if isinstance(members, set | frozenset) else set(members)
     names = list(map(_NAME, job.replicas))
     if len(wanted) == len(job.replicas):  # every replica (an admission): no mask to make
@@ -80,11 +76,8 @@ def _in_rank_order(job: Job, members: Collection[str], where: Mapping[str, str] 
 
 
 def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
-    """`r` left the group: shrink (resize, enough left) or pause for its replacement.
-
-    Replicas lost together are one change: when `r`'s node is down, the job's other members
-    on it leave in the same round (their own exits, which follow, change nothing more).
-    """
+    """`r` left the group: shrink (resize, enough left) or pause for its replacement; the
+    other members on its node, when that is down, leave in the same round."""
     r = job.own(r)
     r.state, r.relaunch = ReplicaState.WAITING, False
     members = job.member_set()
@@ -111,8 +104,7 @@ def lose(t: Tick, job: Job, r: Replica, why: str) -> None:
 
 
 def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[str]:
-    """The members up (not being stopped) or placed with their launch on its way, `lost`
-    aside (no scan when the counts say every other replica is)."""
+    """The members up (not being stopped) or placed, `lost` aside."""
     up = job.count(ReplicaState.STARTING) + job.count(ReplicaState.RUNNING)
     plan = job.scratch.plan
     if len(job.replicas) - up - len(plan) == sum(x.state.value not in _UP for x in lost):
@@ -125,8 +117,7 @@ def _survivors(job: Job, members: frozenset[str], lost: list[Replica]) -> Set[st
 
 def _on_node(job: Job, node: str | None, layout: Layout | None,
              alive: bool = False) -> list[Replica]:
-    """The job's replicas on `node`, in list order; with `alive`, only those that may still
-    have a process are sure to be among them (found through the layout's entry)."""
+    """The job's replicas on `node`, in list order (with `alive`: at least the live ones)."""
     if alive and node is not None and layout is not None:
         found = [x for x in job.named(layout.places.get(node, ())) if x.node == node]
         if sum(x.slots for x in found if x.alive) == job.counts().slots.get(node, 0):
@@ -141,8 +132,8 @@ def _down(t: Tick, node: str | None) -> bool:
 
 
 def joined(t: Tick, job: Job) -> None:
-    """Grow the group by the replicas that are up and not members, once every replica
-    launched is up: replacements started together join in one round."""
+    """Grow the group by the replicas up and not members, once none is starting."""
+
     if job.count(ReplicaState.STARTING) or len(job.members) == len(job.replicas):
         return  # some are still starting, or every replica is a member already
     members = job.member_set()

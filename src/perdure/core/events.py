@@ -1,7 +1,6 @@
 """What the shell tells the core (observations) and what the core tells the shell (decisions).
 
-No side effects: plain frozen records. Backends produce observations; the controller's executor
-carries out decisions.
+No side effects: plain frozen records.
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ class ReplicaExited:
     error: ErrorInfo | None = None
     peak_rss_mb: float | None = None
     local_rank: int | None = None  # the process that failed first, of a multi-process replica
-    # The last lines of its stderr (clipped), for a failure with no exception to name
-    stderr_tail: str = ""
+    stderr_tail: str = ""  # for a failure with no exception to name
 
 
 @dataclass(frozen=True)
@@ -61,17 +59,14 @@ class LaunchFailed:
     user_error: bool = False
 
 
-# How the state event of a job whose launches wait in the backend's own queue begins (that
-# QUEUED is no attempt's end: the attempt is admitted and its launches made)
+# how the state event of a job whose launches wait in the backend's own queue begins
 QUEUED_IN_BACKEND = "QUEUED: waiting in the backend's queue:"
 
 
 @dataclass(frozen=True)
 class LaunchQueued:
-    """The launch waits in the queue of the backend's own scheduler (a Slurm allocation
-    pending), for `reason` in that scheduler's words (Resources, Priority); an empty `reason`:
-    it left that queue (its allocation started) and its process is starting. `where` names
-    the scheduler, `detail` its own handle (e.g. "Slurm job 12")."""
+    """The launch waits in the backend's own queue (a Slurm allocation pending) for `reason`,
+    in that scheduler's words; an empty `reason`: it left that queue."""
 
     launch_id: str
     reason: str
@@ -82,8 +77,7 @@ class LaunchQueued:
 
 @dataclass(frozen=True)
 class ReplicaProgress:
-    """A replica reported training progress through the runtime; `time`: when the controller
-    saw it."""
+    """A replica's training progress, as the runtime reported it."""
 
     launch_id: str
     step: int | None  # None: no step reported yet
@@ -92,8 +86,7 @@ class ReplicaProgress:
     step_seconds: float | None = None  # their mean
     save_seconds: float | None = None  # the longest blocking part of a save among them
     notes: tuple[str, ...] = ()  # messages to show as the job's events
-    # Saves failed in a row as of the last outcome reported (None: none; 0: one committed),
-    # the last failure's reason, and from how many the runtime calls it an alert
+    # saves failed in a row (None: no outcome reported; 0: one committed)
     failed_saves: int | None = None
     save_error: str | None = None
     alert_after: int | None = None
@@ -102,10 +95,7 @@ class ReplicaProgress:
 
 @dataclass(frozen=True)
 class Hung:
-    """The watchdog found a job stalled and captured its stacks; `launch_id` is the laggard's.
-
-    `message` is the HANG error; `report` says where every rank was and where the stacks are.
-    """
+    """The watchdog found a job stalled and captured its stacks; `launch_id` is the laggard's."""
 
     launch_id: str
     time: float
@@ -130,8 +120,7 @@ class Command:
 
 @dataclass(frozen=True)
 class NodeCheckFailed:
-    """A node failed its preflight check (the cluster file's `health: preflight`): it is
-    quarantined at once. `message` is the check's own words (its failing lines)."""
+    """A node failed its preflight check (the cluster file's `health: preflight`)."""
 
     node: str
     message: str
@@ -147,10 +136,8 @@ Observation = (ReplicaStarted | ReplicaExited | LaunchFailed | LaunchQueued | Re
 
 @dataclass(frozen=True)
 class ResumeArgs:
-    """A pool's `resume:` for one launch: append `args` when `glob` (absolute) matches.
-
-    `key` names the launch of the group it belongs to: the shell looks the glob up once per
-    key, so every rank of a group gets the same command (core.resume)."""
+    """A pool's `resume:` for one launch: append `args` when `glob` (absolute) matches; the
+    shell looks the glob up once per `key`, so every rank of a group gets the same command."""
 
     glob: str
     args: tuple[str, ...]
@@ -172,19 +159,16 @@ class Launch:
     # <state>/logs/<job>/attempt-<n>/<replica>; the backend appends .out / .err / .log (both)
     log_prefix: str
     gpus: int = 0  # GPUs the replica holds (env CUDA_VISIBLE_DEVICES names them, where known)
-    resume: ResumeArgs | None = None  # the shell appends its args when its glob matches
-    # The launches that share one master (rank 0's store): the backend gives every launch of
-    # a key the same MASTER_PORT, free on rank 0's node (backends/masterport.py).
-    master_key: str = ""
+    resume: ResumeArgs | None = None
+    master_key: str = ""  # launches of one key share a MASTER_PORT (backends/masterport.py)
 
 
 @dataclass(frozen=True)
 class Stop:
-    """Stop one replica: send `signal` to its process group now, SIGKILL after `grace` seconds.
+    """Stop one replica: `signal` to its process group after `delay`, SIGKILL `grace` later.
 
-    `notice` ("preemption", "maintenance") tells a replica running perdure.runtime that this
-    is a notice to save and exit; without one it is a plain stop (a new round, a cancel) and
-    the runtime exits at once: survivors of a failed peer have nothing to save.
+    With a `notice` ("preemption", "maintenance") the runtime saves before it exits; without,
+    it exits at once (survivors of a failed peer have nothing to save).
     """
 
     launch_id: str
@@ -192,9 +176,7 @@ class Stop:
     grace: float
     reason: str
     notice: str | None = None
-    # Send `signal` only after `delay` seconds (the replica may end by itself first: the
-    # other ranks after the primary succeeded); SIGKILL `grace` seconds after that.
-    delay: float = 0.0
+    delay: float = 0.0  # the replica may end by itself first (after the primary succeeded)
 
 
 @dataclass(frozen=True)
@@ -206,10 +188,7 @@ class KillNode:
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """Publish an elastic job's membership for a round: the replicas in rank order.
-
-    Replicas of elastic jobs rebuild their process group from it without restarting.
-    """
+    """An elastic job's membership for a round; its replicas rebuild their group from it."""
 
     job_id: str
     attempt: int
@@ -221,10 +200,8 @@ class Rendezvous:
 
 @dataclass(frozen=True)
 class HoldNodes:
-    """The spare nodes (`spares: K`) an attempt of a job holds now, all of them (empty: none,
-    the attempt ended). A backend that allocates nodes from a scheduler of its own (Slurm)
-    keeps them in the attempt's allocation, so a lost node's replicas are launched on one
-    without a new queue wait; the others need nothing (the core counts them as used)."""
+    """Every spare node (`spares: K`) an attempt holds now (empty: the attempt ended); a
+    backend with a scheduler of its own (Slurm) keeps them in the attempt's allocation."""
 
     job_id: str
     attempt: int

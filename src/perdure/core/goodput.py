@@ -1,11 +1,8 @@
 """Goodput arithmetic: productive step time over wall time, and the badput by category.
 
-No side effects: takes the primary replica's progress records (one list per launch, as the
-runtime wrote them) and the job's state timeline, returns the account. Categories follow
-Google's ml-goodput-measurement: startup, checkpoint save (blocking part), checkpoint restore,
-data loading (blocking), wasted progress from disruption, elastic (rebuilding the group after
-a membership change, in a process that stays alive), recovery; time queued and suspended are
-shown apart and do not count against goodput.
+No side effects: the primary's progress records and the job's state timeline in, the account
+out. Categories follow Google's ml-goodput-measurement (CATEGORIES); time queued and suspended
+does not count against goodput.
 """
 
 from __future__ import annotations

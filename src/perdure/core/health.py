@@ -1,21 +1,11 @@
 """Node health: which failures point at the machine, and when a node is quarantined.
 
-No side effects: `machine_fault` reads a failure record; `strike` and `fence` change the
-tick's copies of the nodes and record events (and, through the tick, the moves of a fenced
-node's replicas) for the shell to carry out.
-
-The rule, from the cluster file's `health` (core/healthspec.py):
-- a failure that points at the machine (FAULTS: native-code signals, NCCL's CUDA and internal
-  errors, CUDA/ECC/Xid errors, a lost node, a failed health check) is a strike against its
-  node; an exception of the script, its OOM, a lost peer or a notice is none;
-- strikes older than `window_seconds` are forgotten;
-- a replica that failed the same way on two different nodes is the script's fault: those
-  strikes count against neither node; nodes lost together (SHARED_LOSS_SECONDS apart) lost
-  what they share (a switch, a rack's power): those losses count against none of them;
-- a node with `max_node_failures` strikes that count is QUARANTINED (fenced): nothing new is
-  placed there and its replicas move as for a drain, until `perdure node restore` (the only
-  ready node is not fenced: nothing could move; an event says so);
-- a failed preflight check fences its node at once.
+No side effects beyond the tick's copies: `strike` and `fence` change its nodes and events.
+The rule (docs/guides/node-health.md): a failure that points at the machine (FAULTS, a lost
+node) is a strike against its node, within `window_seconds`; the same failure of one replica on
+two nodes is the script's, and nodes lost together lost what they share: neither counts. A
+node with `max_node_failures` strikes, or a failed preflight check, is QUARANTINED until
+`perdure node restore`.
 """
 
 from __future__ import annotations
@@ -59,8 +49,7 @@ def _native(f: Failure) -> str | None:
 
 
 def _nccl(f: Failure) -> str | None:
-    # A collective timeout or a communication error is what the survivors of a lost peer see:
-    # it points at the peer, not at the node that reports it.
+    # a collective timeout or communication error points at a lost peer, not at this node
     kind = nccl_kind(f.error)
     return kind if kind in ("NCCL CUDA error", "NCCL internal error") else None
 
@@ -99,8 +88,7 @@ def _script_faults(nodes: Iterable[Node]) -> set[tuple[str, str, str]]:
 
 
 def _shared_losses(nodes: Iterable[Node]) -> set[tuple[str, float]]:
-    """(node, time) of each loss that came with another node's (SHARED_LOSS_SECONDS apart):
-    what the nodes share failed (a switch, a rack's power), not each of them."""
+    """(node, time) of each loss within SHARED_LOSS_SECONDS of another node's."""
     losses = sorted((s.time, n.name) for n in nodes for s in n.strikes if s.kind == NODE_LOST)
     shared: set[tuple[str, float]] = set()
     for (t1, n1), (t2, n2) in itertools.pairwise(losses):
@@ -110,8 +98,7 @@ def _shared_losses(nodes: Iterable[Node]) -> set[tuple[str, float]]:
 
 
 def counted(node: Node, nodes: Mapping[str, Node]) -> list[Strike]:
-    """The strikes that count against `node`: all but the script's own faults and the losses
-    it shared with other nodes."""
+    """The strikes that count against `node`: not the script's faults nor shared losses."""
     mine = [s for s in node.strikes if s.replica]
     excused = _script_faults(nodes.values()) if mine else set()
     lost = any(s.kind == NODE_LOST for s in node.strikes)
@@ -174,9 +161,8 @@ def _unfence_excused(t: Tick, name: str) -> None:
 
 
 def fence(t: Tick, name: str, reason: str) -> None:
-    """Quarantine node `name`: nothing new is placed there, its replicas move as for a drain
-    (at their next checkpoint when one is near, else at once); one event names the node and
-    why."""
+    """Quarantine node `name`: nothing new is placed there, its replicas move as for a drain."""
+
     node = t.nodes.get(name)
     if node is None or node.fence:
         return

@@ -1,16 +1,8 @@
 """The cluster file's `health` section: when a node is fenced, and the check it must pass.
 
-No side effects: a pydantic model on the common validated base (specbase.SpecModel).
-
-    health:
-      max_node_failures: 2      # machine failures within the window that quarantine a node
-      window_seconds: 604800    # how long a failure counts against its node: a week
-      preflight: [perdure, health-check]   # argv run on a node before it gets replicas
-      timeout_seconds: 120      # a preflight that runs longer fails
-
-Defaults: 2 failures in a week. At the Llama 3 run's rates (419 interruptions in 54 days on
-2,048 nodes) a node fails about once in 260 days, so two in a week is rare for a healthy one
-and common for a repeat offender (docs/guides/node-health.md; `perdure sim --failures
+No side effects. Defaults: 2 failures in a week. At the Llama 3 run's rates (419 interruptions
+in 54 days on 2,048 nodes) a node fails about once in 260 days, so two in a week is rare for a
+healthy one and common for a repeat offender (docs/guides/node-health.md; `perdure sim --failures
 llama3-lemons` shows the trade).
 """
 
@@ -28,10 +20,15 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 class HealthSpec(SpecModel):
     """Node health: the quarantine limit (0 = never fence) and the optional preflight check."""
 
-    max_node_failures: int = Field(default=DEFAULT_MAX_FAILURES, ge=0)
-    window_seconds: float = Field(default=DEFAULT_WINDOW_SECONDS, gt=0)
-    preflight: list[str] = Field(default_factory=list)
-    timeout_seconds: float = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0)
+    max_node_failures: int = Field(default=DEFAULT_MAX_FAILURES, ge=0, description=(
+        "machine failures within the window that quarantine a node (0: never)"))
+    window_seconds: float = Field(default=DEFAULT_WINDOW_SECONDS, gt=0, description=(
+        "how long a failure counts against its node"))
+    preflight: list[str] = Field(default_factory=list, description=(
+        "argv run on a node before an attempt's replicas start there (e.g. `[perdure, "
+        "health-check]`); a failure quarantines it"))
+    timeout_seconds: float = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0, description=(
+        "a preflight that runs longer fails"))
 
     @field_validator("preflight")
     @classmethod

@@ -1,7 +1,6 @@
 """Hot-swap: a running job that lost capacity takes it from a lower-priority job.
 
-No side effects: picks victims and suspends them through the tick (notice, grace, checkpoint,
-SUSPENDED, requeued); the waiting replicas are placed once the victims' replicas are down.
+No side effects: picks victims and suspends them through the tick.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ def _gpus_on_ready(job: Job, cap: Capacity) -> int:
 
 
 def lost_work(job: Job, now: float) -> float:
-    """Slot-seconds a preemption would throw away: time since its last checkpoint x slots
-    (since it was created when it never reported one)."""
+    """Slot-seconds a preemption would throw away: time since its last checkpoint x slots."""
     since = job.last_checkpoint if job.last_checkpoint is not None else job.created
     return max(0.0, now - since) * job.slots
 
@@ -40,11 +38,8 @@ def _least(victim: Job, t: Tick) -> str:
 
 
 def hot_swap(t: Tick, cap: Capacity, job: Job) -> bool:
-    """Free capacity for `job`'s waiting replicas by preempting lower-priority jobs.
-
-    Returns True when enough capacity is (or will soon be) freed, so the job waits for it
-    instead of counting toward its capacity timeout.
-    """
+    """Free capacity for `job`'s waiting replicas by preempting lower-priority jobs; whether
+    enough is (or will soon be) freed, so the job waits instead of timing out."""
     waiting = [r for r in job.replicas if r.state is ReplicaState.WAITING]
     need = sum(r.slots for r in waiting) - cap.free
     need_gpus = sum(r.gpus for r in waiting) - cap.free_gpus()

@@ -1,35 +1,22 @@
 """`checkpoint.every: auto`: the checkpoint interval from data, by Young/Daly.
 
-No side effects: measurements in, an interval out; the shell publishes it to the replicas.
+No side effects: measurements in, an interval out.
 
-    interval = sqrt(2 x C x MTBF) x (1 + sqrt(C / 2 MTBF) / 3 + C / 18 MTBF) - C
-               (Daly's higher-order form of Young's; MTBF when C >= 2 MTBF),
+    interval = sqrt(2 C M) x (1 + sqrt(C / 2M) / 3 + C / 18M) - C   (M when C >= 2M),
                clamped to [C, max_interval_seconds]
 
-- C: the blocking cost of one save (what training waits for), the median of the last saves the
-  runtime reported; DEFAULT_COST_SECONDS until the first is measured.
-- MTBF of the job (PRIOR_MTBF_SECONDS, or $PERDURE_MTBF_PRIOR_SECONDS for the controller),
-  estimated in two Gamma-Poisson steps, each adding observed failures and
-  running time to a prior worth one failure:
-    cluster MTBF = (PRIOR_MTBF_SECONDS + the cluster's running time) / (1 + its failures)
-    job MTBF     = (cluster MTBF + the job's running time) / (1 + the job's failures)
-  so a new job starts from what the cluster has seen (or the prior, one failure a day) and
-  moves to its own record as it accumulates failures.
-- A failure: a replica restart or a job retry (a preemption with its save loses nothing).
-- Only the failures the persistent checkpoint must recover set its interval: one whose restore
-  came from a node-local or peer snapshot lost the work since that snapshot, whatever the
-  checkpoint interval. The replicas report where each restore came from (`reached_checkpoint`
-  reads the word); the share of restores from the checkpoint, with a prior worth one
-  recovery of the whole job from it (`replicas` restores, as a group restart reports),
-    share = (replicas + restores from the checkpoint) / (replicas + restores reported)
-  thins the failures (a Poisson process thinned by `share` is one of rate share / MTBF):
-    checkpoint MTBF = MTBF / share
-  A job that reports no restore source keeps share 1: every failure counts.
-- A new interval is published when it moves by more than CHANGE_FRACTION.
+- C: the median blocking cost of the last saves (DEFAULT_COST_SECONDS before one).
+- MTBF, in two Gamma-Poisson steps, each adding failures (restarts, retries) and running time
+  to a prior worth one failure: cluster = (prior + its seconds) / (1 + its failures), then
+  job = (cluster + its seconds) / (1 + its failures).
+- M = MTBF / share: only failures the persistent checkpoint recovers count (a restore from a
+  snapshot lost only the work since the snapshot); share = (replicas + restores from the
+  checkpoint) / (replicas + restores reported), a prior worth one whole-job recovery.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -80,18 +67,11 @@ class Interval:
                 f"restores from the checkpoint, the others from snapshots)")
 
     def to_json(self) -> dict[str, float | int]:
-        return {"seconds": self.seconds, "cost": self.cost, "cost_measured": self.cost_measured,
-                "mtbf": self.mtbf, "job_failures": self.job_failures,
-                "job_seconds": self.job_seconds, "cluster_failures": self.cluster_failures,
-                "cluster_seconds": self.cluster_seconds, "failure_mtbf": self.failure_mtbf,
-                "restores": self.restores, "from_checkpoint": self.from_checkpoint,
-                "share": self.share}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "prior"}
 
 
 def young_daly(cost: float, mtbf: float, ceiling: float) -> float:
-    """Daly's higher-order optimum (Young's sqrt(2 C M) with its correction terms, which
-    matter once a save is no longer small against the MTBF), never below the save's own cost
-    nor above `ceiling`."""
+    """Daly's higher-order optimum, never below the save's own cost nor above `ceiling`."""
     if cost >= 2.0 * mtbf:
         return min(ceiling, max(cost, mtbf))
     r = cost / (2.0 * mtbf)
@@ -131,9 +111,8 @@ def note_cost(rec: JobRecord, seconds: float) -> None:
 
 
 def reached_checkpoint(source: object) -> bool | None:
-    """Whether a restore reported from `source` fell back to the persistent checkpoint: True
-    for the checkpoint, False for a snapshot, None when it says nothing of a failure (a start
-    from scratch, which a job's first launch also reports; a word this version does not know)."""
+    """Whether a restore from `source` fell back to the persistent checkpoint (True), came
+    from a snapshot (False), or says nothing of a failure (None: scratch, an unknown word)."""
     if source == CHECKPOINT:
         return True
     if source in SNAPSHOT_SOURCES:

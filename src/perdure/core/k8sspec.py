@@ -1,22 +1,8 @@
 """The cluster file's `kubernetes` section (`backend: kubernetes`): which cluster, and what
 every agent pod of an attempt is made with.
 
-No side effects: a pydantic model on the common validated base (specbase.SpecModel).
-
-    backend: kubernetes
-    kubernetes:
-      kubeconfig: ~/.kube/config     # null: $KUBECONFIG, else ~/.kube/config, else in-cluster
-      context: training              # null: the kubeconfig's current context
-      namespace: ml                  # null: the context's namespace, else default
-      image: registry.example/train:1   # Python, torch and perdure; runs the node agent
-      service_account: trainer       # null: none mounted
-      node_selector: {pool: gpu}
-      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
-      resources: {limits: {nvidia.com/gpu: 8}}   # each agent pod's; null: from the replicas
-      queue: team-a                  # a Kueue LocalQueue: Kueue admits, perdure's quota is off
-
-Credentials never go here: a job's credential variables are read by its pods from the
-Secret `<job name>-credentials` (env valueFrom secretKeyRef).
+No side effects. Credentials never go here: a job's credential variables are read by its pods
+from the Secret `<job name>-credentials` (env valueFrom secretKeyRef).
 """
 
 from __future__ import annotations
@@ -40,17 +26,28 @@ QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P|E|Ei)?\Z")
 
 
 class KubernetesSpec(SpecModel):
-    """`kubernetes:` of a cluster file (see the module docstring)."""
+    """`kubernetes:` of a cluster file."""
 
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str | None = None
-    image: str = Field(min_length=1)
-    service_account: str | None = None
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
-    resources: dict[str, dict[str, str | int]] | None = None
-    queue: str | None = None
+    kubeconfig: str | None = Field(None, description=(
+        "null: $KUBECONFIG, else ~/.kube/config, else the pod's service account (in-cluster)"))
+    context: str | None = Field(None, description=(
+        "the kubeconfig's context; null: its current context"))
+    namespace: str | None = Field(None, description=(
+        "where the agent pods run; null: the context's, else default"))
+    image: str = Field(min_length=1, description=(
+        "the agent pods' image: Python, torch, perdure and the job's code"))
+    service_account: str | None = Field(None, description=(
+        "the agent pods' service account; null: none mounted"))
+    node_selector: dict[str, str] = Field(default_factory=dict, description=(
+        "labels a node must have (besides its hostname)"))
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "the agent pods' tolerations (key, operator, value, effect, tolerationSeconds)"))
+    resources: dict[str, dict[str, str | int]] | None = Field(None, description=(
+        "each agent pod's requests and limits; null: a CPU per replica and its GPUs "
+        "(nvidia.com/gpu)"))
+    queue: str | None = Field(None, description=(
+        "a Kueue LocalQueue (label kueue.x-k8s.io/queue-name): Kueue admits the pods; "
+        "perdure's queues then take no quota"))
 
     @field_validator("namespace", "service_account", "queue")
     @classmethod

@@ -26,16 +26,10 @@ class LaunchSettings:
     state_dir: str
     python: str  # the interpreter perdure runs under; replaces a leading `python`
     master_addr: str = "127.0.0.1"
-    # job id -> the job's secret (backends/relay/secrets.py); None: launches carry no secret, so
-    # replicas open no authenticated listener (snapshots are then not replicated)
+    # job id -> its secret (backends/relay/secrets.py); None: no authenticated listener
     job_secret: Callable[[str], str] | None = None
-    # A fast node-local directory (tmpfs) under which each job gets $PERDURE_NODE_DIR: what a
-    # replica keeps there outlives its process (a group restart) but not the job.
-    node_dir: str | None = None
-    # A tick sends at most this many launches, the rest over the next ticks (core.plan;
-    # None: all at once, as the simulator's ticks cost no time)
-    launches_per_tick: int | None = 256
-    # The cluster file's `health`: when a node is quarantined (core/health.py)
+    node_dir: str | None = None  # node-local (tmpfs): each job's $PERDURE_NODE_DIR under it
+    launches_per_tick: int | None = 256  # the rest over the next ticks; None: all at once
     health: HealthSpec = field(default_factory=lambda: HealthSpec())
 
 
@@ -75,6 +69,8 @@ def interval_env(job: Job, s: LaunchSettings) -> dict[str, str]:
         seconds = min(ck.every_seconds, ck.max_interval_seconds)
         env["PERDURE_CHECKPOINT_EVERY_SECONDS"] = f"{seconds:g}"
     return env
+
+
 def node_dir(job_id: str, s: LaunchSettings) -> str | None:
     """The job's node-local directory ($PERDURE_NODE_DIR), if the control plane gives one."""
     return posixpath.join(s.node_dir, job_id) if s.node_dir else None
@@ -85,8 +81,7 @@ def job_of_launch(launch_id: str) -> str:
 
 
 def replica_of_launch(launch_id: str) -> str:
-    """The replica's name in a launch id ("" if it is not one of `launch_id`'s: names of
-    jobs and pools hold no dots)."""
+    """The replica's name in a launch id ("" if it is not a launch id)."""
     parts = launch_id.split(".")
     return parts[2] if len(parts) == 4 else ""
 
@@ -98,11 +93,8 @@ def _under(root: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class ReplicaFacts:
-    """One replica's place in its job, as its backend can state it.
-
-    Values are literals on the local backend; an exporter may pass references that its
-    platform expands when the process starts (Kubernetes' `$(VAR)`).
-    """
+    """One replica's place in its job: literals, or references its platform expands when
+    the process starts (Kubernetes' `$(VAR)`)."""
 
     rank: str
     world_size: str
@@ -120,10 +112,8 @@ class ReplicaFacts:
 
 
 def contract_env(spec: JobSpec, pool: PoolSpec, f: ReplicaFacts) -> dict[str, str]:
-    """torchrun's environment contract plus perdure's, as every backend hands it to a replica.
-
-    The spec's and the pool's env come first, so the contract's own names always win.
-    """
+    """torchrun's environment contract plus perdure's; the contract's names win over the
+    spec's and the pool's env."""
     env = {
         "OMP_NUM_THREADS": "1",
         **spec.env,
@@ -171,14 +161,13 @@ def master_node(job: Job) -> str:
 
 
 def master_key(job: Job) -> str:
-    """Which launches share a master: those of one attempt, and of one round where a round
-    is a group restart (an elastic job's rounds keep the attempt's master)."""
+    """Which launches share a master: one attempt's, and one round's unless elastic."""
     return f"{job.id}-{job.attempt}" + ("" if job.elastic else f".{job.round}")
 
 
 def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None = None) -> Launch:
-    """The Launch decision for replica `r` of `job` as placed now (`layout`: Layout.of(job),
-    given when several replicas are launched at once; it keeps what they share)."""
+    """The Launch decision for replica `r` of `job` as placed now (`layout`: shared by the
+    replicas launched together)."""
     layout = layout or Layout.of(job)
     pool = next(p for p in job.spec.pools if p.name == r.pool)
     base = layout.bases.get(pool.name)
@@ -219,7 +208,6 @@ def build_launch(job: Job, r: Replica, s: LaunchSettings, layout: Layout | None 
 
 
 def _pool_base(job: Job, pool: PoolSpec, s: LaunchSettings, layout: Layout) -> PoolBase:
-    """What every replica of `pool` is launched with in this launch of `job`."""
     command = list(pool.command)
     if command[0] in ("python", "python3"):
         command[0] = s.python

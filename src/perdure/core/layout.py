@@ -2,10 +2,8 @@
 LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, each replica's first RANK and ROLE_RANK,
 WORLD_SIZE, and an elastic round's member ranks.
 
-No side effects. A layout is computed once for all replicas launched together and kept while
-they stay where they are: a new elastic round renumbers its members (`renumbered`), a
-replacement placed elsewhere moves its nodes' entries (`moved`), so a tick that launches a
-few replicas of a big job stays linear in those few.
+No side effects. A layout is computed once for all replicas launched together and updated
+(`renumbered`, `moved`), so a tick that launches a few replicas of a big job stays linear.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ _K = TypeVar("_K")
 
 
 def _runs(keys: list[_K]) -> list[tuple[_K, int]] | None:
-    """Each key with the length of its run, when every key comes in one run only (as
-    placement and make_replicas put a node's or a pool's replicas); None otherwise."""
+    """Each key with the length of its run, when every key comes in one run; else None."""
     runs = [(key, len(list(same))) for key, same in itertools.groupby(keys)]
     return runs if len({key for key, _ in runs}) == len(runs) else None
 
@@ -77,12 +74,9 @@ class PoolBase:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where a job's replicas are, computed once for all replicas launched together.
-
-    torchrun's "group" is the node for a job of one-process CPU replicas; with GPUs or several
-    processes per replica each replica is its own group (GROUP_RANK = its rank), which is what
-    `torch.cuda.set_device(LOCAL_RANK)` needs when a replica sees only its own GPUs.
-    """
+    """Where a job's replicas are. torchrun's "group" is the node for one-process CPU
+    replicas; with GPUs or several processes each replica is its own group (GROUP_RANK = its
+    rank), as `torch.cuda.set_device(LOCAL_RANK)` needs when a replica sees only its GPUs."""
 
     at: Mapping[str, str | None]  # replica -> its node (None: placed nowhere)
     places: Mapping[str, tuple[str, ...]]  # node -> its replicas, in rank order
@@ -91,12 +85,11 @@ class Layout:
     members: tuple[str, ...]  # elastic: this round's members, in rank order
     first_rank: Mapping[str, tuple[int, int]]  # replica -> (first RANK, first ROLE_RANK)
     world: int  # WORLD_SIZE: every process of every replica
-    # replica -> CUDA_VISIBLE_DEVICES (absent: leave it alone)
-    devices: Mapping[str, str] = field(default_factory=dict)
-    # pool -> what every replica of it is launched with (build_launch fills it on first use)
+    devices: Mapping[str, str] = field(default_factory=dict)  # replica -> CUDA_VISIBLE_DEVICES
+    # pool -> what its replicas are launched with (build_launch fills it)
     bases: dict[str, PoolBase] = field(default_factory=dict, compare=False, repr=False)
     key: tuple[int, int] = field(default=(0, 0), compare=False, repr=False)  # key_of(job)
-    # node -> {replica: LOCAL_RANK}, made for a node when one of its replicas launches
+    # node -> {replica: LOCAL_RANK}, made on first use
     _indexes: dict[str, dict[str, int]] = field(default_factory=dict, compare=False,
                                                 repr=False)
     _ranks: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
@@ -108,7 +101,7 @@ class Layout:
 
     @property
     def member_rank(self) -> Mapping[str, int]:
-        """elastic: this round's rank of each member (made on first use)."""
+        """elastic: this round's rank of each member."""
         if len(self._ranks) < len(self.members):
             self._ranks.update(zip(self.members, itertools.count()))
         return self._ranks
@@ -141,8 +134,7 @@ class Layout:
                                    devices={}, _ranks={})
 
     def moved(self, job: Job, where: Mapping[str, str]) -> Layout:
-        """This layout with the replicas of `where` on those nodes (launched now), as `of`
-        would compute it. Same round only."""
+        """This layout with the replicas of `where` on those nodes, as `of` would compute it."""
         at = self.at
         moves = dict(itertools.compress(where.items(), map(
             operator.ne, map(at.get, where.keys()), where.values())))
@@ -176,9 +168,7 @@ class Layout:
     @staticmethod
     def of(job: Job, where: Mapping[str, str] | None = None,
            planned: Sequence[Planned] = ()) -> Layout:
-        """`where`: nodes of replicas placed but not launched yet (their own `node` is unset);
-        `planned`: more of those, as the job's plan holds them (its nodes count over
-        `where`'s). Without `devices`: each launch sets its own (`gpu_env`)."""
+        """`where` and `planned`: nodes of replicas placed but not launched yet."""
         pools = {p.name: p for p in job.spec.pools}
         names = list(map(_NAME, job.replicas))
         if len(planned) == len(names):  # every replica planned, in rank order: its nodes
@@ -214,9 +204,9 @@ def key_of(job: Job) -> tuple[int, int]:
 
 
 def gpu_env(job: Job, nodes: Mapping[str, Node], replicas: list[Replica]) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES of each of `replicas` placed: its own GPUs, in its node's names
-    for them; "" (none) for a replica without GPUs on a node that has some, unless the spec
-    sets it."""
+    """CUDA_VISIBLE_DEVICES of each of `replicas`: its own GPUs, in its node's names; "" for
+    a replica without GPUs on a node that has some, unless the spec sets it."""
+
     out: dict[str, str] = {}
     for x in replicas:
         node = nodes.get(x.node or "")

@@ -1,8 +1,7 @@
 """The control plane's state: jobs, JSON round-trippable (their replicas: core/replica.py).
 
-No side effects. A Job is the stored record, its `Scratch` what the controller keeps in memory
-only. `decide` works on `clone()`s, which share their replicas with the job cloned until the
-tick changes one (`Job.own`: copy on write).
+No side effects. `decide` works on `clone()`s, which share their replicas with the job cloned
+until the tick changes one (`Job.own`: copy on write).
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ Planned = tuple[int, str, tuple[int, ...]]  # a replica placed, not launched: ra
 
 
 def _shallow(obj: _T) -> _T:
-    """A field-for-field copy, no __init__ run."""
     new = object.__new__(type(obj))
     new.__dict__ = obj.__dict__.copy()
     return new
@@ -50,9 +48,8 @@ class JobError:
 
 @dataclass(frozen=True)
 class Blame:
-    """The replica charged for this round's group restart when its exit was a lost peer's
-    collateral ("connection closed by peer"), and when that restart was decided: a replica
-    whose own failure happened before then, reported later, takes the charge (see decide)."""
+    """The replica charged for this round's group restart as a lost peer's collateral exit,
+    and when that was decided (an earlier failure reported later takes the charge)."""
 
     replica: str
     since: float
@@ -60,25 +57,18 @@ class Blame:
 
 @dataclass
 class Scratch:
-    """What the controller keeps of a job in memory only (a restarted controller has none:
-    `Job.unlaunched` tells it a plan was lost).
+    """What the controller keeps of a job in memory only (`Job.unlaunched` tells a restarted
+    controller that a plan was lost)."""
 
-    plan: replicas placed, launches not sent yet (core.plan), as (rank, node, GPUs) in rank
-      order: they hold their slots and stay WAITING until sent.
-    members: `Job.members` and its set (`Job.member_set`).
-    owned, was, counted: a tick's copy on write (`Job.own`): ids of the replicas this copy
-      made; place -> the replica there when cloned (None outside a tick); the counts as
-      cloned, or those `Job.seal` left.
-    """
-
-    plan: tuple[Planned, ...] = ()
-    members: tuple[tuple[str, ...], frozenset[str]] | None = None
+    plan: tuple[Planned, ...] = ()  # placed, launches not sent yet (core.plan): rank order
+    members: tuple[tuple[str, ...], frozenset[str]] | None = None  # `Job.member_set`
+    # a tick's copy on write (`Job.own`): ids of the replicas this copy made, place -> the
+    # replica there when cloned (None outside a tick), the counts as cloned or sealed
     owned: set[int] = field(default_factory=set)
     was: dict[int, Replica] | None = None
     counted: Counts | None = None
 
     def cloned(self) -> Scratch:
-        """A tick's clone's: nothing owned yet; a sealed job's counts kept."""
         return Scratch(self.plan, self.members, set(), {},
                        self.counted if self.was is None else None)
 
@@ -116,11 +106,8 @@ class Job:
     spares: dict[str, int] = field(default_factory=dict)  # spare nodes held: node -> slots
     # QUEUED in the backend's own scheduler: its reason there (`in_backend_queue`)
     backend_queue: str = ""
-    # Replicas placed, not launched when last stored (`Scratch.plan` holds them; a
-    # controller that finds this without a plan restarts the round: core.plan.replan)
-    unlaunched: int = 0
-    # Ranks of a group restart's replicas whose stops are still to be sent (core.plan);
-    # never changed in place (clones share it)
+    unlaunched: int = 0  # placed, not launched when stored (without a plan: core.plan.replan)
+    # ranks whose group-restart stops are still to be sent; never changed in place
     unstopped: list[int] = field(default_factory=list)
     scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
 
@@ -147,8 +134,7 @@ class Job:
 
     @property
     def in_backend_queue(self) -> bool:
-        """QUEUED after admission, its launches waiting in the backend's own queue (a Slurm
-        allocation pending): it holds its slots and quota like a PENDING job."""
+        """QUEUED in the backend's own queue, after admission: it holds slots and quota."""
         return self.state is JobState.QUEUED and bool(self.backend_queue)
 
     @property
@@ -217,7 +203,6 @@ class Job:
 
     @functools.cached_property
     def ranked(self) -> bool:
-        """Whether the replicas are listed in rank order (as make_replicas lists them)."""
         ranks = list(map(_RANK, self.replicas))
         return ranks == sorted(ranks)
 
@@ -227,12 +212,11 @@ class Job:
         return (-self.priority, self.created, self.id)
 
     def states(self) -> list[ReplicaState]:
-        """Each replica's state, in list order."""
         return list(map(_STATE, self.replicas))
 
     def counts(self) -> Counts:
-        """Replicas per state and slots held per node (a copy, the caller's to change); a
-        tick's clone recounts only the replicas it owns (core.counts)."""
+        """Replicas per state and slots held per node (a copy); a tick's clone recounts only
+        the replicas it owns."""
         scratch = self.scratch
         if scratch.was is None:
             counted = scratch.counted
@@ -243,13 +227,11 @@ class Job:
         return now
 
     def seal(self) -> None:
-        """The tick that changed this copy is committed: it owns no replica any more, and its
-        counts are kept for the next tick's clone."""
+        """The tick that changed this copy is committed: its counts are kept, nothing owned."""
         counted = self.counts()
         self.scratch.owned, self.scratch.was, self.scratch.counted = set(), None, counted
 
     def member_set(self) -> frozenset[str]:
-        """This round's members as a set, built once a round."""
         cache = self.scratch.members
         if cache is None or cache[0] is not self.members:
             cache = self.scratch.members = (self.members, frozenset(self.members))
@@ -259,7 +241,7 @@ class Job:
         return self.counts().count(state)
 
     def count_restarts(self) -> int:
-        """The replicas' restarts in this attempt, in all."""
+        """The replicas' restarts in this attempt."""
         if self.scratch.was is None and self.scratch.counted is None:
             return sum(map(_RESTARTS, self.replicas))
         return self.counts().restarts
@@ -276,8 +258,7 @@ class Job:
                                                           map(_NAME, self.replicas))))
 
     def unplaced(self) -> list[Replica]:
-        """The WAITING replicas not placed already (`plan`), in list order: a tick's copy
-        looks among the replicas it changed when the counts say no other waits."""
+        """The WAITING replicas not placed already (`plan`), in list order."""
         plan, was = self.scratch.plan, self.scratch.was
         left = self.count(ReplicaState.WAITING) - len(plan)
         if was is not None and left <= len(was):
@@ -293,12 +274,10 @@ class Job:
 
     @functools.cached_property
     def usage(self) -> dict[str, int]:
-        """used_slots(), cached while the job is unchanged."""
         return self.used_slots()
 
     @functools.cached_property
     def gpu_usage(self) -> dict[str, list[int]]:
-        """used_gpus(), cached like `usage`."""
         return self.used_gpus()
 
     def used_gpus(self) -> dict[str, list[int]]:

@@ -1,12 +1,8 @@
-"""Launches and stops sent over several ticks: a job that places more replicas than a tick
-may launch (`LaunchSettings.launches_per_tick`) keeps the rest as its plan (`Scratch.plan`),
-sent in rank order by the next ticks; a group restart stops the rest the same way
-(`Job.unstopped`, stored).
+"""Launches and stops sent over several ticks: beyond `launches_per_tick` the rest of a
+placement is the job's plan (`Scratch.plan`), a group restart's stops `Job.unstopped`.
 
-No side effects. A planned replica holds its slots and GPUs and stays WAITING until its
-launch, which gets the layout of the whole placement, is sent. The plan is not stored, only
-its length (`Job.unlaunched`): a controller that died mid-plan starts the round again
-(`replan`).
+No side effects. A planned replica holds its slots and GPUs and stays WAITING until sent. Only
+the plan's length is stored (`Job.unlaunched`): a controller that died mid-plan `replan`s.
 """
 
 from __future__ import annotations
@@ -18,8 +14,7 @@ from perdure.core.tick import Tick
 
 
 def step(t: Tick, job_id: str) -> None:
-    """Send the next stops and launches of a job (as many as the tick has left), or replan
-    a plan the tick cannot send."""
+    """Send the next stops and launches of a job, or replan a plan the tick cannot send."""
     job = t.touch(job_id)
     if job is None:
         return
@@ -59,8 +54,8 @@ def step(t: Tick, job_id: str) -> None:
 
 
 def replan(t: Tick, job: Job, why: str) -> None:
-    """The plan cannot be sent as placed: a group job starts a new round (every replica
-    placed and launched again, under one layout); another places the rest anew."""
+    """The plan cannot be sent as placed: a group job starts a new round, another places
+    the rest anew."""
     count = job.unlaunched
     t.drop_plan(job)
     t.active = True

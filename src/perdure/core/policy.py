@@ -1,7 +1,7 @@
 """The failure policy: a rule table (first match wins; the spec's rules before the defaults).
 
-No side effects: `classify` turns a failure record into a verdict with its reason, and
-`escalate` applies the restart and retry budgets. The controller carries verdicts out.
+No side effects: `classify` turns a failure record into a verdict, `escalate` applies the
+restart and retry budgets.
 """
 
 from __future__ import annotations
@@ -59,9 +59,7 @@ _PEER_TEXT = re.compile(
 )
 
 
-# NCCL's failures by kind (torch's texts and NCCL's result names), first match wins. A
-# collective timeout or a communication failure is a peer that hung or died; a CUDA or
-# internal error is the GPU's or the driver's; invalid usage is the script's own bug.
+# NCCL's failures by kind (torch's texts and NCCL's result names), first match wins.
 NCCL_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("NCCL invalid usage", re.compile(r"ncclInvalidUsage|ncclInvalidArgument|invalid usage")),
     ("NCCL collective timeout", re.compile(
@@ -148,8 +146,7 @@ def _user_message(f: Failure) -> str:
 
 
 def crash_loop(v: Verdict, f: Failure, repeats: int) -> Verdict:
-    """Name a crash loop after its exception: a replica whose restarts ran out with the same
-    exception every time (one the rules restart on: a lost-peer look, a spec rule)."""
+    """Name a crash loop after its exception: restarts ran out on the same one every time."""
     if f.error is None or repeats < 2 or v.action not in (Action.RETRY, Action.FAIL):
         return v
     message = (f"Replica {f.replica} raised the same exception {repeats} times in a row "
@@ -248,11 +245,9 @@ def retry_budget(code: ErrorCode, spec: JobSpec) -> int:
 def escalate(
     v: Verdict, restarts: int, retries: dict[str, int], spec: JobSpec
 ) -> tuple[Verdict, str]:
-    """Apply the budgets: a restart past max becomes a retry, a retry past max a failure.
+    """Apply the budgets: a restart past max becomes a retry, a retry past max a failure;
+    the reason with the counts (`non-zero exit, restart 3 of 5`)."""
 
-    Returns the verdict to carry out and its reason with the counts, e.g.
-    `restart worker-2: non-zero exit, restart 3 of 5`.
-    """
     if v.action is Action.RESTART:
         limit = spec.restart.max_replica_restarts
         if restarts < limit:

@@ -13,9 +13,7 @@ from perdure.core.states import NodeState
 
 @dataclass(frozen=True)
 class Strike:
-    """A failure that pointed at a node (core/health.py): when, what kind, and whose.
-
-    `job` and `replica` are empty for a failure of the node itself (lost, failed a check)."""
+    """A failure that pointed at a node (core/health.py); no job or replica: the node's own."""
 
     time: float
     kind: str  # "SIGSEGV", "NCCL CUDA error", "node lost", "health check", ...
@@ -43,11 +41,8 @@ class Node:
     slots: int
     state: NodeState = NodeState.READY
     gpus: int = 0
-    # What CUDA_VISIBLE_DEVICES calls each of the node's GPUs (index i -> gpu_ids[i]); empty:
-    # "0".."gpus-1", or (Ray) whatever the node's own scheduler hands out.
-    gpu_ids: tuple[str, ...] = ()
-    # Quarantined (core/health.py): why; empty while it is not. Orthogonal to `state`: a
-    # lost node comes back READY from its backend and stays fenced until `node restore`.
+    gpu_ids: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES's name of each GPU; empty: "0".."N-1"
+    # why it is quarantined (core/health.py); a lost node back READY stays fenced
     fence: str = ""
     strikes: tuple[Strike, ...] = ()  # the failures held against it, within the window
 

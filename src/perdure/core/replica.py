@@ -1,8 +1,4 @@
-"""One replica of a job: its record, which keeps its identity (name, rank) across restarts and
-moves, and the replicas a spec makes. Plain data, JSON round-trippable.
-
-No side effects.
-"""
+"""One replica of a job, and the replicas a spec makes. Plain data, JSON round-trippable."""
 
 from __future__ import annotations
 
@@ -35,8 +31,8 @@ class Replica:
     exit_code: int | None = None
     relaunch: bool = False  # STOPPING only to be started again (new round, move)
     notice: str | None = None  # "preemption" | "maintenance" while a notice is out
-    last_reason: str = ""
-    # The exception of its last failure and how many failures in a row had it (a crash loop).
+    last_reason: str = ""  # never set: kept for the stored rows' field list
+    # the exception of its last failure and how many failures in a row had it (a crash loop)
     error_seen: str = ""
     error_repeats: int = 0
 

@@ -21,12 +21,8 @@ NAMED = 3  # replicas named in that event; a big group's others are counted
 
 
 def resume_args(job: Job, r: Replica, pool: PoolSpec) -> ResumeArgs | None:
-    """The `resume:` of `r`'s launch (made already: `r.launches` counts it), None for the
-    job's first launch of `r` or a pool without one.
-
-    A group restart relaunches every rank in one round: they share the round's key, so the
-    shell decides once for all of them. A replica relaunched alone has a key of its own.
-    """
+    """The `resume:` of `r`'s launch, None for its first or a pool without one; a group
+    round's ranks share a key, so the shell decides once for all of them."""
     if pool.resume is None or r.launches <= 1:
         return None
     pattern = pool.resume.when_exists
@@ -39,8 +35,8 @@ def resume_args(job: Job, r: Replica, pool: PoolSpec) -> ResumeArgs | None:
 
 
 def newest(matches: Sequence[tuple[str, float]]) -> str:
-    """The newest of (path, mtime): the highest number in its name (the last one of its
-    base name: checkpoint-1200 over checkpoint-900), then the latest mtime, then the name."""
+    """The newest of (path, mtime): the highest last number in its base name
+    (checkpoint-1200 over checkpoint-900), then the latest mtime, then the name."""
     def order(match: tuple[str, float]) -> tuple[int, float, str]:
         path, mtime = match
         numbers = _NUMBER.findall(posixpath.basename(path.rstrip("/")))

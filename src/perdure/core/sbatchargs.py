@@ -1,11 +1,8 @@
 """`slurm.sbatch_args`: the options a cluster file may add to every holder job's sbatch, and
 those it may not because perdure sets them or reads them back (backends/slurm/slurmcmd.py).
 
-sbatch reads its options with getopt_long: `--opt=value`, `--opt value`, an unambiguous
-prefix of a long name (`--job=x` is `--job-name=x`), `-Jx` and `-J x`, and short flags
-bundled (`-kJx`: `-k`, then `-J x`). Each spelling is read here as sbatch reads it. An
-argument that is no option's value would be taken as the job's script in place of
-perdure's holder, so none may be given. No side effects.
+Each spelling is read as sbatch's getopt_long reads it (`--opt=value`, `--opt value`, a
+prefix of a long name, `-Jx`, `-J x`, bundled `-kJx`). No side effects.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Capacity: quota per queue, slots and GPUs per node, admission order, placement.
 
-No side effects: a `Capacity` is built for one tick from the snapshot and updated as the tick
-places replicas. GPUs are counted like slots, and a placed replica is also given which of its
-node's GPUs it holds (`Replica.devices`, lowest free indices first), disjoint from every other
-replica's on that node.
+No side effects: a `Capacity` is built for one tick and updated as it places replicas. GPUs
+are counted like slots; a placed replica also gets which of its node's GPUs it holds.
 """
 
 from __future__ import annotations
@@ -85,10 +83,8 @@ class Capacity:
     def place(
         self, replicas: list[Replica], prefer: Mapping[str, str | None] | None = None
     ) -> dict[str, str] | None:
-        """Nodes for every replica (all or none), best fit; takes the slots and GPUs when it
-        succeeds and notes in `devices` which GPUs each replica gets (the caller sets them).
-        `prefer`: replica -> the node it should stay on while that node is schedulable.
-        """
+        """Nodes for every replica (all or none), best fit, taking their slots; `devices`
+        notes each one's GPUs. `prefer`: replica -> the node it should stay on."""
         if sum(map(_SLOTS, replicas)) > self.free:
             return None
         free = dict(zip(self.ready, self._left(), strict=True))
@@ -122,10 +118,8 @@ class Capacity:
             self.gpus_used.setdefault(node, set()).update(devices[r.name])
         return chosen
 
-
     def _fill(self, replicas: list[Replica], free: dict[str, int]) -> dict[str, str] | None:
-        """`place` for replicas alike and without GPUs: best fit fills the nodes one by one,
-        fewest free slots first (nothing is noted in `devices`: none)."""
+        """`place` for replicas alike and without GPUs: fills the nodes, fewest free first."""
         slots, n = replicas[0].slots, len(replicas)  # some replicas (_alike_cpu)
         gpus = any(self.ready_gpus.values())  # else no node's GPUs to look at (a CPU cluster)
         order = sorted((gpus and bool(self._free_gpus(node)), f, node)
@@ -153,9 +147,8 @@ def _alike_cpu(replicas: list[Replica]) -> bool:
 
 
 class _BestFit:
-    """The node a replica fits best: min over (free GPUs if it wants GPUs, else whether the
-    node has free GPUs; free slots; name) among nodes with room, found through buckets of
-    equal (free GPUs, free slots) instead of a scan of every node per replica."""
+    """The node a replica fits best (fewest free GPUs, then slots), through buckets of equal
+    (free GPUs, free slots) instead of a scan of every node per replica."""
 
     def __init__(self, free: dict[str, int], gpus: Mapping[str, list[int]]) -> None:
         self.free, self.gpus = free, gpus

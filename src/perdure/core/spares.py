@@ -1,9 +1,8 @@
 """Spare nodes (`spares: K` in a pool): whole free nodes an attempt holds for a lost node's
-replicas, so they are placed at once, warm, instead of waiting for capacity or shrinking.
+replicas, so they are placed at once instead of waiting for capacity or shrinking.
 
-No side effects: works on the tick's copies and its `Capacity`, records events. A spare is
-held while the attempt runs (its slots count as the job's on that node) and let go when the
-attempt ends; one that takes a replacement is sought again among free nodes.
+No side effects. A spare's slots count as the job's while the attempt runs; one that takes a
+replacement is sought again.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ _HOLDING = (JobState.PENDING, JobState.RUNNING)
 
 
 def lend(cap: Capacity, job: Job, todo: list[Replica]) -> dict[str, str | None]:
-    """Free the job's spares in `cap` for its own waiting replicas; where each should go:
-    its node if that is still schedulable, else a spare with room."""
+    """Free the job's spares in `cap` for its waiting replicas; where each should go."""
     for node, slots in job.spares.items():
         cap.node_used[node] = cap.node_used.get(node, 0) - slots
         cap.free += slots
@@ -41,8 +39,7 @@ def lend(cap: Capacity, job: Job, todo: list[Replica]) -> dict[str, str | None]:
 
 
 def settle(t: Tick, cap: Capacity, job: Job, placed: dict[str, str] | None) -> None:
-    """After placing `job`'s replicas: spares that took one are used up (named in an event);
-    the rest are held again."""
+    """After placing `job`'s replicas: spares that took one are used up, the rest held again."""
     used = set((placed or {}).values()) & set(job.spares)
     for node in used:
         t.event(job, "spare", f"spare node {node} took "
@@ -55,8 +52,7 @@ def settle(t: Tick, cap: Capacity, job: Job, placed: dict[str, str] | None) -> N
 
 
 def let_go_unfit(t: Tick) -> None:
-    """Spares on nodes that can no longer take a replica (lost, draining, quarantined) are let
-    go, named in an event; `seek` then looks for others."""
+    """Let go of spares on nodes that can no longer take a replica."""
     for seen in list(t.jobs.values()):
         if not seen.spares or all(t.nodes[n].schedulable for n in seen.spares if n in t.nodes):
             continue
@@ -92,8 +88,7 @@ def seek(t: Tick, cap: Capacity, jobs: Iterable[Job]) -> None:
 
 
 def holds(before: Job | None, job: Job) -> list[HoldNodes]:
-    """What the backend must be told of `job`'s spares after a tick that changed it: the
-    nodes its attempt holds, when they changed (an ended attempt's are let go)."""
+    """The HoldNodes for `job`'s spares when a tick changed them."""
     if before is None:
         return []
     if before.attempt != job.attempt:

@@ -1,7 +1,5 @@
-"""The job spec: pydantic models and their validation. The cluster file's are in
-clusterspec.py; reading YAML into a model, and the errors, in specread.py.
-
-No side effects: parsing takes text, never reads files (the CLI reads them).
+"""The job spec: pydantic models and their validation. No side effects: parsing takes text,
+never reads files.
 """
 
 from __future__ import annotations
@@ -21,9 +19,6 @@ from perdure.core.watchspec import IntervalFields, WatchdogSpec
 MAX_POOLS = 64
 MAX_REPLICAS = 16384  # per job, all pools together (bench/controller.py --only big)
 MAX_PROCS = 1024  # local ranks per replica
-
-_Model = SpecModel  # every model below: unknown fields refused, every value bounded
-
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
     for key in env:
@@ -49,14 +44,16 @@ class RuleAction(str, Enum):
     IGNORE = "ignore"  # not a failure: the replica is done
 
 
-class RuleSpec(_Model):
+class RuleSpec(SpecModel):
     """A user failure rule, matched before the defaults. Every given condition must hold."""
 
-    exit_codes: list[int] | None = None
-    signals: list[int] | None = None
-    exception: str | None = None  # exception type name, e.g. "TimeoutError"
-    message_contains: str | None = None
-    action: RuleAction
+    exit_codes: list[int] | None = Field(None, description="match these exit codes")
+    signals: list[int] | None = Field(None, description="match these signals (numbers)")
+    exception: str | None = Field(
+        None, description="match an uncaught exception of this type name")
+    message_contains: str | None = Field(
+        None, description="match an exception message containing this text")
+    action: RuleAction = Field(description="what to do on a match")
 
     @model_validator(mode="after")
     def _has_condition(self) -> RuleSpec:
@@ -67,25 +64,31 @@ class RuleSpec(_Model):
         return self
 
 
-class RestartSpec(_Model):
-    max_replica_restarts: int = Field(5, ge=0)
-    max_job_retries: int = Field(3, ge=0)
-    transient_exit_codes: list[int] = Field(default_factory=lambda: [6, 134, 11, 139])
-    rules: list[RuleSpec] = Field(default_factory=list)
-    # group: a replica restart relaunches every replica with a new rendezvous (torchrun's
-    # behaviour, right for plain DDP scripts); replica: only the failed one (scripts whose
-    # survivors rebuild their process group themselves).
-    scope: Literal["group", "replica"] = "group"
-    stop_grace_seconds: float = Field(5.0, ge=0)
-    # Survivors of a failed peer are stopped for the new round with this grace: they cannot
-    # save a consistent checkpoint without the dead rank, and are often stuck in a collective.
-    round_grace_seconds: float = Field(1.0, ge=0)
+class RestartSpec(SpecModel):
+    max_replica_restarts: int = Field(5, ge=0, description=(
+        "restarts in place per replica before the job is retried"))
+    max_job_retries: int = Field(3, ge=0, description=(
+        "new attempts of the whole job before it fails"))
+    transient_exit_codes: list[int] = Field(
+        default_factory=lambda: [6, 134, 11, 139],
+        description="exit codes and signals that retry the job at once")
+
+    rules: list[RuleSpec] = Field(default_factory=list, description=(
+        "rules matched before the defaults; every condition given must hold"))
+    # group suits plain DDP scripts; replica, scripts whose survivors rebuild their own group
+    scope: Literal["group", "replica"] = Field("group", description=(
+        "`group`: a restart relaunches every replica (torchrun's way); `replica`: only the "
+        "failed one"))
+    stop_grace_seconds: float = Field(5.0, ge=0, description=(
+        "SIGTERM to SIGKILL when replicas are stopped"))
+    # Short: without the dead rank, survivors cannot save and are often stuck in a collective.
+    round_grace_seconds: float = Field(1.0, ge=0, description=(
+        "the same for the survivors of a failed peer"))
 
 
-class SchedulingSpec(_Model):
-    # How long a job that needs more than the healthy capacity waits before the attempt
-    # fails as INSUFFICIENT_CAPACITY (then retried, at most 3 times).
-    placement_timeout_seconds: float = Field(120.0, ge=0)
+class SchedulingSpec(SpecModel):
+    placement_timeout_seconds: float = Field(120.0, ge=0, description=(
+        "how long a job waits for capacity before the attempt fails as INSUFFICIENT_CAPACITY"))
 
 
 # The frameworks whose Trainer perdure's integration can be put into with no code change
@@ -94,7 +97,7 @@ Integration = Literal["transformers", "lightning"]
 LATEST = "{latest}"  # in a `resume:` argument: the newest path the glob matched
 
 
-class ResumeSpec(_Model):
+class ResumeSpec(SpecModel):
     """How a script resumes (`resume:` of a pool): on every launch after the job's first, if
     `when_exists` matches a path, `args` are appended to the command."""
 
@@ -140,12 +143,17 @@ class ResumeSpec(_Model):
 _PLACEHOLDER = re.compile(r"\{[A-Za-z_]+\}")
 
 
-class PoolSpec(_Model):
-    name: str
-    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
-    min_replicas: int | None = Field(None, ge=1)
-    command: list[str] = Field(min_length=1)
-    slots: int = Field(1, ge=1)
+class PoolSpec(SpecModel):
+    name: str = Field(description=(
+        "the pool's name (replicas are `<pool>-<index>`), at most 32 characters"))
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description=(
+        "how many replicas (processes; ranks in the job's order of pools)"))
+    min_replicas: int | None = Field(None, ge=1, description=(
+        "makes the pool elastic: the job goes on while this many are up"))
+    command: list[str] = Field(min_length=1, description=(
+        "argv, not a shell string; a leading `python` is perdure's interpreter"))
+    slots: int = Field(1, ge=1, description=(
+        "the capacity one replica takes on its node (cluster file `slots`)"))
     gpus: int = Field(0, ge=0, le=MAX_GPUS, description=(
         "GPUs per replica, all on the replica's node; the replica's processes see exactly "
         "these in CUDA_VISIBLE_DEVICES (0: none, and a GPU node's devices are hidden)"))
@@ -153,14 +161,17 @@ class PoolSpec(_Model):
         "processes (local ranks) per replica, as torchrun's --nproc-per-node: each gets "
         "LOCAL_RANK 0..N-1 and RANK = first rank of its replica + LOCAL_RANK; one that fails "
         "fails its replica"))
-    memory_mb: int | None = Field(None, ge=16)
-    env: dict[str, str] = Field(default_factory=dict)
-    # Whole free nodes the attempt holds, warm, for replicas of a lost node: they are replaced
-    # at once instead of waiting for capacity or shrinking (and another spare is sought).
-    spares: int = Field(0, ge=0, le=MAX_NODES)
-    # Seconds this pool's replicas get to finish on their own once the primary succeeded
-    # (DDP ranks end a moment after rank 0); then they are killed.
-    grace: float = Field(10.0, ge=0)
+    memory_mb: int | None = Field(None, ge=16, description=(
+        "a replica over this is killed: OUT_OF_MEMORY"))
+    env: dict[str, str] = Field(default_factory=dict, description=(
+        "environment variables of this pool's replicas (over the job's `env`)"))
+    spares: int = Field(0, ge=0, le=MAX_NODES, description=(
+        "whole free nodes the attempt holds warm: a lost node's replicas are placed on one at "
+        "once, and another is sought"))
+    # DDP ranks end a moment after rank 0
+    grace: float = Field(10.0, ge=0, description=(
+        "seconds the pool's replicas get to end by themselves once the primary succeeded "
+        "(shown `finished`); then they are stopped"))
     resume: ResumeSpec | None = Field(None, description=(
         "how the script resumes: {when_exists: GLOB, args: [...]}, appended on a relaunch "
         "when GLOB matches"))
@@ -222,13 +233,18 @@ class PoolSpec(_Model):
         return self.replicas * self.procs_per_replica
 
 
-class ElasticSpec(_Model):
-    mode: Literal["resize", "pause"] = "resize"
+class ElasticSpec(SpecModel):
+    mode: Literal["resize", "pause"] = Field("resize", description=(
+        "`resize`: go on with the survivors; `pause`: wait for all"))
 
 
 class CheckpointSpec(IntervalFields):
-    dir: str | None = None
-    every_steps: int | None = Field(None, ge=1)
+    dir: str | None = Field(None, description=(
+        "a path (relative to the spec) or URL (`s3://BUCKET/...`, `gs://`, `file://`, "
+        "`memory://`), never with credentials in it; default: the state dir's "
+        "`checkpoints/<job>`"))
+    every_steps: int | None = Field(None, ge=1, description=(
+        "save every N steps (`Checkpointer.maybe_save`)"))
 
     @field_validator("dir")
     @classmethod
@@ -236,25 +252,40 @@ class CheckpointSpec(IntervalFields):
         return None if v is None else _storage_url(v)
 
 
-class PreemptionSpec(_Model):
-    grace_seconds: float = Field(30.0, ge=0)
+class PreemptionSpec(SpecModel):
+    grace_seconds: float = Field(30.0, ge=0, description=(
+        "time a replica has to save and exit after a notice"))
 
 
-class JobSpec(_Model):
+class JobSpec(SpecModel):
     """A training job: pools of replicas, the failure policy and the runtime's settings."""
 
-    name: str
-    queue: str = "default"
-    priority: int = 0
-    pools: list[PoolSpec] = Field(min_length=1, max_length=MAX_POOLS)
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = None
-    restart: RestartSpec = Field(default_factory=RestartSpec)  # type: ignore[arg-type]
-    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)  # type: ignore[arg-type]
-    elastic: ElasticSpec = Field(default_factory=ElasticSpec)  # type: ignore[arg-type]
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)  # type: ignore[arg-type]
-    preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)  # type: ignore[arg-type]
-    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)  # type: ignore[arg-type]
+    name: str = Field(description=(
+        "the job's name: lowercase letters, digits and `-`, at most 48 characters"))
+    queue: str = Field("default", description=(
+        "the queue (cluster file `queues`) whose quota the job counts against"))
+    priority: int = Field(0, description=(
+        "higher runs first; a job that lost capacity may preempt a lower one"))
+    pools: list[PoolSpec] = Field(min_length=1, max_length=MAX_POOLS, description=(
+        "groups of identical replicas (at most 64 pools, 16,384 replicas in all); the first "
+        "pool's replica 0 is the primary: its exit 0 ends the job as SUCCEEDED"))
+    env: dict[str, str] = Field(default_factory=dict, description=(
+        "environment variables of every replica; torchrun's and perdure's own names win"))
+    workdir: str | None = Field(None, description=(
+        "the replicas' working directory, relative to the spec's directory"))
+    restart: RestartSpec = Field(default_factory=RestartSpec,  # type: ignore[arg-type]
+                                 description="the failure policy's budgets and rules")
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec,  # type: ignore[arg-type]
+                                       description="placement")
+    elastic: ElasticSpec = Field(default_factory=ElasticSpec,  # type: ignore[arg-type]
+                                 description="what an elastic pool does when it loses replicas")
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec,  # type: ignore[arg-type]
+                                       description=("where and how often the runtime's "
+                                                    "`Checkpointer` saves"))
+    preemption: PreemptionSpec = Field(default_factory=PreemptionSpec,  # type: ignore[arg-type]
+                                       description="preemption notices")
+    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec,  # type: ignore[arg-type]
+                                   description="hung jobs and stragglers")
 
     @field_validator("name")
     @classmethod

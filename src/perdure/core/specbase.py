@@ -1,8 +1,7 @@
 """The base every spec and cluster-file model inherits: unknown fields refused, every value
 bounded (finite, in range, no NUL byte, valid Unicode), whatever the model.
 
-No side effects. It lives apart from spec.py so that the sections defined in other modules
-(watchspec.py, clusterspec.py) inherit the same checks without an import cycle.
+No side effects. Apart from spec.py so that every spec module inherits it without a cycle.
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 
 
 class SpecModel(BaseModel):
-    """Every spec model: unknown fields refused; every value, in any field, checked by
-    `_bounded` (finite, in range, no NUL byte, valid Unicode)."""
+    """Every spec model: unknown fields refused, every value checked by `check_value`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -82,8 +80,7 @@ def model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def fields_at(model: type[BaseModel], loc: Sequence[object]) -> list[str]:
-    """The field names of the model found at `loc` (a pydantic error's location, list
-    indices included) under `model`; [] where `loc` leads to no model."""
+    """The field names of the model at `loc` (a pydantic error's location) under `model`."""
     for part in loc:
         if isinstance(part, int):
             continue
@@ -96,8 +93,7 @@ def fields_at(model: type[BaseModel], loc: Sequence[object]) -> list[str]:
 
 
 def did_you_mean(model: type[BaseModel], loc: Sequence[object]) -> str:
-    """The message for an unknown field at `loc`: the closest known name, and where every
-    field is listed."""
+    """The message for an unknown field at `loc`: the closest known name."""
     known = fields_at(model, loc[:-1])
     close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
     if close:

@@ -1,9 +1,5 @@
-"""Reading a spec-like YAML document (job spec, cluster file, a simulator's input) into its
-pydantic model, and the error that says what is wrong with it: one line per bad field (at most
-MAX_ERRORS), each naming the field, the fix and the value given, cut short and never a
-password.
-
-No side effects: takes text, never reads files (the CLI reads them).
+"""Reading a spec-like YAML document into its pydantic model, and the error that names each
+bad field, the fix and the value given (cut short, never a password). No side effects.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ MAX_ERRORS = 20  # lines of errors shown; a hostile file may have thousands
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    """A value as it appears in an error, cut short, credentials hidden: errors never echo a
-    whole document, nor a password."""
+    """A value as it appears in an error: cut short, credentials hidden."""
     text = redact(repr(value))
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 

@@ -1,13 +1,8 @@
 """Read a replica's stack dump (py-spy's `dump --json`): where its main thread is, whether it
 waits inside a collective, and the dump as text for the stacks file.
 
-No side effects: data in, summary out. A dump is a list of threads, each
-`{"thread_name", "os_thread_id", "active", "frames": [{"name", "filename", "short_filename",
-"line"}, ...]}` with the innermost frame first.
-
-A rank counts as inside a collective when a frame of its main thread is in
-`torch.distributed` (an explicit all_reduce, barrier, broadcast, ...), in DDP's module, or in
-autograd's backward (where DDP all-reduces gradients).
+No side effects. A rank counts as inside a collective when a frame of its main thread is in
+`torch.distributed`, in DDP's module, or in autograd's backward (where DDP all-reduces).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Job and replica lifecycles: one enum each, every member carrying its facts.
 
 Job states: QUEUED -> PENDING -> RUNNING -> SUCCEEDED | FAILED, with SUSPENDING -> SUSPENDED
-(preemption) and CANCELLING -> CANCELLED beside them; SUCCEEDED, FAILED and CANCELLED are
-terminal. Replica states: WAITING -> STARTING -> RUNNING -> STOPPING -> EXITED. Every allowed
-transition, with when it happens, is JOB_TRANSITIONS and REPLICA_TRANSITIONS at the end of
-this module (the core's tests check every tick against them; the docs' lifecycle page is
-generated from them).
+(preemption) and CANCELLING -> CANCELLED beside them. Replica states: WAITING -> STARTING ->
+RUNNING -> STOPPING -> EXITED. Every allowed transition is in JOB_TRANSITIONS and
+REPLICA_TRANSITIONS below.
 """
 
 from __future__ import annotations
@@ -50,8 +48,7 @@ class ReplicaState(str, Enum):
     @property
     def alive(self) -> bool:
         """Whether a process may exist for this replica (the backend must be watched)."""
-        # identity, not `in (...)`: a str enum's == compares the strings (a big job's ticks
-        # ask this of every replica)
+        # identity, not `in (...)`: a str enum's == compares the strings
         return (self is ReplicaState.STARTING or self is ReplicaState.RUNNING
                 or self is ReplicaState.STOPPING)
 
@@ -76,9 +73,8 @@ class ErrorCode(str, Enum):
     HANG = "HANG"  # no rank advanced for watchdog.hang_seconds (core/watchdog.py)
 
 
-# Every allowed transition and when it happens: the lifecycle above as data. The docs'
-# lifecycle page is generated from these, and every tick of the core's tests is checked
-# against them (tests/helpers/sim.py).
+# Every allowed transition and when it happens: the docs' lifecycle page is generated from
+# these, and every tick of the core's tests is checked against them (tests/helpers/sim.py).
 JOB_TRANSITIONS: dict[JobState, tuple[tuple[JobState, str], ...]] = {
     JobState.QUEUED: (
         (JobState.PENDING, "admitted: its queue's quota and the cluster's capacity were found"),

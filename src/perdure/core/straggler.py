@@ -1,20 +1,10 @@
 """Stragglers: a replica whose steps stay clearly slower than the others'.
 
-No side effects: per-replica step times come in as `ReplicaProgress` observations.
-
-The rule: within a round, once every replica has reported at least WINDOW_STEPS steps, a
-replica whose mean step time over its last WINDOW_STEPS steps exceeds RATIO x the median of the
-other replicas' means is a straggler; it is reported once per round (again only after it has
-recovered and fallen behind anew).
-
-What a step time measures is the runtime's `goodput.step` body on that replica. Replicas that
-do not wait for each other every step (independent workers, local SGD, asynchronous updates)
-show their own speed there. In synchronous data-parallel training every rank waits for the
-slowest inside its all-reduce, so all ranks report the same step time; there the shell samples
-the ranks' stacks now and then (`sampled`), and the second rule applies: among at least
-SAMPLES_NEEDED samples in which some rank waited in a collective and some did not, a replica
-that was outside any collective in more than OUTSIDE_SHARE of them while every other replica
-was outside in at most 1 - OUTSIDE_SHARE is the straggler: the others keep waiting for it.
+No side effects. Two rules (docs/guides/watchdog.md), each reporting a replica once per round
+until it recovers: its mean step time over WINDOW_STEPS steps exceeds RATIO x the others'
+median; or, where synchronous ranks all report the same step time, it was outside any
+collective in more than OUTSIDE_SHARE of at least SAMPLES_NEEDED stack samples (`sampled`)
+while the others waited in one.
 """
 
 from __future__ import annotations
@@ -83,9 +73,8 @@ class _Round:
 
 def drain(job: Job, s: Straggler, nodes: Mapping[str, Node],
           now: float) -> tuple[Command | None, str]:
-    """The `stragglers: drain` rule: drain the straggler's node (a maintenance notice: its
-    replicas save and move, keeping their identity) when another node is ready to take its
-    work. The drain command, if any, and what the straggler's event adds about it."""
+    """`stragglers: drain`: the drain of the straggler's node when another node is ready,
+    and what the straggler's event adds about it."""
     if job.spec.watchdog.stragglers != "drain":
         return None, ""
     node = nodes.get(s.node)
@@ -133,7 +122,6 @@ class Stragglers:
         return out
 
     def _round(self, job_id: str, launches: frozenset[str]) -> _Round:
-        """The job's record of this round (a new one when its launches changed)."""
         rnd = self.jobs.get(job_id)
         if rnd is None or rnd.launches != launches:
             rnd = self.jobs[job_id] = _Round(launches)

@@ -1,8 +1,4 @@
-"""Words for what perdure prints: counts with their noun in the right number, lists cut
-short.
-
-No side effects.
-"""
+"""Words for what perdure prints: counts with their noun in the right number, lists cut short."""
 
 from __future__ import annotations
 
@@ -18,8 +14,7 @@ def all_of(count: int, noun: str) -> str:
 
 
 def some_of(items: list[str], limit: int = 16) -> str:
-    """`a, b, c`; a long list is cut after `limit` items (an event about thousands of
-    replicas stays a line): `a, b, ... and 16,382 more`."""
+    """`a, b, c`; cut after `limit` items: `a, b, ... and 16,382 more`."""
     if len(items) <= limit:
         return ", ".join(items)
     return f"{', '.join(items[:limit])}, ... and {len(items) - limit:,} more"

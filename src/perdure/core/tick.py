@@ -1,7 +1,5 @@
-"""The context a tick works in, shared by decide and its helpers (admission, commands,
-elastic, hot-swap): the snapshot it starts from and the tick's own copies and moves.
-
-No side effects: it records decisions and events for the shell to carry out.
+"""A tick's context, shared by decide and its helpers: the snapshot it starts from, its own
+copies and the moves they share. No side effects: it records decisions and events.
 """
 
 from __future__ import annotations
@@ -25,13 +23,11 @@ from perdure.core.states import JobState, NodeState, ReplicaState
 
 _NAME = operator.attrgetter("name")
 _RANK = operator.attrgetter("rank")
-_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 
 @dataclass(frozen=True)
 class JobIndex:
-    """Ids of the jobs the scheduler must look at: queued, with replicas to place, with
-    launches or stops still to send. Updated by each tick from the jobs it changed."""
+    """Ids of the jobs the scheduler must look at, updated from the jobs each tick changed."""
 
     queued: frozenset[str]
     placing: frozenset[str]
@@ -70,8 +66,7 @@ class Snapshot:
     nodes: Mapping[str, Node]
     quotas: Mapping[str, int | None]
     index: JobIndex | None = None  # None: computed from `jobs`
-    # Job id -> the layout its launches of the current placement share; never stored
-    layouts: Mapping[str, Layout] = field(default_factory=dict)
+    layouts: Mapping[str, Layout] = field(default_factory=dict)  # never stored
 
     def job_index(self) -> JobIndex:
         return self.index if self.index is not None else JobIndex.of(self.jobs)
@@ -79,8 +74,7 @@ class Snapshot:
 
 @dataclass
 class Tick:
-    """One tick: its copies of the jobs and nodes, the decisions and events so far, and the
-    moves every part of a tick shares (stop, end, restart, launch)."""
+    """One tick: its copies of the jobs and nodes, its decisions and events, its moves."""
 
     snap: Snapshot
     now: float
@@ -93,8 +87,7 @@ class Tick:
     changed: set[str] = field(default_factory=set)
     nodes_changed: bool = False
     active: bool = False  # something changed capacity or demand: run admission
-    # Admissions stop for this tick once this many replicas were launched
-    launch_budget: int = 64
+    launch_budget: int = 64  # replicas admitted per tick
     note_budget: int = 32  # wait reasons recorded per tick
     sent: int = 0  # launches and stops decided so far (core.plan sends the rest up to a limit)
 
@@ -102,8 +95,6 @@ class Tick:
         self.jobs = dict(self.snap.jobs)
         self.nodes = dict(self.snap.nodes)
         self.layouts = dict(self.snap.layouts)
-
-    # ---- bookkeeping -------------------------------------------------------------------
 
     def touch(self, job_id: str) -> Job | None:
         """The tick's own copy of a job, cloned on first touch."""
@@ -118,7 +109,6 @@ class Tick:
         return job
 
     def mine(self, job_id: str) -> Job:
-        """`touch` of a job the tick has."""
         job = self.touch(job_id)
         assert job is not None
         return job
@@ -153,7 +143,6 @@ class Tick:
         if group:
             job.round += 1
             self.drop_plan(job)  # the new round places and launches them all again
-        # At most launches_per_tick stops now; the next ticks send the rest (core.plan)
         budget = self.settings.launches_per_tick
         later: list[int] = []
         for x, state in zip(job.replicas, job.states(), strict=True):
@@ -174,8 +163,7 @@ class Tick:
             job.unstopped = later
 
     def move_off(self, node: str, what: str, why: str) -> None:
-        """Move every live replica on `node` elsewhere under a maintenance notice; no restart
-        counted."""
+        """Move every live replica on `node` elsewhere under a maintenance notice."""
         for job_id, seen in list(self.jobs.items()):
             if seen.after_stop is not None or not any(
                     r.node == node and r.alive for r in seen.replicas):
@@ -196,8 +184,7 @@ class Tick:
 
     def stop(self, job: Job, r: Replica, grace: float, reason: str, *, relaunch: bool = False,
              notice: str | None = None, delay: float = 0.0) -> None:
-        """Stop `r`: SIGTERM after `delay` (it may finish by itself before), SIGKILL `grace`
-        seconds later."""
+        """Stop `r`: SIGTERM after `delay`, SIGKILL `grace` seconds later."""
         r = job.own(r)
         if r.state is ReplicaState.STOPPING or r.launch_id is None:
             r.relaunch = r.relaunch or relaunch
@@ -261,13 +248,11 @@ class Tick:
 
     def launch(self, job: Job, placed: Mapping[str, str],
                devices: Mapping[str, list[int]] | None = None) -> None:
-        """Launch the replicas named in `placed` on their nodes, with their GPUs (`devices`),
-        under one layout. Beyond `launches_per_tick` the rest become the job's plan, sent by
-        the next ticks (core.plan); a job that big which needs a new layout sends none now."""
+        """Launch the replicas named in `placed` under one layout; beyond `launches_per_tick`
+        the rest become the job's plan, sent by the next ticks (core.plan)."""
         gpus = devices or {}
         todo = job.named(placed)
         limit = self.settings.launches_per_tick
-        # The plan grows only here, under this layout: only `placed` is new to it
         kept = self.layouts.get(job.id)
         if kept is not None and kept.key == key_of(job):
             self.layouts[job.id] = kept.moved(job, placed)
@@ -285,7 +270,6 @@ class Tick:
     @staticmethod
     def _plan(job: Job, rest: list[Replica], placed: Mapping[str, str],
               gpus: Mapping[str, list[int]]) -> None:
-        """`rest`, placed, become the end of the job's plan (sent by the next ticks)."""
         names = list(map(_NAME, rest))
         held = (list(map(tuple, map(gpus.get, names, itertools.repeat(())))) if gpus
                 else [()] * len(rest))
@@ -294,7 +278,6 @@ class Tick:
         job.scratch.plan, job.unlaunched = plan, len(plan)
 
     def send(self, job: Job, batch: list[tuple[Replica, str, list[int]]]) -> None:
-        """The launches of `batch` (replica, node, GPUs), with the job's layout."""
         mine = []
         for r, node, gpus in batch:
             r = job.own(r)
@@ -313,8 +296,7 @@ class Tick:
             self.decisions.append(build_launch(job, r, self.settings, layout))
 
     def _starts_over(self, job: Job, again: list[Replica]) -> None:
-        """Say so when replicas launched before start again with nothing that says their
-        script resumes: their work since the start is lost."""
+        """Say so when relaunched replicas have nothing that makes their script resume."""
         pools = {p.name: p for p in job.spec.pools}
         lost = [r.name for r in again if not says_it_resumes(job, pools[r.pool])]
         if lost:
@@ -325,5 +307,6 @@ class Tick:
 
 
 def pool_grace(job: Job, r: Replica) -> float:
-    """The seconds `r` gets to finish by itself once the primary succeeded (its pool's)."""
+    """The seconds `r` gets to finish by itself once the primary succeeded."""
+
     return next((p.grace for p in job.spec.pools if p.name == r.pool), 0.0)

@@ -1,15 +1,9 @@
 """Hung-job detection: no rank of a running job advanced for `hang_seconds`.
 
-No side effects: progress comes in as `ReplicaProgress` observations stamped with the
-controller's time, `now` is passed in. The shell captures the ranks' stacks for each `Suspect`
-this returns and hands them to `verdict`, which names the laggard.
-
-The rules:
-- Progress is anything the runtime reports: steps, checkpoint saves, restores, data waits.
-- The clock starts at the round's first reported step: a slow first step (compile, data
-  warm-up, a restore) is not a hang, and a job that reports no progress at all is never hung.
-- `hang_seconds: auto` is max(120, 20 x the p99 of the job's step times seen so far).
-- A new round (restart, new attempt) starts the clock again from its own first step.
+No side effects: `now` is passed in. The shell captures the ranks' stacks for each `Suspect`
+and hands them to `verdict`, which names the laggard. Each round's clock starts at its first
+reported step: a slow first step (compile, a restore) is no hang, nor is a job that reports
+no progress at all.
 """
 
 from __future__ import annotations
@@ -81,15 +75,13 @@ _LAUNCH_ID = operator.attrgetter("launch_id")
 
 
 def steady(job: Job) -> bool:
-    """Whether every replica of `job` runs, in a round not being stopped (counted: no pass
-    over the replicas)."""
+    """Whether every replica of `job` runs, in a round not being stopped."""
     return (job.state is JobState.RUNNING and job.after_stop is None
             and job.count(ReplicaState.RUNNING) == len(job.replicas))
 
 
 def running_launches(job: Job) -> frozenset[str] | None:
     """The launches of a job whose every replica runs (None: not a steady running round)."""
-    # counted, then picked in C (map): a sweep makes no Python loop over a big job
     if not steady(job):
         return None
     launches = list(map(_LAUNCH_ID, job.replicas))
@@ -110,8 +102,6 @@ class Watchdog:
         self.jobs: dict[str, _JobWatch] = {}
 
     def progress(self, job: Job, obs: ReplicaProgress) -> None:
-        """Note a progress report of one of `job`'s launches (seen by the controller at
-        `obs.time`)."""
         launches = running_launches(job)
         if launches is None or obs.launch_id not in launches or obs.step is None:
             return  # a note without a step says nothing of where training is

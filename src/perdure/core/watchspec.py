@@ -1,10 +1,6 @@
 """The spec's `watchdog` section: when a job counts as hung, what to do about stragglers.
 
-No side effects: pydantic models on the common validated base (specbase.SpecModel).
-
-    watchdog:
-      hang_seconds: auto     # or a number; auto = max(120, 20 x the job's p99 step time)
-      stragglers: report     # report | drain | off
+No side effects.
 """
 
 from __future__ import annotations
@@ -19,8 +15,10 @@ from perdure.core.specbase import FLOAT_LIMIT, SpecModel
 class WatchdogSpec(SpecModel):
     """Hung-job and straggler detection from the ranks' progress reports."""
 
-    hang_seconds: Literal["auto"] | float = "auto"
-    stragglers: Literal["report", "drain", "off"] = "report"
+    hang_seconds: Literal["auto"] | float = Field("auto", description=(
+        "no rank advances this long: HANG (`auto`: max(120, 20 x the p99 step time))"))
+    stragglers: Literal["report", "drain", "off"] = Field("report", description=(
+        "what to do with a replica much slower than the others"))
 
     @field_validator("hang_seconds", mode="before")
     @classmethod
@@ -36,16 +34,14 @@ class WatchdogSpec(SpecModel):
 
 
 class IntervalFields(SpecModel):
-    """The interval fields of the spec's `checkpoint` section (CheckpointSpec inherits them).
+    """The interval fields of the spec's `checkpoint` section (CheckpointSpec inherits them)."""
 
-    `every: auto` has the controller choose the interval from data (Young/Daly, see
-    core/interval.py); `every_seconds` fixes it in time; `max_interval_seconds` bounds both.
-    """
-
-    every: Literal["auto"] | None = None
-    every_seconds: float | None = Field(None, gt=0)
+    every: Literal["auto"] | None = Field(None, description=(
+        "`auto`: the interval from data (Young/Daly)"))
+    every_seconds: float | None = Field(None, gt=0, description="save every S seconds")
     # The service guidance: at least one checkpoint every 4 hours.
-    max_interval_seconds: float = Field(14400.0, gt=0)
+    max_interval_seconds: float = Field(14400.0, gt=0, description=(
+        "never longer than this between checkpoints"))
 
     @model_validator(mode="after")
     def _one_way(self) -> IntervalFields:

@@ -1,11 +1,8 @@
 """Load YAML text with bounds a hostile file cannot get around.
 
-No side effects: takes bytes or text, never reads files. What it refuses, with the line where
-it can: text that is not UTF-8, more than `Limits.text` characters, nesting deeper than
-`Limits.depth`, aliases that expand to more than `Limits.expanded` (an "alias bomb" is a few
-hundred bytes that expand to gigabytes), recursive aliases, and duplicate keys (YAML's silent
-last-wins). Specs and cluster files get SPEC's limits; a JobSet CRD (`export k8s --crd`,
-~800 kB of generated schema) gets CRD's.
+No side effects. It refuses, with the line where it can: text that is not UTF-8 or too long,
+nesting too deep, aliases that expand too far (an "alias bomb") or recurse, and duplicate keys
+(YAML's silent last-wins).
 """
 
 from __future__ import annotations
@@ -20,16 +17,12 @@ import yaml
 class Limits:
     text: int  # characters
     depth: int  # nesting levels
-    # Size after expanding every alias: one per node plus each scalar's length. Bounds the
-    # work of whatever walks the result (validation, the stored spec, a schema's closure)
-    # whatever the aliases multiply.
-    expanded: int
+    expanded: int  # nodes plus scalar characters, every alias expanded
 
 
 # Real specs and cluster files are a few KB and nest 5 levels.
 SPEC = Limits(text=128 * 1024, depth=32, expanded=256 * 1024)
-# JobSet's CRD (v0.10) is ~800 K characters, nests ~40 levels and has no aliases (~1 M nodes
-# and characters): room for a few times its size, still refused in well under a second.
+# JobSet's CRD (`export k8s --crd`) is ~800 K characters, nests ~40 levels: a few times that
 CRD = Limits(text=4 * 1024 * 1024, depth=96, expanded=8 * 1024 * 1024)
 
 # libyaml when PyYAML has it (faster on a CRD); the checks are the same either way.
@@ -109,9 +102,8 @@ def _short(value: object, limit: int = 60) -> str:
 
 def _expanded_size(root: yaml.Node, limit: int) -> int:
     """Nodes plus scalar characters with every alias expanded; stops early past the limit.
+    Aliases share node objects: sizes memoized by identity keep it linear."""
 
-    Aliases share node objects, so sizes are memoized by identity: linear in the file.
-    """
     sizes: dict[int, int] = {}
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     open_nodes: set[int] = set()

@@ -47,8 +47,7 @@ def test_a_page_without_its_markers_is_named() -> None:
 def test_every_spec_field_is_described() -> None:
     undescribed = [row[0] for model in (JobSpec, ClusterSpec) for row in specref.rows(model)
                    if row[3] == specref.UNDOCUMENTED]
-    assert not undescribed, (f"describe {undescribed}: a Field(description=...) or an entry "
-                             "in perdure.docgen.specref.DESCRIPTIONS")
+    assert not undescribed, f"describe {undescribed}: give the field a Field(description=...)"
 
 
 def test_every_error_code_and_rule_says_what_it_means() -> None:
