@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from perdure import statedir
-from perdure.backends.base import Backend, LaunchError, NodeInfo, error_info
+from perdure.backends import launchdir
+from perdure.backends.base import Backend, LaunchError, NodeInfo, exit_observation
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.tracked import Tracked, abandon_record, lost_message, supervisor_gone
 from perdure.backends.masterport import MasterPorts, local_port
-from perdure.backends.node import logcap, procs, warm
+from perdure.backends.node import logcap, warm
 from perdure.backends.node.memory import MECHANISMS, cgroup_parent
 from perdure.backends.node.replicas import check_launch, kill_leftovers
 from perdure.backends.node.spawner import Spawner
@@ -196,20 +197,8 @@ class LocalBackend(Backend):
 
     def _request_stop(self, tracked: Tracked, sig: int, grace: float, reason: str,
                       notice: str | None = None, delay: float = 0.0) -> None:
-        if os.path.exists(tracked.exit_path):
-            return
-        statedir.write_json(os.path.join(tracked.dir, statedir.STOP),
-                          statedir.stop_record(sig, grace, reason, notice, delay))
-        # Before status.json the supervisor may not yet guard against SIGUSR1 (it would die of
-        # it); it reads stop.json itself right after writing status.json.
-        if not os.path.exists(tracked.status_path):
-            return
-        if tracked.supervisor is None:
-            status = statedir.read_json(tracked.status_path) or {}
-            if "supervisor_pid" not in status:
-                return
-            tracked.supervisor = (status["supervisor_pid"], status["supervisor_start_ticks"])
-        procs.send_signal(*tracked.supervisor, signal.SIGUSR1)  # checks the start time too
+        if not os.path.exists(tracked.exit_path):
+            launchdir.stop(tracked.dir, sig, grace, reason, notice, delay)
 
     # ---- observe ----------------------------------------------------------------------------
 
@@ -269,27 +258,11 @@ class LocalBackend(Backend):
                                                           time.monotonic(), final=True)):
             out.append(p)
         self._progress.forget(tracked.launch_id)
-        record = statedir.read_json(tracked.exit_path) or {}
         self._active.pop(tracked.launch_id, None)
-        if "spawn_error" in record or "exit_code" not in record:
-            message = record.get("spawn_error", f"{tracked.exit_path} is unreadable")
-            out.append(LaunchFailed(tracked.launch_id, str(message), time.time(),
-                                    user_error=record.get("user_error") is True))
-            return
-        error = record.get("error")
-        out.append(
-            ReplicaExited(
-                launch_id=tracked.launch_id,
-                exit_code=int(record["exit_code"]),
-                time=float(record["time"]),
-                signal=record.get("signal"),
-                oom=bool(record.get("oom")),
-                error=error_info(error),
-                peak_rss_mb=record.get("peak_rss_mb"),
-                local_rank=record.get("local_rank"),
-                stderr_tail=str(record.get("stderr_tail") or ""),
-            )
-        )
+        record = statedir.read_json(tracked.exit_path) or {}
+        if "exit_code" not in record and "spawn_error" not in record:
+            record = {"spawn_error": f"{tracked.exit_path} is unreadable"}
+        out.append(exit_observation(tracked.launch_id, record, None))
 
     def _report_lost(self, tracked: Tracked, out: list[Observation]) -> None:
         self._active.pop(tracked.launch_id, None)
@@ -359,17 +332,3 @@ class LocalBackend(Backend):
         self._transport.close()
         if self._preflight is not None:
             self._preflight.close()
-
-    def cleanup(self, keep_last: int = 100) -> int:
-        """Delete the directories of finished launches but the newest `keep_last`; the count."""
-        finished = [
-            entry
-            for entry in os.scandir(self._launches)
-            if entry.name not in self._active
-            and os.path.exists(os.path.join(entry.path, statedir.EXIT))
-        ]
-        finished.sort(key=lambda entry: entry.stat().st_mtime, reverse=True)
-        for entry in finished[keep_last:]:
-            shutil.rmtree(entry.path, ignore_errors=True)
-        return max(0, len(finished) - keep_last)
-
