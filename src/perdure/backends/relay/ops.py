@@ -1,11 +1,7 @@
 """What the relay does for each request of an authenticated replica (a table of operations).
 
-Every operation acts for the peer that authenticated (its job, replica and launch): markers
-and holder records are written under that job's rendezvous directory, progress, errors and
-the stop request are those of that launch, and stores are that job's. The files are written
-with the file transport itself, so their layout is the one the controller and CLI read.
-
-Side effects: files in the state dir, through FileTransport; the stores in kv.py.
+Every operation acts for the peer that authenticated: its job's rendezvous files and stores,
+its launch's progress, errors and stop request, written with the file transport itself.
 """
 
 from __future__ import annotations
@@ -15,16 +11,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from perdure import statedir
 from perdure.runtime.ranks import rank_file
 from perdure.runtime.transport.files import FileTransport
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
-
-    from perdure.backends.relay.kv import KV, Stores
+    from perdure.backends.relay.kv import KV
+    from perdure.backends.relay.server import Relay
 
 __all__ = ["OPS", "Peer", "RelayFiles"]
 
@@ -36,16 +31,6 @@ class Peer:
     job: str
     replica: str
     launch: str
-
-
-class Relay(Protocol):
-    """What an operation needs of the relay (server.Relay), named here so that the server
-    imports its operations and not the other way round."""
-
-    files: RelayFiles
-    stores: Stores
-
-    def names_of(self, job: str) -> Collection[str] | None: ...
 
 
 class RelayFiles:
