@@ -1,8 +1,7 @@
 """The backend's side of the spawner (`zygote`): start it, send it launches, close it.
 
-`launch()` must never wait for a process to start: the pipe to the spawner is non-blocking
-and each launch is one atomic write of its directory. A spawner that died is replaced at the
-next launch; what it had been sent but not started is given up by `LocalBackend.poll`.
+`launch()` must never wait for a process to start: each launch is one atomic write of its
+directory to a non-blocking pipe. A spawner that died is replaced at the next launch.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """A warm standby: an interpreter with torch imported, held by its supervisor-to-be.
 
-What the supervisor and the pool share about standbys (`warm` is the pool's side): which
-launches can run in one (`launch_fits`: `[sys.executable, SCRIPT, ...]` or
-`[sys.executable, "-m", MODULE, ...]`, with the environment variables read while the
-interpreter and torch start equal to the standby's), and the `Standby` handle.
+What the supervisor and the pool share: which launches can run in one (`launch_fits`), and the
+`Standby` handle.
 """
 
 from __future__ import annotations
@@ -29,8 +27,8 @@ APPLIED_AT_START = ("OMP_NUM_THREADS",)
 
 
 def target(command: list[str]) -> tuple[str, str] | None:
-    """("script", path) or ("module", name) when `command` can start warm; else None: only
-    this interpreter with no options (`-c`, `-u`, `-X ...` start cold)."""
+    """("script", path) or ("module", name) when `command` can start warm (this interpreter,
+    no options), else None."""
     if len(command) < 2 or command[0] != sys.executable:
         return None
     if command[1] == "-m":
@@ -44,8 +42,8 @@ def target(command: list[str]) -> tuple[str, str] | None:
 def launch_fits(
     command: list[str], cwd: str, child: dict[str, str], standby: dict[str, str]
 ) -> bool:
-    """Whether a launch can run in a standby started with env `standby` (no side effects).
-    A script must be a regular file: anything else is left to a cold start to report."""
+    """Whether a launch can run in a standby started with env `standby` (a script must be a
+    regular file: anything else is left to a cold start to report)."""
     found = target(command)
     if found is None or not env_matches(child, standby):
         return False
@@ -60,9 +58,8 @@ def standby_env(base: dict[str, str]) -> dict[str, str]:
 
 
 def env_matches(child: dict[str, str], standby: dict[str, str]) -> bool:
-    """Whether a replica with env `child` can run in a standby started with env `standby`.
-    perdure's start-up hook on the child's PYTHONPATH is no difference: a warm start runs it
-    itself (warmstart)."""
+    """Whether a replica with env `child` can run in a standby started with env `standby`
+    (perdure's start-up hook on PYTHONPATH aside: a warm start runs it itself)."""
     child = {**child, "PYTHONPATH": without_boot(child.get("PYTHONPATH", ""))}
     if not child["PYTHONPATH"]:
         del child["PYTHONPATH"]
@@ -92,17 +89,16 @@ class Standby:
 
     @classmethod
     def fork(cls, close: list[int]) -> Standby:
-        """Fork the interpreter from this process, which has torch imported (a standby
-        supervisor forked from the template): ready at once. `close`: descriptors the replica
-        must not hold (the link to the spawner)."""
+        """Fork the interpreter from this process, which has torch imported; `close`:
+        descriptors the replica must not hold."""
         from perdure.backends.node import warmstart
 
         return cls._fork(warmstart.run_forked, close)
 
     @classmethod
     def _fork(cls, body: Callable[[], int], close: list[int]) -> Standby:
-        """Fork a child in a session of its own that dies with this process, stdin a pipe
-        from here and fd 3 (warmstart.READY_FD) a pipe back, and run `body` in it."""
+        """Run `body` in a child in a session of its own that dies with this process, stdin a
+        pipe from here and fd 3 (warmstart.READY_FD) a pipe back."""
         command_r, command_w = os.pipe()
         ready_r, ready_w = os.pipe()
         parent = os.getpid()
