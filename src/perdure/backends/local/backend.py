@@ -1,10 +1,8 @@
 """Run replicas as processes on this machine, each under a supervisor process of its own.
 
-`launch` writes the launch record and hands its directory to the spawner (`zygote`), which
-forks its supervisor; nothing waits for a process to start. `poll` turns the launch
-directories' records into observations with one stat per active launch. Supervisors run in
-sessions of their own: a controller that is killed leaves its replicas running, and a new
-controller `adopt`s them.
+`launch` hands the launch directory to the spawner and waits for nothing; `poll` costs one stat
+per active launch. Supervisors run in sessions of their own: a controller that is killed
+leaves its replicas running, and a new controller `adopt`s them.
 """
 
 from __future__ import annotations
@@ -44,14 +42,11 @@ from perdure.core.events import (
 class LocalBackend(Backend):
     """Replicas as local processes, grouped into virtual nodes (each a failure domain).
 
-    State lives in `<state_dir>/launches/<launch_id>/`. `memory_mechanism`: "auto" (cgroup
-    v2, then v1, then RSS polling) or one of them by name. With `inherit_env` a replica's
-    environment is this process's overlaid with `Launch.env`; without it, exactly `Launch.env`.
-    `warm_pool` / `warm_idle`: the warm standby pool's size and idle time (`warm`; default
-    `$PERDURE_WARM_POOL`, "auto", and `$PERDURE_WARM_IDLE_SECONDS`, 600). `transport`: "file"
-    or "net" (`transport`). `preflight`: the cluster file's `health: preflight` check, run on a
-    node before an attempt's first replica there; a node that fails it is reported
-    (`NodeCheckFailed`) and its held launches wait for their stop.
+    `memory_mechanism`: "auto" (cgroup v2, then v1, then RSS polling) or one of them. With
+    `inherit_env` a replica's environment is this process's overlaid with `Launch.env`.
+    `warm_pool` / `warm_idle`: the warm standby pool's size and idle time (`warm`).
+    `preflight`: the cluster file's `health: preflight` check, run on a node before an
+    attempt's first replica there.
     """
 
     def __init__(
@@ -100,7 +95,6 @@ class LocalBackend(Backend):
         self._unstarted: list[Observation] = []  # exits of held launches that were stopped
 
     def nodes(self) -> list[NodeInfo]:
-        """The configured virtual nodes."""
         return list(self._nodes)
 
     # ---- launch -----------------------------------------------------------------------------
@@ -158,18 +152,17 @@ class LocalBackend(Backend):
         )
 
     def prewarm(self) -> None:
-        """Start filling the warm standby pool now, before a launch needs it (never blocks)."""
+        """Start filling the warm standby pool now (never blocks)."""
         self._spawner.prewarm()
 
     def warm_pool_status(self) -> dict[str, Any] | None:
-        """The pool as the spawner last wrote it: size, ready, warming, used, disabled."""
         return statedir.read_json(os.path.join(self._launches, statedir.WARM_STATUS))
 
     # ---- stop -------------------------------------------------------------------------------
 
     def stop(self, stop: Stop) -> None:
-        """Send `stop.signal` now and SIGKILL after `stop.grace`; the supervisor carries it out
-        (even if this process dies). A no-op for a launch that already exited. Never blocks."""
+        """Have the supervisor send `stop.signal` now and SIGKILL after `stop.grace` (never
+        blocks)."""
         tracked = self._active.get(stop.launch_id)
         if tracked is not None:
             self._request_stop(tracked, stop.signal, max(0.0, stop.grace), stop.reason,
@@ -178,8 +171,7 @@ class LocalBackend(Backend):
             self._never_started(stop.launch_id, stop.signal)
 
     def _never_started(self, launch_id: str, sig: int) -> None:
-        """A launch held by its node's check (or by a failed one) is stopped: it exits as
-        if `sig` had ended it, without ever starting."""
+        """A launch held by its node's check ends as if `sig` had ended it, never started."""
         held = self._blocked.pop(launch_id, None)
         if held is None and self._preflight is not None:
             held = self._preflight.drop(launch_id)
@@ -203,7 +195,6 @@ class LocalBackend(Backend):
     # ---- observe ----------------------------------------------------------------------------
 
     def poll(self) -> list[Observation]:
-        """What happened since the last poll: replicas started, exited, or lost (non-blocking)."""
         observations, self._unstarted = self._unstarted, []
         if self._preflight is not None:
             self._checked(observations)
@@ -214,7 +205,6 @@ class LocalBackend(Backend):
         return observations
 
     def _checked(self, out: list[Observation]) -> None:
-        """Nodes whose preflight ended: start what they held, or report the node failed."""
         assert self._preflight is not None
         for verdict in self._preflight.poll():
             if not verdict.passed:
@@ -274,7 +264,6 @@ class LocalBackend(Backend):
 
     def dump_stacks(self, launch_id: str, timeout: float = 10.0, nonblocking: bool = False
                     ) -> StackDump:
-        """Every Python thread's stack of a running replica, by py-spy (see backends.stacks)."""
         tracked = self._active.get(launch_id)
         status = tracked.status if tracked is not None and tracked.status else None
         if status is None or "pid" not in status:
@@ -284,9 +273,7 @@ class LocalBackend(Backend):
     # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
-        """Watch launches a previous controller started; never starts anything. Reports
-        ReplicaStarted for those that had started, ReplicaExited for those that ended since,
-        LaunchFailed for unknown launches and those whose supervisor never ran or died."""
+        """Watch launches a previous controller started; never starts anything."""
         out: list[Observation] = []
         self._transport.ensure()
         for launch_id in launch_ids:
@@ -325,8 +312,7 @@ class LocalBackend(Backend):
         return out
 
     def close(self) -> None:
-        """Stop watching; replicas keep running (a new backend can adopt them). The spawner
-        forks what it was already sent, then exits."""
+        """Stop watching; replicas keep running (a new backend can adopt them)."""
         self._active.clear()
         self._spawner.close()
         self._transport.close()

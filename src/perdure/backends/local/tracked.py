@@ -1,10 +1,6 @@
 """A launch the local backend watches, and its supervisor's fate: alive, given up before it
-started (by this controller or another: claimed with an abandon record, so a supervisor that
-comes later starts nothing), or dead without recording the replica's exit, with the message a
-user reads for each.
-
-Side effects: reads the launch's records, claims a launch it gives up, probes the supervisor's
-pid (with its start time: no pid reuse).
+started (claimed with an abandon record, so a supervisor that comes later starts nothing), or
+dead without recording the replica's exit, with the message a user reads for each.
 """
 
 from __future__ import annotations
@@ -57,8 +53,8 @@ def abandon_record(identity: str) -> dict[str, Any]:
 
 
 def supervisor_gone(tracked: Tracked, now: float, identity: str) -> bool:
-    """Whether the supervisor died, or never started and the launch was given up (by the
-    backend `identity` now, once START_TIMEOUT_SECONDS passed or its spawner exited)."""
+    """Whether the supervisor died, or never started and the launch was given up (now, by
+    `identity`, once START_TIMEOUT_SECONDS passed or its spawner exited)."""
     tracked.next_check = now + LIVENESS_CHECK_SECONDS
     if tracked.supervisor is None:
         owner = statedir.read_json(os.path.join(tracked.dir, statedir.CLAIM)) or {}
@@ -74,8 +70,8 @@ def supervisor_gone(tracked: Tracked, now: float, identity: str) -> bool:
 
 def lost_message(tracked: Tracked, owner: dict[str, Any], identity: str,
                  early_log: str) -> str:
-    """Why a launch ended without an exit record, for the user: `owner` is its claim, and
-    `early_log` the spawner's log (what a supervisor says before its launch dir is its own)."""
+    """Why a launch ended without an exit record: `owner` is its claim, `early_log` the
+    spawner's log."""
     lid = tracked.launch_id
     if owner.get("abandoned_by") not in (None, identity):
         return (

@@ -1,8 +1,4 @@
-"""The local backend's inspector: logs, signals and launch records read from the state dir.
-
-`perdure logs`, `perdure chaos kill` and the goodput reports use it through
-`perdure.backends.base.Inspector`; it starts nothing, so any process can make one.
-"""
+"""The local backend's inspector (`perdure.backends.base.Inspector`): reads the state dir only."""
 
 from __future__ import annotations
 
@@ -25,7 +21,6 @@ class LocalInspector:
         self.state_dir = Path(os.path.realpath(state_dir))
 
     def pool_summary(self) -> str | None:
-        """The warm pool's state (its template and standbys go after an idle period)."""
         from perdure.backends.node.pool import summary
 
         return summary(self.state_dir)
@@ -66,7 +61,6 @@ class LocalInspector:
 
 
 def _progress_records(path: Path) -> list[dict[str, Any]]:
-    """The runtime's progress reports of a launch, one JSON object a line."""
     out: list[dict[str, Any]] = []
     try:
         text = path.read_text()

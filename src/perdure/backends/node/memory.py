@@ -74,6 +74,7 @@ class _Cgroup(NoLimit):
 
     events = ("", "")  # (file, key) counting the kernel's OOM kills
     peak_file = ""
+    path: str
 
     def __init__(self, path: str, owns_parent: bool = False) -> None:
         self.path = path

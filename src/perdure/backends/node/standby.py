@@ -103,32 +103,23 @@ class Standby:
         ready_r, ready_w = os.pipe()
         parent = os.getpid()
         procs.load_libc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            code = 127
-            try:
-                os.setsid()
-                os.dup2(command_r, 0)
-                os.dup2(ready_w, 3)
-                os.set_inheritable(0, True)  # dup2 onto itself leaves close-on-exec set
-                os.set_inheritable(3, True)
-                for fd in {command_r, command_w, ready_r, ready_w, *close} - {0, 1, 2, 3}:
-                    os.close(fd)
-                for sig in (*procs.SUPERVISOR_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ):
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own
-                signal.pthread_sigmask(signal.SIG_SETMASK, set())
-                procs.set_parent_death_signal(signal.SIGKILL)
-                if os.getppid() == parent:
-                    code = body()
-            except BaseException:
-                import traceback
 
-                traceback.print_exc()
-            finally:
-                os._exit(code)
+        def child() -> int:
+            os.setsid()
+            os.dup2(command_r, 0)
+            os.dup2(ready_w, 3)
+            os.set_inheritable(0, True)  # dup2 onto itself leaves close-on-exec set
+            os.set_inheritable(3, True)
+            for fd in {command_r, command_w, ready_r, ready_w, *close} - {0, 1, 2, 3}:
+                os.close(fd)
+            for sig in (*procs.SUPERVISOR_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            procs.set_parent_death_signal(signal.SIGKILL)
+            return body() if os.getppid() == parent else 127
+
+        pid = procs.fork_child(child)
         os.close(command_r)
         os.close(ready_w)
         return cls(pid, command_w, ready_r, standby_env(dict(os.environ)))

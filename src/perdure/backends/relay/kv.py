@@ -1,9 +1,7 @@
 """The rendezvous stores the relay keeps for replicas: key-value maps that outlive replicas.
 
-One `KV` per (job, store name). Every change is appended to `<state>/rdzv/<job>/kv/<name>.jsonl`
-before it is acknowledged and read back on first use, so a controller restart loses nothing a
-replica was told. A wait is held here on a condition (up to a bound), not polled. An `add`
-carries the client's token and request number, so a retried add is applied once.
+Every change is appended to `<state>/rdzv/<job>/kv/<name>.jsonl` before it is acknowledged, so
+a controller restart loses nothing a replica was told; a retried `add` is applied once.
 """
 
 from __future__ import annotations
