@@ -11,15 +11,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from perdure import statedir
 from perdure.runtime.ranks import rank_file
 from perdure.runtime.transport.files import FileTransport
 
 if TYPE_CHECKING:
-    from perdure.backends.relay.kv import KV
-    from perdure.backends.relay.server import Relay
+    from collections.abc import Collection
+
+    from perdure.backends.relay.kv import KV, Stores
 
 __all__ = ["OPS", "Peer", "RelayFiles"]
 
@@ -31,6 +32,15 @@ class Peer:
     job: str
     replica: str
     launch: str
+
+
+class Relay(Protocol):
+    """What an operation needs of server.Relay (the server imports its operations)."""
+
+    files: RelayFiles
+    stores: Stores
+
+    def names_of(self, job: str) -> Collection[str] | None: ...
 
 
 class RelayFiles:
