@@ -279,37 +279,31 @@ class LocalBackend(Backend):
         for launch_id in launch_ids:
             if launch_id in self._active:
                 continue
-            directory = os.path.join(self._launches, launch_id)
-            spec = statedir.read_json(os.path.join(directory, statedir.LAUNCH))
-            if spec is None or "/" in launch_id or launch_id in ("", ".", ".."):
-                out.append(
-                    LaunchFailed(
-                        launch_id,
-                        f"launch {launch_id} is unknown: {directory} has no launch "
-                        "record (the controller stopped before writing it)",
-                        time.time(),
-                    )
-                )
-                continue
-            tracked = Tracked(launch_id, str(spec.get("node", "")), directory)
-            if not os.path.exists(tracked.status_path) and not os.path.exists(tracked.exit_path):
-                # Its supervisor may be starting, or may never have been spawned: claim the
-                # launch as abandoned; a supervisor that comes later then starts nothing.
-                owner = statedir.claim(directory, abandon_record(self._identity))
-                if "abandoned_by" in owner:
-                    out.append(
-                        LaunchFailed(
-                            launch_id,
-                            f"launch {launch_id} never started: the controller stopped "
-                            "after writing its launch record but before its supervisor ran",
-                            time.time(),
-                        )
-                    )
-                    continue
-                tracked.supervisor = (owner["supervisor_pid"], owner["supervisor_start_ticks"])
-            self._active[launch_id] = tracked
-            self._observe(tracked, out, time.monotonic())
+            why = self._track_adopted(launch_id)
+            if why is None:
+                self._observe(self._active[launch_id], out, time.monotonic())
+            else:
+                out.append(LaunchFailed(launch_id, f"launch {launch_id} {why}", time.time()))
         return out
+
+    def _track_adopted(self, launch_id: str) -> str | None:
+        """Watch a launch to adopt; why not, when it cannot be."""
+        directory = os.path.join(self._launches, launch_id)
+        spec = statedir.read_json(os.path.join(directory, statedir.LAUNCH))
+        if spec is None or "/" in launch_id or launch_id in ("", ".", ".."):
+            return (f"is unknown: {directory} has no launch record (the controller stopped "
+                    "before writing it)")
+        tracked = Tracked(launch_id, str(spec.get("node", "")), directory)
+        if not os.path.exists(tracked.status_path) and not os.path.exists(tracked.exit_path):
+            # Its supervisor may be starting, or may never have been spawned: claim the
+            # launch as abandoned; a supervisor that comes later then starts nothing.
+            owner = statedir.claim(directory, abandon_record(self._identity))
+            if "abandoned_by" in owner:
+                return ("never started: the controller stopped after writing its launch "
+                        "record but before its supervisor ran")
+            tracked.supervisor = (owner["supervisor_pid"], owner["supervisor_start_ticks"])
+        self._active[launch_id] = tracked
+        return None
 
     def close(self) -> None:
         """Stop watching; replicas keep running (a new backend can adopt them)."""
