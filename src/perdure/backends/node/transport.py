@@ -11,7 +11,6 @@ from perdure.core.events import Launch
 if TYPE_CHECKING:
     from perdure.backends.relay.server import Relay
 
-__all__ = ["LaunchTransport"]
 
 TRANSPORTS = ("file", "net")
 

@@ -16,8 +16,6 @@ from typing import Any
 
 from perdure import statedir
 
-__all__ = ["KV", "KVError", "Stores"]
-
 STORE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")  # .match: no trailing newline
 MAX_KEYS = 100_000
 MAX_BYTES = 64 << 20  # per store: keys and values

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
     from perdure.backends.relay.kv import KV, Stores
 
-__all__ = ["OPS", "Peer", "RelayFiles"]
 
 
 @dataclass(frozen=True)

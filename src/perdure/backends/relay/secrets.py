@@ -13,9 +13,6 @@ from pathlib import Path
 from perdure import statedir
 from perdure.store.sqlite import make_state_dir
 
-__all__ = ["ENV_JOB_SECRET", "SecretError", "job_secret", "state_secret"]
-
-ENV_JOB_SECRET = "PERDURE_JOB_SECRET"
 _SIZE = 32
 
 

@@ -37,8 +37,6 @@ from perdure.runtime.transport.base import (
 )
 from perdure.runtime.transport.wire import MAX_FRAME, FrameError, mac, recv_frame, send_frame
 
-__all__ = ["Relay", "RelayError"]
-
 log = logging.getLogger("perdure.relay")
 HANDSHAKE_SECONDS = 5.0  # an unauthenticated connection gets this long to prove itself
 IDLE_SECONDS = 900.0  # an authenticated connection idle this long is closed
