@@ -97,8 +97,6 @@ class LocalBackend(Backend):
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
 
-    # ---- launch -----------------------------------------------------------------------------
-
     def launch(self, launch: Launch) -> None:
         """Write the launch record and spawn its supervisor; LaunchError if it cannot start."""
         check_launch(launch, self._node_names, self._inherit_env)
@@ -158,8 +156,6 @@ class LocalBackend(Backend):
     def warm_pool_status(self) -> dict[str, Any] | None:
         return statedir.read_json(os.path.join(self._launches, statedir.WARM_STATUS))
 
-    # ---- stop -------------------------------------------------------------------------------
-
     def stop(self, stop: Stop) -> None:
         """Have the supervisor send `stop.signal` now and SIGKILL after `stop.grace` (never
         blocks)."""
@@ -191,8 +187,6 @@ class LocalBackend(Backend):
                       notice: str | None = None, delay: float = 0.0) -> None:
         if not os.path.exists(tracked.exit_path):
             launchdir.stop(tracked.dir, sig, grace, reason, notice, delay)
-
-    # ---- observe ----------------------------------------------------------------------------
 
     def poll(self) -> list[Observation]:
         observations, self._unstarted = self._unstarted, []
@@ -269,8 +263,6 @@ class LocalBackend(Backend):
         if status is None or "pid" not in status:
             return StackDump(error=f"launch {launch_id} is not running here")
         return dump_pid(int(status["pid"]), timeout, nonblocking)
-
-    # ---- restart ----------------------------------------------------------------------------
 
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
         """Watch launches a previous controller started; never starts anything."""

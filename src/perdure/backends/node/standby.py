@@ -18,9 +18,8 @@ from perdure.backends.node import procs
 from perdure.integrations.autoinstall import without_boot
 
 STANDBY_CODE = "__import__('perdure.backends.node.warmstart').backends.node.warmstart.main()"
-# Read when the interpreter, its site packages, the C libraries or torch start: a standby is
-# only good for a launch that agrees with it on all of these. OMP_NUM_THREADS is the
-# exception: the warm child applies it with torch.set_num_threads.
+# Read when the interpreter, the C libraries or torch start: a standby is only good for a
+# launch that agrees with it on these (OMP_NUM_THREADS is applied with torch.set_num_threads).
 STARTUP_PREFIXES = ("PYTHON", "LD_", "MALLOC_", "TORCH_", "KMP_", "GOMP_", "MKL_", "OMP_")
 STARTUP_NAMES = ("HOME",)  # the user site-packages directory hangs off it
 APPLIED_AT_START = ("OMP_NUM_THREADS",)

@@ -67,8 +67,6 @@ class Supervisor:
     def _file(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    # ---- start ------------------------------------------------------------------------------
-
     def run(self) -> int:
         """Start the replica, supervise it, write exit.json; the supervisor's exit status."""
         if statedir.claim(self.dir, self.me) != self.me:
@@ -203,8 +201,6 @@ class Supervisor:
             },
         )
 
-    # ---- wait -------------------------------------------------------------------------------
-
     def _wait(self) -> None:
         """Return when the replica has exited (it stays a zombie, holding its pid and group)."""
         while not self._child_exited():
@@ -225,8 +221,8 @@ class Supervisor:
             if info.si_signo == signal.SIGUSR1:
                 self._check_stop()
             elif info.si_signo != signal.SIGCHLD:
-                # a launch may say how long (a Slurm preemption signals the supervisor and the
-                # replica at once; the replica's save gets the job's grace period)
+                # a Slurm preemption signals us and the replica at once: its save gets the
+                # job's grace period
                 grace = float(self.spec.get("self_stop_grace", SELF_STOP_GRACE_SECONDS))
                 self._stop(signal.SIGTERM, time.time() + grace)
 
@@ -285,13 +281,10 @@ class Supervisor:
         if sig != signal.SIGKILL:
             self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
 
-    # ---- finish -----------------------------------------------------------------------------
-
     def _finish(self) -> int:
         exit_time = self.failed_at or time.time()
-        # The replica is a zombie, so its group id cannot be reused yet: kill what it left,
-        # in its group, its cgroup, and (a subreaper: orphans come back to us) anywhere below
-        # us, such as a `setsid` daemon.
+        # The replica is a zombie (its group id cannot be reused yet): kill what it left in
+        # its group, its cgroup, and anywhere below us (a subreaper), such as a `setsid` daemon.
         self._kill_groups(signal.SIGKILL)
         self.limit.kill_all()
         procs.kill_descendants(self.own_pid)

@@ -22,8 +22,6 @@ from perdure.backends.settings import count_or_auto
 POOL_ENV = "PERDURE_WARM_POOL"
 FORK_ENV = "PERDURE_WARM_FORK"
 DEFAULT_POOL = 2
-# After this long without a launch that could start warm, the pool lets its template and
-# standbys go (hundreds of MB each).
 IDLE_ENV = "PERDURE_WARM_IDLE_SECONDS"
 DEFAULT_IDLE_SECONDS = 600.0
 AUTO_MAX = 8  # "auto": DEFAULT_POOL, grown to the largest group of launches seen together
@@ -57,9 +55,8 @@ def idle_seconds(value: float | str | None) -> float:
     return seconds
 
 
-# The spawner's owner (a controller, a Ray node agent) as a pidfd, opened by the spawner and
-# inherited by all it forks: readable once the owner has exited, however its pipe to the
-# spawner fares (a descriptor leaked into a surviving process keeps that pipe open).
+# The spawner's owner as a pidfd, inherited by all the spawner forks: readable once the owner
+# exited, even if a descriptor leaked into a surviving process keeps the spawner's pipe open.
 _owner_fd = -1
 
 

@@ -16,9 +16,8 @@ from types import TracebackType
 from typing import Any
 
 READY_FD = 3
-# What a training script imports, directly or on first use, that costs seconds: torch's modules
-# named by perdure.runtime.compat.WARM_IMPORTS, numpy, and perdure's runtime. A module that
-# fails to import is skipped: the script imports it itself, or not.
+# What a training script imports that costs seconds, beside compat.WARM_IMPORTS (torch's); a
+# module that fails to import is skipped.
 PRELOAD = ("numpy", "perdure.runtime.context", "perdure.runtime.checkpoint.checkpointer",
            "perdure.runtime.data", "perdure.runtime.elastic", "perdure.runtime.goodput",
            "perdure.runtime.rng", "perdure.runtime.vote")

@@ -83,8 +83,6 @@ class KV:
         self._put(key, value)
         self.cond.notify_all()
 
-    # ---- operations (each takes the request's fields) -------------------------------------
-
     def set(self, key: str, value: str) -> None:
         with self.cond:
             self._change(key, value)

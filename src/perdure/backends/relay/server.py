@@ -182,8 +182,6 @@ class Relay:
                 sock.shutdown(socket.SHUT_RDWR)
         self.stores.close()
 
-    # ---- connections ----------------------------------------------------------------------
-
     def admit(self, sock: socket.socket) -> bool:
         with self._lock:
             if self._closed or len(self._connections) >= MAX_CONNECTIONS:
