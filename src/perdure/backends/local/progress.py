@@ -52,7 +52,7 @@ class ProgressReader:
         failed: dict[str, Any] = {}
         step = self._steps.get(launch_id)
         for line in data.splitlines():
-            rec = _record(line)
+            rec = json_record(line)
             kind = rec.get("kind")
             if kind in _SAVE_OUTCOMES:
                 failed = _save_outcome(rec)
@@ -99,7 +99,7 @@ def _save_outcome(rec: dict[str, Any]) -> dict[str, Any]:
         return {}
 
 
-def _record(line: bytes) -> dict[str, Any]:
+def json_record(line: bytes) -> dict[str, Any]:
     try:
         rec = json.loads(line)
     except ValueError:

@@ -13,6 +13,7 @@ from typing import Any
 
 from perdure import statedir
 from perdure.backends.node import procs
+from perdure.runtime.errorfile import last_lines, read_stderr_tail
 
 # How often each supervisor is checked for having died without writing exit.json: rare, so a
 # poll costs one stat per launch (for exit.json) most of the time.
@@ -86,17 +87,11 @@ def lost_message(tracked: Tracked, owner: dict[str, Any], identity: str,
         )
         return f"the supervisor of launch {lid} {why}; nothing ran. See {early_log}"
     log = os.path.join(tracked.dir, statedir.SUPERVISOR_LOG)
-    where = f"{_last_line(log)}See {log}." if os.path.exists(log) else f"See {early_log}."
+    last = last_lines(read_stderr_tail(log), 1, 500)
+    words = f"Its last words: {last}. " if last else ""
+    where = f"{words}See {log}." if os.path.exists(log) else f"See {early_log}."
     return (
         f"the supervisor of launch {lid} died without recording the replica's exit (a "
         f"replica it had started died with it). {where}"
     )
 
-
-def _last_line(log: str) -> str:
-    try:
-        with open(log, encoding="utf-8", errors="replace") as f:
-            lines = f.read().strip().splitlines()
-    except OSError:
-        return ""
-    return f"Its last words: {lines[-1][:500]}. " if lines else ""

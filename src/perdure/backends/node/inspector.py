@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from perdure import statedir
 from perdure.backends.base import LaunchRecord, Stream
+from perdure.backends.local.progress import json_record
 from perdure.backends.node.replicas import signal_replica
 
 READ_CHUNK = 1 << 20
@@ -61,19 +61,11 @@ class LocalInspector:
 
 
 def _progress_records(path: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
     try:
-        text = path.read_text()
+        lines = path.read_bytes().splitlines()
     except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill: the rest still counts
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+        return []
+    return [rec for line in lines if (rec := json_record(line))]  # a line cut by a kill: skipped
 
 
 def _launch_order(d: Path) -> tuple[int, int, str]:

@@ -114,7 +114,7 @@ class Pool:
 
     def _start_template(self) -> None:
         if self.template is None and not self.template_failed and not self.disabled \
-                and warm.template_enabled():
+                and os.environ.get(warm.FORK_ENV, "1") != "0":
             self.template = self._forked(warm.serve_template)
 
     def handle(self, fd: int) -> list[str]:

@@ -120,10 +120,6 @@ def _read_directory(link: socket.socket, standby: Standby) -> str:
     return os.fsdecode(received.strip())
 
 
-def template_enabled() -> bool:
-    return os.environ.get(FORK_ENV, "1") != "0"
-
-
 def serve_template(sock: socket.socket) -> int:
     """The template's life: warm, say ready, fork a standby per socket received, until EOF."""
     procs.load_libc()
