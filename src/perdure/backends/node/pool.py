@@ -73,9 +73,8 @@ class _Slot:
 
 
 class Pool:
-    """Up to `size` standbys, started on first need and refilled as they are used. "auto"
-    grows from `warm.DEFAULT_POOL` to the largest group of launches that could start warm seen
-    together (up to `warm.AUTO_MAX`), so a group restart finds each replica a standby."""
+    """Up to `size` standbys, refilled as they are used; "auto" grows to the largest group of
+    launches seen together (up to `warm.AUTO_MAX`), so a group restart finds one each."""
 
     def __init__(self, size: int | str, launches_dir: str,
                  idle: float = warm.DEFAULT_IDLE_SECONDS) -> None:

@@ -239,13 +239,11 @@ def reap_children() -> None:
 
 def load_libc() -> None:
     """Load libc for prctl now, so a forked child need not (call before forking)."""
-    if sys.platform.startswith("linux") and not _libc:
+    if not _libc:
         _libc.append(ctypes.CDLL(None, use_errno=True))
 
 
 def _prctl(option: int, value: int) -> None:
-    if not sys.platform.startswith("linux"):
-        return
     load_libc()
     libc = _libc[0]
     if libc.prctl(option, value, 0, 0, 0) != 0:

@@ -13,9 +13,8 @@ RESTARTED = "restarted"  # in a pull: the streams read again from their start (t
 
 def pull_launch(directory: str, offsets: dict[str, int],
                 limit: int = PULL_LIMIT) -> dict[str, bytes]:
-    """New bytes of a launch's logs and progress reports since `offsets` (per stream); a
-    stream trimmed under its cap (logcap) since the last pull is read again from its start
-    and named under RESTARTED."""
+    """New bytes of a launch's logs and progress since `offsets`; a stream trimmed (logcap)
+    since the last pull is read again from its start and named under RESTARTED."""
     out = {}
     restarted = []
     for stream, name in FILES.items():

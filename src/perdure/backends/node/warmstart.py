@@ -72,19 +72,12 @@ def _await_launch() -> dict[str, Any] | None:
 def _start(launch: dict[str, Any]) -> None:
     """Become the replica, with the exit guard, start-up hook and title a cold start has."""
     _become(launch)
-    try:
-        from perdure.runtime import exitguard
-    except ImportError:
-        pass
-    else:
-        exitguard.install()
-    try:
-        from perdure.integrations import autoinstall
-    except ImportError:
-        pass
-    else:
-        autoinstall.install()
     from perdure.backends.node.proctitle import set_title
+    from perdure.integrations import autoinstall
+    from perdure.runtime import exitguard
+
+    exitguard.install()
+    autoinstall.install()
 
     kind, name = launch["target"]
     set_title([sys.executable, *(["-m", name] if kind == "module" else [name]),

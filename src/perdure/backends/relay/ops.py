@@ -79,8 +79,8 @@ class RelayFiles:
 
 
 def _write_acked(path: Path, client: str, seq: int) -> None:
-    """Overwrite in place with one fixed-size write (cheaper than a rename per report; a
-    torn record only makes a batch re-sent across a controller crash count twice)."""
+    """One fixed-size write in place (cheaper than a rename per report; a torn record only
+    counts a batch re-sent across a controller crash twice)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.pwrite(fd, f"{client[:32]:<32} {seq:020d}\n".encode(), 0)
@@ -97,7 +97,7 @@ def _read_acked(path: Path) -> tuple[str, int]:
 
 
 def _lines(value: Any) -> list[str]:
-    """Progress lines as sent: each a JSON object on one line (anything else is dropped)."""
+    """Progress lines as sent, each a JSON object (anything else is dropped)."""
     if not isinstance(value, list):
         raise TypeError("progress lines must be a list of strings")
     out = []
