@@ -258,9 +258,8 @@ class LocalBackend(Backend):
 
     def dump_stacks(self, launch_id: str, timeout: float = 10.0, nonblocking: bool = False
                     ) -> StackDump:
-        tracked = self._active.get(launch_id)
-        status = tracked.status if tracked is not None and tracked.status else None
-        if status is None or "pid" not in status:
+        status = self._active[launch_id].status if launch_id in self._active else {}
+        if "pid" not in status:
             return StackDump(error=f"launch {launch_id} is not running here")
         return dump_pid(int(status["pid"]), timeout, nonblocking)
 

@@ -15,11 +15,10 @@ from perdure import statedir
 from perdure.backends.node import procs
 from perdure.runtime.errorfile import last_lines, read_stderr_tail
 
-# How often each supervisor is checked for having died without writing exit.json: rare, so a
-# poll costs one stat per launch (for exit.json) most of the time.
+# How often a supervisor is checked for having died: rarely, so a poll is mostly one stat each.
 LIVENESS_CHECK_SECONDS = 0.25
-# A launch whose supervisor has not claimed it by then is given up (LaunchFailed), so that a
-# stuck spawner cannot hold a replica in limbo; a supervisor that comes later starts nothing.
+# A launch whose supervisor has not claimed it by then is given up: a stuck spawner cannot
+# hold a replica in limbo.
 START_TIMEOUT_SECONDS = 60.0
 
 

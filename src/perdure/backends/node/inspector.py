@@ -47,8 +47,7 @@ class LocalInspector:
             started = status.get("started_at")
             if started is None:
                 continue
-            # From when the controller launched it (launch.json), so that startup also counts
-            # a launch held for a warm standby before its supervisor started.
+            # From launch.json: startup counts a launch held for a warm standby too.
             try:
                 launched = min(float(started), (d / statedir.LAUNCH).stat().st_mtime)
             except OSError:

@@ -7,6 +7,7 @@ tree is killed at the end and a kernel OOM kill in it reads as out of memory. It
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -332,10 +333,8 @@ def _write(path: str, text: str) -> None:
 
 
 def _try_write(path: str, text: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         _write(path, text)
-    except OSError:
-        return
 
 
 def remove_cgroup(path: str) -> None:

@@ -19,13 +19,11 @@ _ZYGOTE_CODE = "from perdure.backends.node.zygote import main; main()"
 class Spawner:
     """Starts the spawner process on first use and hands it launch directories."""
 
-    def __init__(self, launches_dir: str, warm_pool: int | str = 0,
-                 warm_idle: float = 600.0) -> None:
+    def __init__(self, launches_dir: str, warm_pool: int | str, warm_idle: float) -> None:
         self.launches_dir = launches_dir
         self.warm_pool = warm_pool
         self.warm_idle = warm_idle
-        # The spawner and its supervisors print here until a supervisor has opened its own
-        # supervisor.log (an import error, say); one descriptor for all of them.
+        # What the spawner and supervisors print before a supervisor opens its own log.
         self.log_path = os.path.join(launches_dir, statedir.EARLY_LOG)
         self._log = os.open(
             self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600

@@ -345,8 +345,8 @@ def _where(exe: str, spec: dict[str, Any]) -> str:
     """The file `exe` names, as exec looks it up (relative to the replica's cwd, or on PATH)."""
     if os.sep in exe:
         return os.path.normpath(os.path.join(str(spec["cwd"]), exe))
-    env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
-    for folder in os.get_exec_path(env if env and "PATH" in env else None):
+    env = spec["env"]
+    for folder in os.get_exec_path(env if "PATH" in env else None):
         candidate = os.path.join(folder, exe)
         if os.path.isfile(candidate):
             return candidate

@@ -56,7 +56,6 @@ def main() -> None:
 
 def _fork_supervisor(directory: str, pool: Pool) -> None:
     def supervise() -> int:
-        # A supervisor in a session of its own, not reading the spawner's stdin.
         pool.close_in_child()  # a standby must see the spawner's exit as end of input
         os.setsid()
         return supervisor.main([directory])
