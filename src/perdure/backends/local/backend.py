@@ -160,11 +160,11 @@ class LocalBackend(Backend):
         """Have the supervisor send `stop.signal` now and SIGKILL after `stop.grace` (never
         blocks)."""
         tracked = self._active.get(stop.launch_id)
-        if tracked is not None:
-            self._request_stop(tracked, stop.signal, max(0.0, stop.grace), stop.reason,
-                               stop.notice, max(0.0, stop.delay))
-        else:
+        if tracked is None:
             self._never_started(stop.launch_id, stop.signal)
+        elif not os.path.exists(tracked.exit_path):
+            launchdir.stop(tracked.dir, stop.signal, max(0.0, stop.grace), stop.reason,
+                           stop.notice, max(0.0, stop.delay))
 
     def _never_started(self, launch_id: str, sig: int) -> None:
         """A launch held by its node's check ends as if `sig` had ended it, never started."""
@@ -177,16 +177,11 @@ class LocalBackend(Backend):
     def kill_node(self, node: str) -> None:
         """Chaos: SIGKILL every replica on `node` now (their exits come through poll)."""
         for tracked in list(self._active.values()):
-            if tracked.node == node:
-                self._request_stop(tracked, signal.SIGKILL, 0.0, f"node {node} killed")
+            if tracked.node == node and not os.path.exists(tracked.exit_path):
+                launchdir.stop(tracked.dir, signal.SIGKILL, 0.0, f"node {node} killed", None)
         for launch_id, launch in list(self._blocked.items()):
             if launch.node == node:
                 self._never_started(launch_id, signal.SIGKILL)
-
-    def _request_stop(self, tracked: Tracked, sig: int, grace: float, reason: str,
-                      notice: str | None = None, delay: float = 0.0) -> None:
-        if not os.path.exists(tracked.exit_path):
-            launchdir.stop(tracked.dir, sig, grace, reason, notice, delay)
 
     def poll(self) -> list[Observation]:
         observations, self._unstarted = self._unstarted, []
