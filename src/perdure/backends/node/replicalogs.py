@@ -49,13 +49,10 @@ class Logs:
         limit = limit if isinstance(limit, int) and limit > 0 else 0
         self.relay = LogRelay(directory, {"out": self.spec["stdout"], "err": self.spec["stderr"]},
                               merged, self.header_text, limit, self._trimmed)
-        streams = self.relay.paths
-        fifo_out = os.open(streams["out"], os.O_WRONLY)
-        fifo_err = os.open(streams["err"], os.O_WRONLY)
-        os.close(self.out_fd)
-        os.close(self.err_fd)
-        self.out_fd, self.err_fd = fifo_out, fifo_err
-        return streams
+        self.close_fds()
+        self.out_fd = os.open(self.relay.paths["out"], os.O_WRONLY)
+        self.err_fd = os.open(self.relay.paths["err"], os.O_WRONLY)
+        return self.relay.paths
 
     def close_fds(self) -> None:
         """The supervisor's copies of the descriptors (the replica has its own)."""

@@ -120,12 +120,10 @@ def _error(relay: Relay, peer: Peer, req: dict[str, Any]) -> str | None:
     record = req["record"]
     if not isinstance(record, dict):
         raise TypeError("an error record must be a JSON object")
-    rank = record.get("local_rank")
-    if isinstance(rank, int) and 0 < rank < 1024:  # a replica's other processes: their own
-        d = relay.files.launch_dir(peer)
-        error_file = str(d / rank_file(statedir.ERROR, rank))
-        return FileTransport(error_file=error_file).write_error(record)
-    return relay.files.launch(peer).write_error(record)
+    rank = record.get("local_rank")  # a replica's other processes have files of their own
+    rank = rank if isinstance(rank, int) and 0 < rank < 1024 else 0
+    error_file = relay.files.launch_dir(peer) / rank_file(statedir.ERROR, rank)
+    return FileTransport(error_file=str(error_file)).write_error(record)
 
 
 # Store operations, on the peer's job's store `req["store"]`.
