@@ -120,10 +120,6 @@ class KV:
             self._change(key, None)
             return True
 
-    def check(self, keys: list[str]) -> bool:
-        with self.cond:
-            return all(k in self.data for k in keys)
-
     def wait(self, keys: list[str], hold: float) -> bool:
         """Whether every key is there, waiting up to `hold` (capped) seconds for them."""
         with self.cond:

@@ -135,7 +135,7 @@ _KV_OPS: dict[str, Callable[[KV, dict[str, Any]], Any]] = {
     "cas": lambda kv, req: kv.cas(str(req["key"]), str(req["expected"]), str(req["desired"])),
     "append": lambda kv, req: kv.append(str(req["key"]), str(req["value"])),
     "delete": lambda kv, req: kv.delete(str(req["key"])),
-    "check": lambda kv, req: kv.check([str(k) for k in req["keys"]]),
+    "check": lambda kv, req: kv.wait([str(k) for k in req["keys"]], 0.0),
     "wait": lambda kv, req: kv.wait([str(k) for k in req["keys"]], float(req["hold"])),
     "num_keys": lambda kv, req: kv.num_keys(),
 }
