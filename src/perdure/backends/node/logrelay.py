@@ -47,8 +47,10 @@ class CappedFile:
 class LogRelay:
     """Copies a replica's two streams to their files and to the merged file."""
 
-    def __init__(self, directory: str, files: dict[str, str], merged: str, header: str,
-                 max_bytes: int, trimmed: Callable[[str, int, int], None]) -> None:
+    def __init__(self, directory: str, files: dict[str, str], merged: str, header: str = "",
+                 max_bytes: int = 0,
+                 trimmed: Callable[[str, int, int], None] = lambda path, shift, mark: None,
+                 ) -> None:
         import threading
 
         self.paths = {s: os.path.join(directory, name) for s, name in FIFOS.items()}
