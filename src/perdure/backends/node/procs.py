@@ -244,6 +244,8 @@ def load_libc() -> None:
 
 
 def _prctl(option: int, value: int) -> None:
+    if not sys.platform.startswith("linux"):  # a Ray launch actor elsewhere
+        return
     load_libc()
     libc = _libc[0]
     if libc.prctl(option, value, 0, 0, 0) != 0:
