@@ -70,8 +70,7 @@ def killed(pids: list[int], rank: int) -> bool:
 
 
 def reap_orphans(pids: list[int]) -> None:
-    """Reap the replica's orphaned descendants that have ended (a subreaper inherits them);
-    the ranks themselves stay for `reap`."""
+    """Reap the ended orphans a subreaper inherits; the ranks themselves stay for `reap`."""
     while True:
         try:
             found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)

@@ -24,8 +24,7 @@ LINE_ENDS = (b"\n", b"\r")
 
 
 class CappedFile:
-    """A file trimmed (logcap) as soon as a write takes it over `limit` bytes (0: no cap);
-    `trimmed(path, shift, mark)` hears of each trim."""
+    """A file trimmed (logcap) once a write takes it over `limit` bytes (0: no cap)."""
 
     def __init__(self, path: str, limit: int, trimmed: Callable[[str, int, int], None]) -> None:
         self.path, self.limit, self.trimmed = path, limit, trimmed

@@ -117,8 +117,7 @@ class Pool:
             self.template = self._forked(warm.serve_template)
 
     def handle(self, fd: int) -> list[str]:
-        """A standby's or the template's socket is readable; launch directories to start
-        cold."""
+        """A slot's socket is readable; launch directories to start cold."""
         if self.template is not None and fd == self.template.link.fileno():
             return self._template_event()
         slot = self.slots.get(fd)

@@ -38,8 +38,7 @@ class Logs:
         self.err_offset = os.lseek(self.err_fd, 0, os.SEEK_END)
 
     def relay_streams(self, directory: str) -> dict[str, str] | None:
-        """With a merged `output`, make the relay and have the replica write into its FIFOs;
-        their paths (None: no relay)."""
+        """With a merged `output`, the relay's FIFOs the replica writes to (None: no relay)."""
         merged = self.spec.get("output")
         if not merged:
             return None

@@ -88,16 +88,14 @@ class Standby:
 
     @classmethod
     def fork(cls, close: list[int]) -> Standby:
-        """Fork the interpreter from this process, which has torch imported; `close`:
-        descriptors the replica must not hold."""
+        """Fork the interpreter from this process, which has torch imported."""
         from perdure.backends.node import warmstart
 
         return cls._fork(warmstart.run_forked, close)
 
     @classmethod
     def _fork(cls, body: Callable[[], int], close: list[int]) -> Standby:
-        """Run `body` in a child in a session of its own that dies with this process, stdin a
-        pipe from here and fd 3 (warmstart.READY_FD) a pipe back."""
+        """Run `body` in a child that dies with this process, stdin and fd 3 pipes from us."""
         command_r, command_w = os.pipe()
         ready_r, ready_w = os.pipe()
         parent = os.getpid()

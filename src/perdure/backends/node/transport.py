@@ -27,8 +27,7 @@ class LaunchTransport:
         self.relay: Relay | None = None
 
     def ensure(self) -> None:
-        """Start the relay (net) if it is not running; only once the controller holds the
-        state dir's lock: a second controller must not take its port."""
+        """Start the relay (net), once the controller holds the state dir's lock (its port)."""
         if self.relay is None and self.kind == "net":
             from perdure.backends.relay.server import Relay
 

@@ -79,8 +79,7 @@ def owner_gone(ready: list[int] | None = None) -> bool:
 
 
 def run_standby(link: socket.socket, forked: bool = False) -> int:
-    """The standby supervisor: warm a child (`forked` from this one, a template's child), say
-    b"R" on `link`, then serve the launch directory read from it."""
+    """The standby supervisor: warm a child, say b"R" on `link`, serve the launch sent."""
     from perdure.backends.node import supervisor
 
     os.setsid()
