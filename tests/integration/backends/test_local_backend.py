@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
 import time
@@ -293,16 +292,3 @@ def test_launch_latency(backend: LocalBackend, tmp_path: Path) -> None:
     assert max(durations) < 0.5
     ids -= {o.launch_id for o in seen if isinstance(o, ReplicaExited)}
     collect(backend, ids, timeout=30)
-
-
-def test_cleanup_keeps_the_newest_finished_launches(backend: LocalBackend, tmp_path: Path) -> None:
-    ids = []
-    for index in range(3):
-        launch = make_launch(tmp_path, "pass", replica=f"worker-{index}")
-        backend.launch(launch)
-        ids.append(launch.launch_id)
-        collect(backend, {launch.launch_id})
-        os.utime(tmp_path / "state" / "launches" / launch.launch_id, (index, index))
-    assert backend.cleanup(keep_last=1) == 2
-    launches = tmp_path / "state" / "launches"
-    assert sorted(p.name for p in launches.iterdir() if p.is_dir()) == [ids[-1]]

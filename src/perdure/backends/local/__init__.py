@@ -1,8 +1,6 @@
-"""The local backend: replicas as processes on this machine, one supervisor process each (the
-node-side pieces it runs are perdure.backends.node's).
+"""The local backend: replicas as processes on this machine, one supervisor process each.
 
-`LocalBackend` loads on first use, so that importing a submodule (the GPU discovery) does not
-pay for the backend's imports.
+`LocalBackend` loads on first use: importing a submodule (the GPU discovery) stays cheap.
 """
 
 from __future__ import annotations

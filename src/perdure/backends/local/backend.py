@@ -1,10 +1,8 @@
 """Run replicas as processes on this machine, each under a supervisor process of its own.
 
-`launch` writes the launch record and hands its directory to the spawner (`zygote`), which
-forks its supervisor; nothing waits for a process to start. `poll` turns the launch
-directories' records into observations with one stat per active launch. Supervisors run in
-sessions of their own: a controller that is killed leaves its replicas running, and a new
-controller `adopt`s them.
+`launch` hands the launch directory to the spawner and waits for nothing; `poll` costs one stat
+per active launch. Supervisors run in sessions of their own: a controller that is killed
+leaves its replicas running, and a new controller `adopt`s them.
 """
 
 from __future__ import annotations
@@ -18,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from perdure import statedir
-from perdure.backends.base import Backend, LaunchError, NodeInfo, error_info
+from perdure.backends import launchdir
+from perdure.backends.base import Backend, LaunchError, NodeInfo, exit_observation
 from perdure.backends.local.progress import ProgressReader
 from perdure.backends.local.tracked import Tracked, abandon_record, lost_message, supervisor_gone
 from perdure.backends.masterport import MasterPorts, local_port
-from perdure.backends.node import logcap, procs, warm
+from perdure.backends.node import logcap, warm
 from perdure.backends.node.memory import MECHANISMS, cgroup_parent
 from perdure.backends.node.replicas import check_launch, kill_leftovers
 from perdure.backends.node.spawner import Spawner
@@ -43,14 +42,11 @@ from perdure.core.events import (
 class LocalBackend(Backend):
     """Replicas as local processes, grouped into virtual nodes (each a failure domain).
 
-    State lives in `<state_dir>/launches/<launch_id>/`. `memory_mechanism`: "auto" (cgroup
-    v2, then v1, then RSS polling) or one of them by name. With `inherit_env` a replica's
-    environment is this process's overlaid with `Launch.env`; without it, exactly `Launch.env`.
-    `warm_pool` / `warm_idle`: the warm standby pool's size and idle time (`warm`; default
-    `$PERDURE_WARM_POOL`, "auto", and `$PERDURE_WARM_IDLE_SECONDS`, 600). `transport`: "file"
-    or "net" (`transport`). `preflight`: the cluster file's `health: preflight` check, run on a
-    node before an attempt's first replica there; a node that fails it is reported
-    (`NodeCheckFailed`) and its held launches wait for their stop.
+    `memory_mechanism`: "auto" (cgroup v2, then v1, then RSS polling) or one of them. With
+    `inherit_env` a replica's environment is this process's overlaid with `Launch.env`.
+    `warm_pool` / `warm_idle`: the warm standby pool's size and idle time (`warm`).
+    `preflight`: the cluster file's `health: preflight` check, run on a node before an
+    attempt's first replica there.
     """
 
     def __init__(
@@ -99,10 +95,7 @@ class LocalBackend(Backend):
         self._unstarted: list[Observation] = []  # exits of held launches that were stopped
 
     def nodes(self) -> list[NodeInfo]:
-        """The configured virtual nodes."""
         return list(self._nodes)
-
-    # ---- launch -----------------------------------------------------------------------------
 
     def launch(self, launch: Launch) -> None:
         """Write the launch record and spawn its supervisor; LaunchError if it cannot start."""
@@ -157,28 +150,24 @@ class LocalBackend(Backend):
         )
 
     def prewarm(self) -> None:
-        """Start filling the warm standby pool now, before a launch needs it (never blocks)."""
+        """Start filling the warm standby pool now (never blocks)."""
         self._spawner.prewarm()
 
     def warm_pool_status(self) -> dict[str, Any] | None:
-        """The pool as the spawner last wrote it: size, ready, warming, used, disabled."""
         return statedir.read_json(os.path.join(self._launches, statedir.WARM_STATUS))
 
-    # ---- stop -------------------------------------------------------------------------------
-
     def stop(self, stop: Stop) -> None:
-        """Send `stop.signal` now and SIGKILL after `stop.grace`; the supervisor carries it out
-        (even if this process dies). A no-op for a launch that already exited. Never blocks."""
+        """Have the supervisor send `stop.signal` now and SIGKILL after `stop.grace` (never
+        blocks)."""
         tracked = self._active.get(stop.launch_id)
-        if tracked is not None:
-            self._request_stop(tracked, stop.signal, max(0.0, stop.grace), stop.reason,
-                               stop.notice, max(0.0, stop.delay))
-        else:
+        if tracked is None:
             self._never_started(stop.launch_id, stop.signal)
+        elif not os.path.exists(tracked.exit_path):
+            launchdir.stop(tracked.dir, stop.signal, max(0.0, stop.grace), stop.reason,
+                           stop.notice, max(0.0, stop.delay))
 
     def _never_started(self, launch_id: str, sig: int) -> None:
-        """A launch held by its node's check (or by a failed one) is stopped: it exits as
-        if `sig` had ended it, without ever starting."""
+        """A launch held by its node's check ends as if `sig` had ended it, never started."""
         held = self._blocked.pop(launch_id, None)
         if held is None and self._preflight is not None:
             held = self._preflight.drop(launch_id)
@@ -188,33 +177,13 @@ class LocalBackend(Backend):
     def kill_node(self, node: str) -> None:
         """Chaos: SIGKILL every replica on `node` now (their exits come through poll)."""
         for tracked in list(self._active.values()):
-            if tracked.node == node:
-                self._request_stop(tracked, signal.SIGKILL, 0.0, f"node {node} killed")
+            if tracked.node == node and not os.path.exists(tracked.exit_path):
+                launchdir.stop(tracked.dir, signal.SIGKILL, 0.0, f"node {node} killed", None)
         for launch_id, launch in list(self._blocked.items()):
             if launch.node == node:
                 self._never_started(launch_id, signal.SIGKILL)
 
-    def _request_stop(self, tracked: Tracked, sig: int, grace: float, reason: str,
-                      notice: str | None = None, delay: float = 0.0) -> None:
-        if os.path.exists(tracked.exit_path):
-            return
-        statedir.write_json(os.path.join(tracked.dir, statedir.STOP),
-                          statedir.stop_record(sig, grace, reason, notice, delay))
-        # Before status.json the supervisor may not yet guard against SIGUSR1 (it would die of
-        # it); it reads stop.json itself right after writing status.json.
-        if not os.path.exists(tracked.status_path):
-            return
-        if tracked.supervisor is None:
-            status = statedir.read_json(tracked.status_path) or {}
-            if "supervisor_pid" not in status:
-                return
-            tracked.supervisor = (status["supervisor_pid"], status["supervisor_start_ticks"])
-        procs.send_signal(*tracked.supervisor, signal.SIGUSR1)  # checks the start time too
-
-    # ---- observe ----------------------------------------------------------------------------
-
     def poll(self) -> list[Observation]:
-        """What happened since the last poll: replicas started, exited, or lost (non-blocking)."""
         observations, self._unstarted = self._unstarted, []
         if self._preflight is not None:
             self._checked(observations)
@@ -225,7 +194,6 @@ class LocalBackend(Backend):
         return observations
 
     def _checked(self, out: list[Observation]) -> None:
-        """Nodes whose preflight ended: start what they held, or report the node failed."""
         assert self._preflight is not None
         for verdict in self._preflight.poll():
             if not verdict.passed:
@@ -269,27 +237,11 @@ class LocalBackend(Backend):
                                                           time.monotonic(), final=True)):
             out.append(p)
         self._progress.forget(tracked.launch_id)
-        record = statedir.read_json(tracked.exit_path) or {}
         self._active.pop(tracked.launch_id, None)
-        if "spawn_error" in record or "exit_code" not in record:
-            message = record.get("spawn_error", f"{tracked.exit_path} is unreadable")
-            out.append(LaunchFailed(tracked.launch_id, str(message), time.time(),
-                                    user_error=record.get("user_error") is True))
-            return
-        error = record.get("error")
-        out.append(
-            ReplicaExited(
-                launch_id=tracked.launch_id,
-                exit_code=int(record["exit_code"]),
-                time=float(record["time"]),
-                signal=record.get("signal"),
-                oom=bool(record.get("oom")),
-                error=error_info(error),
-                peak_rss_mb=record.get("peak_rss_mb"),
-                local_rank=record.get("local_rank"),
-                stderr_tail=str(record.get("stderr_tail") or ""),
-            )
-        )
+        record = statedir.read_json(tracked.exit_path) or {}
+        if "exit_code" not in record and "spawn_error" not in record:
+            record = {"spawn_error": f"{tracked.exit_path} is unreadable"}
+        out.append(exit_observation(tracked.launch_id, record, None))
 
     def _report_lost(self, tracked: Tracked, out: list[Observation]) -> None:
         self._active.pop(tracked.launch_id, None)
@@ -301,75 +253,48 @@ class LocalBackend(Backend):
 
     def dump_stacks(self, launch_id: str, timeout: float = 10.0, nonblocking: bool = False
                     ) -> StackDump:
-        """Every Python thread's stack of a running replica, by py-spy (see backends.stacks)."""
-        tracked = self._active.get(launch_id)
-        status = tracked.status if tracked is not None and tracked.status else None
-        if status is None or "pid" not in status:
+        status = self._active[launch_id].status if launch_id in self._active else {}
+        if "pid" not in status:
             return StackDump(error=f"launch {launch_id} is not running here")
         return dump_pid(int(status["pid"]), timeout, nonblocking)
 
-    # ---- restart ----------------------------------------------------------------------------
-
     def adopt(self, launch_ids: list[str]) -> list[Observation]:
-        """Watch launches a previous controller started; never starts anything. Reports
-        ReplicaStarted for those that had started, ReplicaExited for those that ended since,
-        LaunchFailed for unknown launches and those whose supervisor never ran or died."""
+        """Watch launches a previous controller started; never starts anything."""
         out: list[Observation] = []
         self._transport.ensure()
         for launch_id in launch_ids:
             if launch_id in self._active:
                 continue
-            directory = os.path.join(self._launches, launch_id)
-            spec = statedir.read_json(os.path.join(directory, statedir.LAUNCH))
-            if spec is None or "/" in launch_id or launch_id in ("", ".", ".."):
-                out.append(
-                    LaunchFailed(
-                        launch_id,
-                        f"launch {launch_id} is unknown: {directory} has no launch "
-                        "record (the controller stopped before writing it)",
-                        time.time(),
-                    )
-                )
-                continue
-            tracked = Tracked(launch_id, str(spec.get("node", "")), directory)
-            if not os.path.exists(tracked.status_path) and not os.path.exists(tracked.exit_path):
-                # Its supervisor may be starting, or may never have been spawned: claim the
-                # launch as abandoned; a supervisor that comes later then starts nothing.
-                owner = statedir.claim(directory, abandon_record(self._identity))
-                if "abandoned_by" in owner:
-                    out.append(
-                        LaunchFailed(
-                            launch_id,
-                            f"launch {launch_id} never started: the controller stopped "
-                            "after writing its launch record but before its supervisor ran",
-                            time.time(),
-                        )
-                    )
-                    continue
-                tracked.supervisor = (owner["supervisor_pid"], owner["supervisor_start_ticks"])
-            self._active[launch_id] = tracked
-            self._observe(tracked, out, time.monotonic())
+            why = self._track_adopted(launch_id)
+            if why is None:
+                self._observe(self._active[launch_id], out, time.monotonic())
+            else:
+                out.append(LaunchFailed(launch_id, f"launch {launch_id} {why}", time.time()))
         return out
 
+    def _track_adopted(self, launch_id: str) -> str | None:
+        """Watch a launch to adopt; why not, when it cannot be."""
+        directory = os.path.join(self._launches, launch_id)
+        spec = statedir.read_json(os.path.join(directory, statedir.LAUNCH))
+        if spec is None or "/" in launch_id or launch_id in ("", ".", ".."):
+            return (f"is unknown: {directory} has no launch record (the controller stopped "
+                    "before writing it)")
+        tracked = Tracked(launch_id, str(spec.get("node", "")), directory)
+        if not os.path.exists(tracked.status_path) and not os.path.exists(tracked.exit_path):
+            # Its supervisor may be starting, or may never have been spawned: claim the
+            # launch as abandoned; a supervisor that comes later then starts nothing.
+            owner = statedir.claim(directory, abandon_record(self._identity))
+            if "abandoned_by" in owner:
+                return ("never started: the controller stopped after writing its launch "
+                        "record but before its supervisor ran")
+            tracked.supervisor = (owner["supervisor_pid"], owner["supervisor_start_ticks"])
+        self._active[launch_id] = tracked
+        return None
+
     def close(self) -> None:
-        """Stop watching; replicas keep running (a new backend can adopt them). The spawner
-        forks what it was already sent, then exits."""
+        """Stop watching; replicas keep running (a new backend can adopt them)."""
         self._active.clear()
         self._spawner.close()
         self._transport.close()
         if self._preflight is not None:
             self._preflight.close()
-
-    def cleanup(self, keep_last: int = 100) -> int:
-        """Delete the directories of finished launches but the newest `keep_last`; the count."""
-        finished = [
-            entry
-            for entry in os.scandir(self._launches)
-            if entry.name not in self._active
-            and os.path.exists(os.path.join(entry.path, statedir.EXIT))
-        ]
-        finished.sort(key=lambda entry: entry.stat().st_mtime, reverse=True)
-        for entry in finished[keep_last:]:
-            shutil.rmtree(entry.path, ignore_errors=True)
-        return max(0, len(finished) - keep_last)
-

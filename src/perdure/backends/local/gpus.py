@@ -1,8 +1,4 @@
-"""Find the GPUs of this host: CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`, else none.
-
-Side effects: reads the environment and runs `nvidia-smi -L` (bounded by a timeout) when
-CUDA_VISIBLE_DEVICES is unset.
-"""
+"""Find the GPUs of this host: CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`, else none."""
 
 from __future__ import annotations
 
@@ -43,9 +39,8 @@ def host_gpus(env: Mapping[str, str] | None = None) -> list[str]:
 
 
 def local_nodes(nodes: Sequence[NodeSpec], env: Mapping[str, str] | None = None) -> list[NodeInfo]:
-    """The cluster file's nodes as the local backend runs them, each with its share of this
-    host's GPUs (`perdure.core.devices.split_host_gpus`); the host is asked only when some
-    node leaves `gpus` out or declares some."""
+    """The cluster file's nodes, each with its share of this host's GPUs (the host is asked
+    only when some node leaves `gpus` out or declares some)."""
     declared = [n.gpus for n in nodes]
     host = host_gpus(env) if any(g is None or g > 0 for g in declared) else []
     ids = split_host_gpus(declared, host)

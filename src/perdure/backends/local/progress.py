@@ -1,10 +1,7 @@
 """Progress of local replicas: what their runtime appended to `progress.jsonl` since last read.
 
-Each launch is read from where the last read stopped, at most every CHECK_SECONDS (one stat
-when nothing is new), and summarised as one ReplicaProgress; once more when it has exited
+Read at most every CHECK_SECONDS (one stat when nothing is new), and once more at the exit
 (`final`), so what a replica wrote just before its exit arrives before the exit does.
-
-Side effects: reads files.
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ class ProgressReader:
 
     def read(self, launch_id: str, directory: str, now: float,
              final: bool = False) -> ReplicaProgress | None:
-        """New progress of one launch since the last read (None: nothing new, or too soon;
-        `final`: the launch exited, read whatever is left now)."""
+        """New progress of one launch since the last read (None: nothing new, or too soon)."""
         if now < self._next.get(launch_id, 0.0) and not final:
             return None
         self._next[launch_id] = now + CHECK_SECONDS
@@ -56,7 +52,7 @@ class ProgressReader:
         failed: dict[str, Any] = {}
         step = self._steps.get(launch_id)
         for line in data.splitlines():
-            rec = _record(line)
+            rec = json_record(line)
             kind = rec.get("kind")
             if kind in _SAVE_OUTCOMES:
                 failed = _save_outcome(rec)
@@ -103,7 +99,7 @@ def _save_outcome(rec: dict[str, Any]) -> dict[str, Any]:
         return {}
 
 
-def _record(line: bytes) -> dict[str, Any]:
+def json_record(line: bytes) -> dict[str, Any]:
     try:
         rec = json.loads(line)
     except ValueError:

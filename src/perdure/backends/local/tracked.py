@@ -1,10 +1,6 @@
 """A launch the local backend watches, and its supervisor's fate: alive, given up before it
-started (by this controller or another: claimed with an abandon record, so a supervisor that
-comes later starts nothing), or dead without recording the replica's exit, with the message a
-user reads for each.
-
-Side effects: reads the launch's records, claims a launch it gives up, probes the supervisor's
-pid (with its start time: no pid reuse).
+started (claimed with an abandon record, so a supervisor that comes later starts nothing), or
+dead without recording the replica's exit, with the message a user reads for each.
 """
 
 from __future__ import annotations
@@ -17,12 +13,12 @@ from typing import Any
 
 from perdure import statedir
 from perdure.backends.node import procs
+from perdure.runtime.errorfile import last_lines, read_stderr_tail
 
-# How often each supervisor is checked for having died without writing exit.json: rare, so a
-# poll costs one stat per launch (for exit.json) most of the time.
+# How often a supervisor is checked for having died: rarely, so a poll is mostly one stat each.
 LIVENESS_CHECK_SECONDS = 0.25
-# A launch whose supervisor has not claimed it by then is given up (LaunchFailed), so that a
-# stuck spawner cannot hold a replica in limbo; a supervisor that comes later starts nothing.
+# A launch whose supervisor has not claimed it by then is given up: a stuck spawner cannot
+# hold a replica in limbo.
 START_TIMEOUT_SECONDS = 60.0
 
 
@@ -57,8 +53,8 @@ def abandon_record(identity: str) -> dict[str, Any]:
 
 
 def supervisor_gone(tracked: Tracked, now: float, identity: str) -> bool:
-    """Whether the supervisor died, or never started and the launch was given up (by the
-    backend `identity` now, once START_TIMEOUT_SECONDS passed or its spawner exited)."""
+    """Whether the supervisor died, or never started and the launch was given up (now, by
+    `identity`, once START_TIMEOUT_SECONDS passed or its spawner exited)."""
     tracked.next_check = now + LIVENESS_CHECK_SECONDS
     if tracked.supervisor is None:
         owner = statedir.read_json(os.path.join(tracked.dir, statedir.CLAIM)) or {}
@@ -74,8 +70,8 @@ def supervisor_gone(tracked: Tracked, now: float, identity: str) -> bool:
 
 def lost_message(tracked: Tracked, owner: dict[str, Any], identity: str,
                  early_log: str) -> str:
-    """Why a launch ended without an exit record, for the user: `owner` is its claim, and
-    `early_log` the spawner's log (what a supervisor says before its launch dir is its own)."""
+    """Why a launch ended without an exit record: `owner` is its claim, `early_log` the
+    spawner's log."""
     lid = tracked.launch_id
     if owner.get("abandoned_by") not in (None, identity):
         return (
@@ -90,17 +86,11 @@ def lost_message(tracked: Tracked, owner: dict[str, Any], identity: str,
         )
         return f"the supervisor of launch {lid} {why}; nothing ran. See {early_log}"
     log = os.path.join(tracked.dir, statedir.SUPERVISOR_LOG)
-    where = f"{_last_line(log)}See {log}." if os.path.exists(log) else f"See {early_log}."
+    last = last_lines(read_stderr_tail(log), 1, 500)
+    words = f"Its last words: {last}. " if last else ""
+    where = f"{words}See {log}." if os.path.exists(log) else f"See {early_log}."
     return (
         f"the supervisor of launch {lid} died without recording the replica's exit (a "
         f"replica it had started died with it). {where}"
     )
 
-
-def _last_line(log: str) -> str:
-    try:
-        with open(log, encoding="utf-8", errors="replace") as f:
-            lines = f.read().strip().splitlines()
-    except OSError:
-        return ""
-    return f"Its last words: {lines[-1][:500]}. " if lines else ""

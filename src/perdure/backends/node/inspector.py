@@ -1,18 +1,14 @@
-"""The local backend's inspector: logs, signals and launch records read from the state dir.
-
-`perdure logs`, `perdure chaos kill` and the goodput reports use it through
-`perdure.backends.base.Inspector`; it starts nothing, so any process can make one.
-"""
+"""The local backend's inspector (`perdure.backends.base.Inspector`): reads the state dir only."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from perdure import statedir
 from perdure.backends.base import LaunchRecord, Stream
+from perdure.backends.local.progress import json_record
 from perdure.backends.node.replicas import signal_replica
 
 READ_CHUNK = 1 << 20
@@ -25,7 +21,6 @@ class LocalInspector:
         self.state_dir = Path(os.path.realpath(state_dir))
 
     def pool_summary(self) -> str | None:
-        """The warm pool's state (its template and standbys go after an idle period)."""
         from perdure.backends.node.pool import summary
 
         return summary(self.state_dir)
@@ -52,8 +47,7 @@ class LocalInspector:
             started = status.get("started_at")
             if started is None:
                 continue
-            # From when the controller launched it (launch.json), so that startup also counts
-            # a launch held for a warm standby before its supervisor started.
+            # From launch.json: startup counts a launch held for a warm standby too.
             try:
                 launched = min(float(started), (d / statedir.LAUNCH).stat().st_mtime)
             except OSError:
@@ -66,20 +60,11 @@ class LocalInspector:
 
 
 def _progress_records(path: Path) -> list[dict[str, Any]]:
-    """The runtime's progress reports of a launch, one JSON object a line."""
-    out: list[dict[str, Any]] = []
     try:
-        text = path.read_text()
+        lines = path.read_bytes().splitlines()
     except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill: the rest still counts
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+        return []
+    return [rec for line in lines if (rec := json_record(line))]  # a line cut by a kill: skipped
 
 
 def _launch_order(d: Path) -> tuple[int, int, str]:

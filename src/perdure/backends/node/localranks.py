@@ -1,7 +1,4 @@
-"""The local ranks of one replica as its supervisor owns them (`procs_per_replica` N: N
-processes, each in a session of its own; see `perdure.runtime.ranks`): their environments,
-which of them have exited and which failed first, and reaping them at the end.
-"""
+"""The local ranks of one replica as its supervisor owns them: environments, exits, reaping."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ RANK_STOP_GRACE_SECONDS = 5.0  # the other local ranks of a replica one of whose
 
 
 def child_env(spec: dict[str, Any], directory: str, local_rank: int = 0) -> dict[str, str]:
-    """The environment of local rank `local_rank` of the replica of the launch record `spec`
-    in `directory` (no side effects)."""
+    """The environment of local rank `local_rank` of the launch record `spec`."""
     env = dict(os.environ) if spec.get("inherit_env", True) else {}
     env.update(local_rank_env(spec["env"], local_rank))
     error_file = os.path.join(directory, rank_file(statedir.ERROR, local_rank))
@@ -35,9 +31,7 @@ def child_env(spec: dict[str, Any], directory: str, local_rank: int = 0) -> dict
 
 def python_first(path: str, program: str) -> str:
     """PATH with the directory of perdure's interpreter first, so that `python` in a wrapper
-    (`bash -c "... python train.py"`) is the interpreter a bare `python` command gets: the
-    launch's program when the spec said `python` (perdure put its interpreter there), else
-    the supervisor's own."""
+    (`bash -c "... python train.py"`) is the interpreter a bare `python` command gets."""
     named = os.path.isabs(program) and os.path.basename(program).startswith("python")
     first = os.path.dirname(program if named else sys.executable)
     parts = path.split(os.pathsep) if path else []
@@ -47,7 +41,6 @@ def python_first(path: str, program: str) -> str:
 
 
 def records(pids: list[int]) -> list[dict[str, int]]:
-    """status.json's `ranks`: each local rank's pid and start ticks."""
     out = []
     for pid in pids:
         child = procs.stat(pid)
@@ -56,10 +49,9 @@ def records(pids: list[int]) -> list[dict[str, int]]:
 
 
 def poll(pids: list[int]) -> tuple[int, list[tuple[int, int]]]:
-    """How many ranks still run, and (local rank, wait status) of each that exited other than
-    with 0: those a signal killed first (a SIGKILLed rank is the cause; a peer's exit on the
-    broken collective, seen in the same poll, is its collateral), then by local rank. Exited
-    ranks stay zombies (WNOWAIT): their pids and groups hold."""
+    """How many ranks still run, and (local rank, wait status) of each that failed: those a
+    signal killed first (the cause; a peer's exit on the broken collective is collateral).
+    Exited ranks stay zombies (WNOWAIT): their pids and groups hold."""
     flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
     running, failures = 0, []
     for rank, pid in enumerate(pids):
@@ -78,8 +70,7 @@ def killed(pids: list[int], rank: int) -> bool:
 
 
 def reap_orphans(pids: list[int]) -> None:
-    """Reap the replica's orphaned descendants that have ended (a subreaper inherits them);
-    the ranks themselves stay for `reap`."""
+    """Reap the ended orphans a subreaper inherits; the ranks themselves stay for `reap`."""
     while True:
         try:
             found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)

@@ -1,10 +1,7 @@
 """A replica's log files under a size cap: past it, the oldest output goes and the tail stays.
 
-A replica that prints in a loop must not fill the disk the state dir needs. A log file over
-`max_bytes` (`$PERDURE_LOG_MAX_MB`, default 64 MiB per file) is trimmed in place: its newest
-half moves to the front after a line saying how much was dropped. It keeps its name and inode,
-so `perdure logs` and the mirrors go on reading it; a reader past its new end starts again
-from the top. The log relay trims a file right after the write that took it over the cap.
+A file over `max_bytes` (`$PERDURE_LOG_MAX_MB`, default 64 MiB) is trimmed in place to its
+newest half after a line saying how much was dropped; it keeps its inode, so readers go on.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ CHUNK = 1 << 20
 
 
 def max_bytes(value: str | int | None = None) -> int:
-    """The cap in bytes from an argument or `$PERDURE_LOG_MAX_MB`: whole MiB from 1 to 2^20;
-    ValueError naming the value otherwise."""
+    """The cap in bytes from an argument or `$PERDURE_LOG_MAX_MB` (whole MiB)."""
     raw = os.environ.get(ENV, str(DEFAULT_MB)) if value is None else value
     try:
         mb = int(raw)
@@ -62,7 +58,6 @@ def trim(path: str, limit: int) -> tuple[int, int]:
 
 
 def _read_from(fd: int, start: int) -> bytes:
-    """Everything from `start` to the end, including what was appended while reading."""
     parts: list[bytes] = []
     offset = start
     while chunk := os.pread(fd, CHUNK, offset):

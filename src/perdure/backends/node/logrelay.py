@@ -1,16 +1,9 @@
 """A replica's output as a person reads it: stdout and stderr merged in the order they came.
 
-The supervisor gives the replica two FIFOs in its launch dir instead of the log files (a warm
-standby opens them by path), and a thread per stream copies what arrives to the stream's own
-file (`<replica>.out`, `.err`) and to one merged file (`<replica>.log`). A line goes to the
-merged file whole, so two streams never cut into each other's lines; `\r` ends a line there as
-`\n` does. A line not ended yet is written anyway once it is PARTIAL_SECONDS old or
-PARTIAL_MAX_BYTES long. A write that takes a file over the log cap trims it at once (logcap),
-so no file is ever over it at rest, however soon the replica exits.
-
-The supervisor holds a write end of each FIFO itself, so a reader never sees an end of file
-before the replica opened its end; `close` lets go of them and waits for the readers. Lines
-written microseconds apart on the two streams may still swap (as in `docker logs`).
+The replica writes into two FIFOs in its launch dir; a thread per stream copies what arrives to
+the stream's own file and to one merged file, a line whole (`\r` ends one too), so two streams
+never cut into each other's lines. A line not ended yet is written anyway once it is
+PARTIAL_SECONDS old or PARTIAL_MAX_BYTES long; a write over the log cap trims the file at once.
 """
 
 from __future__ import annotations
@@ -31,8 +24,7 @@ LINE_ENDS = (b"\n", b"\r")
 
 
 class CappedFile:
-    """A file the relay appends to, trimmed (logcap) as soon as a write takes it over `limit`
-    bytes (0: no cap); `trimmed(path, shift, mark)` hears of each trim (see logcap.trim)."""
+    """A file trimmed (logcap) once a write takes it over `limit` bytes (0: no cap)."""
 
     def __init__(self, path: str, limit: int, trimmed: Callable[[str, int, int], None]) -> None:
         self.path, self.limit, self.trimmed = path, limit, trimmed
@@ -52,8 +44,7 @@ class CappedFile:
 
 
 class LogRelay:
-    """Copies a replica's two streams to their files and to the merged file (see the module).
-    `max_bytes`: the log cap of each file (0: none); `trimmed` hears of each trim."""
+    """Copies a replica's two streams to their files and to the merged file."""
 
     def __init__(self, directory: str, files: dict[str, str], merged: str, header: str = "",
                  max_bytes: int = 0,
@@ -85,10 +76,8 @@ class LogRelay:
             thread.start()
 
     def _pump(self, stream: str) -> None:
-        """One thread per stream, each woken by its own writes: the threads take the lock in
-        about the order the replica wrote, which a single select over both would lose (it
-        returns both at once, in descriptor order, when they were written microseconds
-        apart)."""
+        # A thread per stream takes the lock in about the order the replica wrote; one
+        # select over both would return both at once, in descriptor order.
         fd = self.reads[stream]
         while True:
             if self.pending[stream]:  # a partial line: written once it is PARTIAL_SECONDS old
@@ -127,8 +116,8 @@ class LogRelay:
             self.pending[stream].clear()
 
     def close(self) -> None:
-        """Let the threads read to the end and close everything. Call it once the replica and
-        its descendants are gone (nothing more can be written)."""
+        """Read to the end and close everything, once the replica and its descendants are gone.
+        The supervisor's own write ends kept EOF away until now."""
         for fd in self.holds:
             os.close(fd)
         for thread in self.threads:

@@ -1,19 +1,13 @@
 """Hold a replica to its `memory_mb`: a cgroup of its own (v2 or v1), else RSS polling.
 
-Every replica gets a cgroup whenever one can be made, with or without a limit, so that its
-whole process tree (`setsid` and double-forked descendants too) is killed at the end and a
-kernel OOM kill in it is reported as out of memory, not as a plain SIGKILL. Without one (or
-with `rss`) the supervisor, a child subreaper, sweeps the replica's descendants instead and
-polls the tree's RSS against the limit (shared pages count once per process: it errs on the
-side of killing early).
-
-A replica's cgroup is `$PERDURE_CGROUP_PARENT/<launch_id>`, else `<the supervisor's own
-cgroup>/<group>/<launch_id>` (a limit the controller runs under still applies on top;
-`group_name` is one per state dir).
+Every replica gets a cgroup whenever one can be made, limit or not, so that its whole process
+tree is killed at the end and a kernel OOM kill in it reads as out of memory. Its cgroup is
+`$PERDURE_CGROUP_PARENT/<launch_id>`, else `<the supervisor's cgroup>/<group>/<launch_id>`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -32,7 +26,7 @@ class MemoryLimitError(RuntimeError):
 
 
 class NoLimit:
-    """No memory limit: nothing to enforce (peak RSS is still sampled by the supervisor)."""
+    """No memory limit (peak RSS is still sampled by the supervisor)."""
 
     mechanism = "none"
     path: str | None = None
@@ -51,10 +45,10 @@ class NoLimit:
         return None
 
     def kill_all(self) -> None:
-        """Kill whatever still runs under the limit (the process group is killed anyway)."""
+        """Kill whatever still runs under the limit."""
 
     def close(self) -> None:
-        """Release the limit's resources."""
+        pass
 
 
 class RssLimit(NoLimit):
@@ -81,15 +75,15 @@ class _Cgroup(NoLimit):
 
     events = ("", "")  # (file, key) counting the kernel's OOM kills
     peak_file = ""
+    path: str
 
     def __init__(self, path: str, owns_parent: bool = False) -> None:
         self.path = path
-        self.dir = path
         self.owns_parent = owns_parent  # `<own cgroup>/<group>`: removed once empty
 
     def join(self, pid: int | None = None) -> None:
         # Runs between fork and exec: plain os calls only.
-        fd = os.open(os.path.join(self.dir, "cgroup.procs"), os.O_WRONLY)
+        fd = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY)
         try:
             os.write(fd, str(os.getpid() if pid is None else pid).encode())
         finally:
@@ -97,7 +91,7 @@ class _Cgroup(NoLimit):
 
     def oom_killed(self) -> bool:
         name, key = self.events
-        for line in _read(os.path.join(self.dir, name)).splitlines():
+        for line in _read(os.path.join(self.path, name)).splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[0] == key:
                 return int(parts[1]) > 0
@@ -105,12 +99,12 @@ class _Cgroup(NoLimit):
 
     def peak_bytes(self) -> int | None:
         try:
-            return int(_read(os.path.join(self.dir, self.peak_file)).strip())
+            return int(_read(os.path.join(self.path, self.peak_file)).strip())
         except ValueError:
             return None
 
     def kill_all(self) -> None:
-        for word in _read(os.path.join(self.dir, "cgroup.procs")).split():
+        for word in _read(os.path.join(self.path, "cgroup.procs")).split():
             try:
                 os.kill(int(word), signal.SIGKILL)
             except ProcessLookupError:
@@ -121,7 +115,7 @@ class _Cgroup(NoLimit):
         deadline = time.monotonic() + 2.0
         while True:
             try:
-                os.rmdir(self.dir)
+                os.rmdir(self.path)
                 break
             except FileNotFoundError:
                 break
@@ -133,7 +127,7 @@ class _Cgroup(NoLimit):
         if self.owns_parent:
             # Leave no empty group cgroup behind; it fails while other replicas use it.
             try:
-                os.rmdir(os.path.dirname(self.dir))
+                os.rmdir(os.path.dirname(self.path))
             except OSError:
                 return
 
@@ -150,7 +144,7 @@ class CgroupV2Limit(_Cgroup):
     peak_file = "memory.peak"
 
     def kill_all(self) -> None:
-        kill = os.path.join(self.dir, "cgroup.kill")  # Linux 5.14+: kills every task at once
+        kill = os.path.join(self.path, "cgroup.kill")  # Linux 5.14+: kills every task at once
         if os.path.exists(kill):
             try:
                 _write(kill, "1")
@@ -168,12 +162,8 @@ def group_name(launches_dir: str) -> str:
 def limit_for(
     launch_id: str, memory_mb: int | None, prefer: str = "auto", group: str = "perdure"
 ) -> NoLimit:
-    """Prepare the limit for one replica (without `memory_mb`: a cgroup without a limit where
-    one can be made, else NoLimit); MemoryLimitError if `prefer` is unavailable."""
-    if prefer not in MECHANISMS:
-        raise MemoryLimitError(
-            f"memory mechanism {prefer!r} is unknown: use one of {', '.join(MECHANISMS)}"
-        )
+    """The limit of one replica (without `memory_mb`: a cgroup without a limit where one can
+    be made, else NoLimit); MemoryLimitError if `prefer` is unavailable."""
     limit = None if memory_mb is None else memory_mb * 1024 * 1024
     errors: list[str] = []
     for version in ("cgroup-v2", "cgroup-v1"):
@@ -224,13 +214,12 @@ def _make_cgroup(version: str, launch_id: str, limit: int | None, group: str) ->
 
 
 class CgroupParentError(BackendSettingError):
-    """`$PERDURE_CGROUP_PARENT` names no usable cgroup directory; the message says why."""
+    """`$PERDURE_CGROUP_PARENT` names no usable cgroup directory."""
 
 
 def cgroup_parent() -> tuple[str, str] | None:
-    """`$PERDURE_CGROUP_PARENT` and its version ("cgroup-v2" or "cgroup-v1"), None when it is
-    not set; CgroupParentError when it is relative or not a cgroup directory. The controller
-    checks it at start, so a mistake is said once, not hidden behind the RSS fallback."""
+    """`$PERDURE_CGROUP_PARENT` and its version, None when unset; CgroupParentError when it is
+    relative or not a cgroup directory."""
     parent = os.environ.get(CGROUP_PARENT_ENV)
     if not parent:
         return None
@@ -261,7 +250,6 @@ def _example_parent() -> str:
 
 
 def _parent_dir(version: str, group: str) -> str:
-    """Where replica cgroups go: `$PERDURE_CGROUP_PARENT`, else `<own cgroup>/<group>`."""
     try:
         override = cgroup_parent()
     except CgroupParentError as exc:
@@ -310,7 +298,7 @@ def own_cgroup_dir(version: str) -> str:
 
 
 def _cgroup_mounts() -> dict[str, tuple[str, str]]:
-    """{"cgroup2" | "memory": (root inside the hierarchy, mount point)} from mountinfo."""
+    """{"cgroup2" | "memory": (root inside the hierarchy, mount point)}."""
     found: dict[str, tuple[str, str]] = {}
     for line in _read("/proc/self/mountinfo").splitlines():
         left, _, right = line.partition(" - ")
@@ -345,10 +333,8 @@ def _write(path: str, text: str) -> None:
 
 
 def _try_write(path: str, text: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         _write(path, text)
-    except OSError:
-        return
 
 
 def remove_cgroup(path: str) -> None:

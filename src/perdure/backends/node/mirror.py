@@ -1,9 +1,7 @@
 """The controller's copy of what a launch on a remote node wrote: logs, progress, its records.
 
 Kept where the local backend keeps them, so `perdure logs`, `describe` and goodput read a
-cluster job exactly as a local one. How far each stream was copied is recorded (`mirror.json`)
-for a restarted controller; the copies keep under the node's log cap (logcap), and a node file
-trimmed under it is read again from its start.
+cluster job exactly as a local one; `mirror.json` records how far each stream was copied.
 """
 
 from __future__ import annotations

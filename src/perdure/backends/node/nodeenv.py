@@ -1,8 +1,4 @@
-"""What a replica on a cluster node needs in its environment to reach its peers.
-
-Shared by the cluster backends' node-side code (Ray's launch actors, Slurm's node agents).
-No side effects: reads the interfaces' addresses.
-"""
+"""What a replica on a cluster node needs in its environment to reach its peers."""
 
 from __future__ import annotations
 
@@ -11,12 +7,8 @@ import sys
 
 
 def interface_env(address: str) -> dict[str, str]:
-    """Make gloo and NCCL talk over the interface that holds `address` (the node's address
-    on the cluster's network).
-
-    Left alone they bind to the address the host name resolves to, often 127.0.0.1: peers on
-    other hosts could not connect. Empty when no interface holds it.
-    """
+    """Make gloo and NCCL talk over the interface that holds `address` (left alone they bind
+    to what the host name resolves to, often 127.0.0.1); empty when no interface holds it."""
     import psutil
 
     for name, addrs in psutil.net_if_addrs().items():

@@ -1,11 +1,8 @@
 """The spawner's pool of warm standby replicas (see `warm`): fill, hand out, refill.
 
-Lives in the spawner (`zygote`). It stays empty until a launch could use a standby (`python
-SCRIPT ...` or `python -m MODULE ...`) or the backend asks (`+warm`), so a job of `python -c`
-replicas never imports torch in the background. Then it keeps `size` standbys, forked from
-the template; a launch takes a ready one, waits for one while the template warms, or starts
-cold. After `idle` seconds without such a launch it lets them all go. Its
-state is in `.warm.json` (`summary`, `LocalBackend.warm_pool_status`).
+It stays empty until a launch could use a standby or the backend asks (`+warm`), so a job of
+`python -c` replicas never imports torch in the background, and empties after `idle` seconds
+without such a launch. Its state is in `.warm.json`.
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ MAX_FAILURES = 3  # standbys dead before ready, in a row, before the pool turns 
 
 
 def summary(state_dir: str | os.PathLike[str]) -> str | None:
-    """One line on the warm pool of the state dir's local backend, for `perdure node ls`;
-    None when it never had one."""
+    """One line on the state dir's warm pool, for `perdure node ls`; None if it had none."""
     status = statedir.read_json(os.path.join(state_dir, statedir.LAUNCHES, statedir.WARM_STATUS))
     if status is None:
         return None
@@ -56,8 +52,7 @@ def summary(state_dir: str | os.PathLike[str]) -> str | None:
 
 
 class _Slot:
-    """A process the pool forked (a standby supervisor or the template) and its socket, on
-    which it says ready (b"R") and whose end of input says it exited."""
+    """A standby supervisor or the template, and its socket: b"R" says ready, EOF exited."""
 
     __slots__ = ("link", "pid", "ready")
 
@@ -78,9 +73,8 @@ class _Slot:
 
 
 class Pool:
-    """Up to `size` standbys, started on first need and refilled as they are used. "auto"
-    grows from `warm.DEFAULT_POOL` to the largest group of launches that could start warm seen
-    together (up to `warm.AUTO_MAX`), so a group restart finds each replica a standby."""
+    """Up to `size` standbys, refilled as they are used; "auto" grows to the largest group of
+    launches seen together (up to `warm.AUTO_MAX`), so a group restart finds one each."""
 
     def __init__(self, size: int | str, launches_dir: str,
                  idle: float = warm.DEFAULT_IDLE_SECONDS) -> None:
@@ -106,7 +100,7 @@ class Pool:
         self.write_status()
 
     def fds(self) -> list[int]:
-        """The standbys' sockets and the template's, to select on (readable: ready, or gone)."""
+        """The standbys' sockets and the template's, to select on."""
         return [*self.slots, *([self.template.link.fileno()] if self.template else [])]
 
     def activate(self) -> None:
@@ -119,12 +113,11 @@ class Pool:
 
     def _start_template(self) -> None:
         if self.template is None and not self.template_failed and not self.disabled \
-                and warm.template_enabled():
+                and os.environ.get(warm.FORK_ENV, "1") != "0":
             self.template = self._forked(warm.serve_template)
 
     def handle(self, fd: int) -> list[str]:
-        """A socket is readable: a standby or the template is ready, or it exited. Returns
-        launch directories to start cold (held ones, when the template is gone)."""
+        """A slot's socket is readable; launch directories to start cold."""
         if self.template is not None and fd == self.template.link.fileno():
             return self._template_event()
         slot = self.slots.get(fd)
@@ -179,8 +172,7 @@ class Pool:
         return out
 
     def take(self, directory: str) -> bool:
-        """Hand `directory` to a ready standby if its launch can start warm, or hold it until
-        one is (template warming or forking one); whether it took it."""
+        """Hand `directory` to a ready standby, or hold it until one is; whether it took it."""
         if not self.disabled and self._eligible(directory):
             self.active = True
             self._used_now()
@@ -233,9 +225,7 @@ class Pool:
         print(f"warm pool: no launch for {self.idle:.0f}s; emptied", file=sys.stderr)
 
     def due(self) -> list[str]:
-        """Refill if the quiet period after the last launch is over, empty the pool after
-        `idle` seconds without one (called every loop); returns held launches that waited too
-        long, to start cold."""
+        """Refill or empty the pool when due (every loop); held launches to start cold."""
         now = time.monotonic()
         busy = self.slots or self.template is not None
         if busy and not self.held and now - self._last_use >= self.idle:
@@ -287,7 +277,6 @@ class Pool:
         theirs.close()
 
     def _forked(self, body: Callable[[socket.socket], int]) -> _Slot:
-        """Fork `body(link)`, `link` its end of a new socket pair; ours in a slot."""
         ours, theirs = socket.socketpair()
 
         def child() -> int:
@@ -300,7 +289,6 @@ class Pool:
         return _Slot(ours, pid)
 
     def close_in_child(self) -> None:
-        """In a process forked from the spawner: let go of every standby's socket."""
         for slot in self.slots.values():
             slot.link.close()
         self.slots.clear()
@@ -309,7 +297,6 @@ class Pool:
             self.template = None
 
     def write_status(self) -> None:
-        """Write `.warm.json` if the pool changed since it was last written."""
         ready = sum(slot.ready for slot in self.slots.values())
         status: dict[str, Any] = {
             "size": self.size,

@@ -1,9 +1,7 @@
-"""Process helpers for the local backend: identity that survives pid reuse, signals, RSS.
+"""Process helpers: identity that survives pid reuse, signals, RSS, fork and exec.
 
-A process is identified by (pid, start ticks since boot, from /proc): a reused pid has another
-start time, so a signal is never sent to a stranger. Linux only: /proc is read directly (the
-supervisor cannot afford psutil's import time), prctl sets the parent-death signal and
-the subreaper.
+A process is (pid, start ticks since boot), so a signal never reaches a stranger that reused
+the pid. Linux only: /proc is read directly (the supervisor cannot afford psutil's import).
 """
 
 from __future__ import annotations
@@ -64,8 +62,7 @@ def pidfd(pid: int) -> int:
 
 def wait_gone(pid: int, start_ticks: int, timeout: float | None = None) -> bool:
     """Block until the process that had `start_ticks` is gone (True) or `timeout` s pass
-    (False). Not only for children: a pidfd wakes us the moment it exits (polled where there
-    is none)."""
+    (False); any process, not only a child."""
     import select
 
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -99,8 +96,7 @@ def _boot_time() -> float:
 
 
 def send_signal(pid: int, start_ticks: int, sig: int) -> bool:
-    """Signal the process (pid, start_ticks); False when it is gone or the pid was reused
-    (with a pidfd the check and the signal cannot race with pid reuse)."""
+    """Signal the process (pid, start_ticks); False when it is gone or the pid was reused."""
     fd = pidfd(pid)
     try:
         if not is_alive(pid, start_ticks):
@@ -151,9 +147,8 @@ def _children(pid: int) -> Iterator[int]:
 
 
 def kill_descendants(pid: int, timeout: float = 2.0) -> None:
-    """SIGKILL every live descendant of `pid` (this process, a child subreaper) until none is
-    left; what ends stays a zombie for the caller to reap. Bounded by `timeout` (a fork bomb,
-    say, or a process stuck in the kernel)."""
+    """SIGKILL every live descendant of `pid` (a subreaper) until none is left, for at most
+    `timeout` (a fork bomb); they stay zombies for the caller to reap."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         alive = [p for p in tree(pid)[1:] if (info := stat(p)) is not None and info.alive]
@@ -182,10 +177,7 @@ def rss_bytes(pids: list[int]) -> int:
 
 def leftovers(sid: int, min_start_ticks: int, entry: bytes | None = None) -> list[ProcStat]:
     """Live processes started no earlier than `min_start_ticks` in session `sid` or, with
-    `entry` (b"NAME=value"), with it in their environment: what a replica left after its
-    supervisor died (every replica leads a session of its own; descendants that left it are
-    found by a variable its supervisor gave them, unless they cleared it). The start-time
-    bound rules out a later process that reused an id."""
+    `entry` (b"NAME=value"), with it in their environment: what a replica left."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -209,9 +201,7 @@ _libc: list[ctypes.CDLL] = []
 
 
 def fork_child(body: Callable[[], int]) -> int:
-    """Fork; the child, its stdin /dev/null, runs `body` and exits with its status, never
-    returning (SystemExit is honoured, any other exception printed, status 1). Returns the
-    child's pid to the parent."""
+    """Fork a child, stdin /dev/null, that exits with `body()`'s status; its pid."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -238,7 +228,6 @@ def fork_child(body: Callable[[], int]) -> int:
 
 
 def reap_children() -> None:
-    """Reap every child that has exited, without waiting."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -250,12 +239,12 @@ def reap_children() -> None:
 
 def load_libc() -> None:
     """Load libc for prctl now, so a forked child need not (call before forking)."""
-    if sys.platform.startswith("linux") and not _libc:
+    if not _libc:
         _libc.append(ctypes.CDLL(None, use_errno=True))
 
 
 def _prctl(option: int, value: int) -> None:
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):  # a Ray launch actor elsewhere
         return
     load_libc()
     libc = _libc[0]
@@ -265,18 +254,15 @@ def _prctl(option: int, value: int) -> None:
 
 
 def set_parent_death_signal(sig: int) -> None:
-    """Have the kernel send `sig` to this process when its parent dies (Linux only)."""
     _prctl(_PR_SET_PDEATHSIG, sig)
 
 
 def set_child_subreaper() -> None:
-    """Adopt this process's orphaned descendants, so they can be found and reaped (Linux)."""
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 class ExecError(OSError):
-    """The child of `spawn` could not become the program (chdir or exec failed): its errno
-    and words, told apart from the supervisor's own failures (a full disk opening a log)."""
+    """The child of `spawn` could not chdir or exec (not the supervisor's own failure)."""
 
 
 def spawn(
@@ -286,12 +272,8 @@ def spawn(
     fds: tuple[int, int, int],
     in_child: Callable[[], None],
 ) -> int:
-    """Start `argv` in a new session with stdin/stdout/stderr from `fds`; return its pid.
-
-    A small fork + exec (the supervisor cannot afford `subprocess`'s import time): `in_child`
-    runs in the child just before exec. The executable is looked up on `env`'s PATH. Raises
-    ExecError, with the child's errno and reason, when it could not exec.
-    """
+    """Start `argv` in a new session with stdin/stdout/stderr from `fds` (`in_child` runs
+    just before exec); its pid, or ExecError. Not `subprocess`: its import is too slow."""
     read_end, write_end = os.pipe()  # close-on-exec: EOF tells the parent exec succeeded
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child; its failures come back through the pipe

@@ -1,11 +1,8 @@
 """A warm-started replica's process title: `ps` shows the replica's command, not the standby's.
 
-A warm standby runs the replica's script in an interpreter started with perdure's own command
-line, which is what `ps` and /proc/PID/cmdline show. `set_title` writes the replica's command
-over that command line's memory (the kernel's arg_start..arg_end of /proc/self/stat, which
-nothing reads once the interpreter has started: CPython keeps its own copies), cut to the room
-there is, and sets the thread name (`ps -o comm`, top) to the script's name. Linux only;
-anything unexpected leaves the title as it was.
+The replica's command is written over the interpreter's command line memory (arg_start..arg_end
+of /proc/self/stat; CPython keeps its own copies), cut to fit. Linux only; anything unexpected
+leaves the title as it was.
 """
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ import os
 
 
 def set_title(argv: list[str]) -> None:
-    """Show `argv` as this process's command line."""
     try:  # the kernel cuts it to its TASK_COMM_LEN
         with open("/proc/self/comm", "wb") as f:
             f.write(os.fsencode(os.path.basename(argv[1] if len(argv) > 1 else argv[0])))

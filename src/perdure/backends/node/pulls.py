@@ -1,9 +1,4 @@
-"""What a launch on another host wrote, read in pieces for the controller's copy (`Mirror`):
-the launch directory's logs and progress from given offsets, one bounded chunk per stream, so
-that a pull is one small message. A node-side helper of the cluster backends.
-
-Side effects: reads files only.
-"""
+"""What a launch on another host wrote, read in bounded pieces for the controller's `Mirror`."""
 
 from __future__ import annotations
 
@@ -13,16 +8,13 @@ from perdure import statedir
 
 PULL_LIMIT = 1 << 20  # bytes of one stream per pull: a pull is one small message
 FILES = {**statedir.STREAMS, "progress": statedir.PROGRESS}
-
-
 RESTARTED = "restarted"  # in a pull: the streams read again from their start (trimmed)
 
 
 def pull_launch(directory: str, offsets: dict[str, int],
                 limit: int = PULL_LIMIT) -> dict[str, bytes]:
-    """New bytes of a launch's logs and progress reports since `offsets` (per stream); a
-    stream trimmed under its cap (logcap) since the last pull is read again from its start
-    and named under RESTARTED."""
+    """New bytes of a launch's logs and progress since `offsets`; a stream trimmed (logcap)
+    since the last pull is read again from its start and named under RESTARTED."""
     out = {}
     restarted = []
     for stream, name in FILES.items():

@@ -1,7 +1,4 @@
-"""A replica's log files as its supervisor writes them: the header each launch appends, and
-the files opened for the replica, or the relay's FIFOs (logrelay) when the launch also wants
-both streams merged in order (`output`); the relay keeps the files under the log cap.
-"""
+"""A replica's log files as its supervisor writes them, with the log relay (`output`) if any."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ class Logs:
         self.header_text = ""
 
     def open(self) -> None:
-        """Open both files (private: what a replica prints may include its environment, API
-        keys) and append this launch's header to each."""
+        """Open both files (private: a replica may print its API keys), append the header."""
         stdout_path, stderr_path = self.spec["stdout"], self.spec["stderr"]
         for path in (stdout_path, stderr_path):
             statedir.private_dirs(os.path.dirname(path) or ".")
@@ -42,8 +38,7 @@ class Logs:
         self.err_offset = os.lseek(self.err_fd, 0, os.SEEK_END)
 
     def relay_streams(self, directory: str) -> dict[str, str] | None:
-        """With a merged `output`, the replica writes into a relay's FIFOs instead of the files:
-        make the relay and swap the descriptors; its FIFOs' paths (None: no relay)."""
+        """With a merged `output`, the relay's FIFOs the replica writes to (None: no relay)."""
         merged = self.spec.get("output")
         if not merged:
             return None
@@ -53,13 +48,10 @@ class Logs:
         limit = limit if isinstance(limit, int) and limit > 0 else 0
         self.relay = LogRelay(directory, {"out": self.spec["stdout"], "err": self.spec["stderr"]},
                               merged, self.header_text, limit, self._trimmed)
-        streams = self.relay.paths
-        fifo_out = os.open(streams["out"], os.O_WRONLY)
-        fifo_err = os.open(streams["err"], os.O_WRONLY)
-        os.close(self.out_fd)
-        os.close(self.err_fd)
-        self.out_fd, self.err_fd = fifo_out, fifo_err
-        return streams
+        self.close_fds()
+        self.out_fd = os.open(self.relay.paths["out"], os.O_WRONLY)
+        self.err_fd = os.open(self.relay.paths["err"], os.O_WRONLY)
+        return self.relay.paths
 
     def close_fds(self) -> None:
         """The supervisor's copies of the descriptors (the replica has its own)."""
@@ -78,14 +70,12 @@ class Logs:
             self.relay.close()
 
     def _trimmed(self, path: str, shift: int, mark: int) -> None:
-        """`path` was trimmed (logcap.trim's shift and mark): where this launch's stderr
-        begins moves with it."""
+        # Where this launch's stderr begins moves with a trim.
         if shift and path == self.spec["stderr"]:
             self.err_offset = max(self.err_offset - shift, mark)
 
 
 def _header(launch_id: str) -> str:
-    """The line a launch appends to both logs before its replica writes anything."""
     now = time.time()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
     zone = time.strftime("%z", time.localtime(now))

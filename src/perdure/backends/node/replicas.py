@@ -1,8 +1,4 @@
-"""Act on a replica's processes from outside its supervisor: launch checks, chaos, cleanup.
-
-`check_launch` runs in `LocalBackend.launch` (no side effects); `signal_replica` is for other
-processes (`perdure chaos kill`); `kill_leftovers` sweeps up after a supervisor that died.
-"""
+"""Act on a replica's processes from outside its supervisor: launch checks, chaos, cleanup."""
 
 from __future__ import annotations
 
@@ -70,11 +66,8 @@ def _check_executable(what: str, launch: Launch, inherit_env: bool) -> None:
 
 
 def signal_replica(state_dir: Path | str, launch_id: str, sig: int) -> int:
-    """Send `sig` to a replica's own process (not its supervisor); return its pid.
-
-    Usable from any process (`perdure chaos kill`). Raises ProcessLookupError when the replica
-    has not started, has exited, or its pid now belongs to another process.
-    """
+    """Send `sig` to a replica's own process from any process; its pid, or
+    ProcessLookupError when it is not running."""
     directory = statedir.launch_dir(os.path.realpath(state_dir), launch_id)
     status_path = os.path.join(directory, statedir.STATUS)
     status = statedir.read_json(status_path)
@@ -92,8 +85,8 @@ def signal_replica(state_dir: Path | str, launch_id: str, sig: int) -> int:
 
 
 def kill_leftovers(status: dict[str, Any], directory: str) -> None:
-    """After a supervisor died: kill what its replica left (the replica died of PDEATHSIG):
-    its session, and its cgroup or, without one, what carries its error-file variable."""
+    """After a supervisor died: kill what its replica left (its sessions, and its cgroup or,
+    without one, what carries its error-file variable)."""
     ranks = status.get("ranks") or (
         [{"pid": status["pid"], "start_ticks": status["start_ticks"]}] if "pid" in status else [])
     for rank, proc in enumerate(ranks):  # each local rank leads a session of its own

@@ -1,8 +1,7 @@
 """The backend's side of the spawner (`zygote`): start it, send it launches, close it.
 
-`launch()` must never wait for a process to start: the pipe to the spawner is non-blocking
-and each launch is one atomic write of its directory. A spawner that died is replaced at the
-next launch; what it had been sent but not started is given up by `LocalBackend.poll`.
+`launch()` must never wait for a process to start: each launch is one atomic write of its
+directory to a non-blocking pipe. A spawner that died is replaced at the next launch.
 """
 
 from __future__ import annotations
@@ -20,13 +19,11 @@ _ZYGOTE_CODE = "from perdure.backends.node.zygote import main; main()"
 class Spawner:
     """Starts the spawner process on first use and hands it launch directories."""
 
-    def __init__(self, launches_dir: str, warm_pool: int | str = 0,
-                 warm_idle: float = 600.0) -> None:
+    def __init__(self, launches_dir: str, warm_pool: int | str, warm_idle: float) -> None:
         self.launches_dir = launches_dir
         self.warm_pool = warm_pool
         self.warm_idle = warm_idle
-        # The spawner and its supervisors print here until a supervisor has opened its own
-        # supervisor.log (an import error, say); one descriptor for all of them.
+        # What the spawner and supervisors print before a supervisor opens its own log.
         self.log_path = os.path.join(launches_dir, statedir.EARLY_LOG)
         self._log = os.open(
             self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600

@@ -1,9 +1,7 @@
 """A warm standby: an interpreter with torch imported, held by its supervisor-to-be.
 
-What the supervisor and the pool share about standbys (`warm` is the pool's side): which
-launches can run in one (`launch_fits`: `[sys.executable, SCRIPT, ...]` or
-`[sys.executable, "-m", MODULE, ...]`, with the environment variables read while the
-interpreter and torch start equal to the standby's), and the `Standby` handle.
+What the supervisor and the pool share: which launches can run in one (`launch_fits`), and the
+`Standby` handle.
 """
 
 from __future__ import annotations
@@ -20,17 +18,16 @@ from perdure.backends.node import procs
 from perdure.integrations.autoinstall import without_boot
 
 STANDBY_CODE = "__import__('perdure.backends.node.warmstart').backends.node.warmstart.main()"
-# Read when the interpreter, its site packages, the C libraries or torch start: a standby is
-# only good for a launch that agrees with it on all of these. OMP_NUM_THREADS is the
-# exception: the warm child applies it with torch.set_num_threads.
+# Read when the interpreter, the C libraries or torch start: a standby is only good for a
+# launch that agrees with it on these (OMP_NUM_THREADS is applied with torch.set_num_threads).
 STARTUP_PREFIXES = ("PYTHON", "LD_", "MALLOC_", "TORCH_", "KMP_", "GOMP_", "MKL_", "OMP_")
 STARTUP_NAMES = ("HOME",)  # the user site-packages directory hangs off it
 APPLIED_AT_START = ("OMP_NUM_THREADS",)
 
 
 def target(command: list[str]) -> tuple[str, str] | None:
-    """("script", path) or ("module", name) when `command` can start warm; else None: only
-    this interpreter with no options (`-c`, `-u`, `-X ...` start cold)."""
+    """("script", path) or ("module", name) when `command` can start warm (this interpreter,
+    no options), else None."""
     if len(command) < 2 or command[0] != sys.executable:
         return None
     if command[1] == "-m":
@@ -44,8 +41,8 @@ def target(command: list[str]) -> tuple[str, str] | None:
 def launch_fits(
     command: list[str], cwd: str, child: dict[str, str], standby: dict[str, str]
 ) -> bool:
-    """Whether a launch can run in a standby started with env `standby` (no side effects).
-    A script must be a regular file: anything else is left to a cold start to report."""
+    """Whether a launch can run in a standby started with env `standby` (a script must be a
+    regular file: anything else is left to a cold start to report)."""
     found = target(command)
     if found is None or not env_matches(child, standby):
         return False
@@ -60,9 +57,8 @@ def standby_env(base: dict[str, str]) -> dict[str, str]:
 
 
 def env_matches(child: dict[str, str], standby: dict[str, str]) -> bool:
-    """Whether a replica with env `child` can run in a standby started with env `standby`.
-    perdure's start-up hook on the child's PYTHONPATH is no difference: a warm start runs it
-    itself (warmstart)."""
+    """Whether a replica with env `child` can run in a standby started with env `standby`
+    (perdure's start-up hook on PYTHONPATH aside: a warm start runs it itself)."""
     child = {**child, "PYTHONPATH": without_boot(child.get("PYTHONPATH", ""))}
     if not child["PYTHONPATH"]:
         del child["PYTHONPATH"]
@@ -92,47 +88,35 @@ class Standby:
 
     @classmethod
     def fork(cls, close: list[int]) -> Standby:
-        """Fork the interpreter from this process, which has torch imported (a standby
-        supervisor forked from the template): ready at once. `close`: descriptors the replica
-        must not hold (the link to the spawner)."""
+        """Fork the interpreter from this process, which has torch imported."""
         from perdure.backends.node import warmstart
 
         return cls._fork(warmstart.run_forked, close)
 
     @classmethod
     def _fork(cls, body: Callable[[], int], close: list[int]) -> Standby:
-        """Fork a child in a session of its own that dies with this process, stdin a pipe
-        from here and fd 3 (warmstart.READY_FD) a pipe back, and run `body` in it."""
+        """Run `body` in a child that dies with this process, stdin and fd 3 pipes from us."""
         command_r, command_w = os.pipe()
         ready_r, ready_w = os.pipe()
         parent = os.getpid()
         procs.load_libc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            code = 127
-            try:
-                os.setsid()
-                os.dup2(command_r, 0)
-                os.dup2(ready_w, 3)
-                os.set_inheritable(0, True)  # dup2 onto itself leaves close-on-exec set
-                os.set_inheritable(3, True)
-                for fd in {command_r, command_w, ready_r, ready_w, *close} - {0, 1, 2, 3}:
-                    os.close(fd)
-                for sig in (*procs.SUPERVISOR_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ):
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own
-                signal.pthread_sigmask(signal.SIG_SETMASK, set())
-                procs.set_parent_death_signal(signal.SIGKILL)
-                if os.getppid() == parent:
-                    code = body()
-            except BaseException:
-                import traceback
 
-                traceback.print_exc()
-            finally:
-                os._exit(code)
+        def child() -> int:
+            os.setsid()
+            os.dup2(command_r, 0)
+            os.dup2(ready_w, 3)
+            os.set_inheritable(0, True)  # dup2 onto itself leaves close-on-exec set
+            os.set_inheritable(3, True)
+            for fd in {command_r, command_w, ready_r, ready_w, *close} - {0, 1, 2, 3}:
+                os.close(fd)
+            for sig in (*procs.SUPERVISOR_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            procs.set_parent_death_signal(signal.SIGKILL)
+            return body() if os.getppid() == parent else 127
+
+        pid = procs.fork_child(child)
         os.close(command_r)
         os.close(ready_w)
         return cls(pid, command_w, ready_r, standby_env(dict(os.environ)))

@@ -1,18 +1,10 @@
 """The per-replica supervisor: `python -m perdure.backends.node.supervisor <launch dir>`.
 
-One supervisor runs each replica, in a session of its own, so the stop escalation, the memory
-limit and the exit record survive a controller crash. It reads `launch.json`, claims the
-launch, prepares the memory limit (`memory`), starts the replica (each local rank of a
-`procs_per_replica` N > 1 replica in a session of its own, dying with the supervisor), writes
-`status.json`, then waits: stop requests (SIGUSR1: `stop.json`), RSS polling, and signals sent
-to itself (forwarded, SIGKILL after SELF_STOP_GRACE_SECONDS). The first rank to fail fails the
-replica and the others are stopped, as torchrun's agent does. At the end it kills whatever the
-replica left (group, cgroup, descendants: it is a subreaper) and writes `exit.json` (exit
-code, signal, OOM, peak RSS, the error reported), or `spawn_error` if nothing could start.
-
-A supervisor that was a warm standby (`warm`) runs the replica in its warm interpreter when
-the launch allows (`"warm": true` in status.json). A launch that names an `owner` process (a
-Ray launch actor, not its parent) takes the supervisor and replica down with it.
+One supervisor runs each replica in a session of its own, so the stop escalation, the memory
+limit and the exit record (`exit.json`) survive a controller crash. The first local rank to
+fail fails the replica and the others are stopped, as torchrun's agent does; at the end it
+kills whatever the replica left (it is a subreaper). A launch naming an `owner` process (a Ray
+launch actor) takes the supervisor and replica down with it.
 """
 
 from __future__ import annotations
@@ -38,7 +30,6 @@ from perdure.runtime.errorfile import (
 )
 from perdure.runtime.ranks import procs_of, rank_file
 
-HANDLED_SIGNALS = procs.SUPERVISOR_SIGNALS
 IDLE_WAKE_SECONDS = 1.0  # also the period of peak-RSS sampling when nothing else wakes us
 SELF_STOP_GRACE_SECONDS = 10.0
 STDERR_TAIL_BYTES = 64 * 1024
@@ -76,10 +67,8 @@ class Supervisor:
     def _file(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    # ---- start ------------------------------------------------------------------------------
-
     def run(self) -> int:
-        """Start the replica, supervise it, write exit.json; the exit status of the supervisor."""
+        """Start the replica, supervise it, write exit.json; the supervisor's exit status."""
         if statedir.claim(self.dir, self.me) != self.me:
             print("supervisor: a restarted controller gave this launch up; not starting it")
             self._dismiss_standby()
@@ -160,8 +149,7 @@ class Supervisor:
         return standby.pid
 
     def _watch_owner(self) -> None:
-        """Die with the launch's `owner` process (a Ray launch actor, not our parent) as
-        PDEATHSIG would have us: kill the replica's group and cgroup, then ourselves."""
+        """Die with the launch's `owner` process as PDEATHSIG would have us."""
         owner = self.spec.get("owner")
         if not owner:
             return
@@ -213,8 +201,6 @@ class Supervisor:
             },
         )
 
-    # ---- wait -------------------------------------------------------------------------------
-
     def _wait(self) -> None:
         """Return when the replica has exited (it stays a zombie, holding its pid and group)."""
         while not self._child_exited():
@@ -229,20 +215,19 @@ class Supervisor:
                 self._sample_memory(now)
             later = (self.kill_at, self.signal_at[1] if self.signal_at else None)
             wake = min([self.next_sample, *(t for t in later if t is not None)])
-            info = signal.sigtimedwait(HANDLED_SIGNALS, max(0.001, wake - time.time()))
+            info = signal.sigtimedwait(procs.SUPERVISOR_SIGNALS, max(0.001, wake - time.time()))
             if info is None:
                 continue
             if info.si_signo == signal.SIGUSR1:
                 self._check_stop()
             elif info.si_signo != signal.SIGCHLD:
-                # a launch may say how long (a Slurm preemption signals the supervisor and the
-                # replica at once; the replica's save gets the job's grace period)
+                # a Slurm preemption signals us and the replica at once: its save gets the
+                # job's grace period
                 grace = float(self.spec.get("self_stop_grace", SELF_STOP_GRACE_SECONDS))
                 self._stop(signal.SIGTERM, time.time() + grace)
 
     def _child_exited(self) -> bool:
-        """Whether the replica is done: every rank exited, or one failed (the others are then
-        stopped, and the replica is done once they are gone too)."""
+        """Whether every rank exited (the first to fail has the others stopped)."""
         localranks.reap_orphans(self.pids)
         running, failures = localranks.poll(self.pids)
         if self.failed is None and failures:
@@ -270,9 +255,8 @@ class Supervisor:
             self._stop(sig, deadline, float(request.get("signal_at") or 0.0))
 
     def _stop_other_ranks(self, failed: int) -> None:
-        """Local rank `failed` failed the replica: stop the others now, with a stop record as
-        the backend writes one (a bare SIGTERM would read as a preemption notice). After a
-        rank a signal killed they are killed at once: they wait on it in a collective, where
+        """Stop the other ranks, with a stop record (a bare SIGTERM reads as a preemption
+        notice); at once after a rank a signal killed: they wait on it in a collective, where
         a SIGTERM handler never runs."""
         grace = 0.0 if localranks.killed(self.pids, failed) else RANK_STOP_GRACE_SECONDS
         deadline = time.time() + grace
@@ -288,8 +272,7 @@ class Supervisor:
             procs.kill_group(pid, sig)
 
     def _stop(self, sig: int, deadline: float, signal_at: float = 0.0) -> None:
-        """`sig` now (or at `signal_at`: the replica may end by itself first), SIGKILL at
-        `deadline`."""
+        """`sig` now (or at `signal_at`), SIGKILL at `deadline`."""
         if signal_at > time.time():
             self.signal_at = (sig, signal_at)
         else:  # also in place of a later one still pending (a cancel during the grace)
@@ -298,13 +281,10 @@ class Supervisor:
         if sig != signal.SIGKILL:
             self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
 
-    # ---- finish -----------------------------------------------------------------------------
-
     def _finish(self) -> int:
         exit_time = self.failed_at or time.time()
-        # The replica is a zombie, so its group id cannot be reused yet: kill what it left,
-        # in its group, its cgroup, and (a subreaper: orphans come back to us) anywhere below
-        # us, such as a `setsid` daemon.
+        # The replica is a zombie (its group id cannot be reused yet): kill what it left in
+        # its group, its cgroup, and anywhere below us (a subreaper), such as a `setsid` daemon.
         self._kill_groups(signal.SIGKILL)
         self.limit.kill_all()
         procs.kill_descendants(self.own_pid)
@@ -342,14 +322,12 @@ class Supervisor:
 
     def _error(self, rank: int, tail: str) -> dict[str, str] | None:
         error = read_error_file(self._file(rank_file(statedir.ERROR, rank)))
-        if error is not None:
-            return error
-        return parse_traceback(tail) or parse_abort(tail)
+        return error or parse_traceback(tail) or parse_abort(tail)
 
 
 def _spawn_failure(spec: dict[str, Any], err: Exception) -> tuple[str, bool]:
-    """What exit.json says of a replica that could not start, and whether its command is to
-    blame (then no retry can help: the job fails at once, naming the file)."""
+    """exit.json's message for a replica that could not start, and whether its command is to
+    blame (no retry can help)."""
     exe = str(spec["command"][0])
     path = _where(exe, spec)
     code = err.errno if isinstance(err, procs.ExecError) else None
@@ -367,8 +345,8 @@ def _where(exe: str, spec: dict[str, Any]) -> str:
     """The file `exe` names, as exec looks it up (relative to the replica's cwd, or on PATH)."""
     if os.sep in exe:
         return os.path.normpath(os.path.join(str(spec["cwd"]), exe))
-    env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
-    for folder in os.get_exec_path(env if env and "PATH" in env else None):
+    env = spec["env"]
+    for folder in os.get_exec_path(env if "PATH" in env else None):
         candidate = os.path.join(folder, exe)
         if os.path.isfile(candidate):
             return candidate
@@ -387,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve(directory: str, standby: Standby | None = None) -> int:
     """Supervise the launch in `directory`, in the warm `standby` if it fits; the exit status."""
     # Block the signals we handle before anything else, so none can kill us before the loop.
-    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, procs.SUPERVISOR_SIGNALS)
     directory = os.path.abspath(directory)
     # What it prints goes to its own log from here on (until now: the spawner's shared one).
     log = os.open(

@@ -1,11 +1,5 @@
-"""Which transport a backend's replicas use to reach the controller, and its relay.
-
-"file" (the default): the state dir's files. "net": the controller's relay on 127.0.0.1, as
-replicas on other hosts reach it (`transport: net` in the cluster file), so the whole runtime
-contract runs over the network on one machine.
-
-Side effects: starts and stops the relay (a listening socket in this process).
-"""
+"""Which transport a backend's replicas use to reach the controller: "file" (the state dir's
+files) or "net" (the controller's relay, on 127.0.0.1 for the local backend)."""
 
 from __future__ import annotations
 
@@ -17,7 +11,6 @@ from perdure.core.events import Launch
 if TYPE_CHECKING:
     from perdure.backends.relay.server import Relay
 
-__all__ = ["LaunchTransport"]
 
 TRANSPORTS = ("file", "net")
 
@@ -34,15 +27,13 @@ class LaunchTransport:
         self.relay: Relay | None = None
 
     def ensure(self) -> None:
-        """Start the relay (net) if it is not running. Call it once the controller holds the
-        state dir's lock (adopt, launch, poll): a second controller must not take its port."""
+        """Start the relay (net), once the controller holds the state dir's lock (its port)."""
         if self.relay is None and self.kind == "net":
             from perdure.backends.relay.server import Relay
 
             self.relay = Relay.start(self.state_dir, self.host)
 
     def env(self, launch: Launch) -> dict[str, str]:
-        """The environment `launch` runs with under this transport."""
         self.ensure()
         return self.relay.launch_env(launch) if self.relay is not None else dict(launch.env)
 

@@ -1,21 +1,10 @@
 """Warm standby replicas: a supervisor-to-be holding an interpreter that has imported torch.
 
-A standby is two processes: a *standby supervisor*, forked by the spawner (`zygote`, through
-`pool`) or the template in a session of its own, and its child interpreter (`warmstart`) that
-imports torch and says ready. Handed a launch directory, the standby supervisor becomes that
-launch's supervisor (`supervisor.serve`) and has its child, already warm, run the script
-instead of fork + exec; it is the replica's parent as in a cold start, so supervision, stops,
-OOM detection, exit records and adoption are unchanged.
-
-Importing torch costs seconds of CPU: the *template*, one interpreter the spawner forks when
-the pool is first needed, pays it once for the pool. It imports `warmstart.PRELOAD`, says
-ready, then forks a standby supervisor for every socket the spawner sends it (SCM_RIGHTS),
-whose interpreter is forked from it in turn (`Standby.fork`): ready within milliseconds. It
-runs no torch op and never touches CUDA, so what it forks can, as a DataLoader worker can.
-`PERDURE_WARM_FORK=0` turns it off (standbys then start interpreters of their own).
-
-This module holds the pool's settings, the owner watch (the template and standbys die with
-the spawner's owner), and the lives of the template and of a standby supervisor.
+A standby is a *standby supervisor* and its child interpreter (`warmstart`), warm and waiting.
+Handed a launch directory, the standby supervisor becomes that launch's supervisor and its
+child runs the script instead of fork + exec, so supervision and exit records are unchanged.
+The *template*, one interpreter that imports torch once for the pool, forks each standby
+(`$PERDURE_WARM_FORK=0`: each starts its own); it never touches CUDA, so its forks can.
 """
 
 from __future__ import annotations
@@ -33,8 +22,6 @@ from perdure.backends.settings import count_or_auto
 POOL_ENV = "PERDURE_WARM_POOL"
 FORK_ENV = "PERDURE_WARM_FORK"
 DEFAULT_POOL = 2
-# After this long without a launch that could start warm, the pool lets its template and
-# standbys go (hundreds of MB each).
 IDLE_ENV = "PERDURE_WARM_IDLE_SECONDS"
 DEFAULT_IDLE_SECONDS = 600.0
 AUTO_MAX = 8  # "auto": DEFAULT_POOL, grown to the largest group of launches seen together
@@ -45,8 +32,7 @@ MAX_IDLE_SECONDS = 7 * 86400.0
 
 
 def pool_size(value: int | str | None) -> int | str:
-    """The pool size from an argument or `$PERDURE_WARM_POOL` (default "auto"): an int >= 0
-    or "auto"; ValueError naming the value otherwise."""
+    """The pool size from an argument or `$PERDURE_WARM_POOL` (default "auto")."""
     size = count_or_auto(value, POOL_ENV, MAX_POOL, lambda raw: (
         f"warm pool size {raw!r} (argument or ${POOL_ENV}) must be an integer from 0 to "
         f"{MAX_POOL} or {AUTO!r} (grows to {AUTO_MAX}); 0 turns warm standby replicas off"))
@@ -54,8 +40,7 @@ def pool_size(value: int | str | None) -> int | str:
 
 
 def idle_seconds(value: float | str | None) -> float:
-    """How long the pool stays filled without a launch, from an argument or
-    `$PERDURE_WARM_IDLE_SECONDS` (default 600): a number > 0; ValueError naming it otherwise."""
+    """How long the pool stays filled without a launch (`$PERDURE_WARM_IDLE_SECONDS`)."""
     raw = os.environ.get(IDLE_ENV, DEFAULT_IDLE_SECONDS) if value is None else value
     try:
         seconds = float(raw)
@@ -70,20 +55,17 @@ def idle_seconds(value: float | str | None) -> float:
     return seconds
 
 
-# The spawner's owner (a controller, a Ray node agent) as a pidfd, opened by the spawner and
-# inherited by all it forks: readable once the owner has exited, however its pipe to the
-# spawner fares (a descriptor leaked into a surviving process keeps that pipe open).
+# The spawner's owner as a pidfd, inherited by all the spawner forks: readable once the owner
+# exited, even if a descriptor leaked into a surviving process keeps the spawner's pipe open.
 _owner_fd = -1
 
 
 def watch_owner(pid: int) -> None:
-    """In the spawner: watch `pid` from now on (no-op where pidfds are missing)."""
     global _owner_fd
     _owner_fd = procs.pidfd(pid)
 
 
 def owner_fds() -> list[int]:
-    """The owner's pidfd, to select on with the rest (empty when none is watched)."""
     return [_owner_fd] if _owner_fd >= 0 else []
 
 
@@ -97,13 +79,11 @@ def owner_gone(ready: list[int] | None = None) -> bool:
 
 
 def run_standby(link: socket.socket, forked: bool = False) -> int:
-    """The standby supervisor: warm a child (`forked`: forked from this process, a child of
-    the template), say b"R" on `link`, then serve the launch directory read from it (end of
-    input: not needed, exit)."""
+    """The standby supervisor: warm a child, say b"R" on `link`, serve the launch sent."""
     from perdure.backends.node import supervisor
 
     os.setsid()
-    signal.pthread_sigmask(signal.SIG_BLOCK, supervisor.HANDLED_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, procs.SUPERVISOR_SIGNALS)
     standby = Standby.fork([link.fileno()]) if forked else Standby.start()
     if not standby.wait_ready(link):
         print(f"warm standby {standby.pid}: its interpreter exited before it was ready")
@@ -119,7 +99,7 @@ def run_standby(link: socket.socket, forked: bool = False) -> int:
 
 
 def _read_directory(link: socket.socket, standby: Standby) -> str:
-    """The launch directory the spawner sends; "" at end of input or if the child died."""
+    """The launch directory the spawner sends; "" at EOF or if the child died."""
     pidfd = procs.pidfd(standby.pid)
     watched = [link.fileno(), *owner_fds()] + ([pidfd] if pidfd >= 0 else [])
     received = b""
@@ -137,11 +117,6 @@ def _read_directory(link: socket.socket, standby: Standby) -> str:
         if pidfd >= 0:
             os.close(pidfd)
     return os.fsdecode(received.strip())
-
-
-def template_enabled() -> bool:
-    """Whether standbys are forked from a template ($PERDURE_WARM_FORK, default on)."""
-    return os.environ.get(FORK_ENV, "1") != "0"
 
 
 def serve_template(sock: socket.socket) -> int:

@@ -1,12 +1,9 @@
 """A warm standby interpreter: import torch now, run a replica's script later as if started cold.
 
 Started by a standby supervisor (see `warm`) with stdin a pipe from it and fd 3 a pipe back:
-it imports PRELOAD, writes one byte to fd 3, and reads its launch from stdin as JSON (target
-`["script", path]` or `["module", name]`, `args`, `env`, `cwd`, `stdout`, `stderr`; nothing:
-exit). Then it takes on the launch's environment, cwd and log files and runs the script in
-`__main__` with the sys.argv and sys.path[0] of `python SCRIPT ...` or `python -m MODULE ...`;
-an uncaught exception is printed through sys.excepthook from the script's first frame on, with
-exit status 1, as a cold start would.
+it imports PRELOAD, says ready on fd 3 and reads its launch as JSON from stdin (nothing: exit).
+It then runs the script in `__main__` with the sys.argv, sys.path[0] and exit status of
+`python SCRIPT ...` or `python -m MODULE ...`.
 """
 
 from __future__ import annotations
@@ -19,26 +16,22 @@ from types import TracebackType
 from typing import Any
 
 READY_FD = 3
-# What a training script imports, directly or on first use, that costs seconds: torch's modules
-# named by perdure.runtime.compat.WARM_IMPORTS, numpy, and perdure's runtime. A module that
-# fails to import is skipped: the script imports it itself, or not.
+# What a training script imports that costs seconds, beside compat.WARM_IMPORTS (torch's); a
+# module that fails to import is skipped.
 PRELOAD = ("numpy", "perdure.runtime.context", "perdure.runtime.checkpoint.checkpointer",
            "perdure.runtime.data", "perdure.runtime.elastic", "perdure.runtime.goodput",
            "perdure.runtime.rng", "perdure.runtime.vote")
 
 
 def main() -> None:
-    """Import torch, say ready on fd 3, then run the launch read from stdin (none: exit)."""
     niced = lower_priority()
     preload()
     sys.exit(run_forked(niced))
 
 
 def run_forked(niced: int | None = None) -> int:
-    """Say ready, run the launch (first putting back the priority `niced`, if any), and return
-    the exit status the interpreter would exit with, having done what it does at exit (join
-    threads, atexit functions, flush). Also run in a child forked from a process that has
-    PRELOAD imported (the template, see `warm`)."""
+    """Say ready, run the launch (first putting back the priority `niced`), and return the
+    exit status the interpreter would exit with, having done what it does at exit."""
     main = sys.modules["__main__"]  # the forking process's: give the script one of its own
     fresh = type(main)("__main__")
     fresh.__dict__.update({k: v for k, v in main.__dict__.items() if k.startswith("__")})
@@ -68,7 +61,6 @@ def run_forked(niced: int | None = None) -> int:
 
 
 def _await_launch() -> dict[str, Any] | None:
-    """Say ready on READY_FD, then read the launch from stdin (None: not needed)."""
     os.write(READY_FD, b"R")
     os.close(READY_FD)
     chunks = []
@@ -78,23 +70,14 @@ def _await_launch() -> dict[str, Any] | None:
 
 
 def _start(launch: dict[str, Any]) -> None:
-    """Become the replica, with what a cold start has before its script runs: perdure's
-    exit guard (torch's threads settle before finalizing, perdure.runtime.exitguard) and
-    start-up hook (the spec's `integrations:`, autoinstall), and the title `ps` shows."""
+    """Become the replica, with the exit guard, start-up hook and title a cold start has."""
     _become(launch)
-    try:
-        from perdure.runtime import exitguard
-    except ImportError:
-        pass
-    else:
-        exitguard.install()
-    try:
-        from perdure.integrations import autoinstall
-    except ImportError:
-        pass
-    else:
-        autoinstall.install()
     from perdure.backends.node.proctitle import set_title
+    from perdure.integrations import autoinstall
+    from perdure.runtime import exitguard
+
+    exitguard.install()
+    autoinstall.install()
 
     kind, name = launch["target"]
     set_title([sys.executable, *(["-m", name] if kind == "module" else [name]),
@@ -126,9 +109,8 @@ def _at_exit() -> None:
 
 
 def lower_priority() -> int | None:
-    """Warm at the lowest CPU priority (importing torch takes seconds of CPU that running
-    replicas need more) when the priority can be put back before the replica runs: as root or
-    with RLIMIT_NICE allowing it. Returns the priority to put back, or None (left as it is)."""
+    """Warm at the lowest CPU priority (running replicas need the CPU more) when it can be put
+    back later (root, or RLIMIT_NICE); the priority to put back, or None."""
     import resource
 
     current = os.getpriority(os.PRIO_PROCESS, 0)
@@ -165,7 +147,6 @@ def preload() -> None:
 
 
 def _become(launch: dict[str, Any]) -> None:
-    """Take on the launch's environment, directory, files and thread count."""
     os.environ.clear()  # os.environ's setters also update the C environment (putenv/unsetenv)
     os.environ.update(launch["env"])
     os.chdir(launch["cwd"])

@@ -1,14 +1,8 @@
 """The spawner: one warm process that forks a supervisor for each launch the backend sends it.
 
-`LocalBackend` (and the node agents) start it once and write each launch directory to its
-stdin, a line each; it has the supervisor imported, so each fork is ready within a
-millisecond or two, in a session of its own. A launch that can start warm goes to a standby of
-its pool (`pool`); the line `+warm` fills the pool before any launch needs it. It exits when
-its stdin closes or its owner (the process that started it) is gone, having started what it
-was sent; the supervisors keep running, the template and unused standbys exit with it.
-
-Run as `python -c "from perdure.backends.node.zygote import main; main()" [POOL_SIZE
-[IDLE_SECONDS [OWNER_PID]]]`.
+The backend writes each launch directory to its stdin, a line each (`+warm` fills the pool);
+a launch that can start warm goes to a standby of its pool (`pool`). It exits when its stdin
+closes or its owner is gone, having started what it was sent.
 """
 
 from __future__ import annotations
@@ -25,7 +19,6 @@ PREWARM = b"+warm"
 
 
 def main() -> None:
-    """Fork a supervisor for every launch directory read from stdin, until end of input."""
     args = sys.argv[1:]
     warm.watch_owner(int(args[2]) if len(args) > 2 else os.getppid())
     pool = Pool(warm.pool_size(args[0] if args else None), os.getcwd(),
@@ -63,7 +56,6 @@ def main() -> None:
 
 def _fork_supervisor(directory: str, pool: Pool) -> None:
     def supervise() -> int:
-        # A supervisor in a session of its own, not reading the spawner's stdin.
         pool.close_in_child()  # a standby must see the spawner's exit as end of input
         os.setsid()
         return supervisor.main([directory])

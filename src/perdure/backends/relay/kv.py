@@ -1,9 +1,7 @@
 """The rendezvous stores the relay keeps for replicas: key-value maps that outlive replicas.
 
-One `KV` per (job, store name). Every change is appended to `<state>/rdzv/<job>/kv/<name>.jsonl`
-before it is acknowledged and read back on first use, so a controller restart loses nothing a
-replica was told. A wait is held here on a condition (up to a bound), not polled. An `add`
-carries the client's token and request number, so a retried add is applied once.
+Every change is appended to `<state>/rdzv/<job>/kv/<name>.jsonl` before it is acknowledged, so
+a controller restart loses nothing a replica was told; a retried `add` is applied once.
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from perdure import statedir
-
-__all__ = ["KV", "KVError", "Stores"]
 
 STORE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")  # .match: no trailing newline
 MAX_KEYS = 100_000
@@ -87,8 +83,6 @@ class KV:
         self._put(key, value)
         self.cond.notify_all()
 
-    # ---- operations (each takes the request's fields) -------------------------------------
-
     def set(self, key: str, value: str) -> None:
         with self.cond:
             self._change(key, value)
@@ -125,10 +119,6 @@ class KV:
                 return False
             self._change(key, None)
             return True
-
-    def check(self, keys: list[str]) -> bool:
-        with self.cond:
-            return all(k in self.data for k in keys)
 
     def wait(self, keys: list[str], hold: float) -> bool:
         """Whether every key is there, waiting up to `hold` (capped) seconds for them."""

@@ -1,11 +1,7 @@
 """What the relay does for each request of an authenticated replica (a table of operations).
 
-Every operation acts for the peer that authenticated (its job, replica and launch): markers
-and holder records are written under that job's rendezvous directory, progress, errors and
-the stop request are those of that launch, and stores are that job's. The files are written
-with the file transport itself, so their layout is the one the controller and CLI read.
-
-Side effects: files in the state dir, through FileTransport; the stores in kv.py.
+Every operation acts for the peer that authenticated: its job's rendezvous files and stores,
+its launch's progress, errors and stop request, written with the file transport itself.
 """
 
 from __future__ import annotations
@@ -26,7 +22,6 @@ if TYPE_CHECKING:
 
     from perdure.backends.relay.kv import KV, Stores
 
-__all__ = ["OPS", "Peer", "RelayFiles"]
 
 
 @dataclass(frozen=True)
@@ -39,8 +34,7 @@ class Peer:
 
 
 class Relay(Protocol):
-    """What an operation needs of the relay (server.Relay), named here so that the server
-    imports its operations and not the other way round."""
+    """What an operation needs of server.Relay (the server imports its operations)."""
 
     files: RelayFiles
     stores: Stores
@@ -85,8 +79,8 @@ class RelayFiles:
 
 
 def _write_acked(path: Path, client: str, seq: int) -> None:
-    """Overwrite in place with one fixed-size write (cheaper than a rename per report; a
-    torn record only makes a batch re-sent across a controller crash count twice)."""
+    """One fixed-size write in place (cheaper than a rename per report; a torn record only
+    counts a batch re-sent across a controller crash twice)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.pwrite(fd, f"{client[:32]:<32} {seq:020d}\n".encode(), 0)
@@ -103,7 +97,7 @@ def _read_acked(path: Path) -> tuple[str, int]:
 
 
 def _lines(value: Any) -> list[str]:
-    """Progress lines as sent: each a JSON object on one line (anything else is dropped)."""
+    """Progress lines as sent, each a JSON object (anything else is dropped)."""
     if not isinstance(value, list):
         raise TypeError("progress lines must be a list of strings")
     out = []
@@ -126,12 +120,10 @@ def _error(relay: Relay, peer: Peer, req: dict[str, Any]) -> str | None:
     record = req["record"]
     if not isinstance(record, dict):
         raise TypeError("an error record must be a JSON object")
-    rank = record.get("local_rank")
-    if isinstance(rank, int) and 0 < rank < 1024:  # a replica's other processes: their own
-        d = relay.files.launch_dir(peer)
-        error_file = str(d / rank_file(statedir.ERROR, rank))
-        return FileTransport(error_file=error_file).write_error(record)
-    return relay.files.launch(peer).write_error(record)
+    rank = record.get("local_rank")  # a replica's other processes have files of their own
+    rank = rank if isinstance(rank, int) and 0 < rank < 1024 else 0
+    error_file = relay.files.launch_dir(peer) / rank_file(statedir.ERROR, rank)
+    return FileTransport(error_file=str(error_file)).write_error(record)
 
 
 # Store operations, on the peer's job's store `req["store"]`.
@@ -143,7 +135,7 @@ _KV_OPS: dict[str, Callable[[KV, dict[str, Any]], Any]] = {
     "cas": lambda kv, req: kv.cas(str(req["key"]), str(req["expected"]), str(req["desired"])),
     "append": lambda kv, req: kv.append(str(req["key"]), str(req["value"])),
     "delete": lambda kv, req: kv.delete(str(req["key"])),
-    "check": lambda kv, req: kv.check([str(k) for k in req["keys"]]),
+    "check": lambda kv, req: kv.wait([str(k) for k in req["keys"]], 0.0),
     "wait": lambda kv, req: kv.wait([str(k) for k in req["keys"]], float(req["hold"])),
     "num_keys": lambda kv, req: kv.num_keys(),
 }

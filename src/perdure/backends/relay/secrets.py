@@ -1,11 +1,5 @@
-"""The state dir's secret and the per-job secrets derived from it.
-
-`<state dir>/secret` holds 32 random bytes (0600). A job's secret is HMAC-SHA256(state secret,
-job id), hex, given to its replicas as `PERDURE_JOB_SECRET`; every listener a job opens admits
-only peers that prove they know it, and it reveals no other secret.
-
-Side effects: `state_secret` creates the file when it is missing.
-"""
+"""The state dir's secret (`<state dir>/secret`, 32 random bytes) and the per-job secrets
+derived from it (HMAC-SHA256), which every listener of a job makes its peers prove."""
 
 from __future__ import annotations
 
@@ -19,9 +13,6 @@ from pathlib import Path
 from perdure import statedir
 from perdure.store.files import make_state_dir
 
-__all__ = ["ENV_JOB_SECRET", "SecretError", "job_secret", "state_secret"]
-
-ENV_JOB_SECRET = "PERDURE_JOB_SECRET"
 _SIZE = 32
 
 
@@ -30,10 +21,7 @@ class SecretError(RuntimeError):
 
 
 def state_secret(state_dir: Path) -> bytes:
-    """The state dir's secret: read `<state_dir>/secret`, or create it (0600) if missing.
-
-    Two processes creating it at once agree: O_EXCL lets one write it, the other reads it.
-    """
+    """The state dir's secret, created (0600, O_EXCL: two creators agree) if missing."""
     path = state_dir / statedir.SECRET
     try:
         make_state_dir(state_dir)

@@ -1,14 +1,9 @@
 """The relay: the network end of the runtime's transport, for replicas elsewhere.
 
-A replica on a host that sees neither the state dir nor its files reaches the controller here
-(perdure.runtime.transport.net is the client). The relay writes what it receives into the state
-dir in the file transport's layout, so every reader sees the same files whichever transport
-delivered them, and keeps the jobs' rendezvous stores (kv.py).
-
-It binds only the address it is given; each connection answers a fresh nonce with HMAC(job
-secret, nonce, job, replica, launch), names a replica of that job and a launch id of that
-replica; frames over 1 MiB are refused before they are read. A restarted controller binds the
-port recorded in `<state>/relay.json`, so replicas find it again.
+It writes what it receives into the state dir in the file transport's layout, so readers see
+the same files whichever transport delivered them. Each connection answers a fresh nonce with
+HMAC(job secret, nonce, job, replica, launch) first; frames over 1 MiB are refused unread. A
+restarted controller binds the port recorded in `<state>/relay.json`, so replicas find it.
 """
 
 from __future__ import annotations
@@ -25,6 +20,7 @@ import socketserver
 import threading
 import time
 from collections.abc import Callable, Collection
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +37,6 @@ from perdure.runtime.transport.base import (
 )
 from perdure.runtime.transport.wire import MAX_FRAME, FrameError, mac, recv_frame, send_frame
 
-__all__ = ["Relay", "RelayError"]
-
 log = logging.getLogger("perdure.relay")
 HANDSHAKE_SECONDS = 5.0  # an unauthenticated connection gets this long to prove itself
 IDLE_SECONDS = 900.0  # an authenticated connection idle this long is closed
@@ -56,14 +50,8 @@ class RelayError(RuntimeError):
     """The relay cannot start (its recorded port is taken, the address is not this host's)."""
 
 
-def _default_secret(state_dir: Path) -> Callable[[str], str]:
-    """job id -> its secret, from the state dir's secret (perdure.backends.relay.secrets)."""
-    state = state_secret(state_dir)
-    return lambda job: job_secret(state, job)
-
-
 def _default_replicas(state_dir: Path) -> Callable[[str], Collection[str] | None]:
-    """job id -> its replicas' names (from the store), None when the job is unknown."""
+    """job id -> its replicas' names (from the store), None for an unknown job."""
 
     def replicas_of(job: str) -> Collection[str] | None:
         import sqlite3
@@ -122,7 +110,7 @@ class _Server(socketserver.ThreadingTCPServer):
 
 
 class Relay:
-    """The relay of one state dir (see the module docstring); use `Relay.start`."""
+    """The relay of one state dir; use `Relay.start`."""
 
     def __init__(self, state_dir: Path, server: _Server, host: str,
                  secret_of: Callable[[str], str],
@@ -149,15 +137,14 @@ class Relay:
     def start(cls, state_dir: Path | str, host: str = "127.0.0.1", *,
               secret_of: Callable[[str], str] | None = None,
               replicas_of: Callable[[str], Collection[str] | None] | None = None) -> Relay:
-        """Listen on `host` (the port recorded in relay.json, else a free one), record it.
-        secret_of / replicas_of: how a job's secret and replica names are found (default: the
-        state dir's secret and store)."""
+        """Listen on `host` (the port recorded in relay.json, else a free one), record it;
+        a job's secret and replica names come from the state dir unless given."""
         state = Path(state_dir)
         state.mkdir(parents=True, exist_ok=True)
         recorded = statedir.read_json(state / statedir.RELAY)
         port = int(recorded.get("port", 0)) if recorded else 0
         server = _bind(host, port, state)
-        relay = cls(state, server, host, secret_of or _default_secret(state),
+        relay = cls(state, server, host, secret_of or partial(job_secret, state_secret(state)),
                     replicas_of or _default_replicas(state))
         statedir.write_atomically(state / statedir.RELAY, json.dumps({
             "host": relay.host, "bind": host, "port": relay.port, "pid": os.getpid(),
@@ -194,8 +181,6 @@ class Relay:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
         self.stores.close()
-
-    # ---- connections ----------------------------------------------------------------------
 
     def admit(self, sock: socket.socket) -> bool:
         with self._lock:
