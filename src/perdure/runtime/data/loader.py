@@ -1,11 +1,7 @@
 """ElasticLoader: a DataLoader whose state counts the batches the training loop received.
 
-A DataLoader with workers runs its sampler ahead of the training loop (prefetching), so the
-sampler's own position is not where the loop is. ElasticLoader counts the batches it hands
-out, so a state taken after the loop received k batches resumes at batch k+1, whatever the
-workers had prefetched. Over a map-style dataset it drives an `ElasticSampler`; over a
-`ShardDataset` it tracks each worker's stream from positions the workers send back with
-every batch. Per-batch seeding: `perdure.runtime.data.seeding`.
+Workers prefetch, so the sampler's position runs ahead of the loop; counting the batches
+handed out makes a state taken after k batches resume at batch k+1.
 """
 
 from __future__ import annotations
@@ -125,29 +121,28 @@ class ElasticLoader:
             raise TypeError(
                 f"ElasticLoader over a map-style dataset needs an ElasticSampler, got {sampler!r}"
             )
-        self._prefetch = prefetch if prefetch is not None else _prefetch_of(dataset)
+        if prefetch is None and callable(getattr(dataset, "prefetch", None)):
+            prefetch = dataset.prefetch  # type: ignore[attr-defined]
+        self._prefetch = prefetch
         if prefetch_batches is None:  # reach past what the DataLoader itself has in flight
             in_flight = int(dataloader_kwargs.get("prefetch_factor") or 2) * self.num_workers
             prefetch_batches = max(4, 2 * in_flight)
         self._prefetch_batches = prefetch_batches
-        self._setup_map(dataset, sampler, user_collate, dataloader_kwargs)
-
-    def _setup_map(
-        self,
-        dataset: Dataset[Any],
-        sampler: ElasticSampler,
-        user_collate: Callable[[Any], Any] | None,
-        kwargs: dict[str, Any],
-    ) -> None:
         self.sampler = sampler
-        self._init.seed = sampler.seed
         self._epoch, self._cursor = sampler.epoch, sampler.cursor
+        collate = EmptyAwareCollate(user_collate or _default_collate)
+        self._make_loader(SeededDataset(dataset, sampler.seed), sampler.seed, collate,
+                          dataloader_kwargs, batch_sampler=sampler)
+
+    def _make_loader(self, dataset: Dataset[Any], seed: int, collate: Callable[[Any], Any],
+                     kwargs: dict[str, Any], **more: Any) -> None:
+        self._init.seed = seed
         self.dataloader = DataLoader(
-            SeededDataset(dataset, sampler.seed),
-            batch_sampler=sampler,
-            collate_fn=EmptyAwareCollate(user_collate or _default_collate),
+            dataset,
+            collate_fn=collate,
             worker_init_fn=self._init,
-            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(sampler.seed),
+            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(seed),
+            **more,
             **kwargs,
         )
 
@@ -161,7 +156,6 @@ class ElasticLoader:
         if check_workers:
             check_same_num_workers(self.num_workers)
         self._dataset = dataset
-        self._init.seed = dataset.seed
         dataset._num_workers = self.num_workers
         dataset._tagging = True
         if self.num_workers > 0:
@@ -169,13 +163,7 @@ class ElasticLoader:
             dataset._shared = torch.zeros(size, dtype=torch.int64)
             dataset._shared.share_memory_()  # type: ignore[no-untyped-call]
         batched = kwargs.get("batch_size", 1) is not None
-        self.dataloader = DataLoader(
-            dataset,
-            collate_fn=TagCollate(user_collate, batched),
-            worker_init_fn=self._init,
-            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(dataset.seed),
-            **kwargs,
-        )
+        self._make_loader(dataset, dataset.seed, TagCollate(user_collate, batched), kwargs)
 
     # -- position ---------------------------------------------------------------------------
 
@@ -205,23 +193,21 @@ class ElasticLoader:
         length): the position before them (at most HELD_BACK_MAX)."""
         if not 0 <= held_back <= HELD_BACK_MAX:
             raise ValueError(f"held_back must be 0..{HELD_BACK_MAX}, got {held_back}")
+        handed_out = len(self._undo if self._dataset is not None else self._cursors)
+        if held_back > handed_out:
+            raise ValueError(f"held_back={held_back}: only {handed_out} batches of "
+                             "this epoch were handed out")
         if self._dataset is not None:
             return self._shard_state(self._dataset, held_back)
-        if held_back > len(self._cursors):
-            raise ValueError(f"held_back={held_back}: only {len(self._cursors)} batches of "
-                             "this epoch were handed out")
         state = self.sampler.state_dict()
         state["epoch"] = self._epoch
         state["cursor"] = self._cursors[-held_back] if held_back else self._cursor
         return state
 
     def _shard_state(self, dataset: ShardDataset[Any], held_back: int) -> dict[str, Any]:
-        if held_back == 0:
-            return dataset.state_dict()
-        if held_back > len(self._undo):
-            raise ValueError(f"held_back={held_back}: only {len(self._undo)} batches of "
-                             "this epoch were handed out")
         state = dataset.state_dict()
+        if held_back == 0:
+            return state
         streams = state["streams"] = {k: list(v) for k, v in state["streams"].items()}
         for stream, done, offset, next_stream in list(self._undo)[-held_back:][::-1]:
             streams["done"][stream], streams["offset"][stream] = done, offset
@@ -355,8 +341,7 @@ class ElasticLoader:
 
 
 def _nbytes(batch: Any) -> int | None:
-    """The bytes a collated batch holds: its tensors, arrays, strings and numbers, through
-    tuples, lists and dicts; None for anything else (its size is unknown)."""
+    """The bytes a collated batch holds; None when a part's size is unknown."""
     if isinstance(batch, torch.Tensor):
         return batch.nelement() * batch.element_size()
     if isinstance(batch, np.ndarray):
@@ -367,16 +352,6 @@ def _nbytes(batch: Any) -> int | None:
         return 8
     if not isinstance(batch, (tuple, list, dict)):
         return None
-    parts = batch.values() if isinstance(batch, dict) else batch
-    total = 0
-    for part in parts:
-        size = _nbytes(part)
-        if size is None:
-            return None
-        total += size
-    return total
+    sizes = [_nbytes(part) for part in (batch.values() if isinstance(batch, dict) else batch)]
+    return None if None in sizes else sum(s for s in sizes if s is not None)
 
-
-def _prefetch_of(dataset: Any) -> Callable[[Sequence[int]], Any] | None:
-    method = getattr(dataset, "prefetch", None)
-    return method if callable(method) else None
