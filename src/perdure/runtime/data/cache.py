@@ -1,21 +1,13 @@
 """CachedVolume: read files from slow storage through a local cache shared by all processes.
 
-The first use of a file copies it to the cache directory and hands back the local path;
-later uses return that path at once. `prefetch()` copies files ahead on background threads
-(`ElasticLoader` calls it with the coming batches).
+One cache directory may serve every DataLoader worker and rank of a host: a copy is renamed
+into place when complete, and a per-file flock makes one process copy while the others wait.
 
-Safe to share one cache directory between DataLoader workers and ranks on a host: a copy
-goes to a temporary file and is renamed into place, so no partly copied file is ever visible
-under its name; a per-file lock (flock on one of 1024 lock files) makes one process copy a
-file while the others wait for it; eviction holds a lock of its own.
-
-Eviction: before each copy, if free space would fall under the threshold, the least recently
-used files (oldest mtime: every use touches the file) are deleted until it would not; when
-other data keeps the filesystem under it, only room for the copy is made (the cache keeps
-its size instead of emptying itself under its readers). The threshold is `min_free_bytes`,
-else $PERDURE_CACHE_MIN_FREE_BYTES, else 10% of the filesystem. Source files are assumed not
-to change while cached. A copy that ends short of the source's size is an error, never a
-cached file.
+Eviction: before each copy, the least recently used files (oldest mtime: every use touches
+the file) go until free space stays above the threshold (`min_free_bytes`, else
+$PERDURE_CACHE_MIN_FREE_BYTES, else 10% of the filesystem); when other data holds the
+filesystem under it, only room for the copy is made, so the cache never empties itself under
+its readers. A copy that ends short of the source's size is an error, never a cached file.
 """
 
 from __future__ import annotations
@@ -61,10 +53,8 @@ class CachedFile:
 def plan_eviction(
     files: Sequence[CachedFile], free: int, need: int, min_free: int
 ) -> list[CachedFile]:
-    """Which files to delete, least recently used first, so `need` bytes fit above `min_free`.
-
-    Pure: no side effects. Returns every file if even that is not enough.
-    """
+    """Which files to delete, least recently used first, so `need` bytes fit above `min_free`
+    (every file if even that is not enough). No side effects."""
     victims: list[CachedFile] = []
     for cached in sorted(files, key=lambda f: f.last_used_ns):
         if free - need >= min_free:
@@ -115,8 +105,8 @@ class CachedVolume(Dataset[Any]):
         self.files = [check_name(f) for f in listed]
         self.read = read
         self.prefetch_threads = prefetch_threads
-        self._explicit_min_free = min_free_bytes
-        self._env_min_free = _env_min_free()
+        env_min_free = _env_min_free()  # a bad value fails here, even when overridden
+        self._min_free = env_min_free if min_free_bytes is None else min_free_bytes
         space = hashlib.sha256(self.source.describe().encode()).hexdigest()[:16]
         self._root = os.path.join(self.cache_dir, space)
         self._meta = os.path.join(self.cache_dir, _META)
@@ -254,8 +244,8 @@ class CachedVolume(Dataset[Any]):
                     with open(temp, "wb") as out:
                         shutil.copyfileobj(stream, out, 1 << 20)
                         copied = out.tell()
-                    if copied != size:  # never cache a file cut short: a cache changes timing,
-                        raise OSError(  # never the samples
+                    if copied != size:
+                        raise OSError(
                             errno.EIO, f"{self.source.describe()}/{name}: copied {copied} of "
                             f"{size} bytes; the source ended early")
                     os.makedirs(os.path.dirname(local), exist_ok=True)
@@ -269,10 +259,8 @@ class CachedVolume(Dataset[Any]):
 
     def min_free_bytes(self) -> int:
         """The free-space threshold in force for the cache filesystem, in bytes."""
-        if self._explicit_min_free is not None:
-            return self._explicit_min_free
-        if self._env_min_free is not None:
-            return self._env_min_free
+        if self._min_free is not None:
+            return self._min_free
         fs = os.statvfs(self.cache_dir)
         return int(fs.f_blocks * fs.f_frsize * DEFAULT_MIN_FREE_FRACTION)
 
@@ -333,15 +321,11 @@ class CachedVolume(Dataset[Any]):
                 with contextlib.suppress(FileNotFoundError):
                     st = os.stat(path)
                     found.append(CachedFile(path, st.st_blocks * 512, st.st_mtime_ns))
-        self._remove_stale_temps(now)
-        return found
-
-    def _remove_stale_temps(self, now: float) -> None:
-        folder = os.path.join(self._meta, "tmp")
-        for entry in os.scandir(folder):
+        for entry in os.scandir(os.path.join(self._meta, "tmp")):
             with contextlib.suppress(FileNotFoundError):
                 if now - entry.stat().st_mtime > _STALE_TEMP_S:
                     os.unlink(entry.path)  # left by a copier that was killed
+        return found
 
 
 def _failed(future: Future[str]) -> bool:
