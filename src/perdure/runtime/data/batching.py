@@ -1,8 +1,5 @@
-"""What ElasticLoader hands the DataLoader: the dataset wrapper that fetches each batch under
-its own seed, the collate functions and the workers' start-up seeding.
-
-Side effects: SeededDataset reseeds the CPU generators before each batch (and restores the
-training loop's states in the main process); WorkerInit seeds a worker process.
+"""What ElasticLoader hands the DataLoader: the per-batch seeding dataset wrapper, the collate
+functions and the workers' start-up seeding (side effects: the CPU generators).
 """
 
 from __future__ import annotations
@@ -36,13 +33,8 @@ class WorkerInit:
 
 
 class SeededDataset(Dataset[Any]):
-    """Wraps a map-style dataset: each batch is fetched under its own seed.
-
-    In a worker process the generators are reseeded before each batch. In the main process
-    the training loop's generator states are put back after the batch (`capture`/`restore`),
-    so data loading never shifts the loop's random stream; `fetch_ahead` fetches several
-    batches, each under its own seed, between one capture and one restore.
-    """
+    """Wraps a map-style dataset: each batch is fetched under its own seed (in the main
+    process, between a `capture` and a `restore` of the loop's generator states)."""
 
     def __init__(self, dataset: Dataset[Any], seed: int) -> None:
         self.dataset, self.seed = dataset, seed
@@ -62,9 +54,8 @@ class SeededDataset(Dataset[Any]):
         return self._fetch_seeded([indices])[0]
 
     def fetch_ahead(self, batches: list[Batch]) -> list[list[Any]] | None:
-        """The samples of several batches, each fetched under its own seed, the loop's states
-        put back once after them all. None when a fetch raised: the caller then fetches the
-        batches one by one (`__getitems__`), so that the error is raised at its own batch."""
+        """The samples of several batches under one capture and restore; None when a fetch
+        raised (the caller fetches one by one, so the error is raised at its own batch)."""
         if in_worker():
             return None
         try:

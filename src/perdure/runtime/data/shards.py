@@ -1,16 +1,9 @@
 """ShardDataset: stream samples from shards (files) and resume without replaying them.
 
-Each epoch the shards are put in an order that is a pure function of (seed, epoch) and dealt
-by a global stride over every reader of the job, ranks x workers ("streams"): stream
-g = rank * max(1, num_workers) + worker of S reads order[g], order[g + S], ... So every rank
-must use the same `num_workers` (`ElasticLoader` checks it).
-
-A rank's state (its streams' shards, items done, samples into the current shard) resumes on
-the same topology exactly, batch for batch; `merge_shard_states` of every rank's state loads
-on any topology, reading nothing consumed again. A partly read shard is resumed by reading and
-discarding its first `offset` samples, so `read_shard` must yield a shard's samples in the
-same order every time. Shards are dealt whole, so ranks may get different numbers of samples:
-a DDP loop must tolerate uneven ends (e.g. torch's `Join`).
+Each epoch's shard order is a pure function of (seed, epoch), dealt by a global stride over
+ranks x workers ("streams"): stream g of S reads order[g], order[g + S], ..., so every rank
+must use the same `num_workers`. A partly read shard resumes by re-reading and dropping its
+first `offset` samples, so `read_shard` must yield them in the same order every time.
 
 State layout (plain values), per rank::
 
@@ -244,6 +237,7 @@ class ShardDataset(IterableDataset[T], Generic[T]):
                 current = following
             if not advanced:
                 stream.advance()  # the shard held no (more) samples
+
 
 
 def _open_shard(read_shard: Callable[[str], Iterable[Any]], name: str) -> Iterator[Any]:
