@@ -1,9 +1,7 @@
 """Read why a replica failed: its error file (perdure's or torchelastic's) or its stderr traceback.
 
-No side effects beyond reading the file it is given. Imports only the standard library, so the
-local backend's supervisor can use it without paying for torch. Every reader returns a plain
-dict `{"type", "message", "traceback", "source"}` (`source` is "error_file" or "stderr") or
-None when there is nothing to report.
+Only the standard library (the supervisor imports it). Every reader returns
+`{"type", "message", "traceback", "source"}` (source "error_file" or "stderr"), or None.
 """
 
 from __future__ import annotations
@@ -72,12 +70,8 @@ def clip(text: str, limit: int) -> str:
 
 
 def read_error_file(path: PathLike) -> dict[str, str] | None:
-    """Read the error file a replica wrote; None when it is missing, empty or unreadable.
-
-    Understands perdure's format (`{"type", "message", "traceback", ...}`) and torchelastic's
-    (`{"message": {"message": "ValueError: bad shape", "extraInfo": {"py_callstack": ...}}}`
-    or `{"message": "ValueError: bad shape"}`).
-    """
+    """Read the error file a replica wrote (perdure's format or torchelastic's); None when it
+    is missing, empty or unreadable."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_READ_BYTES + 1)
@@ -174,13 +168,10 @@ def last_lines(text: str, lines: int = 3, width: int = 240) -> str:
 
 
 def parse_traceback(stderr_tail: str) -> dict[str, str] | None:
-    """Find the final uncaught exception in the end of a replica's stderr; None if there is none.
+    """The last uncaught exception in the end of a replica's stderr; None if there is none.
 
-    Takes the last traceback (for chained exceptions, the one raised last), keeps messages
-    that span lines, and understands exception groups and the header-less SyntaxError report.
-    Lines may carry what torch or a launcher puts before them (`[rank0]: `, torchrun's
-    `[default0]:`, timestamps, in any combination): the traceback is read from the lines of
-    the stream its header came from, with that prefix taken off.
+    Lines may carry a launcher's prefix (`[rank0]: `, timestamps): the traceback is read from
+    the lines of its header's stream, the prefix taken off.
     """
     lines = stderr_tail.splitlines()
     found = None
@@ -199,14 +190,11 @@ def parse_traceback(stderr_tail: str) -> dict[str, str] | None:
 _LAUNCHER_TYPES = ("ChildFailedError",)
 
 
-# What torch and launchers put before a line: timestamps (`2026-12-01 15:10:48,724`,
-# `[15:10:48.724]`, glog's `I1201 15:10:48.724000 6784 file.py:12]`), rank tags (`[rank0]:`,
-# torchrun's `[default0]:`, `[worker-1]`), Ray's `(pid=123)` and `(Actor pid=123, ip=...)`.
+# What torch and launchers put before a line: log levels and timestamps; tags that hold a
+# number and no space (`[rank0]:`, torchrun's `[default0]:`), Ray's `(pid=123)`.
 _STAMP = (r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b:?"
           r"|\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?:?"
           r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?:?")
-# A tag holds a number and no space: `[rank3]`, `[default0]`, `[trainer1|0]` (torchrun's
-# --log-line-prefix-template), `[worker-1]`.
 _TAG = r"\[[\w.|/:-]*\d[\w.|/:-]*\]:?|\([^()]*pid=\d+[^()]*\)"
 _PREFIX = re.compile(rf"(?:(?:{_STAMP})\s?|(?:{_TAG})\s?)+")
 _STAMP_ONLY = re.compile(rf"(?:{_STAMP})\s?")
@@ -223,8 +211,7 @@ def split_prefix(line: str) -> tuple[str, str, str]:
 
 
 def _own_lines(lines: list[str], tag: str | None) -> list[str]:
-    """The lines after a header that belong to its stream, unprefixed (`tag` None: the
-    header had no prefix, so the lines are taken as they are)."""
+    """The lines after a header that belong to its stream (all when `tag` is None), unprefixed."""
     if tag is None:
         return lines
     out = []
@@ -238,8 +225,7 @@ def _own_lines(lines: list[str], tag: str | None) -> list[str]:
 
 
 def _headers(lines: list[str]) -> Iterator[tuple[int, bool, str | None]]:
-    """Traceback headers, last first: (index, is an exception group, its stream's tag or
-    None when the header line has no prefix)."""
+    """Traceback headers, last first: (index, is a group, its stream's tag or None)."""
     for index in range(len(lines) - 1, -1, -1):
         line = lines[index].rstrip()
         if not line.endswith(_HEADER):
