@@ -1,14 +1,6 @@
-"""The S3 calls perdure makes, over s3fs, each retried (retry.py) and each upload verified.
-
-An upload (in parallel parts above ``part_bytes``) is checked against the server's answer:
-the ETag it reports (the MD5 of what it stored, per part for a multipart upload) must be the
-MD5 computed here while reading. Reads are ranged GETs, in parallel parts. Credentials and
-endpoint come from the AWS chain as boto reads them; options passed in go to s3fs.
-
-Settings (environment): PERDURE_S3_PART_MB (part size, default 16), PERDURE_S3_CONCURRENCY
-(parts in flight per upload or read, default 8).
-
-Side effects: network I/O to the object store.
+"""The S3 calls perdure makes, over s3fs: each retried (retry.py), each upload checked against
+the ETag the server reports (the MD5 of what it stored), reads and large uploads in parallel
+parts of PERDURE_S3_PART_MB (default 16), PERDURE_S3_CONCURRENCY at a time (default 8).
 """
 
 from __future__ import annotations
@@ -19,6 +11,7 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -163,8 +156,7 @@ class S3Client:
         """Upload ``local`` to ``path`` (in parallel parts when large) and confirm it."""
         size = local.stat().st_size
         if size <= self.part_bytes:
-            data = local.read_bytes()
-            self.put_bytes(path, data)
+            self.put_bytes(path, local.read_bytes())
             return
         self._multipart(local, path, size)
         self.fs.invalidate_cache(path)
@@ -224,12 +216,9 @@ class S3Client:
         """Move every object below ``src`` to the same place below ``dst``: server-side copies,
         then the deletes (not atomic: an interrupted move leaves objects in both)."""
         for name in self.find(src):
-            self._copy(name, dst + name[len(src):])
+            self._call(f"copy {name}", partial(self.fs.copy, name, dst + name[len(src):]))
         self.fs.invalidate_cache(dst)
         self.remove(src)
-
-    def _copy(self, src: str, dst: str) -> None:
-        self._call(f"copy {src}", lambda: self.fs.copy(src, dst))
 
     def remove(self, path: str) -> None:
         """Delete ``path`` and everything below it; a missing path is not an error."""
@@ -239,8 +228,8 @@ class S3Client:
 
 
 def _check_tag(path: str, found: object, expected: str) -> None:
-    """Raise VerifyError when the server's ETag for what it stored is not the digest of what
-    was sent (an answer without one checks nothing: the commit's listing still checks sizes)."""
+    """Raise VerifyError when the server's ETag is not `expected` (an answer without one checks
+    nothing: the commit's listing still checks sizes)."""
     tag = str(found or "").strip('"')
     if tag and tag != expected:
         raise VerifyError(f"{path} holds other bytes than were sent (ETag {tag}, expected "
@@ -249,7 +238,7 @@ def _check_tag(path: str, found: object, expected: str) -> None:
 
 def _spans(start: int, length: int, part: int) -> list[tuple[int, int]]:
     """(offset, size) of the parts of [start, start + length): ``part`` bytes each, the last
-    one taking a remainder under S3's minimum part. No side effects."""
+    one taking the remainder."""
     count = max(1, length // part)
     spans = [(start + i * part, part) for i in range(count)]
     last_start, _ = spans[-1]
