@@ -1,10 +1,7 @@
 """`perdure.init()`: a training script's one call to join its job.
 
-Reads the environment the controller set (torchrun's contract plus PERDURE_*), brings the
-process group up with bounded timeouts, installs the error-file hook and the preemption
-handler, and seeds every RNG when asked to (a seed argument or $PERDURE_SEED): generators the
-script or its framework (a Trainer's `set_seed`) already seeded are never reseeded behind its
-back. Works the same under `torchrun` or run by hand (world size 1).
+Reads the environment the controller set (torchrun's plus PERDURE_*), brings the process
+group up with bounded timeouts and installs the error-file hook and the preemption handler.
 """
 
 from __future__ import annotations
@@ -56,16 +53,12 @@ class Context:
         self.finish(EXIT_SUSPENDED)
 
     def finish(self, code: int = 0) -> None:
-        """Leave cleanly: tear the process group down and exit with `code` at once.
-
-        `os._exit` right after `destroy_process_group()` avoids a gloo teardown that can hang
-        forever on interpreter exit (MACHINE-NOTES).
-        """
+        """Leave cleanly: tear the process group down and exit with `code` at once."""
         _shutdown_process_group()
         _drain_reports()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
+        os._exit(code)  # not exit(): gloo's teardown at interpreter exit can hang
 
 
 def _shutdown_process_group() -> None:
@@ -90,13 +83,8 @@ _context: Context | None = None
 
 
 def is_notice(t: transport.Transport) -> bool:
-    """Whether the SIGTERM just received is a notice to save (preemption, maintenance).
-
-    Under perdure the backend records the stop request before signalling (read through `t`:
-    the file $PERDURE_STOP_FILE or the controller's relay); a request without a notice is a
-    plain stop (a new rendezvous round after a peer failed, a cancel). A SIGTERM from anywhere
-    else (a scheduler, a person), or with no request readable, counts as a notice.
-    """
+    """Whether the SIGTERM just received is a notice to save (preemption, maintenance): the
+    stop request the backend recorded says so, or there is none (a SIGTERM from elsewhere)."""
     request = t.stop_request()
     return request is None or request.get("notice") is not None
 
@@ -138,9 +126,7 @@ def _init_process_group(backend: str | None, timeout: float, world_size: int) ->
 
 
 def _select_device(torch: Any) -> None:
-    """Make this rank's GPU the current device, as torchrun scripts do with LOCAL_RANK: of the
-    devices it sees (its replica's), local rank k of n takes the k-th share
-    (`perdure.runtime.ranks.device_index`). A script that chose a device already keeps it."""
+    """Make this local rank's share of the replica's GPUs current, unless the script chose."""
     if torch.cuda.is_initialized() and torch.cuda.current_device() != 0:
         return
     index = device_index(env_int("LOCAL_RANK", 0), env_int("LOCAL_WORLD_SIZE", 1),

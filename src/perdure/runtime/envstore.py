@@ -1,13 +1,8 @@
 """torch's env:// rendezvous without its connect backoff: wait for the store, then connect.
 
-Under env:// rank 0 hosts a TCPStore at MASTER_ADDR:MASTER_PORT and every other rank connects
-to it; a rank that tries before rank 0 listens is refused and torch's client backs off before
-trying again. In a group restart the replicas start in any order within tenths of a second,
-so that backoff is most of bringing the new group up. `install()` wraps the registered env://
-handler: a store client first polls the port every POLL_SECONDS, then lets torch connect at
-once. Same store, same errors. perdure.init and warm standby interpreters install it.
-
-Side effects: replaces torch's "env" rendezvous handler in this process (idempotent).
+A rank that connects before rank 0's TCPStore listens is refused and torch's client backs
+off, which is most of bringing a restarted group up. `install()` wraps the env:// handler so a
+store client polls the port every POLL_SECONDS first; same store, same errors.
 """
 
 from __future__ import annotations

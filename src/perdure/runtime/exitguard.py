@@ -1,16 +1,10 @@
 """Let torch's native threads settle before the interpreter finalizes.
 
-A gloo worker thread that drops the last reference to a finished work object frees tensors,
-which needs the GIL. If the main thread has meanwhile reached interpreter finalization,
-CPython ends that thread with `pthread_exit`, whose unwind through gloo's noexcept destructor
-calls `std::terminate`: the replica dies of SIGABRT after its script finished, and a finished
-job is retried. The same race can hang `destroy_process_group()`, whose main thread joins
-gloo's threads while holding the GIL one of them waits for.
-
-`install()` registers an exit function that sleeps in short steps (releasing the GIL) until no
-other thread is runnable, for at most SETTLE_SECONDS; installed early (perdure.init does), it
-runs after the exit functions libraries registered later. It also makes
-`torch.distributed.destroy_process_group` settle the same way first.
+A gloo thread that frees tensors needs the GIL; if the main thread has reached interpreter
+finalization, CPython ends that thread with `pthread_exit`, whose unwind through gloo's
+noexcept destructor calls `std::terminate` (SIGABRT after the script finished), and the same
+race can hang `destroy_process_group()`. So at exit, and before destroy_process_group, the main
+thread sleeps in short steps (releasing the GIL) until no other thread is runnable.
 """
 
 from __future__ import annotations
