@@ -216,28 +216,25 @@ class ShardDataset(IterableDataset[T], Generic[T]):
             shard = stream.items[stream.done][0]
             slot = CpuRngSlot(shard_seed(self.seed, epoch, shard))
             samples = slot.call(partial(_open_shard, self.read_shard, self.shards[shard]))
+            pull = partial(slot.call, partial(next, samples, _END))
             for _ in range(stream.offset):  # re-read and drop what was consumed before
-                if slot.call(partial(next, samples, _END)) is _END:
+                if pull() is _END:
                     break
-            advanced = False
-            current = slot.call(partial(next, samples, _END))
+            current = pull()
+            if current is _END:
+                stream.advance()  # the shard held no (more) samples
             while current is not _END:
                 # One sample ahead: after a shard's last sample the position already points at
                 # the next shard, so a resume never reopens a finished one.
-                following = slot.call(partial(next, samples, _END))
+                following = pull()
                 if following is _END:
                     stream.advance()
-                    advanced = True
                 else:
                     stream.offset += 1
-                if self._tagging:
-                    yield Tagged(current, stream_id, stream.done, stream.offset)
-                else:
-                    yield current
+                if self._tagging:  # ElasticLoader's position comes with the sample
+                    current = Tagged(current, stream_id, stream.done, stream.offset)
+                yield current
                 current = following
-            if not advanced:
-                stream.advance()  # the shard held no (more) samples
-
 
 
 def _open_shard(read_shard: Callable[[str], Iterable[Any]], name: str) -> Iterator[Any]:
