@@ -54,29 +54,19 @@ class Context:
 
     def finish(self, code: int = 0) -> None:
         """Leave cleanly: tear the process group down and exit with `code` at once."""
-        _shutdown_process_group()
-        _drain_reports()
+        if "torch" in sys.modules:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                with contextlib.suppress(Exception):  # a broken group must not stop the exit
+                    dist.destroy_process_group()
+        from perdure.runtime import goodput
+
+        with contextlib.suppress(Exception):  # os._exit skips atexit: deliver progress first
+            goodput.drain(2.0)  # bounded: a suspend must end within its grace period
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)  # not exit(): gloo's teardown at interpreter exit can hang
-
-
-def _shutdown_process_group() -> None:
-    if "torch" not in sys.modules:
-        return
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        with contextlib.suppress(Exception):  # a broken group must not stop the exit
-            dist.destroy_process_group()
-
-
-def _drain_reports() -> None:
-    """os._exit skips atexit: deliver pending progress records first (bounded)."""
-    from perdure.runtime import goodput
-
-    with contextlib.suppress(Exception):
-        goodput.drain(2.0)  # bounded: a suspend must end within its grace period
 
 
 _context: Context | None = None

@@ -38,10 +38,6 @@ class Stream:
     done: int = 0  # items fully read
     offset: int = 0  # samples of items[done] read, counted from the shard's start
 
-    @classmethod
-    def fresh(cls, items: list[tuple[int, int]]) -> Stream:
-        return cls(items, 0, items[0][1] if items else 0)
-
     def advance(self) -> None:
         self.done += 1
         self.offset = self.items[self.done][1] if self.done < len(self.items) else 0
@@ -73,7 +69,8 @@ def deal(items: list[tuple[int, int]], rank: int, world_size: int, workers: int)
     streams_per_rank = max(1, workers)
     total = world_size * streams_per_rank
     first = rank * streams_per_rank
-    return [Stream.fresh(items[g::total]) for g in range(first, first + streams_per_rank)]
+    mine = [items[g::total] for g in range(first, first + streams_per_rank)]
+    return [Stream(its, 0, its[0][1] if its else 0) for its in mine]
 
 
 def started(plan: Plan) -> bool:

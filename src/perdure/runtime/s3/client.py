@@ -119,24 +119,22 @@ class S3Client:
             raise EOFError(f"{path}: asked for bytes {start}-{end}, got {len(data)}")
         view[:] = data
 
-    def list_names(self, path: str) -> list[str]:
-        """Names of the immediate children of ``path`` ([] when there are none)."""
+    def _ls(self, path: str, detail: bool) -> list[Any]:
         try:
-            found = self._call(f"list {path}",
-                               lambda: self.fs.ls(path, detail=False, refresh=True))
+            found: list[Any] = self._call(
+                f"list {path}", lambda: self.fs.ls(path, detail=detail, refresh=True))
         except FileNotFoundError:
             return []
-        return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in found)
+        return found
+
+    def list_names(self, path: str) -> list[str]:
+        """Names of the immediate children of ``path`` ([] when there are none)."""
+        return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in self._ls(path, False))
 
     def sizes(self, path: str) -> dict[str, int]:
         """Name -> size of the objects directly under ``path`` (one listing)."""
-        try:
-            found = self._call(f"list {path}",
-                               lambda: self.fs.ls(path, detail=True, refresh=True))
-        except FileNotFoundError:
-            return {}
         return {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
-                for e in found if e.get("type") == "file"}
+                for e in self._ls(path, True) if e.get("type") == "file"}
 
     def find(self, path: str) -> list[str]:
         """Every object below ``path`` (full paths)."""
