@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +120,7 @@ class CachedVolume(Dataset[Any]):
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[str, Future[str]] = {}
-        self.stats = {"hits": 0, "copies": 0, "evictions": 0, "prefetch_errors": 0}
+        self.stats = {"hits": 0, "copies": 0, "evictions": 0}
         self._warned = False
 
     def _count(self, what: str) -> None:
@@ -180,7 +181,6 @@ class CachedVolume(Dataset[Any]):
 
         A failed copy is retried when the file is used; `wait()` raises it otherwise.
         """
-        started: list[Future[str]] = []
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.prefetch_threads, "perdure-cache")
@@ -191,23 +191,13 @@ class CachedVolume(Dataset[Any]):
                     continue
                 if os.path.exists(self.local_path(name)):
                     continue
-                future = self._pool.submit(self._fetch, name)
-                self._pending[name] = future
-                started.append(future)
-        for future in started:  # outside the lock: a finished future calls back at once
-            future.add_done_callback(self._note_done)
-
-    def _note_done(self, future: Future[str]) -> None:
-        if _failed(future):
-            self._count("prefetch_errors")
+                self._pending[name] = self._pool.submit(self._fetch, name)
 
     def wait(self) -> None:
         """Wait for started prefetches; raise the first failure that no use has retried."""
         with self._lock:
             pending = dict(self._pending)
-        for future in pending.values():
-            with contextlib.suppress(Exception):
-                future.result()
+        futures.wait(pending.values())
         errors: list[BaseException] = []
         with self._lock:
             for name, future in pending.items():
