@@ -1,9 +1,7 @@
 """Goodput reporting: what a replica did with its time, for `perdure describe`.
 
-A replica appends JSON lines to its launch's progress record through its transport: completed
-steps with their duration, the blocking part of checkpoint saves, restores. Step records are
-buffered and appended at most every FLUSH_EVERY seconds (and at exit); the rest are appended
-at once. A replica SIGKILLed loses at most FLUSH_EVERY seconds of step records.
+A replica appends JSON lines (steps, the blocking part of saves, restores) to its progress
+record through its transport; step records at most every FLUSH_EVERY seconds, the rest at once.
 
     from perdure.runtime import goodput
     goodput.total(steps)                # optional: an ETA and `step 160 / 6000`
@@ -38,11 +36,8 @@ NOTE_SECONDS = 2.0  # how long a note waits to be delivered (a replica may end r
 
 
 class Reporter:
-    """Buffers progress records and appends them through a transport.
-
-    sink: the transport, or the path of a progress.jsonl file (its directory is the report
-    dir), or None to report nothing.
-    """
+    """Buffers progress records and appends them through `sink`: a transport, the path of a
+    progress.jsonl file, or None to report nothing."""
 
     def __init__(self, sink: Transport | Path | None) -> None:
         if isinstance(sink, Path):

@@ -51,13 +51,9 @@ _END = object()
 class ShardDataset(IterableDataset[T], Generic[T]):
     """Iterate the samples of many shards; checkpoint and resume the position exactly.
 
-    `read_shard(shard)` returns the samples of one shard (a path or any string naming it), in
-    a fixed order. Shards are dealt over ranks x DataLoader workers each epoch. Use
-    `state_dict()` when iterating directly; under a DataLoader use `ElasticLoader`, whose
-    state counts the batches the training loop received rather than what workers prefetched,
-    and which carries `set_epoch` and resumes to persistent workers. (A plain DataLoader
-    works too, for one pass: its workers deal the shards themselves, but their positions
-    never reach `state_dict()`.)
+    `read_shard(shard)` returns one shard's samples, in a fixed order. Under a DataLoader use
+    `ElasticLoader`, whose state counts the batches the loop received (a plain DataLoader
+    reads one pass: its workers' positions never reach `state_dict()`).
     """
 
     def __init__(
