@@ -28,14 +28,6 @@ _lock_fds: set[int] = set()
 _volumes: weakref.WeakSet[_Resettable] = weakref.WeakSet()
 
 
-def _before_fork() -> None:
-    _fd_guard.acquire()
-
-
-def _after_fork_in_parent() -> None:
-    _fd_guard.release()
-
-
 def _after_fork_in_child() -> None:
     global _fd_guard
     for fd in _lock_fds:
@@ -47,8 +39,10 @@ def _after_fork_in_child() -> None:
         volume._init_runtime()
 
 
-os.register_at_fork(
-    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+os.register_at_fork(  # lambdas: the child replaces _fd_guard
+    before=lambda: _fd_guard.acquire(),
+    after_in_parent=lambda: _fd_guard.release(),
+    after_in_child=_after_fork_in_child,
 )
 
 
