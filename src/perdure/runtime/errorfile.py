@@ -66,9 +66,6 @@ def clip(text: str, limit: int) -> str:
     return text[: room - room // 2] + cut + text[len(text) - room // 2 :]
 
 
-# ---- error files ----------------------------------------------------------------------------
-
-
 def read_error_file(path: PathLike) -> dict[str, str] | None:
     """Read the error file a replica wrote (perdure's format or torchelastic's); None when it
     is missing, empty or unreadable."""
@@ -139,9 +136,6 @@ def _as_text(value: Any) -> str:
     if value is None:
         return ""
     return value if isinstance(value, str) else json.dumps(value)
-
-
-# ---- stderr tracebacks ----------------------------------------------------------------------
 
 
 def read_stderr_tail(path: PathLike, start: int = 0, limit: int = 64 * 1024) -> str:

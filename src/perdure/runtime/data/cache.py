@@ -138,8 +138,6 @@ class CachedVolume(Dataset[Any]):
         self._init_runtime()  # a DataLoader worker gets its own threads and counters
         reset_after_fork(self)
 
-    # -- the dataset ------------------------------------------------------------------------
-
     def __len__(self) -> int:
         return len(self.files)
 
@@ -173,8 +171,6 @@ class CachedVolume(Dataset[Any]):
         with self._lock:  # a copy in flight holds the file's lock: _fetch waits for it
             self._pending.pop(name, None)
         return self._fetch(name)
-
-    # -- prefetching ------------------------------------------------------------------------
 
     def prefetch(self, keys: Iterable[int | str]) -> None:
         """Start copying files `keys` (indices or names) in the background; returns at once.
@@ -216,8 +212,6 @@ class CachedVolume(Dataset[Any]):
             self._pending.clear()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-
-    # -- copying and eviction ---------------------------------------------------------------
 
     def _fetch(self, name: str) -> str:
         local = self.local_path(name)

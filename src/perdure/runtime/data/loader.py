@@ -165,8 +165,6 @@ class ElasticLoader:
         batched = kwargs.get("batch_size", 1) is not None
         self._make_loader(dataset, dataset.seed, TagCollate(user_collate, batched), kwargs)
 
-    # -- position ---------------------------------------------------------------------------
-
     @property
     def over_shards(self) -> bool:
         """Whether this loader reads a ShardDataset (no length; it deals its own shards)."""
@@ -237,8 +235,6 @@ class ElasticLoader:
         sampler, not the loader's) is followed: that epoch, from its start."""
         if self.sampler.epoch != self._epoch:
             self._epoch, self._cursor = self.sampler.epoch, 0
-
-    # -- iteration --------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
         self._iteration += 1

@@ -150,9 +150,6 @@ def merge_shard_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-# -- the plan, shared with DataLoader workers --------------------------------------------------
-
-
 def shared_capacity(num_shards: int, num_workers: int) -> int:
     """int64 slots a shared plan block needs (a rank's streams hold at most every shard)."""
     return _HEADER + _PER_WORKER * num_workers + 2 * num_shards

@@ -100,8 +100,6 @@ class ShardDataset(IterableDataset[T], Generic[T]):
         resolve_world(rank, world_size)
         self._rank, self._world_size = rank, world_size
 
-    # -- plan -------------------------------------------------------------------------------
-
     def plan(self) -> Plan:
         """This rank's streams for the current epoch and topology (built on first use)."""
         rank, world_size = resolve_world(self._rank, self._world_size)
@@ -145,8 +143,6 @@ class ShardDataset(IterableDataset[T], Generic[T]):
         streams = [Stream(items, done, offset) for items, done, offset in streams_of(state)]
         return Plan(self._epoch, rank, world_size, workers, streams, int(state["next_stream"]))
 
-    # -- state ------------------------------------------------------------------------------
-
     def state_dict(self) -> dict[str, Any]:
         """This rank's position as plain values: its streams' shards, items done and offsets."""
         if self._pending is not None:  # loaded, not read since: the same position
@@ -177,8 +173,6 @@ class ShardDataset(IterableDataset[T], Generic[T]):
         self._epoch = int(state["epoch"])
         self._plan = None
         self._pending = dict(state)
-
-    # -- reading ----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()

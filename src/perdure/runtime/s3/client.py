@@ -83,8 +83,6 @@ class S3Client:
         """Run ``fn(*args)`` in the background (a read ahead)."""
         return self._executor("ahead").submit(fn, *args)
 
-    # ---- reading --------------------------------------------------------------------------
-
     def head(self, path: str) -> tuple[int, str] | None:
         """(size, ETag) of ``path``, or None when there is no such object."""
         bucket, key = self.split(path)
@@ -140,8 +138,6 @@ class S3Client:
         """Every object below ``path`` (full paths)."""
         found: list[str] = self._call(f"list {path}", lambda: self.fs.find(path, withdirs=False))
         return found
-
-    # ---- writing --------------------------------------------------------------------------
 
     def put_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` and confirm the server holds exactly it."""
