@@ -269,32 +269,28 @@ class ElasticLoader:
         if self._current(token, moves) and self._epoch == epoch:
             self._cursor = sampler.num_samples
 
-    def _map_batches(self) -> Iterable[Any]:
+    def _map_batches(self) -> Iterator[Any]:
         """The DataLoader's batches; without worker processes (and without pinning) fetched and
         collated here by the calls the DataLoader would make, several batches at a time."""
         loader = self.dataloader
         if loader.num_workers > 0 or loader.pin_memory:
-            return loader
-        assert isinstance(loader.dataset, SeededDataset)
-        return self._fetched(loader.dataset, loader.collate_fn)  # type: ignore[arg-type]
-
-    def _fetched(self, dataset: SeededDataset, collate: Callable[[Any], Any]) -> Iterator[Any]:
-        """Batches fetched in this process: the first alone, then `_ahead` at a time."""
+            yield from loader
+            return
+        dataset, collate = loader.dataset, loader.collate_fn
+        assert isinstance(dataset, SeededDataset)
         batches = iter(self.sampler)
-        ahead = 0  # not known before this iterator's first batch
-        while True:
-            group = list(islice(batches, ahead if ahead > 1 else 1))
-            if not group:
-                return
-            got = dataset.fetch_ahead(group) if len(group) > 1 else None
-            if got is None:
-                for batch in group:
-                    data = collate(dataset.__getitems__(batch))
-                    ahead = ahead or self._ahead(data)
-                    yield data
-            else:
-                for samples in got:
-                    yield collate(samples)
+        first = next(batches, None)
+        if first is None:
+            return
+        data = collate(dataset.__getitems__(first))  # type: ignore[misc]
+        ahead = self._ahead(data)  # from the first batch's size
+        yield data
+        while group := list(islice(batches, ahead)):
+            got: Iterable[list[Any]] | None = dataset.fetch_ahead(group) if len(group) > 1 else None
+            if got is None:  # one at a time: an error is raised at its own batch
+                got = (dataset.__getitems__(batch) for batch in group)
+            for samples in got:
+                yield collate(samples)  # type: ignore[misc]
 
     def _ahead(self, batch: Any) -> int:
         """How many batches like `batch` to fetch at a time (`read_ahead`)."""
