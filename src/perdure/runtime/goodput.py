@@ -13,10 +13,12 @@ record through its transport; step records at most every FLUSH_EVERY seconds, th
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,26 +125,12 @@ def reporter() -> Reporter:
     return _reporter
 
 
-class _Step:
-    """The context of `step(n)`."""
-
-    __slots__ = ("began", "n")
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.began = 0.0
-
-    def __enter__(self) -> None:
-        self.began = time.perf_counter()
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:  # a step that raised did no productive work
-            (_reporter or reporter()).step(self.n, time.perf_counter() - self.began)
-
-
-def step(n: int) -> _Step:
+@contextlib.contextmanager
+def step(n: int) -> Iterator[None]:
     """Time one training step (its whole body) and report it as productive work."""
-    return _Step(n)
+    began = time.perf_counter()
+    yield  # a step that raises did no productive work: nothing is reported
+    reporter().step(n, time.perf_counter() - began)
 
 
 def total(steps: int) -> None:
