@@ -73,8 +73,7 @@ _context: Context | None = None
 
 
 def is_notice(t: transport.Transport) -> bool:
-    """Whether the SIGTERM just received is a notice to save (preemption, maintenance): the
-    stop request the backend recorded says so, or there is none (a SIGTERM from elsewhere)."""
+    """Whether the SIGTERM just received is a notice to save (all but a plain stop request)."""
     request = t.stop_request()
     return request is None or request.get("notice") is not None
 

@@ -43,8 +43,7 @@ def install() -> bool:
 
 
 def wait_for_store(url: str, timeout: datetime.timedelta | None = None) -> bool:
-    """Block until MASTER_ADDR:MASTER_PORT accepts a connection, if this rank is a store
-    client; whether it does (False also when there is nothing to wait for)."""
+    """Block until this store client's MASTER_ADDR:MASTER_PORT accepts; whether it did."""
     address = store_address(url, dict(os.environ))
     if address is None:
         return False
@@ -62,8 +61,7 @@ def wait_for_store(url: str, timeout: datetime.timedelta | None = None) -> bool:
 
 
 def store_address(url: str, env: dict[str, str]) -> tuple[str, int] | None:
-    """Where this rank connects as a store client; None when it hosts the store or the
-    environment does not say (torch reports that itself). No side effects."""
+    """Where this rank connects as a store client; None when it hosts the store or unknown."""
     query = parse_qs(urlparse(url).query)
     rank = (query.get("rank") or [env.get("RANK", "")])[0]
     agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)

@@ -253,8 +253,7 @@ _ORIGINAL = "Original Traceback (most recent call last):"
 
 
 def _worker_message(lines: list[str]) -> str:
-    """A DataLoader worker's exception, re-raised in the main process, carries the worker's
-    traceback in its message: keep its first line and the worker's own exception message."""
+    """A re-raised DataLoader worker's exception: its first line and the worker's message."""
     if _ORIGINAL not in lines:
         return "\n".join(lines)
     worker = lines[lines.index(_ORIGINAL) + 1 :]

@@ -23,8 +23,7 @@ _installed: list[bool] = []
 
 
 def install() -> None:
-    """Settle native threads at interpreter exit and before destroy_process_group
-    (idempotent)."""
+    """Settle native threads at exit and before destroy_process_group (idempotent)."""
     if not _installed:
         _installed.append(True)
         atexit.register(settle)
@@ -52,8 +51,7 @@ def _guard_destroy() -> None:
 
 
 def settle(limit: float = SETTLE_SECONDS) -> bool:
-    """Sleep until no other thread is runnable twice in a row, at most `limit` seconds;
-    whether they settled. Does nothing (True) without torch.distributed in use."""
+    """Sleep until no other thread is runnable (at most `limit` s); whether they settled."""
     if not _distributed_in_use():
         return True
     deadline = time.monotonic() + limit

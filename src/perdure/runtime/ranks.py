@@ -68,8 +68,7 @@ def device_index(local_rank: int, local_world_size: int, gpus: int) -> int:
 
 
 def rank_file(name: str, local_rank: int) -> str:
-    """A per-process file of a launch (`error.json`): local rank 0 keeps the name, so a
-    one-process replica's files are where they always were; rank k gets `error.k.json`."""
+    """A per-process file of a launch: `error.json` for local rank 0, `error.k.json` for k."""
     if local_rank == 0:
         return name
     stem, dot, ext = name.rpartition(".")

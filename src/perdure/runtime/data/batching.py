@@ -54,8 +54,7 @@ class SeededDataset(Dataset[Any]):
         return self._fetch_seeded([indices])[0]
 
     def fetch_ahead(self, batches: list[Batch]) -> list[list[Any]] | None:
-        """The samples of several batches under one capture and restore; None when a fetch
-        raised (the caller fetches one by one, so the error is raised at its own batch)."""
+        """Several batches under one capture and restore; None when a fetch raised."""
         if in_worker():
             return None
         try:
@@ -95,8 +94,7 @@ class EmptyAwareCollate:
 
 
 class Tagged:
-    """A ShardDataset sample, or a collated batch of them, with its stream's position right
-    after it; ElasticLoader unwraps it."""
+    """A ShardDataset sample (or batch) with its stream's position right after it."""
 
     def __init__(self, item: Any, stream: int, done: int, offset: int) -> None:
         self.item, self.stream, self.done, self.offset = item, stream, done, offset

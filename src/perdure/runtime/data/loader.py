@@ -231,8 +231,7 @@ class ElasticLoader:
         return self.sampler.steps_left(self._cursor)
 
     def _follow_sampler(self) -> None:
-        """A sampler whose epoch was set directly (Lightning sets the epoch of a loader's
-        sampler, not the loader's) is followed: that epoch, from its start."""
+        """Follow a sampler whose epoch was set directly (as Lightning does): from its start."""
         if self.sampler.epoch != self._epoch:
             self._epoch, self._cursor = self.sampler.epoch, 0
 
@@ -270,8 +269,7 @@ class ElasticLoader:
             self._cursor = sampler.num_samples
 
     def _map_batches(self) -> Iterator[Any]:
-        """The DataLoader's batches; without worker processes (and without pinning) fetched and
-        collated here by the calls the DataLoader would make, several batches at a time."""
+        """The DataLoader's batches; without workers or pinning, fetched here a group at a time."""
         loader = self.dataloader
         if loader.num_workers > 0 or loader.pin_memory:
             yield from loader

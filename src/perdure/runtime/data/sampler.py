@@ -37,8 +37,7 @@ class Batch(list[int]):
 
 
 def epoch_order(num_samples: int, seed: int, epoch: int) -> np.ndarray[Any, Any]:
-    """The order of `range(num_samples)` for one epoch, by NumPy's legacy `RandomState`,
-    whose stream NumPy keeps frozen across releases."""
+    """One epoch's order of `range(num_samples)`, by NumPy's frozen legacy `RandomState`."""
     key = derive_seed(seed, 0, epoch)
     words = np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32)
     return np.random.RandomState(words).permutation(num_samples).astype(np.int64)

@@ -66,8 +66,7 @@ def restore(state: CpuState) -> None:
 
 
 class CpuRngSlot:
-    """CPU generator states of their own for a shard reader, which runs interleaved with the
-    training loop; in a worker process it only seeds once."""
+    """CPU generator states of their own, for a shard reader interleaved with the loop."""
 
     def __init__(self, seed: int) -> None:
         self._seed = seed

@@ -54,8 +54,7 @@ class S3Client:
         self._pools: dict[str, ThreadPoolExecutor] = {}
 
     def _executor(self, name: str) -> ThreadPoolExecutor:
-        """The "parts" pool, or the "ahead" one (whole reads ahead, which wait on parts: never
-        in the same pool); made on first use, again after ``close``."""
+        """The "parts" pool or the "ahead" one (reads ahead wait on parts: never one pool)."""
         pool = self._pools.get(name)
         if pool is None:
             size = self.concurrency * 2 if name == "parts" else self.concurrency
@@ -97,8 +96,7 @@ class S3Client:
         return data
 
     def read_into(self, path: str, start: int, view: memoryview) -> None:
-        """Fill ``view`` with the bytes of ``path`` from ``start``: parallel ranged GETs, each
-        copied once, into its own slice."""
+        """Fill ``view`` with the bytes of ``path`` from ``start``, by parallel ranged GETs."""
         spans = _spans(start, len(view), self.part_bytes)
         if len(spans) == 1:
             self._get(path, start, view)
@@ -231,8 +229,7 @@ def _check_tag(path: str, found: object, expected: str) -> None:
 
 
 def _spans(start: int, length: int, part: int) -> list[tuple[int, int]]:
-    """(offset, size) of the parts of [start, start + length): ``part`` bytes each, the last
-    one taking the remainder."""
+    """(offset, size) of ``part``-byte parts of [start, start + length), the last the rest."""
     count = max(1, length // part)
     spans = [(start + i * part, part) for i in range(count)]
     last_start, _ = spans[-1]

@@ -59,8 +59,7 @@ class RangedStream(SeekableReader):
         return n
 
     def _from_whole(self, start: int, view: memoryview) -> bool:
-        """Serve a read inside a small planned range from its bytes, fetched whole with the next
-        ones (``depth`` in all); False when the read is not such."""
+        """Serve a read inside a small planned range from its bytes; False when it is not one."""
         i = bisect.bisect_right(self._starts, start) - 1
         if i < 0 or start + len(view) > self._ends[i] or (
                 self._ends[i] - self._starts[i] > WHOLE_MAX):
