@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 
@@ -31,8 +32,6 @@ def install() -> None:
 
 
 def _guard_destroy() -> None:
-    import sys
-
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
     dist = sys.modules.get("torch.distributed")
     original = getattr(c10d, "destroy_process_group", None)
@@ -65,8 +64,6 @@ def settle(limit: float = SETTLE_SECONDS) -> bool:
 
 
 def _distributed_in_use() -> bool:
-    import sys
-
     dist = sys.modules.get("torch.distributed")
     try:
         return bool(dist is not None and dist.is_available() and dist.is_initialized())

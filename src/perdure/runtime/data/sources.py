@@ -1,7 +1,5 @@
-"""Where a CachedVolume's files come from: a local (or mounted network) directory, or fsspec.
-
-A source names its files by relative POSIX paths ("train/000.tar") and opens them for
-reading. Implement the `Source` protocol to cache from anything else.
+"""Where a CachedVolume's files come from: a local (or mounted) directory, S3 or fsspec; the
+`Source` protocol for anything else. Files are named by relative POSIX paths.
 """
 
 from __future__ import annotations
