@@ -123,10 +123,10 @@ class ElasticLoader:
             )
         if prefetch is None and callable(getattr(dataset, "prefetch", None)):
             prefetch = dataset.prefetch  # type: ignore[attr-defined]
-        self._prefetch = prefetch
         if prefetch_batches is None:  # reach past what the DataLoader itself has in flight
             in_flight = int(dataloader_kwargs.get("prefetch_factor") or 2) * self.num_workers
             prefetch_batches = max(4, 2 * in_flight)
+        self._prefetch = prefetch if prefetch_batches > 0 else None
         self._prefetch_batches = prefetch_batches
         self.sampler = sampler
         self._epoch, self._cursor = sampler.epoch, sampler.cursor
@@ -255,15 +255,21 @@ class ElasticLoader:
         self._init.epoch, self._init.rank = epoch, rank
         steps = sampler.steps_left(start, world_size)
         span = world_size * sampler.batch_size
-        self._request(range(min(steps, self._prefetch_batches)), start, span, rank, world_size)
+
+        def request(first: int, stop: int) -> None:  # prefetch the samples of these steps
+            if self._prefetch is not None:
+                indices = [i for step in range(first, min(stop, steps))
+                           for i in sampler.indices(start + step * span, rank, world_size)]
+                if indices:
+                    self._prefetch(indices)
+
+        request(0, self._prefetch_batches)
         for received, batch in enumerate(self._map_batches(), start=1):
             if not self._current(token, moves):
                 return
             self._cursors.append(self._cursor)
             self._cursor = sampler.cursor_after(start, received, world_size)
-            ahead = received + self._prefetch_batches - 1
-            if ahead < steps:
-                self._request(range(ahead, ahead + 1), start, span, rank, world_size)
+            request(received + self._prefetch_batches - 1, received + self._prefetch_batches)
             yield batch
         if self._current(token, moves) and self._epoch == epoch:
             self._cursor = sampler.num_samples
@@ -294,21 +300,12 @@ class ElasticLoader:
         """How many batches like `batch` to fetch at a time (`read_ahead`)."""
         if self._read_ahead is not None:
             return self._read_ahead
-        if self._prefetch is not None and self._prefetch_batches > 0:
+        if self._prefetch is not None:
             return 1  # the fetches would run past the batches it was asked to prefetch
         size = _nbytes(batch)
         if size is None:
             return 1
         return max(1, min(READ_AHEAD_MAX, READ_AHEAD_BYTES // max(size, 1)))
-
-    def _request(self, steps: range, start: int, span: int, rank: int, world_size: int) -> None:
-        if self._prefetch is None or self._prefetch_batches <= 0:
-            return
-        indices: list[int] = []
-        for step in steps:
-            indices += self.sampler.indices(start + step * span, rank, world_size)
-        if indices:
-            self._prefetch(indices)
 
     def _iter_shards(self, dataset: ShardDataset[Any], token: int) -> Iterator[Any]:
         moves = self._moves
