@@ -54,10 +54,8 @@ def record(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def install_excepthook() -> None:
-    """Write the error file for any uncaught exception, in the main thread or any other.
-
-    Chains to the hooks already installed (they still print the traceback). Idempotent.
-    """
+    """Write the error file for an uncaught exception in any thread, then call the hooks
+    installed before (idempotent)."""
     global _hook_installed
     with _hook_lock:
         if _hook_installed:

@@ -47,16 +47,14 @@ class StopVote:
         brought `ask` (an `ask` between votes waits for the next one, as a flag does). A
         timed checkpoint asks this way: any rank's clock says a save is due, all ranks save
         at the same step, without a collective of its own."""
-        if self.quiet():  # between votes (`within`): count the step, touch no group
-            self._seen = self._seen or flag
-            self._asked = self._asked or ask
-            self._polls += 1
-            return False, False
-        if not self._distributed():
+        quiet = self.quiet()
+        if not quiet and not self._distributed():
             return flag, ask
         self._seen = self._seen or flag
         self._asked = self._asked or ask
         poll, self._polls = self._polls, self._polls + 1
+        if quiet:  # between votes (`within`): count the step, touch no group
+            return False, False
         answered = False
         if self._work is not None:  # started at the previous poll
             self._work.wait()
