@@ -73,16 +73,13 @@ class ElasticLoader:
     A rank whose share of an epoch's last global step is empty (fewer samples left than ranks)
     receives None for that step, so every rank runs the same number of steps.
 
-    `prefetch` (map-style): a callable given the sample indices of upcoming batches, e.g.
-    `CachedVolume.prefetch`; by default the dataset's own `prefetch` method, if it has one.
-    It is called with the next `prefetch_batches` batches beyond the one just handed out;
-    `prefetch_batches=0` turns it off.
+    `prefetch` (map-style): called with the sample indices of the next `prefetch_batches`
+    batches (0: off), e.g. `CachedVolume.prefetch`; by default the dataset's `prefetch` method.
 
-    `read_ahead` (map-style, without worker processes): fetch this many batches at a time.
-    None (default): up to READ_AHEAD_MAX, holding at most READ_AHEAD_BYTES of batches, and one
-    at a time with a `prefetch`; 1: one batch per `next()`, as DataLoader does (for a dataset
-    whose samples depend on what the loop did since the last batch). Batches are the same
-    either way, and a collate_fn of your own always runs at `next()`.
+    `read_ahead` (map-style, without worker processes): batches fetched at a time. None: up to
+    READ_AHEAD_MAX within READ_AHEAD_BYTES (one with a `prefetch`); 1: one per `next()`, for
+    samples that depend on the loop since the last batch. The batches are the same either way,
+    and a collate_fn of your own runs at `next()`.
     """
 
     def __init__(
