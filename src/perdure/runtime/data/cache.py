@@ -114,29 +114,27 @@ class CachedVolume(Dataset[Any]):
         for folder in (self._root, *(os.path.join(self._meta, d) for d in ("tmp", "locks"))):
             os.makedirs(folder, exist_ok=True)
         self._init_runtime()
-        reset_after_fork(self)
 
     def _init_runtime(self) -> None:
+        """The per-process part: made anew in a forked or unpickled copy (DataLoader workers)."""
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[str, Future[str]] = {}
         self.stats = {"hits": 0, "copies": 0, "evictions": 0}
         self._warned = False
+        reset_after_fork(self)
 
     def _count(self, what: str) -> None:
         with self._lock:
             self.stats[what] += 1
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        for key in ("_lock", "_pool", "_pending", "stats", "_warned"):
-            state.pop(key)
-        return state
+        runtime = ("_lock", "_pool", "_pending", "stats", "_warned")
+        return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._init_runtime()  # a DataLoader worker gets its own threads and counters
-        reset_after_fork(self)
+        self._init_runtime()
 
     def __len__(self) -> int:
         return len(self.files)
