@@ -87,8 +87,7 @@ def _install_preemption_handler(ctx: Context) -> None:
         if is_notice(carrier):
             ctx._stop.set()
             return
-        # A plain stop: nothing to save. Die of the signal as a process without this handler
-        # would, at once (the survivors of a lost peer are replaced by a new round).
+        # A plain stop: nothing to save; die of the signal at once, as without this handler.
         with contextlib.suppress(Exception):  # may have interrupted a write to either
             goodput.reporter().flush(block=False)
             sys.stdout.flush()

@@ -16,8 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 POLL_SECONDS = 0.005
-# At most this long is spent polling; then torch's own client (with its backoff and its
-# timeout) takes over, so a store that never comes fails as it would without us.
+# Then torch's own client takes over: a store that never comes fails as it would without us.
 MAX_POLL_SECONDS = 60.0
 _MARK = "_perdure_waits_for_store"
 

@@ -18,12 +18,10 @@ if TYPE_CHECKING:  # typing and pathlib cost the supervisor start-up time; annot
 
     PathLike = str | os.PathLike[str]
 
-# Keep reports small enough for an event log: a torch DistBackendError message can carry a
-# whole C++ stack, and a traceback can be megabytes when a recursion limit is hit.
+# Small enough for an event log (a DistBackendError can carry a whole C++ stack).
 MAX_MESSAGE_CHARS = 4096
 MAX_TRACEBACK_CHARS = 64 * 1024
-# A file written by someone else (torchelastic's @record does not clip) is read whole up to
-# MAX_READ_BYTES; past that its type and the start of its message are salvaged.
+# Past this, a file someone else wrote (unclipped) gives its type and message start only.
 MAX_READ_BYTES = 16 * 1024 * 1024
 
 _HEADER = "Traceback (most recent call last):"
@@ -33,8 +31,7 @@ _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*)|:)?$")
 # A `File "...", line N` frame; SyntaxErrors in the main script print one with no header.
 _FRAME_LINE = re.compile(r'^\s+File ".*", line \d+')
 _SYNTAX_TYPES = ("SyntaxError", "IndentationError", "TabError")
-# Lines that end an exception message: glog lines torch prints at exit, interpreter-shutdown
-# noise and `path:line: XWarning:` warnings.
+# Lines that end an exception message: torch's glog lines, shutdown noise, warnings.
 _NOISE = re.compile(r"^(\[rank\d+\]:)?\[?[WEIF]\d{4} |^Exception ignored in|^\S+:\d+: \w*Warning: ")
 
 
@@ -174,8 +171,7 @@ def parse_traceback(stderr_tail: str) -> dict[str, str] | None:
         if group:
             body = [_strip_group(line) for line in body]
         found = _parse_body(split_prefix(lines[index])[2], body) or found
-        # torchrun run as the command: its agent's ChildFailedError only says "see above";
-        # the worker's own traceback, printed before it, names the exception.
+        # torchrun's ChildFailedError says "see above": the worker's traceback names it.
         if found is None or found["type"] not in _LAUNCHER_TYPES:
             break
     return found or _parse_syntax_error(lines)

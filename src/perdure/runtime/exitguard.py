@@ -16,8 +16,7 @@ import threading
 import time
 
 SETTLE_SECONDS = 0.5
-# Shorter before destroy_process_group: an elastic rebuild calls it mid-run, while perdure's
-# own threads may stay runnable.
+# Shorter mid-run (an elastic rebuild), where perdure's own threads may stay runnable.
 DESTROY_SETTLE_SECONDS = 0.1
 STEP_SECONDS = 0.005
 _installed: list[bool] = []

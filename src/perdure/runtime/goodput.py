@@ -118,8 +118,7 @@ def reporter() -> Reporter:
     """This process's reporter (writes only under perdure, through the process's transport)."""
     global _reporter
     if _reporter is None:
-        # One timeline per replica: of a replica's several processes (procs_per_replica),
-        # local rank 0 reports for all; they step together, and N copies would count N times.
+        # One timeline per replica: its local rank 0 reports for all its processes.
         speaks = os.environ.get("LOCAL_RANK", "0") == "0" or os.environ.get(PROCS_ENV) is None
         _reporter = Reporter(current_transport() if speaks else None)
     return _reporter

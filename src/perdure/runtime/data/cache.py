@@ -262,8 +262,7 @@ class CachedVolume(Dataset[Any]):
                     return
                 files = self._scan()
                 # Other data holds the filesystem under the threshold: emptying the cache would
-                # not lift it and would take the files being read now (a reader then finds its
-                # file gone, again and again). Make room for this copy only, oldest first.
+                # not lift it, only take the files being read. Make room for this copy only.
                 reachable = free + sum(f.size for f in files) - need >= min_free
                 victims = plan_eviction(files, free, need, min_free if reachable else free)
                 for victim in victims:

@@ -214,8 +214,7 @@ class ShardDataset(IterableDataset[T], Generic[T]):
             if current is _END:
                 stream.advance()  # the shard held no (more) samples
             while current is not _END:
-                # One sample ahead: after a shard's last sample the position already points at
-                # the next shard, so a resume never reopens a finished one.
+                # One ahead: after a shard's last sample the position is already the next shard.
                 following = pull()
                 if following is _END:
                     stream.advance()
