@@ -53,8 +53,7 @@ def _error(type_: str, message: str, traceback: str, source: str) -> dict[str, s
 
 
 def clip(text: str, limit: int) -> str:
-    """`text` in at most `limit` characters: its head and its tail (a message's start says
-    what failed, a traceback's end names the failing frame), with what was cut counted."""
+    """`text` in at most `limit` characters: its head and tail, with what was cut counted."""
     if len(text) <= limit:
         return text
     marker = " …[{} characters clipped]… "
@@ -152,8 +151,7 @@ def read_stderr_tail(path: PathLike, start: int = 0, limit: int = 64 * 1024) -> 
 
 
 def last_lines(text: str, lines: int = 3, width: int = 240) -> str:
-    """The last `lines` non-blank lines of `text`, each cut to `width` characters, joined by
-    " | ": what a failure message quotes of a replica's stderr."""
+    """The last `lines` non-blank lines of `text`, each cut to `width`, joined by " | "."""
     kept = [x.strip() for x in text.splitlines() if x.strip()][-lines:]
     return " | ".join(x if len(x) <= width else x[:width - 3] + "..." for x in kept)
 
@@ -191,8 +189,7 @@ _STAMP_ONLY = re.compile(rf"(?:{_STAMP})\s?")
 
 
 def split_prefix(line: str) -> tuple[str, str, str]:
-    """(prefix, tag, rest): what a launcher put before `rest`, and the part of it that names
-    the stream (the rank tags, without timestamps); ("", "", line) when there is none."""
+    """(prefix, tag, rest): what a launcher put before `rest` and the stream tag in it."""
     match = _PREFIX.match(line)
     if match is None:
         return "", "", line

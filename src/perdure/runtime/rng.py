@@ -33,8 +33,7 @@ _MASK32 = 0xFFFFFFFF
 
 
 def derive_seed(*parts: int) -> int:
-    """Mix integers (seed, epoch, rank, ...) into one 64-bit seed, the same in every process
-    and release (what makes per-worker and per-batch seeds replay after a resume)."""
+    """Mix integers (seed, epoch, rank, ...) into one 64-bit seed, the same in every release."""
     digest = hashlib.blake2b(digest_size=8, person=b"perdure-seed")
     for part in parts:
         digest.update(int(part).to_bytes(16, "little", signed=True))

@@ -33,8 +33,7 @@ class WorkerInit:
 
 
 class SeededDataset(Dataset[Any]):
-    """Wraps a map-style dataset: each batch is fetched under its own seed (in the main
-    process, between a `capture` and a `restore` of the loop's generator states)."""
+    """Wraps a map-style dataset: each batch is fetched under its own seed."""
 
     def __init__(self, dataset: Dataset[Any], seed: int) -> None:
         self.dataset, self.seed = dataset, seed

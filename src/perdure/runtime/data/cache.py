@@ -54,8 +54,7 @@ class CachedFile:
 def plan_eviction(
     files: Sequence[CachedFile], free: int, need: int, min_free: int
 ) -> list[CachedFile]:
-    """Which files to delete, least recently used first, so `need` bytes fit above `min_free`
-    (every file if even that is not enough). No side effects."""
+    """Which files to delete, oldest use first, so `need` bytes fit above `min_free`."""
     victims: list[CachedFile] = []
     for cached in sorted(files, key=lambda f: f.last_used_ns):
         if free - need >= min_free:

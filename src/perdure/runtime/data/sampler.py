@@ -23,8 +23,7 @@ _STATE_VERSION = 1
 
 
 class Batch(list[int]):
-    """One rank's sample indices for one global step; `epoch`, `cursor` (the step's start) and
-    `rank` give the batch's seed."""
+    """One rank's sample indices for one global step, with what its seed derives from."""
 
     def __init__(self, indices: list[int], epoch: int, cursor: int, rank: int) -> None:
         super().__init__(indices)

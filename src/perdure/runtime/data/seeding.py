@@ -92,8 +92,7 @@ class CpuRngSlot:
 
 
 def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """This process's (rank, world size): explicit values, else torch.distributed, else RANK and
-    WORLD_SIZE from the environment, else (0, 1)."""
+    """(rank, world size): as given, else torch.distributed's, else RANK and WORLD_SIZE's."""
     if rank is None or world_size is None:
         if dist.is_available() and dist.is_initialized():
             found_rank, found_size = dist.get_rank(), dist.get_world_size()

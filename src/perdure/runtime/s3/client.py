@@ -220,8 +220,7 @@ class S3Client:
 
 
 def _check_tag(path: str, found: object, expected: str) -> None:
-    """Raise VerifyError when the server's ETag is not `expected` (an answer without one checks
-    nothing: the commit's listing still checks sizes)."""
+    """Raise VerifyError when the server's ETag (if it sent one) is not `expected`."""
     tag = str(found or "").strip('"')
     if tag and tag != expected:
         raise VerifyError(f"{path} holds other bytes than were sent (ETag {tag}, expected "

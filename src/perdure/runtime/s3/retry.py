@@ -101,8 +101,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def misconfigured(exc: BaseException) -> bool:
-    """Whether the client refused its own request (a ValueError or TypeError under botocore's
-    error: credentials in the endpoint URL, a bad endpoint), which looks transient but is not."""
+    """Whether the client refused its own request (a bad endpoint): looks transient, is not."""
     return any(isinstance(e, ValueError | TypeError) and not isinstance(e, OSError)
                for e in _chain(exc)[1:])
 
