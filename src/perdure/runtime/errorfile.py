@@ -167,7 +167,8 @@ def parse_traceback(stderr_tail: str) -> dict[str, str] | None:
     for index, group, tag in _headers(lines):
         body = _own_lines(lines[index + 1 :], tag)
         if group:
-            body = [_strip_group(line) for line in body]
+            # An exception group prints each line of the outer traceback as `  | <line>`.
+            body = [line[4:] if line.startswith("  | ") else line for line in body]
         found = _parse_body(split_prefix(lines[index])[2], body) or found
         # torchrun's ChildFailedError says "see above": the worker's traceback names it.
         if found is None or found["type"] not in _LAUNCHER_TYPES:
@@ -222,11 +223,6 @@ def _headers(lines: list[str]) -> Iterator[tuple[int, bool, str | None]]:
             yield index, False, tag if prefix else None
         elif rest.endswith(_GROUP_HEADER) and rest.lstrip(" +") == _GROUP_HEADER:
             yield index, True, tag if prefix else None
-
-
-def _strip_group(line: str) -> str:
-    # Exception groups print each line of the outer traceback as `  | <line>`.
-    return line[4:] if line.startswith("  | ") else line
 
 
 def _parse_body(header: str, body: list[str]) -> dict[str, str] | None:

@@ -96,13 +96,11 @@ class ElasticLoader:
         if read_ahead is not None and (type(read_ahead) is not int or read_ahead < 1):
             raise ValueError(f"read_ahead is {read_ahead!r}; it must be an int >= 1, or None")
         self._read_ahead = read_ahead
-        shards = isinstance(dataset, ShardDataset)
-        _check_kwargs(dataloader_kwargs, shards)
+        _check_kwargs(dataloader_kwargs, isinstance(dataset, ShardDataset))
         self.num_workers = int(dataloader_kwargs.get("num_workers", 0))
         user_collate = dataloader_kwargs.pop("collate_fn", None)
         self._init = WorkerInit(0, dataloader_kwargs.pop("worker_init_fn", None))
-        # An iterator is current while no newer iter() was made and the position did not
-        # move (set_epoch, load_state_dict) since it started.
+        # An iterator stops counting once a newer one is made or the position moves.
         self._iteration = 0
         self._moves = 0
         self._dataset: ShardDataset[Any] | None = None
