@@ -75,9 +75,7 @@ class ElasticSampler:
         self.seed = _check_int("seed", seed, 0)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
-        self._rank = rank
-        self._world_size = world_size
-        resolve_world(rank, world_size)  # fail now, not at the first iter(), on a bad world
+        self.set_world(rank, world_size)  # a bad world fails now, not at the first iter()
         self._epoch = 0
         self._cursor = 0
         self._order_cache: tuple[int, np.ndarray[Any, Any]] | None = None

@@ -74,8 +74,7 @@ class ShardDataset(IterableDataset[T], Generic[T]):
         self.read_shard = read_shard
         self.seed = seed
         self.shuffle = bool(shuffle)
-        self._rank, self._world_size = rank, world_size
-        resolve_world(rank, world_size)
+        self.set_world(rank, world_size)
         self._epoch = 0
         self._num_workers = 0  # set by ElasticLoader from its DataLoader
         self._plan: Plan | None = None
