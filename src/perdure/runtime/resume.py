@@ -103,8 +103,7 @@ def _newest_checkpoint(checkpointer: Checkpointer | None) -> tuple[int | None, l
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     if not distributed or dist.get_rank() == 0:
         scan = commit.scan(checkpointer.storage)
-        newest = scan.latest
-        box[0] = (newest.step if newest else None, [p.describe() for p in scan.partial])
+        box[0] = (scan.latest.step if scan.latest else None, [p.describe() for p in scan.partial])
     if distributed:
         dist.broadcast_object_list(box, src=0)
     latest, partial = box[0]

@@ -30,8 +30,7 @@ from perdure.runtime.data.shards import ShardDataset
 __all__ = ["ElasticLoader"]
 
 HELD_BACK_MAX = 8  # batches a reading-ahead loop may hold: Lightning holds 1
-# Without worker processes, batches are fetched this many at a time, holding at most
-# READ_AHEAD_BYTES in all: one swap of the generators' states for the lot.
+# Without workers, up to this many batches (and bytes) are fetched under one RNG state swap.
 READ_AHEAD_MAX, READ_AHEAD_BYTES = 8, 1 << 20
 _FORBIDDEN = ("batch_sampler", "sampler", "shuffle")
 
