@@ -1,9 +1,6 @@
-"""Read why a process aborted in C++: `terminate called after throwing an instance of 'X'` and
-its `what():` text, as torch's NCCL watchdog leaves it when a collective times out or NCCL
-fails (the process then dies of SIGABRT with no Python traceback).
-
-No side effects; only the standard library (the supervisor imports it). Returns the same dict
-as `perdure.runtime.errorfile` (`{"type", "message", "traceback", "source"}`) or None.
+"""Read why a process aborted in C++ (`terminate called after throwing an instance of 'X'`
+and its `what():`), as torch's NCCL watchdog leaves it; the same dict as `errorfile`'s.
+Only the standard library (the supervisor imports it).
 """
 
 from __future__ import annotations

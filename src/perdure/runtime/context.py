@@ -1,10 +1,7 @@
 """`perdure.init()`: a training script's one call to join its job.
 
-Reads the environment the controller set (torchrun's contract plus PERDURE_*), brings the
-process group up with bounded timeouts, installs the error-file hook and the preemption
-handler, and seeds every RNG when asked to (a seed argument or $PERDURE_SEED): generators the
-script or its framework (a Trainer's `set_seed`) already seeded are never reseeded behind its
-back. Works the same under `torchrun` or run by hand (world size 1).
+Reads the environment the controller set (torchrun's plus PERDURE_*), brings the process
+group up with bounded timeouts and installs the error-file hook and the preemption handler.
 """
 
 from __future__ import annotations
@@ -56,47 +53,27 @@ class Context:
         self.finish(EXIT_SUSPENDED)
 
     def finish(self, code: int = 0) -> None:
-        """Leave cleanly: tear the process group down and exit with `code` at once.
+        """Leave cleanly: tear the process group down and exit with `code` at once."""
+        if "torch" in sys.modules:
+            import torch.distributed as dist
 
-        `os._exit` right after `destroy_process_group()` avoids a gloo teardown that can hang
-        forever on interpreter exit (MACHINE-NOTES).
-        """
-        _shutdown_process_group()
-        _drain_reports()
+            if dist.is_available() and dist.is_initialized():
+                with contextlib.suppress(Exception):  # a broken group must not stop the exit
+                    dist.destroy_process_group()
+        from perdure.runtime import goodput
+
+        with contextlib.suppress(Exception):  # os._exit skips atexit: deliver progress first
+            goodput.drain(2.0)  # bounded: a suspend must end within its grace period
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
-
-
-def _shutdown_process_group() -> None:
-    if "torch" not in sys.modules:
-        return
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        with contextlib.suppress(Exception):  # a broken group must not stop the exit
-            dist.destroy_process_group()
-
-
-def _drain_reports() -> None:
-    """os._exit skips atexit: deliver pending progress records first (bounded)."""
-    from perdure.runtime import goodput
-
-    with contextlib.suppress(Exception):
-        goodput.drain(2.0)  # bounded: a suspend must end within its grace period
+        os._exit(code)  # not exit(): gloo's teardown at interpreter exit can hang
 
 
 _context: Context | None = None
 
 
 def is_notice(t: transport.Transport) -> bool:
-    """Whether the SIGTERM just received is a notice to save (preemption, maintenance).
-
-    Under perdure the backend records the stop request before signalling (read through `t`:
-    the file $PERDURE_STOP_FILE or the controller's relay); a request without a notice is a
-    plain stop (a new rendezvous round after a peer failed, a cancel). A SIGTERM from anywhere
-    else (a scheduler, a person), or with no request readable, counts as a notice.
-    """
+    """Whether the SIGTERM just received is a notice to save (all but a plain stop request)."""
     request = t.stop_request()
     return request is None or request.get("notice") is not None
 
@@ -110,8 +87,7 @@ def _install_preemption_handler(ctx: Context) -> None:
         if is_notice(carrier):
             ctx._stop.set()
             return
-        # A plain stop: nothing to save. Die of the signal as a process without this handler
-        # would, at once (the survivors of a lost peer are replaced by a new round).
+        # A plain stop: nothing to save; die of the signal at once, as without this handler.
         with contextlib.suppress(Exception):  # may have interrupted a write to either
             goodput.reporter().flush(block=False)
             sys.stdout.flush()
@@ -138,9 +114,7 @@ def _init_process_group(backend: str | None, timeout: float, world_size: int) ->
 
 
 def _select_device(torch: Any) -> None:
-    """Make this rank's GPU the current device, as torchrun scripts do with LOCAL_RANK: of the
-    devices it sees (its replica's), local rank k of n takes the k-th share
-    (`perdure.runtime.ranks.device_index`). A script that chose a device already keeps it."""
+    """Make this local rank's share of the replica's GPUs current, unless the script chose."""
     if torch.cuda.is_initialized() and torch.cuda.current_device() != 0:
         return
     index = device_index(env_int("LOCAL_RANK", 0), env_int("LOCAL_WORLD_SIZE", 1),

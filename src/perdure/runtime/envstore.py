@@ -1,13 +1,8 @@
 """torch's env:// rendezvous without its connect backoff: wait for the store, then connect.
 
-Under env:// rank 0 hosts a TCPStore at MASTER_ADDR:MASTER_PORT and every other rank connects
-to it; a rank that tries before rank 0 listens is refused and torch's client backs off before
-trying again. In a group restart the replicas start in any order within tenths of a second,
-so that backoff is most of bringing the new group up. `install()` wraps the registered env://
-handler: a store client first polls the port every POLL_SECONDS, then lets torch connect at
-once. Same store, same errors. perdure.init and warm standby interpreters install it.
-
-Side effects: replaces torch's "env" rendezvous handler in this process (idempotent).
+A rank that connects before rank 0's TCPStore listens is refused and torch's client backs
+off, which is most of bringing a restarted group up. `install()` wraps the env:// handler so a
+store client polls the port every POLL_SECONDS first; same store, same errors.
 """
 
 from __future__ import annotations
@@ -21,8 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 POLL_SECONDS = 0.005
-# At most this long is spent polling; then torch's own client (with its backoff and its
-# timeout) takes over, so a store that never comes fails as it would without us.
+# Then torch's own client takes over: a store that never comes fails as it would without us.
 MAX_POLL_SECONDS = 60.0
 _MARK = "_perdure_waits_for_store"
 
@@ -48,8 +42,7 @@ def install() -> bool:
 
 
 def wait_for_store(url: str, timeout: datetime.timedelta | None = None) -> bool:
-    """Block until MASTER_ADDR:MASTER_PORT accepts a connection, if this rank is a store
-    client; whether it does (False also when there is nothing to wait for)."""
+    """Block until this store client's MASTER_ADDR:MASTER_PORT accepts; whether it did."""
     address = store_address(url, dict(os.environ))
     if address is None:
         return False
@@ -67,8 +60,7 @@ def wait_for_store(url: str, timeout: datetime.timedelta | None = None) -> bool:
 
 
 def store_address(url: str, env: dict[str, str]) -> tuple[str, int] | None:
-    """Where this rank connects as a store client; None when it hosts the store or the
-    environment does not say (torch reports that itself). No side effects."""
+    """Where this rank connects as a store client; None when it hosts the store or unknown."""
     query = parse_qs(urlparse(url).query)
     rank = (query.get("rank") or [env.get("RANK", "")])[0]
     agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)

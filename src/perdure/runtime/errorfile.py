@@ -1,9 +1,7 @@
 """Read why a replica failed: its error file (perdure's or torchelastic's) or its stderr traceback.
 
-No side effects beyond reading the file it is given. Imports only the standard library, so the
-local backend's supervisor can use it without paying for torch. Every reader returns a plain
-dict `{"type", "message", "traceback", "source"}` (`source` is "error_file" or "stderr") or
-None when there is nothing to report.
+Only the standard library (the supervisor imports it). Every reader returns
+`{"type", "message", "traceback", "source"}` (source "error_file" or "stderr"), or None.
 """
 
 from __future__ import annotations
@@ -20,12 +18,10 @@ if TYPE_CHECKING:  # typing and pathlib cost the supervisor start-up time; annot
 
     PathLike = str | os.PathLike[str]
 
-# Keep reports small enough for an event log: a torch DistBackendError message can carry a
-# whole C++ stack, and a traceback can be megabytes when a recursion limit is hit.
+# Small enough for an event log (a DistBackendError can carry a whole C++ stack).
 MAX_MESSAGE_CHARS = 4096
 MAX_TRACEBACK_CHARS = 64 * 1024
-# A file written by someone else (torchelastic's @record does not clip) is read whole up to
-# MAX_READ_BYTES; past that its type and the start of its message are salvaged.
+# Past this, a file someone else wrote (unclipped) gives its type and message start only.
 MAX_READ_BYTES = 16 * 1024 * 1024
 
 _HEADER = "Traceback (most recent call last):"
@@ -35,8 +31,7 @@ _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*)|:)?$")
 # A `File "...", line N` frame; SyntaxErrors in the main script print one with no header.
 _FRAME_LINE = re.compile(r'^\s+File ".*", line \d+')
 _SYNTAX_TYPES = ("SyntaxError", "IndentationError", "TabError")
-# Lines that end an exception message: glog lines torch prints at exit, interpreter-shutdown
-# noise and `path:line: XWarning:` warnings.
+# Lines that end an exception message: torch's glog lines, shutdown noise, warnings.
 _NOISE = re.compile(r"^(\[rank\d+\]:)?\[?[WEIF]\d{4} |^Exception ignored in|^\S+:\d+: \w*Warning: ")
 
 
@@ -58,8 +53,7 @@ def _error(type_: str, message: str, traceback: str, source: str) -> dict[str, s
 
 
 def clip(text: str, limit: int) -> str:
-    """`text` in at most `limit` characters: its head and its tail (a message's start says
-    what failed, a traceback's end names the failing frame), with what was cut counted."""
+    """`text` in at most `limit` characters: its head and tail, with what was cut counted."""
     if len(text) <= limit:
         return text
     marker = " …[{} characters clipped]… "
@@ -68,16 +62,9 @@ def clip(text: str, limit: int) -> str:
     return text[: room - room // 2] + cut + text[len(text) - room // 2 :]
 
 
-# ---- error files ----------------------------------------------------------------------------
-
-
 def read_error_file(path: PathLike) -> dict[str, str] | None:
-    """Read the error file a replica wrote; None when it is missing, empty or unreadable.
-
-    Understands perdure's format (`{"type", "message", "traceback", ...}`) and torchelastic's
-    (`{"message": {"message": "ValueError: bad shape", "extraInfo": {"py_callstack": ...}}}`
-    or `{"message": "ValueError: bad shape"}`).
-    """
+    """Read the error file a replica wrote (perdure's format or torchelastic's); None when it
+    is missing, empty or unreadable."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_READ_BYTES + 1)
@@ -147,9 +134,6 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-# ---- stderr tracebacks ----------------------------------------------------------------------
-
-
 def read_stderr_tail(path: PathLike, start: int = 0, limit: int = 64 * 1024) -> str:
     """Read at most the last `limit` bytes of a log file, never before byte `start`."""
     try:
@@ -167,30 +151,26 @@ def read_stderr_tail(path: PathLike, start: int = 0, limit: int = 64 * 1024) -> 
 
 
 def last_lines(text: str, lines: int = 3, width: int = 240) -> str:
-    """The last `lines` non-blank lines of `text`, each cut to `width` characters, joined by
-    " | ": what a failure message quotes of a replica's stderr."""
+    """The last `lines` non-blank lines of `text`, each cut to `width`, joined by " | "."""
     kept = [x.strip() for x in text.splitlines() if x.strip()][-lines:]
     return " | ".join(x if len(x) <= width else x[:width - 3] + "..." for x in kept)
 
 
 def parse_traceback(stderr_tail: str) -> dict[str, str] | None:
-    """Find the final uncaught exception in the end of a replica's stderr; None if there is none.
+    """The last uncaught exception in the end of a replica's stderr; None if there is none.
 
-    Takes the last traceback (for chained exceptions, the one raised last), keeps messages
-    that span lines, and understands exception groups and the header-less SyntaxError report.
-    Lines may carry what torch or a launcher puts before them (`[rank0]: `, torchrun's
-    `[default0]:`, timestamps, in any combination): the traceback is read from the lines of
-    the stream its header came from, with that prefix taken off.
+    Lines may carry a launcher's prefix (`[rank0]: `, timestamps): the traceback is read from
+    the lines of its header's stream, the prefix taken off.
     """
     lines = stderr_tail.splitlines()
     found = None
     for index, group, tag in _headers(lines):
         body = _own_lines(lines[index + 1 :], tag)
         if group:
-            body = [_strip_group(line) for line in body]
+            # An exception group prints each line of the outer traceback as `  | <line>`.
+            body = [line[4:] if line.startswith("  | ") else line for line in body]
         found = _parse_body(split_prefix(lines[index])[2], body) or found
-        # torchrun run as the command: its agent's ChildFailedError only says "see above";
-        # the worker's own traceback, printed before it, names the exception.
+        # torchrun's ChildFailedError says "see above": the worker's traceback names it.
         if found is None or found["type"] not in _LAUNCHER_TYPES:
             break
     return found or _parse_syntax_error(lines)
@@ -199,22 +179,18 @@ def parse_traceback(stderr_tail: str) -> dict[str, str] | None:
 _LAUNCHER_TYPES = ("ChildFailedError",)
 
 
-# What torch and launchers put before a line: timestamps (`2026-12-01 15:10:48,724`,
-# `[15:10:48.724]`, glog's `I1201 15:10:48.724000 6784 file.py:12]`), rank tags (`[rank0]:`,
-# torchrun's `[default0]:`, `[worker-1]`), Ray's `(pid=123)` and `(Actor pid=123, ip=...)`.
+# What torch and launchers put before a line: log levels and timestamps; tags that hold a
+# number and no space (`[rank0]:`, torchrun's `[default0]:`), Ray's `(pid=123)`.
 _STAMP = (r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b:?"
           r"|\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?:?"
           r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?:?")
-# A tag holds a number and no space: `[rank3]`, `[default0]`, `[trainer1|0]` (torchrun's
-# --log-line-prefix-template), `[worker-1]`.
 _TAG = r"\[[\w.|/:-]*\d[\w.|/:-]*\]:?|\([^()]*pid=\d+[^()]*\)"
 _PREFIX = re.compile(rf"(?:(?:{_STAMP})\s?|(?:{_TAG})\s?)+")
 _STAMP_ONLY = re.compile(rf"(?:{_STAMP})\s?")
 
 
 def split_prefix(line: str) -> tuple[str, str, str]:
-    """(prefix, tag, rest): what a launcher put before `rest`, and the part of it that names
-    the stream (the rank tags, without timestamps); ("", "", line) when there is none."""
+    """(prefix, tag, rest): what a launcher put before `rest` and the stream tag in it."""
     match = _PREFIX.match(line)
     if match is None:
         return "", "", line
@@ -223,8 +199,7 @@ def split_prefix(line: str) -> tuple[str, str, str]:
 
 
 def _own_lines(lines: list[str], tag: str | None) -> list[str]:
-    """The lines after a header that belong to its stream, unprefixed (`tag` None: the
-    header had no prefix, so the lines are taken as they are)."""
+    """The lines after a header that belong to its stream (all when `tag` is None), unprefixed."""
     if tag is None:
         return lines
     out = []
@@ -238,8 +213,7 @@ def _own_lines(lines: list[str], tag: str | None) -> list[str]:
 
 
 def _headers(lines: list[str]) -> Iterator[tuple[int, bool, str | None]]:
-    """Traceback headers, last first: (index, is an exception group, its stream's tag or
-    None when the header line has no prefix)."""
+    """Traceback headers, last first: (index, is a group, its stream's tag or None)."""
     for index in range(len(lines) - 1, -1, -1):
         line = lines[index].rstrip()
         if not line.endswith(_HEADER):
@@ -249,11 +223,6 @@ def _headers(lines: list[str]) -> Iterator[tuple[int, bool, str | None]]:
             yield index, False, tag if prefix else None
         elif rest.endswith(_GROUP_HEADER) and rest.lstrip(" +") == _GROUP_HEADER:
             yield index, True, tag if prefix else None
-
-
-def _strip_group(line: str) -> str:
-    # Exception groups print each line of the outer traceback as `  | <line>`.
-    return line[4:] if line.startswith("  | ") else line
 
 
 def _parse_body(header: str, body: list[str]) -> dict[str, str] | None:
@@ -273,8 +242,7 @@ _ORIGINAL = "Original Traceback (most recent call last):"
 
 
 def _worker_message(lines: list[str]) -> str:
-    """A DataLoader worker's exception, re-raised in the main process, carries the worker's
-    traceback in its message: keep its first line and the worker's own exception message."""
+    """A re-raised DataLoader worker's exception: its first line and the worker's message."""
     if _ORIGINAL not in lines:
         return "\n".join(lines)
     worker = lines[lines.index(_ORIGINAL) + 1 :]

@@ -1,9 +1,7 @@
 """Report a replica's uncaught exception to perdure: decorate `main` with `record`.
 
-perdure reads the error record the replica leaves (through its transport) to say why it
-failed (`Termination reason: ValueError: bad shape`). `perdure.init()` installs the same
-reporting as an excepthook; `record` is for scripts that want it without `init()`. Both write
-the record and let the exception propagate as usual. Only the standard library is imported.
+`perdure.init()` installs the same reporting as an excepthook; `record` is for scripts that
+want it without `init()`. Only the standard library is imported.
 """
 
 from __future__ import annotations
@@ -56,10 +54,8 @@ def record(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def install_excepthook() -> None:
-    """Write the error file for any uncaught exception, in the main thread or any other.
-
-    Chains to the hooks already installed (they still print the traceback). Idempotent.
-    """
+    """Write the error file for an uncaught exception in any thread, then call the hooks
+    installed before (idempotent)."""
     global _hook_installed
     with _hook_lock:
         if _hook_installed:
@@ -83,12 +79,8 @@ def install_excepthook() -> None:
 
 
 def write_error_file(exc: BaseException, path: str | Path | None = None) -> Path | None:
-    """Write `exc` to `path` (default: through this process's transport, to
-    `$PERDURE_ERROR_FILE` or the controller's relay); return where it went, None if nowhere.
-
-    Never raises: a failure to report must not hide the exception being reported, so it is
-    printed to stderr instead.
-    """
+    """Write `exc` to `path` (default: through this process's transport); return where it
+    went, None if nowhere. Never raises: a failure to report is printed to stderr instead."""
     if getattr(exc, _MARK, False):
         return None
     target: str | Path | None = path

@@ -1,36 +1,29 @@
 """Let torch's native threads settle before the interpreter finalizes.
 
-A gloo worker thread that drops the last reference to a finished work object frees tensors,
-which needs the GIL. If the main thread has meanwhile reached interpreter finalization,
-CPython ends that thread with `pthread_exit`, whose unwind through gloo's noexcept destructor
-calls `std::terminate`: the replica dies of SIGABRT after its script finished, and a finished
-job is retried. The same race can hang `destroy_process_group()`, whose main thread joins
-gloo's threads while holding the GIL one of them waits for.
-
-`install()` registers an exit function that sleeps in short steps (releasing the GIL) until no
-other thread is runnable, for at most SETTLE_SECONDS; installed early (perdure.init does), it
-runs after the exit functions libraries registered later. It also makes
-`torch.distributed.destroy_process_group` settle the same way first.
+A gloo thread that frees tensors needs the GIL; if the main thread has reached interpreter
+finalization, CPython ends that thread with `pthread_exit`, whose unwind through gloo's
+noexcept destructor calls `std::terminate` (SIGABRT after the script finished), and the same
+race can hang `destroy_process_group()`. So at exit, and before destroy_process_group, the main
+thread sleeps in short steps (releasing the GIL) until no other thread is runnable.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 
 SETTLE_SECONDS = 0.5
-# Shorter before destroy_process_group: an elastic rebuild calls it mid-run, while perdure's
-# own threads may stay runnable.
+# Shorter mid-run (an elastic rebuild), where perdure's own threads may stay runnable.
 DESTROY_SETTLE_SECONDS = 0.1
 STEP_SECONDS = 0.005
 _installed: list[bool] = []
 
 
 def install() -> None:
-    """Settle native threads at interpreter exit and before destroy_process_group
-    (idempotent)."""
+    """Settle native threads at exit and before destroy_process_group (idempotent)."""
     if not _installed:
         _installed.append(True)
         atexit.register(settle)
@@ -38,8 +31,6 @@ def install() -> None:
 
 
 def _guard_destroy() -> None:
-    import sys
-
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
     dist = sys.modules.get("torch.distributed")
     original = getattr(c10d, "destroy_process_group", None)
@@ -58,8 +49,7 @@ def _guard_destroy() -> None:
 
 
 def settle(limit: float = SETTLE_SECONDS) -> bool:
-    """Sleep until no other thread is runnable twice in a row, at most `limit` seconds;
-    whether they settled. Does nothing (True) without torch.distributed in use."""
+    """Sleep until no other thread is runnable (at most `limit` s); whether they settled."""
     if not _distributed_in_use():
         return True
     deadline = time.monotonic() + limit
@@ -73,8 +63,6 @@ def settle(limit: float = SETTLE_SECONDS) -> bool:
 
 
 def _distributed_in_use() -> bool:
-    import sys
-
     dist = sys.modules.get("torch.distributed")
     try:
         return bool(dist is not None and dist.is_available() and dist.is_initialized())

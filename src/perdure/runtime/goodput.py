@@ -1,9 +1,7 @@
 """Goodput reporting: what a replica did with its time, for `perdure describe`.
 
-A replica appends JSON lines to its launch's progress record through its transport: completed
-steps with their duration, the blocking part of checkpoint saves, restores. Step records are
-buffered and appended at most every FLUSH_EVERY seconds (and at exit); the rest are appended
-at once. A replica SIGKILLed loses at most FLUSH_EVERY seconds of step records.
+A replica appends JSON lines (steps, the blocking part of saves, restores) to its progress
+record through its transport; step records at most every FLUSH_EVERY seconds, the rest at once.
 
     from perdure.runtime import goodput
     goodput.total(steps)                # optional: an ETA and `step 160 / 6000`
@@ -15,10 +13,12 @@ at once. A replica SIGKILLed loses at most FLUSH_EVERY seconds of step records.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,8 @@ NOTE_SECONDS = 2.0  # how long a note waits to be delivered (a replica may end r
 
 
 class Reporter:
-    """Buffers progress records and appends them through a transport.
-
-    sink: the transport, or the path of a progress.jsonl file (its directory is the report
-    dir), or None to report nothing.
-    """
+    """Buffers progress records and appends them through `sink`: a transport, the path of a
+    progress.jsonl file, or None to report nothing."""
 
     def __init__(self, sink: Transport | Path | None) -> None:
         if isinstance(sink, Path):
@@ -121,33 +118,18 @@ def reporter() -> Reporter:
     """This process's reporter (writes only under perdure, through the process's transport)."""
     global _reporter
     if _reporter is None:
-        # One timeline per replica: of a replica's several processes (procs_per_replica),
-        # local rank 0 reports for all; they step together, and N copies would count N times.
+        # One timeline per replica: its local rank 0 reports for all its processes.
         speaks = os.environ.get("LOCAL_RANK", "0") == "0" or os.environ.get(PROCS_ENV) is None
         _reporter = Reporter(current_transport() if speaks else None)
     return _reporter
 
 
-class _Step:
-    """The context of `step(n)`."""
-
-    __slots__ = ("began", "n")
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.began = 0.0
-
-    def __enter__(self) -> None:
-        self.began = time.perf_counter()
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:  # a step that raised did no productive work
-            (_reporter or reporter()).step(self.n, time.perf_counter() - self.began)
-
-
-def step(n: int) -> _Step:
+@contextlib.contextmanager
+def step(n: int) -> Iterator[None]:
     """Time one training step (its whole body) and report it as productive work."""
-    return _Step(n)
+    began = time.perf_counter()
+    yield  # a step that raises did no productive work: nothing is reported
+    reporter().step(n, time.perf_counter() - began)
 
 
 def total(steps: int) -> None:

@@ -11,13 +11,8 @@ from collections.abc import Sequence
 
 def choose_peer(ring: Sequence[tuple[str, str]], me: str) -> str | None:
     """The replica that holds `me`'s copy, of `ring`'s (replica, node) pairs in rank order:
-    the one half the ring of ranks away, or the first after it on another node; else the next.
-
-    Half the ring away, not next door: schedulers place neighbouring ranks on neighbouring
-    nodes, which share a switch, a rack, a power feed; a fault that takes a switch's nodes
-    then leaves each lost replica's copy on a node outside it. None when `me` is alone or not
-    in the ring.
-    """
+    the one half the ring away (neighbouring ranks share a switch), or the first after it on
+    another node; else the next. None when `me` is alone or not in the ring."""
     names = [replica for replica, _ in ring]
     if me not in names or len(names) < 2:
         return None

@@ -1,12 +1,8 @@
 """The environment of each local rank of a replica that runs several processes.
 
-A launch's environment is its replica's, as for local rank 0: RANK and ROLE_RANK are the
-replica's first ranks, LOCAL_WORLD_SIZE its process count (`procs_per_replica`). Local rank k
-differs only in LOCAL_RANK (k), RANK and ROLE_RANK (first + k), as torchrun's
-`--nproc-per-node` sets them. Every local rank sees the replica's GPUs (CUDA_VISIBLE_DEVICES)
-in the same order and picks its own with LOCAL_RANK (`device_index`).
-
-No side effects; only the standard library (the supervisor imports it on every start).
+A launch's environment is local rank 0's; local rank k differs in LOCAL_RANK (k), RANK and
+ROLE_RANK (first + k), as torchrun's `--nproc-per-node` sets them. Only the standard library
+(the supervisor imports it on every start).
 """
 
 from __future__ import annotations
@@ -72,8 +68,7 @@ def device_index(local_rank: int, local_world_size: int, gpus: int) -> int:
 
 
 def rank_file(name: str, local_rank: int) -> str:
-    """A per-process file of a launch (`error.json`): local rank 0 keeps the name, so a
-    one-process replica's files are where they always were; rank k gets `error.k.json`."""
+    """A per-process file of a launch: `error.json` for local rank 0, `error.k.json` for k."""
     if local_rank == 0:
         return name
     stem, dot, ext = name.rpartition(".")

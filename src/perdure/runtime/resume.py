@@ -9,14 +9,9 @@ newest committed checkpoint, else the checkpoint.
     if snap is not None and step % 10 == 0:
         snap.save(step, state)                # a memcpy; written to tmpfs in the background
 
-A group restart replaces every process of the job, but a snapshot in the node's tmpfs
-($PERDURE_NODE_DIR, which perdure gives each job and removes when it ends) outlives them, so
-the work a fault loses is bounded by the snapshot interval instead of the checkpoint
-interval. A snapshot is used only when every rank holds it and it is at least as new as the
-newest committed checkpoint. Snapshots live under a directory per world size; after a restore
-at step s, snapshots newer than s are removed (they belong to the history rolled back).
-
-Side effects: reads and writes files under $PERDURE_NODE_DIR; collectives on the default group.
+A snapshot in the node's tmpfs ($PERDURE_NODE_DIR) outlives a group restart, so a fault loses
+at most the snapshot interval. It is used only when every rank holds it and it is at least as
+new as the newest committed checkpoint; after a restore at step s, newer ones are removed.
 """
 
 from __future__ import annotations
@@ -108,8 +103,7 @@ def _newest_checkpoint(checkpointer: Checkpointer | None) -> tuple[int | None, l
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     if not distributed or dist.get_rank() == 0:
         scan = commit.scan(checkpointer.storage)
-        newest = scan.latest
-        box[0] = (newest.step if newest else None, [p.describe() for p in scan.partial])
+        box[0] = (scan.latest.step if scan.latest else None, [p.describe() for p in scan.partial])
     if distributed:
         dist.broadcast_object_list(box, src=0)
     latest, partial = box[0]
@@ -122,8 +116,7 @@ def _files(snapshotter: Snapshotter, pattern: str) -> list[Path]:
 
 
 def _drop_newer(snapshotter: Snapshotter, step: int) -> None:
-    """Remove this rank's snapshot files past `step`: training goes on from `step`, and a
-    later agreement must never mix them with the snapshots the new history writes."""
+    """Remove this rank's snapshot files past `step` (the history rolled back)."""
     for path in _files(snapshotter, "snap-*.bin"):
         if int(path.stem.split("-")[1]) > step:
             path.unlink(missing_ok=True)

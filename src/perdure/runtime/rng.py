@@ -1,10 +1,7 @@
 """Capture, restore and seed every random generator a training script uses.
 
-`rng_state()` returns the state of Python's `random`, NumPy's global generator, torch's CPU
-generator and (when CUDA is available) every CUDA generator, as plain values and torch tensors
-that a checkpoint can store without pickle. `set_rng_state()` restores it exactly.
-
-Layout of `rng_state()` (version 1)::
+The state is plain values and tensors, storable without pickle; it belongs to one process, so
+store it under a key that names the rank. Layout of `rng_state()` (version 1)::
 
     {
       "version": 1,
@@ -17,9 +14,6 @@ Layout of `rng_state()` (version 1)::
       "torch":  uint8 tensor,               # torch.get_rng_state()
       "cuda":   [uint8 tensor, ...],        # one per visible CUDA device; [] without CUDA
     }
-
-The state belongs to one process: each rank has its own, so store it under a key that names
-the rank (a checkpoint that writes replicated values once would otherwise keep one rank's).
 """
 
 from __future__ import annotations
@@ -39,11 +33,7 @@ _MASK32 = 0xFFFFFFFF
 
 
 def derive_seed(*parts: int) -> int:
-    """Mix integers (seed, epoch, rank, ...) into one 64-bit seed; stable across versions.
-
-    Pure function: the same parts give the same seed in every process and every release,
-    which is what makes per-worker and per-batch seeds replay after a resume.
-    """
+    """Mix integers (seed, epoch, rank, ...) into one 64-bit seed, the same in every release."""
     digest = hashlib.blake2b(digest_size=8, person=b"perdure-seed")
     for part in parts:
         digest.update(int(part).to_bytes(16, "little", signed=True))
@@ -60,12 +50,6 @@ def _check_seed(seed: int) -> int:
     return seed
 
 
-def _numpy_seed(seed: int) -> int | list[int]:
-    # np.random.seed takes 32-bit values; wider seeds go in as two words so none is lost,
-    # while small seeds keep the conventional single-word seeding other tools use.
-    return seed if seed <= _MASK32 else [seed & _MASK32, seed >> 32]
-
-
 def seed_everything(seed: int) -> int:
     """Seed Python `random`, NumPy's global generator and torch (CPU and every CUDA device).
 
@@ -80,45 +64,33 @@ def seed_cpu_generators(seed: int) -> None:
     """Seed Python, NumPy and torch's CPU generator only (data workers; leaves CUDA alone)."""
     _check_seed(seed)
     random.seed(seed)
-    np.random.seed(_numpy_seed(seed))
+    # 32-bit words: a wider seed goes in as two, a small one as the one other tools use
+    np.random.seed(seed if seed <= _MASK32 else [seed & _MASK32, seed >> 32])
     torch.default_generator.manual_seed(seed)
-
-
-def _python_state() -> dict[str, Any]:
-    version, words, gauss_next = random.getstate()
-    return {
-        "version": int(version),
-        "state": torch.tensor(words, dtype=torch.int64),
-        "has_gauss_next": gauss_next is not None,
-        "gauss_next": float(gauss_next) if gauss_next is not None else 0.0,
-    }
-
-
-def _numpy_state() -> dict[str, Any]:
-    name, key, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
-    return {
-        "bit_generator": str(name),
-        "key": torch.from_numpy(np.asarray(key, dtype=np.int64).copy()),
-        "pos": int(pos),
-        "has_gauss": int(has_gauss),
-        "cached_gaussian": float(cached),
-    }
-
-
-def _cuda_states() -> list[torch.Tensor]:
-    if not torch.cuda.is_available():
-        return []
-    return [state.clone() for state in torch.cuda.get_rng_state_all()]
 
 
 def rng_state() -> dict[str, Any]:
     """Capture every generator's state as plain values and tensors (layout: module docstring)."""
+    version, words, gauss_next = random.getstate()
+    name, key, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
     return {
         "version": STATE_VERSION,
-        "python": _python_state(),
-        "numpy": _numpy_state(),
+        "python": {
+            "version": int(version),
+            "state": torch.tensor(words, dtype=torch.int64),
+            "has_gauss_next": gauss_next is not None,
+            "gauss_next": float(gauss_next) if gauss_next is not None else 0.0,
+        },
+        "numpy": {
+            "bit_generator": str(name),
+            "key": torch.from_numpy(np.asarray(key, dtype=np.int64).copy()),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state().clone(),
-        "cuda": _cuda_states(),
+        "cuda": [state.clone() for state in cuda],
     }
 
 
@@ -130,41 +102,12 @@ def _as_ints(value: Any, what: str) -> list[int]:
     raise TypeError(f"rng state field {what} must be a tensor or a list of ints, got {value!r}")
 
 
-def _restore_python(state: dict[str, Any]) -> None:
-    words = tuple(_as_ints(state["state"], "python.state"))
-    gauss = float(state["gauss_next"]) if state["has_gauss_next"] else None
-    random.setstate((int(state["version"]), words, gauss))
-
-
-def _restore_numpy(state: dict[str, Any]) -> None:
-    key = np.asarray(_as_ints(state["key"], "numpy.key"), dtype=np.uint32)
-    np.random.set_state(
-        (
-            str(state["bit_generator"]),
-            key,
-            int(state["pos"]),
-            int(state["has_gauss"]),
-            float(state["cached_gaussian"]),
-        )
-    )
-
-
 def _as_byte_tensor(value: Any, what: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.detach().to(device="cpu", dtype=torch.uint8).contiguous()
     if isinstance(value, (list, tuple)):
         return torch.tensor(list(value), dtype=torch.uint8)
     raise TypeError(f"rng state field {what} must be a uint8 tensor, got {type(value).__name__}")
-
-
-def _restore_cuda(states: list[Any]) -> None:
-    # A state saved on more devices than this process sees restores the ones that exist; a
-    # state saved without CUDA leaves CUDA generators as they are (nothing to restore).
-    if not states or not torch.cuda.is_available():
-        return
-    count = min(len(states), torch.cuda.device_count())
-    for device in range(count):
-        torch.cuda.set_rng_state(_as_byte_tensor(states[device], f"cuda[{device}]"), device)
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
@@ -180,7 +123,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
     missing = {"python", "numpy", "torch", "cuda"} - set(state)
     if missing:
         raise ValueError(f"rng state is missing {sorted(missing)}; pass what rng_state() made")
-    _restore_python(state["python"])
-    _restore_numpy(state["numpy"])
+    py, npy = state["python"], state["numpy"]
+    gauss = float(py["gauss_next"]) if py["has_gauss_next"] else None
+    random.setstate((int(py["version"]), tuple(_as_ints(py["state"], "python.state")), gauss))
+    key = np.asarray(_as_ints(npy["key"], "numpy.key"), dtype=np.uint32)
+    np.random.set_state((str(npy["bit_generator"]), key, int(npy["pos"]),
+                         int(npy["has_gauss"]), float(npy["cached_gaussian"])))
     torch.set_rng_state(_as_byte_tensor(state["torch"], "torch"))
-    _restore_cuda(list(state["cuda"]))
+    if torch.cuda.is_available():  # the devices that exist, of those the state was saved on
+        cuda = list(state["cuda"])
+        for device in range(min(len(cuda), torch.cuda.device_count())):
+            torch.cuda.set_rng_state(_as_byte_tensor(cuda[device], f"cuda[{device}]"), device)

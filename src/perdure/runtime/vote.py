@@ -1,23 +1,9 @@
 """StopVote: every rank agrees on the step to stop at, without a blocking collective per step.
 
-    vote = StopVote(within=0.5)
-    for step in ...:
-        train_step()
-        if vote.poll(ctx.should_stop):     # True on every rank at the same step
-            save_and_exit_suspended()
-
-A vote is a one-element all-reduce (MAX) of the ranks' flags, started in the background at one
-`poll` and read at the next, so the step in between hides its wait. A flag passed to any
-`poll` counts until the next vote.
-
-- `within=None` (the default): a vote every step; a notice seen at step t stops every rank at
-  step t + 1.
-- `within=S` seconds: a vote every N steps, where N steps take about S seconds (measured
-  between votes; each vote carries every rank's proposal and the smallest wins). A notice
-  stops every rank at most about S seconds plus one step later.
-
-All ranks must call `poll` the same number of times (once per step), as they do any
-collective. Without a process group (or with one rank) the flag is the answer, at once.
+A vote is an all-reduce (MAX) of the ranks' flags, started in the background at one `poll`
+and read at the next, so the step in between hides its wait. With `within=S` seconds a vote
+runs every N steps, N steps taking about S seconds (each rank proposes N; the smallest wins).
+All ranks must call `poll` once per step, as they do any collective.
 """
 
 from __future__ import annotations
@@ -61,16 +47,14 @@ class StopVote:
         brought `ask` (an `ask` between votes waits for the next one, as a flag does). A
         timed checkpoint asks this way: any rank's clock says a save is due, all ranks save
         at the same step, without a collective of its own."""
-        if self.quiet():  # between votes (`within`): count the step, touch no group
-            self._seen = self._seen or flag
-            self._asked = self._asked or ask
-            self._polls += 1
-            return False, False
-        if not self._distributed():
+        quiet = self.quiet()
+        if not quiet and not self._distributed():
             return flag, ask
         self._seen = self._seen or flag
         self._asked = self._asked or ask
         poll, self._polls = self._polls, self._polls + 1
+        if quiet:  # between votes (`within`): count the step, touch no group
+            return False, False
         answered = False
         if self._work is not None:  # started at the previous poll
             self._work.wait()

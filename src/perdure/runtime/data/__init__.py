@@ -1,6 +1,5 @@
-"""perdure's data pipeline: batches that resume exactly on any world size (`ElasticSampler`,
-`ElasticLoader`), shard streams (`ShardDataset`) and a local cache of slow storage
-(`CachedVolume`).
+"""perdure's data pipeline: batches that resume exactly on any world size, shard streams and
+a local cache of slow storage.
 """
 
 from perdure.runtime.data.cache import ENV_MIN_FREE_BYTES, CachedVolume

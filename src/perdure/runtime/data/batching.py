@@ -1,8 +1,5 @@
-"""What ElasticLoader hands the DataLoader: the dataset wrapper that fetches each batch under
-its own seed, the collate functions and the workers' start-up seeding.
-
-Side effects: SeededDataset reseeds the CPU generators before each batch (and restores the
-training loop's states in the main process); WorkerInit seeds a worker process.
+"""What ElasticLoader hands the DataLoader: the per-batch seeding dataset wrapper, the collate
+functions and the workers' start-up seeding (side effects: the CPU generators).
 """
 
 from __future__ import annotations
@@ -36,13 +33,7 @@ class WorkerInit:
 
 
 class SeededDataset(Dataset[Any]):
-    """Wraps a map-style dataset: each batch is fetched under its own seed.
-
-    In a worker process the generators are reseeded before each batch. In the main process
-    the training loop's generator states are put back after the batch (`capture`/`restore`),
-    so data loading never shifts the loop's random stream; `fetch_ahead` fetches several
-    batches, each under its own seed, between one capture and one restore.
-    """
+    """Wraps a map-style dataset: each batch is fetched under its own seed."""
 
     def __init__(self, dataset: Dataset[Any], seed: int) -> None:
         self.dataset, self.seed = dataset, seed
@@ -62,9 +53,7 @@ class SeededDataset(Dataset[Any]):
         return self._fetch_seeded([indices])[0]
 
     def fetch_ahead(self, batches: list[Batch]) -> list[list[Any]] | None:
-        """The samples of several batches, each fetched under its own seed, the loop's states
-        put back once after them all. None when a fetch raised: the caller then fetches the
-        batches one by one (`__getitems__`), so that the error is raised at its own batch."""
+        """Several batches under one capture and restore; None when a fetch raised."""
         if in_worker():
             return None
         try:
@@ -104,8 +93,7 @@ class EmptyAwareCollate:
 
 
 class Tagged:
-    """A ShardDataset sample, or a collated batch of them, with its stream's position right
-    after it; ElasticLoader unwraps it."""
+    """A ShardDataset sample (or batch) with its stream's position right after it."""
 
     def __init__(self, item: Any, stream: int, done: int, offset: int) -> None:
         self.item, self.stream, self.done, self.offset = item, stream, done, offset

@@ -1,21 +1,13 @@
 """CachedVolume: read files from slow storage through a local cache shared by all processes.
 
-The first use of a file copies it to the cache directory and hands back the local path;
-later uses return that path at once. `prefetch()` copies files ahead on background threads
-(`ElasticLoader` calls it with the coming batches).
+One cache directory may serve every DataLoader worker and rank of a host: a copy is renamed
+into place when complete, and a per-file flock makes one process copy while the others wait.
 
-Safe to share one cache directory between DataLoader workers and ranks on a host: a copy
-goes to a temporary file and is renamed into place, so no partly copied file is ever visible
-under its name; a per-file lock (flock on one of 1024 lock files) makes one process copy a
-file while the others wait for it; eviction holds a lock of its own.
-
-Eviction: before each copy, if free space would fall under the threshold, the least recently
-used files (oldest mtime: every use touches the file) are deleted until it would not; when
-other data keeps the filesystem under it, only room for the copy is made (the cache keeps
-its size instead of emptying itself under its readers). The threshold is `min_free_bytes`,
-else $PERDURE_CACHE_MIN_FREE_BYTES, else 10% of the filesystem. Source files are assumed not
-to change while cached. A copy that ends short of the source's size is an error, never a
-cached file.
+Eviction: before each copy, the least recently used files (oldest mtime: every use touches
+the file) go until free space stays above the threshold (`min_free_bytes`, else
+$PERDURE_CACHE_MIN_FREE_BYTES, else 10% of the filesystem); when other data holds the
+filesystem under it, only room for the copy is made, so the cache never empties itself under
+its readers. A copy that ends short of the source's size is an error, never a cached file.
 """
 
 from __future__ import annotations
@@ -30,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -61,10 +54,7 @@ class CachedFile:
 def plan_eviction(
     files: Sequence[CachedFile], free: int, need: int, min_free: int
 ) -> list[CachedFile]:
-    """Which files to delete, least recently used first, so `need` bytes fit above `min_free`.
-
-    Pure: no side effects. Returns every file if even that is not enough.
-    """
+    """Which files to delete, oldest use first, so `need` bytes fit above `min_free`."""
     victims: list[CachedFile] = []
     for cached in sorted(files, key=lambda f: f.last_used_ns):
         if free - need >= min_free:
@@ -115,39 +105,35 @@ class CachedVolume(Dataset[Any]):
         self.files = [check_name(f) for f in listed]
         self.read = read
         self.prefetch_threads = prefetch_threads
-        self._explicit_min_free = min_free_bytes
-        self._env_min_free = _env_min_free()
+        env_min_free = _env_min_free()  # a bad value fails here, even when overridden
+        self._min_free = env_min_free if min_free_bytes is None else min_free_bytes
         space = hashlib.sha256(self.source.describe().encode()).hexdigest()[:16]
         self._root = os.path.join(self.cache_dir, space)
         self._meta = os.path.join(self.cache_dir, _META)
         for folder in (self._root, *(os.path.join(self._meta, d) for d in ("tmp", "locks"))):
             os.makedirs(folder, exist_ok=True)
         self._init_runtime()
-        reset_after_fork(self)
 
     def _init_runtime(self) -> None:
+        """The per-process part: made anew in a forked or unpickled copy (DataLoader workers)."""
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[str, Future[str]] = {}
-        self.stats = {"hits": 0, "copies": 0, "evictions": 0, "prefetch_errors": 0}
+        self.stats = {"hits": 0, "copies": 0, "evictions": 0}
         self._warned = False
+        reset_after_fork(self)
 
     def _count(self, what: str) -> None:
         with self._lock:
             self.stats[what] += 1
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        for key in ("_lock", "_pool", "_pending", "stats", "_warned"):
-            state.pop(key)
-        return state
+        runtime = ("_lock", "_pool", "_pending", "stats", "_warned")
+        return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._init_runtime()  # a DataLoader worker gets its own threads and counters
-        reset_after_fork(self)
-
-    # -- the dataset ------------------------------------------------------------------------
+        self._init_runtime()
 
     def __len__(self) -> int:
         return len(self.files)
@@ -183,14 +169,11 @@ class CachedVolume(Dataset[Any]):
             self._pending.pop(name, None)
         return self._fetch(name)
 
-    # -- prefetching ------------------------------------------------------------------------
-
     def prefetch(self, keys: Iterable[int | str]) -> None:
         """Start copying files `keys` (indices or names) in the background; returns at once.
 
         A failed copy is retried when the file is used; `wait()` raises it otherwise.
         """
-        started: list[Future[str]] = []
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.prefetch_threads, "perdure-cache")
@@ -201,23 +184,13 @@ class CachedVolume(Dataset[Any]):
                     continue
                 if os.path.exists(self.local_path(name)):
                     continue
-                future = self._pool.submit(self._fetch, name)
-                self._pending[name] = future
-                started.append(future)
-        for future in started:  # outside the lock: a finished future calls back at once
-            future.add_done_callback(self._note_done)
-
-    def _note_done(self, future: Future[str]) -> None:
-        if _failed(future):
-            self._count("prefetch_errors")
+                self._pending[name] = self._pool.submit(self._fetch, name)
 
     def wait(self) -> None:
         """Wait for started prefetches; raise the first failure that no use has retried."""
         with self._lock:
             pending = dict(self._pending)
-        for future in pending.values():
-            with contextlib.suppress(Exception):
-                future.result()
+        futures.wait(pending.values())
         errors: list[BaseException] = []
         with self._lock:
             for name, future in pending.items():
@@ -237,8 +210,6 @@ class CachedVolume(Dataset[Any]):
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    # -- copying and eviction ---------------------------------------------------------------
-
     def _fetch(self, name: str) -> str:
         local = self.local_path(name)
         stripe = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=4).digest()) % _STRIPES
@@ -254,8 +225,8 @@ class CachedVolume(Dataset[Any]):
                     with open(temp, "wb") as out:
                         shutil.copyfileobj(stream, out, 1 << 20)
                         copied = out.tell()
-                    if copied != size:  # never cache a file cut short: a cache changes timing,
-                        raise OSError(  # never the samples
+                    if copied != size:
+                        raise OSError(
                             errno.EIO, f"{self.source.describe()}/{name}: copied {copied} of "
                             f"{size} bytes; the source ended early")
                     os.makedirs(os.path.dirname(local), exist_ok=True)
@@ -269,10 +240,8 @@ class CachedVolume(Dataset[Any]):
 
     def min_free_bytes(self) -> int:
         """The free-space threshold in force for the cache filesystem, in bytes."""
-        if self._explicit_min_free is not None:
-            return self._explicit_min_free
-        if self._env_min_free is not None:
-            return self._env_min_free
+        if self._min_free is not None:
+            return self._min_free
         fs = os.statvfs(self.cache_dir)
         return int(fs.f_blocks * fs.f_frsize * DEFAULT_MIN_FREE_FRACTION)
 
@@ -292,8 +261,7 @@ class CachedVolume(Dataset[Any]):
                     return
                 files = self._scan()
                 # Other data holds the filesystem under the threshold: emptying the cache would
-                # not lift it and would take the files being read now (a reader then finds its
-                # file gone, again and again). Make room for this copy only, oldest first.
+                # not lift it, only take the files being read. Make room for this copy only.
                 reachable = free + sum(f.size for f in files) - need >= min_free
                 victims = plan_eviction(files, free, need, min_free if reachable else free)
                 for victim in victims:
@@ -333,15 +301,11 @@ class CachedVolume(Dataset[Any]):
                 with contextlib.suppress(FileNotFoundError):
                     st = os.stat(path)
                     found.append(CachedFile(path, st.st_blocks * 512, st.st_mtime_ns))
-        self._remove_stale_temps(now)
-        return found
-
-    def _remove_stale_temps(self, now: float) -> None:
-        folder = os.path.join(self._meta, "tmp")
-        for entry in os.scandir(folder):
+        for entry in os.scandir(os.path.join(self._meta, "tmp")):
             with contextlib.suppress(FileNotFoundError):
                 if now - entry.stat().st_mtime > _STALE_TEMP_S:
                     os.unlink(entry.path)  # left by a copier that was killed
+        return found
 
 
 def _failed(future: Future[str]) -> bool:

@@ -19,21 +19,11 @@ class _Resettable(Protocol):
     def _init_runtime(self) -> None: ...
 
 
-# A flock belongs to an open file description, which a forked child (a DataLoader worker)
-# shares: if a prefetch thread held a lock at the fork, the child would keep it locked for its
-# whole life. So lock descriptors are tracked and closed in the child right after a fork, and
-# the volumes' thread locks and pools are rebuilt there (their threads do not exist).
+# A forked child (a DataLoader worker) shares the parent's flocks and would hold one a prefetch
+# thread held at the fork for its whole life: it closes the lock descriptors at once.
 _fd_guard = threading.Lock()
 _lock_fds: set[int] = set()
 _volumes: weakref.WeakSet[_Resettable] = weakref.WeakSet()
-
-
-def _before_fork() -> None:
-    _fd_guard.acquire()
-
-
-def _after_fork_in_parent() -> None:
-    _fd_guard.release()
 
 
 def _after_fork_in_child() -> None:
@@ -47,8 +37,10 @@ def _after_fork_in_child() -> None:
         volume._init_runtime()
 
 
-os.register_at_fork(
-    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+os.register_at_fork(  # lambdas: the child replaces _fd_guard
+    before=lambda: _fd_guard.acquire(),
+    after_in_parent=lambda: _fd_guard.release(),
+    after_in_child=_after_fork_in_child,
 )
 
 

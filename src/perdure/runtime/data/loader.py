@@ -1,11 +1,7 @@
 """ElasticLoader: a DataLoader whose state counts the batches the training loop received.
 
-A DataLoader with workers runs its sampler ahead of the training loop (prefetching), so the
-sampler's own position is not where the loop is. ElasticLoader counts the batches it hands
-out, so a state taken after the loop received k batches resumes at batch k+1, whatever the
-workers had prefetched. Over a map-style dataset it drives an `ElasticSampler`; over a
-`ShardDataset` it tracks each worker's stream from positions the workers send back with
-every batch. Per-batch seeding: `perdure.runtime.data.seeding`.
+Workers prefetch, so the sampler's position runs ahead of the loop; counting the batches
+handed out makes a state taken after k batches resume at batch k+1.
 """
 
 from __future__ import annotations
@@ -34,8 +30,7 @@ from perdure.runtime.data.shards import ShardDataset
 __all__ = ["ElasticLoader"]
 
 HELD_BACK_MAX = 8  # batches a reading-ahead loop may hold: Lightning holds 1
-# Without worker processes, batches are fetched this many at a time, holding at most
-# READ_AHEAD_BYTES in all: one swap of the generators' states for the lot.
+# Without workers, up to this many batches (and bytes) are fetched under one RNG state swap.
 READ_AHEAD_MAX, READ_AHEAD_BYTES = 8, 1 << 20
 _FORBIDDEN = ("batch_sampler", "sampler", "shuffle")
 
@@ -77,16 +72,13 @@ class ElasticLoader:
     A rank whose share of an epoch's last global step is empty (fewer samples left than ranks)
     receives None for that step, so every rank runs the same number of steps.
 
-    `prefetch` (map-style): a callable given the sample indices of upcoming batches, e.g.
-    `CachedVolume.prefetch`; by default the dataset's own `prefetch` method, if it has one.
-    It is called with the next `prefetch_batches` batches beyond the one just handed out;
-    `prefetch_batches=0` turns it off.
+    `prefetch` (map-style): called with the sample indices of the next `prefetch_batches`
+    batches (0: off), e.g. `CachedVolume.prefetch`; by default the dataset's `prefetch` method.
 
-    `read_ahead` (map-style, without worker processes): fetch this many batches at a time.
-    None (default): up to READ_AHEAD_MAX, holding at most READ_AHEAD_BYTES of batches, and one
-    at a time with a `prefetch`; 1: one batch per `next()`, as DataLoader does (for a dataset
-    whose samples depend on what the loop did since the last batch). Batches are the same
-    either way, and a collate_fn of your own always runs at `next()`.
+    `read_ahead` (map-style, without worker processes): batches fetched at a time. None: up to
+    READ_AHEAD_MAX within READ_AHEAD_BYTES (one with a `prefetch`); 1: one per `next()`, for
+    samples that depend on the loop since the last batch. The batches are the same either way,
+    and a collate_fn of your own runs at `next()`.
     """
 
     def __init__(
@@ -103,13 +95,11 @@ class ElasticLoader:
         if read_ahead is not None and (type(read_ahead) is not int or read_ahead < 1):
             raise ValueError(f"read_ahead is {read_ahead!r}; it must be an int >= 1, or None")
         self._read_ahead = read_ahead
-        shards = isinstance(dataset, ShardDataset)
-        _check_kwargs(dataloader_kwargs, shards)
+        _check_kwargs(dataloader_kwargs, isinstance(dataset, ShardDataset))
         self.num_workers = int(dataloader_kwargs.get("num_workers", 0))
         user_collate = dataloader_kwargs.pop("collate_fn", None)
         self._init = WorkerInit(0, dataloader_kwargs.pop("worker_init_fn", None))
-        # An iterator is current while no newer iter() was made and the position did not
-        # move (set_epoch, load_state_dict) since it started.
+        # An iterator stops counting once a newer one is made or the position moves.
         self._iteration = 0
         self._moves = 0
         self._dataset: ShardDataset[Any] | None = None
@@ -125,29 +115,28 @@ class ElasticLoader:
             raise TypeError(
                 f"ElasticLoader over a map-style dataset needs an ElasticSampler, got {sampler!r}"
             )
-        self._prefetch = prefetch if prefetch is not None else _prefetch_of(dataset)
+        if prefetch is None and callable(getattr(dataset, "prefetch", None)):
+            prefetch = dataset.prefetch  # type: ignore[attr-defined]
         if prefetch_batches is None:  # reach past what the DataLoader itself has in flight
             in_flight = int(dataloader_kwargs.get("prefetch_factor") or 2) * self.num_workers
             prefetch_batches = max(4, 2 * in_flight)
+        self._prefetch = prefetch if prefetch_batches > 0 else None
         self._prefetch_batches = prefetch_batches
-        self._setup_map(dataset, sampler, user_collate, dataloader_kwargs)
-
-    def _setup_map(
-        self,
-        dataset: Dataset[Any],
-        sampler: ElasticSampler,
-        user_collate: Callable[[Any], Any] | None,
-        kwargs: dict[str, Any],
-    ) -> None:
         self.sampler = sampler
-        self._init.seed = sampler.seed
         self._epoch, self._cursor = sampler.epoch, sampler.cursor
+        collate = EmptyAwareCollate(user_collate or _default_collate)
+        self._make_loader(SeededDataset(dataset, sampler.seed), sampler.seed, collate,
+                          dataloader_kwargs, batch_sampler=sampler)
+
+    def _make_loader(self, dataset: Dataset[Any], seed: int, collate: Callable[[Any], Any],
+                     kwargs: dict[str, Any], **more: Any) -> None:
+        self._init.seed = seed
         self.dataloader = DataLoader(
-            SeededDataset(dataset, sampler.seed),
-            batch_sampler=sampler,
-            collate_fn=EmptyAwareCollate(user_collate or _default_collate),
+            dataset,
+            collate_fn=collate,
             worker_init_fn=self._init,
-            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(sampler.seed),
+            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(seed),
+            **more,
             **kwargs,
         )
 
@@ -161,7 +150,6 @@ class ElasticLoader:
         if check_workers:
             check_same_num_workers(self.num_workers)
         self._dataset = dataset
-        self._init.seed = dataset.seed
         dataset._num_workers = self.num_workers
         dataset._tagging = True
         if self.num_workers > 0:
@@ -169,15 +157,7 @@ class ElasticLoader:
             dataset._shared = torch.zeros(size, dtype=torch.int64)
             dataset._shared.share_memory_()  # type: ignore[no-untyped-call]
         batched = kwargs.get("batch_size", 1) is not None
-        self.dataloader = DataLoader(
-            dataset,
-            collate_fn=TagCollate(user_collate, batched),
-            worker_init_fn=self._init,
-            generator=kwargs.pop("generator", None) or torch.Generator().manual_seed(dataset.seed),
-            **kwargs,
-        )
-
-    # -- position ---------------------------------------------------------------------------
+        self._make_loader(dataset, dataset.seed, TagCollate(user_collate, batched), kwargs)
 
     @property
     def over_shards(self) -> bool:
@@ -205,23 +185,21 @@ class ElasticLoader:
         length): the position before them (at most HELD_BACK_MAX)."""
         if not 0 <= held_back <= HELD_BACK_MAX:
             raise ValueError(f"held_back must be 0..{HELD_BACK_MAX}, got {held_back}")
+        handed_out = len(self._undo if self._dataset is not None else self._cursors)
+        if held_back > handed_out:
+            raise ValueError(f"held_back={held_back}: only {handed_out} batches of "
+                             "this epoch were handed out")
         if self._dataset is not None:
             return self._shard_state(self._dataset, held_back)
-        if held_back > len(self._cursors):
-            raise ValueError(f"held_back={held_back}: only {len(self._cursors)} batches of "
-                             "this epoch were handed out")
         state = self.sampler.state_dict()
         state["epoch"] = self._epoch
         state["cursor"] = self._cursors[-held_back] if held_back else self._cursor
         return state
 
     def _shard_state(self, dataset: ShardDataset[Any], held_back: int) -> dict[str, Any]:
-        if held_back == 0:
-            return dataset.state_dict()
-        if held_back > len(self._undo):
-            raise ValueError(f"held_back={held_back}: only {len(self._undo)} batches of "
-                             "this epoch were handed out")
         state = dataset.state_dict()
+        if held_back == 0:
+            return state
         streams = state["streams"] = {k: list(v) for k, v in state["streams"].items()}
         for stream, done, offset, next_stream in list(self._undo)[-held_back:][::-1]:
             streams["done"][stream], streams["offset"][stream] = done, offset
@@ -247,12 +225,9 @@ class ElasticLoader:
         return self.sampler.steps_left(self._cursor)
 
     def _follow_sampler(self) -> None:
-        """A sampler whose epoch was set directly (Lightning sets the epoch of a loader's
-        sampler, not the loader's) is followed: that epoch, from its start."""
+        """Follow a sampler whose epoch was set directly (as Lightning does): from its start."""
         if self.sampler.epoch != self._epoch:
             self._epoch, self._cursor = self.sampler.epoch, 0
-
-    # -- iteration --------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
         self._iteration += 1
@@ -274,65 +249,57 @@ class ElasticLoader:
         self._init.epoch, self._init.rank = epoch, rank
         steps = sampler.steps_left(start, world_size)
         span = world_size * sampler.batch_size
-        self._request(range(min(steps, self._prefetch_batches)), start, span, rank, world_size)
+
+        def request(first: int, stop: int) -> None:  # prefetch the samples of these steps
+            if self._prefetch is not None:
+                indices = [i for step in range(first, min(stop, steps))
+                           for i in sampler.indices(start + step * span, rank, world_size)]
+                if indices:
+                    self._prefetch(indices)
+
+        request(0, self._prefetch_batches)
         for received, batch in enumerate(self._map_batches(), start=1):
             if not self._current(token, moves):
                 return
             self._cursors.append(self._cursor)
             self._cursor = sampler.cursor_after(start, received, world_size)
-            ahead = received + self._prefetch_batches - 1
-            if ahead < steps:
-                self._request(range(ahead, ahead + 1), start, span, rank, world_size)
+            request(received + self._prefetch_batches - 1, received + self._prefetch_batches)
             yield batch
         if self._current(token, moves) and self._epoch == epoch:
             self._cursor = sampler.num_samples
 
-    def _map_batches(self) -> Iterable[Any]:
-        """The DataLoader's batches; without worker processes (and without pinning) fetched and
-        collated here by the calls the DataLoader would make, several batches at a time."""
+    def _map_batches(self) -> Iterator[Any]:
+        """The DataLoader's batches; without workers or pinning, fetched here a group at a time."""
         loader = self.dataloader
         if loader.num_workers > 0 or loader.pin_memory:
-            return loader
-        assert isinstance(loader.dataset, SeededDataset)
-        return self._fetched(loader.dataset, loader.collate_fn)  # type: ignore[arg-type]
-
-    def _fetched(self, dataset: SeededDataset, collate: Callable[[Any], Any]) -> Iterator[Any]:
-        """Batches fetched in this process: the first alone, then `_ahead` at a time."""
+            yield from loader
+            return
+        dataset, collate = loader.dataset, loader.collate_fn
+        assert isinstance(dataset, SeededDataset)
         batches = iter(self.sampler)
-        ahead = 0  # not known before this iterator's first batch
-        while True:
-            group = list(islice(batches, ahead if ahead > 1 else 1))
-            if not group:
-                return
-            got = dataset.fetch_ahead(group) if len(group) > 1 else None
-            if got is None:
-                for batch in group:
-                    data = collate(dataset.__getitems__(batch))
-                    ahead = ahead or self._ahead(data)
-                    yield data
-            else:
-                for samples in got:
-                    yield collate(samples)
+        first = next(batches, None)
+        if first is None:
+            return
+        data = collate(dataset.__getitems__(first))  # type: ignore[misc]
+        ahead = self._ahead(data)  # from the first batch's size
+        yield data
+        while group := list(islice(batches, ahead)):
+            got: Iterable[list[Any]] | None = dataset.fetch_ahead(group) if len(group) > 1 else None
+            if got is None:  # one at a time: an error is raised at its own batch
+                got = (dataset.__getitems__(batch) for batch in group)
+            for samples in got:
+                yield collate(samples)  # type: ignore[misc]
 
     def _ahead(self, batch: Any) -> int:
         """How many batches like `batch` to fetch at a time (`read_ahead`)."""
         if self._read_ahead is not None:
             return self._read_ahead
-        if self._prefetch is not None and self._prefetch_batches > 0:
+        if self._prefetch is not None:
             return 1  # the fetches would run past the batches it was asked to prefetch
         size = _nbytes(batch)
         if size is None:
             return 1
         return max(1, min(READ_AHEAD_MAX, READ_AHEAD_BYTES // max(size, 1)))
-
-    def _request(self, steps: range, start: int, span: int, rank: int, world_size: int) -> None:
-        if self._prefetch is None or self._prefetch_batches <= 0:
-            return
-        indices: list[int] = []
-        for step in steps:
-            indices += self.sampler.indices(start + step * span, rank, world_size)
-        if indices:
-            self._prefetch(indices)
 
     def _iter_shards(self, dataset: ShardDataset[Any], token: int) -> Iterator[Any]:
         moves = self._moves
@@ -355,8 +322,7 @@ class ElasticLoader:
 
 
 def _nbytes(batch: Any) -> int | None:
-    """The bytes a collated batch holds: its tensors, arrays, strings and numbers, through
-    tuples, lists and dicts; None for anything else (its size is unknown)."""
+    """The bytes a collated batch holds; None when a part's size is unknown."""
     if isinstance(batch, torch.Tensor):
         return batch.nelement() * batch.element_size()
     if isinstance(batch, np.ndarray):
@@ -367,16 +333,6 @@ def _nbytes(batch: Any) -> int | None:
         return 8
     if not isinstance(batch, (tuple, list, dict)):
         return None
-    parts = batch.values() if isinstance(batch, dict) else batch
-    total = 0
-    for part in parts:
-        size = _nbytes(part)
-        if size is None:
-            return None
-        total += size
-    return total
+    sizes = [_nbytes(part) for part in (batch.values() if isinstance(batch, dict) else batch)]
+    return None if None in sizes else sum(s for s in sizes if s is not None)
 
-
-def _prefetch_of(dataset: Any) -> Callable[[Sequence[int]], Any] | None:
-    method = getattr(dataset, "prefetch", None)
-    return method if callable(method) else None

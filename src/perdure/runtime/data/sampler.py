@@ -1,18 +1,10 @@
 """ElasticSampler: batches that resume exactly, on the same or a different world size.
 
-The epoch's order is a pure function of (seed, epoch). The only state is a global cursor: how
-many samples of that order the job has consumed this epoch. One global step consumes
-`world_size * batch_size` samples; rank r takes positions r, r + W, r + 2W, ... of the step's
-chunk (a global stride). After a resume at cursor c on W' ranks, the rest of the order,
-order[c:], is split the same way over W'.
-
-The last global step of an epoch may be partial (fewer than W * B samples left, m say):
-- `drop_last=False`: it is still split by the global stride, so every rank gets
-  ceil((m - r) / W) samples. Ranks r >= m get an EMPTY batch (an empty list), which keeps the
-  number of steps equal on every rank; every sample is still consumed exactly once.
-- `drop_last=True`: it is dropped on every rank; every rank's batch has exactly B samples.
-When the last step is yielded the cursor moves to the end of the epoch (dropped samples count
-as consumed), so a state taken then resumes with nothing left in this epoch.
+The epoch's order is a pure function of (seed, epoch); the only state is a global cursor, the
+samples of that order consumed this epoch. A global step takes the next W * B samples and rank
+r takes positions r, r + W, ... of them, so a resume at cursor c on W' ranks splits order[c:]
+the same way. A partial last step is split too (ranks past its end get an empty batch, so
+every rank runs the same number of steps), or dropped on every rank with `drop_last`.
 """
 
 from __future__ import annotations
@@ -31,11 +23,7 @@ _STATE_VERSION = 1
 
 
 class Batch(list[int]):
-    """One rank's sample indices for one global step, with where that step sits in the epoch.
-
-    A plain list of ints to anything that indexes with it; `epoch`, `cursor` (the global cursor
-    at the start of the step) and `rank` let the loader derive the batch's random seed.
-    """
+    """One rank's sample indices for one global step, with what its seed derives from."""
 
     def __init__(self, indices: list[int], epoch: int, cursor: int, rank: int) -> None:
         super().__init__(indices)
@@ -48,10 +36,7 @@ class Batch(list[int]):
 
 
 def epoch_order(num_samples: int, seed: int, epoch: int) -> np.ndarray[Any, Any]:
-    """The permuted order of `range(num_samples)` for one epoch: a pure function of its inputs.
-
-    Uses NumPy's legacy MT19937 `RandomState`, whose stream NumPy keeps frozen across releases.
-    """
+    """One epoch's order of `range(num_samples)`, by NumPy's frozen legacy `RandomState`."""
     key = derive_seed(seed, 0, epoch)
     words = np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32)
     return np.random.RandomState(words).permutation(num_samples).astype(np.int64)
@@ -90,9 +75,7 @@ class ElasticSampler:
         self.seed = _check_int("seed", seed, 0)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
-        self._rank = rank
-        self._world_size = world_size
-        resolve_world(rank, world_size)  # fail now, not at the first iter(), on a bad world
+        self.set_world(rank, world_size)  # a bad world fails now, not at the first iter()
         self._epoch = 0
         self._cursor = 0
         self._order_cache: tuple[int, np.ndarray[Any, Any]] | None = None

@@ -1,13 +1,8 @@
 """Seeds for data loading that replay after a resume, and the process's world (rank, size).
 
-Randomness in a data pipeline (augmentations in `__getitem__`, shuffles in a shard reader)
-replays after a resume only if each unit of work starts from a seed that depends neither on
-which worker ran it nor on what that worker ran before. So the CPU generators (Python, NumPy,
-torch) are reseeded before each batch of a map-style dataset, each shard of a `ShardDataset`
-and each worker process at start-up. In the main process (`num_workers=0`) the training
-loop's own generator states are saved and put back around the data work (`capture` and
-`restore`, through each library's public state API), so data loading never shifts the
-training's random stream.
+Augmentations replay only if each unit of work (a batch, a shard, a worker's start) starts
+from a seed independent of which worker ran it and what it ran before. In the main process
+the loop's generator states are put back around the data work (`capture`, `restore`).
 """
 
 from __future__ import annotations
@@ -71,12 +66,7 @@ def restore(state: CpuState) -> None:
 
 
 class CpuRngSlot:
-    """A private set of CPU generator states, swapped in around work done in the main process.
-
-    A shard reader is a generator that runs a little at a time, interleaved with the training
-    loop; the slot keeps the reader's random stream apart from the loop's. In a worker process
-    there is nothing to protect, so the slot only seeds once.
-    """
+    """CPU generator states of their own, for a shard reader interleaved with the loop."""
 
     def __init__(self, seed: int) -> None:
         self._seed = seed
@@ -102,8 +92,7 @@ class CpuRngSlot:
 
 
 def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """This process's (rank, world size): explicit values, else torch.distributed, else RANK and
-    WORLD_SIZE from the environment, else (0, 1)."""
+    """(rank, world size): as given, else torch.distributed's, else RANK and WORLD_SIZE's."""
     if rank is None or world_size is None:
         if dist.is_available() and dist.is_initialized():
             found_rank, found_size = dist.get_rank(), dist.get_world_size()

@@ -38,10 +38,6 @@ class Stream:
     done: int = 0  # items fully read
     offset: int = 0  # samples of items[done] read, counted from the shard's start
 
-    @classmethod
-    def fresh(cls, items: list[tuple[int, int]]) -> Stream:
-        return cls(items, 0, items[0][1] if items else 0)
-
     def advance(self) -> None:
         self.done += 1
         self.offset = self.items[self.done][1] if self.done < len(self.items) else 0
@@ -73,7 +69,8 @@ def deal(items: list[tuple[int, int]], rank: int, world_size: int, workers: int)
     streams_per_rank = max(1, workers)
     total = world_size * streams_per_rank
     first = rank * streams_per_rank
-    return [Stream.fresh(items[g::total]) for g in range(first, first + streams_per_rank)]
+    mine = [items[g::total] for g in range(first, first + streams_per_rank)]
+    return [Stream(its, 0, its[0][1] if its else 0) for its in mine]
 
 
 def started(plan: Plan) -> bool:
@@ -153,9 +150,6 @@ def merge_shard_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-# -- the plan, shared with DataLoader workers --------------------------------------------------
-
-
 def shared_capacity(num_shards: int, num_workers: int) -> int:
     """int64 slots a shared plan block needs (a rank's streams hold at most every shard)."""
     return _HEADER + _PER_WORKER * num_workers + 2 * num_shards
@@ -174,16 +168,12 @@ def write_shared(block: torch.Tensor, plan: Plan) -> None:
         for shard, skip in stream.items:
             items += [shard, skip]
     data = torch.tensor(values + items, dtype=torch.int64)
-    if data.numel() > block.numel():
-        raise RuntimeError(f"shard plan needs {data.numel()} slots, block has {block.numel()}")
-    block[: data.numel()].copy_(data)
+    block[: data.numel()].copy_(data)  # fits: shared_capacity counts every shard
 
 
 def read_shared(block: torch.Tensor, worker: int) -> tuple[int, int, Stream]:
     """(epoch, stream id, stream) that `worker` reads, from a block `write_shared` filled."""
-    epoch, n = int(block[0]), int(block[1])
-    if worker >= n:
-        raise RuntimeError(f"DataLoader worker {worker} has no stream: the plan has {n}")
+    epoch = int(block[0])
     at = _HEADER + _PER_WORKER * worker
     stream_id, done, offset, start, count = (int(v) for v in block[at : at + _PER_WORKER])
     flat = block[start : start + 2 * count].tolist()

@@ -1,16 +1,9 @@
 """ShardDataset: stream samples from shards (files) and resume without replaying them.
 
-Each epoch the shards are put in an order that is a pure function of (seed, epoch) and dealt
-by a global stride over every reader of the job, ranks x workers ("streams"): stream
-g = rank * max(1, num_workers) + worker of S reads order[g], order[g + S], ... So every rank
-must use the same `num_workers` (`ElasticLoader` checks it).
-
-A rank's state (its streams' shards, items done, samples into the current shard) resumes on
-the same topology exactly, batch for batch; `merge_shard_states` of every rank's state loads
-on any topology, reading nothing consumed again. A partly read shard is resumed by reading and
-discarding its first `offset` samples, so `read_shard` must yield a shard's samples in the
-same order every time. Shards are dealt whole, so ranks may get different numbers of samples:
-a DDP loop must tolerate uneven ends (e.g. torch's `Join`).
+Each epoch's shard order is a pure function of (seed, epoch), dealt by a global stride over
+ranks x workers ("streams"): stream g of S reads order[g], order[g + S], ..., so every rank
+must use the same `num_workers`. A partly read shard resumes by re-reading and dropping its
+first `offset` samples, so `read_shard` must yield them in the same order every time.
 
 State layout (plain values), per rank::
 
@@ -58,13 +51,9 @@ _END = object()
 class ShardDataset(IterableDataset[T], Generic[T]):
     """Iterate the samples of many shards; checkpoint and resume the position exactly.
 
-    `read_shard(shard)` returns the samples of one shard (a path or any string naming it), in
-    a fixed order. Shards are dealt over ranks x DataLoader workers each epoch. Use
-    `state_dict()` when iterating directly; under a DataLoader use `ElasticLoader`, whose
-    state counts the batches the training loop received rather than what workers prefetched,
-    and which carries `set_epoch` and resumes to persistent workers. (A plain DataLoader
-    works too, for one pass: its workers deal the shards themselves, but their positions
-    never reach `state_dict()`.)
+    `read_shard(shard)` returns one shard's samples, in a fixed order. Under a DataLoader use
+    `ElasticLoader`, whose state counts the batches the loop received (a plain DataLoader
+    reads one pass: its workers' positions never reach `state_dict()`).
     """
 
     def __init__(
@@ -85,8 +74,7 @@ class ShardDataset(IterableDataset[T], Generic[T]):
         self.read_shard = read_shard
         self.seed = seed
         self.shuffle = bool(shuffle)
-        self._rank, self._world_size = rank, world_size
-        resolve_world(rank, world_size)
+        self.set_world(rank, world_size)
         self._epoch = 0
         self._num_workers = 0  # set by ElasticLoader from its DataLoader
         self._plan: Plan | None = None
@@ -110,8 +98,6 @@ class ShardDataset(IterableDataset[T], Generic[T]):
         """Pin (or with None, unpin) the rank and world size the shards are dealt over."""
         resolve_world(rank, world_size)
         self._rank, self._world_size = rank, world_size
-
-    # -- plan -------------------------------------------------------------------------------
 
     def plan(self) -> Plan:
         """This rank's streams for the current epoch and topology (built on first use)."""
@@ -156,8 +142,6 @@ class ShardDataset(IterableDataset[T], Generic[T]):
         streams = [Stream(items, done, offset) for items, done, offset in streams_of(state)]
         return Plan(self._epoch, rank, world_size, workers, streams, int(state["next_stream"]))
 
-    # -- state ------------------------------------------------------------------------------
-
     def state_dict(self) -> dict[str, Any]:
         """This rank's position as plain values: its streams' shards, items done and offsets."""
         if self._pending is not None:  # loaded, not read since: the same position
@@ -188,8 +172,6 @@ class ShardDataset(IterableDataset[T], Generic[T]):
         self._epoch = int(state["epoch"])
         self._plan = None
         self._pending = dict(state)
-
-    # -- reading ----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
@@ -223,27 +205,24 @@ class ShardDataset(IterableDataset[T], Generic[T]):
             shard = stream.items[stream.done][0]
             slot = CpuRngSlot(shard_seed(self.seed, epoch, shard))
             samples = slot.call(partial(_open_shard, self.read_shard, self.shards[shard]))
+            pull = partial(slot.call, partial(next, samples, _END))
             for _ in range(stream.offset):  # re-read and drop what was consumed before
-                if slot.call(partial(next, samples, _END)) is _END:
+                if pull() is _END:
                     break
-            advanced = False
-            current = slot.call(partial(next, samples, _END))
+            current = pull()
+            if current is _END:
+                stream.advance()  # the shard held no (more) samples
             while current is not _END:
-                # One sample ahead: after a shard's last sample the position already points at
-                # the next shard, so a resume never reopens a finished one.
-                following = slot.call(partial(next, samples, _END))
+                # One ahead: after a shard's last sample the position is already the next shard.
+                following = pull()
                 if following is _END:
                     stream.advance()
-                    advanced = True
                 else:
                     stream.offset += 1
-                if self._tagging:
-                    yield Tagged(current, stream_id, stream.done, stream.offset)
-                else:
-                    yield current
+                if self._tagging:  # ElasticLoader's position comes with the sample
+                    current = Tagged(current, stream_id, stream.done, stream.offset)
+                yield current
                 current = following
-            if not advanced:
-                stream.advance()  # the shard held no (more) samples
 
 
 def _open_shard(read_shard: Callable[[str], Iterable[Any]], name: str) -> Iterator[Any]:

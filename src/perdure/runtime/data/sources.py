@@ -1,7 +1,5 @@
-"""Where a CachedVolume's files come from: a local (or mounted network) directory, or fsspec.
-
-A source names its files by relative POSIX paths ("train/000.tar") and opens them for
-reading. Implement the `Source` protocol to cache from anything else.
+"""Where a CachedVolume's files come from: a local (or mounted) directory, S3 or fsspec; the
+`Source` protocol for anything else. Files are named by relative POSIX paths.
 """
 
 from __future__ import annotations
@@ -54,13 +52,8 @@ class LocalSource:
         return "file://" + self.root
 
     def list_files(self) -> list[str]:
-        names: list[str] = []
-        for folder, _dirs, files in os.walk(self.root):
-            rel = os.path.relpath(folder, self.root)
-            for file in files:
-                path = file if rel == "." else f"{rel}/{file}"
-                names.append(path.replace(os.sep, "/"))
-        return sorted(names)
+        return sorted(os.path.relpath(os.path.join(folder, file), self.root).replace(os.sep, "/")
+                      for folder, _dirs, files in os.walk(self.root) for file in files)
 
     def open(self, name: str) -> tuple[BinaryIO, int]:
         stream = open(os.path.join(self.root, check_name(name)), "rb")  # noqa: SIM115

@@ -1,14 +1,6 @@
-"""The S3 calls perdure makes, over s3fs, each retried (retry.py) and each upload verified.
-
-An upload (in parallel parts above ``part_bytes``) is checked against the server's answer:
-the ETag it reports (the MD5 of what it stored, per part for a multipart upload) must be the
-MD5 computed here while reading. Reads are ranged GETs, in parallel parts. Credentials and
-endpoint come from the AWS chain as boto reads them; options passed in go to s3fs.
-
-Settings (environment): PERDURE_S3_PART_MB (part size, default 16), PERDURE_S3_CONCURRENCY
-(parts in flight per upload or read, default 8).
-
-Side effects: network I/O to the object store.
+"""The S3 calls perdure makes, over s3fs: each retried (retry.py), each upload checked against
+the ETag the server reports (the MD5 of what it stored), reads and large uploads in parallel
+parts of PERDURE_S3_PART_MB (default 16), PERDURE_S3_CONCURRENCY at a time (default 8).
 """
 
 from __future__ import annotations
@@ -19,6 +11,7 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,8 +54,7 @@ class S3Client:
         self._pools: dict[str, ThreadPoolExecutor] = {}
 
     def _executor(self, name: str) -> ThreadPoolExecutor:
-        """The "parts" pool, or the "ahead" one (whole reads ahead, which wait on parts: never
-        in the same pool); made on first use, again after ``close``."""
+        """The "parts" pool or the "ahead" one (reads ahead wait on parts: never one pool)."""
         pool = self._pools.get(name)
         if pool is None:
             size = self.concurrency * 2 if name == "parts" else self.concurrency
@@ -90,8 +82,6 @@ class S3Client:
         """Run ``fn(*args)`` in the background (a read ahead)."""
         return self._executor("ahead").submit(fn, *args)
 
-    # ---- reading --------------------------------------------------------------------------
-
     def head(self, path: str) -> tuple[int, str] | None:
         """(size, ETag) of ``path``, or None when there is no such object."""
         bucket, key = self.split(path)
@@ -106,8 +96,7 @@ class S3Client:
         return data
 
     def read_into(self, path: str, start: int, view: memoryview) -> None:
-        """Fill ``view`` with the bytes of ``path`` from ``start``: parallel ranged GETs, each
-        copied once, into its own slice."""
+        """Fill ``view`` with the bytes of ``path`` from ``start``, by parallel ranged GETs."""
         spans = _spans(start, len(view), self.part_bytes)
         if len(spans) == 1:
             self._get(path, start, view)
@@ -126,31 +115,27 @@ class S3Client:
             raise EOFError(f"{path}: asked for bytes {start}-{end}, got {len(data)}")
         view[:] = data
 
-    def list_names(self, path: str) -> list[str]:
-        """Names of the immediate children of ``path`` ([] when there are none)."""
+    def _ls(self, path: str, detail: bool) -> list[Any]:
         try:
-            found = self._call(f"list {path}",
-                               lambda: self.fs.ls(path, detail=False, refresh=True))
+            found: list[Any] = self._call(
+                f"list {path}", lambda: self.fs.ls(path, detail=detail, refresh=True))
         except FileNotFoundError:
             return []
-        return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in found)
+        return found
+
+    def list_names(self, path: str) -> list[str]:
+        """Names of the immediate children of ``path`` ([] when there are none)."""
+        return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in self._ls(path, False))
 
     def sizes(self, path: str) -> dict[str, int]:
         """Name -> size of the objects directly under ``path`` (one listing)."""
-        try:
-            found = self._call(f"list {path}",
-                               lambda: self.fs.ls(path, detail=True, refresh=True))
-        except FileNotFoundError:
-            return {}
         return {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
-                for e in found if e.get("type") == "file"}
+                for e in self._ls(path, True) if e.get("type") == "file"}
 
     def find(self, path: str) -> list[str]:
         """Every object below ``path`` (full paths)."""
         found: list[str] = self._call(f"list {path}", lambda: self.fs.find(path, withdirs=False))
         return found
-
-    # ---- writing --------------------------------------------------------------------------
 
     def put_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` and confirm the server holds exactly it."""
@@ -163,8 +148,7 @@ class S3Client:
         """Upload ``local`` to ``path`` (in parallel parts when large) and confirm it."""
         size = local.stat().st_size
         if size <= self.part_bytes:
-            data = local.read_bytes()
-            self.put_bytes(path, data)
+            self.put_bytes(path, local.read_bytes())
             return
         self._multipart(local, path, size)
         self.fs.invalidate_cache(path)
@@ -224,12 +208,9 @@ class S3Client:
         """Move every object below ``src`` to the same place below ``dst``: server-side copies,
         then the deletes (not atomic: an interrupted move leaves objects in both)."""
         for name in self.find(src):
-            self._copy(name, dst + name[len(src):])
+            self._call(f"copy {name}", partial(self.fs.copy, name, dst + name[len(src):]))
         self.fs.invalidate_cache(dst)
         self.remove(src)
-
-    def _copy(self, src: str, dst: str) -> None:
-        self._call(f"copy {src}", lambda: self.fs.copy(src, dst))
 
     def remove(self, path: str) -> None:
         """Delete ``path`` and everything below it; a missing path is not an error."""
@@ -239,8 +220,7 @@ class S3Client:
 
 
 def _check_tag(path: str, found: object, expected: str) -> None:
-    """Raise VerifyError when the server's ETag for what it stored is not the digest of what
-    was sent (an answer without one checks nothing: the commit's listing still checks sizes)."""
+    """Raise VerifyError when the server's ETag (if it sent one) is not `expected`."""
     tag = str(found or "").strip('"')
     if tag and tag != expected:
         raise VerifyError(f"{path} holds other bytes than were sent (ETag {tag}, expected "
@@ -248,8 +228,7 @@ def _check_tag(path: str, found: object, expected: str) -> None:
 
 
 def _spans(start: int, length: int, part: int) -> list[tuple[int, int]]:
-    """(offset, size) of the parts of [start, start + length): ``part`` bytes each, the last
-    one taking a remainder under S3's minimum part. No side effects."""
+    """(offset, size) of ``part``-byte parts of [start, start + length), the last the rest."""
     count = max(1, length // part)
     spans = [(start + i * part, part) for i in range(count)]
     last_start, _ = spans[-1]

@@ -1,14 +1,9 @@
 """A seekable read-only stream over one S3 object, made of ranged GETs.
 
-A large ``readinto`` is fetched straight into the caller's buffer in parallel parts, and the
-next stretches of the same length are fetched ahead, up to ``depth`` in flight. Small reads
-(an archive's headers and directory) are served from a few cached blocks. A reader that says
-which ranges it will read (``plan``, as a restore does) gets read-ahead that stops at each
-range's end, a range's tail (a zip's directory) for a small read near it, and ranges of at
-most ``WHOLE_MAX`` bytes fetched whole, ahead of use: for small items the requests, not the
-bytes, are what costs.
-
-Side effects: network I/O through the S3Client.
+Large reads go straight into the caller's buffer in parallel parts, with the next stretches
+fetched ahead; small reads (an archive's headers) come from a few cached blocks. With a
+``plan`` of the ranges to read (a restore), read-ahead stops at each range's end and small
+ranges are fetched whole, ahead of use: for small items the requests are what costs.
 """
 
 from __future__ import annotations
@@ -64,8 +59,7 @@ class RangedStream(SeekableReader):
         return n
 
     def _from_whole(self, start: int, view: memoryview) -> bool:
-        """Serve a read inside a small planned range from its bytes, fetched whole (and the
-        next small ranges ahead, ``depth`` in all); False when the read is not such."""
+        """Serve a read inside a small planned range from its bytes; False when it is not one."""
         i = bisect.bisect_right(self._starts, start) - 1
         if i < 0 or start + len(view) > self._ends[i] or (
                 self._ends[i] - self._starts[i] > WHOLE_MAX):

@@ -1,16 +1,9 @@
 """Retries for object-store calls: which errors are worth another try, and how long to wait.
 
-Transient: 5xx answers (500 InternalError, 503 SlowDown), timeouts, throttling, and dropped,
-refused or reset connections; anything else is the answer and is raised at once. A client
-whose configuration makes it fail before sending (credentials in AWS_ENDPOINT_URL, an endpoint
-that is no URL) raises ConfigError: botocore reports it as an error that looks transient.
-Waits grow exponentially up to a cap, with full jitter, so ranks that hit the same throttled
-prefix do not retry in step.
-
-Settings (environment): PERDURE_S3_ATTEMPTS (tries per call, default 6), PERDURE_S3_BACKOFF_S
-(the first wait's ceiling, default 0.2 s), PERDURE_S3_BACKOFF_CAP_S (default 5 s).
-
-Side effects: ``call`` sleeps between tries and logs each retry (never request headers).
+Transient: 5xx answers, timeouts, throttling and dropped connections; anything else is raised
+at once. Waits grow exponentially to a cap with full jitter, so ranks throttled together do not
+retry in step: PERDURE_S3_ATTEMPTS (default 6), PERDURE_S3_BACKOFF_S (the first wait's ceiling,
+default 0.2), PERDURE_S3_BACKOFF_CAP_S (default 5).
 """
 
 from __future__ import annotations
@@ -54,13 +47,12 @@ class RetryPolicy:
     cap_s: float = 5.0
 
     def wait(self, failures: int, rand: Callable[[], float] = random.random) -> float:
-        """Seconds to wait after ``failures`` failed tries: full jitter under an exponential
-        ceiling. No side effects beyond calling ``rand``."""
+        """Seconds to wait after ``failures`` failed tries."""
         return float(rand() * min(self.cap_s, self.base_s * 2.0 ** max(0, failures - 1)))
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
-        """The policy the environment sets (see the module docstring); bad values say so."""
+        """The policy the environment sets (module docstring)."""
         return cls(
             attempts=positive_int("PERDURE_S3_ATTEMPTS", cls.attempts),
             base_s=_number("PERDURE_S3_BACKOFF_S", cls.base_s),
@@ -83,8 +75,7 @@ def _number(name: str, default: float, *, integer: bool = False) -> float:
 
 
 def positive_int(name: str, default: int) -> int:
-    """The integer >= 1 in environment variable ``name`` (``default`` when unset); a bad value
-    raises ValueError naming the variable."""
+    """The integer >= 1 in environment variable ``name`` (``default`` when unset)."""
     return int(_number(name, default, integer=True))
 
 
@@ -110,15 +101,13 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def misconfigured(exc: BaseException) -> bool:
-    """Whether ``exc`` was caused by the client refusing its own request (a ValueError or
-    TypeError under botocore's HTTP client error: credentials in the endpoint URL, a bad
-    endpoint): the same every time. No side effects."""
+    """Whether the client refused its own request (a bad endpoint): looks transient, is not."""
     return any(isinstance(e, ValueError | TypeError) and not isinstance(e, OSError)
                for e in _chain(exc)[1:])
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) is worth another try. No side effects."""
+    """Whether ``exc`` (or what caused it) is worth another try."""
     if misconfigured(exc):
         return False
     for e in _chain(exc):
@@ -140,16 +129,14 @@ def transient(exc: BaseException) -> bool:
 
 
 def describe(exc: BaseException) -> str:
-    """The error as one line: its type, the server's code where it gave one, and the first
-    line of its text. Nothing from the request (headers, signatures, keys)."""
+    """The error as one line: type, the server's code, the first line of its text (redacted)."""
     code = next((c for c in map(_code, _chain(exc)) if c is not None), None)
     text = redact((str(exc).strip().splitlines() or [""])[0])[:300]
     return f"{type(exc).__name__}{f' ({code})' if code else ''}: {text}"
 
 
 def call(what: str, fn: Callable[[], _T], policy: RetryPolicy) -> _T:
-    """``fn()``, tried again after transient errors (``policy``). Raises other errors as they
-    are, and GaveUp (naming ``what``, the last error and the tries) when the tries run out."""
+    """``fn()``, tried again after transient errors; GaveUp when the tries run out."""
     failures = 0
     while True:
         try:
