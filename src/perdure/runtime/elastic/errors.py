@@ -1,8 +1,6 @@
 """Tell a lost peer from a bug: the one exception type elastic code catches, and its classifier.
 
-No side effects. A survivor's next collective fails with a plain RuntimeError from the backend
-when a peer dies or hangs; `is_membership_error` recognises those, and `MembershipError` is
-what perdure raises itself when the membership changes.
+No side effects.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Peer memory for snapshots: a small TCP server in every replica that holds others' snapshots.
+"""Peer memory for snapshots: a TCP server in every replica that keeps others' newest ones.
 
-Each replica runs one `Holder` (a daemon thread) and registers its address through the job's
-transport. A replica sends each snapshot to its peer's holder, which keeps the newest `keep`
-complete ones per replica in host memory; a replacement fetches its own from there, so it
-restores without reading persistent storage. A transfer cut short is never stored.
-
-Only the job's own replicas are served (wire.py authenticates both sides with the job's
-secret), a `put` must name one of them (`allowed`) and fit under `max_bytes` before anything
-is allocated, and the holder binds to the one interface the job uses, never to every one.
-
+Only the job's replicas are served (wire.py), a `put` must name one of them and fit under
+`max_bytes` before anything is allocated, and a transfer cut short is never stored.
 Requests: `put` {replica, step, size, meta} -> {ready}, payload -> {ok}; `list` {replica} ->
-{steps}; `get` {replica, step} -> {size, meta} + payload. Payloads are opaque bytes here
-(codec.py's format).
+{steps}; `get` {replica, step} -> {size, meta} + payload.
 
 Side effects: a listening socket and its threads.
 """
@@ -217,8 +209,7 @@ def _open(addr: HolderAddress, secret: str, timeout: float) -> wire.Connected:
 
 def put(addr: HolderAddress, replica: str, step: int, chunks: Sequence[bytes | memoryview],
         meta: dict[str, Any], *, secret: str, timeout: float = 30.0) -> None:
-    """Send `replica`'s snapshot of `step` (the concatenation of `chunks`) to the holder at
-    `addr`; raise OSError on failure. The chunks are sent as they are, not joined first."""
+    """Send `replica`'s snapshot of `step` (`chunks`, not joined first); OSError on failure."""
     size = sum(memoryview(c).nbytes for c in chunks)
     with _open(addr, secret, timeout) as conn:
         conn.ask({"op": "put", "replica": replica, "step": step, "size": size, "meta": meta})
@@ -229,8 +220,7 @@ def put(addr: HolderAddress, replica: str, step: int, chunks: Sequence[bytes | m
 
 def list_steps(addr: HolderAddress, replica: str, *, secret: str,
                timeout: float = 2.0) -> list[int]:
-    """Steps of `replica`'s snapshots the holder at `addr` has; [] when it cannot be reached
-    or does not prove the job's secret."""
+    """Steps of `replica`'s snapshots held at `addr`; [] when it is gone or not the job's."""
     try:
         with _open(addr, secret, timeout) as conn:
             reply = conn.ask({"op": "list", "replica": replica})
@@ -243,8 +233,7 @@ def list_steps(addr: HolderAddress, replica: str, *, secret: str,
 def fetch_with(addr: HolderAddress, replica: str, step: int,
                read: Callable[[Callable[[memoryview], None], int], T], *, secret: str,
                timeout: float = 60.0) -> T:
-    """`read(read_into, size)` over `replica`'s snapshot of `step` from the holder at `addr`:
-    the payload is read where `read` puts it (raises OSError on failure)."""
+    """`read(read_into, size)` over `replica`'s snapshot of `step` at `addr` (OSError)."""
     with _open(addr, secret, timeout) as conn:
         reply = conn.ask({"op": "get", "replica": replica, "step": step})
         size = reply.get("size")
@@ -266,9 +255,8 @@ def fetch(addr: HolderAddress, replica: str, step: int, *, secret: str,
 
 
 def bind_host() -> str:
-    """The holder's address: `$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR,
-    else (a loopback MASTER_ADDR) toward the controller's relay (`$PERDURE_CONTROL_ADDR`, on a
-    cluster), else loopback; never a wildcard (ValueError)."""
+    """`$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR, else (a loopback one)
+    toward the relay at `$PERDURE_CONTROL_ADDR`; never a wildcard (ValueError)."""
     chosen = os.environ.get("PERDURE_SNAPSHOT_BIND")
     if chosen is not None:
         wire.check_bind(chosen, "PERDURE_SNAPSHOT_BIND")

@@ -1,10 +1,6 @@
 """The elastic Manager: keep the process alive across membership changes and rebuild its group.
 
-A lost peer makes the next collective fail; `elastic_retry` catches that
-(`is_membership_error`), waits for a membership round that satisfies the minimum (pause mode:
-every replica), forms that round's group and calls the function again, in the same process.
-Any other error propagates at once. Without a controller (no rendezvous) the Manager is a thin
-wrapper over a static world.
+Without a controller (no rendezvous) it is a thin wrapper over a static world.
 
 Side effects: process-group creation, rounds and markers through the transport.
 """

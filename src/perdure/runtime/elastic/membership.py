@@ -1,9 +1,7 @@
 """One replica's membership: which round it is in, which round to join next, and joining it.
 
-The Manager's engine. After a loss it takes the newest round that includes this replica and
-satisfies the minimum (the same round again when nothing newer was published: a false alarm,
-or the controller has not reacted yet) and meets its members (barrier.py); in resize mode it
-goes on with the members present after a grace period. A newer round published meanwhile wins.
+After a loss it joins the newest round that includes this replica and satisfies the minimum
+(the same round again when nothing newer is out); a newer round published meanwhile wins.
 
 Side effects: reads rounds and writes markers through the transport, forms process groups.
 """
@@ -91,7 +89,6 @@ class Membership:
 
         broken: the generation of the current round whose group broke (after a loss).
         partial_ok: after a loss in resize mode, go on with the members present.
-        Raises TimeoutError after `timeout` seconds.
         """
         deadline = time.monotonic() + timeout
         while True:

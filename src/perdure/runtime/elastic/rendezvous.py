@@ -1,8 +1,5 @@
 """Membership rounds as the controller publishes them (round.json, read through the transport).
 
-A round is the round number, why, and the members in rank order with their nodes; rounds only
-go up within an attempt.
-
 Side effects: `read_round` and `RoundWatcher` read through the transport given.
 """
 

@@ -1,9 +1,7 @@
 """How `elastic_retry` decides: the retry limit, the elastic mode, and the events it reports.
 
-No side effects: these are values and pure functions. The mode comes from the job spec (the
-controller sets PERDURE_ELASTIC_MODE and PERDURE_MIN_WORLD_SIZE for elastic jobs); an explicit
-`minimum_replicas` overrides it, and a disagreement is returned as a warning to show, never
-dropped silently (docs/guides/elastic.md).
+No side effects. The mode comes from the job spec (PERDURE_ELASTIC_MODE,
+PERDURE_MIN_WORLD_SIZE); an explicit `minimum_replicas` overrides it, with a warning.
 """
 
 from __future__ import annotations

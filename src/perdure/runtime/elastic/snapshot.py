@@ -1,17 +1,9 @@
 """In-memory snapshots: each replica's state held in its own host memory and in a peer's.
 
-    snap = Snapshotter()                  # one per process, after elastic.Manager()
-    if step % 50 == 0:
-        snap.save(step, state)            # copies into host buffers, replicates in background
-    info = snap.load(state)               # every rank: newest step all ranks hold; None if none
-
-`save` blocks training only for the copy into reusable host buffers; a background thread
-sends that copy to the peer's holder (a replica on another node where there is one) and
-writes it to an optional node-local directory (e.g. /dev/shm, which outlives the worker). A
-save that finds the previous one still in flight is skipped. `load` is a collective: the ranks
-agree on the newest step every one of them can restore (own memory, node-local file, or a
-peer's memory), so a replica killed during a snapshot makes everyone fall back to the previous
-one. When `load` returns None, restore from a persistent checkpoint instead.
+`save` blocks training only for the copy into host buffers; a background thread sends it to
+the peer's holder and to an optional node-local directory. `load` is a collective: the ranks
+agree on the newest step every one of them can restore, so a replica killed mid-snapshot makes
+everyone fall back to the previous one.
 
 Side effects: a holder thread and socket, a background thread, files in holder_dir.
 """
@@ -71,9 +63,7 @@ def _tree(tree: Any) -> dict[str, Any]:
 
 
 def _targets(state: Mapping[str, Any]) -> codec.Target:
-    """Where a restore can write each tensor of the snapshot in place: the live tensor at the
-    same path (a parameter, a buffer, an optimizer's momentum) if it has the same dtype and
-    shape and is contiguous CPU memory."""
+    """The live tensor at each path a restore can read into (same dtype and shape, CPU)."""
     live: dict[codec.Path, torch.Tensor] = {}
     for key, wrapped in state.items():
         value = unwrap(wrapped)
@@ -150,14 +140,12 @@ class Snapshotter:
         self.skipped = 0
 
     def _is_job_replica(self, name: str) -> bool:
-        """Whether `name` is one of this job's replicas: a member of the current round, or
-        registered in the job's holder registry (only these are stored)."""
+        """A member of the current round, or registered as a holder: only these are stored."""
         if self.manager is not None and any(m.replica == name for m in self.manager.members):
             return True
         return any(a.replica == name for a in self._registered())
 
     def _registered(self) -> list[hd.HolderAddress]:
-        """Every holder address registered (stale ones included: their connections fail)."""
         if self._transport is None:
             return []
         out = []
@@ -305,8 +293,7 @@ class Snapshotter:
             self._error = None
 
     def _read(self, step: int, source: str, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The snapshot's tree; from a file or a peer, tensors are read straight into the
-        matching tensors of `state` (its parameters: warm memory, nothing new to fault in)."""
+        """The snapshot's tree; from a file or a peer, read straight into `state`'s tensors."""
         if source == "memory":
             return self._own[step][1]
         into = _targets(state)

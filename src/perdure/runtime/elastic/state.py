@@ -1,15 +1,11 @@
 """A training state as plain trees: capture it into reusable host buffers, put it back in place.
 
-A state is a mapping of name -> nn.Module, Optimizer, tensor, object with `state_dict()` and
-`load_state_dict()` (an ElasticSampler, a scheduler), or plain value (int, float, str, bool,
-None, and lists / tuples / dicts of those). A value wrapped in the Checkpointer's `RankLocal`
-(an RNG state, anything that differs per rank) is snapshotted like the value it wraps, but
-never broadcast: each rank keeps its own. `capture` turns it into a tree of tensors and plain
-values; tensors are copied into buffers that the next capture reuses when shapes match (a
-memcpy into warm memory, not fresh memory to fault in).
+A state maps names to modules, optimizers, tensors, objects with `state_dict()` and
+`load_state_dict()`, or plain values; a `RankLocal` value is captured like the value it wraps
+but never broadcast.
 
-Side effects: `apply` and `broadcast` write into the user's objects; `capture` writes only into
-its buffers.
+Side effects: `apply` and `broadcast` write into the user's objects; `capture` only into its
+buffers.
 """
 
 from __future__ import annotations
@@ -167,8 +163,8 @@ def apply(state: MutableMapping[str, Any], tree: Mapping[str, Any]) -> None:
 def broadcast(state: MutableMapping[str, Any], src: int) -> None:
     """Make every rank's `state` equal to rank `src`'s, in place (a collective).
 
-    Module and tensor values are broadcast in place (one flat buffer per dtype); optimizer,
-    stateful and plain values travel as objects; RankLocal values stay as they are.
+    Modules and tensors travel as one flat buffer per dtype, the rest as objects; RankLocal
+    values stay as they are.
     """
     import torch.distributed as dist
 

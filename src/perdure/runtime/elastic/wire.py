@@ -1,12 +1,9 @@
 """The snapshot holder's wire: framed JSON headers, mutual authentication, where to bind.
 
-A frame is an 8-byte big-endian length, then a JSON object (at most `MAX_HEADER` bytes, checked
-before it is read); payload bytes may follow. The server speaks first with a fresh nonce; the
-client's request carries its own nonce and `auth` = HMAC-SHA256(job secret, "request" + server
-nonce + the canonical request); every reply carries `auth` over the client's nonce the same
-way. So a stranger's request is refused before its payload is read, and a server without the
-secret is not believed. Payloads are neither encrypted nor MACed: run jobs on a private
-network.
+A frame is an 8-byte big-endian length and a JSON object of at most `MAX_HEADER` bytes;
+payload bytes may follow. Each side sends a nonce, and a request (a reply) carries the
+HMAC-SHA256 of the job secret over the other side's nonce and the document: a stranger is
+refused before its payload is read. Payloads are not MACed: run jobs on a private network.
 
 Side effects: socket I/O only.
 """
@@ -142,9 +139,7 @@ class Connected:
 
 
 def interface_for(master_addr: str) -> str:
-    """The address of this host's interface toward `master_addr`: where a job's listeners
-    bind. Loopback for a loopback master; else the source address the kernel would use to
-    reach it (a UDP connect: no packet is sent). OSError when there is no route."""
+    """This host's address toward `master_addr` (the kernel's route; OSError when none)."""
     if master_addr in ("", "localhost"):
         return "127.0.0.1"
     try:
@@ -160,11 +155,7 @@ def interface_for(master_addr: str) -> str:
 
 
 def check_bind(host: str, what: str) -> None:
-    """ValueError if `host` is a wildcard address (every interface) as the socket would read it.
-
-    Resolved as `bind` resolves it: the socket takes spellings of 0.0.0.0 that `ipaddress`
-    does not (`0`, `0x0`, `0.0`).
-    """
+    """ValueError if `host` is a wildcard address, resolved as `bind` would (`0`, `0x0`)."""
     if host in ("", "<broadcast>"):
         raise ValueError(f"{what}={host!r} would accept peers on every interface; name the "
                          "address of the one interface the job uses")

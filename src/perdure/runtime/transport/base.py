@@ -1,9 +1,8 @@
 """The one contract between a replica's runtime and the controller, whatever carries it.
 
-Rounds, ready and finished markers, the store a round's members meet in, snapshot holders'
-addresses, the stop notice, the error record and progress reports all go through a
-`Transport`: `FileTransport` (files in the controller's state dir, on its host) or
-`NetTransport` (a client of the controller's relay). Callers never know which one they hold.
+Rounds, markers, round stores, holder addresses, the stop notice, the error record and
+progress all go through a `Transport`: `FileTransport` or `NetTransport`, callers never know
+which.
 
 No side effects: the protocol and the environment's names.
 """

@@ -1,11 +1,8 @@
 """A replica's connections to the controller's relay: authenticated, retried, pooled.
 
-One `RelayClient` per process. Each call takes a connection from a small pool (a new one is
-opened and authenticated when none is idle), sends one request frame, reads the reply and
-returns the connection. When the relay cannot be reached (the controller is restarting) a call
-is retried with backoff until its deadline, then raises TransportError; a refusal (bad secret,
-not a replica of this job) raises at once. Requests carry the client's token and a sequence
-number, so the relay can tell a retried non-idempotent request (a store `add`) from a new one.
+An unreachable relay is retried with backoff until the call's deadline (TransportError); a
+refusal raises at once. Requests carry the client's token and a sequence number, so the relay
+can tell a retried non-idempotent request (a store `add`) from a new one.
 
 Side effects: TCP connections to the relay.
 """

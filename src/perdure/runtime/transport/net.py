@@ -1,14 +1,9 @@
 """The network transport: the runtime's contracts as requests to the controller's relay.
 
-For replicas on hosts that see neither the controller's state dir nor its files (a Ray
-cluster; the local backend with `transport: net`). The relay writes what it receives into the
-state dir in the file transport's layout, so the controller reads the same records either way.
-Reads that run on the training path (the round, at every step boundary) give the last answer
-when the relay is away instead of stalling; writes that must arrive (markers, the error
-record) are retried with backoff. Progress records are queued and sent in order by a daemon
-thread, in numbered batches under the frame limit (a batch re-sent after a lost answer is
-appended once); while the relay is away they wait, up to MAX_PENDING_LINES (the oldest
-dropped first, and counted).
+For replicas on hosts that do not see the controller's state dir. Polled reads give the last
+answer while the relay is away instead of stalling; writes that must arrive are retried.
+Progress records are sent in order by a daemon thread, in numbered batches (a batch re-sent
+after a lost answer is appended once); at most MAX_PENDING_LINES wait, the oldest dropped.
 
 Side effects: TCP connections to the relay; a daemon thread for progress records.
 """
@@ -52,10 +47,9 @@ def _stamp(value: Any) -> Hashable | None:
 
 
 class NetTransport:
-    """A client of the relay at PERDURE_CONTROL_ADDR (see the module docstring).
+    """A client of the relay at PERDURE_CONTROL_ADDR.
 
-    local: the files this replica's own host gives it (the supervisor's stop and error files),
-    used only when the relay cannot be reached.
+    local: the supervisor's stop and error files, used when the relay cannot be reached.
     """
 
     kind = "net"

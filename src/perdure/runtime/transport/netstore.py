@@ -1,10 +1,7 @@
 """A torch.distributed.Store kept by the controller's relay, not by any training replica.
 
-The elastic barrier and gloo's `init_process_group` meet in it; a replica's death never takes
-it away, and the relay writes its changes to the state dir so that it comes back after a
-controller restart. Every operation is a request on the replica's authenticated connection;
-a blocking `get` / `wait` is a series of long polls, so a relay outage only makes it wait
-longer (up to the store's timeout). Values travel as latin-1 text (bytes, losslessly).
+A replica's death never takes it away. A blocking `get` / `wait` is a series of long polls,
+so a relay outage only makes it wait longer. Values travel as latin-1 text (bytes, losslessly).
 
 Side effects: requests to the relay.
 """

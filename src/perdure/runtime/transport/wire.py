@@ -1,11 +1,8 @@
 """The relay's wire: length-prefixed JSON frames and the per-job authentication handshake.
 
-Shared by the replica's client (net.py) and the controller's relay, so both sides speak one
-format. A frame is a 4-byte big-endian length and that many bytes of JSON; a length over
-MAX_FRAME is refused before anything is allocated. A connection starts with a challenge: the
-relay sends a fresh nonce, the client answers with its job, replica and launch and
-HMAC-SHA256(job secret, nonce and those names); the relay compares with hmac.compare_digest.
-Every later request on the connection speaks for that replica only.
+A frame is a 4-byte big-endian length and that many bytes of JSON (over MAX_FRAME: refused
+before anything is allocated). The relay sends a nonce; the client answers with its job,
+replica, launch and their HMAC under the job secret, and then speaks for that replica only.
 
 Side effects: socket reads and writes only.
 """
