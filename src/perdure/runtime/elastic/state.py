@@ -11,7 +11,6 @@ buffers.
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -23,16 +22,11 @@ __all__ = ["Buffers", "apply", "broadcast", "capture", "check_state", "kind_of",
 _PLAIN = (int, float, str, bool, type(None))
 
 
-@functools.cache
-def _rank_local() -> type:
-    from perdure.runtime.checkpoint import RankLocal  # not at import time: a cycle
-
-    return RankLocal
-
-
 def unwrap(value: Any) -> Any:
     """The value inside a RankLocal, or `value` itself."""
-    return getattr(value, "value") if isinstance(value, _rank_local()) else value  # noqa: B009
+    from perdure.runtime.checkpoint import RankLocal  # not at import time: a cycle
+
+    return value.value if isinstance(value, RankLocal) else value
 
 
 def kind_of(value: Any) -> str:

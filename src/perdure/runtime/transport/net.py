@@ -42,10 +42,6 @@ MAX_PENDING_LINES = 100_000
 _BATCH_BYTES = MAX_FRAME // 2  # room for the request's own fields and JSON escaping
 
 
-def _stamp(value: Any) -> Hashable | None:
-    return tuple(value) if isinstance(value, list) else value
-
-
 class NetTransport:
     """A client of the relay at PERDURE_CONTROL_ADDR.
 
@@ -108,7 +104,8 @@ class NetTransport:
         reply = self._poll("round", None, since=since)
         if reply is None:  # the relay is away: nothing new can have been published
             return since, None
-        return _stamp(reply.get("stamp")), reply.get("doc")
+        stamp = reply.get("stamp")  # JSON has no tuples
+        return (tuple(stamp) if isinstance(stamp, list) else stamp), reply.get("doc")
 
     def mark_ready(self, attempt: int, replica: str, round_no: int) -> None:
         self._call("ready", WRITE_SECONDS, attempt=attempt, round=round_no, pid=os.getpid())

@@ -84,10 +84,3 @@ class RelayStore(dist.Store):  # type: ignore[name-defined,misc]
 
     def append(self, key: str, value: Any) -> None:
         self._call("append", key=key, value=_text(value))
-
-    def multi_get(self, keys: list[str]) -> list[bytes]:
-        return [self.get(k) for k in keys]
-
-    def multi_set(self, keys: list[str], values: list[Any]) -> None:
-        for k, v in zip(keys, values, strict=True):
-            self.set(k, v)
