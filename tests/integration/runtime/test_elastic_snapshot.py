@@ -55,7 +55,7 @@ def test_a_transfer_cut_short_is_never_stored(holder: hd.Holder) -> None:
     with socket.create_connection(("127.0.0.1", holder.port)) as sock:
         header = json.dumps({"op": "put", "replica": "worker-0", "step": 40, "size": 1000,
                              "meta": {}}).encode()
-        sock.sendall(struct.pack(">Q", len(header)) + header + b"x" * 10)
+        sock.sendall(struct.pack(">I", len(header)) + header + b"x" * 10)
     # the sender died after 10 of 1000 bytes
     assert hd.list_steps(address(holder), "worker-0", secret=SECRET) == []
 

@@ -26,7 +26,7 @@ from perdure.runtime.elastic import Snapshotter
 from perdure.runtime.elastic import holder as hd
 
 SECRET = "a3" * 32
-FRAME = struct.Struct(">Q")
+FRAME = struct.Struct(">I")
 
 
 @pytest.fixture

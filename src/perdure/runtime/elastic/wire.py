@@ -1,7 +1,7 @@
 """The snapshot holder's wire: framed JSON headers, mutual authentication, where to bind.
 
-A frame is an 8-byte big-endian length and a JSON object of at most `MAX_HEADER` bytes;
-payload bytes may follow. Each side sends a nonce, and a request (a reply) carries the
+Headers are the relay's frames (transport/wire.py), at most `MAX_HEADER` bytes; payload bytes
+may follow. Each side sends a nonce, and a request (a reply) carries the
 HMAC-SHA256 of the job secret over the other side's nonce and the document: a stranger is
 refused before its payload is read. Payloads are not MACed: run jobs on a private network.
 
@@ -16,16 +16,14 @@ import ipaddress
 import json
 import os
 import socket
-import struct
 from types import TracebackType
 from typing import Any
 
 from perdure.runtime.transport.base import ENV_JOB_SECRET
-from perdure.runtime.transport.wire import recv_exact
+from perdure.runtime.transport.wire import recv_frame, send_frame
 
 MAX_HEADER = 64 << 10
 HANDSHAKE_SECONDS = 10.0  # a connection that does not speak within this is dropped
-_FRAME = struct.Struct(">Q")
 _NONCE = 16
 
 
@@ -40,26 +38,6 @@ def verified(secret: str, label: bytes, nonce: bytes, doc: dict[str, Any]) -> bo
     claimed = doc.get("auth")
     return isinstance(claimed, str) and hmac.compare_digest(
         claimed.encode(), mac(secret, label, nonce, doc).encode())
-
-
-def send(sock: socket.socket, header: dict[str, Any], payload: bytes | bytearray = b"") -> None:
-    body = json.dumps(header).encode()
-    sock.sendall(_FRAME.pack(len(body)) + body)
-    if payload:
-        sock.sendall(payload)
-
-
-def recv_header(sock: socket.socket) -> dict[str, Any]:
-    (n,) = _FRAME.unpack(recv_exact(sock, _FRAME.size))
-    if n > MAX_HEADER:
-        raise ConnectionError(f"header of {n} bytes is over the {MAX_HEADER}-byte limit")
-    try:
-        doc = json.loads(recv_exact(sock, n))
-    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past the limit
-        raise ConnectionError("header is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise ConnectionError("header is not a JSON object")
-    return doc
 
 
 def _nonce(doc: dict[str, Any]) -> bytes:
@@ -81,22 +59,23 @@ class Accepted:
         self.nonce = os.urandom(_NONCE)
         self.peer_nonce = b""
         sock.settimeout(HANDSHAKE_SECONDS)
-        send(sock, {"v": 2, "nonce": self.nonce.hex()})
+        send_frame(sock, {"v": 2, "nonce": self.nonce.hex()})
 
     def request(self) -> dict[str, Any] | None:
         """The client's request if it proves the secret; None (after saying why) otherwise."""
-        doc = recv_header(self.sock)
+        doc = recv_frame(self.sock, MAX_HEADER)
         if not verified(self.secret, b"request", self.nonce, doc):
-            send(self.sock, {"ok": False, "error": "not authenticated: this holder serves only "
-                             f"its own job's replicas (${ENV_JOB_SECRET})"})
+            send_frame(self.sock, {"ok": False, "error": "not authenticated: this holder "
+                                   f"serves only its own job's replicas (${ENV_JOB_SECRET})"})
             return None
         self.peer_nonce = _nonce(doc)
         self.sock.settimeout(60.0)
         return doc
 
     def reply(self, doc: dict[str, Any], payload: bytes | bytearray = b"") -> None:
-        send(self.sock, {**doc, "auth": mac(self.secret, b"reply", self.peer_nonce, doc)},
-             payload)
+        send_frame(self.sock, {**doc, "auth": mac(self.secret, b"reply", self.peer_nonce, doc)})
+        if payload:
+            self.sock.sendall(payload)
 
 
 class Connected:
@@ -108,7 +87,7 @@ class Connected:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.server_nonce = _nonce(recv_header(self.sock))
+            self.server_nonce = _nonce(recv_frame(self.sock, MAX_HEADER))
         except BaseException:
             self.sock.close()
             raise
@@ -123,11 +102,12 @@ class Connected:
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send the signed request; the verified reply (ConnectionError if refused)."""
         doc = {**request, "nonce": self.nonce.hex()}
-        send(self.sock, {**doc, "auth": mac(self.secret, b"request", self.server_nonce, doc)})
+        send_frame(self.sock,
+                   {**doc, "auth": mac(self.secret, b"request", self.server_nonce, doc)})
         return self.answer()
 
     def answer(self) -> dict[str, Any]:
-        reply = recv_header(self.sock)
+        reply = recv_frame(self.sock, MAX_HEADER)
         if not verified(self.secret, b"reply", self.nonce, reply):
             why = reply.get("error") or "its reply does not prove the job's secret"
             raise ConnectionError(f"{self.who} refused the request or is not authenticated: "

@@ -65,7 +65,7 @@ def recv_frame(sock: socket.socket, limit: int = MAX_FRAME) -> dict[str, Any]:
         raise FrameError(f"a frame of {n} bytes is over the {limit}-byte limit")
     try:
         doc = json.loads(recv_exact(sock, n))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." past the limit
         raise FrameError(f"a frame is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise FrameError("a frame is not a JSON object")
