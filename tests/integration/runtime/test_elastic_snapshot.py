@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from tests.helpers.holders import fetch_bytes
 from torch import nn
 from transport_pair import JOB, net_env, start_relay
 
@@ -45,9 +46,9 @@ def test_holder_keeps_the_newest_snapshots_per_replica(holder: hd.Holder) -> Non
                secret=SECRET)
     hd.put(at, "worker-3", 5, [b"other"], {}, secret=SECRET)
     assert hd.list_steps(at, "worker-0", secret=SECRET) == [20, 30]
-    assert bytes(hd.fetch(at, "worker-0", 30, secret=SECRET)) == b"payload-30"
+    assert bytes(fetch_bytes(at, "worker-0", 30, secret=SECRET)) == b"payload-30"
     with pytest.raises(ConnectionError, match="no step 10"):
-        hd.fetch(at, "worker-0", 10, secret=SECRET)
+        fetch_bytes(at, "worker-0", 10, secret=SECRET)
     assert holder.nbytes == len(b"payload-20") + len(b"payload-30") + len(b"other")
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.helpers.holders import fetch_bytes
 
 from perdure.runtime.elastic import Snapshotter
 from perdure.runtime.elastic import holder as hd
@@ -62,7 +63,7 @@ def test_a_forged_snapshot_is_refused_and_evicts_nothing(holder: hd.Holder) -> N
         stranger(holder.port, {"op": "put", "replica": "worker-0", "step": step, "size": 6,
                                "meta": {}}, b"forged")
     assert holder.steps("worker-0") == [20, 30]
-    assert bytes(hd.fetch(address(holder), "worker-0", 30, secret=SECRET)) == b"real-30"
+    assert bytes(fetch_bytes(address(holder), "worker-0", 30, secret=SECRET)) == b"real-30"
 
 
 def test_weights_are_served_to_no_stranger(holder: hd.Holder) -> None:
@@ -118,7 +119,7 @@ def test_a_peer_with_another_jobs_secret_is_refused(holder: hd.Holder) -> None:
         hd.put(address(holder), "worker-0", 6, [b"x"], {}, secret=other)
     assert hd.list_steps(address(holder), "worker-0", secret=other) == []
     with pytest.raises(ConnectionError):
-        hd.fetch(address(holder), "worker-0", 5, secret=other)
+        fetch_bytes(address(holder), "worker-0", 5, secret=other)
     assert holder.steps("worker-0") == [5]
 
 
@@ -129,7 +130,7 @@ def test_a_holder_without_the_secret_is_not_believed() -> None:
         rogue.store("worker-0", 99, b"forged", {})
         assert hd.list_steps(address(rogue), "worker-0", secret=SECRET) == []
         with pytest.raises(ConnectionError, match="not authenticated"):
-            hd.fetch(address(rogue), "worker-0", 99, secret=SECRET)
+            fetch_bytes(address(rogue), "worker-0", 99, secret=SECRET)
     finally:
         rogue.close()
 

@@ -25,7 +25,7 @@ from perdure.runtime.elastic.wire import interface_for
 from perdure.runtime.transport.base import ENV_JOB_SECRET
 from perdure.runtime.transport.wire import recv_exact, recv_into
 
-__all__ = ["Holder", "HolderAddress", "fetch", "fetch_with", "list_steps", "put"]
+__all__ = ["Holder", "HolderAddress", "fetch", "list_steps", "put"]
 
 log = logging.getLogger("perdure.elastic")
 T = TypeVar("T")
@@ -230,9 +230,9 @@ def list_steps(addr: HolderAddress, replica: str, *, secret: str,
     return [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
 
 
-def fetch_with(addr: HolderAddress, replica: str, step: int,
-               read: Callable[[Callable[[memoryview], None], int], T], *, secret: str,
-               timeout: float = 60.0) -> T:
+def fetch(addr: HolderAddress, replica: str, step: int,
+          read: Callable[[Callable[[memoryview], None], int], T], *, secret: str,
+          timeout: float = 60.0) -> T:
     """`read(read_into, size)` over `replica`'s snapshot of `step` at `addr` (OSError)."""
     with _open(addr, secret, timeout) as conn:
         reply = conn.ask({"op": "get", "replica": replica, "step": step})
@@ -240,18 +240,6 @@ def fetch_with(addr: HolderAddress, replica: str, step: int,
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ConnectionError(f"holder {addr.replica} sent a bad size {size!r}")
         return read(functools.partial(recv_into, conn.sock), size)
-
-
-def fetch(addr: HolderAddress, replica: str, step: int, *, secret: str,
-          timeout: float = 60.0) -> bytearray:
-    """`replica`'s snapshot of `step` from the holder at `addr`, in one buffer."""
-
-    def whole(read_into: Callable[[memoryview], None], size: int) -> bytearray:
-        buf = bytearray(size)
-        read_into(memoryview(buf))
-        return buf
-
-    return fetch_with(addr, replica, step, whole, secret=secret, timeout=timeout)
 
 
 def bind_host() -> str:

@@ -305,7 +305,7 @@ class Snapshotter:
                                         into))
         peer = source.split(":", 1)[1]
         addr = next(a for a in self._registered() if a.replica == peer)
-        return _tree(hd.fetch_with(addr, self.replica, step,
+        return _tree(hd.fetch(addr, self.replica, step,
                                    lambda read_into, size: codec.read(read_into, size, into),
                                    secret=self._secret))
 
