@@ -298,33 +298,30 @@ class Manager:
             @functools.wraps(fn)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
                 self.settings = settings
-                try:
+                try:  # GroupFinished: the others finished while this replica waited to join
                     self.start(timeout=timeout, poll_interval=poll_interval)
-                except GroupFinished as done:
-                    _exit_finished(done)
-                losses = 0
-                while True:
-                    self._live, self._entered = self._entered, True
-                    try:
-                        result = fn(*args, **kwargs)
-                        if self._membership is not None:
-                            self._membership.mark_finished()
-                        return result
-                    except Exception as exc:
-                        if not is_membership_error(exc):
-                            raise
-                        planned = isinstance(exc, MembershipChanged)
-                        losses += 0 if planned else 1
-                        self._check_retry(exc, planned, losses, policy)
+                    losses = 0
+                    while True:
+                        self._live, self._entered = self._entered, True
                         try:
+                            result = fn(*args, **kwargs)
+                            if self._membership is not None:
+                                self._membership.mark_finished()
+                            return result
+                        except Exception as exc:
+                            if not is_membership_error(exc):
+                                raise
+                            planned = isinstance(exc, MembershipChanged)
+                            losses += 0 if planned else 1
+                            self._check_retry(exc, planned, losses, policy)
                             event = self._recover(exc, planned, settings, poll_interval,
                                                   timeout, losses)
-                        except GroupFinished as done:
-                            _exit_finished(done)
-                    if on_elastic_event is not None:
-                        on_elastic_event(event)
-                    if pre_callback is not None:
-                        pre_callback()
+                        if on_elastic_event is not None:
+                            on_elastic_event(event)
+                        if pre_callback is not None:
+                            pre_callback()
+                except GroupFinished as done:
+                    _exit_finished(done)
 
             return wrapper
 
