@@ -53,12 +53,6 @@ def current_manager() -> Manager | None:
     return _current
 
 
-def _default_backend() -> str:
-    import torch
-
-    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-
-
 class Manager:
     """One per process: this replica's view of the job's membership, and its process group.
 
@@ -86,6 +80,10 @@ class Manager:
         transport: Transport | None = None,
     ) -> None:
         global _current
+        if backend is None:
+            import torch
+
+            backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
         if transport is None:
             transport = FileTransport(rdzv_dir=rdzv_dir) if rdzv_dir else current_transport()
         self.transport = transport
@@ -93,7 +91,7 @@ class Manager:
         self.replica = replica or os.environ.get("PERDURE_REPLICA") or f"rank-{static_rank}"
         self.node = os.environ.get("PERDURE_NODE") or "local"
         self.attempt = env_int("PERDURE_ATTEMPT", -1)
-        self.backend = backend or _default_backend()
+        self.backend = backend
         self.collective_timeout = float(
             collective_timeout
             or os.environ.get("PERDURE_COLLECTIVE_TIMEOUT")

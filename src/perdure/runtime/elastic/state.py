@@ -177,12 +177,11 @@ def broadcast(state: MutableMapping[str, Any], src: int) -> None:
             objects[key] = value.state_dict() if kind == "stateful" else value
     box: list[Any] = [objects if me == src else None]
     dist.broadcast_object_list(box, src=src)
-    for key, value in shared.items():
-        kind = kind_of(value)
-        if kind == "stateful" and me != src:
-            value.load_state_dict(box[0][key])
-        elif kind == "value" and me != src:
-            state[key] = box[0][key]
+    for key, obj in box[0].items() if me != src else ():
+        if kind_of(state[key]) == "stateful":
+            state[key].load_state_dict(obj)
+        else:
+            state[key] = obj
     _broadcast_tensors(tensors, src)
 
 

@@ -46,9 +46,6 @@ class RelayClient:
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def __repr__(self) -> str:
-        return f"RelayClient({self.host}:{self.port}, {self.job}/{self.replica})"
-
     def _connect(self, timeout: float) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=timeout)
         try:

@@ -129,13 +129,8 @@ class FileTransport:
         self._write_marker(self._marker("holders", str(record["replica"])), dict(record))
 
     def holders(self) -> list[HolderRecord]:
-        out: list[HolderRecord] = []
-        directory = self._rdzv() / "holders"
-        for path in sorted(directory.glob("*.json")):
-            doc = _read_json(path)
-            if isinstance(doc, dict):
-                out.append(doc)
-        return out
+        docs = (_read_json(p) for p in sorted((self._rdzv() / "holders").glob("*.json")))
+        return [doc for doc in docs if isinstance(doc, dict)]
 
     # ---- notices, errors, progress -------------------------------------------------------
 

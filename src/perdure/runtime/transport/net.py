@@ -72,9 +72,7 @@ class NetTransport:
         client = RelayClient(host, port, job=env["PERDURE_JOB_ID"],
                              replica=env["PERDURE_REPLICA"], launch=env["PERDURE_LAUNCH_ID"],
                              secret=env[ENV_JOB_SECRET])
-        local = FileTransport(stop_file=env.get("PERDURE_STOP_FILE"),
-                              error_file=env.get("PERDURE_ERROR_FILE"))
-        return cls(client, elastic=env.get(ENV_RDZV) == "1", local=local)
+        return cls(client, elastic=env.get(ENV_RDZV) == "1", local=FileTransport.from_env(env))
 
     @property
     def elastic(self) -> bool:

@@ -27,10 +27,6 @@ def _text(value: Any) -> str:
     return bytes(value).decode("latin-1")
 
 
-def _bytes(text: str) -> bytes:
-    return text.encode("latin-1")
-
-
 class RelayStore(dist.Store):  # type: ignore[name-defined,misc]
     """The store `name` of this replica's job, on the relay (see the module docstring)."""
 
@@ -51,14 +47,14 @@ class RelayStore(dist.Store):  # type: ignore[name-defined,misc]
         value = self._call("get", key=key)
         if value is None:  # deleted between the wait and the read
             raise dist.DistStoreError(f"key {key!r} of store {self._name} is gone")
-        return _bytes(value)
+        return str(value).encode("latin-1")
 
     def add(self, key: str, amount: int) -> int:
         return int(self._call("add", key=key, amount=int(amount)))
 
     def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
-        return _bytes(self._call("cas", key=key, expected=_text(expected),
-                                 desired=_text(desired)))
+        value = self._call("cas", key=key, expected=_text(expected), desired=_text(desired))
+        return str(value).encode("latin-1")
 
     def check(self, keys: list[str]) -> bool:
         return bool(self._call("check", keys=list(keys)))
