@@ -42,9 +42,8 @@ def address(h: hd.Holder, replica: str = "worker-1") -> hd.HolderAddress:
 def test_holder_keeps_the_newest_snapshots_per_replica(holder: hd.Holder) -> None:
     at = address(holder)
     for step in (10, 20, 30):
-        hd.put(at, "worker-0", step, [b"payload-", str(step).encode()], {"time": 1.0},
-               secret=SECRET)
-    hd.put(at, "worker-3", 5, [b"other"], {}, secret=SECRET)
+        hd.put(at, "worker-0", step, [b"payload-", str(step).encode()], secret=SECRET)
+    hd.put(at, "worker-3", 5, [b"other"], secret=SECRET)
     assert hd.list_steps(at, "worker-0", secret=SECRET) == [20, 30]
     assert bytes(fetch_bytes(at, "worker-0", 30, secret=SECRET)) == b"payload-30"
     with pytest.raises(ConnectionError, match="no step 10"):

@@ -2,8 +2,8 @@
 
 Only the job's replicas are served (wire.py), a `put` must name one of them and fit under
 `max_bytes` before anything is allocated, and a transfer cut short is never stored.
-Requests: `put` {replica, step, size, meta} -> {ready}, payload -> {ok}; `list` {replica} ->
-{steps}; `get` {replica, step} -> {size, meta} + payload.
+Requests: `put` {replica, step, size} -> {ready}, payload -> {ok}; `list` {replica} ->
+{steps}; `get` {replica, step} -> {size} + payload.
 
 Side effects: a listening socket and its threads.
 """
@@ -17,7 +17,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from perdure.runtime.elastic import wire
@@ -40,13 +40,6 @@ class HolderAddress:
     replica: str
     host: str
     port: int
-
-
-@dataclass
-class _Held:
-    step: int
-    payload: bytes | bytearray
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def default_max_bytes() -> int:
@@ -77,12 +70,11 @@ class _Handler(socketserver.BaseRequestHandler):
                 conn.reply({"ok": True, "steps": holder.steps(_name(request))})
             elif op == "get":
                 name, step = _name(request), _step(request)
-                held = holder.get(name, step)
-                if held is None:
+                payload = holder.get(name, step)
+                if payload is None:
                     conn.reply({"ok": False, "error": f"no step {step} of {name}"})
                 else:
-                    conn.reply({"ok": True, "size": len(held.payload), "meta": held.meta},
-                               held.payload)
+                    conn.reply({"ok": True, "size": len(payload)}, payload)
             else:
                 conn.reply({"ok": False, "error": f"unknown op {op!r}"})
         except (ConnectionError, OSError, ValueError, KeyError, TypeError) as exc:
@@ -101,8 +93,7 @@ class _Handler(socketserver.BaseRequestHandler):
         assert isinstance(size, int)
         conn.reply({"ok": True, "ready": True})
         payload = recv_exact(conn.sock, size)  # allocated only now: authenticated and under the cap
-        meta = request.get("meta")
-        holder.store(replica, step, payload, dict(meta) if isinstance(meta, dict) else {})
+        holder.store(replica, step, payload)
         conn.reply({"ok": True})
 
 
@@ -156,7 +147,7 @@ class Holder:
         self.secret = secret
         self.allowed = allowed
         self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
-        self._held: dict[str, list[_Held]] = {}
+        self._held: dict[str, dict[int, bytes | bytearray]] = {}  # replica -> step -> payload
         self._lock = threading.Lock()
         self._server = _Server((host, 0), self)
         self.port = int(self._server.server_address[1])
@@ -177,26 +168,25 @@ class Holder:
             return f"{replica!r} is not a replica of this job"
         return ""
 
-    def store(self, replica: str, step: int, payload: bytes | bytearray,
-              meta: dict[str, Any]) -> None:
+    def store(self, replica: str, step: int, payload: bytes | bytearray) -> None:
         with self._lock:
-            held = [h for h in self._held.get(replica, []) if h.step != step]
-            held.append(_Held(step, payload, meta))
-            held.sort(key=lambda h: h.step)
-            self._held[replica] = held[-self.keep:]
+            held = self._held.setdefault(replica, {})
+            held[step] = payload
+            for old in sorted(held)[:-self.keep]:
+                del held[old]
 
     def steps(self, replica: str) -> list[int]:
         with self._lock:
-            return [h.step for h in self._held.get(replica, [])]
+            return sorted(self._held.get(replica, {}))
 
-    def get(self, replica: str, step: int) -> _Held | None:
+    def get(self, replica: str, step: int) -> bytes | bytearray | None:
         with self._lock:
-            return next((h for h in self._held.get(replica, []) if h.step == step), None)
+            return self._held.get(replica, {}).get(step)
 
     @property
     def nbytes(self) -> int:
         with self._lock:
-            return sum(len(h.payload) for held in self._held.values() for h in held)
+            return sum(len(p) for held in self._held.values() for p in held.values())
 
     def close(self) -> None:
         self._server.shutdown()
@@ -207,12 +197,12 @@ def _open(addr: HolderAddress, secret: str, timeout: float) -> wire.Connected:
     return wire.Connected(addr.host, addr.port, secret, timeout, f"holder {addr.replica}")
 
 
-def put(addr: HolderAddress, replica: str, step: int, chunks: Sequence[bytes | memoryview],
-        meta: dict[str, Any], *, secret: str, timeout: float = 30.0) -> None:
+def put(addr: HolderAddress, replica: str, step: int, chunks: Sequence[bytes | memoryview], *,
+        secret: str, timeout: float = 30.0) -> None:
     """Send `replica`'s snapshot of `step` (`chunks`, not joined first); OSError on failure."""
     size = sum(memoryview(c).nbytes for c in chunks)
     with _open(addr, secret, timeout) as conn:
-        conn.ask({"op": "put", "replica": replica, "step": step, "size": size, "meta": meta})
+        conn.ask({"op": "put", "replica": replica, "step": step, "size": size})
         for chunk in chunks:
             conn.sock.sendall(chunk)
         conn.answer()

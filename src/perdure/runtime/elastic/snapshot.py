@@ -211,7 +211,7 @@ class Snapshotter:
             log.warning("snapshot of step %d not replicated: %s has no holder", step, peer)
             return None
         try:
-            hd.put(addr, self.replica, step, chunks, {"time": time.time()}, secret=self._secret)
+            hd.put(addr, self.replica, step, chunks, secret=self._secret)
         except OSError as exc:  # the peer is gone: a membership change, not a save failure
             log.warning("snapshot of step %d not replicated to %s: %s", step, peer, exc)
             return None
