@@ -17,6 +17,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -193,8 +194,8 @@ class Holder:
         self._server.server_close()
 
 
-def _open(addr: HolderAddress, secret: str, timeout: float) -> wire.Connected:
-    return wire.Connected(addr.host, addr.port, secret, timeout, f"holder {addr.replica}")
+def _open(addr: HolderAddress, secret: str, timeout: float) -> closing[wire.Connected]:
+    return closing(wire.Connected(addr.host, addr.port, secret, timeout, f"holder {addr.replica}"))
 
 
 def put(addr: HolderAddress, replica: str, step: int, chunks: Sequence[bytes | memoryview], *,

@@ -16,7 +16,6 @@ import ipaddress
 import json
 import os
 import socket
-from types import TracebackType
 from typing import Any
 
 from perdure.runtime.transport.base import ENV_JOB_SECRET
@@ -92,11 +91,7 @@ class Connected:
             self.sock.close()
             raise
 
-    def __enter__(self) -> Connected:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def close(self) -> None:
         self.sock.close()
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
