@@ -136,8 +136,7 @@ def meet(
     """Both phases of `rnd`'s barrier as `replica`, and the round's store (`init_group` next).
 
     "partial": the members in `present` go on alone (meet `rnd.only(present, generation)`
-    next). broken_generation: the generation whose group broke or was left partial (the next
-    one is met). on_excluded(): a generation was settled without this replica.
+    next). on_excluded(): a generation was settled without this replica.
     """
     began = time.monotonic()
     store = transport.of(where).round_store(rnd.store_name)

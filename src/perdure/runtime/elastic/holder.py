@@ -132,12 +132,8 @@ class _Server(socketserver.ThreadingTCPServer):
 
 
 class Holder:
-    """This replica's store of its peers' snapshots, served over TCP from a daemon thread.
-
-    secret: the job's secret (every peer proves it knows it). allowed: whether a name is one
-    of the job's replicas (only theirs are stored). max_bytes: the largest snapshot taken
-    (default `default_max_bytes()`). host: the address to bind (never a wildcard).
-    """
+    """This replica's store of its peers' snapshots (only `allowed` names, at most `max_bytes`
+    each), served over TCP from a daemon thread bound to `host`."""
 
     def __init__(self, keep: int = 2, host: str = "127.0.0.1", *, secret: str,
                  allowed: Callable[[str], bool], max_bytes: int | None = None) -> None:

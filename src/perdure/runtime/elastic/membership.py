@@ -85,11 +85,8 @@ class Membership:
 
     def join(self, settings: ElasticSettings, min_round: int, broken: int | None,
              poll: float, timeout: float, *, partial_ok: bool) -> Round:
-        """Form the group of the newest acceptable round numbered >= `min_round`.
-
-        broken: the generation of the current round whose group broke (after a loss).
-        partial_ok: after a loss in resize mode, go on with the members present.
-        """
+        """Form the group of the newest acceptable round numbered >= `min_round`; `broken`: the
+        generation whose group broke; `partial_ok`: go on with the members present."""
         deadline = time.monotonic() + timeout
         while True:
             rnd = self._await_round(settings, min_round, deadline, poll, timeout)

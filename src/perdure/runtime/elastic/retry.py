@@ -130,11 +130,8 @@ def _describe(s: ElasticSettings) -> str:
 def resolve_settings(
     argument: int | FromSpec | None, env: Mapping[str, str]
 ) -> tuple[ElasticSettings, str | None]:
-    """The settings to use and a warning when an explicit argument overrides a different spec.
-
-    argument: `minimum_replicas` as given to `elastic_retry` (FROM_SPEC when not given; None
-    means pause mode; an int k means resize mode with at least k replicas).
-    """
+    """The settings for `elastic_retry(minimum_replicas=argument)`, and a warning when an
+    explicit argument overrides a different spec."""
     spec = _spec_settings(env)
     if isinstance(argument, FromSpec):
         return (spec or ElasticSettings(None, "default")), None

@@ -155,11 +155,7 @@ def apply(state: MutableMapping[str, Any], tree: Mapping[str, Any]) -> None:
 
 
 def broadcast(state: MutableMapping[str, Any], src: int) -> None:
-    """Make every rank's `state` equal to rank `src`'s, in place (a collective).
-
-    Modules and tensors travel as one flat buffer per dtype, the rest as objects; RankLocal
-    values stay as they are.
-    """
+    """Make every rank's `state` (but its RankLocal values) rank `src`'s, in place."""
     import torch.distributed as dist
 
     check_state(state)

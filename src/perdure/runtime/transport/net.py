@@ -43,10 +43,7 @@ _BATCH_BYTES = MAX_FRAME // 2  # room for the request's own fields and JSON esca
 
 
 class NetTransport:
-    """A client of the relay at PERDURE_CONTROL_ADDR.
-
-    local: the supervisor's stop and error files, used when the relay cannot be reached.
-    """
+    """A client of the relay; `local`: the stop and error files, for when it is away."""
 
     kind = "net"
 
