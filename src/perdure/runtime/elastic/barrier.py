@@ -46,7 +46,6 @@ class Formed:
 
     status: str
     generation: int
-    waited_s: float
     present: tuple[str, ...] = ()
 
 
@@ -138,7 +137,6 @@ def meet(
     "partial": the members in `present` go on alone (meet `rnd.only(present, generation)`
     next). on_excluded(): a generation was settled without this replica.
     """
-    began = time.monotonic()
     store = transport.of(where).round_store(rnd.store_name)
     gen = _generation(store, broken_generation)
     while True:
@@ -149,16 +147,16 @@ def meet(
             on_excluded()
         nxt = _next_generation(store, gen, deadline, superseded)
         if isinstance(nxt, str):
-            return Formed(nxt, gen, time.monotonic() - began), store
+            return Formed(nxt, gen), store
         gen = nxt
     if decision.startswith("partial:"):
         present = tuple(decision[len("partial:"):].split(","))
-        return Formed("partial", gen, time.monotonic() - began, present), store
+        return Formed("partial", gen, present), store
     if decision == "ok":  # phase 2: a member that registered and then died is not waited for
         store.add(f"g{gen}/confirmed", 1)
         decision = _settle(store, f"g{gen}/confirmed-decision", f"g{gen}/confirmed",
                            rnd.world_size, deadline, superseded, lambda: None)
-    return Formed(decision, gen, time.monotonic() - began), store
+    return Formed(decision, gen), store
 
 
 def init_group(store: Any, rnd: Round, replica: str, generation: int, backend: str,

@@ -56,12 +56,6 @@ class SnapshotInfo:
     seconds: float = 0.0  # for load(): time to agree, fetch and apply
 
 
-def _tree(tree: Any) -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        raise ValueError("snapshot payload is not a state tree")
-    return tree
-
-
 def _targets(state: Mapping[str, Any]) -> codec.Target:
     """The live tensor at each path a restore can read into (same dtype and shape, CPU)."""
     live: dict[codec.Path, torch.Tensor] = {}
@@ -292,7 +286,7 @@ class Snapshotter:
             log.warning("the last snapshot failed: %s", self._error)
             self._error = None
 
-    def _read(self, step: int, source: str, state: Mapping[str, Any]) -> dict[str, Any]:
+    def _read(self, step: int, source: str, state: Mapping[str, Any]) -> Any:
         """The snapshot's tree; from a file or a peer, read straight into `state`'s tensors."""
         if source == "memory":
             return self._own[step][1]
@@ -301,13 +295,12 @@ class Snapshotter:
             assert self.holder_dir is not None
             path = self.holder_dir / f"snap-{step:012d}.bin"
             with path.open("rb") as f:
-                return _tree(codec.read(codec.file_reader(f, str(path)), path.stat().st_size,
-                                        into))
+                return codec.read(codec.file_reader(f, str(path)), path.stat().st_size, into)
         peer = source.split(":", 1)[1]
         addr = next(a for a in self._registered() if a.replica == peer)
-        return _tree(hd.fetch(addr, self.replica, step,
-                                   lambda read_into, size: codec.read(read_into, size, into),
-                                   secret=self._secret))
+        return hd.fetch(addr, self.replica, step,
+                        lambda read_into, size: codec.read(read_into, size, into),
+                        secret=self._secret)
 
     def close(self) -> None:
         """Wait for the last save, then stop serving peers' snapshots."""
