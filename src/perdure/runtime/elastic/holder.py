@@ -43,16 +43,6 @@ class HolderAddress:
     port: int
 
 
-def default_max_bytes() -> int:
-    """The largest snapshot a holder takes: `$PERDURE_SNAPSHOT_MAX_BYTES`, else half of RAM."""
-    raw = os.environ.get(ENV_MAX_BYTES)
-    if raw:
-        if not raw.isdigit() or int(raw) <= 0:
-            raise ValueError(f"{ENV_MAX_BYTES}={raw!r} must be a positive number of bytes")
-        return int(raw)
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-
-
 class _Handler(socketserver.BaseRequestHandler):
     server: _Server
 
@@ -143,12 +133,17 @@ class Holder:
         self.keep = keep
         self.secret = secret
         self.allowed = allowed
-        self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
+        if max_bytes is None:  # $PERDURE_SNAPSHOT_MAX_BYTES, else half of RAM
+            raw = os.environ.get(ENV_MAX_BYTES)
+            if raw and (not raw.isdigit() or int(raw) <= 0):
+                raise ValueError(f"{ENV_MAX_BYTES}={raw!r} must be a positive number of bytes")
+            ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            max_bytes = int(raw) if raw else ram // 2
+        self.max_bytes = max_bytes
         self._held: dict[str, dict[int, bytes | bytearray]] = {}  # replica -> step -> payload
         self._lock = threading.Lock()
         self._server = _Server((host, 0), self)
         self.port = int(self._server.server_address[1])
-        self.host = host
         # close() waits for the loop's next poll: keep a replica's exit quick
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         name="perdure-snapshot-holder", daemon=True)
@@ -223,10 +218,7 @@ def fetch(addr: HolderAddress, replica: str, step: int,
     """`read(read_into, size)` over `replica`'s snapshot of `step` at `addr` (OSError)."""
     with _open(addr, secret, timeout) as conn:
         reply = conn.ask({"op": "get", "replica": replica, "step": step})
-        size = reply.get("size")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise ConnectionError(f"holder {addr.replica} sent a bad size {size!r}")
-        return read(functools.partial(recv_into, conn.sock), size)
+        return read(functools.partial(recv_into, conn.sock), int(reply["size"]))
 
 
 def bind_host() -> str:

@@ -66,8 +66,7 @@ class Manager:
     the group, from the round, not from RANK / WORLD_SIZE.
     """
 
-    # After a loss (resize mode), how long members wait for every member of the new round
-    # before going on with those present: a replacement importing torch joins later.
+    # After a loss (resize mode): seconds to wait for every member before going on without.
     join_grace: float = 0.25
 
     def __init__(
@@ -198,11 +197,10 @@ class Manager:
     # ---- step-boundary changes ----------------------------------------------------------
 
     def should_reconfigure(self, every: int = 1) -> bool:
-        """True (on every rank alike) when the group should change now, at this step boundary.
+        """True (on every rank alike) when a newer round is out and any replica it adds is up.
 
-        A newer round was published and any replica it adds is up and waiting. Call it at the
-        same point on every rank: it costs one stat() and a one-element all-reduce, done only
-        every `every`-th call.
+        Call it at the same step boundary on every rank: a one-element all-reduce, every
+        `every`-th call.
         """
         if self._membership is None or self._membership.round is None:
             return False
@@ -234,14 +232,11 @@ class Manager:
     def sync_state(self, state: MutableMapping[str, Any]) -> int | None:
         """Give every member the state of the member furthest along; return that step.
 
-        A collective: call it on every rank right after (re-)entering the loop. Members that
-        were in the previous group have live state; the one with the highest int
-        `state["step"]` (lowest rank on a tie) broadcasts it in place (modules and tensors
-        in place, optimizers and other stateful objects through their state dicts; RankLocal
-        values stay per rank). Returns that step (-1 when the state has no int "step"), or
-        None when no member has live state (a fresh start: restore from a Snapshotter or a
-        checkpoint instead). When every member is live at the same step nothing is sent:
-        replicas that trained in lockstep (DDP) already agree.
+        A collective: call it on every rank right after (re-)entering the loop. The live member
+        (one of the previous group) with the highest int `state["step"]` broadcasts it in place
+        (RankLocal values stay per rank); nothing is sent when all are live at the same step.
+        Returns that step (-1 without an int "step"), or None when no member is live (a fresh
+        start: restore from a Snapshotter or a checkpoint instead).
         """
         import torch.distributed as dist
 
@@ -275,10 +270,10 @@ class Manager:
         """Re-enter the decorated loop after a membership change, in the same process.
 
         minimum_replicas: None waits for every replica (pause); k goes on with at least k
-        (resize); left out, both come from the job spec (an explicit value that disagrees
-        with the spec is warned about, naming both). poll_interval: seconds between reads of
-        round.json while waiting. timeout: seconds to wait for a group after a loss, else
-        TimeoutError. retry_policy: how many losses to survive (RetryLimit(10)).
+        (resize); left out, both come from the job spec (an explicit value that disagrees is
+        warned about). poll_interval: seconds between reads of the round while waiting.
+        timeout: seconds to wait for a group after a loss, else TimeoutError. retry_policy: how
+        many losses to survive (RetryLimit(10)).
         pre_callback(): runs after each rebuild, before re-entry. on_elastic_event(event): is
         told about each change once the group is rebuilt. A replica still waiting to join when
         the others' loop returns (training is over) exits with status 0 (SystemExit).

@@ -170,8 +170,6 @@ class Membership:
 
     def _adopt(self, rnd: Round, generation: int) -> None:
         self.round, self.generation = rnd, generation
-        self.full_size = max(self.full_size, rnd.world_size)
-        for n in rnd.nodes:
-            self.nodes.setdefault(n, None)
+        self.full_size = max(self.full_size, rnd.world_size)  # its nodes: seen by latest()
         log.info("%s joined %s as rank %s", self.replica, rnd.describe(),
                  rnd.rank_of(self.replica))

@@ -105,8 +105,7 @@ class Round:
 
 
 def read_round(where: Where) -> Round | None:
-    """The round published in `where` (a rendezvous directory or a transport), or None when
-    none has been published yet."""
+    """The round published in `where` (a rendezvous directory or a transport), or None."""
     return RoundWatcher(where).latest()
 
 

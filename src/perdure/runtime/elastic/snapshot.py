@@ -77,14 +77,11 @@ def _targets(state: Mapping[str, Any]) -> codec.Target:
 class Snapshotter:
     """Keep this replica's state in host memory and in a peer's, every time `save` is called.
 
-    manager: the elastic Manager (default: the one this process made, if any) that says who the
-    peer is. keep: snapshots kept per replica (here, at the peer and in holder_dir); 2 lets
-    ranks agree on an older step when a replica died while replicating the newest.
-    holder_dir: a node-local directory (default $PERDURE_SNAPSHOT_DIR; none if unset) where
-    snapshots are also written, under <job id>/<replica>/ (temp + rename), so that they outlive
-    the worker process; they are not removed at exit (delete the job's directory when done).
-    replicate: send each snapshot to the peer's holder (needs the job's rendezvous; holders
-    are found through the job's transport).
+    manager: says who the peer is (default: the one this process made). keep: snapshots kept
+    per replica; 2 lets ranks agree on an older step when a replica died mid-replication.
+    holder_dir: a node-local directory (default $PERDURE_SNAPSHOT_DIR) where snapshots are
+    also written, under <job id>/<replica>/, to outlive the worker; not removed at exit.
+    replicate: send each snapshot to the peer's holder (needs the job's rendezvous).
     """
 
     def __init__(
@@ -260,9 +257,8 @@ class Snapshotter:
     def load(self, state: MutableMapping[str, Any]) -> SnapshotInfo | None:
         """Restore the newest snapshot step that every rank holds; None when there is none.
 
-        A collective when torch.distributed is initialised: call it on every rank at the same
-        point. Reads no persistent storage: own memory first, then a node-local file, then a
-        peer's memory. Reported (goodput's `restore` record, with where it came from).
+        A collective when distributed: call it on every rank at the same point. Reads own
+        memory, else a node-local file, else a peer's memory; never persistent storage.
         """
         began = time.perf_counter()
         self.join_quietly()
@@ -280,11 +276,10 @@ class Snapshotter:
 
     def join_quietly(self) -> None:
         """Wait for an in-flight save; its error is logged, not raised (restore goes on)."""
-        if self._done is not None:
-            self._done.wait()
-        if self._error is not None:
-            log.warning("the last snapshot failed: %s", self._error)
-            self._error = None
+        try:
+            self.join()
+        except Exception as exc:
+            log.warning("the last snapshot failed: %s", exc)
 
     def _read(self, step: int, source: str, state: Mapping[str, Any]) -> Any:
         """The snapshot's tree; from a file or a peer, read straight into `state`'s tensors."""

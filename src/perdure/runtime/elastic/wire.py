@@ -40,10 +40,9 @@ def verified(secret: str, label: bytes, nonce: bytes, doc: dict[str, Any]) -> bo
 
 
 def _nonce(doc: dict[str, Any]) -> bytes:
-    raw = doc.get("nonce")
     try:
-        value = bytes.fromhex(raw) if isinstance(raw, str) else b""
-    except ValueError:
+        value = bytes.fromhex(doc["nonce"])
+    except (KeyError, TypeError, ValueError):
         value = b""
     if len(value) != _NONCE:
         raise ConnectionError("the peer sent no valid nonce: not a perdure snapshot holder")

@@ -56,9 +56,8 @@ class Transport(Protocol):
     # ---- membership rounds and markers ---------------------------------------------------
 
     def round_doc(self, since: Hashable | None) -> tuple[Hashable | None, Any]:
-        """(stamp, the published round as a JSON document); (stamp, None) when the stamp
-        equals `since` (not re-read) or nothing is published. Raises ValueError when the
-        document is not JSON."""
+        """(stamp, the published round's JSON document); (stamp, None) when the stamp equals
+        `since` or nothing is published. ValueError when the document is not JSON."""
         ...
 
     def mark_ready(self, attempt: int, replica: str, round_no: int) -> None: ...

@@ -82,8 +82,8 @@ class RelayClient:
 
     def call(self, op: str, args: dict[str, Any] | None = None, *, deadline: float,
              reply_timeout: float = 10.0) -> Any:
-        """The `value` of the relay's answer to `op`; retried until `deadline`
-        (time.monotonic()). Raises Refused, or TransportError when the deadline passes."""
+        """The `value` of the relay's answer to `op`, retried until `deadline` (monotonic):
+        else TransportError; a refusal raises Refused at once."""
         request = {"op": op, "c": self.token, "i": next(self._ids), **(args or {})}
         delay, last = _BACKOFF_FIRST, "no attempt made"
         while True:
