@@ -171,9 +171,8 @@ class Manager:
     @property
     def available_inactive_nodes(self) -> list[str]:
         """Inactive nodes whose replicas are up and waiting to join: the group can grow now."""
-        m = self._membership
-        latest = m.latest() if m is not None else None
-        if m is None or latest is None or not m.is_newer(latest) or not m.joiners_ready(latest):
+        latest = self._membership.change_to() if self._membership else None
+        if latest is None:
             return []
         inactive = set(self.inactive_nodes)
         return [n for n in latest.nodes if n in inactive]
@@ -207,7 +206,7 @@ class Manager:
         self._calls += 1
         if self._calls % max(1, every):
             return False
-        wants = self._membership.wants_change()
+        wants = self._membership.change_to() is not None
         if self.world_size == 1:
             return wants
         import torch

@@ -62,10 +62,11 @@ class Membership:
         return all((self.transport.ready_round(rnd.attempt, m.replica) or -1) >= rnd.round
                    for m in rnd.members if m.replica not in current)
 
-    def wants_change(self) -> bool:
-        """A newer round is out, and any replica it adds is ready: change at this boundary."""
+    def change_to(self) -> Round | None:
+        """A newer round whose added replicas are all ready: change to it at this boundary."""
         latest = self.latest()
-        return latest is not None and self.is_newer(latest) and self.joiners_ready(latest)
+        ready = latest is not None and self.is_newer(latest) and self.joiners_ready(latest)
+        return latest if ready else None
 
     def mark_finished(self) -> None:
         """The training loop returned in this member: replicas still joining can stop."""

@@ -46,11 +46,12 @@ class NetTransport:
     """A client of the relay; `local`: the stop and error files, for when it is away."""
 
     kind = "net"
+    reports = True  # progress always goes to the relay
 
     def __init__(self, client: RelayClient, *, elastic: bool,
                  local: FileTransport | None = None) -> None:
         self.client = client
-        self._elastic = elastic
+        self.elastic = elastic
         self.local = local or FileTransport()
         self._progress = PersistWorker("perdure-progress", lower=False, finish_at_exit=False)
         self._progress_sent: threading.Event | None = None
@@ -70,14 +71,6 @@ class NetTransport:
                              replica=env["PERDURE_REPLICA"], launch=env["PERDURE_LAUNCH_ID"],
                              secret=env[ENV_JOB_SECRET])
         return cls(client, elastic=env.get(ENV_RDZV) == "1", local=FileTransport.from_env(env))
-
-    @property
-    def elastic(self) -> bool:
-        return self._elastic
-
-    @property
-    def reports(self) -> bool:
-        return True
 
     def where(self) -> str:
         return f"the controller's relay at {self.client.host}:{self.client.port}"
