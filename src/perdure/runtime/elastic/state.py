@@ -173,11 +173,12 @@ def broadcast(state: MutableMapping[str, Any], src: int) -> None:
             objects[key] = value.state_dict() if kind == "stateful" else value
     box: list[Any] = [objects if me == src else None]
     dist.broadcast_object_list(box, src=src)
-    for key, obj in box[0].items() if me != src else ():
-        if kind_of(state[key]) == "stateful":
-            state[key].load_state_dict(obj)
-        else:
-            state[key] = obj
+    if me != src:
+        for key, obj in box[0].items():
+            if kind_of(state[key]) == "stateful":
+                state[key].load_state_dict(obj)
+            else:
+                state[key] = obj
     _broadcast_tensors(tensors, src)
 
 
