@@ -197,9 +197,9 @@ def restore_worker(args: dict[str, Any]) -> None:
     addr = holder.HolderAddress(str(doc["replica"]), str(doc["host"]), int(doc["port"]))
     t = time.perf_counter()
     into = _targets(state)  # what a replacement does: straight into its parameters
-    apply(state, holder.fetch_with(addr, snap.replica, 3,
-                                   lambda read_into, size: codec.read(read_into, size, into),
-                                   secret=os.environ["PERDURE_JOB_SECRET"]))
+    apply(state, holder.fetch(addr, snap.replica, 3,
+                              lambda read_into, size: codec.read(read_into, size, into),
+                              secret=os.environ["PERDURE_JOB_SECRET"]))
     out["peer memory"] = time.perf_counter() - t
     dist.barrier()
     t = time.perf_counter()

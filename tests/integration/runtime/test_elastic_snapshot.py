@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from tests.helpers.holders import fetch_bytes
 from torch import nn
 from transport_pair import JOB, net_env, start_relay
 
@@ -41,13 +42,12 @@ def address(h: hd.Holder, replica: str = "worker-1") -> hd.HolderAddress:
 def test_holder_keeps_the_newest_snapshots_per_replica(holder: hd.Holder) -> None:
     at = address(holder)
     for step in (10, 20, 30):
-        hd.put(at, "worker-0", step, [b"payload-", str(step).encode()], {"time": 1.0},
-               secret=SECRET)
-    hd.put(at, "worker-3", 5, [b"other"], {}, secret=SECRET)
+        hd.put(at, "worker-0", step, [b"payload-", str(step).encode()], secret=SECRET)
+    hd.put(at, "worker-3", 5, [b"other"], secret=SECRET)
     assert hd.list_steps(at, "worker-0", secret=SECRET) == [20, 30]
-    assert bytes(hd.fetch(at, "worker-0", 30, secret=SECRET)) == b"payload-30"
+    assert bytes(fetch_bytes(at, "worker-0", 30, secret=SECRET)) == b"payload-30"
     with pytest.raises(ConnectionError, match="no step 10"):
-        hd.fetch(at, "worker-0", 10, secret=SECRET)
+        fetch_bytes(at, "worker-0", 10, secret=SECRET)
     assert holder.nbytes == len(b"payload-20") + len(b"payload-30") + len(b"other")
 
 
@@ -55,7 +55,7 @@ def test_a_transfer_cut_short_is_never_stored(holder: hd.Holder) -> None:
     with socket.create_connection(("127.0.0.1", holder.port)) as sock:
         header = json.dumps({"op": "put", "replica": "worker-0", "step": 40, "size": 1000,
                              "meta": {}}).encode()
-        sock.sendall(struct.pack(">Q", len(header)) + header + b"x" * 10)
+        sock.sendall(struct.pack(">I", len(header)) + header + b"x" * 10)
     # the sender died after 10 of 1000 bytes
     assert hd.list_steps(address(holder), "worker-0", secret=SECRET) == []
 

@@ -21,12 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.helpers.holders import fetch_bytes
 
 from perdure.runtime.elastic import Snapshotter
 from perdure.runtime.elastic import holder as hd
 
 SECRET = "a3" * 32
-FRAME = struct.Struct(">Q")
+FRAME = struct.Struct(">I")
 
 
 @pytest.fixture
@@ -56,18 +57,18 @@ def stranger(port: int, header: dict[str, object], payload: bytes = b"",
 
 
 def test_a_forged_snapshot_is_refused_and_evicts_nothing(holder: hd.Holder) -> None:
-    holder.store("worker-0", 20, b"real-20", {})
-    holder.store("worker-0", 30, b"real-30", {})
+    holder.store("worker-0", 20, b"real-20")
+    holder.store("worker-0", 30, b"real-30")
     for step in (10**12, 10**12 + 1):
         stranger(holder.port, {"op": "put", "replica": "worker-0", "step": step, "size": 6,
                                "meta": {}}, b"forged")
     assert holder.steps("worker-0") == [20, 30]
-    assert bytes(hd.fetch(address(holder), "worker-0", 30, secret=SECRET)) == b"real-30"
+    assert bytes(fetch_bytes(address(holder), "worker-0", 30, secret=SECRET)) == b"real-30"
 
 
 def test_weights_are_served_to_no_stranger(holder: hd.Holder) -> None:
     weights = b"secret-weights" * 100
-    holder.store("worker-0", 5, weights, {})
+    holder.store("worker-0", 5, weights)
     got = stranger(holder.port, {"op": "get", "replica": "worker-0", "step": 5})
     assert b"secret-weights" not in got
     listed = stranger(holder.port, {"op": "list", "replica": "worker-0"})
@@ -79,9 +80,9 @@ def test_made_up_replica_names_are_not_kept(holder: hd.Holder) -> None:
         stranger(holder.port, {"op": "put", "replica": f"made-up-{i}", "step": 1, "size": 1,
                                "meta": {}}, b"x")
     with pytest.raises(ConnectionError, match="refused"):  # with it, still not a job replica
-        hd.put(address(holder), "made-up-x", 1, [b"x"], {}, secret=SECRET)
+        hd.put(address(holder), "made-up-x", 1, [b"x"], secret=SECRET)
     assert holder.nbytes == 0
-    hd.put(address(holder), "worker-0", 1, [b"x"], {}, secret=SECRET)
+    hd.put(address(holder), "worker-0", 1, [b"x"], secret=SECRET)
     assert holder.nbytes == 1
 
 
@@ -105,20 +106,20 @@ def test_an_authenticated_peer_is_still_held_to_the_size_cap() -> None:
     h = hd.Holder(keep=1, secret=SECRET, allowed=lambda name: True, max_bytes=1 << 20)
     try:
         with pytest.raises(ConnectionError, match="over the holder's limit"):
-            hd.put(address(h), "worker-0", 1, [bytes(2 << 20)], {}, secret=SECRET)
+            hd.put(address(h), "worker-0", 1, [bytes(2 << 20)], secret=SECRET)
         assert h.nbytes == 0
     finally:
         h.close()
 
 
 def test_a_peer_with_another_jobs_secret_is_refused(holder: hd.Holder) -> None:
-    holder.store("worker-0", 5, b"weights", {})
+    holder.store("worker-0", 5, b"weights")
     other = "b4" * 32
     with pytest.raises(ConnectionError, match="refused"):
-        hd.put(address(holder), "worker-0", 6, [b"x"], {}, secret=other)
+        hd.put(address(holder), "worker-0", 6, [b"x"], secret=other)
     assert hd.list_steps(address(holder), "worker-0", secret=other) == []
     with pytest.raises(ConnectionError):
-        hd.fetch(address(holder), "worker-0", 5, secret=other)
+        fetch_bytes(address(holder), "worker-0", 5, secret=other)
     assert holder.steps("worker-0") == [5]
 
 
@@ -126,10 +127,10 @@ def test_a_holder_without_the_secret_is_not_believed() -> None:
     """A process that took over a dead holder's port cannot serve forged weights."""
     rogue = hd.Holder(keep=1, secret="c5" * 32, allowed=lambda name: True)
     try:
-        rogue.store("worker-0", 99, b"forged", {})
+        rogue.store("worker-0", 99, b"forged")
         assert hd.list_steps(address(rogue), "worker-0", secret=SECRET) == []
         with pytest.raises(ConnectionError, match="not authenticated"):
-            hd.fetch(address(rogue), "worker-0", 99, secret=SECRET)
+            fetch_bytes(address(rogue), "worker-0", 99, secret=SECRET)
     finally:
         rogue.close()
 
@@ -218,7 +219,7 @@ def test_a_hostile_header_is_dropped_quietly(holder: hd.Holder,
                 sock.recv(1 << 16)
     time.sleep(0.2)
     assert "Traceback" not in capfd.readouterr().err
-    hd.put(address(holder), "worker-0", 1, [b"x"], {}, secret=SECRET)  # still serving
+    hd.put(address(holder), "worker-0", 1, [b"x"], secret=SECRET)  # still serving
     assert holder.steps("worker-0") == [1]
 
 
@@ -235,5 +236,5 @@ def test_a_flood_of_idle_connections_ties_up_a_bounded_number_of_threads(
         for sock in flood:
             sock.close()
     time.sleep(0.3)  # their handlers see the end of input and give their slots back
-    hd.put(address(holder), "worker-0", 1, [b"x"], {}, secret=SECRET)
+    hd.put(address(holder), "worker-0", 1, [b"x"], secret=SECRET)
     assert holder.steps("worker-0") == [1]

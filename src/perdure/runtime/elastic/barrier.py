@@ -1,20 +1,11 @@
 """Form one process group per membership round, without waiting on a peer that is not there.
 
-A round's members meet in a store of its own (`Round.store_name`, never reused across rounds;
-a FileStore in the rendezvous directory, or the relay's store under the net transport) in two
-phases, each settled by one compare-and-set decision that every member reads:
-
-1. presence: each member registers; the first to see all of them decides `ok`; the first to
-   see a newer round decides `superseded`, or `timeout` at its deadline. After a loss in
-   resize mode a member may also decide, once a grace period is over, to go on with the
-   members present (`partial:<names>`), as long as they satisfy the minimum: a replacement
-   that is still importing torch then joins later, at a step boundary.
-2. liveness: every member confirms again, so a member that registered and then died (its
-   count is stale) cannot make the others wait for it in `init_process_group`.
-
-A round is formed again under the next generation `g<n>` of its store (after a false alarm,
-or to grow a partial group back to the full round); a member that finds a generation settled
-without it waits for the next one.
+A round's members meet in the round's own store in two phases, each settled by one
+compare-and-set decision every member reads: presence (`ok` when all registered, else
+`superseded`, `timeout`, or after a loss in resize mode and a grace period `partial:<names>`),
+then liveness (all confirm again, so a member that registered and died is not waited for in
+`init_process_group`). A round is formed again under the store's next generation `g<n>`; a
+member that finds a generation settled without it waits for the next one.
 
 Side effects: store I/O, process-group creation and teardown, socket shutdown.
 """
@@ -36,19 +27,9 @@ from perdure.runtime.transport import Where
 
 __all__ = ["Formed", "Partial", "destroy_group", "init_group", "meet"]
 
-# Seconds between store checks while members gather: fast at first (members that detected a
-# loss arrive within milliseconds of each other), then slower, so that survivors waiting for a
-# replacement do not take the CPU that its start-up (import torch) needs.
+# Seconds between store checks: fast at first (survivors arrive within milliseconds), then
+# slower, leaving a starting replacement (import torch) the CPU.
 _POLL_FIRST, _POLL_MAX = 0.005, 0.05
-
-
-class _Backoff:
-    def __init__(self) -> None:
-        self.delay = _POLL_FIRST
-
-    def sleep(self) -> None:
-        time.sleep(self.delay)
-        self.delay = min(_POLL_MAX, self.delay * 1.5)
 
 
 @dataclass(frozen=True)
@@ -65,7 +46,6 @@ class Formed:
 
     status: str
     generation: int
-    waited_s: float
     present: tuple[str, ...] = ()
 
 
@@ -89,9 +69,8 @@ def _give_up(deadline: float, superseded: Callable[[], bool]) -> str | None:
 
 def _settle(store: Any, key: str, count: str, world: int, deadline: float,
             superseded: Callable[[], bool], partial: Callable[[], str | None]) -> str:
-    """The decision at `key`: "ok" once `count` reaches `world`, else the first of
-    `partial()`, "superseded" and "timeout" to be seen (compare-and-set: one wins)."""
-    backoff = _Backoff()
+    """The decision at `key`: "ok" at `world` members, else the first give-up seen (CAS)."""
+    delay = _POLL_FIRST
     while True:
         if store.check([key]):
             return _text(store.get(key))
@@ -100,7 +79,8 @@ def _settle(store: Any, key: str, count: str, world: int, deadline: float,
         give_up = _give_up(deadline, superseded) or partial()
         if give_up is not None:
             return _text(store.compare_set(key, "", give_up))
-        backoff.sleep()
+        time.sleep(delay)
+        delay = min(_POLL_MAX, delay * 1.5)
 
 
 def _present(store: Any, prefix: str, rnd: Round, replica: str, deadline: float,
@@ -129,7 +109,7 @@ def _present(store: Any, prefix: str, rnd: Round, replica: str, deadline: float,
 def _next_generation(store: Any, gen: int, deadline: float,
                      superseded: Callable[[], bool]) -> int | str:
     """Wait until the members move on to a newer generation; else "superseded" / "timeout"."""
-    backoff = _Backoff()
+    delay = _POLL_FIRST
     while True:
         current = int(_text(store.get("gen")))
         if current > gen:
@@ -137,7 +117,8 @@ def _next_generation(store: Any, gen: int, deadline: float,
         give_up = _give_up(deadline, superseded)
         if give_up is not None:
             return give_up
-        backoff.sleep()
+        time.sleep(delay)
+        delay = min(_POLL_MAX, delay * 1.5)
 
 
 def meet(
@@ -153,13 +134,9 @@ def meet(
 ) -> tuple[Formed, Any]:
     """Both phases of `rnd`'s barrier as `replica`, and the round's store (`init_group` next).
 
-    "ok": every member is here and alive. "partial": the members in `present` go on alone
-    (meet `rnd.only(present, generation)` next). "superseded": a newer round came first;
-    "timeout": `deadline` (time.monotonic()) passed first. broken_generation: the generation
-    whose group broke or was left partial (the next one is met). on_excluded(): called when a
-    generation was settled without this replica, before it waits for the next one.
+    "partial": the members in `present` go on alone (meet `rnd.only(present, generation)`
+    next). on_excluded(): a generation was settled without this replica.
     """
-    began = time.monotonic()
     store = transport.of(where).round_store(rnd.store_name)
     gen = _generation(store, broken_generation)
     while True:
@@ -170,16 +147,16 @@ def meet(
             on_excluded()
         nxt = _next_generation(store, gen, deadline, superseded)
         if isinstance(nxt, str):
-            return Formed(nxt, gen, time.monotonic() - began), store
+            return Formed(nxt, gen), store
         gen = nxt
     if decision.startswith("partial:"):
         present = tuple(decision[len("partial:"):].split(","))
-        return Formed("partial", gen, time.monotonic() - began, present), store
+        return Formed("partial", gen, present), store
     if decision == "ok":  # phase 2: a member that registered and then died is not waited for
         store.add(f"g{gen}/confirmed", 1)
         decision = _settle(store, f"g{gen}/confirmed-decision", f"g{gen}/confirmed",
                            rnd.world_size, deadline, superseded, lambda: None)
-    return Formed(decision, gen, time.monotonic() - began), store
+    return Formed(decision, gen), store
 
 
 def init_group(store: Any, rnd: Round, replica: str, generation: int, backend: str,
@@ -198,10 +175,8 @@ def init_group(store: Any, rnd: Round, replica: str, generation: int, backend: s
                          if before.get(fd) != link]
 
 
-# The connections the current group opened (fd, "socket:[inode]"), recorded around its
-# init_process_group. Leaving a group shuts them down, so that a peer blocked in a collective
-# on this process (alive, but gone from the group) fails at once instead of at the collective
-# timeout: neither destroy_process_group() nor gloo's abort() closes them.
+# The current group's connections (fd, "socket:[inode]"): leaving shuts them down, so a peer
+# blocked in a collective on this process fails at once (destroy_process_group() does not).
 _group_sockets: list[tuple[int, str]] = []
 
 

@@ -1,14 +1,9 @@
 """The snapshot wire and file format: a JSON header, then the raw bytes of every tensor.
 
-No side effects, and no pickle. `encode` returns views of the tensors themselves (nothing is
-copied into one big buffer); `read` decodes from a stream straight into tensors the caller
-names (the live parameters: no new memory to fault in).
-
-Layout: b"PDSNAP01", 8-byte little-endian header length, the header (JSON, padded to 64
-bytes), then each tensor's bytes at a 64-byte aligned offset. The header holds the tree, with
-each tensor replaced by {"__t__": i}, dicts whose keys are not all strings as
-{"__d__": [[key, value], ...]}, tuples as {"__tuple__": [...]}, and the tensors' dtype, shape
-and offset.
+No side effects, and no pickle. Layout: b"PDSNAP01", the 8-byte little-endian header length,
+the JSON header (the tree, with tensors as {"__t__": i}, dicts with non-string keys as
+{"__d__": [[k, v], ...]}, tuples as {"__tuple__": [...]}; and each tensor's dtype, shape and
+offset), then each tensor's bytes at a 64-byte aligned offset.
 """
 
 from __future__ import annotations
@@ -79,8 +74,7 @@ def encode(tree: Any) -> list[memoryview]:
 
 
 def tensor_paths(tree: Any, path: Path = ()) -> dict[Path, torch.Tensor]:
-    """Every tensor of a live tree by its path (keys and indexes from the root), as `read`
-    names them for its target."""
+    """Every tensor of a live tree by its path, as `read` names them for its target."""
     out: dict[Path, torch.Tensor] = {}
     if isinstance(tree, torch.Tensor):
         out[path] = tree
@@ -94,9 +88,8 @@ def tensor_paths(tree: Any, path: Path = ()) -> dict[Path, torch.Tensor]:
 
 
 def read(read_into: ReadInto, size: int, target: Target | None = None) -> Any:
-    """Decode a snapshot of `size` bytes from a stream, each tensor read straight into
-    `target(path, dtype, shape)` when that returns a tensor, else into a new tensor. A stream
-    cut short raises; tensors already read into targets are then partly overwritten."""
+    """Decode a snapshot of `size` bytes, each tensor read into `target(path, dtype, shape)`
+    or a new tensor. A stream cut short raises (targets are then partly overwritten)."""
     prefix = bytearray(len(MAGIC) + _LEN.size)
     read_into(memoryview(prefix))
     if bytes(prefix[:len(MAGIC)]) != MAGIC:

@@ -1,8 +1,6 @@
 """Tell a lost peer from a bug: the one exception type elastic code catches, and its classifier.
 
-No side effects. A survivor's next collective fails with a plain RuntimeError from the backend
-when a peer dies or hangs; `is_membership_error` recognises those, and `MembershipError` is
-what perdure raises itself when the membership changes.
+No side effects.
 """
 
 from __future__ import annotations
@@ -18,10 +16,9 @@ __all__ = [
 
 
 class MembershipError(RuntimeError):
-    """A peer left the group (died, hung, was removed): the group must be rebuilt.
+    """A peer left the group (died, hung, was removed): `elastic_retry` rebuilds it, re-enters.
 
-    `elastic_retry` catches it, waits for the next membership round and re-enters the loop.
-    `round` is the round the group was in when the loss was seen (None outside a round).
+    `round`: the round the group was in when the loss was seen (None outside a round).
     """
 
     def __init__(self, message: str, *, round: int | None = None) -> None:
@@ -30,11 +27,8 @@ class MembershipError(RuntimeError):
 
 
 class MembershipChanged(MembershipError):
-    """A newer membership round was published (a replica came back, or one was removed).
-
-    Raised by `Manager.maybe_reconfigure()` at a step boundary, on every rank at the same step,
-    so the group changes between steps instead of failing in the middle of one.
-    """
+    """A newer membership round was published: raised by `Manager.maybe_reconfigure()` on every
+    rank at the same step boundary, so the group changes between steps, not in one."""
 
 
 class ElasticConfigWarning(UserWarning):
@@ -65,11 +59,10 @@ _LOST_PEER = re.compile(
 def is_membership_error(exc: BaseException) -> bool:
     """True when `exc` means a peer was lost (retry on a new group), False for anything else.
 
-    A `MembershipError`, a `torch.distributed.DistNetworkError`, or a backend error whose message
-    says a connection to a peer broke or a collective timed out, anywhere in the chain of
-    `__cause__` (`raise ... from`; an error raised while handling one is not followed, so a bug
-    in an except block is not mistaken for a lost peer). Everything else (a shape error, an
-    OOM, KeyboardInterrupt) is a bug or a stop request and must propagate.
+    A `MembershipError`, a `DistNetworkError`, or a backend error saying a peer's connection
+    broke or a collective timed out, anywhere in the `__cause__` chain (not `__context__`: a
+    bug in an except block is not a lost peer). Anything else (a shape error, an OOM) must
+    propagate.
     """
     import torch.distributed as dist
 

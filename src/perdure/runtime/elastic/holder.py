@@ -1,17 +1,9 @@
-"""Peer memory for snapshots: a small TCP server in every replica that holds others' snapshots.
+"""Peer memory for snapshots: a TCP server in every replica that keeps others' newest ones.
 
-Each replica runs one `Holder` (a daemon thread) and registers its address through the job's
-transport. A replica sends each snapshot to its peer's holder, which keeps the newest `keep`
-complete ones per replica in host memory; a replacement fetches its own from there, so it
-restores without reading persistent storage. A transfer cut short is never stored.
-
-Only the job's own replicas are served (wire.py authenticates both sides with the job's
-secret), a `put` must name one of them (`allowed`) and fit under `max_bytes` before anything
-is allocated, and the holder binds to the one interface the job uses, never to every one.
-
-Requests: `put` {replica, step, size, meta} -> {ready}, payload -> {ok}; `list` {replica} ->
-{steps}; `get` {replica, step} -> {size, meta} + payload. Payloads are opaque bytes here
-(codec.py's format).
+Only the job's replicas are served (wire.py), a `put` must name one of them and fit under
+`max_bytes` before anything is allocated, and a transfer cut short is never stored.
+Requests: `put` {replica, step, size} -> {ready}, payload -> {ok}; `list` {replica} ->
+{steps}; `get` {replica, step} -> {size} + payload.
 
 Side effects: a listening socket and its threads.
 """
@@ -25,7 +17,8 @@ import socket
 import socketserver
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from contextlib import closing
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from perdure.runtime.elastic import wire
@@ -33,7 +26,7 @@ from perdure.runtime.elastic.wire import interface_for
 from perdure.runtime.transport.base import ENV_JOB_SECRET
 from perdure.runtime.transport.wire import recv_exact, recv_into
 
-__all__ = ["Holder", "HolderAddress", "fetch", "fetch_with", "list_steps", "put"]
+__all__ = ["Holder", "HolderAddress", "fetch", "list_steps", "put"]
 
 log = logging.getLogger("perdure.elastic")
 T = TypeVar("T")
@@ -48,23 +41,6 @@ class HolderAddress:
     replica: str
     host: str
     port: int
-
-
-@dataclass
-class _Held:
-    step: int
-    payload: bytes | bytearray
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def default_max_bytes() -> int:
-    """The largest snapshot a holder takes: `$PERDURE_SNAPSHOT_MAX_BYTES`, else half of RAM."""
-    raw = os.environ.get(ENV_MAX_BYTES)
-    if raw:
-        if not raw.isdigit() or int(raw) <= 0:
-            raise ValueError(f"{ENV_MAX_BYTES}={raw!r} must be a positive number of bytes")
-        return int(raw)
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -85,12 +61,11 @@ class _Handler(socketserver.BaseRequestHandler):
                 conn.reply({"ok": True, "steps": holder.steps(_name(request))})
             elif op == "get":
                 name, step = _name(request), _step(request)
-                held = holder.get(name, step)
-                if held is None:
+                payload = holder.get(name, step)
+                if payload is None:
                     conn.reply({"ok": False, "error": f"no step {step} of {name}"})
                 else:
-                    conn.reply({"ok": True, "size": len(held.payload), "meta": held.meta},
-                               held.payload)
+                    conn.reply({"ok": True, "size": len(payload)}, payload)
             else:
                 conn.reply({"ok": False, "error": f"unknown op {op!r}"})
         except (ConnectionError, OSError, ValueError, KeyError, TypeError) as exc:
@@ -109,8 +84,7 @@ class _Handler(socketserver.BaseRequestHandler):
         assert isinstance(size, int)
         conn.reply({"ok": True, "ready": True})
         payload = recv_exact(conn.sock, size)  # allocated only now: authenticated and under the cap
-        meta = request.get("meta")
-        holder.store(replica, step, payload, dict(meta) if isinstance(meta, dict) else {})
+        holder.store(replica, step, payload)
         conn.reply({"ok": True})
 
 
@@ -148,12 +122,8 @@ class _Server(socketserver.ThreadingTCPServer):
 
 
 class Holder:
-    """This replica's store of its peers' snapshots, served over TCP from a daemon thread.
-
-    secret: the job's secret (every peer proves it knows it). allowed: whether a name is one
-    of the job's replicas (only theirs are stored). max_bytes: the largest snapshot taken
-    (default `default_max_bytes()`). host: the address to bind (never a wildcard).
-    """
+    """This replica's store of its peers' snapshots (only `allowed` names, at most `max_bytes`
+    each), served over TCP from a daemon thread bound to `host`."""
 
     def __init__(self, keep: int = 2, host: str = "127.0.0.1", *, secret: str,
                  allowed: Callable[[str], bool], max_bytes: int | None = None) -> None:
@@ -163,12 +133,17 @@ class Holder:
         self.keep = keep
         self.secret = secret
         self.allowed = allowed
-        self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
-        self._held: dict[str, list[_Held]] = {}
+        if max_bytes is None:  # $PERDURE_SNAPSHOT_MAX_BYTES, else half of RAM
+            raw = os.environ.get(ENV_MAX_BYTES)
+            if raw and (not raw.isdigit() or int(raw) <= 0):
+                raise ValueError(f"{ENV_MAX_BYTES}={raw!r} must be a positive number of bytes")
+            ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            max_bytes = int(raw) if raw else ram // 2
+        self.max_bytes = max_bytes
+        self._held: dict[str, dict[int, bytes | bytearray]] = {}  # replica -> step -> payload
         self._lock = threading.Lock()
         self._server = _Server((host, 0), self)
         self.port = int(self._server.server_address[1])
-        self.host = host
         # close() waits for the loop's next poll: keep a replica's exit quick
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         name="perdure-snapshot-holder", daemon=True)
@@ -185,43 +160,41 @@ class Holder:
             return f"{replica!r} is not a replica of this job"
         return ""
 
-    def store(self, replica: str, step: int, payload: bytes | bytearray,
-              meta: dict[str, Any]) -> None:
+    def store(self, replica: str, step: int, payload: bytes | bytearray) -> None:
         with self._lock:
-            held = [h for h in self._held.get(replica, []) if h.step != step]
-            held.append(_Held(step, payload, meta))
-            held.sort(key=lambda h: h.step)
-            self._held[replica] = held[-self.keep:]
+            held = self._held.setdefault(replica, {})
+            held[step] = payload
+            for old in sorted(held)[:-self.keep]:
+                del held[old]
 
     def steps(self, replica: str) -> list[int]:
         with self._lock:
-            return [h.step for h in self._held.get(replica, [])]
+            return sorted(self._held.get(replica, {}))
 
-    def get(self, replica: str, step: int) -> _Held | None:
+    def get(self, replica: str, step: int) -> bytes | bytearray | None:
         with self._lock:
-            return next((h for h in self._held.get(replica, []) if h.step == step), None)
+            return self._held.get(replica, {}).get(step)
 
     @property
     def nbytes(self) -> int:
         with self._lock:
-            return sum(len(h.payload) for held in self._held.values() for h in held)
+            return sum(len(p) for held in self._held.values() for p in held.values())
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
 
 
-def _open(addr: HolderAddress, secret: str, timeout: float) -> wire.Connected:
-    return wire.Connected(addr.host, addr.port, secret, timeout, f"holder {addr.replica}")
+def _open(addr: HolderAddress, secret: str, timeout: float) -> closing[wire.Connected]:
+    return closing(wire.Connected(addr.host, addr.port, secret, timeout, f"holder {addr.replica}"))
 
 
-def put(addr: HolderAddress, replica: str, step: int, chunks: Sequence[bytes | memoryview],
-        meta: dict[str, Any], *, secret: str, timeout: float = 30.0) -> None:
-    """Send `replica`'s snapshot of `step` (the concatenation of `chunks`) to the holder at
-    `addr`; raise OSError on failure. The chunks are sent as they are, not joined first."""
+def put(addr: HolderAddress, replica: str, step: int, chunks: Sequence[bytes | memoryview], *,
+        secret: str, timeout: float = 30.0) -> None:
+    """Send `replica`'s snapshot of `step` (`chunks`, not joined first); OSError on failure."""
     size = sum(memoryview(c).nbytes for c in chunks)
     with _open(addr, secret, timeout) as conn:
-        conn.ask({"op": "put", "replica": replica, "step": step, "size": size, "meta": meta})
+        conn.ask({"op": "put", "replica": replica, "step": step, "size": size})
         for chunk in chunks:
             conn.sock.sendall(chunk)
         conn.answer()
@@ -229,8 +202,7 @@ def put(addr: HolderAddress, replica: str, step: int, chunks: Sequence[bytes | m
 
 def list_steps(addr: HolderAddress, replica: str, *, secret: str,
                timeout: float = 2.0) -> list[int]:
-    """Steps of `replica`'s snapshots the holder at `addr` has; [] when it cannot be reached
-    or does not prove the job's secret."""
+    """Steps of `replica`'s snapshots held at `addr`; [] when it is gone or not the job's."""
     try:
         with _open(addr, secret, timeout) as conn:
             reply = conn.ask({"op": "list", "replica": replica})
@@ -240,35 +212,18 @@ def list_steps(addr: HolderAddress, replica: str, *, secret: str,
     return [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
 
 
-def fetch_with(addr: HolderAddress, replica: str, step: int,
-               read: Callable[[Callable[[memoryview], None], int], T], *, secret: str,
-               timeout: float = 60.0) -> T:
-    """`read(read_into, size)` over `replica`'s snapshot of `step` from the holder at `addr`:
-    the payload is read where `read` puts it (raises OSError on failure)."""
+def fetch(addr: HolderAddress, replica: str, step: int,
+          read: Callable[[Callable[[memoryview], None], int], T], *, secret: str,
+          timeout: float = 60.0) -> T:
+    """`read(read_into, size)` over `replica`'s snapshot of `step` at `addr` (OSError)."""
     with _open(addr, secret, timeout) as conn:
         reply = conn.ask({"op": "get", "replica": replica, "step": step})
-        size = reply.get("size")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise ConnectionError(f"holder {addr.replica} sent a bad size {size!r}")
-        return read(functools.partial(recv_into, conn.sock), size)
-
-
-def fetch(addr: HolderAddress, replica: str, step: int, *, secret: str,
-          timeout: float = 60.0) -> bytearray:
-    """`replica`'s snapshot of `step` from the holder at `addr`, in one buffer."""
-
-    def whole(read_into: Callable[[memoryview], None], size: int) -> bytearray:
-        buf = bytearray(size)
-        read_into(memoryview(buf))
-        return buf
-
-    return fetch_with(addr, replica, step, whole, secret=secret, timeout=timeout)
+        return read(functools.partial(recv_into, conn.sock), int(reply["size"]))
 
 
 def bind_host() -> str:
-    """The holder's address: `$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR,
-    else (a loopback MASTER_ADDR) toward the controller's relay (`$PERDURE_CONTROL_ADDR`, on a
-    cluster), else loopback; never a wildcard (ValueError)."""
+    """`$PERDURE_SNAPSHOT_BIND`, else the interface toward MASTER_ADDR, else (a loopback one)
+    toward the relay at `$PERDURE_CONTROL_ADDR`; never a wildcard (ValueError)."""
     chosen = os.environ.get("PERDURE_SNAPSHOT_BIND")
     if chosen is not None:
         wire.check_bind(chosen, "PERDURE_SNAPSHOT_BIND")

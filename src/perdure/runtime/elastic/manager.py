@@ -1,10 +1,6 @@
 """The elastic Manager: keep the process alive across membership changes and rebuild its group.
 
-A lost peer makes the next collective fail; `elastic_retry` catches that
-(`is_membership_error`), waits for a membership round that satisfies the minimum (pause mode:
-every replica), forms that round's group and calls the function again, in the same process.
-Any other error propagates at once. Without a controller (no rendezvous) the Manager is a thin
-wrapper over a static world.
+Without a controller (no rendezvous) it is a thin wrapper over a static world.
 
 Side effects: process-group creation, rounds and markers through the transport.
 """
@@ -57,12 +53,6 @@ def current_manager() -> Manager | None:
     return _current
 
 
-def _default_backend() -> str:
-    import torch
-
-    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-
-
 class Manager:
     """One per process: this replica's view of the job's membership, and its process group.
 
@@ -76,8 +66,7 @@ class Manager:
     the group, from the round, not from RANK / WORLD_SIZE.
     """
 
-    # After a loss (resize mode), how long members wait for every member of the new round
-    # before going on with those present: a replacement importing torch joins later.
+    # After a loss (resize mode): seconds to wait for every member before going on without.
     join_grace: float = 0.25
 
     def __init__(
@@ -90,6 +79,10 @@ class Manager:
         transport: Transport | None = None,
     ) -> None:
         global _current
+        if backend is None:
+            import torch
+
+            backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
         if transport is None:
             transport = FileTransport(rdzv_dir=rdzv_dir) if rdzv_dir else current_transport()
         self.transport = transport
@@ -97,7 +90,7 @@ class Manager:
         self.replica = replica or os.environ.get("PERDURE_REPLICA") or f"rank-{static_rank}"
         self.node = os.environ.get("PERDURE_NODE") or "local"
         self.attempt = env_int("PERDURE_ATTEMPT", -1)
-        self.backend = backend or _default_backend()
+        self.backend = backend
         self.collective_timeout = float(
             collective_timeout
             or os.environ.get("PERDURE_COLLECTIVE_TIMEOUT")
@@ -178,9 +171,8 @@ class Manager:
     @property
     def available_inactive_nodes(self) -> list[str]:
         """Inactive nodes whose replicas are up and waiting to join: the group can grow now."""
-        m = self._membership
-        latest = m.latest() if m is not None else None
-        if m is None or latest is None or not m.is_newer(latest) or not m.joiners_ready(latest):
+        latest = self._membership.change_to() if self._membership else None
+        if latest is None:
             return []
         inactive = set(self.inactive_nodes)
         return [n for n in latest.nodes if n in inactive]
@@ -204,18 +196,17 @@ class Manager:
     # ---- step-boundary changes ----------------------------------------------------------
 
     def should_reconfigure(self, every: int = 1) -> bool:
-        """True (on every rank alike) when the group should change now, at this step boundary.
+        """True (on every rank alike) when a newer round is out and any replica it adds is up.
 
-        A newer round was published and any replica it adds is up and waiting. Call it at the
-        same point on every rank: it costs one stat() and a one-element all-reduce, done only
-        every `every`-th call.
+        Call it at the same step boundary on every rank: a one-element all-reduce, every
+        `every`-th call.
         """
         if self._membership is None or self._membership.round is None:
             return False
         self._calls += 1
         if self._calls % max(1, every):
             return False
-        wants = self._membership.wants_change()
+        wants = self._membership.change_to() is not None
         if self.world_size == 1:
             return wants
         import torch
@@ -240,14 +231,11 @@ class Manager:
     def sync_state(self, state: MutableMapping[str, Any]) -> int | None:
         """Give every member the state of the member furthest along; return that step.
 
-        A collective: call it on every rank right after (re-)entering the loop. Members that
-        were in the previous group have live state; the one with the highest int
-        `state["step"]` (lowest rank on a tie) broadcasts it in place (modules and tensors
-        in place, optimizers and other stateful objects through their state dicts; RankLocal
-        values stay per rank). Returns that step (-1 when the state has no int "step"), or
-        None when no member has live state (a fresh start: restore from a Snapshotter or a
-        checkpoint instead). When every member is live at the same step nothing is sent:
-        replicas that trained in lockstep (DDP) already agree.
+        A collective: call it on every rank right after (re-)entering the loop. The live member
+        (one of the previous group) with the highest int `state["step"]` broadcasts it in place
+        (RankLocal values stay per rank); nothing is sent when all are live at the same step.
+        Returns that step (-1 without an int "step"), or None when no member is live (a fresh
+        start: restore from a Snapshotter or a checkpoint instead).
         """
         import torch.distributed as dist
 
@@ -281,10 +269,10 @@ class Manager:
         """Re-enter the decorated loop after a membership change, in the same process.
 
         minimum_replicas: None waits for every replica (pause); k goes on with at least k
-        (resize); left out, both come from the job spec (an explicit value that disagrees
-        with the spec is warned about, naming both). poll_interval: seconds between reads of
-        round.json while waiting. timeout: seconds to wait for a group after a loss, else
-        TimeoutError. retry_policy: how many losses to survive (RetryLimit(10)).
+        (resize); left out, both come from the job spec (an explicit value that disagrees is
+        warned about). poll_interval: seconds between reads of the round while waiting.
+        timeout: seconds to wait for a group after a loss, else TimeoutError. retry_policy: how
+        many losses to survive (RetryLimit(10)).
         pre_callback(): runs after each rebuild, before re-entry. on_elastic_event(event): is
         told about each change once the group is rebuilt. A replica still waiting to join when
         the others' loop returns (training is over) exits with status 0 (SystemExit).
@@ -302,33 +290,30 @@ class Manager:
             @functools.wraps(fn)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
                 self.settings = settings
-                try:
+                try:  # GroupFinished: the others finished while this replica waited to join
                     self.start(timeout=timeout, poll_interval=poll_interval)
-                except GroupFinished as done:
-                    _exit_finished(done)
-                losses = 0
-                while True:
-                    self._live, self._entered = self._entered, True
-                    try:
-                        result = fn(*args, **kwargs)
-                        if self._membership is not None:
-                            self._membership.mark_finished()
-                        return result
-                    except Exception as exc:
-                        if not is_membership_error(exc):
-                            raise
-                        planned = isinstance(exc, MembershipChanged)
-                        losses += 0 if planned else 1
-                        self._check_retry(exc, planned, losses, policy)
+                    losses = 0
+                    while True:
+                        self._live, self._entered = self._entered, True
                         try:
+                            result = fn(*args, **kwargs)
+                            if self._membership is not None:
+                                self._membership.mark_finished()
+                            return result
+                        except Exception as exc:
+                            if not is_membership_error(exc):
+                                raise
+                            planned = isinstance(exc, MembershipChanged)
+                            losses += 0 if planned else 1
+                            self._check_retry(exc, planned, losses, policy)
                             event = self._recover(exc, planned, settings, poll_interval,
                                                   timeout, losses)
-                        except GroupFinished as done:
-                            _exit_finished(done)
-                    if on_elastic_event is not None:
-                        on_elastic_event(event)
-                    if pre_callback is not None:
-                        pre_callback()
+                        if on_elastic_event is not None:
+                            on_elastic_event(event)
+                        if pre_callback is not None:
+                            pre_callback()
+                except GroupFinished as done:
+                    _exit_finished(done)
 
             return wrapper
 

@@ -1,9 +1,7 @@
 """One replica's membership: which round it is in, which round to join next, and joining it.
 
-The Manager's engine. After a loss it takes the newest round that includes this replica and
-satisfies the minimum (the same round again when nothing newer was published: a false alarm,
-or the controller has not reacted yet) and meets its members (barrier.py); in resize mode it
-goes on with the members present after a grace period. A newer round published meanwhile wins.
+After a loss it joins the newest round that includes this replica and satisfies the minimum
+(the same round again when nothing newer is out); a newer round published meanwhile wins.
 
 Side effects: reads rounds and writes markers through the transport, forms process groups.
 """
@@ -64,10 +62,11 @@ class Membership:
         return all((self.transport.ready_round(rnd.attempt, m.replica) or -1) >= rnd.round
                    for m in rnd.members if m.replica not in current)
 
-    def wants_change(self) -> bool:
-        """A newer round is out, and any replica it adds is ready: change at this boundary."""
+    def change_to(self) -> Round | None:
+        """A newer round whose added replicas are all ready: change to it at this boundary."""
         latest = self.latest()
-        return latest is not None and self.is_newer(latest) and self.joiners_ready(latest)
+        ready = latest is not None and self.is_newer(latest) and self.joiners_ready(latest)
+        return latest if ready else None
 
     def mark_finished(self) -> None:
         """The training loop returned in this member: replicas still joining can stop."""
@@ -87,12 +86,8 @@ class Membership:
 
     def join(self, settings: ElasticSettings, min_round: int, broken: int | None,
              poll: float, timeout: float, *, partial_ok: bool) -> Round:
-        """Form the group of the newest acceptable round numbered >= `min_round`.
-
-        broken: the generation of the current round whose group broke (after a loss).
-        partial_ok: after a loss in resize mode, go on with the members present.
-        Raises TimeoutError after `timeout` seconds.
-        """
+        """Form the group of the newest acceptable round numbered >= `min_round`; `broken`: the
+        generation whose group broke; `partial_ok`: go on with the members present."""
         deadline = time.monotonic() + timeout
         while True:
             rnd = self._await_round(settings, min_round, deadline, poll, timeout)
@@ -176,8 +171,6 @@ class Membership:
 
     def _adopt(self, rnd: Round, generation: int) -> None:
         self.round, self.generation = rnd, generation
-        self.full_size = max(self.full_size, rnd.world_size)
-        for n in rnd.nodes:
-            self.nodes.setdefault(n, None)
+        self.full_size = max(self.full_size, rnd.world_size)  # its nodes: seen by latest()
         log.info("%s joined %s as rank %s", self.replica, rnd.describe(),
                  rnd.rank_of(self.replica))

@@ -1,8 +1,5 @@
 """Membership rounds as the controller publishes them (round.json, read through the transport).
 
-A round is the round number, why, and the members in rank order with their nodes; rounds only
-go up within an attempt.
-
 Side effects: `read_round` and `RoundWatcher` read through the transport given.
 """
 
@@ -108,8 +105,7 @@ class Round:
 
 
 def read_round(where: Where) -> Round | None:
-    """The round published in `where` (a rendezvous directory or a transport), or None when
-    none has been published yet."""
+    """The round published in `where` (a rendezvous directory or a transport), or None."""
     return RoundWatcher(where).latest()
 
 

@@ -1,9 +1,7 @@
 """How `elastic_retry` decides: the retry limit, the elastic mode, and the events it reports.
 
-No side effects: these are values and pure functions. The mode comes from the job spec (the
-controller sets PERDURE_ELASTIC_MODE and PERDURE_MIN_WORLD_SIZE for elastic jobs); an explicit
-`minimum_replicas` overrides it, and a disagreement is returned as a warning to show, never
-dropped silently (docs/guides/elastic.md).
+No side effects. The mode comes from the job spec (PERDURE_ELASTIC_MODE,
+PERDURE_MIN_WORLD_SIZE); an explicit `minimum_replicas` overrides it, with a warning.
 """
 
 from __future__ import annotations
@@ -132,11 +130,8 @@ def _describe(s: ElasticSettings) -> str:
 def resolve_settings(
     argument: int | FromSpec | None, env: Mapping[str, str]
 ) -> tuple[ElasticSettings, str | None]:
-    """The settings to use and a warning when an explicit argument overrides a different spec.
-
-    argument: `minimum_replicas` as given to `elastic_retry` (FROM_SPEC when not given; None
-    means pause mode; an int k means resize mode with at least k replicas).
-    """
+    """The settings for `elastic_retry(minimum_replicas=argument)`, and a warning when an
+    explicit argument overrides a different spec."""
     spec = _spec_settings(env)
     if isinstance(argument, FromSpec):
         return (spec or ElasticSettings(None, "default")), None

@@ -1,17 +1,9 @@
 """In-memory snapshots: each replica's state held in its own host memory and in a peer's.
 
-    snap = Snapshotter()                  # one per process, after elastic.Manager()
-    if step % 50 == 0:
-        snap.save(step, state)            # copies into host buffers, replicates in background
-    info = snap.load(state)               # every rank: newest step all ranks hold; None if none
-
-`save` blocks training only for the copy into reusable host buffers; a background thread
-sends that copy to the peer's holder (a replica on another node where there is one) and
-writes it to an optional node-local directory (e.g. /dev/shm, which outlives the worker). A
-save that finds the previous one still in flight is skipped. `load` is a collective: the ranks
-agree on the newest step every one of them can restore (own memory, node-local file, or a
-peer's memory), so a replica killed during a snapshot makes everyone fall back to the previous
-one. When `load` returns None, restore from a persistent checkpoint instead.
+`save` blocks training only for the copy into host buffers; a background thread sends it to
+the peer's holder and to an optional node-local directory. `load` is a collective: the ranks
+agree on the newest step every one of them can restore, so a replica killed mid-snapshot makes
+everyone fall back to the previous one.
 
 Side effects: a holder thread and socket, a background thread, files in holder_dir.
 """
@@ -64,16 +56,8 @@ class SnapshotInfo:
     seconds: float = 0.0  # for load(): time to agree, fetch and apply
 
 
-def _tree(tree: Any) -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        raise ValueError("snapshot payload is not a state tree")
-    return tree
-
-
 def _targets(state: Mapping[str, Any]) -> codec.Target:
-    """Where a restore can write each tensor of the snapshot in place: the live tensor at the
-    same path (a parameter, a buffer, an optimizer's momentum) if it has the same dtype and
-    shape and is contiguous CPU memory."""
+    """The live tensor at each path a restore can read into (same dtype and shape, CPU)."""
     live: dict[codec.Path, torch.Tensor] = {}
     for key, wrapped in state.items():
         value = unwrap(wrapped)
@@ -93,14 +77,11 @@ def _targets(state: Mapping[str, Any]) -> codec.Target:
 class Snapshotter:
     """Keep this replica's state in host memory and in a peer's, every time `save` is called.
 
-    manager: the elastic Manager (default: the one this process made, if any) that says who the
-    peer is. keep: snapshots kept per replica (here, at the peer and in holder_dir); 2 lets
-    ranks agree on an older step when a replica died while replicating the newest.
-    holder_dir: a node-local directory (default $PERDURE_SNAPSHOT_DIR; none if unset) where
-    snapshots are also written, under <job id>/<replica>/ (temp + rename), so that they outlive
-    the worker process; they are not removed at exit (delete the job's directory when done).
-    replicate: send each snapshot to the peer's holder (needs the job's rendezvous; holders
-    are found through the job's transport).
+    manager: says who the peer is (default: the one this process made). keep: snapshots kept
+    per replica; 2 lets ranks agree on an older step when a replica died mid-replication.
+    holder_dir: a node-local directory (default $PERDURE_SNAPSHOT_DIR) where snapshots are
+    also written, under <job id>/<replica>/, to outlive the worker; not removed at exit.
+    replicate: send each snapshot to the peer's holder (needs the job's rendezvous).
     """
 
     def __init__(
@@ -150,14 +131,12 @@ class Snapshotter:
         self.skipped = 0
 
     def _is_job_replica(self, name: str) -> bool:
-        """Whether `name` is one of this job's replicas: a member of the current round, or
-        registered in the job's holder registry (only these are stored)."""
+        """A member of the current round, or registered as a holder: only these are stored."""
         if self.manager is not None and any(m.replica == name for m in self.manager.members):
             return True
         return any(a.replica == name for a in self._registered())
 
     def _registered(self) -> list[hd.HolderAddress]:
-        """Every holder address registered (stale ones included: their connections fail)."""
         if self._transport is None:
             return []
         out = []
@@ -223,7 +202,7 @@ class Snapshotter:
             log.warning("snapshot of step %d not replicated: %s has no holder", step, peer)
             return None
         try:
-            hd.put(addr, self.replica, step, chunks, {"time": time.time()}, secret=self._secret)
+            hd.put(addr, self.replica, step, chunks, secret=self._secret)
         except OSError as exc:  # the peer is gone: a membership change, not a save failure
             log.warning("snapshot of step %d not replicated to %s: %s", step, peer, exc)
             return None
@@ -278,9 +257,8 @@ class Snapshotter:
     def load(self, state: MutableMapping[str, Any]) -> SnapshotInfo | None:
         """Restore the newest snapshot step that every rank holds; None when there is none.
 
-        A collective when torch.distributed is initialised: call it on every rank at the same
-        point. Reads no persistent storage: own memory first, then a node-local file, then a
-        peer's memory. Reported (goodput's `restore` record, with where it came from).
+        A collective when distributed: call it on every rank at the same point. Reads own
+        memory, else a node-local file, else a peer's memory; never persistent storage.
         """
         began = time.perf_counter()
         self.join_quietly()
@@ -298,15 +276,13 @@ class Snapshotter:
 
     def join_quietly(self) -> None:
         """Wait for an in-flight save; its error is logged, not raised (restore goes on)."""
-        if self._done is not None:
-            self._done.wait()
-        if self._error is not None:
-            log.warning("the last snapshot failed: %s", self._error)
-            self._error = None
+        try:
+            self.join()
+        except Exception as exc:
+            log.warning("the last snapshot failed: %s", exc)
 
-    def _read(self, step: int, source: str, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The snapshot's tree; from a file or a peer, tensors are read straight into the
-        matching tensors of `state` (its parameters: warm memory, nothing new to fault in)."""
+    def _read(self, step: int, source: str, state: Mapping[str, Any]) -> Any:
+        """The snapshot's tree; from a file or a peer, read straight into `state`'s tensors."""
         if source == "memory":
             return self._own[step][1]
         into = _targets(state)
@@ -314,13 +290,12 @@ class Snapshotter:
             assert self.holder_dir is not None
             path = self.holder_dir / f"snap-{step:012d}.bin"
             with path.open("rb") as f:
-                return _tree(codec.read(codec.file_reader(f, str(path)), path.stat().st_size,
-                                        into))
+                return codec.read(codec.file_reader(f, str(path)), path.stat().st_size, into)
         peer = source.split(":", 1)[1]
         addr = next(a for a in self._registered() if a.replica == peer)
-        return _tree(hd.fetch_with(addr, self.replica, step,
-                                   lambda read_into, size: codec.read(read_into, size, into),
-                                   secret=self._secret))
+        return hd.fetch(addr, self.replica, step,
+                        lambda read_into, size: codec.read(read_into, size, into),
+                        secret=self._secret)
 
     def close(self) -> None:
         """Wait for the last save, then stop serving peers' snapshots."""

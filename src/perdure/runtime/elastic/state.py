@@ -1,21 +1,16 @@
 """A training state as plain trees: capture it into reusable host buffers, put it back in place.
 
-A state is a mapping of name -> nn.Module, Optimizer, tensor, object with `state_dict()` and
-`load_state_dict()` (an ElasticSampler, a scheduler), or plain value (int, float, str, bool,
-None, and lists / tuples / dicts of those). A value wrapped in the Checkpointer's `RankLocal`
-(an RNG state, anything that differs per rank) is snapshotted like the value it wraps, but
-never broadcast: each rank keeps its own. `capture` turns it into a tree of tensors and plain
-values; tensors are copied into buffers that the next capture reuses when shapes match (a
-memcpy into warm memory, not fresh memory to fault in).
+A state maps names to modules, optimizers, tensors, objects with `state_dict()` and
+`load_state_dict()`, or plain values; a `RankLocal` value is captured like the value it wraps
+but never broadcast.
 
-Side effects: `apply` and `broadcast` write into the user's objects; `capture` writes only into
-its buffers.
+Side effects: `apply` and `broadcast` write into the user's objects; `capture` only into its
+buffers.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -27,16 +22,11 @@ __all__ = ["Buffers", "apply", "broadcast", "capture", "check_state", "kind_of",
 _PLAIN = (int, float, str, bool, type(None))
 
 
-@functools.cache
-def _rank_local() -> type:
-    from perdure.runtime.checkpoint import RankLocal  # not at import time: a cycle
-
-    return RankLocal
-
-
 def unwrap(value: Any) -> Any:
     """The value inside a RankLocal, or `value` itself."""
-    return getattr(value, "value") if isinstance(value, _rank_local()) else value  # noqa: B009
+    from perdure.runtime.checkpoint import RankLocal  # not at import time: a cycle
+
+    return value.value if isinstance(value, RankLocal) else value
 
 
 def kind_of(value: Any) -> str:
@@ -165,11 +155,7 @@ def apply(state: MutableMapping[str, Any], tree: Mapping[str, Any]) -> None:
 
 
 def broadcast(state: MutableMapping[str, Any], src: int) -> None:
-    """Make every rank's `state` equal to rank `src`'s, in place (a collective).
-
-    Module and tensor values are broadcast in place (one flat buffer per dtype); optimizer,
-    stateful and plain values travel as objects; RankLocal values stay as they are.
-    """
+    """Make every rank's `state` (but its RankLocal values) rank `src`'s, in place."""
     import torch.distributed as dist
 
     check_state(state)
@@ -187,12 +173,12 @@ def broadcast(state: MutableMapping[str, Any], src: int) -> None:
             objects[key] = value.state_dict() if kind == "stateful" else value
     box: list[Any] = [objects if me == src else None]
     dist.broadcast_object_list(box, src=src)
-    for key, value in shared.items():
-        kind = kind_of(value)
-        if kind == "stateful" and me != src:
-            value.load_state_dict(box[0][key])
-        elif kind == "value" and me != src:
-            state[key] = box[0][key]
+    if me != src:
+        for key, obj in box[0].items():
+            if kind_of(state[key]) == "stateful":
+                state[key].load_state_dict(obj)
+            else:
+                state[key] = obj
     _broadcast_tensors(tensors, src)
 
 

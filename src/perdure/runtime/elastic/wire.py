@@ -1,12 +1,9 @@
 """The snapshot holder's wire: framed JSON headers, mutual authentication, where to bind.
 
-A frame is an 8-byte big-endian length, then a JSON object (at most `MAX_HEADER` bytes, checked
-before it is read); payload bytes may follow. The server speaks first with a fresh nonce; the
-client's request carries its own nonce and `auth` = HMAC-SHA256(job secret, "request" + server
-nonce + the canonical request); every reply carries `auth` over the client's nonce the same
-way. So a stranger's request is refused before its payload is read, and a server without the
-secret is not believed. Payloads are neither encrypted nor MACed: run jobs on a private
-network.
+Headers are the relay's frames (transport/wire.py), at most `MAX_HEADER` bytes; payload bytes
+may follow. Each side sends a nonce, and a request (a reply) carries the
+HMAC-SHA256 of the job secret over the other side's nonce and the document: a stranger is
+refused before its payload is read. Payloads are not MACed: run jobs on a private network.
 
 Side effects: socket I/O only.
 """
@@ -19,16 +16,13 @@ import ipaddress
 import json
 import os
 import socket
-import struct
-from types import TracebackType
 from typing import Any
 
 from perdure.runtime.transport.base import ENV_JOB_SECRET
-from perdure.runtime.transport.wire import recv_exact
+from perdure.runtime.transport.wire import recv_frame, send_frame
 
 MAX_HEADER = 64 << 10
 HANDSHAKE_SECONDS = 10.0  # a connection that does not speak within this is dropped
-_FRAME = struct.Struct(">Q")
 _NONCE = 16
 
 
@@ -45,31 +39,10 @@ def verified(secret: str, label: bytes, nonce: bytes, doc: dict[str, Any]) -> bo
         claimed.encode(), mac(secret, label, nonce, doc).encode())
 
 
-def send(sock: socket.socket, header: dict[str, Any], payload: bytes | bytearray = b"") -> None:
-    body = json.dumps(header).encode()
-    sock.sendall(_FRAME.pack(len(body)) + body)
-    if payload:
-        sock.sendall(payload)
-
-
-def recv_header(sock: socket.socket) -> dict[str, Any]:
-    (n,) = _FRAME.unpack(recv_exact(sock, _FRAME.size))
-    if n > MAX_HEADER:
-        raise ConnectionError(f"header of {n} bytes is over the {MAX_HEADER}-byte limit")
-    try:
-        doc = json.loads(recv_exact(sock, n))
-    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past the limit
-        raise ConnectionError("header is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise ConnectionError("header is not a JSON object")
-    return doc
-
-
 def _nonce(doc: dict[str, Any]) -> bytes:
-    raw = doc.get("nonce")
     try:
-        value = bytes.fromhex(raw) if isinstance(raw, str) else b""
-    except ValueError:
+        value = bytes.fromhex(doc["nonce"])
+    except (KeyError, TypeError, ValueError):
         value = b""
     if len(value) != _NONCE:
         raise ConnectionError("the peer sent no valid nonce: not a perdure snapshot holder")
@@ -84,22 +57,23 @@ class Accepted:
         self.nonce = os.urandom(_NONCE)
         self.peer_nonce = b""
         sock.settimeout(HANDSHAKE_SECONDS)
-        send(sock, {"v": 2, "nonce": self.nonce.hex()})
+        send_frame(sock, {"v": 2, "nonce": self.nonce.hex()})
 
     def request(self) -> dict[str, Any] | None:
         """The client's request if it proves the secret; None (after saying why) otherwise."""
-        doc = recv_header(self.sock)
+        doc = recv_frame(self.sock, MAX_HEADER)
         if not verified(self.secret, b"request", self.nonce, doc):
-            send(self.sock, {"ok": False, "error": "not authenticated: this holder serves only "
-                             f"its own job's replicas (${ENV_JOB_SECRET})"})
+            send_frame(self.sock, {"ok": False, "error": "not authenticated: this holder "
+                                   f"serves only its own job's replicas (${ENV_JOB_SECRET})"})
             return None
         self.peer_nonce = _nonce(doc)
         self.sock.settimeout(60.0)
         return doc
 
     def reply(self, doc: dict[str, Any], payload: bytes | bytearray = b"") -> None:
-        send(self.sock, {**doc, "auth": mac(self.secret, b"reply", self.peer_nonce, doc)},
-             payload)
+        send_frame(self.sock, {**doc, "auth": mac(self.secret, b"reply", self.peer_nonce, doc)})
+        if payload:
+            self.sock.sendall(payload)
 
 
 class Connected:
@@ -111,26 +85,23 @@ class Connected:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.server_nonce = _nonce(recv_header(self.sock))
+            self.server_nonce = _nonce(recv_frame(self.sock, MAX_HEADER))
         except BaseException:
             self.sock.close()
             raise
 
-    def __enter__(self) -> Connected:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def close(self) -> None:
         self.sock.close()
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send the signed request; the verified reply (ConnectionError if refused)."""
         doc = {**request, "nonce": self.nonce.hex()}
-        send(self.sock, {**doc, "auth": mac(self.secret, b"request", self.server_nonce, doc)})
+        send_frame(self.sock,
+                   {**doc, "auth": mac(self.secret, b"request", self.server_nonce, doc)})
         return self.answer()
 
     def answer(self) -> dict[str, Any]:
-        reply = recv_header(self.sock)
+        reply = recv_frame(self.sock, MAX_HEADER)
         if not verified(self.secret, b"reply", self.nonce, reply):
             why = reply.get("error") or "its reply does not prove the job's secret"
             raise ConnectionError(f"{self.who} refused the request or is not authenticated: "
@@ -142,9 +113,7 @@ class Connected:
 
 
 def interface_for(master_addr: str) -> str:
-    """The address of this host's interface toward `master_addr`: where a job's listeners
-    bind. Loopback for a loopback master; else the source address the kernel would use to
-    reach it (a UDP connect: no packet is sent). OSError when there is no route."""
+    """This host's address toward `master_addr` (the kernel's route; OSError when none)."""
     if master_addr in ("", "localhost"):
         return "127.0.0.1"
     try:
@@ -160,11 +129,7 @@ def interface_for(master_addr: str) -> str:
 
 
 def check_bind(host: str, what: str) -> None:
-    """ValueError if `host` is a wildcard address (every interface) as the socket would read it.
-
-    Resolved as `bind` resolves it: the socket takes spellings of 0.0.0.0 that `ipaddress`
-    does not (`0`, `0x0`, `0.0`).
-    """
+    """ValueError if `host` is a wildcard address, resolved as `bind` would (`0`, `0x0`)."""
     if host in ("", "<broadcast>"):
         raise ValueError(f"{what}={host!r} would accept peers on every interface; name the "
                          "address of the one interface the job uses")

@@ -1,10 +1,6 @@
 """How a replica's runtime reaches its controller: files on one host, the network on many.
 
-    from perdure.runtime import transport
-    t = transport.current()       # chosen by PERDURE_TRANSPORT (file, the default, or net)
-
-base.py holds the protocol; files.py and net.py its two implementations. Runtime modules go
-through `current()` and never open the contract files themselves.
+Runtime modules go through `current()` (PERDURE_TRANSPORT: file or net), never the files.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The one contract between a replica's runtime and the controller, whatever carries it.
 
-Rounds, ready and finished markers, the store a round's members meet in, snapshot holders'
-addresses, the stop notice, the error record and progress reports all go through a
-`Transport`: `FileTransport` (files in the controller's state dir, on its host) or
-`NetTransport` (a client of the controller's relay). Callers never know which one they hold.
+Rounds, markers, round stores, holder addresses, the stop notice, the error record and
+progress all go through a `Transport`: `FileTransport` or `NetTransport`, callers never know
+which.
 
 No side effects: the protocol and the environment's names.
 """
@@ -57,9 +56,8 @@ class Transport(Protocol):
     # ---- membership rounds and markers ---------------------------------------------------
 
     def round_doc(self, since: Hashable | None) -> tuple[Hashable | None, Any]:
-        """(stamp, the published round as a JSON document); (stamp, None) when the stamp
-        equals `since` (not re-read) or nothing is published. Raises ValueError when the
-        document is not JSON."""
+        """(stamp, the published round's JSON document); (stamp, None) when the stamp equals
+        `since` or nothing is published. ValueError when the document is not JSON."""
         ...
 
     def mark_ready(self, attempt: int, replica: str, round_no: int) -> None: ...

@@ -1,11 +1,8 @@
 """A replica's connections to the controller's relay: authenticated, retried, pooled.
 
-One `RelayClient` per process. Each call takes a connection from a small pool (a new one is
-opened and authenticated when none is idle), sends one request frame, reads the reply and
-returns the connection. When the relay cannot be reached (the controller is restarting) a call
-is retried with backoff until its deadline, then raises TransportError; a refusal (bad secret,
-not a replica of this job) raises at once. Requests carry the client's token and a sequence
-number, so the relay can tell a retried non-idempotent request (a store `add`) from a new one.
+An unreachable relay is retried with backoff until the call's deadline (TransportError); a
+refusal raises at once. Requests carry the client's token and a sequence number, so the relay
+can tell a retried non-idempotent request (a store `add`) from a new one.
 
 Side effects: TCP connections to the relay.
 """
@@ -49,9 +46,6 @@ class RelayClient:
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def __repr__(self) -> str:
-        return f"RelayClient({self.host}:{self.port}, {self.job}/{self.replica})"
-
     def _connect(self, timeout: float) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=timeout)
         try:
@@ -88,8 +82,8 @@ class RelayClient:
 
     def call(self, op: str, args: dict[str, Any] | None = None, *, deadline: float,
              reply_timeout: float = 10.0) -> Any:
-        """The `value` of the relay's answer to `op`; retried until `deadline`
-        (time.monotonic()). Raises Refused, or TransportError when the deadline passes."""
+        """The `value` of the relay's answer to `op`, retried until `deadline` (monotonic):
+        else TransportError; a refusal raises Refused at once."""
         request = {"op": op, "c": self.token, "i": next(self._ids), **(args or {})}
         delay, last = _BACKOFF_FIRST, "no attempt made"
         while True:

@@ -1,19 +1,11 @@
 """The file transport: the runtime's contracts as files in the controller's state dir.
 
-For replicas on the controller's host (the local backend). The layout, which the controller,
-the CLI and the relay (which writes the same files for replicas on other hosts) all read:
+For replicas on the controller's host. The layout (the relay writes the same one): in the
+rdzv dir `round.json`, `ready/<attempt>-<replica>.json`, `finished/<attempt>.json`,
+`holders/<replica>.json` and each round's FileStore; `progress.jsonl` in the report dir; the
+stop and error files at $PERDURE_STOP_FILE and $PERDURE_ERROR_FILE.
 
-- `<rdzv dir>/round.json`: the membership round (written by the controller, atomically);
-- `<rdzv dir>/ready/<attempt>-<replica>.json`: a new replica is up and joining round N;
-- `<rdzv dir>/finished/<attempt>.json`: the training loop of an attempt returned somewhere;
-- `<rdzv dir>/holders/<replica>.json`: where a replica's snapshot holder listens;
-- `<rdzv dir>/<store name>`: a round's FileStore;
-- `<report dir>/progress.jsonl`: progress records, appended one write at a time;
-- the stop request and the error record at the paths the supervisor gives
-  ($PERDURE_STOP_FILE, $PERDURE_ERROR_FILE).
-
-Side effects: reads and writes those files (each record written to a temporary file, then
-renamed: a reader sees all of it or nothing).
+Side effects: reads and writes those files (records atomically, by rename).
 """
 
 from __future__ import annotations
@@ -137,13 +129,8 @@ class FileTransport:
         self._write_marker(self._marker("holders", str(record["replica"])), dict(record))
 
     def holders(self) -> list[HolderRecord]:
-        out: list[HolderRecord] = []
-        directory = self._rdzv() / "holders"
-        for path in sorted(directory.glob("*.json")):
-            doc = _read_json(path)
-            if isinstance(doc, dict):
-                out.append(doc)
-        return out
+        docs = (_read_json(p) for p in sorted((self._rdzv() / "holders").glob("*.json")))
+        return [doc for doc in docs if isinstance(doc, dict)]
 
     # ---- notices, errors, progress -------------------------------------------------------
 

@@ -1,28 +1,24 @@
 """The network transport: the runtime's contracts as requests to the controller's relay.
 
-For replicas on hosts that see neither the controller's state dir nor its files (a Ray
-cluster; the local backend with `transport: net`). The relay writes what it receives into the
-state dir in the file transport's layout, so the controller reads the same records either way.
-Reads that run on the training path (the round, at every step boundary) give the last answer
-when the relay is away instead of stalling; writes that must arrive (markers, the error
-record) are retried with backoff. Progress records are queued and sent in order by a daemon
-thread, in numbered batches under the frame limit (a batch re-sent after a lost answer is
-appended once); while the relay is away they wait, up to MAX_PENDING_LINES (the oldest
-dropped first, and counted).
+For replicas on hosts that do not see the controller's state dir. Polled reads give the last
+answer while the relay is away instead of stalling; writes that must arrive are retried.
+Progress records are sent in order by a daemon thread, in numbered batches (a batch re-sent
+after a lost answer is appended once), and kept while the relay is away.
 
 Side effects: TCP connections to the relay; a daemon thread for progress records.
 """
 
 from __future__ import annotations
 
-import collections
+import itertools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
+from perdure.runtime.checkpoint.worker import PersistWorker
 from perdure.runtime.ranks import PROCS_ENV
 from perdure.runtime.transport.base import (
     ENV_CONTROL_ADDR,
@@ -43,29 +39,23 @@ ERROR_SECONDS = 10.0  # the error record: the replica is exiting
 STOP_SECONDS = 2.0  # the stop notice is read in a signal handler
 POLL_SECONDS = 1.0  # reads polled in loops (the round, markers, holders)
 PROGRESS_SECONDS = 30.0  # one attempt to send a batch of progress; the sender then tries again
-MAX_PENDING_LINES = 100_000
 _BATCH_BYTES = MAX_FRAME // 2  # room for the request's own fields and JSON escaping
 
 
-def _stamp(value: Any) -> Hashable | None:
-    return tuple(value) if isinstance(value, list) else value
-
-
 class NetTransport:
-    """A client of the relay at PERDURE_CONTROL_ADDR (see the module docstring).
-
-    local: the files this replica's own host gives it (the supervisor's stop and error files),
-    used only when the relay cannot be reached.
-    """
+    """A client of the relay; `local`: the stop and error files, for when it is away."""
 
     kind = "net"
+    reports = True  # progress always goes to the relay
 
     def __init__(self, client: RelayClient, *, elastic: bool,
                  local: FileTransport | None = None) -> None:
         self.client = client
-        self._elastic = elastic
+        self.elastic = elastic
         self.local = local or FileTransport()
-        self._sender = ProgressSender(self._send_progress)
+        self._progress = PersistWorker("perdure-progress", lower=False, finish_at_exit=False)
+        self._progress_sent: threading.Event | None = None
+        self._seqs = itertools.count(1)
         self._stores: dict[str, Any] = {}
 
     @classmethod
@@ -80,17 +70,7 @@ class NetTransport:
         client = RelayClient(host, port, job=env["PERDURE_JOB_ID"],
                              replica=env["PERDURE_REPLICA"], launch=env["PERDURE_LAUNCH_ID"],
                              secret=env[ENV_JOB_SECRET])
-        local = FileTransport(stop_file=env.get("PERDURE_STOP_FILE"),
-                              error_file=env.get("PERDURE_ERROR_FILE"))
-        return cls(client, elastic=env.get(ENV_RDZV) == "1", local=local)
-
-    @property
-    def elastic(self) -> bool:
-        return self._elastic
-
-    @property
-    def reports(self) -> bool:
-        return True
+        return cls(client, elastic=env.get(ENV_RDZV) == "1", local=FileTransport.from_env(env))
 
     def where(self) -> str:
         return f"the controller's relay at {self.client.host}:{self.client.port}"
@@ -114,7 +94,8 @@ class NetTransport:
         reply = self._poll("round", None, since=since)
         if reply is None:  # the relay is away: nothing new can have been published
             return since, None
-        return _stamp(reply.get("stamp")), reply.get("doc")
+        stamp = reply.get("stamp")  # JSON has no tuples
+        return (tuple(stamp) if isinstance(stamp, list) else stamp), reply.get("doc")
 
     def mark_ready(self, attempt: int, replica: str, round_no: int) -> None:
         self._call("ready", WRITE_SECONDS, attempt=attempt, round=round_no, pid=os.getpid())
@@ -172,85 +153,40 @@ class NetTransport:
                         f"; written to {where}" if where else "")
             return where
 
-    def _send_progress(self, seq: int, lines: list[str]) -> None:
-        self._call("progress", PROGRESS_SECONDS, seq=seq, lines=lines)
-
     def append_progress(self, lines: list[str]) -> None:
         if lines:
-            self._sender.add(lines)
+            self._progress_sent = self._progress.submit(lambda: self._send_progress(lines))
 
-    def flush_progress(self, timeout: float) -> bool:
-        return self._sender.flush(timeout)
-
-
-class ProgressSender:
-    """Sends queued lines with `send(seq, lines)` (raises TransportError on failure)."""
-
-    def __init__(self, send: Callable[[int, list[str]], None]) -> None:
-        self._send = send
-        self._pending: collections.deque[str] = collections.deque()
-        self._cond = threading.Condition()
-        self._in_flight = 0
-        self._seq = 0
-        self.dropped = 0
-        self._thread: threading.Thread | None = None
-
-    def add(self, lines: list[str]) -> None:
-        with self._cond:
-            self._pending.extend(lines)
-            over = len(self._pending) - MAX_PENDING_LINES
-            for _ in range(max(0, over)):
-                self._pending.popleft()
-            self.dropped += max(0, over)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="perdure-progress",
-                                                daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def _batch(self) -> list[str]:
-        out: list[str] = []
-        size = 0
-        while self._pending and (not out or size + len(self._pending[0]) < _BATCH_BYTES):
-            line = self._pending.popleft()
-            if len(line) >= _BATCH_BYTES:  # cannot be sent whole; nothing reads such a line
-                self.dropped += 1
-                continue
-            out.append(line)
-            size += len(line) + 8
-        return out
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending:
-                    self._cond.wait()
-                batch = self._batch()
-                self._in_flight = len(batch)
-                self._seq += 1
-                seq = self._seq
-            while batch:
+    def _send_progress(self, lines: list[str]) -> None:
+        for batch in _batches(lines):
+            seq = next(self._seqs)
+            while True:
                 try:
-                    self._send(seq, batch)
+                    self._call("progress", PROGRESS_SECONDS, seq=seq, lines=batch)
                     break
                 except Refused as exc:  # will not change by retrying: say so, go on
                     log.warning("%d progress records refused by the relay: %s", len(batch), exc)
-                    self.dropped += len(batch)
                     break
                 except TransportError as exc:  # the relay is down: keep the batch, try again
                     log.debug("progress not delivered yet: %s", exc)
                     time.sleep(0.2)
-            with self._cond:
-                self._in_flight = 0
-                self._cond.notify_all()
 
-    def flush(self, timeout: float) -> bool:
-        """Wait until everything queued was delivered; False if `timeout` passed first."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._pending or self._in_flight:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-        return True
+    def flush_progress(self, timeout: float) -> bool:
+        sent = self._progress_sent
+        return sent is None or sent.wait(timeout)
+
+
+def _batches(lines: list[str]) -> Iterator[list[str]]:
+    """`lines` in batches under the frame limit; a line too long for one is dropped."""
+    batch: list[str] = []
+    size = 0
+    for line in lines:
+        if len(line) >= _BATCH_BYTES:  # nothing reads such a line
+            continue
+        if batch and size + len(line) >= _BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(line)
+        size += len(line) + 8
+    if batch:
+        yield batch

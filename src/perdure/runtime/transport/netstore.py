@@ -1,10 +1,7 @@
 """A torch.distributed.Store kept by the controller's relay, not by any training replica.
 
-The elastic barrier and gloo's `init_process_group` meet in it; a replica's death never takes
-it away, and the relay writes its changes to the state dir so that it comes back after a
-controller restart. Every operation is a request on the replica's authenticated connection;
-a blocking `get` / `wait` is a series of long polls, so a relay outage only makes it wait
-longer (up to the store's timeout). Values travel as latin-1 text (bytes, losslessly).
+A replica's death never takes it away. A blocking `get` / `wait` is a series of long polls,
+so a relay outage only makes it wait longer. Values travel as latin-1 text (bytes, losslessly).
 
 Side effects: requests to the relay.
 """
@@ -30,10 +27,6 @@ def _text(value: Any) -> str:
     return bytes(value).decode("latin-1")
 
 
-def _bytes(text: str) -> bytes:
-    return text.encode("latin-1")
-
-
 class RelayStore(dist.Store):  # type: ignore[name-defined,misc]
     """The store `name` of this replica's job, on the relay (see the module docstring)."""
 
@@ -54,14 +47,14 @@ class RelayStore(dist.Store):  # type: ignore[name-defined,misc]
         value = self._call("get", key=key)
         if value is None:  # deleted between the wait and the read
             raise dist.DistStoreError(f"key {key!r} of store {self._name} is gone")
-        return _bytes(value)
+        return str(value).encode("latin-1")
 
     def add(self, key: str, amount: int) -> int:
         return int(self._call("add", key=key, amount=int(amount)))
 
     def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
-        return _bytes(self._call("cas", key=key, expected=_text(expected),
-                                 desired=_text(desired)))
+        value = self._call("cas", key=key, expected=_text(expected), desired=_text(desired))
+        return str(value).encode("latin-1")
 
     def check(self, keys: list[str]) -> bool:
         return bool(self._call("check", keys=list(keys)))
@@ -87,10 +80,3 @@ class RelayStore(dist.Store):  # type: ignore[name-defined,misc]
 
     def append(self, key: str, value: Any) -> None:
         self._call("append", key=key, value=_text(value))
-
-    def multi_get(self, keys: list[str]) -> list[bytes]:
-        return [self.get(k) for k in keys]
-
-    def multi_set(self, keys: list[str], values: list[Any]) -> None:
-        for k, v in zip(keys, values, strict=True):
-            self.set(k, v)

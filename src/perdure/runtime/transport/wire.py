@@ -1,11 +1,8 @@
 """The relay's wire: length-prefixed JSON frames and the per-job authentication handshake.
 
-Shared by the replica's client (net.py) and the controller's relay, so both sides speak one
-format. A frame is a 4-byte big-endian length and that many bytes of JSON; a length over
-MAX_FRAME is refused before anything is allocated. A connection starts with a challenge: the
-relay sends a fresh nonce, the client answers with its job, replica and launch and
-HMAC-SHA256(job secret, nonce and those names); the relay compares with hmac.compare_digest.
-Every later request on the connection speaks for that replica only.
+A frame is a 4-byte big-endian length and that many bytes of JSON (over MAX_FRAME: refused
+before anything is allocated). The relay sends a nonce; the client answers with its job,
+replica, launch and their HMAC under the job secret, and then speaks for that replica only.
 
 Side effects: socket reads and writes only.
 """
@@ -68,7 +65,7 @@ def recv_frame(sock: socket.socket, limit: int = MAX_FRAME) -> dict[str, Any]:
         raise FrameError(f"a frame of {n} bytes is over the {limit}-byte limit")
     try:
         doc = json.loads(recv_exact(sock, n))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." past the limit
         raise FrameError(f"a frame is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise FrameError("a frame is not a JSON object")
