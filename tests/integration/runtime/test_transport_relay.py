@@ -22,6 +22,7 @@ from perdure.backends.relay.server import Relay, RelayError
 from perdure.runtime.elastic.barrier import Formed, meet
 from perdure.runtime.elastic.rendezvous import Member, Round
 from perdure.runtime.transport import NetTransport, TransportError, from_env
+from perdure.runtime.transport import net as net_module
 from perdure.runtime.transport.client import Refused
 from perdure.runtime.transport.wire import mac, recv_frame, send_frame
 
@@ -216,3 +217,22 @@ def test_each_local_rank_sends_its_own_error_record(relay: Relay, tmp_path: Path
     first = json.loads((d / "error.json").read_text())
     second = json.loads((d / "error.1.json").read_text())
     assert (first["message"], second["message"]) == ("rank 0", "rank 1")
+
+
+def test_progress_held_while_the_relay_is_away_is_bounded_and_arrives_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(net_module, "MAX_UNSENT_LINES", 5)
+    r = start_relay(tmp_path)
+    t = net(r)
+    r.close()  # a controller restart: the replica's reports wait
+    t.append_progress([json.dumps({"kind": "note", "n": n}) for n in range(3)])
+    t.append_progress([json.dumps({"kind": "note", "n": n}) for n in range(3, 6)])
+    assert "3 progress records dropped" in caplog.text  # over the bound: memory stays bounded
+    assert not t.flush_progress(0.3)
+    r = start_relay(tmp_path)
+    try:
+        assert t.flush_progress(10)
+    finally:
+        r.close()
+    path = tmp_path / "launches" / launch_id() / "progress.jsonl"
+    assert [json.loads(line)["n"] for line in path.read_text().splitlines()] == [0, 1, 2]

@@ -39,6 +39,7 @@ ERROR_SECONDS = 10.0  # the error record: the replica is exiting
 STOP_SECONDS = 2.0  # the stop notice is read in a signal handler
 POLL_SECONDS = 1.0  # reads polled in loops (the round, markers, holders)
 PROGRESS_SECONDS = 30.0  # one attempt to send a batch of progress; the sender then tries again
+MAX_UNSENT_LINES = 100_000  # progress lines held while the relay is away; later ones are dropped
 _BATCH_BYTES = MAX_FRAME // 2  # room for the request's own fields and JSON escaping
 
 
@@ -55,6 +56,8 @@ class NetTransport:
         self.local = local or FileTransport()
         self._progress = PersistWorker("perdure-progress", lower=False, finish_at_exit=False)
         self._progress_sent: threading.Event | None = None
+        self._unsent = 0  # lines submitted and not yet sent (a relay outage bounds memory)
+        self._unsent_lock = threading.Lock()
         self._seqs = itertools.count(1)
         self._stores: dict[str, Any] = {}
 
@@ -154,10 +157,23 @@ class NetTransport:
             return where
 
     def append_progress(self, lines: list[str]) -> None:
-        if lines:
-            self._progress_sent = self._progress.submit(lambda: self._send_progress(lines))
+        with self._unsent_lock:
+            if not lines or self._unsent + len(lines) > MAX_UNSENT_LINES:
+                if lines:
+                    log.warning("%d progress records dropped: the relay has been away for "
+                                "%d unsent ones", len(lines), self._unsent)
+                return
+            self._unsent += len(lines)
+        self._progress_sent = self._progress.submit(lambda: self._send_progress(lines))
 
     def _send_progress(self, lines: list[str]) -> None:
+        try:
+            self._send_batches(lines)
+        finally:
+            with self._unsent_lock:
+                self._unsent -= len(lines)
+
+    def _send_batches(self, lines: list[str]) -> None:
         for batch in _batches(lines):
             seq = next(self._seqs)
             while True:
