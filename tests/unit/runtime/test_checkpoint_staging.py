@@ -21,7 +21,7 @@ from perdure.runtime.checkpoint.staging import (
     copy_pending,
     optimizer_storages,
 )
-from perdure.runtime.checkpoint.state import tree_for_save
+from perdure.runtime.checkpoint.state import state_tree
 from perdure.runtime.checkpoint.tree import flatten
 
 
@@ -47,7 +47,7 @@ def step(model: nn.Module, optim: torch.optim.Optimizer) -> None:
 
 
 def staged(state: dict[str, Any]) -> tuple[HostBuffers, Any, Any]:
-    flat, paths = flatten(tree_for_save(state, 0))
+    flat, paths = flatten(state_tree(state, 0))
     plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
     buffers = HostBuffers(plan.items, shared=False, pin=False)
     _, defer = optimizer_storages(state)
@@ -135,7 +135,7 @@ def test_plain_values_are_serialised_as_they_are_at_each_save() -> None:
     model, optim = trained()
     state: dict[str, Any] = {"model": model, "optim": optim, "step": 3, "flag": True,
                              "scale": 0.0, "shape": (2, 3.5)}
-    flat, paths = flatten(tree_for_save(state, 0))
+    flat, paths = flatten(state_tree(state, 0))
     plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
     buffers = HostBuffers(plan.items, shared=False, pin=False)
 
@@ -171,7 +171,7 @@ def test_staged_bytes_are_the_live_tensors_of_any_dtype_and_layout(shared: bool)
         "grad": torch.randn(2, requires_grad=True), "param": nn.Parameter(torch.randn(2)),
         "empty": torch.zeros(0),
     }
-    flat, paths = flatten(tree_for_save({"t": values, "step": 3}, 0))
+    flat, paths = flatten(state_tree({"t": values, "step": 3}, 0))
     plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
     buffers = HostBuffers(plan.items, shared=shared, pin=False)
     try:

@@ -1,14 +1,8 @@
 """Checksums of checkpoint files and of the items inside them: CRC-32C, or zlib's CRC-32.
 
-CRC-32C comes from the ``crc32c`` package (hardware-accelerated, and it releases the GIL on
-large buffers, so a writer thread hashing does not stall training). Where that package is
-missing, new checkpoints use zlib's CRC-32 and say so in their metadata; a checkpoint names
-its algorithm, so either kind is verified by whichever reads it.
-
-Both are CRCs, so the checksum of a whole file is combined from the checksums of its items
-(``combine``) without hashing the bytes twice.
-
-No side effects.
+A checkpoint names its algorithm, so either kind is verified by whichever reads it. Both are
+CRCs, so a whole file's checksum is combined from its items' (``combine``) without hashing the
+bytes twice.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Rank, world size and the checkpoint's own gloo groups; collectives used by saves and restores.
 
-The Checkpointer never uses the training's process group: save collectives run in a background
-thread, and sharing a group with DDP's all-reduces deadlocks or crashes gloo. Two groups are
-created once, lazily, by every rank at the same call: ``data`` (planning, the end-of-save
-gather and broadcast, restores; used by one thread at a time) and ``ctrl`` (the per-save
-agreement between ranks, used only by the training thread).
-
-Side effects: process-group creation and collectives.
+Never the training's process group: save collectives run in a background thread, and sharing
+a group with DDP's all-reduces deadlocks gloo. ``data`` (planning, the end of a save, restores)
+and ``ctrl`` (the training thread's per-save agreement) are created lazily by every rank.
 """
 
 from __future__ import annotations

@@ -168,15 +168,26 @@ def _check(storage: Storage, name: str, step: int, verify: bool) -> tuple[Any, s
         files = dict(marker["files"])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return None, f"commit marker unreadable ({exc})"
-    if verify:
-        listed = storage.sizes(name)  # one request for all files, where the store lists sizes
-        for file, size in files.items():
-            actual = listed.get(file) if listed is not None else storage.size(f"{name}/{file}")
-            if actual is None:
-                return None, f"file {file} listed in the commit marker is missing"
-            if actual != size:
-                return None, f"file {file} has {actual} bytes, the commit marker says {size}"
+    wrong = size_mismatch(storage, name, files) if verify else None
+    if wrong is not None:
+        file, actual, size = wrong
+        if actual is None:
+            return None, f"file {file} listed in the commit marker is missing"
+        return None, f"file {file} has {actual} bytes, the commit marker says {size}"
     return marker, ""
+
+
+def size_mismatch(
+    storage: Storage, name: str, files: dict[str, int]
+) -> tuple[str, int | None, int] | None:
+    """The first of ``files`` (file -> size) in directory ``name`` whose size differs: (file,
+    its size or None when missing, the size expected); one listing where the store can."""
+    listed = storage.sizes(name)
+    for file, size in files.items():
+        actual = listed.get(file) if listed is not None else storage.size(f"{name}/{file}")
+        if actual != size:
+            return file, actual, size
+    return None
 
 
 def publish(storage: Storage, staged: str, step: int, marker: dict[str, Any]) -> str:

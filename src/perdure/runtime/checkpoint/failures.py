@@ -1,13 +1,7 @@
 """Saves that failed for good (after the storage's retries): counted, reported, survived.
 
-A scheduled save (``maybe_save``) that fails does not stop training: the previous checkpoint
-stays the newest complete one, the failure is logged and reported to the controller as a
-progress record (an event for the job), and the next due save tries again. After
-``alert_after`` failures in a row the report says so loudly (the controller raises a warning
-event, ``perdure describe``, the dashboard and the ``perdure_checkpoint_failed_saves`` metric
-show it) until a save succeeds again. Only rank 0 reports: every rank learns the same outcome.
-
-Side effects: logs, and appends progress records through the goodput reporter.
+After ``alert_after`` failures in a row the report says so loudly until a save succeeds again.
+Only rank 0 reports: every rank learns the same outcome.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Read a tensor straight from a checkpoint file into the tensor that restores it.
 
-Each tensor item of a shard is one ``torch.save`` archive (an uncompressed zip) whose single
-storage record holds the tensor's bytes in row-major order, since perdure writes contiguous
-staged tensors that own exactly their storage. When the bytes a restore needs form one
+Each tensor item of a shard is one uncompressed ``torch.save`` archive whose single storage
+record holds the tensor's bytes in row-major order. When the bytes a restore needs are one
 contiguous run of that record and of the destination, they are read with ``readinto`` into the
-destination's memory: no temporary tensor and no extra copy. Anything else takes DCP's path.
-``read_checked`` does the same while checksumming every byte of the item.
-
-No side effects besides reading the stream given.
+destination's memory; anything else takes DCP's path.
 """
 
 from __future__ import annotations

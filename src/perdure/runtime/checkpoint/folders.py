@@ -1,14 +1,10 @@
 """Checkpoint folders a framework writes itself (a Trainer's `checkpoint-N`): which one to resume.
 
-A framework's own save is not atomic: a replica killed while it writes `checkpoint-150` leaves
-a folder that looks like a checkpoint and fails every resume. perdure makes such saves
-checkable: after a rank's save returned, `mark_complete` leaves a marker for that rank in the
-folder; a folder is complete when every rank of the world that wrote it left one. On resume,
-`agree_resume` (every rank, after the process group is up) picks the newest complete folder,
-moves the incomplete ones newer than it aside (so a later save of the same step starts clean
-and the framework's own "latest" never finds them) and names them in a note to the controller.
-
-`choose` is the rule, with no side effects; the rest reads and renames folders.
+A framework's own save is not atomic, so after a rank's save returned `mark_complete` leaves a
+marker for that rank in the folder; a folder is complete when every rank of its world left one.
+On resume, `agree_resume` picks the newest complete folder and moves the incomplete newer ones
+aside (the framework's own "latest" then never finds them). `choose` is the rule, with no side
+effects.
 """
 
 from __future__ import annotations

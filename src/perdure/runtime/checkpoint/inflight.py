@@ -1,14 +1,9 @@
 """A save after its staging copy: run at once or handed to the Checkpointer's background
 threads, and what its end reports. One save is in flight at a time.
 
-A background save whose tensors only the optimizers change goes first to the stager (which
-copies them while the next forward and backward run, then opens the optimizers' step gate) and
-from there to the persist worker; any other goes straight to the persist worker. A storage
-failure of a tolerant save (``on_failure="report"``, or any save ``maybe_save`` makes) is
-counted and reported (`SaveFailures`) and training goes on; any other error is kept and
-raised once, at the next ``finish``.
-
-Side effects: the two worker threads (started at the first background save).
+A storage failure of a tolerant save (``on_failure="report"``, or any save ``maybe_save``
+makes) is counted and reported (`SaveFailures`) and training goes on; any other error is kept
+and raised once, at the next ``finish``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """DCP metadata as JSON, so that a restore reads it without unpickling.
 
-A perdure checkpoint carries DCP's own ``.metadata`` (a pickle, for stock
-``torch.distributed.checkpoint.load``) and the same facts as JSON inside the commit marker.
-perdure's restore only ever reads the JSON.
-
-A *path* is how a flattened key maps back to the nested state: a list of ``("d", key)``
-(a dict key, with its original type) and ``("l", index)`` (a list position) steps.
-
-No side effects.
+A *path* is how a flattened key maps back to the nested state: a tuple of ``("d", key)`` (a
+dict key, with its original type) and ``("l", index)`` (a list position) steps.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""A save's state made ready on the training thread (flattened, plain values encoded, its
-layout's signature), and which rank writes what: DCP's planner, run once per layout and reused.
+"""A save's state made ready on the training thread, and which rank writes what: DCP's planner,
+run once per layout and reused.
 
-Every rank sends its local plan to every other rank; each then runs DCP's deduplication (a
-tensor that several ranks hold, as DDP replicates parameters, is written by one of them) and
-builds the global metadata itself, so no second collective is needed. Replicated items are
-balanced between the ranks by size, unless they are small in all (SINGLE_WRITER_BYTES): then
-the lowest rank holding each writes it, and the ranks left with nothing write no file.
-The plan is cached under a signature of the layout (keys, shapes, dtypes, shards): a later
-save with the same layout plans nothing.
-
-Side effects: one all-gather on the checkpoint group in ``make_plan``; the rest only reads the
-state.
+Every rank sends its local plan to every other and then runs DCP's deduplication and builds
+the global metadata itself, so no second collective is needed. The plan is cached under a
+signature of the layout: a later save with the same layout plans nothing.
 """
 
 from __future__ import annotations
@@ -90,7 +83,7 @@ def prepare(state: Mapping[str, Any], rank: int) -> tuple[Prepared | None, BaseE
     """``state`` ready to stage, or why not (the error is returned: every rank must still
     vote)."""
     try:
-        flat, paths = flatten(st.tree_for_save(st.check_state(state), rank))
+        flat, paths = flatten(st.state_tree(st.check_state(state), rank))
         parts = []  # the signature, made in the same pass
         for fqn, value in flat.items():
             kind = type(value)

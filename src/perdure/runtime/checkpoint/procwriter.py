@@ -1,9 +1,5 @@
-"""Process mode, training side: start the writer process and hand it one save at a time.
-
-The child (writerchild.py) is started with ``python -m``, not multiprocessing, so a training
-script without an ``if __name__ == "__main__":`` guard still works.
-
-Side effects: starts a process; sends it file descriptors and work.
+"""Process mode, training side: start the writer process and hand it one save at a time
+(started with ``python -m``, not multiprocessing, so a script needs no ``__main__`` guard).
 """
 
 from __future__ import annotations

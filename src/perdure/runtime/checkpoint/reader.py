@@ -1,9 +1,5 @@
 """Restore-side DCP plumbing that never unpickles and never trusts: metadata comes from JSON,
-plain values are loaded with ``weights_only=True``, files are read through the checkpoint's
-Storage (in parallel), tensors are read straight into their destination where the layout
-allows (fastread), and every item is checked against its recorded checksum.
-
-Side effects: reads files.
+plain values load with ``weights_only=True``, and every item is checked against its checksum.
 """
 
 from __future__ import annotations

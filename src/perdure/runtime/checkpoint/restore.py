@@ -1,10 +1,7 @@
 """Load a committed checkpoint into a user's state, in place, on any world size.
 
-First the state is matched against the checkpoint's metadata, so that a wrong model fails with
-the first mismatched key and both shapes instead of deep inside DCP. Then DCP loads (each rank
-reads only the chunks its tensors need), and the values are put back into the user's objects.
-
-Side effects: reads the checkpoint, collectives on the checkpoint group, writes into ``state``.
+The state is first matched against the checkpoint's metadata, so that a wrong model fails with
+the first mismatched key and both shapes instead of deep inside DCP.
 """
 
 from __future__ import annotations
@@ -90,7 +87,7 @@ def _match(
             fqn: {"kind": "tensor" if isinstance(e, TensorStorageMetadata) else "bytes"}
             for fqn, e in md.state_dict_metadata.items()
         }
-        targets, _ = flatten(st.tree_for_restore(state, rank, entries))
+        targets, _ = flatten(st.state_tree(state, rank, entries))
         return plan_load(state, rank, name, targets, md, paths), None
     except Exception as exc:
         return None, exc

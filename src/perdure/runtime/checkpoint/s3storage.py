@@ -1,12 +1,7 @@
-"""Checkpoints at ``s3://bucket/prefix``: the Storage interface over perdure's S3 client.
+"""Checkpoints at ``s3://bucket/prefix``: the Storage interface over perdure's S3 client
+(retries, verified uploads, parallel parts and ranged reads).
 
-Object stores cannot rename, so saves are written in place and the commit marker alone
-decides (``atomic_rename`` False, as for any fsspec store). What differs from plain fsspec:
-every call is retried on transient errors with backoff and jitter, every upload is confirmed
-on the server (size and content digest) before it counts, large shards go up in parallel
-parts, and restores read with parallel ranged GETs straight into the tensors.
-
-Side effects: network I/O to the object store.
+Object stores cannot rename: saves are written in place and the commit marker alone decides.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """Reusable host buffers: the only copy training waits for, and only part of it.
 
-Buffers are allocated once per save plan (and pre-touched, since first-touch page faults make
-a copy into fresh memory several times slower) and reused by every later save with the same
-layout.
-A rank stages only the items its plan assigns to it: with DDP, replicated tensors are split
-between ranks, so each rank copies about 1/world of the state (a small one is rank 0's alone:
-plan.SINGLE_WRITER_BYTES).
+Buffers are allocated (and pre-touched: first-touch page faults make a copy into fresh memory
+several times slower) once per save plan and reused by every save with the same layout; a rank
+stages only the items its plan assigns to it.
 
-Tensors that only an optimizer changes (its parameters and state, on the CPU) need not be
-copied before ``save`` returns: nothing changes them before that optimizer's next ``step()``.
-Their copies are left to the background, and a StepGate holds the next ``step()`` until they
-are done, so the forward and backward passes of the next step overlap the copy (copy-on-write
-at the one place the tensors are written). Each source's version counter, read at ``save``
-and again after its copy, catches any other in-place change: that save fails, loudly.
+Tensors that only an optimizer changes need not be copied before ``save`` returns: their copies
+are left to the background while a StepGate holds that optimizer's next ``step()``. Each
+source's version counter, read at ``save`` and after its copy, catches any other in-place
+change, and that save fails.
 
-``shared=True`` puts the buffers in one memfd that a writer process maps too (process mode);
-the file has no name, so a crash leaks nothing.
-
-Side effects: allocates memory; ``stage`` copies from the live state into the buffers.
+``shared=True`` puts the buffers in one nameless memfd that a writer process maps too.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Where checkpoints live: a local directory or any fsspec URL, behind one small interface.
 
-``LocalStorage`` writes with fsync and publishes a checkpoint by renaming its directory (atomic
-on POSIX); under a private directory its files are 0600 and its directories 0700 (modes.py).
-``S3Storage`` (s3storage.py) serves ``s3://`` with retries and verified uploads.
-``FsspecStorage`` serves every other fsspec filesystem (memory://, gcs://, chained URLs);
-``urls.make_storage`` picks one for a URL.
-Object stores cannot rename a directory atomically, so there the commit marker alone
-decides whether a checkpoint is complete.
-
-Side effects: file system I/O only.
+``LocalStorage`` writes with fsync and publishes by renaming a directory (atomic on POSIX);
+``S3Storage`` (s3storage.py) and ``FsspecStorage`` cannot rename atomically, so there the
+commit marker alone decides whether a checkpoint is complete.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Flatten nested state into DCP keys, and rebuild it, keeping each dict key's original type.
 
-The keys are exactly those ``torch.distributed.checkpoint`` gives the same nested dict
-('model.fc.weight', 'optim.param_groups.0.lr'), so a stock ``dcp.load`` finds them. Dicts are
-always walked; a list is walked only when it holds a tensor or a dict (as DCP does); anything
-else (tuples included) is a leaf. Unlike DCP, an empty dict is kept as a leaf, so that a value
-such as ``{"loader": {}}`` comes back instead of vanishing.
-
-No side effects.
+The keys are those ``torch.distributed.checkpoint`` gives the same nested dict, so a stock
+``dcp.load`` finds them; unlike DCP, an empty dict is kept as a leaf, so it comes back.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Plain (non-tensor) state values: checked and encoded so that loading never unpickles code.
 
-A plain value is stored with ``torch.save`` and loaded with ``torch.load(weights_only=True)``,
-which only rebuilds containers, numbers, strings and tensors. Anything else is refused at save
-time, so a restore never meets an object it would have to trust. NumPy arrays and scalars (the
-NumPy RNG state holds one) are encoded as tagged dicts of bytes and decoded back exactly.
-
-No side effects.
+A plain value is loaded with ``torch.load(weights_only=True)``, so anything else is refused at
+save time. NumPy arrays and scalars are encoded as tagged dicts of bytes and decoded exactly.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Long-lived background threads of a Checkpointer, each running the jobs handed to it in turn.
 
 A Checkpointer keeps two: one that makes the deferred staging copies (at the process's
-priority: the optimizer's next step waits for them) and one that persists (at the lowest CPU
-priority, taking what training leaves idle; a thread cannot raise its priority again without
-privileges, hence two threads).
-
-The threads are daemons, so that they never keep a finished program alive by themselves;
-instead, at interpreter exit every worker first finishes the jobs handed to it, in the order
-the workers were made, so that a staging job's hand-over to its persist worker still runs. A
-worker whose thread is gone (after a fork) starts a new one at the next job.
-
-Side effects: starts threads; may lower their priority.
+priority: the optimizer's next step waits for them) and one that persists at the lowest CPU
+priority (a thread cannot raise its priority again, hence two). The threads are daemons; at
+interpreter exit each worker first finishes its jobs, in the order the workers were made.
 """
 
 from __future__ import annotations

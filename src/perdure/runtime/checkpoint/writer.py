@@ -1,11 +1,5 @@
-"""Write one rank's shard file in DCP's format: each item ``torch.save``d at a recorded offset.
-
-This is what DCP's ``FileSystemWriter`` writes with ``single_file_per_rank=True``, so stock DCP
-reads it; it writes from the staged buffers, whose storages hold exactly their own bytes.
-Every payload's checksum is computed as it is written (restore verifies it). Imports only
-torch, so that the writer process can use it without loading DCP.
-
-Side effects: writes and fsyncs one file.
+"""Write one rank's shard file in DCP's format (``FileSystemWriter`` with one file per rank),
+checksumming each payload as it is written. Imports only torch, for the writer process.
 """
 
 from __future__ import annotations
