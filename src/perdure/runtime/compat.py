@@ -18,15 +18,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-# ---- collectives ---------------------------------------------------------------------------
-
 all_gather_single: Callable[..., Any] = getattr(
     dist, "all_gather_single", None) or dist.all_gather_into_tensor
 """``all_gather_single(output, input, group=None, async_op=False)``: every rank's ``input``,
 concatenated into ``output`` (2.13 on; ``all_gather_into_tensor``, the same call, before)."""
 
-
-# ---- DCP's private pieces --------------------------------------------------------------------
 
 def dedup_save_plans(plans: list[Any], save_to_lowest_rank: bool) -> list[Any]:
     """DCP's deduplication of the items several ranks' plans hold (as DDP replicates
@@ -81,8 +77,6 @@ def narrow(tensor: torch.Tensor, offsets: Sequence[int], lengths: Sequence[int])
     return tensor
 
 
-# ---- copies and pinned memory ---------------------------------------------------------------
-
 def pin_memory(data: Any) -> Any:
     """``data`` (a batch: tensors in lists, dicts, ...) in page-locked memory, as the
     DataLoader's pinning thread makes it (its helper is private in 2.6-2.14)."""
@@ -117,8 +111,6 @@ def host_unregister(ptr: int) -> None:
         unregister(ptr)
 
 
-# ---- rendezvous -----------------------------------------------------------------------------
-
 def rendezvous_handlers() -> dict[str, Callable[..., Any]] | None:
     """torch's rendezvous handlers by URL scheme, to wrap one in place (private in 2.6-2.14;
     the public register call refuses to replace one); None where torch keeps them otherwise."""
@@ -126,8 +118,6 @@ def rendezvous_handlers() -> dict[str, Callable[..., Any]] | None:
     handlers = getattr(module, "_rendezvous_handlers", None)
     return handlers if isinstance(handlers, dict) else None
 
-
-# ---- warm starts ----------------------------------------------------------------------------
 
 WARM_IMPORTS = ("torch", "torch._dynamo", "torch.nn.parallel", "torch.distributed.checkpoint")
 """What a warm start imports ahead of a training script: the seconds-long imports of torch,

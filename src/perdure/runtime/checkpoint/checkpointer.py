@@ -161,8 +161,6 @@ class Checkpointer:
             self._comm = Comm(self.timeout_s, alone=self.alone)
         return self._comm
 
-    # ---- saving ---------------------------------------------------------------------------
-
     def save(self, step: int, state: Mapping[str, Any], *, blocking: bool | None = None) -> bool:
         """Save ``state`` as ``step``; returns once it is staged (True), or False if skipped.
 
@@ -286,8 +284,6 @@ class Checkpointer:
         """Block until the last save is committed; raise its error (once) if it failed."""
         self._runner.finish()
 
-    # ---- restoring ------------------------------------------------------------------------
-
     def restore_latest(self, state: MutableMapping[str, Any]) -> int | None:
         """Load the newest committed checkpoint into ``state`` in place; return its step.
 
@@ -339,8 +335,6 @@ class Checkpointer:
     def steps(self) -> list[int]:
         """Steps of the committed checkpoints, oldest first."""
         return [c.step for c in commit.scan(self.storage).complete]
-
-    # ---- lifetime -------------------------------------------------------------------------
 
     def close(self) -> None:
         """Wait for the last save, then release the staging buffers, the writer process and the

@@ -10,14 +10,9 @@ Layout under the checkpoint URL::
                                    time, every file with its size and checksum)
     step-00000200.tmp-<token>/     a save in progress, or the leftover of a crashed one
 
-The strategy is Orbax's: write to a temporary place, write the marker last (after every shard
-of every rank is durable), then rename the directory where the store can (local file systems).
-On object stores, which cannot rename, the directory is written in place and the marker alone
-decides. Restore takes the newest directory whose marker is present and whose files all have
-the sizes it lists; it never loads any other.
-
-Side effects: ``publish``, ``retain`` and ``remove_*`` write and delete through a Storage;
-``scan`` only reads.
+The marker is written last, once every shard of every rank is durable, then the directory is
+renamed where the store can; elsewhere it is written in place and the marker alone decides.
+Restore takes only a directory whose marker is present and whose files have the listed sizes.
 """
 
 from __future__ import annotations
@@ -101,8 +96,7 @@ def marker_doc(
     files: dict[str, int],
     crcs: tuple[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The commit marker's content: every file's size and (algorithm, checksum per file).
-    No side effects."""
+    """The commit marker: every file's size and (algorithm, checksum per file). No side effects."""
     doc: dict[str, Any] = {
         "format": FORMAT,
         "step": step,
@@ -117,8 +111,7 @@ def marker_doc(
 
 
 def verify_file(marker: dict[str, Any], file: str, data: bytes) -> str | None:
-    """Why ``data`` is not the ``file`` the commit marker recorded, or None when it is (or the
-    marker predates checksums). No side effects."""
+    """Why ``data`` is not the ``file`` the commit marker recorded, or None. No side effects."""
     algorithm = marker.get("checksum")
     if algorithm is None:
         return None
@@ -191,10 +184,8 @@ def size_mismatch(
 
 
 def publish(storage: Storage, staged: str, step: int, marker: dict[str, Any]) -> str:
-    """Write the commit marker into ``staged`` last, then make it the step's checkpoint.
-
-    Every file the marker lists must already be durable. Returns the published name.
-    """
+    """Write the commit marker into ``staged`` (every file it lists already durable), then
+    make it the step's checkpoint; returns its name."""
     storage.write_bytes(f"{staged}/{MARKER}", json.dumps(marker).encode())
     storage.sync_dir(staged)
     final = final_name(step)
@@ -229,9 +220,8 @@ def remove_checkpoint(storage: Storage, name: str) -> None:
 def retain(storage: Storage, keep: int | None, current: str) -> list[str]:
     """Delete committed checkpoints beyond the newest ``keep`` and leftovers of crashed saves.
 
-    ``current`` (the save just published) and the newest complete checkpoint (a re-save of an
-    older step, after a fallback, is not newer than it) are never deleted. Returns the names
-    removed.
+    ``current`` and the newest complete checkpoint (a re-save of an older step, after a
+    fallback, is not newer than it) are never deleted. Returns the names removed.
     """
     found = scan(storage, verify=False)
     removed: list[str] = []

@@ -79,12 +79,9 @@ def read_checked(
     stream: IO[bytes], start: int, length: int, span: tuple[int, int], target: torch.Tensor,
     algorithm: str,
 ) -> int | None:
-    """Read the whole item at ``start`` (``length`` bytes) in order, its payload ``span``
-    straight into ``target``, and return the checksum of every byte read; None (nothing read)
-    when ``target`` is not contiguous CPU memory of the payload's size or the span does not fit.
-
-    Each slice is hashed right after it is read, while it is still in cache.
-    """
+    """Read the whole item at ``start``, its payload ``span`` straight into ``target``, and
+    return the checksum of every byte read, each slice hashed while in cache; None (nothing
+    read) when ``target`` is not contiguous CPU memory of the payload's size."""
     head, size = span
     if (target.device.type != "cpu" or not target.is_contiguous()
             or target.numel() * target.element_size() != size or head < 0

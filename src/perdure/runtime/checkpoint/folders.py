@@ -57,10 +57,7 @@ class Choice:
 
 
 def choose(folders: Sequence[Folder]) -> Choice:
-    """The newest complete folder, and every folder newer than it (incomplete, by definition).
-
-    No side effects.
-    """
+    """The newest complete folder, and every (incomplete) folder newer than it. No side effects."""
     ordered = sorted(folders, key=lambda f: f.step, reverse=True)
     newer: list[str] = []
     for folder in ordered:
@@ -116,10 +113,8 @@ def _remove(path: Path) -> None:
 
 
 def agree_resume(root: str | os.PathLike[str], prefix: str = "checkpoint-") -> Choice:
-    """Every rank: rank 0 chooses (and moves the newer incomplete folders aside), all agree.
-
-    A collective when a process group is up; call it on every rank at the same point.
-    """
+    """Rank 0 chooses (and moves the newer incomplete folders aside), all agree: a collective
+    when a process group is up."""
     import torch.distributed as dist
 
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

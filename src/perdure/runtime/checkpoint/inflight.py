@@ -33,14 +33,9 @@ class InFlight:
     gate: StepGate | None = None
     tolerant: bool = False  # a storage failure is reported (SaveFailures), never raised
 
-    @property
-    def done(self) -> bool:
-        return self.finished is None or self.finished.is_set()
-
 
 class SaveRunner:
-    """Runs a Checkpointer's saves after staging. `reports`: storage failures of background
-    saves are reported rather than raised (the Checkpointer's ``on_failure="report"``)."""
+    """Runs a Checkpointer's saves after staging (`reports`: its ``on_failure="report"``)."""
 
     def __init__(self, failures: SaveFailures, reports: bool) -> None:
         self.failures = failures
@@ -55,7 +50,8 @@ class SaveRunner:
     @property
     def busy(self) -> bool:
         """Whether a background save is still persisting."""
-        return self.inflight is not None and not self.inflight.done
+        finished = self.inflight.finished if self.inflight is not None else None
+        return finished is not None and not finished.is_set()
 
     def run_now(self, persister: Persister, job: SaveJob, stats: SaveStats,
                 tolerant: bool) -> None:
@@ -67,8 +63,7 @@ class SaveRunner:
 
     def hand_over(self, persister: Persister, job: SaveJob, stats: SaveStats,
                   optimizers: list[torch.optim.Optimizer]) -> None:
-        """Persist `job` in the background; with pending copies, the stager first copies what
-        only `optimizers` change, and their next step waits for that copy."""
+        """Persist `job` in the background, after the stager's copies that `optimizers` wait for."""
         inflight = InFlight(threading.Event(), stats, tolerant=self.reports)
         self.inflight = inflight
         try:

@@ -28,8 +28,7 @@ log = logging.getLogger("perdure.checkpoint")
 
 @dataclass
 class Outcome:
-    """What a restore found: the step loaded (None: no checkpoint), the partial checkpoints it
-    skipped, and each newer checkpoint that failed to load with the reason."""
+    """The step restored (None: none), the partial checkpoints skipped, and the failures."""
 
     step: int | None = None
     skipped: list[str] = field(default_factory=list)

@@ -42,8 +42,7 @@ def make_dirs(path: str | os.PathLike[str]) -> None:
 
 
 def create(path: str | os.PathLike[str]) -> BinaryIO:
-    """Open `path` for writing (created or truncated, never through a symlink at `path`):
-    0600 in a private directory."""
+    """Open `path` for writing (never through a symlink there): 0600 in a private directory."""
     mode = 0o600 if is_private(os.path.dirname(os.path.abspath(path))) else 0o666
     return os.fdopen(os.open(path, _CREATE, mode), "wb")
 

@@ -52,8 +52,7 @@ class Plan:
 
 
 def signature(flat: dict[str, Any], paths: dict[str, Path]) -> Signature:
-    """The layout of ``flat`` (keys, paths, dtypes, shapes, shards), compared exactly: equal
-    layouts plan alike. No side effects."""
+    """The layout of ``flat``: equal layouts plan alike. No side effects."""
     return tuple(leaf_signature(fqn, value, paths[fqn]) for fqn, value in flat.items())
 
 
@@ -80,8 +79,7 @@ class Prepared:
 
 
 def prepare(state: Mapping[str, Any], rank: int) -> tuple[Prepared | None, BaseException | None]:
-    """``state`` ready to stage, or why not (the error is returned: every rank must still
-    vote)."""
+    """``state`` ready to stage, or why not (returned: every rank must still vote)."""
     try:
         flat, paths = flatten(st.state_tree(st.check_state(state), rank))
         parts = []  # the signature, made in the same pass
@@ -122,8 +120,7 @@ def make_plan(
 
 
 def _replicated_bytes(plans: list[SavePlan]) -> int:
-    """The size of the items that more than one plan holds (a plain value counts 1, as in
-    DCP's balancing). No side effects."""
+    """The size of the items that several plans hold (a plain value: 1). No side effects."""
     items = [item for plan in plans for item in plan.items]
     holders = Counter(item.index for item in items)
     sizes = {item.index: item.tensor_storage_size() or 1 for item in items}

@@ -26,14 +26,8 @@ class S3Storage(Storage):
             raise ValueError(f"checkpoint URL {url!r} names no bucket: use s3://bucket/prefix")
         self.client = S3Client(**storage_options)
 
-    def _p(self, rel: str) -> str:
-        return f"{self.root}/{rel}" if rel else self.root
-
     def list_names(self) -> list[str]:
         return self.client.list_names(self.root)
-
-    def makedirs(self, rel: str) -> None:
-        return None  # prefixes need no creating
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         self.client.put_bytes(self._p(rel), data)
@@ -60,14 +54,8 @@ class S3Storage(Storage):
     def remove_tree(self, rel: str) -> None:
         self.client.remove(self._p(rel))
 
-    def sync_dir(self, rel: str) -> None:
-        return None  # an upload is durable once the server confirmed it
-
     def open_read(self, rel: str) -> IO[bytes]:
         found = self.client.head(self._p(rel))
         if found is None:
             raise FileNotFoundError(f"{self.url}/{rel} does not exist")
         return RangedStream(self.client, self._p(rel), found[0])  # type: ignore[return-value]
-
-    def local_path(self, rel: str) -> None:
-        return None

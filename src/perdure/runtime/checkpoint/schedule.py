@@ -96,10 +96,8 @@ class SaveSchedule:
     def decide(
         self, by_steps: bool, by_clock: bool, comm_of: Callable[[], Comm]
     ) -> tuple[bool, bool]:
-        """(save now, a notice reached some rank): the same on every rank. `by_steps`: due by
-        the step count (every rank alike); `by_clock`: due by this rank's clock, which the
-        ranks agree on in their next vote. `comm_of` gives the current Comm; it is not asked
-        between votes (the common step: no collective, no process-group checks)."""
+        """(save now, a notice reached some rank): the same on every rank. `by_clock` (this
+        rank's clock) is agreed on in the next vote; `comm_of` is not asked between votes."""
         notice = notice_pending()
         vote = self._vote
         if vote is not None and not by_steps and vote.quiet():

@@ -142,20 +142,16 @@ def owner(key: str, optim: torch.optim.Optimizer, modules: list[nn.Module]) -> n
 def optimizer_tree(
     optim: torch.optim.Optimizer, model: nn.Module, *, initialise: bool
 ) -> dict[str, Any]:
-    """The optimizer's state keyed by parameter name.
-
-    An optimizer that has not stepped yet is saved as its param groups only: torch's helper
-    would otherwise initialise it with a zero step, which changes the training that follows.
-    ``initialise`` (restore) allows that, since the restore overwrites it.
-    """
+    """The optimizer's state keyed by parameter name; one that has not stepped yet as its
+    param groups only, unless ``initialise`` (torch's helper would give it a zero step)."""
     if optim.state or initialise:
         return dict(get_optimizer_state_dict(model, optim))
     return {"state": {}, "param_groups": _named_groups(optim, model)}
 
 
 def fqn(model: nn.Module, key: str) -> str:
-    """The name torch's distributed state dicts give ``key`` of ``model.state_dict()``: each
-    wrapper's own attribute dropped, found by walking the module tree. No side effects."""
+    """``key`` of ``model.state_dict()`` as torch's distributed state dicts name it (without
+    the wrappers' attributes). No side effects."""
     names: list[str] = []
     current: Any = model
     for part in key.split("."):

@@ -41,20 +41,12 @@ def flatten(tree: Mapping[Any, Any]) -> Flat:
 
 
 def _walked(value: Any) -> bool:
-    """Whether flatten descends into ``value``: a non-empty mapping, or a list that holds a
-    tensor or a dict."""
+    """Whether flatten descends into ``value``: a non-empty mapping, or a list that holds
+    (at any depth of lists) a tensor or a dict."""
     if isinstance(value, Mapping):
         return bool(value)
-    return isinstance(value, list) and not _is_leaf_list(value)
-
-
-def _is_leaf_list(value: list[Any]) -> bool:
-    for entry in value:
-        if isinstance(entry, Mapping | torch.Tensor):
-            return False
-        if isinstance(entry, list) and not _is_leaf_list(entry):
-            return False
-    return True
+    return isinstance(value, list) and any(
+        isinstance(e, Mapping | torch.Tensor) or _walked(e) for e in value)
 
 
 def unflatten(leaves: Mapping[str, Any], paths: Mapping[str, Path]) -> dict[Any, Any]:

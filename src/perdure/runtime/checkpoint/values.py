@@ -78,10 +78,7 @@ def decode(value: Any) -> Any:
     if kind is dict or kind is OrderedDict:
         if value.get(_TAG) == _NUMPY and set(value) == {_TAG, "dtype", "shape", "data", "scalar"}:
             return _decode_numpy(value)
-        out = OrderedDict() if kind is OrderedDict else {}
-        for k, v in value.items():
-            out[k] = decode(v)
-        return out
+        return kind((k, decode(v)) for k, v in value.items())
     return value
 
 
