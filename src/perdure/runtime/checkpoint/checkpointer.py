@@ -185,7 +185,14 @@ class Checkpointer:
         votes = comm.agree([int(problem is None), int(self._runner.busy), int(changed),
                             self._url_key])
         self._check_same_url(comm, votes)
-        self._raise_if_unprepared(step, votes, problem)
+        if problem is not None:
+            raise problem
+        failed = [rank for rank, v in enumerate(votes) if not v[0]]
+        if failed:
+            raise CheckpointError(
+                f"save of step {step} abandoned: rank(s) {failed} could not prepare their "
+                "state (their own error says why); no rank saved."
+            )
         if any(v[1] for v in votes) and self.policy.on_busy is OnBusy.SKIP:
             log.info("skipped the save of step %d: the previous save is still persisting", step)
             return False
@@ -229,18 +236,6 @@ class Checkpointer:
         if not due:
             return False
         return self._save(step, state, None, tolerant=True)  # it reports its blocking cost
-
-    def _raise_if_unprepared(
-        self, step: int, votes: list[list[int]], problem: BaseException | None
-    ) -> None:
-        if problem is not None:
-            raise problem
-        failed = [rank for rank, v in enumerate(votes) if not v[0]]
-        if failed:
-            raise CheckpointError(
-                f"save of step {step} abandoned: rank(s) {failed} could not prepare their "
-                "state (their own error says why); no rank saved."
-            )
 
     def _replan(self, prepared: Prepared, comm: Comm) -> None:
         if self._buffers is not None:

@@ -96,14 +96,6 @@ def scan(root: str | os.PathLike[str], prefix: str = "checkpoint-") -> list[Fold
     return found
 
 
-def _move_aside(root: Path, names: Sequence[str]) -> None:
-    """Rename incomplete folders out of the framework's `<prefix>N` pattern (kept to inspect)."""
-    for name in names:
-        target = root / f"{ASIDE_PREFIX}{name}"
-        _remove(target)
-        os.replace(root / name, target)
-
-
 def _remove(path: Path) -> None:
     """Whatever sits at `path` (an earlier aside folder, a file, a symlink: never followed)."""
     if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
@@ -120,9 +112,10 @@ def agree_resume(root: str | os.PathLike[str], prefix: str = "checkpoint-") -> C
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     box: list[Any] = [None]
     if not distributed or dist.get_rank() == 0:
-        choice = choose(scan(root, prefix))
-        _move_aside(Path(root), choice.incomplete)
-        box[0] = choice
+        choice = box[0] = choose(scan(root, prefix))
+        for name in choice.incomplete:  # renamed out of the `<prefix>N` pattern, kept to inspect
+            _remove(Path(root) / f"{ASIDE_PREFIX}{name}")
+            os.replace(Path(root) / name, Path(root) / f"{ASIDE_PREFIX}{name}")
     if distributed:
         dist.broadcast_object_list(box, src=0)
     result: Choice = box[0]

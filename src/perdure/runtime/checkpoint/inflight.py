@@ -8,7 +8,6 @@ and raised once, at the next ``finish``.
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass
 
@@ -19,8 +18,6 @@ from perdure.runtime.checkpoint.failures import SaveFailures
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
 from perdure.runtime.checkpoint.staging import StepGate
 from perdure.runtime.checkpoint.worker import PersistWorker
-
-log = logging.getLogger("perdure.checkpoint")
 
 
 @dataclass
@@ -71,7 +68,7 @@ class SaveRunner:
                 job.gate = inflight.gate = StepGate(optimizers)
                 self._stager.submit(lambda: self._stage_then_persist(persister, job, inflight))
             else:
-                self._worker.submit(lambda: self._persist(persister, job, inflight))
+                self._worker.submit(lambda: self._run(persister, job, inflight))
         except BaseException:  # no thread will open the gate: never leave a step held
             if inflight.gate is not None:
                 inflight.gate.open()
@@ -104,14 +101,7 @@ class SaveRunner:
         try:
             persister.stage_pending(job, inflight.stats)
         finally:
-            self._worker.submit(lambda: self._persist(persister, job, inflight))
-
-    def _persist(self, persister: Persister, job: SaveJob, inflight: InFlight) -> None:
-        try:
-            self._run(persister, job, inflight)
-        finally:
-            assert inflight.finished is not None
-            inflight.finished.set()
+            self._worker.submit(lambda: self._run(persister, job, inflight))
 
     def _run(self, persister: Persister, job: SaveJob, inflight: InFlight) -> None:
         try:
@@ -125,3 +115,6 @@ class SaveRunner:
             inflight.error = exc
         else:
             self.failures.succeeded(job.step, persister.comm.rank)
+        finally:
+            if inflight.finished is not None:
+                inflight.finished.set()

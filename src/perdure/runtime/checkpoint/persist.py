@@ -116,22 +116,15 @@ def rank_staging(base: Path, url: str, rank: int) -> Path:
     return base / f"{job}-a{attempt}-{where}-rank{rank}"
 
 
+@dataclass
 class Persister:
     """Writes, gathers and commits saves for one Checkpointer."""
 
-    def __init__(
-        self,
-        storage: Storage,
-        comm: Comm,
-        keep: int | None,
-        staging_dir: Path | None,
-        writer: WriterProcess | None,
-    ) -> None:
-        self.storage = storage
-        self.comm = comm
-        self.keep = keep
-        self.staging_dir = staging_dir
-        self.writer = writer
+    storage: Storage
+    comm: Comm
+    keep: int | None
+    staging_dir: Path | None
+    writer: WriterProcess | None
 
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""

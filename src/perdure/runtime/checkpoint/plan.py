@@ -31,10 +31,9 @@ from perdure.runtime.checkpoint.metadata import Path, dcp_path
 from perdure.runtime.checkpoint.tree import flatten
 from perdure.runtime.compat import dedup_save_plans
 
+# Replicated items of at most this many bytes in all are written by one rank: below it a
+# file's fixed cost outweighs writing in parallel, and a replica that writes nothing pays nothing.
 SINGLE_WRITER_BYTES = 1 << 20
-"""Replicated items of at most this many bytes in all are written by one rank: below it a
-file's fixed cost (open, fsync, its share of the commit) outweighs writing the bytes in
-parallel, and a DDP replica that writes nothing spends nothing on a save in the background."""
 
 Signature = tuple[tuple[Any, ...], ...]
 """A state's layout: per leaf its key, kind, dtype, shapes (and shards) and path."""
@@ -49,11 +48,6 @@ class Plan:
     metadata: Metadata
     paths: dict[str, Path]
     token: str
-
-
-def signature(flat: dict[str, Any], paths: dict[str, Path]) -> Signature:
-    """The layout of ``flat``: equal layouts plan alike. No side effects."""
-    return tuple(leaf_signature(fqn, value, paths[fqn]) for fqn, value in flat.items())
 
 
 def leaf_signature(fqn: str, value: Any, path: Path) -> tuple[Any, ...]:

@@ -21,6 +21,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from perdure.runtime.checkpoint import values
 from perdure.runtime.checkpoint.errors import CheckpointMismatchError
 
 RANK_SUFFIX = "@rank"
@@ -56,12 +57,9 @@ class Kind(enum.Enum):
     VALUE = "value"
 
 
-_BUILTINS = frozenset({type(None), bool, int, float, complex, str, bytes})  # none has a method
-
-
 def kind_of(value: Any) -> Kind:
     """Classify one top-level state value. No side effects."""
-    if type(value) in _BUILTINS:  # a step counter: saved every time, no checks needed
+    if type(value) in values.PLAIN:  # a step counter: saved every time, no checks needed
         return Kind.VALUE
     if isinstance(value, nn.Module):
         return Kind.MODULE
