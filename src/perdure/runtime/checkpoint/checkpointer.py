@@ -26,7 +26,7 @@ from perdure.runtime.checkpoint import commit, schedule
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
 from perdure.runtime.checkpoint.errors import CheckpointError
-from perdure.runtime.checkpoint.failures import SaveFailures, alert_after_from_env
+from perdure.runtime.checkpoint.failures import SaveFailures
 from perdure.runtime.checkpoint.inflight import SaveRunner
 from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats, staging_base
@@ -119,7 +119,7 @@ class Checkpointer:
         self.persist = persist
         self.staging_dir = staging_base(self.storage, staging_dir)
         self.timeout_s = timeout_s
-        self.failures = SaveFailures(alert_after or alert_after_from_env())
+        self.failures = SaveFailures(alert_after)
         self._runner = SaveRunner(self.failures, reports=on_failure == "report")
         self.skipped_partial: list[str] = []
         self.restore_failures: list[str] = []

@@ -18,16 +18,12 @@ ENV_ALERT_AFTER = "PERDURE_CHECKPOINT_ALERT_AFTER"
 DEFAULT_ALERT_AFTER = 3
 
 
-def alert_after_from_env() -> int:
-    """Failed saves in a row before the job says so loudly ($PERDURE_CHECKPOINT_ALERT_AFTER)."""
-    return positive_int(ENV_ALERT_AFTER, DEFAULT_ALERT_AFTER)
-
-
 class SaveFailures:
-    """Consecutive failed saves of one Checkpointer, and the last one's reason."""
+    """Consecutive failed saves of one Checkpointer, and the last one's reason (``alert_after``
+    None: $PERDURE_CHECKPOINT_ALERT_AFTER)."""
 
-    def __init__(self, alert_after: int) -> None:
-        self.alert_after = alert_after
+    def __init__(self, alert_after: int | None) -> None:
+        self.alert_after = alert_after or positive_int(ENV_ALERT_AFTER, DEFAULT_ALERT_AFTER)
         self.consecutive = 0
         self.last_error: str | None = None
 
