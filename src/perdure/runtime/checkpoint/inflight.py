@@ -30,6 +30,10 @@ class InFlight:
     gate: StepGate | None = None
     tolerant: bool = False  # a storage failure is reported (SaveFailures), never raised
 
+    @property
+    def done(self) -> bool:
+        return self.finished is None or self.finished.is_set()
+
 
 class SaveRunner:
     """Runs a Checkpointer's saves after staging (`reports`: its ``on_failure="report"``)."""
@@ -47,8 +51,7 @@ class SaveRunner:
     @property
     def busy(self) -> bool:
         """Whether a background save is still persisting."""
-        finished = self.inflight.finished if self.inflight is not None else None
-        return finished is not None and not finished.is_set()
+        return self.inflight is not None and not self.inflight.done
 
     def run_now(self, persister: Persister, job: SaveJob, stats: SaveStats,
                 tolerant: bool) -> None:
