@@ -1,42 +1,9 @@
 """Every torch API that differs between the supported versions, or is private, in one place.
 
-perdure supports the torch versions of `perdure.versions` (``import perdure`` refuses
-others). What the installed torch offers is detected once, from what it has (``hasattr``, a
-trial import or call), never from its version string; each name below says which versions
-take which path:
-
-- ``all_gather_single``: ``dist.all_gather_single`` (2.13 on); ``dist.all_gather_into_tensor``
-  before it (the same call; 2.13 deprecated it).
-- ``dedup_save_plans``: DCP's deduplication of replicated items
-  (``torch.distributed.checkpoint._dedup_save_plans``, private, the same in 2.6-2.14).
-- ``storage_info``: where DCP's file-system writer records an item (``filesystem._StorageInfo``,
-  private, the same in 2.6-2.14): perdure's checkpoints are DCP checkpoints, so they name it.
-- ``versioned``: DCP's Metadata with its format version (the ``version`` field, 2.7 on; 2.6's
-  Metadata has none and is left as it is).
-- ``dcp_load``: DCP's ``load`` into a state dict; alone (``no_dist``: no collective, whatever
-  the process group) through ``load(no_dist=True)`` (2.7 on) or, in 2.6, whose ``load`` has no
-  such option and gathers whenever a group exists, the deprecated ``load_state_dict``, which
-  has it.
-- ``narrow``: a tensor cut to a DCP read item's offsets and lengths, with ``Tensor.narrow``
-  (torch's own helper is in the private ``torch.distributed._shard``).
-- ``pin_memory``: DataLoader's recursive pinning of a batch (``torch.utils.data._utils``,
-  private in 2.6-2.14), else a tensor's ``pin_memory()``.
-- ``host_register``/``host_unregister``: page-locking memory that torch did not allocate, for
-  CUDA copies (``torch.cuda.cudart()``); False (not pinned: copies still work, synchronously)
-  where there is no CUDA or the call is missing.
-- ``fsdp2_trains_on_cpu``: whether FSDP2 (``fully_shard``) can run a forward pass on CPU
-  tensors: its all-gather records an event on the CPU stream, which torch 2.6's CPU stream
-  cannot do (2.7 on can). perdure saves and restores FSDP2 state on every version; training
-  FSDP2 on CPU (gloo) needs 2.7, on CUDA any.
-- ``rendezvous_handlers``: torch's registry of init_process_group's rendezvous handlers by
-  URL scheme (``torch.distributed.rendezvous._rendezvous_handlers``, private, 2.6-2.14; the
-  public ``register_rendezvous_handler`` refuses to replace one); None where it is missing.
-- ``WARM_IMPORTS``: what a warm start imports ahead of a script: ``torch._dynamo`` (which DDP's
-  constructor imports) where it imports cleanly; a module missing or failing is skipped.
-
-DCP's own pieces are imported on first use, so that importing this module costs torch alone.
-
-Side effects: none at import beyond importing torch.
+What the installed torch offers (the versions of `perdure.versions`) is detected from what it
+has (``hasattr``, a trial import or call), never from its version string; each name's docstring
+says which versions take which path. DCP's pieces are imported on first use, so that importing
+this module costs torch alone.
 """
 
 from __future__ import annotations
@@ -51,26 +18,23 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-# ---- collectives ---------------------------------------------------------------------------
-
 all_gather_single: Callable[..., Any] = getattr(
     dist, "all_gather_single", None) or dist.all_gather_into_tensor
 """``all_gather_single(output, input, group=None, async_op=False)``: every rank's ``input``,
-concatenated into ``output``."""
+concatenated into ``output`` (2.13 on; ``all_gather_into_tensor``, the same call, before)."""
 
-
-# ---- DCP's private pieces --------------------------------------------------------------------
 
 def dedup_save_plans(plans: list[Any], save_to_lowest_rank: bool) -> list[Any]:
     """DCP's deduplication of the items several ranks' plans hold (as DDP replicates
-    parameters): each is left in one plan."""
+    parameters): each is left in one plan. Private, the same in 2.6-2.14."""
     from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans as dedup
 
     return dedup(plans, save_to_lowest_rank=save_to_lowest_rank)
 
 
 def storage_info(file: str, offset: int, length: int) -> Any:
-    """DCP's record of where an item lies in a checkpoint's files."""
+    """DCP's record of where an item lies in a checkpoint's files (private, the same in
+    2.6-2.14; perdure's checkpoints are DCP checkpoints, so they name it)."""
     from torch.distributed.checkpoint.filesystem import _StorageInfo
 
     return _StorageInfo(file, offset, length)
@@ -80,8 +44,8 @@ _DCP_VERSION = "1.0.0"  # the format version DCP's writer records (2.7-2.14)
 
 
 def versioned(md: Any) -> Any:
-    """DCP's Metadata ``md`` with the format version DCP's own writer records, where Metadata
-    has that field. No side effects."""
+    """DCP's Metadata ``md`` with the format version DCP's own writer records (2.7 on; 2.6's
+    Metadata has no such field). No side effects."""
     if "version" not in {f.name for f in dataclasses.fields(md)}:
         return md
     return dataclasses.replace(md, version=_DCP_VERSION)
@@ -89,7 +53,8 @@ def versioned(md: Any) -> Any:
 
 def dcp_load(state: dict[str, Any], reader: Any, planner: Any, process_group: Any,
              no_dist: bool) -> None:
-    """DCP's load of ``state`` in place from ``reader``; ``no_dist``: by this process alone."""
+    """DCP's load of ``state`` in place from ``reader``; ``no_dist``: by this process alone,
+    through ``load(no_dist=True)`` (2.7 on) or 2.6's deprecated ``load_state_dict``."""
     from torch.distributed.checkpoint import state_dict_loader as dcp
 
     parameters = inspect.signature(dcp.load).parameters
@@ -104,19 +69,17 @@ def dcp_load(state: dict[str, Any], reader: Any, planner: Any, process_group: An
 
 
 def narrow(tensor: torch.Tensor, offsets: Sequence[int], lengths: Sequence[int]) -> torch.Tensor:
-    """``tensor`` cut to ``lengths`` from ``offsets`` in each dimension (a view). No side
-    effects."""
+    """``tensor`` cut to ``lengths`` from ``offsets`` in each dimension (a view; torch's own
+    helper is private). No side effects."""
     for dim, (start, length) in enumerate(zip(offsets, lengths, strict=True)):
         if start != 0 or length != tensor.size(dim):
             tensor = tensor.narrow(dim, start, length)
     return tensor
 
 
-# ---- copies and pinned memory ---------------------------------------------------------------
-
 def pin_memory(data: Any) -> Any:
     """``data`` (a batch: tensors in lists, dicts, ...) in page-locked memory, as the
-    DataLoader's pinning thread makes it."""
+    DataLoader's pinning thread makes it (its helper is private in 2.6-2.14)."""
     try:
         from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
     except ImportError:
@@ -134,7 +97,8 @@ def _cudart() -> Any:
 
 
 def host_register(ptr: int, nbytes: int) -> bool:
-    """Page-lock ``nbytes`` of host memory at ``ptr`` for CUDA copies; whether it was."""
+    """Page-lock ``nbytes`` of host memory at ``ptr`` for CUDA copies; whether it was (not
+    where there is no CUDA or no such call: copies then still work, synchronously)."""
     cudart = _cudart()
     register = getattr(cudart, "cudaHostRegister", None)
     return register is not None and int(register(ptr, nbytes, 0)) == 0
@@ -147,22 +111,13 @@ def host_unregister(ptr: int) -> None:
         unregister(ptr)
 
 
-def fsdp2_trains_on_cpu() -> bool:
-    """Whether FSDP2 can train on CPU tensors with this torch (see the module docstring)."""
-    return hasattr(torch.cpu.Stream, "record_event")
-
-
-# ---- rendezvous -----------------------------------------------------------------------------
-
 def rendezvous_handlers() -> dict[str, Callable[..., Any]] | None:
-    """torch's rendezvous handlers by URL scheme, to wrap one in place; None where torch keeps
-    them otherwise."""
+    """torch's rendezvous handlers by URL scheme, to wrap one in place (private in 2.6-2.14;
+    the public register call refuses to replace one); None where torch keeps them otherwise."""
     module = importlib.import_module("torch.distributed.rendezvous")
     handlers = getattr(module, "_rendezvous_handlers", None)
     return handlers if isinstance(handlers, dict) else None
 
-
-# ---- warm starts ----------------------------------------------------------------------------
 
 WARM_IMPORTS = ("torch", "torch._dynamo", "torch.nn.parallel", "torch.distributed.checkpoint")
 """What a warm start imports ahead of a training script: the seconds-long imports of torch,

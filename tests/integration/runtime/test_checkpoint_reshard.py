@@ -12,11 +12,10 @@ from ckpt_worker import first_difference, mlp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
-from perdure.runtime import compat
 from perdure.runtime.checkpoint import Checkpointer
 
 
-@pytest.mark.skipif(not compat.fsdp2_trains_on_cpu(),
+@pytest.mark.skipif(not hasattr(torch.cpu.Stream, "record_event"),
                     reason="this torch's FSDP2 cannot train on CPU (2.6: its CPU stream has no "
                            "record_event); the reshard runs on 2.7 and later")
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # stock DCP's, expected

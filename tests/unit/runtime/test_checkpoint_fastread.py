@@ -1,4 +1,4 @@
-"""Locating a tensor's bytes inside a torch.save archive, and the contiguous-run arithmetic."""
+"""Locating a tensor's bytes inside a torch.save archive, and reading them straight into it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import io
 import pytest
 import torch
 
-from perdure.runtime.checkpoint.fastread import payload_span, read_into, row_span
+from perdure.runtime.checkpoint import checksum
+from perdure.runtime.checkpoint.fastread import payload_span, read_checked
 
 
 @pytest.mark.parametrize(
@@ -27,10 +28,10 @@ def test_payload_span_finds_the_bytes_of_a_saved_tensor(tensor: torch.Tensor) ->
     length = archive.tell() - 100
     span = payload_span(archive, 100, length)
     assert span is not None
-    start, size = span
-    assert size == tensor.numel() * tensor.element_size()
+    assert span[1] == tensor.numel() * tensor.element_size()
     target = torch.empty_like(tensor)
-    assert read_into(archive, 100 + start, target)
+    crc = read_checked(archive, 100, length, span, target, checksum.CRC32C)
+    assert crc == checksum.update(checksum.CRC32C, 0, archive.getvalue()[100:])
     assert torch.equal(target, tensor)
 
 
@@ -39,19 +40,3 @@ def test_payload_span_refuses_what_is_not_a_single_stored_tensor() -> None:
     torch.save({"a": torch.ones(2), "b": torch.zeros(2)}, archive)  # two storages
     assert payload_span(archive, 0, archive.tell()) is None
     assert payload_span(io.BytesIO(b"not a zip at all"), 0, 16) is None
-
-
-@pytest.mark.parametrize(
-    ("chunk", "offsets", "lengths", "expected"),
-    [
-        ((8, 4), (0, 0), (8, 4), (0, 8 * 4 * 4)),
-        ((8, 4), (2, 0), (3, 4), (2 * 16, 3 * 16)),  # rows 2..4: one run
-        ((8, 4), (0, 1), (8, 2), None),  # a column slice is not one run
-        ((), (), (), (0, 4)),
-    ],
-)
-def test_row_span(
-    chunk: tuple[int, ...], offsets: tuple[int, ...], lengths: tuple[int, ...],
-    expected: tuple[int, int] | None,
-) -> None:
-    assert row_span(torch.Size(chunk), torch.Size(offsets), torch.Size(lengths), 4) == expected

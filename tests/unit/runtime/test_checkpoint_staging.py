@@ -14,14 +14,14 @@ from torch import nn
 
 from perdure.runtime.checkpoint import Checkpointer, CheckpointError, staging
 from perdure.runtime.checkpoint.comm import Comm
-from perdure.runtime.checkpoint.plan import make_plan, signature
+from perdure.runtime.checkpoint.plan import make_plan
 from perdure.runtime.checkpoint.staging import (
     HostBuffers,
     StepGate,
     copy_pending,
     optimizer_storages,
 )
-from perdure.runtime.checkpoint.state import tree_for_save
+from perdure.runtime.checkpoint.state import state_tree
 from perdure.runtime.checkpoint.tree import flatten
 
 
@@ -47,8 +47,8 @@ def step(model: nn.Module, optim: torch.optim.Optimizer) -> None:
 
 
 def staged(state: dict[str, Any]) -> tuple[HostBuffers, Any, Any]:
-    flat, paths = flatten(tree_for_save(state, 0))
-    plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
+    flat, paths = flatten(state_tree(state, 0))
+    plan = make_plan(flat, paths, (), "t", Comm(60))
     buffers = HostBuffers(plan.items, shared=False, pin=False)
     _, defer = optimizer_storages(state)
     items, pending = buffers.stage(flat, defer)
@@ -135,8 +135,8 @@ def test_plain_values_are_serialised_as_they_are_at_each_save() -> None:
     model, optim = trained()
     state: dict[str, Any] = {"model": model, "optim": optim, "step": 3, "flag": True,
                              "scale": 0.0, "shape": (2, 3.5)}
-    flat, paths = flatten(tree_for_save(state, 0))
-    plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
+    flat, paths = flatten(state_tree(state, 0))
+    plan = make_plan(flat, paths, (), "t", Comm(60))
     buffers = HostBuffers(plan.items, shared=False, pin=False)
 
     def plain(flat: dict[str, Any]) -> dict[str, bytes]:
@@ -171,8 +171,8 @@ def test_staged_bytes_are_the_live_tensors_of_any_dtype_and_layout(shared: bool)
         "grad": torch.randn(2, requires_grad=True), "param": nn.Parameter(torch.randn(2)),
         "empty": torch.zeros(0),
     }
-    flat, paths = flatten(tree_for_save({"t": values, "step": 3}, 0))
-    plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
+    flat, paths = flatten(state_tree({"t": values, "step": 3}, 0))
+    plan = make_plan(flat, paths, (), "t", Comm(60))
     buffers = HostBuffers(plan.items, shared=shared, pin=False)
     try:
         for live in (flat, {**flat, "t.f32": torch.full((4, 3), 2.0)}):  # a tensor replaced
@@ -192,7 +192,7 @@ def test_a_plain_value_changed_in_place_is_saved_as_it_is_now() -> None:
     inside = ([1],)  # a tuple, but a list inside
     flat, paths = flatten({"order": order, "lr": lr, "size": size, "inside": inside,
                            "t": torch.ones(2)})
-    plan = make_plan(flat, paths, signature(flat, paths), "t", Comm(60))
+    plan = make_plan(flat, paths, (), "t", Comm(60))
     buffers = HostBuffers(plan.items, shared=False, pin=False)
 
     def plain() -> dict[str, bytes]:

@@ -14,7 +14,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from perdure.runtime.checkpoint.state import fqn, param_names, tree_for_save
+from perdure.runtime.checkpoint.state import fqn, param_names, state_tree
 
 
 class Tied(nn.Module):
@@ -53,7 +53,7 @@ def test_saved_names_are_torchs_without_wrapper_prefixes(
     model: nn.Module = {"compiled": lambda m: torch.compile(m), "ddp": DDP}.get(
         wrap, lambda m: m)(inner)
     optim = torch.optim.AdamW(model.parameters(), lr=0.01)
-    saved = tree_for_save({"model": model, "optim": optim}, 0)
+    saved = state_tree({"model": model, "optim": optim}, 0)
     assert list(saved["model"]) == list(get_model_state_dict(model))
     assert "module." not in "".join(saved["model"]) and "_orig_mod" not in "".join(saved["model"])
     names = param_names(model)
@@ -71,7 +71,7 @@ def test_a_state_dict_hook_runs_at_every_save() -> None:
 
     model.register_state_dict_post_hook(hook)  # type: ignore[no-untyped-call]
     for n in range(3):
-        assert tree_for_save({"m": model}, 0)["m"]["calls"] is calls
+        assert state_tree({"m": model}, 0)["m"]["calls"] is calls
         assert int(calls) == n + 1
 
 

@@ -5,12 +5,9 @@
     ckpt.wait()                                      # until committed; raises its error once
     step = ckpt.restore_latest(state)                # in place; None when there is none
 
-Per save, training waits only while this rank's share of the state is copied into reusable
-host buffers (what only an optimizer changes is copied in the background, before that
-optimizer's next step); writing, the commit and retention run in the Checkpointer's one
-background thread (or a writer process with ``persist="process"``). One save is in flight at
-a time; the next one waits for it, or skips (``SavePolicy(on_busy="skip")``). Every rank calls
-``save``/``restore_latest`` at the same point, as with any collective.
+Training waits only for the copy of this rank's share into reusable host buffers; writing,
+the commit and retention run in the background. One save is in flight at a time. Every rank
+calls ``save``/``restore_latest`` at the same point, as with any collective.
 """
 
 from __future__ import annotations
@@ -28,10 +25,8 @@ from perdure.runtime import goodput
 from perdure.runtime.checkpoint import commit, schedule
 from perdure.runtime.checkpoint import state as st
 from perdure.runtime.checkpoint.comm import Comm
-from perdure.runtime.checkpoint.errors import (
-    CheckpointError,
-)
-from perdure.runtime.checkpoint.failures import SaveFailures, alert_after_from_env
+from perdure.runtime.checkpoint.errors import CheckpointError
+from perdure.runtime.checkpoint.failures import SaveFailures
 from perdure.runtime.checkpoint.inflight import SaveRunner
 from perdure.runtime.checkpoint.latest import restore_newest
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats, staging_base
@@ -124,7 +119,7 @@ class Checkpointer:
         self.persist = persist
         self.staging_dir = staging_base(self.storage, staging_dir)
         self.timeout_s = timeout_s
-        self.failures = SaveFailures(alert_after or alert_after_from_env())
+        self.failures = SaveFailures(alert_after)
         self._runner = SaveRunner(self.failures, reports=on_failure == "report")
         self.skipped_partial: list[str] = []
         self.restore_failures: list[str] = []
@@ -159,15 +154,12 @@ class Checkpointer:
         return self.storage.url
 
     def _comm_(self) -> Comm:
-        # A new process group (an elastic resize, a restart in place) means new ranks: new
-        # checkpoint groups and a new plan.
+        # A new process group (elastic resize, restart in place): new groups, a new plan.
         if self._comm is None or self._comm.stale:
             if self._comm is not None:
                 self._plan = None
             self._comm = Comm(self.timeout_s, alone=self.alone)
         return self._comm
-
-    # ---- saving ---------------------------------------------------------------------------
 
     def save(self, step: int, state: Mapping[str, Any], *, blocking: bool | None = None) -> bool:
         """Save ``state`` as ``step``; returns once it is staged (True), or False if skipped.
@@ -193,7 +185,14 @@ class Checkpointer:
         votes = comm.agree([int(problem is None), int(self._runner.busy), int(changed),
                             self._url_key])
         self._check_same_url(comm, votes)
-        self._raise_if_unprepared(step, votes, problem)
+        if problem is not None:
+            raise problem
+        failed = [rank for rank, v in enumerate(votes) if not v[0]]
+        if failed:
+            raise CheckpointError(
+                f"save of step {step} abandoned: rank(s) {failed} could not prepare their "
+                "state (their own error says why); no rank saved."
+            )
         if any(v[1] for v in votes) and self.policy.on_busy is OnBusy.SKIP:
             log.info("skipped the save of step %d: the previous save is still persisting", step)
             return False
@@ -238,18 +237,6 @@ class Checkpointer:
             return False
         return self._save(step, state, None, tolerant=True)  # it reports its blocking cost
 
-    def _raise_if_unprepared(
-        self, step: int, votes: list[list[int]], problem: BaseException | None
-    ) -> None:
-        if problem is not None:
-            raise problem
-        failed = [rank for rank, v in enumerate(votes) if not v[0]]
-        if failed:
-            raise CheckpointError(
-                f"save of step {step} abandoned: rank(s) {failed} could not prepare their "
-                "state (their own error says why); no rank saved."
-            )
-
     def _replan(self, prepared: Prepared, comm: Comm) -> None:
         if self._buffers is not None:
             self._buffers.close()
@@ -292,8 +279,6 @@ class Checkpointer:
         """Block until the last save is committed; raise its error (once) if it failed."""
         self._runner.finish()
 
-    # ---- restoring ------------------------------------------------------------------------
-
     def restore_latest(self, state: MutableMapping[str, Any]) -> int | None:
         """Load the newest committed checkpoint into ``state`` in place; return its step.
 
@@ -313,13 +298,6 @@ class Checkpointer:
 
     def _restore(self, state: MutableMapping[str, Any], step: int | None) -> int | None:
         began = time.perf_counter()
-        restored = self._load(state, step)
-        # Also a start from scratch (None): the account then counts nothing before it.
-        if self.report_times:
-            goodput.checkpoint_restored(restored, time.perf_counter() - began)
-        return restored
-
-    def _load(self, state: MutableMapping[str, Any], step: int | None) -> int | None:
         self.wait()
         comm = self._comm_()
         st.check_state(state)
@@ -327,14 +305,15 @@ class Checkpointer:
         outcome = restore_newest(state, self.storage, comm, step)
         self.skipped_partial = outcome.skipped
         self.restore_failures = outcome.failed
-        if outcome.step is None:
-            return None
-        self._last_step, self._last_time = outcome.step, time.monotonic()
+        if outcome.step is not None:
+            self._last_step, self._last_time = outcome.step, time.monotonic()
+        # Also a start from scratch (None): the account then counts nothing before it.
+        if self.report_times:
+            goodput.checkpoint_restored(outcome.step, time.perf_counter() - began)
         return outcome.step
 
     def _check_same_url(self, comm: Comm, votes: list[list[int]]) -> None:
-        """Raise on every rank when the ranks were given different checkpoint URLs (the last
-        value of each rank's votes is its url_key), showing each URL."""
+        # The last value of each rank's votes is its url_key.
         if len({v[-1] for v in votes}) <= 1:
             return
         urls = comm.all_gather_object(self.url, control=True)
@@ -351,8 +330,6 @@ class Checkpointer:
     def steps(self) -> list[int]:
         """Steps of the committed checkpoints, oldest first."""
         return [c.step for c in commit.scan(self.storage).complete]
-
-    # ---- lifetime -------------------------------------------------------------------------
 
     def close(self) -> None:
         """Wait for the last save, then release the staging buffers, the writer process and the

@@ -1,14 +1,8 @@
 """Checksums of checkpoint files and of the items inside them: CRC-32C, or zlib's CRC-32.
 
-CRC-32C comes from the ``crc32c`` package (hardware-accelerated, and it releases the GIL on
-large buffers, so a writer thread hashing does not stall training). Where that package is
-missing, new checkpoints use zlib's CRC-32 and say so in their metadata; a checkpoint names
-its algorithm, so either kind is verified by whichever reads it.
-
-Both are CRCs, so the checksum of a whole file is combined from the checksums of its items
-(``combine``) without hashing the bytes twice.
-
-No side effects.
+A checkpoint names its algorithm, so either kind is verified by whichever reads it. Both are
+CRCs, so a whole file's checksum is combined from its items' (``combine``) without hashing the
+bytes twice.
 """
 
 from __future__ import annotations
@@ -16,36 +10,20 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from functools import cache
-from types import ModuleType
+from typing import Any
 
-_crc32c: ModuleType | None
-try:
-    import crc32c as _crc32c
-except ImportError:  # pragma: no cover - the package is a declared dependency
-    _crc32c = None
+import crc32c
 
 CRC32C = "crc32c"
-CRC32 = "crc32"
+CRC32 = "crc32"  # what checkpoints of hosts without the crc32c package recorded
 # The polynomials, reflected, as the combine arithmetic needs them.
 _POLY = {CRC32C: 0x82F63B78, CRC32: 0xEDB88320}
 _TOP = 1 << 31  # the polynomial x^0 in reflected form
+# Each takes (data, crc); crc32c releases the GIL on large buffers.
+_UPDATE: dict[str, Callable[[Any, int], int]] = {CRC32C: crc32c.crc32c, CRC32: zlib.crc32}
 
-
-def _crc32c_update(crc: int, data: bytes | memoryview) -> int:
-    assert _crc32c is not None
-    return int(_crc32c.crc32c(data, crc))
-
-
-def _crc32_update(crc: int, data: bytes | memoryview) -> int:
-    return zlib.crc32(data, crc)
-
-
-_UPDATE: dict[str, Callable[[int, bytes | memoryview], int]] = {CRC32: _crc32_update}
-if _crc32c is not None:
-    _UPDATE[CRC32C] = _crc32c_update
-
-ALGORITHM = CRC32C if CRC32C in _UPDATE else CRC32
-"""What new checkpoints record: CRC-32C when the crc32c package is installed."""
+ALGORITHM = CRC32C
+"""What new checkpoints record."""
 
 
 def supported(algorithm: str) -> bool:
@@ -55,7 +33,7 @@ def supported(algorithm: str) -> bool:
 
 def update(algorithm: str, crc: int, data: bytes | memoryview) -> int:
     """The checksum of what ``crc`` covered followed by ``data`` (start with crc 0)."""
-    return _UPDATE[algorithm](crc, data)
+    return int(_UPDATE[algorithm](data, crc))
 
 
 def _multiply(algorithm: str, a: int, b: int) -> int:

@@ -1,12 +1,8 @@
 """Rank, world size and the checkpoint's own gloo groups; collectives used by saves and restores.
 
-The Checkpointer never uses the training's process group: save collectives run in a background
-thread, and sharing a group with DDP's all-reduces deadlocks or crashes gloo. Two groups are
-created once, lazily, by every rank at the same call: ``data`` (planning, the end-of-save
-gather and broadcast, restores; used by one thread at a time) and ``ctrl`` (the per-save
-agreement between ranks, used only by the training thread).
-
-Side effects: process-group creation and collectives.
+Never the training's process group: save collectives run in a background thread, and sharing
+a group with DDP's all-reduces deadlocks gloo. ``data`` (planning, the end of a save, restores)
+and ``ctrl`` (the training thread's per-save agreement) are created lazily by every rank.
 """
 
 from __future__ import annotations
@@ -50,8 +46,7 @@ class Comm:
 
     @property
     def control_group(self) -> Any:
-        """The gloo group of the training thread's agreements (None without
-        torch.distributed)."""
+        """The gloo group of the training thread's agreements (None without a group)."""
         self._ensure_groups()
         return self._ctrl
 
@@ -61,8 +56,7 @@ class Comm:
             self._ctrl = dist.new_group(backend="gloo", timeout=self._timeout)
 
     def agree(self, values: list[int]) -> list[list[int]]:
-        """Every rank's ``values`` (same length on all ranks), on the control group: one small
-        tensor collective, nothing pickled."""
+        """Every rank's ``values`` (as many on each), on the control group, nothing pickled."""
         if self.world == 1:
             return [list(values)]
         self._ensure_groups()
@@ -74,8 +68,7 @@ class Comm:
         return [flat[k:k + n] for k in range(0, len(flat), n)]
 
     def all_gather_object(self, obj: Any, *, control: bool = False) -> list[Any]:
-        """Every rank's ``obj`` on the data group, or the control group (``control``: from the
-        training thread while a save may use the data group)."""
+        """Every rank's ``obj`` on the data group, or the control group (``control``)."""
         if self.world == 1:
             return [obj]
         self._ensure_groups()

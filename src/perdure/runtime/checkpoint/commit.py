@@ -10,14 +10,9 @@ Layout under the checkpoint URL::
                                    time, every file with its size and checksum)
     step-00000200.tmp-<token>/     a save in progress, or the leftover of a crashed one
 
-The strategy is Orbax's: write to a temporary place, write the marker last (after every shard
-of every rank is durable), then rename the directory where the store can (local file systems).
-On object stores, which cannot rename, the directory is written in place and the marker alone
-decides. Restore takes the newest directory whose marker is present and whose files all have
-the sizes it lists; it never loads any other.
-
-Side effects: ``publish``, ``retain`` and ``remove_*`` write and delete through a Storage;
-``scan`` only reads.
+The marker is written last, once every shard of every rank is durable, then the directory is
+renamed where the store can; elsewhere it is written in place and the marker alone decides.
+Restore takes only a directory whose marker is present and whose files have the listed sizes.
 """
 
 from __future__ import annotations
@@ -101,8 +96,7 @@ def marker_doc(
     files: dict[str, int],
     crcs: tuple[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The commit marker's content: every file's size and (algorithm, checksum per file).
-    No side effects."""
+    """The commit marker: every file's size and (algorithm, checksum per file). No side effects."""
     doc: dict[str, Any] = {
         "format": FORMAT,
         "step": step,
@@ -117,13 +111,12 @@ def marker_doc(
 
 
 def verify_file(marker: dict[str, Any], file: str, data: bytes) -> str | None:
-    """Why ``data`` is not the ``file`` the commit marker recorded, or None when it is (or the
-    marker predates checksums). No side effects."""
+    """Why ``data`` is not the ``file`` the commit marker recorded, or None. No side effects."""
     algorithm = marker.get("checksum")
     if algorithm is None:
         return None
     if not checksum.supported(algorithm):
-        return f"{file}: cannot verify its {algorithm} checksum here (install crc32c)"
+        return f"{file}: its {algorithm} checksum is of no known kind"
     expected = checksum.parse(marker.get("checksums", {}).get(file))
     found = checksum.update(algorithm, 0, data)
     if expected is None:
@@ -168,22 +161,31 @@ def _check(storage: Storage, name: str, step: int, verify: bool) -> tuple[Any, s
         files = dict(marker["files"])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return None, f"commit marker unreadable ({exc})"
-    if verify:
-        listed = storage.sizes(name)  # one request for all files, where the store lists sizes
-        for file, size in files.items():
-            actual = listed.get(file) if listed is not None else storage.size(f"{name}/{file}")
-            if actual is None:
-                return None, f"file {file} listed in the commit marker is missing"
-            if actual != size:
-                return None, f"file {file} has {actual} bytes, the commit marker says {size}"
+    wrong = size_mismatch(storage, name, files) if verify else None
+    if wrong is not None:
+        file, actual, size = wrong
+        if actual is None:
+            return None, f"file {file} listed in the commit marker is missing"
+        return None, f"file {file} has {actual} bytes, the commit marker says {size}"
     return marker, ""
 
 
-def publish(storage: Storage, staged: str, step: int, marker: dict[str, Any]) -> str:
-    """Write the commit marker into ``staged`` last, then make it the step's checkpoint.
+def size_mismatch(
+    storage: Storage, name: str, files: dict[str, int]
+) -> tuple[str, int | None, int] | None:
+    """The first of ``files`` (file -> size) in directory ``name`` whose size differs: (file,
+    its size or None when missing, the size expected); one listing where the store can."""
+    listed = storage.sizes(name)
+    for file, size in files.items():
+        actual = listed.get(file) if listed is not None else storage.size(f"{name}/{file}")
+        if actual != size:
+            return file, actual, size
+    return None
 
-    Every file the marker lists must already be durable. Returns the published name.
-    """
+
+def publish(storage: Storage, staged: str, step: int, marker: dict[str, Any]) -> str:
+    """Write the commit marker into ``staged`` (every file it lists already durable), then
+    make it the step's checkpoint; returns its name."""
     storage.write_bytes(f"{staged}/{MARKER}", json.dumps(marker).encode())
     storage.sync_dir(staged)
     final = final_name(step)
@@ -218,9 +220,8 @@ def remove_checkpoint(storage: Storage, name: str) -> None:
 def retain(storage: Storage, keep: int | None, current: str) -> list[str]:
     """Delete committed checkpoints beyond the newest ``keep`` and leftovers of crashed saves.
 
-    ``current`` (the save just published) and the newest complete checkpoint (a re-save of an
-    older step, after a fallback, is not newer than it) are never deleted. Returns the names
-    removed.
+    ``current`` and the newest complete checkpoint (a re-save of an older step, after a
+    fallback, is not newer than it) are never deleted. Returns the names removed.
     """
     found = scan(storage, verify=False)
     removed: list[str] = []

@@ -1,13 +1,7 @@
 """Saves that failed for good (after the storage's retries): counted, reported, survived.
 
-A scheduled save (``maybe_save``) that fails does not stop training: the previous checkpoint
-stays the newest complete one, the failure is logged and reported to the controller as a
-progress record (an event for the job), and the next due save tries again. After
-``alert_after`` failures in a row the report says so loudly (the controller raises a warning
-event, ``perdure describe``, the dashboard and the ``perdure_checkpoint_failed_saves`` metric
-show it) until a save succeeds again. Only rank 0 reports: every rank learns the same outcome.
-
-Side effects: logs, and appends progress records through the goodput reporter.
+After ``alert_after`` failures in a row the report says so loudly until a save succeeds again.
+Only rank 0 reports: every rank learns the same outcome.
 """
 
 from __future__ import annotations
@@ -24,16 +18,12 @@ ENV_ALERT_AFTER = "PERDURE_CHECKPOINT_ALERT_AFTER"
 DEFAULT_ALERT_AFTER = 3
 
 
-def alert_after_from_env() -> int:
-    """Failed saves in a row before the job says so loudly ($PERDURE_CHECKPOINT_ALERT_AFTER)."""
-    return positive_int(ENV_ALERT_AFTER, DEFAULT_ALERT_AFTER)
-
-
 class SaveFailures:
-    """Consecutive failed saves of one Checkpointer, and the last one's reason."""
+    """Consecutive failed saves of one Checkpointer, and the last one's reason (``alert_after``
+    None: $PERDURE_CHECKPOINT_ALERT_AFTER)."""
 
-    def __init__(self, alert_after: int) -> None:
-        self.alert_after = alert_after
+    def __init__(self, alert_after: int | None) -> None:
+        self.alert_after = alert_after or positive_int(ENV_ALERT_AFTER, DEFAULT_ALERT_AFTER)
         self.consecutive = 0
         self.last_error: str | None = None
 

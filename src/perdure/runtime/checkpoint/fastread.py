@@ -1,13 +1,9 @@
 """Read a tensor straight from a checkpoint file into the tensor that restores it.
 
-Each tensor item of a shard is one ``torch.save`` archive (an uncompressed zip) whose single
-storage record holds the tensor's bytes in row-major order, since perdure writes contiguous
-staged tensors that own exactly their storage. When the bytes a restore needs form one
+Each tensor item of a shard is one uncompressed ``torch.save`` archive whose single storage
+record holds the tensor's bytes in row-major order. When the bytes a restore needs are one
 contiguous run of that record and of the destination, they are read with ``readinto`` into the
-destination's memory: no temporary tensor and no extra copy. Anything else takes DCP's path.
-``read_checked`` does the same while checksumming every byte of the item.
-
-No side effects besides reading the stream given.
+destination's memory; anything else takes DCP's path.
 """
 
 from __future__ import annotations
@@ -70,28 +66,6 @@ def payload_span(stream: IO[bytes], start: int, length: int) -> tuple[int, int] 
     return data, record.file_size
 
 
-def row_span(
-    chunk: torch.Size, offsets: torch.Size, lengths: torch.Size, elsize: int
-) -> tuple[int, int] | None:
-    """Byte (start, size) of the box ``offsets``+``lengths`` in a row-major ``chunk``, if the
-    box is one contiguous run (whole in every dimension but the first), else None."""
-    if len(chunk) == 0:
-        return (0, elsize)
-    if any(o != 0 or n != c for o, n, c in zip(offsets[1:], lengths[1:], chunk[1:], strict=True)):
-        return None
-    row = elsize
-    for c in chunk[1:]:
-        row *= c
-    return offsets[0] * row, lengths[0] * row
-
-
-def memory_of(target: torch.Tensor) -> memoryview | None:
-    """The bytes of contiguous CPU ``target`` (its own memory), or None."""
-    if target.device.type != "cpu" or not target.is_contiguous():
-        return None
-    return target.reshape(-1).view(torch.uint8).numpy().data.cast("B")
-
-
 def _fill(stream: IO[bytes], view: memoryview) -> None:
     done = 0
     while done < len(view):
@@ -101,31 +75,19 @@ def _fill(stream: IO[bytes], view: memoryview) -> None:
         done += got
 
 
-def read_into(stream: IO[bytes], start: int, target: torch.Tensor) -> bool:
-    """Fill contiguous CPU ``target`` from ``stream`` at ``start``; False if it cannot."""
-    view = memory_of(target)
-    if view is None:
-        return False
-    stream.seek(start)
-    _fill(stream, view)
-    return True
-
-
 def read_checked(
     stream: IO[bytes], start: int, length: int, span: tuple[int, int], target: torch.Tensor,
     algorithm: str,
 ) -> int | None:
-    """Read the whole item at ``start`` (``length`` bytes) in order, its payload ``span``
-    straight into ``target``, and return the checksum of every byte read; None (nothing read)
-    when ``target`` is not contiguous CPU memory of the payload's size or the span does not fit.
-
-    Each slice is hashed right after it is read, while it is still in cache; the kernel's
-    read-ahead keeps the disk busy meanwhile, so verifying overlaps reading.
-    """
-    view = memory_of(target)
+    """Read the whole item at ``start``, its payload ``span`` straight into ``target``, and
+    return the checksum of every byte read, each slice hashed while in cache; None (nothing
+    read) when ``target`` is not contiguous CPU memory of the payload's size."""
     head, size = span
-    if view is None or len(view) != size or head < 0 or head + size > length:
+    if (target.device.type != "cpu" or not target.is_contiguous()
+            or target.numel() * target.element_size() != size or head < 0
+            or head + size > length):
         return None
+    view = target.reshape(-1).view(torch.uint8).numpy().data.cast("B")
     stream.seek(start)
     crc = checksum.update(algorithm, 0, _read_exact(stream, head))
     for at in range(0, size, _SLICE):

@@ -1,14 +1,10 @@
 """Checkpoint folders a framework writes itself (a Trainer's `checkpoint-N`): which one to resume.
 
-A framework's own save is not atomic: a replica killed while it writes `checkpoint-150` leaves
-a folder that looks like a checkpoint and fails every resume. perdure makes such saves
-checkable: after a rank's save returned, `mark_complete` leaves a marker for that rank in the
-folder; a folder is complete when every rank of the world that wrote it left one. On resume,
-`agree_resume` (every rank, after the process group is up) picks the newest complete folder,
-moves the incomplete ones newer than it aside (so a later save of the same step starts clean
-and the framework's own "latest" never finds them) and names them in a note to the controller.
-
-`choose` is the rule, with no side effects; the rest reads and renames folders.
+A framework's own save is not atomic, so after a rank's save returned `mark_complete` leaves a
+marker for that rank in the folder; a folder is complete when every rank of its world left one.
+On resume, `agree_resume` picks the newest complete folder and moves the incomplete newer ones
+aside (the framework's own "latest" then never finds them). `choose` is the rule, with no side
+effects.
 """
 
 from __future__ import annotations
@@ -61,10 +57,7 @@ class Choice:
 
 
 def choose(folders: Sequence[Folder]) -> Choice:
-    """The newest complete folder, and every folder newer than it (incomplete, by definition).
-
-    No side effects.
-    """
+    """The newest complete folder, and every (incomplete) folder newer than it. No side effects."""
     ordered = sorted(folders, key=lambda f: f.step, reverse=True)
     newer: list[str] = []
     for folder in ordered:
@@ -103,14 +96,6 @@ def scan(root: str | os.PathLike[str], prefix: str = "checkpoint-") -> list[Fold
     return found
 
 
-def _move_aside(root: Path, names: Sequence[str]) -> None:
-    """Rename incomplete folders out of the framework's `<prefix>N` pattern (kept to inspect)."""
-    for name in names:
-        target = root / f"{ASIDE_PREFIX}{name}"
-        _remove(target)
-        os.replace(root / name, target)
-
-
 def _remove(path: Path) -> None:
     """Whatever sits at `path` (an earlier aside folder, a file, a symlink: never followed)."""
     if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
@@ -120,18 +105,17 @@ def _remove(path: Path) -> None:
 
 
 def agree_resume(root: str | os.PathLike[str], prefix: str = "checkpoint-") -> Choice:
-    """Every rank: rank 0 chooses (and moves the newer incomplete folders aside), all agree.
-
-    A collective when a process group is up; call it on every rank at the same point.
-    """
+    """Rank 0 chooses (and moves the newer incomplete folders aside), all agree: a collective
+    when a process group is up."""
     import torch.distributed as dist
 
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     box: list[Any] = [None]
     if not distributed or dist.get_rank() == 0:
-        choice = choose(scan(root, prefix))
-        _move_aside(Path(root), choice.incomplete)
-        box[0] = choice
+        choice = box[0] = choose(scan(root, prefix))
+        for name in choice.incomplete:  # renamed out of the `<prefix>N` pattern, kept to inspect
+            _remove(Path(root) / f"{ASIDE_PREFIX}{name}")
+            os.replace(Path(root) / name, Path(root) / f"{ASIDE_PREFIX}{name}")
     if distributed:
         dist.broadcast_object_list(box, src=0)
     result: Choice = box[0]

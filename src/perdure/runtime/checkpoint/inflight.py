@@ -1,19 +1,13 @@
 """A save after its staging copy: run at once or handed to the Checkpointer's background
 threads, and what its end reports. One save is in flight at a time.
 
-A background save whose tensors only the optimizers change goes first to the stager (which
-copies them while the next forward and backward run, then opens the optimizers' step gate) and
-from there to the persist worker; any other goes straight to the persist worker. A storage
-failure of a tolerant save (``on_failure="report"``, or any save ``maybe_save`` makes) is
-counted and reported (`SaveFailures`) and training goes on; any other error is kept and
-raised once, at the next ``finish``.
-
-Side effects: the two worker threads (started at the first background save).
+A storage failure of a tolerant save (``on_failure="report"``, or any save ``maybe_save``
+makes) is counted and reported (`SaveFailures`) and training goes on; any other error is kept
+and raised once, at the next ``finish``.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass
 
@@ -24,8 +18,6 @@ from perdure.runtime.checkpoint.failures import SaveFailures
 from perdure.runtime.checkpoint.persist import Persister, SaveJob, SaveStats
 from perdure.runtime.checkpoint.staging import StepGate
 from perdure.runtime.checkpoint.worker import PersistWorker
-
-log = logging.getLogger("perdure.checkpoint")
 
 
 @dataclass
@@ -44,8 +36,7 @@ class InFlight:
 
 
 class SaveRunner:
-    """Runs a Checkpointer's saves after staging. `reports`: storage failures of background
-    saves are reported rather than raised (the Checkpointer's ``on_failure="report"``)."""
+    """Runs a Checkpointer's saves after staging (`reports`: its ``on_failure="report"``)."""
 
     def __init__(self, failures: SaveFailures, reports: bool) -> None:
         self.failures = failures
@@ -72,8 +63,7 @@ class SaveRunner:
 
     def hand_over(self, persister: Persister, job: SaveJob, stats: SaveStats,
                   optimizers: list[torch.optim.Optimizer]) -> None:
-        """Persist `job` in the background; with pending copies, the stager first copies what
-        only `optimizers` change, and their next step waits for that copy."""
+        """Persist `job` in the background, after the stager's copies that `optimizers` wait for."""
         inflight = InFlight(threading.Event(), stats, tolerant=self.reports)
         self.inflight = inflight
         try:
@@ -81,7 +71,7 @@ class SaveRunner:
                 job.gate = inflight.gate = StepGate(optimizers)
                 self._stager.submit(lambda: self._stage_then_persist(persister, job, inflight))
             else:
-                self._worker.submit(lambda: self._persist(persister, job, inflight))
+                self._worker.submit(lambda: self._run(persister, job, inflight))
         except BaseException:  # no thread will open the gate: never leave a step held
             if inflight.gate is not None:
                 inflight.gate.open()
@@ -114,14 +104,7 @@ class SaveRunner:
         try:
             persister.stage_pending(job, inflight.stats)
         finally:
-            self._worker.submit(lambda: self._persist(persister, job, inflight))
-
-    def _persist(self, persister: Persister, job: SaveJob, inflight: InFlight) -> None:
-        try:
-            self._run(persister, job, inflight)
-        finally:
-            assert inflight.finished is not None
-            inflight.finished.set()
+            self._worker.submit(lambda: self._run(persister, job, inflight))
 
     def _run(self, persister: Persister, job: SaveJob, inflight: InFlight) -> None:
         try:
@@ -135,3 +118,6 @@ class SaveRunner:
             inflight.error = exc
         else:
             self.failures.succeeded(job.step, persister.comm.rank)
+        finally:
+            if inflight.finished is not None:
+                inflight.finished.set()

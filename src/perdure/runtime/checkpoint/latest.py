@@ -1,14 +1,8 @@
-"""Restore the newest committed checkpoint that loads: when one fails for any reason (corrupt
-bytes, unreadable metadata, a failed read, a state that does not fit), say why and fall back to
-the one before it, all ranks together.
+"""Restore the newest committed checkpoint that loads: when one fails for any reason, say why
+and fall back to the one before it, all ranks together.
 
-Rank 0 lists the checkpoints and reads each candidate's metadata (checked against the commit
-marker's checksum) and broadcasts it; every rank then loads, and every rank learns every
-rank's outcome before the next candidate, so no rank restores a different step than the others.
-
-Side effects: reads checkpoints, collectives on the checkpoint group, writes into ``state``
-(a candidate that failed part-way may have written some values; the one that loads overwrites
-every tensor, and nothing is applied to other values before a load succeeds).
+Rank 0 lists the checkpoints and reads each candidate's metadata, and broadcasts it; every rank
+learns every rank's outcome before the next candidate, so all restore the same step.
 """
 
 from __future__ import annotations
@@ -34,8 +28,7 @@ log = logging.getLogger("perdure.checkpoint")
 
 @dataclass
 class Outcome:
-    """What a restore found: the step loaded (None: no checkpoint), the partial checkpoints it
-    skipped, and each newer checkpoint that failed to load with the reason."""
+    """The step restored (None: none), the partial checkpoints skipped, and the failures."""
 
     step: int | None = None
     skipped: list[str] = field(default_factory=list)

@@ -1,13 +1,7 @@
 """DCP metadata as JSON, so that a restore reads it without unpickling.
 
-A perdure checkpoint carries DCP's own ``.metadata`` (a pickle, for stock
-``torch.distributed.checkpoint.load``) and the same facts as JSON inside the commit marker.
-perdure's restore only ever reads the JSON.
-
-A *path* is how a flattened key maps back to the nested state: a list of ``("d", key)``
-(a dict key, with its original type) and ``("l", index)`` (a list position) steps.
-
-No side effects.
+A *path* is how a flattened key maps back to the nested state: a tuple of ``("d", key)`` (a
+dict key, with its original type) and ``("l", index)`` (a list position) steps.
 """
 
 from __future__ import annotations
@@ -43,8 +37,7 @@ Checksums = tuple[str, dict[MetadataIndex, int]]
 def encode_metadata(
     md: Metadata, paths: dict[str, Path], checksums: Checksums | None = None
 ) -> dict[str, Any]:
-    """JSON-ready form of the tensor/bytes layout, storage locations, key paths and, when
-    given, each item's checksum."""
+    """JSON-ready form of the layout, storage locations, key paths and item checksums."""
     entries: dict[str, Any] = {}
     for fqn, item in md.state_dict_metadata.items():
         if isinstance(item, TensorStorageMetadata):
@@ -91,15 +84,13 @@ def dcp_document(md: Metadata, results: list[WriteResult]) -> bytes:
 
 def json_document(md: Metadata, paths: dict[str, Path], results: list[WriteResult],
                   crcs: list[int], algorithm: str) -> bytes:
-    """``perdure.json``: ``md`` with every item's place and checksum (``crcs``, one per
-    result), and the key paths."""
+    """``perdure.json``: ``md`` with every item's place and checksum, and the key paths."""
     sums = (algorithm, {r.index: crc for r, crc in zip(results, crcs, strict=True)})
     return json.dumps(encode_metadata(_placed(md, results), paths, sums)).encode()
 
 
 def decode_checksums(doc: dict[str, Any]) -> Checksums | None:
-    """The item checksums ``encode_metadata`` recorded; None for a checkpoint without them
-    (saved before perdure recorded checksums)."""
+    """The item checksums ``encode_metadata`` recorded; None for an older checkpoint."""
     algorithm = doc.get("checksum")
     if algorithm is None:
         return None

@@ -1,13 +1,8 @@
 """File modes for checkpoints: private wherever their directory is private.
 
-A checkpoint written where only its owner can enter (a perdure state dir is 0700; so is the
-staging dir) stays that way: every directory it makes is 0700 and every file 0600, so a
-checkpoint copied or moved out, or a state dir opened up later, does not hand the weights to
-other users. Anywhere else the umask decides, as for any file the user writes (a team's
-shared checkpoint directory stays shared). A file is never created through a symbolic link
-planted at its name (the open fails), so its bytes go nowhere but where the checkpoint is.
-
-Side effects: creates directories and files.
+Where only the owner can enter the directory (a perdure state dir, the staging dir), every new
+directory is 0700 and every file 0600; anywhere else the umask decides. A file is never created
+through a symbolic link planted at its name.
 """
 
 from __future__ import annotations
@@ -47,8 +42,7 @@ def make_dirs(path: str | os.PathLike[str]) -> None:
 
 
 def create(path: str | os.PathLike[str]) -> BinaryIO:
-    """Open `path` for writing (created or truncated, never through a symlink at `path`):
-    0600 in a private directory."""
+    """Open `path` for writing (never through a symlink there): 0600 in a private directory."""
     mode = 0o600 if is_private(os.path.dirname(os.path.abspath(path))) else 0o666
     return os.fdopen(os.open(path, _CREATE, mode), "wb")
 

@@ -1,12 +1,8 @@
-"""Persist one staged save: write this rank's shard, then rank 0 commits when every rank's is
+"""Persist one staged save: each rank writes its shard, rank 0 commits once every shard is
 durable and applies retention, and every rank learns the same outcome.
 
-Runs in the Checkpointer's background thread (or inline for a blocking save). Its collectives
-use the checkpoint's own gloo group, so they never interleave with the training's. Every rank
-always reaches the gather, even after a local failure, so an error on one rank fails the save
-on all ranks instead of leaving the others waiting.
-
-Side effects: file I/O through Storage, collectives on the checkpoint group.
+Every rank reaches the gather even after a local failure, so that an error on one rank fails
+the save on all of them instead of leaving the others waiting.
 """
 
 from __future__ import annotations
@@ -57,8 +53,8 @@ class SaveJob:
     world: int
     pending: list[Pending] = field(default_factory=list)  # copies staging left to us
     gate: StepGate | None = None  # opened once the pending copies are done
-    copied: bool = False  # the pending copies were made (stage_pending) ...
-    problem: str | None = None  # ... and why they failed, if they did
+    copied: bool = False
+    problem: str | None = None  # why the pending copies failed
 
 
 @dataclass
@@ -78,17 +74,13 @@ class Shard:
 class SaveStats:
     """What one save cost on this rank.
 
-    blocked_s: time save() held training (preparing, agreeing with the other ranks, the
-    staging copy), not counting a wait for the previous save (extra["waited_s"]).
+    blocked_s: time save() held training (the staging copy included, a wait for the previous
+    save not: extra["waited_s"]), plus, once the save is finished, the optimizer's wait for
+    deferred copies (extra["step_wait_s"]).
     persist_s: from the start of writing until every rank knew the save was committed.
-    With deferred staging, blocked_s includes the optimizer's wait for the background copies
-    (extra["step_wait_s"]), once the save is finished.
-    extra: stage_s, deferred_s (the background copies), write_s, gathered_s, waited_s,
-    step_wait_s; on rank 0 also commit_s (metadata, marker, rename), committed_s (from the
-    start until the checkpoint was published) and retain_s. CPU time of the thread that did
-    the work (what a background save takes from training): save_cpu_s (save() itself, on the
-    training thread), write_cpu_s, persist_cpu_s (all of the persist, the write included),
-    on rank 0 commit_cpu_s (commit and retention).
+    extra: stage_s, deferred_s, write_s, gathered_s, waited_s, step_wait_s; on rank 0 also
+    commit_s, committed_s and retain_s; CPU seconds: save_cpu_s, write_cpu_s, persist_cpu_s and
+    on rank 0 commit_cpu_s.
     """
 
     step: int
@@ -103,8 +95,8 @@ ENV_STAGING = "PERDURE_STAGING_DIR"
 
 
 def staging_base(storage: Storage, given: str | os.PathLike[str] | None) -> Path | None:
-    """Where a Checkpointer stages saves for ``storage``: ``given``, else nowhere for a local
-    directory (written in place), else $PERDURE_STAGING_DIR or the system temp dir."""
+    """``given``, else None for a local directory (written in place), else
+    $PERDURE_STAGING_DIR or the system temp dir."""
     if given is not None:
         return Path(given).expanduser().absolute()
     if storage.local_path("") is not None:
@@ -116,32 +108,23 @@ def staging_base(storage: Storage, given: str | os.PathLike[str] | None) -> Path
 
 
 def rank_staging(base: Path, url: str, rank: int) -> Path:
-    """This rank's own staging directory under ``base``: named after the checkpoint URL, the
-    job and its attempt (perdure's environment) and the rank, so that the ranks of one host,
-    and jobs sharing a host, never stage into (or clean up) each other's files. No side
-    effects."""
+    """This rank's own staging directory under ``base`` (by URL, job, attempt and rank: ranks
+    and jobs sharing a host never touch each other's files). No side effects."""
     job = os.environ.get("PERDURE_JOB_ID") or "nojob"
     attempt = os.environ.get("PERDURE_ATTEMPT") or "0"
     where = hashlib.blake2b(url.encode(), digest_size=4).hexdigest()
     return base / f"{job}-a{attempt}-{where}-rank{rank}"
 
 
+@dataclass
 class Persister:
     """Writes, gathers and commits saves for one Checkpointer."""
 
-    def __init__(
-        self,
-        storage: Storage,
-        comm: Comm,
-        keep: int | None,
-        staging_dir: Path | None,
-        writer: WriterProcess | None,
-    ) -> None:
-        self.storage = storage
-        self.comm = comm
-        self.keep = keep
-        self.staging_dir = staging_dir
-        self.writer = writer
+    storage: Storage
+    comm: Comm
+    keep: int | None
+    staging_dir: Path | None
+    writer: WriterProcess | None
 
     def run(self, job: SaveJob, stats: SaveStats) -> str:
         """Persist ``job``; returns the committed directory name or raises CheckpointError."""
@@ -173,8 +156,7 @@ class Persister:
         return stats.name
 
     def stage_pending(self, job: SaveJob, stats: SaveStats) -> None:
-        """Make the copies staging deferred, then let the optimizers step, ahead of ``run`` (in
-        a thread at the training's priority: the optimizer's next step waits for them)."""
+        """Make the copies staging deferred, then let the optimizers step."""
         start = time.perf_counter()
         try:
             copy_pending(job.pending)
@@ -188,9 +170,9 @@ class Persister:
             stats.extra["deferred_s"] = time.perf_counter() - start
 
     def _retain(self, current: str, stats: SaveStats) -> None:
-        # After the commit, before the other ranks hear of it: none of them can start its next
-        # save (whose temporary directory retention would take for a leftover) before this
-        # ends. The new checkpoint counts as saved even if cleaning up fails.
+        # Before the other ranks hear of the commit, so that no rank's next save (whose
+        # directory would look like a leftover) starts meanwhile; a failure here is no failure
+        # of the save.
         start = time.perf_counter()
         try:
             removed = commit.retain(self.storage, self.keep, current)
@@ -203,8 +185,8 @@ class Persister:
             log.info("checkpoint retention removed %s", ", ".join(removed))
 
     def _clear_in_place(self, name: str, step: int) -> None:
-        # Without rename a save writes into its final directory: drop whatever an earlier
-        # save of the same step left there (marker first), before any rank writes.
+        # Without rename a save writes in place: drop an earlier save of the same step there
+        # (marker first) before any rank writes.
         problem = None
         if self.comm.rank == 0:
             try:
@@ -226,12 +208,11 @@ class Persister:
                     self.storage.makedirs(job.dir_name)  # where the commit writes
                 return Shard(None, dir_name=job.dir_name)
             target = self.storage.local_path(f"{job.dir_name}/{file}")
-            if self.staging_dir is None and target is not None:
+            if self.staging_dir is None:  # a local directory (staging_base)
+                assert target is not None
                 self.storage.makedirs(job.dir_name)
                 shard = self._write(job, target, file, fsync=True)
             else:
-                if self.staging_dir is None:
-                    raise CheckpointError(f"{self.storage.url} is not local: set staging_dir")
                 mine = rank_staging(self.staging_dir, self.storage.url, self.comm.rank)
                 local_dir = mine / job.dir_name
                 modes.make_dirs(local_dir)
@@ -306,13 +287,10 @@ class Persister:
             self.storage.write_bytes(f"{job.dir_name}/{name}", data)
             files[name] = len(data)
             crcs[name] = checksum.update(algorithm, 0, data)
-        # Every file where the marker will say it is, in one listing where the store can.
-        listed = self.storage.sizes(job.dir_name)
-        for file, size in files.items():
-            found = (listed.get(file) if listed is not None
-                     else self.storage.size(f"{job.dir_name}/{file}"))
-            if found != size:
-                raise CheckpointError(f"{job.dir_name}/{file} has {found} bytes, not {size}")
+        wrong = commit.size_mismatch(self.storage, job.dir_name, files)
+        if wrong is not None:
+            raise CheckpointError(f"{job.dir_name}/{wrong[0]} has {wrong[1]} bytes, not "
+                                  f"{wrong[2]}")
         marker = commit.marker_doc(job.step, job.world, files, (algorithm, crcs))
         name = commit.publish(self.storage, job.dir_name, job.step, marker)
         stats.extra["commit_s"] = time.perf_counter() - start

@@ -1,16 +1,9 @@
-"""A save's state made ready on the training thread (flattened, plain values encoded, its
-layout's signature), and which rank writes what: DCP's planner, run once per layout and reused.
+"""A save's state made ready on the training thread, and which rank writes what: DCP's planner,
+run once per layout and reused.
 
-Every rank sends its local plan to every other rank; each then runs DCP's deduplication (a
-tensor that several ranks hold, as DDP replicates parameters, is written by one of them) and
-builds the global metadata itself, so no second collective is needed. Replicated items are
-balanced between the ranks by size, unless they are small in all (SINGLE_WRITER_BYTES): then
-the lowest rank holding each writes it, and the ranks left with nothing write no file.
-The plan is cached under a signature of the layout (keys, shapes, dtypes, shards): a later
-save with the same layout plans nothing.
-
-Side effects: one all-gather on the checkpoint group in ``make_plan``; the rest only reads the
-state.
+Every rank sends its local plan to every other and then runs DCP's deduplication and builds
+the global metadata itself, so no second collective is needed. The plan is cached under a
+signature of the layout: a later save with the same layout plans nothing.
 """
 
 from __future__ import annotations
@@ -38,10 +31,9 @@ from perdure.runtime.checkpoint.metadata import Path, dcp_path
 from perdure.runtime.checkpoint.tree import flatten
 from perdure.runtime.compat import dedup_save_plans
 
+# Replicated items of at most this many bytes in all are written by one rank: below it a
+# file's fixed cost outweighs writing in parallel, and a replica that writes nothing pays nothing.
 SINGLE_WRITER_BYTES = 1 << 20
-"""Replicated items of at most this many bytes in all are written by one rank: below it a
-file's fixed cost (open, fsync, its share of the commit) outweighs writing the bytes in
-parallel, and a DDP replica that writes nothing spends nothing on a save in the background."""
 
 Signature = tuple[tuple[Any, ...], ...]
 """A state's layout: per leaf its key, kind, dtype, shapes (and shards) and path."""
@@ -56,12 +48,6 @@ class Plan:
     metadata: Metadata
     paths: dict[str, Path]
     token: str
-
-
-def signature(flat: dict[str, Any], paths: dict[str, Path]) -> Signature:
-    """The layout of ``flat`` (keys, paths, dtypes, shapes, shards), compared exactly: equal
-    layouts plan alike. No side effects."""
-    return tuple(leaf_signature(fqn, value, paths[fqn]) for fqn, value in flat.items())
 
 
 def leaf_signature(fqn: str, value: Any, path: Path) -> tuple[Any, ...]:
@@ -87,10 +73,9 @@ class Prepared:
 
 
 def prepare(state: Mapping[str, Any], rank: int) -> tuple[Prepared | None, BaseException | None]:
-    """``state`` ready to stage, or why not (the error is returned: every rank must still
-    vote)."""
+    """``state`` ready to stage, or why not (returned: every rank must still vote)."""
     try:
-        flat, paths = flatten(st.tree_for_save(st.check_state(state), rank))
+        flat, paths = flatten(st.state_tree(st.check_state(state), rank))
         parts = []  # the signature, made in the same pass
         for fqn, value in flat.items():
             kind = type(value)
@@ -129,8 +114,7 @@ def make_plan(
 
 
 def _replicated_bytes(plans: list[SavePlan]) -> int:
-    """The size of the items that more than one plan holds (a plain value counts 1, as in
-    DCP's balancing). No side effects."""
+    """The size of the items that several plans hold (a plain value: 1). No side effects."""
     items = [item for plan in plans for item in plan.items]
     holders = Counter(item.index for item in items)
     sizes = {item.index: item.tensor_storage_size() or 1 for item in items}

@@ -10,12 +10,8 @@ from dataclasses import dataclass
 
 
 class OnBusy(enum.Enum):
-    """What a save does when the previous one is still persisting.
-
-    WAIT: block until the previous save is committed, then save (no save is lost).
-    SKIP: do not save this time (training is never blocked on storage), as Orbax's
-          snapshotter does; the next due save happens as usual.
-    """
+    """What a save does when the previous one is still persisting: WAIT for its commit (no
+    save is lost), or SKIP this save (training never waits for storage)."""
 
     WAIT = "wait"
     SKIP = "skip"

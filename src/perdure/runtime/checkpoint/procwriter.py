@@ -1,9 +1,5 @@
-"""Process mode, training side: start the writer process and hand it one save at a time.
-
-The child (writerchild.py) is started with ``python -m``, not multiprocessing, so a training
-script without an ``if __name__ == "__main__":`` guard still works.
-
-Side effects: starts a process; sends it file descriptors and work.
+"""Process mode, training side: start the writer process and hand it one save at a time
+(started with ``python -m``, not multiprocessing, so a script needs no ``__main__`` guard).
 """
 
 from __future__ import annotations
@@ -73,8 +69,7 @@ class WriterProcess:
         return Written(spans, int(reply["size"]), int(reply["crc"]))
 
     def _map(self, buffers: HostBuffers) -> None:
-        if buffers.fd is None:
-            raise CheckpointError("process mode needs shared staging buffers")
+        assert buffers.fd is not None  # shared buffers, as the Checkpointer makes them here
         self._slot_ids = {index: i for i, index in enumerate(buffers.slots)}
         slots = [{"start": s.offset, "nbytes": s.nbytes, "dtype": dtype_name(s.dtype),
                   "shape": list(s.shape)} for s in buffers.slots.values()]

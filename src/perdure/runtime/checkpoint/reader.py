@@ -1,15 +1,10 @@
 """Restore-side DCP plumbing that never unpickles and never trusts: metadata comes from JSON,
-plain values are loaded with ``weights_only=True``, files are read through the checkpoint's
-Storage (in parallel), tensors are read straight into their destination where the layout
-allows (fastread), and every item is checked against its recorded checksum.
-
-Side effects: reads files.
+plain values load with ``weights_only=True``, and every item is checked against its checksum.
 """
 
 from __future__ import annotations
 
 import io
-import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,17 +21,13 @@ from perdure.runtime.checkpoint.metadata import Checksums
 from perdure.runtime.checkpoint.storage import Storage
 from perdure.runtime.compat import narrow
 
-log = logging.getLogger("perdure.checkpoint")
 _READERS = 4  # files read at once by one rank
 
 
 class SafeReader(FileSystemReader):
-    """Reads one checkpoint directory; its metadata is given (from the JSON), never unpickled.
-
-    Every item read is checked against the checksum the commit recorded (when the checkpoint
-    has them): corrupt bytes raise CheckpointCorruptError naming the file, the key and both
-    checksums, never a wrong value. The files of a checkpoint are read in parallel threads.
-    """
+    """Reads one checkpoint directory (its metadata given, never unpickled), its files in
+    parallel; corrupt bytes raise CheckpointCorruptError naming the file, the key and both
+    checksums."""
 
     def __init__(
         self, storage: Storage, name: str, metadata: Metadata, checksums: Checksums | None
@@ -46,10 +37,6 @@ class SafeReader(FileSystemReader):
         self._metadata = metadata
         self._name = name
         self._checksums = checksums
-        if checksums is not None and not checksum.supported(checksums[0]):
-            log.warning("checkpoint %s records %s checksums, which this process cannot compute "
-                        "(install crc32c): it is restored unverified", name, checksums[0])
-            self._checksums = None
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         self._metadata.storage_meta = StorageMeta(load_id=self.load_id)
@@ -86,32 +73,23 @@ class SafeReader(FileSystemReader):
                     self._read_whole(stream, item, planner)
 
     def _read_direct(self, stream: Any, item: ReadItem, planner: LoadPlanner) -> bool:
-        if item.type == LoadItemType.BYTE_IO:
+        # Only a whole item, with its checksum: it is verified by reading all of it.
+        if item.type == LoadItemType.BYTE_IO or (expected := self._expected(item)) is None:
             return False
         entry = self._metadata.state_dict_metadata[item.storage_index.fqn]
         assert isinstance(entry, TensorStorageMetadata)
         chunk = next((c for c in entry.chunks if c.offsets == item.storage_index.offset), None)
         target = planner.resolve_tensor(item).detach()
-        if chunk is None or target.dtype != entry.properties.dtype:
+        if (chunk is None or target.dtype != entry.properties.dtype
+                or any(item.storage_offsets) or tuple(item.lengths) != tuple(chunk.sizes)):
             return False
         info = self.storage_data[item.storage_index]
         span = fastread.payload_span(stream, info.offset, info.length)
-        box = fastread.row_span(chunk.sizes, item.storage_offsets, item.lengths,
-                                target.element_size())
-        if span is None or box is None or box[1] != target.numel() * target.element_size():
+        found = None if span is None else fastread.read_checked(
+            stream, info.offset, info.length, span, target, expected[0])
+        if found is None:
             return False
-        expected = self._expected(item)
-        if expected is None:
-            if not fastread.read_into(stream, info.offset + span[0] + box[0], target):
-                return False
-        else:
-            if box != (0, span[1]):  # part of an item: verified by reading all of it
-                return False
-            found = fastread.read_checked(stream, info.offset, info.length, span, target,
-                                          expected[0])
-            if found is None:
-                return False
-            self._check(item, expected, found)
+        self._check(item, expected, found)
         planner.commit_tensor(item, target)
         return True
 

@@ -1,10 +1,7 @@
 """Load a committed checkpoint into a user's state, in place, on any world size.
 
-First the state is matched against the checkpoint's metadata, so that a wrong model fails with
-the first mismatched key and both shapes instead of deep inside DCP. Then DCP loads (each rank
-reads only the chunks its tensors need), and the values are put back into the user's objects.
-
-Side effects: reads the checkpoint, collectives on the checkpoint group, writes into ``state``.
+The state is first matched against the checkpoint's metadata, so that a wrong model fails with
+the first mismatched key and both shapes instead of deep inside DCP.
 """
 
 from __future__ import annotations
@@ -43,7 +40,12 @@ def restore(
 ) -> None:
     """Load checkpoint ``name`` into ``state`` (raises CheckpointMismatchError on a mismatch,
     CheckpointCorruptError when bytes differ from their ``checksums``, on every rank)."""
-    by_key, problem = _match(state, name, md, paths, comm.rank)
+    by_key: dict[str, dict[str, Any]] = {}
+    problem: Exception | None = None
+    try:
+        by_key = plan_load(state, comm.rank, name, md, paths)
+    except Exception as exc:
+        problem = exc
     failed = [rank for rank, ok in enumerate(comm.agree([int(problem is None)])) if not ok[0]]
     if problem is not None:
         raise problem
@@ -52,7 +54,6 @@ def restore(
             f"restore of {name} abandoned: rank(s) {failed} could not match their state to it "
             "(their own error says why); no rank loaded anything."
         )
-    assert by_key is not None
     load = {fqn: target for fqns in by_key.values() for fqn, target in fqns.items()}
     planner = SafeLoadPlanner()
     with warnings.catch_warnings():
@@ -81,35 +82,15 @@ def _plain(exc: CheckpointException) -> CheckpointError:
     return CheckpointError(f"rank {rank} failed to load: {describe(error)}")
 
 
-def _match(
-    state: MutableMapping[str, Any], name: str, md: Metadata, paths: dict[str, Path], rank: int
-) -> tuple[dict[str, dict[str, Any]] | None, BaseException | None]:
-    """Where each checkpoint key loads (or why it cannot)."""
-    try:
-        entries = {
-            fqn: {"kind": "tensor" if isinstance(e, TensorStorageMetadata) else "bytes"}
-            for fqn, e in md.state_dict_metadata.items()
-        }
-        targets, _ = flatten(st.tree_for_restore(state, rank, entries))
-        return plan_load(state, rank, name, targets, md, paths), None
-    except Exception as exc:
-        return None, exc
-
-
 def plan_load(
-    state: MutableMapping[str, Any],
-    rank: int,
-    name: str,
-    targets: dict[str, Any],
-    md: Metadata,
-    paths: dict[str, Path],
+    state: MutableMapping[str, Any], rank: int, name: str, md: Metadata, paths: dict[str, Path]
 ) -> dict[str, dict[str, Any]]:
-    """For each state key, the checkpoint keys to load and where (None: a plain value).
-
-    Raises CheckpointMismatchError naming the first key whose presence or shape differs.
-    No side effects beyond allocating tensors for values the state has no tensor for.
-    """
+    """For each state key, the checkpoint keys to load and where (None: a plain value); a
+    CheckpointMismatchError names the first key whose presence or shape differs."""
     saved = md.state_dict_metadata
+    entries = {fqn: {"kind": "tensor" if isinstance(e, TensorStorageMetadata) else "bytes"}
+               for fqn, e in saved.items()}
+    targets, _ = flatten(st.state_tree(state, rank, entries))
     by_top: dict[str, list[str]] = {}
     for fqn in saved:
         by_top.setdefault(str(paths[fqn][0][1]), []).append(fqn)

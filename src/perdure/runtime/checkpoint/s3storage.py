@@ -1,12 +1,7 @@
-"""Checkpoints at ``s3://bucket/prefix``: the Storage interface over perdure's S3 client.
+"""Checkpoints at ``s3://bucket/prefix``: the Storage interface over perdure's S3 client
+(retries, verified uploads, parallel parts and ranged reads).
 
-Object stores cannot rename, so saves are written in place and the commit marker alone
-decides (``atomic_rename`` False, as for any fsspec store). What differs from plain fsspec:
-every call is retried on transient errors with backoff and jitter, every upload is confirmed
-on the server (size and content digest) before it counts, large shards go up in parallel
-parts, and restores read with parallel ranged GETs straight into the tensors.
-
-Side effects: network I/O to the object store.
+Object stores cannot rename: saves are written in place and the commit marker alone decides.
 """
 
 from __future__ import annotations
@@ -31,14 +26,8 @@ class S3Storage(Storage):
             raise ValueError(f"checkpoint URL {url!r} names no bucket: use s3://bucket/prefix")
         self.client = S3Client(**storage_options)
 
-    def _p(self, rel: str) -> str:
-        return f"{self.root}/{rel}" if rel else self.root
-
     def list_names(self) -> list[str]:
         return self.client.list_names(self.root)
-
-    def makedirs(self, rel: str) -> None:
-        return None  # prefixes need no creating
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         self.client.put_bytes(self._p(rel), data)
@@ -65,14 +54,8 @@ class S3Storage(Storage):
     def remove_tree(self, rel: str) -> None:
         self.client.remove(self._p(rel))
 
-    def sync_dir(self, rel: str) -> None:
-        return None  # an upload is durable once the server confirmed it
-
     def open_read(self, rel: str) -> IO[bytes]:
         found = self.client.head(self._p(rel))
         if found is None:
             raise FileNotFoundError(f"{self.url}/{rel} does not exist")
         return RangedStream(self.client, self._p(rel), found[0])  # type: ignore[return-value]
-
-    def local_path(self, rel: str) -> None:
-        return None

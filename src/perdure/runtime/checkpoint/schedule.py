@@ -1,20 +1,10 @@
 """What `Checkpointer.maybe_save` does besides its policy: save at once on a preemption notice
 (then exit suspended), and follow the interval the controller publishes for `every: auto`.
 
-A script that calls `ckpt.maybe_save(step, state)` every step needs no preemption code: when a
-notice (SIGTERM under perdure.init()) reaches any rank, every rank saves the same step, waits
-for the commit and exits with the "suspended" status. The notice may reach the ranks at
-different steps, and a timed policy's clock (`every_seconds`, `every: auto`) runs on every rank
-by itself, so the ranks agree on both as StopVote does: a small all-reduce started in the
-background at one call and read at the next, every N calls where N calls take about
-NOTICE_WITHIN seconds (0.5; $PERDURE_NOTICE_WITHIN). The vote carries the notice and whether
-some rank's clock says a save is due; every rank then saves (or stops) at the step that reads
-it. No call waits for the others on the step's critical path, and the calls between votes
-touch no process group; a notice is acted on within ~0.5 s plus a step, well inside any
-`preemption.grace_seconds`, and a timed save comes as late, which intervals of minutes do not
-notice.
-
-Side effects: reads the published interval file; the collectives above.
+A notice may reach the ranks at different steps, and a timed policy's clock runs on each rank
+by itself, so the ranks agree on both through a StopVote: a small all-reduce started at one
+call and read at a later one, about every NOTICE_WITHIN seconds ($PERDURE_NOTICE_WITHIN, 0.5).
+No call waits for the others on the step's critical path.
 """
 
 from __future__ import annotations
@@ -106,10 +96,8 @@ class SaveSchedule:
     def decide(
         self, by_steps: bool, by_clock: bool, comm_of: Callable[[], Comm]
     ) -> tuple[bool, bool]:
-        """(save now, a notice reached some rank): the same on every rank. `by_steps`: due by
-        the step count (every rank alike); `by_clock`: due by this rank's clock, which the
-        ranks agree on in their next vote. `comm_of` gives the current Comm; it is not asked
-        between votes (the common step: no collective, no process-group checks)."""
+        """(save now, a notice reached some rank): the same on every rank. `by_clock` (this
+        rank's clock) is agreed on in the next vote; `comm_of` is not asked between votes."""
         notice = notice_pending()
         vote = self._vote
         if vote is not None and not by_steps and vote.quiet():

@@ -1,8 +1,5 @@
-"""Tensors over a shared staging buffer, and dtype names: what both the training process and
-the writer process need, importing nothing but torch (the writer starts faster without DCP).
-
-No side effects.
-"""
+"""Tensors over a shared staging buffer, and dtype names: what the writer process needs too,
+importing nothing but torch."""
 
 from __future__ import annotations
 

@@ -1,29 +1,22 @@
 """Reusable host buffers: the only copy training waits for, and only part of it.
 
-Buffers are allocated once per save plan (and pre-touched, since first-touch page faults make
-a copy into fresh memory several times slower) and reused by every later save with the same
-layout.
-A rank stages only the items its plan assigns to it: with DDP, replicated tensors are split
-between ranks, so each rank copies about 1/world of the state (a small one is rank 0's alone:
-plan.SINGLE_WRITER_BYTES).
+Buffers are allocated (and pre-touched: first-touch page faults make a copy into fresh memory
+several times slower) once per save plan and reused by every save with the same layout; a rank
+stages only the items its plan assigns to it.
 
-Tensors that only an optimizer changes (its parameters and state, on the CPU) need not be
-copied before ``save`` returns: nothing changes them before that optimizer's next ``step()``.
-Their copies are left to the background, and a StepGate holds the next ``step()`` until they
-are done, so the forward and backward passes of the next step overlap the copy (copy-on-write
-at the one place the tensors are written). Each source's version counter, read at ``save``
-and again after its copy, catches any other in-place change: that save fails, loudly.
+Tensors that only an optimizer changes need not be copied before ``save`` returns: their copies
+are left to the background while a StepGate holds that optimizer's next ``step()``. Each
+source's version counter, read at ``save`` and after its copy, catches any other in-place
+change, and that save fails.
 
-``shared=True`` puts the buffers in one memfd that a writer process maps too (process mode);
-the file has no name, so a crash leaks nothing.
-
-Side effects: allocates memory; ``stage`` copies from the live state into the buffers.
+``shared=True`` puts the buffers in one nameless memfd that a writer process maps too.
 """
 
 from __future__ import annotations
 
 import io
 import itertools
+import math
 import mmap
 import os
 import threading
@@ -46,8 +39,7 @@ _GENERATIONS = itertools.count(1)
 
 @dataclass(frozen=True)
 class Pending:
-    """A copy into the buffers left for the background: only the optimizer changes its source,
-    and not before the copy is done (StepGate), which the source's version counter checks."""
+    """A copy into the buffers left for the background (its source's version checks it)."""
 
     fqn: str
     src: torch.Tensor
@@ -98,7 +90,7 @@ class HostBuffers:
             assert item.tensor_data is not None
             dtype = item.tensor_data.properties.dtype
             shape = tuple(int(s) for s in item.tensor_data.chunk.sizes)
-            nbytes = _numel(shape) * torch.empty((), dtype=dtype).element_size()
+            nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
             self.slots[item.index] = Slot(total, nbytes, dtype, shape)
             total += -(-nbytes // _ALIGN) * _ALIGN
         self.fd = os.memfd_create("perdure-checkpoint-staging")
@@ -109,8 +101,7 @@ class HostBuffers:
             self.tensors[index].zero_()  # pre-touch the pages
 
     def _pin_shared(self) -> None:
-        """Page-lock the shared mapping for CUDA (as pin_memory does for private buffers), so
-        device-to-host copies into it are asynchronous DMA; left unpinned if CUDA refuses."""
+        """Page-lock the shared mapping for CUDA copies, as pin_memory does private buffers."""
         assert self._map is not None
         base = torch.frombuffer(self._map, dtype=torch.uint8)
         ptr = base.data_ptr()
@@ -121,10 +112,9 @@ class HostBuffers:
     def stage(
         self, flat: dict[str, Any], defer: frozenset[int] = frozenset()
     ) -> tuple[list[StagedItem], list[Pending]]:
-        """Copy this rank's items of the plan from the live (flattened) state into the
-        buffers, except CPU tensors whose storage is in ``defer`` (data pointers of what only
-        an optimizer changes): those are returned as pending copies for the background, when
-        they are worth a hand-off (`worth_deferring`)."""
+        """Copy this rank's items from the live (flattened) state into the buffers, except CPU
+        tensors whose storage is in ``defer``: those are returned as pending copies, when
+        they are worth a hand-off."""
         staged = list(self._staged)
         for n, item in self._values:  # each plain value serialised as it is now
             staged[n] = StagedItem(item, data=_archive(flat[item.index.fqn]))
@@ -135,8 +125,7 @@ class HostBuffers:
         return staged, []
 
     def _copy_each(self, flat: dict[str, Any], defer: frozenset[int]) -> list[Pending]:
-        """Copy the tensor items one by one (shards, device tensors, subclasses); return the
-        copies of the storages in ``defer``, left pending."""
+        """Copy the tensor items one by one, except those of ``defer``: returned, pending."""
         pending: list[Pending] = []
         devices: set[torch.device] = set()  # GPUs copied from without waiting (non_blocking)
         for item, dst in zip(self._tensor_items, self._copies, strict=True):
@@ -183,15 +172,13 @@ DEFER_MIN_TENSORS = 64
 
 
 def worth_deferring(pending: list[Pending]) -> bool:
-    """Whether copies are large enough, or many enough, to leave to the background. No side
-    effects."""
+    """Whether copies are large or many enough to leave to the background. No side effects."""
     return (len(pending) >= DEFER_MIN_TENSORS
             or sum(p.dst.untyped_storage().nbytes() for p in pending) >= DEFER_MIN_BYTES)
 
 
 def copy_pending(pending: list[Pending]) -> None:
-    """Make the pending copies; raise if a source changed before its copy was done (the
-    staged bytes would mix two steps)."""
+    """Make the pending copies; raise if a source changed before its copy was done."""
     for p in pending:
         p.dst.copy_(p.src)
         if p.src._version != p.version:
@@ -204,8 +191,7 @@ def copy_pending(pending: list[Pending]) -> None:
 
 
 class StepGate:
-    """Holds each optimizer's next ``step()`` until the pending copies are done: the only
-    wait training has for what a save defers (recorded in ``waited_s``)."""
+    """Holds each optimizer's next ``step()`` until the pending copies are done (``waited_s``)."""
 
     def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
         self._open = threading.Event()
@@ -230,8 +216,7 @@ class StepGate:
 
 
 def optimizer_storages(state: Any) -> tuple[list[torch.optim.Optimizer], frozenset[int]]:
-    """The optimizers of a state and the data pointers of every tensor they change (their
-    parameters and their state). No side effects."""
+    """The optimizers of a state and the data pointers of every tensor they change."""
     optimizers = [v for v in (getattr(w, "value", w) for w in state.values())
                   if isinstance(v, torch.optim.Optimizer)]
     ptrs: set[int] = set()
@@ -251,10 +236,3 @@ def _storage(tensor: torch.Tensor) -> int:
             and tensor.device.type == "cpu"):
         return 0
     return int(tensor.untyped_storage().data_ptr())
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n

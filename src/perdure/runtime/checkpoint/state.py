@@ -1,10 +1,8 @@
-"""Turn a user's state (modules, optimizers, stateful objects, tensors, plain values) into a
-nested dict of tensors and plain values, and put restored values back into the user's objects.
+"""A user's state (modules, optimizers, stateful objects, tensors, plain values) as a nested
+dict of tensors and plain values, and restored values put back into the user's objects.
 
-Keys follow torch's distributed state-dict conventions: a model's keys carry no DDP
-``module.`` prefix and an optimizer's state is keyed by parameter name, so a checkpoint saved
-on one world size or wrapper loads on another.
-
+Keys follow torch's distributed state dicts (no DDP ``module.`` prefix, optimizer state keyed
+by parameter name), so a checkpoint saved on one world size or wrapper loads on another.
 Side effects: ``apply`` writes into the user's objects; nothing else does.
 """
 
@@ -23,6 +21,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from perdure.runtime.checkpoint import values
 from perdure.runtime.checkpoint.errors import CheckpointMismatchError
 
 RANK_SUFFIX = "@rank"
@@ -58,12 +57,9 @@ class Kind(enum.Enum):
     VALUE = "value"
 
 
-_BUILTINS = frozenset({type(None), bool, int, float, complex, str, bytes})  # none has a method
-
-
 def kind_of(value: Any) -> Kind:
     """Classify one top-level state value. No side effects."""
-    if type(value) in _BUILTINS:  # a step counter: saved every time, no checks needed
+    if type(value) in values.PLAIN:  # a step counter: saved every time, no checks needed
         return Kind.VALUE
     if isinstance(value, nn.Module):
         return Kind.MODULE
@@ -99,23 +95,32 @@ def check_state(state: Any) -> Mapping[str, Any]:
     return state
 
 
-def tree_for_save(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
+def state_tree(
+    state: Mapping[str, Any], rank: int, entries: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Nested dict of tensors and plain values for ``state`` (values are not copied): torch's
-    distributed state dicts of its modules and optimizers."""
+    distributed state dicts of its modules and optimizers. ``entries``: the checkpoint's, when
+    the tree is the target of a restore."""
     modules = [v for v in state.values() if isinstance(v, nn.Module)]
     out: dict[str, Any] = {}
     for key, wrapped in state.items():
         value = wrapped.value if isinstance(wrapped, RankLocal) else wrapped
+        skey = stored_key(key, wrapped, rank)
         kind = kind_of(value)
         if kind is Kind.MODULE:
             tree: Any = dict(get_model_state_dict(value))
         elif kind is Kind.OPTIMIZER:
-            tree = optimizer_tree(value, owner(key, value, modules), initialise=False)
+            # A restore into plain models loads optimizer state into fresh tensors; sharded
+            # ones need torch's helper, which first initialises the state with a zero step.
+            model = owner(key, value, modules)
+            shaped = (entries is not None and needs_torch_optimizer_io(model)
+                      and has_optimizer_state(entries, skey))
+            tree = optimizer_tree(value, model, initialise=shaped)
         elif kind is Kind.STATEFUL:
             tree = value.state_dict()
         else:
             tree = value
-        out[stored_key(key, wrapped, rank)] = tree
+        out[skey] = tree
     return out
 
 
@@ -135,20 +140,16 @@ def owner(key: str, optim: torch.optim.Optimizer, modules: list[nn.Module]) -> n
 def optimizer_tree(
     optim: torch.optim.Optimizer, model: nn.Module, *, initialise: bool
 ) -> dict[str, Any]:
-    """The optimizer's state keyed by parameter name.
-
-    An optimizer that has not stepped yet is saved as its param groups only: torch's helper
-    would otherwise initialise it with a zero step, which changes the training that follows.
-    ``initialise`` (restore) allows that, since the restore overwrites it.
-    """
+    """The optimizer's state keyed by parameter name; one that has not stepped yet as its
+    param groups only, unless ``initialise`` (torch's helper would give it a zero step)."""
     if optim.state or initialise:
         return dict(get_optimizer_state_dict(model, optim))
     return {"state": {}, "param_groups": _named_groups(optim, model)}
 
 
 def fqn(model: nn.Module, key: str) -> str:
-    """The name torch's distributed state dicts give ``key`` of ``model.state_dict()``: each
-    wrapper's own attribute dropped, found by walking the module tree. No side effects."""
+    """``key`` of ``model.state_dict()`` as torch's distributed state dicts name it (without
+    the wrappers' attributes). No side effects."""
     names: list[str] = []
     current: Any = model
     for part in key.split("."):
@@ -188,31 +189,6 @@ def has_optimizer_state(entries: Mapping[str, Any], key: str) -> bool:
     """True when the checkpoint's ``key`` holds per-parameter optimizer tensors."""
     prefix = f"{key}.state."
     return any(fqn.startswith(prefix) and e["kind"] == "tensor" for fqn, e in entries.items())
-
-
-def tree_for_restore(
-    state: Mapping[str, Any], rank: int, entries: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The tensors to load into, for each top-level key (plain values need no target)."""
-    modules = [v for v in state.values() if isinstance(v, nn.Module)]
-    out: dict[str, Any] = {}
-    for key, wrapped in state.items():
-        value = wrapped.value if isinstance(wrapped, RankLocal) else wrapped
-        skey = stored_key(key, wrapped, rank)
-        kind = kind_of(value)
-        if kind is Kind.MODULE:
-            out[skey] = get_model_state_dict(value)
-        elif kind is Kind.OPTIMIZER:
-            # Plain models load optimizer state into fresh tensors; sharded ones need torch's
-            # helper, which first initialises the state with a zero step, to get its layout.
-            model = owner(key, value, modules)
-            shaped = needs_torch_optimizer_io(model) and has_optimizer_state(entries, skey)
-            out[skey] = optimizer_tree(value, model, initialise=shaped)
-        elif kind is Kind.STATEFUL:
-            out[skey] = value.state_dict()
-        else:
-            out[skey] = value
-    return out
 
 
 def apply(state: MutableMapping[str, Any], key: str, loaded: Any) -> None:
@@ -265,8 +241,8 @@ def _apply_optimizer(
 def _load_by_name(
     key: str, optim: torch.optim.Optimizer, model: nn.Module, loaded: dict[str, Any]
 ) -> None:
-    """optimizer.load_state_dict with parameter names mapped back to positions (what torch's
-    set_optimizer_state_dict does, without first running a zero step over every parameter)."""
+    """optimizer.load_state_dict with parameter names mapped back to positions (torch's
+    set_optimizer_state_dict, without its zero step over every parameter)."""
     names = param_names(model)
     order = [names[id(p)] for g in optim.param_groups for p in g["params"]]
     position = {name: i for i, name in enumerate(order)}
@@ -282,8 +258,7 @@ def _load_by_name(
 
 
 def _loaded_in_place(model: nn.Module, loaded: dict[str, Any]) -> bool:
-    """True when every restored value already is the module's own tensor (DCP loaded into
-    them), so that load_state_dict would only copy each tensor onto itself."""
+    """True when every restored value already is the module's own tensor (DCP loaded into it)."""
     if needs_torch_optimizer_io(model) or any(_has_load_hooks(m) for m in model.modules()):
         return False
     live: dict[str, Any] = dict(get_model_state_dict(model))

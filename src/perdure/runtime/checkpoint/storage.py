@@ -1,14 +1,8 @@
 """Where checkpoints live: a local directory or any fsspec URL, behind one small interface.
 
-``LocalStorage`` writes with fsync and publishes a checkpoint by renaming its directory (atomic
-on POSIX); under a private directory its files are 0600 and its directories 0700 (modes.py).
-``S3Storage`` (s3storage.py) serves ``s3://`` with retries and verified uploads.
-``FsspecStorage`` serves every other fsspec filesystem (memory://, gcs://, chained URLs);
-``urls.make_storage`` picks one for a URL.
-Object stores cannot rename a directory atomically, so there the commit marker alone
-decides whether a checkpoint is complete.
-
-Side effects: file system I/O only.
+``LocalStorage`` writes with fsync and publishes by renaming a directory (atomic on POSIX);
+``S3Storage`` (s3storage.py) and ``FsspecStorage`` cannot rename atomically, so there the
+commit marker alone decides whether a checkpoint is complete.
 """
 
 from __future__ import annotations
@@ -26,18 +20,23 @@ ENV_DIR = "PERDURE_CHECKPOINT_DIR"
 
 
 class Storage(ABC):
-    """A directory of checkpoints; paths below are relative to its root, '/'-separated."""
+    """A directory of checkpoints; paths below are relative to its root, '/'-separated. The
+    defaults are those of an object store (no directories, nothing local)."""
 
     url: str
+    root: str
     atomic_rename: bool
+
+    def _p(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if rel else self.root
 
     @abstractmethod
     def list_names(self) -> list[str]:
         """Names of the root's immediate children ([] when the root does not exist yet)."""
 
-    @abstractmethod
     def makedirs(self, rel: str) -> None:
-        """Create directory ``rel`` and its parents (no-op where directories are implicit)."""
+        """Create directory ``rel`` and its parents."""
+        return None
 
     @abstractmethod
     def write_bytes(self, rel: str, data: bytes) -> None:
@@ -60,8 +59,7 @@ class Storage(ABC):
         return None
 
     def sizes(self, rel: str) -> dict[str, int] | None:
-        """Sizes of the files in directory ``rel`` in one listing, where the store can (None:
-        ask ``size`` file by file)."""
+        """Sizes of the files in directory ``rel`` in one listing (None: ask ``size``)."""
         return None
 
     @abstractmethod
@@ -74,17 +72,17 @@ class Storage(ABC):
     def remove_tree(self, rel: str) -> None:
         """Delete ``rel`` and everything below it; a missing path is not an error."""
 
-    @abstractmethod
     def sync_dir(self, rel: str) -> None:
-        """Make the entries of directory ``rel`` durable (fsync where that means something)."""
+        """Make the entries of directory ``rel`` durable (an upload is once put returns)."""
+        return None
 
     @abstractmethod
     def open_read(self, rel: str) -> IO[bytes]:
         """Open file ``rel`` for reading."""
 
-    @abstractmethod
     def local_path(self, rel: str) -> Path | None:
         """The local file system path of ``rel``, or None when storage is not local."""
+        return None
 
 
 class LocalStorage(Storage):
@@ -93,11 +91,7 @@ class LocalStorage(Storage):
     atomic_rename = True
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).expanduser().absolute()
-        self.url = str(self.root)
-
-    def _p(self, rel: str) -> str:
-        return f"{self.url}/{rel}" if rel else self.url
+        self.root = self.url = str(Path(root).expanduser().absolute())
 
     def list_names(self) -> list[str]:
         try:
@@ -163,9 +157,6 @@ class FsspecStorage(Storage):
         self.fs, root = url_to_fs(url, **storage_options)
         self.root = root.rstrip("/")
 
-    def _p(self, rel: str) -> str:
-        return f"{self.root}/{rel}" if rel else self.root
-
     def list_names(self) -> list[str]:
         try:
             entries = self.fs.ls(self.root, detail=False)
@@ -199,12 +190,6 @@ class FsspecStorage(Storage):
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(self._p(rel), recursive=True)
 
-    def sync_dir(self, rel: str) -> None:
-        return None  # an upload is durable when put returns; there is no directory to sync
-
     def open_read(self, rel: str) -> IO[bytes]:
         stream: IO[bytes] = self.fs.open(self._p(rel), "rb")
         return stream
-
-    def local_path(self, rel: str) -> None:
-        return None

@@ -1,12 +1,7 @@
 """Flatten nested state into DCP keys, and rebuild it, keeping each dict key's original type.
 
-The keys are exactly those ``torch.distributed.checkpoint`` gives the same nested dict
-('model.fc.weight', 'optim.param_groups.0.lr'), so a stock ``dcp.load`` finds them. Dicts are
-always walked; a list is walked only when it holds a tensor or a dict (as DCP does); anything
-else (tuples included) is a leaf. Unlike DCP, an empty dict is kept as a leaf, so that a value
-such as ``{"loader": {}}`` comes back instead of vanishing.
-
-No side effects.
+The keys are those ``torch.distributed.checkpoint`` gives the same nested dict, so a stock
+``dcp.load`` finds them; unlike DCP, an empty dict is kept as a leaf, so it comes back.
 """
 
 from __future__ import annotations
@@ -46,20 +41,12 @@ def flatten(tree: Mapping[Any, Any]) -> Flat:
 
 
 def _walked(value: Any) -> bool:
-    """Whether flatten descends into ``value``: a non-empty mapping, or a list that holds a
-    tensor or a dict."""
+    """Whether flatten descends into ``value``: a non-empty mapping, or a list that holds
+    (at any depth of lists) a tensor or a dict."""
     if isinstance(value, Mapping):
         return bool(value)
-    return isinstance(value, list) and not _is_leaf_list(value)
-
-
-def _is_leaf_list(value: list[Any]) -> bool:
-    for entry in value:
-        if isinstance(entry, Mapping | torch.Tensor):
-            return False
-        if isinstance(entry, list) and not _is_leaf_list(entry):
-            return False
-    return True
+    return isinstance(value, list) and any(
+        isinstance(e, Mapping | torch.Tensor) or _walked(e) for e in value)
 
 
 def unflatten(leaves: Mapping[str, Any], paths: Mapping[str, Path]) -> dict[Any, Any]:

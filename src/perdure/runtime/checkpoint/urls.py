@@ -11,11 +11,7 @@ from perdure.runtime.checkpoint.storage import ENV_DIR, FsspecStorage, LocalStor
 
 
 def make_storage(url: str | os.PathLike[str] | None, **storage_options: Any) -> Storage:
-    """Storage for ``url``: a path or file:// URL is local, any other fsspec URL is remote.
-
-    ``url`` None reads the environment variable PERDURE_CHECKPOINT_DIR (set by perdure's
-    controller from the job spec's ``checkpoint.dir``).
-    """
+    """Storage for ``url`` (None: $PERDURE_CHECKPOINT_DIR, set from the spec's checkpoint.dir)."""
     where = "Checkpointer url" if url is not None else ENV_DIR
     if url is None:
         url = os.environ.get(ENV_DIR)

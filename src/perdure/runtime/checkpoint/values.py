@@ -1,11 +1,7 @@
 """Plain (non-tensor) state values: checked and encoded so that loading never unpickles code.
 
-A plain value is stored with ``torch.save`` and loaded with ``torch.load(weights_only=True)``,
-which only rebuilds containers, numbers, strings and tensors. Anything else is refused at save
-time, so a restore never meets an object it would have to trust. NumPy arrays and scalars (the
-NumPy RNG state holds one) are encoded as tagged dicts of bytes and decoded back exactly.
-
-No side effects.
+A plain value is loaded with ``torch.load(weights_only=True)``, so anything else is refused at
+save time. NumPy arrays and scalars are encoded as tagged dicts of bytes and decoded exactly.
 """
 
 from __future__ import annotations
@@ -82,10 +78,7 @@ def decode(value: Any) -> Any:
     if kind is dict or kind is OrderedDict:
         if value.get(_TAG) == _NUMPY and set(value) == {_TAG, "dtype", "shape", "data", "scalar"}:
             return _decode_numpy(value)
-        out = OrderedDict() if kind is OrderedDict else {}
-        for k, v in value.items():
-            out[k] = decode(v)
-        return out
+        return kind((k, decode(v)) for k, v in value.items())
     return value
 
 

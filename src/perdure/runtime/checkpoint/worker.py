@@ -1,16 +1,9 @@
 """Long-lived background threads of a Checkpointer, each running the jobs handed to it in turn.
 
 A Checkpointer keeps two: one that makes the deferred staging copies (at the process's
-priority: the optimizer's next step waits for them) and one that persists (at the lowest CPU
-priority, taking what training leaves idle; a thread cannot raise its priority again without
-privileges, hence two threads).
-
-The threads are daemons, so that they never keep a finished program alive by themselves;
-instead, at interpreter exit every worker first finishes the jobs handed to it, in the order
-the workers were made, so that a staging job's hand-over to its persist worker still runs. A
-worker whose thread is gone (after a fork) starts a new one at the next job.
-
-Side effects: starts threads; may lower their priority.
+priority: the optimizer's next step waits for them) and one that persists at the lowest CPU
+priority (a thread cannot raise its priority again, hence two). The threads are daemons; at
+interpreter exit each worker first finishes its jobs, in the order the workers were made.
 """
 
 from __future__ import annotations
@@ -31,42 +24,33 @@ _WORKERS_LOCK = threading.Lock()
 
 
 class PersistWorker:
-    """Runs the callables handed to ``submit`` in order, in one thread of its own.
-
-    lower: the thread lowers its CPU priority before its first job.
-    finish_at_exit: the interpreter's exit waits for the jobs handed over (False: they end
-    with the process, as work that only matters while it runs).
-    """
+    """Runs the callables handed to ``submit`` in order, in one thread of its own (``lower``:
+    at the lowest CPU priority; ``finish_at_exit``: the interpreter's exit waits for them)."""
 
     def __init__(self, name: str = "perdure-checkpoint-persist", *, lower: bool = True,
                  finish_at_exit: bool = True) -> None:
         self.name = name
         self.lower = lower
         self._jobs: _Jobs = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None  # the one that runs the jobs, once started
         self._lock = threading.Lock()
         if finish_at_exit:
             with _WORKERS_LOCK:
                 _WORKERS[:] = [w for w in _WORKERS if w() is not None]
                 _WORKERS.append(weakref.ref(self))
 
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The thread that runs the jobs (None until the first job)."""
-        return self._thread
-
     def submit(self, job: Callable[[], None]) -> threading.Event:
-        """Run ``job`` after the jobs before it; the returned event is set once it has run.
-        ``job`` handles its own errors (one that escapes is logged, and the worker goes on)."""
+        """Run ``job`` (which handles its own errors) after the jobs before it; the event is
+        set once it has run."""
         done = threading.Event()
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
+            if self.thread is None or not self.thread.is_alive():
                 # Not started yet, or left behind by a fork (the child has only the thread
                 # that forked): a queue shared with a dead thread would never be served.
                 self._jobs = queue.SimpleQueue()
-                self._thread = threading.Thread(target=_serve, args=(self._jobs, self.lower),
-                                                name=self.name, daemon=True)
-                self._thread.start()
+                self.thread = threading.Thread(target=_serve, args=(self._jobs, self.lower),
+                                               name=self.name, daemon=True)
+                self.thread.start()
                 # A worker dropped without close() ends its thread (which holds no reference
                 # to it) once its last job has run.
                 weakref.finalize(self, self._jobs.put, None)
@@ -76,7 +60,7 @@ class PersistWorker:
     def close(self) -> None:
         """Finish the jobs handed over, then end the thread (a later submit starts another)."""
         with self._lock:
-            thread, self._thread = self._thread, None
+            thread, self.thread = self.thread, None
             if thread is not None and thread.is_alive():
                 self._jobs.put(None)
         if thread is not None and thread is not threading.current_thread():
@@ -84,9 +68,8 @@ class PersistWorker:
 
 
 def lower_this_thread() -> None:
-    """Give the calling thread (or the writer process) the lowest CPU priority, so that it
-    takes the CPU time training leaves idle; Linux gives each thread its own nice value. Best
-    effort: where the kernel refuses, nothing changes."""
+    """Give the calling thread the lowest CPU priority (Linux: a nice value per thread), where
+    the kernel lets it."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
     except (OSError, AttributeError):
@@ -110,8 +93,7 @@ def _serve(jobs: _Jobs, lower: bool) -> None:
 
 @atexit.register
 def _finish_all() -> None:
-    """At interpreter exit, finish every job handed to a worker (before torch's own exit
-    handlers, registered earlier, run), the workers in the order they were made."""
+    """At exit (before torch's own handlers, registered earlier), finish every worker's jobs."""
     with _WORKERS_LOCK:
         workers = [w() for w in _WORKERS]
     for worker in workers:

@@ -1,11 +1,5 @@
-"""Write one rank's shard file in DCP's format: each item ``torch.save``d at a recorded offset.
-
-This is what DCP's ``FileSystemWriter`` writes with ``single_file_per_rank=True``, so stock DCP
-reads it; it writes from the staged buffers, whose storages hold exactly their own bytes.
-Every payload's checksum is computed as it is written (restore verifies it). Imports only
-torch, so that the writer process can use it without loading DCP.
-
-Side effects: writes and fsyncs one file.
+"""Write one rank's shard file in DCP's format (``FileSystemWriter`` with one file per rank),
+checksumming each payload as it is written. Imports only torch, for the writer process.
 """
 
 from __future__ import annotations
@@ -19,8 +13,6 @@ import torch
 
 from perdure.runtime.checkpoint import checksum, modes
 
-__all__ = ["Written", "shard_name", "write_payloads"]
-
 _SLICE = 4 << 20  # hashed, then written, while in cache
 
 
@@ -30,8 +22,7 @@ def shard_name(rank: int) -> str:
 
 
 class _HashingStream:
-    """A write-only file that checksums what passes through it, in slices small enough to be
-    hashed while still in cache, so that the checksum costs no second pass over memory."""
+    """A write-only file that checksums what passes through it, a slice at a time, in cache."""
 
     def __init__(self, stream: IO[bytes], algorithm: str) -> None:
         self._stream = stream
@@ -73,8 +64,8 @@ class Written:
 def write_payloads(
     path: Path, payloads: list[torch.Tensor | bytes], *, fsync: bool, algorithm: str,
 ) -> Written:
-    """Write tensors (``torch.save``d) and serialised values in order to ``path``, checksumming
-    each payload's bytes as they are written (``algorithm``: see checksum.py)."""
+    """Write tensors (``torch.save``d) and serialised values in order to ``path``, each
+    checksummed as it is written."""
     spans: list[tuple[int, int, int]] = []
     whole = 0
     with modes.create(path) as stream:  # 0600 in a private directory

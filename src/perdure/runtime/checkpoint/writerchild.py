@@ -1,15 +1,12 @@
 """The writer process of process mode: ``python -m perdure.runtime.checkpoint.writerchild``.
 
-It maps the training process's staging memfd (received over a Unix socket) and writes shard
-files from it, so serialising and writing never take the training process's GIL. It imports
-only torch (no DCP) to start fast, and dies with its parent (PDEATHSIG, and EOF on the socket).
+It maps the training process's staging memfd and writes shard files from it, off the training
+process's GIL. It imports only torch (no DCP), to start fast, and dies with its parent.
 
-Protocol: 8-byte length + JSON frames. ``map`` (followed by one byte carrying the memfd)
-installs the buffer and its slot table; ``write`` lists payloads in order (a slot number, or
-base64 bytes) and the checksum algorithm; the reply carries each payload's (offset, length,
-checksum) and the file's checksum, or the error.
-
-Side effects: writes files.
+Protocol: 8-byte length + JSON frames. ``map`` (then one byte carrying the memfd) installs the
+buffer and its slots; ``write`` lists payloads (a slot number, or base64 bytes) and the
+checksum algorithm; the reply carries each payload's (offset, length, checksum) and the
+file's checksum, or the error.
 """
 
 from __future__ import annotations
