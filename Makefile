@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.perdure-installed
 
-.PHONY: demo test test-frameworks test-ray bench-ray test-slurm bench-slurm test-k8s k8s-cluster \
+.PHONY: demo test test-frameworks test-local-long test-ray bench-ray test-slurm bench-slurm test-k8s k8s-cluster \
 	k8s-jobset bench-k8s \
 	soak lint bench venv clean test-serve-fuzz test-transport spec-reference test-gpu moto-venv \
 	bench-s3 test-s3 docs docs-serve docs-reference test-compat
@@ -93,6 +93,12 @@ test-compat: $(STAMP)
 
 test-frameworks: $(STAMP)
 	$(BIN)/python -m pytest -q -m frameworks_long tests/integration/frameworks
+
+# Local-backend runs beside a default test of the same ground: DDP over 2x2 processes matching
+# 4 replicas, a synchronous DDP straggler named from stack samples, snapshot restores thinning
+# the auto interval's failure estimate.
+test-local-long: $(STAMP)
+	$(BIN)/python -m pytest -q -m local_long tests/integration/controller
 
 test-transport: $(STAMP)
 	$(BIN)/python -m pytest -q -m transport_long

@@ -58,6 +58,7 @@ def _restore_sources(state: Path, job_id: str) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.local_long
 @pytest.mark.timeout(300)
 def test_restores_from_snapshots_are_reported_and_thin_the_failures(
         perdure: Perdure, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -100,6 +100,7 @@ def ranks_of(p: Perdure, job: str, replica: str) -> list[dict[str, int]]:
     return list(status["ranks"])
 
 
+@pytest.mark.local_long
 @pytest.mark.timeout(400)
 def test_ddp_two_by_two_trains_exactly_like_four_replicas(perdure: Perdure, tmp_path: Path) -> None:
     cluster = perdure.cluster({"a": 2, "b": 2})

@@ -41,6 +41,7 @@ def test_a_replica_on_a_slow_node_is_named_and_moved(perdure: Perdure) -> None:
     assert d["watchdog"]["stragglers"][0]["report"] == found[0]
 
 
+@pytest.mark.local_long
 @pytest.mark.timeout(180)
 def test_a_slow_rank_of_a_synchronous_ddp_job_is_named_from_stack_samples(
         perdure: Perdure, monkeypatch: pytest.MonkeyPatch) -> None:
