@@ -157,11 +157,12 @@ class NetTransport:
             return where
 
     def append_progress(self, lines: list[str]) -> None:
+        if not lines:
+            return
         with self._unsent_lock:
-            if not lines or self._unsent + len(lines) > MAX_UNSENT_LINES:
-                if lines:
-                    log.warning("%d progress records dropped: the relay has been away for "
-                                "%d unsent ones", len(lines), self._unsent)
+            if self._unsent + len(lines) > MAX_UNSENT_LINES:
+                log.warning("%d progress records dropped: the relay has been away for "
+                            "%d unsent ones", len(lines), self._unsent)
                 return
             self._unsent += len(lines)
         self._progress_sent = self._progress.submit(lambda: self._send_progress(lines))
