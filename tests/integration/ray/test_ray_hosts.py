@@ -44,13 +44,13 @@ def test_a_host_the_bridge_does_not_route_is_refused() -> None:
 
 def test_clients_stop_before_the_bridge_goes() -> None:
     hosts = h.make_hosts({"a": 1}, start=False)
+    address = hosts.hosts["a"].address
     server = subprocess.Popen(
         ["ip", "netns", "exec", hosts.hosts["a"].netns, sys.executable, "-c",
-         "import socket, time; s = socket.create_server(('0.0.0.0', 7000)); "
+         f"import socket, time; s = socket.create_server(('{address}', 7000)); "
          "c = s.accept(); time.sleep(120)"])
     client = None
     try:
-        address = hosts.hosts["a"].address
         code = (f"import socket, time\nwhile True:\n    try:\n"
                 f"        c = socket.create_connection(('{address}', 7000), timeout=1); break\n"
                 f"    except OSError: time.sleep(0.1)\nprint('up', flush=True)\ntime.sleep(120)\n")
